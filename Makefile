@@ -1,0 +1,48 @@
+# twinstack — top-level wrapper. `make test` does everything on a fresh Debian bookworm (root).
+#   build/       Release (-O2), warnings are errors, all unit + CLI tests + instruction gate
+#   build-asan/  ASan+UBSan, all unit + CLI tests
+#   build-tsan/  TSan, the concurrency tests (tests/unit/test_*_mt.c)
+#   build-fuzz/  clang + libFuzzer, each fuzz target for FUZZ_SECONDS from its seed corpus
+JOBS ?= 2
+FUZZ_SECONDS ?= 30
+CTEST = ctest --output-on-failure --no-tests=error
+
+.PHONY: all setup build test test-release test-asan test-tsan test-fuzz micro clean
+
+all: build
+
+setup:
+	bash scripts/setup.sh
+
+build: setup
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTS_WERROR=ON >/dev/null
+	cmake --build build -j$(JOBS)
+
+test: setup test-release test-asan test-tsan test-fuzz
+	@echo "make test: all trees passed"
+
+test-release: build
+	$(CTEST) --test-dir build
+
+test-asan:
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTS_SANITIZE=address -DTS_WERROR=ON >/dev/null
+	cmake --build build-asan -j$(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$(CTEST) --test-dir build-asan
+
+test-tsan:
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DTS_SANITIZE=thread -DTS_WERROR=ON >/dev/null
+	cmake --build build-tsan -j$(JOBS)
+	TSAN_OPTIONS=halt_on_error=1 $(CTEST) --test-dir build-tsan
+
+test-fuzz:
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DTS_FUZZ=ON \
+		-DTS_FUZZ_SECONDS=$(FUZZ_SECONDS) -DTS_WERROR=ON >/dev/null
+	cmake --build build-fuzz -j$(JOBS)
+	$(CTEST) --test-dir build-fuzz
+
+micro: build
+	./build/twinstack-micro
+
+clean:
+	rm -rf build/CMakeFiles build/CMakeCache.txt build-asan build-tsan build-fuzz

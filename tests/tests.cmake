@@ -1,0 +1,60 @@
+# Test registration. Unit tests: tests/unit/test_*.c, one Criterion executable each.
+# Files named test_*_mt.c are the concurrency tests: they are the ones the TSan tree runs.
+# In the TSan tree (TS_SANITIZE=thread) only the _mt tests are registered.
+# Fuzz targets (tests/fuzz/fuzz_*.c) are built only with TS_FUZZ=ON (clang), each run for
+# TS_FUZZ_SECONDS from its committed seed corpus tests/fuzz/corpus/<name>/.
+
+set(TS_FUZZ_SECONDS 30 CACHE STRING "Seconds each fuzz target runs under ctest")
+
+if(TS_FUZZ)
+  file(GLOB TS_FUZZ_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_*.c)
+  foreach(src ${TS_FUZZ_SRC})
+    get_filename_component(name ${src} NAME_WE)
+    add_executable(${name} ${src})
+    target_compile_options(${name} PRIVATE ${TS_WARN} -fsanitize=fuzzer,address,undefined -g)
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_libraries(${name} PRIVATE tscore)
+    set(corpus ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/${name})
+    set(work ${CMAKE_BINARY_DIR}/fuzz-work/${name})
+    add_test(NAME ${name}
+      COMMAND ${CMAKE_SOURCE_DIR}/tests/fuzz/run.sh $<TARGET_FILE:${name}> ${corpus} ${work} ${TS_FUZZ_SECONDS})
+    set_tests_properties(${name} PROPERTIES LABELS fuzz TIMEOUT 300)
+  endforeach()
+  return()
+endif()
+
+if(NOT CRITERION_FOUND)
+  message(WARNING "Criterion not found: unit tests are not built (run scripts/setup.sh)")
+  return()
+endif()
+
+file(GLOB TS_UNIT_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/test_*.c)
+foreach(src ${TS_UNIT_SRC})
+  get_filename_component(name ${src} NAME_WE)
+  string(REGEX MATCH "_mt$" is_mt ${name})
+  if(TS_SANITIZE STREQUAL "thread" AND NOT is_mt)
+    continue()
+  endif()
+  add_executable(${name} ${src} ${CMAKE_SOURCE_DIR}/tests/unit/testutil.c)
+  target_compile_options(${name} PRIVATE ${TS_WARN})
+  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit)
+  target_link_libraries(${name} PRIVATE tscore PkgConfig::CRITERION)
+  add_test(NAME ${name} COMMAND ${name} --jobs 1)
+  set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT 600)
+endforeach()
+
+# CLI behaviour (exit codes, messages naming the JSON path) and the docs example.
+if(NOT TS_SANITIZE STREQUAL "thread")
+  add_test(NAME cli_check COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/check.sh $<TARGET_FILE:twinstack> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(cli_check PROPERTIES LABELS cli TIMEOUT 120)
+endif()
+
+# Deterministic instruction-count targets of the micro-benchmarks (Release tree only).
+if(TS_SANITIZE STREQUAL "" AND CMAKE_BUILD_TYPE STREQUAL "Release")
+  find_program(VALGRIND valgrind)
+  if(VALGRIND)
+    add_test(NAME micro_instructions
+      COMMAND ${CMAKE_SOURCE_DIR}/bench/callgrind.sh --check $<TARGET_FILE:twinstack-micro>)
+    set_tests_properties(micro_instructions PROPERTIES LABELS perf TIMEOUT 600)
+  endif()
+endif()
