@@ -1,0 +1,35 @@
+/* rss.h — resident-set sampling from /proc/self/status (VmRSS, VmHWM).
+ *
+ * rss_parse() is pure (text in, numbers out) so the parser is unit-tested on fixed texts;
+ * rss_sample() does the I/O: open, one bounded read, close. The loop calls it on its stats tick
+ * and feeds the result to budget_update_tier().
+ */
+#ifndef TS_CORE_RSS_H
+#define TS_CORE_RSS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* /proc/self/status is ~1.5 KiB; VmRSS and VmHWM sit in its first 30 lines. A larger file is
+ * read only up to this many bytes. */
+#define RSS_READ_MAX 8192
+
+struct rss_info {
+	uint64_t rss_bytes;  /* VmRSS: resident now */
+	uint64_t hwm_bytes;  /* VmHWM: peak resident ("high water mark"); = rss_bytes if absent */
+};
+
+/* Parse the text of a /proc/<pid>/status file (len bytes, need not be NUL-terminated).
+ * Fields are recognised only at the start of a line, as "Name:" + blanks + decimal + " kB".
+ * Returns 0; -ENOENT if VmRSS is missing; -EINVAL if VmRSS or VmHWM is malformed (no digits,
+ * another unit); -ERANGE if a value overflows 64 bits in bytes. */
+int rss_parse(const char *text, size_t len, struct rss_info *out)
+	__attribute__((warn_unused_result));
+
+/* Sample this process. Returns 0 or -errno (open/read failure, or rss_parse's errors). */
+int rss_sample(struct rss_info *out) __attribute__((warn_unused_result));
+
+/* Same from another file (tests; other pids). */
+int rss_sample_path(const char *path, struct rss_info *out) __attribute__((warn_unused_result));
+
+#endif
