@@ -1,0 +1,175 @@
+/* main.c — the twinstack binary: global options and a table of subcommands.
+ *
+ * Exit codes, across every subcommand:
+ *   0  success
+ *   1  runtime failure (out of memory, a device or socket that fails at run time, ...)
+ *   2  bad usage or bad config (unknown subcommand or option, missing/unreadable config file,
+ *      a config value that is wrong or statically impossible)
+ * A subcommand is one row of `subcommands[]`: later issues add run, bench, reflect there.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/config.h"
+
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+struct subcommand {
+	const char *name;
+	const char *summary;
+	int (*run)(int argc, char **argv); /* argv[0] is the subcommand's name */
+	void (*usage)(FILE *out);
+};
+
+/* ---- check -------------------------------------------------------------------------------- */
+
+static void usage_check(FILE *out)
+{
+	fputs("usage: twinstack check --config FILE\n"
+	      "\n"
+	      "Parse and validate FILE (docs/config.md) without touching the system, then print\n"
+	      "a one-line summary. Exit 0 if the config is valid, 2 with a message naming the\n"
+	      "JSON path if it is not (or if FILE cannot be read), 1 on a runtime failure.\n"
+	      "\n"
+	      "options:\n"
+	      "  -c, --config FILE   the config file to check (required)\n"
+	      "  -h, --help          this text\n",
+	      out);
+}
+
+/* Matches "--name VALUE", "--name=VALUE" or "-s VALUE" at argv[*i]; advances *i past it.
+ * Returns 1 matched (*value set), 0 not this option, -1 value missing. */
+static int take_option(int argc, char **argv, int *i, const char *lng, const char *shrt,
+		       const char **value)
+{
+	const char *a = argv[*i];
+	size_t n = strlen(lng);
+
+	if (strncmp(a, lng, n) == 0 && a[n] == '=') {
+		*value = a + n + 1;
+		return 1;
+	}
+	if (strcmp(a, lng) != 0 && strcmp(a, shrt) != 0)
+		return 0;
+	if (*i + 1 >= argc)
+		return -1;
+	*value = argv[++*i];
+	return 1;
+}
+
+static int cmd_check(int argc, char **argv)
+{
+	const char *path = NULL;
+	char err[TS_ERRLEN], summary[512];
+	struct ts_config cfg;
+	int ret;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+			usage_check(stdout);
+			return EXIT_OK;
+		}
+		ret = take_option(argc, argv, &i, "--config", "-c", &path);
+		if (ret < 0) {
+			fprintf(stderr, "twinstack check: %s needs a FILE argument\n", argv[i]);
+			return EXIT_USAGE;
+		}
+		if (ret == 0) {
+			fprintf(stderr, "twinstack check: unexpected argument '%s'\n", argv[i]);
+			usage_check(stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (!path) {
+		fprintf(stderr, "twinstack check: --config FILE is required\n");
+		usage_check(stderr);
+		return EXIT_USAGE;
+	}
+	ret = config_load_file(path, &cfg, err, sizeof(err));
+	if (ret != 0) {
+		fprintf(stderr, "%s\n", err[0] ? err : "config: failed");
+		return ret == -ENOMEM ? EXIT_RUNTIME : EXIT_USAGE;
+	}
+	printf("config ok: %s\n", config_summary(&cfg, summary, sizeof(summary)));
+	config_fini(&cfg);
+	return EXIT_OK;
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+static const struct subcommand subcommands[] = {
+	{ "check", "validate a config file and print a one-line summary", cmd_check, usage_check },
+};
+
+#define N_SUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))
+
+static void usage(FILE *out)
+{
+	fputs("usage: twinstack [--help | --version] <command> [options]\n"
+	      "\n"
+	      "twinstack is a TUN-mode proxy client with two TCP/IP stacks (system, lwip).\n"
+	      "\n"
+	      "commands:\n",
+	      out);
+	for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+		fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
+	fputs("\n"
+	      "Run 'twinstack <command> --help' for a command's options.\n"
+	      "Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad config.\n",
+	      out);
+}
+
+static const struct subcommand *find_subcommand(const char *name)
+{
+	for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+		if (strcmp(subcommands[i].name, name) == 0)
+			return &subcommands[i];
+	return NULL;
+}
+
+/* "twinstack help [command]" */
+static int cmd_help(int argc, char **argv)
+{
+	const struct subcommand *sc;
+
+	if (argc < 2) {
+		usage(stdout);
+		return EXIT_OK;
+	}
+	if (!(sc = find_subcommand(argv[1]))) {
+		fprintf(stderr, "twinstack: unknown command '%s' (see 'twinstack --help')\n",
+			argv[1]);
+		return EXIT_USAGE;
+	}
+	sc->usage(stdout);
+	return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	const struct subcommand *sc;
+
+	if (argc < 2) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
+		return cmd_help(1, argv + 1);
+	if (strcmp(argv[1], "help") == 0)
+		return cmd_help(argc - 1, argv + 1);
+	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+		printf("twinstack %s\n", TS_VERSION);
+		return EXIT_OK;
+	}
+	if (!(sc = find_subcommand(argv[1]))) {
+		fprintf(stderr, "twinstack: unknown %s '%s' (see 'twinstack --help')\n",
+			argv[1][0] == '-' ? "option" : "command", argv[1]);
+		return EXIT_USAGE;
+	}
+	int ret = sc->run(argc - 1, argv + 1);
+	/* Output that never reached its destination (a full disk, a closed pipe) is a failure. */
+	if (fflush(stdout) != 0 && ret == EXIT_OK)
+		ret = EXIT_RUNTIME;
+	return ret;
+}

@@ -1,0 +1,1025 @@
+/* config.c — the twinstack config schema (docs/config.md): tables, field parsers, cross-field
+ * validation, the loaders, and the views later code needs (NAT config, summary).
+ *
+ * Sections are parsed in schema-table order by config_parse.c; everything that relates two
+ * sections (address roles, outbound tags, loops to our own addresses, budget vs relay) is
+ * checked afterwards in validate(), with the path of the field to fix.
+ */
+#include "core/config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config_parse.h"
+#include "stacks/system/nat.h"
+
+_Static_assert(sizeof(enum ts_stack) == sizeof(int), "CFGP_ENUM stores an int");
+_Static_assert(sizeof(enum ts_offload) == sizeof(int), "CFGP_ENUM stores an int");
+_Static_assert(sizeof(enum ts_outbound_type) == sizeof(int), "CFGP_ENUM stores an int");
+_Static_assert(sizeof(enum ts_relay_mode) == sizeof(int), "CFGP_ENUM stores an int");
+_Static_assert(sizeof(enum ts_network) == sizeof(int), "CFGP_ENUM stores an int");
+_Static_assert(sizeof(enum log_level) == sizeof(int), "CFGP_ENUM stores an int");
+
+#define MS_HOUR 3600000u
+#define MS_DAY 86400000u
+#define MAX_COUNT 16777216u /* sessions, entries, fds: 16 Mi */
+
+/* The loader's state, reachable from field parsers through cfgp.user. */
+struct load {
+	struct ts_config *cfg;
+	bool outbounds_given;
+	uint32_t budgets_present;
+};
+
+static const char *const stack_names[] = { "system", "lwip", NULL };
+static const char *const offload_names[] = { "auto", "on", "off", NULL };
+static const char *const outbound_names[] = { "direct", "socks5", "reject", NULL };
+static const char *const relay_names[] = { "splice", "copy", NULL };
+static const char *const network_names[] = { "tcp", "udp", NULL }; /* base 1: 0 is "any" */
+/* In enum log_level order (core/log.h). */
+static const char *const level_names[] = { "error", "warn", "info", "debug", NULL };
+_Static_assert(LOG_LEVEL_DEBUG == 3 && LOG_LEVEL_MAX == 4, "level_names matches enum log_level");
+static const char *const profile_names[] = { "desktop", "mobile", NULL };
+
+/* ---- field parsers ---------------------------------------------------------------------- */
+
+/* Linux dev_valid_name(): 1..15 bytes, not "." or "..", no '/', ':' or whitespace. */
+static int parse_ifname(struct cfgp *p, const cJSON *item, char *dst)
+{
+	const char *s;
+	char q[64];
+	int ret;
+
+	if ((ret = cfgp_string(p, item, 1, TS_IFNAME_MAX, &s)) != 0)
+		return ret;
+	if (strcmp(s, ".") == 0 || strcmp(s, "..") == 0 || strpbrk(s, "/: \t"))
+		return cfgp_fail(p, "\"%s\" is not a valid interface name (no '/', ':' or spaces)",
+				 cfgp_quote(s, q, sizeof(q)));
+	memcpy(dst, s, strlen(s) + 1);
+	return 0;
+}
+
+static int parse_cidr_family(struct cfgp *p, const cJSON *item, uint8_t family,
+			     struct netaddr_cidr *out)
+{
+	const char *s;
+	char q[64];
+	int ret;
+
+	if ((ret = cfgp_string(p, item, 1, NETADDR_CIDR_STRLEN, &s)) != 0)
+		return ret;
+	if (netaddr_parse_cidr(s, out) != 0 || (family && out->addr.family != family)) {
+		const char *what = family == 4   ? "an IPv4 CIDR like 198.18.0.1/15"
+				   : family == 6 ? "an IPv6 CIDR like fd00:7f::1/64"
+						 : "an IPv4 or IPv6 CIDR like 10.0.0.0/8";
+		return cfgp_fail(p, "expected %s, got \"%s\"", what, cfgp_quote(s, q, sizeof(q)));
+	}
+	return 0;
+}
+
+static int f_tun_name(struct cfgp *p, const cJSON *item, void *target)
+{
+	return parse_ifname(p, item, ((struct ts_tun *)target)->name);
+}
+
+static int f_tun_address(struct cfgp *p, const cJSON *item, void *target)
+{
+	return parse_cidr_family(p, item, 4, &((struct ts_tun *)target)->addr4);
+}
+
+static int f_tun_address6(struct cfgp *p, const cJSON *item, void *target)
+{
+	return parse_cidr_family(p, item, 6, &((struct ts_tun *)target)->addr6);
+}
+
+static int f_bind_interface(struct cfgp *p, const cJSON *item, void *target)
+{
+	return parse_ifname(p, item, ((struct ts_outbound *)target)->bind_interface);
+}
+
+/* A DNS name: labels of 1..63 letters, digits, '-' or '_' (no '-' at either end), 253 bytes at
+ * most, and a last label that is not all digits (that would be a malformed IPv4 address). */
+static bool valid_hostname(const char *s, size_t n)
+{
+	size_t label = 0;
+	bool digits = true;
+
+	if (n == 0 || n > TS_HOST_MAX)
+		return false;
+	for (size_t i = 0; i <= n; i++) {
+		char c = i < n ? s[i] : '.';
+		if (c == '.') {
+			if (label == 0 || label > 63 || s[i - 1] == '-')
+				return false;
+			if (i == n && digits)
+				return false;
+			label = 0;
+			digits = true;
+			continue;
+		}
+		bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+		if (!alnum && c != '-' && c != '_')
+			return false;
+		if (label == 0 && c == '-')
+			return false;
+		digits = digits && c >= '0' && c <= '9';
+		label++;
+	}
+	return true;
+}
+
+static int parse_hostport(const char *s, struct ts_hostport *hp)
+{
+	struct netaddr_ep ep;
+	const char *colon;
+	size_t hlen;
+
+	memset(hp, 0, sizeof(*hp));
+	if (s[0] == '[') {
+		if (netaddr_parse_ep(s, &ep) != 0)
+			return -EINVAL;
+		hp->is_addr = true;
+		hp->addr = ep.addr;
+		hp->port = ep.port;
+		netaddr_format(&ep.addr, hp->host, sizeof(hp->host));
+		return 0;
+	}
+	colon = strrchr(s, ':');
+	if (!colon || netaddr_parse_port(colon + 1, &hp->port) != 0)
+		return -EINVAL;
+	hlen = (size_t)(colon - s);
+	if (hlen == 0 || hlen > TS_HOST_MAX || memchr(s, ':', hlen))
+		return -EINVAL; /* an IPv6 address needs its brackets */
+	memcpy(hp->host, s, hlen);
+	hp->host[hlen] = '\0';
+	if (netaddr_parse(hp->host, &hp->addr) == 0) {
+		hp->is_addr = true;
+		return 0;
+	}
+	return valid_hostname(hp->host, hlen) ? 0 : -EINVAL;
+}
+
+static int f_server(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_outbound *ob = target;
+	const char *s;
+	char q[64];
+	int ret;
+
+	if ((ret = cfgp_string(p, item, 1, TS_HOST_MAX + 8, &s)) != 0)
+		return ret;
+	if (parse_hostport(s, &ob->server) != 0)
+		return cfgp_fail(p,
+				 "expected \"host:port\" (IPv4, [IPv6] or a host name; port 1-65535), "
+				 "got \"%s\"",
+				 cfgp_quote(s, q, sizeof(q)));
+	return 0;
+}
+
+static int parse_ep(struct cfgp *p, const cJSON *item, struct netaddr_ep *out)
+{
+	const char *s;
+	char q[64];
+	int ret;
+
+	if ((ret = cfgp_string(p, item, 1, NETADDR_EP_STRLEN, &s)) != 0)
+		return ret;
+	if (netaddr_parse_ep(s, out) != 0)
+		return cfgp_fail(p, "expected \"ip:port\" (IPv4 or [IPv6]; port 1-65535), got \"%s\"",
+				 cfgp_quote(s, q, sizeof(q)));
+	return 0;
+}
+
+static int f_dns_upstream(struct cfgp *p, const cJSON *item, void *target)
+{
+	return parse_ep(p, item, &((struct ts_dns *)target)->upstream);
+}
+
+static int f_stats_listen(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_stats *st = target;
+	char buf[NETADDR_EP_STRLEN];
+	int ret;
+
+	if ((ret = parse_ep(p, item, &st->listen)) != 0)
+		return ret;
+	if (!netaddr_is_loopback(&st->listen.addr))
+		return cfgp_fail(p,
+				 "%s is not a loopback address: the stats endpoint listens on "
+				 "127.0.0.1:port or [::1]:port only",
+				 netaddr_ep_format(&st->listen, buf, sizeof(buf)));
+	return 0;
+}
+
+static int f_profile(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_config *cfg = target;
+	int idx, ret;
+
+	if ((ret = cfgp_enum(p, item, profile_names, &idx)) != 0)
+		return ret;
+	/* The profile is the base; overrides are parsed after it (table order). */
+	cfg->budget_profile = (enum budget_profile)idx;
+	budget_limits_profile(&cfg->budget, cfg->budget_profile);
+	return 0;
+}
+
+/* ---- route rules -------------------------------------------------------------------------- */
+
+static int f_rule_cidr(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_rule *r = target;
+	const cJSON *e;
+	size_t n, i = 0;
+	int ret;
+
+	if ((ret = cfgp_array(p, item, TS_MAX_RULE_ITEMS, false, &n)) != 0)
+		return ret;
+	if (!(r->cidrs = calloc(n, sizeof(*r->cidrs))))
+		return cfgp_nomem(p);
+	cJSON_ArrayForEach(e, item)
+	{
+		size_t mark = cfgp_push_index(p, i);
+		ret = parse_cidr_family(p, e, 0, &r->cidrs[i]);
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			return ret;
+		netaddr_cidr_normalize(&r->cidrs[i]);
+		r->n_cidrs = ++i;
+	}
+	return 0;
+}
+
+/* "a-b" or "a" with 1 <= a <= b <= 65535. */
+static int parse_port_range(const char *s, struct ts_port_range *out)
+{
+	char buf[16];
+	const char *dash = strchr(s, '-');
+	size_t n = strlen(s);
+
+	if (n >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, s, n + 1);
+	if (!dash)
+		return netaddr_parse_port(buf, &out->lo) == 0 ? (out->hi = out->lo, 0) : -EINVAL;
+	buf[dash - s] = '\0';
+	if (netaddr_parse_port(buf, &out->lo) != 0 ||
+	    netaddr_parse_port(buf + (dash - s) + 1, &out->hi) != 0)
+		return -EINVAL;
+	return 0;
+}
+
+static int parse_port_item(struct cfgp *p, const cJSON *e, struct ts_port_range *out)
+{
+	const char *s;
+	char q[64];
+	uint64_t v;
+	int ret;
+
+	if (cJSON_IsNumber(e)) {
+		if ((ret = cfgp_uint(p, e, 1, 65535, &v)) != 0)
+			return ret;
+		out->lo = out->hi = (uint16_t)v;
+		return 0;
+	}
+	if (!cJSON_IsString(e))
+		return cfgp_fail(p, "expected a port number or a \"a-b\" range, got %s",
+				 cfgp_type_name(e));
+	if ((ret = cfgp_string(p, e, 1, 16, &s)) != 0)
+		return ret;
+	if (parse_port_range(s, out) != 0)
+		return cfgp_fail(p, "expected a port number or a \"a-b\" range of ports 1-65535, "
+				    "got \"%s\"", cfgp_quote(s, q, sizeof(q)));
+	if (out->lo > out->hi)
+		return cfgp_fail(p, "range \"%s\" is reversed (a must not exceed b)",
+				 cfgp_quote(s, q, sizeof(q)));
+	return 0;
+}
+
+static int f_rule_port(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_rule *r = target;
+	const cJSON *e;
+	size_t n, i = 0;
+	int ret;
+
+	if ((ret = cfgp_array(p, item, TS_MAX_RULE_ITEMS, false, &n)) != 0)
+		return ret;
+	if (!(r->ports = calloc(n, sizeof(*r->ports))))
+		return cfgp_nomem(p);
+	cJSON_ArrayForEach(e, item)
+	{
+		size_t mark = cfgp_push_index(p, i);
+		ret = parse_port_item(p, e, &r->ports[i]);
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			return ret;
+		r->n_ports = ++i;
+	}
+	return 0;
+}
+
+enum { RULE_CIDR, RULE_PORT, RULE_NETWORK, RULE_OUTBOUND };
+
+static int check_rule(struct cfgp *p, void *target, uint32_t present)
+{
+	(void)target;
+	if (!(present & ((1u << RULE_CIDR) | (1u << RULE_PORT) | (1u << RULE_NETWORK))))
+		return cfgp_fail(p, "a rule needs at least one matcher (cidr, port or network)");
+	if (!CFGP_PRESENT(present, RULE_OUTBOUND))
+		return cfgp_fail_key(p, "outbound", "required: the tag of the outbound to use");
+	return 0;
+}
+
+static const struct cfgp_field rule_fields[] = {
+	[RULE_CIDR] = { .key = "cidr", .kind = CFGP_FN, .fn = f_rule_cidr },
+	[RULE_PORT] = { .key = "port", .kind = CFGP_FN, .fn = f_rule_port },
+	[RULE_NETWORK] = { .key = "network", .kind = CFGP_ENUM, .names = network_names, .base = 1,
+			   .off = offsetof(struct ts_rule, network) },
+	[RULE_OUTBOUND] = { .key = "outbound", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
+			    .off = offsetof(struct ts_rule, outbound_tag) },
+};
+static const struct cfgp_table rule_table = CFGP_TABLE(rule_fields, check_rule);
+
+static int f_rules(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_route *rt = target;
+	const cJSON *e;
+	size_t n, i = 0;
+	int ret;
+
+	if ((ret = cfgp_array(p, item, TS_MAX_RULES, true, &n)) != 0)
+		return ret;
+	if (n == 0)
+		return 0;
+	if (!(rt->rules = calloc(n, sizeof(*rt->rules))))
+		return cfgp_nomem(p);
+	cJSON_ArrayForEach(e, item)
+	{
+		size_t mark = cfgp_push_index(p, i);
+		rt->n_rules = i + 1; /* owned by cfg from here on, even if it fails */
+		ret = cfgp_object(p, e, &rule_table, &rt->rules[i], NULL);
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			return ret;
+		i++;
+	}
+	return 0;
+}
+
+/* ---- outbounds ---------------------------------------------------------------------------- */
+
+enum { OB_TAG, OB_TYPE, OB_MARK, OB_BIND, OB_SERVER, OB_USER, OB_PASS };
+
+static int check_outbound(struct cfgp *p, void *target, uint32_t present)
+{
+	struct ts_outbound *ob = target;
+	const char *tname = config_outbound_type_name(ob->type);
+	bool user = CFGP_PRESENT(present, OB_USER), pass = CFGP_PRESENT(present, OB_PASS);
+
+	if (!CFGP_PRESENT(present, OB_TAG))
+		return cfgp_fail_key(p, "tag", "required");
+	if (!CFGP_PRESENT(present, OB_TYPE))
+		return cfgp_fail_key(p, "type", "required: \"direct\", \"socks5\" or \"reject\"");
+	if (ob->type == TS_OUT_SOCKS5 && !ob->has_server)
+		return cfgp_fail_key(p, "server", "required for type socks5");
+	if (ob->type != TS_OUT_SOCKS5) {
+		if (ob->has_server)
+			return cfgp_fail_key(p, "server", "not allowed for type %s", tname);
+		if (user || pass)
+			return cfgp_fail_key(p, user ? "username" : "password",
+					     "only for type socks5");
+	}
+	if (ob->type == TS_OUT_REJECT) {
+		if (ob->has_routing_mark || CFGP_PRESENT(present, OB_BIND))
+			return cfgp_fail_key(p, ob->has_routing_mark ? "routing_mark" : "bind_interface",
+					     "not allowed for type reject (it opens no sockets)");
+	}
+	if (user != pass)
+		return cfgp_fail_key(p, user ? "password" : "username", "required with %s",
+				     user ? "username" : "password");
+	ob->has_auth = user && pass;
+	return 0;
+}
+
+static const struct cfgp_field outbound_fields[] = {
+	[OB_TAG] = { .key = "tag", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
+		     .off = offsetof(struct ts_outbound, tag) },
+	[OB_TYPE] = { .key = "type", .kind = CFGP_ENUM, .names = outbound_names,
+		      .off = offsetof(struct ts_outbound, type) },
+	[OB_MARK] = { .key = "routing_mark", .kind = CFGP_U32, .min = 1, .max = UINT32_MAX,
+		      .off = offsetof(struct ts_outbound, routing_mark),
+		      .has_off = offsetof(struct ts_outbound, has_routing_mark) + 1 },
+	[OB_BIND] = { .key = "bind_interface", .kind = CFGP_FN, .fn = f_bind_interface },
+	[OB_SERVER] = { .key = "server", .kind = CFGP_FN, .fn = f_server,
+			.has_off = offsetof(struct ts_outbound, has_server) + 1 },
+	[OB_USER] = { .key = "username", .kind = CFGP_STR, .min = 1, .max = TS_CRED_MAX,
+		      .off = offsetof(struct ts_outbound, username) },
+	[OB_PASS] = { .key = "password", .kind = CFGP_STR, .min = 1, .max = TS_CRED_MAX,
+		      .off = offsetof(struct ts_outbound, password) },
+};
+static const struct cfgp_table outbound_table = CFGP_TABLE(outbound_fields, check_outbound);
+
+static int f_outbounds(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_config *cfg = target;
+	const cJSON *e;
+	size_t n, i = 0;
+	int ret;
+
+	((struct load *)p->user)->outbounds_given = true;
+	if ((ret = cfgp_array(p, item, TS_MAX_OUTBOUNDS, false, &n)) != 0)
+		return ret;
+	if (!(cfg->outbounds = calloc(n, sizeof(*cfg->outbounds))))
+		return cfgp_nomem(p);
+	cfg->n_outbounds = n;
+	cJSON_ArrayForEach(e, item)
+	{
+		size_t mark = cfgp_push_index(p, i);
+		ret = cfgp_object(p, e, &outbound_table, &cfg->outbounds[i], NULL);
+		for (size_t j = 0; ret == 0 && j < i; j++) {
+			if (strcmp(cfg->outbounds[j].tag, cfg->outbounds[i].tag) == 0)
+				ret = cfgp_fail_key(p, "tag",
+						    "duplicate tag \"%s\" (also $.outbounds[%zu])",
+						    cfg->outbounds[i].tag, j);
+		}
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			return ret;
+		i++;
+	}
+	return 0;
+}
+
+/* ---- sections ----------------------------------------------------------------------------- */
+
+static int check_tun(struct cfgp *p, void *target, uint32_t present)
+{
+	struct ts_tun *t = target;
+
+	if (t->has_addr6 && t->mtu < 1280)
+		return cfgp_fail_key(p, "mtu", "must be at least 1280 with tun.address6 (the IPv6 "
+					       "minimum link MTU), got %u", t->mtu);
+	return 0;
+}
+
+static const struct cfgp_field tun_fields[] = {
+	{ .key = "name", .kind = CFGP_FN, .fn = f_tun_name },
+	{ .key = "address", .kind = CFGP_FN, .fn = f_tun_address },
+	{ .key = "address6", .kind = CFGP_FN, .fn = f_tun_address6,
+	  .has_off = offsetof(struct ts_tun, has_addr6) + 1 },
+	{ .key = "mtu", .kind = CFGP_U32, .min = 576, .max = 65535,
+	  .off = offsetof(struct ts_tun, mtu) },
+	{ .key = "txqueuelen", .kind = CFGP_U32, .min = 1, .max = 1000000,
+	  .off = offsetof(struct ts_tun, txqueuelen) },
+	{ .key = "queues", .kind = CFGP_U32, .min = 1, .max = 16,
+	  .off = offsetof(struct ts_tun, queues) },
+	{ .key = "offload", .kind = CFGP_ENUM, .names = offload_names,
+	  .off = offsetof(struct ts_tun, offload) },
+};
+static const struct cfgp_table tun_table = CFGP_TABLE(tun_fields, check_tun);
+
+static const struct cfgp_field nat_fields[] = {
+	{ .key = "addresses", .kind = CFGP_U32, .min = 1, .max = NAT_MAX_ADDRS,
+	  .off = offsetof(struct ts_nat, addresses) },
+	{ .key = "listeners", .kind = CFGP_U32, .min = 1, .max = NAT_MAX_LISTENERS,
+	  .off = offsetof(struct ts_nat, listeners) },
+	{ .key = "linger_ms", .kind = CFGP_U32, .min = 1, .max = MS_HOUR,
+	  .off = offsetof(struct ts_nat, linger_ms) },
+	{ .key = "half_open_timeout_ms", .kind = CFGP_U32, .min = 1, .max = MS_HOUR,
+	  .off = offsetof(struct ts_nat, half_open_timeout_ms) },
+	{ .key = "port_quarantine_ms", .kind = CFGP_U32, .min = 0, .max = MS_HOUR,
+	  .off = offsetof(struct ts_nat, port_quarantine_ms) },
+};
+static const struct cfgp_table nat_table = CFGP_TABLE(nat_fields, NULL);
+
+static const struct cfgp_field timeouts_fields[] = {
+	{ .key = "connect_ms", .kind = CFGP_U32, .min = 1, .max = 600000,
+	  .off = offsetof(struct ts_timeouts, connect_ms) },
+	{ .key = "relay_idle_ms", .kind = CFGP_U32, .min = 1, .max = MS_DAY,
+	  .off = offsetof(struct ts_timeouts, relay_idle_ms) },
+	{ .key = "udp_idle_ms", .kind = CFGP_U32, .min = 1, .max = MS_DAY,
+	  .off = offsetof(struct ts_timeouts, udp_idle_ms) },
+};
+static const struct cfgp_table timeouts_table = CFGP_TABLE(timeouts_fields, NULL);
+
+static const struct cfgp_field relay_fields[] = {
+	{ .key = "mode", .kind = CFGP_ENUM, .names = relay_names,
+	  .off = offsetof(struct ts_config, relay_mode) },
+	{ .key = "buffer_bytes", .kind = CFGP_U32, .min = 4096, .max = 16u << 20,
+	  .off = offsetof(struct ts_config, relay_buffer_bytes) },
+};
+static const struct cfgp_table relay_table = CFGP_TABLE(relay_fields, NULL);
+
+static const struct cfgp_field route_fields[] = {
+	{ .key = "rules", .kind = CFGP_FN, .fn = f_rules },
+	{ .key = "final", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
+	  .off = offsetof(struct ts_route, final_tag) },
+};
+static const struct cfgp_table route_table = CFGP_TABLE(route_fields, NULL);
+
+static int check_dns(struct cfgp *p, void *target, uint32_t present)
+{
+	struct ts_dns *d = target;
+
+	if (d->hijack && !d->has_upstream)
+		return cfgp_fail_key(p, "upstream", "required when hijack is true");
+	return 0;
+}
+
+static const struct cfgp_field dns_fields[] = {
+	{ .key = "hijack", .kind = CFGP_BOOL, .off = offsetof(struct ts_dns, hijack) },
+	{ .key = "upstream", .kind = CFGP_FN, .fn = f_dns_upstream,
+	  .has_off = offsetof(struct ts_dns, has_upstream) + 1 },
+};
+static const struct cfgp_table dns_table = CFGP_TABLE(dns_fields, check_dns);
+
+static const struct cfgp_field stats_fields[] = {
+	{ .key = "listen", .kind = CFGP_FN, .fn = f_stats_listen,
+	  .has_off = offsetof(struct ts_stats, enabled) + 1 },
+};
+static const struct cfgp_table stats_table = CFGP_TABLE(stats_fields, NULL);
+
+static const struct cfgp_field log_fields[] = {
+	{ .key = "level", .kind = CFGP_ENUM, .names = level_names,
+	  .off = offsetof(struct ts_config, log_level) },
+};
+static const struct cfgp_table log_table = CFGP_TABLE(log_fields, NULL);
+
+/* ---- budgets ------------------------------------------------------------------------------ */
+
+enum { BU_PROFILE, BU_MEM, BU_NAT, BU_TCP, BU_TCP_ELEV, BU_TCP_CRIT, BU_UDP, BU_UPQ, BU_DOWNQ,
+       BU_BACKLOG, BU_BUFFER, BU_FDS };
+
+#define BUDGET_U32(k, field, lo, hi)                                                            \
+	{ .key = k, .kind = CFGP_U32, .min = lo, .max = hi,                                     \
+	  .off = offsetof(struct ts_config, budget) + offsetof(struct budget_limits, field) }
+
+/* Tiers must not increase: normal >= elevated >= critical. Blame the field the user wrote. */
+static int check_tier_pair(struct cfgp *p, uint32_t present, int lo_idx,
+			   const char *hi_key, const char *lo_key, uint32_t hi, uint32_t lo)
+{
+	if (hi >= lo)
+		return 0;
+	if (CFGP_PRESENT(present, lo_idx))
+		return cfgp_fail_key(p, lo_key,
+				     "%u exceeds %s (%u): tiers must not increase "
+				     "(tcp_sessions >= tcp_sessions_elevated >= tcp_sessions_critical)",
+				     lo, hi_key, hi);
+	return cfgp_fail_key(p, hi_key,
+			     "%u is below %s (%u, from the profile): tiers must not increase "
+			     "(tcp_sessions >= tcp_sessions_elevated >= tcp_sessions_critical)",
+			     hi, lo_key, lo);
+}
+
+static int check_budgets(struct cfgp *p, void *target, uint32_t present)
+{
+	struct ts_config *cfg = target;
+	const uint32_t *t = cfg->budget.tcp_sessions;
+	int ret;
+
+	((struct load *)p->user)->budgets_present = present;
+	if ((ret = check_tier_pair(p, present, BU_TCP_ELEV, "tcp_sessions",
+				   "tcp_sessions_elevated", t[BUDGET_NORMAL], t[BUDGET_ELEVATED])) != 0)
+		return ret;
+	return check_tier_pair(p, present, BU_TCP_CRIT, "tcp_sessions_elevated",
+			       "tcp_sessions_critical", t[BUDGET_ELEVATED], t[BUDGET_CRITICAL]);
+}
+
+static const struct cfgp_field budgets_fields[] = {
+	[BU_PROFILE] = { .key = "profile", .kind = CFGP_FN, .fn = f_profile },
+	[BU_MEM] = BUDGET_U32("memory_limit_mb", memory_limit_mb, 0, UINT32_MAX),
+	[BU_NAT] = BUDGET_U32("nat_entries", nat_entries, 1, MAX_COUNT),
+	[BU_TCP] = BUDGET_U32("tcp_sessions", tcp_sessions[BUDGET_NORMAL], 1, MAX_COUNT),
+	[BU_TCP_ELEV] = BUDGET_U32("tcp_sessions_elevated", tcp_sessions[BUDGET_ELEVATED], 1,
+				   MAX_COUNT),
+	[BU_TCP_CRIT] = BUDGET_U32("tcp_sessions_critical", tcp_sessions[BUDGET_CRITICAL], 1,
+				   MAX_COUNT),
+	[BU_UDP] = BUDGET_U32("udp_sessions", udp_sessions, 1, MAX_COUNT),
+	[BU_UPQ] = BUDGET_U32("udp_up_queue", udp_up_queue, 1, 65536),
+	[BU_DOWNQ] = BUDGET_U32("udp_down_queue", udp_down_queue, 1, 65536),
+	[BU_BACKLOG] = BUDGET_U32("listen_backlog", listen_backlog, 1, 65535),
+	[BU_BUFFER] = { .key = "buffer_bytes", .kind = CFGP_U64, .min = 4096, .max = 1ULL << 50,
+			.off = offsetof(struct ts_config, budget) +
+			       offsetof(struct budget_limits, buffer_bytes) },
+	[BU_FDS] = BUDGET_U32("fds", fds, 1, MAX_COUNT),
+};
+static const struct cfgp_table budgets_table = CFGP_TABLE(budgets_fields, check_budgets);
+
+/* ---- the root ----------------------------------------------------------------------------- */
+
+/* Table order is parse order: outbounds before route (rules name outbound tags, resolved in
+ * validate() anyway), profile before overrides inside budgets. */
+static const struct cfgp_field root_fields[] = {
+	{ .key = "stack", .kind = CFGP_ENUM, .names = stack_names,
+	  .off = offsetof(struct ts_config, stack) },
+	{ .key = "tun", .kind = CFGP_OBJ, .sub = &tun_table, .off = offsetof(struct ts_config, tun) },
+	{ .key = "nat", .kind = CFGP_OBJ, .sub = &nat_table, .off = offsetof(struct ts_config, nat) },
+	{ .key = "timeouts", .kind = CFGP_OBJ, .sub = &timeouts_table,
+	  .off = offsetof(struct ts_config, timeouts) },
+	{ .key = "outbounds", .kind = CFGP_FN, .fn = f_outbounds },
+	{ .key = "relay", .kind = CFGP_OBJ, .sub = &relay_table, .off = 0 },
+	{ .key = "route", .kind = CFGP_OBJ, .sub = &route_table,
+	  .off = offsetof(struct ts_config, route) },
+	{ .key = "dns", .kind = CFGP_OBJ, .sub = &dns_table, .off = offsetof(struct ts_config, dns) },
+	{ .key = "budgets", .kind = CFGP_OBJ, .sub = &budgets_table, .off = 0 },
+	{ .key = "stats", .kind = CFGP_OBJ, .sub = &stats_table,
+	  .off = offsetof(struct ts_config, stats) },
+	{ .key = "log", .kind = CFGP_OBJ, .sub = &log_table, .off = 0 },
+};
+static const struct cfgp_table root_table = CFGP_TABLE(root_fields, NULL);
+
+_Static_assert(sizeof(budgets_fields) / sizeof(budgets_fields[0]) <= CFGP_MAX_FIELDS,
+	       "present mask");
+_Static_assert(sizeof(root_fields) / sizeof(root_fields[0]) <= CFGP_MAX_FIELDS, "present mask");
+
+/* ---- cross-field validation --------------------------------------------------------------- */
+
+static int install_default_outbound(struct cfgp *p, struct ts_config *cfg)
+{
+	if (!(cfg->outbounds = calloc(1, sizeof(*cfg->outbounds))))
+		return cfgp_nomem(p);
+	cfg->n_outbounds = 1;
+	snprintf(cfg->outbounds[0].tag, sizeof(cfg->outbounds[0].tag), "direct");
+	cfg->outbounds[0].type = TS_OUT_DIRECT;
+	return 0;
+}
+
+static int validate_roles(struct cfgp *p, struct ts_config *cfg)
+{
+	char why[256];
+
+	if (netaddr_roles_init(&cfg->roles4, &cfg->tun.addr4, cfg->nat.addresses, why,
+			       sizeof(why)) != 0)
+		return cfgp_fail_at(p, "$.tun.address", "%s", why);
+	if (cfg->tun.has_addr6 && netaddr_roles_init(&cfg->roles6, &cfg->tun.addr6,
+						     cfg->nat.addresses, why, sizeof(why)) != 0)
+		return cfgp_fail_at(p, "$.tun.address6", "%s", why);
+	return 0;
+}
+
+static int resolve_tags(struct cfgp *p, struct ts_config *cfg)
+{
+	struct ts_route *rt = &cfg->route;
+	int idx;
+
+	for (size_t i = 0; i < rt->n_rules; i++) {
+		struct ts_rule *r = &rt->rules[i];
+		if ((idx = config_outbound_index(cfg, r->outbound_tag)) < 0) {
+			cfgp_set_path(p, ".route.rules");
+			cfgp_push_index(p, i);
+			return cfgp_fail_key(p, "outbound", "no outbound is tagged \"%s\"",
+					     r->outbound_tag);
+		}
+		r->outbound = (uint32_t)idx;
+	}
+	if (rt->final_tag[0] == '\0') {
+		memcpy(rt->final_tag, cfg->outbounds[0].tag, sizeof(rt->final_tag));
+		rt->final = 0;
+		return 0;
+	}
+	if ((idx = config_outbound_index(cfg, rt->final_tag)) < 0)
+		return cfgp_fail_at(p, "$.route.final", "no outbound is tagged \"%s\"",
+				    rt->final_tag);
+	rt->final = (uint32_t)idx;
+	return 0;
+}
+
+static bool is_ours(const struct ts_config *cfg, const struct netaddr *a)
+{
+	const struct netaddr_roles *r = a->family == 4 ? &cfg->roles4 : &cfg->roles6;
+
+	return netaddr_roles_is_ours(r, a->a);
+}
+
+/* Sending to our own gateway or NAT addresses can never reach a real peer: a loop. */
+static int validate_loops(struct cfgp *p, struct ts_config *cfg)
+{
+	char buf[NETADDR_STRLEN];
+
+	if (cfg->dns.has_upstream && is_ours(cfg, &cfg->dns.upstream.addr))
+		return cfgp_fail_at(p, "$.dns.upstream",
+				    "%s is one of the TUN's own addresses (gateway or NAT): "
+				    "queries would loop",
+				    netaddr_format(&cfg->dns.upstream.addr, buf, sizeof(buf)));
+	for (size_t i = 0; i < cfg->n_outbounds; i++) {
+		const struct ts_outbound *ob = &cfg->outbounds[i];
+		if (ob->has_server && ob->server.is_addr && is_ours(cfg, &ob->server.addr)) {
+			cfgp_set_path(p, ".outbounds");
+			cfgp_push_index(p, i);
+			return cfgp_fail_key(p, "server",
+					     "%s is one of the TUN's own addresses (gateway or "
+					     "NAT): connections would loop",
+					     ob->server.host);
+		}
+	}
+	return 0;
+}
+
+static int validate_budget(struct cfgp *p, const struct load *ld)
+{
+	const struct ts_config *cfg = ld->cfg;
+	const char *field = NULL;
+
+	/* The ranges above already imply core/budget.c's own rules; this keeps the two in step. */
+	if (budget_limits_check(&cfg->budget, &field) != 0)
+		return cfgp_fail_at(p, "$.budgets", "limit %s is not accepted by the budget system",
+				    field ? field : "?");
+	if (cfg->budget.buffer_bytes >= cfg->relay_buffer_bytes)
+		return 0;
+	if (CFGP_PRESENT(ld->budgets_present, BU_BUFFER))
+		return cfgp_fail_at(p, "$.budgets.buffer_bytes",
+				    "%llu is smaller than one relay buffer (relay.buffer_bytes = %u)",
+				    (unsigned long long)cfg->budget.buffer_bytes,
+				    cfg->relay_buffer_bytes);
+	return cfgp_fail_at(p, "$.relay.buffer_bytes",
+			    "%u exceeds the whole buffer budget (budgets.buffer_bytes = %llu)",
+			    cfg->relay_buffer_bytes, (unsigned long long)cfg->budget.buffer_bytes);
+}
+
+static int validate(struct cfgp *p, struct load *ld)
+{
+	struct ts_config *cfg = ld->cfg;
+	int ret;
+
+	if (!ld->outbounds_given && (ret = install_default_outbound(p, cfg)) != 0)
+		return ret;
+	if ((ret = validate_roles(p, cfg)) != 0)
+		return ret;
+	if ((ret = resolve_tags(p, cfg)) != 0)
+		return ret;
+	if ((ret = validate_loops(p, cfg)) != 0)
+		return ret;
+	return validate_budget(p, ld);
+}
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+void config_init(struct ts_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->stack = TS_STACK_SYSTEM;
+	snprintf(cfg->tun.name, sizeof(cfg->tun.name), "tun0");
+	(void)netaddr_parse_cidr("198.18.0.1/15", &cfg->tun.addr4);
+	cfg->tun.mtu = 1500;
+	cfg->tun.txqueuelen = 10000;
+	cfg->tun.queues = 1;
+	cfg->tun.offload = TS_OFFLOAD_AUTO;
+	cfg->nat.addresses = 4;
+	cfg->nat.listeners = 2;
+	cfg->nat.linger_ms = 10000;
+	cfg->nat.half_open_timeout_ms = 30000;
+	cfg->nat.port_quarantine_ms = 60000;
+	cfg->timeouts.connect_ms = 5000;
+	cfg->timeouts.relay_idle_ms = 300000;
+	cfg->timeouts.udp_idle_ms = 60000;
+	cfg->relay_mode = TS_RELAY_SPLICE;
+	cfg->relay_buffer_bytes = 65536;
+	cfg->budget_profile = BUDGET_PROFILE_DESKTOP;
+	budget_limits_profile(&cfg->budget, BUDGET_PROFILE_DESKTOP);
+	cfg->log_level = LOG_LEVEL_INFO;
+}
+
+void config_fini(struct ts_config *cfg)
+{
+	for (size_t i = 0; i < cfg->route.n_rules; i++) {
+		free(cfg->route.rules[i].cidrs);
+		free(cfg->route.rules[i].ports);
+	}
+	free(cfg->route.rules);
+	free(cfg->outbounds);
+	config_init(cfg);
+}
+
+/* Line and column (1-based, bytes) of offset off in buf. */
+static void line_col(const char *buf, size_t off, size_t *line, size_t *col)
+{
+	size_t l = 1, start = 0;
+
+	for (size_t i = 0; i < off; i++) {
+		if (buf[i] == '\n') {
+			l++;
+			start = i + 1;
+		}
+	}
+	*line = l;
+	*col = off - start + 1;
+}
+
+static size_t skip_ws(const char *s, size_t i, size_t len)
+{
+	while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+		i++;
+	return i;
+}
+
+static int json_error(struct cfgp *p, const char *text, size_t len, size_t off, const char *what)
+{
+	size_t line, col, n = 0;
+	char near[20], q[64];
+
+	if (off > len)
+		off = len;
+	line_col(text, off, &line, &col);
+	while (off + n < len && n + 1 < sizeof(near) && text[off + n] != '\n' &&
+	       text[off + n] != '\r') {
+		near[n] = text[off + n];
+		n++;
+	}
+	near[n] = '\0';
+	if (off >= len)
+		return cfgp_fail(p, "%s at line %zu, column %zu (unexpected end of input)", what, line,
+				 col);
+	if (n == 0)
+		return cfgp_fail(p, "%s at line %zu, column %zu (end of line)", what, line, col);
+	return cfgp_fail(p, "%s at line %zu, column %zu, near \"%s\"", what, line, col,
+			 cfgp_quote(near, q, sizeof(q)));
+}
+
+/* text is NUL-terminated at len and holds no other NUL. */
+static int parse_text(struct cfgp *p, struct load *ld, const char *text, size_t len)
+{
+	const char *end = NULL;
+	cJSON *root;
+	int ret;
+
+	if (skip_ws(text, 0, len) == len)
+		return cfgp_fail(p, "empty input (expected a JSON object)");
+	root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 0);
+	if (!root)
+		return json_error(p, text, len, end ? (size_t)(end - text) : 0, "invalid JSON");
+	size_t tail = skip_ws(text, (size_t)(end - text), len);
+	if (tail < len)
+		ret = json_error(p, text, len, tail, "unexpected text after the JSON value");
+	else
+		ret = cfgp_object(p, root, &root_table, ld->cfg, NULL);
+	cJSON_Delete(root);
+	if (ret == 0)
+		ret = validate(p, ld);
+	return ret;
+}
+
+int config_load_buffer(const char *buf, size_t len, struct ts_config *cfg, char *err,
+		       size_t errlen)
+{
+	struct load ld = { .cfg = cfg };
+	struct cfgp p;
+	const char *nul;
+	char *text;
+	int ret;
+
+	config_init(cfg);
+	cfgp_init(&p, err, errlen, &ld);
+	if ((nul = memchr(buf, '\0', len)))
+		return cfgp_fail(&p, "NUL byte at offset %zu", (size_t)(nul - buf));
+	if (!(text = malloc(len + 1)))
+		return cfgp_nomem(&p);
+	memcpy(text, buf, len);
+	text[len] = '\0';
+	ret = parse_text(&p, &ld, text, len);
+	free(text);
+	if (ret != 0)
+		config_fini(cfg);
+	return ret;
+}
+
+int config_load_string(const char *json, struct ts_config *cfg, char *err, size_t errlen)
+{
+	return config_load_buffer(json, strlen(json), cfg, err, errlen);
+}
+
+/* Read at most TS_CONFIG_FILE_MAX bytes; 0 or -errno with a message. */
+static int read_file(const char *path, char **out, size_t *out_len, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "rb");
+	size_t len = 0, cap = 0;
+	char *buf = NULL, ebuf[128];
+	int ret = 0;
+
+	if (!f) {
+		ret = -errno;
+		goto fail;
+	}
+	for (;;) {
+		if (len == cap) {
+			/* One byte past the limit tells "too large" from "exactly at it". */
+			size_t ncap = cap ? cap * 2 : 4096;
+			char *nb;
+			if (cap == TS_CONFIG_FILE_MAX + 1) {
+				ret = -EFBIG;
+				goto fail;
+			}
+			if (ncap > TS_CONFIG_FILE_MAX + 1)
+				ncap = TS_CONFIG_FILE_MAX + 1;
+			if (!(nb = realloc(buf, ncap))) {
+				ret = -ENOMEM;
+				goto fail;
+			}
+			buf = nb;
+			cap = ncap;
+		}
+		size_t n = fread(buf + len, 1, cap - len, f);
+		len += n;
+		if (n == 0) {
+			if (ferror(f))
+				ret = -(errno ? errno : EIO);
+			break;
+		}
+	}
+	if (ret == 0 && len > TS_CONFIG_FILE_MAX)
+		ret = -EFBIG;
+	if (ret != 0)
+		goto fail;
+	fclose(f);
+	*out = buf;
+	*out_len = len;
+	return 0;
+fail:
+	if (f)
+		fclose(f);
+	free(buf);
+	if (err && errlen > 0)
+		snprintf(err, errlen, "config: %s: %s", path,
+			 ret == -EFBIG ? "larger than 16 MiB" : strerror_r(-ret, ebuf, sizeof(ebuf)));
+	return ret;
+}
+
+int config_load_file(const char *path, struct ts_config *cfg, char *err, size_t errlen)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	int ret;
+
+	config_init(cfg);
+	if ((ret = read_file(path, &buf, &len, err, errlen)) != 0)
+		return ret;
+	ret = config_load_buffer(buf, len, cfg, err, errlen);
+	free(buf);
+	return ret;
+}
+
+/* ---- views -------------------------------------------------------------------------------- */
+
+int config_outbound_index(const struct ts_config *cfg, const char *tag)
+{
+	for (size_t i = 0; i < cfg->n_outbounds; i++)
+		if (strcmp(cfg->outbounds[i].tag, tag) == 0)
+			return (int)i;
+	return -1;
+}
+
+void config_to_nat(const struct ts_config *cfg, struct nat_config *out)
+{
+	nat_config_default(out);
+	out->max_entries = cfg->budget.nat_entries;
+	out->n_addrs = cfg->nat.addresses;
+	out->n_listeners = cfg->nat.listeners;
+	out->half_open_ns = (int64_t)cfg->nat.half_open_timeout_ms * 1000000;
+	out->linger_ns = (int64_t)cfg->nat.linger_ms * 1000000;
+	out->quarantine_ns = (int64_t)cfg->nat.port_quarantine_ms * 1000000;
+}
+
+static void roles_summary(const struct netaddr_roles *r, char *buf, size_t len)
+{
+	char first[NETADDR_STRLEN], last[NETADDR_STRLEN];
+	struct netaddr a;
+
+	netaddr_roles_nat(r, 0, &a);
+	netaddr_format(&a, first, sizeof(first));
+	if (r->n_nat == 1) {
+		snprintf(buf, len, "%s", first);
+		return;
+	}
+	netaddr_roles_nat(r, r->n_nat - 1, &a);
+	snprintf(buf, len, "%s-%s", first, netaddr_format(&a, last, sizeof(last)));
+}
+
+char *config_summary(const struct ts_config *cfg, char *buf, size_t len)
+{
+	char tun[NETADDR_CIDR_STRLEN], nat[2 * NETADDR_STRLEN + 2];
+	char tun6[NETADDR_CIDR_STRLEN], nat6[2 * NETADDR_STRLEN + 2], v6[160] = "";
+
+	netaddr_cidr_format(&cfg->tun.addr4, tun, sizeof(tun));
+	roles_summary(&cfg->roles4, nat, sizeof(nat));
+	if (cfg->tun.has_addr6 && cfg->roles6.family == 6) {
+		netaddr_cidr_format(&cfg->tun.addr6, tun6, sizeof(tun6));
+		roles_summary(&cfg->roles6, nat6, sizeof(nat6));
+		snprintf(v6, sizeof(v6), " tun6=%s nat6=%s", tun6, nat6);
+	}
+	snprintf(buf, len, "stack=%s tun=%s %s nat=%s%s outbounds=%zu rules=%zu",
+		 config_stack_name(cfg->stack), cfg->tun.name, tun, nat, v6, cfg->n_outbounds,
+		 cfg->route.n_rules);
+	return buf;
+}
+
+const char *config_stack_name(enum ts_stack s)
+{
+	return (unsigned)s < 2 ? stack_names[s] : "?";
+}
+
+const char *config_outbound_type_name(enum ts_outbound_type t)
+{
+	return (unsigned)t < 3 ? outbound_names[t] : "?";
+}

@@ -1,0 +1,175 @@
+/* config.h — the parsed twinstack configuration (schema and defaults: docs/config.md).
+ *
+ * The JSON file is parsed (cJSON) and validated once, into a plain struct in binary form:
+ * addresses as struct netaddr, ports as numbers, choices as enums, outbound tags resolved to
+ * indices, the address roles derived and proven, the budget limits computed from the profile
+ * plus overrides. Nothing later re-parses a string.
+ *
+ * Errors are one line naming the JSON path and the reason, e.g.
+ *   config: $.outbounds[1].server: expected "host:port"
+ * and the loaders return -EINVAL. Only the first error is reported.
+ */
+#ifndef TS_CORE_CONFIG_H
+#define TS_CORE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/budget.h"
+#include "core/log.h"
+#include "core/netaddr.h"
+
+struct nat_config;
+
+#define TS_IFNAME_MAX 15      /* IFNAMSIZ - 1 */
+#define TS_TAG_MAX 64         /* outbound tag bytes */
+#define TS_HOST_MAX 253       /* DNS name bytes */
+#define TS_CRED_MAX 255       /* SOCKS5 username/password bytes (RFC 1929) */
+#define TS_MAX_OUTBOUNDS 256
+#define TS_MAX_RULES 65536
+#define TS_MAX_RULE_ITEMS 1048576 /* entries of one rule's cidr or port list */
+#define TS_CONFIG_FILE_MAX (16u << 20)
+#define TS_ERRLEN 512         /* a good size for the caller's error buffer */
+
+enum ts_stack { TS_STACK_SYSTEM, TS_STACK_LWIP };
+enum ts_offload { TS_OFFLOAD_AUTO, TS_OFFLOAD_ON, TS_OFFLOAD_OFF };
+enum ts_outbound_type { TS_OUT_DIRECT, TS_OUT_SOCKS5, TS_OUT_REJECT };
+enum ts_relay_mode { TS_RELAY_SPLICE, TS_RELAY_COPY };
+enum ts_network { TS_NET_ANY, TS_NET_TCP, TS_NET_UDP }; /* ANY: the rule has no network matcher */
+
+struct ts_tun {
+	char name[TS_IFNAME_MAX + 1];
+	struct netaddr_cidr addr4;   /* the gateway and the prefix */
+	bool has_addr6;
+	struct netaddr_cidr addr6;   /* valid if has_addr6 */
+	uint32_t mtu;
+	uint32_t txqueuelen;
+	uint32_t queues;
+	enum ts_offload offload;
+};
+
+struct ts_nat {
+	uint32_t addresses;          /* NAT addresses per family: gateway+1 .. gateway+addresses */
+	uint32_t listeners;          /* listener ports per family */
+	uint32_t linger_ms;
+	uint32_t half_open_timeout_ms;
+	uint32_t port_quarantine_ms;
+};
+
+struct ts_timeouts {
+	uint32_t connect_ms;
+	uint32_t relay_idle_ms;
+	uint32_t udp_idle_ms;
+};
+
+/* A "host:port" where host is an IP literal or a DNS name. */
+struct ts_hostport {
+	char host[TS_HOST_MAX + 1];  /* as written, without IPv6 brackets */
+	bool is_addr;                /* host is an IP literal: addr is valid */
+	struct netaddr addr;
+	uint16_t port;               /* host byte order */
+};
+
+struct ts_outbound {
+	char tag[TS_TAG_MAX + 1];
+	enum ts_outbound_type type;
+	bool has_routing_mark;
+	uint32_t routing_mark;                    /* SO_MARK for its sockets (direct, socks5) */
+	char bind_interface[TS_IFNAME_MAX + 1];   /* "" = none (direct, socks5) */
+	bool has_server;
+	struct ts_hostport server;                /* socks5 */
+	bool has_auth;
+	char username[TS_CRED_MAX + 1];           /* socks5, with has_auth */
+	char password[TS_CRED_MAX + 1];
+};
+
+struct ts_port_range {
+	uint16_t lo, hi;                          /* inclusive, 1 <= lo <= hi */
+};
+
+/* A route rule matches when every matcher it has matches (a list matches if any entry does). */
+struct ts_rule {
+	struct netaddr_cidr *cidrs;               /* destination networks (host bits cleared) */
+	size_t n_cidrs;                           /* 0 = no cidr matcher */
+	struct ts_port_range *ports;              /* destination ports */
+	size_t n_ports;                           /* 0 = no port matcher */
+	enum ts_network network;
+	char outbound_tag[TS_TAG_MAX + 1];
+	uint32_t outbound;                        /* index into ts_config.outbounds */
+};
+
+struct ts_route {
+	struct ts_rule *rules;
+	size_t n_rules;
+	char final_tag[TS_TAG_MAX + 1];
+	uint32_t final;                           /* index into ts_config.outbounds */
+};
+
+struct ts_dns {
+	bool hijack;
+	bool has_upstream;
+	struct netaddr_ep upstream;
+};
+
+struct ts_stats {
+	bool enabled;                             /* stats.listen given */
+	struct netaddr_ep listen;                 /* loopback only */
+};
+
+struct ts_config {
+	enum ts_stack stack;
+	struct ts_tun tun;
+	struct ts_nat nat;
+	struct ts_timeouts timeouts;
+	struct ts_outbound *outbounds;            /* at least one after a successful load */
+	size_t n_outbounds;
+	enum ts_relay_mode relay_mode;
+	uint32_t relay_buffer_bytes;
+	struct ts_route route;
+	struct ts_dns dns;
+	enum budget_profile budget_profile;
+	struct budget_limits budget;              /* profile + overrides; memory_limit_mb inside */
+	struct ts_stats stats;
+	enum log_level log_level;
+
+	/* Derived by validation: the address roles per family (roles6.family == 0 without
+	 * tun.address6). */
+	struct netaddr_roles roles4;
+	struct netaddr_roles roles6;
+};
+
+/* Defaults for every scalar field; empty lists (the default outbound list is installed by the
+ * loaders when "outbounds" is absent). No allocation. */
+void config_init(struct ts_config *cfg);
+/* Free the lists and return to config_init's state. Idempotent. */
+void config_fini(struct ts_config *cfg);
+
+/* Parse and validate. cfg need not be initialized. On success (0) cfg holds the configuration
+ * and must be config_fini'd. On failure cfg is left in config_init's state (fini is harmless)
+ * and err (if errlen > 0) receives one line starting with "config: ":
+ *   -EINVAL   bad JSON or a bad value (the line names the JSON path)
+ *   -ENOMEM   out of memory
+ *   -errno    config_load_file: the file could not be read (ENOENT, EACCES, EISDIR, EFBIG...) */
+int config_load_file(const char *path, struct ts_config *cfg, char *err, size_t errlen)
+	__attribute__((warn_unused_result));
+int config_load_string(const char *json, struct ts_config *cfg, char *err, size_t errlen)
+	__attribute__((warn_unused_result));
+/* The same for a buffer that need not be NUL-terminated (a NUL byte inside is an error). */
+int config_load_buffer(const char *buf, size_t len, struct ts_config *cfg, char *err,
+		       size_t errlen) __attribute__((warn_unused_result));
+
+/* The NAT table's config: nat_config_default() overridden by nat.* and budgets.nat_entries. */
+void config_to_nat(const struct ts_config *cfg, struct nat_config *out);
+
+/* One line without newline, e.g. "stack=system tun=tun0 198.18.0.1/15 nat=198.18.0.2-198.18.0.5
+ * outbounds=1 rules=0" (plus " tun6=... nat6=..." with tun.address6). Returns buf. */
+char *config_summary(const struct ts_config *cfg, char *buf, size_t len);
+
+/* Index of the outbound tagged tag, or -1. */
+int config_outbound_index(const struct ts_config *cfg, const char *tag);
+
+const char *config_stack_name(enum ts_stack s);
+const char *config_outbound_type_name(enum ts_outbound_type t);
+
+#endif
