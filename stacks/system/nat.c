@@ -1,0 +1,1337 @@
+/* nat.c — the system stack's NAT table (docs/architecture.md "NAT table"; contracts in nat.h).
+ *
+ * Layout: 64 forward shards (flow_key -> entry; each also owns the deadline heap and the entry
+ * slab of its entries) and 64 reverse shards (tuple -> entry). A per-family owner map (one byte
+ * per tuple) and an atomic cursor hand out tuples; freed tuples rest in a FIFO quarantine before
+ * their byte clears.
+ *
+ * Lock order: forward shard -> reverse shard -> quarantine lock. Never two shards of one kind.
+ * Invariants (checked with assert in debug builds):
+ *  - an entry's state, gen, tkey and map membership change only with its forward shard lock AND
+ *    (while it is in a reverse map) its reverse shard lock held; last_seen is a relaxed atomic
+ *    refreshed under either lock;
+ *  - the heap, the slab, the per-state counts and e->heap_idx belong to the forward shard lock;
+ *  - a HALF_OPEN or CLOSING entry is in its shard's heap, or exactly one outstanding candidate
+ *    of nat_collect_expired carries its current generation (phase 2 re-arms or removes it);
+ *  - a heap node's deadline is <= the entry's real deadline (packets only move last_seen on);
+ *  - a tuple's owner byte is OWNED|fshard while it is mapped or quarantined (the claim is an
+ *    atomic test-and-set of that byte; fshard is the forward shard of the entry that claimed
+ *    it, a lock-free hint for operations that start from a tuple); only the quarantine
+ *    release clears it.
+ */
+#include "stacks/system/nat.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHARD_BITS 6
+#define SHARD_MASK (NAT_SHARDS - 1)
+_Static_assert(NAT_SHARDS == 1 << SHARD_BITS, "shard index is the low hash bits");
+_Static_assert(sizeof(struct flow_key) == 40, "flow_key is hashed as five 64-bit words");
+
+#define CACHELINE 64
+#define HOT __attribute__((always_inline)) static inline /* small, on every flow's path */
+#define NO_HEAP UINT32_MAX
+#define BUCKETS_MIN 8          /* initial buckets per shard map */
+#define BUCKETS_MAX (1u << 30) /* stop doubling: chains just get longer */
+#define CHUNK_MIN 8            /* slab chunk sizes double from here ... */
+#define CHUNK_MAX 256          /* ... up to here (entries per chunk) */
+#define RING_MIN 64            /* initial quarantine ring capacity */
+#define RELEASE_BATCH 256      /* quarantine releases per lock hold in nat_purge */
+#define PURGE_BATCH 64         /* candidates per collect/remove round in nat_purge */
+#define Q_EMPTY UINT64_MAX     /* q_head when the quarantine is empty */
+#define OWNED 0x80             /* owner byte: claimed (mapped or quarantined); low bits fshard */
+#define Q_TICK_SHIFT 20
+_Static_assert(NAT_QUARANTINE_TICK_NS == 1 << Q_TICK_SHIFT, "tick and shift agree");
+
+struct nat_entry {
+	uint64_t kw[5];              /* the flow_key as words: hashed and compared */
+	struct nat_entry *fnext;     /* forward chain; free-list link while in the slab */
+	struct nat_entry *rnext;     /* reverse chain */
+	uint64_t gen;
+	_Atomic int64_t last_seen;   /* last translated packet (or the closing mark) */
+	uint64_t tkey;               /* the tuple, packed (tuple_pack) */
+	uint32_t fhash;              /* forward hash >> SHARD_BITS: bucket index source */
+	uint32_t heap_idx;           /* slot in the shard heap, NO_HEAP when not in it */
+	uint8_t state;               /* enum nat_state */
+	uint8_t fshard;              /* forward shard index (hash & SHARD_MASK) */
+};
+
+struct heap_node {
+	int64_t deadline; /* <= the entry's real deadline */
+	struct nat_entry *e;
+};
+
+struct chunk {
+	struct chunk *next;
+	struct nat_entry e[];
+};
+
+/* A chained hash table; buckets a power of two, doubled when count exceeds them (load > 1). */
+struct map {
+	struct nat_entry **b;
+	uint32_t mask;
+	uint32_t count;
+};
+
+struct fwd_shard {
+	alignas(CACHELINE) pthread_mutex_t lock;
+	struct map map;
+	struct heap_node *heap;         /* min-heap by deadline; capacity == slab capacity */
+	uint32_t heap_len;
+	uint32_t capacity;              /* entries in this shard's slab chunks */
+	struct nat_entry *free;         /* slab free list */
+	struct chunk *chunks;
+	_Atomic int64_t next_deadline;  /* heap minimum, INT64_MAX when empty: lock-free reads */
+	_Atomic uint64_t n_state[NAT_STATE_MAX]; /* single writer (the lock holder) */
+};
+
+struct rev_shard {
+	alignas(CACHELINE) pthread_mutex_t lock;
+	struct map map;
+};
+
+/* Division by a runtime constant without a divide (Lemire, "Faster Remainder by Direct
+ * Computation", 2019): exact for every 32-bit numerator. */
+struct fastdiv {
+	uint64_t m; /* ceil(2^64 / d); 0 when d == 1 */
+	uint32_t d;
+};
+
+/* A quarantined tuple: released once the tick clock reaches due (wrap-safe comparison). */
+struct qrec {
+	uint32_t due;  /* ceil((freed_at + quarantine_ns) / NAT_QUARANTINE_TICK_NS), mod 2^32 */
+	uint32_t slot; /* tuple index | family bit 31 */
+};
+
+struct nat_table {
+	struct nat_config cfg;
+	int64_t timeout[NAT_STATE_MAX]; /* pf style: the state indexes its lifetime */
+	uint64_t hk[8];                 /* hash keys derived from the seed */
+	uint32_t space;                 /* tuples per family: addrs * listeners * ports */
+	uint32_t probe_max;             /* min(space, NAT_PROBE_LIMIT) */
+	struct fastdiv div_l, div_a, div_n; /* by listeners, by addresses, by space */
+	_Atomic uint8_t *owner[2];      /* per family [v4, v6], per tuple: OWNED|fshard or 0 */
+
+	alignas(CACHELINE) _Atomic uint32_t cursor[2];
+	_Atomic uint32_t purge_cursor;
+	alignas(CACHELINE) _Atomic uint64_t gen;
+	_Atomic uint32_t live; /* entries reserved against max_entries */
+	_Atomic uint64_t bytes;
+
+	alignas(CACHELINE) pthread_mutex_t qlock;
+	struct qrec *ring; /* FIFO; capacity a power of two */
+	uint32_t q_head, q_len, q_mask;
+	_Atomic uint64_t q_head_due; /* head's due tick, Q_EMPTY when empty: lock-free pre-check */
+	_Atomic uint64_t q_count;
+
+	alignas(CACHELINE) struct nat_counters ctr;
+	struct fwd_shard fwd[NAT_SHARDS];
+	struct rev_shard rev[NAT_SHARDS];
+	int n_locks; /* mutexes initialized so far (for a failed nat_table_new) */
+};
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static const char *const state_names[NAT_STATE_MAX] = {
+	[NAT_HALF_OPEN] = "half_open",
+	[NAT_ACTIVE] = "active",
+	[NAT_CLOSING] = "closing",
+};
+
+const char *nat_state_name(enum nat_state s)
+{
+	return (unsigned)s < NAT_STATE_MAX ? state_names[s] : "invalid";
+}
+
+void nat_config_default(struct nat_config *c)
+{
+	*c = (struct nat_config){
+		.max_entries = 65536,
+		.n_addrs = 4,
+		.n_listeners = 2,
+		.port_min = 1024,
+		.port_max = 65535,
+		.half_open_ns = 30LL * 1000000000LL,
+		.linger_ns = 10LL * 1000000000LL,
+		.quarantine_ns = 60LL * 1000000000LL,
+		.seed = 0x7477696e73746b31ULL,
+	};
+}
+
+static inline int64_t sat_add(int64_t a, int64_t b)
+{
+	int64_t r;
+
+	return __builtin_add_overflow(a, b, &r) ? (b > 0 ? INT64_MAX : INT64_MIN) : r;
+}
+
+/* 64x64 -> 128 multiply folded to 64 bits (the wyhash "mum"): one mul on x86-64 and arm64. */
+static inline uint64_t mum(uint64_t a, uint64_t b)
+{
+	__uint128_t r = (__uint128_t)a * b;
+
+	return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* Word i of a key (flow.h: 40 bytes, no holes), loaded in place. */
+static inline uint64_t kw(const struct flow_key *k, int i)
+{
+	uint64_t w;
+
+	memcpy(&w, (const unsigned char *)k + 8 * i, sizeof(w));
+	return w;
+}
+
+/* Words 2 and 4 are zero in IPv4 keys (flow.h): word 2 costs one xor, word 4 is skipped. */
+static inline uint64_t key_hash(const struct nat_table *t, const struct flow_key *k)
+{
+	uint64_t h = mum(kw(k, 0) ^ t->hk[0], kw(k, 1) ^ t->hk[1]) ^
+		     mum(kw(k, 3) ^ t->hk[2], kw(k, 2) ^ t->hk[3]);
+
+	if (k->family == 6)
+		h ^= mum(kw(k, 4) ^ t->hk[4], t->hk[5]);
+	return h;
+}
+
+static inline uint64_t tuple_hash(const struct nat_table *t, uint64_t tkey)
+{
+	return mum(tkey ^ t->hk[6], t->hk[7]);
+}
+
+/* The tuple as one word: family | addr << 8 | listener << 16 | port << 32 (struct nat_tuple has
+ * a padding byte, so it is never compared raw). On little-endian hosts the first three bytes
+ * load as one word. */
+_Static_assert(offsetof(struct nat_tuple, listener) == 2 && offsetof(struct nat_tuple, port) == 4,
+	       "tuple layout");
+static inline uint64_t tuple_pack(const struct nat_tuple *tp)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	uint32_t lo;
+
+	memcpy(&lo, tp, sizeof(lo));
+	return (lo & 0xffffffu) | (uint64_t)tp->port << 32;
+#else
+	return (uint64_t)tp->family | (uint64_t)tp->addr << 8 | (uint64_t)tp->listener << 16 |
+	       (uint64_t)tp->port << 32;
+#endif
+}
+
+static inline void tuple_unpack(uint64_t k, struct nat_tuple *tp)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	uint32_t lo = (uint32_t)k & 0xffffffu;
+
+	memcpy(tp, &lo, sizeof(lo));
+	tp->port = (uint16_t)(k >> 32);
+#else
+	*tp = (struct nat_tuple){ .family = (uint8_t)k, .addr = (uint8_t)(k >> 8),
+				  .listener = (uint8_t)(k >> 16), .port = (uint16_t)(k >> 32) };
+#endif
+}
+
+static inline bool key_eq(const uint64_t a[5], const struct flow_key *k)
+{
+	return ((a[0] ^ kw(k, 0)) | (a[1] ^ kw(k, 1)) | (a[2] ^ kw(k, 2)) | (a[3] ^ kw(k, 3)) |
+		(a[4] ^ kw(k, 4))) == 0;
+}
+
+static void fastdiv_init(struct fastdiv *f, uint32_t d)
+{
+	f->d = d;
+	f->m = d > 1 ? UINT64_MAX / d + 1 : 0;
+}
+
+static inline uint32_t fastdiv(const struct fastdiv *f, uint32_t n)
+{
+	return f->d == 1 ? n : (uint32_t)(((__uint128_t)f->m * n) >> 64);
+}
+
+static inline uint32_t fastmod(const struct fastdiv *f, uint32_t n)
+{
+	return (uint32_t)(((__uint128_t)(f->m * n) * f->d) >> 64);
+}
+
+static inline uint32_t now_tick(int64_t now_ns)
+{
+	return (uint32_t)(uint64_t)(now_ns >> Q_TICK_SHIFT);
+}
+
+static inline bool tick_due(uint32_t now, uint32_t due)
+{
+	return (int32_t)(now - due) >= 0;
+}
+
+static inline void touch(struct nat_entry *e, int64_t now_ns)
+{
+	/* Only forward: a late batch from another worker must not pull the deadline back. Two
+	 * racing writers (one under each lock) can still leave the smaller of their two clocks,
+	 * so last_seen, and an expiry, may lag by the skew between workers' batch clocks: the
+	 * mapping lives that much longer, never shorter. No locked instruction per packet. */
+	if (now_ns > atomic_load_explicit(&e->last_seen, memory_order_relaxed))
+		atomic_store_explicit(&e->last_seen, now_ns, memory_order_relaxed);
+}
+
+static inline int64_t expires(const struct nat_table *t, const struct nat_entry *e)
+{
+	if (e->state == NAT_ACTIVE)
+		return INT64_MAX;
+	return sat_add(atomic_load_explicit(&e->last_seen, memory_order_relaxed),
+		       t->timeout[e->state]);
+}
+
+static inline uint64_t gen_next(struct nat_table *t)
+{
+	return atomic_fetch_add_explicit(&t->gen, 1, memory_order_relaxed) + 1;
+}
+
+static inline void state_add(struct fwd_shard *sh, int state, int64_t d)
+{
+	_Atomic uint64_t *c = &sh->n_state[state];
+
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + (uint64_t)d,
+			      memory_order_relaxed);
+}
+
+static inline void bytes_add(struct nat_table *t, int64_t d)
+{
+	atomic_fetch_add_explicit(&t->bytes, (uint64_t)d, memory_order_relaxed);
+}
+
+/* ---- chained hash maps ------------------------------------------------------------------- */
+
+static inline struct nat_entry **next_of(struct nat_entry *e, bool rev)
+{
+	return rev ? &e->rnext : &e->fnext;
+}
+
+static inline uint32_t bucket_hash(const struct nat_table *t, const struct nat_entry *e, bool rev)
+{
+	return rev ? (uint32_t)(tuple_hash(t, e->tkey) >> SHARD_BITS) : e->fhash;
+}
+
+static int map_init(struct nat_table *t, struct map *m)
+{
+	m->b = calloc(BUCKETS_MIN, sizeof(*m->b));
+	if (!m->b)
+		return -ENOMEM;
+	m->mask = BUCKETS_MIN - 1;
+	m->count = 0;
+	bytes_add(t, BUCKETS_MIN * sizeof(*m->b));
+	return 0;
+}
+
+/* Amortized O(1) per insert; a failed allocation only leaves longer chains. */
+static void map_grow(struct nat_table *t, struct map *m, bool rev)
+{
+	uint32_t n = (m->mask + 1) * 2;
+	struct nat_entry **nb, *e, *next;
+
+	if (n > BUCKETS_MAX || (nb = calloc(n, sizeof(*nb))) == NULL)
+		return;
+	for (uint32_t i = 0; i <= m->mask; i++) {
+		for (e = m->b[i]; e; e = next) {
+			struct nat_entry **slot = &nb[bucket_hash(t, e, rev) & (n - 1)];
+
+			next = *next_of(e, rev);
+			*next_of(e, rev) = *slot;
+			*slot = e;
+		}
+	}
+	bytes_add(t, (int64_t)(n / 2) * (int64_t)sizeof(*nb));
+	free(m->b);
+	m->b = nb;
+	m->mask = n - 1;
+}
+
+static void map_insert(struct nat_table *t, struct map *m, struct nat_entry *e, uint32_t h,
+		       bool rev)
+{
+	struct nat_entry **slot = &m->b[h & m->mask];
+
+	*next_of(e, rev) = *slot;
+	*slot = e;
+	if (++m->count > m->mask + 1)
+		map_grow(t, m, rev);
+}
+
+static void map_unlink(struct map *m, struct nat_entry *e, uint32_t h, bool rev)
+{
+	struct nat_entry **p = &m->b[h & m->mask];
+
+	while (*p != e) {
+		assert(*p);
+		p = next_of(*p, rev);
+	}
+	*p = *next_of(e, rev);
+	m->count--;
+}
+
+static inline struct nat_entry *fwd_find(const struct map *m, const struct flow_key *k,
+					 uint32_t h)
+{
+	struct nat_entry *e;
+
+	for (e = m->b[h & m->mask]; e; e = e->fnext)
+		if (e->fhash == h && key_eq(e->kw, k))
+			break;
+	return e;
+}
+
+static inline struct nat_entry *rev_find(const struct map *m, uint64_t tkey, uint32_t h)
+{
+	struct nat_entry *e;
+
+	for (e = m->b[h & m->mask]; e; e = e->rnext)
+		if (e->tkey == tkey)
+			break;
+	return e;
+}
+
+/* ---- deadline heap (per forward shard; caller holds the shard lock) ---------------------- */
+
+static inline void heap_put(struct fwd_shard *sh, uint32_t i, struct heap_node n)
+{
+	sh->heap[i] = n;
+	n.e->heap_idx = i;
+}
+
+/* sift_up and sift_down return where n landed: slot 0 means a new minimum to publish. */
+static uint32_t sift_up(struct fwd_shard *sh, uint32_t i, struct heap_node n)
+{
+	while (i > 0) {
+		uint32_t parent = (i - 1) / 2;
+
+		if (sh->heap[parent].deadline <= n.deadline)
+			break;
+		heap_put(sh, i, sh->heap[parent]);
+		i = parent;
+	}
+	heap_put(sh, i, n);
+	return i;
+}
+
+static uint32_t sift_down(struct fwd_shard *sh, uint32_t i, struct heap_node n)
+{
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+
+		if (c >= sh->heap_len)
+			break;
+		if (c + 1 < sh->heap_len && sh->heap[c + 1].deadline < sh->heap[c].deadline)
+			c++;
+		if (n.deadline <= sh->heap[c].deadline)
+			break;
+		heap_put(sh, i, sh->heap[c]);
+		i = c;
+	}
+	heap_put(sh, i, n);
+	return i;
+}
+
+static inline void heap_publish(struct fwd_shard *sh)
+{
+	atomic_store_explicit(&sh->next_deadline, sh->heap_len ? sh->heap[0].deadline : INT64_MAX,
+			      memory_order_relaxed);
+}
+
+/* Never fails: heap capacity equals slab capacity and an entry is in the heap at most once.
+ * Publishes the minimum when it changed. */
+HOT void heap_push(struct fwd_shard *sh, struct nat_entry *e, int64_t deadline)
+{
+	assert(e->heap_idx == NO_HEAP && sh->heap_len < sh->capacity);
+	if (sift_up(sh, sh->heap_len++, (struct heap_node){ deadline, e }) == 0)
+		heap_publish(sh);
+}
+
+/* Take e out of the heap; returns true when the minimum changed (not yet published). */
+static bool heap_delete(struct fwd_shard *sh, struct nat_entry *e)
+{
+	uint32_t i = e->heap_idx;
+	struct heap_node last;
+
+	assert(i < sh->heap_len && sh->heap[i].e == e);
+	e->heap_idx = NO_HEAP;
+	last = sh->heap[--sh->heap_len];
+	if (i < sh->heap_len) {
+		if (i > 0 && last.deadline < sh->heap[(i - 1) / 2].deadline)
+			i = sift_up(sh, i, last);
+		else
+			sift_down(sh, i, last);
+	}
+	return i == 0;
+}
+
+static void heap_remove(struct fwd_shard *sh, struct nat_entry *e)
+{
+	if (heap_delete(sh, e))
+		heap_publish(sh);
+}
+
+/* Arm e at deadline: push, or move it if it is already in the heap. */
+static void heap_arm(struct fwd_shard *sh, struct nat_entry *e, int64_t deadline)
+{
+	if (e->heap_idx != NO_HEAP)
+		heap_remove(sh, e);
+	heap_push(sh, e, deadline);
+}
+
+/* ---- entry slab (per forward shard; caller holds the shard lock) ------------------------- */
+
+/* Chunks double (CHUNK_MIN..CHUNK_MAX entries) so memory follows use; the heap grows with the
+ * slab so that heap_push can never fail. */
+static int slab_grow(struct nat_table *t, struct fwd_shard *sh)
+{
+	uint32_t n = sh->capacity < CHUNK_MIN ? CHUNK_MIN :
+		     sh->capacity > CHUNK_MAX ? CHUNK_MAX : sh->capacity;
+	struct chunk *c = malloc(sizeof(*c) + (size_t)n * sizeof(struct nat_entry));
+	struct heap_node *h;
+
+	if (!c)
+		return -ENOMEM;
+	h = realloc(sh->heap, (size_t)(sh->capacity + n) * sizeof(*h));
+	if (!h) {
+		free(c);
+		return -ENOMEM;
+	}
+	sh->heap = h;
+	c->next = sh->chunks;
+	sh->chunks = c;
+	for (uint32_t i = 0; i < n; i++) {
+		c->e[i].fnext = sh->free;
+		sh->free = &c->e[i];
+	}
+	sh->capacity += n;
+	bytes_add(t, (int64_t)(sizeof(*c) + n * (sizeof(struct nat_entry) + sizeof(*h))));
+	return 0;
+}
+
+static struct nat_entry *entry_get(struct nat_table *t, struct fwd_shard *sh)
+{
+	struct nat_entry *e;
+
+	if (!sh->free && slab_grow(t, sh) != 0)
+		return NULL;
+	e = sh->free;
+	sh->free = e->fnext;
+	return e;
+}
+
+static inline void entry_put(struct fwd_shard *sh, struct nat_entry *e)
+{
+	e->fnext = sh->free;
+	sh->free = e;
+}
+
+/* ---- entry budget ------------------------------------------------------------------------ */
+
+static bool budget_take(struct nat_table *t)
+{
+	uint32_t n = atomic_load_explicit(&t->live, memory_order_relaxed);
+
+	do {
+		if (n >= t->cfg.max_entries)
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&t->live, &n, n + 1, memory_order_relaxed,
+							memory_order_relaxed));
+	return true;
+}
+
+static inline void budget_put(struct nat_table *t)
+{
+	atomic_fetch_sub_explicit(&t->live, 1, memory_order_relaxed);
+}
+
+/* ---- tuple space ------------------------------------------------------------------------- */
+
+/* Index order: listener fastest, then address, then port (accept queues stay balanced). */
+static uint64_t tuple_from_index(const struct nat_table *t, int fam, uint32_t i)
+{
+	uint32_t j = fastdiv(&t->div_l, i);
+	uint32_t k = fastdiv(&t->div_a, j);
+	struct nat_tuple tp = {
+		.family = fam ? 6 : 4,
+		.listener = (uint8_t)(i - j * t->div_l.d),
+		.addr = (uint8_t)(j - k * t->div_a.d),
+		.port = (uint16_t)(t->cfg.port_min + k),
+	};
+
+	return tuple_pack(&tp);
+}
+
+static inline uint32_t index_of(const struct nat_table *t, uint64_t tkey)
+{
+	struct nat_tuple tp;
+
+	tuple_unpack(tkey, &tp);
+	return ((uint32_t)(tp.port - t->cfg.port_min) * t->div_a.d + tp.addr) * t->div_l.d +
+	       tp.listener;
+}
+
+static inline int fam_of(uint64_t tkey)
+{
+	return (uint8_t)tkey == 6;
+}
+
+/* Claim tuple i for an entry of forward shard fs. acq_rel pairs with the release's clear, so
+ * the previous owner's unlink from the reverse map happens before our insert. The plain load
+ * skips busy tuples without a locked instruction. */
+static inline bool tuple_claim(_Atomic uint8_t *owner, uint32_t i, uint32_t fs)
+{
+	uint8_t free_ = 0;
+
+	if (atomic_load_explicit(&owner[i], memory_order_relaxed))
+		return false;
+	return atomic_compare_exchange_strong_explicit(&owner[i], &free_, (uint8_t)(OWNED | fs),
+						       memory_order_acq_rel, memory_order_relaxed);
+}
+
+/* At most probe_max probes from the shared cursor; every probe advances it. */
+HOT int tuple_alloc(struct nat_table *t, int fam, uint32_t fs, uint64_t *tkey_out)
+{
+	for (uint32_t n = 0; n < t->probe_max; n++) {
+		uint32_t c = atomic_fetch_add_explicit(&t->cursor[fam], 1, memory_order_relaxed);
+		uint32_t i = fastmod(&t->div_n, c);
+
+		if (tuple_claim(t->owner[fam], i, fs)) {
+			*tkey_out = tuple_from_index(t, fam, i);
+			return 0;
+		}
+	}
+	ctr_add_shared(&t->ctr.ports_exhausted, 1);
+	return -EADDRNOTAVAIL;
+}
+
+/* ---- quarantine (FIFO ring under qlock) -------------------------------------------------- */
+
+static int ring_grow(struct nat_table *t)
+{
+	uint32_t cap = (t->q_mask + 1) * 2;
+	struct qrec *r;
+
+	if (cap == 0 || (r = malloc((size_t)cap * sizeof(*r))) == NULL)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < t->q_len; i++)
+		r[i] = t->ring[(t->q_head + i) & t->q_mask];
+	bytes_add(t, (int64_t)(cap / 2) * (int64_t)sizeof(*r));
+	free(t->ring);
+	t->ring = r;
+	t->q_head = 0;
+	t->q_mask = cap - 1;
+	return 0;
+}
+
+static void q_publish(struct nat_table *t)
+{
+	atomic_store_explicit(&t->q_head_due, t->q_len ? t->ring[t->q_head].due : Q_EMPTY,
+			      memory_order_relaxed);
+	atomic_store_explicit(&t->q_count, t->q_len, memory_order_relaxed);
+}
+
+/* The n tuples rest until now + quarantine_ns (rounded up to a tick), in one lock hold. If the
+ * ring cannot grow, a tuple stays claimed for good: lost to the space, never reused too early. */
+static void quarantine_push(struct nat_table *t, const uint64_t *tkeys, size_t n, int64_t now_ns)
+{
+	uint32_t due = now_tick(sat_add(sat_add(now_ns, t->cfg.quarantine_ns),
+					NAT_QUARANTINE_TICK_NS - 1));
+
+	pthread_mutex_lock(&t->qlock);
+	for (size_t i = 0; i < n; i++) {
+		if (t->q_len > t->q_mask && ring_grow(t) != 0)
+			break;
+		t->ring[(t->q_head + t->q_len++) & t->q_mask] = (struct qrec){
+			.due = due,
+			.slot = index_of(t, tkeys[i]) | (uint32_t)fam_of(tkeys[i]) << 31,
+		};
+	}
+	q_publish(t);
+	pthread_mutex_unlock(&t->qlock);
+	ctr_add_shared(&t->ctr.quarantined, n);
+}
+
+static size_t release_locked(struct nat_table *t, uint32_t tick, size_t max);
+
+/* Release up to max tuples whose rest is over, oldest first. The lock-free pre-check keeps the
+ * common "nothing due" case off the lock. */
+HOT size_t quarantine_release(struct nat_table *t, int64_t now_ns, size_t max)
+{
+	uint32_t tick = now_tick(now_ns);
+	uint64_t head = atomic_load_explicit(&t->q_head_due, memory_order_relaxed);
+
+	if (max == 0 || head == Q_EMPTY || !tick_due(tick, (uint32_t)head))
+		return 0;
+	return release_locked(t, tick, max);
+}
+
+__attribute__((noinline)) static size_t release_locked(struct nat_table *t, uint32_t tick,
+						       size_t max)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&t->qlock);
+	while (n < max && t->q_len && tick_due(tick, t->ring[t->q_head].due)) {
+		struct qrec r = t->ring[t->q_head];
+
+		atomic_store_explicit(&t->owner[r.slot >> 31][r.slot & 0x7fffffffu], 0,
+				      memory_order_release);
+		t->q_head = (t->q_head + 1) & t->q_mask;
+		t->q_len--;
+		n++;
+	}
+	q_publish(t);
+	pthread_mutex_unlock(&t->qlock);
+	ctr_add_shared(&t->ctr.released, n);
+	return n;
+}
+
+/* ---- table lifecycle --------------------------------------------------------------------- */
+
+static int config_check(const struct nat_config *c)
+{
+	if (c->max_entries < 1 || c->n_addrs < 1 || c->n_addrs > NAT_MAX_ADDRS ||
+	    c->n_listeners < 1 || c->n_listeners > NAT_MAX_LISTENERS || c->port_min < 1 ||
+	    c->port_min > c->port_max)
+		return -EINVAL;
+	/* Bounded timeouts keep every deadline and quarantine tick far from wrapping. */
+	if (c->half_open_ns <= 0 || c->half_open_ns > NAT_TIMEOUT_MAX_NS || c->linger_ns < 0 ||
+	    c->linger_ns > NAT_TIMEOUT_MAX_NS || c->quarantine_ns < 0 ||
+	    c->quarantine_ns > NAT_TIMEOUT_MAX_NS)
+		return -EINVAL;
+	return 0;
+}
+
+/* Mutex k of the table: the quarantine lock, then forward/reverse shard locks interleaved. */
+static pthread_mutex_t *lock_at(struct nat_table *t, int k)
+{
+	if (k == 0)
+		return &t->qlock;
+	k--;
+	return k % 2 ? &t->rev[k / 2].lock : &t->fwd[k / 2].lock;
+}
+
+static int table_alloc(struct nat_table *t)
+{
+	/* Pages of a family nobody uses are never touched, so they cost no memory. */
+	for (int f = 0; f < 2; f++) {
+		if ((t->owner[f] = calloc(t->space, sizeof(*t->owner[f]))) == NULL)
+			return -ENOMEM;
+		bytes_add(t, t->space);
+	}
+	if ((t->ring = malloc(RING_MIN * sizeof(*t->ring))) == NULL)
+		return -ENOMEM;
+	t->q_mask = RING_MIN - 1;
+	bytes_add(t, RING_MIN * sizeof(*t->ring));
+	for (int i = 0; i < NAT_SHARDS; i++) {
+		atomic_init(&t->fwd[i].next_deadline, INT64_MAX);
+		if (map_init(t, &t->fwd[i].map) != 0 || map_init(t, &t->rev[i].map) != 0)
+			return -ENOMEM;
+	}
+	for (; t->n_locks < 1 + 2 * NAT_SHARDS; t->n_locks++)
+		if (pthread_mutex_init(lock_at(t, t->n_locks), NULL) != 0)
+			return -ENOMEM;
+	return 0;
+}
+
+int nat_table_new(const struct nat_config *cfg, struct nat_table **out)
+{
+	size_t size = (sizeof(struct nat_table) + CACHELINE - 1) / CACHELINE * CACHELINE;
+	struct nat_table *t;
+	uint64_t s;
+	int ret;
+
+	*out = NULL;
+	if (!cfg || config_check(cfg) != 0)
+		return -EINVAL;
+	if ((t = aligned_alloc(CACHELINE, size)) == NULL)
+		return -ENOMEM;
+	memset(t, 0, size);
+	t->cfg = *cfg;
+	t->timeout[NAT_HALF_OPEN] = cfg->half_open_ns;
+	t->timeout[NAT_ACTIVE] = INT64_MAX;
+	t->timeout[NAT_CLOSING] = cfg->linger_ns;
+	s = cfg->seed;
+	for (int i = 0; i < 8; i++)
+		t->hk[i] = splitmix64(&s);
+	/* <= 64 * 16 * 65535 < 2^27: fits the qrec slot beside the family bit. */
+	t->space = cfg->n_addrs * cfg->n_listeners * (uint32_t)(cfg->port_max - cfg->port_min + 1);
+	t->probe_max = t->space < NAT_PROBE_LIMIT ? t->space : NAT_PROBE_LIMIT;
+	fastdiv_init(&t->div_l, cfg->n_listeners);
+	fastdiv_init(&t->div_a, cfg->n_addrs);
+	fastdiv_init(&t->div_n, t->space);
+	for (int f = 0; f < 2; f++)
+		atomic_init(&t->cursor[f], (uint32_t)splitmix64(&s));
+	atomic_init(&t->q_head_due, Q_EMPTY);
+	atomic_init(&t->bytes, size);
+	if ((ret = table_alloc(t)) != 0) {
+		nat_table_free(t);
+		return ret;
+	}
+	*out = t;
+	return 0;
+}
+
+/* Safe on a partly built table (nat_table_new's failure path): every pointer starts NULL. */
+void nat_table_free(struct nat_table *t)
+{
+	if (!t)
+		return;
+	for (int k = 0; k < t->n_locks; k++)
+		pthread_mutex_destroy(lock_at(t, k));
+	for (int i = 0; i < NAT_SHARDS; i++) {
+		struct fwd_shard *sh = &t->fwd[i];
+		struct chunk *c, *next;
+
+		for (c = sh->chunks; c; c = next) {
+			next = c->next;
+			free(c);
+		}
+		free(sh->heap);
+		free(sh->map.b);
+		free(t->rev[i].map.b);
+	}
+	free(t->owner[0]);
+	free(t->owner[1]);
+	free(t->ring);
+	free(t);
+}
+
+/* ---- uplink ------------------------------------------------------------------------------ */
+
+static inline struct rev_shard *rev_shard_of(struct nat_table *t, uint64_t tkey, uint32_t *h)
+{
+	uint64_t rh = tuple_hash(t, tkey);
+
+	*h = (uint32_t)(rh >> SHARD_BITS);
+	return &t->rev[rh & SHARD_MASK];
+}
+
+/* Put e (forward shard lock held) into the reverse map of its tuple; with first, also into the
+ * forward map, so both memberships start inside one two-lock critical section. */
+HOT void link_entry(struct nat_table *t, struct fwd_shard *sh, struct nat_entry *e, bool first)
+{
+	uint32_t rh;
+	struct rev_shard *rs = rev_shard_of(t, e->tkey, &rh);
+
+	pthread_mutex_lock(&rs->lock);
+	if (first)
+		map_insert(t, &sh->map, e, e->fhash, false);
+	map_insert(t, &rs->map, e, rh, true);
+	pthread_mutex_unlock(&rs->lock);
+}
+
+/* A new HALF_OPEN mapping for key (forward shard lock held, key absent). */
+static int entry_create(struct nat_table *t, struct fwd_shard *sh, const struct flow_key *key,
+			uint64_t h, int64_t now_ns, struct nat_tuple *out)
+{
+	struct nat_entry *e;
+	uint64_t tkey;
+	int ret;
+
+	if (!budget_take(t)) {
+		ctr_add_shared(&t->ctr.budget_exhausted, 1);
+		return -ENOSPC;
+	}
+	if ((e = entry_get(t, sh)) == NULL) {
+		ret = -ENOMEM;
+		goto undo_budget;
+	}
+	quarantine_release(t, now_ns, NAT_RELEASE_PER_ALLOC);
+	if ((ret = tuple_alloc(t, key->family == 6, (uint32_t)(h & SHARD_MASK), &tkey)) != 0)
+		goto undo_entry;
+	memcpy(e->kw, key, sizeof(e->kw));
+	e->fhash = (uint32_t)(h >> SHARD_BITS);
+	e->fshard = (uint8_t)(h & SHARD_MASK);
+	e->tkey = tkey;
+	e->gen = gen_next(t);
+	e->state = NAT_HALF_OPEN;
+	e->heap_idx = NO_HEAP;
+	atomic_store_explicit(&e->last_seen, now_ns, memory_order_relaxed);
+	link_entry(t, sh, e, true);
+	state_add(sh, NAT_HALF_OPEN, 1);
+	heap_push(sh, e, expires(t, e));
+	ctr_add_shared(&t->ctr.created, 1);
+	tuple_unpack(tkey, out);
+	return 0;
+
+undo_entry:
+	entry_put(sh, e);
+undo_budget:
+	budget_put(t);
+	return ret;
+}
+
+/* Pure SYN on a CLOSING mapping (forward shard lock held): the entry moves to a new tuple as a
+ * new HALF_OPEN mapping; the old tuple is quarantined. The new tuple is claimed while the old
+ * bit is still set, so it is necessarily DIFFERENT; if none is free, nothing changes. */
+static int entry_replace(struct nat_table *t, struct fwd_shard *sh, struct nat_entry *e,
+			 int64_t now_ns, struct nat_tuple *out)
+{
+	uint64_t old = e->tkey, tkey;
+	struct rev_shard *rs;
+	uint32_t rh;
+	int ret;
+
+	quarantine_release(t, now_ns, NAT_RELEASE_PER_ALLOC);
+	if ((ret = tuple_alloc(t, fam_of(old), e->fshard, &tkey)) != 0)
+		return ret;
+	rs = rev_shard_of(t, old, &rh);
+	pthread_mutex_lock(&rs->lock);
+	map_unlink(&rs->map, e, rh, true);
+	/* Unreachable by tuple from here until link_entry: no reverse holder can see it. */
+	e->tkey = tkey;
+	e->gen = gen_next(t);
+	e->state = NAT_HALF_OPEN;
+	pthread_mutex_unlock(&rs->lock);
+	atomic_store_explicit(&e->last_seen, now_ns, memory_order_relaxed);
+	link_entry(t, sh, e, false);
+	state_add(sh, NAT_CLOSING, -1);
+	state_add(sh, NAT_HALF_OPEN, 1);
+	heap_arm(sh, e, expires(t, e));
+	quarantine_push(t, &old, 1, now_ns);
+	ctr_add_shared(&t->ctr.replaced, 1);
+	ctr_add_shared(&t->ctr.created, 1);
+	tuple_unpack(tkey, out);
+	return 0;
+}
+
+/* The uplink cases other than a hit (forward shard lock held): replace, create or refuse.
+ * Out of line, so the per-packet lookup in nat_uplink stays small. */
+__attribute__((noinline)) static int uplink_slow(struct nat_table *t, struct fwd_shard *sh,
+						 struct nat_entry *e, const struct flow_key *key,
+						 uint64_t h, bool pure_syn, int64_t now_ns,
+						 struct nat_tuple *out)
+{
+	if (e)
+		return entry_replace(t, sh, e, now_ns, out);
+	if (pure_syn)
+		return entry_create(t, sh, key, h, now_ns, out);
+	ctr_add_shared(&t->ctr.uplink_miss, 1);
+	return -ENOENT;
+}
+
+int nat_uplink(struct nat_table *t, const struct flow_key *key, bool pure_syn, int64_t now_ns,
+	       struct nat_tuple *tuple_out)
+{
+	struct fwd_shard *sh;
+	struct nat_entry *e;
+	uint64_t h;
+	int ret = 0;
+
+	if (key->family != 4 && key->family != 6)
+		return -EINVAL;
+	h = key_hash(t, key);
+	sh = &t->fwd[h & SHARD_MASK];
+	pthread_mutex_lock(&sh->lock);
+	e = fwd_find(&sh->map, key, (uint32_t)(h >> SHARD_BITS));
+	/* The per-packet case: a mapping that is not being replaced by a new SYN. */
+	if (__builtin_expect(e && !(pure_syn && e->state == NAT_CLOSING), 1)) {
+		touch(e, now_ns);
+		tuple_unpack(e->tkey, tuple_out);
+	} else {
+		ret = uplink_slow(t, sh, e, key, h, pure_syn, now_ns, tuple_out);
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return ret;
+}
+
+/* ---- operations starting from a tuple ----------------------------------------------------- */
+
+int nat_downlink(struct nat_table *t, const struct nat_tuple *tuple, int64_t now_ns,
+		 struct flow_key *key_out)
+{
+	uint64_t tkey = tuple_pack(tuple);
+	uint32_t rh;
+	struct rev_shard *rs = rev_shard_of(t, tkey, &rh);
+	struct nat_entry *e;
+
+	pthread_mutex_lock(&rs->lock);
+	e = rev_find(&rs->map, tkey, rh);
+	if (e) {
+		touch(e, now_ns);
+		memcpy(key_out, e->kw, sizeof(*key_out));
+	}
+	pthread_mutex_unlock(&rs->lock);
+	if (!e) {
+		ctr_add_shared(&t->ctr.downlink_miss, 1);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+static inline bool tuple_valid(const struct nat_table *t, const struct nat_tuple *tp)
+{
+	uint32_t span = (uint32_t)(t->cfg.port_max - t->cfg.port_min);
+
+	return (tp->family == 4 || tp->family == 6) && tp->addr < t->cfg.n_addrs &&
+	       tp->listener < t->cfg.n_listeners && (uint32_t)(tp->port - t->cfg.port_min) <= span;
+}
+
+/* Find tuple's entry and lock its forward, then its reverse shard. The first guess of the
+ * forward shard is the tuple's owner byte (lock-free); if the entry found under the reverse lock
+ * belongs to another forward shard (the tuple changed hands since), its fshard, read under the
+ * reverse lock, is the next guess: the documented two-step, never taking locks out of order.
+ * Returns the entry with both locks held, or NULL with none held (unmapped; or, after several
+ * hand-overs in a row, which needs that many quarantine windows, treated as gone). */
+__attribute__((always_inline)) static inline struct nat_entry *
+lock_tuple(struct nat_table *t, const struct nat_tuple *tuple, struct fwd_shard **sh_out,
+	   struct rev_shard **rs_out)
+{
+	uint64_t tkey = tuple_pack(tuple);
+	uint32_t rh, fs;
+	struct rev_shard *rs;
+	uint8_t own;
+
+	if (!tuple_valid(t, tuple))
+		return NULL;
+	own = atomic_load_explicit(&t->owner[fam_of(tkey)][index_of(t, tkey)],
+				   memory_order_acquire);
+	if (!(own & OWNED))
+		return NULL; /* free: claimed before it is mapped, cleared after it is unmapped */
+	fs = own & SHARD_MASK;
+	rs = rev_shard_of(t, tkey, &rh);
+	for (int tries = 0; tries < 4; tries++) {
+		struct fwd_shard *sh = &t->fwd[fs];
+		struct nat_entry *e;
+
+		pthread_mutex_lock(&sh->lock);
+		pthread_mutex_lock(&rs->lock);
+		e = rev_find(&rs->map, tkey, rh);
+		if (e && e->fshard == fs) {
+			*sh_out = sh;
+			*rs_out = rs;
+			return e;
+		}
+		pthread_mutex_unlock(&rs->lock);
+		pthread_mutex_unlock(&sh->lock);
+		if (!e)
+			return NULL;
+		fs = e->fshard; /* read under the reverse lock: valid as a guess after it */
+	}
+	return NULL;
+}
+
+int nat_accept(struct nat_table *t, const struct nat_tuple *tuple, int64_t now_ns,
+	       struct flow_key *key_out, uint64_t *gen_out)
+{
+	struct fwd_shard *sh;
+	struct rev_shard *rs;
+	struct nat_entry *e = lock_tuple(t, tuple, &sh, &rs);
+	bool ok = e && e->state == NAT_HALF_OPEN;
+
+	if (ok) {
+		e->state = NAT_ACTIVE;
+		e->gen = gen_next(t);
+		*gen_out = e->gen;
+		memcpy(key_out, e->kw, sizeof(*key_out));
+	}
+	if (e)
+		pthread_mutex_unlock(&rs->lock);
+	/* A collected candidate is out of the heap already; its phase 2 will see the new gen. */
+	if (ok && e->heap_idx != NO_HEAP)
+		heap_remove(sh, e);
+	if (ok) {
+		state_add(sh, NAT_HALF_OPEN, -1);
+		state_add(sh, NAT_ACTIVE, 1);
+	}
+	if (e)
+		pthread_mutex_unlock(&sh->lock);
+	ctr_add_shared(ok ? &t->ctr.accepted : &t->ctr.accept_miss, 1);
+	return ok ? 0 : -ENOENT;
+}
+
+/* Judge a mark_closing request (both locks held): 0 already CLOSING (idempotent), 1 must
+ * transition, -ESTALE generation mismatch (or not accepted yet). */
+static int closing_verdict(const struct nat_entry *e, uint64_t gen)
+{
+	if (e->gen != gen || e->state == NAT_HALF_OPEN)
+		return -ESTALE;
+	return e->state == NAT_ACTIVE;
+}
+
+int nat_mark_closing(struct nat_table *t, const struct nat_tuple *tuple, uint64_t gen,
+		     int64_t now_ns)
+{
+	struct fwd_shard *sh;
+	struct rev_shard *rs;
+	struct nat_entry *e = lock_tuple(t, tuple, &sh, &rs);
+	int v;
+
+	if (!e)
+		return -ENOENT;
+	if ((v = closing_verdict(e, gen)) == 1)
+		e->state = NAT_CLOSING;
+	pthread_mutex_unlock(&rs->lock);
+	if (v == 1) {
+		/* The mark counts as activity: the kernel sends its FIN right after the session
+		 * closes the socket, however long the flow was idle before. */
+		touch(e, now_ns);
+		assert(e->heap_idx == NO_HEAP); /* ACTIVE entries are never in the heap */
+		heap_push(sh, e, expires(t, e));
+		state_add(sh, NAT_ACTIVE, -1);
+		state_add(sh, NAT_CLOSING, 1);
+	}
+	pthread_mutex_unlock(&sh->lock);
+	if (v == 1)
+		ctr_add_shared(&t->ctr.closed, 1);
+	else if (v == -ESTALE)
+		ctr_add_shared(&t->ctr.gen_mismatch, 1);
+	return v == 1 ? 0 : v;
+}
+
+/* ---- cleanup: two phases, bounded by the caller's budget ---------------------------------- */
+
+/* Phase 1 over the shards, from a rotating start so one busy shard cannot starve the others.
+ * Examines at most max heap heads: a head whose real deadline moved on (packets since it was
+ * armed) is re-armed in place; an expired one leaves the heap as a candidate. */
+static size_t collect(struct nat_table *t, int64_t now_ns, struct nat_candidate *out,
+		      size_t max, size_t *examined)
+{
+	uint32_t start = atomic_fetch_add_explicit(&t->purge_cursor, 1, memory_order_relaxed);
+	size_t n = 0, work = 0;
+
+	for (uint32_t i = 0; i < NAT_SHARDS && work < max; i++) {
+		uint32_t s = (start + i) & SHARD_MASK;
+		struct fwd_shard *sh = &t->fwd[s];
+
+		if (atomic_load_explicit(&sh->next_deadline, memory_order_relaxed) > now_ns)
+			continue;
+		pthread_mutex_lock(&sh->lock);
+		while (work < max && sh->heap_len && sh->heap[0].deadline <= now_ns) {
+			struct nat_entry *e = sh->heap[0].e;
+			int64_t real = expires(t, e);
+
+			work++;
+			if (real > now_ns) {
+				sift_down(sh, 0, (struct heap_node){ real, e });
+				continue;
+			}
+			heap_delete(sh, e); /* published once, below */
+			out[n].gen = e->gen;
+			out[n].fwd_shard = s;
+			tuple_unpack(e->tkey, &out[n].tuple);
+			n++;
+		}
+		heap_publish(sh);
+		pthread_mutex_unlock(&sh->lock);
+	}
+	*examined = work;
+	return n;
+}
+
+size_t nat_collect_expired(struct nat_table *t, int64_t now_ns, struct nat_candidate *out,
+			   size_t max)
+{
+	size_t examined;
+
+	return collect(t, now_ns, out, max, &examined);
+}
+
+/* Phase 2 for one candidate, forward shard lock held. Returns 0 (unlinked and back in the
+ * slab: the caller quarantines the tuple and returns the budget), -EAGAIN (refreshed: re-armed)
+ * or -ENOENT (gone, accepted or replaced since phase 1). */
+static int remove_locked(struct nat_table *t, struct fwd_shard *sh, const struct nat_candidate *c,
+			 int64_t now_ns)
+{
+	uint64_t tkey = tuple_pack(&c->tuple);
+	uint32_t rh;
+	struct rev_shard *rs = rev_shard_of(t, tkey, &rh);
+	struct nat_entry *e;
+	int64_t deadline;
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&rs->lock);
+	e = rev_find(&rs->map, tkey, rh);
+	/* Same gen => same entry => this forward shard, unless the candidate was made up. */
+	if (!e || e->gen != c->gen || e->fshard != c->fwd_shard)
+		goto unlock;
+	if ((deadline = expires(t, e)) > now_ns) {
+		/* Refreshed since phase 1: keep it and put it back in the heap. */
+		if (e->heap_idx == NO_HEAP && deadline != INT64_MAX)
+			heap_push(sh, e, deadline);
+		ret = -EAGAIN;
+		goto unlock;
+	}
+	map_unlink(&rs->map, e, rh, true);
+	map_unlink(&sh->map, e, e->fhash, false);
+	if (e->heap_idx != NO_HEAP)
+		heap_remove(sh, e);
+	state_add(sh, e->state, -1);
+	ret = 0;
+unlock:
+	pthread_mutex_unlock(&rs->lock);
+	if (ret == 0)
+		entry_put(sh, e);
+	return ret;
+}
+
+/* Bookkeeping after n entries were removed: their tuples rest, their budget returns. */
+static void removed(struct nat_table *t, const uint64_t *tkeys, size_t n, int64_t now_ns)
+{
+	if (n == 0)
+		return;
+	quarantine_push(t, tkeys, n, now_ns);
+	atomic_fetch_sub_explicit(&t->live, (uint32_t)n, memory_order_relaxed);
+	ctr_add_shared(&t->ctr.expired, n);
+}
+
+int nat_remove_if_expired(struct nat_table *t, const struct nat_candidate *c, int64_t now_ns)
+{
+	struct fwd_shard *sh;
+	uint64_t tkey = tuple_pack(&c->tuple);
+	int ret;
+
+	if (c->fwd_shard >= NAT_SHARDS)
+		return -EINVAL;
+	sh = &t->fwd[c->fwd_shard];
+	pthread_mutex_lock(&sh->lock);
+	ret = remove_locked(t, sh, c, now_ns);
+	pthread_mutex_unlock(&sh->lock);
+	if (ret == -EAGAIN)
+		ctr_add_shared(&t->ctr.expiry_saved, 1);
+	removed(t, &tkey, ret == 0, now_ns);
+	return ret;
+}
+
+/* Phase 2 for a batch from collect, which returns candidates grouped by forward shard: each
+ * group is handled under one hold of its shard lock, and the freed tuples enter the quarantine
+ * in one hold of its lock. Same per-candidate semantics as nat_remove_if_expired. */
+static size_t remove_batch(struct nat_table *t, const struct nat_candidate *c, size_t n,
+			   int64_t now_ns)
+{
+	uint64_t freed[PURGE_BATCH];
+	size_t nf = 0, saved = 0;
+
+	assert(n <= PURGE_BATCH);
+	for (size_t i = 0; i < n;) {
+		uint32_t s = c[i].fwd_shard;
+		struct fwd_shard *sh = &t->fwd[s];
+
+		pthread_mutex_lock(&sh->lock);
+		for (; i < n && c[i].fwd_shard == s; i++) {
+			int ret = remove_locked(t, sh, &c[i], now_ns);
+
+			if (ret == 0)
+				freed[nf++] = tuple_pack(&c[i].tuple);
+			saved += ret == -EAGAIN;
+		}
+		pthread_mutex_unlock(&sh->lock);
+	}
+	if (saved)
+		ctr_add_shared(&t->ctr.expiry_saved, saved);
+	removed(t, freed, nf, now_ns);
+	return nf;
+}
+
+size_t nat_purge(struct nat_table *t, int64_t now_ns, size_t budget)
+{
+	struct nat_candidate c[PURGE_BATCH];
+	size_t n_removed = 0, left = budget, released = 0;
+
+	while (left > 0) {
+		size_t examined, n;
+
+		n = collect(t, now_ns, c, left < PURGE_BATCH ? left : PURGE_BATCH, &examined);
+		if (examined == 0)
+			break;
+		left -= examined;
+		n_removed += remove_batch(t, c, n, now_ns);
+	}
+	/* After phase 2, so that with a zero quarantine the tuples just freed are free again. */
+	while (released < budget) {
+		size_t want = budget - released < RELEASE_BATCH ? budget - released : RELEASE_BATCH;
+		size_t got = quarantine_release(t, now_ns, want);
+
+		released += got;
+		if (got < want)
+			break;
+	}
+	return n_removed;
+}
+
+int64_t nat_next_deadline(const struct nat_table *t)
+{
+	int64_t min = INT64_MAX;
+
+	for (int i = 0; i < NAT_SHARDS; i++) {
+		int64_t d = atomic_load_explicit(&((struct nat_table *)t)->fwd[i].next_deadline,
+						 memory_order_relaxed);
+
+		if (d < min)
+			min = d;
+	}
+	return min;
+}
+
+/* ---- stats and introspection -------------------------------------------------------------- */
+
+void nat_get_stats(const struct nat_table *t, struct nat_stats *out)
+{
+	struct nat_table *m = (struct nat_table *)t; /* atomics are read, never written */
+
+	memset(out, 0, sizeof(*out));
+	for (int i = 0; i < NAT_SHARDS; i++)
+		for (int s = 0; s < NAT_STATE_MAX; s++)
+			out->entries[s] += atomic_load_explicit(&m->fwd[i].n_state[s],
+								memory_order_relaxed);
+	out->quarantine = atomic_load_explicit(&m->q_count, memory_order_relaxed);
+	out->bytes = atomic_load_explicit(&m->bytes, memory_order_relaxed);
+}
+
+const struct nat_counters *nat_get_counters(const struct nat_table *t)
+{
+	return &t->ctr;
+}
+
+int nat_peek(struct nat_table *t, const struct nat_tuple *tuple, enum nat_state *state_out,
+	     uint64_t *gen_out)
+{
+	uint64_t tkey = tuple_pack(tuple);
+	uint32_t rh;
+	struct rev_shard *rs = rev_shard_of(t, tkey, &rh);
+	struct nat_entry *e;
+
+	pthread_mutex_lock(&rs->lock);
+	e = rev_find(&rs->map, tkey, rh);
+	if (e) {
+		*state_out = (enum nat_state)e->state;
+		*gen_out = e->gen;
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return e ? 0 : -ENOENT;
+}
+
+int nat_tuple_status(struct nat_table *t, const struct nat_tuple *tuple)
+{
+	uint64_t tkey = tuple_pack(tuple);
+	uint32_t rh;
+	struct rev_shard *rs;
+	struct nat_entry *e;
+	uint8_t own;
+
+	if (!tuple_valid(t, tuple))
+		return -EINVAL;
+	rs = rev_shard_of(t, tkey, &rh);
+	pthread_mutex_lock(&rs->lock);
+	e = rev_find(&rs->map, tkey, rh);
+	own = atomic_load_explicit(&t->owner[fam_of(tkey)][index_of(t, tkey)],
+				   memory_order_acquire);
+	pthread_mutex_unlock(&rs->lock);
+	if (e)
+		return NAT_TUPLE_MAPPED;
+	return own ? NAT_TUPLE_RESTING : NAT_TUPLE_FREE;
+}

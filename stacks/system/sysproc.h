@@ -1,0 +1,150 @@
+/* sysproc.h — the system stack's per-packet processor (seed 000 §三).
+ *
+ * One function handles every packet read from the TUN and returns a disposition; all I/O
+ * drivers (per-packet, batched offload, multi-queue workers) share it. Sans-IO: the caller
+ * passes the buffer, its offload metadata, now_ns and the worker's counter block.
+ * Thread-safe: the processor itself is read-only after sysproc_set_listeners(); the NAT table
+ * is shared and locked; counters are per worker.
+ */
+#ifndef TS_STACKS_SYSTEM_SYSPROC_H
+#define TS_STACKS_SYSTEM_SYSPROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <arpa/inet.h>
+
+#include "core/counter.h"
+#include "core/flow.h"
+#include "core/pkt.h"
+#include "stacks/system/nat.h"
+
+enum sys_action {
+	SYS_DONE,  /* consumed or dropped (a drop bumped exactly one reason counter) */
+	SYS_WRITE, /* rewritten in place: write len bytes back to the TUN */
+	SYS_UDP,   /* hand the packet, untouched, to the shared UDP path */
+};
+
+struct sys_disp {
+	enum sys_action action;
+	uint32_t len;  /* SYS_WRITE: bytes to write */
+	bool plain;    /* SYS_WRITE: a packet we built (RST, echo reply): write it with a plain
+			* offload header (no GSO, no NEEDS_CSUM), not the one it was read with */
+};
+
+/* Per-worker counters. Drops: one counter per reason. */
+#define SYS_COUNTERS(X)                                                                         \
+	X(rx_packets)                                                                          \
+	X(rx_bytes)                                                                            \
+	X(uplink)              /* uplink TCP rewritten */                                      \
+	X(downlink)            /* downlink TCP rewritten */                                    \
+	X(udp)                 /* handed to the UDP path */                                    \
+	X(icmp_echo_reply)     /* echo request to the gateway answered in place */             \
+	X(rst_sent)            /* unmapped uplink non-SYN answered with RST */                 \
+	X(drop_downlink_no_mapping)                                                            \
+	X(drop_own_address)    /* TCP / non-hijacked UDP to our gateway or NAT addresses */    \
+	X(drop_icmp)           /* ICMP other than echo request to the gateway */               \
+	X(drop_proto)          /* neither TCP, UDP nor ICMP */                                 \
+	X(drop_family)         /* IPv6 packet without an IPv6 TUN address (or v4 without v4) */ \
+	X(drop_rst_no_mapping) /* unmapped uplink RST: never answered */                       \
+	X(drop_nat_budget)     /* new flow refused: NAT entry budget exhausted */              \
+	X(drop_nat_ports)      /* new flow refused: no free NAT tuple */                       \
+	X(drop_nat_nomem)      /* new flow refused: the table could not grow (ENOMEM) */        \
+	X(drop_bad_offload)    /* NEEDS_CSUM metadata that does not point at the L4 checksum */
+
+struct sys_counters {
+#define SYS_CTR_FIELD(name) ctr_t name;
+	SYS_COUNTERS(SYS_CTR_FIELD)
+#undef SYS_CTR_FIELD
+	ctr_t drop_parse[PKT_REASON_MAX]; /* index by enum pkt_reason; [PKT_OK] unused */
+};
+
+/* Visit every counter with its name (for stats output and for summing worker blocks). */
+void sys_counters_foreach(const struct sys_counters *c,
+			  void (*fn)(void *arg, const char *name, uint64_t value), void *arg);
+/* Total of all drop counters. */
+uint64_t sys_counters_drops(const struct sys_counters *c);
+
+/* Address roles of one family: gateway G and NAT addresses G+1 .. G+n_addrs. */
+struct sys_family {
+	bool enabled;
+	uint8_t gateway[16];  /* NAT addresses are computed: gateway + 1 + index */
+	uint16_t listener_ports_be[NAT_MAX_LISTENERS]; /* set once the listeners are bound */
+};
+
+struct sysproc_config {
+	struct sys_family v4, v6;
+	uint32_t n_addrs;     /* NAT addresses per family (== nat_config.n_addrs) */
+	uint32_t n_listeners; /* listeners per family (== nat_config.n_listeners) */
+	bool dns_hijack;      /* UDP/53 to our own addresses goes to the UDP path */
+};
+
+struct sysproc;
+
+/* The NAT table is borrowed (it must outlive the processor). 0, -EINVAL or -ENOMEM. */
+int sysproc_new(const struct sysproc_config *cfg, struct nat_table *nat, struct sysproc **out)
+	__attribute__((warn_unused_result));
+void sysproc_free(struct sysproc *p);
+
+/* Record the kernel-chosen listener ports (network order) of a family before "ready". */
+int sysproc_set_listeners(struct sysproc *p, int family, const uint16_t *ports_be, uint32_t n);
+
+/* Process one packet in place. buf holds len bytes. */
+struct sys_disp sysproc_process(struct sysproc *p, uint8_t *buf, size_t len,
+				const struct pkt_meta *meta, int64_t now_ns,
+				struct sys_counters *c);
+
+/* Classification of a parsed TCP packet (exposed for benchmarks and tests). */
+enum sys_class {
+	SYS_UPLINK,
+	SYS_DOWNLINK, /* *tuple filled */
+	SYS_OWN,      /* addressed to our gateway or a NAT address, not a listener reply */
+};
+/* The general classifier (IPv6, and IPv4 where the inline one defers); use sysproc_classify. */
+enum sys_class sysproc_classify_slow(const struct sysproc *p, const struct pkt_view *v,
+				     struct nat_tuple *tuple);
+
+/* What the inline IPv4 classifier reads. It is the FIRST member of struct sysproc, so a
+ * struct sysproc pointer converts to it (C11 6.7.2.1p15); everything else stays opaque. */
+struct sys_roles4 {
+	uint32_t gw_low;   /* gateway, host order; NAT address i is gw_low + 1 + i */
+	uint32_t n_addrs;  /* NAT addresses */
+	uint32_t n_lports; /* listener ports bound (0 until set) */
+	uint16_t lport_be[NAT_MAX_LISTENERS];
+};
+
+/* Classify a parsed TCP packet. IPv4 inline: one load, a byte swap and a subtraction decide
+ * uplink; a downlink also compares the source with the gateway and the port with the
+ * listeners. */
+static inline enum sys_class sysproc_classify(const struct sysproc *p, const struct pkt_view *v,
+					      struct nat_tuple *tuple)
+{
+	const struct sys_roles4 *r = (const struct sys_roles4 *)(const void *)p;
+	uint32_t a;
+
+	if (v->family != 4)
+		return sysproc_classify_slow(p, v, tuple);
+	memcpy(&a, v->ip + PKT_V4_DST, 4);
+	uint32_t d = ntohl(a) - r->gw_low;
+	if (d > r->n_addrs)
+		return SYS_UPLINK;
+	memcpy(&a, v->ip + PKT_V4_SRC, 4);
+	if (d == 0 || ntohl(a) != r->gw_low)
+		return SYS_OWN;
+	for (uint32_t i = 0; i < r->n_lports; i++) {
+		if (v->sport_be == r->lport_be[i]) {
+			tuple->family = 4;
+			tuple->addr = (uint8_t)(d - 1);
+			tuple->listener = (uint8_t)i;
+			tuple->port = ntohs(v->dport_be);
+			return SYS_DOWNLINK;
+		}
+	}
+	return SYS_OWN;
+}
+
+/* Our gateway or one of our NAT addresses? (addr: 4 or 16 bytes of the given family) */
+bool sysproc_is_own(const struct sysproc *p, int family, const uint8_t *addr);
+
+#endif
