@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# callgrind.sh [--check] [--json FILE] MICRO_BINARY — deterministic instruction counts per
+# iteration of every twinstack-micro case: (Ir(N2) - Ir(N1)) / (N2 - N1) / units-per-iteration,
+# so setup and teardown cancel out. With --check, exit 1 if a case exceeds its target.
+set -euo pipefail
+
+check=0 json=""
+while [ $# -gt 1 ]; do
+	case "$1" in
+	--check) check=1; shift ;;
+	--json) json=$2; shift 2 ;;
+	*) break ;;
+	esac
+done
+micro=${1:?usage: callgrind.sh [--check] [--json FILE] path/to/twinstack-micro}
+command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind not installed" >&2; exit 2; }
+
+# case  N1  N2  units-per-iteration  target (instructions per unit)
+cases=(
+	"rewrite4     10000 110000 1    120"
+	"rewrite6     10000 110000 1    200"
+	"nat_steady   10000 110000 1    400"
+	"nat_new1024  2     12     1024 1500"
+)
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+instr() { # case iterations -> total instructions
+	valgrind --tool=callgrind --callgrind-out-file="$tmp/out" "$micro" --case "$1" --iterations "$2" \
+		2>"$tmp/err" >/dev/null || { cat "$tmp/err" >&2; return 1; }
+	awk '/Collected :/ { print $NF }' "$tmp/err"
+}
+
+fail=0 rows=""
+printf '%-12s %12s %8s  %s\n' case instr/unit target verdict
+for row in "${cases[@]}"; do
+	read -r name n1 n2 per target <<<"$row"
+	i1=$(instr "$name" "$n1")
+	i2=$(instr "$name" "$n2")
+	per_unit=$(awk -v a="$i1" -v b="$i2" -v n1="$n1" -v n2="$n2" -v p="$per" \
+		'BEGIN { printf "%.1f", (b - a) / (n2 - n1) / p }')
+	verdict=ok
+	if awk -v x="$per_unit" -v t="$target" 'BEGIN { exit !(x > t) }'; then
+		verdict=OVER
+		fail=1
+	fi
+	printf '%-12s %12s %8s  %s\n' "$name" "$per_unit" "$target" "$verdict"
+	rows="$rows${rows:+,}\"$name\":{\"instructions\":$per_unit,\"target\":$target}"
+done
+[ -z "$json" ] || echo "{\"callgrind\":{$rows}}" >"$json"
+if [ "$check" = 1 ] && [ "$fail" = 1 ]; then
+	echo "callgrind.sh: instruction targets exceeded" >&2
+	exit 1
+fi
+exit 0

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# check.sh — the `twinstack` CLI contract: exit codes, messages naming the JSON path, and the
+# complete example of docs/config.md.
+#
+# usage: check.sh TWINSTACK_BINARY SOURCE_DIR
+#
+# - the only ```json block of docs/config.md must pass `twinstack check` (exit 0);
+# - every tests/cli/bad/*.json must exit 2 with "config: <path>: " on stderr, where the file
+#   name encodes the path: "<path without the leading $.>__<what>.json", "root" meaning "$"
+#   (outbounds[1].server__missing_port.json expects "config: $.outbounds[1].server: ");
+# - --help/--version exit 0; bad usage (no args, unknown command, missing --config, unreadable
+#   file) exits 2.
+set -uo pipefail
+
+bin=${1:?usage: check.sh TWINSTACK_BINARY SOURCE_DIR}
+src=${2:?usage: check.sh TWINSTACK_BINARY SOURCE_DIR}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $*"; }
+bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+
+# run NAME ARGS...: runs the binary, sets $rc, $out (stdout), $err (stderr).
+run() {
+	"$bin" "$@" >"$work/out" 2>"$work/err"
+	rc=$?
+	out=$(cat "$work/out")
+	err=$(cat "$work/err")
+}
+
+# expect_rc WANT DESCRIPTION
+expect_rc() {
+	if [ "$rc" -eq "$1" ]; then
+		ok "$2 (exit $rc)"
+	else
+		bad "$2: exit $rc, want $1; stdout: $out; stderr: $err"
+	fi
+}
+
+# --- the docs example ---------------------------------------------------------------------
+awk '/^```json[[:space:]]*$/ { inblock = 1; n++; next }
+     /^```/ { inblock = 0; next }
+     inblock && n == 1 { print }' "$src/docs/config.md" >"$work/example.json"
+blocks=$(grep -c '^```json[[:space:]]*$' "$src/docs/config.md")
+if [ "$blocks" -ne 1 ] || [ ! -s "$work/example.json" ]; then
+	bad "docs/config.md must hold exactly one \`\`\`json block (found $blocks)"
+else
+	run check --config "$work/example.json"
+	expect_rc 0 "docs/config.md example accepted"
+	case "$out" in
+	"config ok: stack="*) ok "example summary: $out" ;;
+	*) bad "example summary line: '$out'" ;;
+	esac
+fi
+
+# --- the defaults' summary line -----------------------------------------------------------
+echo '{}' >"$work/empty.json"
+run check --config "$work/empty.json"
+want="config ok: stack=system tun=tun0 198.18.0.1/15 nat=198.18.0.2-198.18.0.5 outbounds=1 rules=0"
+if [ "$rc" -eq 0 ] && [ "$out" = "$want" ]; then
+	ok "defaults summary"
+else
+	bad "defaults summary: exit $rc, '$out'"
+fi
+run check -c "$work/empty.json"
+expect_rc 0 "check -c FILE"
+run check "--config=$work/empty.json"
+expect_rc 0 "check --config=FILE"
+
+# --- bad configs ----------------------------------------------------------------------------
+nbad=0
+for f in "$src"/tests/cli/bad/*.json; do
+	[ -e "$f" ] || continue
+	nbad=$((nbad + 1))
+	name=$(basename "$f" .json)
+	p=${name%%__*}
+	if [ "$p" = "$name" ]; then
+		bad "$name: file name lacks '__' (see the header of this script)"
+		continue
+	fi
+	if [ "$p" = root ]; then p='$'; else p="\$.$p"; fi
+	run check --config "$f"
+	if [ "$rc" -ne 2 ]; then
+		bad "$name: exit $rc, want 2; stderr: $err"
+	elif [[ "$err" != *"config: $p: "* ]]; then
+		bad "$name: stderr does not name $p: $err"
+	elif [ "$(printf '%s\n' "$err" | wc -l)" -ne 1 ]; then
+		bad "$name: message is not one line: $err"
+	else
+		ok "$name -> $err"
+	fi
+done
+[ "$nbad" -ge 10 ] && ok "$nbad bad configs" || bad "only $nbad bad configs found"
+
+# --- usage ------------------------------------------------------------------------------------
+run --help
+expect_rc 0 "--help"
+[[ "$out" == *"check"* ]] && ok "--help lists check" || bad "--help does not list check: $out"
+run -h
+expect_rc 0 "-h"
+run help check
+expect_rc 0 "help check"
+run check --help
+expect_rc 0 "check --help"
+[[ "$out" == *"--config"* ]] && ok "check --help names --config" || bad "check --help: $out"
+run --version
+expect_rc 0 "--version"
+[[ "$out" =~ ^twinstack\ [0-9]+\.[0-9]+\.[0-9]+ ]] && ok "version line: $out" ||
+	bad "version line: $out"
+
+run
+expect_rc 2 "no arguments"
+run frobnicate
+expect_rc 2 "unknown command"
+[[ "$err" == *"unknown command 'frobnicate'"* ]] && ok "unknown command named" || bad "$err"
+run --frobnicate
+expect_rc 2 "unknown global option"
+run check
+expect_rc 2 "check without --config"
+run check --config
+expect_rc 2 "check --config without FILE"
+run check --config "$work/empty.json" extra
+expect_rc 2 "check with a stray argument"
+run check --config "$work/does-not-exist.json"
+expect_rc 2 "missing config file"
+[[ "$err" == *"No such file or directory"* ]] && ok "missing file named: $err" || bad "$err"
+run check --config "$work"
+expect_rc 2 "config path is a directory"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

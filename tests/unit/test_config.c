@@ -1,0 +1,831 @@
+/* test_config.c — the config schema (core/config.c): defaults, every field's accepted and
+ * rejected values with the JSON path the error names, address roles, route rules and tags,
+ * budget profiles and overrides, the loaders and the NAT config view.
+ *
+ * JSON in this file is written with single quotes ('tag') and converted, to stay readable.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "stacks/system/nat.h"
+#include "testutil.h"
+
+static char *dq(const char *s)
+{
+	char *out = strdup(s);
+
+	cr_assert_not_null(out);
+	for (char *c = out; *c; c++)
+		if (*c == '\'')
+			*c = '"';
+	return out;
+}
+
+static int load(const char *sq, struct ts_config *cfg, char *err, size_t errlen)
+{
+	char *json = dq(sq);
+	int ret = config_load_string(json, cfg, err, errlen);
+
+	free(json);
+	return ret;
+}
+
+/* Loads sq, which must be valid; the caller fini's cfg. */
+static void load_ok(const char *sq, struct ts_config *cfg)
+{
+	char err[TS_ERRLEN];
+
+	cr_assert_eq(load(sq, cfg, err, sizeof(err)), 0, "%s\n -> %s", sq, err);
+}
+
+static void expect_ok(const char *sq)
+{
+	struct ts_config cfg;
+
+	load_ok(sq, &cfg);
+	config_fini(&cfg);
+}
+
+/* The message is exactly "config: <path>: ..." and contains reason. */
+static void expect_err(const char *sq, const char *path, const char *reason)
+{
+	struct ts_config cfg;
+	char err[TS_ERRLEN], prefix[256];
+	int ret = load(sq, &cfg, err, sizeof(err));
+
+	snprintf(prefix, sizeof(prefix), "config: %s: ", path);
+	cr_expect_eq(ret, -EINVAL, "%s: accepted (rc %d)", sq, ret);
+	cr_expect(strncmp(err, prefix, strlen(prefix)) == 0, "%s\n  want path %s\n  got: %s", sq,
+		  path, err);
+	cr_expect(strstr(err, reason) != NULL, "%s\n  want reason '%s'\n  got: %s", sq, reason,
+		  err);
+	cr_expect(strchr(err, '\n') == NULL, "one line: %s", err);
+	cr_expect_eq(cfg.outbounds, NULL, "a failed load leaves nothing allocated");
+	config_fini(&cfg);
+}
+
+struct bad {
+	const char *json, *path, *reason;
+};
+
+static void expect_bad_table(const struct bad *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		expect_err(b[i].json, b[i].path, b[i].reason);
+}
+
+#define BAD_TABLE(t) expect_bad_table((t), sizeof(t) / sizeof((t)[0]))
+
+/* ---- defaults ------------------------------------------------------------------------------ */
+
+Test(config, defaults)
+{
+	struct ts_config cfg;
+	struct budget_limits desk;
+	char buf[NETADDR_CIDR_STRLEN];
+
+	load_ok("{}", &cfg);
+	cr_assert_eq(cfg.stack, TS_STACK_SYSTEM);
+	cr_assert_str_eq(cfg.tun.name, "tun0");
+	cr_assert_str_eq(netaddr_cidr_format(&cfg.tun.addr4, buf, sizeof(buf)), "198.18.0.1/15");
+	cr_assert_not(cfg.tun.has_addr6);
+	cr_assert_eq(cfg.tun.mtu, 1500);
+	cr_assert_eq(cfg.tun.txqueuelen, 10000);
+	cr_assert_eq(cfg.tun.queues, 1);
+	cr_assert_eq(cfg.tun.offload, TS_OFFLOAD_AUTO);
+	cr_assert_eq(cfg.nat.addresses, 4);
+	cr_assert_eq(cfg.nat.listeners, 2);
+	cr_assert_eq(cfg.nat.linger_ms, 10000);
+	cr_assert_eq(cfg.nat.half_open_timeout_ms, 30000);
+	cr_assert_eq(cfg.nat.port_quarantine_ms, 60000);
+	cr_assert_eq(cfg.timeouts.connect_ms, 5000);
+	cr_assert_eq(cfg.timeouts.relay_idle_ms, 300000);
+	cr_assert_eq(cfg.timeouts.udp_idle_ms, 60000);
+	cr_assert_eq(cfg.n_outbounds, 1);
+	cr_assert_str_eq(cfg.outbounds[0].tag, "direct");
+	cr_assert_eq(cfg.outbounds[0].type, TS_OUT_DIRECT);
+	cr_assert_not(cfg.outbounds[0].has_routing_mark);
+	cr_assert_eq(cfg.relay_mode, TS_RELAY_SPLICE);
+	cr_assert_eq(cfg.relay_buffer_bytes, 65536);
+	cr_assert_eq(cfg.route.n_rules, 0);
+	cr_assert_str_eq(cfg.route.final_tag, "direct");
+	cr_assert_eq(cfg.route.final, 0);
+	cr_assert_not(cfg.dns.hijack);
+	cr_assert_not(cfg.dns.has_upstream);
+	cr_assert_eq(cfg.budget_profile, BUDGET_PROFILE_DESKTOP);
+	budget_limits_profile(&desk, BUDGET_PROFILE_DESKTOP);
+	cr_assert_eq(memcmp(&cfg.budget, &desk, sizeof(desk)), 0, "budget = desktop profile");
+	cr_assert_not(cfg.stats.enabled);
+	cr_assert_eq(cfg.log_level, LOG_LEVEL_INFO);
+	cr_assert_eq(cfg.roles4.family, 4);
+	cr_assert_eq(cfg.roles4.n_nat, 4);
+	cr_assert_eq(cfg.roles6.family, 0);
+	config_fini(&cfg);
+	config_fini(&cfg); /* idempotent */
+}
+
+Test(config, summary)
+{
+	struct ts_config cfg;
+	char buf[512];
+
+	load_ok("{}", &cfg);
+	cr_assert_str_eq(config_summary(&cfg, buf, sizeof(buf)),
+			 "stack=system tun=tun0 198.18.0.1/15 nat=198.18.0.2-198.18.0.5 "
+			 "outbounds=1 rules=0");
+	config_fini(&cfg);
+	load_ok("{'stack':'lwip','tun':{'name':'t1','address':'10.0.0.1/30',"
+		"'address6':'fd00:7f::1/64'},'nat':{'addresses':1},"
+		"'route':{'rules':[{'network':'udp','outbound':'direct'}]}}",
+		&cfg);
+	cr_assert_str_eq(config_summary(&cfg, buf, sizeof(buf)),
+			 "stack=lwip tun=t1 10.0.0.1/30 nat=10.0.0.2 tun6=fd00:7f::1/64 "
+			 "nat6=fd00:7f::2 outbounds=1 rules=1");
+	config_fini(&cfg);
+}
+
+Test(config, init_without_load)
+{
+	struct ts_config cfg;
+
+	config_init(&cfg);
+	cr_assert_eq(cfg.n_outbounds, 0, "the default outbound comes from the loaders");
+	cr_assert_eq(cfg.tun.mtu, 1500);
+	config_fini(&cfg);
+}
+
+/* ---- JSON shape ---------------------------------------------------------------------------- */
+
+Test(config, json_shape)
+{
+	static const struct bad b[] = {
+		{ "[]", "$", "expected an object, got an array" },
+		{ "'x'", "$", "expected an object, got a string" },
+		{ "null", "$", "expected an object, got null" },
+		{ "", "$", "empty input" },
+		{ " \n\t ", "$", "empty input" },
+		{ "{", "$", "invalid JSON at line 1" },
+		{ "{'stack':}", "$", "invalid JSON at line 1, column 10" },
+		{ "{\n'tun': {\n  'mtu': 1500,\n}\n}", "$", "invalid JSON at line 4" },
+		{ "{} {}", "$", "unexpected text after the JSON value at line 1, column 4" },
+		{ "{'foo':1}", "$.foo", "unknown key" },
+		{ "{'Stack':'system'}", "$.Stack", "unknown key" },
+		{ "{'stack':'lwip','stack':'system'}", "$.stack", "duplicate key" },
+		{ "{'tun':{'mtu':1500,'mtu':1400}}", "$.tun.mtu", "duplicate key" },
+		{ "{'tun':{'bogus':1}}", "$.tun.bogus", "unknown key" },
+		{ "{'a\\nb':1}", "$.a?b", "unknown key" },
+	};
+	BAD_TABLE(b);
+}
+
+Test(config, buffer_with_nul_and_file_errors)
+{
+	struct ts_config cfg;
+	char err[TS_ERRLEN];
+	const char buf[] = "{}\0{'x':1}";
+
+	cr_assert_eq(config_load_buffer(buf, sizeof(buf) - 1, &cfg, err, sizeof(err)), -EINVAL);
+	cr_assert_str_eq(err, "config: $: NUL byte at offset 2");
+	cr_assert_eq(config_load_buffer("{}", 2, &cfg, err, sizeof(err)), 0, "no NUL needed");
+	config_fini(&cfg);
+
+	cr_assert_eq(config_load_file("/nonexistent/twinstack.json", &cfg, err, sizeof(err)),
+		     -ENOENT);
+	cr_assert_str_eq(err, "config: /nonexistent/twinstack.json: No such file or directory");
+	cr_assert_eq(config_load_file("/", &cfg, err, sizeof(err)), -EISDIR);
+	config_fini(&cfg);
+
+	char path[] = "/tmp/test_config_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	const char *json = "{\"tun\": {\"mtu\": 9000}}\n";
+	cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+	close(fd);
+	cr_assert_eq(config_load_file(path, &cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(cfg.tun.mtu, 9000);
+	config_fini(&cfg);
+	unlink(path);
+}
+
+Test(config, error_buffer_edges)
+{
+	struct ts_config cfg;
+	char small[16];
+
+	cr_assert_eq(config_load_string("{\"x\":1}", &cfg, small, sizeof(small)), -EINVAL);
+	cr_assert_eq(strlen(small), sizeof(small) - 1, "truncated, terminated");
+	cr_assert_eq(config_load_string("{\"x\":1}", &cfg, NULL, 0), -EINVAL);
+	config_fini(&cfg);
+
+	/* A very long unknown key: the path is cut, the message stays one bounded line. */
+	char json[2048], err[TS_ERRLEN];
+	memset(json, 'k', sizeof(json));
+	memcpy(json, "{\"", 2);
+	memcpy(json + sizeof(json) - 6, "\":1}", 5);
+	cr_assert_eq(config_load_string(json, &cfg, err, sizeof(err)), -EINVAL);
+	cr_assert(strstr(err, "config: $.kkk") == err, "%s", err);
+	cr_assert(strstr(err, "unknown key") != NULL, "%s", err);
+}
+
+/* ---- stack, tun --------------------------------------------------------------------------- */
+
+Test(config, stack_and_tun_values)
+{
+	struct ts_config cfg;
+	char buf[NETADDR_CIDR_STRLEN];
+
+	load_ok("{'stack':'lwip','tun':{'name':'tun-x.1','address':'10.0.0.250/29',"
+		"'address6':'fd00:7f::1/64','mtu':2e3,'txqueuelen':1,'queues':16,'offload':'off'}}",
+		&cfg);
+	cr_assert_eq(cfg.stack, TS_STACK_LWIP);
+	cr_assert_str_eq(cfg.tun.name, "tun-x.1");
+	cr_assert_str_eq(netaddr_cidr_format(&cfg.tun.addr4, buf, sizeof(buf)), "10.0.0.250/29");
+	cr_assert(cfg.tun.has_addr6);
+	cr_assert_str_eq(netaddr_cidr_format(&cfg.tun.addr6, buf, sizeof(buf)), "fd00:7f::1/64");
+	cr_assert_eq(cfg.roles6.family, 6);
+	cr_assert_eq(cfg.tun.mtu, 2000);
+	cr_assert_eq(cfg.tun.queues, 16);
+	cr_assert_eq(cfg.tun.offload, TS_OFFLOAD_OFF);
+	config_fini(&cfg);
+	expect_ok("{'tun':{'name':'abcdefghijklmno','mtu':576,'offload':'on'}}");
+	expect_ok("{'tun':{'mtu':65535,'txqueuelen':1000000,'queues':1}}");
+	expect_ok("{'tun':{'address6':'fd00::1/64','mtu':1280}}");
+}
+
+Test(config, stack_and_tun_rejects)
+{
+	static const struct bad b[] = {
+		{ "{'stack':'bsd'}", "$.stack", "expected one of \"system\", \"lwip\", got \"bsd\"" },
+		{ "{'stack':1}", "$.stack", "expected a string, got a number" },
+		{ "{'tun':[]}", "$.tun", "expected an object, got an array" },
+		{ "{'tun':{'name':''}}", "$.tun.name", "must be 1 to 15 bytes long, got 0" },
+		{ "{'tun':{'name':'abcdefghijklmnop'}}", "$.tun.name", "got 16" },
+		{ "{'tun':{'name':'a/b'}}", "$.tun.name", "not a valid interface name" },
+		{ "{'tun':{'name':'a:b'}}", "$.tun.name", "not a valid interface name" },
+		{ "{'tun':{'name':'a b'}}", "$.tun.name", "not a valid interface name" },
+		{ "{'tun':{'name':'..'}}", "$.tun.name", "not a valid interface name" },
+		{ "{'tun':{'name':'a\\tb'}}", "$.tun.name", "control character" },
+		{ "{'tun':{'name':5}}", "$.tun.name", "expected a string" },
+		{ "{'tun':{'address':'10.0.0.1'}}", "$.tun.address", "expected an IPv4 CIDR" },
+		{ "{'tun':{'address':'fd00::1/64'}}", "$.tun.address", "expected an IPv4 CIDR" },
+		{ "{'tun':{'address':'10.0.0.1/33'}}", "$.tun.address", "expected an IPv4 CIDR" },
+		{ "{'tun':{'address':'10.0.0.256/24'}}", "$.tun.address", "expected an IPv4 CIDR" },
+		{ "{'tun':{'address':null}}", "$.tun.address", "expected a string, got null" },
+		{ "{'tun':{'address6':'10.0.0.1/24'}}", "$.tun.address6", "expected an IPv6 CIDR" },
+		{ "{'tun':{'address6':'fd00::1'}}", "$.tun.address6", "expected an IPv6 CIDR" },
+		{ "{'tun':{'mtu':575}}", "$.tun.mtu", "must be between 576 and 65535, got 575" },
+		{ "{'tun':{'mtu':65536}}", "$.tun.mtu", "must be between 576 and 65535" },
+		{ "{'tun':{'mtu':-1}}", "$.tun.mtu", "must be between" },
+		{ "{'tun':{'mtu':1500.5}}", "$.tun.mtu", "expected an integer, got 1500.5" },
+		{ "{'tun':{'mtu':'1500'}}", "$.tun.mtu", "expected an integer, got a string" },
+		{ "{'tun':{'mtu':1e400}}", "$.tun.mtu", "expected an integer" },
+		{ "{'tun':{'mtu':1279,'address6':'fd00::1/64'}}", "$.tun.mtu", "at least 1280" },
+		{ "{'tun':{'txqueuelen':0}}", "$.tun.txqueuelen", "between 1 and 1000000" },
+		{ "{'tun':{'queues':0}}", "$.tun.queues", "between 1 and 16" },
+		{ "{'tun':{'queues':17}}", "$.tun.queues", "between 1 and 16" },
+		{ "{'tun':{'offload':'yes'}}", "$.tun.offload",
+		  "expected one of \"auto\", \"on\", \"off\", got \"yes\"" },
+		{ "{'tun':{'offload':true}}", "$.tun.offload", "expected a string, got a boolean" },
+	};
+	BAD_TABLE(b);
+}
+
+/* ---- address roles ------------------------------------------------------------------------ */
+
+Test(config, address_roles)
+{
+	static const struct bad b[] = {
+		{ "{'tun':{'address':'10.0.0.1/31'}}", "$.tun.address", "/31 prefix leaves no room" },
+		{ "{'tun':{'address':'10.0.0.1/32'}}", "$.tun.address", "/32 prefix leaves no room" },
+		{ "{'tun':{'address':'10.0.0.0/24'}}", "$.tun.address", "network address" },
+		{ "{'tun':{'address':'10.0.0.255/24'}}", "$.tun.address", "broadcast address" },
+		{ "{'tun':{'address':'10.0.0.1/30'}}", "$.tun.address",
+		  "10.0.0.3 (gateway+2) would be the broadcast address of 10.0.0.0/30" },
+		{ "{'tun':{'address':'10.0.0.251/29'}}", "$.tun.address",
+		  "10.0.0.255 (gateway+4) would be the broadcast" },
+		{ "{'tun':{'address':'10.0.0.1/29'},'nat':{'addresses':6}}", "$.tun.address",
+		  "only 5 of the 6" },
+		{ "{'tun':{'address6':'fd00::1/127'}}", "$.tun.address6", "/127 prefix" },
+		{ "{'tun':{'address6':'fd00::1/128'}}", "$.tun.address6", "/128 prefix" },
+		{ "{'tun':{'address6':'fd00::/64'}}", "$.tun.address6", "subnet-router anycast" },
+		{ "{'tun':{'address6':'fd00::1/126'}}", "$.tun.address6",
+		  "fd00::4 (gateway+3) lies outside fd00::/126" },
+	};
+	BAD_TABLE(b);
+	expect_ok("{'tun':{'address':'10.0.0.250/29'}}");
+	expect_ok("{'tun':{'address':'10.0.0.1/30'},'nat':{'addresses':1}}");
+	expect_ok("{'tun':{'address':'10.0.0.1/29'},'nat':{'addresses':5}}");
+	expect_ok("{'tun':{'address6':'fd00::1/125'}}");
+	expect_ok("{'tun':{'address6':'fd00::1/126'},'nat':{'addresses':2}}");
+}
+
+Test(config, roles_are_usable)
+{
+	struct ts_config cfg;
+	struct netaddr a;
+	uint32_t k;
+	char buf[NETADDR_STRLEN];
+
+	load_ok("{'tun':{'address6':'fd00:7f::1/64'},'nat':{'addresses':8}}", &cfg);
+	netaddr_roles_nat(&cfg.roles4, 7, &a);
+	cr_assert_str_eq(netaddr_format(&a, buf, sizeof(buf)), "198.18.0.9");
+	cr_assert_eq(netaddr_roles_classify(&cfg.roles4, a.a, &k), NETADDR_ROLE_NAT);
+	cr_assert_eq(k, 7);
+	netaddr_roles_nat(&cfg.roles6, 0, &a);
+	cr_assert_str_eq(netaddr_format(&a, buf, sizeof(buf)), "fd00:7f::2");
+	cr_assert_eq(netaddr_roles_classify(&cfg.roles6, cfg.tun.addr6.addr.a, NULL),
+		     NETADDR_ROLE_GATEWAY);
+	config_fini(&cfg);
+}
+
+/* ---- nat, timeouts, relay ------------------------------------------------------------------ */
+
+Test(config, nat_timeouts_relay)
+{
+	struct ts_config cfg;
+
+	load_ok("{'nat':{'addresses':64,'listeners':16,'linger_ms':1,'half_open_timeout_ms':3600000,"
+		"'port_quarantine_ms':0},'timeouts':{'connect_ms':600000,'relay_idle_ms':1,"
+		"'udp_idle_ms':86400000},'relay':{'mode':'copy','buffer_bytes':4096}}",
+		&cfg);
+	cr_assert_eq(cfg.nat.addresses, 64);
+	cr_assert_eq(cfg.nat.listeners, 16);
+	cr_assert_eq(cfg.nat.linger_ms, 1);
+	cr_assert_eq(cfg.nat.half_open_timeout_ms, 3600000);
+	cr_assert_eq(cfg.nat.port_quarantine_ms, 0);
+	cr_assert_eq(cfg.timeouts.connect_ms, 600000);
+	cr_assert_eq(cfg.timeouts.udp_idle_ms, 86400000);
+	cr_assert_eq(cfg.relay_mode, TS_RELAY_COPY);
+	cr_assert_eq(cfg.relay_buffer_bytes, 4096);
+	config_fini(&cfg);
+
+	static const struct bad b[] = {
+		{ "{'nat':{'addresses':0}}", "$.nat.addresses", "between 1 and 64" },
+		{ "{'nat':{'addresses':65}}", "$.nat.addresses", "between 1 and 64" },
+		{ "{'nat':{'listeners':0}}", "$.nat.listeners", "between 1 and 16" },
+		{ "{'nat':{'listeners':17}}", "$.nat.listeners", "between 1 and 16" },
+		{ "{'nat':{'linger_ms':0}}", "$.nat.linger_ms", "between 1 and 3600000" },
+		{ "{'nat':{'half_open_timeout_ms':3600001}}", "$.nat.half_open_timeout_ms",
+		  "between 1 and 3600000" },
+		{ "{'nat':{'port_quarantine_ms':-1}}", "$.nat.port_quarantine_ms",
+		  "between 0 and 3600000" },
+		{ "{'nat':{'ports':5}}", "$.nat.ports", "unknown key" },
+		{ "{'nat':7}", "$.nat", "expected an object, got a number" },
+		{ "{'timeouts':{'connect_ms':0}}", "$.timeouts.connect_ms", "between 1 and 600000" },
+		{ "{'timeouts':{'relay_idle_ms':86400001}}", "$.timeouts.relay_idle_ms", "between" },
+		{ "{'timeouts':{'udp_idle_ms':true}}", "$.timeouts.udp_idle_ms",
+		  "expected an integer, got a boolean" },
+		{ "{'timeouts':{'dns_ms':1}}", "$.timeouts.dns_ms", "unknown key" },
+		{ "{'relay':{'mode':'sendfile'}}", "$.relay.mode",
+		  "expected one of \"splice\", \"copy\"" },
+		{ "{'relay':{'buffer_bytes':4095}}", "$.relay.buffer_bytes",
+		  "between 4096 and 16777216" },
+		{ "{'relay':{'buffer_bytes':16777217}}", "$.relay.buffer_bytes", "between" },
+		{ "{'relay':{'buffer_bytes':131072},'budgets':{'buffer_bytes':65536}}",
+		  "$.budgets.buffer_bytes", "smaller than one relay buffer" },
+	};
+	BAD_TABLE(b);
+}
+
+/* ---- outbounds ---------------------------------------------------------------------------- */
+
+Test(config, outbounds_values)
+{
+	struct ts_config cfg;
+	char buf[NETADDR_STRLEN];
+
+	load_ok("{'outbounds':[{'tag':'d','type':'direct','routing_mark':4294967295,"
+		"'bind_interface':'eth0'},"
+		"{'tag':'s4','type':'socks5','server':'10.200.0.2:1080','username':'u',"
+		"'password':'p','routing_mark':1},"
+		"{'tag':'s6','type':'socks5','server':'[fd00:200::2]:1081'},"
+		"{'tag':'sh','type':'socks5','server':'proxy-1.example_x.com:65535'},"
+		"{'tag':'r','type':'reject'}]}",
+		&cfg);
+	cr_assert_eq(cfg.n_outbounds, 5);
+	cr_assert(cfg.outbounds[0].has_routing_mark);
+	cr_assert_eq(cfg.outbounds[0].routing_mark, 4294967295u);
+	cr_assert_str_eq(cfg.outbounds[0].bind_interface, "eth0");
+	cr_assert_not(cfg.outbounds[0].has_server);
+	const struct ts_outbound *s4 = &cfg.outbounds[1];
+	cr_assert_eq(s4->type, TS_OUT_SOCKS5);
+	cr_assert(s4->server.is_addr);
+	cr_assert_str_eq(netaddr_format(&s4->server.addr, buf, sizeof(buf)), "10.200.0.2");
+	cr_assert_eq(s4->server.port, 1080);
+	cr_assert(s4->has_auth);
+	cr_assert_str_eq(s4->username, "u");
+	cr_assert_str_eq(s4->password, "p");
+	const struct ts_outbound *s6 = &cfg.outbounds[2];
+	cr_assert(s6->server.is_addr);
+	cr_assert_eq(s6->server.addr.family, 6);
+	cr_assert_str_eq(s6->server.host, "fd00:200::2");
+	cr_assert_eq(s6->server.port, 1081);
+	cr_assert_not(s6->has_auth);
+	const struct ts_outbound *sh = &cfg.outbounds[3];
+	cr_assert_not(sh->server.is_addr);
+	cr_assert_str_eq(sh->server.host, "proxy-1.example_x.com");
+	cr_assert_eq(sh->server.port, 65535);
+	cr_assert_eq(cfg.outbounds[4].type, TS_OUT_REJECT);
+	cr_assert_eq(config_outbound_index(&cfg, "sh"), 3);
+	cr_assert_eq(config_outbound_index(&cfg, "none"), -1);
+	cr_assert_str_eq(cfg.route.final_tag, "d", "final defaults to the first outbound");
+	config_fini(&cfg);
+}
+
+Test(config, outbounds_rejects)
+{
+	static const struct bad b[] = {
+		{ "{'outbounds':{}}", "$.outbounds", "expected an array, got an object" },
+		{ "{'outbounds':[]}", "$.outbounds", "must not be empty" },
+		{ "{'outbounds':[1]}", "$.outbounds[0]", "expected an object, got a number" },
+		{ "{'outbounds':[{'type':'direct'}]}", "$.outbounds[0].tag", "required" },
+		{ "{'outbounds':[{'tag':'a'}]}", "$.outbounds[0].type", "required" },
+		{ "{'outbounds':[{'tag':'','type':'direct'}]}", "$.outbounds[0].tag",
+		  "1 to 64 bytes" },
+		{ "{'outbounds':[{'tag':'a','type':'http'}]}", "$.outbounds[0].type",
+		  "expected one of \"direct\", \"socks5\", \"reject\", got \"http\"" },
+		{ "{'outbounds':[{'tag':'a','type':'vmess'}]}", "$.outbounds[0].type", "got \"vmess\"" },
+		{ "{'outbounds':[{'tag':'a','type':'direct'},{'tag':'a','type':'reject'}]}",
+		  "$.outbounds[1].tag", "duplicate tag \"a\" (also $.outbounds[0])" },
+		{ "{'outbounds':[{'tag':'a','type':'direct','via':'x'}]}", "$.outbounds[0].via",
+		  "unknown key" },
+		{ "{'outbounds':[{'tag':'s','type':'socks5'}]}", "$.outbounds[0].server",
+		  "required for type socks5" },
+		{ "{'outbounds':[{'tag':'d','type':'direct','server':'1.2.3.4:1'}]}",
+		  "$.outbounds[0].server", "not allowed for type direct" },
+		{ "{'outbounds':[{'tag':'r','type':'reject','server':'1.2.3.4:1'}]}",
+		  "$.outbounds[0].server", "not allowed for type reject" },
+		{ "{'outbounds':[{'tag':'r','type':'reject','routing_mark':1}]}",
+		  "$.outbounds[0].routing_mark", "not allowed for type reject" },
+		{ "{'outbounds':[{'tag':'r','type':'reject','bind_interface':'eth0'}]}",
+		  "$.outbounds[0].bind_interface", "not allowed for type reject" },
+		{ "{'outbounds':[{'tag':'d','type':'direct','username':'u','password':'p'}]}",
+		  "$.outbounds[0].username", "only for type socks5" },
+		{ "{'outbounds':[{'tag':'d','type':'direct','password':'p'}]}",
+		  "$.outbounds[0].password", "only for type socks5" },
+		{ "{'outbounds':[{'tag':'d','type':'direct','routing_mark':0}]}",
+		  "$.outbounds[0].routing_mark", "between 1 and 4294967295, got 0" },
+		{ "{'outbounds':[{'tag':'d','type':'direct','routing_mark':4294967296}]}",
+		  "$.outbounds[0].routing_mark", "between 1 and 4294967295" },
+		{ "{'outbounds':[{'tag':'d','type':'direct','routing_mark':'1'}]}",
+		  "$.outbounds[0].routing_mark", "expected an integer" },
+		{ "{'outbounds':[{'tag':'d','type':'direct','bind_interface':''}]}",
+		  "$.outbounds[0].bind_interface", "1 to 15 bytes" },
+		{ "{'outbounds':[{'tag':'d','type':'direct','bind_interface':'a/b'}]}",
+		  "$.outbounds[0].bind_interface", "not a valid interface name" },
+	};
+	BAD_TABLE(b);
+}
+
+Test(config, socks5_server_and_auth)
+{
+	static const char *bad_servers[] = {
+		"10.0.0.1", "10.0.0.1:", "10.0.0.1:0", "10.0.0.1:65536", "fd00::1:1080",
+		"[fd00::1]1080", "[fd00::1]:", "[10.0.0.1]:1080", "exa mple:80", "-bad.example:80",
+		"bad-.example:80", "a..b:80", ".a:80", "a.:80", "1.2.3:80", "256.1.1.1:80", ":80",
+		"host:port", "host:+80", "ex@mple.com:80",
+	};
+	for (size_t i = 0; i < sizeof(bad_servers) / sizeof(bad_servers[0]); i++) {
+		char json[256];
+		snprintf(json, sizeof(json),
+			 "{'outbounds':[{'tag':'d','type':'direct'},{'tag':'s','type':'socks5',"
+			 "'server':'%s'}]}",
+			 bad_servers[i]);
+		expect_err(json, "$.outbounds[1].server", "expected \"host:port\"");
+	}
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'localhost:1080'}]}");
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'a:1'}]}");
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'1a.b2:1'}]}");
+
+	char json[1024], cred[300];
+	memset(cred, 'x', sizeof(cred));
+	cred[255] = '\0';
+	snprintf(json, sizeof(json),
+		 "{'outbounds':[{'tag':'s','type':'socks5','server':'h:1','username':'%s',"
+		 "'password':'%s'}]}",
+		 cred, cred);
+	expect_ok(json);
+	cred[255] = 'x';
+	cred[256] = '\0';
+	snprintf(json, sizeof(json),
+		 "{'outbounds':[{'tag':'s','type':'socks5','server':'h:1','username':'%s',"
+		 "'password':'p'}]}",
+		 cred);
+	expect_err(json, "$.outbounds[0].username", "1 to 255 bytes long, got 256");
+
+	static const struct bad b[] = {
+		{ "{'outbounds':[{'tag':'s','type':'socks5','server':'h:1','username':'u'}]}",
+		  "$.outbounds[0].password", "required with username" },
+		{ "{'outbounds':[{'tag':'s','type':'socks5','server':'h:1','password':'p'}]}",
+		  "$.outbounds[0].username", "required with password" },
+		{ "{'outbounds':[{'tag':'s','type':'socks5','server':'h:1','username':'',"
+		  "'password':'p'}]}",
+		  "$.outbounds[0].username", "1 to 255 bytes" },
+		/* Our own addresses as a server: a loop. */
+		{ "{'outbounds':[{'tag':'d','type':'direct'},{'tag':'s','type':'socks5',"
+		  "'server':'198.18.0.3:1080'}]}",
+		  "$.outbounds[1].server", "one of the TUN's own addresses" },
+		{ "{'outbounds':[{'tag':'s','type':'socks5','server':'198.18.0.1:1080'}]}",
+		  "$.outbounds[0].server", "own addresses" },
+		{ "{'tun':{'address6':'fd00::1/64'},'outbounds':[{'tag':'s','type':'socks5',"
+		  "'server':'[fd00::5]:1080'}]}",
+		  "$.outbounds[0].server", "own addresses" },
+	};
+	BAD_TABLE(b);
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'198.18.0.6:1080'}]}");
+}
+
+Test(config, outbounds_limit)
+{
+	size_t cap = 64 + (TS_MAX_OUTBOUNDS + 1) * 40;
+	char *json = malloc(cap);
+	size_t used = 0;
+
+	cr_assert_not_null(json);
+	used += (size_t)snprintf(json + used, cap - used, "{'outbounds':[");
+	for (int i = 0; i < TS_MAX_OUTBOUNDS + 1; i++)
+		used += (size_t)snprintf(json + used, cap - used, "%s{'tag':'t%d','type':'direct'}",
+					 i ? "," : "", i);
+	snprintf(json + used, cap - used, "]}");
+	expect_err(json, "$.outbounds", "too many entries (at most 256)");
+	free(json);
+}
+
+/* ---- route -------------------------------------------------------------------------------- */
+
+Test(config, route_values)
+{
+	struct ts_config cfg;
+	char buf[NETADDR_CIDR_STRLEN];
+
+	load_ok("{'outbounds':[{'tag':'direct','type':'direct'},{'tag':'block','type':'reject'}],"
+		"'route':{'rules':[{'cidr':['10.1.2.3/8','fd00::1/16'],'outbound':'block'},"
+		"{'port':[22,'6881-6889','443'],'network':'tcp','outbound':'direct'},"
+		"{'network':'udp','outbound':'block'}],'final':'block'}}",
+		&cfg);
+	cr_assert_eq(cfg.route.n_rules, 3);
+	const struct ts_rule *r0 = &cfg.route.rules[0], *r1 = &cfg.route.rules[1];
+	cr_assert_eq(r0->n_cidrs, 2);
+	cr_assert_str_eq(netaddr_cidr_format(&r0->cidrs[0], buf, sizeof(buf)), "10.0.0.0/8",
+			 "host bits cleared");
+	cr_assert_str_eq(netaddr_cidr_format(&r0->cidrs[1], buf, sizeof(buf)), "fd00::/16");
+	cr_assert_eq(r0->n_ports, 0);
+	cr_assert_eq(r0->network, TS_NET_ANY);
+	cr_assert_eq(r0->outbound, 1);
+	cr_assert_eq(r1->n_ports, 3);
+	cr_assert_eq(r1->ports[0].lo, 22);
+	cr_assert_eq(r1->ports[0].hi, 22);
+	cr_assert_eq(r1->ports[1].lo, 6881);
+	cr_assert_eq(r1->ports[1].hi, 6889);
+	cr_assert_eq(r1->ports[2].lo, 443);
+	cr_assert_eq(r1->ports[2].hi, 443);
+	cr_assert_eq(r1->network, TS_NET_TCP);
+	cr_assert_eq(r1->outbound, 0);
+	cr_assert_eq(cfg.route.rules[2].network, TS_NET_UDP);
+	cr_assert_eq(cfg.route.final, 1);
+	cr_assert_str_eq(cfg.route.final_tag, "block");
+	config_fini(&cfg);
+
+	/* The route may come before the outbounds it names. */
+	expect_ok("{'route':{'rules':[{'port':[1],'outbound':'x'}],'final':'x'},"
+		  "'outbounds':[{'tag':'x','type':'reject'}]}");
+	expect_ok("{'route':{'rules':[]}}");
+	expect_ok("{'route':{'rules':[{'port':['1-65535','7-7'],'outbound':'direct'}]}}");
+}
+
+Test(config, route_rejects)
+{
+	static const struct bad b[] = {
+		{ "{'route':[]}", "$.route", "expected an object" },
+		{ "{'route':{'rules':{}}}", "$.route.rules", "expected an array" },
+		{ "{'route':{'rules':[7]}}", "$.route.rules[0]", "expected an object" },
+		{ "{'route':{'rules':[{}]}}", "$.route.rules[0]", "at least one matcher" },
+		{ "{'route':{'rules':[{'outbound':'direct'}]}}", "$.route.rules[0]",
+		  "at least one matcher" },
+		{ "{'route':{'rules':[{'cidr':['10.0.0.0/8']}]}}", "$.route.rules[0].outbound",
+		  "required" },
+		{ "{'route':{'rules':[{'network':'tcp','outbound':'direct'},{'cidr':[],"
+		  "'outbound':'direct'}]}}",
+		  "$.route.rules[1].cidr", "must not be empty" },
+		{ "{'route':{'rules':[{'cidr':'10.0.0.0/8','outbound':'direct'}]}}",
+		  "$.route.rules[0].cidr", "expected an array, got a string" },
+		{ "{'route':{'rules':[{'cidr':['10.0.0.0/33'],'outbound':'direct'}]}}",
+		  "$.route.rules[0].cidr[0]", "expected an IPv4 or IPv6 CIDR" },
+		{ "{'route':{'rules':[{'cidr':['10.0.0.0/8','10.0.0.1'],'outbound':'direct'}]}}",
+		  "$.route.rules[0].cidr[1]", "expected an IPv4 or IPv6 CIDR" },
+		{ "{'route':{'rules':[{'cidr':[5],'outbound':'direct'}]}}", "$.route.rules[0].cidr[0]",
+		  "expected a string" },
+		{ "{'route':{'rules':[{'port':[],'outbound':'direct'}]}}", "$.route.rules[0].port",
+		  "must not be empty" },
+		{ "{'route':{'rules':[{'port':[0],'outbound':'direct'}]}}",
+		  "$.route.rules[0].port[0]", "between 1 and 65535, got 0" },
+		{ "{'route':{'rules':[{'port':[80,65536],'outbound':'direct'}]}}",
+		  "$.route.rules[0].port[1]", "between 1 and 65535" },
+		{ "{'route':{'rules':[{'port':['90-80'],'outbound':'direct'}]}}",
+		  "$.route.rules[0].port[0]", "range \"90-80\" is reversed" },
+		{ "{'route':{'rules':[{'port':['0-80'],'outbound':'direct'}]}}",
+		  "$.route.rules[0].port[0]", "\"a-b\" range" },
+		{ "{'route':{'rules':[{'port':['80-'],'outbound':'direct'}]}}",
+		  "$.route.rules[0].port[0]", "\"a-b\" range" },
+		{ "{'route':{'rules':[{'port':['1-2-3'],'outbound':'direct'}]}}",
+		  "$.route.rules[0].port[0]", "\"a-b\" range" },
+		{ "{'route':{'rules':[{'port':['http'],'outbound':'direct'}]}}",
+		  "$.route.rules[0].port[0]", "\"a-b\" range" },
+		{ "{'route':{'rules':[{'port':[true],'outbound':'direct'}]}}",
+		  "$.route.rules[0].port[0]", "expected a port number" },
+		{ "{'route':{'rules':[{'port':[1.5],'outbound':'direct'}]}}",
+		  "$.route.rules[0].port[0]", "expected an integer" },
+		{ "{'route':{'rules':[{'network':'icmp','outbound':'direct'}]}}",
+		  "$.route.rules[0].network", "expected one of \"tcp\", \"udp\"" },
+		{ "{'route':{'rules':[{'network':'any','outbound':'direct'}]}}",
+		  "$.route.rules[0].network", "got \"any\"" },
+		{ "{'route':{'rules':[{'network':'tcp','outbound':'direct','action':'x'}]}}",
+		  "$.route.rules[0].action", "unknown key" },
+		{ "{'route':{'rules':[{'network':'tcp','outbound':'direct'},{'network':'udp',"
+		  "'outbound':'nope'}]}}",
+		  "$.route.rules[1].outbound", "no outbound is tagged \"nope\"" },
+		{ "{'route':{'final':'nope'}}", "$.route.final", "no outbound is tagged \"nope\"" },
+		{ "{'route':{'final':''}}", "$.route.final", "1 to 64 bytes" },
+		{ "{'route':{'default':'direct'}}", "$.route.default", "unknown key" },
+	};
+	BAD_TABLE(b);
+}
+
+/* ---- dns, stats, log ---------------------------------------------------------------------- */
+
+Test(config, dns_stats_log)
+{
+	struct ts_config cfg;
+	char buf[NETADDR_EP_STRLEN];
+
+	load_ok("{'dns':{'hijack':true,'upstream':'[2001:db8::53]:5353'},"
+		"'stats':{'listen':'[::1]:9090'},'log':{'level':'debug'}}",
+		&cfg);
+	cr_assert(cfg.dns.hijack);
+	cr_assert(cfg.dns.has_upstream);
+	cr_assert_str_eq(netaddr_ep_format(&cfg.dns.upstream, buf, sizeof(buf)),
+			 "[2001:db8::53]:5353");
+	cr_assert(cfg.stats.enabled);
+	cr_assert_eq(cfg.stats.listen.port, 9090);
+	cr_assert_eq(cfg.log_level, LOG_LEVEL_DEBUG);
+	config_fini(&cfg);
+	expect_ok("{'dns':{'hijack':false}}");
+	expect_ok("{'dns':{'upstream':'1.1.1.1:53'}}");
+	expect_ok("{'stats':{'listen':'127.0.0.1:1'},'log':{'level':'error'}}");
+	expect_ok("{'stats':{'listen':'127.1.2.3:65535'},'log':{'level':'warn'}}");
+
+	static const struct bad b[] = {
+		{ "{'dns':{'hijack':'yes'}}", "$.dns.hijack", "expected true or false, got a string" },
+		{ "{'dns':{'hijack':1}}", "$.dns.hijack", "expected true or false" },
+		{ "{'dns':{'hijack':true}}", "$.dns.upstream", "required when hijack is true" },
+		{ "{'dns':{'upstream':'dns.google:53'}}", "$.dns.upstream", "expected \"ip:port\"" },
+		{ "{'dns':{'upstream':'8.8.8.8'}}", "$.dns.upstream", "expected \"ip:port\"" },
+		{ "{'dns':{'upstream':'::1:53'}}", "$.dns.upstream", "expected \"ip:port\"" },
+		{ "{'dns':{'hijack':true,'upstream':'198.18.0.1:53'}}", "$.dns.upstream",
+		  "one of the TUN's own addresses" },
+		{ "{'dns':{'upstream':'198.18.0.2:53'}}", "$.dns.upstream", "own addresses" },
+		{ "{'dns':{'servers':[]}}", "$.dns.servers", "unknown key" },
+		{ "{'stats':{'listen':'0.0.0.0:9090'}}", "$.stats.listen", "not a loopback address" },
+		{ "{'stats':{'listen':'10.0.0.1:80'}}", "$.stats.listen", "not a loopback address" },
+		{ "{'stats':{'listen':'[::]:9090'}}", "$.stats.listen", "not a loopback address" },
+		{ "{'stats':{'listen':'127.0.0.1'}}", "$.stats.listen", "expected \"ip:port\"" },
+		{ "{'stats':{'listen':'localhost:9090'}}", "$.stats.listen", "expected \"ip:port\"" },
+		{ "{'stats':{'listen':'127.0.0.1:0'}}", "$.stats.listen", "expected \"ip:port\"" },
+		{ "{'stats':{'listen':9090}}", "$.stats.listen", "expected a string" },
+		{ "{'log':{'level':'trace'}}", "$.log.level",
+		  "expected one of \"error\", \"warn\", \"info\", \"debug\", got \"trace\"" },
+		{ "{'log':{'level':3}}", "$.log.level", "expected a string" },
+		{ "{'log':{'file':'x'}}", "$.log.file", "unknown key" },
+	};
+	BAD_TABLE(b);
+}
+
+/* ---- budgets ------------------------------------------------------------------------------ */
+
+Test(config, budgets_profiles_and_overrides)
+{
+	struct ts_config cfg;
+	struct budget_limits mob;
+
+	budget_limits_profile(&mob, BUDGET_PROFILE_MOBILE);
+	load_ok("{'budgets':{'profile':'mobile'}}", &cfg);
+	cr_assert_eq(cfg.budget_profile, BUDGET_PROFILE_MOBILE);
+	cr_assert_eq(memcmp(&cfg.budget, &mob, sizeof(mob)), 0);
+	cr_assert_eq(cfg.budget.tcp_sessions[BUDGET_NORMAL], 64, "the seed's mobile values");
+	cr_assert_eq(cfg.budget.tcp_sessions[BUDGET_ELEVATED], 32);
+	cr_assert_eq(cfg.budget.tcp_sessions[BUDGET_CRITICAL], 16);
+	config_fini(&cfg);
+
+	/* Overrides apply on top of the profile, whatever the key order. */
+	load_ok("{'budgets':{'tcp_sessions':100,'fds':2000,'profile':'mobile'}}", &cfg);
+	cr_assert_eq(cfg.budget.tcp_sessions[BUDGET_NORMAL], 100);
+	cr_assert_eq(cfg.budget.tcp_sessions[BUDGET_ELEVATED], 32);
+	cr_assert_eq(cfg.budget.fds, 2000);
+	cr_assert_eq(cfg.budget.nat_entries, mob.nat_entries);
+	config_fini(&cfg);
+
+	load_ok("{'budgets':{'memory_limit_mb':0,'nat_entries':1,'tcp_sessions':10,"
+		"'tcp_sessions_elevated':10,'tcp_sessions_critical':1,'udp_sessions':7,"
+		"'udp_up_queue':65536,'udp_down_queue':1,'listen_backlog':65535,"
+		"'buffer_bytes':1125899906842624,'fds':1}}",
+		&cfg);
+	cr_assert_eq(cfg.budget.memory_limit_mb, 0);
+	cr_assert_eq(cfg.budget.nat_entries, 1);
+	cr_assert_eq(cfg.budget.tcp_sessions[BUDGET_NORMAL], 10);
+	cr_assert_eq(cfg.budget.tcp_sessions[BUDGET_ELEVATED], 10, "equal tiers are fine");
+	cr_assert_eq(cfg.budget.tcp_sessions[BUDGET_CRITICAL], 1);
+	cr_assert_eq(cfg.budget.udp_sessions, 7);
+	cr_assert_eq(cfg.budget.udp_up_queue, 65536);
+	cr_assert_eq(cfg.budget.udp_down_queue, 1);
+	cr_assert_eq(cfg.budget.listen_backlog, 65535);
+	cr_assert_eq(cfg.budget.buffer_bytes, 1ULL << 50);
+	cr_assert_eq(cfg.budget.fds, 1);
+	cr_assert_eq(budget_limits_check(&cfg.budget, NULL), 0, "core/budget.c agrees");
+	config_fini(&cfg);
+
+	load_ok("{'budgets':{'memory_limit_mb':4294967295}}", &cfg);
+	cr_assert_eq(cfg.budget.memory_limit_mb, 4294967295u);
+	config_fini(&cfg);
+}
+
+Test(config, budgets_rejects)
+{
+	static const struct bad b[] = {
+		{ "{'budgets':{'profile':'server'}}", "$.budgets.profile",
+		  "expected one of \"desktop\", \"mobile\", got \"server\"" },
+		{ "{'budgets':[]}", "$.budgets", "expected an object" },
+		{ "{'budgets':{'nat_entries':0}}", "$.budgets.nat_entries", "between 1 and" },
+		{ "{'budgets':{'tcp_sessions':0}}", "$.budgets.tcp_sessions", "between 1 and" },
+		{ "{'budgets':{'tcp_sessions_critical':0}}", "$.budgets.tcp_sessions_critical",
+		  "between 1 and" },
+		{ "{'budgets':{'udp_sessions':16777217}}", "$.budgets.udp_sessions", "between 1 and" },
+		{ "{'budgets':{'udp_up_queue':0}}", "$.budgets.udp_up_queue", "between 1 and 65536" },
+		{ "{'budgets':{'udp_down_queue':65537}}", "$.budgets.udp_down_queue", "between" },
+		{ "{'budgets':{'listen_backlog':65536}}", "$.budgets.listen_backlog", "between" },
+		{ "{'budgets':{'buffer_bytes':4095}}", "$.budgets.buffer_bytes", "between 4096" },
+		{ "{'budgets':{'buffer_bytes':1125899906842625}}", "$.budgets.buffer_bytes",
+		  "between" },
+		{ "{'budgets':{'fds':0}}", "$.budgets.fds", "between 1 and" },
+		{ "{'budgets':{'memory_limit_mb':-1}}", "$.budgets.memory_limit_mb", "between 0" },
+		{ "{'budgets':{'memory_limit_mb':4294967296}}", "$.budgets.memory_limit_mb",
+		  "between 0 and 4294967295" },
+		{ "{'budgets':{'tcp_sessions_normal':5}}", "$.budgets.tcp_sessions_normal",
+		  "unknown key" },
+		/* Tier order: normal >= elevated >= critical, blaming the key that was written. */
+		{ "{'budgets':{'tcp_sessions':10,'tcp_sessions_elevated':11}}",
+		  "$.budgets.tcp_sessions_elevated", "11 exceeds tcp_sessions (10)" },
+		{ "{'budgets':{'tcp_sessions_elevated':5000}}", "$.budgets.tcp_sessions_elevated",
+		  "exceeds tcp_sessions (4096)" },
+		{ "{'budgets':{'tcp_sessions':100}}", "$.budgets.tcp_sessions",
+		  "100 is below tcp_sessions_elevated (2048, from the profile)" },
+		{ "{'budgets':{'tcp_sessions_elevated':8,'tcp_sessions_critical':9,"
+		  "'tcp_sessions':10}}",
+		  "$.budgets.tcp_sessions_critical", "9 exceeds tcp_sessions_elevated (8)" },
+		{ "{'budgets':{'profile':'mobile','tcp_sessions_critical':33}}",
+		  "$.budgets.tcp_sessions_critical", "exceeds tcp_sessions_elevated (32)" },
+		{ "{'budgets':{'profile':'mobile','tcp_sessions_elevated':15}}",
+		  "$.budgets.tcp_sessions_elevated",
+		  "15 is below tcp_sessions_critical (16, from the profile)" },
+	};
+	BAD_TABLE(b);
+	expect_ok("{'budgets':{'profile':'mobile','tcp_sessions_elevated':16}}");
+}
+
+/* ---- the NAT view ------------------------------------------------------------------------- */
+
+Test(config, to_nat)
+{
+	struct ts_config cfg;
+	struct nat_config nc, def;
+
+	load_ok("{'nat':{'addresses':8,'listeners':3,'linger_ms':1500,'half_open_timeout_ms':2500,"
+		"'port_quarantine_ms':0},'budgets':{'nat_entries':1234}}",
+		&cfg);
+	config_to_nat(&cfg, &nc);
+	nat_config_default(&def);
+	cr_assert_eq(nc.max_entries, 1234);
+	cr_assert_eq(nc.n_addrs, 8);
+	cr_assert_eq(nc.n_listeners, 3);
+	cr_assert_eq(nc.linger_ns, MS(1500));
+	cr_assert_eq(nc.half_open_ns, MS(2500));
+	cr_assert_eq(nc.quarantine_ns, 0);
+	cr_assert_eq(nc.port_min, def.port_min, "untouched fields keep the NAT defaults");
+	cr_assert_eq(nc.port_max, def.port_max);
+	cr_assert_eq(nc.seed, def.seed);
+	config_fini(&cfg);
+
+	load_ok("{}", &cfg);
+	config_to_nat(&cfg, &nc);
+	cr_assert_eq(nc.n_addrs, 4);
+	cr_assert_eq(nc.n_listeners, 2);
+	cr_assert_eq(nc.linger_ns, SEC(10));
+	cr_assert_eq(nc.half_open_ns, SEC(30));
+	cr_assert_eq(nc.quarantine_ns, SEC(60));
+	cr_assert_eq(nc.max_entries, cfg.budget.nat_entries);
+	config_fini(&cfg);
+}

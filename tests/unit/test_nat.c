@@ -1,0 +1,934 @@
+/* test_nat.c — the NAT table's contracts (stacks/system/nat.h), one behaviour per test, on a
+ * virtual clock. Every test checks the counters it should move, and that the others stay put. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "stacks/system/nat.h"
+#include "testutil.h"
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+/* The counters as plain numbers, so deltas can be written as designated initializers. */
+struct snap {
+#define SNAP_FIELD(name) uint64_t name;
+	NAT_COUNTERS(SNAP_FIELD)
+#undef SNAP_FIELD
+};
+
+static struct snap snap(const struct nat_table *t)
+{
+	const struct nat_counters *c = nat_get_counters(t);
+	struct snap s;
+
+#define SNAP_GET(name) s.name = ctr_get(&c->name);
+	NAT_COUNTERS(SNAP_GET)
+#undef SNAP_GET
+	return s;
+}
+
+/* Every counter moved by exactly want since before (unnamed fields: by zero). */
+static void expect_delta(const struct snap *before, const struct nat_table *t, struct snap want)
+{
+	struct snap now = snap(t);
+
+#define SNAP_CHECK(name)                                                                       \
+	cr_expect_eq(now.name - before->name, want.name, "counter %s: moved %llu, want %llu",   \
+		     #name, (unsigned long long)(now.name - before->name),                      \
+		     (unsigned long long)want.name);
+	NAT_COUNTERS(SNAP_CHECK)
+#undef SNAP_CHECK
+}
+
+#define DELTA(before, t, ...) expect_delta(&(before), (t), (struct snap){ __VA_ARGS__ })
+
+static struct flow_key key4(uint32_t client, uint16_t cport, uint32_t server, uint16_t sport)
+{
+	struct flow_key k;
+	uint32_t c = htonl(client), s = htonl(server);
+
+	memset(&k, 0, sizeof(k));
+	k.family = 4;
+	k.proto = IPPROTO_TCP;
+	k.sport_be = htons(cport);
+	k.dport_be = htons(sport);
+	memcpy(k.src, &c, 4);
+	memcpy(k.dst, &s, 4);
+	return k;
+}
+
+static struct flow_key key6(uint16_t client, uint16_t cport, uint16_t server, uint16_t sport)
+{
+	struct flow_key k;
+
+	memset(&k, 0, sizeof(k));
+	k.family = 6;
+	k.proto = IPPROTO_TCP;
+	k.sport_be = htons(cport);
+	k.dport_be = htons(sport);
+	k.src[0] = 0xfd;
+	k.src[14] = (uint8_t)(client >> 8);
+	k.src[15] = (uint8_t)client;
+	k.dst[0] = 0x20;
+	k.dst[1] = 0x01;
+	k.dst[14] = (uint8_t)(server >> 8);
+	k.dst[15] = (uint8_t)server;
+	return k;
+}
+
+/* Flow n: distinct client port per n, same client and server. */
+static struct flow_key flow(uint32_t n)
+{
+	return key4(0xc6120009, (uint16_t)(20000 + n), 0x01010101, 443);
+}
+
+static struct nat_config cfg_small(void)
+{
+	struct nat_config c;
+
+	nat_config_default(&c);
+	c.max_entries = 1000;
+	c.n_addrs = 2;
+	c.n_listeners = 2;
+	c.port_min = 10000;
+	c.port_max = 10099;
+	c.half_open_ns = SEC(30);
+	c.linger_ns = SEC(10);
+	c.quarantine_ns = SEC(60);
+	c.seed = 42;
+	return c;
+}
+
+static struct nat_table *table(const struct nat_config *c)
+{
+	struct nat_table *t = NULL;
+
+	cr_assert_eq(nat_table_new(c, &t), 0);
+	cr_assert_not_null(t);
+	return t;
+}
+
+static bool tuple_eq(const struct nat_tuple *a, const struct nat_tuple *b)
+{
+	return a->family == b->family && a->addr == b->addr && a->listener == b->listener &&
+	       a->port == b->port;
+}
+
+/* Position of a tuple in the allocation order: listener fastest, then address, then port. */
+static uint32_t tuple_index(const struct nat_config *c, const struct nat_tuple *tp)
+{
+	return ((uint32_t)(tp->port - c->port_min) * c->n_addrs + tp->addr) * c->n_listeners +
+	       tp->listener;
+}
+
+static enum nat_state state_of(struct nat_table *t, const struct nat_tuple *tp, uint64_t *gen)
+{
+	enum nat_state s = NAT_STATE_MAX;
+	uint64_t g = 0;
+
+	cr_assert_eq(nat_peek(t, tp, &s, &g), 0, "tuple port %u has no mapping", tp->port);
+	if (gen)
+		*gen = g;
+	return s;
+}
+
+static void expect_entries(struct nat_table *t, uint64_t half_open, uint64_t active,
+			   uint64_t closing, uint64_t quarantine)
+{
+	struct nat_stats st;
+
+	nat_get_stats(t, &st);
+	cr_expect_eq(st.entries[NAT_HALF_OPEN], half_open, "half_open %llu",
+		     (unsigned long long)st.entries[NAT_HALF_OPEN]);
+	cr_expect_eq(st.entries[NAT_ACTIVE], active, "active %llu",
+		     (unsigned long long)st.entries[NAT_ACTIVE]);
+	cr_expect_eq(st.entries[NAT_CLOSING], closing, "closing %llu",
+		     (unsigned long long)st.entries[NAT_CLOSING]);
+	cr_expect_eq(st.quarantine, quarantine, "quarantine %llu",
+		     (unsigned long long)st.quarantine);
+}
+
+/* Accepted and marked CLOSING at now; returns the accept generation. */
+static uint64_t open_and_close(struct nat_table *t, const struct flow_key *k, int64_t now,
+			       struct nat_tuple *tp)
+{
+	struct flow_key back;
+	uint64_t gen;
+
+	cr_assert_eq(nat_uplink(t, k, true, now, tp), 0);
+	cr_assert_eq(nat_accept(t, tp, now, &back, &gen), 0);
+	cr_assert_eq(nat_mark_closing(t, tp, gen, now), 0);
+	return gen;
+}
+
+/* ---- configuration ------------------------------------------------------------------------ */
+
+Test(nat, config_defaults)
+{
+	struct nat_config c;
+
+	nat_config_default(&c);
+	cr_expect_eq(c.max_entries, 65536);
+	cr_expect_eq(c.n_addrs, 4);
+	cr_expect_eq(c.n_listeners, 2);
+	cr_expect_eq(c.port_min, 1024);
+	cr_expect_eq(c.port_max, 65535);
+	cr_expect_eq(c.half_open_ns, SEC(30));
+	cr_expect_eq(c.linger_ns, SEC(10));
+	cr_expect_eq(c.quarantine_ns, SEC(60));
+	cr_expect_str_eq(nat_state_name(NAT_HALF_OPEN), "half_open");
+	cr_expect_str_eq(nat_state_name(NAT_ACTIVE), "active");
+	cr_expect_str_eq(nat_state_name(NAT_CLOSING), "closing");
+	cr_expect_str_eq(nat_state_name(NAT_STATE_MAX), "invalid");
+}
+
+Test(nat, bad_configs_are_einval)
+{
+	struct nat_config good = cfg_small(), c;
+	struct nat_table *t = (struct nat_table *)&good; /* must be reset to NULL */
+
+#define BAD(stmt)                                                                              \
+	do {                                                                                   \
+		c = good;                                                                      \
+		stmt;                                                                          \
+		t = (struct nat_table *)&good;                                                 \
+		cr_expect_eq(nat_table_new(&c, &t), -EINVAL, "accepted: " #stmt);               \
+		cr_expect_null(t, "out not cleared: " #stmt);                                   \
+	} while (0)
+	BAD(c.max_entries = 0);
+	BAD(c.n_addrs = 0);
+	BAD(c.n_addrs = NAT_MAX_ADDRS + 1);
+	BAD(c.n_listeners = 0);
+	BAD(c.n_listeners = NAT_MAX_LISTENERS + 1);
+	BAD(c.port_min = 0);
+	BAD((c.port_min = 2000, c.port_max = 1999));
+	BAD(c.half_open_ns = 0);
+	BAD(c.half_open_ns = -1);
+	BAD(c.linger_ns = -1);
+	BAD(c.quarantine_ns = -1);
+	BAD(c.quarantine_ns = NAT_TIMEOUT_MAX_NS + 1);
+	BAD(c.linger_ns = NAT_TIMEOUT_MAX_NS + 1);
+#undef BAD
+	cr_expect_eq(nat_table_new(NULL, &t), -EINVAL);
+
+	/* The edges are fine. */
+	c = good;
+	c.n_addrs = NAT_MAX_ADDRS;
+	c.n_listeners = NAT_MAX_LISTENERS;
+	c.port_min = c.port_max = 1;
+	c.linger_ns = 0;
+	c.quarantine_ns = NAT_TIMEOUT_MAX_NS;
+	cr_assert_eq(nat_table_new(&c, &t), 0);
+	nat_table_free(t);
+	nat_table_free(NULL);
+}
+
+/* ---- translation -------------------------------------------------------------------------- */
+
+static void create_and_restore(const struct flow_key *k)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct nat_tuple tp, again;
+	struct flow_key back;
+	struct snap s0 = snap(t);
+
+	cr_assert_eq(nat_uplink(t, k, true, SEC(1), &tp), 0);
+	cr_expect_eq(tp.family, k->family);
+	cr_expect_lt(tp.addr, c.n_addrs);
+	cr_expect_lt(tp.listener, c.n_listeners);
+	cr_expect(tp.port >= c.port_min && tp.port <= c.port_max, "port %u", tp.port);
+	cr_expect_eq(state_of(t, &tp, NULL), NAT_HALF_OPEN);
+	DELTA(s0, t, .created = 1);
+	expect_entries(t, 1, 0, 0, 0);
+
+	/* Later segments of the flow (no SYN) find the same tuple. */
+	cr_assert_eq(nat_uplink(t, k, false, SEC(2), &again), 0);
+	cr_expect(tuple_eq(&tp, &again));
+	/* The downlink restores the original pair, byte for byte. */
+	memset(&back, 0xa5, sizeof(back));
+	cr_assert_eq(nat_downlink(t, &tp, SEC(2), &back), 0);
+	cr_expect_eq(memcmp(&back, k, sizeof(back)), 0);
+	cr_expect_eq(nat_tuple_status(t, &tp), NAT_TUPLE_MAPPED);
+	DELTA(s0, t, .created = 1);
+	nat_table_free(t);
+}
+
+Test(nat, create_lookup_downlink_v4)
+{
+	struct flow_key k = key4(0x0a000002, 51000, 0x5db8d822, 443);
+
+	create_and_restore(&k);
+}
+
+Test(nat, create_lookup_downlink_v6)
+{
+	struct flow_key k = key6(0x1234, 51000, 0x0042, 8443);
+
+	create_and_restore(&k);
+}
+
+Test(nat, full_pair_is_the_key)
+{
+	/* Same source, two destinations (sing-box #4224): two mappings, each restores its own. */
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key a = key4(0x0a000002, 51000, 0x01010101, 443);
+	struct flow_key b = key4(0x0a000002, 51000, 0x08080808, 443);
+	struct flow_key v6 = key6(2, 51000, 0x0101, 443);
+	struct nat_tuple ta, tb, t6;
+	struct flow_key back;
+
+	cr_assert_eq(nat_uplink(t, &a, true, SEC(1), &ta), 0);
+	cr_assert_eq(nat_uplink(t, &b, true, SEC(1), &tb), 0);
+	cr_assert_eq(nat_uplink(t, &v6, true, SEC(1), &t6), 0);
+	cr_expect_not(tuple_eq(&ta, &tb));
+	cr_expect_eq(t6.family, 6);
+	cr_assert_eq(nat_downlink(t, &ta, SEC(1), &back), 0);
+	cr_expect_eq(memcmp(&back, &a, sizeof(back)), 0);
+	cr_assert_eq(nat_downlink(t, &tb, SEC(1), &back), 0);
+	cr_expect_eq(memcmp(&back, &b, sizeof(back)), 0);
+	cr_assert_eq(nat_downlink(t, &t6, SEC(1), &back), 0);
+	cr_expect_eq(memcmp(&back, &v6, sizeof(back)), 0);
+	expect_entries(t, 3, 0, 0, 0);
+	nat_table_free(t);
+}
+
+Test(nat, non_syn_without_mapping_never_allocates)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = flow(1);
+	struct nat_tuple tp;
+	struct snap s0 = snap(t);
+
+	cr_expect_eq(nat_uplink(t, &k, false, SEC(1), &tp), -ENOENT);
+	cr_expect_eq(nat_uplink(t, &k, false, SEC(2), &tp), -ENOENT);
+	DELTA(s0, t, .uplink_miss = 2);
+	expect_entries(t, 0, 0, 0, 0);
+	cr_expect_eq(nat_next_deadline(t), INT64_MAX);
+	nat_table_free(t);
+}
+
+Test(nat, downlink_miss_and_bad_input)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct nat_tuple tp = { .family = 4, .addr = 0, .listener = 0, .port = 10000 };
+	struct nat_tuple out_of_space = { .family = 4, .addr = 7, .listener = 0, .port = 10000 };
+	struct flow_key back, k = flow(1);
+	uint64_t gen;
+	struct snap s0 = snap(t);
+
+	cr_expect_eq(nat_downlink(t, &tp, SEC(1), &back), -ENOENT);
+	cr_expect_eq(nat_downlink(t, &out_of_space, SEC(1), &back), -ENOENT);
+	cr_expect_eq(nat_accept(t, &out_of_space, SEC(1), &back, &gen), -ENOENT);
+	cr_expect_eq(nat_mark_closing(t, &out_of_space, 1, SEC(1)), -ENOENT);
+	DELTA(s0, t, .downlink_miss = 2, .accept_miss = 1);
+	cr_expect_eq(nat_tuple_status(t, &out_of_space), -EINVAL);
+	cr_expect_eq(nat_tuple_status(t, &tp), NAT_TUPLE_FREE);
+	k.family = 5;
+	cr_expect_eq(nat_uplink(t, &k, true, SEC(1), &tp), -EINVAL);
+	expect_entries(t, 0, 0, 0, 0);
+	nat_table_free(t);
+}
+
+/* ---- states and generations ---------------------------------------------------------------- */
+
+Test(nat, states_and_transitions)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = flow(1), back;
+	struct nat_tuple tp, again;
+	uint64_t g0, g1, g2, gen;
+	struct snap s0 = snap(t);
+
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &tp), 0);
+	cr_expect_eq(state_of(t, &tp, &g0), NAT_HALF_OPEN);
+	/* Not accepted yet: nobody holds a generation for it, closing it is refused. */
+	cr_expect_eq(nat_mark_closing(t, &tp, g0, SEC(1)), -ESTALE);
+	cr_expect_eq(state_of(t, &tp, NULL), NAT_HALF_OPEN);
+
+	cr_assert_eq(nat_accept(t, &tp, SEC(2), &back, &g1), 0);
+	cr_expect_eq(memcmp(&back, &k, sizeof(back)), 0);
+	cr_expect_neq(g1, g0, "accept stamps a new generation");
+	cr_expect_eq(state_of(t, &tp, &gen), NAT_ACTIVE);
+	cr_expect_eq(gen, g1);
+	expect_entries(t, 0, 1, 0, 0);
+	/* A second accept of the same tuple: not HALF_OPEN any more. */
+	cr_expect_eq(nat_accept(t, &tp, SEC(2), &back, &gen), -ENOENT);
+	/* A pure SYN on ACTIVE (a retransmit racing the accept) keeps the mapping. */
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(2), &again), 0);
+	cr_expect(tuple_eq(&tp, &again));
+	cr_expect_eq(state_of(t, &tp, &gen), NAT_ACTIVE);
+	cr_expect_eq(gen, g1);
+
+	/* A stale generation (an older session's guard) is ignored. */
+	cr_expect_eq(nat_mark_closing(t, &tp, g0, SEC(3)), -ESTALE);
+	cr_expect_eq(nat_mark_closing(t, &tp, g1 + 1000, SEC(3)), -ESTALE);
+	cr_expect_eq(state_of(t, &tp, NULL), NAT_ACTIVE);
+
+	cr_expect_eq(nat_mark_closing(t, &tp, g1, SEC(3)), 0);
+	cr_expect_eq(state_of(t, &tp, &g2), NAT_CLOSING);
+	cr_expect_eq(g2, g1, "closing keeps the generation");
+	expect_entries(t, 0, 0, 1, 0);
+	/* Idempotent; still a stale generation is refused. */
+	cr_expect_eq(nat_mark_closing(t, &tp, g1, SEC(4)), 0);
+	cr_expect_eq(nat_mark_closing(t, &tp, g0, SEC(4)), -ESTALE);
+	cr_expect_eq(state_of(t, &tp, NULL), NAT_CLOSING);
+	/* CLOSING still translates (the kernel's FIN/ACK). */
+	cr_assert_eq(nat_downlink(t, &tp, SEC(4), &back), 0);
+	cr_expect_eq(memcmp(&back, &k, sizeof(back)), 0);
+	cr_assert_eq(nat_uplink(t, &k, false, SEC(4), &again), 0);
+	cr_expect(tuple_eq(&tp, &again));
+	DELTA(s0, t, .created = 1, .accepted = 1, .accept_miss = 1, .closed = 1,
+	      .gen_mismatch = 4);
+
+	/* Unknown tuple. */
+	again.port = (uint16_t)(tp.port == c.port_max ? c.port_min : tp.port + 1);
+	again.listener = tp.listener;
+	cr_expect_eq(nat_mark_closing(t, &again, g1, SEC(4)), -ENOENT);
+	nat_table_free(t);
+}
+
+Test(nat, syn_retransmit_reuses_half_open)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = flow(1);
+	struct nat_tuple a, b;
+	uint64_t ga, gb;
+	struct snap s0 = snap(t);
+
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &a), 0);
+	state_of(t, &a, &ga);
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(2), &b), 0);
+	cr_expect(tuple_eq(&a, &b));
+	state_of(t, &b, &gb);
+	cr_expect_eq(ga, gb);
+	DELTA(s0, t, .created = 1);
+	/* The retransmit refreshed it: the half-open lifetime counts from SEC(2). */
+	cr_expect_eq(nat_purge(t, SEC(1) + c.half_open_ns, 100), 0);
+	cr_expect_eq(nat_purge(t, SEC(2) + c.half_open_ns, 100), 1);
+	nat_table_free(t);
+}
+
+Test(nat, syn_on_closing_gets_a_different_tuple)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = flow(1), back;
+	struct nat_tuple old, neu;
+	struct nat_candidate cand;
+	uint64_t gold, gnew;
+	struct snap s0;
+
+	gold = open_and_close(t, &k, SEC(1), &old);
+	/* The old linger is due at SEC(11): collect it now, as a slow cleanup would. */
+	cr_assert_eq(nat_collect_expired(t, SEC(11), &cand, 1), 1);
+	cr_expect(tuple_eq(&cand.tuple, &old));
+	s0 = snap(t);
+	/* The client reconnects from the same port (pure SYN). */
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(12), &neu), 0);
+	cr_expect_not(tuple_eq(&old, &neu), "reconnect reused the lingering tuple");
+	cr_expect_eq(state_of(t, &neu, &gnew), NAT_HALF_OPEN);
+	cr_expect_neq(gnew, gold);
+	DELTA(s0, t, .created = 1, .replaced = 1, .quarantined = 1);
+	expect_entries(t, 1, 0, 0, 1);
+	/* The old tuple is gone and resting. */
+	cr_expect_eq(nat_downlink(t, &old, SEC(12), &back), -ENOENT);
+	cr_expect_eq(nat_tuple_status(t, &old), NAT_TUPLE_RESTING);
+
+	/* The old session's guard and the old cleanup cannot touch the new mapping. */
+	cr_expect_eq(nat_mark_closing(t, &old, gold, SEC(13)), -ENOENT);
+	cr_expect_eq(nat_mark_closing(t, &neu, gold, SEC(13)), -ESTALE);
+	cr_expect_eq(nat_remove_if_expired(t, &cand, SEC(13)), -ENOENT);
+	cr_expect_eq(nat_purge(t, SEC(30), 100), 0);
+	cr_expect_eq(state_of(t, &neu, NULL), NAT_HALF_OPEN);
+	cr_assert_eq(nat_downlink(t, &neu, SEC(30), &back), 0);
+	cr_expect_eq(memcmp(&back, &k, sizeof(back)), 0);
+	/* The new mapping lives its own life: accepted, then expires only when closed. */
+	cr_assert_eq(nat_accept(t, &neu, SEC(31), &back, &gnew), 0);
+	cr_expect_eq(nat_purge(t, SEC(1000), 100), 0);
+	cr_expect_eq(state_of(t, &neu, NULL), NAT_ACTIVE);
+	nat_table_free(t);
+}
+
+Test(nat, replacement_needs_no_budget_and_keeps_old_when_no_tuple)
+{
+	/* Budget for two entries, three tuples. */
+	struct nat_config c = cfg_small();
+	struct nat_table *t;
+	struct flow_key k = flow(1), other = flow(2), back;
+	struct nat_tuple a, b, o, x;
+	uint64_t gen;
+	struct snap s0;
+
+	c.n_addrs = 1;
+	c.n_listeners = 1;
+	c.port_min = 5000;
+	c.port_max = 5002;
+	c.max_entries = 2;
+	t = table(&c);
+	open_and_close(t, &k, SEC(1), &a);
+	cr_assert_eq(nat_uplink(t, &other, true, SEC(1), &o), 0);
+	/* The budget is full, yet a reconnect replaces its CLOSING mapping. */
+	s0 = snap(t);
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(2), &b), 0);
+	DELTA(s0, t, .created = 1, .replaced = 1, .quarantined = 1);
+	cr_expect_not(tuple_eq(&a, &b));
+	cr_expect_not(tuple_eq(&o, &b));
+	/* Closed again; now the only other tuple rests: the next reconnect is refused and
+	 * the CLOSING mapping is left exactly as it was. */
+	cr_assert_eq(nat_accept(t, &b, SEC(3), &back, &gen), 0);
+	cr_assert_eq(nat_mark_closing(t, &b, gen, SEC(3)), 0);
+	s0 = snap(t);
+	cr_expect_eq(nat_uplink(t, &k, true, SEC(4), &x), -EADDRNOTAVAIL);
+	DELTA(s0, t, .ports_exhausted = 1);
+	cr_expect_eq(state_of(t, &b, NULL), NAT_CLOSING);
+	cr_assert_eq(nat_downlink(t, &b, SEC(4), &back), 0);
+	cr_expect_eq(memcmp(&back, &k, sizeof(back)), 0);
+	cr_expect_eq(nat_tuple_status(t, &a), NAT_TUPLE_RESTING);
+	expect_entries(t, 1, 0, 1, 1);
+	nat_table_free(t);
+}
+
+/* ---- expiry -------------------------------------------------------------------------------- */
+
+Test(nat, half_open_expires_without_accept)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = flow(1), back;
+	struct nat_tuple tp;
+	struct snap s0;
+
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(5), &tp), 0);
+	s0 = snap(t);
+	cr_expect_eq(nat_purge(t, SEC(5) + c.half_open_ns - 1, 100), 0);
+	cr_expect_eq(state_of(t, &tp, NULL), NAT_HALF_OPEN);
+	DELTA(s0, t, .created = 0);
+	cr_expect_eq(nat_purge(t, SEC(5) + c.half_open_ns, 100), 1);
+	DELTA(s0, t, .expired = 1, .quarantined = 1);
+	expect_entries(t, 0, 0, 0, 1);
+	cr_expect_eq(nat_downlink(t, &tp, SEC(36), &back), -ENOENT);
+	cr_expect_eq(nat_uplink(t, &k, false, SEC(36), &tp), -ENOENT);
+	cr_expect_eq(nat_tuple_status(t, &tp), NAT_TUPLE_RESTING);
+	nat_table_free(t);
+}
+
+Test(nat, active_never_expires)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = flow(1), back;
+	struct nat_tuple tp;
+	uint64_t gen;
+
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &tp), 0);
+	cr_assert_eq(nat_accept(t, &tp, SEC(1), &back, &gen), 0);
+	cr_expect_eq(nat_next_deadline(t), INT64_MAX);
+	cr_expect_eq(nat_purge(t, SEC(86400), 1000), 0);
+	cr_expect_eq(state_of(t, &tp, NULL), NAT_ACTIVE);
+	nat_table_free(t);
+}
+
+Test(nat, expired_then_refreshed_survives)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = flow(1), k2 = flow(2), back;
+	struct nat_tuple tp, tp2, again;
+	struct nat_candidate cand[4];
+	int64_t due = SEC(1) + c.half_open_ns;
+	struct snap s0;
+
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &tp), 0);
+	cr_assert_eq(nat_uplink(t, &k2, true, SEC(1), &tp2), 0);
+	cr_assert_eq(nat_collect_expired(t, due, cand, 4), 2);
+	/* Out of the heap while they are candidates... */
+	cr_expect_eq(nat_next_deadline(t), INT64_MAX);
+	s0 = snap(t);
+	/* ... and a packet arrives for each between the phases: one uplink, one downlink. */
+	size_t i1 = tuple_eq(&cand[0].tuple, &tp) ? 0 : 1;
+	cr_assert_eq(nat_uplink(t, &k, false, due, &again), 0);
+	cr_assert_eq(nat_downlink(t, &tp2, due, &back), 0);
+	cr_expect_eq(nat_remove_if_expired(t, &cand[i1], due), -EAGAIN);
+	cr_expect_eq(nat_remove_if_expired(t, &cand[1 - i1], due), -EAGAIN);
+	DELTA(s0, t, .expiry_saved = 2);
+	/* Both still work and were re-armed with their real deadlines. */
+	cr_assert_eq(nat_downlink(t, &tp, due, &back), 0);
+	cr_expect_eq(memcmp(&back, &k, sizeof(back)), 0);
+	cr_assert_eq(nat_uplink(t, &k2, false, due, &again), 0);
+	cr_expect(tuple_eq(&again, &tp2));
+	expect_entries(t, 2, 0, 0, 0);
+	cr_expect_eq(nat_next_deadline(t), due + c.half_open_ns);
+	cr_expect_eq(nat_purge(t, due + c.half_open_ns, 10), 2);
+	nat_table_free(t);
+}
+
+Test(nat, candidate_accepted_between_phases_is_kept)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = flow(1), back;
+	struct nat_tuple tp;
+	struct nat_candidate cand;
+	int64_t due = SEC(1) + c.half_open_ns;
+	uint64_t gen;
+
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &tp), 0);
+	cr_assert_eq(nat_collect_expired(t, due, &cand, 1), 1);
+	cr_assert_eq(nat_accept(t, &tp, due, &back, &gen), 0);
+	cr_expect_eq(nat_remove_if_expired(t, &cand, due), -ENOENT);
+	cr_expect_eq(state_of(t, &tp, NULL), NAT_ACTIVE);
+	cr_expect_eq(nat_next_deadline(t), INT64_MAX);
+	/* Closing it later arms it normally. */
+	cr_assert_eq(nat_mark_closing(t, &tp, gen, due + SEC(1)), 0);
+	cr_expect_eq(nat_next_deadline(t), due + SEC(1) + c.linger_ns);
+	cr_expect_eq(nat_purge(t, due + SEC(1) + c.linger_ns, 10), 1);
+	nat_table_free(t);
+}
+
+Test(nat, closing_with_traffic_is_not_expired)
+{
+	/* A closed socket may still drain a large send queue: the linger counts from the last
+	 * translated packet. */
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = flow(1), back;
+	struct nat_tuple tp, again;
+	int64_t now = SEC(100), last = 0;
+
+	open_and_close(t, &k, now, &tp);
+	for (int i = 0; i < 12; i++) {
+		now += SEC(5); /* half the linger, for a minute */
+		if (i % 2)
+			cr_assert_eq(nat_downlink(t, &tp, now, &back), 0);
+		else
+			cr_assert_eq(nat_uplink(t, &k, false, now, &again), 0);
+		last = now;
+		cr_expect_eq(nat_purge(t, now, 100), 0);
+		cr_expect_eq(state_of(t, &tp, NULL), NAT_CLOSING);
+	}
+	cr_expect_eq(nat_purge(t, last + c.linger_ns - 1, 100), 0);
+	cr_expect_eq(state_of(t, &tp, NULL), NAT_CLOSING);
+	cr_expect_eq(nat_purge(t, last + c.linger_ns, 100), 1);
+	cr_expect_eq(nat_downlink(t, &tp, last + c.linger_ns, &back), -ENOENT);
+	nat_table_free(t);
+}
+
+Test(nat, linger_starts_no_earlier_than_the_mark)
+{
+	/* An ACTIVE flow idle for an hour, then closed: its FIN still gets a full linger. */
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = flow(1), back;
+	struct nat_tuple tp;
+	uint64_t gen;
+	int64_t mark = SEC(3601);
+
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &tp), 0);
+	cr_assert_eq(nat_accept(t, &tp, SEC(1), &back, &gen), 0);
+	cr_assert_eq(nat_mark_closing(t, &tp, gen, mark), 0);
+	cr_expect_eq(nat_next_deadline(t), mark + c.linger_ns);
+	cr_expect_eq(nat_purge(t, mark + c.linger_ns - 1, 10), 0);
+	cr_assert_eq(nat_downlink(t, &tp, mark + SEC(1), &back), 0);
+	cr_expect_eq(nat_purge(t, mark + SEC(1) + c.linger_ns, 10), 1);
+	nat_table_free(t);
+}
+
+Test(nat, next_deadline_values)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = flow(1), k2 = flow(2), back;
+	struct nat_tuple tp, tp2;
+	uint64_t gen;
+
+	cr_expect_eq(nat_next_deadline(t), INT64_MAX);
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(7), &tp), 0);
+	cr_expect_eq(nat_next_deadline(t), SEC(7) + c.half_open_ns);
+	cr_assert_eq(nat_uplink(t, &k2, true, SEC(8), &tp2), 0);
+	cr_expect_eq(nat_next_deadline(t), SEC(7) + c.half_open_ns);
+	cr_assert_eq(nat_accept(t, &tp, SEC(9), &back, &gen), 0);
+	cr_expect_eq(nat_next_deadline(t), SEC(8) + c.half_open_ns);
+	cr_assert_eq(nat_mark_closing(t, &tp, gen, SEC(10)), 0);
+	cr_expect_eq(nat_next_deadline(t), SEC(10) + c.linger_ns);
+	/* A packet moves the real deadline; the published one may stay early... */
+	cr_assert_eq(nat_downlink(t, &tp, SEC(15), &back), 0);
+	cr_expect_eq(nat_next_deadline(t), SEC(10) + c.linger_ns);
+	/* ... until a purge re-arms it with the real one (nothing removed). */
+	cr_expect_eq(nat_purge(t, SEC(10) + c.linger_ns, 10), 0);
+	cr_expect_eq(nat_next_deadline(t), SEC(15) + c.linger_ns);
+	cr_expect_eq(nat_purge(t, SEC(15) + c.linger_ns, 10), 1);
+	cr_expect_eq(nat_next_deadline(t), SEC(8) + c.half_open_ns);
+	cr_expect_eq(nat_purge(t, SEC(8) + c.half_open_ns, 10), 1);
+	/* Two tuples rest in quarantine, but the quarantine never asks to be woken. */
+	expect_entries(t, 0, 0, 0, 2);
+	cr_expect_eq(nat_next_deadline(t), INT64_MAX);
+	nat_table_free(t);
+}
+
+Test(nat, collect_and_purge_are_bounded)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct nat_candidate cand[8];
+	struct nat_tuple tp;
+	int64_t due = SEC(1) + c.half_open_ns;
+
+	for (uint32_t i = 0; i < 10; i++) {
+		struct flow_key k = flow(i);
+
+		cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &tp), 0);
+	}
+	cr_expect_eq(nat_collect_expired(t, due - 1, cand, 8), 0);
+	cr_assert_eq(nat_collect_expired(t, due, cand, 3), 3);
+	for (int i = 0; i < 3; i++)
+		cr_expect_eq(nat_remove_if_expired(t, &cand[i], due), 0);
+	expect_entries(t, 7, 0, 0, 3);
+	cr_expect_eq(nat_purge(t, due, 4), 4);
+	expect_entries(t, 3, 0, 0, 7);
+	cr_expect_leq(nat_next_deadline(t), due, "work is left");
+	cr_expect_eq(nat_purge(t, due, 100), 3);
+	cr_expect_eq(nat_next_deadline(t), INT64_MAX);
+	cr_expect_eq(nat_purge(t, due, 0), 0);
+	nat_table_free(t);
+}
+
+/* ---- tuples, quarantine, budget ----------------------------------------------------------- */
+
+Test(nat, quarantine_blocks_reuse_inside_the_window)
+{
+	/* A tiny space: 1 address x 1 listener x 4 ports. */
+	struct nat_config c = cfg_small();
+	struct nat_table *t;
+	struct nat_tuple tp[4], x;
+	bool seen[4] = { false };
+	int64_t freed = SEC(1) + SEC(30); /* half-open timeout */
+	struct snap s0;
+
+	c.n_addrs = 1;
+	c.n_listeners = 1;
+	c.port_min = 7000;
+	c.port_max = 7003;
+	t = table(&c);
+	for (uint32_t i = 0; i < 4; i++) {
+		struct flow_key k = flow(i);
+
+		cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &tp[i]), 0);
+		cr_assert(tp[i].port >= 7000 && tp[i].port <= 7003);
+		cr_expect_not(seen[tp[i].port - 7000], "port %u handed out twice", tp[i].port);
+		seen[tp[i].port - 7000] = true;
+	}
+	struct flow_key k5 = flow(5);
+	cr_expect_eq(nat_uplink(t, &k5, true, SEC(2), &x), -EADDRNOTAVAIL);
+	cr_assert_eq(nat_purge(t, freed, 100), 4);
+	expect_entries(t, 0, 0, 0, 4);
+
+	/* Under pressure to allocate, the whole window long: refused, and purges do not help. */
+	s0 = snap(t);
+	for (int64_t now = freed; now < freed + c.quarantine_ns; now += SEC(3)) {
+		cr_expect_eq(nat_uplink(t, &k5, true, now, &x), -EADDRNOTAVAIL, "reused at %lld",
+			     (long long)(now - freed));
+		cr_expect_eq(nat_purge(t, now, 100), 0);
+	}
+	cr_expect_eq(nat_uplink(t, &k5, true, freed + c.quarantine_ns - 1, &x), -EADDRNOTAVAIL);
+	DELTA(s0, t, .ports_exhausted = 21);
+	expect_entries(t, 0, 0, 0, 4);
+	for (int i = 0; i < 4; i++)
+		cr_expect_eq(nat_tuple_status(t, &tp[i]), NAT_TUPLE_RESTING);
+
+	/* After the window (rounded up to a tick), the allocation itself releases a few. */
+	s0 = snap(t);
+	cr_assert_eq(nat_uplink(t, &k5, true, freed + c.quarantine_ns + NAT_QUARANTINE_TICK_NS,
+				&x), 0);
+	DELTA(s0, t, .created = 1, .released = NAT_RELEASE_PER_ALLOC);
+	expect_entries(t, 1, 0, 0, 4 - NAT_RELEASE_PER_ALLOC);
+	cr_expect_eq(nat_purge(t, freed + c.quarantine_ns + NAT_QUARANTINE_TICK_NS, 100), 0);
+	expect_entries(t, 1, 0, 0, 0);
+	nat_table_free(t);
+}
+
+Test(nat, budget_refuses_and_recovers)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t;
+	struct flow_key a = flow(1), b = flow(2), back;
+	struct nat_tuple ta, tb;
+	uint64_t gen;
+	struct snap s0;
+
+	c.max_entries = 1;
+	t = table(&c);
+	cr_assert_eq(nat_uplink(t, &a, true, SEC(1), &ta), 0);
+	s0 = snap(t);
+	cr_expect_eq(nat_uplink(t, &b, true, SEC(2), &tb), -ENOSPC);
+	DELTA(s0, t, .budget_exhausted = 1);
+	/* The refused flow's packets find nothing, and nothing existing was disturbed. */
+	cr_expect_eq(nat_uplink(t, &b, false, SEC(2), &tb), -ENOENT);
+	cr_assert_eq(nat_downlink(t, &ta, SEC(2), &back), 0);
+	cr_expect_eq(memcmp(&back, &a, sizeof(back)), 0);
+	/* The budget comes back only when the entry is removed (not on accept or close). */
+	cr_assert_eq(nat_accept(t, &ta, SEC(3), &back, &gen), 0);
+	cr_assert_eq(nat_mark_closing(t, &ta, gen, SEC(3)), 0);
+	cr_expect_eq(nat_uplink(t, &b, true, SEC(4), &tb), -ENOSPC);
+	cr_assert_eq(nat_purge(t, SEC(4) + c.linger_ns, 10), 1);
+	s0 = snap(t);
+	cr_assert_eq(nat_uplink(t, &b, true, SEC(20), &tb), 0);
+	DELTA(s0, t, .created = 1);
+	cr_assert_eq(nat_downlink(t, &tb, SEC(20), &back), 0);
+	cr_expect_eq(memcmp(&back, &b, sizeof(back)), 0);
+	nat_table_free(t);
+}
+
+Test(nat, probe_limit_is_4096)
+{
+	/* 8192 tuples, all taken but one that the cursor reaches only at probe 4097. */
+	struct nat_config c = cfg_small();
+	struct nat_table *t;
+	static struct nat_tuple tp[8192];
+	struct flow_key k, back;
+	struct nat_tuple x;
+	uint64_t gen;
+	int64_t now = SEC(1);
+	struct snap s0;
+
+	c.n_addrs = 1;
+	c.n_listeners = 1;
+	c.port_min = 1;
+	c.port_max = 8192;
+	c.max_entries = 10000;
+	c.quarantine_ns = 0;
+	t = table(&c);
+	for (uint32_t i = 0; i < 8192; i++) {
+		k = key4(0x0a000000 + i, 40000, 0x01010101, 80);
+		cr_assert_eq(nat_uplink(t, &k, true, now, &tp[i]), 0);
+		if (i > 0)
+			cr_assert_eq(tuple_index(&c, &tp[i]),
+				     (tuple_index(&c, &tp[i - 1]) + 1) % 8192,
+				     "the cursor walks the space in order");
+		if (i != NAT_PROBE_LIMIT)
+			cr_assert_eq(nat_accept(t, &tp[i], now, &back, &gen), 0);
+	}
+	/* Flow 4096 expires; its tuple rests for zero time. */
+	cr_assert_eq(nat_purge(t, now + c.half_open_ns, 10), 1);
+	now += c.half_open_ns + SEC(1);
+	nat_purge(t, now, 10);
+	cr_expect_eq(nat_tuple_status(t, &tp[NAT_PROBE_LIMIT]), NAT_TUPLE_FREE);
+
+	s0 = snap(t);
+	k = key4(0x0b000000, 40000, 0x01010101, 80);
+	cr_expect_eq(nat_uplink(t, &k, true, now, &x), -EADDRNOTAVAIL);
+	DELTA(s0, t, .ports_exhausted = 1);
+	/* The failed attempt advanced the cursor by exactly NAT_PROBE_LIMIT: next probe hits. */
+	cr_assert_eq(nat_uplink(t, &k, true, now, &x), 0);
+	cr_expect(tuple_eq(&x, &tp[NAT_PROBE_LIMIT]));
+	nat_table_free(t);
+}
+
+Test(nat, allocation_order_and_determinism)
+{
+	/* Listener varies fastest, then address, then port; a fixed seed gives the same run. */
+	struct nat_config c = cfg_small();
+	struct nat_table *t1, *t2;
+	struct nat_tuple a, b, prev = { 0 };
+
+	c.n_addrs = 3;
+	c.n_listeners = 2;
+	c.port_min = 100;
+	c.port_max = 109;
+	t1 = table(&c);
+	t2 = table(&c);
+	for (uint32_t i = 0; i < 60; i++) {
+		struct flow_key k = flow(i);
+
+		cr_assert_eq(nat_uplink(t1, &k, true, SEC(1), &a), 0);
+		cr_assert_eq(nat_uplink(t2, &k, true, SEC(1), &b), 0);
+		cr_expect(tuple_eq(&a, &b), "same seed, different tuple at %u", i);
+		if (i > 0) {
+			uint32_t want = (tuple_index(&c, &prev) + 1) % 60;
+
+			cr_expect_eq(tuple_index(&c, &a), want);
+			if (prev.listener + 1 < 2) {
+				cr_expect_eq(a.listener, prev.listener + 1);
+				cr_expect_eq(a.addr, prev.addr);
+				cr_expect_eq(a.port, prev.port);
+			}
+		}
+		prev = a;
+	}
+	nat_table_free(t1);
+	nat_table_free(t2);
+}
+
+Test(nat, families_have_separate_spaces)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t;
+	struct nat_tuple a, b, x;
+	struct flow_key v4 = flow(1), v4b = flow(2), v6 = key6(1, 1000, 2, 443), back;
+
+	c.n_addrs = 1;
+	c.n_listeners = 1;
+	c.port_min = c.port_max = 3000;
+	t = table(&c);
+	cr_assert_eq(nat_uplink(t, &v4, true, SEC(1), &a), 0);
+	cr_expect_eq(nat_uplink(t, &v4b, true, SEC(1), &x), -EADDRNOTAVAIL);
+	cr_assert_eq(nat_uplink(t, &v6, true, SEC(1), &b), 0);
+	cr_expect_eq(a.port, 3000);
+	cr_expect_eq(b.port, 3000);
+	cr_expect_eq(a.family, 4);
+	cr_expect_eq(b.family, 6);
+	cr_assert_eq(nat_downlink(t, &b, SEC(1), &back), 0);
+	cr_expect_eq(memcmp(&back, &v6, sizeof(back)), 0);
+	cr_assert_eq(nat_downlink(t, &a, SEC(1), &back), 0);
+	cr_expect_eq(memcmp(&back, &v4, sizeof(back)), 0);
+	nat_table_free(t);
+}
+
+Test(nat, counters_over_a_whole_life)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = key6(9, 5555, 1, 443), back;
+	struct nat_tuple a, b;
+	uint64_t gen;
+	struct nat_stats st;
+	struct snap s0 = snap(t);
+
+	nat_get_stats(t, &st);
+	uint64_t bytes0 = st.bytes;
+	cr_expect_gt(bytes0, 0);
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &a), 0);         /* created */
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &a), 0);         /* retransmit */
+	cr_assert_eq(nat_accept(t, &a, SEC(2), &back, &gen), 0);      /* accepted */
+	cr_expect_eq(nat_accept(t, &a, SEC(2), &back, &gen), -ENOENT); /* accept_miss */
+	cr_assert_eq(nat_mark_closing(t, &a, gen, SEC(3)), 0);        /* closed */
+	cr_expect_eq(nat_mark_closing(t, &a, gen - 1, SEC(3)), -ESTALE); /* gen_mismatch */
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(4), &b), 0);         /* replaced+created+q */
+	cr_expect_eq(nat_purge(t, SEC(4) + c.half_open_ns, 10), 1);   /* expired+quarantined */
+	cr_expect_eq(nat_purge(t, SEC(4) + c.half_open_ns + c.quarantine_ns +
+				  NAT_QUARANTINE_TICK_NS, 10), 0); /* released */
+	cr_expect_eq(nat_downlink(t, &b, SEC(100), &back), -ENOENT);  /* downlink_miss */
+	cr_expect_eq(nat_uplink(t, &k, false, SEC(100), &b), -ENOENT); /* uplink_miss */
+	DELTA(s0, t, .created = 2, .replaced = 1, .accepted = 1, .closed = 1, .expired = 1,
+	      .quarantined = 2, .released = 2, .uplink_miss = 1, .downlink_miss = 1,
+	      .accept_miss = 1, .gen_mismatch = 1);
+	expect_entries(t, 0, 0, 0, 0);
+	/* Memory is counted as it grows (entries come in slab chunks). */
+	for (uint32_t i = 0; i < 300; i++) {
+		struct flow_key f = flow(i);
+
+		cr_assert_eq(nat_uplink(t, &f, true, SEC(200), &a), 0);
+	}
+	nat_get_stats(t, &st);
+	cr_expect_gt(st.bytes, bytes0 + 300 * 64, "bytes %llu", (unsigned long long)st.bytes);
+	nat_table_free(t);
+}
