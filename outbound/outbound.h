@@ -1,0 +1,57 @@
+/* outbound.h — how sessions leave the machine: direct, SOCKS5 (CONNECT), reject.
+ *
+ * Every socket an outbound opens is marked (SO_MARK) and/or bound to an interface
+ * (SO_BINDTODEVICE) as configured, so the proxy's own traffic never re-enters the TUN.
+ * Connecting is asynchronous on the caller's libevent base; the result is a connected,
+ * non-blocking kernel socket (plus any bytes a proxy server sent past its handshake reply, which
+ * the relay must deliver before anything else). A failure is reported as -errno so the caller
+ * can answer the app with a prompt RST instead of a hang.
+ */
+#ifndef TS_OUTBOUND_OUTBOUND_H
+#define TS_OUTBOUND_OUTBOUND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/flow.h"
+
+struct event_base;
+
+/* A socket for an outbound's traffic: SOCK_NONBLOCK | SOCK_CLOEXEC, SO_MARK and
+ * SO_BINDTODEVICE applied from ob. family 4 or 6; type SOCK_STREAM or SOCK_DGRAM.
+ * Returns 0 and *fd_out, or -errno (e.g. -EPERM for SO_MARK without CAP_NET_ADMIN). */
+int outbound_socket(const struct ts_outbound *ob, int family, int type, int *fd_out)
+	__attribute__((warn_unused_result));
+
+/* Called exactly once (never from inside outbound_connect itself) with:
+ *   err == 0: fd is a connected non-blocking TCP socket now owned by the callee; early holds
+ *             early_len bytes the server sent after its handshake reply (SOCKS5), usually 0;
+ *             early is BORROWED: valid only during this call (copy what must outlive it);
+ *             NULL when early_len is 0;
+ *   err < 0:  -ECONNREFUSED, -ETIMEDOUT, -EHOSTUNREACH, -ENETUNREACH, -ECONNRESET,
+ *             -EPROTO (a proxy server broke the protocol or refused), -EACCES (SOCKS5:
+ *             credentials rejected or required, or REP 0x02 "not allowed"), ...; fd is -1.
+ * The attempt's handle is invalid once done starts: done must not cancel it. */
+typedef void (*outbound_done_fn)(void *arg, int err, int fd, const uint8_t *early,
+				 size_t early_len);
+
+struct outbound_conn;
+
+/* Start connecting through ob to the destination of key (key->dst, key->dport_be).
+ * A reject outbound reports -ECONNREFUSED (deferred to the loop). timeout_ms (> 0) bounds the
+ * whole attempt (TCP connect plus any proxy handshake). Returns 0 with *out (a handle valid
+ * until done runs or outbound_conn_cancel is called), or -errno if nothing could be started
+ * (then done is never called): -EINVAL bad arguments, -EAFNOSUPPORT, socket errors such as
+ * -EMFILE or -EPERM (SO_MARK without CAP_NET_ADMIN), and for a SOCKS5 server configured by
+ * host name, which is resolved here synchronously (getaddrinfo), -ENXIO (no such host) or
+ * -EAGAIN (temporary resolver failure). Single-threaded: call, cancel and the callback all
+ * happen on the thread running base. */
+int outbound_connect(struct event_base *base, const struct ts_outbound *ob,
+		     const struct flow_key *key, uint32_t timeout_ms, outbound_done_fn done,
+		     void *arg, struct outbound_conn **out) __attribute__((warn_unused_result));
+
+/* Abandon an attempt before done ran: closes its socket; done is never called. */
+void outbound_conn_cancel(struct outbound_conn *c);
+
+#endif

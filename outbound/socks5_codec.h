@@ -1,0 +1,129 @@
+/* socks5_codec.h — the client side of a SOCKS5 CONNECT handshake (RFC 1928) with
+ * username/password authentication (RFC 1929), sans-IO.
+ *
+ * Nothing here touches a socket or the clock: builders write into caller buffers, parsers read
+ * from caller buffers. Every parser is incremental and has one return convention:
+ *   > 0               the message is complete; that many bytes belong to it (consumed);
+ *   SOCKS5_NEED_MORE  (0) the bytes so far are a valid prefix: call again with more;
+ *   < 0               -errno: the server refused or broke the protocol.
+ * A parser never reads past len, whatever the bytes say (a domain length of 255 in a 10-byte
+ * buffer is NEED_MORE, not an over-read). Bytes after a complete message are not looked at:
+ * after the CONNECT reply they are the first bytes of the relayed stream ("early" bytes).
+ *
+ * struct socks5_client sequences the stages (greeting -> method -> [auth] -> CONNECT -> reply)
+ * so the connector only moves bytes; the same machine is what the fuzzer drives.
+ */
+#ifndef TS_OUTBOUND_SOCKS5_CODEC_H
+#define TS_OUTBOUND_SOCKS5_CODEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SOCKS5_VERSION 0x05
+#define SOCKS5_AUTH_VERSION 0x01   /* RFC 1929 sub-negotiation version */
+#define SOCKS5_NEED_MORE 0
+
+enum socks5_method {
+	SOCKS5_METHOD_NOAUTH = 0x00,
+	SOCKS5_METHOD_USERPASS = 0x02,
+	SOCKS5_METHOD_NONE_ACCEPTABLE = 0xFF,
+};
+
+enum socks5_atyp {
+	SOCKS5_ATYP_IPV4 = 0x01,
+	SOCKS5_ATYP_DOMAIN = 0x03,
+	SOCKS5_ATYP_IPV6 = 0x04,
+};
+
+enum { SOCKS5_CMD_CONNECT = 0x01 };
+
+/* Largest messages, for sizing buffers. */
+#define SOCKS5_GREETING_MAX 4                  /* VER NMETHODS 0x00 0x02 */
+#define SOCKS5_AUTH_MAX (3 + 255 + 255)        /* VER ULEN UNAME PLEN PASSWD */
+#define SOCKS5_REQUEST_MAX (4 + 1 + 255 + 2)   /* VER CMD RSV ATYP (LEN NAME) PORT */
+#define SOCKS5_REPLY_MAX SOCKS5_REQUEST_MAX    /* the reply has the request's layout */
+#define SOCKS5_CRED_MAX 255
+
+/* A SOCKS5 address (DST.ADDR/BND.ADDR) with its port. */
+struct socks5_addr {
+	uint8_t atyp;     /* enum socks5_atyp */
+	uint8_t len;      /* bytes used in a: 4, 16, or the domain length (0..255) */
+	uint8_t a[255];   /* network order address, or the domain without a terminating NUL */
+	uint16_t port;    /* host byte order */
+};
+
+/* dst from raw address bytes (family 4: 4 bytes, 6: 16 bytes, network order) and a port in
+ * host order. 0, or -EAFNOSUPPORT for another family. */
+int socks5_addr_ip(struct socks5_addr *dst, int family, const uint8_t *addr, uint16_t port);
+/* dst from a domain of len bytes (1..255, no NUL inside). 0 or -EINVAL. */
+int socks5_addr_domain(struct socks5_addr *dst, const char *name, size_t len, uint16_t port);
+
+/* Builders: return the message length, -ENOSPC if cap is too small, -EINVAL on bad input. */
+
+/* Method selection request: NO AUTHENTICATION, plus USERNAME/PASSWORD when offer_userpass
+ * (a server that needs no credentials may still pick 0x00). */
+int socks5_build_greeting(uint8_t *buf, size_t cap, bool offer_userpass);
+/* RFC 1929 request; ulen and plen must be 1..255. */
+int socks5_build_auth(uint8_t *buf, size_t cap, const char *user, size_t ulen, const char *pass,
+		      size_t plen);
+/* CONNECT request to dst (ATYP 1, 3 or 4; a domain needs len >= 1). */
+int socks5_build_connect(uint8_t *buf, size_t cap, const struct socks5_addr *dst);
+
+/* Parsers (convention above). */
+
+/* Method selection reply (2 bytes). *method receives the chosen method. Errors: -EPROTO for a
+ * bad version or a method we did not offer (USERPASS is offered only with offered_userpass),
+ * -EACCES for 0xFF (the server accepts none of our methods: credentials missing). */
+int socks5_parse_method(const uint8_t *buf, size_t len, bool offered_userpass, uint8_t *method);
+/* RFC 1929 status reply (2 bytes). -EACCES for a non-zero status, -EPROTO for a version other
+ * than 0x01 — except 0x05, which some servers echo by mistake and which is tolerated. */
+int socks5_parse_auth_reply(const uint8_t *buf, size_t len);
+/* CONNECT reply. On success the whole reply (BND.ADDR included) is consumed and *bnd (if not
+ * NULL) receives BND; BND is never judged: 0.0.0.0, 127.0.0.1, an empty or odd domain are all
+ * fine, the client has no use for it. A failure code is reported as soon as byte 2 arrives,
+ * mapped by socks5_reply_errno (servers often close right after a short failure reply).
+ * A bad version or an unknown ATYP is -EPROTO; RSV is ignored (tolerance). */
+int socks5_parse_reply(const uint8_t *buf, size_t len, struct socks5_addr *bnd);
+/* REP -> -errno (RFC 1928 §6): 0x01 -EPROTO, 0x02 -EACCES, 0x03 -ENETUNREACH,
+ * 0x04 -EHOSTUNREACH, 0x05 -ECONNREFUSED, 0x06 -ETIMEDOUT, anything else -EPROTO; 0x00 -> 0. */
+int socks5_reply_errno(uint8_t rep);
+
+/* ---- the client sequence ---- */
+
+enum socks5_client_state {
+	SOCKS5_CL_METHOD,  /* greeting sent, waiting for the method selection */
+	SOCKS5_CL_AUTH,    /* RFC 1929 request sent, waiting for its status */
+	SOCKS5_CL_REPLY,   /* CONNECT sent, waiting for the reply */
+	SOCKS5_CL_DONE,    /* tunnel established: further bytes belong to the stream */
+	SOCKS5_CL_FAILED,  /* err holds the -errno; the machine accepts no more input */
+};
+
+struct socks5_client {
+	enum socks5_client_state state;
+	int err;                          /* valid in SOCKS5_CL_FAILED */
+	bool has_auth;
+	uint8_t ulen, plen;
+	char user[SOCKS5_CRED_MAX];       /* copies: the machine owns everything it needs */
+	char pass[SOCKS5_CRED_MAX];
+	struct socks5_addr dst;
+	struct socks5_addr bnd;           /* from the CONNECT reply, valid in SOCKS5_CL_DONE */
+	uint8_t method;                   /* chosen by the server */
+};
+
+/* Prepare a handshake to dst; user/pass NULL for no authentication, otherwise both 1..255
+ * bytes (NUL-terminated). Writes the greeting to out and returns its length, or -errno
+ * (-EINVAL bad credentials or dst, -ENOSPC small out). */
+int socks5_client_start(struct socks5_client *c, const struct socks5_addr *dst, const char *user,
+			const char *pass, uint8_t *out, size_t cap);
+
+/* Feed server bytes. Parses at most ONE message, so the caller sends what this returns before
+ * feeding the rest (the order on the wire stays request, reply, request...). Returns consumed
+ * (> 0), SOCKS5_NEED_MORE or -errno (the state is then FAILED with err set; calling again
+ * returns err). *out_len receives the length of the next request written to out (0 if none).
+ * When the state becomes DONE, in[consumed..len) are early stream bytes.
+ * Out needs room for SOCKS5_AUTH_MAX bytes (or -ENOSPC). */
+int socks5_client_input(struct socks5_client *c, const uint8_t *in, size_t len, uint8_t *out,
+			size_t cap, size_t *out_len);
+
+#endif
