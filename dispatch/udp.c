@@ -1,0 +1,988 @@
+/* udp.c — the shared UDP path: sessions by client source, one outbound socket per (outbound,
+ * family) and session, DNS hijack, bounded queues, idle expiry. Design and contracts: udp.h. */
+#include "dispatch/udp.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/bufpool.h"
+#include "core/clock.h"
+#include "core/counter.h"
+#include "core/udp_codec.h"
+#include "dispatch/route.h"
+#include "outbound/outbound.h"
+
+#define UDP_RX_BATCH 32          /* datagrams read per readiness edge: fairness among sockets */
+#define UDP_EXPIRE_BATCH 1024    /* sessions closed per idle-timer run; the rest 1 ms later */
+#define UDP_RETRY_NS 1000000LL   /* down-queue retry after tx said EAGAIN (no busy loop) */
+#define UDP_BUCKETS_MIN 64u
+#define UDP_QUEUE_BUFS_MAX (1u << 24) /* pool cap; buffer_bytes is the real bound */
+#define DNS_HDR_LEN 12           /* RFC 1035 §4.1.1: a query shorter than this has no header */
+#define DNS_PORT 53
+
+/* A datagram that had to wait, at the start of a pool buffer; its bytes follow. Up: the
+ * payload and where it goes. Down: the encoded IP packet (to unused). */
+struct qdgram {
+	STAILQ_ENTRY(qdgram) link;
+	uint32_t len;
+	socklen_t tolen;
+	struct sockaddr_storage to;
+};
+STAILQ_HEAD(qdgram_list, qdgram);
+
+static inline uint8_t *qdata(struct qdgram *q)
+{
+	return (uint8_t *)(q + 1);
+}
+
+/* The session key: the client's source. 20 bytes without holes, compared as memory. */
+struct skey {
+	uint8_t family;
+	uint8_t zero;
+	uint16_t port_be;
+	uint8_t addr[16];
+};
+
+/* One hijacked query waiting for its answer: the answer will come FROM addr:port_be. */
+struct dns_pending {
+	bool used;
+	uint16_t txid;    /* as on the wire */
+	uint16_t port_be;
+	uint8_t addr[16];
+};
+
+struct udp_session;
+
+/* An outbound socket of a session: (outbound, family) for ordinary traffic, or the session's
+ * DNS socket connected to the upstream. */
+struct usock {
+	SLIST_ENTRY(usock) link;
+	struct udp_session *s;
+	uint32_t ob;
+	uint8_t family;
+	bool dns;
+	int fd;
+	struct event *rev;       /* EV_READ|EV_PERSIST: replies */
+	struct event *wev;       /* EV_WRITE, added only while q is not empty */
+	struct qdgram_list q;    /* up: waiting for sendto (EAGAIN) */
+	uint32_t qlen;
+};
+
+struct udp_session {
+	struct udp_session *hnext;         /* hash chain */
+	TAILQ_ENTRY(udp_session) idle;     /* idle-ordered: least recently active first */
+	TAILQ_ENTRY(udp_session) down;     /* on up->down_list while dq is not empty */
+	struct udp_path *up;
+	struct skey key;
+	int64_t last_ns;
+	SLIST_HEAD(, usock) socks;
+	uint32_t up_queued;                /* across socks; <= budget udp_up_queue */
+	struct qdgram_list dq;             /* down: waiting for tx (EAGAIN) */
+	uint32_t dq_len;                   /* <= budget udp_down_queue */
+	bool in_down;
+	/* The last destination's route: consecutive datagrams to one place skip route_select. */
+	bool rc_valid;
+	uint16_t rc_port_be;
+	uint32_t rc_ob;
+	uint8_t rc_dst[16];
+	struct dns_pending dns[UDP_DNS_PENDING];
+	uint32_t dns_next;                 /* ring cursor: the slot overwritten next */
+};
+TAILQ_HEAD(session_list, udp_session);
+
+struct udp_counters {
+	ctr_t sessions, sessions_total, sessions_expired, sockets, up_queued, down_queued;
+	ctr_t up_datagrams, up_bytes, down_datagrams, down_bytes;
+	ctr_t dns_queries, dns_answers, recv_errors;
+	ctr_t drops[UDP_DROP_MAX];
+};
+
+struct udp_path {
+	struct event_base *base;
+	const struct ts_config *cfg;
+	struct budget *b;
+	tun_tx_fn tx;
+	void *tx_arg;
+	udp_sendto_fn sendto_fn;           /* NULL: sendto(2) */
+	void *sendto_arg;
+
+	struct udp_session **buckets;      /* chained hash on skey; power-of-two size */
+	size_t nbuckets;
+	size_t nsessions;
+	uint64_t seed;
+
+	struct session_list idle_list;
+	struct session_list down_list;
+	struct event *idle_ev;             /* one timer: the head of idle_list */
+	struct event *down_ev;             /* retries down queues after EAGAIN */
+	int64_t idle_ns;
+	uint32_t up_limit, down_limit;
+
+	struct bufpool *pool;              /* queued datagrams */
+	size_t qcap;                       /* bytes a queued datagram may have */
+	uint8_t *rxbuf;                    /* one reply at a time, encoded in place */
+	size_t rxcap;
+	struct sockaddr_storage dns_sa;    /* cfg->dns.upstream */
+	socklen_t dns_salen;
+	uint16_t ip_id;
+	struct udp_counters ctr;
+};
+
+static const char *const drop_names[UDP_DROP_MAX] = {
+#define UDP_DROP_STR(name) #name,
+	UDP_DROPS(UDP_DROP_STR)
+#undef UDP_DROP_STR
+};
+
+const char *udp_drop_name(enum udp_drop d)
+{
+	return (unsigned)d < UDP_DROP_MAX ? drop_names[d] : "unknown";
+}
+
+static void drop(struct udp_path *up, enum udp_drop d)
+{
+	ctr_inc(&up->ctr.drops[d]);
+}
+
+static void gauge_dec(ctr_t *c)
+{
+	ctr_add(c, (uint64_t)-1);
+}
+
+/* ---- addresses ---------------------------------------------------------------------------- */
+
+static socklen_t to_sockaddr(uint8_t family, const uint8_t *addr, uint16_t port_be,
+			     struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (family == 4) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+		sin->sin_family = AF_INET;
+		sin->sin_port = port_be;
+		memcpy(&sin->sin_addr, addr, 4);
+		return sizeof(*sin);
+	}
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+	sin6->sin6_family = AF_INET6;
+	sin6->sin6_port = port_be;
+	memcpy(&sin6->sin6_addr, addr, 16);
+	return sizeof(*sin6);
+}
+
+/* Family (4/6, 0 if neither), address (flow_key layout) and port of a recvfrom peer. */
+static uint8_t from_sockaddr(const struct sockaddr_storage *ss, uint8_t addr[16],
+			     uint16_t *port_be)
+{
+	memset(addr, 0, 16);
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
+		memcpy(addr, &sin->sin_addr, 4);
+		*port_be = sin->sin_port;
+		return 4;
+	}
+	if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
+		memcpy(addr, &sin6->sin6_addr, 16);
+		*port_be = sin6->sin6_port;
+		return 6;
+	}
+	return 0;
+}
+
+/* ---- session table ------------------------------------------------------------------------ */
+
+static uint64_t skey_hash(uint64_t seed, const struct skey *k)
+{
+	uint64_t w[3] = { 0, 0, 0 }, h = seed;
+
+	memcpy(w, k, sizeof(*k));
+	for (int i = 0; i < 3; i++) {
+		h ^= w[i];
+		h *= 0x9e3779b97f4a7c15ULL;
+		h ^= h >> 29;
+	}
+	return h;
+}
+
+static struct udp_session **bucket_of(struct udp_path *up, const struct skey *k)
+{
+	return &up->buckets[skey_hash(up->seed, k) & (up->nbuckets - 1)];
+}
+
+static struct udp_session *session_lookup(struct udp_path *up, const struct skey *k)
+{
+	for (struct udp_session *s = *bucket_of(up, k); s; s = s->hnext)
+		if (memcmp(&s->key, k, sizeof(*k)) == 0)
+			return s;
+	return NULL;
+}
+
+/* Double the buckets when the load passes 1. Out of budget: keep going with longer chains. */
+static void table_grow(struct udp_path *up)
+{
+	size_t n = up->nbuckets * 2;
+	struct udp_session **nb = budget_calloc(up->b, n, sizeof(*nb));
+
+	if (!nb)
+		return;
+	for (size_t i = 0; i < up->nbuckets; i++) {
+		struct udp_session *s, *next;
+		for (s = up->buckets[i]; s; s = next) {
+			next = s->hnext;
+			size_t j = skey_hash(up->seed, &s->key) & (n - 1);
+			s->hnext = nb[j];
+			nb[j] = s;
+		}
+	}
+	budget_mfree(up->b, up->buckets);
+	up->buckets = nb;
+	up->nbuckets = n;
+}
+
+static void table_remove(struct udp_path *up, struct udp_session *s)
+{
+	struct udp_session **pp = bucket_of(up, &s->key);
+
+	while (*pp != s)
+		pp = &(*pp)->hnext;
+	*pp = s->hnext;
+	up->nsessions--;
+}
+
+/* ---- idle timer --------------------------------------------------------------------------- */
+
+/* Arm the one idle timer for the head of the idle list (nothing to wait for: not armed, so an
+ * idle path never wakes). Rounded up to the microsecond: never early. */
+static void idle_arm(struct udp_path *up, int64_t now, int64_t min_ns)
+{
+	struct udp_session *s = TAILQ_FIRST(&up->idle_list);
+	int64_t d;
+	struct timeval tv;
+
+	if (!s)
+		return;
+	d = s->last_ns + up->idle_ns - now;
+	if (d < min_ns)
+		d = min_ns;
+	d = (d + 999) / 1000;
+	tv.tv_sec = (time_t)(d / 1000000);
+	tv.tv_usec = (suseconds_t)(d % 1000000);
+	evtimer_add(up->idle_ev, &tv);
+}
+
+static void session_touch(struct udp_path *up, struct udp_session *s, int64_t now)
+{
+	/* Clocks of the driver batch and of callbacks may differ by a batch: an expiry can be
+	 * that much late, never early. */
+	if (now > s->last_ns)
+		s->last_ns = now;
+	if (TAILQ_NEXT(s, idle)) {
+		TAILQ_REMOVE(&up->idle_list, s, idle);
+		TAILQ_INSERT_TAIL(&up->idle_list, s, idle);
+	}
+}
+
+/* ---- sockets ------------------------------------------------------------------------------ */
+
+static void sock_read_cb(evutil_socket_t fd, short what, void *arg);
+static void sock_write_cb(evutil_socket_t fd, short what, void *arg);
+
+static void qlist_drain(struct udp_path *up, struct qdgram_list *l, ctr_t *gauge)
+{
+	struct qdgram *q;
+
+	while ((q = STAILQ_FIRST(l))) {
+		STAILQ_REMOVE_HEAD(l, link);
+		gauge_dec(gauge);
+		drop(up, UDP_DROP_session_closed);
+		bufpool_put(up->pool, q);
+	}
+}
+
+static void sock_close(struct udp_path *up, struct usock *k)
+{
+	qlist_drain(up, &k->q, &up->ctr.up_queued);
+	event_free(k->rev);
+	event_free(k->wev);
+	close(k->fd);
+	budget_fd_release(up->b, 1);
+	budget_mfree(up->b, k);
+	gauge_dec(&up->ctr.sockets);
+}
+
+/* What a datagram needs: which outbound, which socket family, hijacked or not, and (not
+ * hijacked) where sendto sends it. */
+struct target {
+	uint32_t ob;
+	uint8_t family;
+	bool dns;
+	socklen_t tolen;
+	struct sockaddr_storage to;
+};
+
+static int sock_setup(struct udp_path *up, struct usock *k, int fd)
+{
+	k->fd = fd;
+	STAILQ_INIT(&k->q);
+	k->rev = event_new(up->base, fd, EV_READ | EV_PERSIST, sock_read_cb, k);
+	k->wev = event_new(up->base, fd, EV_WRITE, sock_write_cb, k);
+	if (!k->rev || !k->wev || event_add(k->rev, NULL) != 0) {
+		if (k->rev)
+			event_free(k->rev);
+		if (k->wev)
+			event_free(k->wev);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Open the session's socket for t: fd budget first (refused before anything is opened), then
+ * outbound_socket (marked/bound: never a plain socket, so nothing loops into the TUN). */
+static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const struct target *t)
+{
+	struct usock *k;
+	int fd;
+
+	if (budget_fd_reserve(up->b, 1) != 0) {
+		drop(up, UDP_DROP_fd_budget);
+		return NULL;
+	}
+	if (outbound_socket(&up->cfg->outbounds[t->ob], t->family, SOCK_DGRAM, &fd) != 0)
+		goto fail_fd;
+	/* Connected: the kernel lets only the upstream answer on the DNS socket. */
+	if (t->dns && connect(fd, (const struct sockaddr *)&up->dns_sa, up->dns_salen) != 0)
+		goto fail_close;
+	k = budget_calloc(up->b, 1, sizeof(*k));
+	if (!k)
+		goto fail_close;
+	k->s = s;
+	k->ob = t->ob;
+	k->family = t->family;
+	k->dns = t->dns;
+	if (sock_setup(up, k, fd) != 0) {
+		budget_mfree(up->b, k);
+		goto fail_close;
+	}
+	SLIST_INSERT_HEAD(&s->socks, k, link);
+	ctr_inc(&up->ctr.sockets);
+	return k;
+fail_close:
+	close(fd);
+fail_fd:
+	budget_fd_release(up->b, 1);
+	drop(up, UDP_DROP_socket_error);
+	return NULL;
+}
+
+static struct usock *sock_get(struct udp_path *up, struct udp_session *s, const struct target *t)
+{
+	struct usock *k;
+
+	SLIST_FOREACH(k, &s->socks, link)
+		if (k->ob == t->ob && k->family == t->family && k->dns == t->dns)
+			return k;
+	return sock_open(up, s, t);
+}
+
+static ssize_t do_sendto(struct udp_path *up, struct usock *k, const void *buf, size_t len,
+			 const struct sockaddr_storage *to, socklen_t tolen)
+{
+	const struct sockaddr *sa = k->dns ? NULL : (const struct sockaddr *)to;
+	socklen_t salen = k->dns ? 0 : tolen;
+	ssize_t n;
+
+	if (up->sendto_fn)
+		return up->sendto_fn(up->sendto_arg, k->fd, buf, len, sa, salen);
+	n = sendto(k->fd, buf, len, 0, sa, salen);
+	return n < 0 ? -errno : n;
+}
+
+static void count_up(struct udp_path *up, const struct usock *k, size_t len)
+{
+	ctr_inc(&up->ctr.up_datagrams);
+	ctr_add(&up->ctr.up_bytes, len);
+	if (k->dns)
+		ctr_inc(&up->ctr.dns_queries);
+}
+
+static void up_enqueue(struct udp_path *up, struct usock *k, const struct target *t,
+		       const uint8_t *payload, size_t len)
+{
+	struct udp_session *s = k->s;
+	struct qdgram *q;
+
+	if (s->up_queued >= up->up_limit) {
+		drop(up, UDP_DROP_queue_full);
+		return;
+	}
+	if (len > up->qcap || !(q = bufpool_get(up->pool))) {
+		drop(up, UDP_DROP_no_buffer);
+		return;
+	}
+	q->len = (uint32_t)len;
+	q->tolen = t->tolen;
+	memcpy(&q->to, &t->to, t->tolen);
+	memcpy(qdata(q), payload, len);
+	STAILQ_INSERT_TAIL(&k->q, q, link);
+	k->qlen++;
+	s->up_queued++;
+	ctr_inc(&up->ctr.up_queued);
+	if (!event_pending(k->wev, EV_WRITE, NULL))
+		event_add(k->wev, NULL);
+}
+
+/* Send now, or queue behind earlier datagrams of this socket (order kept) or on EAGAIN. */
+static void sock_send(struct udp_path *up, struct usock *k, const struct target *t,
+		      const uint8_t *payload, size_t len)
+{
+	if (k->qlen == 0) {
+		ssize_t r = do_sendto(up, k, payload, len, &t->to, t->tolen);
+		if (r >= 0) {
+			count_up(up, k, len);
+			return;
+		}
+		if (r != -EAGAIN) {
+			drop(up, UDP_DROP_send_error);
+			return;
+		}
+	}
+	up_enqueue(up, k, t, payload, len);
+}
+
+/* The socket is writable again: flush its queue, bounded by the queue depth. */
+static void sock_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct usock *k = arg;
+	struct udp_path *up = k->s->up;
+	struct qdgram *q;
+
+	while ((q = STAILQ_FIRST(&k->q))) {
+		ssize_t r = do_sendto(up, k, qdata(q), q->len, &q->to, q->tolen);
+		if (r == -EAGAIN) {
+			event_add(k->wev, NULL);
+			return;
+		}
+		STAILQ_REMOVE_HEAD(&k->q, link);
+		k->qlen--;
+		k->s->up_queued--;
+		gauge_dec(&up->ctr.up_queued);
+		if (r < 0)
+			drop(up, UDP_DROP_send_error);
+		else
+			count_up(up, k, q->len);
+		bufpool_put(up->pool, q);
+	}
+}
+
+/* ---- down: replies to the TUN ------------------------------------------------------------- */
+
+static void count_down(struct udp_path *up, const struct udp_session *s, size_t pkt_len)
+{
+	ctr_inc(&up->ctr.down_datagrams);
+	ctr_add(&up->ctr.down_bytes, pkt_len - udp_codec_hdr_len(s->key.family));
+}
+
+static void down_arm(struct udp_path *up)
+{
+	struct timeval tv = { 0, UDP_RETRY_NS / 1000 };
+
+	if (!evtimer_pending(up->down_ev, NULL))
+		evtimer_add(up->down_ev, &tv);
+}
+
+static void down_enqueue(struct udp_path *up, struct udp_session *s, const uint8_t *pkt,
+			 size_t len)
+{
+	struct qdgram *q;
+
+	if (s->dq_len >= up->down_limit) {
+		drop(up, UDP_DROP_queue_full);
+		return;
+	}
+	if (len > up->qcap || !(q = bufpool_get(up->pool))) {
+		drop(up, UDP_DROP_no_buffer);
+		return;
+	}
+	q->len = (uint32_t)len;
+	memcpy(qdata(q), pkt, len);
+	STAILQ_INSERT_TAIL(&s->dq, q, link);
+	s->dq_len++;
+	ctr_inc(&up->ctr.down_queued);
+	if (!s->in_down) {
+		TAILQ_INSERT_TAIL(&up->down_list, s, down);
+		s->in_down = true;
+	}
+	down_arm(up);
+}
+
+/* Hand a reply to the driver, or queue it behind earlier ones (order kept) or on EAGAIN. */
+static void deliver_down(struct udp_path *up, struct udp_session *s, const uint8_t *pkt,
+			 size_t len)
+{
+	if (s->dq_len == 0) {
+		int r = up->tx(up->tx_arg, pkt, len);
+		if (r == 0) {
+			count_down(up, s, len);
+			return;
+		}
+		if (r != -EAGAIN) {
+			drop(up, UDP_DROP_tx_error);
+			return;
+		}
+	}
+	down_enqueue(up, s, pkt, len);
+}
+
+/* Flush one session's down queue: 0 when empty, -EAGAIN when the driver is still full. */
+static int down_flush(struct udp_path *up, struct udp_session *s)
+{
+	struct qdgram *q;
+
+	while ((q = STAILQ_FIRST(&s->dq))) {
+		int r = up->tx(up->tx_arg, qdata(q), q->len);
+		if (r == -EAGAIN)
+			return -EAGAIN;
+		STAILQ_REMOVE_HEAD(&s->dq, link);
+		s->dq_len--;
+		gauge_dec(&up->ctr.down_queued);
+		if (r < 0)
+			drop(up, UDP_DROP_tx_error);
+		else
+			count_down(up, s, q->len);
+		bufpool_put(up->pool, q);
+	}
+	return 0;
+}
+
+/* Work is bounded by what is queued, itself bounded by sessions x udp_down_queue. */
+static void down_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct udp_path *up = arg;
+	struct udp_session *s;
+
+	while ((s = TAILQ_FIRST(&up->down_list))) {
+		if (down_flush(up, s) == -EAGAIN) {
+			down_arm(up);
+			return;
+		}
+		TAILQ_REMOVE(&up->down_list, s, down);
+		s->in_down = false;
+	}
+}
+
+/* ---- sessions ----------------------------------------------------------------------------- */
+
+static struct udp_session *session_new(struct udp_path *up, const struct skey *k, int64_t now)
+{
+	struct udp_session *s;
+
+	if (budget_udp_acquire(up->b) != 0) {
+		drop(up, UDP_DROP_no_session_budget);
+		return NULL;
+	}
+	s = budget_calloc(up->b, 1, sizeof(*s));
+	if (!s) {
+		budget_udp_release(up->b);
+		drop(up, UDP_DROP_no_session_budget);
+		return NULL;
+	}
+	s->up = up;
+	s->key = *k;
+	s->last_ns = now;
+	SLIST_INIT(&s->socks);
+	STAILQ_INIT(&s->dq);
+	if (up->nsessions >= up->nbuckets)
+		table_grow(up);
+	struct udp_session **b = bucket_of(up, k);
+	s->hnext = *b;
+	*b = s;
+	up->nsessions++;
+	TAILQ_INSERT_TAIL(&up->idle_list, s, idle);
+	if (!evtimer_pending(up->idle_ev, NULL))
+		idle_arm(up, now, 0);
+	ctr_inc(&up->ctr.sessions);
+	ctr_inc(&up->ctr.sessions_total);
+	return s;
+}
+
+/* Unlink from every list first, then close and free: nothing can reach s afterwards. */
+static void session_free(struct udp_path *up, struct udp_session *s)
+{
+	struct usock *k;
+
+	table_remove(up, s);
+	TAILQ_REMOVE(&up->idle_list, s, idle);
+	if (s->in_down)
+		TAILQ_REMOVE(&up->down_list, s, down);
+	while ((k = SLIST_FIRST(&s->socks))) {
+		SLIST_REMOVE_HEAD(&s->socks, link);
+		sock_close(up, k);
+	}
+	qlist_drain(up, &s->dq, &up->ctr.down_queued);
+	budget_mfree(up->b, s);
+	budget_udp_release(up->b);
+	gauge_dec(&up->ctr.sessions);
+}
+
+static void idle_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct udp_path *up = arg;
+	int64_t now = ts_now_ns();
+	struct udp_session *s;
+	int n = 0;
+
+	while ((s = TAILQ_FIRST(&up->idle_list)) && s->last_ns + up->idle_ns <= now) {
+		if (n++ == UDP_EXPIRE_BATCH) {
+			idle_arm(up, now, UDP_RETRY_NS);
+			return;
+		}
+		session_free(up, s);
+		ctr_inc(&up->ctr.sessions_expired);
+	}
+	idle_arm(up, now, 0);
+}
+
+/* ---- DNS hijack --------------------------------------------------------------------------- */
+
+static void dns_remember(struct udp_session *s, const struct udp_view *v)
+{
+	struct dns_pending *p;
+	uint16_t txid;
+
+	memcpy(&txid, v->payload, 2);
+	for (int i = 0; i < UDP_DNS_PENDING; i++) {
+		p = &s->dns[i];
+		if (p->used && p->txid == txid && p->port_be == v->dport_be &&
+		    memcmp(p->addr, v->dst, 16) == 0)
+			return; /* a retransmission: already waiting */
+	}
+	p = &s->dns[s->dns_next];
+	s->dns_next = (s->dns_next + 1) % UDP_DNS_PENDING;
+	p->used = true;
+	p->txid = txid;
+	p->port_be = v->dport_be;
+	memcpy(p->addr, v->dst, 16);
+}
+
+/* The asked address of the query this answer belongs to (the entry is consumed). Two pending
+ * queries with one id to different servers: the first remembered slot wins. */
+static bool dns_match(struct udp_session *s, const uint8_t *answer, size_t len,
+		      struct udp_codec_hdr *h)
+{
+	uint16_t txid;
+
+	if (len < 2)
+		return false;
+	memcpy(&txid, answer, 2);
+	for (int i = 0; i < UDP_DNS_PENDING; i++) {
+		struct dns_pending *p = &s->dns[i];
+		if (p->used && p->txid == txid) {
+			memcpy(h->src, p->addr, 16);
+			h->sport_be = p->port_be;
+			p->used = false;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* ---- replies ------------------------------------------------------------------------------ */
+
+/* One datagram received on k (payload at rxbuf + header room): encode remote -> client. */
+static void reply(struct udp_path *up, struct usock *k, const struct sockaddr_storage *from,
+		  size_t n)
+{
+	struct udp_session *s = k->s;
+	size_t hl = udp_codec_hdr_len(s->key.family), pkt_len;
+	struct udp_codec_hdr h;
+
+	h.family = s->key.family;
+	memcpy(h.dst, s->key.addr, 16);
+	h.dport_be = s->key.port_be;
+	if (k->dns) {
+		if (!dns_match(s, up->rxbuf + hl, n, &h)) {
+			drop(up, UDP_DROP_dns_unmatched);
+			return;
+		}
+		ctr_inc(&up->ctr.dns_answers);
+	} else if (from_sockaddr(from, h.src, &h.sport_be) != s->key.family) {
+		/* Impossible: the socket's family is the destination's, which is the client's. */
+		drop(up, UDP_DROP_malformed);
+		return;
+	}
+	h.ip_id = up->ip_id++;
+	if (udp_codec_encode(&h, up->rxbuf + hl, n, up->rxbuf, up->rxcap, &pkt_len) != 0) {
+		drop(up, UDP_DROP_too_big);
+		return;
+	}
+	deliver_down(up, s, up->rxbuf, pkt_len);
+}
+
+static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct usock *k = arg;
+	struct udp_session *s = k->s;
+	struct udp_path *up = s->up;
+	size_t hl = udp_codec_hdr_len(s->key.family);
+	bool got = false;
+
+	for (int i = 0; i < UDP_RX_BATCH; i++) {
+		struct sockaddr_storage from;
+		socklen_t fromlen = sizeof(from);
+		ssize_t n = recvfrom(fd, up->rxbuf + hl, up->rxcap - hl, 0,
+				     (struct sockaddr *)&from, &fromlen);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			/* E.g. ECONNREFUSED from an ICMP error on the connected DNS socket: the
+			 * error is consumed by this call, so keep reading. */
+			ctr_inc(&up->ctr.recv_errors);
+			continue;
+		}
+		got = true;
+		reply(up, k, &from, (size_t)n);
+	}
+	if (got)
+		session_touch(up, s, ts_now_ns());
+}
+
+/* ---- datagrams from the TUN --------------------------------------------------------------- */
+
+static uint32_t route_for(struct udp_path *up, struct udp_session *s, const struct udp_view *v)
+{
+	struct flow_key fk;
+	uint32_t ob;
+
+	if (s && s->rc_valid && s->rc_port_be == v->dport_be && !memcmp(s->rc_dst, v->dst, 16))
+		return s->rc_ob;
+	memset(&fk, 0, sizeof(fk));
+	fk.family = v->family;
+	fk.proto = IPPROTO_UDP;
+	fk.sport_be = v->sport_be;
+	fk.dport_be = v->dport_be;
+	memcpy(fk.src, v->src, 16);
+	memcpy(fk.dst, v->dst, 16);
+	ob = route_select(&up->cfg->route, &fk);
+	if (s) {
+		s->rc_valid = true;
+		s->rc_port_be = v->dport_be;
+		s->rc_ob = ob;
+		memcpy(s->rc_dst, v->dst, 16);
+	}
+	return ob;
+}
+
+static bool is_ours(const struct ts_config *cfg, const struct udp_view *v)
+{
+	const struct netaddr_roles *r = v->family == 4 ? &cfg->roles4 : &cfg->roles6;
+	return netaddr_roles_is_ours(r, v->dst);
+}
+
+/* Decide where v goes. 0, or -1 when dropped (counted). */
+static int pick_target(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
+		       struct target *t)
+{
+	const struct ts_config *cfg = up->cfg;
+
+	/* Hijack first: it takes precedence over the own-address drop (a resolver on the
+	 * gateway is the common setup). */
+	if (cfg->dns.hijack && cfg->dns.has_upstream && v->dport_be == htons(DNS_PORT)) {
+		if (v->payload_len < DNS_HDR_LEN) {
+			drop(up, UDP_DROP_malformed);
+			return -1;
+		}
+		t->dns = true;
+		t->ob = cfg->route.final;
+		t->family = cfg->dns.upstream.addr.family;
+		t->tolen = 0;
+	} else {
+		if (is_ours(cfg, v)) {
+			drop(up, UDP_DROP_own_address);
+			return -1;
+		}
+		t->dns = false;
+		t->ob = route_for(up, s, v);
+		t->family = v->family;
+		t->tolen = to_sockaddr(v->family, v->dst, v->dport_be, &t->to);
+	}
+	switch (cfg->outbounds[t->ob].type) {
+	case TS_OUT_DIRECT:
+		return 0;
+	case TS_OUT_REJECT:
+		drop(up, UDP_DROP_rejected);
+		return -1;
+	case TS_OUT_SOCKS5:
+	default:
+		/* SOCKS5 UDP ASSOCIATE (RFC 1928 §7) is not implemented yet. When it is, mind
+		 * servers that answer BND.ADDR 0.0.0.0 or 127.0.0.1 (tun2socks #232): the relay
+		 * address is then the server's own. Until then: drop, never send direct. */
+		drop(up, UDP_DROP_unsupported_outbound);
+		return -1;
+	}
+}
+
+void udp_path_input(struct udp_path *up, const uint8_t *pkt, size_t len, int64_t now_ns)
+{
+	struct udp_view v;
+	struct skey key;
+	struct target t;
+	struct udp_session *s;
+	struct usock *k;
+	bool fresh = false;
+
+	if (udp_codec_parse(&v, pkt, len) != UDP_CODEC_OK) {
+		drop(up, UDP_DROP_malformed);
+		return;
+	}
+	memset(&key, 0, sizeof(key));
+	key.family = v.family;
+	key.port_be = v.sport_be;
+	memcpy(key.addr, v.src, 16);
+	s = session_lookup(up, &key);
+	if (pick_target(up, s, &v, &t) != 0)
+		return;
+	if (!s) {
+		if (!(s = session_new(up, &key, now_ns)))
+			return;
+		fresh = true;
+	}
+	k = sock_get(up, s, &t);
+	if (!k) {
+		/* A session that never got a socket holds nothing worth a budget slot. */
+		if (fresh)
+			session_free(up, s);
+		return;
+	}
+	session_touch(up, s, now_ns);
+	if (t.dns)
+		dns_remember(s, &v);
+	sock_send(up, k, &t, v.payload, v.payload_len);
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------- */
+
+static void path_seed(struct udp_path *up)
+{
+	/* A keyed hash: client source ports are chosen by apps, so chains must not be. */
+	if (getrandom(&up->seed, sizeof(up->seed), GRND_NONBLOCK) != (ssize_t)sizeof(up->seed))
+		up->seed = (uint64_t)(uintptr_t)up ^ (uint64_t)ts_now_ns();
+}
+
+static int path_alloc(struct udp_path *up)
+{
+	const struct budget_limits *l = budget_get_limits(up->b);
+	uint64_t bufs = (uint64_t)l->udp_sessions * ((uint64_t)l->udp_up_queue + l->udp_down_queue);
+	int ret;
+
+	/* A queued datagram is at most one TUN packet (up) or one reply of that size (down);
+	 * anything larger is not worth pinning a buffer for (no_buffer). */
+	up->qcap = (size_t)up->cfg->tun.mtu + 48;
+	ret = bufpool_new(up->b, "udp", sizeof(struct qdgram) + up->qcap,
+			  (uint32_t)(bufs < UDP_QUEUE_BUFS_MAX ? bufs : UDP_QUEUE_BUFS_MAX),
+			  &up->pool);
+	if (ret != 0)
+		return ret;
+	/* Room for the largest datagram plus the largest header: recvfrom never truncates. */
+	up->rxcap = 48 + 65535;
+	up->rxbuf = budget_malloc(up->b, up->rxcap);
+	if (!up->rxbuf)
+		return -ENOBUFS;
+	up->nbuckets = UDP_BUCKETS_MIN;
+	up->buckets = budget_calloc(up->b, up->nbuckets, sizeof(*up->buckets));
+	if (!up->buckets)
+		return -ENOBUFS;
+	up->idle_ev = evtimer_new(up->base, idle_cb, up);
+	up->down_ev = evtimer_new(up->base, down_cb, up);
+	if (!up->idle_ev || !up->down_ev)
+		return -ENOMEM;
+	return 0;
+}
+
+int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct budget *b,
+		 tun_tx_fn tx, void *tx_arg, struct udp_path **out)
+{
+	const struct budget_limits *l = budget_get_limits(b);
+	struct udp_path *up;
+	int ret;
+
+	if (!base || !cfg || !b || !tx || cfg->n_outbounds == 0 || !out)
+		return -EINVAL;
+	up = calloc(1, sizeof(*up));
+	if (!up)
+		return -ENOMEM;
+	up->base = base;
+	up->cfg = cfg;
+	up->b = b;
+	up->tx = tx;
+	up->tx_arg = tx_arg;
+	up->idle_ns = (int64_t)cfg->timeouts.udp_idle_ms * TS_NS_PER_MS;
+	up->up_limit = l->udp_up_queue;
+	up->down_limit = l->udp_down_queue;
+	TAILQ_INIT(&up->idle_list);
+	TAILQ_INIT(&up->down_list);
+	path_seed(up);
+	if (cfg->dns.has_upstream)
+		up->dns_salen = to_sockaddr(cfg->dns.upstream.addr.family, cfg->dns.upstream.addr.a,
+					    htons(cfg->dns.upstream.port), &up->dns_sa);
+	ret = path_alloc(up);
+	if (ret != 0) {
+		udp_path_free(up);
+		return ret;
+	}
+	*out = up;
+	return 0;
+}
+
+void udp_path_free(struct udp_path *up)
+{
+	struct udp_session *s;
+
+	if (!up)
+		return;
+	while ((s = TAILQ_FIRST(&up->idle_list)))
+		session_free(up, s);
+	if (up->idle_ev)
+		event_free(up->idle_ev);
+	if (up->down_ev)
+		event_free(up->down_ev);
+	budget_mfree(up->b, up->buckets);
+	budget_mfree(up->b, up->rxbuf);
+	bufpool_free(up->pool);
+	free(up);
+}
+
+void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
+{
+	const struct udp_counters *c = &up->ctr;
+
+	memset(out, 0, sizeof(*out));
+	out->sessions = ctr_get(&c->sessions);
+	out->sessions_total = ctr_get(&c->sessions_total);
+	out->sessions_expired = ctr_get(&c->sessions_expired);
+	out->sockets = ctr_get(&c->sockets);
+	out->up_queued = ctr_get(&c->up_queued);
+	out->down_queued = ctr_get(&c->down_queued);
+	out->up_datagrams = ctr_get(&c->up_datagrams);
+	out->up_bytes = ctr_get(&c->up_bytes);
+	out->down_datagrams = ctr_get(&c->down_datagrams);
+	out->down_bytes = ctr_get(&c->down_bytes);
+	out->dns_queries = ctr_get(&c->dns_queries);
+	out->dns_answers = ctr_get(&c->dns_answers);
+	out->recv_errors = ctr_get(&c->recv_errors);
+	for (int i = 0; i < UDP_DROP_MAX; i++)
+		out->drops[i] = ctr_get(&c->drops[i]);
+	out->queue_drops = out->drops[UDP_DROP_queue_full];
+}
+
+void udp_path_set_sendto(struct udp_path *up, udp_sendto_fn fn, void *arg)
+{
+	up->sendto_fn = fn;
+	up->sendto_arg = arg;
+}

@@ -1,0 +1,124 @@
+/* udp.h — the UDP path both stacks share: datagrams from the TUN out through the outbounds,
+ * replies back into the TUN.
+ *
+ * Sessions are keyed by the client's source (family, address, port): endpoint-independent
+ * mapping (RFC 4787 §4.1), so one client socket talking to many destinations is one session.
+ * A session holds one unconnected outbound UDP socket per (outbound, family) it has used; each
+ * datagram picks its outbound with route_select on its own destination and is sent with
+ * sendto(2) to that destination. Any remote may answer on those sockets (endpoint-independent
+ * filtering, fine for a proxy client); the reply is encoded as remote -> client and handed to
+ * the driver's tx.
+ *
+ *   TUN --udp_path_input--> session(client src) --route_select(dst)--> usock(outbound, family)
+ *                                                                        | sendto(dst)
+ *   TUN <--------tx-------- encode(remote -> client) <----recvfrom-------'
+ *
+ * DNS hijack (cfg->dns.hijack): every datagram to port 53, whatever its destination (our own
+ * gateway and NAT addresses included), goes to cfg->dns.upstream instead, through a socket of
+ * the `final` outbound (marked like every other). Each session has at most one such socket,
+ * CONNECTED to the upstream (so the kernel only lets the upstream answer on it), and a small
+ * ring of pending queries (DNS id, asked address and port; UDP_DNS_PENDING entries, the oldest
+ * overwritten). An answer is matched by its DNS id and sent back to the client FROM the address
+ * and port the client asked; an answer matching nothing is dropped (dns_unmatched).
+ *
+ * Bounds: sessions come from budget_udp_acquire; each outbound socket's fd from
+ * budget_fd_reserve; datagrams wait only when the kernel says EAGAIN (sendto) or the driver
+ * does (tx), in per-session FIFOs of at most budgets.udp_up_queue / udp_down_queue datagrams
+ * whose buffers come from a bufpool. Every refusal is a counted drop; nothing ever blocks.
+ * Sessions idle for timeouts.udp_idle_ms (no datagram either way) are closed by one timer over
+ * an idle-ordered list (a touched session moves to the tail), never by a sweep.
+ *
+ * Loop safety: every socket comes from outbound_socket() (SO_MARK / SO_BINDTODEVICE), and
+ * datagrams addressed to our own gateway or NAT addresses are dropped (own_address) unless
+ * hijacked DNS.
+ *
+ * Threading: a path lives on one event base; call every function from that base's thread.
+ * udp_path_stats may be read from any thread (relaxed counters).
+ */
+#ifndef TS_DISPATCH_UDP_H
+#define TS_DISPATCH_UDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "core/budget.h"
+#include "core/config.h"
+#include "core/driver.h"
+
+struct event_base;
+struct udp_path;
+
+/* Pending DNS queries remembered per session (hijack). */
+#define UDP_DNS_PENDING 16
+
+/* Drop reasons: one counter each. */
+#define UDP_DROPS(X)                                                                           \
+	X(malformed)            /* codec refused it; or a hijacked query without a DNS header */ \
+	X(own_address)          /* to our gateway/NAT address and not hijacked DNS */           \
+	X(rejected)             /* the route chose a reject outbound */                         \
+	X(unsupported_outbound) /* socks5: UDP ASSOCIATE not implemented yet */                 \
+	X(no_session_budget)    /* budget_udp_acquire refused, or no memory for the session */  \
+	X(fd_budget)            /* budget_fd_reserve refused the outbound socket */             \
+	X(socket_error)         /* outbound_socket (or connect to the DNS upstream) failed */   \
+	X(queue_full)           /* up or down FIFO at its budget depth */                       \
+	X(no_buffer)            /* no pool buffer for a datagram that had to wait, or too big */ \
+	X(send_error)           /* sendto failed with anything but EAGAIN */                    \
+	X(tx_error)             /* the driver's tx failed with anything but EAGAIN */           \
+	X(too_big)              /* a reply larger than the client's family can carry */         \
+	X(dns_unmatched)        /* an upstream answer with no pending query */                  \
+	X(session_closed)       /* still queued when its session ended */
+
+enum udp_drop {
+#define UDP_DROP_ENUM(name) UDP_DROP_##name,
+	UDP_DROPS(UDP_DROP_ENUM)
+#undef UDP_DROP_ENUM
+	UDP_DROP_MAX
+};
+
+const char *udp_drop_name(enum udp_drop d);
+
+struct udp_path_stats {
+	uint64_t sessions;          /* gauge: live sessions (stats key udp.sessions) */
+	uint64_t sessions_total;    /* created */
+	uint64_t sessions_expired;  /* closed by the idle timeout */
+	uint64_t sockets;           /* gauge: open outbound sockets (each holds one budgeted fd) */
+	uint64_t up_queued;         /* gauge: datagrams waiting for sendto */
+	uint64_t down_queued;       /* gauge: packets waiting for tx */
+	uint64_t up_datagrams, up_bytes;     /* sent to an outbound (payload bytes) */
+	uint64_t down_datagrams, down_bytes; /* replies written to the TUN (payload bytes) */
+	uint64_t dns_queries;       /* hijacked queries sent to the upstream */
+	uint64_t dns_answers;       /* upstream answers delivered */
+	uint64_t recv_errors;       /* recvfrom failures other than EAGAIN (e.g. ICMP refused) */
+	uint64_t drops[UDP_DROP_MAX];
+	uint64_t queue_drops;       /* drops[queue_full] (stats key udp.queue_drops) */
+};
+
+/* Create a path on base. cfg, b and tx_arg are borrowed and must outlive it. tx sends a reply
+ * packet to the TUN (plain IP, full checksums); -EAGAIN from it queues the packet and retries
+ * within ~1 ms. Returns 0, -EINVAL (cfg has no outbounds), -ENOMEM or -ENOBUFS (no budget for
+ * the receive buffer). */
+int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct budget *b,
+		 tun_tx_fn tx, void *tx_arg, struct udp_path **out)
+	__attribute__((warn_unused_result));
+
+/* Close every session (queued datagrams counted as session_closed), release their budget and
+ * free the path. NULL is fine. */
+void udp_path_free(struct udp_path *up);
+
+/* One packet read from the TUN, untouched (the driver's DRIVER_UDP verdict). now_ns is the
+ * driver's CLOCK_MONOTONIC reading (core/clock.h). Never blocks; a datagram that cannot go
+ * out is dropped and counted. The packet is not retained. */
+void udp_path_input(struct udp_path *up, const uint8_t *pkt, size_t len, int64_t now_ns);
+
+void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out);
+
+/* Test seam: replace sendto(2) on the outbound sockets (to make EAGAIN deterministic). fn
+ * returns the bytes sent or -errno; to is NULL for the connected DNS socket. NULL restores the
+ * real sendto. */
+typedef ssize_t (*udp_sendto_fn)(void *arg, int fd, const void *buf, size_t len,
+				 const struct sockaddr *to, socklen_t tolen);
+void udp_path_set_sendto(struct udp_path *up, udp_sendto_fn fn, void *arg);
+
+#endif

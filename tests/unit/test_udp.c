@@ -1,0 +1,677 @@
+/* test_udp.c — dispatch/udp: the shared UDP path end to end over loopback (127.0.0.1 and ::1
+ * only). Real UDP servers (an echo server, a fake DNS responder) run as sockets on the test's
+ * libevent base; a fake tx captures the reply packets the path would write to the TUN, and each
+ * is checked with testutil's independent verifiers. EAGAIN is made deterministic through the
+ * path's sendto seam (loopback orphans every skb at once, so a tiny SO_SNDBUF never fills) and
+ * through the fake tx's return value.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/budget.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "dispatch/udp.h"
+#include "testutil.h"
+
+#define MAX_CAPS 64
+
+struct cap {
+	uint8_t buf[2048];
+	size_t len;
+};
+
+struct env {
+	struct event_base *base;
+	struct ts_config cfg;
+	struct budget *b;
+	struct udp_path *up;
+	struct cap caps[MAX_CAPS];
+	int ncap;
+	int tx_ret;          /* what the fake tx returns (0 captures the packet) */
+	int tx_calls;
+	bool sendto_eagain;  /* the seam answers -EAGAIN without sending */
+	int sendto_calls;
+	uint32_t last_mark;  /* SO_MARK of the socket the seam last sent on */
+};
+
+enum srv_kind { SRV_ECHO, SRV_DNS, SRV_SILENT };
+
+struct server {
+	struct env *e;
+	enum srv_kind kind;
+	int fd;
+	uint16_t port;
+	struct event *ev;
+	int received;
+	struct sockaddr_storage peer; /* the last sender: the path's outbound socket */
+};
+
+/* ---- fixtures ----------------------------------------------------------------------------- */
+
+static int fake_tx(void *arg, const uint8_t *pkt, size_t len)
+{
+	struct env *e = arg;
+	e->tx_calls++;
+	if (e->tx_ret != 0)
+		return e->tx_ret;
+	cr_assert_lt(e->ncap, MAX_CAPS);
+	cr_assert_leq(len, sizeof(e->caps[0].buf));
+	memcpy(e->caps[e->ncap].buf, pkt, len);
+	e->caps[e->ncap].len = len;
+	e->ncap++;
+	return 0;
+}
+
+static ssize_t seam_sendto(void *arg, int fd, const void *buf, size_t len,
+			   const struct sockaddr *to, socklen_t tolen)
+{
+	struct env *e = arg;
+	socklen_t ml = sizeof(e->last_mark);
+	e->sendto_calls++;
+	if (getsockopt(fd, SOL_SOCKET, SO_MARK, &e->last_mark, &ml) != 0)
+		e->last_mark = 0;
+	if (e->sendto_eagain)
+		return -EAGAIN;
+	ssize_t n = sendto(fd, buf, len, 0, to, tolen);
+	return n < 0 ? -errno : n;
+}
+
+/* Echo: send back what came. DNS: the query with QR set and "ANS" appended; a query
+ * containing "TWICE" is also answered a second time with a DNS id nobody asked for. */
+static void server_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct server *s = arg;
+	uint8_t buf[2048];
+	socklen_t plen = sizeof(s->peer);
+	ssize_t n = recvfrom(fd, buf, sizeof(buf) - 8, 0, (struct sockaddr *)&s->peer, &plen);
+
+	if (n < 0)
+		return;
+	s->received++;
+	if (s->kind == SRV_SILENT)
+		return;
+	if (s->kind == SRV_DNS) {
+		bool twice = memmem(buf, (size_t)n, "TWICE", 5) != NULL;
+		buf[2] |= 0x80;
+		memcpy(buf + n, "ANS", 3);
+		n += 3;
+		cr_assert_eq(sendto(fd, buf, (size_t)n, 0, (struct sockaddr *)&s->peer, plen), n);
+		if (!twice)
+			return;
+		buf[0] ^= 0xff;
+	}
+	cr_assert_eq(sendto(fd, buf, (size_t)n, 0, (struct sockaddr *)&s->peer, plen), n);
+}
+
+static void server_open(struct env *e, struct server *s, const char *addr, enum srv_kind kind)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	uint8_t a[16];
+	int family = tu_addr(a, addr);
+
+	memset(s, 0, sizeof(*s));
+	memset(&ss, 0, sizeof(ss));
+	s->e = e;
+	s->kind = kind;
+	if (family == 4) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+		sin->sin_family = AF_INET;
+		memcpy(&sin->sin_addr, a, 4);
+		len = sizeof(*sin);
+	} else {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+		sin6->sin6_family = AF_INET6;
+		memcpy(&sin6->sin6_addr, a, 16);
+		len = sizeof(*sin6);
+	}
+	s->fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	cr_assert_geq(s->fd, 0);
+	cr_assert_eq(bind(s->fd, (struct sockaddr *)&ss, len), 0, "bind %s: %s", addr,
+		     strerror(errno));
+	cr_assert_eq(getsockname(s->fd, (struct sockaddr *)&ss, &len), 0);
+	s->port = ntohs(family == 4 ? ((struct sockaddr_in *)&ss)->sin_port
+				    : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	s->ev = event_new(e->base, s->fd, EV_READ | EV_PERSIST, server_cb, s);
+	cr_assert_not_null(s->ev);
+	cr_assert_eq(event_add(s->ev, NULL), 0);
+}
+
+static void server_close(struct server *s)
+{
+	event_free(s->ev);
+	close(s->fd);
+}
+
+static uint16_t peer_port(const struct server *s)
+{
+	return ntohs(s->peer.ss_family == AF_INET
+			     ? ((const struct sockaddr_in *)&s->peer)->sin_port
+			     : ((const struct sockaddr_in6 *)&s->peer)->sin6_port);
+}
+
+static void env_base(struct env *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->base = event_base_new();
+	cr_assert_not_null(e->base);
+}
+
+/* Load the config (printf-style JSON), create the budget and the path. */
+static void env_start(struct env *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void env_start(struct env *e, const char *fmt, ...)
+{
+	char json[2048], err[TS_ERRLEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(json, sizeof(json), fmt, ap);
+	va_end(ap);
+	cr_assert_eq(config_load_string(json, &e->cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(budget_new(&e->cfg.budget, &e->b), 0);
+	cr_assert_eq(udp_path_new(e->base, &e->cfg, e->b, fake_tx, e, &e->up), 0);
+	udp_path_set_sendto(e->up, seam_sendto, e);
+}
+
+/* Free the path and prove it gave every session, fd and buffer byte back. */
+static void env_fini(struct env *e)
+{
+	struct budget_stats bs;
+
+	udp_path_free(e->up);
+	budget_get_stats(e->b, &bs);
+	cr_assert_eq(bs.udp_in_use, 0, "sessions leaked");
+	cr_assert_eq(bs.fds_in_use, 0, "fds leaked");
+	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes leaked");
+	budget_free(e->b);
+	config_fini(&e->cfg);
+	event_base_free(e->base);
+}
+
+static struct udp_path_stats stats(struct env *e)
+{
+	struct udp_path_stats st;
+	udp_path_stats(e->up, &st);
+	return st;
+}
+
+/* Run the loop until cond holds (true) or timeout_ms passes (false). */
+#define PUMP_UNTIL(e, cond, timeout_ms)                                                        \
+	({                                                                                     \
+		int64_t end_ = ts_now_ns() + MS(timeout_ms);                                   \
+		bool ok_;                                                                      \
+		while (!(ok_ = (cond)) && ts_now_ns() < end_) {                                \
+			event_base_loop((e)->base, EVLOOP_NONBLOCK);                           \
+			usleep(500);                                                           \
+		}                                                                              \
+		ok_;                                                                           \
+	})
+
+/* Run the loop for ms, whatever happens. */
+static void pump_for(struct env *e, int ms)
+{
+	int64_t end = ts_now_ns() + MS(ms);
+	while (ts_now_ns() < end) {
+		event_base_loop(e->base, EVLOOP_NONBLOCK);
+		usleep(500);
+	}
+}
+
+/* A datagram "from the TUN". */
+static void tun_send(struct env *e, const char *src, uint16_t sport, const char *dst,
+		     uint16_t dport, const void *payload, size_t len)
+{
+	struct tu_spec s;
+	uint8_t pkt[2048];
+	size_t n;
+
+	tu_spec_udp(&s, src, sport, dst, dport);
+	s.payload = payload;
+	s.payload_len = len;
+	n = tu_build(&s, pkt, sizeof(pkt));
+	udp_path_input(e->up, pkt, n, ts_now_ns());
+}
+
+/* A captured reply is src:sport -> dst:dport carrying payload, with valid checksums. */
+static void check_reply(const struct cap *c, const char *src, uint16_t sport, const char *dst,
+			uint16_t dport, const void *payload, size_t plen)
+{
+	struct tu_layout lo;
+	uint8_t a[16];
+	int family;
+
+	cr_assert(tu_layout(c->buf, c->len, &lo), "reply does not parse");
+	cr_assert_eq(lo.proto, IPPROTO_UDP);
+	cr_assert_eq(lo.len, c->len);
+	family = tu_addr(a, src);
+	cr_assert_eq(lo.family, family);
+	if (family == 4)
+		cr_assert(tu_verify_ip4_header(c->buf), "IPv4 header checksum");
+	cr_assert(tu_verify_l4(c->buf, c->len), "UDP checksum");
+	cr_assert_neq(tu_l4_field(c->buf, c->len), 0, "checksum present");
+	cr_assert_arr_eq(c->buf + (family == 4 ? 12 : 8), a, family == 4 ? 4 : 16,
+			 "reply source is not %s", src);
+	tu_addr(a, dst);
+	cr_assert_arr_eq(c->buf + (family == 4 ? 16 : 24), a, family == 4 ? 4 : 16,
+			 "reply destination is not %s", dst);
+	cr_assert_eq(tu_get16(c->buf + lo.l3_len), sport);
+	cr_assert_eq(tu_get16(c->buf + lo.l3_len + 2), dport);
+	cr_assert_eq(lo.l4_len, plen + 8);
+	cr_assert_arr_eq(c->buf + lo.l3_len + 8, payload, plen, "payload differs");
+}
+
+static const char *DEFAULT_CFG = "{}";
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+Test(udp, echo_v4)
+{
+	struct env e;
+	struct server echo;
+	const char msg[] = "ping over the UDP path";
+
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "%s", DEFAULT_CFG);
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, msg, sizeof(msg));
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000), "no reply");
+	check_reply(&e.caps[0], "127.0.0.1", echo.port, "10.0.0.9", 5353, msg, sizeof(msg));
+
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.sessions, 1);
+	cr_assert_eq(st.sockets, 1);
+	cr_assert_eq(st.up_datagrams, 1);
+	cr_assert_eq(st.up_bytes, sizeof(msg));
+	cr_assert_eq(st.down_datagrams, 1);
+	cr_assert_eq(st.down_bytes, sizeof(msg));
+	for (int i = 0; i < UDP_DROP_MAX; i++)
+		cr_assert_eq(st.drops[i], 0, "drop %s", udp_drop_name((enum udp_drop)i));
+	server_close(&echo);
+	env_fini(&e);
+}
+
+Test(udp, echo_v6)
+{
+	struct env e;
+	struct server echo;
+	uint8_t msg[1200];
+
+	memset(msg, 0x6b, sizeof(msg));
+	msg[0] = 0; /* odd bytes and zeros in the checksum */
+	env_base(&e);
+	server_open(&e, &echo, "::1", SRV_ECHO);
+	env_start(&e, "%s", DEFAULT_CFG);
+	tun_send(&e, "fd00::9", 5353, "::1", echo.port, msg, 1001);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000), "no reply");
+	check_reply(&e.caps[0], "::1", echo.port, "fd00::9", 5353, msg, 1001);
+	cr_assert_eq(stats(&e).sessions, 1);
+	server_close(&echo);
+	env_fini(&e);
+}
+
+/* Loop safety: the sockets come from outbound_socket, so they carry the outbound's SO_MARK
+ * (setting a mark needs CAP_NET_ADMIN: root only). Loopback still answers. */
+Test(udp, outbound_sockets_carry_the_routing_mark)
+{
+	struct env e;
+	struct server echo;
+
+	if (geteuid() != 0)
+		cr_skip_test("SO_MARK needs CAP_NET_ADMIN");
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "{\"outbounds\":[{\"tag\":\"d\",\"type\":\"direct\","
+		      "\"routing_mark\":4242}]}");
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, "mark", 4);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000));
+	cr_assert_eq(e.last_mark, 4242);
+	check_reply(&e.caps[0], "127.0.0.1", echo.port, "10.0.0.9", 5353, "mark", 4);
+	server_close(&echo);
+	env_fini(&e);
+}
+
+/* Endpoint-independent mapping and filtering: one client source, two destinations, one
+ * session and one outbound socket (both servers see the same source port); a third party that
+ * learnt that port reaches the client too. */
+Test(udp, eim_one_session_for_one_source)
+{
+	struct env e;
+	struct server a, b;
+
+	env_base(&e);
+	server_open(&e, &a, "127.0.0.1", SRV_ECHO);
+	server_open(&e, &b, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "%s", DEFAULT_CFG);
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", a.port, "to-a", 4);
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", b.port, "to-b", 4);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 2, 2000), "replies: %d", e.ncap);
+	for (int i = 0; i < 2; i++) {
+		bool from_a = tu_get16(e.caps[i].buf + 20) == a.port;
+		check_reply(&e.caps[i], "127.0.0.1", from_a ? a.port : b.port, "10.0.0.9", 5353,
+			    from_a ? "to-a" : "to-b", 4);
+	}
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.sessions, 1);
+	cr_assert_eq(st.sessions_total, 1);
+	cr_assert_eq(st.sockets, 1);
+	cr_assert_eq(peer_port(&a), peer_port(&b), "mapping depends on the destination");
+
+	/* Filtering: a remote never contacted sends to the mapped port. */
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(sendto(fd, "third", 5, 0, (struct sockaddr *)&a.peer, sizeof(struct sockaddr_in)),
+		     5);
+	struct sockaddr_in me;
+	socklen_t mlen = sizeof(me);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&me, &mlen), 0);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 3, 2000), "third-party datagram not delivered");
+	check_reply(&e.caps[2], "127.0.0.1", ntohs(me.sin_port), "10.0.0.9", 5353, "third", 5);
+	close(fd);
+
+	/* Another client source is another session. */
+	tun_send(&e, "10.0.0.9", 5354, "127.0.0.1", a.port, "x", 1);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 4, 2000));
+	cr_assert_eq(stats(&e).sessions, 2);
+	server_close(&a);
+	server_close(&b);
+	env_fini(&e);
+}
+
+Test(udp, dns_hijack_answers_from_the_asked_address)
+{
+	struct env e;
+	struct server dns, echo;
+	uint8_t q[32] = { 0xbe, 0xef, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 'q', 'u', 'e', 'r', 'y' };
+	uint8_t ans[40];
+
+	env_base(&e);
+	server_open(&e, &dns, "127.0.0.1", SRV_DNS);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "{\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.1:%u\"}}", dns.port);
+
+	/* To the gateway (one of our own addresses): hijack wins over the own-address drop. */
+	tun_send(&e, "10.0.0.9", 5353, "198.18.0.1", 53, q, 17);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000), "no answer");
+	memcpy(ans, q, 17);
+	ans[2] |= 0x80;
+	memcpy(ans + 17, "ANS", 3);
+	check_reply(&e.caps[0], "198.18.0.1", 53, "10.0.0.9", 5353, ans, 20);
+	cr_assert_eq(dns.received, 1);
+
+	/* An IPv6 client asking some resolver: the IPv4 upstream answers, from the v6 asked. */
+	q[0] = 0x12;
+	tun_send(&e, "fd00::9", 4444, "2001:db8::53", 53, q, 17);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 2, 2000), "no v6 answer");
+	memcpy(ans, q, 17);
+	ans[2] |= 0x80;
+	check_reply(&e.caps[1], "2001:db8::53", 53, "fd00::9", 4444, ans, 20);
+
+	/* An answer with an id nobody asked for is dropped. */
+	memcpy(q + 12, "TWICE", 5);
+	q[0] = 0x34;
+	tun_send(&e, "10.0.0.9", 5353, "198.18.0.1", 53, q, 17);
+	cr_assert(PUMP_UNTIL(&e, stats(&e).drops[UDP_DROP_dns_unmatched] == 1, 2000));
+	cr_assert_eq(e.ncap, 3);
+
+	/* Non-DNS traffic to our own address is never relayed; a query too short is refused;
+	 * ordinary traffic from the same client still flows through its own socket. */
+	tun_send(&e, "10.0.0.9", 5353, "198.18.0.1", 9999, "x", 1);
+	tun_send(&e, "10.0.0.9", 5353, "198.18.0.2", 53, q, 11);
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, "plain", 5);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 4, 2000));
+	check_reply(&e.caps[3], "127.0.0.1", echo.port, "10.0.0.9", 5353, "plain", 5);
+
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.drops[UDP_DROP_own_address], 1);
+	cr_assert_eq(st.drops[UDP_DROP_malformed], 1);
+	cr_assert_eq(st.dns_queries, 3);
+	cr_assert_eq(st.dns_answers, 3);
+	cr_assert_eq(st.sessions, 2);
+	cr_assert_eq(st.sockets, 3, "v4 client: dns + plain; v6 client: dns");
+	cr_assert_eq(dns.received, 3);
+	server_close(&dns);
+	server_close(&echo);
+	env_fini(&e);
+}
+
+Test(udp, idle_timeout_closes_the_session)
+{
+	struct env e;
+	struct server echo;
+	struct budget_stats bs;
+
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "{\"timeouts\":{\"udp_idle_ms\":300}}");
+	/* Activity in either direction keeps it: a datagram every 30 ms for 600 ms. */
+	for (int i = 0; i < 20; i++) {
+		tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, "k", 1);
+		pump_for(&e, 30);
+	}
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 20, 2000));
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.sessions, 1);
+	cr_assert_eq(st.sessions_total, 1);
+	cr_assert_eq(st.sessions_expired, 0);
+	budget_get_stats(e.b, &bs);
+	cr_assert_eq(bs.udp_in_use, 1);
+	cr_assert_eq(bs.fds_in_use, 1);
+
+	cr_assert(PUMP_UNTIL(&e, stats(&e).sessions == 0, 2000), "session never expired");
+	st = stats(&e);
+	cr_assert_eq(st.sessions_expired, 1);
+	cr_assert_eq(st.sockets, 0);
+	budget_get_stats(e.b, &bs);
+	cr_assert_eq(bs.udp_in_use, 0);
+	cr_assert_eq(bs.fds_in_use, 0);
+
+	/* The client comes back: a new session. */
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, "again", 5);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 21, 2000));
+	cr_assert_eq(stats(&e).sessions_total, 2);
+	server_close(&echo);
+	env_fini(&e);
+}
+
+Test(udp, session_budget_exhaustion_is_counted)
+{
+	struct env e;
+	struct server echo;
+	struct budget_stats bs;
+
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "{\"budgets\":{\"udp_sessions\":2}}");
+	for (uint16_t p = 1000; p < 1004; p++)
+		tun_send(&e, "10.0.0.9", p, "127.0.0.1", echo.port, "s", 1);
+	/* An existing session still works at the limit. */
+	tun_send(&e, "10.0.0.9", 1000, "127.0.0.1", echo.port, "t", 1);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 3, 2000));
+	pump_for(&e, 20);
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.sessions, 2);
+	cr_assert_eq(st.drops[UDP_DROP_no_session_budget], 2);
+	cr_assert_eq(echo.received, 3);
+	budget_get_stats(e.b, &bs);
+	cr_assert_eq(bs.udp_refused, 2);
+	server_close(&echo);
+	env_fini(&e);
+}
+
+Test(udp, fd_budget_exhaustion_is_counted)
+{
+	struct env e;
+	struct server echo;
+
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "{\"budgets\":{\"fds\":1}}");
+	tun_send(&e, "10.0.0.9", 1000, "127.0.0.1", echo.port, "a", 1);
+	tun_send(&e, "10.0.0.9", 1001, "127.0.0.1", echo.port, "b", 1);
+	/* The session that got the one fd keeps using it. */
+	tun_send(&e, "10.0.0.9", 1000, "127.0.0.1", echo.port, "c", 1);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 2, 2000));
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.drops[UDP_DROP_fd_budget], 1);
+	cr_assert_eq(st.sessions, 1, "a session that never got a socket is not kept");
+	cr_assert_eq(st.sockets, 1);
+	server_close(&echo);
+	env_fini(&e);
+}
+
+Test(udp, up_queue_overflow_is_counted_then_flushed)
+{
+	struct env e;
+	struct server echo;
+	char msg[16];
+
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "{\"budgets\":{\"udp_up_queue\":4}}");
+	e.sendto_eagain = true;
+	for (int i = 0; i < 6; i++) {
+		snprintf(msg, sizeof(msg), "d%d", i);
+		tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, msg, 2);
+	}
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.up_queued, 4);
+	cr_assert_eq(st.queue_drops, 2);
+	cr_assert_eq(st.drops[UDP_DROP_queue_full], 2);
+	cr_assert_eq(st.up_datagrams, 0);
+	cr_assert_eq(e.sendto_calls, 1, "behind a queue, datagrams wait their turn");
+
+	/* The socket becomes writable: the queue drains in order. */
+	e.sendto_eagain = false;
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 4, 2000), "replies: %d", e.ncap);
+	for (int i = 0; i < 4; i++) {
+		snprintf(msg, sizeof(msg), "d%d", i);
+		check_reply(&e.caps[i], "127.0.0.1", echo.port, "10.0.0.9", 5353, msg, 2);
+	}
+	st = stats(&e);
+	cr_assert_eq(st.up_queued, 0);
+	cr_assert_eq(st.up_datagrams, 4);
+	server_close(&echo);
+	env_fini(&e);
+}
+
+Test(udp, down_queue_overflow_is_counted_then_flushed)
+{
+	struct env e;
+	struct server echo;
+	char msg[16];
+
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "{\"budgets\":{\"udp_down_queue\":2}}");
+	e.tx_ret = -EAGAIN;
+	for (int i = 0; i < 5; i++) {
+		snprintf(msg, sizeof(msg), "r%d", i);
+		tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, msg, 2);
+	}
+	cr_assert(PUMP_UNTIL(&e, stats(&e).queue_drops == 3, 2000));
+	pump_for(&e, 10); /* retries keep failing: nothing is lost or duplicated */
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.down_queued, 2);
+	cr_assert_eq(st.down_datagrams, 0);
+	cr_assert_gt(e.tx_calls, 2, "the retry timer runs");
+
+	e.tx_ret = 0;
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 2, 2000));
+	check_reply(&e.caps[0], "127.0.0.1", echo.port, "10.0.0.9", 5353, "r0", 2);
+	check_reply(&e.caps[1], "127.0.0.1", echo.port, "10.0.0.9", 5353, "r1", 2);
+	st = stats(&e);
+	cr_assert_eq(st.down_queued, 0);
+	cr_assert_eq(st.down_datagrams, 2);
+
+	/* A driver error that is not EAGAIN drops at once. */
+	e.tx_ret = -EIO;
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, "z", 1);
+	cr_assert(PUMP_UNTIL(&e, stats(&e).drops[UDP_DROP_tx_error] == 1, 2000));
+	cr_assert_eq(stats(&e).down_queued, 0);
+	server_close(&echo);
+	env_fini(&e);
+}
+
+Test(udp, reject_and_socks5_outbounds_drop_and_count)
+{
+	struct env e;
+	struct server echo, silent;
+
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	server_open(&e, &silent, "127.0.0.1", SRV_SILENT);
+	env_start(&e,
+		  "{\"outbounds\":[{\"tag\":\"direct\",\"type\":\"direct\"},"
+		  "{\"tag\":\"block\",\"type\":\"reject\"},"
+		  "{\"tag\":\"proxy\",\"type\":\"socks5\",\"server\":\"127.0.0.1:1\"}],"
+		  "\"route\":{\"rules\":[{\"port\":[%u],\"network\":\"udp\",\"outbound\":\"block\"},"
+		  "{\"cidr\":[\"::1/128\"],\"outbound\":\"proxy\"}],\"final\":\"direct\"}}",
+		  silent.port);
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", silent.port, "no", 2);
+	tun_send(&e, "fd00::9", 5353, "::1", 9, "no", 2);
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, "yes", 3);
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", silent.port, "no", 2);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000));
+	pump_for(&e, 20);
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.drops[UDP_DROP_rejected], 2);
+	cr_assert_eq(st.drops[UDP_DROP_unsupported_outbound], 1);
+	cr_assert_eq(st.sessions, 1, "drops before any session exists create none");
+	cr_assert_eq(silent.received, 0, "a rejected datagram went out");
+	server_close(&echo);
+	server_close(&silent);
+	env_fini(&e);
+}
+
+Test(udp, malformed_input_is_counted)
+{
+	struct env e;
+	uint8_t junk[64];
+	struct tu_spec s;
+	size_t n;
+
+	env_base(&e);
+	env_start(&e, "%s", DEFAULT_CFG);
+	memset(junk, 0x45, sizeof(junk));
+	udp_path_input(e.up, junk, sizeof(junk), ts_now_ns());
+	udp_path_input(e.up, junk, 0, ts_now_ns());
+	tu_spec_tcp(&s, "10.0.0.9", 1, "127.0.0.1", 2);
+	n = tu_build(&s, junk, sizeof(junk));
+	udp_path_input(e.up, junk, n, ts_now_ns());
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.drops[UDP_DROP_malformed], 3);
+	cr_assert_eq(st.sessions_total, 0);
+	cr_assert_str_eq(udp_drop_name(UDP_DROP_queue_full), "queue_full");
+	cr_assert_str_eq(udp_drop_name(UDP_DROP_MAX), "unknown");
+	env_fini(&e);
+}
+
+/* Freeing with live sessions, queued datagrams both ways and a pending DNS query gives every
+ * budget unit back (env_fini checks) and counts what was still queued. */
+Test(udp, free_with_live_state_releases_everything)
+{
+	struct env e;
+	struct server echo;
+
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "%s", DEFAULT_CFG);
+	e.tx_ret = -EAGAIN;
+	tun_send(&e, "10.0.0.9", 1, "127.0.0.1", echo.port, "down", 4);
+	cr_assert(PUMP_UNTIL(&e, stats(&e).down_queued == 1, 2000));
+	e.sendto_eagain = true;
+	tun_send(&e, "10.0.0.9", 2, "127.0.0.1", echo.port, "up", 2);
+	tun_send(&e, "10.0.0.9", 2, "127.0.0.1", echo.port, "up", 2);
+	cr_assert_eq(stats(&e).up_queued, 2);
+	cr_assert_eq(stats(&e).sessions, 2);
+	server_close(&echo);
+	env_fini(&e);
+}
