@@ -1,0 +1,572 @@
+/* relay.c — the two-direction relay: splice between kernel sockets, copy otherwise.
+ *
+ * Each direction alternates two phases: pull (read from its source into an empty buffer or
+ * pipe) and push (write everything out to its destination). It only reads when nothing is in
+ * flight, so interest is simple and never spins: read interest iff empty and not at EOF,
+ * write interest iff bytes are pending. A callback runs a bounded number of pull/push rounds
+ * (RELAY_ROUNDS) so one busy connection cannot starve the loop.
+ *
+ * Ending is deferred: a failure only records the reason, drops all interest and activates
+ * finish_ev; the streams are closed/aborted and the relay freed from that event, never from
+ * deep inside a stream callback whose caller still holds pointers.
+ */
+#include "dispatch/relay.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#define RELAY_ROUNDS 16
+
+struct relay;
+
+struct rdir {
+	struct relay *r;
+	enum relay_dir_id id;
+	struct stream *src, *dst;
+	bool splice;     /* this direction uses splice (both fds, pipes available) */
+	bool eof;        /* src returned EOF */
+	bool finished;   /* EOF delivered: shutdown_write(dst) done */
+	bool buf_wait;   /* the buffer pool said no: wait for retry_ev */
+	uint8_t *early;  /* early bytes (DOWN only), from budget_malloc */
+	size_t early_len, early_off;
+	uint8_t *buf;    /* copy buffer while held; bytes [head, tail) pending */
+	size_t head, tail;
+	struct pipepool_pipe *pipe; /* held while in_pipe > 0 (or within one callback) */
+	size_t in_pipe;
+	uint64_t bytes;
+};
+
+/* Callback argument: which stream (0 = a, 1 = b) the event is about. */
+struct side {
+	struct relay *r;
+	int idx;
+};
+
+struct relay {
+	struct stream *s[2];
+	struct side side[2];
+	struct rdir dir[RELAY_DIRS]; /* dir[i] reads stream i, writes stream 1 - i */
+	struct bufpool *bufs;
+	size_t buf_size;
+	struct pipepool *pipes;
+	struct budget *budget;
+	struct relay_counters *ctr;
+	struct relay_counters own_ctr; /* target of ctr when the caller passes none */
+	struct event *finish_ev, *idle_ev, *retry_ev;
+	int64_t idle_ns, last_active_ns;
+	bool moved;      /* bytes moved in this callback: refresh last_active_ns */
+	bool ending;
+	enum relay_end reason;
+	int err;
+	uint64_t splice_bytes, copy_bytes;
+	relay_done_fn done;
+	void *done_arg;
+};
+
+static const char *const end_names[RELAY_END_MAX] = {
+	[RELAY_DONE] = "done",
+	[RELAY_ERROR_A] = "error_a",
+	[RELAY_ERROR_B] = "error_b",
+	[RELAY_IDLE] = "idle",
+	[RELAY_CANCELLED] = "cancelled",
+};
+
+const char *relay_end_name(enum relay_end e)
+{
+	return (unsigned)e < RELAY_END_MAX ? end_names[e] : "?";
+}
+
+/* Idle accounting only needs milliseconds; the coarse clock costs no syscall. */
+static int64_t coarse_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void gauge_add(ctr_t *c, uint64_t n)
+{
+	ctr_add(c, n);
+}
+
+static void gauge_sub(ctr_t *c, uint64_t n)
+{
+	ctr_add(c, (uint64_t)0 - n); /* unsigned wrap-around: exact once the matching add is in */
+}
+
+/* ---- ending ------------------------------------------------------------------------------ */
+
+static void relay_end(struct relay *r, enum relay_end reason, int err)
+{
+	if (r->ending)
+		return;
+	r->ending = true;
+	r->reason = reason;
+	r->err = err;
+	stream_set_interest(r->s[0], false, false);
+	stream_set_interest(r->s[1], false, false);
+	event_active(r->finish_ev, EV_TIMEOUT, 0);
+}
+
+/* A stream failed: side 0 is a, 1 is b. */
+static void relay_fail(struct relay *r, int side, int err)
+{
+	relay_end(r, side == 0 ? RELAY_ERROR_A : RELAY_ERROR_B, err);
+}
+
+static bool dir_pending(const struct rdir *d)
+{
+	return d->early_off < d->early_len || d->head < d->tail || d->in_pipe > 0;
+}
+
+/* Give back what the direction holds: an empty pipe for reuse, a pipe with bytes closed. */
+static void dir_release(struct rdir *d)
+{
+	struct relay *r = d->r;
+
+	if (d->pipe) {
+		gauge_sub(&r->ctr->pipe_bytes_inflight, d->in_pipe);
+		if (d->in_pipe == 0)
+			pipepool_put(r->pipes, d->pipe);
+		else
+			pipepool_discard(r->pipes, d->pipe);
+		d->pipe = NULL;
+		d->in_pipe = 0;
+	}
+	if (d->buf) {
+		gauge_sub(&r->ctr->buf_bytes_inflight, d->tail - d->head);
+		bufpool_put(r->bufs, d->buf);
+		d->buf = NULL;
+		d->head = d->tail = 0;
+	}
+	if (d->early) {
+		gauge_sub(&r->ctr->buf_bytes_inflight, d->early_len - d->early_off);
+		budget_mfree(r->budget, d->early);
+		d->early = NULL;
+		d->early_len = d->early_off = 0;
+	}
+}
+
+static void fill_stats(const struct relay *r, struct relay_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	for (int i = 0; i < RELAY_DIRS; i++) {
+		const struct rdir *d = &r->dir[i];
+		st->bytes[i] = d->bytes;
+		st->pipe_inflight[i] = d->in_pipe;
+		st->buf_inflight[i] = (d->tail - d->head) + (d->early_len - d->early_off);
+		st->pipes_held += d->pipe != NULL;
+		st->bufs_held += d->buf != NULL;
+		st->splice[i] = d->splice;
+		st->finished[i] = d->finished;
+	}
+	st->splice_bytes = r->splice_bytes;
+	st->copy_bytes = r->copy_bytes;
+	st->err = r->err;
+}
+
+static void free_events(struct relay *r)
+{
+	if (r->finish_ev)
+		event_free(r->finish_ev);
+	if (r->idle_ev)
+		event_free(r->idle_ev);
+	if (r->retry_ev)
+		event_free(r->retry_ev);
+}
+
+static void relay_destroy(struct relay *r)
+{
+	struct relay_stats st;
+	relay_done_fn done = r->done;
+	void *arg = r->done_arg;
+	enum relay_end reason = r->reason;
+
+	fill_stats(r, &st);
+	for (int i = 0; i < RELAY_DIRS; i++)
+		dir_release(&r->dir[i]);
+	for (int i = 0; i < 2; i++) {
+		/* Only a clean end closes gracefully: any failure must reach the app as a RST,
+		 * never as an EOF that looks like a complete response. */
+		if (reason == RELAY_DONE)
+			stream_close(r->s[i]);
+		else
+			stream_abort(r->s[i]);
+	}
+	free_events(r);
+	gauge_sub(&r->ctr->active, 1);
+	ctr_inc(&r->ctr->ends[reason]);
+	free(r);
+	done(arg, reason, &st);
+}
+
+static void on_finish(evutil_socket_t fd, short what, void *arg)
+{
+	relay_destroy(arg);
+}
+
+void relay_cancel(struct relay *r)
+{
+	if (!r->ending) {
+		r->ending = true;
+		r->reason = RELAY_CANCELLED;
+	}
+	relay_destroy(r);
+}
+
+/* ---- one direction ----------------------------------------------------------------------- */
+
+static void dir_delivered(struct rdir *d, size_t n, bool spliced)
+{
+	struct relay *r = d->r;
+
+	d->bytes += n;
+	ctr_add(&r->ctr->bytes[d->id], n);
+	if (spliced) {
+		r->splice_bytes += n;
+		ctr_add(&r->ctr->splice_bytes, n);
+		gauge_sub(&r->ctr->pipe_bytes_inflight, n);
+	} else {
+		r->copy_bytes += n;
+		ctr_add(&r->ctr->copy_bytes, n);
+		gauge_sub(&r->ctr->buf_bytes_inflight, n);
+	}
+	r->moved = true;
+}
+
+/* Write pending bytes to dst. 0 (progress or -EAGAIN: see dir_pending), -1 if the relay ends. */
+static int dir_push(struct rdir *d)
+{
+	struct relay *r = d->r;
+	ssize_t n;
+
+	if (d->early_off < d->early_len) {
+		n = stream_write(d->dst, d->early + d->early_off, d->early_len - d->early_off);
+		if (n > 0) {
+			d->early_off += (size_t)n;
+			dir_delivered(d, (size_t)n, false);
+			if (d->early_off < d->early_len)
+				return 0;
+			budget_mfree(r->budget, d->early);
+			d->early = NULL;
+			d->early_len = d->early_off = 0;
+		}
+	} else if (d->head < d->tail) {
+		n = stream_write(d->dst, d->buf + d->head, d->tail - d->head);
+		if (n > 0) {
+			d->head += (size_t)n;
+			dir_delivered(d, (size_t)n, false);
+			if (d->head == d->tail)
+				d->head = d->tail = 0;
+		}
+	} else if (d->in_pipe > 0) {
+		n = splice(d->pipe->rd, NULL, stream_fd(d->dst), NULL, d->in_pipe,
+			   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (n < 0)
+			n = errno == EINTR ? -EAGAIN : -errno;
+		else if (n == 0)
+			n = -EIO; /* bytes in the pipe yet nothing moved: fail rather than spin */
+		if (n > 0) {
+			d->in_pipe -= (size_t)n;
+			dir_delivered(d, (size_t)n, true);
+		}
+	} else {
+		return 0;
+	}
+	if (n < 0 && n != -EAGAIN) {
+		relay_fail(r, 1 - (int)d->id, (int)n);
+		return -1;
+	}
+	return 0;
+}
+
+/* Read into an empty copy buffer. >0 bytes, 0 nothing now (EAGAIN, EOF, no buffer), -1 end. */
+static ssize_t dir_pull_copy(struct rdir *d)
+{
+	struct relay *r = d->r;
+	ssize_t n;
+
+	if (!d->buf) {
+		d->buf = bufpool_get(r->bufs);
+		if (!d->buf) {
+			d->buf_wait = true;
+			ctr_inc(&r->ctr->buf_waits);
+			if (!evtimer_pending(r->retry_ev, NULL)) {
+				struct timeval tv = { 0, RELAY_BUF_RETRY_MS * 1000 };
+				evtimer_add(r->retry_ev, &tv);
+			}
+			return 0;
+		}
+	}
+	n = stream_read(d->src, d->buf, r->buf_size);
+	if (n > 0) {
+		d->head = 0;
+		d->tail = (size_t)n;
+		gauge_add(&r->ctr->buf_bytes_inflight, (uint64_t)n);
+		r->moved = true;
+		return n;
+	}
+	if (n == 0)
+		d->eof = true;
+	else if (n != -EAGAIN) {
+		relay_fail(r, (int)d->id, (int)n);
+		return -1;
+	}
+	return 0;
+}
+
+/* The direction gives up on splice for good (no pipe, or splice unsupported) and copies. */
+static void dir_fallback(struct rdir *d)
+{
+	d->splice = false;
+	ctr_inc(&d->r->ctr->pipe_fallbacks);
+}
+
+/* Splice from src into an empty pipe. Same returns as dir_pull_copy. */
+static ssize_t dir_pull_splice(struct rdir *d)
+{
+	struct relay *r = d->r;
+	ssize_t n;
+
+	if (!d->pipe && pipepool_get(r->pipes, &d->pipe) != 0) {
+		d->pipe = NULL;
+		dir_fallback(d);
+		return dir_pull_copy(d);
+	}
+	n = splice(stream_fd(d->src), NULL, d->pipe->wr, NULL, d->pipe->cap,
+		   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	if (n > 0) {
+		d->in_pipe = (size_t)n;
+		gauge_add(&r->ctr->pipe_bytes_inflight, (uint64_t)n);
+		r->moved = true;
+		return n;
+	}
+	if (n == 0) {
+		d->eof = true;
+		return 0;
+	}
+	n = -errno;
+	if (n == -EAGAIN || n == -EINTR)
+		return 0;
+	if (n == -EINVAL || n == -ENOSYS || n == -EOPNOTSUPP) {
+		/* This socket type cannot splice; the pipe is empty, so nothing is lost. */
+		pipepool_put(r->pipes, d->pipe);
+		d->pipe = NULL;
+		dir_fallback(d);
+		return dir_pull_copy(d);
+	}
+	relay_fail(r, (int)d->id, (int)n);
+	return -1;
+}
+
+static bool dir_wants_read(const struct rdir *d)
+{
+	return !d->eof && !d->buf_wait && !dir_pending(d);
+}
+
+/* Propagate EOF after the data: shutdown_write(dst). Ends the relay when both finished. */
+static void dir_finish(struct rdir *d)
+{
+	struct relay *r = d->r;
+	int ret;
+
+	d->finished = true;
+	if ((ret = stream_shutdown_write(d->dst)) != 0) {
+		relay_fail(r, 1 - (int)d->id, ret);
+		return;
+	}
+	if (r->dir[0].finished && r->dir[1].finished)
+		relay_end(r, RELAY_DONE, 0);
+}
+
+/* Pull/push rounds until dst is full, src is empty, or the round budget is spent. */
+static void dir_run(struct rdir *d)
+{
+	struct relay *r = d->r;
+
+	for (int round = 0; round < RELAY_ROUNDS; round++) {
+		ssize_t n;
+
+		if (dir_pending(d) && dir_push(d) != 0)
+			return;
+		if (dir_pending(d) || !dir_wants_read(d))
+			break;
+		n = d->splice ? dir_pull_splice(d) : dir_pull_copy(d);
+		if (n < 0)
+			return;
+		if (n == 0)
+			break;
+	}
+	if (r->ending)
+		return;
+	/* Nothing in flight: hold no pipe and no buffer while idle. */
+	if (!dir_pending(d)) {
+		if (d->pipe) {
+			pipepool_put(r->pipes, d->pipe);
+			d->pipe = NULL;
+		}
+		if (d->buf) {
+			bufpool_put(r->bufs, d->buf);
+			d->buf = NULL;
+		}
+		if (d->eof && !d->finished)
+			dir_finish(d);
+	}
+}
+
+/* ---- interest and callbacks ---------------------------------------------------------------- */
+
+static void relay_sync(struct relay *r)
+{
+	if (r->ending)
+		return;
+	if (r->moved) {
+		r->moved = false;
+		r->last_active_ns = coarse_now_ns();
+	}
+	for (int i = 0; i < 2; i++)
+		stream_set_interest(r->s[i], dir_wants_read(&r->dir[i]),
+				    dir_pending(&r->dir[1 - i]));
+}
+
+static void on_readable(void *arg)
+{
+	struct side *sd = arg;
+
+	dir_run(&sd->r->dir[sd->idx]);
+	relay_sync(sd->r);
+}
+
+static void on_writable(void *arg)
+{
+	struct side *sd = arg;
+
+	dir_run(&sd->r->dir[1 - sd->idx]);
+	relay_sync(sd->r);
+}
+
+static void on_error(void *arg, int err)
+{
+	struct side *sd = arg;
+
+	relay_fail(sd->r, sd->idx, err);
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+	struct relay *r = arg;
+
+	r->dir[0].buf_wait = r->dir[1].buf_wait = false;
+	relay_sync(r);
+}
+
+static void arm_idle(struct relay *r, int64_t delay_ns)
+{
+	struct timeval tv = { delay_ns / 1000000000LL, (delay_ns % 1000000000LL) / 1000 };
+
+	evtimer_add(r->idle_ev, &tv);
+}
+
+/* Re-armed for the remainder when bytes moved since it was set: no timer work per byte. */
+static void on_idle(evutil_socket_t fd, short what, void *arg)
+{
+	struct relay *r = arg;
+	int64_t left = r->last_active_ns + r->idle_ns - coarse_now_ns();
+
+	if (left > 0)
+		arm_idle(r, left);
+	else
+		relay_end(r, RELAY_IDLE, 0);
+}
+
+/* ---- creation ------------------------------------------------------------------------------ */
+
+static int relay_alloc(struct event_base *base, const struct relay_params *p, struct relay **out)
+{
+	struct relay *r = calloc(1, sizeof(*r));
+	int ret = -ENOMEM;
+
+	if (!r)
+		return -ENOMEM;
+	r->finish_ev = event_new(base, -1, 0, on_finish, r);
+	r->idle_ev = evtimer_new(base, on_idle, r);
+	r->retry_ev = evtimer_new(base, on_retry, r);
+	if (!r->finish_ev || !r->idle_ev || !r->retry_ev)
+		goto fail;
+	if (p->early_len) {
+		r->dir[RELAY_DOWN].early = budget_malloc(p->budget, p->early_len);
+		if (!r->dir[RELAY_DOWN].early) {
+			ret = -ENOBUFS;
+			goto fail;
+		}
+		memcpy(r->dir[RELAY_DOWN].early, p->early, p->early_len);
+		r->dir[RELAY_DOWN].early_len = p->early_len;
+	}
+	*out = r;
+	return 0;
+fail:
+	free_events(r);
+	free(r);
+	return ret;
+}
+
+int relay_new(struct event_base *base, struct stream *a, struct stream *b,
+	      const struct relay_params *p, relay_done_fn done, void *arg, struct relay **out)
+{
+	static const struct stream_cbs cbs = { on_readable, on_writable, on_error };
+	struct relay *r;
+	bool splice;
+	int ret;
+
+	if (out)
+		*out = NULL;
+	if (!base || !a || !b || !p || !p->bufs || !done || (p->early_len && (!p->early ||
+								       !p->budget)))
+		return -EINVAL;
+	if ((ret = relay_alloc(base, p, &r)) != 0)
+		return ret;
+	splice = p->mode == TS_RELAY_SPLICE && p->pipes && stream_fd(a) >= 0 &&
+		 stream_fd(b) >= 0;
+	r->s[0] = a;
+	r->s[1] = b;
+	r->bufs = p->bufs;
+	r->buf_size = bufpool_buf_size(p->bufs);
+	r->pipes = p->pipes;
+	r->budget = p->budget;
+	r->ctr = p->counters ? p->counters : &r->own_ctr;
+	r->done = done;
+	r->done_arg = arg;
+	for (int i = 0; i < RELAY_DIRS; i++) {
+		struct rdir *d = &r->dir[i];
+		d->r = r;
+		d->id = (enum relay_dir_id)i;
+		d->src = r->s[i];
+		d->dst = r->s[1 - i];
+		d->splice = splice;
+		r->side[i].r = r;
+		r->side[i].idx = i;
+		stream_set_callbacks(r->s[i], &cbs, &r->side[i]);
+	}
+	gauge_add(&r->ctr->buf_bytes_inflight, p->early_len);
+	gauge_add(&r->ctr->active, 1);
+	r->idle_ns = (int64_t)p->idle_ms * 1000000LL;
+	r->last_active_ns = coarse_now_ns();
+	if (r->idle_ns)
+		arm_idle(r, r->idle_ns);
+	relay_sync(r);
+	if (out)
+		*out = r;
+	return 0;
+}
+
+void relay_get_stats(const struct relay *r, struct relay_stats *out)
+{
+	fill_stats(r, out);
+}

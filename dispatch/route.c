@@ -1,0 +1,52 @@
+/* route.c — first-match rule evaluation. Runs once per session (TCP) or per UDP session, never
+ * per packet, so a linear scan over the rules is fine. */
+#include "dispatch/route.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <string.h>
+
+static bool cidr_match(const struct netaddr_cidr *c, const struct flow_key *k)
+{
+	struct netaddr a;
+
+	if (c->addr.family != k->family)
+		return false;
+	a.family = k->family;
+	memcpy(a.a, k->dst, 16);
+	return netaddr_in_cidr(&a, c);
+}
+
+bool route_rule_match(const struct ts_rule *r, const struct flow_key *k)
+{
+	if (r->network == TS_NET_TCP && k->proto != IPPROTO_TCP)
+		return false;
+	if (r->network == TS_NET_UDP && k->proto != IPPROTO_UDP)
+		return false;
+	if (r->n_ports) {
+		uint16_t port = ntohs(k->dport_be);
+		size_t i;
+		for (i = 0; i < r->n_ports; i++)
+			if (port >= r->ports[i].lo && port <= r->ports[i].hi)
+				break;
+		if (i == r->n_ports)
+			return false;
+	}
+	if (r->n_cidrs) {
+		size_t i;
+		for (i = 0; i < r->n_cidrs; i++)
+			if (cidr_match(&r->cidrs[i], k))
+				break;
+		if (i == r->n_cidrs)
+			return false;
+	}
+	return true;
+}
+
+uint32_t route_select(const struct ts_route *route, const struct flow_key *k)
+{
+	for (size_t i = 0; i < route->n_rules; i++)
+		if (route_rule_match(&route->rules[i], k))
+			return route->rules[i].outbound;
+	return route->final;
+}

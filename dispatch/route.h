@@ -1,0 +1,18 @@
+/* route.h — choose an outbound for a flow from the configured rules (first match wins). */
+#ifndef TS_DISPATCH_ROUTE_H
+#define TS_DISPATCH_ROUTE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/flow.h"
+
+/* Does rule r match the flow's destination (address, port) and protocol? A rule matches when
+ * every matcher it has matches: any of its CIDRs, any of its port ranges, its network. */
+bool route_rule_match(const struct ts_rule *r, const struct flow_key *k);
+
+/* The outbound index (into cfg->outbounds) for k: the first matching rule's, else final. */
+uint32_t route_select(const struct ts_route *route, const struct flow_key *k);
+
+#endif

@@ -1,0 +1,439 @@
+/* session.c — the dispatcher: route, connect through an outbound, relay, end exactly once.
+ *
+ * Every session is on d->sessions from dispatch_tcp until session_end, so dispatcher_free can
+ * end them all. Failures decided inside dispatch_tcp are not acted on there (on_end must never
+ * run inside it): the session is parked on d->failing and one shared event finishes them on
+ * the next loop iteration.
+ */
+#include "dispatch/session.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/queue.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "core/bufpool.h"
+#include "dispatch/pipepool.h"
+#include "dispatch/route.h"
+#include "outbound/outbound.h"
+
+enum session_state {
+	S_CONNECTING, /* conn != NULL */
+	S_RELAYING,   /* relay != NULL */
+	S_FAILING,    /* on d->failing, waiting for fail_ev */
+};
+
+struct session {
+	struct dispatcher *d;
+	LIST_ENTRY(session) link;     /* d->sessions */
+	TAILQ_ENTRY(session) fail_link; /* d->failing, in S_FAILING only */
+	enum session_state state;
+	enum dispatch_fail fail;
+	struct flow_key orig;
+	const struct ts_outbound *ob;
+	struct stream *client;
+	struct outbound_conn *conn;
+	struct relay *relay;
+	bool fd_reserved;             /* one budget fd for the outbound socket */
+	void (*on_end)(void *arg);
+	void *end_arg;
+};
+
+struct dispatcher {
+	struct event_base *base;
+	const struct ts_config *cfg;
+	struct budget *budget;
+	struct bufpool *bufs;
+	struct pipepool *pipes;       /* NULL in copy mode */
+	struct event *fail_ev;
+	LIST_HEAD(, session) sessions;
+	TAILQ_HEAD(, session) failing;
+	bool closing;
+	struct relay_counters relay_ctr;
+	uint64_t active, connecting, total;
+	uint64_t fail[DISPATCH_FAIL_MAX];
+};
+
+static const char *const fail_names[DISPATCH_FAIL_MAX] = {
+	[DISPATCH_FAIL_REFUSED] = "connect_refused",
+	[DISPATCH_FAIL_TIMEOUT] = "connect_timeout",
+	[DISPATCH_FAIL_UNREACHABLE] = "unreachable",
+	[DISPATCH_FAIL_RESET] = "connect_reset",
+	[DISPATCH_FAIL_PROTO] = "proto",
+	[DISPATCH_FAIL_REJECT] = "reject",
+	[DISPATCH_FAIL_FD_BUDGET] = "fd_budget",
+	[DISPATCH_FAIL_OWN_ADDRESS] = "own_address",
+	[DISPATCH_FAIL_CLIENT] = "client",
+	[DISPATCH_FAIL_RESOURCE] = "resource",
+	[DISPATCH_FAIL_OTHER] = "other",
+};
+
+const char *dispatch_fail_name(enum dispatch_fail f)
+{
+	return (unsigned)f < DISPATCH_FAIL_MAX ? fail_names[f] : "?";
+}
+
+static enum dispatch_fail classify(int err)
+{
+	switch (err) {
+	case -ECONNREFUSED:
+		return DISPATCH_FAIL_REFUSED;
+	case -ETIMEDOUT:
+		return DISPATCH_FAIL_TIMEOUT;
+	case -EHOSTUNREACH:
+	case -ENETUNREACH:
+	case -ENETDOWN:
+	case -EHOSTDOWN:
+		return DISPATCH_FAIL_UNREACHABLE;
+	case -ECONNRESET:
+	case -EPIPE:
+		return DISPATCH_FAIL_RESET;
+	case -EPROTO:
+		return DISPATCH_FAIL_PROTO;
+	case -EMFILE:
+	case -ENFILE:
+		return DISPATCH_FAIL_FD_BUDGET;
+	case -ENOMEM:
+	case -ENOBUFS:
+		return DISPATCH_FAIL_RESOURCE;
+	default:
+		return DISPATCH_FAIL_OTHER;
+	}
+}
+
+/* ---- ending -------------------------------------------------------------------------------- */
+
+static void release_fd(struct session *s)
+{
+	if (s->fd_reserved) {
+		budget_fd_release(s->d->budget, 1);
+		s->fd_reserved = false;
+	}
+}
+
+/* The one exit of every session. The client stream is already closed or aborted. */
+static void session_end(struct session *s)
+{
+	struct dispatcher *d = s->d;
+	void (*on_end)(void *) = s->on_end;
+	void *arg = s->end_arg;
+
+	assert(!s->conn && !s->relay && !s->fd_reserved);
+	LIST_REMOVE(s, link);
+	d->active--;
+	free(s);
+	on_end(arg);
+}
+
+/* Refuse now: RST to the app (prompt, never a hang), count, end. */
+static void session_fail_now(struct session *s, enum dispatch_fail why)
+{
+	s->d->fail[why]++;
+	release_fd(s);
+	stream_abort(s->client);
+	s->client = NULL;
+	session_end(s);
+}
+
+/* Refuse from the loop: used where on_end must not run yet (inside dispatch_tcp). */
+static void session_fail_later(struct session *s, enum dispatch_fail why)
+{
+	struct dispatcher *d = s->d;
+
+	s->state = S_FAILING;
+	s->fail = why;
+	TAILQ_INSERT_TAIL(&d->failing, s, fail_link);
+	event_active(d->fail_ev, EV_TIMEOUT, 0);
+}
+
+static void on_fail_ev(evutil_socket_t fd, short what, void *arg)
+{
+	struct dispatcher *d = arg;
+	struct session *s;
+
+	while ((s = TAILQ_FIRST(&d->failing)) != NULL) {
+		TAILQ_REMOVE(&d->failing, s, fail_link);
+		session_fail_now(s, s->fail);
+	}
+}
+
+static void on_relay_done(void *arg, enum relay_end reason, const struct relay_stats *st)
+{
+	struct session *s = arg;
+
+	/* The relay closed/aborted both streams: the outbound socket's fd is gone. */
+	s->relay = NULL;
+	s->client = NULL;
+	release_fd(s);
+	session_end(s);
+}
+
+/* ---- connecting ---------------------------------------------------------------------------- */
+
+static void connecting_done(struct session *s)
+{
+	assert(s->state == S_CONNECTING);
+	s->conn = NULL;
+	s->d->connecting--;
+}
+
+/* The app's side died while we were connecting (an lwIP pcb can; a socket reports nothing). */
+static void on_client_error(void *arg, int err)
+{
+	struct session *s = arg;
+
+	if (s->state != S_CONNECTING)
+		return;
+	outbound_conn_cancel(s->conn);
+	connecting_done(s);
+	session_fail_now(s, DISPATCH_FAIL_CLIENT);
+}
+
+static void start_relay(struct session *s, int fd, const uint8_t *early, size_t early_len)
+{
+	struct dispatcher *d = s->d;
+	struct relay_params p = {
+		.mode = d->cfg->relay_mode,
+		.bufs = d->bufs,
+		.pipes = d->pipes,
+		.budget = d->budget,
+		.idle_ms = d->cfg->timeouts.relay_idle_ms,
+		.early = early,
+		.early_len = early_len,
+		.counters = &d->relay_ctr,
+	};
+	struct stream *out;
+	int ret;
+
+	if ((ret = stream_sock_new(d->base, fd, &out)) != 0) {
+		close(fd);
+		session_fail_now(s, classify(ret));
+		return;
+	}
+	if ((ret = relay_new(d->base, s->client, out, &p, on_relay_done, s, &s->relay)) != 0) {
+		stream_abort(out);
+		session_fail_now(s, classify(ret));
+		return;
+	}
+	s->state = S_RELAYING;
+}
+
+static void on_connected(void *arg, int err, int fd, const uint8_t *early, size_t early_len)
+{
+	struct session *s = arg;
+
+	connecting_done(s);
+	if (err != 0) {
+		session_fail_now(s, s->ob->type == TS_OUT_REJECT ? DISPATCH_FAIL_REJECT
+								 : classify(err));
+		return;
+	}
+	start_relay(s, fd, early, early_len);
+}
+
+static bool is_own_address(const struct ts_config *cfg, const struct flow_key *k)
+{
+	const struct netaddr_roles *r = k->family == 4 ? &cfg->roles4 : &cfg->roles6;
+
+	return netaddr_roles_is_ours(r, k->dst);
+}
+
+/* Route and start connecting; or the reason to refuse (parked for the loop). */
+static int session_start(struct session *s, enum dispatch_fail *why)
+{
+	struct dispatcher *d = s->d;
+	int ret;
+
+	/* The stacks drop traffic to our own addresses before it gets here; relaying it out would
+	 * be a routing loop (sing-box #4367), so refuse even if a stack ever let it through. */
+	assert(!is_own_address(d->cfg, &s->orig));
+	if (is_own_address(d->cfg, &s->orig)) {
+		*why = DISPATCH_FAIL_OWN_ADDRESS;
+		return -EINVAL;
+	}
+	s->ob = &d->cfg->outbounds[route_select(&d->cfg->route, &s->orig)];
+	if (s->ob->type == TS_OUT_REJECT) {
+		*why = DISPATCH_FAIL_REJECT;
+		return -ECONNREFUSED;
+	}
+	if ((ret = budget_fd_reserve(d->budget, 1)) != 0) {
+		*why = DISPATCH_FAIL_FD_BUDGET;
+		return ret;
+	}
+	s->fd_reserved = true;
+	ret = outbound_connect(d->base, s->ob, &s->orig, d->cfg->timeouts.connect_ms,
+			       on_connected, s, &s->conn);
+	if (ret != 0) {
+		s->conn = NULL;
+		*why = classify(ret);
+		return ret;
+	}
+	s->state = S_CONNECTING;
+	d->connecting++;
+	return 0;
+}
+
+int dispatch_tcp(struct dispatcher *d, const struct flow_key *orig, struct stream *client,
+		 void (*on_end)(void *arg), void *end_arg)
+{
+	static const struct stream_cbs client_cbs = { NULL, NULL, on_client_error };
+	enum dispatch_fail why;
+	struct session *s;
+
+	s = d->closing ? NULL : calloc(1, sizeof(*s));
+	if (!s) {
+		/* Nothing to defer with: end it here, as the contract allows for this case. */
+		stream_abort(client);
+		d->fail[d->closing ? DISPATCH_FAIL_OTHER : DISPATCH_FAIL_RESOURCE]++;
+		on_end(end_arg);
+		return d->closing ? -ESHUTDOWN : -ENOMEM;
+	}
+	s->d = d;
+	s->orig = *orig;
+	s->client = client;
+	s->on_end = on_end;
+	s->end_arg = end_arg;
+	/* No interest until the relay starts: the app's first bytes wait in its stream. */
+	stream_set_callbacks(client, &client_cbs, s);
+	stream_set_interest(client, false, false);
+	LIST_INSERT_HEAD(&d->sessions, s, link);
+	d->active++;
+	d->total++;
+	if (session_start(s, &why) != 0)
+		session_fail_later(s, why);
+	return 0;
+}
+
+/* ---- the dispatcher ------------------------------------------------------------------------ */
+
+static int make_pools(struct dispatcher *d, const struct ts_config *cfg)
+{
+	const struct budget_limits *lim = budget_get_limits(d->budget);
+	uint64_t max_bufs = lim->buffer_bytes / cfg->relay_buffer_bytes;
+	struct pipepool_params pp;
+	int ret;
+
+	/* The pool's own cap only guards against nonsense; the budget's bytes are the real bound. */
+	if (max_bufs < 2)
+		max_bufs = 2;
+	if (max_bufs > UINT32_MAX)
+		max_bufs = UINT32_MAX;
+	ret = bufpool_new(d->budget, "relay", cfg->relay_buffer_bytes, (uint32_t)max_bufs,
+			  &d->bufs);
+	if (ret != 0 || cfg->relay_mode != TS_RELAY_SPLICE)
+		return ret;
+	pipepool_params_default(&pp);
+	pp.pipe_size = cfg->relay_buffer_bytes; /* docs/config.md: also the splice pipe size */
+	return pipepool_new(d->base, d->budget, &pp, &d->pipes);
+}
+
+int dispatcher_new(struct event_base *base, const struct ts_config *cfg, struct budget *b,
+		   struct dispatcher **out)
+{
+	struct dispatcher *d;
+	int ret;
+
+	*out = NULL;
+	if (!base || !cfg || !b || cfg->n_outbounds == 0 || cfg->relay_buffer_bytes == 0)
+		return -EINVAL;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->base = base;
+	d->cfg = cfg;
+	d->budget = b;
+	LIST_INIT(&d->sessions);
+	TAILQ_INIT(&d->failing);
+	d->fail_ev = event_new(base, -1, 0, on_fail_ev, d);
+	if (!d->fail_ev) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	if ((ret = make_pools(d, cfg)) != 0)
+		goto fail;
+	*out = d;
+	return 0;
+fail:
+	d->closing = true;
+	dispatcher_free(d);
+	return ret;
+}
+
+/* End one session during shutdown; on_end runs before this returns. */
+static void session_kill(struct session *s)
+{
+	struct dispatcher *d = s->d;
+
+	switch (s->state) {
+	case S_CONNECTING:
+		outbound_conn_cancel(s->conn);
+		connecting_done(s);
+		release_fd(s);
+		stream_abort(s->client);
+		s->client = NULL;
+		session_end(s);
+		break;
+	case S_RELAYING:
+		relay_cancel(s->relay); /* -> on_relay_done -> session_end */
+		break;
+	case S_FAILING:
+		TAILQ_REMOVE(&d->failing, s, fail_link);
+		session_fail_now(s, s->fail);
+		break;
+	}
+}
+
+void dispatcher_free(struct dispatcher *d)
+{
+	struct session *s;
+
+	if (!d)
+		return;
+	d->closing = true;
+	while ((s = LIST_FIRST(&d->sessions)) != NULL)
+		session_kill(s);
+	if (d->fail_ev)
+		event_free(d->fail_ev);
+	pipepool_free(d->pipes);
+	bufpool_free(d->bufs);
+	free(d);
+}
+
+void dispatcher_get_stats(const struct dispatcher *d, struct dispatcher_stats *out)
+{
+	const struct relay_counters *c = &d->relay_ctr;
+	struct bufpool_stats bs;
+
+	*out = (struct dispatcher_stats){ 0 };
+	out->sessions_active = d->active;
+	out->sessions_connecting = d->connecting;
+	out->sessions_total = d->total;
+	for (int i = 0; i < DISPATCH_FAIL_MAX; i++) {
+		out->fail[i] = d->fail[i];
+		out->sessions_refused += d->fail[i];
+	}
+	for (int i = 0; i < RELAY_END_MAX; i++)
+		out->relay_ends[i] = ctr_get(&c->ends[i]);
+	out->bytes_up = ctr_get(&c->bytes[RELAY_UP]);
+	out->bytes_down = ctr_get(&c->bytes[RELAY_DOWN]);
+	out->splice_bytes = ctr_get(&c->splice_bytes);
+	out->copy_bytes = ctr_get(&c->copy_bytes);
+	out->pipe_fallbacks = ctr_get(&c->pipe_fallbacks);
+	out->buf_waits = ctr_get(&c->buf_waits);
+	out->pipe_bytes_inflight = ctr_get(&c->pipe_bytes_inflight);
+	out->buffer_bytes_inflight = ctr_get(&c->buf_bytes_inflight);
+	if (d->pipes) {
+		struct pipepool_stats ps;
+		pipepool_get_stats(d->pipes, &ps);
+		out->pipes_in_use = ps.lent;
+		out->pipes_idle = ps.idle;
+		out->pipe_bytes = ps.pipe_bytes;
+	}
+	bufpool_get_stats(d->bufs, &bs);
+	out->buffer_bytes_in_use = bs.bytes_in_use;
+	out->buffer_bytes_peak = bs.bytes_peak;
+	out->buffer_bytes_cached = bs.bytes_cached;
+}

@@ -1,0 +1,96 @@
+/* session.h — the dispatcher: a stack hands it an accepted TCP connection, it picks an
+ * outbound, connects, and relays until the connection is over.
+ *
+ * A session = the original 5-tuple + the stack-side stream (a kernel socket for the system
+ * stack, an lwIP pcb later). Its life:
+ *
+ *   dispatch_tcp ──> CONNECTING ──outbound ok──> RELAYING ──relay done──> ended (on_end)
+ *                      │   └──outbound failed / client reset──> abort client (RST), on_end
+ *                      └── refused before connecting (reject, fd budget, own address):
+ *                          deferred to the loop, then abort client (RST), on_end
+ *
+ * on_end is the stack's guard (mark the NAT entry Closing, release the admission permit and the
+ * client's fd reservation): it runs exactly once per accepted session however the session ends,
+ * dispatcher_free included, always after the client stream has been closed or aborted, and
+ * never from inside dispatch_tcp.
+ *
+ * Descriptors: the caller reserved the client's fd; the dispatcher reserves one for the
+ * outbound socket BEFORE connecting (refused -> RST, counted as fd_budget) and releases it when
+ * that socket is closed; splice pipes reserve theirs through the pipe pool.
+ *
+ * Single-threaded: one dispatcher per event loop; every call on that loop's thread.
+ */
+#ifndef TS_DISPATCH_SESSION_H
+#define TS_DISPATCH_SESSION_H
+
+#include <stdint.h>
+
+#include "core/budget.h"
+#include "core/config.h"
+#include "core/flow.h"
+#include "dispatch/relay.h"
+#include "dispatch/stream.h"
+
+struct event_base;
+struct dispatcher;
+
+/* Why a session never reached the relay (one counter each). */
+enum dispatch_fail {
+	DISPATCH_FAIL_REFUSED,     /* the server (or a proxy's target) refused: ECONNREFUSED */
+	DISPATCH_FAIL_TIMEOUT,     /* connect (+ handshake) exceeded timeouts.connect_ms */
+	DISPATCH_FAIL_UNREACHABLE, /* EHOSTUNREACH, ENETUNREACH, ENETDOWN, EHOSTDOWN */
+	DISPATCH_FAIL_RESET,       /* ECONNRESET during connect or handshake */
+	DISPATCH_FAIL_PROTO,       /* EPROTO: a proxy server broke the protocol or said no */
+	DISPATCH_FAIL_REJECT,      /* the route chose a reject outbound */
+	DISPATCH_FAIL_FD_BUDGET,   /* no descriptor for the outbound socket (budget or EMFILE) */
+	DISPATCH_FAIL_OWN_ADDRESS, /* destined to our gateway/NAT address (the stack drops these) */
+	DISPATCH_FAIL_CLIENT,      /* the app's side failed while connecting */
+	DISPATCH_FAIL_RESOURCE,    /* ENOMEM, ENOBUFS */
+	DISPATCH_FAIL_OTHER,       /* anything else (e.g. EPERM setting SO_MARK) */
+	DISPATCH_FAIL_MAX
+};
+
+const char *dispatch_fail_name(enum dispatch_fail f);
+
+/* Create a dispatcher on base. cfg and b are borrowed and must outlive it. Creates the relay
+ * buffer pool (relay.buffer_bytes per buffer, bounded by the budget) and, for relay.mode
+ * "splice", the pipe pool (pipe capacity relay.buffer_bytes). Returns 0, -EINVAL, -ENOMEM. */
+int dispatcher_new(struct event_base *base, const struct ts_config *cfg, struct budget *b,
+		   struct dispatcher **out) __attribute__((warn_unused_result));
+
+/* End every live session (connecting ones are cancelled, relays aborted: RST to the apps; each
+ * on_end runs once, from inside this call) and free the dispatcher. on_end must not call
+ * dispatch_tcp. NULL is fine. */
+void dispatcher_free(struct dispatcher *d);
+
+/* Start a session for client, an accepted connection whose original destination is orig.
+ * Whatever happens, the dispatcher takes client and on_end(end_arg) runs exactly once: every
+ * failure (routing to reject, fd budget, connect errors) ends with client aborted (a prompt
+ * RST), counted by reason, then on_end. Returns 0, with on_end deferred to the loop (never run
+ * inside this call); or, when no session could even be created (-ENOMEM, or -ESHUTDOWN while
+ * dispatcher_free runs), client was aborted and on_end already ran before the return: the
+ * value is informational, the caller's cleanup is the same either way. orig must not be
+ * addressed to one of our own addresses (asserted; refused as own_address in release). */
+int dispatch_tcp(struct dispatcher *d, const struct flow_key *orig, struct stream *client,
+		 void (*on_end)(void *arg), void *end_arg);
+
+/* Everything the stats endpoint shows about sessions, relays, pipes and relay buffers. */
+struct dispatcher_stats {
+	uint64_t sessions_active;      /* connecting + relaying */
+	uint64_t sessions_connecting;
+	uint64_t sessions_total;       /* accepted by dispatch_tcp since start */
+	uint64_t sessions_refused;     /* sum of fail[] */
+	uint64_t fail[DISPATCH_FAIL_MAX];
+	uint64_t relay_ends[RELAY_END_MAX];
+	uint64_t bytes_up, bytes_down; /* app -> server, server -> app */
+	uint64_t splice_bytes, copy_bytes;
+	uint64_t pipe_fallbacks, buf_waits;
+	uint64_t pipes_in_use, pipes_idle;
+	uint64_t pipe_bytes;           /* kernel capacity of all open pipes */
+	uint64_t pipe_bytes_inflight;  /* bytes now inside pipes */
+	uint64_t buffer_bytes_in_use, buffer_bytes_peak, buffer_bytes_cached; /* relay bufpool */
+	uint64_t buffer_bytes_inflight; /* bytes now inside relay buffers (+ early bytes) */
+};
+void dispatcher_get_stats(const struct dispatcher *d, struct dispatcher_stats *out);
+
+#endif

@@ -1,0 +1,129 @@
+/* stream.h — one end of a relayed TCP connection, whatever carries it.
+ *
+ * The relay moves bytes between two streams and never knows what is behind them: a kernel
+ * socket (stream_sock.c: the system stack's accepted socket, every outbound socket) or, with the
+ * lwIP stack, a tcp_pcb that has no fd at all. The interface is therefore callback-driven and
+ * readiness-based, like a non-blocking socket on an event loop, and a stream exposes its fd only
+ * as an optional fast path (splice) that the relay may take when BOTH ends have one.
+ *
+ * Contracts every implementation keeps (the relay relies on them):
+ *  - Single-threaded: every op and every callback runs on the stream's event loop thread.
+ *  - Callbacks are never invoked from inside an op (no re-entrancy); they run from the loop.
+ *  - Level-triggered: while read interest is on and the stream has data, EOF or an error to
+ *    report, `readable` keeps firing (once per loop iteration at most); likewise `writable`
+ *    while write interest is on and write() would accept at least one byte (or fail).
+ *  - A callback may call any op, including close()/abort() of its own stream; the
+ *    implementation must not touch the stream after the callback returns.
+ *  - `error` is for failures the stream learns asynchronously (lwIP's tcp_err: the pcb is
+ *    already gone). A kernel socket never calls it: its errors come back from read/write.
+ *    After `error`, read/write return the error; the owner still calls abort() or close()
+ *    exactly once, which then only frees.
+ *  - close() and abort() free the stream; exactly one of them is called, exactly once.
+ *    Neither touches the fd budget: the owner that reserved a descriptor releases it. The
+ *    relay calls them from its own event (never from inside a stream callback), so an lwIP
+ *    stream can tcp_abort there without the ERR_ABRT dance of a recv callback.
+ *  - Flow control: read() hands bytes over for good. The relay reads a direction only when
+ *    everything it read before was accepted by the other stream, so a stream that opens its
+ *    receive window in read() (lwIP: tcp_recved) runs at most one relay buffer ahead of what
+ *    the destination accepted; write() accepting only what fits (lwIP: tcp_sndbuf) closes
+ *    the loop the other way.
+ */
+#ifndef TS_DISPATCH_STREAM_H
+#define TS_DISPATCH_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct event_base;
+struct stream;
+
+struct stream_cbs {
+	void (*readable)(void *arg);
+	void (*writable)(void *arg);
+	/* err is -errno (e.g. -ECONNRESET, -ECONNABORTED). May be NULL for sockets. */
+	void (*error)(void *arg, int err);
+};
+
+struct stream_ops {
+	/* > 0 bytes read, 0 at EOF (the peer shut down its sending side; repeats), -EAGAIN when
+	 * nothing is available yet, or -errno (-ECONNRESET ...). n > 0. */
+	ssize_t (*read)(struct stream *s, void *buf, size_t n);
+	/* Bytes accepted (1..n, may be short), -EAGAIN when none fit now, or -errno (-EPIPE,
+	 * -ECONNRESET ...). Accepted bytes are the stream's to deliver; a copy is made if needed,
+	 * buf is not referenced after return. n > 0. */
+	ssize_t (*write)(struct stream *s, const void *buf, size_t n);
+	/* Send FIN after the bytes already accepted. 0 or -errno. Called at most once. */
+	int (*shutdown_write)(struct stream *s);
+	/* Which of readable/writable should fire. Cheap when nothing changes. */
+	void (*set_interest)(struct stream *s, bool read, bool write);
+	/* The kernel socket for splice(2), or -1 (then only the copy relay applies). A stream
+	 * that returns an fd must also accept splice on it: the relay reads and writes the fd
+	 * directly and uses read/write/shutdown_write of this table for everything else. */
+	int (*fd)(const struct stream *s);
+	/* Reset the connection (RST to the peer: SO_LINGER {1, 0} then close for a socket;
+	 * tcp_abort for lwIP) and free the stream. */
+	void (*abort)(struct stream *s);
+	/* Graceful close (FIN after pending data) and free the stream. */
+	void (*close)(struct stream *s);
+};
+
+/* The common head of every implementation; implementations embed it first. */
+struct stream {
+	const struct stream_ops *ops;
+	struct stream_cbs cb;
+	void *cb_arg;
+};
+
+static inline void stream_set_callbacks(struct stream *s, const struct stream_cbs *cbs,
+					void *arg)
+{
+	s->cb = *cbs;
+	s->cb_arg = arg;
+}
+
+static inline ssize_t stream_read(struct stream *s, void *buf, size_t n)
+{
+	return s->ops->read(s, buf, n);
+}
+
+static inline ssize_t stream_write(struct stream *s, const void *buf, size_t n)
+{
+	return s->ops->write(s, buf, n);
+}
+
+static inline int stream_shutdown_write(struct stream *s)
+{
+	return s->ops->shutdown_write(s);
+}
+
+static inline void stream_set_interest(struct stream *s, bool read, bool write)
+{
+	s->ops->set_interest(s, read, write);
+}
+
+static inline int stream_fd(const struct stream *s)
+{
+	return s->ops->fd(s);
+}
+
+static inline void stream_abort(struct stream *s)
+{
+	s->ops->abort(s);
+}
+
+static inline void stream_close(struct stream *s)
+{
+	s->ops->close(s);
+}
+
+/* ---- the kernel-socket stream (stream_sock.c) ------------------------------------------ */
+
+/* Wrap a connected TCP (or AF_UNIX stream) socket. The socket is made O_NONBLOCK here (splice
+ * needs it: SPLICE_F_NONBLOCK only covers the pipe). On success the stream owns fd (close and
+ * abort close it); on failure (-ENOMEM, -errno from fcntl) the caller still owns it. No
+ * callbacks fire until set_interest asks for them. */
+int stream_sock_new(struct event_base *base, int fd, struct stream **out)
+	__attribute__((warn_unused_result));
+
+#endif

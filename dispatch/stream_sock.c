@@ -1,0 +1,162 @@
+/* stream_sock.c — the stream interface over a connected, non-blocking kernel socket.
+ *
+ * Two separate libevent events (read, write), both persistent and level-triggered, so each
+ * libevent callback calls exactly one user callback and then returns without touching the
+ * stream: the user callback may have closed it (stream.h).
+ */
+#include "dispatch/stream.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+struct stream_sock {
+	struct stream s; /* first: struct stream * converts to struct stream_sock * */
+	int fd;
+	struct event *rd, *wr;
+	bool want_rd, want_wr;
+};
+
+static struct stream_sock *ss_of(struct stream *s)
+{
+	return (struct stream_sock *)s;
+}
+
+static ssize_t ss_read(struct stream *s, void *buf, size_t n)
+{
+	ssize_t r;
+
+	do
+		r = recv(ss_of(s)->fd, buf, n, 0);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	return r;
+}
+
+static ssize_t ss_write(struct stream *s, const void *buf, size_t n)
+{
+	ssize_t r;
+
+	/* MSG_NOSIGNAL: a reset peer must come back as -EPIPE, not kill the process. */
+	do
+		r = send(ss_of(s)->fd, buf, n, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	return r;
+}
+
+static int ss_shutdown_write(struct stream *s)
+{
+	return shutdown(ss_of(s)->fd, SHUT_WR) == 0 ? 0 : -errno;
+}
+
+static void toggle(struct event *ev, bool *cur, bool want)
+{
+	if (*cur == want)
+		return;
+	*cur = want;
+	if (want)
+		event_add(ev, NULL);
+	else
+		event_del(ev);
+}
+
+static void ss_set_interest(struct stream *s, bool read, bool write)
+{
+	struct stream_sock *ss = ss_of(s);
+
+	toggle(ss->rd, &ss->want_rd, read);
+	toggle(ss->wr, &ss->want_wr, write);
+}
+
+static int ss_fd(const struct stream *s)
+{
+	return ((const struct stream_sock *)s)->fd;
+}
+
+static void ss_destroy(struct stream_sock *ss)
+{
+	/* event_free deletes a pending event, also from inside that event's own callback. */
+	event_free(ss->rd);
+	event_free(ss->wr);
+	close(ss->fd);
+	free(ss);
+}
+
+static void ss_abort(struct stream *s)
+{
+	struct stream_sock *ss = ss_of(s);
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	/* Linger 0: close() discards unsent data and sends RST, so the peer sees the failure at
+	 * once instead of a clean EOF or a hang. Failure here only costs the RST (not on TCP). */
+	(void)setsockopt(ss->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	ss_destroy(ss);
+}
+
+static void ss_close(struct stream *s)
+{
+	ss_destroy(ss_of(s));
+}
+
+static const struct stream_ops sock_ops = {
+	.read = ss_read,
+	.write = ss_write,
+	.shutdown_write = ss_shutdown_write,
+	.set_interest = ss_set_interest,
+	.fd = ss_fd,
+	.abort = ss_abort,
+	.close = ss_close,
+};
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+	struct stream *s = arg;
+
+	if (s->cb.readable)
+		s->cb.readable(s->cb_arg);
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+	struct stream *s = arg;
+
+	if (s->cb.writable)
+		s->cb.writable(s->cb_arg);
+}
+
+int stream_sock_new(struct event_base *base, int fd, struct stream **out)
+{
+	struct stream_sock *ss;
+	int fl;
+
+	*out = NULL;
+	if (fd < 0)
+		return -EBADF;
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0))
+		return -errno;
+	ss = calloc(1, sizeof(*ss));
+	if (!ss)
+		return -ENOMEM;
+	ss->s.ops = &sock_ops;
+	ss->fd = fd;
+	ss->rd = event_new(base, fd, EV_READ | EV_PERSIST, on_read, &ss->s);
+	ss->wr = event_new(base, fd, EV_WRITE | EV_PERSIST, on_write, &ss->s);
+	if (!ss->rd || !ss->wr) {
+		if (ss->rd)
+			event_free(ss->rd);
+		if (ss->wr)
+			event_free(ss->wr);
+		free(ss);
+		return -ENOMEM;
+	}
+	*out = &ss->s;
+	return 0;
+}

@@ -1,0 +1,1169 @@
+/* test_relay.c — the relay over real loopback sockets, driven by a real libevent loop.
+ *
+ *   peer A (app) ══TCP══ stream a ─┐            ┌─ stream b ══TCP══ peer B (server)
+ *                                  └── relay ───┘
+ *
+ * Peers are test code on the same loop: each sends a PRNG stream (hashed as generated) and
+ * hashes what it receives, so "arrives byte-identical" is a hash and length comparison. Every
+ * wait is bounded (run_until with a deadline) and loopback only (127.0.0.1, AF_UNIX).
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "core/budget.h"
+#include "core/bufpool.h"
+#include "dispatch/pipepool.h"
+#include "dispatch/relay.h"
+#include "dispatch/stream.h"
+#include "testutil.h"
+
+/* Criterion's test processes exit without LeakSanitizer's final pass: run it after each test. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TS_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TS_LSAN 1
+#endif
+#endif
+#ifdef TS_LSAN
+#include <sanitizer/lsan_interface.h>
+#define CHECK_LEAKS() cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "memory leaked")
+#else
+#define CHECK_LEAKS() ((void)0)
+#endif
+
+#define MIB (1u << 20)
+#define CHUNK (64u << 10)
+#define BUF_SIZE (64u << 10)
+#define PIPE_SIZE (256u << 10)
+
+/* ---- a streaming hash independent of chunk boundaries ---------------------------------- */
+
+struct hash {
+	uint64_t h, carry, len;
+	unsigned n; /* bytes in carry */
+};
+
+static void hash_init(struct hash *x)
+{
+	*x = (struct hash){ .h = 0xcbf29ce484222325ULL };
+}
+
+static void hash_word(struct hash *x, uint64_t w)
+{
+	x->h = (x->h ^ w) * 0x100000001b3ULL;
+	x->h ^= x->h >> 29;
+}
+
+static void hash_update(struct hash *x, const uint8_t *p, size_t n)
+{
+	x->len += n;
+	for (; n && x->n; n--, p++) {
+		x->carry |= (uint64_t)*p << (8 * x->n);
+		if (++x->n == 8) {
+			hash_word(x, x->carry);
+			x->carry = 0;
+			x->n = 0;
+		}
+	}
+	for (; n >= 8; n -= 8, p += 8) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		hash_word(x, w);
+	}
+	for (; n; n--, p++)
+		x->carry |= (uint64_t)*p << (8 * x->n++);
+}
+
+static uint64_t hash_final(const struct hash *x)
+{
+	struct hash t = *x;
+
+	hash_word(&t, t.carry);
+	hash_word(&t, t.len);
+	return t.h;
+}
+
+/* ---- the environment: loop, budget, pools ---------------------------------------------- */
+
+struct env {
+	struct event_base *base;
+	struct budget *budget;
+	struct bufpool *bufs;
+	struct pipepool *pipes;
+	struct relay_counters ctr;
+	struct event *tick;
+};
+
+static struct env E;
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+}
+
+static void env_fini(void)
+{
+	if (!E.base)
+		return;
+	event_free(E.tick);
+	pipepool_free(E.pipes);
+	bufpool_free(E.bufs);
+	budget_free(E.budget);
+	event_base_free(E.base);
+	memset(&E, 0, sizeof(E));
+}
+
+static void suite_fini(void)
+{
+	env_fini();
+	CHECK_LEAKS();
+}
+
+static void env_init(uint32_t fds, uint32_t pool_idle_ms, uint32_t max_bufs)
+{
+	struct budget_limits lim;
+	struct pipepool_params pp;
+	struct timeval tv = { 0, 5000 };
+
+	env_fini(); /* a test may re-create the suite's environment with other limits */
+	signal(SIGPIPE, SIG_IGN); /* splice into a reset socket raises it (relay.h) */
+	E.base = event_base_new();
+	cr_assert(E.base);
+	budget_limits_profile(&lim, BUDGET_PROFILE_DESKTOP);
+	lim.fds = fds;
+	cr_assert_eq(budget_new(&lim, &E.budget), 0);
+	cr_assert_eq(bufpool_new(E.budget, "relay", BUF_SIZE, max_bufs, &E.bufs), 0);
+	pipepool_params_default(&pp);
+	pp.pipe_size = PIPE_SIZE;
+	pp.idle_ms = pool_idle_ms;
+	cr_assert_eq(pipepool_new(E.base, E.budget, &pp, &E.pipes), 0);
+	/* A heartbeat so EVLOOP_ONCE never blocks past a run_until deadline. */
+	E.tick = event_new(E.base, -1, EV_PERSIST, on_tick, NULL);
+	event_add(E.tick, &tv);
+}
+
+static void setup(void)
+{
+	env_init(16384, 200, 1024);
+}
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Run the loop until pred(arg) or timeout_ms; returns pred's final value. */
+static bool run_until(bool (*pred)(void *), void *arg, int timeout_ms)
+{
+	int64_t end = mono_ns() + (int64_t)timeout_ms * 1000000LL;
+
+	while (!pred(arg) && mono_ns() < end)
+		event_base_loop(E.base, EVLOOP_ONCE);
+	return pred(arg);
+}
+
+static bool never(void *arg)
+{
+	return false;
+}
+
+static void run_for(int ms)
+{
+	run_until(never, NULL, ms);
+}
+
+/* ---- sockets ----------------------------------------------------------------------------- */
+
+static void set_nonblock(int fd)
+{
+	cr_assert_eq(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+}
+
+/* A connected loopback TCP pair. small: 32 KiB socket buffers on both (set before connect,
+ * inherited by the accepted socket) so back-pressure reaches the sender quickly. */
+static void tcp_pair(int *x, int *y, bool small)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int one = 1, sz = 32 << 10;
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert(l >= 0);
+	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	*x = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(*x >= 0);
+	if (small) {
+		setsockopt(l, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+		setsockopt(l, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+		setsockopt(*x, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+		setsockopt(*x, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	}
+	cr_assert_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(l, 4), 0);
+	cr_assert_eq(getsockname(l, (struct sockaddr *)&sa, &len), 0);
+	cr_assert_eq(connect(*x, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	*y = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	cr_assert(*y >= 0);
+	close(l);
+	set_nonblock(*x);
+	set_nonblock(*y);
+}
+
+static void rst_close(int fd)
+{
+	struct linger lg = { 1, 0 };
+
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+}
+
+/* ---- peers: the apps on both ends ----------------------------------------------------------- */
+
+struct peer {
+	int fd;
+	struct event *rd, *wr;
+	/* sending */
+	uint64_t to_send, generated, sent;
+	bool send_after_eof; /* start sending only once EOF was read */
+	bool shut_when_sent; /* shutdown(SHUT_WR) after to_send bytes */
+	bool shut;
+	struct tu_rng rng;
+	struct hash tx;
+	size_t tx_off, tx_len;
+	/* receiving */
+	bool paused;
+	uint64_t received;
+	uint64_t sent_at_eof;
+	struct hash rx;
+	bool eof;
+	int err; /* the first error any call on fd returned */
+	uint8_t txbuf[CHUNK], rxbuf[CHUNK];
+};
+
+static void peer_fail(struct peer *p, int err)
+{
+	if (!p->err)
+		p->err = err;
+	event_del(p->rd);
+	event_del(p->wr);
+}
+
+static void peer_want_write(struct peer *p)
+{
+	if (!p->err && !p->shut && (!p->send_after_eof || p->eof))
+		event_add(p->wr, NULL);
+}
+
+static void peer_on_read(evutil_socket_t fd, short what, void *arg)
+{
+	struct peer *p = arg;
+
+	for (int i = 0; i < 16; i++) {
+		ssize_t n = recv(p->fd, p->rxbuf, CHUNK, 0);
+		if (n > 0) {
+			hash_update(&p->rx, p->rxbuf, (size_t)n);
+			p->received += (uint64_t)n;
+			continue;
+		}
+		if (n == 0) {
+			p->eof = true;
+			p->sent_at_eof = p->sent;
+			event_del(p->rd);
+			peer_want_write(p);
+		} else if (errno != EAGAIN) {
+			peer_fail(p, errno);
+		}
+		return;
+	}
+}
+
+static void peer_on_write(evutil_socket_t fd, short what, void *arg)
+{
+	struct peer *p = arg;
+
+	for (int i = 0; i < 16; i++) {
+		ssize_t n;
+		if (p->tx_off == p->tx_len) {
+			size_t k = p->to_send - p->generated < CHUNK ? p->to_send - p->generated
+								     : CHUNK;
+			if (k == 0) {
+				if (p->shut_when_sent && shutdown(p->fd, SHUT_WR) == 0)
+					p->shut = true;
+				event_del(p->wr);
+				return;
+			}
+			tu_rand_bytes(&p->rng, p->txbuf, k);
+			hash_update(&p->tx, p->txbuf, k);
+			p->generated += k;
+			p->tx_off = 0;
+			p->tx_len = k;
+		}
+		n = send(p->fd, p->txbuf + p->tx_off, p->tx_len - p->tx_off, MSG_NOSIGNAL);
+		if (n > 0) {
+			p->tx_off += (size_t)n;
+			p->sent += (uint64_t)n;
+			continue;
+		}
+		if (errno != EAGAIN)
+			peer_fail(p, errno);
+		return;
+	}
+}
+
+static struct peer *peer_new_on(struct event_base *base, int fd, uint64_t seed,
+				uint64_t to_send, bool shut_when_sent)
+{
+	struct peer *p = calloc(1, sizeof(*p));
+
+	cr_assert(p);
+	p->fd = fd;
+	p->to_send = to_send;
+	p->shut_when_sent = shut_when_sent;
+	tu_rng_seed(&p->rng, seed);
+	hash_init(&p->tx);
+	hash_init(&p->rx);
+	p->rd = event_new(base, fd, EV_READ | EV_PERSIST, peer_on_read, p);
+	p->wr = event_new(base, fd, EV_WRITE | EV_PERSIST, peer_on_write, p);
+	cr_assert(p->rd && p->wr);
+	return p;
+}
+
+static struct peer *peer_new(int fd, uint64_t seed, uint64_t to_send, bool shut_when_sent)
+{
+	return peer_new_on(E.base, fd, seed, to_send, shut_when_sent);
+}
+
+static void peer_start(struct peer *p)
+{
+	if (!p->paused)
+		event_add(p->rd, NULL);
+	peer_want_write(p);
+}
+
+static void peer_resume(struct peer *p)
+{
+	p->paused = false;
+	event_add(p->rd, NULL);
+}
+
+static void peer_free(struct peer *p)
+{
+	if (!p)
+		return;
+	event_free(p->rd);
+	event_free(p->wr);
+	if (p->fd >= 0)
+		close(p->fd);
+	free(p);
+}
+
+/* ---- the relay under test ------------------------------------------------------------------ */
+
+struct h {
+	struct peer *a, *b;
+	struct relay *r;
+	int done_calls;
+	enum relay_end reason;
+	struct relay_stats st;
+	int64_t t_start, t_done;
+};
+
+static void on_done(void *arg, enum relay_end reason, const struct relay_stats *st)
+{
+	struct h *h = arg;
+
+	h->done_calls++;
+	h->reason = reason;
+	h->st = *st;
+	h->r = NULL;
+	h->t_done = mono_ns();
+}
+
+struct h_opts {
+	enum ts_relay_mode mode;
+	uint32_t idle_ms;
+	const uint8_t *early;
+	size_t early_len;
+	bool small;           /* small socket buffers */
+};
+
+static void h_relay(struct h *h, struct stream *sa, struct stream *sb, const struct h_opts *o)
+{
+	struct relay_params p = {
+		.mode = o->mode,
+		.bufs = E.bufs,
+		.pipes = E.pipes,
+		.budget = E.budget,
+		.idle_ms = o->idle_ms,
+		.early = o->early,
+		.early_len = o->early_len,
+		.counters = &E.ctr,
+	};
+
+	h->t_start = mono_ns();
+	cr_assert_eq(relay_new(E.base, sa, sb, &p, on_done, h, &h->r), 0);
+}
+
+/* Two TCP pairs, the relay between them, peers not started yet. */
+static void h_start(struct h *h, const struct h_opts *o)
+{
+	int a_app, a_rel, b_rel, b_app;
+	struct stream *sa, *sb;
+
+	memset(h, 0, sizeof(*h));
+	tcp_pair(&a_app, &a_rel, o->small);
+	tcp_pair(&b_rel, &b_app, o->small);
+	cr_assert_eq(stream_sock_new(E.base, a_rel, &sa), 0);
+	cr_assert_eq(stream_sock_new(E.base, b_rel, &sb), 0);
+	h->a = peer_new(a_app, 0xA, 0, false);
+	h->b = peer_new(b_app, 0xB, 0, false);
+	h_relay(h, sa, sb, o);
+}
+
+static void h_fini(struct h *h)
+{
+	if (h->r)
+		relay_cancel(h->r);
+	peer_free(h->a);
+	peer_free(h->b);
+	h->a = h->b = NULL;
+}
+
+static bool all_done(void *arg)
+{
+	struct h *h = arg;
+
+	return h->a->eof && h->b->eof && h->done_calls > 0;
+}
+
+static void expect_intact(const struct peer *from, const struct peer *to)
+{
+	cr_assert_eq(to->received, from->sent, "received %llu, sent %llu",
+		     (unsigned long long)to->received, (unsigned long long)from->sent);
+	cr_assert_eq(hash_final(&to->rx), hash_final(&from->tx), "payload differs");
+}
+
+TestSuite(relay, .init = setup, .fini = suite_fini, .timeout = 120);
+
+/* ---- bulk: 20 MiB each way at once --------------------------------------------------------- */
+
+/* The peers run on their own loop in a second thread, so the relay's loop thread measures the
+ * relay (splice vs copy) rather than the peers' PRNG and hashing. */
+struct peer_thread {
+	struct event_base *base;
+	struct peer *a, *b;
+	atomic_bool finished;
+};
+
+static void *peer_thread_main(void *arg)
+{
+	struct peer_thread *t = arg;
+	struct event *tick = event_new(t->base, -1, EV_PERSIST, on_tick, NULL);
+	struct timeval tv = { 0, 5000 };
+	int64_t end = mono_ns() + 60 * 1000000000LL;
+
+	event_add(tick, &tv);
+	peer_start(t->a);
+	peer_start(t->b);
+	while (!(t->a->eof && t->b->eof) && !t->a->err && !t->b->err && mono_ns() < end)
+		event_base_loop(t->base, EVLOOP_ONCE);
+	event_free(tick);
+	atomic_store(&t->finished, true);
+	return NULL;
+}
+
+struct bulk_wait {
+	struct h *h;
+	struct peer_thread *t;
+};
+
+static bool bulk_done(void *arg)
+{
+	struct bulk_wait *w = arg;
+
+	return w->h->done_calls > 0 && atomic_load(&w->t->finished);
+}
+
+static int64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Returns MiB/s of wall time (both directions summed); *cpu_mibs: MiB per CPU-second of the
+ * relay's thread, the relay's own cost whichever side is the bottleneck. */
+static double bulk(enum ts_relay_mode mode, double *cpu_mibs)
+{
+	struct h h;
+	struct h_opts o = { .mode = mode };
+	struct peer_thread t = { .base = event_base_new() };
+	struct bulk_wait w = { &h, &t };
+	int a_app, a_rel, b_rel, b_app;
+	struct stream *sa, *sb;
+	struct pipepool_stats ps;
+	struct bufpool_stats bs;
+	pthread_t th;
+	double secs;
+	int64_t cpu0;
+
+	cr_assert(t.base);
+	memset(&h, 0, sizeof(h));
+	tcp_pair(&a_app, &a_rel, false);
+	tcp_pair(&b_rel, &b_app, false);
+	cr_assert_eq(stream_sock_new(E.base, a_rel, &sa), 0);
+	cr_assert_eq(stream_sock_new(E.base, b_rel, &sb), 0);
+	h.a = t.a = peer_new_on(t.base, a_app, 0xA, 20 * MIB, true);
+	h.b = t.b = peer_new_on(t.base, b_app, 0xB, 20 * MIB, true);
+	h_relay(&h, sa, sb, &o);
+	cpu0 = thread_cpu_ns();
+	cr_assert_eq(pthread_create(&th, NULL, peer_thread_main, &t), 0);
+	run_until(bulk_done, &w, 60000);
+	*cpu_mibs = 40.0 / ((double)(thread_cpu_ns() - cpu0) / 1e9);
+	pthread_join(th, NULL);
+	cr_assert(bulk_done(&w), "transfer did not complete");
+	expect_intact(h.a, h.b);
+	expect_intact(h.b, h.a);
+	cr_assert_eq(h.done_calls, 1);
+	cr_assert_eq(h.reason, RELAY_DONE);
+	cr_assert_eq(h.st.bytes[RELAY_UP], 20 * MIB);
+	cr_assert_eq(h.st.bytes[RELAY_DOWN], 20 * MIB);
+	if (mode == TS_RELAY_SPLICE) {
+		cr_assert_eq(h.st.splice_bytes, 40 * MIB);
+		cr_assert_eq(h.st.copy_bytes, 0);
+	} else {
+		cr_assert_eq(h.st.splice_bytes, 0);
+		cr_assert_eq(h.st.copy_bytes, 40 * MIB);
+	}
+	/* Nothing held after the end: pipes back in the pool, buffers back in theirs. */
+	pipepool_get_stats(E.pipes, &ps);
+	cr_assert_eq(ps.lent, 0);
+	cr_assert_eq(ps.created > 0, mode == TS_RELAY_SPLICE);
+	bufpool_get_stats(E.bufs, &bs);
+	cr_assert_eq(bs.bufs_in_use, 0);
+	cr_assert_eq(ctr_get(&E.ctr.active), 0);
+	cr_assert_eq(ctr_get(&E.ctr.pipe_bytes_inflight), 0);
+	cr_assert_eq(ctr_get(&E.ctr.buf_bytes_inflight), 0);
+	secs = (double)(h.t_done - h.t_start) / 1e9;
+	h_fini(&h);
+	event_base_free(t.base);
+	return 40.0 / secs;
+}
+
+Test(relay, bulk_splice_20mib_each_way)
+{
+	double cpu, mibs = bulk(TS_RELAY_SPLICE, &cpu);
+	fprintf(stderr, "relay splice: 20 MiB each way: %.0f MiB/s wall (both directions summed), "
+		"%.0f MiB per relay-thread CPU second\n", mibs, cpu);
+}
+
+Test(relay, bulk_copy_20mib_each_way)
+{
+	double cpu, mibs = bulk(TS_RELAY_COPY, &cpu);
+	fprintf(stderr, "relay copy:   20 MiB each way: %.0f MiB/s wall (both directions summed), "
+		"%.0f MiB per relay-thread CPU second\n", mibs, cpu);
+}
+
+/* ---- half-close ---------------------------------------------------------------------------- */
+
+struct half_state {
+	struct h *h;
+	struct peer *first;
+};
+
+static bool first_eof_seen(void *arg)
+{
+	struct half_state *s = arg;
+	struct peer *other = s->first == s->h->a ? s->h->b : s->h->a;
+
+	return other->eof;
+}
+
+/* `first` sends 1 MiB and shuts down; the other side starts sending 2 MiB only after it has
+ * read that EOF, so the second direction provably flows after the half-close. */
+static void half_close(enum ts_relay_mode mode, bool a_first)
+{
+	struct h h;
+	struct h_opts o = { .mode = mode };
+	struct peer *first, *second;
+	struct half_state hs;
+	struct relay_stats st;
+
+	h_start(&h, &o);
+	first = a_first ? h.a : h.b;
+	second = a_first ? h.b : h.a;
+	first->to_send = MIB;
+	first->shut_when_sent = true;
+	second->to_send = 2 * MIB;
+	second->send_after_eof = true;
+	second->shut_when_sent = true;
+	peer_start(first);
+	peer_start(second);
+	hs = (struct half_state){ &h, first };
+	cr_assert(run_until(first_eof_seen, &hs, 10000));
+	/* The EOF came after all the data before it, and the relay is still up. */
+	expect_intact(first, second);
+	cr_assert_eq(h.done_calls, 0);
+	relay_get_stats(h.r, &st);
+	cr_assert(st.finished[a_first ? RELAY_UP : RELAY_DOWN]);
+	cr_assert(!st.finished[a_first ? RELAY_DOWN : RELAY_UP]);
+	cr_assert(run_until(all_done, &h, 10000));
+	expect_intact(second, first);
+	cr_assert_eq(second->sent, 2 * MIB);
+	cr_assert_eq(h.reason, RELAY_DONE);
+	cr_assert_eq(h.done_calls, 1);
+	h_fini(&h);
+}
+
+Test(relay, half_close_a_first_splice)
+{
+	half_close(TS_RELAY_SPLICE, true);
+}
+
+Test(relay, half_close_b_first_splice)
+{
+	half_close(TS_RELAY_SPLICE, false);
+}
+
+Test(relay, half_close_a_first_copy)
+{
+	half_close(TS_RELAY_COPY, true);
+}
+
+Test(relay, half_close_b_first_copy)
+{
+	half_close(TS_RELAY_COPY, false);
+}
+
+/* ---- resets -------------------------------------------------------------------------------- */
+
+static bool peer_b_failed(void *arg)
+{
+	struct h *h = arg;
+
+	return h->b->err != 0 && h->done_calls > 0;
+}
+
+static void reset_idle(enum ts_relay_mode mode)
+{
+	struct h h;
+	struct h_opts o = { .mode = mode };
+
+	h_start(&h, &o);
+	peer_start(h.a);
+	peer_start(h.b);
+	run_for(20);
+	event_del(h.a->rd);
+	rst_close(h.a->fd);
+	h.a->fd = -1;
+	cr_assert(run_until(peer_b_failed, &h, 2000));
+	cr_assert_eq(h.b->err, ECONNRESET, "B saw %s", strerror(h.b->err));
+	cr_assert_eq(h.reason, RELAY_ERROR_A);
+	cr_assert_eq(h.done_calls, 1);
+	h_fini(&h);
+}
+
+Test(relay, reset_propagates_splice)
+{
+	reset_idle(TS_RELAY_SPLICE);
+}
+
+Test(relay, reset_propagates_copy)
+{
+	reset_idle(TS_RELAY_COPY);
+}
+
+static bool peer_a_failed(void *arg)
+{
+	struct h *h = arg;
+
+	return h->a->err != 0 && h->done_calls > 0;
+}
+
+/* B stops reading while A streams, so the relay holds bytes for B; then B resets. The relay's
+ * pending write fails, A gets a RST, and the pipe still holding data is discarded, not reused. */
+static void reset_mid_transfer(enum ts_relay_mode mode)
+{
+	struct h h;
+	struct h_opts o = { .mode = mode, .small = true };
+	struct relay_stats st;
+	struct pipepool_stats before, after;
+
+	h_start(&h, &o);
+	h.a->to_send = 64 * MIB;
+	h.b->paused = true;
+	peer_start(h.a);
+	peer_start(h.b);
+	run_for(200);
+	relay_get_stats(h.r, &st);
+	pipepool_get_stats(E.pipes, &before);
+	event_del(h.b->rd);
+	rst_close(h.b->fd);
+	h.b->fd = -1;
+	cr_assert(run_until(peer_a_failed, &h, 2000));
+	cr_assert_eq(h.a->err, ECONNRESET, "A saw %s", strerror(h.a->err));
+	cr_assert_eq(h.reason, RELAY_ERROR_B);
+	pipepool_get_stats(E.pipes, &after);
+	cr_assert_eq(after.lent, 0);
+	if (st.pipe_inflight[RELAY_UP] > 0)
+		cr_assert_eq(after.discarded, before.discarded + 1);
+	cr_assert_eq(ctr_get(&E.ctr.pipe_bytes_inflight), 0);
+	cr_assert_eq(ctr_get(&E.ctr.buf_bytes_inflight), 0);
+	h_fini(&h);
+}
+
+Test(relay, reset_mid_transfer_splice)
+{
+	reset_mid_transfer(TS_RELAY_SPLICE);
+}
+
+Test(relay, reset_mid_transfer_copy)
+{
+	reset_mid_transfer(TS_RELAY_COPY);
+}
+
+/* ---- idle timeout -------------------------------------------------------------------------- */
+
+static bool both_failed(void *arg)
+{
+	struct h *h = arg;
+
+	return h->a->err && h->b->err && h->done_calls > 0;
+}
+
+Test(relay, idle_timeout_aborts_both)
+{
+	struct h h;
+	struct h_opts o = { .mode = TS_RELAY_SPLICE, .idle_ms = 150 };
+	double ms;
+
+	h_start(&h, &o);
+	peer_start(h.a);
+	peer_start(h.b);
+	cr_assert(run_until(both_failed, &h, 3000));
+	ms = (double)(h.t_done - h.t_start) / 1e6;
+	cr_assert(ms >= 140 && ms < 1000, "idle end after %.0f ms", ms);
+	cr_assert_eq(h.reason, RELAY_IDLE);
+	cr_assert_eq(h.a->err, ECONNRESET);
+	cr_assert_eq(h.b->err, ECONNRESET);
+	h_fini(&h);
+}
+
+struct trickle {
+	struct h *h;
+	int left;
+};
+
+static void on_trickle(evutil_socket_t fd, short what, void *arg)
+{
+	struct trickle *t = arg;
+
+	if (t->left-- > 0 && t->h->a->fd >= 0)
+		cr_assert_eq(send(t->h->a->fd, "ping", 4, MSG_NOSIGNAL), 4);
+}
+
+/* Traffic every 50 ms keeps a 150 ms idle timer from firing; silence then ends it. */
+Test(relay, idle_timer_reset_by_traffic)
+{
+	struct h h;
+	struct h_opts o = { .mode = TS_RELAY_COPY, .idle_ms = 150 };
+	struct trickle t = { &h, 10 };
+	struct timeval tv = { 0, 50000 };
+	struct event *ev;
+
+	h_start(&h, &o);
+	peer_start(h.a);
+	peer_start(h.b);
+	ev = event_new(E.base, -1, EV_PERSIST, on_trickle, &t);
+	event_add(ev, &tv);
+	run_for(450);
+	cr_assert_eq(h.done_calls, 0, "idle fired despite traffic");
+	cr_assert(h.b->received >= 24);
+	cr_assert(run_until(both_failed, &h, 3000));
+	cr_assert_eq(h.reason, RELAY_IDLE);
+	event_free(ev);
+	h_fini(&h);
+}
+
+/* ---- back-pressure ------------------------------------------------------------------------- */
+
+struct bp_sample {
+	struct h *h;
+	uint64_t max_pipe, max_buf, max_pool_bytes;
+};
+
+static void bp_sample(struct bp_sample *s)
+{
+	struct relay_stats st;
+	struct bufpool_stats bs;
+
+	relay_get_stats(s->h->r, &st);
+	bufpool_get_stats(E.bufs, &bs);
+	if (st.pipe_inflight[RELAY_UP] > s->max_pipe)
+		s->max_pipe = st.pipe_inflight[RELAY_UP];
+	if (st.buf_inflight[RELAY_UP] > s->max_buf)
+		s->max_buf = st.buf_inflight[RELAY_UP];
+	if (bs.bytes_in_use > s->max_pool_bytes)
+		s->max_pool_bytes = bs.bytes_in_use;
+}
+
+static bool bp_never(void *arg)
+{
+	bp_sample(arg);
+	return false;
+}
+
+/* B does not read for 300 ms while A pushes 32 MiB: A is blocked by TCP, the relay holds at
+ * most one pipe / one buffer for the direction; then B reads and everything arrives. */
+static void back_pressure(enum ts_relay_mode mode)
+{
+	struct h h;
+	struct h_opts o = { .mode = mode, .small = true };
+	struct bp_sample s = { &h, 0, 0, 0 };
+	struct relay_stats st;
+
+	h_start(&h, &o);
+	h.a->to_send = 32 * MIB;
+	h.a->shut_when_sent = true;
+	h.b->shut_when_sent = true;
+	h.b->paused = true;
+	peer_start(h.a);
+	peer_start(h.b);
+	run_until(bp_never, &s, 300);
+	relay_get_stats(h.r, &st);
+	cr_assert(h.a->sent < 8 * MIB, "sender was not held back: %llu sent",
+		  (unsigned long long)h.a->sent);
+	cr_assert(st.pipe_inflight[RELAY_UP] + st.buf_inflight[RELAY_UP] > 0,
+		  "the relay should be holding the stalled bytes");
+	cr_assert(s.max_pipe <= PIPE_SIZE, "pipe held %llu", (unsigned long long)s.max_pipe);
+	cr_assert(s.max_buf <= BUF_SIZE, "buffer held %llu", (unsigned long long)s.max_buf);
+	/* One buffer per direction at most (and none in splice mode). */
+	cr_assert(s.max_pool_bytes <= (mode == TS_RELAY_COPY ? 2 * BUF_SIZE : 0),
+		  "pool bytes %llu", (unsigned long long)s.max_pool_bytes);
+	if (mode == TS_RELAY_SPLICE)
+		cr_assert(s.max_pipe > 0);
+	else
+		cr_assert(s.max_buf > 0);
+	peer_resume(h.b);
+	cr_assert(run_until(all_done, &h, 30000));
+	expect_intact(h.a, h.b);
+	cr_assert_eq(h.b->received, 32 * MIB);
+	cr_assert_eq(h.reason, RELAY_DONE);
+	h_fini(&h);
+}
+
+Test(relay, back_pressure_splice)
+{
+	back_pressure(TS_RELAY_SPLICE);
+}
+
+Test(relay, back_pressure_copy)
+{
+	back_pressure(TS_RELAY_COPY);
+}
+
+/* ---- early bytes --------------------------------------------------------------------------- */
+
+/* 100 KiB of early bytes (more than one write into a small socket buffer) reach A before the
+ * 1 MiB B sends at once: A's hash must equal hash(early || B's stream). */
+static void early_bytes(enum ts_relay_mode mode)
+{
+	struct h h;
+	static uint8_t early[100 << 10];
+	struct h_opts o = { .mode = mode, .early = early, .early_len = sizeof(early),
+			    .small = true };
+	struct tu_rng rng;
+	struct budget_stats bs;
+
+	tu_rng_seed(&rng, 77);
+	tu_rand_bytes(&rng, early, sizeof(early));
+	h_start(&h, &o);
+	hash_update(&h.b->tx, early, sizeof(early)); /* expected: early first, then B's data */
+	h.b->to_send = MIB;
+	h.b->shut_when_sent = true;
+	h.a->shut_when_sent = true;
+	peer_start(h.a);
+	peer_start(h.b);
+	cr_assert(run_until(all_done, &h, 10000));
+	cr_assert_eq(h.a->received, sizeof(early) + MIB);
+	cr_assert_eq(hash_final(&h.a->rx), hash_final(&h.b->tx), "early bytes not first");
+	cr_assert_eq(h.st.bytes[RELAY_DOWN], sizeof(early) + MIB);
+	if (mode == TS_RELAY_SPLICE) {
+		cr_assert_eq(h.st.copy_bytes, sizeof(early));
+		cr_assert_eq(h.st.splice_bytes, MIB);
+	}
+	budget_get_stats(E.budget, &bs);
+	cr_assert_eq(bs.malloc_bytes_in_use, 0, "early copy not freed");
+	h_fini(&h);
+}
+
+Test(relay, early_bytes_first_splice)
+{
+	early_bytes(TS_RELAY_SPLICE);
+}
+
+Test(relay, early_bytes_first_copy)
+{
+	early_bytes(TS_RELAY_COPY);
+}
+
+/* ---- pipes: lent only in flight, pool shrinks to zero -------------------------------------- */
+
+static bool pool_empty(void *arg)
+{
+	struct pipepool_stats ps;
+
+	pipepool_get_stats(E.pipes, &ps);
+	return ps.idle == 0 && ps.lent == 0;
+}
+
+/* With the default 1 s idle time: after a transfer the pipes are idle in the pool (none
+ * lent), still there half a second later, gone (and their fds back in the budget) after ~1 s. */
+Test(relay, pipes_returned_and_pool_shrinks)
+{
+	struct h h;
+	struct h_opts o = { .mode = TS_RELAY_SPLICE };
+	struct pipepool_stats ps;
+	struct budget_stats bs;
+	int64_t t0;
+	double ms;
+
+	env_init(16384, 0, 1024);
+	h_start(&h, &o);
+	h.a->to_send = h.b->to_send = 4 * MIB;
+	h.a->shut_when_sent = h.b->shut_when_sent = true;
+	peer_start(h.a);
+	peer_start(h.b);
+	cr_assert(run_until(all_done, &h, 10000));
+	t0 = mono_ns();
+	pipepool_get_stats(E.pipes, &ps);
+	cr_assert_eq(ps.lent, 0);
+	cr_assert(ps.idle >= 1 && ps.idle <= 2, "idle %u", ps.idle);
+	cr_assert(ps.reused > 0, "pipes should be reused across chunks");
+	cr_assert(ps.timer_pending);
+	budget_get_stats(E.budget, &bs);
+	cr_assert_eq(bs.fds_in_use, 2 * ps.idle);
+	run_for(500);
+	pipepool_get_stats(E.pipes, &ps);
+	cr_assert(ps.idle >= 1, "closed too early");
+	cr_assert(run_until(pool_empty, NULL, 3000));
+	ms = (double)(mono_ns() - t0) / 1e6;
+	cr_assert(ms > 900 && ms < 2000, "shrunk after %.0f ms", ms);
+	pipepool_get_stats(E.pipes, &ps);
+	cr_assert(!ps.timer_pending);
+	cr_assert_eq(ps.pipe_bytes, 0);
+	budget_get_stats(E.budget, &bs);
+	cr_assert_eq(bs.fds_in_use, 0);
+	h_fini(&h);
+}
+
+/* ---- fd budget exhausted: copy fallback ---------------------------------------------------- */
+
+Test(relay, fd_budget_exhausted_falls_back_to_copy)
+{
+	struct h h;
+	struct h_opts o = { .mode = TS_RELAY_SPLICE };
+	struct pipepool_stats ps;
+
+	env_init(1, 200, 1024); /* a pipe needs 2 */
+	h_start(&h, &o);
+	h.a->to_send = h.b->to_send = 2 * MIB;
+	h.a->shut_when_sent = h.b->shut_when_sent = true;
+	peer_start(h.a);
+	peer_start(h.b);
+	cr_assert(run_until(all_done, &h, 10000));
+	expect_intact(h.a, h.b);
+	expect_intact(h.b, h.a);
+	cr_assert_eq(h.reason, RELAY_DONE);
+	cr_assert_eq(h.st.splice_bytes, 0);
+	cr_assert_eq(h.st.copy_bytes, 4 * MIB);
+	cr_assert(!h.st.splice[RELAY_UP] && !h.st.splice[RELAY_DOWN]);
+	cr_assert_eq(ctr_get(&E.ctr.pipe_fallbacks), 2);
+	pipepool_get_stats(E.pipes, &ps);
+	cr_assert_eq(ps.refused_budget, 2);
+	cr_assert_eq(ps.created, 0);
+	h_fini(&h);
+}
+
+/* ---- buffer pool exhausted: wait and retry, never spin or drop ---------------------------- */
+
+static bool down_waiting(void *arg)
+{
+	return ctr_get(&E.ctr.buf_waits) > 0;
+}
+
+/* One relay buffer in the whole pool. B does not read, so the up direction keeps the buffer
+ * with bytes for B; B's own data then finds no buffer: the down direction waits (counted)
+ * instead of spinning. When B reads again the buffer frees up and everything arrives. */
+Test(relay, buffer_pool_exhausted_waits_then_resumes)
+{
+	struct h h;
+	struct h_opts o = { .mode = TS_RELAY_COPY, .small = true };
+	struct relay_stats st;
+
+	env_init(16384, 200, 1);
+	h_start(&h, &o);
+	h.a->to_send = 8 * MIB;
+	h.a->shut_when_sent = true;
+	h.b->paused = true;
+	peer_start(h.a);
+	peer_start(h.b);
+	run_for(100);
+	relay_get_stats(h.r, &st);
+	cr_assert_eq(st.bufs_held, 1, "the up direction holds the only buffer");
+	h.b->to_send = 2 * MIB;
+	h.b->shut_when_sent = true;
+	peer_start(h.b); /* sends, still does not read */
+	cr_assert(run_until(down_waiting, NULL, 2000));
+	run_for(100);
+	cr_assert(ctr_get(&E.ctr.buf_waits) < 20, "retries are paced, not spinning: %llu",
+		  (unsigned long long)ctr_get(&E.ctr.buf_waits));
+	peer_resume(h.b);
+	cr_assert(run_until(all_done, &h, 20000));
+	expect_intact(h.a, h.b);
+	expect_intact(h.b, h.a);
+	cr_assert_eq(h.reason, RELAY_DONE);
+	h_fini(&h);
+}
+
+/* ---- a stream without fd (as an lwIP pcb will be): copy mode is forced -------------------- */
+
+struct nofd {
+	struct stream s;
+	struct stream *inner;
+};
+
+static void nofd_readable(void *arg)
+{
+	struct nofd *n = arg;
+	n->s.cb.readable(n->s.cb_arg);
+}
+
+static void nofd_writable(void *arg)
+{
+	struct nofd *n = arg;
+	n->s.cb.writable(n->s.cb_arg);
+}
+
+static ssize_t nofd_read(struct stream *s, void *buf, size_t n)
+{
+	return stream_read(((struct nofd *)s)->inner, buf, n);
+}
+
+static ssize_t nofd_write(struct stream *s, const void *buf, size_t n)
+{
+	return stream_write(((struct nofd *)s)->inner, buf, n);
+}
+
+static int nofd_shutdown(struct stream *s)
+{
+	return stream_shutdown_write(((struct nofd *)s)->inner);
+}
+
+static void nofd_interest(struct stream *s, bool r, bool w)
+{
+	stream_set_interest(((struct nofd *)s)->inner, r, w);
+}
+
+static int nofd_fd(const struct stream *s)
+{
+	return -1;
+}
+
+static void nofd_abort(struct stream *s)
+{
+	stream_abort(((struct nofd *)s)->inner);
+	free(s);
+}
+
+static void nofd_close(struct stream *s)
+{
+	stream_close(((struct nofd *)s)->inner);
+	free(s);
+}
+
+static const struct stream_ops nofd_ops = {
+	nofd_read, nofd_write, nofd_shutdown, nofd_interest, nofd_fd, nofd_abort, nofd_close,
+};
+
+static struct stream *nofd_wrap(struct stream *inner)
+{
+	static const struct stream_cbs fwd = { nofd_readable, nofd_writable, NULL };
+	struct nofd *n = calloc(1, sizeof(*n));
+
+	cr_assert(n);
+	n->s.ops = &nofd_ops;
+	n->inner = inner;
+	stream_set_callbacks(inner, &fwd, n);
+	return &n->s;
+}
+
+/* a is an AF_UNIX socketpair end hidden behind a stream with no fd: splice is asked for, copy
+ * must be used, and both directions still arrive intact. */
+Test(relay, stream_without_fd_uses_copy)
+{
+	struct h h;
+	struct h_opts o = { .mode = TS_RELAY_SPLICE };
+	int sp[2], b_rel, b_app;
+	struct stream *inner, *sb;
+
+	memset(&h, 0, sizeof(h));
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+	set_nonblock(sp[0]);
+	set_nonblock(sp[1]);
+	tcp_pair(&b_rel, &b_app, false);
+	cr_assert_eq(stream_sock_new(E.base, sp[1], &inner), 0);
+	cr_assert_eq(stream_sock_new(E.base, b_rel, &sb), 0);
+	h.a = peer_new(sp[0], 0xA, 4 * MIB, true);
+	h.b = peer_new(b_app, 0xB, 4 * MIB, true);
+	h_relay(&h, nofd_wrap(inner), sb, &o);
+	peer_start(h.a);
+	peer_start(h.b);
+	cr_assert(run_until(all_done, &h, 10000));
+	expect_intact(h.a, h.b);
+	expect_intact(h.b, h.a);
+	cr_assert_eq(h.reason, RELAY_DONE);
+	cr_assert_eq(h.st.splice_bytes, 0);
+	cr_assert_eq(h.st.copy_bytes, 8 * MIB);
+	cr_assert_eq(ctr_get(&E.ctr.pipe_fallbacks), 0, "copy was chosen, not fallen back to");
+	h_fini(&h);
+}
+
+/* ---- cancel -------------------------------------------------------------------------------- */
+
+Test(relay, cancel_aborts_both_and_calls_done_once)
+{
+	struct h h;
+	struct h_opts o = { .mode = TS_RELAY_SPLICE };
+
+	h_start(&h, &o);
+	h.a->to_send = 64 * MIB;
+	peer_start(h.a);
+	peer_start(h.b);
+	run_for(30);
+	relay_cancel(h.r);
+	cr_assert_eq(h.done_calls, 1);
+	cr_assert_eq(h.reason, RELAY_CANCELLED);
+	cr_assert(run_until(both_failed, &h, 2000));
+	cr_assert_eq(h.b->err, ECONNRESET);
+	cr_assert_eq(ctr_get(&E.ctr.active), 0);
+	h_fini(&h);
+}

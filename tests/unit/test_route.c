@@ -1,0 +1,68 @@
+/* test_route.c — rule matching and first-match outbound selection (dispatch/route.c). */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "dispatch/route.h"
+#include "testutil.h"
+
+static struct ts_config cfg;
+
+static void load(const char *json)
+{
+	char err[TS_ERRLEN];
+	config_init(&cfg);
+	cr_assert_eq(config_load_string(json, &cfg, err, sizeof(err)), 0, "%s", err);
+}
+
+static struct flow_key key(const char *dst, uint16_t port, uint8_t proto)
+{
+	struct flow_key k;
+	memset(&k, 0, sizeof(k));
+	k.family = (uint8_t)tu_addr(k.dst, dst);
+	tu_addr(k.src, k.family == 4 ? "10.0.0.9" : "fd00::9");
+	k.proto = proto;
+	k.sport_be = htons(40000);
+	k.dport_be = htons(port);
+	return k;
+}
+
+static uint32_t sel(const char *dst, uint16_t port, uint8_t proto)
+{
+	struct flow_key k = key(dst, port, proto);
+	return route_select(&cfg.route, &k);
+}
+
+Test(route, first_match_wins_and_final)
+{
+	load("{\"outbounds\":[{\"tag\":\"d\",\"type\":\"direct\"},{\"tag\":\"r\",\"type\":\"reject\"},"
+	     "{\"tag\":\"d2\",\"type\":\"direct\"}],"
+	     "\"route\":{\"rules\":["
+	     "{\"cidr\":[\"10.200.1.0/24\",\"2001:db8::/32\"],\"outbound\":\"r\"},"
+	     "{\"port\":[53,\"8000-8080\"],\"network\":\"udp\",\"outbound\":\"d2\"},"
+	     "{\"cidr\":[\"10.0.0.0/8\"],\"port\":[443],\"outbound\":\"d2\"}],"
+	     "\"final\":\"d\"}}");
+	cr_assert_eq(sel("10.200.1.2", 80, IPPROTO_TCP), 1);
+	cr_assert_eq(sel("10.200.2.2", 80, IPPROTO_TCP), 0, "outside the /24: final");
+	cr_assert_eq(sel("2001:db8::5", 80, IPPROTO_TCP), 1);
+	cr_assert_eq(sel("2001:db9::5", 80, IPPROTO_TCP), 0);
+	cr_assert_eq(sel("1.1.1.1", 53, IPPROTO_UDP), 2);
+	cr_assert_eq(sel("1.1.1.1", 53, IPPROTO_TCP), 0, "network matcher");
+	cr_assert_eq(sel("1.1.1.1", 8080, IPPROTO_UDP), 2, "range upper bound");
+	cr_assert_eq(sel("1.1.1.1", 8081, IPPROTO_UDP), 0);
+	cr_assert_eq(sel("10.9.9.9", 443, IPPROTO_TCP), 2, "cidr AND port");
+	cr_assert_eq(sel("10.9.9.9", 444, IPPROTO_TCP), 0);
+	cr_assert_eq(sel("10.200.1.9", 443, IPPROTO_TCP), 1, "earlier rule first");
+	config_fini(&cfg);
+}
+
+Test(route, no_rules_is_final)
+{
+	load("{\"outbounds\":[{\"tag\":\"a\",\"type\":\"direct\"},{\"tag\":\"b\",\"type\":\"reject\"}],"
+	     "\"route\":{\"final\":\"b\"}}");
+	cr_assert_eq(sel("1.2.3.4", 1, IPPROTO_TCP), 1);
+	config_fini(&cfg);
+}

@@ -1,0 +1,564 @@
+/* test_session.c — the dispatcher end to end through the real outbound code, on loopback:
+ *
+ *   app ══TCP══ client stream ── dispatcher ── outbound (direct | reject) ══TCP══ echo server
+ *
+ * The app socket stands in for the app behind the TUN; the other end of its connection is
+ * what a stack would hand to dispatch_tcp. Every wait is bounded; 127.0.0.1 and ::1 only.
+ */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "core/budget.h"
+#include "core/config.h"
+#include "dispatch/session.h"
+#include "dispatch/stream.h"
+#include "testutil.h"
+
+/* Criterion's test processes exit without LeakSanitizer's final pass: run it after each test. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TS_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TS_LSAN 1
+#endif
+#endif
+#ifdef TS_LSAN
+#include <sanitizer/lsan_interface.h>
+#define CHECK_LEAKS() cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "memory leaked")
+#else
+#define CHECK_LEAKS() ((void)0)
+#endif
+
+#define REJECT_PORT 9
+
+static struct event_base *base;
+static struct ts_config cfg;
+static struct budget *budget;
+static struct dispatcher *disp;
+static struct event *tick;
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+}
+
+static void start(const char *mode, uint32_t connect_ms, uint32_t fds)
+{
+	char json[1024], err[TS_ERRLEN];
+	struct timeval tv = { 0, 5000 };
+
+	signal(SIGPIPE, SIG_IGN);
+	snprintf(json, sizeof(json),
+		 "{ \"timeouts\": { \"connect_ms\": %u, \"relay_idle_ms\": 10000 },"
+		 "  \"outbounds\": [ { \"tag\": \"direct\", \"type\": \"direct\" },"
+		 "                   { \"tag\": \"block\", \"type\": \"reject\" } ],"
+		 "  \"relay\": { \"mode\": \"%s\" },"
+		 "  \"route\": { \"rules\": [ { \"port\": [%d], \"outbound\": \"block\" } ],"
+		 "               \"final\": \"direct\" } }",
+		 connect_ms, mode, REJECT_PORT);
+	cr_assert_eq(config_load_string(json, &cfg, err, sizeof(err)), 0, "%s", err);
+	cfg.budget.fds = fds;
+	base = event_base_new();
+	cr_assert(base);
+	cr_assert_eq(budget_new(&cfg.budget, &budget), 0);
+	cr_assert_eq(dispatcher_new(base, &cfg, budget, &disp), 0);
+	tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
+	event_add(tick, &tv);
+}
+
+static void teardown(void)
+{
+	if (!base)
+		return;
+	dispatcher_free(disp);
+	event_free(tick);
+	budget_free(budget);
+	event_base_free(base);
+	config_fini(&cfg);
+	base = NULL;
+	CHECK_LEAKS();
+}
+
+static bool run_until(bool (*pred)(void *), void *arg, int timeout_ms)
+{
+	int64_t end = mono_ms() + timeout_ms;
+
+	while (!pred(arg) && mono_ms() < end)
+		event_base_loop(base, EVLOOP_ONCE);
+	return pred(arg);
+}
+
+static struct dispatcher_stats dstats(void)
+{
+	struct dispatcher_stats s;
+
+	dispatcher_get_stats(disp, &s);
+	return s;
+}
+
+static uint32_t fds_in_use(void)
+{
+	struct budget_stats s;
+
+	budget_get_stats(budget, &s);
+	return s.fds_in_use;
+}
+
+static socklen_t loop_addr(int family, uint16_t port, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (family == 4) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+		s4->sin_family = AF_INET;
+		s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		s4->sin_port = htons(port);
+		return sizeof(*s4);
+	}
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+	s6->sin6_family = AF_INET6;
+	s6->sin6_addr = in6addr_loopback;
+	s6->sin6_port = htons(port);
+	return sizeof(*s6);
+}
+
+static uint16_t local_port(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&ss, &len), 0);
+	return ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+					     : ((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+/* A listening socket on loopback (port 0) with the given backlog. */
+static int listener(int family, int backlog)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = loop_addr(family, 0, &ss);
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&ss, len), 0);
+	cr_assert_eq(listen(fd, backlog), 0);
+	return fd;
+}
+
+/* The app's socket and the "accepted" socket a stack would wrap, connected over loopback. */
+static void app_pair(int family, int *app, int *accepted)
+{
+	struct sockaddr_storage ss;
+	int l = listener(family, 4);
+	socklen_t len = loop_addr(family, local_port(l), &ss);
+
+	*app = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(*app >= 0);
+	cr_assert_eq(connect(*app, (struct sockaddr *)&ss, len), 0);
+	*accepted = accept4(l, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	cr_assert(*accepted >= 0);
+	close(l);
+	cr_assert_eq(fcntl(*app, F_SETFL, O_NONBLOCK), 0);
+}
+
+static void flow(struct flow_key *k, int family, const char *dst, uint16_t dport, int app)
+{
+	memset(k, 0, sizeof(*k));
+	k->family = (uint8_t)family;
+	k->proto = IPPROTO_TCP;
+	tu_addr(k->src, family == 4 ? "127.0.0.1" : "::1");
+	tu_addr(k->dst, dst);
+	k->sport_be = htons(local_port(app));
+	k->dport_be = htons(dport);
+}
+
+/* ---- the echo server (libevent bufferevents) ---------------------------------------------- */
+
+struct echo {
+	struct evconnlistener *l;
+	uint16_t port;
+	int conns, live;
+};
+
+static void echo_close(struct bufferevent *bev, struct echo *e)
+{
+	e->live--;
+	bufferevent_free(bev);
+}
+
+static void echo_read(struct bufferevent *bev, void *arg)
+{
+	evbuffer_add_buffer(bufferevent_get_output(bev), bufferevent_get_input(bev));
+}
+
+/* After the client's EOF: close once everything was echoed (so the FIN follows the data). */
+static void echo_drained(struct bufferevent *bev, void *arg)
+{
+	echo_close(bev, arg);
+}
+
+static void echo_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct echo *e = arg;
+
+	if ((what & BEV_EVENT_EOF) &&
+	    evbuffer_get_length(bufferevent_get_output(bev)) > 0) {
+		bufferevent_setcb(bev, NULL, echo_drained, NULL, e);
+		return;
+	}
+	echo_close(bev, e);
+}
+
+static void echo_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+			int len, void *arg)
+{
+	struct echo *e = arg;
+	struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+
+	cr_assert(bev);
+	e->conns++;
+	e->live++;
+	bufferevent_setcb(bev, echo_read, NULL, echo_event, e);
+	bufferevent_enable(bev, EV_READ | EV_WRITE);
+}
+
+static void echo_start(struct echo *e, int family)
+{
+	int fd = listener(family, 64);
+
+	memset(e, 0, sizeof(*e));
+	e->port = local_port(fd);
+	evutil_make_socket_nonblocking(fd);
+	e->l = evconnlistener_new(base, echo_accept, e, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	cr_assert(e->l);
+}
+
+/* ---- sessions as the test sees them ----------------------------------------------------- */
+
+struct sess {
+	int app;
+	int ends;        /* on_end calls */
+	bool fd_held;    /* the test reserved the client's fd, as a stack does */
+};
+
+static void on_end(void *arg)
+{
+	struct sess *s = arg;
+
+	s->ends++;
+	if (s->fd_held) {
+		budget_fd_release(budget, 1);
+		s->fd_held = false;
+	}
+}
+
+/* Accept-side work of a stack: reserve the client's fd, wrap it, dispatch. */
+static int dispatch(struct sess *s, int family, const char *dst, uint16_t dport)
+{
+	struct flow_key k;
+	struct stream *client;
+	int accepted;
+
+	memset(s, 0, sizeof(*s));
+	app_pair(family, &s->app, &accepted);
+	cr_assert_eq(budget_fd_reserve(budget, 1), 0);
+	s->fd_held = true;
+	cr_assert_eq(stream_sock_new(base, accepted, &client), 0);
+	flow(&k, family, dst, dport, s->app);
+	return dispatch_tcp(disp, &k, client, on_end, s);
+}
+
+/* Send n bytes from the app and read the echo back; true if identical. */
+static bool roundtrip(struct sess *s, size_t n)
+{
+	uint8_t *tx = malloc(n), *rx = malloc(n);
+	size_t sent = 0, got = 0;
+	int64_t end = mono_ms() + 10000;
+	struct tu_rng r;
+	bool ok;
+
+	cr_assert(tx && rx);
+	tu_rng_seed(&r, n);
+	tu_rand_bytes(&r, tx, n);
+	while (got < n && mono_ms() < end) {
+		ssize_t k;
+		if (sent < n && (k = send(s->app, tx + sent, n - sent, MSG_NOSIGNAL)) > 0)
+			sent += (size_t)k;
+		k = recv(s->app, rx + got, n - got, 0);
+		if (k > 0)
+			got += (size_t)k;
+		else if (k == 0 || errno != EAGAIN)
+			break;
+		event_base_loop(base, EVLOOP_NONBLOCK);
+	}
+	ok = got == n && memcmp(tx, rx, n) == 0;
+	free(tx);
+	free(rx);
+	return ok;
+}
+
+struct app_wait {
+	int fd;
+	int err;  /* errno of the failed recv, or 0 */
+	bool eof;
+};
+
+/* Drain the app socket until it fails or reads EOF. */
+static bool app_closed(void *arg)
+{
+	struct app_wait *w = arg;
+	char buf[4096];
+	ssize_t k;
+
+	while (!w->err && !w->eof) {
+		k = recv(w->fd, buf, sizeof(buf), 0);
+		if (k > 0)
+			continue;
+		if (k == 0)
+			w->eof = true;
+		else if (errno != EAGAIN)
+			w->err = errno;
+		else
+			return false;
+	}
+	return true;
+}
+
+static bool ended(void *arg)
+{
+	return ((struct sess *)arg)->ends > 0;
+}
+
+TestSuite(session, .fini = teardown, .timeout = 60);
+
+/* ---- round trips -------------------------------------------------------------------------- */
+
+static void roundtrip_test(const char *mode, int family)
+{
+	struct echo e;
+	struct sess s;
+	struct app_wait w;
+	struct dispatcher_stats st;
+
+	start(mode, 2000, 1000);
+	echo_start(&e, family);
+	cr_assert_eq(dispatch(&s, family, family == 4 ? "127.0.0.1" : "::1", e.port), 0);
+	cr_assert(roundtrip(&s, 256 << 10), "echo differs");
+	st = dstats();
+	cr_assert_eq(st.sessions_active, 1);
+	cr_assert_eq(st.sessions_connecting, 0);
+	cr_assert(fds_in_use() >= 2, "client + outbound socket");
+	/* The app closes its side; the echo server closes after the echo; the session ends. */
+	shutdown(s.app, SHUT_WR);
+	w = (struct app_wait){ .fd = s.app };
+	cr_assert(run_until(app_closed, &w, 5000));
+	cr_assert(w.eof && !w.err, "clean EOF expected, got %s", strerror(w.err));
+	cr_assert(run_until(ended, &s, 5000));
+	cr_assert_eq(s.ends, 1);
+	st = dstats();
+	cr_assert_eq(st.sessions_total, 1);
+	cr_assert_eq(st.sessions_active, 0);
+	cr_assert_eq(st.sessions_refused, 0);
+	cr_assert_eq(st.bytes_up, 256 << 10);
+	cr_assert_eq(st.bytes_down, 256 << 10);
+	cr_assert_eq(st.relay_ends[RELAY_DONE], 1);
+	if (strcmp(mode, "splice") == 0)
+		cr_assert_eq(st.splice_bytes, 512 << 10);
+	else
+		cr_assert_eq(st.copy_bytes, 512 << 10);
+	cr_assert_eq(st.pipes_in_use, 0);
+	cr_assert_eq(st.buffer_bytes_in_use, 0);
+	cr_assert_eq(fds_in_use(), 2 * st.pipes_idle, "only idle pool pipes hold fds");
+	close(s.app);
+	evconnlistener_free(e.l);
+}
+
+Test(session, roundtrip_direct_v4_splice)
+{
+	roundtrip_test("splice", 4);
+}
+
+Test(session, roundtrip_direct_v4_copy)
+{
+	roundtrip_test("copy", 4);
+}
+
+Test(session, roundtrip_direct_v6_splice)
+{
+	roundtrip_test("splice", 6);
+}
+
+/* ---- refusals: a prompt RST and on_end exactly once -------------------------------------- */
+
+static void expect_prompt_reset(struct sess *s, enum dispatch_fail why)
+{
+	struct app_wait w = { .fd = s->app };
+	int64_t t0 = mono_ms();
+
+	cr_assert_eq(s->ends, 0, "on_end must not run inside dispatch_tcp");
+	cr_assert(run_until(app_closed, &w, 3000));
+	cr_assert_eq(w.err, ECONNRESET, "app saw %s", w.eof ? "EOF" : strerror(w.err));
+	cr_assert(mono_ms() - t0 < 1000, "reset took %lld ms", (long long)(mono_ms() - t0));
+	cr_assert(run_until(ended, s, 1000));
+	/* Keep turning the loop: a second on_end would show up here. */
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	cr_assert_eq(s->ends, 1);
+	cr_assert_eq(dstats().fail[why], 1, "counted as %s", dispatch_fail_name(why));
+	cr_assert_eq(dstats().sessions_refused, 1);
+	cr_assert_eq(dstats().sessions_active, 0);
+	cr_assert_eq(fds_in_use(), 0);
+	close(s->app);
+}
+
+Test(session, closed_port_resets_promptly)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = loop_addr(4, 0, &ss);
+	int closed = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sess s;
+
+	start("splice", 2000, 1000);
+	/* Bound, never listening: the port is ours and refuses connections. */
+	cr_assert_eq(bind(closed, (struct sockaddr *)&ss, len), 0);
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", local_port(closed)), 0);
+	expect_prompt_reset(&s, DISPATCH_FAIL_REFUSED);
+	close(closed);
+}
+
+Test(session, reject_outbound_resets_promptly)
+{
+	struct sess s;
+
+	start("splice", 2000, 1000);
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", REJECT_PORT), 0);
+	expect_prompt_reset(&s, DISPATCH_FAIL_REJECT);
+}
+
+/* A listener with backlog 0 and one unaccepted connection drops further SYNs, so a connect to
+ * it stays pending: the attempt must end at connect_ms with a RST, not hang. */
+static int full_listener(int *filler)
+{
+	struct sockaddr_storage ss;
+	int l = listener(4, 0);
+	socklen_t len = loop_addr(4, local_port(l), &ss);
+
+	*filler = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(*filler, (struct sockaddr *)&ss, len), 0);
+	return l;
+}
+
+Test(session, connect_timeout_resets)
+{
+	struct sess s;
+	struct app_wait w;
+	int filler, l;
+	int64_t t0;
+
+	start("splice", 300, 1000);
+	l = full_listener(&filler);
+	t0 = mono_ms();
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", local_port(l)), 0);
+	cr_assert_eq(dstats().sessions_connecting, 1);
+	w = (struct app_wait){ .fd = s.app };
+	cr_assert(run_until(app_closed, &w, 3000));
+	cr_assert_eq(w.err, ECONNRESET);
+	cr_assert(mono_ms() - t0 >= 290 && mono_ms() - t0 < 1500, "after %lld ms",
+		  (long long)(mono_ms() - t0));
+	cr_assert(run_until(ended, &s, 1000));
+	cr_assert_eq(s.ends, 1);
+	cr_assert_eq(dstats().fail[DISPATCH_FAIL_TIMEOUT], 1);
+	cr_assert_eq(fds_in_use(), 0);
+	close(s.app);
+	close(filler);
+	close(l);
+}
+
+Test(session, fd_budget_refusal_resets)
+{
+	struct sess s;
+
+	start("splice", 2000, 1); /* the client's own fd takes the whole budget */
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", 7), 0);
+	expect_prompt_reset(&s, DISPATCH_FAIL_FD_BUDGET);
+}
+
+#ifdef NDEBUG
+/* Release builds refuse (debug builds assert): traffic to our gateway is never relayed. The
+ * address is only a flow key here; nothing is sent to it. */
+Test(session, own_address_refused)
+{
+	struct sess s;
+
+	start("splice", 2000, 1000);
+	cr_assert_eq(dispatch(&s, 4, "198.18.0.1", 80), 0);
+	expect_prompt_reset(&s, DISPATCH_FAIL_OWN_ADDRESS);
+}
+#endif
+
+/* ---- shutdown with live sessions ----------------------------------------------------------- */
+
+Test(session, dispatcher_free_ends_every_session)
+{
+	struct echo e;
+	struct sess relaying[3], connecting, failing;
+	int filler, l;
+
+	start("splice", 5000, 1000);
+	echo_start(&e, 4);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(dispatch(&relaying[i], 4, "127.0.0.1", e.port), 0);
+		cr_assert(roundtrip(&relaying[i], 4096));
+	}
+	l = full_listener(&filler);
+	cr_assert_eq(dispatch(&connecting, 4, "127.0.0.1", local_port(l)), 0);
+	cr_assert_eq(dispatch(&failing, 4, "127.0.0.1", REJECT_PORT), 0); /* refusal pending */
+	cr_assert_eq(dstats().sessions_active, 5);
+	cr_assert_eq(dstats().sessions_connecting, 1);
+
+	dispatcher_free(disp);
+	disp = NULL;
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(relaying[i].ends, 1);
+	cr_assert_eq(connecting.ends, 1);
+	cr_assert_eq(failing.ends, 1);
+	cr_assert_eq(fds_in_use(), 0, "outbound sockets and pipes released");
+	/* Every app sees a RST, not a clean EOF. */
+	struct sess *all[] = { &relaying[0], &relaying[1], &relaying[2], &connecting, &failing };
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+		struct app_wait w = { .fd = all[i]->app };
+		cr_assert(run_until(app_closed, &w, 2000));
+		cr_assert_eq(w.err, ECONNRESET, "session %zu: %s", i,
+			     w.eof ? "EOF" : strerror(w.err));
+		close(all[i]->app);
+	}
+	/* The echo server sees its connections go away too. */
+	for (int i = 0; i < 100 && e.live > 0; i++)
+		event_base_loop(base, EVLOOP_ONCE);
+	cr_assert_eq(e.live, 0);
+	close(filler);
+	close(l);
+	evconnlistener_free(e.l);
+}
