@@ -11,9 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "core/config.h"
-
-enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
 struct subcommand {
 	const char *name;
@@ -38,10 +37,8 @@ static void usage_check(FILE *out)
 	      out);
 }
 
-/* Matches "--name VALUE", "--name=VALUE" or "-s VALUE" at argv[*i]; advances *i past it.
- * Returns 1 matched (*value set), 0 not this option, -1 value missing. */
-static int take_option(int argc, char **argv, int *i, const char *lng, const char *shrt,
-		       const char **value)
+int cli_take_option(int argc, char **argv, int *i, const char *lng, const char *shrt,
+		    const char **value)
 {
 	const char *a = argv[*i];
 	size_t n = strlen(lng);
@@ -70,7 +67,7 @@ static int cmd_check(int argc, char **argv)
 			usage_check(stdout);
 			return EXIT_OK;
 		}
-		ret = take_option(argc, argv, &i, "--config", "-c", &path);
+		ret = cli_take_option(argc, argv, &i, "--config", "-c", &path);
 		if (ret < 0) {
 			fprintf(stderr, "twinstack check: %s needs a FILE argument\n", argv[i]);
 			return EXIT_USAGE;
@@ -100,6 +97,8 @@ static int cmd_check(int argc, char **argv)
 
 static const struct subcommand subcommands[] = {
 	{ "check", "validate a config file and print a one-line summary", cmd_check, usage_check },
+	{ "run", "run the proxy: TUN device, stack, dispatcher, outbounds, stats", cmd_run,
+	  usage_run },
 };
 
 #define N_SUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))

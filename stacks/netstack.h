@@ -2,41 +2,77 @@
  *
  * The config field "stack" picks one implementation at start ("system" or "lwip"); it is never
  * switched at run time (seed 000 §九). A stack turns packets read from the TUN into sessions
- * (original 5-tuple + a stack-side stream) for the dispatcher, and emits packets through the
- * I/O driver's tx(). The system stack's sans-IO packet path is stacks/system/sysproc.h; the
- * driver, listeners and sessions arrive with the end-to-end issue, lwIP after it.
+ * (original 5-tuple + a stack-side stream) for the shared dispatcher, and emits packets of its
+ * own through env->tx (the driver). Its per-packet function is called by the driver.
  */
 #ifndef TS_STACKS_NETSTACK_H
 #define TS_STACKS_NETSTACK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/driver.h"
 #include "core/flow.h"
 
-struct netstack;     /* one running stack instance */
-struct netstack_env; /* what the process lends a stack: loop, TUN driver, config, budget, stats */
+struct event_base;
+struct ts_config;
+struct budget;
+struct dispatcher;
+struct log;
+struct netstack;
 
-/* What a stack does with one packet the driver read. */
-enum netstack_verdict {
-	NETSTACK_CONSUMED, /* the stack took it (or dropped and counted it) */
-	NETSTACK_WRITE,    /* rewritten in place: the driver writes it back */
-	NETSTACK_UDP,      /* hand it to the shared UDP path */
+/* What the process lends a stack. Everything is borrowed and outlives the stack. */
+struct netstack_env {
+	struct event_base *base;
+	const struct ts_config *cfg;
+	struct budget *budget;
+	struct dispatcher *dispatcher;
+	struct log *log;
+	tun_tx_fn tx;       /* packets the stack builds itself (plain, fully checksummed) */
+	void *tx_arg;
+	const char *tun_name;
+	/* A fatal runtime error inside the stack (e.g. the accept loop's "anything else"): the
+	 * stack calls this once with -errno and a message; the process stops with exit 1. */
+	void (*fatal)(void *arg, int err, const char *msg);
+	void *fatal_arg;
+};
+
+/* The same figures for every stack (a figure that does not apply reads 0). */
+struct netstack_stats {
+	uint64_t rewrites;
+	uint64_t drops_malformed, drops_fragment, drops_esp, drops_icmp;
+	uint64_t drops_unmapped_downlink, drops_own_address, drops_nat_exhausted;
+	uint64_t unmapped_uplink_rst;     /* RSTs answered to unmapped uplink segments */
+	uint64_t admission_refused, fd_exhausted;
+	uint64_t nat_half_open, nat_active, nat_closing, nat_quarantined;
+	uint64_t accepted;                /* sessions handed to the dispatcher */
+	uint64_t stack_bytes;             /* userspace bytes the stack itself holds */
 };
 
 struct netstack_ops {
 	const char *name; /* "system" or "lwip": the config's "stack" value */
-	/* Start on env; return only when ready to carry traffic (listeners bound, etc.).
+	/* Start on env; return only when ready to carry traffic (listeners bound, ...).
 	 * 0, or -errno with a one-line reason in err. */
-	int (*start)(struct netstack_env *env, struct netstack **out, char *err, size_t errlen);
-	/* Stop accepting, close sessions, release everything. Idempotent. */
+	int (*start)(const struct netstack_env *env, struct netstack **out, char *err,
+		     size_t errlen);
+	/* Stop accepting new sessions (live ones go on until the dispatcher ends them). */
 	void (*stop)(struct netstack *ns);
-	/* Process one packet read from the TUN (meta: its offload header). */
-	enum netstack_verdict (*input)(struct netstack *ns, uint8_t *buf, size_t len,
-				       const struct pkt_meta *meta, size_t *out_len);
-	/* The stack's counters, as (name, value) pairs. */
-	void (*counters)(const struct netstack *ns,
+	/* Release everything. Call after the dispatcher has ended every session. */
+	void (*free)(struct netstack *ns);
+	/* Process one packet read from the TUN (see struct driver_ops.input). */
+	enum driver_verdict (*input)(struct netstack *ns, uint8_t *buf, size_t len,
+				     const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
+				     bool *plain);
+	/* After each driver batch: re-arm timers. */
+	void (*batch_end)(struct netstack *ns, int64_t now_ns);
+	void (*stats)(struct netstack *ns, struct netstack_stats *out);
+	/* Every detailed counter as (name, value). */
+	void (*counters)(struct netstack *ns,
 			 void (*fn)(void *arg, const char *name, uint64_t value), void *arg);
 };
+
+/* The stack named name ("system", "lwip"), or NULL if this build has none by that name. */
+const struct netstack_ops *netstack_lookup(const char *name);
 
 #endif

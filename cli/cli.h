@@ -1,0 +1,17 @@
+/* cli.h — shared pieces of the twinstack subcommands. */
+#ifndef TS_CLI_CLI_H
+#define TS_CLI_CLI_H
+
+#include <stdio.h>
+
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+/* Matches "--name VALUE", "--name=VALUE" or "-s VALUE" at argv[*i]; advances *i past it.
+ * Returns 1 matched (*value set), 0 not this option, -1 value missing. */
+int cli_take_option(int argc, char **argv, int *i, const char *lng, const char *shrt,
+		    const char **value);
+
+int cmd_run(int argc, char **argv);
+void usage_run(FILE *out);
+
+#endif

@@ -1,0 +1,327 @@
+/* run.c — `twinstack run`: assemble the proxy (budget, TUN, driver, dispatcher, UDP path,
+ * stack, stats), report ready, run the loop, and take it apart again on SIGINT/SIGTERM.
+ *
+ * Start-up order (issue 3, seed 000 §六): config → budget → TUN up with its addresses verified
+ * → rp_filter checked → RLIMIT_NOFILE raised → driver → dispatcher and UDP path → stack (its
+ * listeners bound) → stats endpoint → "ready" (log line; one byte on --ready-fd). Exit 2 for a
+ * bad config, 1 for a runtime failure; the ready fd is then closed without a byte. */
+#include "cli/run.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "core/budget.h"
+#include "core/clock.h"
+#include "core/driver.h"
+#include "core/rss.h"
+#include "core/tun.h"
+#include "dispatch/session.h"
+#include "dispatch/udp.h"
+
+#define RSS_SAMPLE_NS TS_NS_PER_SEC /* pressure tier refresh, only while traffic flows */
+
+void usage_run(FILE *out)
+{
+	fputs("usage: twinstack run --config FILE [--ready-fd N]\n"
+	      "\n"
+	      "Create the TUN device from FILE, start the configured stack and carry traffic until\n"
+	      "SIGINT or SIGTERM. 'ready' is logged once every listener is bound; with --ready-fd N\n"
+	      "one byte is also written to fd N then (N is closed without a byte if start fails).\n"
+	      "Needs CAP_NET_ADMIN (root). Exit 0 after a signal, 1 on a runtime failure, 2 on bad\n"
+	      "usage or a bad config.\n"
+	      "\n"
+	      "options:\n"
+	      "  -c, --config FILE   the config file (required)\n"
+	      "      --ready-fd N    write one byte to fd N when ready\n"
+	      "  -h, --help          this text\n",
+	      out);
+}
+
+/* ---- driver glue: the driver calls the selected stack and the UDP path ------------------- */
+
+static enum driver_verdict drv_input(void *arg, uint8_t *buf, size_t len,
+				     const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
+				     bool *plain)
+{
+	struct proxy *p = arg;
+	return p->ops->input(p->ns, buf, len, meta, now_ns, out_len, plain);
+}
+
+static void drv_batch_end(void *arg, int64_t now_ns)
+{
+	struct proxy *p = arg;
+	struct rss_info ri;
+
+	p->ops->batch_end(p->ns, now_ns);
+	/* The pressure tier follows RSS; sampled only while traffic flows, so an idle proxy
+	 * never wakes up for it. */
+	if (now_ns - p->rss_sampled_ns >= RSS_SAMPLE_NS && rss_sample(&ri) == 0) {
+		p->rss_sampled_ns = now_ns;
+		budget_update_tier(p->budget, ri.rss_bytes);
+	}
+}
+
+static void drv_udp(void *arg, const uint8_t *pkt, size_t len, int64_t now_ns)
+{
+	struct proxy *p = arg;
+	udp_path_input(p->udp, pkt, len, now_ns);
+}
+
+static const struct driver_ops drv_ops = {
+	.input = drv_input,
+	.batch_end = drv_batch_end,
+	.udp = drv_udp,
+};
+
+/* ---- stopping ------------------------------------------------------------------------------ */
+
+/* Stop accepting, end every session (their guards mark NAT entries closing), leave the loop. */
+static void proxy_stop(struct proxy *p, int code)
+{
+	if (p->stopping)
+		return;
+	p->stopping = true;
+	p->exit_code = code;
+	if (p->ns)
+		p->ops->stop(p->ns);
+	event_base_loopbreak(p->base);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct proxy *p = arg;
+	(void)what;
+	log_info(&p->log, "run: signal %d: stopping", (int)sig);
+	proxy_stop(p, EXIT_OK);
+}
+
+static void on_fatal(void *arg, int err, const char *msg)
+{
+	struct proxy *p = arg;
+	log_error(&p->log, "run: %s (%s); stopping", msg, strerror(-err));
+	proxy_stop(p, EXIT_RUNTIME);
+}
+
+static void proxy_free(struct proxy *p)
+{
+	run_stats_stop(p);
+	if (p->ns)
+		p->ops->stop(p->ns);
+	dispatcher_free(p->disp); /* ends every live session: guards run before the stack goes */
+	p->disp = NULL;
+	if (p->ns)
+		p->ops->free(p->ns);
+	udp_path_free(p->udp);
+	driver_free(p->driver);
+	tun_close(p->tun);
+	if (p->sig_int)
+		event_free(p->sig_int);
+	if (p->sig_term)
+		event_free(p->sig_term);
+	if (p->base)
+		event_base_free(p->base);
+	budget_free(p->budget);
+	config_fini(&p->cfg);
+}
+
+/* ---- starting ------------------------------------------------------------------------------ */
+
+/* Raise the soft RLIMIT_NOFILE to the hard limit and fit the fd budget under it. */
+static void fit_fds(struct proxy *p)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	p->cfg.budget.fds = budget_fds_fit(p->cfg.budget.fds, rl.rlim_cur);
+}
+
+static int open_tun(struct proxy *p, char *err, size_t errlen)
+{
+	struct tun_params tp;
+	char msg[512];
+
+	tun_params_from_config(&tp, &p->cfg.tun);
+	tp.queues = 1;       /* multi-queue arrives with the batched I/O issue */
+	tp.vnet_hdr = false; /* so does offload: per-packet I/O for now */
+	int ret = tun_open(&tp, &p->tun, err, errlen);
+	if (ret != 0)
+		return ret;
+	if (tun_rp_filter_check(tun_name(p->tun), msg, sizeof(msg)) > 0)
+		log_warn(&p->log, "run: %s", msg);
+	return 0;
+}
+
+static int start_stack(struct proxy *p, char *err, size_t errlen)
+{
+	struct netstack_env env = {
+		.base = p->base,
+		.cfg = &p->cfg,
+		.budget = p->budget,
+		.dispatcher = p->disp,
+		.log = &p->log,
+		.tx = driver_tx,
+		.tx_arg = p->driver,
+		.tun_name = tun_name(p->tun),
+		.fatal = on_fatal,
+		.fatal_arg = p,
+	};
+	p->ops = netstack_lookup(config_stack_name(p->cfg.stack));
+	if (!p->ops) {
+		snprintf(err, errlen, "run: stack \"%s\" is not available in this build",
+			 config_stack_name(p->cfg.stack));
+		return -ENOTSUP;
+	}
+	return p->ops->start(&env, &p->ns, err, errlen);
+}
+
+static int add_signals(struct proxy *p)
+{
+	signal(SIGPIPE, SIG_IGN); /* a peer that went away is an EPIPE, not a process exit */
+	p->sig_int = evsignal_new(p->base, SIGINT, on_signal, p);
+	p->sig_term = evsignal_new(p->base, SIGTERM, on_signal, p);
+	if (!p->sig_int || !p->sig_term || evsignal_add(p->sig_int, NULL) != 0 ||
+	    evsignal_add(p->sig_term, NULL) != 0)
+		return -ENOMEM;
+	return 0;
+}
+
+/* Everything after the config: returns 0, or -errno with err filled. */
+static int proxy_start(struct proxy *p, char *err, size_t errlen)
+{
+	int ret;
+
+	fit_fds(p);
+	if ((ret = budget_new(&p->cfg.budget, &p->budget)) != 0) {
+		snprintf(err, errlen, "run: budget: %s", strerror(-ret));
+		return ret;
+	}
+	p->base = event_base_new();
+	if (!p->base || (ret = add_signals(p)) != 0) {
+		snprintf(err, errlen, "run: event loop: out of memory");
+		return -ENOMEM;
+	}
+	if ((ret = open_tun(p, err, errlen)) != 0)
+		return ret;
+	if ((ret = driver_new(p->base, tun_fd(p->tun, 0), p->cfg.tun.mtu, &drv_ops, p, p->budget,
+			      &p->driver)) != 0) {
+		snprintf(err, errlen, "run: TUN driver: %s", strerror(-ret));
+		return ret;
+	}
+	if ((ret = dispatcher_new(p->base, &p->cfg, p->budget, &p->disp)) != 0) {
+		snprintf(err, errlen, "run: dispatcher: %s", strerror(-ret));
+		return ret;
+	}
+	if ((ret = udp_path_new(p->base, &p->cfg, p->budget, driver_tx, p->driver, &p->udp)) != 0) {
+		snprintf(err, errlen, "run: UDP path: %s", strerror(-ret));
+		return ret;
+	}
+	if ((ret = start_stack(p, err, errlen)) != 0)
+		return ret;
+	return run_stats_start(p, err, errlen);
+}
+
+static void ready(struct proxy *p, int ready_fd)
+{
+	char summary[512];
+
+	log_info(&p->log, "run: ready: %s", config_summary(&p->cfg, summary, sizeof(summary)));
+	if (ready_fd >= 0) {
+		ssize_t n;
+		do
+			n = write(ready_fd, "R", 1);
+		while (n < 0 && errno == EINTR);
+		close(ready_fd);
+	}
+}
+
+static int parse_args(int argc, char **argv, const char **path, int *ready_fd)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *v = NULL;
+		int r;
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+			usage_run(stdout);
+			return 1;
+		}
+		if ((r = cli_take_option(argc, argv, &i, "--config", "-c", path)) != 0) {
+			if (r < 0)
+				goto missing;
+			continue;
+		}
+		if ((r = cli_take_option(argc, argv, &i, "--ready-fd", "--ready-fd", &v)) != 0) {
+			char *end;
+			if (r < 0)
+				goto missing;
+			long fd = strtol(v, &end, 10);
+			if (*end || fd < 0 || fd > 65535 || fcntl((int)fd, F_GETFD) < 0) {
+				fprintf(stderr, "twinstack run: --ready-fd '%s' is not an open fd\n", v);
+				return -1;
+			}
+			*ready_fd = (int)fd;
+			continue;
+		}
+		fprintf(stderr, "twinstack run: unexpected argument '%s'\n", argv[i]);
+		usage_run(stderr);
+		return -1;
+missing:
+		fprintf(stderr, "twinstack run: %s needs a value\n", argv[i]);
+		return -1;
+	}
+	if (!*path) {
+		fprintf(stderr, "twinstack run: --config FILE is required\n");
+		usage_run(stderr);
+		return -1;
+	}
+	return 0;
+}
+
+int cmd_run(int argc, char **argv)
+{
+	static struct proxy proxy; /* one per process; static only to keep it off the stack */
+	struct proxy *p = &proxy;
+	const char *path = NULL;
+	char err[TS_ERRLEN];
+	int ready_fd = -1, ret;
+
+	if ((ret = parse_args(argc, argv, &path, &ready_fd)) != 0)
+		return ret > 0 ? EXIT_OK : EXIT_USAGE;
+	memset(p, 0, sizeof(*p));
+	p->started_ns = ts_now_ns();
+	config_init(&p->cfg);
+	log_init(&p->log, LOG_LEVEL_INFO, STDERR_FILENO);
+	ret = config_load_file(path, &p->cfg, err, sizeof(err));
+	if (ret != 0) {
+		fprintf(stderr, "%s\n", err);
+		if (ready_fd >= 0)
+			close(ready_fd);
+		config_fini(&p->cfg);
+		return ret == -ENOMEM ? EXIT_RUNTIME : EXIT_USAGE;
+	}
+	p->log.level = p->cfg.log_level;
+	if ((ret = proxy_start(p, err, sizeof(err))) != 0) {
+		log_error(&p->log, "%s", err);
+		if (ready_fd >= 0)
+			close(ready_fd);
+		proxy_free(p);
+		return EXIT_RUNTIME;
+	}
+	ready(p, ready_fd);
+	event_base_dispatch(p->base);
+	ret = p->exit_code;
+	proxy_free(p);
+	log_info(&p->log, "run: stopped");
+	return ret;
+}

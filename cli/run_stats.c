@@ -1,0 +1,158 @@
+/* run_stats.c — the /stats and /metrics document of `twinstack run`: the same keys for every
+ * stack (a key that does not apply reads 0), built fresh on each request from the live
+ * counters (nothing is batched or cached, so nothing needs flushing). */
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/run.h"
+#include "core/budget.h"
+#include "core/clock.h"
+#include "core/driver.h"
+#include "core/rss.h"
+#include "core/stats_doc.h"
+#include "core/stats_http.h"
+#include "core/tun.h"
+#include "dispatch/session.h"
+#include "dispatch/udp.h"
+
+static uint64_t count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	uint64_t n = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n > 0 ? n - 1 : 0; /* minus the directory's own fd */
+}
+
+struct visit {
+	struct stats_doc *doc;
+	const char *prefix;
+};
+
+static void add_counter(void *arg, const char *name, uint64_t v)
+{
+	struct visit *vs = arg;
+	char key[128];
+	snprintf(key, sizeof(key), "%s.%s", vs->prefix, name);
+	stats_doc_add_u64(vs->doc, key, STATS_COUNTER, v);
+}
+
+static void add_process(struct proxy *p, struct stats_doc *d)
+{
+	struct rss_info ri = { 0 };
+
+	if (rss_sample(&ri) != 0)
+		memset(&ri, 0, sizeof(ri));
+	stats_doc_add_str(d, "stack", p->ops ? p->ops->name : "none");
+	stats_doc_add_u64(d, "uptime_s", STATS_GAUGE,
+			  (uint64_t)((ts_now_ns() - p->started_ns) / TS_NS_PER_SEC));
+	stats_doc_add_u64(d, "rss_kb", STATS_GAUGE, ri.rss_bytes / 1024);
+	stats_doc_add_u64(d, "peak_rss_kb", STATS_GAUGE, ri.hwm_bytes / 1024);
+	stats_doc_add_u64(d, "fds", STATS_GAUGE, count_fds());
+}
+
+static void add_tun(struct proxy *p, struct stats_doc *d, const struct netstack_stats *ns)
+{
+	const struct driver_counters *c = driver_get_counters(p->driver);
+	struct tun_dev_stats ds = { 0 };
+
+	stats_doc_add_u64(d, "tun.rx_packets", STATS_COUNTER, ctr_get(&c->rx_packets));
+	stats_doc_add_u64(d, "tun.rx_bytes", STATS_COUNTER, ctr_get(&c->rx_bytes));
+	stats_doc_add_u64(d, "tun.tx_packets", STATS_COUNTER, ctr_get(&c->tx_packets));
+	stats_doc_add_u64(d, "tun.tx_bytes", STATS_COUNTER, ctr_get(&c->tx_bytes));
+	stats_doc_add_u64(d, "tun.rewrites", STATS_COUNTER, ns->rewrites);
+	stats_doc_add_u64(d, "tun.tx_dropped", STATS_COUNTER, ctr_get(&c->tx_dropped));
+	if (tun_dev_stats(tun_name(p->tun), &ds) != 0)
+		memset(&ds, 0, sizeof(ds));
+	stats_doc_add_u64(d, "tun_device.rx_dropped", STATS_COUNTER, ds.rx_dropped);
+	stats_doc_add_u64(d, "tun_device.tx_dropped", STATS_COUNTER, ds.tx_dropped);
+}
+
+static void add_drops(struct stats_doc *d, const struct netstack_stats *ns,
+		      const struct udp_path_stats *us)
+{
+	stats_doc_counter(d, "drops.malformed", ns->drops_malformed);
+	stats_doc_counter(d, "drops.fragment", ns->drops_fragment);
+	stats_doc_counter(d, "drops.esp", ns->drops_esp);
+	stats_doc_counter(d, "drops.icmp", ns->drops_icmp);
+	stats_doc_counter(d, "drops.unmapped_downlink", ns->drops_unmapped_downlink);
+	stats_doc_counter(d, "drops.unmapped_uplink_rst", ns->unmapped_uplink_rst);
+	stats_doc_counter(d, "drops.own_address", ns->drops_own_address);
+	stats_doc_counter(d, "drops.nat_exhausted", ns->drops_nat_exhausted);
+	stats_doc_counter(d, "drops.admission_refused", ns->admission_refused);
+	stats_doc_counter(d, "drops.fd_exhausted", ns->fd_exhausted);
+	stats_doc_counter(d, "drops.udp_queue_full", us->queue_drops);
+}
+
+static void add_sessions(struct proxy *p, struct stats_doc *d, const struct netstack_stats *ns,
+			 const struct udp_path_stats *us, const struct dispatcher_stats *ds)
+{
+	struct budget_buffer_stats bs;
+
+	stats_doc_add_u64(d, "nat.half_open", STATS_GAUGE, ns->nat_half_open);
+	stats_doc_add_u64(d, "nat.active", STATS_GAUGE, ns->nat_active);
+	stats_doc_add_u64(d, "nat.closing", STATS_GAUGE, ns->nat_closing);
+	stats_doc_add_u64(d, "nat.quarantined", STATS_GAUGE, ns->nat_quarantined);
+	stats_doc_add_u64(d, "sessions.active", STATS_GAUGE, ds->sessions_active);
+	stats_doc_counter(d, "sessions.total", ds->sessions_total);
+	stats_doc_counter(d, "sessions.refused",
+			  ds->sessions_refused + ns->admission_refused + ns->fd_exhausted);
+	stats_doc_add_u64(d, "udp.sessions", STATS_GAUGE, us->sessions);
+	stats_doc_counter(d, "udp.queue_drops", us->queue_drops);
+	budget_buffer_stats(p->budget, ds->sessions_active + us->sessions, &bs);
+	stats_doc_add_u64(d, "buffers.in_use_bytes", STATS_GAUGE, bs.bytes_in_use);
+	stats_doc_add_u64(d, "buffers.peak_bytes", STATS_GAUGE, bs.bytes_peak);
+	stats_doc_add_u64(d, "buffers.per_session_bytes", STATS_GAUGE, bs.bytes_per_session);
+	stats_doc_add_u64(d, "buffers.stack_bytes", STATS_GAUGE, ns->stack_bytes);
+	stats_doc_add_u64(d, "splice.pipes", STATS_GAUGE, ds->pipes_in_use + ds->pipes_idle);
+	stats_doc_add_u64(d, "splice.pipe_bytes", STATS_GAUGE, ds->pipe_bytes);
+	stats_doc_counter(d, "relay.bytes_up", ds->bytes_up);
+	stats_doc_counter(d, "relay.bytes_down", ds->bytes_down);
+	stats_doc_counter(d, "relay.splice_bytes", ds->splice_bytes);
+	stats_doc_counter(d, "relay.copy_bytes", ds->copy_bytes);
+}
+
+static void provide(void *arg, struct stats_doc *d)
+{
+	struct proxy *p = arg;
+	struct netstack_stats ns = { 0 };
+	struct udp_path_stats us = { 0 };
+	struct dispatcher_stats ds = { 0 };
+
+	if (p->ns)
+		p->ops->stats(p->ns, &ns);
+	if (p->udp)
+		udp_path_stats(p->udp, &us);
+	if (p->disp)
+		dispatcher_get_stats(p->disp, &ds);
+	add_process(p, d);
+	add_tun(p, d, &ns);
+	add_drops(d, &ns, &us);
+	add_sessions(p, d, &ns, &us, &ds);
+	/* Every detailed counter of the stack and the driver, for diagnosis. */
+	struct visit vs = { d, "stack_counters" };
+	if (p->ns)
+		p->ops->counters(p->ns, add_counter, &vs);
+	vs.prefix = "driver";
+	driver_counters_foreach(driver_get_counters(p->driver), add_counter, &vs);
+}
+
+int run_stats_start(struct proxy *p, char *err, size_t errlen)
+{
+	if (!p->cfg.stats.enabled)
+		return 0;
+	return stats_http_new(p->base, &p->cfg.stats.listen, provide, p, &p->stats, err, errlen);
+}
+
+void run_stats_stop(struct proxy *p)
+{
+	stats_http_free(p->stats);
+	p->stats = NULL;
+}

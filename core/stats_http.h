@@ -1,0 +1,52 @@
+/* stats_http.h — the loopback-only statistics endpoint (libevent evhttp).
+ *
+ *   GET /stats    application/json             (stats_doc_json)
+ *   GET /metrics  text/plain; version=0.0.4    (stats_doc_prometheus)
+ *   HEAD on both: the same headers without a body (RFC 9110 §9.3.2)
+ *   any other path: 404; another method on those paths: 405 with "Allow: GET, HEAD"
+ *   a provider that added a bad key: 500 with the stats_doc_error reason (a bug, made loud)
+ *
+ * The provider is called on every request, in the event loop's thread, with an empty document
+ * to fill: whatever it adds (and flushes first: batched counters, see issue 3 "Stats") is what
+ * that request sees. Nothing is polled or cached, so an idle process never wakes for stats.
+ *
+ * The listener is bound only to the loopback address given (127.0.0.0/8 or ::1): the counters
+ * describe the user's traffic and must not be served to the network.
+ */
+#ifndef TS_CORE_STATS_HTTP_H
+#define TS_CORE_STATS_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/netaddr.h"
+#include "core/stats_doc.h"
+
+struct event_base;
+struct stats_http;
+
+#define STATS_HTTP_TIMEOUT_S 10   /* a client that stalls mid-request is dropped after this */
+#define STATS_HTTP_PATH_JSON "/stats"
+#define STATS_HTTP_PATH_PROM "/metrics"
+#define STATS_HTTP_CT_JSON "application/json"
+#define STATS_HTTP_CT_PROM "text/plain; version=0.0.4"
+
+/* Fill doc (empty on entry) with the current statistics. */
+typedef void (*stats_provider_fn)(void *arg, struct stats_doc *doc);
+
+/* Listen on listen (a loopback address; port 0 = kernel's choice) and serve on base. fn and
+ * arg are borrowed and must outlive the server. Returns 0 or -errno with one line in err:
+ *   -EINVAL      the address is not loopback
+ *   -EADDRINUSE  port taken; other -errno from socket/bind/listen; -ENOMEM */
+int stats_http_new(struct event_base *base, const struct netaddr_ep *listen,
+		   stats_provider_fn fn, void *arg, struct stats_http **out, char *err,
+		   size_t errlen) __attribute__((warn_unused_result));
+
+/* The bound port (the kernel's choice when listen->port was 0). */
+uint16_t stats_http_port(const struct stats_http *s);
+
+/* Close the listener and every open connection; in the loop's thread, before event_base_free.
+ * NULL is a no-op. */
+void stats_http_free(struct stats_http *s);
+
+#endif

@@ -1,0 +1,571 @@
+/* stack.c — the system stack at run time (seed 000 §五, §六): kernel listeners on the gateway,
+ * the accept loop that turns an accepted socket back into the original 5-tuple, the session
+ * guard, and the NAT purge timer. The per-packet work is sysproc.c; this file owns the fds. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/budget.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "dispatch/session.h"
+#include "dispatch/stream.h"
+#include "stacks/netstack.h"
+#include "stacks/system/nat.h"
+#include "stacks/system/sysproc.h"
+
+#define ACCEPT_BATCH 64                    /* accepts per wakeup: bounded work */
+#define PURGE_BUDGET 1024                  /* NAT entries removed per purge run */
+#define BACKOFF_RESOURCE_NS (50 * TS_NS_PER_MS) /* EMFILE, ENFILE, ENOBUFS, ENOMEM */
+#define BACKOFF_TRANSIENT_NS (1 * TS_NS_PER_MS) /* EINTR, EPROTO, ECONNABORTED, ... */
+
+#define STACK_COUNTERS(X)                                                                      \
+	X(accepted)          /* sessions handed to the dispatcher */                           \
+	X(accept_foreign)    /* a peer that is not one of our NAT addresses: closed */         \
+	X(accept_miss)       /* no HALF_OPEN mapping for the peer's tuple: reset */            \
+	X(admission_refused) /* no TCP permit (budget / pressure tier): reset, mark closing */ \
+	X(fd_exhausted)      /* no fd budget left: reset, mark closing */                      \
+	X(accept_backoff)    /* accept paused 50 ms on resource exhaustion */                  \
+	X(accept_retry)      /* accept paused 1 ms on a transient error */                     \
+	X(session_setup_failed) /* out of memory wrapping the socket or dispatching */
+
+struct stack_counters {
+#define STACK_CTR_FIELD(name) ctr_t name;
+	STACK_COUNTERS(STACK_CTR_FIELD)
+#undef STACK_CTR_FIELD
+};
+
+struct sys_stack;
+
+struct sys_listener {
+	struct sys_stack *st;
+	struct event *ev;
+	int fd;
+	uint8_t family;
+	uint8_t idx;
+};
+
+struct sys_stack {
+	struct netstack_env env;
+	struct nat_table *nat;
+	struct sysproc *proc;
+	struct sys_counters pctr;          /* the packet path's (single worker for now) */
+	struct stack_counters ctr;
+	struct sys_listener lis[2][NAT_MAX_LISTENERS]; /* [0] IPv4, [1] IPv6 */
+	uint32_t n_lis;
+	bool has6;
+	bool paused;
+	bool stopped;
+	struct event *purge_ev;
+	int64_t purge_at;                  /* deadline the purge timer is armed for */
+	struct event *resume_ev;
+	struct log_ratelimit rl_accept;
+};
+
+/* One per session: marks the NAT entry closing and returns the permit and fd however the
+ * session ends (seed 000 §四.6). */
+struct sys_guard {
+	struct sys_stack *st;
+	struct nat_tuple tuple;
+	uint64_t gen;
+};
+
+static struct sys_stack *as_sys(struct netstack *ns)
+{
+	return (struct sys_stack *)ns;
+}
+
+/* ---- purge timer ---------------------------------------------------------------------------- */
+
+/* Arm the one purge timer at the table's next deadline (none: disarmed, an idle table never
+ * wakes the loop). after_purge: work was left over, so never sooner than 1 ms (no busy loop). */
+static void arm_purge(struct sys_stack *st, int64_t now, bool after_purge)
+{
+	int64_t next = nat_next_deadline(st->nat);
+
+	if (next == INT64_MAX) {
+		if (st->purge_at != INT64_MAX)
+			evtimer_del(st->purge_ev);
+		st->purge_at = INT64_MAX;
+		return;
+	}
+	if (!after_purge && st->purge_at <= next)
+		return; /* already armed for this deadline or earlier */
+	int64_t delay = next - now;
+	if (delay < (after_purge ? TS_NS_PER_MS : 0))
+		delay = after_purge ? TS_NS_PER_MS : 0;
+	struct timeval tv = { .tv_sec = delay / TS_NS_PER_SEC,
+			      .tv_usec = (delay % TS_NS_PER_SEC) / 1000 };
+	evtimer_add(st->purge_ev, &tv);
+	st->purge_at = next;
+}
+
+static void on_purge(evutil_socket_t fd, short what, void *arg)
+{
+	struct sys_stack *st = arg;
+	int64_t now = ts_now_ns();
+
+	(void)fd;
+	(void)what;
+	st->purge_at = INT64_MAX;
+	nat_purge(st->nat, now, PURGE_BUDGET);
+	arm_purge(st, now, nat_next_deadline(st->nat) <= now);
+}
+
+/* ---- sessions ------------------------------------------------------------------------------- */
+
+/* Close with RST (SO_LINGER 0): the app sees the refusal at once, not a FIN it may misread. */
+static void close_reset(int fd)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+}
+
+static void session_end(void *arg)
+{
+	struct sys_guard *g = arg;
+	struct sys_stack *st = g->st;
+	int64_t now = ts_now_ns();
+
+	nat_mark_closing(st->nat, &g->tuple, g->gen, now);
+	budget_tcp_release(st->env.budget);
+	budget_fd_release(st->env.budget, 1);
+	free(g);
+	arm_purge(st, now, false);
+}
+
+/* The NAT address index of peer (one of gateway+1 .. gateway+n), or -1. */
+static int nat_index(const struct sys_stack *st, const struct sockaddr_storage *ss, uint8_t *fam,
+		     uint16_t *port)
+{
+	const struct ts_config *cfg = st->env.cfg;
+	const struct netaddr_roles *r;
+	const uint8_t *a;
+
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
+		r = &cfg->roles4;
+		a = (const uint8_t *)&s4->sin_addr;
+		*fam = 4;
+		*port = ntohs(s4->sin_port);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+		r = &cfg->roles6;
+		a = (const uint8_t *)&s6->sin6_addr;
+		*fam = 6;
+		*port = ntohs(s6->sin6_port);
+	} else {
+		return -1;
+	}
+	if (r->family != *fam || !sysproc_is_own(st->proc, *fam, a))
+		return -1;
+	size_t alen = *fam == 4 ? 4 : 16;
+	uint32_t lo, gw;
+	memcpy(&lo, a + alen - 4, 4);
+	memcpy(&gw, r->gateway.a + alen - 4, 4);
+	uint32_t off = ntohl(lo) - ntohl(gw);
+	return off >= 1 && off <= r->n_nat ? (int)(off - 1) : -1;
+}
+
+/* Refuse an accepted connection whose mapping exists: RST, and the mapping lingers so the
+ * kernel's RST reaches the app through the downlink rewrite (seed 000 §五.3). */
+static void refuse(struct sys_stack *st, int fd, const struct nat_tuple *t, uint64_t gen,
+		   ctr_t *reason)
+{
+	int64_t now = ts_now_ns();
+	close_reset(fd);
+	nat_mark_closing(st->nat, t, gen, now);
+	ctr_inc(reason);
+	arm_purge(st, now, false);
+}
+
+static void session_start(struct sys_listener *l, int fd, const struct sockaddr_storage *ss)
+{
+	struct sys_stack *st = l->st;
+	struct nat_tuple t = { .listener = l->idx };
+	struct flow_key key;
+	struct stream *s;
+	struct sys_guard *g;
+	uint64_t gen;
+	uint16_t port;
+	int idx = nat_index(st, ss, &t.family, &port);
+
+	if (idx < 0 || t.family != l->family) {
+		close(fd); /* not a connection we rewrote: the listener is reachable locally too */
+		ctr_inc(&st->ctr.accept_foreign);
+		return;
+	}
+	t.addr = (uint8_t)idx;
+	t.port = port;
+	/* Look up + mark ACTIVE + stamp the generation: one critical section in the table. */
+	if (nat_accept(st->nat, &t, ts_now_ns(), &key, &gen) != 0) {
+		close_reset(fd);
+		ctr_inc(&st->ctr.accept_miss);
+		return;
+	}
+	if (budget_tcp_acquire(st->env.budget) != 0) {
+		refuse(st, fd, &t, gen, &st->ctr.admission_refused);
+		return;
+	}
+	if (budget_fd_reserve(st->env.budget, 1) != 0) {
+		budget_tcp_release(st->env.budget);
+		refuse(st, fd, &t, gen, &st->ctr.fd_exhausted);
+		return;
+	}
+	g = malloc(sizeof(*g));
+	if (!g || stream_sock_new(st->env.base, fd, &s) != 0) {
+		free(g);
+		budget_tcp_release(st->env.budget);
+		budget_fd_release(st->env.budget, 1);
+		refuse(st, fd, &t, gen, &st->ctr.session_setup_failed);
+		return;
+	}
+	*g = (struct sys_guard){ .st = st, .tuple = t, .gen = gen };
+	ctr_inc(&st->ctr.accepted);
+	/* From here the dispatcher owns the stream and calls session_end exactly once. */
+	dispatch_tcp(st->env.dispatcher, &key, s, session_end, g);
+}
+
+/* ---- accept loop ------------------------------------------------------------------------------ */
+
+static void listeners_enable(struct sys_stack *st, bool on)
+{
+	for (int f = 0; f < 2; f++)
+		for (uint32_t i = 0; i < st->n_lis; i++)
+			if (st->lis[f][i].ev)
+				on ? event_add(st->lis[f][i].ev, NULL) : event_del(st->lis[f][i].ev);
+	st->paused = !on;
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+	struct sys_stack *st = arg;
+	(void)fd;
+	(void)what;
+	if (!st->stopped)
+		listeners_enable(st, true);
+}
+
+static void pause_accept(struct sys_stack *st, int64_t delay_ns)
+{
+	struct timeval tv = { .tv_sec = 0, .tv_usec = delay_ns / 1000 };
+	listeners_enable(st, false);
+	evtimer_add(st->resume_ev, &tv);
+}
+
+/* The error classes of seed 000 §五.4. Returns false when the loop must stop. */
+static bool accept_error(struct sys_stack *st, int err)
+{
+	switch (err) {
+	case EAGAIN:
+		return true;
+	case EMFILE:
+	case ENFILE:
+	case ENOBUFS:
+	case ENOMEM:
+		ctr_inc(&st->ctr.accept_backoff);
+		log_warn_rl(st->env.log, &st->rl_accept, ts_now_ns(),
+			    "system stack: accept: %s; backing off 50 ms", strerror(err));
+		pause_accept(st, BACKOFF_RESOURCE_NS);
+		return true;
+	case EINTR:
+	case EPROTO:
+	case ECONNABORTED:
+	/* accept(2): errors of the pending connection itself, to be treated like EAGAIN. */
+	case ENETDOWN:
+	case ENOPROTOOPT:
+	case EHOSTDOWN:
+	case ENONET:
+	case EHOSTUNREACH:
+	case EOPNOTSUPP:
+	case ENETUNREACH:
+		ctr_inc(&st->ctr.accept_retry);
+		pause_accept(st, BACKOFF_TRANSIENT_NS);
+		return true;
+	default:
+		return false;
+	}
+}
+
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+	struct sys_listener *l = arg;
+	struct sys_stack *st = l->st;
+
+	(void)what;
+	for (int i = 0; i < ACCEPT_BATCH && !st->paused; i++) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0) {
+			session_start(l, fd, &ss);
+			continue;
+		}
+		int err = errno;
+		if (err == EAGAIN || err == EWOULDBLOCK)
+			break;
+		if (!accept_error(st, err)) {
+			char msg[128];
+			snprintf(msg, sizeof(msg), "system stack: accept: %s", strerror(err));
+			listeners_enable(st, false);
+			st->env.fatal(st->env.fatal_arg, -err, msg);
+			return;
+		}
+		break;
+	}
+}
+
+/* ---- start / stop ----------------------------------------------------------------------------- */
+
+/* Bind one listener to the gateway, port 0 (kernel-chosen). IPv6: a tentative (DAD) address
+ * refuses bind with EADDRNOTAVAIL; IPV6_FREEBIND is the fallback (seed 000 §六). */
+static int listener_open(struct sys_stack *st, uint8_t family, uint8_t idx, uint16_t *port_be,
+			 char *err, size_t errlen)
+{
+	const struct ts_config *cfg = st->env.cfg;
+	struct sys_listener *l = &st->lis[family == 6][idx];
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	int one = 1, fd;
+
+	memset(&ss, 0, sizeof(ss));
+	if (family == 4) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+		s4->sin_family = AF_INET;
+		memcpy(&s4->sin_addr, cfg->roles4.gateway.a, 4);
+		sl = sizeof(*s4);
+	} else {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+		s6->sin6_family = AF_INET6;
+		memcpy(&s6->sin6_addr, cfg->roles6.gateway.a, 16);
+		sl = sizeof(*s6);
+	}
+	fd = socket(family == 4 ? AF_INET : AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		goto fail;
+	if (family == 6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&ss, sl) != 0) {
+		if (family != 6 || errno != EADDRNOTAVAIL ||
+		    setsockopt(fd, IPPROTO_IPV6, IPV6_FREEBIND, &one, sizeof(one)) != 0 ||
+		    bind(fd, (struct sockaddr *)&ss, sl) != 0)
+			goto fail;
+	}
+	if (listen(fd, (int)budget_get_limits(st->env.budget)->listen_backlog) != 0)
+		goto fail;
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+		goto fail;
+	*port_be = family == 4 ? ((struct sockaddr_in *)&ss)->sin_port
+			       : ((struct sockaddr_in6 *)&ss)->sin6_port;
+	*l = (struct sys_listener){ .st = st, .fd = fd, .family = family, .idx = idx };
+	l->ev = event_new(st->env.base, fd, EV_READ | EV_PERSIST, on_accept, l);
+	if (!l->ev) {
+		errno = ENOMEM;
+		goto fail;
+	}
+	return 0;
+fail:;
+	int e = errno;
+	snprintf(err, errlen, "system stack: listener on the IPv%u gateway: %s", family,
+		 strerror(e));
+	if (fd >= 0)
+		close(fd);
+	l->fd = -1;
+	return -e;
+}
+
+static int build_proc(struct sys_stack *st, const uint16_t ports[2][NAT_MAX_LISTENERS])
+{
+	const struct ts_config *cfg = st->env.cfg;
+	struct sysproc_config pc;
+
+	memset(&pc, 0, sizeof(pc));
+	pc.n_addrs = cfg->nat.addresses;
+	pc.n_listeners = cfg->nat.listeners;
+	pc.dns_hijack = cfg->dns.hijack;
+	pc.v4.enabled = true;
+	memcpy(pc.v4.gateway, cfg->roles4.gateway.a, 4);
+	memcpy(pc.v4.listener_ports_be, ports[0], sizeof(pc.v4.listener_ports_be));
+	if (st->has6) {
+		pc.v6.enabled = true;
+		memcpy(pc.v6.gateway, cfg->roles6.gateway.a, 16);
+		memcpy(pc.v6.listener_ports_be, ports[1], sizeof(pc.v6.listener_ports_be));
+	}
+	return sysproc_new(&pc, st->nat, &st->proc);
+}
+
+static void sys_free(struct netstack *ns);
+
+static int sys_start(const struct netstack_env *env, struct netstack **out, char *err,
+		     size_t errlen)
+{
+	struct sys_stack *st = calloc(1, sizeof(*st));
+	uint16_t ports[2][NAT_MAX_LISTENERS] = { { 0 } };
+	struct nat_config nc;
+	int ret;
+
+	if (!st)
+		return -ENOMEM;
+	st->env = *env;
+	st->purge_at = INT64_MAX;
+	st->n_lis = env->cfg->nat.listeners;
+	st->has6 = env->cfg->tun.has_addr6;
+	for (int f = 0; f < 2; f++)
+		for (uint32_t i = 0; i < NAT_MAX_LISTENERS; i++)
+			st->lis[f][i].fd = -1;
+	config_to_nat(env->cfg, &nc);
+	nc.seed = (uint64_t)ts_now_ns();
+	if ((ret = nat_table_new(&nc, &st->nat)) != 0) {
+		snprintf(err, errlen, "system stack: NAT table: %s", strerror(-ret));
+		goto fail;
+	}
+	for (uint32_t i = 0; i < st->n_lis; i++) {
+		if ((ret = listener_open(st, 4, (uint8_t)i, &ports[0][i], err, errlen)) != 0)
+			goto fail;
+		if (st->has6 &&
+		    (ret = listener_open(st, 6, (uint8_t)i, &ports[1][i], err, errlen)) != 0)
+			goto fail;
+	}
+	if ((ret = build_proc(st, ports)) != 0) {
+		snprintf(err, errlen, "system stack: packet processor: %s", strerror(-ret));
+		goto fail;
+	}
+	st->purge_ev = evtimer_new(env->base, on_purge, st);
+	st->resume_ev = evtimer_new(env->base, on_resume, st);
+	if (!st->purge_ev || !st->resume_ev) {
+		ret = -ENOMEM;
+		snprintf(err, errlen, "system stack: out of memory");
+		goto fail;
+	}
+	/* Only now, with every listener bound, may the caller report "ready" (seed 000 §六). */
+	listeners_enable(st, true);
+	*out = (struct netstack *)st;
+	return 0;
+fail:
+	sys_free((struct netstack *)st);
+	return ret;
+}
+
+static void sys_stop(struct netstack *ns)
+{
+	struct sys_stack *st = as_sys(ns);
+
+	st->stopped = true;
+	for (int f = 0; f < 2; f++)
+		for (uint32_t i = 0; i < NAT_MAX_LISTENERS; i++) {
+			struct sys_listener *l = &st->lis[f][i];
+			if (l->ev)
+				event_free(l->ev);
+			l->ev = NULL;
+			if (l->fd >= 0)
+				close(l->fd);
+			l->fd = -1;
+		}
+	if (st->resume_ev)
+		evtimer_del(st->resume_ev);
+}
+
+static void sys_free(struct netstack *ns)
+{
+	struct sys_stack *st = as_sys(ns);
+
+	if (!st)
+		return;
+	sys_stop(ns);
+	if (st->purge_ev)
+		event_free(st->purge_ev);
+	if (st->resume_ev)
+		event_free(st->resume_ev);
+	sysproc_free(st->proc);
+	nat_table_free(st->nat);
+	free(st);
+}
+
+/* ---- packet path and stats ---------------------------------------------------------------- */
+
+static enum driver_verdict sys_input(struct netstack *ns, uint8_t *buf, size_t len,
+				     const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
+				     bool *plain)
+{
+	struct sys_stack *st = as_sys(ns);
+	struct sys_disp d = sysproc_process(st->proc, buf, len, meta, now_ns, &st->pctr);
+
+	switch (d.action) {
+	case SYS_WRITE:
+		*out_len = d.len;
+		*plain = d.plain;
+		return DRIVER_WRITE;
+	case SYS_UDP:
+		return DRIVER_UDP;
+	default:
+		return DRIVER_DONE;
+	}
+}
+
+static void sys_batch_end(struct netstack *ns, int64_t now_ns)
+{
+	/* A batch may have created HALF_OPEN entries with deadlines earlier than the armed one. */
+	arm_purge(as_sys(ns), now_ns, false);
+}
+
+static void sys_stats(struct netstack *ns, struct netstack_stats *o)
+{
+	struct sys_stack *st = as_sys(ns);
+	const struct sys_counters *c = &st->pctr;
+	struct nat_stats n;
+	uint64_t malformed = 0;
+
+	memset(o, 0, sizeof(*o));
+	for (int r = 1; r < PKT_REASON_MAX; r++)
+		malformed += ctr_get(&c->drop_parse[r]);
+	o->drops_fragment = ctr_get(&c->drop_parse[PKT_V4_FRAGMENT]) +
+			    ctr_get(&c->drop_parse[PKT_V6_FRAGMENT]);
+	o->drops_esp = ctr_get(&c->drop_parse[PKT_V6_ESP]);
+	o->drops_malformed = malformed - o->drops_fragment - o->drops_esp +
+			     ctr_get(&c->drop_bad_offload) + ctr_get(&c->drop_family);
+	o->drops_icmp = ctr_get(&c->drop_icmp);
+	o->drops_unmapped_downlink = ctr_get(&c->drop_downlink_no_mapping);
+	o->drops_own_address = ctr_get(&c->drop_own_address);
+	o->drops_nat_exhausted = ctr_get(&c->drop_nat_budget) + ctr_get(&c->drop_nat_ports) +
+				 ctr_get(&c->drop_nat_nomem);
+	o->unmapped_uplink_rst = ctr_get(&c->rst_sent);
+	o->rewrites = ctr_get(&c->uplink) + ctr_get(&c->downlink);
+	o->admission_refused = ctr_get(&st->ctr.admission_refused);
+	o->fd_exhausted = ctr_get(&st->ctr.fd_exhausted);
+	o->accepted = ctr_get(&st->ctr.accepted);
+	nat_get_stats(st->nat, &n);
+	o->nat_half_open = n.entries[NAT_HALF_OPEN];
+	o->nat_active = n.entries[NAT_ACTIVE];
+	o->nat_closing = n.entries[NAT_CLOSING];
+	o->nat_quarantined = n.quarantine;
+	o->stack_bytes = n.bytes;
+}
+
+static void sys_counters(struct netstack *ns,
+			 void (*fn)(void *arg, const char *name, uint64_t value), void *arg)
+{
+	struct sys_stack *st = as_sys(ns);
+	sys_counters_foreach(&st->pctr, fn, arg);
+#define STACK_CTR_VISIT(name) fn(arg, #name, ctr_get(&st->ctr.name));
+	STACK_COUNTERS(STACK_CTR_VISIT)
+#undef STACK_CTR_VISIT
+}
+
+const struct netstack_ops sys_stack_ops = {
+	.name = "system",
+	.start = sys_start,
+	.stop = sys_stop,
+	.free = sys_free,
+	.input = sys_input,
+	.batch_end = sys_batch_end,
+	.stats = sys_stats,
+	.counters = sys_counters,
+};

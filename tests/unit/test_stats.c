@@ -1,0 +1,411 @@
+/* test_stats.c — the stats endpoint for real: an evhttp server on 127.0.0.1 port 0 runs its
+ * event loop in a thread; the test is a plain-socket HTTP client. Status codes, headers, bodies
+ * (JSON parsed with cJSON), freshness per request, 404/405/500, loopback-only binding. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <event2/event.h>
+
+#include "core/stats_http.h"
+#include "testutil.h"
+
+struct server {
+	struct event_base *base;
+	struct stats_http *http;
+	struct event *stop_ev;
+	int stop_pipe[2];
+	pthread_t thread;
+	bool running;
+	atomic_int calls;   /* provider invocations */
+	atomic_bool bad;    /* make the provider add an invalid key */
+};
+
+static void provider(void *arg, struct stats_doc *d)
+{
+	struct server *s = arg;
+	int n = atomic_fetch_add(&s->calls, 1) + 1;
+
+	stats_doc_add_str(d, "stack", "system");
+	stats_doc_gauge(d, "uptime_s", 7);
+	stats_doc_counter(d, "tun.rx_packets", (uint64_t)n);
+	stats_doc_counter(d, "drops.malformed", 0);
+	stats_doc_gauge(d, "nat.active", 3);
+	if (atomic_load(&s->bad))
+		stats_doc_gauge(d, "bad key", 1);
+}
+
+static void on_stop(evutil_socket_t fd, short what, void *arg)
+{
+	event_base_loopbreak(arg);
+}
+
+static void *loop_thread(void *arg)
+{
+	struct server *s = arg;
+
+	event_base_dispatch(s->base);
+	return NULL;
+}
+
+/* Start a server on addr (text, port 0). Returns stats_http_new's result; on success the loop
+ * runs in a thread. */
+static int server_start(struct server *s, const char *addr, char *err, size_t errlen)
+{
+	struct netaddr_ep ep = { .port = 0 };
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	cr_assert_eq(netaddr_parse(addr, &ep.addr), 0);
+	s->base = event_base_new();
+	cr_assert_not_null(s->base);
+	ret = stats_http_new(s->base, &ep, provider, s, &s->http, err, errlen);
+	if (ret != 0) {
+		cr_assert_null(s->http);
+		event_base_free(s->base);
+		return ret;
+	}
+	cr_assert_neq(stats_http_port(s->http), 0);
+	cr_assert_eq(pipe(s->stop_pipe), 0);
+	s->stop_ev = event_new(s->base, s->stop_pipe[0], EV_READ, on_stop, s->base);
+	cr_assert_eq(event_add(s->stop_ev, NULL), 0);
+	cr_assert_eq(pthread_create(&s->thread, NULL, loop_thread, s), 0);
+	s->running = true;
+	return 0;
+}
+
+static void server_stop(struct server *s)
+{
+	if (!s->running)
+		return;
+	cr_assert_eq(write(s->stop_pipe[1], "x", 1), 1);
+	cr_assert_eq(pthread_join(s->thread, NULL), 0);
+	stats_http_free(s->http);
+	event_free(s->stop_ev);
+	event_base_free(s->base);
+	close(s->stop_pipe[0]);
+	close(s->stop_pipe[1]);
+	s->running = false;
+}
+
+struct resp {
+	int status;
+	char head[4096];     /* status line and headers, NUL-terminated */
+	char *body;          /* points into raw */
+	size_t body_len;
+	char raw[1 << 16];
+};
+
+/* Value of header name (case-insensitive) in r->head, copied into buf; false if absent. */
+static bool header(const struct resp *r, const char *name, char *buf, size_t len)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = strstr(r->head, "\r\n"); p && p[2]; p = strstr(p + 2, "\r\n")) {
+		const char *line = p + 2, *end = strstr(line, "\r\n");
+		if (!end)
+			end = line + strlen(line);
+		if (strncasecmp(line, name, n) == 0 && line[n] == ':') {
+			const char *v = line + n + 1;
+			while (*v == ' ')
+				v++;
+			snprintf(buf, len, "%.*s", (int)(end - v), v);
+			return true;
+		}
+	}
+	return false;
+}
+
+static int connect_to(int family, uint16_t port)
+{
+	struct sockaddr_storage ss = { 0 };
+	struct timeval tv = { 5, 0 };
+	socklen_t len;
+	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(fd, 0);
+	if (family == AF_INET) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(port);
+		sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		len = sizeof(*sin);
+	} else {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons(port);
+		sin6->sin6_addr = in6addr_loopback;
+		len = sizeof(*sin6);
+	}
+	cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&ss, len), 0, "connect: %s", strerror(errno));
+	return fd;
+}
+
+/* Send request text and read the whole response (the server closes after it). */
+static void fetch(int family, uint16_t port, const char *request, struct resp *r)
+{
+	int fd = connect_to(family, port);
+	size_t got = 0;
+	char *sep;
+
+	cr_assert_eq(write(fd, request, strlen(request)), (ssize_t)strlen(request));
+	for (;;) {
+		ssize_t n = read(fd, r->raw + got, sizeof(r->raw) - 1 - got);
+		cr_assert_geq(n, 0, "read: %s", strerror(errno));
+		if (n == 0)
+			break;
+		got += (size_t)n;
+		cr_assert_lt(got, sizeof(r->raw) - 1, "response too large");
+	}
+	close(fd);
+	r->raw[got] = '\0';
+	sep = strstr(r->raw, "\r\n\r\n");
+	cr_assert_not_null(sep, "no header end in: %s", r->raw);
+	snprintf(r->head, sizeof(r->head), "%.*s", (int)(sep - r->raw), r->raw);
+	r->body = sep + 4;
+	r->body_len = got - (size_t)(r->body - r->raw);
+	cr_assert_eq(sscanf(r->raw, "HTTP/1.%*d %d", &r->status), 1, "%s", r->head);
+}
+
+static void get(struct server *s, const char *path, struct resp *r)
+{
+	char req[256];
+
+	snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path);
+	fetch(AF_INET, stats_http_port(s->http), req, r);
+}
+
+static void check_header(const struct resp *r, const char *name, const char *want)
+{
+	char v[256];
+
+	cr_assert(header(r, name, v, sizeof(v)), "no %s header in:\n%s", name, r->head);
+	cr_assert_str_eq(v, want, "%s", name);
+}
+
+static void check_content_length(const struct resp *r)
+{
+	char v[32];
+
+	cr_assert(header(r, "Content-Length", v, sizeof(v)));
+	cr_assert_eq(strtoull(v, NULL, 10), r->body_len);
+}
+
+static struct server srv;
+static struct resp resp;
+
+static void fini(void)
+{
+	server_stop(&srv);
+}
+
+TestSuite(stats_http, .fini = fini, .timeout = 30);
+
+Test(stats_http, stats_is_json_with_fresh_counters)
+{
+	cJSON *j, *tun;
+	char err[256];
+
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	for (int i = 1; i <= 3; i++) {
+		get(&srv, "/stats", &resp);
+		cr_assert_eq(resp.status, 200, "%s", resp.head);
+		check_header(&resp, "Content-Type", "application/json");
+		check_header(&resp, "Cache-Control", "no-store");
+		check_content_length(&resp);
+		j = cJSON_Parse(resp.body);
+		cr_assert_not_null(j, "not JSON: %s", resp.body);
+		cr_assert_str_eq(cJSON_GetObjectItem(j, "stack")->valuestring, "system");
+		tun = cJSON_GetObjectItem(j, "tun");
+		cr_assert(cJSON_IsObject(tun));
+		/* The provider runs per request: the counter is fresh every time. */
+		cr_assert_eq(cJSON_GetObjectItem(tun, "rx_packets")->valuedouble, i);
+		cJSON_Delete(j);
+	}
+	cr_assert_str_eq(resp.body, "{\"stack\":\"system\",\"uptime_s\":7,"
+				    "\"tun\":{\"rx_packets\":3},\"drops\":{\"malformed\":0},"
+				    "\"nat\":{\"active\":3}}\n");
+}
+
+Test(stats_http, metrics_is_prometheus_text)
+{
+	char err[256];
+
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	get(&srv, "/metrics", &resp);
+	cr_assert_eq(resp.status, 200, "%s", resp.head);
+	check_header(&resp, "Content-Type", "text/plain; version=0.0.4");
+	check_content_length(&resp);
+	cr_assert_str_eq(resp.body, "# TYPE twinstack_info gauge\n"
+				    "twinstack_info{stack=\"system\"} 1\n"
+				    "# TYPE twinstack_uptime_s gauge\n"
+				    "twinstack_uptime_s 7\n"
+				    "# TYPE twinstack_tun_rx_packets counter\n"
+				    "twinstack_tun_rx_packets 1\n"
+				    "# TYPE twinstack_drops_malformed counter\n"
+				    "twinstack_drops_malformed 0\n"
+				    "# TYPE twinstack_nat_active gauge\n"
+				    "twinstack_nat_active 3\n");
+}
+
+Test(stats_http, query_string_http11_and_head)
+{
+	char err[256], v[64];
+
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	get(&srv, "/stats?pretty=1", &resp);
+	cr_assert_eq(resp.status, 200);
+	fetch(AF_INET, stats_http_port(srv.http),
+	      "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", &resp);
+	cr_assert_eq(resp.status, 200);
+	cr_assert_not_null(strstr(resp.body, "twinstack_tun_rx_packets 2\n"));
+	fetch(AF_INET, stats_http_port(srv.http), "HEAD /stats HTTP/1.0\r\n\r\n", &resp);
+	cr_assert_eq(resp.status, 200);
+	check_header(&resp, "Content-Type", "application/json");
+	cr_assert_eq(resp.body_len, 0, "HEAD has no body: %s", resp.body);
+	cr_assert(!header(&resp, "Allow", v, sizeof(v)));
+}
+
+/* Read one response of a kept-alive connection: headers, then exactly Content-Length bytes. */
+static void read_one(int fd, struct resp *r)
+{
+	size_t got = 0, need = 0;
+	char *sep = NULL, v[32];
+
+	for (;;) {
+		ssize_t n;
+		cr_assert_lt(got, sizeof(r->raw) - 1, "response too large");
+		n = read(fd, r->raw + got, 1); /* byte by byte: never read into the next one */
+		cr_assert_eq(n, 1, "read: %zd %s", n, strerror(errno));
+		got++;
+		r->raw[got] = '\0';
+		if (!sep && (sep = strstr(r->raw, "\r\n\r\n")) != NULL) {
+			snprintf(r->head, sizeof(r->head), "%.*s", (int)(sep - r->raw), r->raw);
+			r->body = sep + 4;
+			cr_assert(header(r, "Content-Length", v, sizeof(v)), "%s", r->head);
+			need = (size_t)(r->body - r->raw) + strtoull(v, NULL, 10);
+		}
+		if (sep && got == need)
+			break;
+	}
+	r->body_len = got - (size_t)(r->body - r->raw);
+	cr_assert_eq(sscanf(r->raw, "HTTP/1.%*d %d", &r->status), 1, "%s", r->head);
+}
+
+/* Scrapers (Prometheus) keep the connection open between requests. */
+Test(stats_http, keep_alive_serves_several_requests)
+{
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+	char err[256];
+	int fd;
+
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	fd = connect_to(AF_INET, stats_http_port(srv.http));
+	for (int i = 1; i <= 3; i++) {
+		char want[64];
+		cr_assert_eq(write(fd, req, sizeof(req) - 1), (ssize_t)sizeof(req) - 1);
+		read_one(fd, &resp);
+		cr_assert_eq(resp.status, 200, "%s", resp.head);
+		snprintf(want, sizeof(want), "twinstack_tun_rx_packets %d\n", i);
+		cr_assert_not_null(strstr(resp.body, want), "%s", resp.body);
+	}
+	close(fd);
+}
+
+Test(stats_http, unknown_path_404_other_method_405)
+{
+	static const char *const paths[] = { "/", "/statsx", "/stats/", "/metrics.txt", "/STATS" };
+	static const char *const methods[] = { "POST", "PUT", "DELETE", "OPTIONS", "PATCH" };
+	char err[256], req[256];
+
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		get(&srv, paths[i], &resp);
+		cr_assert_eq(resp.status, 404, "%s: %s", paths[i], resp.head);
+	}
+	for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+		snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nContent-Length: 0\r\n\r\n",
+			 methods[i], i % 2 ? "/stats" : "/metrics");
+		fetch(AF_INET, stats_http_port(srv.http), req, &resp);
+		cr_assert_eq(resp.status, 405, "%s: %s", methods[i], resp.head);
+		check_header(&resp, "Allow", "GET, HEAD");
+	}
+	cr_assert_eq(atomic_load(&srv.calls), 0, "refused requests never call the provider");
+}
+
+Test(stats_http, provider_error_is_500_with_reason)
+{
+	char err[256];
+
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	atomic_store(&srv.bad, true);
+	get(&srv, "/stats", &resp);
+	cr_assert_eq(resp.status, 500);
+	cr_assert_not_null(strstr(resp.body, "\"bad key\""), "%s", resp.body);
+	atomic_store(&srv.bad, false);
+	get(&srv, "/metrics", &resp);
+	cr_assert_eq(resp.status, 200, "the next request starts from a clean document");
+}
+
+Test(stats_http, refuses_non_loopback)
+{
+	static const char *const addrs[] = { "0.0.0.0", "10.0.0.1", "198.18.0.1", "::",
+					     "fd00:7f::1", "::ffff:127.0.0.1" };
+	struct event_base *base = event_base_new();
+	struct stats_http *h = (struct stats_http *)&h;
+	char err[256];
+
+	for (size_t i = 0; i < sizeof(addrs) / sizeof(addrs[0]); i++) {
+		struct netaddr_ep ep = { .port = 0 };
+		cr_assert_eq(netaddr_parse(addrs[i], &ep.addr), 0);
+		err[0] = '\0';
+		cr_assert_eq(stats_http_new(base, &ep, provider, NULL, &h, err, sizeof(err)),
+			     -EINVAL, "%s", addrs[i]);
+		cr_assert_null(h);
+		cr_assert_not_null(strstr(err, "not a loopback address"), "%s", err);
+	}
+	event_base_free(base);
+}
+
+Test(stats_http, port_in_use_and_other_loopbacks)
+{
+	struct server other;
+	struct netaddr_ep ep;
+	struct stats_http *h = NULL;
+	char err[256];
+	int ret;
+
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(netaddr_parse("127.0.0.1", &ep.addr), 0);
+	ep.port = stats_http_port(srv.http);
+	cr_assert_eq(stats_http_new(srv.base, &ep, provider, NULL, &h, err, sizeof(err)),
+		     -EADDRINUSE);
+	cr_assert_not_null(strstr(err, "cannot listen on 127.0.0.1:"), "%s", err);
+	cr_assert_null(h);
+
+	/* All of 127.0.0.0/8 is loopback on Linux. */
+	cr_assert_eq(server_start(&other, "127.0.0.2", err, sizeof(err)), 0, "%s", err);
+	server_stop(&other);
+
+	ret = server_start(&other, "::1", err, sizeof(err));
+	if (ret == -EADDRNOTAVAIL || ret == -EAFNOSUPPORT) {
+		cr_log_warn("no IPv6 loopback here (%s): the ::1 case is not run", err);
+		return;
+	}
+	cr_assert_eq(ret, 0, "%s", err);
+	fetch(AF_INET6, stats_http_port(other.http), "GET /stats HTTP/1.0\r\n\r\n", &resp);
+	cr_assert_eq(resp.status, 200);
+	server_stop(&other);
+}
