@@ -54,6 +54,17 @@ if(NOT TS_SANITIZE STREQUAL "thread")
   set_tests_properties(cli_check PROPERTIES LABELS cli TIMEOUT 120)
 endif()
 
+# Namespace integration suite (root; exit 77 = skipped). One run per stack this build has.
+if(TS_SANITIZE STREQUAL "")
+  foreach(stack system)
+    add_test(NAME integration_${stack}
+      COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/netns.sh --stack ${stack}
+              --bin $<TARGET_FILE:twinstack>)
+    set_tests_properties(integration_${stack} PROPERTIES
+      LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+  endforeach()
+endif()
+
 # Deterministic instruction-count targets of the micro-benchmarks (Release tree only).
 if(TS_SANITIZE STREQUAL "" AND CMAKE_BUILD_TYPE STREQUAL "Release")
   find_program(VALGRIND valgrind)

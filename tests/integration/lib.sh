@@ -1,0 +1,121 @@
+# shellcheck shell=bash
+# lib.sh — helpers of the namespace suite (sourced by netns.sh, not run on its own):
+# TAP-like reporting, namespaces and processes created by the suite and destroyed by cleanup(),
+# bounded waits. Every name the suite creates carries $TOK, unique per run.
+#
+# Globals it expects: TMP (work directory), TOK (unique token), VERBOSE (0/1).
+
+PASSED=0
+FAILED=0
+SKIPPED=0
+PIDS=()        # every background process the suite started (killed by cleanup)
+NETNS=()       # every namespace the suite created (deleted by cleanup)
+
+# --- reporting ---------------------------------------------------------------------------
+
+ok() { PASSED=$((PASSED + 1)); echo "ok - $1${2:+ ($2)}"; }
+not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $1: $2"; }
+skip() { SKIPPED=$((SKIPPED + 1)); echo "ok - $1 # SKIP $2"; }
+note() { echo "# $*"; }
+vnote() { [ "$VERBOSE" -eq 1 ] && echo "# $*"; return 0; }
+
+# check NAME CMD...: ok when CMD exits 0; the last line of its output is the detail/reason.
+# CMD runs in this shell (not a subshell), so it may set globals and start processes.
+check() {
+	local name=$1 out rc
+	shift
+	"$@" >"$TMP/check.out" 2>&1
+	rc=$?
+	out=$(tail -n 1 "$TMP/check.out")
+	if [ "$rc" -eq 0 ]; then ok "$name" "$out"; else not_ok "$name" "${out:-exit $rc}"; fi
+	return "$rc"
+}
+
+# --- namespaces and processes ------------------------------------------------------------
+
+# netns_add NAME: creates a namespace with loopback up and rp_filter off.
+netns_add() {
+	ip netns add "$1" || return 1
+	NETNS+=("$1")
+	ip -n "$1" link set lo up
+	ip netns exec "$1" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
+		net.ipv4.conf.lo.rp_filter=0 >/dev/null
+}
+
+# spawn NS LOG CMD...: runs CMD in namespace NS in the background, stdout+stderr to LOG.
+# `ip netns exec` execs CMD, so $! (kept in SPAWNED and PIDS) is CMD's own pid.
+spawn() {
+	local ns=$1 log=$2
+	shift 2
+	ip netns exec "$ns" "$@" </dev/null >"$log" 2>&1 &
+	SPAWNED=$!
+	PIDS+=("$SPAWNED")
+}
+
+# stop_pid PID [SECONDS]: TERM, then KILL after SECONDS (default 2); reaps it.
+stop_pid() {
+	local pid=$1 limit=${2:-2} i
+	kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
+	kill -TERM "$pid" 2>/dev/null
+	for ((i = 0; i < limit * 10; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	return 0
+}
+
+cleanup() {
+	local pid ns
+	trap - EXIT INT TERM
+	for pid in "${PIDS[@]}"; do
+		kill -TERM "$pid" 2>/dev/null
+	done
+	sleep 0.2
+	for pid in "${PIDS[@]}"; do
+		kill -KILL "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+	done
+	# Anything still inside our namespaces was started by this suite (children of the above).
+	for ns in "${NETNS[@]}"; do
+		for pid in $(ip netns pids "$ns" 2>/dev/null); do
+			kill -KILL "$pid" 2>/dev/null
+		done
+	done
+	for ns in "${NETNS[@]}"; do
+		ip netns del "$ns" 2>/dev/null
+	done
+	if [ -n "${TMP:-}" ] && [ -d "$TMP" ]; then
+		if [ "${KEEP_TMP:-0}" -eq 1 ]; then echo "# work directory kept: $TMP"; else rm -rf "$TMP"; fi
+	fi
+}
+
+# --- bounded waits ------------------------------------------------------------------------
+
+# wait_listen NS tcp|udp PORT [TRIES]: until something in NS listens on PORT (0.1 s a try).
+wait_listen() {
+	local ns=$1 proto=$2 port=$3 tries=${4:-50} i flag=-ltnH
+	[ "$proto" = udp ] && flag=-lunH
+	for ((i = 0; i < tries; i++)); do
+		if ip netns exec "$ns" ss "$flag" "sport = :$port" 2>/dev/null | grep -q .; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	return 1
+}
+
+# wait_until TRIES INTERVAL CMD...: runs CMD until it succeeds, at most TRIES times.
+wait_until() {
+	local tries=$1 interval=$2 i
+	shift 2
+	for ((i = 0; i < tries; i++)); do
+		"$@" && return 0
+		sleep "$interval"
+	done
+	return 1
+}
+
+# elapsed_ms START_NS: milliseconds since START_NS (from `date +%s%N`).
+elapsed_ms() { echo $((($(date +%s%N) - $1) / 1000000)); }

@@ -1,0 +1,616 @@
+#!/usr/bin/env bash
+# netns.sh — twinstack end to end, in three network namespaces created (and destroyed) per run.
+#
+#   ns C: gateway-mode client    ns A: clients + proxy                     ns B: servers
+#  +------------------------+   +--------------------------------------+   +-------------------------+
+#  | curl, python clients   |   | curl, iperf3, dig, ping, python      |   | lo 10.200.1.2/32        |
+#  |                        |   |   |  main table: 10.200.1.0/24,      |   |    fd00:200:1::2/128    |
+#  | default via A          |   |   |  10.200.3.0/24 (+v6) -> tun      |   |  http.server :80 100MiB |
+#  |                        |   |   v                                  |   |  iperf3 -s :5201        |
+#  |                        |   | tun 198.18.0.1/15, fd00:7f::1/64     |   |  tcp echo :7 (python)   |
+#  |                        |   |   |  ^   (created by twinstack)      |   |  udp echo :7 (socat)    |
+#  |                        |   |   v  |                               |   |  microsocks :1080 auth, |
+#  |                        |   | twinstack run (stack $STACK)         |   |   [fd00:200:1::2]:1081  |
+#  |                        |   |   outbound sockets SO_MARK 1,        |   |                         |
+#  |                        |   |   fwmark 1 -> table 100:             |   | dnsmasq 10.200.0.2:53   |
+#  |                        |   |   default via 10.200.0.2             |   |  test.twinstack A       |
+#  |                        |   |                                      |   |  -> 10.9.8.7            |
+#  | vca 10.200.2.2/24      |   | vac 10.200.2.1/24  vab 10.200.0.1/24 |   | vba 10.200.0.2/24       |
+#  |     fd00:200:2::2/64 ----------- fd00:200:2::1/64  fd00:200::1/64 ---------- fd00:200::2/64   |
+#  +------------------------+   | vac: tx checksum offload off, so the |   | routes 10.200.2.0/24,   |
+#                               | kernel completes C's checksums;      |   | 198.18.0.0/15 (+v6)     |
+#                               | ip_forward on, rp_filter off         |   | back via A              |
+#                               +--------------------------------------+   +-------------------------+
+#
+# Routed addresses with no server behind them: 10.200.1.53 / fd00:200:1::53 (DNS, hijacked to
+# dnsmasq), 10.200.1.99 / fd00:200:1::99 (ping), 10.200.3.0/24 / fd00:200:3::/64 (a `reject`
+# rule). 10.200.0.2 (B's veth address) is reached straight over the veth: the iperf3 baseline.
+#
+# usage: netns.sh [--stack system|lwip] [--bin PATH] [--relay splice|copy] [--bypass] [--keep] [-v]
+#   --stack   the config's "stack" (the only thing that differs between the stacks' runs)
+#   --relay   the config's "relay.mode" (default: the program's default)
+#   --bin     the twinstack binary (default: build/twinstack of this checkout)
+#   --bypass  same topology and servers, but A's clients are routed straight over the veth and
+#             no twinstack carries the traffic: proves the harness and measures the bare veth
+#   --keep    keep the work directory (configs, logs) after the run
+# Exit: 0 all passed, 77 skipped (not root, no /dev/net/tun, no namespaces), 1 otherwise.
+# Output: 'ok - NAME' / 'not ok - NAME: REASON' lines, '#' notes, then 'N passed, N failed'.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SRC=$(cd "$HERE/../.." && pwd)
+STACK=system
+BIN=$SRC/build/twinstack
+RELAY=
+BYPASS=0
+KEEP_TMP=0
+VERBOSE=0
+
+usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+	case $1 in
+	--stack) STACK=${2:?--stack needs a value}; shift 2 ;;
+	--stack=*) STACK=${1#*=}; shift ;;
+	--bin) BIN=${2:?--bin needs a path}; shift 2 ;;
+	--bin=*) BIN=${1#*=}; shift ;;
+	--relay) RELAY=${2:?--relay needs a value}; shift 2 ;;
+	--relay=*) RELAY=${1#*=}; shift ;;
+	--bypass) BYPASS=1; shift ;;
+	--keep) KEEP_TMP=1; shift ;;
+	-v | --verbose) VERBOSE=1; shift ;;
+	-h | --help) usage; exit 0 ;;
+	*) echo "netns.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+	esac
+done
+case $STACK in system | lwip) ;; *) echo "netns.sh: --stack must be system or lwip" >&2; exit 2 ;; esac
+case $RELAY in "" | splice | copy) ;; *) echo "netns.sh: --relay must be splice or copy" >&2; exit 2 ;; esac
+RELAY_JSON=
+[ -n "$RELAY" ] && RELAY_JSON="\"relay\": { \"mode\": \"$RELAY\" },"
+case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
+
+# shellcheck source=tests/integration/lib.sh
+. "$HERE/lib.sh"
+
+# --- preconditions: 77 = cannot run here, not a failure --------------------------------------
+if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root (network namespaces, TUN)"; exit 77; fi
+if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3)
+missing=()
+for t in ip ss sysctl ethtool curl jq iperf3 socat dnsmasq microsocks dig ping unshare timeout \
+	sha256sum "$PY"; do
+	command -v "$t" >/dev/null 2>&1 || missing+=("$t")
+done
+"$PY" -c 'import prometheus_client.parser' 2>/dev/null || missing+=(python3-prometheus-client)
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "not ok - prerequisites: missing ${missing[*]} (scripts/setup.sh installs them)"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+HAVE_RUN=0
+"$BIN" run --help >/dev/null 2>&1 && HAVE_RUN=1
+if [ "$BYPASS" -eq 0 ] && [ "$HAVE_RUN" -eq 0 ]; then
+	echo "not ok - binary: '$BIN run --help' fails (build it, or use --bypass)"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+
+TOK=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/twinstack-netns.XXXXXX")
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+T_START=$(date +%s%N)
+
+# --- names and addresses ---------------------------------------------------------------------
+NS_A=tsA-$TOK NS_B=tsB-$TOK NS_C=tsC-$TOK
+V_AB=tsab$TOK V_BA=tsba$TOK V_AC=tsac$TOK V_CA=tsca$TOK
+TUN=tst$TOK TUN2=tss$TOK TUN3=tsx$TOK
+A_B4=10.200.0.1 B_A4=10.200.0.2 A_B6=fd00:200::1 B_A6=fd00:200::2
+A_C4=10.200.2.1 C4=10.200.2.2 A_C6=fd00:200:2::1 C6=fd00:200:2::2
+SRV4=10.200.1.2 SRV6=fd00:200:1::2
+DNS4=10.200.1.53 DNS6=fd00:200:1::53 NOSRV4=10.200.1.99 NOSRV6=fd00:200:1::99
+REJ4=10.200.3.2 REJ6=fd00:200:3::2
+GW4=198.18.0.1 GW6=fd00:7f::1 NAT4=198.18.0.2 NAT6=fd00:7f::2
+P_HTTP=80 P_ECHO=7 P_CLOSED=9 P_IPERF=5201 P_SOCKS=1080 P_SOCKS6=1081 P_STATS=9090
+SOCKS_USER=tsuser SOCKS_PASS=ts-secret
+FILE_BYTES=$((100 * 1024 * 1024))
+TSNET=("$PY" "$HERE/tsnet.py")
+
+inA() { ip netns exec "$NS_A" "$@"; }
+inB() { ip netns exec "$NS_B" "$@"; }
+inC() { ip netns exec "$NS_C" "$@"; }
+
+note "twinstack netns suite: stack=$STACK relay=${RELAY:-default} mode=$([ "$BYPASS" -eq 1 ] && echo bypass || echo proxy)" \
+	"bin=$BIN token=$TOK"
+
+# --- topology --------------------------------------------------------------------------------
+topology() {
+	netns_add "$NS_A" && netns_add "$NS_B" && netns_add "$NS_C" || return 1
+	ip link add "$V_AB" netns "$NS_A" type veth peer name "$V_BA" netns "$NS_B" || return 1
+	ip link add "$V_AC" netns "$NS_A" type veth peer name "$V_CA" netns "$NS_C" || return 1
+	local ns dev
+	for ns in "$NS_A:$V_AB" "$NS_A:$V_AC" "$NS_B:$V_BA" "$NS_C:$V_CA"; do
+		dev=${ns#*:} ns=${ns%%:*}
+		ip -n "$ns" link set "$dev" txqueuelen 10000 up || return 1
+	done
+	inA sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 >/dev/null || return 1
+	# A forwards C's downlink: checksums completed in software on A's end of the A–C veth,
+	# so a wrong partial checksum from the downlink rewrite reaches C as a bad packet.
+	inA ethtool -K "$V_AC" tx off >/dev/null 2>&1 || return 1
+
+	ip -n "$NS_A" addr add "$A_B4/24" dev "$V_AB"
+	ip -n "$NS_A" addr add "$A_B6/64" dev "$V_AB" nodad
+	ip -n "$NS_A" addr add "$A_C4/24" dev "$V_AC"
+	ip -n "$NS_A" addr add "$A_C6/64" dev "$V_AC" nodad
+	ip -n "$NS_B" addr add "$B_A4/24" dev "$V_BA"
+	ip -n "$NS_B" addr add "$B_A6/64" dev "$V_BA" nodad
+	ip -n "$NS_B" addr add "$SRV4/32" dev lo
+	ip -n "$NS_B" addr add "$SRV6/128" dev lo nodad
+	ip -n "$NS_C" addr add "$C4/24" dev "$V_CA"
+	ip -n "$NS_C" addr add "$C6/64" dev "$V_CA" nodad
+
+	# A: marked sockets (twinstack's outbounds) leave over the veth to B.
+	ip -n "$NS_A" rule add fwmark 1 lookup 100 pref 100 || return 1
+	ip -n "$NS_A" -6 rule add fwmark 1 lookup 100 pref 100 || return 1
+	ip -n "$NS_A" route add default via "$B_A4" dev "$V_AB" table 100 || return 1
+	ip -n "$NS_A" -6 route add default via "$B_A6" dev "$V_AB" table 100 || return 1
+	# B: the client ranges back via A (used in bypass mode; harmless otherwise).
+	ip -n "$NS_B" route add 10.200.2.0/24 via "$A_B4" || return 1
+	ip -n "$NS_B" route add 198.18.0.0/15 via "$A_B4" || return 1
+	ip -n "$NS_B" -6 route add fd00:200:2::/64 via "$A_B6" || return 1
+	ip -n "$NS_B" -6 route add fd00:7f::/64 via "$A_B6" || return 1
+	# C: everything via A (gateway mode).
+	ip -n "$NS_C" route add default via "$A_C4" || return 1
+	ip -n "$NS_C" -6 route add default via "$A_C6" || return 1
+	return 0
+}
+
+# routes_bypass: A's server routes straight over the veth (no TUN anywhere).
+routes_bypass() {
+	ip -n "$NS_A" route replace 10.200.1.0/24 via "$B_A4" dev "$V_AB" &&
+		ip -n "$NS_A" -6 route replace fd00:200:1::/64 via "$B_A6" dev "$V_AB"
+}
+
+# routes_tun DEV: A's server ranges (and the reject range) into the TUN. The TUN and its
+# routes vanish with the process, so every start calls this again.
+routes_tun() {
+	local dev=$1
+	ip -n "$NS_A" route replace 10.200.1.0/24 dev "$dev" src "$GW4" &&
+		ip -n "$NS_A" route replace 10.200.3.0/24 dev "$dev" src "$GW4" &&
+		ip -n "$NS_A" -6 route replace fd00:200:1::/64 dev "$dev" src "$GW6" &&
+		ip -n "$NS_A" -6 route replace fd00:200:3::/64 dev "$dev" src "$GW6"
+}
+
+# --- servers in B ----------------------------------------------------------------------------
+servers() {
+	mkdir -p "$TMP/www" || return 1
+	head -c "$FILE_BYTES" /dev/urandom >"$TMP/www/file.bin" || return 1
+	FILE_SHA=$(sha256sum "$TMP/www/file.bin" | cut -d' ' -f1)
+
+	spawn "$NS_B" "$TMP/httpd.log" "$PY" -m http.server --bind :: --directory "$TMP/www" "$P_HTTP"
+	spawn "$NS_B" "$TMP/iperf3-server.log" iperf3 -s -p "$P_IPERF"
+	spawn "$NS_B" "$TMP/tcp-echo.log" "${TSNET[@]}" tcp-echo --port "$P_ECHO"
+	spawn "$NS_B" "$TMP/udp-echo4.log" socat -T 5 "UDP4-RECVFROM:$P_ECHO,bind=$SRV4,fork" EXEC:cat
+	spawn "$NS_B" "$TMP/udp-echo6.log" socat -T 5 "UDP6-RECVFROM:$P_ECHO,bind=[$SRV6],fork" EXEC:cat
+	spawn "$NS_B" "$TMP/dnsmasq.log" dnsmasq --no-daemon --conf-file=/dev/null --no-resolv \
+		--no-hosts --address=/test.twinstack/10.9.8.7 --listen-address="$B_A4" \
+		--bind-interfaces -p 53 --pid-file="$TMP/dnsmasq.pid" --user=root --log-queries
+	spawn "$NS_B" "$TMP/microsocks.log" microsocks -i "$SRV4" -p "$P_SOCKS" \
+		-u "$SOCKS_USER" -P "$SOCKS_PASS"
+	spawn "$NS_B" "$TMP/microsocks6.log" microsocks -i "$SRV6" -p "$P_SOCKS6"
+
+	local p
+	for p in "tcp:$P_HTTP" "tcp:$P_IPERF" "tcp:$P_ECHO" "udp:$P_ECHO" "udp:53" "tcp:$P_SOCKS" \
+		"tcp:$P_SOCKS6"; do
+		wait_listen "$NS_B" "${p%%:*}" "${p#*:}" 100 || { echo "no listener on $p in B"; return 1; }
+	done
+	echo "http, iperf3, tcp/udp echo, dnsmasq, microsocks x2 listening; file sha256 ${FILE_SHA:0:16}..."
+}
+
+# --- twinstack -------------------------------------------------------------------------------
+
+# config_main FILE TUN: the suite's main config (direct + reject, DNS hijack, short linger).
+config_main() {
+	cat >"$1" <<EOF
+{
+  "stack": "$STACK",
+  "tun": { "name": "$2", "address": "$GW4/15", "address6": "$GW6/64", "mtu": 1500,
+           "txqueuelen": 10000 },
+  "nat": { "linger_ms": 300, "half_open_timeout_ms": 3000, "port_quarantine_ms": 500 },
+  "timeouts": { "connect_ms": 3000, "udp_idle_ms": 1000 },
+  "outbounds": [
+    { "tag": "direct", "type": "direct", "routing_mark": 1 },
+    { "tag": "block", "type": "reject" }
+  ],
+  "route": {
+    "rules": [ { "cidr": ["10.200.3.0/24", "fd00:200:3::/64"], "outbound": "block" } ],
+    "final": "direct"
+  },
+  $RELAY_JSON
+  "dns": { "hijack": true, "upstream": "$B_A4:53" },
+  "stats": { "listen": "127.0.0.1:$P_STATS" },
+  "log": { "level": "info" }
+}
+EOF
+}
+
+# config_socks FILE TUN: final outbound socks5 with user/password to B's v4 microsocks; the
+# v6 server range goes to the no-auth microsocks on B's v6 address. Both marked.
+config_socks() {
+	cat >"$1" <<EOF
+{
+  "stack": "$STACK",
+  "tun": { "name": "$2", "address": "$GW4/15", "address6": "$GW6/64" },
+  "nat": { "linger_ms": 300, "port_quarantine_ms": 500 },
+  "timeouts": { "connect_ms": 3000 },
+  $RELAY_JSON
+  "outbounds": [
+    { "tag": "socks", "type": "socks5", "server": "$SRV4:$P_SOCKS",
+      "username": "$SOCKS_USER", "password": "$SOCKS_PASS", "routing_mark": 1 },
+    { "tag": "socks6", "type": "socks5", "server": "[$SRV6]:$P_SOCKS6", "routing_mark": 1 }
+  ],
+  "route": { "rules": [ { "cidr": ["fd00:200:1::/64"], "outbound": "socks6" } ],
+             "final": "socks" },
+  "log": { "level": "info" }
+}
+EOF
+}
+
+# ts_start CONFIG TAG: starts `twinstack run` in A; waits (10 s at most) for the ready byte on
+# --ready-fd. Sets TS_PID; returns 1 (reason in TS_ERR) if it died or timed out.
+ts_start() {
+	local cfg=$1 tag=$2 i
+	: >"$TMP/ready.$tag"
+	ip netns exec "$NS_A" "$BIN" run --config "$cfg" --ready-fd 3 \
+		3>"$TMP/ready.$tag" </dev/null >"$TMP/twinstack.$tag.log" 2>&1 &
+	TS_PID=$!
+	PIDS+=("$TS_PID")
+	for ((i = 0; i < 100; i++)); do
+		[ -s "$TMP/ready.$tag" ] && return 0
+		kill -0 "$TS_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$TS_PID" 2>/dev/null; then
+		TS_ERR="no ready byte within 10 s; log: $(tail -n 3 "$TMP/twinstack.$tag.log" | tr '\n' ' ')"
+	else
+		wait "$TS_PID"
+		TS_ERR="exited $? before ready; log: $(tail -n 3 "$TMP/twinstack.$tag.log" | tr '\n' ' ')"
+	fi
+	return 1
+}
+
+# ts_sigterm: SIGTERM to TS_PID; ok if it exits 0 within 2 s (waits 5 s at most, then KILL).
+ts_sigterm() {
+	local t0 i rc ms
+	t0=$(date +%s%N)
+	kill -TERM "$TS_PID" 2>/dev/null || { echo "process already gone"; return 1; }
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$TS_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	ms=$(elapsed_ms "$t0")
+	if kill -0 "$TS_PID" 2>/dev/null; then
+		kill -KILL "$TS_PID" 2>/dev/null
+		wait "$TS_PID" 2>/dev/null
+		echo "still running ${ms} ms after SIGTERM (killed)"
+		return 1
+	fi
+	wait "$TS_PID"
+	rc=$?
+	[ "$rc" -eq 0 ] && [ "$ms" -le 2000 ] && { echo "exit 0 after ${ms} ms"; return 0; }
+	echo "exit $rc after ${ms} ms; log: $(tail -n 2 "$TMP/twinstack.$1.log" | tr '\n' ' ')"
+	return 1
+}
+
+# start_fails NAME WANT_RC STDERR_PATTERN CMD...: runs CMD in A, a start that must fail
+# (10 s bound), with fd 3 open on a file that must stay empty (no ready byte).
+start_fails() {
+	local name=$1 want=$2 pat=$3 rc err
+	shift 3
+	: >"$TMP/ready.fail"
+	timeout -k 1 10 ip netns exec "$NS_A" "$@" 3>"$TMP/ready.fail" </dev/null >"$TMP/fail.out" 2>"$TMP/fail.err"
+	rc=$?
+	err=$(head -c 300 "$TMP/fail.err" | tr '\n' ' ')
+	if [ "$rc" -ne "$want" ]; then
+		not_ok "$name" "exit $rc, want $want; stderr: $err"
+	elif ! grep -qiE -- "$pat" "$TMP/fail.err"; then
+		not_ok "$name" "exit $rc but stderr lacks /$pat/: $err"
+	elif [ -s "$TMP/ready.fail" ]; then
+		not_ok "$name" "exit $rc but it wrote the ready byte"
+	else
+		ok "$name" "exit $rc: $err"
+	fi
+}
+
+stats_json() { inA curl -sS --fail --max-time 3 "http://127.0.0.1:$P_STATS/stats"; }
+stat_get() { stats_json | jq -r "$1"; }
+
+STATS_KEYS='stack uptime_s rss_kb peak_rss_kb fds tun.rx_packets tun.rx_bytes tun.tx_packets
+tun.tx_bytes tun.rewrites tun_device.rx_dropped tun_device.tx_dropped drops.malformed
+drops.fragment drops.esp drops.icmp drops.unmapped_downlink drops.unmapped_uplink_rst
+drops.own_address drops.nat_exhausted drops.admission_refused drops.fd_exhausted
+drops.udp_queue_full nat.half_open nat.active nat.closing nat.quarantined sessions.active
+sessions.total sessions.refused udp.sessions udp.queue_drops buffers.in_use_bytes
+buffers.peak_bytes buffers.per_session_bytes splice.pipes splice.pipe_bytes'
+
+# stats_keys: every documented key is present (numbers, `stack` the configured one).
+stats_keys() {
+	local j k missing=()
+	j=$(stats_json) || { echo "GET /stats failed"; return 1; }
+	for k in $STATS_KEYS; do
+		if [ "$k" = stack ]; then
+			[ "$(jq -r .stack <<<"$j")" = "$STACK" ] || missing+=("stack=$(jq -r .stack <<<"$j")")
+		else
+			jq -e ".$k | type == \"number\"" <<<"$j" >/dev/null || missing+=("$k")
+		fi
+	done
+	[ ${#missing[@]} -eq 0 ] && { echo "$(wc -w <<<"$STATS_KEYS") keys"; return 0; }
+	echo "missing or not numbers: ${missing[*]}"
+	return 1
+}
+
+# --- traffic checks --------------------------------------------------------------------------
+
+# download NS URL [CURL_ARGS...]: the 100 MiB file, sha256 compared with the served one.
+download() {
+	local ns=$1 url=$2 t0 rc hash ms
+	shift 2
+	t0=$(date +%s%N)
+	ip netns exec "$ns" curl -sS --fail --connect-timeout 5 --max-time 60 "$@" -o - "$url" \
+		2>"$TMP/curl.err" | sha256sum >"$TMP/dl.sha"
+	rc=${PIPESTATUS[0]}
+	ms=$(elapsed_ms "$t0")
+	hash=$(cut -d' ' -f1 "$TMP/dl.sha")
+	if [ "$rc" -ne 0 ]; then
+		echo "curl exit $rc after ${ms} ms: $(head -c 200 "$TMP/curl.err")"
+		return 1
+	fi
+	if [ "$hash" != "$FILE_SHA" ]; then
+		echo "sha256 ${hash:0:16}... differs from the file's ${FILE_SHA:0:16}..."
+		return 1
+	fi
+	awk -v ms="$ms" -v b="$FILE_BYTES" 'BEGIN { printf "sha256 equal, %.0f ms, %.2f Gbit/s\n", ms, b * 8 / (ms / 1000) / 1e9 }'
+}
+
+# iperf NS HOST STREAMS: iperf3 for 5 s; sets IPERF_GBPS; prints Gbit/s and retransmits.
+IPERF_GBPS=0
+iperf() {
+	local ns=$1 host=$2 n=$3 out=$TMP/iperf.json bps err
+	IPERF_GBPS=0
+	ip netns exec "$ns" timeout -k 1 20 iperf3 -c "$host" -p "$P_IPERF" -t 5 -P "$n" -J \
+		--connect-timeout 3000 >"$out" 2>"$TMP/iperf.err"
+	err=$(jq -r '.error // empty' "$out" 2>/dev/null)
+	bps=$(jq -r '.end.sum_received.bits_per_second // 0' "$out" 2>/dev/null)
+	if [ -n "$err" ] || [ -z "$bps" ] || awk -v b="$bps" 'BEGIN { exit !(b <= 0) }'; then
+		echo "no throughput: ${err:-$(head -c 200 "$TMP/iperf.err")}"
+		return 1
+	fi
+	IPERF_GBPS=$(awk -v b="$bps" 'BEGIN { printf "%.2f", b / 1e9 }')
+	echo "$IPERF_GBPS Gbit/s, $(jq -r '.end.sum_sent.retransmits // 0' "$out") retransmits"
+}
+
+# dig_hijack NS SERVER: the A record of test.twinstack must be dnsmasq's 10.9.8.7.
+dig_a() {
+	local ns=$1 server=$2 ans
+	ans=$(ip netns exec "$ns" dig +time=2 +tries=2 +short "@$server" test.twinstack A 2>&1)
+	[ "$ans" = 10.9.8.7 ] && { echo "answer $ans"; return 0; }
+	echo "answer '$(tr '\n' ' ' <<<"$ans")'"
+	return 1
+}
+
+# no_reply NS ADDR: two pings, no reply expected (ping exits 1 on "0 received").
+no_reply() {
+	local ns=$1 addr=$2 out rc
+	out=$(ip netns exec "$ns" timeout 6 ping -n -c 2 -i 0.2 -W 1 "$addr" 2>&1)
+	rc=$?
+	if [ "$rc" -eq 0 ]; then echo "got a reply"; return 1; fi
+	grep -q ' 0 received' <<<"$out" && { echo "2 sent, 0 received"; return 0; }
+	echo "ping exit $rc: $(tail -n 2 <<<"$out" | tr '\n' ' ')"
+	return 1
+}
+
+metrics_parse() {
+	inA curl -sS --fail --max-time 3 "http://127.0.0.1:$P_STATS/metrics" | "${TSNET[@]}" metrics
+}
+
+# idle_state: zero NAT entries (quarantined aside), sessions and pipes, fds at the idle count.
+idle_state() {
+	local j
+	j=$(stats_json) || { echo "GET /stats failed"; return 1; }
+	jq -r --argjson fds "$FDS_IDLE" '"nat half_open=\(.nat.half_open) active=\(.nat.active) closing=\(.nat.closing) quarantined=\(.nat.quarantined), sessions.active=\(.sessions.active), udp.sessions=\(.udp.sessions), splice.pipes=\(.splice.pipes), fds=\(.fds) (idle \($fds))"' <<<"$j"
+	jq -e --argjson fds "$FDS_IDLE" '(.nat.half_open + .nat.active + .nat.closing) == 0
+		and .sessions.active == 0 and .splice.pipes == 0 and .fds == $fds' <<<"$j" >/dev/null
+}
+
+# =============================================================================================
+topology >"$TMP/topology.out" 2>&1
+topo_rc=$?
+out=$(tr '\n' ' ' <"$TMP/topology.out")
+if [ "$topo_rc" -eq 0 ]; then
+	ok "topology: namespaces A, B, C, veths, rules" "$NS_A $NS_B $NS_C"
+else
+	if ! ip netns list >/dev/null 2>&1 || [[ "$out" == *"Operation not permitted"* ]]; then
+		echo "# SKIP: cannot create network namespaces here: $out"
+		exit 77
+	fi
+	not_ok "topology" "$out"
+	echo "$PASSED passed, $FAILED failed"
+	exit 1
+fi
+if ! check "servers in B" servers; then
+	for f in "$TMP"/*.log; do vnote "$f: $(tail -n 2 "$f" | tr '\n' ' ')"; done
+	echo "$PASSED passed, $FAILED failed"
+	exit 1
+fi
+
+# --- starts that must fail (before the real instance, so they cannot disturb it) --------------
+if [ "$HAVE_RUN" -eq 1 ]; then
+	config_main "$TMP/good.json" "$TUN3"
+	printf '{ "stack": "%s", "tun": { "name": "%s",\n' "$STACK" "$TUN3" >"$TMP/broken.json"
+	start_fails "start: broken config exits 2 with its message" 2 'config: ' \
+		"$BIN" run --config "$TMP/broken.json" --ready-fd 3
+	jq --arg a "$GW4/31" '.tun.address = $a' "$TMP/good.json" >"$TMP/slash31.json"
+	start_fails "start: impossible TUN address (/31) exits 2" 2 'tun\.address' \
+		"$BIN" run --config "$TMP/slash31.json" --ready-fd 3
+	# A private mount namespace with an empty tmpfs over /dev/net: open("/dev/net/tun") fails.
+	start_fails "start: no /dev/net/tun access exits 1" 1 'tun' \
+		unshare --mount --propagation private sh -c \
+		'mount -t tmpfs notun /dev/net && exec "$@"' sh "$BIN" run --config "$TMP/good.json" --ready-fd 3
+else
+	for n in "broken config exits 2" "impossible TUN address exits 2" "no /dev/net/tun exits 1"; do
+		skip "start: $n" "no 'twinstack run' in $BIN"
+	done
+fi
+
+# --- the proxy (or the bypass routes) ------------------------------------------------------
+FDS_IDLE=
+if [ "$BYPASS" -eq 1 ]; then
+	check "bypass routes: A's server ranges over the veth" routes_bypass
+else
+	config_main "$TMP/main.json" "$TUN"
+	check "config: twinstack check accepts the suite's config" "$BIN" check --config "$TMP/main.json"
+	if ts_start "$TMP/main.json" main; then
+		if grep -q ready "$TMP/twinstack.main.log"; then
+			ok "start: ready byte on --ready-fd and a 'ready' log line" "pid $TS_PID"
+		else
+			not_ok "start: ready log line" "ready byte but no line containing 'ready' in the log"
+		fi
+	else
+		not_ok "start: twinstack run --stack $STACK" "$TS_ERR"
+		echo "$PASSED passed, $FAILED failed"
+		exit 1
+	fi
+	check "routes into the TUN ($TUN)" routes_tun "$TUN"
+	check "stats: /stats has every documented key" stats_keys
+	FDS_IDLE=$(stat_get .fds)
+	note "idle: fds=$FDS_IDLE rss_kb=$(stat_get .rss_kb)"
+fi
+
+# --- assertions ------------------------------------------------------------------------------
+[ "$BYPASS" -eq 0 ] && tx0=$(stat_get .tun.tx_bytes)
+check "http v4 from A: 100 MiB" download "$NS_A" "http://$SRV4:$P_HTTP/file.bin"
+check "http v6 from A: 100 MiB" download "$NS_A" "http://[$SRV6]:$P_HTTP/file.bin"
+check "http v4 from C (gateway mode): 100 MiB" download "$NS_C" "http://$SRV4:$P_HTTP/file.bin"
+check "http v6 from C (gateway mode): 100 MiB" download "$NS_C" "http://[$SRV6]:$P_HTTP/file.bin"
+if [ "$BYPASS" -eq 0 ]; then
+	# The downloads' payload must have been written to the TUN by twinstack (both stacks emit
+	# the downlink through it): proof that the traffic took the path under test.
+	tx1=$(stat_get .tun.tx_bytes)
+	if [[ "$tx0" =~ ^[0-9]+$ && "$tx1" =~ ^[0-9]+$ ]] && [ $((tx1 - tx0)) -ge $((4 * FILE_BYTES)) ]; then
+		ok "stats: the downloads crossed the TUN" "tun.tx_bytes +$(((tx1 - tx0) / 1048576)) MiB"
+	else
+		not_ok "stats: the downloads crossed the TUN" "tun.tx_bytes $tx0 -> $tx1, want +$((4 * FILE_BYTES))"
+	fi
+fi
+
+check "udp echo v4" inA "${TSNET[@]}" udp-echo --host "$SRV4" --port "$P_ECHO" --timeout 3
+check "udp echo v6" inA "${TSNET[@]}" udp-echo --host "$SRV6" --port "$P_ECHO" --timeout 3
+check "udp echo v4 from C" inC "${TSNET[@]}" udp-echo --host "$SRV4" --port "$P_ECHO" --timeout 3
+
+if [ "$BYPASS" -eq 1 ]; then
+	check "dns: dnsmasq answers directly (bypass)" dig_a "$NS_A" "$B_A4"
+	skip "dns hijack v4" "bypass"
+	skip "dns hijack v6" "bypass"
+else
+	check "dns hijack: query to routed $DNS4 answered by the upstream" dig_a "$NS_A" "$DNS4"
+	check "dns hijack: query to routed $DNS6 answered by the upstream" dig_a "$NS_A" "$DNS6"
+fi
+
+check "tcp: 200 concurrent connections echo distinct payloads" \
+	inA "${TSNET[@]}" echo-many --host "$SRV4" --port "$P_ECHO" -n 200 --timeout 30
+check "tcp: half-close, the reply completes after shutdown(SHUT_WR)" \
+	inA "${TSNET[@]}" half-close --host "$SRV4" --port "$P_ECHO" --timeout 10
+
+check "tcp: closed port in B fails with RST within 1 s (v4)" \
+	inA "${TSNET[@]}" rst --host "$SRV4" --port "$P_CLOSED" --within 1
+check "tcp: closed port in B fails with RST within 1 s (v6)" \
+	inA "${TSNET[@]}" rst --host "$SRV6" --port "$P_CLOSED" --within 1
+if [ "$BYPASS" -eq 1 ]; then
+	skip "reject rule" "bypass (no proxy)"
+else
+	check "reject rule: $REJ4 refused within 1 s" inA "${TSNET[@]}" rst --host "$REJ4" --port "$P_HTTP"
+	check "reject rule: $REJ6 refused within 1 s" inA "${TSNET[@]}" rst --host "$REJ6" --port "$P_HTTP"
+fi
+
+# ICMP: nothing but echo to the gateway is answered; the rest is dropped and counted.
+if [ "$BYPASS" -eq 1 ]; then
+	check "icmp: ping to a routed remote address, no reply" no_reply "$NS_A" "$NOSRV4"
+	skip "icmp: NAT address / drops.icmp" "bypass (no proxy)"
+else
+	icmp0=$(stat_get .drops.icmp)
+	check "icmp: ping to the NAT address $NAT4, no reply" no_reply "$NS_A" "$NAT4"
+	check "icmp: ping to routed $NOSRV4, no reply" no_reply "$NS_A" "$NOSRV4"
+	icmp1=$(stat_get .drops.icmp)
+	if [[ "$icmp0" =~ ^[0-9]+$ && "$icmp1" =~ ^[0-9]+$ ]] && [ $((icmp1 - icmp0)) -ge 4 ]; then
+		ok "icmp: drops.icmp moved by the 4 pings" "$icmp0 -> $icmp1"
+	else
+		not_ok "icmp: drops.icmp moved by the 4 pings" "$icmp0 -> $icmp1"
+	fi
+	check "icmp: ping to the NAT address $NAT6, no reply" no_reply "$NS_A" "$NAT6"
+	check "icmp: ping to routed $NOSRV6, no reply" no_reply "$NS_A" "$NOSRV6"
+fi
+
+# iperf3: the bare veth (B's veth address, never through the TUN) next to the path under test.
+declare -A GBPS
+for n in 1 8; do
+	check "iperf3 bare veth, $n stream(s), 5 s" iperf "$NS_A" "$B_A4" "$n"
+	GBPS[veth$n]=$IPERF_GBPS
+	if [ "$BYPASS" -eq 0 ]; then
+		check "iperf3 through twinstack ($STACK), $n stream(s), 5 s" iperf "$NS_A" "$SRV4" "$n"
+		GBPS[stack$n]=$IPERF_GBPS
+	fi
+done
+
+if [ "$BYPASS" -eq 1 ]; then
+	skip "metrics: /metrics parses as Prometheus text" "bypass"
+	skip "teardown: zero NAT entries, sessions, pipes; fds at idle" "bypass"
+	skip "SIGTERM exits 0 within 2 s" "bypass"
+else
+	check "metrics: /metrics parses as Prometheus text" metrics_parse
+	# linger 300 ms + quarantine 500 ms + udp idle 1 s: idle well within 10 s.
+	if wait_until 40 0.25 idle_state >/dev/null; then
+		ok "teardown: zero NAT entries, sessions, pipes; fds at idle" "$(idle_state)"
+	else
+		not_ok "teardown: zero NAT entries, sessions, pipes; fds at idle" "after 10 s: $(idle_state)"
+	fi
+	note "stats: $(stats_json | jq -c '{rss_kb, peak_rss_kb, fds, sessions, drops: (.drops | with_entries(select(.value != 0))), buffers, tun_device}')"
+	check "SIGTERM exits 0 within 2 s" ts_sigterm main
+fi
+
+# --- the socks5 outbound ---------------------------------------------------------------------
+if [ "$BYPASS" -eq 1 ]; then
+	check "socks5 (bypass, curl straight to microsocks with auth): 100 MiB v4" download "$NS_A" \
+		"http://$SRV4:$P_HTTP/file.bin" -x "socks5://$SOCKS_USER:$SOCKS_PASS@$SRV4:$P_SOCKS"
+	check "socks5 (bypass, curl straight to microsocks on v6): 100 MiB v6" download "$NS_A" \
+		"http://[$SRV6]:$P_HTTP/file.bin" -x "socks5://[$SRV6]:$P_SOCKS6"
+else
+	config_socks "$TMP/socks.json" "$TUN2"
+	if ts_start "$TMP/socks.json" socks; then
+		ok "socks5: second instance (final outbound socks5) ready" "pid $TS_PID"
+		check "socks5: routes into the TUN ($TUN2)" routes_tun "$TUN2"
+		check "socks5 outbound (user/password, v4 server): 100 MiB v4" download "$NS_A" \
+			"http://$SRV4:$P_HTTP/file.bin"
+		check "socks5 outbound (no auth, v6 server): 100 MiB v6" download "$NS_A" \
+			"http://[$SRV6]:$P_HTTP/file.bin"
+		check "socks5: SIGTERM exits 0 within 2 s" ts_sigterm socks
+	else
+		not_ok "socks5: second instance ready" "$TS_ERR"
+	fi
+fi
+
+# --- summary ---------------------------------------------------------------------------------
+note "iperf3, 5 s, A -> B, Gbit/s (one run)   1 stream   8 streams    (relay ${RELAY:-default})"
+note "$(printf '  %-36s %8s %10s' 'bare veth' "${GBPS[veth1]:-n/a}" "${GBPS[veth8]:-n/a}")"
+if [ "$BYPASS" -eq 0 ]; then
+	note "$(printf '  %-36s %8s %10s' "through twinstack ($STACK)" "${GBPS[stack1]:-n/a}" "${GBPS[stack8]:-n/a}")"
+	note "$(awk -v a="${GBPS[stack1]:-0}" -v b="${GBPS[veth1]:-0}" -v c="${GBPS[stack8]:-0}" -v d="${GBPS[veth8]:-0}" \
+		'BEGIN { printf "  %-36s %8s %10s", "ratio stack/veth", (b > 0 ? sprintf("%.2f", a / b) : "n/a"), (d > 0 ? sprintf("%.2f", c / d) : "n/a") }')"
+fi
+note "elapsed $(($(elapsed_ms "$T_START") / 1000)) s"
+if [ "$SKIPPED" -gt 0 ]; then
+	echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
+else
+	echo "$PASSED passed, $FAILED failed"
+fi
+[ "$FAILED" -eq 0 ]
