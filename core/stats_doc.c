@@ -243,7 +243,7 @@ static int add(struct stats_doc *d, const char *key, enum vtype type, enum stats
 {
 	const char *why = key_problem(key), *other;
 	char reason[STATS_KEY_MAX + 48];
-	uint32_t leaf, koff;
+	uint32_t leaf = 0, koff = 0;
 	int ret;
 
 	if (why)

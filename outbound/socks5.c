@@ -232,7 +232,7 @@ int socks5_start(struct outbound_conn *c, const struct ts_outbound *ob,
 {
 	struct sockaddr_storage ss;
 	struct timeval tv = obc_timeval(timeout_ms);
-	socklen_t len;
+	socklen_t len = 0;
 	int ret, cerr;
 
 	if (!ob->has_server)
