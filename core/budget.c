@@ -290,6 +290,12 @@ int budget_tcp_acquire(struct budget *b)
 	return 0;
 }
 
+bool budget_tcp_would_admit(const struct budget *b)
+{
+	enum budget_tier t = budget_get_tier(b);
+	return atomic_load_explicit(&b->tcp_in_use, memory_order_relaxed) < b->lim.tcp_sessions[t];
+}
+
 void budget_tcp_release(struct budget *b)
 {
 	gauge_give(b, &b->tcp_in_use, 1);

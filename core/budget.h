@@ -93,6 +93,9 @@ const struct budget_limits *budget_get_limits(const struct budget *b);
  * -EBUSY (refused, counted in tcp_refused[tier]). Lock-free; never blocks. */
 int budget_tcp_acquire(struct budget *b) BUDGET_WUR;
 void budget_tcp_release(struct budget *b);
+/* Would budget_tcp_acquire admit now? No side effect (a stack that must decide at SYN time
+ * but acquires only when the handshake completes asks this first). */
+bool budget_tcp_would_admit(const struct budget *b);
 
 /* --- Pressure tier ---
  * The effective tier is the forced one if set, else the one computed by the last update. */

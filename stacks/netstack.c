@@ -3,10 +3,13 @@
 
 #include <string.h>
 
+#include "stacks/lwip/lwip_stack.h"
+
 extern const struct netstack_ops sys_stack_ops;
 
 static const struct netstack_ops *const stacks[] = {
 	&sys_stack_ops,
+	&lwip_stack_ops,
 };
 
 const struct netstack_ops *netstack_lookup(const char *name)

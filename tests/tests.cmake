@@ -56,7 +56,7 @@ endif()
 
 # Namespace integration suite (root; exit 77 = skipped). One run per stack this build has.
 if(TS_SANITIZE STREQUAL "")
-  foreach(stack system)
+  foreach(stack system lwip)
     add_test(NAME integration_${stack}
       COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/netns.sh --stack ${stack}
               --bin $<TARGET_FILE:twinstack>)

@@ -1,0 +1,609 @@
+/* lwip_stack.c — the lwIP stack at run time: one netif that accepts TCP to any destination
+ * (input hooks, no patch), a catch-all listener, the accept path into the shared dispatcher,
+ * output through the driver, and tcp_tmr driven only while pcbs exist.
+ * Design: docs/architecture.md, "The lwIP stack". */
+#include "stacks/lwip/lwip_stack.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Ours first: lwIP's prot/tcp.h defines TCP_FIN/TCP_SYN/... as macros (same values as our
+ * enum in core/pkt.h), which must not be defined before our enum is declared. */
+#include "core/budget.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "core/pkt.h"
+#include "dispatch/session.h"
+#include "dispatch/stream.h"
+#include "stacks/lwip/lwip_stream.h"
+#include "stacks/system/rewrite.h"
+
+#include "lwip/init.h"
+#include "lwip/ip.h"
+#include "lwip/ip4.h"
+#include "lwip/ip6.h"
+#include "lwip/netif.h"
+#include "lwip/pbuf.h"
+#include "lwip/priv/tcp_priv.h"
+#include "lwip/tcp.h"
+#include "lwip_hooks.h"
+
+#define LWIP_COUNTERS(X)                                                                       \
+	X(rx_packets)                                                                          \
+	X(to_lwip)            /* TCP segments handed to lwIP */                                \
+	X(udp)                /* handed to the UDP path */                                     \
+	X(icmp_echo_reply)                                                                     \
+	X(tx_packets)         /* packets lwIP emitted */                                       \
+	X(accepted)                                                                            \
+	X(drop_own_address)                                                                    \
+	X(drop_icmp)                                                                           \
+	X(drop_proto)                                                                          \
+	X(drop_family)                                                                         \
+	X(drop_nomem)         /* no pbuf for an input segment */                               \
+	X(drop_too_big)       /* an lwIP output larger than the MTU (never expected) */         \
+	X(admission_refused)                                                                   \
+	X(session_setup_failed)
+
+struct lwip_counters {
+#define LWIP_CTR_FIELD(name) ctr_t name;
+	LWIP_COUNTERS(LWIP_CTR_FIELD)
+#undef LWIP_CTR_FIELD
+	ctr_t drop_parse[PKT_REASON_MAX];
+};
+
+/* An accepted connection waiting for the loop (dispatch never runs inside lwIP's callbacks). */
+struct pending {
+	struct pending *next;
+	struct flow_key key;
+	struct stream *s;
+};
+
+struct lwip_stack {
+	struct netstack_env env;
+	struct netif netif;
+	struct tcp_pcb *listener;
+	struct event *tmr_ev;
+	struct event *accept_ev;
+	struct pending *pending, **pending_tail;
+	bool tmr_armed;
+	bool has6;
+	uint8_t *txbuf;
+	size_t txbuf_size;
+	/* The packet now inside netif->input, as our parser saw it (read by the hooks). */
+	const struct pkt_view *cur;
+	lwip_accept_fn accept_hook;
+	void *accept_arg;
+	struct lwip_counters ctr;
+};
+
+static struct lwip_stack *the_stack; /* lwIP is process-global: at most one stack */
+static bool lwip_initialised;
+
+static struct lwip_stack *as_lw(struct netstack *ns)
+{
+	return (struct lwip_stack *)ns;
+}
+
+/* ---- timers ---------------------------------------------------------------------------------- */
+
+/* tcp_tmr runs every TCP_TMR_INTERVAL while any pcb is active or in TIME_WAIT; with none, no
+ * timer exists at all (an idle tunnel never wakes up). */
+static void check_timer(struct lwip_stack *st)
+{
+	if (st->tmr_armed || (!tcp_active_pcbs && !tcp_tw_pcbs))
+		return;
+	struct timeval tv = { .tv_sec = 0, .tv_usec = TCP_TMR_INTERVAL * 1000 };
+	evtimer_add(st->tmr_ev, &tv);
+	st->tmr_armed = true;
+}
+
+static void on_tmr(evutil_socket_t fd, short what, void *arg)
+{
+	struct lwip_stack *st = arg;
+	(void)fd;
+	(void)what;
+	st->tmr_armed = false;
+	tcp_tmr();
+	check_timer(st);
+}
+
+static void pcbs_changed(void *arg)
+{
+	check_timer(arg);
+}
+
+void lwip_stack_tick(struct netstack *ns)
+{
+	tcp_tmr();
+	check_timer(as_lw(ns));
+}
+
+/* ---- hooks: any destination ----------------------------------------------------------------- */
+
+/* Called by ip4_input/ip6_input for the packet we are feeding (st->cur). Make the netif own the
+ * destination (written directly: netif_set_ipaddr would abort pcbs bound to the old address),
+ * and for a pure SYN point the catch-all listener at the destination port. Returns 0: lwIP
+ * goes on (tcp_listen_input copies port and ip_current_dest_addr() into the new pcb). */
+static int hook(struct pbuf *p, struct netif *inp)
+{
+	struct lwip_stack *st = the_stack;
+	const struct pkt_view *v;
+
+	if (!st || !(v = st->cur) || inp != &st->netif) {
+		pbuf_free(p);
+		return 1; /* not a packet we parsed: consume it */
+	}
+	if (v->family == 4) {
+		memcpy(ip_2_ip4(&inp->ip_addr), pkt_dst(v), 4);
+	} else {
+		ip6_addr_t *a = ip_2_ip6(&inp->ip6_addr[0]);
+		memcpy(a->addr, pkt_dst(v), 16);
+		ip6_addr_assign_zone(a, IP6_UNICAST, inp);
+	}
+	if ((v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN && st->listener)
+		st->listener->local_port = ntohs(v->dport_be);
+	return 0;
+}
+
+int ts_lwip_ip4_hook(struct pbuf *p, struct netif *inp)
+{
+	return hook(p, inp);
+}
+
+int ts_lwip_ip6_hook(struct pbuf *p, struct netif *inp)
+{
+	return hook(p, inp);
+}
+
+/* ---- output --------------------------------------------------------------------------------- */
+
+static err_t output(struct pbuf *p)
+{
+	struct lwip_stack *st = the_stack;
+	const void *data = p->payload;
+
+	if (!st)
+		return ERR_IF;
+	if (p->tot_len > st->txbuf_size) {
+		ctr_inc(&st->ctr.drop_too_big);
+		return ERR_IF;
+	}
+	if (p->next) { /* a chain (headers + referenced data): one linear packet for the TUN */
+		pbuf_copy_partial(p, st->txbuf, p->tot_len, 0);
+		data = st->txbuf;
+	}
+	ctr_inc(&st->ctr.tx_packets);
+	st->env.tx(st->env.tx_arg, data, p->tot_len);
+	return ERR_OK; /* a dropped write is counted by the driver; TCP retransmits */
+}
+
+static err_t output4(struct netif *n, struct pbuf *p, const ip4_addr_t *dst)
+{
+	(void)n;
+	(void)dst;
+	return output(p);
+}
+
+static err_t output6(struct netif *n, struct pbuf *p, const ip6_addr_t *dst)
+{
+	(void)n;
+	(void)dst;
+	return output(p);
+}
+
+static err_t netif_setup(struct netif *n)
+{
+	n->name[0] = 't';
+	n->name[1] = 's';
+	n->output = output4;
+	n->output_ip6 = output6;
+	n->mtu = (u16_t)the_stack->txbuf_size;
+	n->flags = NETIF_FLAG_LINK_UP | NETIF_FLAG_UP;
+	return ERR_OK;
+}
+
+/* ---- sessions ------------------------------------------------------------------------------- */
+
+static void session_end(void *arg)
+{
+	struct lwip_stack *st = arg;
+	budget_tcp_release(st->env.budget);
+	check_timer(st);
+}
+
+void lwip_stack_session_end(struct netstack *ns)
+{
+	session_end(as_lw(ns));
+}
+
+/* On the loop, outside lwIP's call stack: hand queued accepted connections to the dispatcher
+ * (which may abort the stream at once, e.g. a reject route: never inside an lwIP callback). */
+static void on_accepted(evutil_socket_t fd, short what, void *arg)
+{
+	struct lwip_stack *st = arg;
+	struct pending *q = st->pending;
+
+	(void)fd;
+	(void)what;
+	st->pending = NULL;
+	st->pending_tail = &st->pending;
+	while (q) {
+		struct pending *next = q->next;
+		ctr_inc(&st->ctr.accepted);
+		if (st->accept_hook)
+			st->accept_hook(st->accept_arg, &q->key, q->s);
+		else
+			dispatch_tcp(st->env.dispatcher, &q->key, q->s, session_end, st);
+		free(q);
+		q = next;
+	}
+	check_timer(st);
+}
+
+static void pcb_key(const struct tcp_pcb *pcb, struct flow_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	k->proto = IPPROTO_TCP;
+	if (IP_IS_V6(&pcb->local_ip)) {
+		k->family = 6;
+		memcpy(k->src, ip_2_ip6(&pcb->remote_ip)->addr, 16);
+		memcpy(k->dst, ip_2_ip6(&pcb->local_ip)->addr, 16);
+	} else {
+		k->family = 4;
+		memcpy(k->src, &ip_2_ip4(&pcb->remote_ip)->addr, 4);
+		memcpy(k->dst, &ip_2_ip4(&pcb->local_ip)->addr, 4);
+	}
+	/* The accepted pcb's local address and port are the original destination. */
+	k->sport_be = htons(pcb->remote_port);
+	k->dport_be = htons(pcb->local_port);
+}
+
+/* Inside tcp_input. Refusals abort the new pcb (a RST to the app) and return ERR_ABRT, as lwIP
+ * requires after tcp_abort in a callback. */
+static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
+{
+	struct lwip_stack *st = arg;
+	struct lwip_stream_hooks h = { .pcbs_changed = pcbs_changed, .arg = st };
+	struct pending *q;
+
+	if (err != ERR_OK || !pcb)
+		return ERR_VAL;
+	tcp_backlog_accepted(pcb);
+	if (budget_tcp_acquire(st->env.budget) != 0) {
+		ctr_inc(&st->ctr.admission_refused);
+		tcp_abort(pcb);
+		return ERR_ABRT;
+	}
+	q = calloc(1, sizeof(*q));
+	if (!q || lwip_stream_new(st->env.base, pcb, &h, &q->s) != 0) {
+		free(q);
+		budget_tcp_release(st->env.budget);
+		ctr_inc(&st->ctr.session_setup_failed);
+		tcp_abort(pcb);
+		return ERR_ABRT;
+	}
+	pcb_key(pcb, &q->key);
+	*st->pending_tail = q;
+	st->pending_tail = &q->next;
+	event_active(st->accept_ev, EV_TIMEOUT, 0);
+	return ERR_OK;
+}
+
+/* ---- input ------------------------------------------------------------------------------------ */
+
+static bool is_own(const struct lwip_stack *st, const struct pkt_view *v, const uint8_t *a)
+{
+	const struct ts_config *cfg = st->env.cfg;
+	return netaddr_roles_is_ours(v->family == 4 ? &cfg->roles4 : &cfg->roles6, a);
+}
+
+static bool is_gateway(const struct lwip_stack *st, const struct pkt_view *v)
+{
+	const struct ts_config *cfg = st->env.cfg;
+	const struct netaddr_roles *r = v->family == 4 ? &cfg->roles4 : &cfg->roles6;
+	return memcmp(pkt_dst(v), r->gateway.a, v->family == 4 ? 4 : 16) == 0;
+}
+
+static enum driver_verdict drop(ctr_t *c)
+{
+	ctr_inc(c);
+	return DRIVER_DONE;
+}
+
+/* Copy the segment into p. IPv6 extension headers (already walked and accepted by our parser)
+ * are left out, so lwIP never re-parses them and never answers one with an ICMPv6 error. */
+static void copy_segment(const struct pkt_view *v, struct pbuf *p)
+{
+	uint8_t *d = p->payload;
+
+	if (v->family == 6 && v->l3_len != 40) {
+		memcpy(d, v->ip, 40);
+		d[4] = (uint8_t)(v->l4_len >> 8);
+		d[5] = (uint8_t)v->l4_len;
+		d[6] = IPPROTO_TCP;
+		memcpy(d + 40, v->l4, v->l4_len);
+		return;
+	}
+	memcpy(d, v->ip, v->len);
+}
+
+/* Only TCP reaches lwIP: copied into a pbuf (lwIP may keep it: out-of-order queue) and fed to
+ * ip_input, which calls our hook, then tcp_input. */
+static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v, size_t *out_len,
+				  bool *plain)
+{
+	struct pbuf *p;
+	uint32_t len = v->family == 6 ? 40 + v->l4_len : v->len;
+
+	if (is_own(st, v, pkt_dst(v)))
+		return drop(&st->ctr.drop_own_address);
+	/* Admission is decided at the SYN, as the system stack's app sees it: lwIP would
+	 * complete the handshake before its accept callback could refuse. The permit itself is
+	 * taken at accept (a handshake that never completes holds none). */
+	if ((v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN &&
+	    !budget_tcp_would_admit(st->env.budget)) {
+		ctr_inc(&st->ctr.admission_refused);
+		*out_len = rewrite_tcp_rst(v);
+		*plain = true;
+		return DRIVER_WRITE;
+	}
+	if (len > 0xffff)
+		return drop(&st->ctr.drop_parse[PKT_V6_BAD_PAYLEN]);
+	p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
+	if (!p)
+		return drop(&st->ctr.drop_nomem);
+	copy_segment(v, p);
+	ctr_inc(&st->ctr.to_lwip);
+	st->cur = v;
+	if (st->netif.input(p, &st->netif) != ERR_OK)
+		pbuf_free(p);
+	st->cur = NULL;
+	return DRIVER_DONE;
+}
+
+static enum driver_verdict lw_input(struct netstack *ns, uint8_t *buf, size_t len,
+				    const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
+				    bool *plain)
+{
+	struct lwip_stack *st = as_lw(ns);
+	struct pkt_view v;
+	enum pkt_reason r;
+
+	(void)meta;
+	(void)now_ns;
+	ctr_inc(&st->ctr.rx_packets);
+	if ((r = pkt_parse(&v, buf, len)) != PKT_OK)
+		return drop(&st->ctr.drop_parse[r]);
+	if (v.family == 6 && !st->has6)
+		return drop(&st->ctr.drop_family);
+	switch (v.proto) {
+	case IPPROTO_TCP:
+		return tcp_in(st, &v, out_len, plain);
+	case IPPROTO_UDP:
+		if (is_own(st, &v, pkt_dst(&v)) &&
+		    !(st->env.cfg->dns.hijack && v.dport_be == htons(53)))
+			return drop(&st->ctr.drop_own_address);
+		ctr_inc(&st->ctr.udp);
+		return DRIVER_UDP;
+	case IPPROTO_ICMP:
+	case IPPROTO_ICMPV6:
+		/* lwIP never answers pings (LWIP_ICMP=0, and it never sees ICMP): echo to the
+		 * gateway is answered here, as the system stack does; everything else dropped. */
+		if ((v.proto == IPPROTO_ICMP) != (v.family == 4))
+			return drop(&st->ctr.drop_proto);
+		if (v.l4[0] != (v.family == 4 ? 8 : 128) || v.l4[1] != 0 || !is_gateway(st, &v))
+			return drop(&st->ctr.drop_icmp);
+		ctr_inc(&st->ctr.icmp_echo_reply);
+		*out_len = rewrite_icmp_echo_reply(&v);
+		*plain = true;
+		return DRIVER_WRITE;
+	default:
+		return drop(&st->ctr.drop_proto);
+	}
+}
+
+static void lw_batch_end(struct netstack *ns, int64_t now_ns)
+{
+	(void)now_ns;
+	check_timer(as_lw(ns));
+}
+
+/* ---- start / stop ----------------------------------------------------------------------------- */
+
+static int netif_start(struct lwip_stack *st)
+{
+	const struct ts_config *cfg = st->env.cfg;
+	ip4_addr_t addr, mask, gw;
+
+	/* Any non-zero address with mask 0: the hook rewrites it per packet anyway. */
+	memcpy(&addr.addr, cfg->roles4.gateway.a, 4);
+	ip4_addr_set_zero(&mask);
+	ip4_addr_set_zero(&gw);
+	if (!netif_add(&st->netif, &addr, &mask, &gw, NULL, netif_setup, ip_input))
+		return -ENOMEM;
+	NETIF_SET_CHECKSUM_CTRL(&st->netif, NETIF_CHECKSUM_ENABLE_ALL);
+	netif_set_default(&st->netif);
+	netif_set_link_up(&st->netif);
+	netif_set_up(&st->netif);
+	if (st->has6) {
+		ip6_addr_t a;
+		memcpy(a.addr, cfg->roles6.gateway.a, 16);
+		ip6_addr_assign_zone(&a, IP6_UNICAST, &st->netif);
+		netif_ip6_addr_set(&st->netif, 0, &a);
+		netif_ip6_addr_set_state(&st->netif, 0, IP6_ADDR_PREFERRED);
+	}
+	return 0;
+}
+
+/* The catch-all listener: any address (v4 and v6), its port set per SYN by the hook. */
+static int listener_start(struct lwip_stack *st)
+{
+	struct tcp_pcb *pcb = tcp_new_ip_type(IPADDR_TYPE_ANY);
+	err_t e;
+
+	if (!pcb)
+		return -ENOMEM;
+	if (tcp_bind(pcb, IP_ANY_TYPE, 0) != ERR_OK) {
+		tcp_abort(pcb);
+		return -EADDRINUSE;
+	}
+	st->listener = tcp_listen_with_backlog_and_err(pcb, 0xff, &e);
+	if (!st->listener) {
+		tcp_abort(pcb);
+		return -ENOMEM;
+	}
+	tcp_arg(st->listener, st);
+	tcp_accept(st->listener, on_accept);
+	return 0;
+}
+
+static void lw_free(struct netstack *ns);
+
+static int lw_start(const struct netstack_env *env, struct netstack **out, char *err,
+		    size_t errlen)
+{
+	struct lwip_stack *st;
+	int ret = -ENOMEM;
+
+	if (the_stack) {
+		snprintf(err, errlen, "lwip stack: lwIP keeps process-global state; only one lwIP "
+				      "stack can run in a process");
+		return -EBUSY;
+	}
+	if (env->cfg->tun.queues > 1) {
+		snprintf(err, errlen, "lwip stack: tun.queues must be 1 (lwIP is single-threaded)");
+		return -EINVAL;
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	st->env = *env;
+	st->has6 = env->cfg->tun.has_addr6;
+	st->pending_tail = &st->pending;
+	st->txbuf_size = env->cfg->tun.mtu;
+	the_stack = st;
+	ts_lwip_set_budget(env->budget);
+	if (!lwip_initialised) {
+		lwip_init();
+		lwip_initialised = true;
+	}
+	st->txbuf = budget_malloc(env->budget, st->txbuf_size);
+	st->tmr_ev = evtimer_new(env->base, on_tmr, st);
+	st->accept_ev = event_new(env->base, -1, 0, on_accepted, st);
+	if (!st->txbuf || !st->tmr_ev || !st->accept_ev)
+		goto fail;
+	if ((ret = netif_start(st)) != 0 || (ret = listener_start(st)) != 0)
+		goto fail;
+	*out = (struct netstack *)st;
+	return 0;
+fail:
+	snprintf(err, errlen, "lwip stack: start: %s", strerror(-ret));
+	lw_free((struct netstack *)st);
+	return ret;
+}
+
+static void lw_stop(struct netstack *ns)
+{
+	struct lwip_stack *st = as_lw(ns);
+
+	if (st->listener) {
+		tcp_arg(st->listener, NULL);
+		tcp_accept(st->listener, NULL);
+		tcp_close(st->listener);
+		st->listener = NULL;
+	}
+}
+
+/* lwIP has no de-init: abort every remaining pcb (their streams are gone: the dispatcher ended
+ * every session before this, and each stream cleared its callbacks) and remove the netif, so a
+ * later start in the same process (tests) begins clean. */
+static void lw_free(struct netstack *ns)
+{
+	struct lwip_stack *st = as_lw(ns);
+
+	if (!st)
+		return;
+	lw_stop(ns);
+	while (st->pending) {
+		struct pending *q = st->pending;
+		st->pending = q->next;
+		q->s->ops->abort(q->s);
+		budget_tcp_release(st->env.budget);
+		free(q);
+	}
+	while (tcp_active_pcbs)
+		tcp_abort(tcp_active_pcbs);
+	while (tcp_tw_pcbs)
+		tcp_abort(tcp_tw_pcbs);
+	if (st->netif.input)
+		netif_remove(&st->netif);
+	if (st->tmr_ev)
+		event_free(st->tmr_ev);
+	if (st->accept_ev)
+		event_free(st->accept_ev);
+	budget_mfree(st->env.budget, st->txbuf);
+	the_stack = NULL;
+	ts_lwip_set_budget(NULL);
+	free(st);
+}
+
+void lwip_stack_set_accept_hook(struct netstack *ns, lwip_accept_fn fn, void *arg)
+{
+	as_lw(ns)->accept_hook = fn;
+	as_lw(ns)->accept_arg = arg;
+}
+
+/* ---- stats ------------------------------------------------------------------------------------ */
+
+static void lw_stats(struct netstack *ns, struct netstack_stats *o)
+{
+	struct lwip_stack *st = as_lw(ns);
+	const struct lwip_counters *c = &st->ctr;
+	uint64_t malformed = 0;
+
+	memset(o, 0, sizeof(*o));
+	for (int r = 1; r < PKT_REASON_MAX; r++)
+		malformed += ctr_get(&c->drop_parse[r]);
+	o->drops_fragment = ctr_get(&c->drop_parse[PKT_V4_FRAGMENT]) +
+			    ctr_get(&c->drop_parse[PKT_V6_FRAGMENT]);
+	o->drops_esp = ctr_get(&c->drop_parse[PKT_V6_ESP]);
+	o->drops_malformed = malformed - o->drops_fragment - o->drops_esp +
+			     ctr_get(&c->drop_family);
+	o->drops_icmp = ctr_get(&c->drop_icmp);
+	o->drops_own_address = ctr_get(&c->drop_own_address);
+	o->admission_refused = ctr_get(&c->admission_refused);
+	o->accepted = ctr_get(&c->accepted);
+	o->stack_bytes = ts_lwip_mem_bytes();
+}
+
+static void lw_counters(struct netstack *ns,
+			void (*fn)(void *arg, const char *name, uint64_t value), void *arg)
+{
+	struct lwip_stack *st = as_lw(ns);
+	char name[64];
+#define LWIP_CTR_VISIT(n) fn(arg, #n, ctr_get(&st->ctr.n));
+	LWIP_COUNTERS(LWIP_CTR_VISIT)
+#undef LWIP_CTR_VISIT
+	for (int r = 1; r < PKT_REASON_MAX; r++) {
+		snprintf(name, sizeof(name), "drop_parse_%s", pkt_reason_name((enum pkt_reason)r));
+		fn(arg, name, ctr_get(&st->ctr.drop_parse[r]));
+	}
+	fn(arg, "lwip_mem_bytes", ts_lwip_mem_bytes());
+}
+
+const struct netstack_ops lwip_stack_ops = {
+	.name = "lwip",
+	.start = lw_start,
+	.stop = lw_stop,
+	.free = lw_free,
+	.input = lw_input,
+	.batch_end = lw_batch_end,
+	.stats = lw_stats,
+	.counters = lw_counters,
+};

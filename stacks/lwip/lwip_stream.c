@@ -1,0 +1,478 @@
+/* lwip_stream.c — a struct stream over an lwIP tcp_pcb (contracts in lwip_stream.h).
+ *
+ * lwIP's callbacks record state and activate one libevent event; the owner's callbacks run
+ * from that event. The receive queue is a list of the pbufs lwIP handed over, linked through
+ * ->next like one pbuf chain, but without maintaining tot_len (a u16: the queue holds up to
+ * TCP_WND = 256 KiB); consumed pbufs are unlinked and freed one by one, the way lwIP's own
+ * pbuf_free_header() does. Every length handed to lwIP is chunked to u16 (BRIEF).
+ */
+#include "stacks/lwip/lwip_stream.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "dispatch/stream.h"
+
+#include "lwip/pbuf.h"
+#include "lwip/tcp.h"
+
+struct lwip_stream {
+	struct stream s;            /* first: struct stream * converts to struct lwip_stream * */
+	struct tcp_pcb *pcb;        /* NULL once lwIP freed it (err callback) or we released it */
+	struct event *ev;           /* deferred notifications, one per stream */
+	struct lwip_stream_hooks hooks;
+	struct pbuf *head, *tail;   /* received, not yet read; tail is the last pbuf */
+	size_t off;                 /* bytes of head already copied out */
+	size_t queued;              /* unread bytes in the queue */
+	int err;                    /* -errno lwIP reported; read/write return it */
+	bool err_told;              /* the error callback ran */
+	bool eof;                   /* the peer's FIN arrived (it follows the queued bytes) */
+	bool wr_shut;               /* shutdown_write done */
+	bool wr_blocked;            /* write() found no room: wait for tcp_sent */
+	bool want_rd, want_wr;
+	bool *gone;                 /* while on_notify runs: set when the stream is freed */
+};
+
+static struct lwip_stream *ls_of(struct stream *s)
+{
+	return (struct lwip_stream *)s;
+}
+
+static void pcbs_changed(const struct lwip_stream *ls)
+{
+	if (ls->hooks.pcbs_changed)
+		ls->hooks.pcbs_changed(ls->hooks.arg);
+}
+
+/* ---- the receive queue --------------------------------------------------------------------- */
+
+/* Take ownership of the chain p (its tot_len, <= 64 KiB, is valid on arrival). */
+static void queue_append(struct lwip_stream *ls, struct pbuf *p)
+{
+	struct pbuf *last = p;
+
+	while (last->next)
+		last = last->next;
+	if (ls->tail)
+		ls->tail->next = p; /* the link owns p's reference, as in pbuf_cat */
+	else
+		ls->head = p;
+	ls->tail = last;
+	ls->queued += p->tot_len;
+}
+
+/* Unlink and free the head pbuf: its ->next link's reference passes to ls->head. */
+static void queue_pop(struct lwip_stream *ls)
+{
+	struct pbuf *q = ls->head;
+
+	ls->head = q->next;
+	if (!ls->head)
+		ls->tail = NULL;
+	ls->off = 0;
+	q->next = NULL;
+	pbuf_free(q);
+}
+
+static void queue_drop(struct lwip_stream *ls)
+{
+	while (ls->head)
+		queue_pop(ls);
+	ls->queued = 0;
+}
+
+/* Copy up to n queued bytes into buf, freeing what is consumed. Returns the bytes copied. */
+static size_t queue_take(struct lwip_stream *ls, uint8_t *buf, size_t n)
+{
+	size_t done = 0;
+
+	while (done < n && ls->head) {
+		struct pbuf *q = ls->head;
+		size_t c = q->len - ls->off; /* zero-length pbufs in a chain are just popped */
+
+		if (c > n - done)
+			c = n - done;
+		memcpy(buf + done, (const uint8_t *)q->payload + ls->off, c);
+		done += c;
+		ls->off += c;
+		if (ls->off == q->len)
+			queue_pop(ls);
+	}
+	ls->queued -= done;
+	return done;
+}
+
+/* ---- readiness and notification ----------------------------------------------------------- */
+
+/* read() would return something other than -EAGAIN. */
+static bool can_read(const struct lwip_stream *ls)
+{
+	return ls->queued > 0 || ls->eof || ls->err;
+}
+
+/* write() would accept a byte or fail. snd_buf is read directly: tcp_sndbuf() caps at 0xFFFF. */
+static bool can_write(const struct lwip_stream *ls)
+{
+	if (ls->err || !ls->pcb || ls->wr_shut)
+		return true;
+	return !ls->wr_blocked && ls->pcb->snd_buf > 0 &&
+	       ls->pcb->snd_queuelen < TCP_SND_QUEUELEN;
+}
+
+static bool due(const struct lwip_stream *ls)
+{
+	const struct stream *s = &ls->s;
+
+	return (ls->err && !ls->err_told && s->cb.error) ||
+	       (ls->want_rd && s->cb.readable && can_read(ls)) ||
+	       (ls->want_wr && s->cb.writable && can_write(ls));
+}
+
+/* From lwIP callbacks and ops: run on_notify from the loop, in this iteration's active pass
+ * (never inside the caller). While on_notify itself runs, it re-checks when the owner returns. */
+static void notify(struct lwip_stream *ls, short what)
+{
+	if (!ls->gone && due(ls))
+		event_active(ls->ev, what, 0);
+}
+
+/* Each owner callback may free the stream: `gone` (on this stack frame) says so. */
+static void on_notify(evutil_socket_t fd, short what, void *arg)
+{
+	static const struct timeval next_iteration = { 0, 0 };
+	struct lwip_stream *ls = arg;
+	struct stream *s = &ls->s;
+	bool gone = false;
+
+	ls->gone = &gone;
+	if (ls->err && !ls->err_told && s->cb.error) {
+		ls->err_told = true;
+		s->cb.error(s->cb_arg, ls->err);
+		if (gone)
+			return;
+	}
+	if (ls->want_rd && s->cb.readable && can_read(ls)) {
+		s->cb.readable(s->cb_arg);
+		if (gone)
+			return;
+	}
+	if (ls->want_wr && s->cb.writable && can_write(ls)) {
+		s->cb.writable(s->cb_arg);
+		if (gone)
+			return;
+	}
+	ls->gone = NULL;
+	/* Level-triggered, but at most once per loop iteration: a zero timeout runs after the
+	 * next poll, so TUN input and other streams get their turn first. */
+	if (due(ls))
+		event_add(ls->ev, &next_iteration);
+}
+
+/* ---- the pcb -------------------------------------------------------------------------------- */
+
+/* After this lwIP never calls into the stream again. */
+static void detach(struct tcp_pcb *pcb)
+{
+	tcp_arg(pcb, NULL);
+	tcp_recv(pcb, NULL);
+	tcp_sent(pcb, NULL);
+	tcp_err(pcb, NULL);
+}
+
+/* Tell lwIP that n more bytes were taken. tcp_recved takes a u16. */
+static void recved(struct tcp_pcb *pcb, size_t n)
+{
+	while (n > 0) {
+		u16_t c = n > 0xFFFF ? 0xFFFF : (u16_t)n;
+
+		tcp_recved(pcb, c);
+		n -= c;
+	}
+}
+
+/* Both FINs are exchanged (eof and wr_shut): hand the pcb to lwIP for the rest of the close
+ * handshake. Needed because lwIP frees a TIME_WAIT pcb silently, with no callback (tcp_slowtmr
+ * after 2 * TCP_MSL, tcp_kill_timewait), so no stream may hold one. The peer sends nothing
+ * more: the unread queue stays ours to read, and counting it as taken makes tcp_close see a
+ * full window (no RST) even in CLOSE_WAIT (a FIN that tcp_shutdown could only mark pending).
+ * In CLOSING, LAST_ACK and TIME_WAIT tcp_close only marks the pcb closed, never frees it nor
+ * fails: safe inside lwIP's callbacks too. */
+static void release(struct lwip_stream *ls)
+{
+	struct tcp_pcb *pcb = ls->pcb;
+
+	detach(pcb);
+	recved(pcb, ls->queued);
+	(void)tcp_close(pcb); /* fails only with ERR_MEM in ESTABLISHED: not reachable here */
+	ls->pcb = NULL;
+}
+
+/* ---- lwIP callbacks (inside tcp_input / tcp_tmr: record and defer only) --------------------- */
+
+static int errno_of(err_t e)
+{
+	switch (e) {
+	case ERR_RST:
+		return -ECONNRESET;
+	case ERR_ABRT:
+		return -ECONNABORTED;
+	case ERR_MEM:
+	case ERR_BUF:
+		return -ENOBUFS;
+	case ERR_CONN:
+	case ERR_CLSD:
+		return -ENOTCONN;
+	default:
+		return -EIO;
+	}
+}
+
+static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err)
+{
+	struct lwip_stream *ls = arg;
+
+	/* close/abort clear the callbacks before releasing the pcb: never called after. */
+	assert(ls && ls->pcb == pcb);
+	if (err != ERR_OK || ls->err) {
+		/* lwIP 2.1.3 always passes ERR_OK; anything else is a failure of the pcb. */
+		if (p)
+			pbuf_free(p);
+		if (!ls->err)
+			ls->err = errno_of(err);
+		queue_drop(ls);
+		notify(ls, EV_READ | EV_WRITE);
+		return ERR_OK;
+	}
+	if (p) {
+		queue_append(ls, p); /* no tcp_recved here: the window opens in read() */
+	} else {
+		ls->eof = true;
+		if (ls->wr_shut)
+			release(ls); /* CLOSING or TIME_WAIT now */
+	}
+	notify(ls, EV_READ);
+	return ERR_OK; /* never refused: lwIP keeps no refused_data for us */
+}
+
+static err_t on_sent(void *arg, struct tcp_pcb *pcb, u16_t len)
+{
+	struct lwip_stream *ls = arg;
+
+	assert(ls && ls->pcb == pcb);
+	ls->wr_blocked = false;
+	notify(ls, EV_WRITE);
+	return ERR_OK;
+}
+
+/* lwIP has already freed the pcb. */
+static void on_err(void *arg, err_t err)
+{
+	struct lwip_stream *ls = arg;
+
+	assert(ls && ls->pcb);
+	ls->pcb = NULL;
+	if (err == ERR_CLSD) {
+		/* LAST_ACK completed on a pcb we still held: a clean end, not an error. release()
+		 * hands the pcb over before that, so this is only a safety net. */
+		ls->eof = true;
+		notify(ls, EV_READ | EV_WRITE);
+		return;
+	}
+	ls->err = errno_of(err);
+	queue_drop(ls);
+	notify(ls, EV_READ | EV_WRITE);
+}
+
+/* ---- ops ------------------------------------------------------------------------------------ */
+
+static ssize_t ls_read(struct stream *s, void *buf, size_t n)
+{
+	struct lwip_stream *ls = ls_of(s);
+	size_t got;
+
+	if (ls->err)
+		return ls->err;
+	if (ls->queued == 0)
+		return ls->eof ? 0 : -EAGAIN;
+	got = queue_take(ls, buf, n);
+	if (ls->pcb) {
+		recved(ls->pcb, got); /* the window opens only as the owner takes bytes */
+		pcbs_changed(ls);     /* a delayed window update needs lwIP's timer */
+	}
+	return (ssize_t)got;
+}
+
+/* One tcp_write of up to c bytes, halving on ERR_MEM while that may help: the segment queue
+ * (TCP_SND_QUEUELEN) can refuse a 64 KiB chunk yet take an MSS. Returns bytes queued or err. */
+static err_t write_chunk(struct tcp_pcb *pcb, const uint8_t *buf, u16_t c, u8_t more,
+			 u16_t *queued)
+{
+	err_t e;
+
+	for (;;) {
+		e = tcp_write(pcb, buf, c, TCP_WRITE_FLAG_COPY | more);
+		if (e != ERR_MEM || c <= TCP_MSS)
+			break;
+		c /= 2;
+		more = TCP_WRITE_FLAG_MORE;
+	}
+	*queued = e == ERR_OK ? c : 0;
+	return e;
+}
+
+/* Queue up to n bytes, never more than the free send buffer; u16 chunks (tcp_write's len). */
+static ssize_t ls_write(struct stream *s, const void *buf, size_t n)
+{
+	struct lwip_stream *ls = ls_of(s);
+	struct tcp_pcb *pcb = ls->pcb;
+	size_t room, done = 0;
+	err_t e = ERR_OK;
+
+	if (ls->err)
+		return ls->err;
+	if (ls->wr_shut || !pcb)
+		return -EPIPE;
+	room = pcb->snd_buf;
+	if (n > room)
+		n = room;
+	while (done < n) {
+		size_t left = n - done;
+		u16_t c = left > 0xFFFF ? 0xFFFF : (u16_t)left, got;
+
+		e = write_chunk(pcb, (const uint8_t *)buf + done, c,
+				left > c ? TCP_WRITE_FLAG_MORE : 0, &got);
+		done += got;
+		if (e != ERR_OK || got < c)
+			break;
+	}
+	if (done > 0) {
+		tcp_output(pcb); /* a failure here is retried by lwIP's timer */
+		pcbs_changed(ls);
+		return (ssize_t)done;
+	}
+	if (e != ERR_OK && e != ERR_MEM)
+		return errno_of(e);
+	/* Nothing fit: tcp_sent will make us writable, if anything of ours is in flight. */
+	if (e == ERR_MEM && !pcb->unsent && !pcb->unacked)
+		return -ENOBUFS;
+	ls->wr_blocked = true;
+	return -EAGAIN;
+}
+
+static int ls_shutdown_write(struct stream *s)
+{
+	struct lwip_stream *ls = ls_of(s);
+	err_t e;
+
+	if (ls->err)
+		return ls->err;
+	if (ls->wr_shut)
+		return 0;
+	if (!ls->pcb)
+		return -ENOTCONN;
+	e = tcp_shutdown(ls->pcb, 0, 1);
+	if (e != ERR_OK)
+		return errno_of(e);
+	ls->wr_shut = true;
+	if (ls->eof)
+		release(ls); /* LAST_ACK (or CLOSE_WAIT with the FIN pending) */
+	pcbs_changed(ls); /* the FIN is retransmitted by lwIP's timer */
+	return 0;
+}
+
+static void ls_set_interest(struct stream *s, bool read, bool write)
+{
+	struct lwip_stream *ls = ls_of(s);
+
+	ls->want_rd = read;
+	ls->want_wr = write;
+	notify(ls, (read ? EV_READ : 0) | (write ? EV_WRITE : 0));
+}
+
+static int ls_fd(const struct stream *s)
+{
+	return -1;
+}
+
+static void destroy(struct lwip_stream *ls)
+{
+	queue_drop(ls);
+	event_free(ls->ev); /* also when pending or running: libevent allows it */
+	if (ls->gone)
+		*ls->gone = true;
+	free(ls);
+}
+
+static void ls_abort(struct stream *s)
+{
+	struct lwip_stream *ls = ls_of(s);
+
+	if (ls->pcb) {
+		detach(ls->pcb);
+		tcp_abort(ls->pcb); /* RST; frees the pcb */
+		ls->pcb = NULL;
+		pcbs_changed(ls);
+	}
+	destroy(ls);
+}
+
+static void ls_close(struct stream *s)
+{
+	struct lwip_stream *ls = ls_of(s);
+
+	if (ls->pcb) {
+		detach(ls->pcb);
+		/* FIN after the accepted bytes; lwIP owns the pcb from here. ERR_MEM is the only
+		 * failure: then the peer gets a RST rather than a pcb nobody will ever close. */
+		if (tcp_close(ls->pcb) != ERR_OK)
+			tcp_abort(ls->pcb);
+		ls->pcb = NULL;
+		pcbs_changed(ls);
+	}
+	destroy(ls);
+}
+
+static const struct stream_ops lwip_ops = {
+	.read = ls_read,
+	.write = ls_write,
+	.shutdown_write = ls_shutdown_write,
+	.set_interest = ls_set_interest,
+	.fd = ls_fd,
+	.abort = ls_abort,
+	.close = ls_close,
+};
+
+int lwip_stream_new(struct event_base *base, struct tcp_pcb *pcb,
+		    const struct lwip_stream_hooks *h, struct stream **out)
+{
+	struct lwip_stream *ls;
+
+	if (out)
+		*out = NULL;
+	if (!base || !pcb || !out)
+		return -EINVAL;
+	ls = calloc(1, sizeof(*ls));
+	if (!ls)
+		return -ENOMEM;
+	ls->ev = event_new(base, -1, 0, on_notify, ls);
+	if (!ls->ev) {
+		free(ls);
+		return -ENOMEM;
+	}
+	ls->s.ops = &lwip_ops;
+	ls->pcb = pcb;
+	if (h)
+		ls->hooks = *h;
+	tcp_arg(pcb, ls);
+	tcp_recv(pcb, on_recv);
+	tcp_sent(pcb, on_sent);
+	tcp_err(pcb, on_err);
+	tcp_nagle_disable(pcb);
+	*out = &ls->s;
+	return 0;
+}
