@@ -348,3 +348,24 @@ void netaddr_roles_nat(const struct netaddr_roles *r, uint32_t k, struct netaddr
 	(void)add_small(r->gw_hi, r->gw_lo, (uint64_t)k + 1, &hi, &lo);
 	from_u128(r->family, hi, lo, out);
 }
+
+unsigned netaddr_sockaddr(int family, const uint8_t *addr, uint16_t port_be,
+			  struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (family == 4) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+		sin->sin_family = AF_INET;
+		sin->sin_port = port_be;
+		memcpy(&sin->sin_addr, addr, 4);
+		return sizeof(*sin);
+	}
+	if (family == 6) {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = port_be;
+		memcpy(&sin6->sin6_addr, addr, 16);
+		return sizeof(*sin6);
+	}
+	return 0;
+}

@@ -139,4 +139,10 @@ static inline bool netaddr_roles_is_ours(const struct netaddr_roles *r, const ui
 	return netaddr_roles_classify(r, addr, NULL) != NETADDR_ROLE_NONE;
 }
 
+struct sockaddr_storage;
+/* Fill ss with family's address (4 or 16 bytes at addr) and port (network order); returns the
+ * sockaddr length, or 0 for an unknown family. */
+unsigned netaddr_sockaddr(int family, const uint8_t *addr, uint16_t port_be,
+			  struct sockaddr_storage *ss);
+
 #endif

@@ -158,24 +158,6 @@ static void gauge_dec(ctr_t *c)
 
 /* ---- addresses ---------------------------------------------------------------------------- */
 
-static socklen_t to_sockaddr(uint8_t family, const uint8_t *addr, uint16_t port_be,
-			     struct sockaddr_storage *ss)
-{
-	memset(ss, 0, sizeof(*ss));
-	if (family == 4) {
-		struct sockaddr_in *sin = (struct sockaddr_in *)ss;
-		sin->sin_family = AF_INET;
-		sin->sin_port = port_be;
-		memcpy(&sin->sin_addr, addr, 4);
-		return sizeof(*sin);
-	}
-	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
-	sin6->sin6_family = AF_INET6;
-	sin6->sin6_port = port_be;
-	memcpy(&sin6->sin6_addr, addr, 16);
-	return sizeof(*sin6);
-}
-
 /* Family (4/6, 0 if neither), address (flow_key layout) and port of a recvfrom peer. */
 static uint8_t from_sockaddr(const struct sockaddr_storage *ss, uint8_t addr[16],
 			     uint16_t *port_be)
@@ -810,7 +792,7 @@ static int pick_target(struct udp_path *up, struct udp_session *s, const struct 
 		t->dns = false;
 		t->ob = route_for(up, s, v);
 		t->family = v->family;
-		t->tolen = to_sockaddr(v->family, v->dst, v->dport_be, &t->to);
+		t->tolen = (socklen_t)netaddr_sockaddr(v->family, v->dst, v->dport_be, &t->to);
 	}
 	switch (cfg->outbounds[t->ob].type) {
 	case TS_OUT_DIRECT:
@@ -929,8 +911,9 @@ int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct bu
 	TAILQ_INIT(&up->down_list);
 	path_seed(up);
 	if (cfg->dns.has_upstream)
-		up->dns_salen = to_sockaddr(cfg->dns.upstream.addr.family, cfg->dns.upstream.addr.a,
-					    htons(cfg->dns.upstream.port), &up->dns_sa);
+		up->dns_salen = (socklen_t)netaddr_sockaddr(
+			cfg->dns.upstream.addr.family, cfg->dns.upstream.addr.a,
+			htons(cfg->dns.upstream.port), &up->dns_sa);
 	ret = path_alloc(up);
 	if (ret != 0) {
 		udp_path_free(up);

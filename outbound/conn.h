@@ -57,8 +57,6 @@ int obc_sock_error(int fd);
 
 /* sockaddr for a 4/16-byte network-order address and a port in NETWORK byte order. Returns
  * the length, or 0 for a family other than 4 or 6. */
-socklen_t obc_sockaddr(int family, const uint8_t *addr, uint16_t port_be,
-		       struct sockaddr_storage *ss);
 
 static inline struct timeval obc_timeval(uint32_t ms)
 {

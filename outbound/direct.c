@@ -9,6 +9,7 @@
 
 #include <event2/event.h>
 
+#include "core/netaddr.h"
 #include "outbound/conn.h"
 
 static void on_writable(evutil_socket_t fd, short what, void *arg)
@@ -30,7 +31,7 @@ int direct_start(struct outbound_conn *c, const struct ts_outbound *ob,
 	socklen_t len;
 	int ret, cerr;
 
-	len = obc_sockaddr(key->family, key->dst, key->dport_be, &ss);
+	len = (socklen_t)netaddr_sockaddr(key->family, key->dst, key->dport_be, &ss);
 	if (len == 0)
 		return -EAFNOSUPPORT;
 	if ((ret = obc_connect(c, ob, (const struct sockaddr *)&ss, len, &cerr)) != 0)

@@ -46,27 +46,6 @@ fail:
 	return ret;
 }
 
-socklen_t obc_sockaddr(int family, const uint8_t *addr, uint16_t port_be,
-		       struct sockaddr_storage *ss)
-{
-	memset(ss, 0, sizeof(*ss));
-	if (family == 4) {
-		struct sockaddr_in *sin = (struct sockaddr_in *)ss;
-		sin->sin_family = AF_INET;
-		sin->sin_port = port_be;
-		memcpy(&sin->sin_addr, addr, 4);
-		return sizeof(*sin);
-	}
-	if (family == 6) {
-		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
-		sin6->sin6_family = AF_INET6;
-		sin6->sin6_port = port_be;
-		memcpy(&sin6->sin6_addr, addr, 16);
-		return sizeof(*sin6);
-	}
-	return 0;
-}
-
 int obc_sock_error(int fd)
 {
 	int err = 0;

@@ -22,6 +22,7 @@
 
 #include <event2/event.h>
 
+#include "core/netaddr.h"
 #include "outbound/conn.h"
 #include "outbound/socks5_codec.h"
 
@@ -64,7 +65,7 @@ static int server_sockaddr(const struct ts_hostport *hp, struct sockaddr_storage
 	int rc;
 
 	if (hp->is_addr) {
-		*len = obc_sockaddr(hp->addr.family, hp->addr.a, port_be, ss);
+		*len = (socklen_t)netaddr_sockaddr(hp->addr.family, hp->addr.a, port_be, ss);
 		return *len ? 0 : -EAFNOSUPPORT;
 	}
 	rc = getaddrinfo(hp->host, NULL, &hints, &res);

@@ -19,3 +19,14 @@ const struct netstack_ops *netstack_lookup(const char *name)
 			return stacks[i];
 	return NULL;
 }
+
+void netstack_parse_drops(const ctr_t drops[PKT_REASON_MAX], struct netstack_stats *o)
+{
+	uint64_t all = 0;
+
+	for (int r = 1; r < PKT_REASON_MAX; r++)
+		all += ctr_get(&drops[r]);
+	o->drops_fragment = ctr_get(&drops[PKT_V4_FRAGMENT]) + ctr_get(&drops[PKT_V6_FRAGMENT]);
+	o->drops_esp = ctr_get(&drops[PKT_V6_ESP]);
+	o->drops_malformed = all - o->drops_fragment - o->drops_esp;
+}

@@ -12,8 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/counter.h"
 #include "core/driver.h"
 #include "core/flow.h"
+#include "core/pkt.h"
 
 struct event_base;
 struct ts_config;
@@ -71,6 +73,10 @@ struct netstack_ops {
 	void (*counters)(struct netstack *ns,
 			 void (*fn)(void *arg, const char *name, uint64_t value), void *arg);
 };
+
+/* The parse-drop figures of netstack_stats from a per-reason counter array (both stacks parse
+ * with core/pkt.c): fragments and ESP on their own, every other reason as malformed. */
+void netstack_parse_drops(const ctr_t drops[PKT_REASON_MAX], struct netstack_stats *o);
 
 /* The stack named name ("system", "lwip"), or NULL if this build has none by that name. */
 const struct netstack_ops *netstack_lookup(const char *name);

@@ -521,16 +521,10 @@ static void sys_stats(struct netstack *ns, struct netstack_stats *o)
 	struct sys_stack *st = as_sys(ns);
 	const struct sys_counters *c = &st->pctr;
 	struct nat_stats n;
-	uint64_t malformed = 0;
 
 	memset(o, 0, sizeof(*o));
-	for (int r = 1; r < PKT_REASON_MAX; r++)
-		malformed += ctr_get(&c->drop_parse[r]);
-	o->drops_fragment = ctr_get(&c->drop_parse[PKT_V4_FRAGMENT]) +
-			    ctr_get(&c->drop_parse[PKT_V6_FRAGMENT]);
-	o->drops_esp = ctr_get(&c->drop_parse[PKT_V6_ESP]);
-	o->drops_malformed = malformed - o->drops_fragment - o->drops_esp +
-			     ctr_get(&c->drop_bad_offload) + ctr_get(&c->drop_family);
+	netstack_parse_drops(c->drop_parse, o);
+	o->drops_malformed += ctr_get(&c->drop_bad_offload) + ctr_get(&c->drop_family);
 	o->drops_icmp = ctr_get(&c->drop_icmp);
 	o->drops_unmapped_downlink = ctr_get(&c->drop_downlink_no_mapping);
 	o->drops_own_address = ctr_get(&c->drop_own_address);
