@@ -208,7 +208,7 @@ static void release(struct lwip_stream *ls)
 
 	detach(pcb);
 	recved(pcb, ls->queued);
-	(void)tcp_close(pcb); /* fails only with ERR_MEM in ESTABLISHED: not reachable here */
+	(void)tcp_close(pcb); /* always ERR_OK in these states (a FIN it cannot send is pended) */
 	ls->pcb = NULL;
 }
 
@@ -427,8 +427,9 @@ static void ls_close(struct stream *s)
 
 	if (ls->pcb) {
 		detach(ls->pcb);
-		/* FIN after the accepted bytes; lwIP owns the pcb from here. ERR_MEM is the only
-		 * failure: then the peer gets a RST rather than a pcb nobody will ever close. */
+		/* FIN after the accepted bytes; lwIP owns the pcb from here. lwIP 2.1.3 pends a FIN
+		 * it cannot allocate and returns ERR_OK; should it ever fail, the peer gets a RST
+		 * rather than a pcb nobody will ever close. */
 		if (tcp_close(ls->pcb) != ERR_OK)
 			tcp_abort(ls->pcb);
 		ls->pcb = NULL;

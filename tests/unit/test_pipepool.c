@@ -12,21 +12,7 @@
 
 #include "core/budget.h"
 #include "dispatch/pipepool.h"
-
-/* Criterion's test processes exit without LeakSanitizer's final pass: run it after each test. */
-#if defined(__SANITIZE_ADDRESS__)
-#define TS_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TS_LSAN 1
-#endif
-#endif
-#ifdef TS_LSAN
-#include <sanitizer/lsan_interface.h>
-#define CHECK_LEAKS() cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "memory leaked")
-#else
-#define CHECK_LEAKS() ((void)0)
-#endif
+#include "testutil.h"
 
 static struct event_base *base;
 static struct budget *budget;

@@ -31,21 +31,6 @@
 #include "dispatch/stream.h"
 #include "testutil.h"
 
-/* Criterion's test processes exit without LeakSanitizer's final pass: run it after each test. */
-#if defined(__SANITIZE_ADDRESS__)
-#define TS_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TS_LSAN 1
-#endif
-#endif
-#ifdef TS_LSAN
-#include <sanitizer/lsan_interface.h>
-#define CHECK_LEAKS() cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "memory leaked")
-#else
-#define CHECK_LEAKS() ((void)0)
-#endif
-
 #define MIB (1u << 20)
 #define CHUNK (64u << 10)
 #define BUF_SIZE (64u << 10)

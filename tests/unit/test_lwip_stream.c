@@ -1,0 +1,877 @@
+/* test_lwip_stream.c — the lwIP stream (stacks/lwip/lwip_stream.c) over a real lwIP TCP
+ * connection, driven by hand-built packets.
+ *
+ *   test "app" ──packets──► lwip_stack_ops.input ──► lwIP ──accept hook──► struct stream
+ *        ▲                                                                     │
+ *        └────────── captured by env.tx (the fake TUN) ◄── lwIP output ◄───────┘
+ *
+ * The test plays the application behind the TUN: it sends SYN/ACK/data/FIN/RST segments to an
+ * arbitrary destination, parses what lwIP emits (sequence numbers, flags, advertised window)
+ * and acknowledges it. The stream's owner callbacks record what they see. lwIP is process-
+ * global; Criterion runs every test in its own process, so each starts with a fresh lwIP.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "core/budget.h"
+#include "core/config.h"
+#include "core/pkt.h"
+#include "dispatch/stream.h"
+#include "stacks/lwip/include/lwipopts.h" /* TCP_WND, TCP_MSS, TCP_SND_BUF, TCP_RCV_SCALE */
+#include "stacks/lwip/lwip_stack.h"
+#include "testutil.h"
+
+#define APP "198.18.0.1" /* apps send from the TUN's own address */
+#define APP_PORT 40000
+#define SRV "93.184.216.34" /* an arbitrary destination: lwIP accepts any */
+#define SRV_PORT 8443
+#define APP_ISN 1000u
+#define APP_WND 65535 /* the app's window (it scales by 0) */
+
+/* lwipopts.h's figures, typed (they are int constants there). */
+#define WND ((uint32_t)TCP_WND)
+#define SNDBUF ((size_t)TCP_SND_BUF)
+#define MSS ((size_t)TCP_MSS)
+
+/* ---- the fake TUN: every packet lwIP emits --------------------------------------------------- */
+
+struct cap {
+	uint8_t *pkt;
+	size_t len;
+};
+
+/* A parsed TCP segment from lwIP. */
+struct seg {
+	uint8_t flags;
+	uint32_t seq, ack;
+	uint32_t wnd; /* raw field */
+	const uint8_t *data;
+	size_t len;
+};
+
+/* The app's side of the one connection. */
+struct conn {
+	uint32_t snd_nxt; /* next sequence number the app sends */
+	uint32_t rcv_nxt; /* next sequence number expected from lwIP */
+	size_t seen;      /* captured packets already consumed by app_receive */
+};
+
+/* What the stream's owner callbacks saw. */
+struct owner {
+	int readable, writable, errors, last_err;
+	int inside_lwip;  /* callbacks that ran while lwIP was processing our input: must be 0 */
+	size_t read_per_cb; /* readable reads this many bytes (0: read nothing) */
+	uint8_t *sink;
+	size_t sunk, sink_cap;
+};
+
+static struct {
+	struct event_base *base;
+	struct ts_config cfg;
+	struct budget *budget;
+	struct netstack *ns;
+	struct cap *caps;
+	size_t ncaps, capcap;
+	struct stream *s;
+	struct flow_key key;
+	int accepted;
+	bool in_lwip;
+	struct owner o;
+	struct conn c;
+	uint64_t mem_base; /* lwIP bytes before the connection */
+	void *allocs[8];   /* test buffers, freed by teardown (a failed assert skips the test) */
+	size_t nallocs;
+} E;
+
+static void *test_alloc(size_t n)
+{
+	void *p = malloc(n);
+
+	cr_assert(p && E.nallocs < sizeof(E.allocs) / sizeof(E.allocs[0]));
+	E.allocs[E.nallocs++] = p;
+	return p;
+}
+
+static int tx_capture(void *arg, const uint8_t *pkt, size_t len)
+{
+	if (E.ncaps == E.capcap) {
+		E.capcap = E.capcap ? 2 * E.capcap : 256;
+		E.caps = realloc(E.caps, E.capcap * sizeof(*E.caps));
+		cr_assert(E.caps);
+	}
+	E.caps[E.ncaps].pkt = malloc(len);
+	cr_assert(E.caps[E.ncaps].pkt);
+	memcpy(E.caps[E.ncaps].pkt, pkt, len);
+	E.caps[E.ncaps].len = len;
+	E.ncaps++;
+	return 0;
+}
+
+static void seg_parse(size_t i, struct seg *sg)
+{
+	const uint8_t *p = E.caps[i].pkt;
+	struct tu_layout lo;
+
+	cr_assert(tu_layout(p, E.caps[i].len, &lo), "lwIP emitted a malformed packet");
+	cr_assert_eq(lo.proto, IPPROTO_TCP);
+	cr_assert(tu_verify_l4(p, lo.len), "lwIP's TCP checksum is wrong");
+	const uint8_t *t = p + lo.l3_len;
+	size_t doff = (size_t)(t[12] >> 4) * 4;
+	sg->seq = tu_get32(t + 4);
+	sg->ack = tu_get32(t + 8);
+	sg->flags = t[13];
+	sg->wnd = tu_get16(t + 14);
+	sg->data = t + doff;
+	sg->len = lo.l4_len - doff;
+}
+
+static struct seg last_seg(void)
+{
+	struct seg sg;
+
+	cr_assert(E.ncaps > 0, "lwIP emitted nothing");
+	seg_parse(E.ncaps - 1, &sg);
+	return sg;
+}
+
+/* ---- the app: inject segments ------------------------------------------------------------------ */
+
+static void inject_spec(const struct tu_spec *sp)
+{
+	static uint8_t buf[TU_PKT_MAX];
+	struct pkt_meta meta = { 0 };
+	size_t out_len = 0, len = tu_build(sp, buf, sizeof(buf));
+	bool plain = false;
+
+	E.in_lwip = true; /* lwIP's callbacks run in here; the owner's must not */
+	cr_assert_eq(lwip_stack_ops.input(E.ns, buf, len, &meta, 0, &out_len, &plain), DRIVER_DONE);
+	E.in_lwip = false;
+}
+
+static void inject(uint8_t flags, uint32_t seq, const void *data, size_t len)
+{
+	struct tu_spec sp;
+
+	tu_spec_tcp(&sp, APP, APP_PORT, SRV, SRV_PORT);
+	sp.tcp_flags = flags;
+	sp.seq = seq;
+	sp.ack = (flags & TCP_ACK) ? E.c.rcv_nxt : 0;
+	sp.window = APP_WND;
+	sp.payload = data;
+	sp.payload_len = len;
+	inject_spec(&sp);
+}
+
+/* Data in MSS-sized segments with PSH on the last; advances snd_nxt. */
+static void app_send(const uint8_t *data, size_t len)
+{
+	for (size_t off = 0; off < len; off += MSS) {
+		size_t c = len - off < MSS ? len - off : MSS;
+		inject(TCP_ACK | (off + c == len ? TCP_PSH : 0), E.c.snd_nxt, data + off, c);
+		E.c.snd_nxt += (uint32_t)c;
+	}
+}
+
+static void app_ack(void)
+{
+	inject(TCP_ACK, E.c.snd_nxt, NULL, 0);
+}
+
+/* One loop iteration, without blocking (NONBLOCK alone keeps iterating while callbacks
+ * keep activating, which a level-triggered stream with unread data does). */
+static void loop_once(void)
+{
+	event_base_loop(E.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+}
+
+static void pump(void)
+{
+	for (int i = 0; i < 4; i++)
+		loop_once();
+}
+
+/* Collect in-order payload lwIP sent since the last call (into out), note a FIN, ACK it all.
+ * Returns the payload bytes taken. */
+static size_t app_receive(uint8_t *out, size_t cap, bool *fin)
+{
+	size_t got = 0;
+
+	for (; E.c.seen < E.ncaps; E.c.seen++) {
+		struct seg sg;
+		seg_parse(E.c.seen, &sg);
+		cr_assert_eq(sg.flags & TCP_RST, 0, "unexpected RST from lwIP");
+		if (sg.len > 0 && sg.seq == E.c.rcv_nxt) {
+			cr_assert_leq(got + sg.len, cap);
+			memcpy(out + got, sg.data, sg.len);
+			got += sg.len;
+			E.c.rcv_nxt += (uint32_t)sg.len;
+		}
+		if ((sg.flags & TCP_FIN) && sg.seq + sg.len == E.c.rcv_nxt) {
+			E.c.rcv_nxt++;
+			if (fin)
+				*fin = true;
+		}
+	}
+	app_ack();
+	return got;
+}
+
+/* ---- the stream's owner -------------------------------------------------------------------------- */
+
+static void on_readable(void *arg)
+{
+	struct owner *o = arg;
+
+	o->inside_lwip += E.in_lwip;
+	o->readable++;
+	if (o->read_per_cb) {
+		uint8_t tmp[4096];
+		size_t n = o->read_per_cb < sizeof(tmp) ? o->read_per_cb : sizeof(tmp);
+		ssize_t r = stream_read(E.s, tmp, n);
+		if (r > 0 && o->sink) {
+			cr_assert_leq(o->sunk + (size_t)r, o->sink_cap);
+			memcpy(o->sink + o->sunk, tmp, (size_t)r);
+			o->sunk += (size_t)r;
+		}
+	}
+}
+
+static void on_writable(void *arg)
+{
+	struct owner *o = arg;
+
+	o->inside_lwip += E.in_lwip;
+	o->writable++;
+}
+
+static void on_error(void *arg, int err)
+{
+	struct owner *o = arg;
+
+	o->inside_lwip += E.in_lwip;
+	o->errors++;
+	o->last_err = err;
+}
+
+static void on_accept(void *arg, const struct flow_key *key, struct stream *s)
+{
+	static const struct stream_cbs cbs = { on_readable, on_writable, on_error };
+
+	cr_assert_null(E.s, "one connection per test");
+	E.s = s;
+	E.key = *key;
+	E.accepted++;
+	stream_set_callbacks(s, &cbs, &E.o);
+}
+
+/* ---- fixture -------------------------------------------------------------------------------------- */
+
+static void setup(void)
+{
+	char err[TS_ERRLEN];
+	struct netstack_env env = { 0 };
+
+	memset(&E, 0, sizeof(E));
+	cr_assert_eq(config_load_string("{ \"stack\": \"lwip\" }", &E.cfg, err, sizeof(err)), 0,
+		     "%s", err);
+	cr_assert_eq(budget_new(&E.cfg.budget, &E.budget), 0);
+	E.base = event_base_new();
+	cr_assert(E.base);
+	env.base = E.base;
+	env.cfg = &E.cfg;
+	env.budget = E.budget;
+	env.tx = tx_capture;
+	env.tun_name = "lwstest0";
+	cr_assert_eq(lwip_stack_ops.start(&env, &E.ns, err, sizeof(err)), 0, "%s", err);
+	lwip_stack_set_accept_hook(E.ns, on_accept, NULL);
+}
+
+static void teardown(void)
+{
+	if (E.s) {
+		stream_abort(E.s);
+		lwip_stack_session_end(E.ns);
+	}
+	if (E.ns)
+		lwip_stack_ops.free(E.ns);
+	for (size_t i = 0; i < E.ncaps; i++)
+		free(E.caps[i].pkt);
+	free(E.caps);
+	for (size_t i = 0; i < E.nallocs; i++)
+		free(E.allocs[i]);
+	if (E.base)
+		event_base_free(E.base);
+	if (E.budget)
+		budget_free(E.budget);
+	config_fini(&E.cfg);
+	CHECK_LEAKS();
+}
+
+/* The owner is done with the stream (closed/aborted by the test): release the session. */
+static void stream_gone(void)
+{
+	E.s = NULL;
+	lwip_stack_session_end(E.ns);
+}
+
+/* SYN (MSS 1440, window scale 0) -> SYN-ACK -> ACK -> the accept hook has the stream. */
+static void handshake(void)
+{
+	static const uint8_t ws[4] = { 1, 3, 3, 0 }; /* NOP, window scale shift 0 */
+	struct tu_spec sp;
+	struct seg sa;
+
+	E.mem_base = ts_lwip_mem_bytes();
+	tu_spec_tcp(&sp, APP, APP_PORT, SRV, SRV_PORT);
+	sp.tcp_flags = TCP_SYN;
+	sp.seq = APP_ISN;
+	sp.ack = 0;
+	sp.window = APP_WND;
+	sp.mss = MSS;
+	memcpy(sp.tcp_opts, ws, sizeof(ws));
+	sp.tcp_opts_len = sizeof(ws);
+	inject_spec(&sp);
+	sa = last_seg();
+	cr_assert_eq(sa.flags & (TCP_SYN | TCP_ACK | TCP_RST), TCP_SYN | TCP_ACK);
+	cr_assert_eq(sa.ack, APP_ISN + 1);
+	E.c.snd_nxt = APP_ISN + 1;
+	E.c.rcv_nxt = sa.seq + 1;
+	E.c.seen = E.ncaps;
+	app_ack();
+	pump();
+	cr_assert_eq(E.accepted, 1, "the accept hook did not get the stream");
+	cr_assert_eq(stream_fd(E.s), -1, "an lwIP stream has no fd: copy relay");
+	cr_assert_eq(E.key.dport_be, htons(SRV_PORT), "original destination port");
+}
+
+static void fill(uint8_t *buf, size_t len, uint64_t seed)
+{
+	struct tu_rng r;
+
+	tu_rng_seed(&r, seed);
+	tu_rand_bytes(&r, buf, len);
+}
+
+/* Window (in bytes) advertised by segment sg: scaled after the handshake (RFC 7323). */
+static uint32_t wnd_bytes(const struct seg *sg)
+{
+	return sg->wnd << TCP_RCV_SCALE;
+}
+
+TestSuite(lwip_stream, .init = setup, .fini = teardown, .timeout = 60);
+
+/* ---- tests ------------------------------------------------------------------------------------------ */
+
+Test(lwip_stream, reads_exactly_the_payload_and_notifies_outside_lwip)
+{
+	uint8_t in[5000], out[8000];
+	ssize_t n;
+	size_t got = 0;
+
+	handshake();
+	fill(in, sizeof(in), 1);
+	stream_set_interest(E.s, true, false);
+	cr_assert_eq(stream_read(E.s, out, sizeof(out)), -EAGAIN, "nothing queued yet");
+	app_send(in, sizeof(in));
+	cr_assert_eq(E.o.readable, 0, "readable must be deferred to the loop");
+	pump();
+	cr_assert_geq(E.o.readable, 1);
+	cr_assert_eq(E.o.inside_lwip, 0, "an owner callback ran inside lwIP's input");
+	/* Odd sizes: reads cross pbuf boundaries and leave partial pbufs. */
+	while ((n = stream_read(E.s, out + got, 777)) > 0)
+		got += (size_t)n;
+	cr_assert_eq(n, -EAGAIN);
+	cr_assert_eq(got, sizeof(in));
+	cr_assert_arr_eq(out, in, sizeof(in));
+	cr_assert_eq(E.o.errors, 0);
+}
+
+Test(lwip_stream, readable_is_level_triggered_once_per_iteration)
+{
+	uint8_t in[3000];
+	int before;
+
+	handshake();
+	fill(in, sizeof(in), 2);
+	app_send(in, sizeof(in));
+	pump();
+	cr_assert_eq(E.o.readable, 0, "no read interest: no callback");
+
+	E.o.read_per_cb = 1000; /* each callback leaves data behind */
+	E.o.sink = test_alloc(sizeof(in));
+	E.o.sink_cap = sizeof(in);
+	stream_set_interest(E.s, true, false);
+	loop_once();
+	cr_assert_eq(E.o.readable, 1, "one callback per loop iteration");
+	loop_once();
+	cr_assert_eq(E.o.readable, 2, "data left: fires again on the next iteration");
+	loop_once();
+	cr_assert_eq(E.o.readable, 3);
+	cr_assert_eq(E.o.sunk, sizeof(in));
+	cr_assert_arr_eq(E.o.sink, in, sizeof(in));
+	before = E.o.readable;
+	pump();
+	cr_assert_eq(E.o.readable, before, "drained: no more callbacks");
+	stream_set_interest(E.s, false, false);
+	app_send(in, 100);
+	pump();
+	cr_assert_eq(E.o.readable, before, "interest off: no callbacks");
+}
+
+/* A slow reader: the window lwIP advertises shrinks by what is queued, lwIP memory stays within
+ * the window even when the app overruns it, and reading reopens the window. */
+Test(lwip_stream, window_shrinks_until_read_and_memory_stays_bounded)
+{
+	const size_t total = 2 * WND;
+	uint8_t *in = test_alloc(total), *out = test_alloc(total);
+	uint64_t mem_full, mem_over;
+	size_t got = 0;
+	ssize_t n;
+	struct seg sg;
+
+	handshake();
+	fill(in, total, 3);
+
+	app_send(in, WND / 2);
+	lwip_stack_tick(E.ns); /* flush a delayed ACK */
+	sg = last_seg();
+	cr_assert_eq(sg.ack, APP_ISN + 1 + WND / 2);
+	cr_assert_leq(wnd_bytes(&sg), WND - WND / 2, "window did not shrink");
+	cr_assert_gt(wnd_bytes(&sg) + (1u << TCP_RCV_SCALE), WND - WND / 2);
+
+	app_send(in + WND / 2, WND / 2);
+	lwip_stack_tick(E.ns);
+	sg = last_seg();
+	cr_assert_eq(sg.ack, APP_ISN + 1 + WND, "lwIP took the whole window");
+	cr_assert_eq(sg.wnd, 0, "an unread full window is advertised as zero");
+	mem_full = ts_lwip_mem_bytes();
+	cr_log_info("lwIP holds %llu bytes for a full %u-byte window",
+		    (unsigned long long)(mem_full - E.mem_base), WND);
+	/* Packets are held whole (headers + pbuf): allow 15 % over the payload. */
+	cr_assert_leq(mem_full - E.mem_base, WND + WND / 100 * 15,
+		      "lwIP holds %llu bytes for a %u-byte window",
+		      (unsigned long long)(mem_full - E.mem_base), WND);
+
+	/* The app ignores the zero window: nothing more is queued anywhere. */
+	app_send(in + WND, WND);
+	E.c.snd_nxt = APP_ISN + 1 + WND; /* lwIP dropped it: the app will resend */
+	mem_over = ts_lwip_mem_bytes();
+	cr_assert_leq(mem_over, mem_full + 4096, "lwIP memory grew past the window");
+	sg = last_seg();
+	cr_assert_eq(sg.ack, APP_ISN + 1 + WND);
+	cr_assert_eq(sg.wnd, 0);
+
+	/* Read in chunks larger than 64 KiB: tcp_recved must be chunked to u16. */
+	size_t before = E.ncaps;
+	while ((n = stream_read(E.s, out + got, 100000)) > 0)
+		got += (size_t)n;
+	cr_assert_eq(n, -EAGAIN);
+	cr_assert_eq(got, WND, "the stream queued exactly the window");
+	cr_assert_arr_eq(out, in, WND);
+	cr_assert_gt(E.ncaps, before, "reading must send a window update");
+	sg = last_seg();
+	cr_assert_eq(wnd_bytes(&sg), WND, "the whole window reopens after the read");
+	cr_assert_leq(ts_lwip_mem_bytes(), E.mem_base + 4096, "read pbufs were freed");
+
+	/* The app resends what was dropped; it arrives intact. */
+	app_send(in + WND, WND);
+	while ((n = stream_read(E.s, out + got, 100000)) > 0)
+		got += (size_t)n;
+	cr_assert_eq(got, total);
+	cr_assert_arr_eq(out, in, total);
+}
+
+/* A 64 KiB write (one more than a u16 holds) is accepted whole and delivered intact. */
+Test(lwip_stream, write_64k_is_accepted_and_delivered)
+{
+	const size_t len = 65536;
+	uint8_t *in = test_alloc(len), *out = test_alloc(len);
+	size_t got = 0;
+
+	handshake();
+	fill(in, len, 4);
+	cr_assert_eq(stream_write(E.s, in, len), (ssize_t)len);
+	for (int round = 0; round < 200 && got < len; round++) {
+		got += app_receive(out + got, len - got, NULL);
+		pump();
+	}
+	cr_assert_eq(got, len);
+	cr_assert_arr_eq(out, in, len);
+}
+
+/* write() takes at most the send buffer; then -EAGAIN until the app acknowledges, when
+ * writable fires (deferred). */
+Test(lwip_stream, write_stops_at_the_send_buffer_and_resumes_on_ack)
+{
+	const size_t len = 2 * SNDBUF;
+	uint8_t *in = test_alloc(len), *out = test_alloc(len);
+	size_t got = 0, put;
+	ssize_t n;
+
+	handshake();
+	fill(in, len, 5);
+	n = stream_write(E.s, in, len);
+	cr_assert_eq(n, (ssize_t)SNDBUF, "accepted %zd", n);
+	put = (size_t)n;
+	cr_assert_eq(stream_write(E.s, in + put, len - put), -EAGAIN);
+	stream_set_interest(E.s, false, true);
+	pump();
+	cr_assert_eq(E.o.writable, 0, "no room: writable must not fire");
+
+	for (int round = 0; round < 2000 && got < len; round++) {
+		int w = E.o.writable;
+		got += app_receive(out + got, len - got, NULL);
+		cr_assert_eq(E.o.writable, w, "writable must be deferred to the loop");
+		pump();
+		if (put < len && E.o.writable > w) {
+			n = stream_write(E.s, in + put, len - put);
+			cr_assert(n > 0 || n == -EAGAIN, "write: %zd", n);
+			if (n > 0)
+				put += (size_t)n;
+		}
+	}
+	cr_assert_eq(put, len);
+	cr_assert_eq(got, len);
+	cr_assert_arr_eq(out, in, len);
+	cr_assert_eq(E.o.inside_lwip, 0);
+}
+
+/* The app half-closes first: read returns the data, then 0 (repeatedly); our side still writes,
+ * then shuts down: lwIP sends the data and FIN; once the app acknowledges the FIN lwIP frees the
+ * pcb (a clean end, not an error). */
+Test(lwip_stream, app_fin_then_shutdown_write)
+{
+	static const char hello[] = "hello", world[] = "world";
+	uint8_t out[64];
+	bool fin = false;
+
+	handshake();
+	inject(TCP_ACK | TCP_PSH | TCP_FIN, E.c.snd_nxt, hello, 5);
+	E.c.snd_nxt += 5 + 1;
+	stream_set_interest(E.s, true, false);
+	pump();
+	cr_assert_geq(E.o.readable, 1);
+	cr_assert_eq(stream_read(E.s, out, sizeof(out)), 5);
+	cr_assert_arr_eq(out, hello, 5);
+	cr_assert_eq(stream_read(E.s, out, sizeof(out)), 0, "EOF after the data");
+	cr_assert_eq(stream_read(E.s, out, sizeof(out)), 0, "EOF repeats");
+
+	cr_assert_eq(stream_write(E.s, world, 5), 5, "half-closed by the app: we still send");
+	cr_assert_eq(stream_shutdown_write(E.s), 0);
+	cr_assert_eq(stream_write(E.s, world, 5), -EPIPE);
+	cr_assert_eq(app_receive(out, sizeof(out), &fin), 5);
+	cr_assert_arr_eq(out, world, 5);
+	cr_assert(fin, "shutdown_write must emit FIN");
+	/* app_receive acknowledged the FIN: LAST_ACK -> CLOSED, lwIP freed the pcb. */
+	pump();
+	cr_assert_eq(E.o.errors, 0, "a clean close is not an error");
+	cr_assert_eq(stream_read(E.s, out, sizeof(out)), 0);
+	cr_assert_eq(stream_write(E.s, world, 5), -EPIPE);
+	size_t before = E.ncaps;
+	stream_close(E.s);
+	stream_gone();
+	cr_assert_eq(E.ncaps, before, "nothing left to send: the pcb is gone");
+	cr_assert_leq(ts_lwip_mem_bytes(), E.mem_base, "the pcb was freed");
+}
+
+/* We half-close first: lwIP emits FIN, and the stream keeps receiving until the app's FIN. */
+Test(lwip_stream, shutdown_write_then_keep_reading)
+{
+	static const char abc[] = "abc", more[] = "more data";
+	uint8_t out[64];
+	bool fin = false;
+	size_t before;
+
+	handshake();
+	cr_assert_eq(stream_write(E.s, abc, 3), 3);
+	cr_assert_eq(stream_shutdown_write(E.s), 0);
+	cr_assert_eq(app_receive(out, sizeof(out), &fin), 3);
+	cr_assert(fin, "FIN after the data");
+	cr_assert_arr_eq(out, abc, 3);
+
+	app_send((const uint8_t *)more, 9);
+	stream_set_interest(E.s, true, false);
+	pump();
+	cr_assert_geq(E.o.readable, 1);
+	cr_assert_eq(stream_read(E.s, out, sizeof(out)), 9, "half-closed: we still receive");
+	cr_assert_arr_eq(out, more, 9);
+	cr_assert_eq(stream_read(E.s, out, sizeof(out)), -EAGAIN);
+	inject(TCP_ACK | TCP_FIN, E.c.snd_nxt, NULL, 0);
+	E.c.snd_nxt++;
+	pump();
+	cr_assert_eq(stream_read(E.s, out, sizeof(out)), 0);
+	cr_assert_eq(E.o.errors, 0);
+	before = E.ncaps;
+	stream_close(E.s); /* TIME_WAIT: lwIP keeps the pcb, without our callbacks */
+	stream_gone();
+	for (size_t i = before; i < E.ncaps; i++) {
+		struct seg sg;
+		seg_parse(i, &sg);
+		cr_assert_eq(sg.flags & TCP_RST, 0, "a graceful close must not reset");
+	}
+}
+
+Test(lwip_stream, close_sends_fin_after_pending_data)
+{
+	static const char bye[] = "bye";
+	uint8_t out[16];
+	bool fin = false;
+
+	handshake();
+	cr_assert_eq(stream_write(E.s, bye, 3), 3);
+	stream_close(E.s); /* lwIP keeps the unacknowledged data and sends FIN after it */
+	stream_gone();
+	cr_assert_eq(app_receive(out, sizeof(out), &fin), 3);
+	cr_assert_arr_eq(out, bye, 3);
+	cr_assert(fin);
+}
+
+/* Closing with unread data tells the app its data was not consumed (RST), like a socket. */
+Test(lwip_stream, close_with_unread_data_resets)
+{
+	uint8_t in[100];
+	struct seg sg;
+
+	handshake();
+	fill(in, sizeof(in), 6);
+	app_send(in, sizeof(in));
+	stream_close(E.s);
+	stream_gone();
+	sg = last_seg();
+	cr_assert(sg.flags & TCP_RST, "unread data: RST expected");
+}
+
+Test(lwip_stream, abort_sends_rst_and_frees_everything)
+{
+	uint8_t in[3000];
+	struct seg sg;
+
+	handshake();
+	fill(in, sizeof(in), 7);
+	app_send(in, sizeof(in)); /* queued, unread: abort frees it too */
+	cr_assert_gt(ts_lwip_mem_bytes(), E.mem_base);
+	stream_abort(E.s);
+	stream_gone();
+	sg = last_seg();
+	cr_assert(sg.flags & TCP_RST, "abort must emit RST");
+	cr_assert_eq(sg.seq, E.c.rcv_nxt, "RST at lwIP's snd_nxt");
+	cr_assert_eq(ts_lwip_mem_bytes(), E.mem_base, "pcb and queued pbufs freed");
+	pump(); /* nothing may fire for a freed stream (ASan would see it) */
+}
+
+/* An RST from the app: the error callback runs from the loop with -ECONNRESET, read/write
+ * return it, lwIP's memory is back, and abort() only frees (no packet: the pcb is gone). */
+Test(lwip_stream, app_rst_reports_econnreset)
+{
+	uint8_t in[2000], out[64];
+	size_t before;
+
+	handshake();
+	fill(in, sizeof(in), 8);
+	app_send(in, sizeof(in));
+	stream_set_interest(E.s, false, false); /* error fires regardless of interest */
+	inject(TCP_RST, E.c.snd_nxt, NULL, 0);
+	cr_assert_eq(E.o.errors, 0, "error must be deferred to the loop");
+	pump();
+	cr_assert_eq(E.o.errors, 1);
+	cr_assert_eq(E.o.last_err, -ECONNRESET);
+	cr_assert_eq(E.o.inside_lwip, 0);
+	cr_assert_eq(stream_read(E.s, out, sizeof(out)), -ECONNRESET);
+	cr_assert_eq(stream_write(E.s, out, sizeof(out)), -ECONNRESET);
+	cr_assert_eq(stream_shutdown_write(E.s), -ECONNRESET);
+	cr_assert_eq(ts_lwip_mem_bytes(), E.mem_base, "lwIP freed the pcb; we freed the queue");
+	stream_set_interest(E.s, true, true);
+	pump();
+	cr_assert_eq(E.o.errors, 1, "error fires once");
+	cr_assert_geq(E.o.readable, 1, "a pending error makes the stream readable");
+	before = E.ncaps;
+	stream_abort(E.s);
+	stream_gone();
+	cr_assert_eq(E.ncaps, before, "abort after the pcb died sends nothing");
+	pump();
+}
+
+/* The owner may free the stream from inside its own callback. */
+static void close_in_readable(void *arg)
+{
+	struct owner *o = arg;
+
+	o->readable++;
+	stream_close(E.s);
+	stream_gone();
+}
+
+Test(lwip_stream, owner_may_close_inside_a_callback)
+{
+	static const struct stream_cbs cbs = { close_in_readable, on_writable, on_error };
+	static const char x[] = "x";
+
+	handshake();
+	stream_set_callbacks(E.s, &cbs, &E.o);
+	stream_set_interest(E.s, true, true); /* both due: only the first may run */
+	app_send((const uint8_t *)x, 1);
+	pump();
+	cr_assert_eq(E.o.readable, 1);
+	cr_assert_eq(E.o.writable, 0, "nothing may run after the stream was freed");
+	cr_assert_null(E.s);
+}
+
+/* lwIP frees TIME_WAIT pcbs from its timer without any callback: a stream whose data is still
+ * unread when the close handshake completes must not hold the pcb (ASan: no use after free). */
+Test(lwip_stream, timewait_pcb_freed_by_lwip_while_data_unread)
+{
+	uint8_t in[3000], out[4000];
+	bool fin = false;
+	size_t got = 0, before;
+	ssize_t n;
+
+	handshake();
+	fill(in, sizeof(in), 9);
+	cr_assert_eq(stream_shutdown_write(E.s), 0);
+	app_receive(out, sizeof(out), &fin); /* acknowledges our FIN: FIN_WAIT_2 */
+	cr_assert(fin);
+	app_send(in, sizeof(in));
+	inject(TCP_ACK | TCP_FIN, E.c.snd_nxt, NULL, 0); /* -> TIME_WAIT */
+	E.c.snd_nxt++;
+	for (unsigned long i = 0; i < 4 * (2 * TCP_MSL / 500 + 2); i++)
+		lwip_stack_tick(E.ns); /* well past 2 * TCP_MSL: lwIP frees the pcb */
+	cr_assert_leq(ts_lwip_mem_bytes(), E.mem_base + sizeof(in) + 3 * 2048,
+		      "only the unread segments are left");
+	while ((n = stream_read(E.s, out + got, 1000)) > 0)
+		got += (size_t)n;
+	cr_assert_eq(n, 0, "EOF after the data");
+	cr_assert_eq(got, sizeof(in));
+	cr_assert_arr_eq(out, in, sizeof(in));
+	cr_assert_eq(stream_write(E.s, out, 1), -EPIPE);
+	before = E.ncaps;
+	stream_close(E.s);
+	stream_gone();
+	cr_assert_eq(E.ncaps, before);
+	cr_assert_eq(ts_lwip_mem_bytes(), E.mem_base, "everything freed");
+}
+
+/* The app sent data and FIN; we shut down before reading it (LAST_ACK): the close completes
+ * without a RST, and the data is still readable afterwards. */
+Test(lwip_stream, shutdown_with_unread_data_after_app_fin)
+{
+	uint8_t in[2500], out[4000];
+	bool fin = false;
+	size_t got = 0;
+	ssize_t n;
+
+	handshake();
+	fill(in, sizeof(in), 10);
+	app_send(in, sizeof(in));
+	inject(TCP_ACK | TCP_FIN, E.c.snd_nxt, NULL, 0); /* -> CLOSE_WAIT */
+	E.c.snd_nxt++;
+	cr_assert_eq(stream_shutdown_write(E.s), 0);      /* -> LAST_ACK */
+	app_receive(out, sizeof(out), &fin);               /* app ACKs our FIN: lwIP frees it */
+	cr_assert(fin);
+	pump();
+	cr_assert_eq(E.o.errors, 0);
+	while ((n = stream_read(E.s, out + got, 1000)) > 0)
+		got += (size_t)n;
+	cr_assert_eq(n, 0);
+	cr_assert_eq(got, sizeof(in));
+	cr_assert_arr_eq(out, in, sizeof(in));
+	stream_close(E.s);
+	stream_gone();
+	for (size_t i = 0; i < E.ncaps; i++) {
+		struct seg sg;
+		seg_parse(i, &sg);
+		cr_assert_eq(sg.flags & TCP_RST, 0, "a clean close must not reset");
+	}
+	cr_assert_eq(ts_lwip_mem_bytes(), E.mem_base, "the pcb was freed");
+}
+
+/* Take every byte the budget has left, so lwIP's next allocation fails. Returns the bytes. */
+static uint64_t exhaust_budget(void)
+{
+	struct budget_buffer_stats st;
+	uint64_t left;
+
+	budget_buffer_stats(E.budget, 0, &st);
+	left = st.bytes_limit - st.bytes_in_use;
+	cr_assert_eq(budget_bytes_reserve(E.budget, left), 0);
+	return left;
+}
+
+/* lwIP cannot allocate and nothing of ours is in flight: no acknowledgement would ever make the
+ * stream writable again, so write() fails (-ENOBUFS) instead of hanging. */
+Test(lwip_stream, write_without_memory_and_nothing_in_flight_fails)
+{
+	uint64_t held;
+
+	handshake();
+	held = exhaust_budget();
+	cr_assert_eq(stream_write(E.s, "x", 1), -ENOBUFS);
+	budget_bytes_release(E.budget, held);
+	cr_assert_eq(stream_write(E.s, "x", 1), 1, "works again with memory");
+}
+
+/* With data in flight, a failed allocation is -EAGAIN, and writable waits for an ACK (it does
+ * not spin while lwIP keeps refusing). */
+Test(lwip_stream, write_without_memory_waits_for_an_ack)
+{
+	static const char a[100] = { 1 };
+	uint8_t out[256];
+	uint64_t held;
+
+	handshake();
+	cr_assert_eq(stream_write(E.s, a, sizeof(a)), (ssize_t)sizeof(a));
+	held = exhaust_budget();
+	cr_assert_eq(stream_write(E.s, a, sizeof(a)), -EAGAIN);
+	stream_set_interest(E.s, false, true);
+	pump();
+	cr_assert_eq(E.o.writable, 0, "lwIP refused memory: writable must wait for an ACK");
+	budget_bytes_release(E.budget, held);
+	cr_assert_eq(app_receive(out, sizeof(out), NULL), sizeof(a));
+	pump();
+	cr_assert_geq(E.o.writable, 1, "the ACK makes the stream writable again");
+	cr_assert_eq(stream_write(E.s, a, sizeof(a)), (ssize_t)sizeof(a));
+}
+
+/* shutdown_write in CLOSE_WAIT while lwIP has no memory for the FIN (it marks it pending) and
+ * the app's data is unread: handing the pcb back must not reset the connection, and the FIN
+ * goes out once memory is back. */
+Test(lwip_stream, shutdown_without_memory_for_the_fin)
+{
+	uint8_t in[2000], out[4000];
+	bool fin = false;
+	size_t got = 0;
+	uint64_t held;
+	ssize_t n;
+
+	handshake();
+	fill(in, sizeof(in), 11);
+	app_send(in, sizeof(in));
+	inject(TCP_ACK | TCP_FIN, E.c.snd_nxt, NULL, 0); /* -> CLOSE_WAIT */
+	E.c.snd_nxt++;
+	held = exhaust_budget();
+	cr_assert_eq(stream_shutdown_write(E.s), 0, "the FIN is pending, not failed");
+	budget_bytes_release(E.budget, held);
+	for (int i = 0; i < 2; i++)
+		lwip_stack_tick(E.ns); /* lwIP retries the pending FIN */
+	app_receive(out, sizeof(out), &fin);
+	cr_assert(fin, "the pending FIN was sent");
+	for (size_t i = 0; i < E.ncaps; i++) {
+		struct seg sg;
+		seg_parse(i, &sg);
+		cr_assert_eq(sg.flags & TCP_RST, 0, "unread data at hand-over must not reset");
+	}
+	while ((n = stream_read(E.s, out + got, 1000)) > 0)
+		got += (size_t)n;
+	cr_assert_eq(n, 0);
+	cr_assert_eq(got, sizeof(in));
+	cr_assert_arr_eq(out, in, sizeof(in));
+	stream_close(E.s);
+	stream_gone();
+	cr_assert_eq(ts_lwip_mem_bytes(), E.mem_base, "the pcb was freed");
+}
