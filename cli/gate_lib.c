@@ -1,0 +1,461 @@
+/* gate_lib.c — parsing, comparison and the table of the regression gate (see gate_lib.h). */
+#include "cli/gate_lib.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define METRIC_INSTR "instructions_per_op"
+#define METRIC_CEILING "ceiling_fraction"
+
+void gate_opts_init(struct gate_opts *o)
+{
+	o->instr_tol_pct = GATE_DEFAULT_INSTR_TOL_PCT;
+	o->ratio_tol_pct = -1.0;
+	o->strict = false;
+}
+
+void gate_set_fini(struct gate_set *s)
+{
+	free(s->e);
+	s->e = NULL;
+	s->n = s->cap = 0;
+}
+
+void gate_report_fini(struct gate_report *r)
+{
+	free(r->l);
+	memset(r, 0, sizeof(*r));
+}
+
+const char *gate_metric_name(enum gate_metric m)
+{
+	return m == GATE_INSTR ? METRIC_INSTR : METRIC_CEILING;
+}
+
+const char *gate_verdict_name(enum gate_verdict v)
+{
+	static const char *const names[] = {
+		[GATE_OK] = "ok",
+		[GATE_BETTER] = "better",
+		[GATE_REGRESSION] = "REGRESSION",
+		[GATE_MISSING] = "missing",
+		[GATE_NEW] = "new",
+	};
+	return names[v];
+}
+
+/* ---- parsing ----------------------------------------------------------------------------- */
+
+/* Grow an array of elements of size sz to hold one more; 0 or -ENOMEM. */
+static int grow(void **arr, size_t *cap, size_t n, size_t sz)
+{
+	if (n < *cap)
+		return 0;
+	size_t ncap = *cap ? *cap * 2 : 16;
+	void *p = realloc(*arr, ncap * sz);
+	if (!p)
+		return -ENOMEM;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+static const struct gate_entry *find(const struct gate_set *s, enum gate_metric m,
+				     const char *key)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (s->e[i].metric == m && strcmp(s->e[i].key, key) == 0)
+			return &s->e[i];
+	return NULL;
+}
+
+static int bad(char *err, size_t errlen, const char *name, const char *path, const char *what)
+{
+	snprintf(err, errlen, "gate: %s: %s: %s", name, path, what);
+	return -EINVAL;
+}
+
+/* Append e, refusing a second row with the same metric and key (the comparison would be
+ * ambiguous). */
+static int add(struct gate_set *s, const struct gate_entry *e, const char *name,
+	       const char *path, char *err, size_t errlen)
+{
+	char what[GATE_KEY_MAX + 64];
+
+	if (find(s, e->metric, e->key)) {
+		snprintf(what, sizeof(what), "duplicate %s row for \"%s\"",
+			 gate_metric_name(e->metric), e->key);
+		return bad(err, errlen, name, path, what);
+	}
+	if (grow((void **)&s->e, &s->cap, s->n, sizeof(*s->e)) != 0)
+		return -ENOMEM;
+	s->e[s->n++] = *e;
+	return 0;
+}
+
+/* A finite number field, or (optional) absent/null -> dflt. */
+static int get_num(const cJSON *row, const char *field, bool optional, double dflt, double *out,
+		   const char *name, const char *path, char *err, size_t errlen)
+{
+	char p[GATE_KEY_MAX + 64];
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(row, field);
+
+	snprintf(p, sizeof(p), "%s.%s", path, field);
+	if ((!v || cJSON_IsNull(v)) && optional) {
+		*out = dflt;
+		return 0;
+	}
+	if (!v)
+		return bad(err, errlen, name, p, "missing");
+	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+		return bad(err, errlen, name, p, "expected a number");
+	*out = v->valuedouble;
+	return 0;
+}
+
+/* A string field (required), or (optional) absent/null -> "". */
+static int get_str(const cJSON *row, const char *field, bool optional, const char **out,
+		   const char *name, const char *path, char *err, size_t errlen)
+{
+	char p[GATE_KEY_MAX + 64];
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(row, field);
+
+	snprintf(p, sizeof(p), "%s.%s", path, field);
+	if ((!v || cJSON_IsNull(v)) && optional) {
+		*out = "";
+		return 0;
+	}
+	if (!v)
+		return bad(err, errlen, name, p, "missing");
+	if (!cJSON_IsString(v))
+		return bad(err, errlen, name, p, "expected a string");
+	*out = v->valuestring;
+	return 0;
+}
+
+/* The key of a ceiling row: every field that names the cell. */
+static int ceiling_key(const cJSON *row, const char *stack, const char *workload, char *key,
+		       const char *name, const char *path, char *err, size_t errlen)
+{
+	const char *io_mode, *dir;
+	double queues, streams;
+	int ret;
+
+	if ((ret = get_str(row, "io_mode", true, &io_mode, name, path, err, errlen)) != 0 ||
+	    (ret = get_str(row, "direction", true, &dir, name, path, err, errlen)) != 0 ||
+	    (ret = get_num(row, "queues", true, 0, &queues, name, path, err, errlen)) != 0 ||
+	    (ret = get_num(row, "streams", true, 0, &streams, name, path, err, errlen)) != 0)
+		return ret;
+	snprintf(key, GATE_KEY_MAX, "%s/%s/q%.0f/%s/%s/s%.0f", stack, io_mode[0] ? io_mode : "-",
+		 queues, workload, dir[0] ? dir : "-", streams);
+	return 0;
+}
+
+static int parse_row(const cJSON *row, const char *path, struct gate_set *out, const char *name,
+		     char *err, size_t errlen)
+{
+	struct gate_entry e = { 0 };
+	const char *metric, *stack, *workload;
+	int ret;
+
+	if (!cJSON_IsObject(row))
+		return bad(err, errlen, name, path, "expected an object");
+	if ((ret = get_str(row, "metric", false, &metric, name, path, err, errlen)) != 0)
+		return ret;
+	if (strcmp(metric, METRIC_INSTR) == 0)
+		e.metric = GATE_INSTR;
+	else if (strcmp(metric, METRIC_CEILING) == 0)
+		e.metric = GATE_CEILING;
+	else
+		return 0; /* not gated */
+	if ((ret = get_str(row, "stack", false, &stack, name, path, err, errlen)) != 0 ||
+	    (ret = get_str(row, "workload", false, &workload, name, path, err, errlen)) != 0 ||
+	    (ret = get_num(row, "median", false, 0, &e.median, name, path, err, errlen)) != 0 ||
+	    (ret = get_num(row, "min", true, e.median, &e.min, name, path, err, errlen)) != 0 ||
+	    (ret = get_num(row, "max", true, e.median, &e.max, name, path, err, errlen)) != 0)
+		return ret;
+	if (e.metric == GATE_INSTR)
+		snprintf(e.key, sizeof(e.key), "%s", workload);
+	else if ((ret = ceiling_key(row, stack, workload, e.key, name, path, err, errlen)) != 0)
+		return ret;
+	return add(out, &e, name, path, err, errlen);
+}
+
+static int parse_rows(const cJSON *rows, const char *prefix, struct gate_set *out,
+		      const char *name, char *err, size_t errlen)
+{
+	char path[64];
+	int i = 0, ret;
+	const cJSON *row;
+
+	cJSON_ArrayForEach(row, rows) {
+		snprintf(path, sizeof(path), "%s[%d]", prefix, i++);
+		if ((ret = parse_row(row, path, out, name, err, errlen)) != 0)
+			return ret;
+	}
+	return 0;
+}
+
+/* {"callgrind": {case: {"instructions": N, "target": T}}} */
+static int parse_callgrind(const cJSON *cg, struct gate_set *out, const char *name, char *err,
+			   size_t errlen)
+{
+	char path[GATE_KEY_MAX + 32];
+	const cJSON *c;
+	int ret;
+
+	if (!cJSON_IsObject(cg))
+		return bad(err, errlen, name, "$.callgrind", "expected an object");
+	cJSON_ArrayForEach(c, cg) {
+		struct gate_entry e = { .metric = GATE_INSTR };
+		snprintf(path, sizeof(path), "$.callgrind.%s", c->string);
+		if (!cJSON_IsObject(c))
+			return bad(err, errlen, name, path, "expected an object");
+		if ((ret = get_num(c, "instructions", false, 0, &e.median, name, path, err,
+				   errlen)) != 0)
+			return ret;
+		e.min = e.max = e.median;
+		snprintf(e.key, sizeof(e.key), "%s", c->string);
+		if ((ret = add(out, &e, name, path, err, errlen)) != 0)
+			return ret;
+	}
+	return 0;
+}
+
+int gate_parse(const char *name, const char *text, size_t len, struct gate_set *out, char *err,
+	       size_t errlen)
+{
+	cJSON *root = cJSON_ParseWithLength(text, len);
+	const cJSON *v;
+	int ret;
+
+	if (!root) {
+		const char *at = cJSON_GetErrorPtr();
+		char what[64];
+		size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : 0;
+		snprintf(what, sizeof(what), "not valid JSON (near byte %zu)", off);
+		return bad(err, errlen, name, "$", what);
+	}
+	if (cJSON_IsArray(root))
+		ret = parse_rows(root, "$", out, name, err, errlen);
+	else if (!cJSON_IsObject(root))
+		ret = bad(err, errlen, name, "$", "expected an object or an array of rows");
+	else if ((v = cJSON_GetObjectItemCaseSensitive(root, "callgrind")) != NULL)
+		ret = parse_callgrind(v, out, name, err, errlen);
+	else if (!(v = cJSON_GetObjectItemCaseSensitive(root, "rows")))
+		ret = bad(err, errlen, name, "$", "neither \"rows\" nor \"callgrind\" present");
+	else if (!cJSON_IsArray(v))
+		ret = bad(err, errlen, name, "$.rows", "expected an array");
+	else
+		ret = parse_rows(v, "$.rows", out, name, err, errlen);
+	cJSON_Delete(root);
+	if (ret != 0)
+		gate_set_fini(out);
+	return ret;
+}
+
+/* Read the whole file into a NUL-terminated heap buffer. */
+static int slurp(const char *path, char **buf, size_t *len, char *err, size_t errlen)
+{
+	struct stat st;
+	size_t got = 0;
+	int ret = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		ret = -errno;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode) || (size_t)st.st_size > GATE_FILE_MAX) {
+		ret = S_ISDIR(st.st_mode) ? -EISDIR : -EFBIG;
+		goto out;
+	}
+	if (!(*buf = malloc((size_t)st.st_size + 1))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, *buf + got, (size_t)st.st_size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			break;
+		}
+		got += (size_t)n;
+	}
+	(*buf)[got] = '\0';
+	*len = got;
+out:
+	if (ret != 0) {
+		snprintf(err, errlen, "gate: %s: cannot read: %s", path, strerror(-ret));
+		free(*buf);
+		*buf = NULL;
+	}
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
+int gate_load(const char *path, struct gate_set *out, char *err, size_t errlen)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	int ret = slurp(path, &buf, &len, err, errlen);
+
+	if (ret != 0)
+		return ret;
+	ret = gate_parse(path, buf, len, out, err, errlen);
+	free(buf);
+	return ret;
+}
+
+/* ---- comparison -------------------------------------------------------------------------- */
+
+static double dmax(double a, double b)
+{
+	return a > b ? a : b;
+}
+
+static double spread_pct(const struct gate_entry *e)
+{
+	if (e->median <= 0)
+		return 0;
+	return (e->max - e->min) / e->median * 100.0;
+}
+
+/* The tolerance for one baseline/current pair. */
+static double tolerance(const struct gate_entry *b, const struct gate_entry *c,
+			const struct gate_opts *o)
+{
+	if (b->metric == GATE_INSTR)
+		return o->instr_tol_pct;
+	if (o->ratio_tol_pct >= 0)
+		return o->ratio_tol_pct;
+	return dmax(GATE_DEFAULT_RATIO_TOL_PCT, dmax(spread_pct(b), spread_pct(c)));
+}
+
+/* Instructions: higher is worse. Ceiling fractions: lower is worse. */
+static enum gate_verdict judge(enum gate_metric m, double base, double cur, double tol_pct)
+{
+	double f = tol_pct / 100.0;
+
+	if (m == GATE_INSTR) {
+		if (cur > base * (1 + f))
+			return GATE_REGRESSION;
+		return cur < base * (1 - f) ? GATE_BETTER : GATE_OK;
+	}
+	if (cur < base * (1 - f))
+		return GATE_REGRESSION;
+	return cur > base * (1 + f) ? GATE_BETTER : GATE_OK;
+}
+
+static struct gate_line *line_add(struct gate_report *r, const struct gate_entry *e)
+{
+	struct gate_line *l;
+
+	if (grow((void **)&r->l, &r->cap, r->n, sizeof(*r->l)) != 0)
+		return NULL;
+	l = &r->l[r->n++];
+	memset(l, 0, sizeof(*l));
+	l->metric = e->metric;
+	memcpy(l->key, e->key, sizeof(l->key));
+	return l;
+}
+
+int gate_compare(const struct gate_set *base, const struct gate_set *cur,
+		 const struct gate_opts *o, struct gate_report *out)
+{
+	struct gate_line *l;
+
+	for (size_t i = 0; i < base->n; i++) {
+		const struct gate_entry *b = &base->e[i];
+		const struct gate_entry *c = find(cur, b->metric, b->key);
+		if (!(l = line_add(out, b)))
+			return -ENOMEM;
+		l->base = b->median;
+		if (!c) {
+			l->verdict = GATE_MISSING;
+			out->missing++;
+			continue;
+		}
+		l->cur = c->median;
+		l->change_pct = b->median != 0 ? (c->median - b->median) / b->median * 100.0 : 0;
+		l->tol_pct = tolerance(b, c, o);
+		l->verdict = judge(b->metric, b->median, c->median, l->tol_pct);
+		out->compared++;
+		out->regressions += l->verdict == GATE_REGRESSION;
+	}
+	for (size_t i = 0; i < cur->n; i++) {
+		if (find(base, cur->e[i].metric, cur->e[i].key))
+			continue;
+		if (!(l = line_add(out, &cur->e[i])))
+			return -ENOMEM;
+		l->cur = cur->e[i].median;
+		l->verdict = GATE_NEW;
+		out->added++;
+	}
+	return 0;
+}
+
+int gate_exit_code(const struct gate_report *r, const struct gate_opts *o)
+{
+	if (r->regressions > 0 || (o->strict && r->missing > 0))
+		return 1;
+	return 0;
+}
+
+void gate_print(FILE *f, const struct gate_report *r)
+{
+	fprintf(f, "%-20s %-46s %12s %12s %9s %7s  %s\n", "metric", "key", "baseline", "current",
+		"change", "tol", "verdict");
+	for (size_t i = 0; i < r->n; i++) {
+		const struct gate_line *l = &r->l[i];
+		char b[32] = "-", c[32] = "-", ch[16] = "-", t[16] = "-";
+		if (l->verdict != GATE_NEW)
+			snprintf(b, sizeof(b), "%.4g", l->base);
+		if (l->verdict != GATE_MISSING)
+			snprintf(c, sizeof(c), "%.4g", l->cur);
+		if (l->verdict != GATE_NEW && l->verdict != GATE_MISSING) {
+			snprintf(ch, sizeof(ch), "%+.1f%%", l->change_pct);
+			snprintf(t, sizeof(t), "%.1f%%", l->tol_pct);
+		}
+		fprintf(f, "%-20s %-46s %12s %12s %9s %7s  %s\n", gate_metric_name(l->metric),
+			l->key, b, c, ch, t, gate_verdict_name(l->verdict));
+	}
+	fprintf(f, "gate: %zu compared, %zu regression%s, %zu missing in current, %zu new\n",
+		r->compared, r->regressions, r->regressions == 1 ? "" : "s", r->missing, r->added);
+}
+
+int gate_run(const char *baseline, const char *current, const struct gate_opts *o, FILE *f,
+	     char *err, size_t errlen)
+{
+	struct gate_set b = { 0 }, c = { 0 };
+	struct gate_report r = { 0 };
+	int code = 2;
+
+	if (gate_load(baseline, &b, err, errlen) != 0 || gate_load(current, &c, err, errlen) != 0)
+		goto out;
+	if (b.n == 0) {
+		snprintf(err, errlen, "gate: %s: $: no %s or %s rows to compare against", baseline,
+			 METRIC_INSTR, METRIC_CEILING);
+		goto out;
+	}
+	if (gate_compare(&b, &c, o, &r) != 0) {
+		snprintf(err, errlen, "gate: out of memory");
+		code = 1;
+		goto out;
+	}
+	gate_print(f, &r);
+	code = gate_exit_code(&r, o);
+out:
+	gate_report_fini(&r);
+	gate_set_fini(&c);
+	gate_set_fini(&b);
+	return code;
+}

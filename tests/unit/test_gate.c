@@ -1,0 +1,323 @@
+/* test_gate.c — the regression gate (cli/gate_lib.c): synthetic baselines and currents, from
+ * in-memory JSON and from the fixtures in tests/gate/.
+ *
+ * The cli/ sources are linked only into the twinstack binary, so the library is compiled in
+ * here. The fixtures are found next to this file (__FILE__ is absolute in a CMake build). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/gate_lib.c"
+
+#define FIXTURES_DIR_LEN 512
+
+/* The path of a fixture in tests/gate/ into buf. */
+static const char *fixture(char *buf, size_t len, const char *name)
+{
+	const char *slash = strrchr(__FILE__, '/');
+	int dir = slash ? (int)(slash - __FILE__) : 1;
+
+	snprintf(buf, len, "%.*s/../gate/%s", dir, slash ? __FILE__ : ".", name);
+	return buf;
+}
+
+struct run_out {
+	int code;
+	char err[1024];
+	char *text; /* the printed table */
+};
+
+static void run_files(const char *base, const char *cur, const struct gate_opts *o,
+		      struct run_out *out)
+{
+	char b[FIXTURES_DIR_LEN], c[FIXTURES_DIR_LEN];
+	size_t len = 0;
+	FILE *f;
+
+	out->err[0] = '\0';
+	out->text = NULL;
+	cr_assert_not_null(f = open_memstream(&out->text, &len));
+	out->code = gate_run(fixture(b, sizeof(b), base), fixture(c, sizeof(c), cur), o, f,
+			     out->err, sizeof(out->err));
+	fclose(f);
+}
+
+static int run_default(const char *base, const char *cur, struct run_out *out)
+{
+	struct gate_opts o;
+
+	gate_opts_init(&o);
+	run_files(base, cur, &o, out);
+	return out->code;
+}
+
+/* ---- the fixtures: the cases issue 5 names ------------------------------------------------ */
+
+Test(gate, injected_15pct_slowdown_fails)
+{
+	struct run_out r;
+
+	cr_expect_eq(run_default("baseline.json", "current_slow15.json", &r), 1, "%s", r.text);
+	cr_expect(strstr(r.text, "system/per-packet/q1/tcp_bulk/upload/s16"), "%s", r.text);
+	cr_expect(strstr(r.text, "-15.0%"), "%s", r.text);
+	cr_expect(strstr(r.text, "REGRESSION"), "%s", r.text);
+	cr_expect(strstr(r.text, "1 regression,"), "%s", r.text);
+	free(r.text);
+}
+
+Test(gate, noise_level_differences_pass)
+{
+	struct run_out r;
+
+	cr_expect_eq(run_default("baseline.json", "current_noise.json", &r), 0, "%s %s", r.text,
+		     r.err);
+	cr_expect_null(strstr(r.text, "REGRESSION"), "%s", r.text);
+	cr_expect(strstr(r.text, "7 compared, 0 regressions"), "%s", r.text);
+	free(r.text);
+}
+
+Test(gate, identical_files_pass)
+{
+	struct run_out r;
+
+	cr_expect_eq(run_default("baseline.json", "baseline.json", &r), 0, "%s", r.text);
+	free(r.text);
+}
+
+Test(gate, instructions_3pct_up_fails_at_2pct)
+{
+	struct gate_opts o;
+	struct run_out r;
+
+	cr_expect_eq(run_default("baseline.json", "current_instr3.json", &r), 1, "%s", r.text);
+	cr_expect(strstr(r.text, "instructions_per_op"), "%s", r.text);
+	cr_expect(strstr(r.text, "+3.0%"), "%s", r.text);
+	free(r.text);
+
+	gate_opts_init(&o);
+	o.instr_tol_pct = 5;
+	run_files("baseline.json", "current_instr3.json", &o, &r);
+	cr_expect_eq(r.code, 0, "%s", r.text);
+	free(r.text);
+}
+
+Test(gate, missing_rows_reported_not_failed)
+{
+	struct gate_opts o;
+	struct run_out r;
+
+	cr_expect_eq(run_default("baseline.json", "current_missing.json", &r), 0, "%s", r.text);
+	cr_expect(strstr(r.text, "2 missing in current"), "%s", r.text);
+	cr_expect(strstr(r.text, "nat_steady"), "%s", r.text);
+	cr_expect(strstr(r.text, "missing"), "%s", r.text);
+	free(r.text);
+
+	gate_opts_init(&o);
+	o.strict = true;
+	run_files("baseline.json", "current_missing.json", &o, &r);
+	cr_expect_eq(r.code, 1, "--strict: %s", r.text);
+	free(r.text);
+}
+
+Test(gate, malformed_json_exits_2_naming_file)
+{
+	struct run_out r;
+
+	cr_expect_eq(run_default("baseline.json", "bad_json.json", &r), 2);
+	cr_expect(strstr(r.err, "bad_json.json: $: not valid JSON"), "%s", r.err);
+	free(r.text);
+}
+
+Test(gate, wrong_type_exits_2_naming_path)
+{
+	struct run_out r;
+
+	cr_expect_eq(run_default("bad_type.json", "baseline.json", &r), 2);
+	cr_expect(strstr(r.err, "bad_type.json: $.rows[4].median: expected a number"), "%s",
+		  r.err);
+	free(r.text);
+}
+
+Test(gate, missing_file_exits_2_naming_file)
+{
+	struct run_out r;
+
+	cr_expect_eq(run_default("baseline.json", "no_such_file.json", &r), 2);
+	cr_expect(strstr(r.err, "no_such_file.json: cannot read"), "%s", r.err);
+	free(r.text);
+}
+
+Test(gate, callgrind_format_compares_with_results_rows)
+{
+	struct run_out r;
+
+	/* callgrind_ok.json has the instruction rows of baseline.json; its ceiling rows are
+	 * missing, which is reported but passes. */
+	cr_expect_eq(run_default("baseline.json", "callgrind_ok.json", &r), 0, "%s", r.text);
+	cr_expect(strstr(r.text, "3 compared, 0 regressions, 4 missing"), "%s", r.text);
+	free(r.text);
+	cr_expect_eq(run_default("callgrind_ok.json", "current_instr3.json", &r), 1, "%s", r.text);
+	free(r.text);
+}
+
+/* ---- in-memory synthetic files: the rules themselves --------------------------------------- */
+
+/* One ceiling row as a results.json text. */
+static void ceiling_json(char *buf, size_t len, double median, double min, double max)
+{
+	snprintf(buf, len,
+		 "{\"rows\":[{\"stack\":\"system\",\"io_mode\":\"per-packet\",\"queues\":1,"
+		 "\"workload\":\"tcp_bulk\",\"direction\":\"upload\",\"streams\":16,"
+		 "\"metric\":\"ceiling_fraction\",\"unit\":\"ratio\",\"median\":%.6f,\"min\":%.6f,"
+		 "\"max\":%.6f,\"n\":3}]}",
+		 median, min, max);
+}
+
+static int compare_text(const char *btext, const char *ctext, const struct gate_opts *o,
+			struct gate_report *rep)
+{
+	struct gate_set b = { 0 }, c = { 0 };
+	char err[512];
+	int code;
+
+	cr_assert_eq(gate_parse("base", btext, strlen(btext), &b, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(gate_parse("cur", ctext, strlen(ctext), &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(gate_compare(&b, &c, o, rep), 0);
+	code = gate_exit_code(rep, o);
+	gate_set_fini(&b);
+	gate_set_fini(&c);
+	return code;
+}
+
+/* A ceiling fraction may fall by the tolerance (10 % with no spread), not more; rises pass. */
+Test(gate, ceiling_threshold_table)
+{
+	static const struct {
+		double change_pct;
+		int code;
+		enum gate_verdict v;
+	} cases[] = {
+		{ 0, 0, GATE_OK },        { -3, 0, GATE_OK },       { +3, 0, GATE_OK },
+		{ -9.9, 0, GATE_OK },     { -10.1, 1, GATE_REGRESSION }, { -15, 1, GATE_REGRESSION },
+		{ -50, 1, GATE_REGRESSION }, { +15, 0, GATE_BETTER },
+	};
+	char b[512], c[512];
+	struct gate_opts o;
+
+	gate_opts_init(&o);
+	ceiling_json(b, sizeof(b), 0.5, 0.5, 0.5);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct gate_report rep = { 0 };
+		double m = 0.5 * (1 + cases[i].change_pct / 100);
+		ceiling_json(c, sizeof(c), m, m, m);
+		cr_expect_eq(compare_text(b, c, &o, &rep), cases[i].code, "change %.1f%%",
+			     cases[i].change_pct);
+		cr_expect_eq(rep.l[0].verdict, cases[i].v, "change %.1f%%", cases[i].change_pct);
+		cr_expect_float_eq(rep.l[0].tol_pct, 10.0, 1e-9);
+		gate_report_fini(&rep);
+	}
+}
+
+/* A wide measured spread widens the default tolerance; an explicit one overrides it. */
+Test(gate, ratio_tolerance_from_spread)
+{
+	char b[512], c[512];
+	struct gate_report rep = { 0 };
+	struct gate_opts o;
+
+	gate_opts_init(&o);
+	ceiling_json(b, sizeof(b), 0.5, 0.4, 0.6); /* spread 40 % */
+	ceiling_json(c, sizeof(c), 0.425, 0.425, 0.425); /* -15 % */
+	cr_expect_eq(compare_text(b, c, &o, &rep), 0);
+	cr_expect_float_eq(rep.l[0].tol_pct, 40.0, 1e-9);
+	gate_report_fini(&rep);
+
+	/* the spread of the current file counts too */
+	ceiling_json(b, sizeof(b), 0.5, 0.5, 0.5);
+	ceiling_json(c, sizeof(c), 0.425, 0.34, 0.51); /* spread 40 % of 0.425 */
+	cr_expect_eq(compare_text(b, c, &o, &rep), 0);
+	cr_expect_float_eq(rep.l[0].tol_pct, 40.0, 1e-6);
+	gate_report_fini(&rep);
+
+	o.ratio_tol_pct = 5;
+	ceiling_json(b, sizeof(b), 0.5, 0.4, 0.6);
+	ceiling_json(c, sizeof(c), 0.465, 0.465, 0.465); /* -7 % */
+	cr_expect_eq(compare_text(b, c, &o, &rep), 1);
+	gate_report_fini(&rep);
+}
+
+Test(gate, instruction_threshold)
+{
+	const char *b = "{\"callgrind\":{\"rewrite4\":{\"instructions\":100,\"target\":120}}}";
+	const char *up19 = "{\"callgrind\":{\"rewrite4\":{\"instructions\":101.9,\"target\":120}}}";
+	const char *up21 = "{\"callgrind\":{\"rewrite4\":{\"instructions\":102.1,\"target\":120}}}";
+	const char *down = "{\"callgrind\":{\"rewrite4\":{\"instructions\":90,\"target\":120}}}";
+	struct gate_report rep = { 0 };
+	struct gate_opts o;
+
+	gate_opts_init(&o);
+	cr_expect_eq(compare_text(b, up19, &o, &rep), 0);
+	gate_report_fini(&rep);
+	cr_expect_eq(compare_text(b, up21, &o, &rep), 1);
+	gate_report_fini(&rep);
+	cr_expect_eq(compare_text(b, down, &o, &rep), 0);
+	cr_expect_eq(rep.l[0].verdict, GATE_BETTER);
+	gate_report_fini(&rep);
+}
+
+Test(gate, new_rows_and_ungated_metrics)
+{
+	char b[512];
+	const char *c = "[{\"stack\":\"micro\",\"workload\":\"rewrite9\",\"metric\":"
+			"\"instructions_per_op\",\"median\":5},"
+			"{\"stack\":\"system\",\"workload\":\"x\",\"metric\":\"pps\",\"median\":\"n/a\"}]";
+	struct gate_report rep = { 0 };
+	struct gate_opts o;
+
+	gate_opts_init(&o);
+	ceiling_json(b, sizeof(b), 0.5, 0.5, 0.5);
+	cr_expect_eq(compare_text(b, c, &o, &rep), 0);
+	cr_expect_eq(rep.missing, 1);
+	cr_expect_eq(rep.added, 1);
+	cr_expect_eq(rep.n, 2);
+	gate_report_fini(&rep);
+}
+
+/* Each malformed text is refused with the JSON path of the fault in the message. */
+Test(gate, malformed_texts_name_the_path)
+{
+	static const struct {
+		const char *text, *msg;
+	} cases[] = {
+		{ "", "f.json: $: not valid JSON" },
+		{ "42", "f.json: $: expected an object or an array" },
+		{ "{}", "f.json: $: neither \"rows\" nor \"callgrind\"" },
+		{ "{\"rows\":{}}", "f.json: $.rows: expected an array" },
+		{ "{\"rows\":[7]}", "f.json: $.rows[0]: expected an object" },
+		{ "{\"rows\":[{\"median\":1}]}", "f.json: $.rows[0].metric: missing" },
+		{ "[{\"metric\":\"ceiling_fraction\",\"stack\":1}]", "f.json: $[0].stack: expected a string" },
+		{ "[{\"metric\":\"ceiling_fraction\",\"stack\":\"s\",\"workload\":\"w\"}]",
+		  "f.json: $[0].median: missing" },
+		{ "[{\"metric\":\"ceiling_fraction\",\"stack\":\"s\",\"workload\":\"w\",\"median\":1,"
+		  "\"streams\":\"16\"}]", "f.json: $[0].streams: expected a number" },
+		{ "{\"callgrind\":{\"rewrite4\":{\"instructions\":\"1\"}}}",
+		  "f.json: $.callgrind.rewrite4.instructions: expected a number" },
+		{ "{\"callgrind\":[]}", "f.json: $.callgrind: expected an object" },
+		{ "[{\"metric\":\"instructions_per_op\",\"stack\":\"micro\",\"workload\":\"a\",\"median\":1},"
+		  "{\"metric\":\"instructions_per_op\",\"stack\":\"micro\",\"workload\":\"a\",\"median\":2}]",
+		  "f.json: $[1]: duplicate instructions_per_op row for \"a\"" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct gate_set s = { 0 };
+		char err[512] = "";
+		int ret = gate_parse("f.json", cases[i].text, strlen(cases[i].text), &s, err,
+				     sizeof(err));
+		cr_expect_eq(ret, -EINVAL, "case %zu", i);
+		cr_expect(strstr(err, cases[i].msg), "case %zu: got '%s', want '%s'", i, err,
+			  cases[i].msg);
+		cr_expect_null(s.e, "case %zu: set freed on error", i);
+	}
+}
