@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# load.sh — `twinstack load` against its own `serve`, on loopback only (127.0.0.1 and ::1).
+#
+#   client modes ──TCP 127.0.0.1:P1,P2 / UDP :P3──▶ twinstack load serve
+#
+# Each mode must exit 0 and print one JSON object with sane figures: connrate > 100 conn/s,
+# latency 0 < p50 <= p99 <= p99.9, hold of 200 prints "HELD 200" then held=200, udp loss
+# small, udpflows answers all 200 flows; IPv6 is checked once. Bad usage must exit 2.
+# The server is killed on any exit (trap). Takes about 10 s.
+#
+# usage: load.sh TWINSTACK_BINARY
+set -uo pipefail
+
+bin=${1:?usage: load.sh TWINSTACK_BINARY}
+work=$(mktemp -d)
+serve_pid=
+cleanup() {
+	[ -n "$serve_pid" ] && kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $*"; }
+bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+
+# start_serve ADDR: serve on three random ports of ADDR; sets P1 P2 P3 and serve_pid.
+start_serve() {
+	for _ in 1 2 3 4 5; do
+		local base=$((20000 + RANDOM % 12000)) # below ip_local_port_range: no client holds it
+		P1=$base P2=$((base + 1)) P3=$((base + 2))
+		"$bin" load serve --bind "$1" --tcp-ports "$P1,$P2" --udp-port "$P3" --duration 60 \
+			>"$work/serve.out" 2>"$work/serve.err" &
+		serve_pid=$!
+		sleep 0.3
+		kill -0 "$serve_pid" 2>/dev/null && return 0
+		wait "$serve_pid" 2>/dev/null
+		serve_pid=
+	done
+	echo "cannot start load serve on $1: $(cat "$work/serve.err")"
+	exit 1
+}
+
+stop_serve() {
+	kill -TERM "$serve_pid" && wait "$serve_pid"
+	local rc=$?
+	serve_pid=
+	return $rc
+}
+
+# check NAME PYTHON_EXPR ARGS...: run `load ARGS`, expect exit 0 and the last stdout line to
+# be JSON for which PYTHON_EXPR (over the dict j) holds.
+check() {
+	local name=$1 expr=$2
+	shift 2
+	"$bin" load "$@" >"$work/out" 2>"$work/err"
+	local rc=$?
+	local json
+	json=$(tail -n 1 "$work/out")
+	if [ $rc -ne 0 ]; then
+		bad "$name: exit $rc: $(cat "$work/err")"
+	elif python3 -c "import json,sys; j=json.loads(sys.argv[1]); sys.exit(0 if ($expr) else 1)" \
+		"$json"; then
+		ok "$name: $json"
+	else
+		bad "$name: $json does not satisfy: $expr"
+	fi
+}
+
+start_serve 127.0.0.1
+check connrate 'j["conn_per_s"] > 100 and j["completed"] > 0 and j["p50_connect_us"] > 0' \
+	connrate --target 127.0.0.1 --ports "$P1,$P2" --duration 2.5 --concurrency 16
+check latency 'j["samples"] > 100 and 0 < j["latency_p50_us"] <= j["latency_p99_us"] <= j["latency_p999_us"]' \
+	latency --target "127.0.0.1:$P1" --duration 1.5 --size 64
+check hold 'j["held"] == 200 and j["failed"] == 0 and j["echo_errors"] == 0' \
+	hold --target "127.0.0.1:$P2" --conns 200 --duration 1.5 --interval-ms 300
+if [ "$(head -n 1 "$work/out")" = "HELD 200" ]; then ok "hold: HELD line first"
+else bad "hold: first line '$(head -n 1 "$work/out")', want 'HELD 200'"; fi
+check udp 'j["received"] > 1000 and j["loss_pct"] < 1 and j["pps"] > 0' \
+	udp --target "127.0.0.1:$P3" --duration 1.5 --size 64
+check udp_paced 'j["sent"] >= 4900 and j["loss_pct"] < 1 and 4000 < j["pps"] < 6000' \
+	udp --target "127.0.0.1:$P3" --duration 1 --size 1400 --rate 5000
+check udpflows 'j["flows"] == 200 and j["answered"] == 200' \
+	udpflows --target "127.0.0.1:$P3" --flows 200
+if stop_serve && python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j["served_conns"] > 200 and j["udp_datagrams"] > 1000 else 1)' "$work/serve.out"; then
+	ok "serve: $(cat "$work/serve.out")"
+else
+	bad "serve: exit or JSON: $(cat "$work/serve.out")"
+fi
+
+start_serve ::1
+check latency6 '0 < j["latency_p50_us"] <= j["latency_p99_us"]' \
+	latency --target "[::1]:$P1" --duration 0.5
+check udpflows6 'j["answered"] == 50' udpflows --target "[::1]:$P3" --flows 50
+stop_serve
+
+for args in "" "bogus" "latency --target 127.0.0.1 --duration 1" \
+	"hold --target 127.0.0.1:9 --duration 1" "udp --target 127.0.0.1:9 --duration 1 --size 4" \
+	"connrate --target ::1 --ports 9 --duration 1 --source 127.0.0.1"; do
+	# shellcheck disable=SC2086
+	"$bin" load $args >/dev/null 2>&1
+	rc=$?
+	if [ $rc -eq 2 ]; then ok "usage '$args' exits 2"; else bad "usage '$args' exits $rc"; fi
+done
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
