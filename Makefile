@@ -7,7 +7,7 @@ JOBS ?= 2
 FUZZ_SECONDS ?= 30
 CTEST = ctest --output-on-failure --no-tests=error
 
-.PHONY: all setup build test test-release test-asan test-tsan test-fuzz micro clean
+.PHONY: all setup build bench test test-release test-asan test-tsan test-fuzz micro clean
 
 all: build
 
@@ -40,6 +40,10 @@ test-fuzz:
 		-DTS_FUZZ_SECONDS=$(FUZZ_SECONDS) -DTS_WERROR=ON >/dev/null
 	cmake --build build-fuzz -j$(JOBS)
 	$(CTEST) --test-dir build-fuzz
+
+# The main job: both stacks side by side on a namespace testbed (docs/benchmarks.md).
+bench: build
+	./build/twinstack bench $(BENCH_ARGS)
 
 micro: build
 	./build/twinstack-micro

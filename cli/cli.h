@@ -14,4 +14,13 @@ int cli_take_option(int argc, char **argv, int *i, const char *lng, const char *
 int cmd_run(int argc, char **argv);
 void usage_run(FILE *out);
 
+int cmd_load(int argc, char **argv);
+void usage_load(FILE *out);
+int cmd_bench(int argc, char **argv);
+void usage_bench(FILE *out);
+int cmd_reflect(int argc, char **argv);
+void usage_reflect(FILE *out);
+int cmd_gate(int argc, char **argv);
+void usage_gate(FILE *out);
+
 #endif

@@ -99,6 +99,14 @@ static const struct subcommand subcommands[] = {
 	{ "check", "validate a config file and print a one-line summary", cmd_check, usage_check },
 	{ "run", "run the proxy: TUN device, stack, dispatcher, outbounds, stats", cmd_run,
 	  usage_run },
+	{ "load", "benchmark traffic: echo servers and load clients, JSON out", cmd_load,
+	  usage_load },
+	{ "bench", "measure both stacks and two baselines in a namespace testbed", cmd_bench,
+	  usage_bench },
+	{ "reflect", "address-swapping TUN reflector: the one-TUN-crossing ceiling", cmd_reflect,
+	  usage_reflect },
+	{ "gate", "compare results against a baseline; exit 1 on a regression", cmd_gate,
+	  usage_gate },
 };
 
 #define N_SUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))

@@ -48,14 +48,26 @@ foreach(src ${TS_UNIT_SRC})
   endif()
 endforeach()
 
-# CLI behaviour (exit codes, messages naming the JSON path) and the docs example.
+# CLI behaviour (exit codes, messages naming the JSON path) and the docs example; the gate's
+# command line; the rig's load tool on loopback.
 if(NOT TS_SANITIZE STREQUAL "thread")
   add_test(NAME cli_check COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/check.sh $<TARGET_FILE:twinstack> ${CMAKE_SOURCE_DIR})
   set_tests_properties(cli_check PROPERTIES LABELS cli TIMEOUT 120)
+  add_test(NAME gate_cli COMMAND ${CMAKE_SOURCE_DIR}/tests/gate/gate_cli.sh $<TARGET_FILE:twinstack>)
+  set_tests_properties(gate_cli PROPERTIES LABELS cli TIMEOUT 60)
+  add_test(NAME load_tool COMMAND ${CMAKE_SOURCE_DIR}/tests/load/load.sh $<TARGET_FILE:twinstack>)
+  set_tests_properties(load_tool PROPERTIES LABELS cli TIMEOUT 60)
 endif()
 
 # Namespace integration suite (root; exit 77 = skipped). One run per stack this build has.
 if(TS_SANITIZE STREQUAL "")
+  add_test(NAME reflect_netns
+    COMMAND ${CMAKE_SOURCE_DIR}/tests/gate/reflect_netns.sh $<TARGET_FILE:twinstack> 3)
+  set_tests_properties(reflect_netns PROPERTIES
+    LABELS integration TIMEOUT 60 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+  add_test(NAME bench_smoke COMMAND ${CMAKE_SOURCE_DIR}/tests/bench/smoke.sh $<TARGET_FILE:twinstack>)
+  set_tests_properties(bench_smoke PROPERTIES
+    LABELS integration TIMEOUT 400 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   foreach(stack system lwip)
     add_test(NAME integration_${stack}
       COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/netns.sh --stack ${stack}
@@ -72,5 +84,10 @@ if(TS_SANITIZE STREQUAL "" AND CMAKE_BUILD_TYPE STREQUAL "Release")
     add_test(NAME micro_instructions
       COMMAND ${CMAKE_SOURCE_DIR}/bench/callgrind.sh --check $<TARGET_FILE:twinstack-micro>)
     set_tests_properties(micro_instructions PROPERTIES LABELS perf TIMEOUT 600)
+    # The instruction counts against the committed baseline, through the regression gate.
+    add_test(NAME gate_instructions
+      COMMAND ${CMAKE_SOURCE_DIR}/tests/gate/instr_gate.sh ${CMAKE_SOURCE_DIR}
+              $<TARGET_FILE:twinstack-micro> $<TARGET_FILE:twinstack>)
+    set_tests_properties(gate_instructions PROPERTIES LABELS perf TIMEOUT 600 SKIP_RETURN_CODE 77)
   endif()
 endif()

@@ -1,0 +1,112 @@
+/* bench.c — `twinstack bench`: the namespace comparison rig.
+ *
+ * The rig itself is bench/rig.py (python3, standard library only) in the source tree: this
+ * subcommand execs `python3 <source-dir>/bench/rig.py --bin <this binary> ARGS...`, so the
+ * binary under test is always the one that was invoked. The source dir comes from the compile
+ * definition TS_SOURCE_DIR; the environment variable TWINSTACK_SOURCE_DIR overrides it (for an
+ * installed or relocated binary).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+/* Is DIR/bench/rig.py readable? Writes the path into rig. */
+static int find_rig(const char *dir, char *rig, size_t len)
+{
+	if ((size_t)snprintf(rig, len, "%s/bench/rig.py", dir) >= len)
+		return 0;
+	return access(rig, R_OK) == 0;
+}
+
+void usage_bench(FILE *out)
+{
+	fputs("usage: twinstack bench [--quick] [--stacks system,lwip] [--out DIR] [--reps N]\n"
+	      "\n"
+	      "Build a namespace testbed, measure both stacks and two baselines (bare veth, TUN\n"
+	      "reflector) side by side, and write results.json, report.md and SVG charts to DIR\n"
+	      "(default bench-results/). Needs root and /dev/net/tun. Runs bench/rig.py from the\n"
+	      "source tree (TWINSTACK_SOURCE_DIR overrides its location).\n"
+	      "\n"
+	      "options:\n"
+	      "  --quick             one repetition, short workloads (< 3 minutes)\n"
+	      "  --stacks LIST       stacks to measure (default system,lwip)\n"
+	      "  --out DIR           output directory (default bench-results)\n"
+	      "  --reps N            repetitions per figure (default 3; --quick: 1)\n"
+	      "  -h, --help          this text (python3 bench/rig.py --help lists every option)\n"
+	      "\n"
+	      "Exit: 0 done, 1 a run failed, 2 cannot run (not root, no TUN, bad arguments).\n",
+	      out);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	char self[PATH_MAX], rig[PATH_MAX];
+	const char *src = getenv("TWINSTACK_SOURCE_DIR");
+	ssize_t n;
+	char **args;
+	int k = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+			usage_bench(stdout);
+			return EXIT_OK;
+		}
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0) {
+		fprintf(stderr, "twinstack bench: readlink /proc/self/exe: %s\n", strerror(errno));
+		return EXIT_RUNTIME;
+	}
+	self[n] = '\0';
+	/* TWINSTACK_SOURCE_DIR, else the compiled-in source dir, else the binary's parent dir
+	 * (build/twinstack in a checkout). */
+	if (src && *src) {
+		if (!find_rig(src, rig, sizeof(rig))) {
+			fprintf(stderr, "twinstack bench: cannot read %s: %s\n", rig, strerror(errno));
+			return EXIT_USAGE;
+		}
+	} else {
+		char up[PATH_MAX + 4];
+		char *slash;
+		int found = 0;
+#ifdef TS_SOURCE_DIR
+		found = find_rig(TS_SOURCE_DIR, rig, sizeof(rig));
+#endif
+		snprintf(up, sizeof(up), "%s", self);
+		slash = strrchr(up, '/');
+		if (!found && slash) {
+			strcpy(slash, "/..");
+			found = find_rig(up, rig, sizeof(rig));
+		}
+		if (!found) {
+			fprintf(stderr, "twinstack bench: cannot find bench/rig.py (set "
+					"TWINSTACK_SOURCE_DIR to the source tree)\n");
+			return EXIT_USAGE;
+		}
+	}
+	args = calloc((size_t)argc + 5, sizeof(*args));
+	if (!args) {
+		fprintf(stderr, "twinstack bench: out of memory\n");
+		return EXIT_RUNTIME;
+	}
+	args[k++] = "python3";
+	args[k++] = rig;
+	args[k++] = "--bin";
+	args[k++] = self;
+	for (int i = 1; i < argc; i++)
+		args[k++] = argv[i];
+	args[k] = NULL;
+	fflush(NULL);
+	execvp("python3", args);
+	fprintf(stderr, "twinstack bench: cannot run python3: %s\n", strerror(errno));
+	free(args);
+	return EXIT_USAGE;
+}
