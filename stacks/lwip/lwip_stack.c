@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +112,11 @@ static void on_tmr(evutil_socket_t fd, short what, void *arg)
 	st->tmr_armed = false;
 	tcp_tmr();
 	check_timer(st);
+	/* The last pcb is gone: give lwIP's freed windows and segments back to the system (glibc
+	 * keeps freed heap otherwise, and an idle proxy would sit at its peak RSS). Once per
+	 * busy-to-idle transition, never on a timer of its own. */
+	if (!st->tmr_armed)
+		malloc_trim(0);
 }
 
 static void pcbs_changed(void *arg)
