@@ -143,7 +143,7 @@ static int walk_batch(struct netlink *nl, const void *buf, size_t len, msg_fn fn
 		      int *result, bool *intr)
 {
 	const struct nlmsghdr *h = buf;
-	int left = (int)len;
+	unsigned int left = (unsigned int)len; /* NLMSG_OK compares it with the u32 nlmsg_len */
 
 	for (; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
 		if (h->nlmsg_seq != nl->seq || h->nlmsg_pid != nl->port)
