@@ -5,7 +5,7 @@
  *   1  runtime failure (out of memory, a device or socket that fails at run time, ...)
  *   2  bad usage or bad config (unknown subcommand or option, missing/unreadable config file,
  *      a config value that is wrong or statically impossible)
- * A subcommand is one row of `subcommands[]`: later issues add run, bench, reflect there.
+ * A subcommand is one row of `subcommands[]`.
  */
 #include <errno.h>
 #include <stdio.h>
