@@ -13,7 +13,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -46,23 +48,28 @@ void usage_run(FILE *out)
 
 /* ---- driver glue: the driver calls the selected stack and the UDP path ------------------- */
 
+#define UDP_HANDOFF_BATCH 64       /* datagrams the main loop takes from a worker per wakeup */
+#define UDP_HANDOFF_MAX 65536      /* largest datagram handed over (one split datagram) */
+
 static enum driver_verdict drv_input(void *arg, uint8_t *buf, size_t len,
 				     const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
 				     bool *plain)
 {
-	struct proxy *p = arg;
-	return p->ops->input(p->ns, buf, len, meta, now_ns, out_len, plain);
+	struct worker *w = arg;
+	struct proxy *p = w->p;
+	return p->ops->input(p->ns, w->q, buf, len, meta, now_ns, out_len, plain);
 }
 
 static void drv_batch_end(void *arg, int64_t now_ns)
 {
-	struct proxy *p = arg;
+	struct worker *w = arg;
+	struct proxy *p = w->p;
 	struct rss_info ri;
 
-	p->ops->batch_end(p->ns, now_ns);
+	p->ops->batch_end(p->ns, w->q, now_ns);
 	/* The pressure tier follows RSS; sampled only while traffic flows, so an idle proxy
-	 * never wakes up for it. */
-	if (now_ns - p->rss_sampled_ns >= RSS_SAMPLE_NS && rss_sample(&ri) == 0) {
+	 * never wakes up for it. The main loop's queue does it for all. */
+	if (w->q == 0 && now_ns - p->rss_sampled_ns >= RSS_SAMPLE_NS && rss_sample(&ri) == 0) {
 		p->rss_sampled_ns = now_ns;
 		budget_update_tier(p->budget, ri.rss_bytes);
 	}
@@ -70,8 +77,22 @@ static void drv_batch_end(void *arg, int64_t now_ns)
 
 static void drv_udp(void *arg, const uint8_t *pkt, size_t len, int64_t now_ns)
 {
-	struct proxy *p = arg;
-	udp_path_input(p->udp, pkt, len, now_ns);
+	struct worker *w = arg;
+	ssize_t n;
+
+	if (w->q == 0) {
+		udp_path_input(w->p->udp, pkt, len, now_ns);
+		return;
+	}
+	/* The UDP path lives on the main loop: hand the datagram over (the kernel copies it;
+	 * a full socketpair drops it, counted, as a full device queue would). */
+	do
+		n = send(w->udp_fds[0], pkt, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		ctr_inc(&w->udp_handoff_drops);
+	else
+		ctr_inc(&w->udp_handoff);
 }
 
 static const struct driver_ops drv_ops = {
@@ -79,6 +100,166 @@ static const struct driver_ops drv_ops = {
 	.batch_end = drv_batch_end,
 	.udp = drv_udp,
 };
+
+/* Main loop: datagrams a worker handed over. */
+static void on_udp_handoff(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	static uint8_t buf[UDP_HANDOFF_MAX]; /* main thread only */
+	int64_t now = ts_now_ns();
+
+	(void)what;
+	for (int i = 0; i < UDP_HANDOFF_BATCH; i++) {
+		ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		udp_path_input(w->p->udp, buf, (size_t)n, now);
+	}
+}
+
+/* ---- queue workers ------------------------------------------------------------------------- */
+
+static void on_worker_stop(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	(void)fd;
+	(void)what;
+	event_base_loopbreak(w->base);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	event_base_dispatch(w->base);
+	return NULL;
+}
+
+static void worker_stop(struct worker *w)
+{
+	uint64_t one = 1;
+
+	if (!w->started)
+		return;
+	if (write(w->stop_fd, &one, sizeof(one)) < 0) {
+		/* cannot fail for an eventfd we own short of a saturated counter */
+	}
+	pthread_join(w->thread, NULL);
+	w->started = false;
+}
+
+static void worker_free(struct worker *w)
+{
+	worker_stop(w);
+	if (w->udp_ev)
+		event_free(w->udp_ev);
+	driver_free(w->driver);
+	if (w->stop_ev)
+		event_free(w->stop_ev);
+	if (w->q != 0 && w->base)
+		event_base_free(w->base);
+	if (w->stop_fd >= 0)
+		close(w->stop_fd);
+	for (int i = 0; i < 2; i++)
+		if (w->udp_fds[i] >= 0)
+			close(w->udp_fds[i]);
+}
+
+/* Queue q's driver (and for q > 0 its loop, stop event and UDP handoff; the thread starts
+ * later, once the stack is up). */
+static int worker_init(struct proxy *p, uint32_t q, char *err, size_t errlen)
+{
+	struct worker *w = &p->workers[q];
+	struct driver_params dp = {
+		.fd = tun_fd(p->tun, q),
+		.mtu = p->cfg.tun.mtu,
+		.vnet_hdr = tun_vnet_hdr(p->tun),
+	};
+	int ret = -ENOMEM;
+
+	w->p = p;
+	w->q = q;
+	w->stop_fd = w->udp_fds[0] = w->udp_fds[1] = -1;
+	w->base = q == 0 ? p->base : event_base_new();
+	if (!w->base)
+		goto fail;
+	if (q > 0) {
+		int sndbuf = 1 << 20;
+		if ((w->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
+		    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
+			       w->udp_fds) != 0) {
+			ret = -errno;
+			goto fail;
+		}
+		setsockopt(w->udp_fds[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+		w->stop_ev = event_new(w->base, w->stop_fd, EV_READ, on_worker_stop, w);
+		w->udp_ev = event_new(p->base, w->udp_fds[1], EV_READ | EV_PERSIST,
+				      on_udp_handoff, w);
+		if (!w->stop_ev || !w->udp_ev || event_add(w->stop_ev, NULL) != 0 ||
+		    event_add(w->udp_ev, NULL) != 0)
+			goto fail;
+	}
+	if ((ret = driver_new(w->base, &dp, &drv_ops, w, p->budget, &w->driver)) != 0)
+		goto fail;
+	return 0;
+fail:
+	snprintf(err, errlen, "run: TUN queue %u: %s", q, strerror(-ret));
+	return ret;
+}
+
+static int workers_init(struct proxy *p, char *err, size_t errlen)
+{
+	int ret;
+
+	p->nworkers = tun_queues(p->tun);
+	p->workers = calloc(p->nworkers, sizeof(*p->workers));
+	if (!p->workers) {
+		snprintf(err, errlen, "run: out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t q = 0; q < p->nworkers; q++) {
+		p->workers[q].stop_fd = p->workers[q].udp_fds[0] = p->workers[q].udp_fds[1] = -1;
+	}
+	for (uint32_t q = 0; q < p->nworkers; q++)
+		if ((ret = worker_init(p, q, err, errlen)) != 0)
+			return ret;
+	p->driver = p->workers[0].driver;
+	return 0;
+}
+
+/* Start the threads of queues 1.. (after the stack: they call into it at once). */
+static int workers_start(struct proxy *p, char *err, size_t errlen)
+{
+	for (uint32_t q = 1; q < p->nworkers; q++) {
+		struct worker *w = &p->workers[q];
+		int ret = pthread_create(&w->thread, NULL, worker_main, w);
+		if (ret != 0) {
+			snprintf(err, errlen, "run: TUN queue %u thread: %s", q, strerror(ret));
+			return -ret;
+		}
+		w->started = true;
+	}
+	return 0;
+}
+
+static void workers_stop(struct proxy *p)
+{
+	for (uint32_t q = 1; q < p->nworkers; q++)
+		worker_stop(&p->workers[q]);
+}
+
+static void workers_free(struct proxy *p)
+{
+	if (!p->workers)
+		return;
+	workers_stop(p);
+	for (uint32_t q = 0; q < p->nworkers; q++)
+		worker_free(&p->workers[q]);
+	free(p->workers);
+	p->workers = NULL;
+	p->driver = NULL;
+}
 
 /* ---- stopping ------------------------------------------------------------------------------ */
 
@@ -111,6 +292,8 @@ static void on_fatal(void *arg, int err, const char *msg)
 
 static void proxy_free(struct proxy *p)
 {
+	/* The queue threads call into the stack: they go first. */
+	workers_stop(p);
 	run_stats_stop(p);
 	if (p->ns)
 		p->ops->stop(p->ns);
@@ -119,7 +302,7 @@ static void proxy_free(struct proxy *p)
 	if (p->ns)
 		p->ops->free(p->ns);
 	udp_path_free(p->udp);
-	driver_free(p->driver);
+	workers_free(p);
 	tun_close(p->tun);
 	if (p->sig_int)
 		event_free(p->sig_int);
@@ -150,15 +333,16 @@ static void fit_fds(struct proxy *p)
 
 static int open_tun(struct proxy *p, char *err, size_t errlen)
 {
-	struct tun_params tp;
-	char msg[512];
+	char msg[512], note[TS_ERRLEN + 64];
+	int ret = tun_open_config(&p->cfg.tun, &p->tun, note, sizeof(note), err, errlen);
 
-	tun_params_from_config(&tp, &p->cfg.tun);
-	tp.queues = 1;       /* multi-queue arrives with the batched I/O issue */
-	tp.vnet_hdr = false; /* so does offload: per-packet I/O for now */
-	int ret = tun_open(&tp, &p->tun, err, errlen);
 	if (ret != 0)
 		return ret;
+	if (note[0])
+		log_warn(&p->log, "run: %s", note);
+	log_info(&p->log, "run: %s: %s I/O, %u queue%s", tun_name(p->tun),
+		 tun_vnet_hdr(p->tun) ? "offload" : "per-packet", tun_queues(p->tun),
+		 tun_queues(p->tun) == 1 ? "" : "s");
 	if (tun_rp_filter_check(tun_name(p->tun), msg, sizeof(msg)) > 0)
 		log_warn(&p->log, "run: %s", msg);
 	return 0;
@@ -174,6 +358,7 @@ static int start_stack(struct proxy *p, char *err, size_t errlen)
 		.log = &p->log,
 		.tx = driver_tx,
 		.tx_arg = p->driver,
+		.tx_meta = driver_offload(p->driver) ? driver_tx_meta : NULL,
 		.tun_name = tun_name(p->tun),
 		.fatal = on_fatal,
 		.fatal_arg = p,
@@ -215,11 +400,8 @@ static int proxy_start(struct proxy *p, char *err, size_t errlen)
 	}
 	if ((ret = open_tun(p, err, errlen)) != 0)
 		return ret;
-	if ((ret = driver_new(p->base, tun_fd(p->tun, 0), p->cfg.tun.mtu, &drv_ops, p, p->budget,
-			      &p->driver)) != 0) {
-		snprintf(err, errlen, "run: TUN driver: %s", strerror(-ret));
+	if ((ret = workers_init(p, err, errlen)) != 0)
 		return ret;
-	}
 	if ((ret = dispatcher_new(p->base, &p->cfg, p->budget, &p->disp)) != 0) {
 		snprintf(err, errlen, "run: dispatcher: %s", strerror(-ret));
 		return ret;
@@ -229,6 +411,8 @@ static int proxy_start(struct proxy *p, char *err, size_t errlen)
 		return ret;
 	}
 	if ((ret = start_stack(p, err, errlen)) != 0)
+		return ret;
+	if ((ret = workers_start(p, err, errlen)) != 0)
 		return ret;
 	return run_stats_start(p, err, errlen);
 }

@@ -58,17 +58,46 @@ static void add_process(struct proxy *p, struct stats_doc *d)
 	stats_doc_add_u64(d, "fds", STATS_GAUGE, count_fds());
 }
 
-static void add_tun(struct proxy *p, struct stats_doc *d, const struct netstack_stats *ns)
+/* The drivers of every queue, summed. */
+static void drivers_sum(const struct proxy *p, struct driver_counters *sum)
 {
-	const struct driver_counters *c = driver_get_counters(p->driver);
-	struct tun_dev_stats ds = { 0 };
+	memset(sum, 0, sizeof(*sum));
+	for (uint32_t q = 0; q < p->nworkers; q++)
+		if (p->workers[q].driver)
+			driver_counters_accumulate(sum, driver_get_counters(p->workers[q].driver));
+}
 
+static void add_tun(struct proxy *p, struct stats_doc *d, const struct netstack_stats *ns,
+		    const struct driver_counters *c)
+{
+	struct tun_dev_stats ds = { 0 };
+	uint64_t handoff = 0, handoff_drops = 0;
+	char key[64];
+
+	stats_doc_add_str(d, "tun.io_mode", tun_vnet_hdr(p->tun) ? "offload" : "per-packet");
+	stats_doc_add_u64(d, "tun.queues", STATS_GAUGE, p->nworkers);
 	stats_doc_add_u64(d, "tun.rx_packets", STATS_COUNTER, ctr_get(&c->rx_packets));
 	stats_doc_add_u64(d, "tun.rx_bytes", STATS_COUNTER, ctr_get(&c->rx_bytes));
 	stats_doc_add_u64(d, "tun.tx_packets", STATS_COUNTER, ctr_get(&c->tx_packets));
 	stats_doc_add_u64(d, "tun.tx_bytes", STATS_COUNTER, ctr_get(&c->tx_bytes));
+	stats_doc_add_u64(d, "tun.rx_gso", STATS_COUNTER, ctr_get(&c->rx_gso));
+	stats_doc_add_u64(d, "tun.tx_gso", STATS_COUNTER, ctr_get(&c->tx_gso));
 	stats_doc_add_u64(d, "tun.rewrites", STATS_COUNTER, ns->rewrites);
 	stats_doc_add_u64(d, "tun.tx_dropped", STATS_COUNTER, ctr_get(&c->tx_dropped));
+	for (uint32_t q = 0; q < p->nworkers; q++) {
+		const struct worker *w = &p->workers[q];
+		if (!w->driver)
+			continue;
+		snprintf(key, sizeof(key), "tun.q%u.rx_packets", q);
+		stats_doc_add_u64(d, key, STATS_COUNTER,
+				  ctr_get(&driver_get_counters(w->driver)->rx_packets));
+		handoff += ctr_get(&w->udp_handoff);
+		handoff_drops += ctr_get(&w->udp_handoff_drops);
+	}
+	if (p->nworkers > 1) {
+		stats_doc_add_u64(d, "tun.udp_handoff", STATS_COUNTER, handoff);
+		stats_doc_add_u64(d, "tun.udp_handoff_drops", STATS_COUNTER, handoff_drops);
+	}
 	if (tun_dev_stats(tun_name(p->tun), &ds) != 0)
 		memset(&ds, 0, sizeof(ds));
 	stats_doc_add_u64(d, "tun_device.rx_dropped", STATS_COUNTER, ds.rx_dropped);
@@ -132,8 +161,13 @@ static void provide(void *arg, struct stats_doc *d)
 		udp_path_stats(p->udp, &us);
 	if (p->disp)
 		dispatcher_get_stats(p->disp, &ds);
+	struct driver_counters dc;
+
+	drivers_sum(p, &dc);
+	/* Offload headers that make no sense are malformed input too. */
+	ns.drops_malformed += ctr_get(&dc.rx_bad_vnet_hdr) + ctr_get(&dc.udp_split_bad);
 	add_process(p, d);
-	add_tun(p, d, &ns);
+	add_tun(p, d, &ns, &dc);
 	add_drops(d, &ns, &us);
 	add_sessions(p, d, &ns, &us, &ds);
 	/* Every detailed counter of the stack and the driver, for diagnosis. */
@@ -141,7 +175,7 @@ static void provide(void *arg, struct stats_doc *d)
 	if (p->ns)
 		p->ops->counters(p->ns, add_counter, &vs);
 	vs.prefix = "driver";
-	driver_counters_foreach(driver_get_counters(p->driver), add_counter, &vs);
+	driver_counters_foreach(&dc, add_counter, &vs);
 }
 
 int run_stats_start(struct proxy *p, char *err, size_t errlen)

@@ -478,6 +478,7 @@ static const struct cfgp_field tun_fields[] = {
 	  .off = offsetof(struct ts_tun, queues) },
 	{ .key = "offload", .kind = CFGP_ENUM, .names = offload_names,
 	  .off = offsetof(struct ts_tun, offload) },
+	{ .key = "gso_output", .kind = CFGP_BOOL, .off = offsetof(struct ts_tun, gso_output) },
 };
 static const struct cfgp_table tun_table = CFGP_TABLE(tun_fields, check_tun);
 
@@ -752,6 +753,12 @@ static int validate(struct cfgp *p, struct load *ld)
 		return ret;
 	if ((ret = validate_loops(p, cfg)) != 0)
 		return ret;
+	/* lwIP keeps process-global state (pcb lists, timers, memory pools) and is not
+	 * thread-safe: one loop, so one TUN queue. */
+	if (cfg->stack == TS_STACK_LWIP && cfg->tun.queues > 1)
+		return cfgp_fail_at(p, "$.tun.queues",
+				    "%u: the lwip stack runs on one queue (lwIP is single-threaded); "
+				    "use 1, or \"stack\": \"system\"", cfg->tun.queues);
 	return validate_budget(p, ld);
 }
 
@@ -767,6 +774,7 @@ void config_init(struct ts_config *cfg)
 	cfg->tun.txqueuelen = 10000;
 	cfg->tun.queues = 1;
 	cfg->tun.offload = TS_OFFLOAD_AUTO;
+	cfg->tun.gso_output = true;
 	cfg->nat.addresses = 4;
 	cfg->nat.listeners = 2;
 	cfg->nat.linger_ms = 10000;

@@ -47,6 +47,7 @@ struct ts_tun {
 	uint32_t txqueuelen;
 	uint32_t queues;
 	enum ts_offload offload;
+	bool gso_output;             /* lwip stack with offload: coalesce output into GSO trains */
 };
 
 struct ts_nat {

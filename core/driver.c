@@ -1,36 +1,64 @@
-/* driver.c — per-packet TUN driver on a libevent loop (offload batching arrives later behind
- * the same interface). Reads up to DRIVER_BATCH packets per readiness edge, reads the clock once
- * per batch, and acts on each verdict in the same pass: no queue between read and write-back. */
+/* driver.c — the TUN driver on a libevent loop: per-packet or offload (virtio_net_hdr) I/O.
+ * Reads up to DRIVER_BATCH packets per readiness edge, reads the clock once per batch, and acts
+ * on each verdict in the same pass: no queue between read and write-back. */
 #include "core/driver.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/budget.h"
 #include "core/clock.h"
+#include "core/csum.h"
+#include "core/pkt.h"
+#include "core/tun.h"
+
+/* struct virtio_net_hdr (linux/virtio_net.h), little-endian on the wire for a TUN without
+ * TUNSETVNETBE. Defined here so the layout is explicit and bookworm's missing
+ * VIRTIO_NET_HDR_GSO_UDP_L4 (5) does not matter. */
+struct vnet_hdr {
+	uint8_t flags;
+	uint8_t gso_type;
+	uint16_t hdr_len;
+	uint16_t gso_size;
+	uint16_t csum_start;
+	uint16_t csum_offset;
+} __attribute__((packed));
+_Static_assert(sizeof(struct vnet_hdr) == TUN_VNET_HDR_LEN, "virtio_net_hdr is 10 bytes");
+
+#define VNET_GSO_ECN 0x80 /* VIRTIO_NET_HDR_GSO_ECN: CWR seen on the super-packet */
 
 struct driver {
 	struct event_base *base;
 	struct event *ev;
 	int fd;
+	size_t hdr;       /* TUN_VNET_HDR_LEN with offload, else 0 */
 	const struct driver_ops *ops;
 	void *arg;
 	struct budget *budget;
-	uint8_t *buf;
+	uint8_t *buf;     /* [hdr][packet] */
 	size_t buf_size;
 	struct driver_counters ctr;
 };
 
+static const struct vnet_hdr plain_hdr; /* all zero: GSO none, full checksums */
+
 int driver_tx(void *driver, const uint8_t *pkt, size_t len)
 {
 	struct driver *d = driver;
+	struct iovec iov[2] = {
+		{ .iov_base = (void *)&plain_hdr, .iov_len = d->hdr },
+		{ .iov_base = (void *)pkt, .iov_len = len },
+	};
 	ssize_t n;
 
 	do
-		n = write(d->fd, pkt, len);
+		n = d->hdr ? writev(d->fd, iov, 2) : write(d->fd, pkt, len);
 	while (n < 0 && errno == EINTR);
 	if (n < 0) {
 		/* EAGAIN: the device queue is full. Dropping is what a router does; TCP above
@@ -43,72 +71,263 @@ int driver_tx(void *driver, const uint8_t *pkt, size_t len)
 	return 0;
 }
 
+int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pkt_meta *m)
+{
+	struct driver *d = driver;
+	struct vnet_hdr h = {
+		.flags = m->flags,
+		.gso_type = m->gso_type,
+		.hdr_len = htole16(m->hdr_len),
+		.gso_size = htole16(m->gso_size),
+		.csum_start = htole16(m->csum_start),
+		.csum_offset = htole16(m->csum_offset),
+	};
+	struct iovec iov[2] = {
+		{ .iov_base = &h, .iov_len = sizeof(h) },
+		{ .iov_base = (void *)pkt, .iov_len = len },
+	};
+	ssize_t n;
+
+	if (!d->hdr) /* no header to carry the metadata: only plain packets can go */
+		return m->flags || m->gso_type ? -EOPNOTSUPP : driver_tx(d, pkt, len);
+	do
+		n = writev(d->fd, iov, 2);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		ctr_inc(&d->ctr.tx_dropped);
+		return -errno;
+	}
+	ctr_inc(&d->ctr.tx_packets);
+	ctr_add(&d->ctr.tx_bytes, len);
+	if (m->gso_type != PKT_GSO_NONE)
+		ctr_inc(&d->ctr.tx_gso);
+	return 0;
+}
+
+bool driver_offload(const struct driver *d)
+{
+	return d->hdr != 0;
+}
+
+/* Write back d->buf: [header as read, or zeroed when plain][len bytes of packet]. */
+static int write_back(struct driver *d, size_t len, bool plain)
+{
+	ssize_t n;
+
+	if (plain && d->hdr)
+		memset(d->buf, 0, d->hdr);
+	do
+		n = write(d->fd, d->buf, d->hdr + len);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		ctr_inc(&d->ctr.tx_dropped);
+		return -errno;
+	}
+	ctr_inc(&d->ctr.tx_packets);
+	ctr_add(&d->ctr.tx_bytes, len);
+	return 0;
+}
+
+/* ---- the header ----------------------------------------------------------------------------- */
+
+/* Validate the header read in front of a packet and fill meta. false: drop it. */
+static bool read_hdr(const uint8_t *raw, struct pkt_meta *m)
+{
+	struct vnet_hdr h;
+	uint8_t type;
+
+	memcpy(&h, raw, sizeof(h));
+	m->flags = h.flags;
+	m->gso_type = h.gso_type;
+	m->hdr_len = le16toh(h.hdr_len);
+	m->gso_size = le16toh(h.gso_size);
+	m->csum_start = le16toh(h.csum_start);
+	m->csum_offset = le16toh(h.csum_offset);
+	if (h.flags & ~(PKT_META_NEEDS_CSUM | PKT_META_DATA_VALID))
+		return false;
+	type = h.gso_type & (uint8_t)~VNET_GSO_ECN;
+	switch (type) {
+	case PKT_GSO_NONE:
+		return !(h.gso_type & VNET_GSO_ECN);
+	case PKT_GSO_TCPV4:
+	case PKT_GSO_TCPV6:
+	case PKT_GSO_UDP_L4:
+		/* The kernel only hands out GSO packets with a partial checksum. */
+		return m->gso_size != 0 && (h.flags & PKT_META_NEEDS_CSUM);
+	default:
+		return false;
+	}
+}
+
+/* ---- UDP super-datagrams -------------------------------------------------------------------- */
+
+int driver_udp_split(uint8_t *pkt, size_t len, uint16_t l3_len, uint16_t gso_size,
+		     void (*fn)(void *arg, const uint8_t *dgram, size_t dlen), void *arg)
+{
+	uint8_t hdr[DRIVER_SPLIT_HDR_MAX];
+	size_t hl = (size_t)l3_len + 8, payload, off;
+	int n = 0;
+
+	if (hl > sizeof(hdr) || len < hl || gso_size == 0 || l3_len < 20)
+		return -EINVAL;
+	payload = len - hl;
+	if (payload == 0)
+		return -EINVAL;
+	memcpy(hdr, pkt, hl); /* the original headers: the copies below overwrite them */
+	for (off = 0; off < payload; off += gso_size) {
+		size_t seg = payload - off < gso_size ? payload - off : gso_size;
+		uint8_t *d = pkt + hl + off - hl; /* headers go right in front of the payload */
+		uint8_t *udp = d + l3_len;
+
+		/* The previous datagram (already handed over) is overwritten; the payload of this
+		 * one starts at d + hl and is untouched. */
+		memmove(d, hdr, hl);
+		if ((d[0] >> 4) == 4) {
+			pkt_put16(d + 2, (uint16_t)(hl + seg));
+			csum_store16(d + 10, 0);
+			csum_store16(d + 10, csum_buf(d, l3_len));
+			csum_store16(udp + UDP_OFF_CSUM, 0); /* RFC 768: no checksum */
+		} else {
+			pkt_put16(d + 4, (uint16_t)(hl - 40 + seg));
+		}
+		pkt_put16(udp + UDP_OFF_LEN, (uint16_t)(8 + seg));
+		fn(arg, d, hl + seg);
+		n++;
+	}
+	return n;
+}
+
+struct split_ctx {
+	struct driver *d;
+	int64_t now;
+};
+
+static void split_one(void *arg, const uint8_t *dgram, size_t dlen)
+{
+	struct split_ctx *c = arg;
+	c->d->ops->udp(c->d->arg, dgram, dlen, c->now);
+}
+
+static void to_udp(struct driver *d, uint8_t *pkt, size_t len, const struct pkt_meta *m,
+		   int64_t now)
+{
+	struct split_ctx c = { d, now };
+	struct pkt_view v;
+	int n;
+
+	if (!d->ops->udp) {
+		ctr_inc(&d->ctr.udp_no_path);
+		return;
+	}
+	if ((m->gso_type & (uint8_t)~VNET_GSO_ECN) != PKT_GSO_UDP_L4) {
+		d->ops->udp(d->arg, pkt, len, now);
+		return;
+	}
+	/* The stack parsed it already; parse again for the header length (cold path). */
+	if (pkt_parse(&v, pkt, len) != PKT_OK || v.proto != IPPROTO_UDP ||
+	    (n = driver_udp_split(pkt, v.len, v.l3_len, m->gso_size, split_one, &c)) < 0) {
+		ctr_inc(&d->ctr.udp_split_bad);
+		return;
+	}
+	ctr_inc(&d->ctr.udp_split);
+	ctr_add(&d->ctr.udp_split_datagrams, (uint64_t)n);
+}
+
+/* ---- the read path -------------------------------------------------------------------------- */
+
 static void handle(struct driver *d, size_t len, int64_t now)
 {
-	static const struct pkt_meta plain_meta; /* per-packet I/O: no offload state */
+	struct pkt_meta meta = { 0 };
+	uint8_t *pkt = d->buf + d->hdr;
 	size_t out_len = 0;
 	bool plain = false;
 
-	switch (d->ops->input(d->arg, d->buf, len, &plain_meta, now, &out_len, &plain)) {
+	if (d->hdr) {
+		if (!read_hdr(d->buf, &meta)) {
+			ctr_inc(&d->ctr.rx_bad_vnet_hdr);
+			return;
+		}
+		if (meta.flags & PKT_META_NEEDS_CSUM)
+			ctr_inc(&d->ctr.rx_needs_csum);
+		if (meta.gso_type != PKT_GSO_NONE) {
+			ctr_inc(&d->ctr.rx_gso);
+			ctr_add(&d->ctr.rx_gso_bytes, len);
+		}
+	}
+	switch (d->ops->input(d->arg, pkt, len, &meta, now, &out_len, &plain)) {
 	case DRIVER_WRITE:
-		if (driver_tx(d, d->buf, out_len) == 0 && !plain)
+		if (write_back(d, out_len, plain) == 0 && !plain) {
 			ctr_inc(&d->ctr.rewrites);
+			if (meta.gso_type != PKT_GSO_NONE)
+				ctr_inc(&d->ctr.tx_gso);
+		}
 		break;
 	case DRIVER_UDP:
-		if (d->ops->udp)
-			d->ops->udp(d->arg, d->buf, len, now);
-		else
-			ctr_inc(&d->ctr.udp_no_path);
+		to_udp(d, pkt, len, &meta, now);
 		break;
 	case DRIVER_DONE:
 		break;
 	}
 }
 
-static void on_readable(evutil_socket_t fd, short what, void *arg)
+int driver_poll(struct driver *d)
 {
-	struct driver *d = arg;
 	int64_t now = ts_now_ns();
+	int i;
 
-	(void)what;
-	for (int i = 0; i < DRIVER_BATCH; i++) {
-		ssize_t n = read(fd, d->buf, d->buf_size);
+	for (i = 0; i < DRIVER_BATCH; i++) {
+		ssize_t n = read(d->fd, d->buf, d->buf_size);
 		if (n < 0) {
-			if (errno == EINTR)
+			if (errno == EINTR) {
+				i--;
 				continue;
+			}
 			if (errno != EAGAIN)
 				ctr_inc(&d->ctr.rx_errors);
 			break;
 		}
+		if ((size_t)n <= d->hdr) { /* a header and nothing else: not a packet */
+			ctr_inc(&d->ctr.rx_bad_vnet_hdr);
+			continue;
+		}
 		ctr_inc(&d->ctr.rx_packets);
-		ctr_add(&d->ctr.rx_bytes, (uint64_t)n);
-		handle(d, (size_t)n, now);
+		ctr_add(&d->ctr.rx_bytes, (uint64_t)n - d->hdr);
+		handle(d, (size_t)n - d->hdr, now);
 	}
 	if (d->ops->batch_end)
 		d->ops->batch_end(d->arg, now);
+	return i;
 }
 
-int driver_new(struct event_base *base, int fd, uint32_t mtu, const struct driver_ops *ops,
-	       void *arg, struct budget *b, struct driver **out)
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	driver_poll(arg);
+}
+
+int driver_new(struct event_base *base, const struct driver_params *p,
+	       const struct driver_ops *ops, void *arg, struct budget *b, struct driver **out)
 {
 	struct driver *d;
 
-	if (fd < 0 || mtu < 576 || !ops || !ops->input)
+	if (!p || p->fd < 0 || p->mtu < 576 || !ops || !ops->input)
 		return -EINVAL;
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
 	d->base = base;
-	d->fd = fd;
+	d->fd = p->fd;
 	d->ops = ops;
 	d->arg = arg;
 	d->budget = b;
-	d->buf_size = mtu;
+	d->hdr = p->vnet_hdr ? TUN_VNET_HDR_LEN : 0;
+	d->buf_size = p->vnet_hdr ? TUN_VNET_HDR_LEN + DRIVER_GSO_MAX : p->mtu;
 	d->buf = b ? budget_malloc(b, d->buf_size) : malloc(d->buf_size);
 	if (!d->buf)
 		goto fail;
 	memset(d->buf, 0, d->buf_size); /* pre-fault: memory figures do not jump under load */
-	d->ev = event_new(base, fd, EV_READ | EV_PERSIST, on_readable, d);
+	d->ev = event_new(base, p->fd, EV_READ | EV_PERSIST, on_readable, d);
 	if (!d->ev || event_add(d->ev, NULL) != 0)
 		goto fail;
 	*out = d;
@@ -134,6 +353,13 @@ void driver_free(struct driver *d)
 const struct driver_counters *driver_get_counters(const struct driver *d)
 {
 	return &d->ctr;
+}
+
+void driver_counters_accumulate(struct driver_counters *acc, const struct driver_counters *c)
+{
+#define DRIVER_CTR_ACC(name) ctr_set(&acc->name, ctr_get(&acc->name) + ctr_get(&c->name));
+	DRIVER_COUNTERS(DRIVER_CTR_ACC)
+#undef DRIVER_CTR_ACC
 }
 
 void driver_counters_foreach(const struct driver_counters *c,

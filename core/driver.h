@@ -1,10 +1,23 @@
-/* driver.h — the TUN I/O driver: the only code that reads or writes the TUN fd.
+/* driver.h — the TUN I/O driver: the only code that reads or writes a TUN queue fd.
  *
  * It reads packets in bounded batches on each readiness edge of a libevent loop, hands each to
- * the stack's input function and acts on the verdict: write the rewritten packet back, give it
- * to the shared UDP path, or nothing. Packets a stack or the UDP path produce on their own
- * (RSTs, UDP replies, lwIP output, ICMP echo replies) go out through driver_tx(). Offload
- * headers (virtio_net_hdr) and multi-queue arrive later behind this same interface.
+ * the stack's input function and acts on the verdict in the same pass: write the rewritten
+ * packet back, give it to the shared UDP path, or nothing. Packets a stack or the UDP path
+ * produce on their own (RSTs, UDP replies, lwIP output, ICMP echo replies) go out through
+ * driver_tx().
+ *
+ * Offload (vnet_hdr): every read and every write carries a 10-byte struct virtio_net_hdr in
+ * front of the IP packet. The driver validates it on read (an unknown flag or GSO type is
+ * dropped and counted) and turns it into struct pkt_meta for the stack. A packet rewritten in
+ * place — possibly a ~64 KiB TCP super-packet — is written back whole with the header it came
+ * with, so the kernel segments it (no split, no payload copy). A packet the stack built itself
+ * (plain verdict) and everything sent through driver_tx() gets a zero header: no GSO, full
+ * checksums (a GSO write without NEEDS_CSUM would be accepted and silently dropped by the
+ * kernel). UDP super-datagrams (USO/GRO, gso_type UDP_L4) are split into datagrams for the UDP
+ * path in place: only the headers are copied, never the payload.
+ *
+ * Multi-queue: one driver per queue fd, each on its own loop and thread; a driver is used by
+ * one thread only.
  */
 #ifndef TS_CORE_DRIVER_H
 #define TS_CORE_DRIVER_H
@@ -37,7 +50,9 @@ struct driver_ops {
 				     bool *plain);
 	/* After each batch (e.g. re-arm the stack's timer, commit stats). May be NULL. */
 	void (*batch_end)(void *arg, int64_t now_ns);
-	/* A packet for the UDP path. May be NULL (then UDP verdicts are dropped and counted). */
+	/* A packet for the UDP path: one datagram, plain (a super-datagram has been split; its
+	 * checksum is not verified by the UDP path). May be NULL (then UDP verdicts are dropped
+	 * and counted). */
 	void (*udp)(void *arg, const uint8_t *pkt, size_t len, int64_t now_ns);
 };
 
@@ -49,7 +64,15 @@ struct driver_ops {
 	X(rewrites)       /* packets written back after an in-place rewrite */                 \
 	X(rx_errors)      /* read errors other than EAGAIN */                                  \
 	X(tx_dropped)     /* writes that failed (EAGAIN: device queue full, or an error) */     \
-	X(udp_no_path)    /* UDP verdicts with no UDP path */
+	X(udp_no_path)    /* UDP verdicts with no UDP path */                                  \
+	X(rx_gso)         /* super-packets read (virtio_net_hdr gso_type != NONE) */           \
+	X(rx_gso_bytes)   /* their IP bytes */                                                 \
+	X(rx_needs_csum)  /* packets read with a partial checksum (NEEDS_CSUM) */              \
+	X(tx_gso)         /* super-packets written (rewritten ones, lwIP trains) */     \
+	X(rx_bad_vnet_hdr) /* unknown flags/GSO type, or GSO without NEEDS_CSUM: dropped */    \
+	X(udp_split)      /* UDP super-datagrams split for the UDP path */                     \
+	X(udp_split_datagrams) /* datagrams they became */                                     \
+	X(udp_split_bad)  /* UDP super-datagrams whose header does not fit the packet: dropped */
 
 struct driver_counters {
 #define DRIVER_CTR_FIELD(name) ctr_t name;
@@ -57,20 +80,57 @@ struct driver_counters {
 #undef DRIVER_CTR_FIELD
 };
 
-/* Packets drained per readiness edge before yielding to the loop (bounded work per wakeup). */
+/* Packets drained per readiness edge before yielding to the loop (bounded work per wakeup).
+ * With offload one read is a super-packet of up to ~64 KiB, whatever the MSS: an adversarial
+ * MSS of 48 bytes makes more segments per read, never a bigger read, so the single read buffer
+ * can never overflow. */
 #define DRIVER_BATCH 64
+/* The read buffer with offload: the header and the largest packet the kernel hands a TUN
+ * (skb->len stays under 64 KiB without BIG TCP; an IPv6 datagram can still claim 40 + 65535). */
+#define DRIVER_GSO_MAX (65535u + 40u)
 
-/* Drive fd (a non-blocking TUN queue) on base. mtu bounds the packets read. The read buffer is
- * allocated once, here, from the budget when one is given (NULL: plain malloc, tests). */
+struct driver_params {
+	int fd;          /* a non-blocking TUN queue fd */
+	uint32_t mtu;    /* bounds the packets read without offload */
+	bool vnet_hdr;   /* the queue was opened with IFF_VNET_HDR (offload I/O) */
+};
+
+/* Drive p->fd on base. The read buffer is allocated once, here, from the budget when one is
+ * given (NULL: plain malloc, tests), and pre-faulted so memory figures do not jump under load.
+ * 0, or -EINVAL / -ENOMEM. */
 struct budget;
-int driver_new(struct event_base *base, int fd, uint32_t mtu, const struct driver_ops *ops,
-	       void *arg, struct budget *b, struct driver **out) __attribute__((warn_unused_result));
+int driver_new(struct event_base *base, const struct driver_params *p,
+	       const struct driver_ops *ops, void *arg, struct budget *b, struct driver **out)
+	__attribute__((warn_unused_result));
 void driver_free(struct driver *d);
+
+/* Read and process up to DRIVER_BATCH packets now, as a readiness edge does (tests; the loop
+ * calls it itself). Returns the number of packets read. */
+int driver_poll(struct driver *d);
 
 /* tun_tx_fn for this driver (arg = the driver). */
 int driver_tx(void *driver, const uint8_t *pkt, size_t len);
 
+/* Send one packet with its offload metadata (a GSO super-packet with NEEDS_CSUM, or plain).
+ * Without offload only plain metadata is accepted (-EOPNOTSUPP otherwise). */
+int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pkt_meta *m);
+/* True when the driver reads and writes virtio_net_hdr (offload I/O). */
+bool driver_offload(const struct driver *d);
+
 const struct driver_counters *driver_get_counters(const struct driver *d);
+/* acc += c, field by field (aggregating the drivers of several queues). */
+void driver_counters_accumulate(struct driver_counters *acc, const struct driver_counters *c);
+
+/* Split a UDP super-datagram pkt[0..len) (IPv4 or IPv6 with its view parsed by the caller:
+ * l3_len bytes of IP header, 8 of UDP) into datagrams of gso_size payload bytes, in place:
+ * each datagram's headers are copied in front of its payload, lengths and the IPv4 header
+ * checksum fixed, the UDP checksum cleared (IPv4) or left (IPv6; the UDP path does not
+ * verify it). fn is called once per datagram, in order. Returns the number of datagrams, or
+ * -EINVAL when the headers are longer than DRIVER_SPLIT_HDR_MAX or the sizes do not add up
+ * (then fn was not called). */
+#define DRIVER_SPLIT_HDR_MAX 256
+int driver_udp_split(uint8_t *pkt, size_t len, uint16_t l3_len, uint16_t gso_size,
+		     void (*fn)(void *arg, const uint8_t *dgram, size_t dlen), void *arg);
 
 /* Visit every counter with its name. */
 void driver_counters_foreach(const struct driver_counters *c,

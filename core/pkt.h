@@ -79,6 +79,14 @@ enum { TCP_FIN = 0x01, TCP_SYN = 0x02, TCP_RST = 0x04, TCP_PSH = 0x08, TCP_ACK =
 enum { TCP_OFF_SEQ = 4, TCP_OFF_ACK = 8, TCP_OFF_FLAGS = 13, TCP_OFF_WIN = 14, TCP_OFF_CSUM = 16 };
 enum { UDP_OFF_LEN = 4, UDP_OFF_CSUM = 6 };
 
+/* Big-endian (network order) 16-bit store, for length fields (checksums are stored in host
+ * order with csum_store16: see csum.h). */
+static inline void pkt_put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
 /* The general parser; use pkt_parse. */
 enum pkt_reason pkt_parse_slow(struct pkt_view *v, uint8_t *buf, size_t buflen);
 

@@ -58,6 +58,19 @@ void tun_params_init(struct tun_params *p);
  * TUN_F_* bits "offload": "auto" means is the driver's decision. */
 void tun_params_from_config(struct tun_params *p, const struct ts_tun *cfg);
 
+/* The TUN_F_* bits "offload" asks for: CSUM | TSO4 | TSO6 | USO4 | USO6 (USO4 = 0x20 and
+ * USO6 = 0x40 are missing from bookworm's headers). */
+#define TUN_OFFLOAD_ALL (0x01u | 0x02u | 0x04u | 0x20u | 0x40u)
+
+/* Open the TUN cfg describes (tun_params_from_config) with cfg->offload applied:
+ *   "off"  per-packet I/O (no vnet header);
+ *   "on"   IFF_VNET_HDR + TUNSETOFFLOAD(TUN_OFFLOAD_ALL) or fail with the kernel's reason;
+ *   "auto" as "on", and if the kernel refuses, open per-packet instead and say so in note
+ *          (one line; note[0] == '\0' when there was nothing to say).
+ * Same return values as tun_open. */
+int tun_open_config(const struct ts_tun *cfg, struct tun **out, char *note, size_t notelen,
+		    char *err, size_t errlen) TUN_WUR;
+
 /* Create the TUN p->name, or attach to an existing TUN of that name that no process has open
  * (a persistent one), configure and verify it. On success *out owns the fd(s). Returns 0 or
  * -errno with one line in err (errlen may be 0):

@@ -30,6 +30,9 @@
 #ifndef TUN_F_USO6
 #define TUN_F_USO6 0x40
 #endif
+_Static_assert(TUN_OFFLOAD_ALL ==
+		       (TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_USO4 | TUN_F_USO6),
+	       "TUN_OFFLOAD_ALL matches the kernel's TUN_F_* bits");
 
 #define TUN_DEV_PATH "/dev/net/tun"
 
@@ -333,6 +336,35 @@ int tun_open(const struct tun_params *p, struct tun **out, char *err, size_t err
 	return 0;
 fail:
 	tun_close(t);
+	return ret;
+}
+
+int tun_open_config(const struct ts_tun *cfg, struct tun **out, char *note, size_t notelen,
+		    char *err, size_t errlen)
+{
+	struct tun_params p;
+	int ret;
+
+	if (note && notelen)
+		note[0] = '\0';
+	tun_params_from_config(&p, cfg);
+	if (cfg->offload == TS_OFFLOAD_OFF)
+		return tun_open(&p, out, err, errlen);
+	p.vnet_hdr = true;
+	p.offload = TUN_OFFLOAD_ALL;
+	ret = tun_open(&p, out, err, errlen);
+	if (ret == 0 || cfg->offload == TS_OFFLOAD_ON)
+		return ret;
+	/* "auto": the kernel refused the offload header; per-packet I/O still works. A failure
+	 * that has nothing to do with offload (name taken, no permission) fails again below and
+	 * is reported as such. */
+	if (note && notelen)
+		snprintf(note, notelen, "offload refused (%s): using per-packet I/O", err);
+	p.vnet_hdr = false;
+	p.offload = 0;
+	ret = tun_open(&p, out, err, errlen);
+	if (ret != 0 && note && notelen)
+		note[0] = '\0';
 	return ret;
 }
 

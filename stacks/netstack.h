@@ -33,6 +33,9 @@ struct netstack_env {
 	struct log *log;
 	tun_tx_fn tx;       /* packets the stack builds itself (plain, fully checksummed) */
 	void *tx_arg;
+	/* With TUN offload: send a packet with offload metadata (a GSO super-packet), arg tx_arg.
+	 * NULL without offload. */
+	int (*tx_meta)(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m);
 	const char *tun_name;
 	/* A fatal runtime error inside the stack (e.g. the accept loop's "anything else"): the
 	 * stack calls this once with -errno and a message; the process stops with exit 1. */
@@ -62,12 +65,14 @@ struct netstack_ops {
 	void (*stop)(struct netstack *ns);
 	/* Release everything. Call after the dispatcher has ended every session. */
 	void (*free)(struct netstack *ns);
-	/* Process one packet read from the TUN (see struct driver_ops.input). */
-	enum driver_verdict (*input)(struct netstack *ns, uint8_t *buf, size_t len,
+	/* Process one packet read from TUN queue q (see struct driver_ops.input). With
+	 * tun.queues > 1 (system stack only) this runs on queue q's worker thread, concurrently
+	 * with the other queues; queue 0 is always the main loop's thread. */
+	enum driver_verdict (*input)(struct netstack *ns, unsigned q, uint8_t *buf, size_t len,
 				     const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
 				     bool *plain);
-	/* After each driver batch: re-arm timers. */
-	void (*batch_end)(struct netstack *ns, int64_t now_ns);
+	/* After each driver batch of queue q (same thread as input): re-arm timers. */
+	void (*batch_end)(struct netstack *ns, unsigned q, int64_t now_ns);
 	void (*stats)(struct netstack *ns, struct netstack_stats *out);
 	/* Every detailed counter as (name, value). */
 	void (*counters)(struct netstack *ns,

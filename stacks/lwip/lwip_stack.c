@@ -18,6 +18,7 @@
 #include "core/budget.h"
 #include "core/clock.h"
 #include "core/config.h"
+#include "core/gso.h"
 #include "core/log.h"
 #include "core/pkt.h"
 #include "dispatch/session.h"
@@ -48,6 +49,8 @@
 	X(drop_family)                                                                         \
 	X(drop_nomem)         /* no pbuf for an input segment */                               \
 	X(drop_too_big)       /* an lwIP output larger than the MTU (never expected) */         \
+	X(drop_input_too_big) /* a super-packet over pbuf's u16 length (BIG TCP): dropped */     \
+	X(csum_trusted)       /* NEEDS_CSUM/DATA_VALID segments fed without lwIP's check */      \
 	X(admission_refused)                                                                   \
 	X(session_setup_failed)
 
@@ -76,6 +79,11 @@ struct lwip_stack {
 	bool has6;
 	uint8_t *txbuf;
 	size_t txbuf_size;
+	/* With offload (and tun.gso_output): output segments of one flow leave as GSO trains,
+	 * flushed at the end of each driver batch and once per loop pass (flush_ev). */
+	struct gso_train *train;
+	struct event *flush_ev;
+	bool flush_armed;
 	/* The packet now inside netif->input, as our parser saw it (read by the hooks). */
 	const struct pkt_view *cur;
 	lwip_accept_fn accept_hook;
@@ -185,8 +193,32 @@ static err_t output(struct pbuf *p)
 		data = st->txbuf;
 	}
 	ctr_inc(&st->ctr.tx_packets);
+	if (st->train) {
+		gso_train_add(st->train, data, p->tot_len);
+		if (gso_train_pending(st->train) && !st->flush_armed) {
+			/* Runs after the callbacks already active in this loop pass. */
+			event_active(st->flush_ev, EV_TIMEOUT, 1);
+			st->flush_armed = true;
+		}
+		return ERR_OK;
+	}
 	st->env.tx(st->env.tx_arg, data, p->tot_len);
 	return ERR_OK; /* a dropped write is counted by the driver; TCP retransmits */
+}
+
+static void train_emit(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m)
+{
+	struct lwip_stack *st = arg;
+	st->env.tx_meta(st->env.tx_arg, pkt, len, m);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+	struct lwip_stack *st = arg;
+	(void)fd;
+	(void)what;
+	st->flush_armed = false;
+	gso_train_flush(st->train);
 }
 
 static err_t output4(struct netif *n, struct pbuf *p, const ip4_addr_t *dst)
@@ -341,8 +373,8 @@ static void copy_segment(const struct pkt_view *v, struct pbuf *p)
 
 /* Only TCP reaches lwIP: copied into a pbuf (lwIP may keep it: out-of-order queue) and fed to
  * ip_input, which calls our hook, then tcp_input. */
-static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v, size_t *out_len,
-				  bool *plain)
+static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
+				  const struct pkt_meta *meta, size_t *out_len, bool *plain)
 {
 	struct pbuf *p;
 	uint32_t len = v->family == 6 ? 40 + v->l4_len : v->len;
@@ -359,21 +391,35 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v, siz
 		*plain = true;
 		return DRIVER_WRITE;
 	}
+	/* A super-packet (TUN offload) goes in as one large segment: lwIP accepts it on receive.
+	 * pbuf lengths are u16; the kernel's GSO limit keeps a TUN read under 64 KiB unless BIG
+	 * TCP was configured on the device. */
 	if (len > 0xffff)
-		return drop(&st->ctr.drop_parse[PKT_V6_BAD_PAYLEN]);
+		return drop(&st->ctr.drop_input_too_big);
 	p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
 	if (!p)
 		return drop(&st->ctr.drop_nomem);
 	copy_segment(v, p);
 	ctr_inc(&st->ctr.to_lwip);
+	/* With TUN_F_CSUM the kernel hands over packets whose TCP checksum field holds only
+	 * the pseudo-header sum (NEEDS_CSUM), or that it already checked (DATA_VALID): lwIP's
+	 * check would reject the first kind. Those skip it; everything else is verified. */
+	bool trusted = meta && (meta->flags & (PKT_META_NEEDS_CSUM | PKT_META_DATA_VALID));
+	if (trusted) {
+		NETIF_SET_CHECKSUM_CTRL(&st->netif,
+					NETIF_CHECKSUM_ENABLE_ALL & ~NETIF_CHECKSUM_CHECK_TCP);
+		ctr_inc(&st->ctr.csum_trusted);
+	}
 	st->cur = v;
 	if (st->netif.input(p, &st->netif) != ERR_OK)
 		pbuf_free(p);
 	st->cur = NULL;
+	if (trusted)
+		NETIF_SET_CHECKSUM_CTRL(&st->netif, NETIF_CHECKSUM_ENABLE_ALL);
 	return DRIVER_DONE;
 }
 
-static enum driver_verdict lw_input(struct netstack *ns, uint8_t *buf, size_t len,
+static enum driver_verdict lw_input(struct netstack *ns, unsigned q, uint8_t *buf, size_t len,
 				    const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
 				    bool *plain)
 {
@@ -381,7 +427,7 @@ static enum driver_verdict lw_input(struct netstack *ns, uint8_t *buf, size_t le
 	struct pkt_view v;
 	enum pkt_reason r;
 
-	(void)meta;
+	(void)q;
 	(void)now_ns;
 	ctr_inc(&st->ctr.rx_packets);
 	if ((r = pkt_parse(&v, buf, len)) != PKT_OK)
@@ -390,7 +436,7 @@ static enum driver_verdict lw_input(struct netstack *ns, uint8_t *buf, size_t le
 		return drop(&st->ctr.drop_family);
 	switch (v.proto) {
 	case IPPROTO_TCP:
-		return tcp_in(st, &v, out_len, plain);
+		return tcp_in(st, &v, meta, out_len, plain);
 	case IPPROTO_UDP:
 		if (is_own(st, &v, pkt_dst(&v)) &&
 		    !(st->env.cfg->dns.hijack && v.dport_be == htons(53)))
@@ -414,10 +460,15 @@ static enum driver_verdict lw_input(struct netstack *ns, uint8_t *buf, size_t le
 	}
 }
 
-static void lw_batch_end(struct netstack *ns, int64_t now_ns)
+static void lw_batch_end(struct netstack *ns, unsigned q, int64_t now_ns)
 {
+	struct lwip_stack *st = as_lw(ns);
+
+	(void)q; /* one queue: lwIP keeps process-global state */
 	(void)now_ns;
-	check_timer(as_lw(ns));
+	if (st->train)
+		gso_train_flush(st->train);
+	check_timer(st);
 }
 
 /* ---- start / stop ----------------------------------------------------------------------------- */
@@ -504,6 +555,11 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	st->accept_ev = event_new(env->base, -1, 0, on_accepted, st);
 	if (!st->txbuf || !st->tmr_ev || !st->accept_ev)
 		goto fail;
+	if (env->tx_meta && env->cfg->tun.gso_output) {
+		if (gso_train_new(env->budget, train_emit, st, &st->train) != 0 ||
+		    !(st->flush_ev = event_new(env->base, -1, 0, on_flush, st)))
+			goto fail;
+	}
 	if ((ret = netif_start(st)) != 0 || (ret = listener_start(st)) != 0)
 		goto fail;
 	*out = (struct netstack *)st;
@@ -553,6 +609,12 @@ static void lw_free(struct netstack *ns)
 		event_free(st->tmr_ev);
 	if (st->accept_ev)
 		event_free(st->accept_ev);
+	if (st->flush_ev)
+		event_free(st->flush_ev);
+	if (st->train) {
+		gso_train_flush(st->train); /* the last segments of aborted pcbs: RSTs */
+		gso_train_free(st->train);
+	}
 	budget_mfree(st->env.budget, st->txbuf);
 	the_stack = NULL;
 	ts_lwip_set_budget(NULL);
@@ -574,7 +636,7 @@ static void lw_stats(struct netstack *ns, struct netstack_stats *o)
 
 	memset(o, 0, sizeof(*o));
 	netstack_parse_drops(c->drop_parse, o);
-	o->drops_malformed += ctr_get(&c->drop_family);
+	o->drops_malformed += ctr_get(&c->drop_family) + ctr_get(&c->drop_input_too_big);
 	o->drops_icmp = ctr_get(&c->drop_icmp);
 	o->drops_own_address = ctr_get(&c->drop_own_address);
 	o->admission_refused = ctr_get(&c->admission_refused);
@@ -595,6 +657,12 @@ static void lw_counters(struct netstack *ns,
 		fn(arg, name, ctr_get(&st->ctr.drop_parse[r]));
 	}
 	fn(arg, "lwip_mem_bytes", ts_lwip_mem_bytes());
+	if (st->train) {
+		const struct gso_stats *g = gso_train_stats(st->train);
+		fn(arg, "gso_trains", ctr_get(&g->trains));
+		fn(arg, "gso_train_segments", ctr_get(&g->train_segments));
+		fn(arg, "gso_singles", ctr_get(&g->singles));
+	}
 }
 
 const struct netstack_ops lwip_stack_ops = {

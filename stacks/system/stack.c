@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -56,7 +57,8 @@ struct sys_stack {
 	struct netstack_env env;
 	struct nat_table *nat;
 	struct sysproc *proc;
-	struct sys_counters pctr;          /* the packet path's (single worker for now) */
+	struct sys_counters *pctr;         /* the packet path's: one block per TUN queue */
+	uint32_t nq;
 	struct stack_counters ctr;
 	struct sys_listener lis[2][NAT_MAX_LISTENERS]; /* [0] IPv4, [1] IPv6 */
 	uint32_t n_lis;
@@ -64,7 +66,9 @@ struct sys_stack {
 	bool paused;
 	bool stopped;
 	struct event *purge_ev;
-	int64_t purge_at;                  /* deadline the purge timer is armed for */
+	_Atomic int64_t purge_at;          /* deadline the purge timer is armed for */
+	int kick_fd;                       /* queues > 1: workers ask the main loop to re-arm */
+	struct event *kick_ev;
 	struct event *resume_ev;
 	struct log_ratelimit rl_accept;
 };
@@ -105,6 +109,19 @@ static void arm_purge(struct sys_stack *st, int64_t now, bool after_purge)
 			      .tv_usec = (delay % TS_NS_PER_SEC) / 1000 };
 	evtimer_add(st->purge_ev, &tv);
 	st->purge_at = next;
+}
+
+/* A worker created an entry whose deadline is earlier than the armed one. */
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+	struct sys_stack *st = arg;
+	uint64_t v;
+
+	(void)what;
+	if (read(fd, &v, sizeof(v)) < 0) {
+		/* EAGAIN: another kick's read got it; nothing is lost either way */
+	}
+	arm_purge(st, ts_now_ns(), false);
 }
 
 static void on_purge(evutil_socket_t fd, short what, void *arg)
@@ -416,6 +433,16 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 		return -ENOMEM;
 	st->env = *env;
 	st->purge_at = INT64_MAX;
+	st->kick_fd = -1;
+	st->nq = env->cfg->tun.queues ? env->cfg->tun.queues : 1;
+	/* One counter block per queue, each on its own cache lines (no false sharing). */
+	size_t csz = (sizeof(struct sys_counters) + 63) & ~(size_t)63;
+	st->pctr = aligned_alloc(64, csz * st->nq);
+	if (!st->pctr) {
+		free(st);
+		return -ENOMEM;
+	}
+	memset(st->pctr, 0, csz * st->nq);
 	st->n_lis = env->cfg->nat.listeners;
 	st->has6 = env->cfg->tun.has_addr6;
 	for (int f = 0; f < 2; f++)
@@ -444,6 +471,17 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 		ret = -ENOMEM;
 		snprintf(err, errlen, "system stack: out of memory");
 		goto fail;
+	}
+	if (st->nq > 1) {
+		st->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (st->kick_fd < 0 ||
+		    !(st->kick_ev = event_new(env->base, st->kick_fd, EV_READ | EV_PERSIST,
+					      on_kick, st)) ||
+		    event_add(st->kick_ev, NULL) != 0) {
+			ret = st->kick_fd < 0 ? -errno : -ENOMEM;
+			snprintf(err, errlen, "system stack: eventfd: %s", strerror(-ret));
+			goto fail;
+		}
 	}
 	/* Only now, with every listener bound, may the caller report "ready" (seed 000 §六). */
 	listeners_enable(st, true);
@@ -484,19 +522,30 @@ static void sys_free(struct netstack *ns)
 		event_free(st->purge_ev);
 	if (st->resume_ev)
 		event_free(st->resume_ev);
+	if (st->kick_ev)
+		event_free(st->kick_ev);
+	if (st->kick_fd >= 0)
+		close(st->kick_fd);
 	sysproc_free(st->proc);
 	nat_table_free(st->nat);
+	free(st->pctr);
 	free(st);
 }
 
 /* ---- packet path and stats ---------------------------------------------------------------- */
 
-static enum driver_verdict sys_input(struct netstack *ns, uint8_t *buf, size_t len,
+static struct sys_counters *pctr_of(struct sys_stack *st, unsigned q)
+{
+	size_t csz = (sizeof(struct sys_counters) + 63) & ~(size_t)63;
+	return (struct sys_counters *)((char *)st->pctr + csz * q);
+}
+
+static enum driver_verdict sys_input(struct netstack *ns, unsigned q, uint8_t *buf, size_t len,
 				     const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
 				     bool *plain)
 {
 	struct sys_stack *st = as_sys(ns);
-	struct sys_disp d = sysproc_process(st->proc, buf, len, meta, now_ns, &st->pctr);
+	struct sys_disp d = sysproc_process(st->proc, buf, len, meta, now_ns, pctr_of(st, q));
 
 	switch (d.action) {
 	case SYS_WRITE:
@@ -510,18 +559,44 @@ static enum driver_verdict sys_input(struct netstack *ns, uint8_t *buf, size_t l
 	}
 }
 
-static void sys_batch_end(struct netstack *ns, int64_t now_ns)
+static void sys_batch_end(struct netstack *ns, unsigned q, int64_t now_ns)
 {
-	/* A batch may have created HALF_OPEN entries with deadlines earlier than the armed one. */
-	arm_purge(as_sys(ns), now_ns, false);
+	struct sys_stack *st = as_sys(ns);
+
+	/* A batch may have created HALF_OPEN entries with deadlines earlier than the armed one.
+	 * The timer belongs to the main loop (queue 0); another queue's worker only asks. */
+	if (q == 0) {
+		arm_purge(st, now_ns, false);
+	} else if (nat_next_deadline(st->nat) < st->purge_at) {
+		uint64_t one = 1;
+		if (write(st->kick_fd, &one, sizeof(one)) < 0) {
+			/* EAGAIN: the counter is saturated, a kick is pending anyway */
+		}
+	}
+}
+
+/* The packet-path counters of every queue, summed. */
+static void pctr_sum(struct sys_stack *st, struct sys_counters *sum)
+{
+	ctr_t *o = (ctr_t *)sum;
+	size_t n = sizeof(*sum) / sizeof(ctr_t);
+
+	memset(sum, 0, sizeof(*sum));
+	for (unsigned q = 0; q < st->nq; q++) {
+		const ctr_t *c = (const ctr_t *)pctr_of(st, q);
+		for (size_t i = 0; i < n; i++)
+			ctr_set(&o[i], ctr_get(&o[i]) + ctr_get(&c[i]));
+	}
 }
 
 static void sys_stats(struct netstack *ns, struct netstack_stats *o)
 {
 	struct sys_stack *st = as_sys(ns);
-	const struct sys_counters *c = &st->pctr;
+	struct sys_counters sum;
+	const struct sys_counters *c = &sum;
 	struct nat_stats n;
 
+	pctr_sum(st, &sum);
 	memset(o, 0, sizeof(*o));
 	netstack_parse_drops(c->drop_parse, o);
 	o->drops_malformed += ctr_get(&c->drop_bad_offload) + ctr_get(&c->drop_family);
@@ -547,7 +622,10 @@ static void sys_counters(struct netstack *ns,
 			 void (*fn)(void *arg, const char *name, uint64_t value), void *arg)
 {
 	struct sys_stack *st = as_sys(ns);
-	sys_counters_foreach(&st->pctr, fn, arg);
+	struct sys_counters sum;
+
+	pctr_sum(st, &sum);
+	sys_counters_foreach(&sum, fn, arg);
 #define STACK_CTR_VISIT(name) fn(arg, #name, ctr_get(&st->ctr.name));
 	STACK_COUNTERS(STACK_CTR_VISIT)
 #undef STACK_CTR_VISIT

@@ -240,7 +240,7 @@ Test(config, stack_and_tun_values)
 	char buf[NETADDR_CIDR_STRLEN];
 
 	load_ok("{'stack':'lwip','tun':{'name':'tun-x.1','address':'10.0.0.250/29',"
-		"'address6':'fd00:7f::1/64','mtu':2e3,'txqueuelen':1,'queues':16,'offload':'off'}}",
+		"'address6':'fd00:7f::1/64','mtu':2e3,'txqueuelen':1,'queues':1,'offload':'off'}}",
 		&cfg);
 	cr_assert_eq(cfg.stack, TS_STACK_LWIP);
 	cr_assert_str_eq(cfg.tun.name, "tun-x.1");
@@ -249,8 +249,11 @@ Test(config, stack_and_tun_values)
 	cr_assert_str_eq(netaddr_cidr_format(&cfg.tun.addr6, buf, sizeof(buf)), "fd00:7f::1/64");
 	cr_assert_eq(cfg.roles6.family, 6);
 	cr_assert_eq(cfg.tun.mtu, 2000);
-	cr_assert_eq(cfg.tun.queues, 16);
+	cr_assert_eq(cfg.tun.queues, 1);
 	cr_assert_eq(cfg.tun.offload, TS_OFFLOAD_OFF);
+	config_fini(&cfg);
+	load_ok("{'stack':'system','tun':{'queues':16}}", &cfg);
+	cr_assert_eq(cfg.tun.queues, 16);
 	config_fini(&cfg);
 	expect_ok("{'tun':{'name':'abcdefghijklmno','mtu':576,'offload':'on'}}");
 	expect_ok("{'tun':{'mtu':65535,'txqueuelen':1000000,'queues':1}}");
@@ -288,6 +291,8 @@ Test(config, stack_and_tun_rejects)
 		{ "{'tun':{'txqueuelen':0}}", "$.tun.txqueuelen", "between 1 and 1000000" },
 		{ "{'tun':{'queues':0}}", "$.tun.queues", "between 1 and 16" },
 		{ "{'tun':{'queues':17}}", "$.tun.queues", "between 1 and 16" },
+		{ "{'stack':'lwip','tun':{'queues':2}}", "$.tun.queues",
+		  "2: the lwip stack runs on one queue (lwIP is single-threaded)" },
 		{ "{'tun':{'offload':'yes'}}", "$.tun.offload",
 		  "expected one of \"auto\", \"on\", \"off\", got \"yes\"" },
 		{ "{'tun':{'offload':true}}", "$.tun.offload", "expected a string, got a boolean" },

@@ -91,7 +91,7 @@ static enum driver_verdict feed(size_t len, size_t *olen)
 {
 	bool plain = false;
 	size_t ol = 0;
-	enum driver_verdict v = lwip_stack_ops.input(ns, buf, len, NULL, 0, &ol, &plain);
+	enum driver_verdict v = lwip_stack_ops.input(ns, 0, buf, len, NULL, 0, &ol, &plain);
 	if (olen)
 		*olen = ol;
 	event_base_loop(base, EVLOOP_NONBLOCK); /* deferred accepts and stream events */

@@ -151,7 +151,7 @@ static void inject_spec(const struct tu_spec *sp)
 	bool plain = false;
 
 	E.in_lwip = true; /* lwIP's callbacks run in here; the owner's must not */
-	cr_assert_eq(lwip_stack_ops.input(E.ns, buf, len, &meta, 0, &out_len, &plain), DRIVER_DONE);
+	cr_assert_eq(lwip_stack_ops.input(E.ns, 0, buf, len, &meta, 0, &out_len, &plain), DRIVER_DONE);
 	E.in_lwip = false;
 }
 
