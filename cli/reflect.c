@@ -4,18 +4,27 @@
  * Every packet read from the TUN is written back with its source and destination addresses
  * swapped; ports are untouched. No checksum changes: the IPv4 header checksum and the TCP/UDP
  * pseudo-header sums are one's complement sums, which do not depend on the order of the words,
- * so swapping two address fields leaves every checksum valid.
+ * so swapping two address fields leaves every checksum valid — including the partial
+ * pseudo-header sum a NEEDS_CSUM packet carries in its L4 checksum field under offload.
+ *
+ * With offload (tun.offload "on", or "auto" where the kernel accepts it) every read starts with
+ * a struct virtio_net_hdr (TUN_VNET_HDR_LEN bytes) and the packet after it may be a TCP/UDP GSO
+ * super-packet of up to 64 KiB. The header describes offsets inside the packet (csum_start,
+ * hdr_len, gso_size), which the swap does not move, so it is written back unchanged with the
+ * swapped packet and the kernel segments and checksums on the way in, as it would for a NIC.
  *
  *   client  198.18.0.1:c -> 198.18.1.1:5201  --TUN--> reflect
  *   reflect 198.18.1.1:c -> 198.18.0.1:5201  --TUN--> kernel -> iperf3 -s on 198.18.0.1:5201
  * and the reply comes back the same way: each payload crosses the TUN once per direction.
  *
- * The TUN is opened exactly as `run` opens it (tun_params_from_config; one queue, no offload).
+ * The TUN is opened exactly as `run` opens it (tun_open_config: name, MTU, addresses, offload),
+ * except that the reflector reads one queue.
  */
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/virtio_net.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,12 +37,20 @@
 #include "core/log.h"
 #include "core/tun.h"
 
-#define REFLECT_BATCH 64           /* packets per wakeup, then back to the loop */
-#define REFLECT_BUF (64u * 1024u)  /* larger than any MTU the config allows */
+#define REFLECT_BATCH 64 /* reads per wakeup, then back to the loop */
+/* The largest packet a read can hold: an IPv6 packet with a 65535-byte payload (a GSO
+ * super-packet's limit under offload, the config's MTU limit without), after the vnet header.
+ * Jumbograms (BIG TCP beyond 64 KiB) are dropped: the device's default GSO limit is 64 KiB. */
+#define REFLECT_PKT_MAX (40u + 65535u)
+#define REFLECT_BUF (TUN_VNET_HDR_LEN + REFLECT_PKT_MAX)
+
+_Static_assert(sizeof(struct virtio_net_hdr) == TUN_VNET_HDR_LEN, "vnet header size");
 
 struct reflect_counters {
-	uint64_t packets, bytes;   /* reflected (written back) */
-	uint64_t drop_parse;       /* not IPv4/IPv6, or lengths that do not add up */
+	uint64_t packets, bytes;   /* reflected (written back); bytes of IP, without vnet headers */
+	uint64_t gso;              /* of those, GSO super-packets (vnet header gso_type != NONE) */
+	uint64_t csum_partial;     /* of those, NEEDS_CSUM (the kernel completes the L4 sum) */
+	uint64_t drop_parse;       /* not IPv4/IPv6, lengths that do not add up, no vnet header */
 	uint64_t drop_mcast;       /* multicast/broadcast/unspecified: no sense swapping */
 	uint64_t drop_write;       /* the TUN refused the write (EAGAIN, ENOBUFS, ...) */
 };
@@ -44,7 +61,8 @@ struct reflector {
 	struct event_base *base;
 	struct tun *tun;
 	struct event *ev_read, *sig_int, *sig_term;
-	uint8_t *buf;
+	uint8_t *buf;      /* REFLECT_BUF bytes: [vnet header] IP packet */
+	size_t hdr_len;    /* TUN_VNET_HDR_LEN with offload, else 0 */
 	struct reflect_counters c;
 	int exit_code;
 };
@@ -53,12 +71,14 @@ void usage_reflect(FILE *out)
 {
 	fputs("usage: twinstack reflect --config FILE [--ready-fd N]\n"
 	      "\n"
-	      "Create the TUN device from FILE's \"tun\" section exactly as 'run' does, then write\n"
-	      "every packet read from it back with source and destination addresses swapped\n"
-	      "(ports and checksums untouched), IPv4 and IPv6; anything else is dropped and\n"
-	      "counted. A client sending from the TUN address to a mirror address inside the TUN\n"
-	      "prefix reaches a server on the TUN address: the ceiling of one connection through\n"
-	      "a TUN (docs/benchmarks.md \"Reflector\"). Counters are printed on exit.\n"
+	      "Create the TUN device from FILE's \"tun\" section exactly as 'run' does (offload\n"
+	      "included: \"auto\", \"on\" or \"off\"; one queue), then write every packet read\n"
+	      "from it back with source and destination addresses swapped (ports, checksums and\n"
+	      "the offload header untouched, GSO super-packets whole), IPv4 and IPv6; anything\n"
+	      "else is dropped and counted. A client sending from the TUN address to a mirror\n"
+	      "address inside the TUN prefix reaches a server on the TUN address: the ceiling of\n"
+	      "one connection through a TUN (docs/benchmarks.md \"Reflector\"). Counters are\n"
+	      "printed on exit.\n"
 	      "Needs CAP_NET_ADMIN. Exit 0 after SIGINT/SIGTERM, 1 on a runtime failure, 2 on bad\n"
 	      "usage or a bad config.\n"
 	      "\n"
@@ -97,7 +117,8 @@ static bool v6_unspecified(const uint8_t *a)
 
 /* Swap the addresses of the packet in buf[0..len). Returns the length to write back (the IP
  * total length: any trailing bytes are cut), -EINVAL for an unparsable packet, -EPERM for a
- * multicast/broadcast/unspecified address. */
+ * multicast/broadcast/unspecified address. A GSO super-packet's IP length covers the whole
+ * super-packet (the kernel fixes each segment's up), so it is checked the same way. */
 static long reflect_swap(uint8_t *buf, size_t len)
 {
 	size_t ihl, tot;
@@ -121,7 +142,9 @@ static long reflect_swap(uint8_t *buf, size_t len)
 			return -EINVAL; /* shorter than the fixed header */
 		tot = 40 + ((size_t)buf[4] << 8 | buf[5]);
 		if (tot > len)
-			return -EINVAL; /* payload length beyond the read (jumbograms included) */
+			return -EINVAL; /* payload length beyond the read */
+		if (tot == 40 && len > 40)
+			return -EINVAL; /* payload length 0 with a payload: a jumbogram (BIG TCP) */
 		if (buf[8] == 0xff || buf[24] == 0xff || v6_unspecified(buf + 8))
 			return -EPERM;
 		swap_bytes(buf + 8, buf + 24, 16);
@@ -133,11 +156,19 @@ static long reflect_swap(uint8_t *buf, size_t len)
 
 /* ---- the loop ----------------------------------------------------------------------------- */
 
+/* One read of n bytes in r->buf: [vnet header] packet. The header goes back as it came: its
+ * offsets are relative to the packet, and the swap moves nothing. */
 static void reflect_one(struct reflector *r, int fd, size_t n)
 {
-	long out = reflect_swap(r->buf, n);
+	const struct virtio_net_hdr *vh = (const struct virtio_net_hdr *)r->buf;
+	long out;
 	ssize_t w;
 
+	if (n < r->hdr_len) {
+		r->c.drop_parse++; /* shorter than the vnet header */
+		return;
+	}
+	out = reflect_swap(r->buf + r->hdr_len, n - r->hdr_len);
 	if (out < 0) {
 		if (out == -EPERM)
 			r->c.drop_mcast++;
@@ -146,17 +177,21 @@ static void reflect_one(struct reflector *r, int fd, size_t n)
 		return;
 	}
 	do
-		w = write(fd, r->buf, (size_t)out);
+		w = write(fd, r->buf, r->hdr_len + (size_t)out);
 	while (w < 0 && errno == EINTR);
-	if (w != out) {
+	if (w < 0 || (size_t)w != r->hdr_len + (size_t)out) {
 		r->c.drop_write++;
 		return;
 	}
 	r->c.packets++;
 	r->c.bytes += (uint64_t)out;
+	if (r->hdr_len && vh->gso_type != VIRTIO_NET_HDR_GSO_NONE)
+		r->c.gso++;
+	if (r->hdr_len && (vh->flags & VIRTIO_NET_HDR_F_NEEDS_CSUM))
+		r->c.csum_partial++;
 }
 
-/* Up to REFLECT_BATCH packets per wakeup; the level-triggered event brings us back for more. */
+/* Up to REFLECT_BATCH reads per wakeup; the level-triggered event brings us back for more. */
 static void on_readable(evutil_socket_t fd, short what, void *arg)
 {
 	struct reflector *r = arg;
@@ -187,22 +222,25 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	event_base_loopbreak(r->base);
 }
 
+/* The TUN as `run` opens it, offload included ("on" fails with the kernel's reason, "auto"
+ * falls back to per-packet with a note), but always one queue: the reflector is one loop on one
+ * fd. Say so when the config asks for more, so a multi-queue measurement is never silently a
+ * single-queue one. */
 static int open_tun(struct reflector *r, char *err, size_t errlen)
 {
-	struct tun_params tp;
 	char msg[512];
 	int ret;
 
-	tun_params_from_config(&tp, &r->cfg.tun);
-	/* As `run` today: one queue and per-packet I/O. Say so when the config asks for more, so
-	 * an "offload" measurement is never silently a per-packet one. */
-	if (r->cfg.tun.offload == TS_OFFLOAD_ON || r->cfg.tun.queues > 1)
-		log_warn(&r->log, "reflect: tun.offload/tun.queues not supported yet: "
-				  "one queue, per-packet I/O");
-	tp.queues = 1;
-	tp.vnet_hdr = false;
-	if ((ret = tun_open(&tp, &r->tun, err, errlen)) != 0)
+	if (r->cfg.tun.queues > 1) {
+		log_warn(&r->log, "reflect: tun.queues %u: the reflector reads one queue",
+			 r->cfg.tun.queues);
+		r->cfg.tun.queues = 1;
+	}
+	if ((ret = tun_open_config(&r->cfg.tun, &r->tun, msg, sizeof(msg), err, errlen)) != 0)
 		return ret;
+	if (msg[0])
+		log_warn(&r->log, "reflect: %s", msg);
+	r->hdr_len = tun_vnet_hdr(r->tun) ? TUN_VNET_HDR_LEN : 0;
 	if (tun_rp_filter_check(tun_name(r->tun), msg, sizeof(msg)) > 0)
 		log_warn(&r->log, "reflect: %s", msg);
 	return 0;
@@ -254,8 +292,10 @@ static void reflector_free(struct reflector *r)
 static void print_counters(const struct reflector *r)
 {
 	printf("reflect: packets=%" PRIu64 " bytes=%" PRIu64 " drops_parse=%" PRIu64
-	       " drops_mcast=%" PRIu64 " drops_write=%" PRIu64 "\n",
-	       r->c.packets, r->c.bytes, r->c.drop_parse, r->c.drop_mcast, r->c.drop_write);
+	       " drops_mcast=%" PRIu64 " drops_write=%" PRIu64 " gso=%" PRIu64
+	       " csum_partial=%" PRIu64 " io=%s\n",
+	       r->c.packets, r->c.bytes, r->c.drop_parse, r->c.drop_mcast, r->c.drop_write,
+	       r->c.gso, r->c.csum_partial, r->hdr_len ? "offload" : "per-packet");
 }
 
 static int parse_fd(const char *v, int *out)
@@ -338,7 +378,11 @@ int cmd_reflect(int argc, char **argv)
 		ret = EXIT_RUNTIME;
 		goto fail;
 	}
-	log_info(&r.log, "reflect: ready on %s", tun_name(r.tun));
+	if (r.hdr_len)
+		log_info(&r.log, "reflect: ready on %s (offload I/O, TUN_F 0x%x)", tun_name(r.tun),
+			 tun_offload(r.tun));
+	else
+		log_info(&r.log, "reflect: ready on %s (per-packet I/O)", tun_name(r.tun));
 	if (ready_fd >= 0)
 		signal_ready(ready_fd);
 	event_base_dispatch(r.base);

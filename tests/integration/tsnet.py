@@ -8,6 +8,9 @@ Clients (run inside namespace A or C); each prints one line and exits 0 on succe
   echo-many --host H --port P -n N    N concurrent connections, each writes a distinct payload
                                       and must read exactly that payload back
   half-close --host H --port P        write, shutdown(SHUT_WR), read to EOF: the echo is complete
+  bulk-echo --host H --port P --mib M M MiB of random bytes written while the echo is read
+                                      back (two threads), then SHUT_WR and EOF; sha256 equal:
+                                      bulk data both ways, the uplink in large writes
   udp-echo  --host H --port P         three distinct datagrams, each answered with itself
   rst       --host H --port P --within S
                                       the connection must fail with a RST (refused or reset)
@@ -21,6 +24,7 @@ import hashlib
 import os
 import socket
 import sys
+import threading
 import time
 
 
@@ -130,6 +134,54 @@ def cmd_half_close(args):
     return 0
 
 
+def cmd_bulk_echo(args):
+    payload = os.urandom(args.mib * 1024 * 1024)
+    deadline = time.monotonic() + args.timeout
+    s = socket.socket(family_of(args.host), socket.SOCK_STREAM)
+    s.settimeout(args.timeout)
+    sent = {"err": None}
+
+    def send():
+        try:
+            view = memoryview(payload)
+            for off in range(0, len(payload), 1 << 20):
+                s.sendall(view[off:off + (1 << 20)])
+            s.shutdown(socket.SHUT_WR)
+        except OSError as e:
+            sent["err"] = e
+
+    h = hashlib.sha256()
+    n = 0
+    t0 = time.monotonic()
+    try:
+        s.connect((args.host, args.port))
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        while True:
+            s.settimeout(max(0.1, deadline - time.monotonic()))
+            chunk = s.recv(1 << 18)
+            if not chunk:
+                break
+            h.update(chunk)
+            n += len(chunk)
+        sender.join(max(0.1, deadline - time.monotonic()))
+    except OSError as e:
+        print("%s after %d of %d bytes back" % (type(e).__name__, n, len(payload)))
+        return 1
+    finally:
+        s.close()
+    dt = time.monotonic() - t0
+    if sent["err"] is not None:
+        print("send failed: %s: %s" % (type(sent["err"]).__name__, sent["err"]))
+        return 1
+    if n != len(payload) or h.digest() != hashlib.sha256(payload).digest():
+        print("echo: %d of %d bytes back, sha256 %s" %
+              (n, len(payload), "equal" if h.digest() == hashlib.sha256(payload).digest() else "differs"))
+        return 1
+    print("%d MiB up and back, sha256 equal, %.2fs" % (args.mib, dt))
+    return 0
+
+
 def cmd_udp_echo(args):
     s = socket.socket(family_of(args.host), socket.SOCK_DGRAM)
     s.settimeout(args.timeout)
@@ -210,7 +262,7 @@ def main():
     q.add_argument("--port", type=int, required=True)
     q.set_defaults(fn=cmd_tcp_echo)
     for name, fn in (("echo-many", cmd_echo_many), ("half-close", cmd_half_close),
-                     ("udp-echo", cmd_udp_echo), ("rst", cmd_rst)):
+                     ("bulk-echo", cmd_bulk_echo), ("udp-echo", cmd_udp_echo), ("rst", cmd_rst)):
         q = sub.add_parser(name)
         q.add_argument("--host", required=True)
         q.add_argument("--port", type=int, required=True)
@@ -218,6 +270,8 @@ def main():
         q.set_defaults(fn=fn)
         if name == "echo-many":
             q.add_argument("-n", type=int, default=200)
+        if name == "bulk-echo":
+            q.add_argument("--mib", type=int, default=32)
         if name == "rst":
             q.add_argument("--within", type=float, default=1.0)
     q = sub.add_parser("metrics")
