@@ -12,8 +12,10 @@
  * place — possibly a ~64 KiB TCP super-packet — is written back whole with the header it came
  * with, so the kernel segments it (no split, no payload copy). A packet the stack built itself
  * (plain verdict) and everything sent through driver_tx() gets a zero header: no GSO, full
- * checksums (a GSO write without NEEDS_CSUM would be accepted and silently dropped by the
- * kernel). UDP super-datagrams (USO/GRO, gso_type UDP_L4) are split into datagrams for the UDP
+ * checksums. The header must match the packet: a TCP super-packet written without NEEDS_CSUM
+ * while its field holds the partial sum is accepted by write() and then dropped whole as one
+ * checksum error (Linux 6.18; a UDP GSO write without NEEDS_CSUM fails with EINVAL instead),
+ * see tests/unit/test_tun_vnet.c. UDP super-datagrams (USO/GRO, gso_type UDP_L4) are split into datagrams for the UDP
  * path in place: only the headers are copied, never the payload.
  *
  * Multi-queue: one driver per queue fd, each on its own loop and thread; a driver is used by

@@ -739,3 +739,104 @@ void tu_mutate(struct tu_rng *r, uint8_t *buf, size_t len, unsigned n)
 		}
 	}
 }
+
+/* ---- GSO segmentation ---- */
+
+/* Header length of the super-packet's L4 (TCP data offset or 8 for UDP); aborts if malformed. */
+static size_t gso_l4_hdr(const uint8_t *sp, const struct tu_layout *lo)
+{
+	const uint8_t *l4 = sp + lo->l3_len;
+	size_t h;
+
+	if (lo->proto == IPPROTO_UDP) {
+		if (lo->l4_len < 8)
+			die("tu_gso_segment: UDP header truncated");
+		return 8;
+	}
+	if (lo->proto != IPPROTO_TCP || lo->l4_len < 20)
+		die("tu_gso_segment: not a TCP/UDP packet");
+	h = (size_t)(l4[12] >> 4) * 4;
+	if (h < 20 || h > lo->l4_len)
+		die("tu_gso_segment: bad TCP data offset");
+	return h;
+}
+
+/* Fix segment i of n (slen bytes at s) after its headers and payload were copied. */
+static void gso_fix_headers(uint8_t *s, size_t slen, const struct tu_layout *lo, size_t i,
+			    size_t n, size_t pay_off)
+{
+	uint8_t *l4 = s + lo->l3_len;
+
+	if (lo->family == 4) {
+		tu_put16(s + 2, (uint16_t)slen);
+		tu_put16(s + 4, (uint16_t)(tu_get16(s + 4) + i));
+		tu_fix_ip4_header(s);
+	} else {
+		tu_put16(s + 4, (uint16_t)(slen - 40));
+	}
+	if (lo->proto == IPPROTO_UDP) {
+		tu_put16(l4 + 4, (uint16_t)(slen - lo->l3_len));
+		return;
+	}
+	tu_put32(l4 + 4, tu_get32(l4 + 4) + (uint32_t)pay_off);
+	if (i + 1 < n)
+		l4[13] &= (uint8_t) ~(TCP_FIN | TCP_PSH);
+	if (i > 0)
+		l4[13] &= (uint8_t)~TU_TCP_CWR;
+}
+
+/* Complete segment s's checksum: the NEEDS_CSUM way from the super-packet's partial field
+ * (returns the adjusted partial), or from scratch (returns 0). */
+static uint16_t gso_fix_csum(uint8_t *s, size_t slen, const struct tu_layout *lo,
+			     const struct pkt_meta *m, uint16_t super_field)
+{
+	if (!(m->flags & PKT_META_NEEDS_CSUM)) {
+		tu_fix_checksums(s, slen);
+		return 0;
+	}
+	uint8_t *field = s + m->csum_start + m->csum_offset;
+	size_t l4len = slen - lo->l3_len;
+	/* tcp_gso_segment: delta = ~oldlen + newlen, added to the un-inverted partial. */
+	uint16_t adj = ref_fold((uint64_t)super_field + (uint16_t) ~(uint16_t)lo->l4_len + l4len);
+	tu_put16(field, adj);
+	uint16_t c = (uint16_t)~ref_fold(ref_sum(s + m->csum_start, slen - m->csum_start, 0));
+	if (c == 0 && lo->proto == IPPROTO_UDP)
+		c = 0xffff;
+	tu_put16(field, c);
+	return adj;
+}
+
+size_t tu_gso_segment(const uint8_t *sp, size_t len, const struct pkt_meta *m, uint8_t *out,
+		      size_t cap, struct tu_seg *segs, size_t max_segs)
+{
+	struct tu_layout lo;
+
+	if (!tu_layout(sp, len, &lo))
+		die("tu_gso_segment: malformed packet");
+	size_t l4h = gso_l4_hdr(sp, &lo), hdr = lo.l3_len + l4h, pay = lo.len - hdr;
+	size_t gso = m->gso_size;
+	if (gso == 0)
+		die("tu_gso_segment: gso_size 0");
+	bool partial = m->flags & PKT_META_NEEDS_CSUM;
+	if (partial && (size_t)m->csum_start + m->csum_offset + 2 > hdr)
+		die("tu_gso_segment: checksum field at %u+%u outside the %zu header bytes",
+		    m->csum_start, m->csum_offset, hdr);
+	uint16_t super_field = partial ? tu_get16(sp + m->csum_start + m->csum_offset) : 0;
+	size_t n = pay ? (pay + gso - 1) / gso : 1, off = 0;
+	if (n > max_segs)
+		die("tu_gso_segment: %zu segments, room for %zu", n, max_segs);
+	for (size_t i = 0; i < n; i++) {
+		size_t chunk = pay - i * gso < gso ? pay - i * gso : gso, slen = hdr + chunk;
+		uint8_t *s = out + off;
+		if (slen > cap - off)
+			die("tu_gso_segment: output full after %zu segments", i);
+		memcpy(s, sp, hdr);
+		memcpy(s + hdr, sp + hdr + i * gso, chunk);
+		gso_fix_headers(s, slen, &lo, i, n, i * gso);
+		segs[i].partial = gso_fix_csum(s, slen, &lo, m, super_field);
+		segs[i].off = off;
+		segs[i].len = slen;
+		off += slen;
+	}
+	return n;
+}

@@ -201,4 +201,36 @@ static inline void tu_advance(struct tu_clock *c, int64_t ns)
 	c->now_ns += ns;
 }
 
+/* ---- GSO segmentation (what the kernel does with a super-packet we write back) ---- */
+
+/* One segment of tu_gso_segment's output: out[off .. off + len). partial: with NEEDS_CSUM, the
+ * segment's L4 field after the per-segment length adjustment and before completion (what the
+ * pseudo-header sum of the segment must be); 0 otherwise. */
+struct tu_seg {
+	size_t off;
+	size_t len;
+	uint16_t partial;
+};
+
+/* TCP flag missing from core/pkt.h's list: Congestion Window Reduced. */
+#define TU_TCP_CWR 0x80
+
+/* Segment a TCP or UDP super-packet (IPv4 with options, IPv6 with an extension chain) the way
+ * Linux's software GSO does (inet_gso_segment / ipv6_gso_segment, tcp_gso_segment,
+ * __udp_gso_segment): the payload is split every m->gso_size bytes (a packet that fits is one
+ * segment); each segment gets the headers with its own IPv4 total length, ID (+ index) and
+ * header checksum or IPv6 payload length; TCP: sequence number + payload offset, FIN and PSH
+ * only on the last segment, CWR only on the first; UDP: its own length field.
+ * Checksums: with PKT_META_NEEDS_CSUM the super-packet's field (at csum_start + csum_offset)
+ * must hold the partial pseudo-header sum over the WHOLE L4 length L; each segment's becomes
+ * C + ~L + l (its own L4 length l, one's complement, un-inverted: tcp_gso_segment's delta) and
+ * is then completed as the kernel does: ones' sum from csum_start with that field as seed,
+ * inverted and stored (UDP 0 -> 0xFFFF). Nothing else is recomputed, so a wrong field in the
+ * super-packet gives segments whose tu_verify_l4 fails. Without NEEDS_CSUM the kernel throws
+ * the field away and computes each segment's checksum from scratch; so does this.
+ * Returns the number of segments; aborts on a malformed packet, gso_size 0, a checksum field
+ * outside the headers, or out/segs too small. */
+size_t tu_gso_segment(const uint8_t *sp, size_t len, const struct pkt_meta *m, uint8_t *out,
+		      size_t cap, struct tu_seg *segs, size_t max_segs);
+
 #endif
