@@ -1,7 +1,7 @@
 # twinstack — top-level wrapper. `make test` does everything on a fresh Debian bookworm (root).
 #   build/       Release (-O2), warnings are errors, all unit + CLI tests + instruction gate
 #   build-asan/  ASan+UBSan, all unit + CLI tests
-#   build-tsan/  TSan, the concurrency tests (tests/unit/test_*_mt.c)
+#   build-tsan/  TSan, the concurrency tests (tests/unit/test_*_mt.c, the 2-queue netns subset)
 #   build-fuzz/  clang + libFuzzer, each fuzz target for FUZZ_SECONDS from its seed corpus
 JOBS ?= 2
 FUZZ_SECONDS ?= 30
