@@ -49,7 +49,11 @@ void usage_run(FILE *out)
 /* ---- driver glue: the driver calls the selected stack and the UDP path ------------------- */
 
 #define UDP_HANDOFF_BATCH 64       /* datagrams the main loop takes from a worker per wakeup */
-#define UDP_HANDOFF_MAX 65536      /* largest datagram handed over (one split datagram) */
+#define UDP_HANDOFF_MAX DRIVER_GSO_MAX /* largest datagram handed over */
+#define UDP_HANDOFF_SNDBUF (4 << 20)   /* bytes a worker may queue for the main loop */
+
+static void proxy_stop(struct proxy *p, int code);
+static uint8_t handoff_buf[UDP_HANDOFF_MAX]; /* main thread only: datagrams from workers */
 
 static enum driver_verdict drv_input(void *arg, uint8_t *buf, size_t len,
 				     const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
@@ -66,13 +70,17 @@ static void drv_batch_end(void *arg, int64_t now_ns)
 	struct proxy *p = w->p;
 	struct rss_info ri;
 
+	int64_t last;
+
 	p->ops->batch_end(p->ns, w->q, now_ns);
 	/* The pressure tier follows RSS; sampled only while traffic flows, so an idle proxy
-	 * never wakes up for it. The main loop's queue does it for all. */
-	if (w->q == 0 && now_ns - p->rss_sampled_ns >= RSS_SAMPLE_NS && rss_sample(&ri) == 0) {
-		p->rss_sampled_ns = now_ns;
+	 * never wakes up for it. Whichever queue sees traffic first in a second claims the
+	 * sample (flows may all hash to one queue). */
+	last = atomic_load_explicit(&p->rss_sampled_ns, memory_order_relaxed);
+	if (now_ns - last >= RSS_SAMPLE_NS &&
+	    atomic_compare_exchange_strong(&p->rss_sampled_ns, &last, now_ns) &&
+	    rss_sample(&ri) == 0)
 		budget_update_tier(p->budget, ri.rss_bytes);
-	}
 }
 
 static void drv_udp(void *arg, const uint8_t *pkt, size_t len, int64_t now_ns)
@@ -105,17 +113,16 @@ static const struct driver_ops drv_ops = {
 static void on_udp_handoff(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
-	static uint8_t buf[UDP_HANDOFF_MAX]; /* main thread only */
 	int64_t now = ts_now_ns();
 
 	(void)what;
 	for (int i = 0; i < UDP_HANDOFF_BATCH; i++) {
-		ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		ssize_t n = recv(fd, handoff_buf, sizeof(handoff_buf), MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			break;
-		udp_path_input(w->p->udp, buf, (size_t)n, now);
+		udp_path_input(w->p->udp, handoff_buf, (size_t)n, now);
 	}
 }
 
@@ -132,8 +139,28 @@ static void on_worker_stop(evutil_socket_t fd, short what, void *arg)
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
+	uint64_t one = 1;
+
 	event_base_dispatch(w->base);
+	/* Only a stop request ends the loop; anything else would leave the queue unread. */
+	if (!atomic_load(&w->stopping) && write(w->p->worker_died_fd, &one, sizeof(one)) < 0) {
+		/* the main loop's eventfd cannot be full */
+	}
 	return NULL;
+}
+
+/* Main loop: a worker left its loop without being asked. */
+static void on_worker_died(evutil_socket_t fd, short what, void *arg)
+{
+	struct proxy *p = arg;
+	uint64_t v;
+
+	(void)what;
+	if (read(fd, &v, sizeof(v)) < 0) {
+		/* spurious wakeup */
+	}
+	log_error(&p->log, "run: a TUN queue worker stopped unexpectedly; stopping");
+	proxy_stop(p, EXIT_RUNTIME);
 }
 
 static void worker_stop(struct worker *w)
@@ -142,6 +169,7 @@ static void worker_stop(struct worker *w)
 
 	if (!w->started)
 		return;
+	atomic_store(&w->stopping, true);
 	if (write(w->stop_fd, &one, sizeof(one)) < 0) {
 		/* cannot fail for an eventfd we own short of a saturated counter */
 	}
@@ -185,14 +213,17 @@ static int worker_init(struct proxy *p, uint32_t q, char *err, size_t errlen)
 	if (!w->base)
 		goto fail;
 	if (q > 0) {
-		int sndbuf = 1 << 20;
+		int sndbuf = UDP_HANDOFF_SNDBUF;
 		if ((w->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
 		    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
 			       w->udp_fds) != 0) {
 			ret = -errno;
 			goto fail;
 		}
-		setsockopt(w->udp_fds[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+		/* SO_SNDBUFFORCE (we hold CAP_NET_ADMIN) is not capped by net.core.wmem_max. */
+		if (setsockopt(w->udp_fds[0], SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf,
+			       sizeof(sndbuf)) != 0)
+			setsockopt(w->udp_fds[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 		w->stop_ev = event_new(w->base, w->stop_fd, EV_READ, on_worker_stop, w);
 		w->udp_ev = event_new(p->base, w->udp_fds[1], EV_READ | EV_PERSIST,
 				      on_udp_handoff, w);
@@ -212,14 +243,26 @@ static int workers_init(struct proxy *p, char *err, size_t errlen)
 {
 	int ret;
 
-	p->nworkers = tun_queues(p->tun);
-	p->workers = calloc(p->nworkers, sizeof(*p->workers));
+	uint32_t n = tun_queues(p->tun);
+
+	p->workers = calloc(n, sizeof(*p->workers));
 	if (!p->workers) {
 		snprintf(err, errlen, "run: out of memory");
 		return -ENOMEM;
 	}
-	for (uint32_t q = 0; q < p->nworkers; q++) {
+	p->nworkers = n;
+	for (uint32_t q = 0; q < n; q++)
 		p->workers[q].stop_fd = p->workers[q].udp_fds[0] = p->workers[q].udp_fds[1] = -1;
+	if (n > 1) {
+		memset(handoff_buf, 0, sizeof(handoff_buf)); /* pre-fault */
+		p->worker_died_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (p->worker_died_fd < 0 ||
+		    !(p->worker_died_ev = event_new(p->base, p->worker_died_fd, EV_READ,
+						    on_worker_died, p)) ||
+		    event_add(p->worker_died_ev, NULL) != 0) {
+			snprintf(err, errlen, "run: eventfd: out of resources");
+			return -ENOMEM;
+		}
 	}
 	for (uint32_t q = 0; q < p->nworkers; q++)
 		if ((ret = worker_init(p, q, err, errlen)) != 0)
@@ -228,25 +271,37 @@ static int workers_init(struct proxy *p, char *err, size_t errlen)
 	return 0;
 }
 
-/* Start the threads of queues 1.. (after the stack: they call into it at once). */
+/* Start the threads of queues 1.. (after the stack: they call into it at once). Signals stay
+ * with the main thread: the workers are created with every signal blocked. */
 static int workers_start(struct proxy *p, char *err, size_t errlen)
 {
+	sigset_t all, old;
+	int ret = 0;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	for (uint32_t q = 1; q < p->nworkers; q++) {
 		struct worker *w = &p->workers[q];
-		int ret = pthread_create(&w->thread, NULL, worker_main, w);
+		ret = pthread_create(&w->thread, NULL, worker_main, w);
 		if (ret != 0) {
 			snprintf(err, errlen, "run: TUN queue %u thread: %s", q, strerror(ret));
-			return -ret;
+			ret = -ret;
+			break;
 		}
 		w->started = true;
 	}
-	return 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return ret;
 }
 
 static void workers_stop(struct proxy *p)
 {
 	for (uint32_t q = 1; q < p->nworkers; q++)
 		worker_stop(&p->workers[q]);
+	if (p->worker_died_ev) {
+		event_free(p->worker_died_ev);
+		p->worker_died_ev = NULL;
+	}
 }
 
 static void workers_free(struct proxy *p)
@@ -258,7 +313,11 @@ static void workers_free(struct proxy *p)
 		worker_free(&p->workers[q]);
 	free(p->workers);
 	p->workers = NULL;
+	p->nworkers = 0;
 	p->driver = NULL;
+	if (p->worker_died_fd >= 0)
+		close(p->worker_died_fd);
+	p->worker_died_fd = -1;
 }
 
 /* ---- stopping ------------------------------------------------------------------------------ */
@@ -483,6 +542,7 @@ int cmd_run(int argc, char **argv)
 	if ((ret = parse_args(argc, argv, &path, &ready_fd)) != 0)
 		return ret > 0 ? EXIT_OK : EXIT_USAGE;
 	memset(p, 0, sizeof(*p));
+	p->worker_died_fd = -1;
 	p->started_ns = ts_now_ns();
 	config_init(&p->cfg);
 	log_init(&p->log, LOG_LEVEL_INFO, STDERR_FILENO);

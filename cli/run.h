@@ -3,6 +3,7 @@
 #define TS_CLI_RUN_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -22,6 +23,7 @@ struct worker {
 	struct driver *driver;
 	pthread_t thread;
 	bool started;
+	atomic_bool stopping;      /* set by the main thread before it asks the worker to stop */
 	int stop_fd;               /* eventfd: the main thread asks the worker to leave its loop */
 	struct event *stop_ev;
 	/* UDP datagrams this worker reads go to the main loop's UDP path through a
@@ -41,6 +43,8 @@ struct proxy {
 	struct driver *driver;       /* queue 0's: driver_tx for the UDP path and the stacks */
 	struct worker *workers;      /* [tun_queues(tun)] */
 	uint32_t nworkers;
+	int worker_died_fd;          /* eventfd: a worker's loop ended without a stop request */
+	struct event *worker_died_ev;
 	struct dispatcher *disp;
 	struct udp_path *udp;
 	const struct netstack_ops *ops;
@@ -48,7 +52,7 @@ struct proxy {
 	struct stats_http *stats;
 	struct event *sig_int, *sig_term, *sig_pipe;
 	int64_t started_ns;
-	int64_t rss_sampled_ns;
+	_Atomic int64_t rss_sampled_ns;
 	int exit_code;
 	bool stopping;
 };

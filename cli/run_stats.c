@@ -94,10 +94,9 @@ static void add_tun(struct proxy *p, struct stats_doc *d, const struct netstack_
 		handoff += ctr_get(&w->udp_handoff);
 		handoff_drops += ctr_get(&w->udp_handoff_drops);
 	}
-	if (p->nworkers > 1) {
-		stats_doc_add_u64(d, "tun.udp_handoff", STATS_COUNTER, handoff);
-		stats_doc_add_u64(d, "tun.udp_handoff_drops", STATS_COUNTER, handoff_drops);
-	}
+	/* Always present (0 with one queue): the same keys in every mode. */
+	stats_doc_add_u64(d, "tun.udp_handoff", STATS_COUNTER, handoff);
+	stats_doc_add_u64(d, "drops.udp_handoff", STATS_COUNTER, handoff_drops);
 	if (tun_dev_stats(tun_name(p->tun), &ds) != 0)
 		memset(&ds, 0, sizeof(ds));
 	stats_doc_add_u64(d, "tun_device.rx_dropped", STATS_COUNTER, ds.rx_dropped);

@@ -18,9 +18,9 @@
 #include "core/pkt.h"
 #include "core/tun.h"
 
-/* struct virtio_net_hdr (linux/virtio_net.h), little-endian on the wire for a TUN without
- * TUNSETVNETBE. Defined here so the layout is explicit and bookworm's missing
- * VIRTIO_NET_HDR_GSO_UDP_L4 (5) does not matter. */
+/* struct virtio_net_hdr (linux/virtio_net.h). tun_open sets TUNSETVNETLE, so its fields are
+ * little-endian on every host (virtio 1.0). Defined here so the layout is explicit and
+ * bookworm's missing VIRTIO_NET_HDR_GSO_UDP_L4 (5) does not matter. */
 struct vnet_hdr {
 	uint8_t flags;
 	uint8_t gso_type;
@@ -32,6 +32,7 @@ struct vnet_hdr {
 _Static_assert(sizeof(struct vnet_hdr) == TUN_VNET_HDR_LEN, "virtio_net_hdr is 10 bytes");
 
 #define VNET_GSO_ECN 0x80 /* VIRTIO_NET_HDR_GSO_ECN: CWR seen on the super-packet */
+#define UDP_MAX_SEGMENTS 128 /* the kernel's limit for one UDP GSO packet */
 
 struct driver {
 	struct event_base *base;
@@ -130,6 +131,36 @@ static int write_back(struct driver *d, size_t len, bool plain)
 
 /* ---- the header ----------------------------------------------------------------------------- */
 
+/* A GSO read the kernel flagged DATA_VALID instead of NEEDS_CSUM (a forwarded LRO packet whose
+ * checksum the NIC verified): make it partial — the field becomes the pseudo-header sum over
+ * the whole L4 length — so the one in-place rewrite path applies and the kernel completes
+ * every segment's checksum on the way out. The header in d->buf is updated to match. */
+static bool data_valid_to_partial(struct driver *d, uint8_t *pkt, size_t len,
+				  struct pkt_meta *m)
+{
+	struct vnet_hdr h;
+	struct pkt_view v;
+	uint64_t sum;
+	uint16_t off;
+
+	if (pkt_parse(&v, pkt, len) != PKT_OK ||
+	    (v.proto != IPPROTO_TCP && v.proto != IPPROTO_UDP))
+		return false;
+	off = v.proto == IPPROTO_TCP ? TCP_OFF_CSUM : UDP_OFF_CSUM;
+	sum = v.family == 4 ? csum_pseudo4(pkt_src(&v), pkt_dst(&v), v.proto, v.l4_len)
+			    : csum_pseudo6(pkt_src(&v), pkt_dst(&v), v.proto, v.l4_len);
+	csum_store16(v.l4 + off, csum_fold(sum));
+	m->flags = PKT_META_NEEDS_CSUM;
+	m->csum_start = v.l3_len;
+	m->csum_offset = off;
+	memcpy(&h, d->buf, sizeof(h));
+	h.flags = PKT_META_NEEDS_CSUM;
+	h.csum_start = htole16(m->csum_start);
+	h.csum_offset = htole16(m->csum_offset);
+	memcpy(d->buf, &h, sizeof(h));
+	return true;
+}
+
 /* Validate the header read in front of a packet and fill meta. false: drop it. */
 static bool read_hdr(const uint8_t *raw, struct pkt_meta *m)
 {
@@ -152,8 +183,9 @@ static bool read_hdr(const uint8_t *raw, struct pkt_meta *m)
 	case PKT_GSO_TCPV4:
 	case PKT_GSO_TCPV6:
 	case PKT_GSO_UDP_L4:
-		/* The kernel only hands out GSO packets with a partial checksum. */
-		return m->gso_size != 0 && (h.flags & PKT_META_NEEDS_CSUM);
+		/* GSO comes with a partial checksum, or (forwarded LRO) a verified one: see
+		 * data_valid_to_partial. */
+		return m->gso_size != 0 && h.flags != 0;
 	default:
 		return false;
 	}
@@ -168,10 +200,12 @@ int driver_udp_split(uint8_t *pkt, size_t len, uint16_t l3_len, uint16_t gso_siz
 	size_t hl = (size_t)l3_len + 8, payload, off;
 	int n = 0;
 
-	if (hl > sizeof(hdr) || len < hl || gso_size == 0 || l3_len < 20)
+	if (hl > sizeof(hdr) || len < hl || gso_size == 0 || len < 1 ||
+	    l3_len < ((pkt[0] >> 4) == 4 ? 20 : 40))
 		return -EINVAL;
 	payload = len - hl;
-	if (payload == 0)
+	/* Bounded work per read: the kernel never makes more than UDP_MAX_SEGMENTS. */
+	if (payload == 0 || (payload + gso_size - 1) / gso_size > UDP_MAX_SEGMENTS)
 		return -EINVAL;
 	memcpy(hdr, pkt, hl); /* the original headers: the copies below overwrite them */
 	for (off = 0; off < payload; off += gso_size) {
@@ -247,6 +281,13 @@ static void handle(struct driver *d, size_t len, int64_t now)
 			ctr_inc(&d->ctr.rx_bad_vnet_hdr);
 			return;
 		}
+		if (meta.gso_type != PKT_GSO_NONE && !(meta.flags & PKT_META_NEEDS_CSUM)) {
+			if (!data_valid_to_partial(d, pkt, len, &meta)) {
+				ctr_inc(&d->ctr.rx_bad_vnet_hdr);
+				return;
+			}
+			ctr_inc(&d->ctr.rx_gso_data_valid);
+		}
 		if (meta.flags & PKT_META_NEEDS_CSUM)
 			ctr_inc(&d->ctr.rx_needs_csum);
 		if (meta.gso_type != PKT_GSO_NONE) {
@@ -286,8 +327,8 @@ int driver_poll(struct driver *d)
 				ctr_inc(&d->ctr.rx_errors);
 			break;
 		}
-		if ((size_t)n <= d->hdr) { /* a header and nothing else: not a packet */
-			ctr_inc(&d->ctr.rx_bad_vnet_hdr);
+		if ((size_t)n <= d->hdr) { /* nothing, or a header and nothing else */
+			ctr_inc(d->hdr ? &d->ctr.rx_bad_vnet_hdr : &d->ctr.rx_errors);
 			continue;
 		}
 		ctr_inc(&d->ctr.rx_packets);

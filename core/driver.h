@@ -71,10 +71,11 @@ struct driver_ops {
 	X(rx_gso_bytes)   /* their IP bytes */                                                 \
 	X(rx_needs_csum)  /* packets read with a partial checksum (NEEDS_CSUM) */              \
 	X(tx_gso)         /* super-packets written (rewritten ones, lwIP trains) */     \
-	X(rx_bad_vnet_hdr) /* unknown flags/GSO type, or GSO without NEEDS_CSUM: dropped */    \
+	X(rx_bad_vnet_hdr) /* unknown flags/GSO type, GSO without a checksum state: dropped */ \
+	X(rx_gso_data_valid) /* GSO reads flagged DATA_VALID, made partial for the rewrite */  \
 	X(udp_split)      /* UDP super-datagrams split for the UDP path */                     \
 	X(udp_split_datagrams) /* datagrams they became */                                     \
-	X(udp_split_bad)  /* UDP super-datagrams whose header does not fit the packet: dropped */
+	X(udp_split_bad)  /* UDP super-datagrams that do not add up, or > 128 segments: dropped */
 
 struct driver_counters {
 #define DRIVER_CTR_FIELD(name) ctr_t name;
@@ -128,8 +129,9 @@ void driver_counters_accumulate(struct driver_counters *acc, const struct driver
  * each datagram's headers are copied in front of its payload, lengths and the IPv4 header
  * checksum fixed, the UDP checksum cleared (IPv4) or left (IPv6; the UDP path does not
  * verify it). fn is called once per datagram, in order. Returns the number of datagrams, or
- * -EINVAL when the headers are longer than DRIVER_SPLIT_HDR_MAX or the sizes do not add up
- * (then fn was not called). */
+ * -EINVAL when the headers are longer than DRIVER_SPLIT_HDR_MAX, the sizes do not add up or
+ * it would make more than 128 datagrams (the kernel's UDP_MAX_SEGMENTS); then fn was not
+ * called. */
 #define DRIVER_SPLIT_HDR_MAX 256
 int driver_udp_split(uint8_t *pkt, size_t len, uint16_t l3_len, uint16_t gso_size,
 		     void (*fn)(void *arg, const uint8_t *dgram, size_t dlen), void *arg);

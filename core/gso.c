@@ -21,7 +21,7 @@ struct gso_train {
 	uint16_t seg;        /* payload bytes of each segment (the first one's) */
 	uint16_t nseg;
 	uint8_t family;
-	uint8_t psh;         /* the last segment had PSH */
+	uint8_t psh;         /* a segment had PSH: the super-packet's last segment gets it */
 	uint32_t next_seq;   /* host order */
 	struct gso_stats st;
 };
@@ -123,7 +123,7 @@ static int continues(const struct gso_train *t, const struct pkt_view *v, uint16
 	const uint8_t *a = t->buf, *b = v->ip;
 
 	if (!t->len || v->family != t->family || hlen != t->hlen || payload > t->seg ||
-	    t->psh || t->len + payload > GSO_TRAIN_MAX ||
+	    t->len + payload > GSO_TRAIN_MAX ||
 	    load32(v->l4 + TCP_OFF_SEQ) != t->next_seq)
 		return 0;
 	/* The last segment of a train may be short; after it nothing may join. */
@@ -168,7 +168,7 @@ void gso_train_add(struct gso_train *t, const uint8_t *pkt, size_t len)
 		t->len += payload;
 		t->nseg++;
 		t->next_seq += payload;
-		t->psh = (v.tcp_flags & TCP_PSH) != 0;
+		t->psh |= (v.tcp_flags & TCP_PSH) != 0;
 		return;
 	}
 	gso_train_flush(t);

@@ -10,8 +10,9 @@
  * metadata. A train of one segment is emitted exactly as it was given (plain meta, its full
  * checksums untouched). A longer train gets the first segment's headers with the total
  * length, the IPv4 header checksum recomputed, the TCP checksum field set to the un-inverted
- * pseudo-header sum over the whole L4 length (what NEEDS_CSUM means), and PSH if the last
- * segment had it (the kernel keeps FIN/PSH on the last segment only).
+ * pseudo-header sum over the whole L4 length (what NEEDS_CSUM means), and PSH if any segment
+ * had it (the kernel keeps FIN/PSH on the last segment only: a PSH inside a train moves to
+ * its end, which only delays a push hint by the rest of the train).
  *
  * Coalesced: TCP over IPv4 without options or IPv6 without extension headers, carrying data,
  * flags ACK or ACK|PSH only, and — relative to the train — the same addresses, ports, ack

@@ -45,6 +45,7 @@ struct tun {
 	bool has_addr4, has_addr6;
 	struct netaddr_cidr addr4, addr6;
 	uint32_t nqueues;  /* fds[0 .. nqueues) are open */
+	bool offload_failed; /* the open failed at an offload step (IFF_VNET_HDR, TUNSET*) */
 	int fds[];
 };
 
@@ -210,6 +211,9 @@ static int open_queues(struct tun *t, uint32_t nq, bool vnet, char *err, size_t 
 		}
 		if (ret != 0) {
 			close(fd);
+			/* EINVAL with IFF_VNET_HDR: this kernel or this (persistent) device does
+			 * not take the flag. */
+			t->offload_failed = vnet && ret == -EINVAL;
 			return iff_error(t, ret, err, errlen);
 		}
 		t->fds[q] = fd;
@@ -226,8 +230,17 @@ static int setup_offload(struct tun *t, const struct tun_params *p, char *err, s
 	unsigned long off = p->vnet_hdr ? p->offload : 0;
 	int sz = TUN_VNET_HDR_LEN, ret;
 
+	int le = 1;
+
+	/* Little-endian header fields on every host (virtio 1.0); a no-op on x86. */
+	if (p->vnet_hdr && ioctl(t->fds[0], TUNSETVNETLE, &le) != 0) {
+		ret = -errno;
+		t->offload_failed = true;
+		return fail(err, errlen, ret, "%s: TUNSETVNETLE: %s", t->name, strerror(-ret));
+	}
 	if (p->vnet_hdr && ioctl(t->fds[0], TUNSETVNETHDRSZ, &sz) != 0) {
 		ret = -errno;
+		t->offload_failed = true;
 		return fail(err, errlen, ret, "%s: TUNSETVNETHDRSZ %d: %s", t->name, sz,
 			    strerror(-ret));
 	}
@@ -237,9 +250,11 @@ static int setup_offload(struct tun *t, const struct tun_params *p, char *err, s
 		off &= ~(unsigned long)(TUN_F_USO4 | TUN_F_USO6);
 		ret = ioctl(t->fds[0], TUNSETOFFLOAD, off) == 0 ? 0 : -errno;
 	}
-	if (ret != 0)
+	if (ret != 0) {
+		t->offload_failed = p->vnet_hdr;
 		return fail(err, errlen, ret, "%s: TUNSETOFFLOAD 0x%lx: %s", t->name, off,
 			    strerror(-ret));
+	}
 	t->vnet_hdr = p->vnet_hdr;
 	t->offload = (uint32_t)off;
 	return 0;
@@ -302,7 +317,8 @@ out:
 	return ret;
 }
 
-int tun_open(const struct tun_params *p, struct tun **out, char *err, size_t errlen)
+static int open_impl(const struct tun_params *p, struct tun **out, bool *offload_failed,
+		     char *err, size_t errlen)
 {
 	uint32_t nq = p->queues ? p->queues : 1;
 	struct tun *t;
@@ -335,14 +351,22 @@ int tun_open(const struct tun_params *p, struct tun **out, char *err, size_t err
 	*out = t;
 	return 0;
 fail:
+	*offload_failed = t->offload_failed;
 	tun_close(t);
 	return ret;
+}
+
+int tun_open(const struct tun_params *p, struct tun **out, char *err, size_t errlen)
+{
+	bool offload_failed = false;
+	return open_impl(p, out, &offload_failed, err, errlen);
 }
 
 int tun_open_config(const struct ts_tun *cfg, struct tun **out, char *note, size_t notelen,
 		    char *err, size_t errlen)
 {
 	struct tun_params p;
+	bool offload_failed = false;
 	int ret;
 
 	if (note && notelen)
@@ -352,12 +376,11 @@ int tun_open_config(const struct ts_tun *cfg, struct tun **out, char *note, size
 		return tun_open(&p, out, err, errlen);
 	p.vnet_hdr = true;
 	p.offload = TUN_OFFLOAD_ALL;
-	ret = tun_open(&p, out, err, errlen);
-	if (ret == 0 || cfg->offload == TS_OFFLOAD_ON)
+	ret = open_impl(&p, out, &offload_failed, err, errlen);
+	/* "auto" falls back only when an offload step was refused; any other failure (name
+	 * taken, no permission, an address that never verified) is the answer as it is. */
+	if (ret == 0 || cfg->offload == TS_OFFLOAD_ON || !offload_failed)
 		return ret;
-	/* "auto": the kernel refused the offload header; per-packet I/O still works. A failure
-	 * that has nothing to do with offload (name taken, no permission) fails again below and
-	 * is reported as such. */
 	if (note && notelen)
 		snprintf(note, notelen, "offload refused (%s): using per-packet I/O", err);
 	p.vnet_hdr = false;

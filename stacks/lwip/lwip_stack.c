@@ -51,6 +51,7 @@
 	X(drop_too_big)       /* an lwIP output larger than the MTU (never expected) */         \
 	X(drop_input_too_big) /* a super-packet over pbuf's u16 length (BIG TCP): dropped */     \
 	X(csum_trusted)       /* NEEDS_CSUM/DATA_VALID segments fed without lwIP's check */      \
+	X(gso_quick_acks)     /* super-packets answered with an immediate ACK */                \
 	X(admission_refused)                                                                   \
 	X(session_setup_failed)
 
@@ -86,6 +87,7 @@ struct lwip_stack {
 	bool flush_armed;
 	/* The packet now inside netif->input, as our parser saw it (read by the hooks). */
 	const struct pkt_view *cur;
+	bool cur_gso;                 /* ... and it is an offload super-packet */
 	lwip_accept_fn accept_hook;
 	void *accept_arg;
 	struct lwip_counters ctr;
@@ -163,6 +165,20 @@ static int hook(struct pbuf *p, struct netif *inp)
 	if ((v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN && st->listener)
 		st->listener->local_port = ntohs(v->dport_be);
 	return 0;
+}
+
+int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb)
+{
+	struct lwip_stack *st = the_stack;
+
+	/* Listening and TIME_WAIT pcbs get here too: only a pcb that takes data is touched (a
+	 * listen pcb has no flags field). */
+	if (st && st->cur_gso &&
+	    (pcb->state == ESTABLISHED || pcb->state == FIN_WAIT_1 || pcb->state == FIN_WAIT_2)) {
+		tcp_ack_now(pcb);
+		ctr_inc(&st->ctr.gso_quick_acks);
+	}
+	return ERR_OK;
 }
 
 int ts_lwip_ip4_hook(struct pbuf *p, struct netif *inp)
@@ -411,9 +427,11 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 		ctr_inc(&st->ctr.csum_trusted);
 	}
 	st->cur = v;
+	st->cur_gso = meta && meta->gso_type != PKT_GSO_NONE;
 	if (st->netif.input(p, &st->netif) != ERR_OK)
 		pbuf_free(p);
 	st->cur = NULL;
+	st->cur_gso = false;
 	if (trusted)
 		NETIF_SET_CHECKSUM_CTRL(&st->netif, NETIF_CHECKSUM_ENABLE_ALL);
 	return DRIVER_DONE;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,26 +90,38 @@ static struct sys_stack *as_sys(struct netstack *ns)
 /* ---- purge timer ---------------------------------------------------------------------------- */
 
 /* Arm the one purge timer at the table's next deadline (none: disarmed, an idle table never
- * wakes the loop). after_purge: work was left over, so never sooner than 1 ms (no busy loop). */
+ * wakes the loop). after_purge: work was left over, so never sooner than 1 ms (no busy loop).
+ *
+ * With several queues a worker may insert an entry while this runs. The worker inserts, then
+ * reads purge_at and kicks if its deadline is earlier; here purge_at is stored, then the
+ * deadlines are read again. The fences on both sides (store-buffer pattern) guarantee that at
+ * least one of the two sees the other, so no entry is left without a timer. */
 static void arm_purge(struct sys_stack *st, int64_t now, bool after_purge)
 {
 	int64_t next = nat_next_deadline(st->nat);
 
-	if (next == INT64_MAX) {
-		if (st->purge_at != INT64_MAX)
-			evtimer_del(st->purge_ev);
-		st->purge_at = INT64_MAX;
-		return;
+	for (int pass = 0; pass < 2; pass++) {
+		if (next == INT64_MAX) {
+			if (st->purge_at != INT64_MAX)
+				evtimer_del(st->purge_ev);
+			st->purge_at = INT64_MAX;
+		} else if (after_purge || st->purge_at > next) {
+			int64_t delay = next - now;
+			if (delay < (after_purge ? TS_NS_PER_MS : 0))
+				delay = after_purge ? TS_NS_PER_MS : 0;
+			struct timeval tv = { .tv_sec = delay / TS_NS_PER_SEC,
+					      .tv_usec = (delay % TS_NS_PER_SEC) / 1000 };
+			evtimer_add(st->purge_ev, &tv);
+			st->purge_at = next;
+		}
+		if (st->nq == 1)
+			return;
+		atomic_thread_fence(memory_order_seq_cst);
+		next = nat_next_deadline(st->nat);
+		if (next >= st->purge_at)
+			return;
+		after_purge = false; /* an earlier entry arrived meanwhile: arm for it */
 	}
-	if (!after_purge && st->purge_at <= next)
-		return; /* already armed for this deadline or earlier */
-	int64_t delay = next - now;
-	if (delay < (after_purge ? TS_NS_PER_MS : 0))
-		delay = after_purge ? TS_NS_PER_MS : 0;
-	struct timeval tv = { .tv_sec = delay / TS_NS_PER_SEC,
-			      .tv_usec = (delay % TS_NS_PER_SEC) / 1000 };
-	evtimer_add(st->purge_ev, &tv);
-	st->purge_at = next;
 }
 
 /* A worker created an entry whose deadline is earlier than the armed one. */
@@ -562,16 +575,17 @@ static enum driver_verdict sys_input(struct netstack *ns, unsigned q, uint8_t *b
 static void sys_batch_end(struct netstack *ns, unsigned q, int64_t now_ns)
 {
 	struct sys_stack *st = as_sys(ns);
+	uint64_t one = 1;
 
 	/* A batch may have created HALF_OPEN entries with deadlines earlier than the armed one.
 	 * The timer belongs to the main loop (queue 0); another queue's worker only asks. */
 	if (q == 0) {
 		arm_purge(st, now_ns, false);
-	} else if (nat_next_deadline(st->nat) < st->purge_at) {
-		uint64_t one = 1;
-		if (write(st->kick_fd, &one, sizeof(one)) < 0) {
-			/* EAGAIN: the counter is saturated, a kick is pending anyway */
-		}
+		return;
+	}
+	atomic_thread_fence(memory_order_seq_cst); /* pairs with arm_purge's (see there) */
+	if (nat_next_deadline(st->nat) < st->purge_at && write(st->kick_fd, &one, sizeof(one)) < 0) {
+		/* EAGAIN: the counter is saturated, a kick is pending anyway */
 	}
 }
 

@@ -259,6 +259,26 @@ Test(gso, what_cannot_join_flushes_first_and_keeps_order)
 	gso_train_free(t);
 }
 
+Test(gso, a_push_inside_a_train_moves_to_its_end)
+{
+	uint8_t p[3][2048];
+	size_t l[3];
+	struct gso_train *t;
+	struct out o = { 0 };
+
+	cr_assert_eq(gso_train_new(NULL, emit, &o, &t), 0);
+	for (int i = 0; i < 3; i++) {
+		l[i] = seg(p[i], "10.0.0.2", "198.18.0.9", i, SEG, TCP_ACK | (i == 1 ? TCP_PSH : 0));
+		gso_train_add(t, p[i], l[i]);
+	}
+	gso_train_flush(t);
+	cr_assert_eq(o.n, 1, "PSH does not end a train");
+	cr_assert_eq(o.pkt[0][20 + 13], TCP_ACK | TCP_PSH, "the super-packet carries PSH");
+	cr_assert_eq(o.len[0], 40 + 3 * SEG);
+	out_free(&o);
+	gso_train_free(t);
+}
+
 Test(gso, a_train_stops_at_64k)
 {
 	uint8_t p[2048];
