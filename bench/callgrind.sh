@@ -21,6 +21,8 @@ cases=(
 	"rewrite6     10000 110000 1    200"
 	"nat_steady   10000 110000 1    400"
 	"nat_new1024  2     12     1024 1500"
+	"rewrite4_gso 10000 110000 1    160"
+	"gso_train    100   1100   44   450"
 )
 
 tmp=$(mktemp -d)

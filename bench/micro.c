@@ -5,8 +5,8 @@
  *        difference of instruction totals between two N, divided by the difference of N,
  *        is the cost of one iteration; bench/callgrind.sh does exactly that)
  *
- * Cases call the production functions (pkt_parse, sysproc_classify, rewrite_l4, nat_*): no
- * second algorithm lives here. Seeds are fixed so instruction counts are deterministic.
+ * Cases call the production functions (pkt_parse, sysproc_classify, rewrite_l4, nat_*,
+ * gso_train_*): no second algorithm lives here. Seeds are fixed so instruction counts are deterministic.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "core/csum.h"
+#include "core/gso.h"
 #include "core/pkt.h"
 #include "stacks/system/nat.h"
 #include "stacks/system/rewrite.h"
@@ -35,6 +36,10 @@ struct bench {
 	uint16_t lports_be[2];
 	struct flow_key *keys; /* nat_new1024 */
 	int64_t now;
+	uint8_t *big;          /* rewrite4_gso: a 64 KiB super-packet; gso_train: 44 segments */
+	size_t big_len;
+	struct gso_train *train;
+	uint64_t emitted;
 };
 
 struct micro_case {
@@ -169,6 +174,116 @@ static void run_rewrite(struct bench *b, uint64_t iters)
 	}
 }
 
+/* ---- offload ------------------------------------------------------------------------------- */
+
+#define GSO_SEG 1448
+#define GSO_NSEG 44
+
+/* A TSO super-packet as the kernel hands it over: 44 x 1448 bytes, NEEDS_CSUM (the field
+ * holds the pseudo-header sum over the whole L4 length). */
+static int setup_rewrite4_gso(struct bench *b)
+{
+	int ret = setup_common(b, 4, 16);
+	size_t l4 = 20 + (size_t)GSO_NSEG * GSO_SEG;
+
+	if (ret)
+		return ret;
+	b->big_len = 20 + l4;
+	if (!(b->big = calloc(1, b->big_len)))
+		return -ENOMEM;
+	memcpy(b->big, b->pkt, 40); /* the headers of the small packet ... */
+	b->big[2] = (uint8_t)(b->big_len >> 8);
+	b->big[3] = (uint8_t)b->big_len;
+	csum_store16(b->big + 10, 0);
+	csum_store16(b->big + 10, csum_buf(b->big, 20));
+	for (size_t i = 40; i < b->big_len; i++)
+		b->big[i] = (uint8_t)i;
+	csum_store16(b->big + 36, csum_fold(csum_pseudo4(b->client, b->server, IPPROTO_TCP,
+							(uint32_t)l4)));
+	return 0;
+}
+
+/* One iteration: the whole in-place rewrite of one 64 KiB super-packet (parse, classify,
+ * partial-checksum rewrite), alternating directions as run_rewrite does. The cost does not
+ * depend on the payload: per 1448-byte segment it is this figure / 44. */
+static void run_rewrite_gso(struct bench *b, uint64_t iters)
+{
+	uint8_t nat0[16];
+	struct pkt_view v;
+	struct nat_tuple t;
+
+	memcpy(nat0, b->gw, 16);
+	nat0[3]++;
+	for (uint64_t i = 0; i < iters; i++) {
+		if (pkt_parse(&v, b->big, b->big_len) != PKT_OK)
+			die("parse", EINVAL);
+		if (sysproc_classify(b->proc, &v, &t) == SYS_UPLINK)
+			rewrite_l4(&v, b->gw, b->lports_be[0], nat0, htons(1024), true);
+		else
+			rewrite_l4(&v, b->client, htons(12345), b->server, htons(443), true);
+	}
+}
+
+static void count_emit(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m)
+{
+	struct bench *b = arg;
+	(void)pkt;
+	(void)len;
+	b->emitted += m->gso_type != PKT_GSO_NONE;
+}
+
+/* lwIP-style output: 44 consecutive 1448-byte segments of one flow. */
+static int setup_gso_train(struct bench *b)
+{
+	size_t one = 40 + GSO_SEG;
+	int ret = gso_train_new(NULL, count_emit, b, &b->train);
+
+	if (ret)
+		return ret;
+	b->big_len = one;
+	if (!(b->big = calloc(GSO_NSEG, one)))
+		return -ENOMEM;
+	set_addr(b->client, 4, 0xc6120009);
+	set_addr(b->server, 4, 0x01010101);
+	for (int i = 0; i < GSO_NSEG; i++) {
+		uint8_t *p = b->big + (size_t)i * one, *t = p + 20;
+		p[0] = 0x45;
+		p[2] = (uint8_t)(one >> 8);
+		p[3] = (uint8_t)one;
+		p[5] = (uint8_t)i;
+		p[8] = 64;
+		p[9] = IPPROTO_TCP;
+		memcpy(p + 12, b->server, 4);
+		memcpy(p + 16, b->client, 4);
+		csum_store16(p + 10, csum_buf(p, 20));
+		t[0] = 0x01, t[1] = 0xbb, t[2] = 0x30, t[3] = 0x39;
+		uint32_t seq = 1000 + (uint32_t)i * GSO_SEG;
+		t[4] = (uint8_t)(seq >> 24), t[5] = (uint8_t)(seq >> 16);
+		t[6] = (uint8_t)(seq >> 8), t[7] = (uint8_t)seq;
+		t[11] = 1;
+		t[12] = 5 << 4;
+		t[13] = TCP_ACK;
+		t[14] = 0xff;
+		for (int k = 0; k < GSO_SEG; k++)
+			t[20 + k] = (uint8_t)(i + k);
+		uint64_t ps = csum_pseudo4(b->server, b->client, IPPROTO_TCP, 20 + GSO_SEG);
+		csum_store16(t + 16, (uint16_t)~csum_fold(csum_partial(t, 20 + GSO_SEG, ps)));
+	}
+	return 0;
+}
+
+/* One iteration: 44 segments offered and the train flushed (one super-packet emitted). */
+static void run_gso_train(struct bench *b, uint64_t iters)
+{
+	for (uint64_t i = 0; i < iters; i++) {
+		for (int k = 0; k < GSO_NSEG; k++)
+			gso_train_add(b->train, b->big + (size_t)k * b->big_len, b->big_len);
+		gso_train_flush(b->train);
+	}
+	if (b->emitted == 0 && iters)
+		die("gso_train", EINVAL);
+}
+
 static int setup_nat_steady(struct bench *b)
 {
 	int ret = setup_common(b, 4, 65536);
@@ -273,6 +388,8 @@ static const struct micro_case cases[] = {
 	{ "rewrite6", "packet", 1, 2000000, setup_rewrite6, run_rewrite },
 	{ "nat_steady", "packet", 1, 2000000, setup_nat_steady, run_nat_steady },
 	{ "nat_new1024", "flow", 1024, 200, setup_nat_new, run_nat_new },
+	{ "rewrite4_gso", "super-packet", 1, 2000000, setup_rewrite4_gso, run_rewrite_gso },
+	{ "gso_train", "segment", GSO_NSEG, 20000, setup_gso_train, run_gso_train },
 };
 #define N_CASES (sizeof(cases) / sizeof(cases[0]))
 
@@ -287,6 +404,8 @@ static void teardown(struct bench *b)
 {
 	sysproc_free(b->proc);
 	nat_table_free(b->nat);
+	gso_train_free(b->train);
+	free(b->big);
 	free(b->keys);
 	memset(b, 0, sizeof(*b));
 }

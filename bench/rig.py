@@ -3,7 +3,11 @@
 
 Builds a two-namespace testbed, measures every subject (the bare veth, the TUN reflector and
 each stack as a child `twinstack run`) through every workload, interleaved per repetition
-round, and writes a table on stdout, results.json, report.md and SVG charts (gnuplot).
+round, writes a table on stdout, and hands the samples to bench/report.py, which writes
+results.json, report.md and the charts (gnuplot). `--ablation` instead measures TCP bulk only,
+for every TUN I/O mode (per-packet, offload, offload + 2 queues) of each stack and of the
+reflector, one fresh child per cell, and checks the targets of issue 6; `--report-from FILE`
+redraws the report of an earlier run.
 
     ns A (client + proxy)                                   ns B (servers)
     iperf3 -c / load clients                                lo 10.200.1.2/32 (the target)
@@ -37,6 +41,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(HERE)
 
+# report.py sits next to this file: found whatever the working directory (and under python3
+# -I, which leaves the script's directory off sys.path); no __pycache__ in the source tree.
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+sys.dont_write_bytecode = True
+import report
+from report import UNITS, Report, clear_progress, fmt, log, note_once, out, progress
+
 A_VETH4, B_VETH4 = "10.200.0.1", "10.200.0.2"
 TARGET4 = "10.200.1.2"
 GW4, MIRROR4 = "198.18.0.1", "198.18.1.1"
@@ -50,15 +61,16 @@ MARK = 1
 
 EXIT_OK, EXIT_FAIL, EXIT_CANNOT = 0, 1, 2
 
-UNITS = {
-    "throughput_gbps": "Gbit/s", "ceiling_fraction": "ratio", "peak_rss_kb": "KiB",
-    "idle_rss_kb": "KiB", "startup_ms": "ms", "idle_wakeups_20s": "wakeups",
-    "udp_flows_answered": "flows", "user_bytes_per_conn": "bytes", "kernel_kb_per_conn": "KiB",
-    "cpu_user_s": "s", "cpu_sys_s": "s", "tun_drops": "packets", "retransmits": "segments",
-    "conn_per_s": "conn/s", "latency_p50_us": "us", "latency_p99_us": "us",
-    "latency_p999_us": "us", "pps": "packets/s", "loss_pct": "%",
-    "instructions_per_op": "instructions",
-}
+# --ablation: the cells in table order (stream count, then direction), the iperf3 run length,
+# the default time limit, and what the estimate adds per iperf3 run (connect, stream set-up,
+# JSON) and per child start (TUN, ready byte, the offload check, settling).
+ABLATION_CELLS = [(d, n) for n in (1, 16, 64) for d in ("up", "down")]
+ABLATION_BULK_S = 5
+ABLATION_LIMIT_S = 1800
+RUN_OVERHEAD_S = 0.5    # measured ~0.2-0.3 s (2 cores, 2026-11-30), with margin
+START_OVERHEAD_S = 0.8  # SETTLE_S + ~0.15 s start and checks, with margin
+SETTLE_S = 0.5
+STALL_GBPS = 0.01       # a bulk run below 10 Mbit/s stalled: recorded, and a failure
 
 
 class CannotRun(Exception):
@@ -200,40 +212,7 @@ class Testbed:
         self.namespaces = []
 
 
-# ---- small utilities ------------------------------------------------------------------------
-
-_progress_shown = False
-
-
-def log(msg):
-    clear_progress()
-    sys.stderr.write(msg + "\n")
-    sys.stderr.flush()
-
-
-def progress(msg):
-    global _progress_shown
-    if sys.stderr.isatty():
-        sys.stderr.write("\r\033[K" + msg[:200])
-        _progress_shown = True
-    else:
-        sys.stderr.write(msg + "\n")
-    sys.stderr.flush()
-
-
-def clear_progress():
-    global _progress_shown
-    if _progress_shown:
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
-        _progress_shown = False
-
-
-def out(line):
-    clear_progress()
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
+# ---- /proc and tool output ------------------------------------------------------------------
 
 def proc_status(pid):
     d = {}
@@ -293,20 +272,41 @@ def last_json(text):
     return None
 
 
-def fmt(v):
-    if v is None:
-        return "n/a"
-    if isinstance(v, float):
-        if v == 0:
-            return "0"
-        if abs(v) >= 1000:
-            return "%.0f" % v
-        if abs(v) >= 10:
-            return "%.1f" % v
-        if abs(v) >= 1:
-            return "%.2f" % v
-        return "%.3f" % v
-    return str(v)
+# ---- subjects -------------------------------------------------------------------------------
+
+class Subject(report.Subject):
+    """One measured thing: a baseline, or a stack in one TUN I/O mode with a queue count (its
+    identity and label: report.Subject); here what it takes to start it, and its failures."""
+
+    def __init__(self, stack, io_mode, queues=1, label=None):
+        super().__init__(stack, io_mode, queues, label)
+        self.start_failures = 0
+        self.disabled = False
+
+    @property
+    def has_tun(self):
+        return self.stack in ("reflector", "system", "lwip")
+
+    @property
+    def offload(self):
+        """tun.offload for the config: "on", never "auto", so a refusal fails the start
+        instead of silently measuring per-packet I/O. io_mode "offload-rx" is offload with
+        the lwip stack's GSO output trains off (tun.gso_output false): what the trains buy;
+        "offload-norps" is offload with receive packet steering off (tun.rps "off"; every
+        other subject runs the default "auto"): what steering buys."""
+        return "on" if self.io_mode in ("offload", "offload-rx", "offload-norps") else "off"
+
+    @property
+    def gso_output(self):
+        return self.io_mode != "offload-rx"
+
+    @property
+    def rps(self):
+        return "off" if self.io_mode == "offload-norps" else "auto"
+
+    @property
+    def slug(self):
+        return self.label.replace(" ", "-")
 
 
 # ---- the rig --------------------------------------------------------------------------------
@@ -315,11 +315,15 @@ class Rig:
     def __init__(self, args):
         self.a = args
         self.bin = os.path.abspath(args.bin)
+        self.ablation = args.ablation
         self.quick = args.quick
+        self.mode = "ablation" if self.ablation else "quick" if self.quick else "full"
+        self.io_mode = args.io_mode or "offload"
         self.reps = args.reps if args.reps else (1 if args.quick else 3)
         self.stacks = [s for s in args.stacks.split(",") if s]
         self.out = os.path.abspath(args.out)
-        self.samples = {}       # key (stack, workload, direction, streams, metric) -> [values]
+        # (stack, io_mode, queues, workload, direction, streams, metric) -> [[round, value]]
+        self.samples = {}
         self.na = []            # (subject, workload, reason)
         self.failures = []
         self.notes = []
@@ -328,19 +332,72 @@ class Rig:
         self.total_steps = 1
         self.t0 = time.monotonic()
         self.cur_round = 0
-        if self.quick:
+        self.hold_conns = 1000
+        self.load_modes = set()
+        self.has_reflect = True
+        self.time_limit = None
+        self.host_meta = None   # --report-from: the host of the earlier run
+        self.idle_s, self.load_s = 20, 5
+        if self.ablation:
+            self.bulk_cells = list(ABLATION_CELLS)
+            self.bulk_t, self.bulk_omit = ABLATION_BULK_S, 1
+            self.time_limit = args.time_limit or ABLATION_LIMIT_S
+        elif self.quick:
             self.bulk_cells = [("up", 1), ("up", 16)]
             self.bulk_t, self.bulk_omit = 3, 1
-            self.idle_s = 5
-            self.load_s = 3
+            self.idle_s, self.load_s = 5, 3
         else:
             self.bulk_cells = [(d, n) for d in ("up", "down") for n in (1, 16, 64)]
             self.bulk_t, self.bulk_omit = 5, 1
-            self.idle_s = 20
-            self.load_s = 5
         if args.bulk_seconds:
             self.bulk_t = args.bulk_seconds
-        self.hold_conns = 1000
+        self.plan_subjects()
+
+    def plan_subjects(self):
+        if self.ablation:
+            self.veth = Subject("veth", "offload")
+            self.ceiling_ref = Subject("reflector", "offload")
+            self.subjects = [self.veth, self.ceiling_ref, Subject("reflector", "per-packet")]
+            if "system" in self.stacks:
+                self.subjects += [Subject("system", "per-packet"), Subject("system", "offload"),
+                                  Subject("system", "offload-norps"),
+                                  Subject("system", "offload", 2)]
+            if "lwip" in self.stacks:
+                self.subjects += [Subject("lwip", "per-packet"), Subject("lwip", "offload"),
+                                  Subject("lwip", "offload-rx")]
+        else:
+            m = self.io_mode
+            self.veth = Subject("veth", m, label="veth")
+            self.ceiling_ref = Subject("reflector", m, label="reflector")
+            self.subjects = [self.veth, self.ceiling_ref] + [Subject(s, m, label=s)
+                                                             for s in self.stacks]
+        self.micro_subj = Subject("micro", "n/a", label="micro")
+
+    # -- the plan, before anything runs
+    def estimate_s(self):
+        """Seconds an ablation takes: every subject through every cell, each round."""
+        per_run = self.bulk_t + self.bulk_omit + RUN_OVERHEAD_S
+        tun = sum(1 for s in self.subjects if s.has_tun)
+        return 15 + self.reps * len(self.bulk_cells) * (len(self.subjects) * per_run +
+                                                        tun * START_OVERHEAD_S)
+
+    def plan_text(self):
+        L = ["twinstack bench: %s, %d repetition%s, io_mode %s, out %s" % (
+            self.mode, self.reps, "s" if self.reps > 1 else "",
+            "per-packet,offload" if self.ablation else self.io_mode, self.out)]
+        L.append("subjects: " + ", ".join(
+            "%s (%s/%s/q%d)" % (s.label, s.stack, s.io_mode, s.queues) for s in self.subjects))
+        L.append("tcp bulk cells: " + ", ".join("%s x%d" % c for c in self.bulk_cells) +
+                 "; iperf3 -t %d -O %d" % (self.bulk_t, self.bulk_omit))
+        if self.ablation:
+            est = self.estimate_s()
+            L.append("estimate: %dm%02ds for %d runs (%d round%s x %d cells x %d subjects, "
+                     "a fresh child per TUN run); time limit %dm%02ds" % (
+                         est // 60, est % 60, self.reps * len(self.bulk_cells) *
+                         len(self.subjects), self.reps, "s" if self.reps > 1 else "",
+                         len(self.bulk_cells),
+                         len(self.subjects), self.time_limit // 60, self.time_limit % 60))
+        return "\n".join(L)
 
     # -- capabilities of the binary under test
     def probe_bin(self):
@@ -353,7 +410,7 @@ class Rig:
         self.has_run = "run" in cmds
         self.has_reflect = "reflect" in cmds
         self.load_modes = set()
-        if "load" in cmds:
+        if "load" in cmds and not self.ablation:
             r = subprocess.run([self.bin, "load", "--help"], capture_output=True, text=True,
                                timeout=10)
             txt = r.stdout + r.stderr
@@ -367,21 +424,21 @@ class Rig:
         return "serve" in self.load_modes and mode in self.load_modes
 
     # -- sample bookkeeping
-    def add(self, stack, workload, direction, streams, metric, value):
+    def add(self, subj, workload, direction, streams, metric, value):
         if value is None:
             return
-        key = (stack, workload, direction, streams, metric)
-        self.samples.setdefault(key, []).append(float(value))
+        key = subj.key + (workload, direction, streams, metric)
+        self.samples.setdefault(key, []).append([self.cur_round, float(value)])
 
     def note_na(self, subject, workload, reason):
         if (subject, workload, reason) not in self.na:
             self.na.append((subject, workload, reason))
-            out("%-10s %-16s %-5s %4s  %-20s %s" % (subject, workload, "", "", "n/a", reason))
+            out("%-20s %-16s %-5s %4s  %-20s %s" % (subject, workload, "", "", "n/a", reason))
 
-    def emit(self, stack, workload, direction, streams, metric, value, extra=""):
-        self.add(stack, workload, direction, streams, metric, value)
-        out("%-10s %-16s %-5s %4s  %-20s %10s %s%s" % (
-            stack, workload, direction or "", "" if streams is None else streams, metric,
+    def emit(self, subj, workload, direction, streams, metric, value, extra=""):
+        self.add(subj, workload, direction, streams, metric, value)
+        out("%-20s %-16s %-5s %4s  %-20s %10s %s%s" % (
+            subj.label, workload, direction or "", "" if streams is None else streams, metric,
             fmt(value), UNITS.get(metric, ""), ("  " + extra) if extra else ""))
 
     def tick(self, what):
@@ -439,11 +496,12 @@ class Rig:
         return p
 
     # -- subjects
-    def write_config(self, stack, path):
+    def write_config(self, subj, path):
         cfg = {
-            "stack": stack,
+            "stack": subj.stack,
             "tun": {"name": self.tb.tun, "address": TUN_CIDR, "mtu": 1500,
-                    "txqueuelen": 10000, "queues": 1, "offload": self.offload},
+                    "txqueuelen": 10000, "queues": subj.queues, "offload": subj.offload,
+                    "gso_output": subj.gso_output, "rps": subj.rps},
             "outbounds": [{"tag": "direct", "type": "direct", "routing_mark": MARK}],
             "route": {"final": "direct"},
             "budgets": {"tcp_sessions": 8192, "fds": 65536, "nat_entries": 262144},
@@ -455,9 +513,9 @@ class Rig:
         with open(path, "w") as f:
             json.dump(cfg, f, indent=2)
 
-    def write_reflect_config(self, path):
+    def write_reflect_config(self, subj, path):
         cfg = {"tun": {"name": self.tb.tun, "address": TUN_CIDR, "mtu": 1500,
-                       "txqueuelen": 10000, "queues": 1, "offload": self.offload},
+                       "txqueuelen": 10000, "queues": 1, "offload": subj.offload},
                "log": {"level": "warn"}}
         with open(path, "w") as f:
             json.dump(cfg, f, indent=2)
@@ -500,6 +558,75 @@ class Rig:
                    check=False)
         return p, ms
 
+    def start_subject(self, subj):
+        """Start a TUN subject's child, check from the kernel's side that its TUN is what the
+        subject asked for, route the target into the TUN (stacks). Returns (Popen, startup_ms)
+        or raises RuntimeError with the child stopped."""
+        cfg = os.path.join(self.work, "%s.json" % subj.slug)
+        if subj.stack == "reflector":
+            self.write_reflect_config(subj, cfg)
+            child, ms = self.start_child("reflect", cfg, subj.slug)
+        else:
+            self.write_config(subj, cfg)
+            child, ms = self.start_child("run", cfg, subj.slug)
+        try:
+            self.verify_tun(subj, child.pid)
+            if subj.is_stack:
+                self.tb.route_target_via_tun()
+        except RuntimeError:
+            self.tb.stop(child)
+            raise
+        return child, ms
+
+    def verify_tun(self, subj, pid):
+        """A child that silently fell back must not be measured under the wrong name: the TUN
+        must have TSO and checksum offload exactly when offload was asked for (ethtool -k; a
+        TUNSETOFFLOAD with CSUM|TSO4|TSO6 turns both on), and the child must hold subj.queues
+        TUN fds (fdinfo `iff:` lines name the device)."""
+        if not shutil.which("ethtool"):
+            self.note_once("offload mode not verified: ethtool not installed")
+        else:
+            r = self.tb.sh(["ethtool", "-k", self.tb.tun], ns=self.tb.ns_a, check=False)
+            feat = dict(re.findall(r"^(tx-checksumming|tcp-segmentation-offload):\s*(on|off)",
+                                   r.stdout, re.M))
+            if len(feat) != 2:
+                self.note_once("offload mode not verified: `ethtool -k` gave no TSO/checksum "
+                               "lines")
+            else:
+                want = subj.offload
+                if set(feat.values()) != {want}:
+                    raise RuntimeError(
+                        "asked for %s I/O but the TUN has tx-checksumming %s, "
+                        "tcp-segmentation-offload %s (both should be %s): not measured" % (
+                            subj.io_mode, feat["tx-checksumming"],
+                            feat["tcp-segmentation-offload"], want))
+        n = self.tun_fds(pid)
+        if n is None:
+            self.note_once("queue count not verified: /proc/PID/fdinfo unreadable")
+        elif n != subj.queues:
+            raise RuntimeError("asked for %d queue%s but the child holds %d TUN fd%s: not "
+                               "measured" % (subj.queues, "s" if subj.queues > 1 else "", n,
+                                             "s" if n != 1 else ""))
+
+    def tun_fds(self, pid):
+        d = "/proc/%d/fdinfo" % pid
+        try:
+            names = os.listdir(d)
+        except OSError:
+            return None
+        n = 0
+        for fd in names:
+            try:
+                with open(os.path.join(d, fd)) as f:
+                    if re.search(r"^iff:\s*%s$" % re.escape(self.tb.tun), f.read(), re.M):
+                        n += 1
+            except OSError:
+                continue
+        return n
+
+    def note_once(self, msg):
+        note_once(self.notes, msg)
+
     def tun_drops(self):
         tot = 0
         for k in ("rx_dropped", "tx_dropped"):
@@ -528,9 +655,9 @@ class Rig:
             return None
 
     # -- workloads
-    def bulk(self, subject, pid, direction, streams):
+    def bulk(self, subj, pid, direction, streams):
         tb = self.tb
-        if subject == "reflector":
+        if subj.stack == "reflector":
             args = ["iperf3", "-c", MIRROR4, "-B", GW4, "-p", str(REFL_IPERF_PORT)]
         else:
             args = ["iperf3", "-c", TARGET4, "-p", str(self.next_iperf_port())]
@@ -539,34 +666,61 @@ class Rig:
         if direction == "down":
             args.append("-R")
         cpu0 = proc_cpu(pid) if pid else None
-        drops0 = self.tun_drops() if subject != "veth" else None
+        drops0 = self.tun_drops() if subj.has_tun else None
+        prof = self.perf_start(subj, direction, streams)
         r = tb.sh(args, ns=tb.ns_a, check=False, timeout=self.bulk_t + self.bulk_omit + 20)
+        self.perf_stop(prof)
         cpu1 = proc_cpu(pid) if pid else None
-        drops1 = self.tun_drops() if subject != "veth" else None
+        drops1 = self.tun_drops() if subj.has_tun else None
         try:
             j = json.loads(r.stdout)
         except ValueError:
             j = None
         if not j or "error" in j or not j.get("intervals"):
             err = (j or {}).get("error") or (r.stderr or "").strip()[:200] or "no JSON"
-            raise RuntimeError("iperf3 %s %s x%d: %s" % (subject, direction, streams, err))
+            raise RuntimeError("iperf3 %s %s x%d: %s" % (subj.label, direction, streams, err))
         bps = [iv["sum"]["bits_per_second"] for iv in j["intervals"]
                if not iv["sum"].get("omitted")]
         if not bps:
             raise RuntimeError("iperf3 %s %s x%d: no intervals after warm-up" % (
-                subject, direction, streams))
+                subj.label, direction, streams))
         gbps = statistics.median(bps) / 1e9
         wl = "tcp_bulk"
-        self.emit(subject, wl, direction, streams, "throughput_gbps", gbps)
+        self.emit(subj, wl, direction, streams, "throughput_gbps", gbps)
+        if gbps < STALL_GBPS:
+            self.fail("iperf3 %s %s x%d: stalled (%.6f Gbit/s; recorded)" % (
+                subj.label, direction, streams, gbps))
         retr = j.get("end", {}).get("sum_sent", {}).get("retransmits")
         if retr is not None:
-            self.add(subject, wl, direction, streams, "retransmits", retr)
+            self.add(subj, wl, direction, streams, "retransmits", retr)
         if cpu0 and cpu1:
-            self.add(subject, wl, direction, streams, "cpu_user_s", cpu1[0] - cpu0[0])
-            self.add(subject, wl, direction, streams, "cpu_sys_s", cpu1[1] - cpu0[1])
+            self.add(subj, wl, direction, streams, "cpu_user_s", cpu1[0] - cpu0[0])
+            self.add(subj, wl, direction, streams, "cpu_sys_s", cpu1[1] - cpu0[1])
         if drops0 is not None and drops1 is not None:
-            self.add(subject, wl, direction, streams, "tun_drops", drops1 - drops0)
+            self.add(subj, wl, direction, streams, "tun_drops", drops1 - drops0)
         return gbps
+
+    def perf_start(self, subj, direction, streams):
+        """--perf DIR: a system-wide call-graph profile of this bulk run (all CPUs: the
+        kernel work of a TUN proxy runs in iperf3's and softirq context as much as in the
+        proxy's), DIR/<subject>-<dir>-<streams>-r<round>.data; read it with perf report."""
+        if not self.a.perf:
+            return None
+        os.makedirs(self.a.perf, exist_ok=True)
+        path = os.path.join(self.a.perf, "%s-%s-%d-r%d.data" % (
+            subj.slug, direction, streams, getattr(self, "cur_round", 1)))
+        with open(path + ".log", "w") as lf:
+            return subprocess.Popen(["perf", "record", "-a", "-g", "-F", "499", "-o", path,
+                                     "--", "sleep", str(self.bulk_t + self.bulk_omit)],
+                                    stdout=lf, stderr=subprocess.STDOUT)
+
+    def perf_stop(self, prof):
+        if prof is not None:
+            try:
+                prof.wait(timeout=self.bulk_t + self.bulk_omit + 20)
+            except subprocess.TimeoutExpired:
+                prof.kill()
+                prof.wait()
 
     def load(self, mode, args, timeout):
         r = self.tb.sh([self.bin, "load", mode] + args, ns=self.tb.ns_a, check=False,
@@ -654,7 +808,7 @@ class Rig:
         else:
             pipe = 0
             self.notes.append("hold: /stats unreachable for %s; user bytes per connection missing"
-                              % subject)
+                              % subject.label)
         if kern is not None:
             self.emit(subject, "hold_1000", None, n, "kernel_kb_per_conn",
                       (kern + pipe) / 1024.0 / max(1, held),
@@ -690,100 +844,98 @@ class Rig:
         self.kern_sockets = mine
         return total
 
-    # -- one subject through every workload, once
-    def run_subject(self, subject):
+
+    # -- one subject through every workload, once (full and --quick runs)
+    def run_subject(self, subj):
         tb = self.tb
         pid = None
         child = None
         try:
-            if subject == "veth":
+            if subj.stack == "veth":
                 tb.route_target_via_veth()
-            elif subject == "reflector":
+            elif subj.stack == "reflector":
                 if not self.has_reflect:
-                    self.note_na("reflector", "all", "`twinstack reflect` not in this binary")
+                    self.note_na(subj.label, "all", "`twinstack reflect` not in this binary")
                     return
-                cfg = os.path.join(self.work, "reflect.json")
-                self.write_reflect_config(cfg)
-                self.tick("reflector: start")
-                child, ms = self.start_child("reflect", cfg, "reflect")
+                self.tick("%s: start" % subj.label)
+                child, ms = self.start_subject(subj)
                 pid = child.pid
             else:
-                cfg = os.path.join(self.work, "run-%s.json" % subject)
-                self.write_config(subject, cfg)
-                self.tick("%s: start" % subject)
-                child, ms = self.start_child("run", cfg, "run-%s" % subject)
+                self.tick("%s: start" % subj.label)
+                child, ms = self.start_subject(subj)
                 pid = child.pid
-                tb.route_target_via_tun()
-                self.emit(subject, "startup", None, None, "startup_ms", ms)
+                self.emit(subj, "startup", None, None, "startup_ms", ms)
                 time.sleep(1.0)
-                self.tick("%s: idle wakeups over %d s" % (subject, self.idle_s))
+                self.tick("%s: idle wakeups over %d s" % (subj.label, self.idle_s))
                 c0 = proc_ctxt(pid)
                 time.sleep(self.idle_s)
                 c1 = proc_ctxt(pid)
                 if c0 is not None and c1 is not None:
-                    self.emit(subject, "idle", None, None, "idle_wakeups_20s", c1 - c0,
+                    self.emit(subj, "idle", None, None, "idle_wakeups_20s", c1 - c0,
                               "over %d s" % self.idle_s if self.idle_s != 20 else "")
 
             for direction, streams in self.bulk_cells:
-                self.tick("%s: tcp bulk %s, %d stream%s" % (subject, direction, streams,
+                self.tick("%s: tcp bulk %s, %d stream%s" % (subj.label, direction, streams,
                                                             "s" if streams > 1 else ""))
                 try:
-                    self.bulk(subject, pid, direction, streams)
+                    self.bulk(subj, pid, direction, streams)
                 except RuntimeError as e:
                     self.fail(str(e))
                 if child is not None and child.poll() is not None:
                     raise RuntimeError("%s exited (%s) during the bulk workloads" % (
-                        subject, child.returncode))
+                        subj.label, child.returncode))
 
-            if subject != "reflector":
-                self.load_workloads(subject, pid)
+            if subj.stack != "reflector":
+                self.load_workloads(subj, pid)
 
             if pid:
                 hwm = proc_kb(pid, "VmHWM")
-                self.emit(subject, "run", None, None, "peak_rss_kb", hwm)
-                if subject != "reflector":
-                    self.tick("%s: RSS after 5 s idle" % subject)
+                self.emit(subj, "run", None, None, "peak_rss_kb", hwm)
+                if subj.stack != "reflector":
+                    self.tick("%s: RSS after 5 s idle" % subj.label)
                     time.sleep(5)
-                    self.emit(subject, "run", None, None, "idle_rss_kb", proc_kb(pid, "VmRSS"))
+                    self.emit(subj, "run", None, None, "idle_rss_kb", proc_kb(pid, "VmRSS"))
         except RuntimeError as e:
-            self.fail("%s: %s" % (subject, e))
+            self.fail("%s: %s" % (subj.label, e))
         finally:
             if child is not None:
                 tb.stop(child)
 
-    def load_workloads(self, subject, pid):
-        wl = [("connrate", lambda: self.w_connrate(subject))]
-        if subject != "veth":
-            wl.append(("hold", lambda: self.w_hold(subject, pid)))
+    def load_workloads(self, subj, pid):
+        wl = [("connrate", lambda: self.w_connrate(subj))]
+        if subj.stack != "veth":
+            wl.append(("hold", lambda: self.w_hold(subj, pid)))
         if not self.quick:
-            wl += [("latency", lambda: self.w_latency(subject)),
-                   ("udp", lambda: self.w_udp(subject, 64)),
-                   ("udp", lambda: self.w_udp(subject, 1400)),
-                   ("udpflows", lambda: self.w_udpflows(subject))]
+            wl += [("latency", lambda: self.w_latency(subj)),
+                   ("udp", lambda: self.w_udp(subj, 64)),
+                   ("udp", lambda: self.w_udp(subj, 1400)),
+                   ("udpflows", lambda: self.w_udpflows(subj))]
         for mode, fn in wl:
-            self.tick("%s: %s" % (subject, mode))
+            self.tick("%s: %s" % (subj.label, mode))
             if not self.has_load(mode):
-                self.note_na(subject, mode, "`twinstack load %s` not available" % mode)
+                self.note_na(subj.label, mode, "`twinstack load %s` not available" % mode)
                 continue
             try:
                 fn()
             except RuntimeError as e:
-                self.fail("%s %s: %s" % (subject, mode, e))
+                self.fail("%s %s: %s" % (subj.label, mode, e))
 
     def fail(self, msg):
         self.failures.append(msg)
         log("FAILED: " + msg)
 
-    def count_steps(self, subjects):
+    def count_steps(self):
+        if self.ablation:
+            return self.reps * len(self.bulk_cells) * len(self.subjects)
         per = 0
-        for s in subjects:
+        for s in self.subjects:
             per += len(self.bulk_cells)
-            if s not in ("veth",):
+            if s.has_tun:
                 per += 1  # start
-            if s not in ("veth", "reflector"):
+            if s.is_stack:
                 per += 2  # idle + idle rss
-            if s != "reflector":
-                per += 1 + (1 if s != "veth" else 0) + (0 if self.quick else 4)
+            if s.stack != "reflector":
+                per += 1 + (1 if s.stack != "veth" else 0) + (0 if self.quick else 4)
         return per * self.reps
 
     def micro_rows(self):
@@ -806,12 +958,70 @@ class Rig:
         with open(jpath) as f:
             j = json.load(f)
         for case, v in sorted(j.get("callgrind", {}).items()):
-            self.emit("micro", case, None, None, "instructions_per_op", v["instructions"])
+            self.emit(self.micro_subj, case, None, None, "instructions_per_op",
+                      v["instructions"])
+
+    # -- --ablation: TCP bulk only, every subject in every cell, a fresh child per run
+    def run_ablation(self):
+        cells_done, t_cells = 0, 0.0
+        ncells = len(self.bulk_cells)
+        for rnd in range(self.reps):
+            self.cur_round = rnd + 1
+            for ci, (d, n) in enumerate(self.bulk_cells):
+                el = time.monotonic() - self.t0
+                avg = t_cells / cells_done if cells_done else 0.0
+                if el + avg > self.time_limit:
+                    self.note_once("time limit %d s: stopped before round %d, %s x%d (%d of %d "
+                                   "cells measured)" % (self.time_limit, rnd + 1, d, n,
+                                                        cells_done, self.reps * ncells))
+                    return
+                c0 = time.monotonic()
+                live = [s for s in self.subjects if not s.disabled]
+                # rotate per round and cell so no subject always runs first or last
+                k = (rnd * ncells + ci) % max(1, len(live))
+                for subj in live[k:] + live[:k]:
+                    self.ablation_run(subj, d, n)
+                t_cells += time.monotonic() - c0
+                cells_done += 1
+
+    def ablation_run(self, subj, d, n):
+        """One subject through one cell: start its child (TUN subjects), one iperf3 run, its
+        peak RSS (VmHWM: this child only ever saw this cell), stop. Two failed starts disable
+        the subject for the rest of the run."""
+        child, pid, started = None, None, False
+        self.tick("%s: tcp bulk %s, %d stream%s" % (subj.label, d, n, "s" if n > 1 else ""))
+        try:
+            if subj.stack == "veth":
+                self.tb.route_target_via_veth()
+            else:
+                if subj.stack == "reflector" and not self.has_reflect:
+                    self.note_na(subj.label, "tcp_bulk", "`twinstack reflect` not in this binary")
+                    subj.disabled = True
+                    return
+                child, _ = self.start_subject(subj)
+                pid = child.pid
+                time.sleep(SETTLE_S)
+            started = True
+            self.bulk(subj, pid, d, n)
+            if child is not None and child.poll() is not None:
+                raise RuntimeError("exited (%s) during the run" % child.returncode)
+            if pid:
+                self.emit(subj, "tcp_bulk", d, n, "peak_rss_kb", proc_kb(pid, "VmHWM"))
+        except RuntimeError as e:
+            self.fail("%s %s x%d: %s" % (subj.label, d, n, e))
+            if not started:
+                subj.start_failures += 1
+                if subj.start_failures >= 2:
+                    subj.disabled = True
+                    self.note_once("%s: failed to start twice, not measured any further" %
+                                   subj.label)
+        finally:
+            if child is not None:
+                self.tb.stop(child)
 
     # -- main
     def run(self):
         self.probe_bin()
-        self.offload = {"per-packet": "off", "offload": "on"}[self.a.io_mode]
         if not self.has_run:
             raise CannotRun("%s has no `run` subcommand" % self.bin)
         os.makedirs(self.out, exist_ok=True)
@@ -831,328 +1041,203 @@ class Rig:
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(s, on_signal)
 
-        subjects = ["veth", "reflector"] + self.stacks
-        self.total_steps = self.count_steps(subjects)
+        self.total_steps = self.count_steps()
         started = datetime.datetime.now(datetime.timezone.utc)
-        log("twinstack bench: %s, %d repetition%s, subjects %s, io_mode %s, out %s" % (
-            "quick" if self.quick else "full", self.reps, "s" if self.reps > 1 else "",
-            ",".join(subjects), self.a.io_mode, self.out))
-        missing = [m for m in ("serve", "connrate", "hold", "latency", "udp", "udpflows")
-                   if m not in self.load_modes]
+        log(self.plan_text())
         if not self.has_reflect:
             log("note: `twinstack reflect` missing: reflector baseline and ceiling are n/a")
-        if missing:
+        missing = [m for m in ("serve", "connrate", "hold", "latency", "udp", "udpflows")
+                   if m not in self.load_modes]
+        if missing and not self.ablation:
             log("note: `twinstack load` modes missing (%s): those workloads are n/a" %
                 ",".join(missing))
         progress("building the testbed (namespaces %s, %s)" % (tb.ns_a, tb.ns_b))
         tb.build()
         self.start_servers()
-        out("%-10s %-16s %-5s %4s  %-20s %10s %s" % ("subject", "workload", "dir", "n",
+        out("%-20s %-16s %-5s %4s  %-20s %10s %s" % ("subject", "workload", "dir", "n",
                                                        "metric", "value", "unit"))
-        for rnd in range(self.reps):
-            self.cur_round = rnd + 1
-            # rotate the order each round so no subject always runs first or last
-            k = rnd % len(subjects)
-            order = subjects[k:] + subjects[:k]
-            for subject in order:
-                self.run_subject(subject)
+        if self.ablation:
+            self.run_ablation()
+        else:
+            for rnd in range(self.reps):
+                self.cur_round = rnd + 1
+                # rotate the order each round so no subject always runs first or last
+                k = rnd % len(self.subjects)
+                for subj in self.subjects[k:] + self.subjects[:k]:
+                    self.run_subject(subj)
         tb.teardown()
-        if not self.quick and not self.a.no_micro:
+        if self.mode == "full" and not self.a.no_micro:
             self.micro_rows()
         clear_progress()
         duration = time.monotonic() - self.t0
-        self.finish(subjects, started, duration)
+        self.finish(started.strftime("%Y-%m-%dT%H:%M:%SZ"), duration)
         log("done in %dm%02ds: %s" % (duration // 60, duration % 60, self.out))
         return EXIT_FAIL if self.failures else EXIT_OK
 
-    # -- aggregation and output
-    def rows(self, subjects):
-        rows = []
-        io_mode = self.a.io_mode
-
-        def row(stack, wl, d, n, metric, vals):
-            return {"stack": stack, "io_mode": io_mode if stack != "micro" else "n/a",
-                    "queues": 1, "workload": wl, "direction": d, "streams": n,
-                    "metric": metric, "unit": UNITS.get(metric, ""),
-                    "median": statistics.median(vals), "min": min(vals), "max": max(vals),
-                    "n": len(vals)}
-        for (stack, wl, d, n, metric), vals in self.samples.items():
-            rows.append(row(stack, wl, d, n, metric, vals))
-        # the two-hop ceiling and each stack's fraction of it, per round (same cell)
-        self.ceiling = {}
-        for d, n in self.bulk_cells:
-            refl = self.samples.get(("reflector", "tcp_bulk", d, n, "throughput_gbps"), [])
-            veth = self.samples.get(("veth", "tcp_bulk", d, n, "throughput_gbps"), [])
-            m = min(len(refl), len(veth))
-            if m == 0:
-                continue
-            ceil = [1.0 / (1.0 / refl[i] + 1.0 / veth[i]) for i in range(m) if refl[i] > 0 and
-                    veth[i] > 0]
-            if not ceil:
-                continue
-            self.ceiling[(d, n)] = ceil
-            rows.append(row("ceiling", "tcp_bulk", d, n, "throughput_gbps", ceil))
-            for s in self.stacks:
-                thr = self.samples.get((s, "tcp_bulk", d, n, "throughput_gbps"), [])
-                fr = [thr[i] / ceil[i] for i in range(min(len(thr), len(ceil)))]
-                if fr:
-                    self.samples[(s, "tcp_bulk", d, n, "ceiling_fraction")] = fr
-                    rows.append(row(s, "tcp_bulk", d, n, "ceiling_fraction", fr))
-        order = {s: i for i, s in enumerate(subjects + ["ceiling", "micro"])}
-        rows.sort(key=lambda r: (r["workload"] != "tcp_bulk", r["workload"],
-                                 r["direction"] or "", r["streams"] or 0,
-                                 order.get(r["stack"], 99), r["metric"]))
-        return rows
-
-    def finish(self, subjects, started, duration):
-        rows = self.rows(subjects)
+    # -- the report
+    def results_meta(self, started_utc, duration):
+        """results.json's meta: this run's plan, what it could not measure, its failures and
+        notes (the report adds the targets)."""
         meta = {
-            "schema": 1, "tool": "twinstack bench (bench/rig.py)", "binary": self.bin,
-            "started_utc": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "duration_s": round(duration, 1), "mode": "quick" if self.quick else "full",
-            "repetitions": self.reps, "subjects": subjects, "io_mode": self.a.io_mode,
-            "queues": 1, "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
-                                  "machine": platform.machine()},
+            "schema": 2, "tool": "twinstack bench (bench/rig.py)", "binary": self.bin,
+            "started_utc": started_utc, "duration_s": round(duration, 1), "mode": self.mode,
+            "repetitions": self.reps, "subjects": [s.to_json() for s in self.subjects],
+            "io_mode": "per-packet,offload" if self.ablation else self.io_mode,
+            "queues": sorted({s.queues for s in self.subjects}) if self.ablation else 1,
+            "ceiling_io_mode": self.ceiling_ref.io_mode,
+            "bulk_cells": [[d, n] for d, n in self.bulk_cells],
+            "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
+                     "machine": platform.machine()},
             "iperf3": {"seconds": self.bulk_t, "omit": self.bulk_omit},
             "idle_wakeup_window_s": self.idle_s, "hold_conns": self.hold_conns,
             "not_measured": [{"subject": s, "workload": w, "reason": r} for s, w, r in self.na],
             "failures": self.failures, "notes": self.notes,
         }
-        with open(os.path.join(self.out, "results.json"), "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
-        self.write_report(rows, meta, subjects)
-        self.charts(rows, subjects)
+        if self.ablation:
+            meta.update({"time_limit_s": self.time_limit, "estimate_s": round(self.estimate_s())})
+        if self.host_meta:
+            meta["host"] = self.host_meta
+        return meta
 
-    def med(self, rows, stack, wl, d, n, metric):
-        for r in rows:
-            if (r["stack"], r["workload"], r["direction"], r["streams"], r["metric"]) == \
-                    (stack, wl, d, n, metric):
-                return r
-        return None
+    def finish(self, started_utc, duration):
+        Report(self.out, self.results_meta(started_utc, duration), self.samples,
+               (GW4, MIRROR4, TARGET4)).write()
 
-    def write_report(self, rows, meta, subjects):
-        L = []
-        L.append("# twinstack bench report")
-        L.append("")
-        L.append("%s run, %s UTC, %d repetition(s), %.0f s, io_mode %s, 1 queue, kernel %s, "
-                 "%d CPUs. Each figure: median [min – max] over the repetitions." % (
-                     meta["mode"], meta["started_utc"], meta["repetitions"], meta["duration_s"],
-                     meta["io_mode"], meta["host"]["kernel"], meta["host"]["cpus"]))
-        L.append("")
-        cols = subjects + ["ceiling"]
+    # -- --report-from: the report of an earlier run, from its results.json
+    def load_results(self, data, path):
+        meta = data.get("meta") or {}
+        if "samples" not in data or "subjects" not in meta or "bulk_cells" not in meta:
+            raise CannotRun("%s: no samples/meta.subjects/meta.bulk_cells (written by an older "
+                            "rig; rerun the bench)" % path)
+        self.subjects = []
+        for s in meta["subjects"]:
+            self.subjects.append(Subject(s["stack"], s["io_mode"], s.get("queues", 1),
+                                         s.get("label")))
+        self.veth = next(s for s in self.subjects if s.stack == "veth")
+        self.ceiling_ref = next(s for s in self.subjects if s.stack == "reflector" and
+                                s.io_mode == meta.get("ceiling_io_mode", "offload"))
+        self.bulk_cells = [(d, n) for d, n in meta["bulk_cells"]]
+        self.bulk_t = meta["iperf3"]["seconds"]
+        self.bulk_omit = meta["iperf3"]["omit"]
+        self.reps = meta["repetitions"]
+        self.idle_s = meta.get("idle_wakeup_window_s", self.idle_s)
+        self.hold_conns = meta.get("hold_conns", self.hold_conns)
+        self.time_limit = meta.get("time_limit_s", self.time_limit)
+        self.na = [(x["subject"], x["workload"], x["reason"]) for x in meta.get("not_measured",
+                                                                                [])]
+        self.failures = list(meta.get("failures", []))
+        self.notes = [n for n in meta.get("notes", []) if not n.startswith("charts:")]
+        self.host_meta = meta.get("host")
+        self.bin = meta.get("binary", self.bin)
+        self.samples = {}
+        for s in data["samples"]:
+            self.samples[tuple(s["key"])] = [list(v) for v in s["values"]]
+        return meta
 
-        def cell(r, digits=2):
-            if r is None:
-                return "n/a"
-            if r["n"] == 1:
-                return "%.*f" % (digits, r["median"])
-            return "%.*f [%.*f – %.*f]" % (digits, r["median"], digits, r["min"], digits,
-                                          r["max"])
-        L.append("## TCP bulk throughput (Gbit/s, median of per-second iperf3 intervals after a "
-                 "%d s warm-up)" % self.bulk_omit)
-        L.append("")
-        L.append("| direction | streams | " + " | ".join(cols) + " |")
-        L.append("| --- | --- |" + " --- |" * len(cols))
-        for d, n in self.bulk_cells:
-            L.append("| %s | %d | " % (d, n) + " | ".join(
-                cell(self.med(rows, s, "tcp_bulk", d, n, "throughput_gbps")) for s in cols) + " |")
-        L.append("")
-        L.append("The two-hop ceiling = 1 / (1/reflector + 1/veth), per round and cell: what a "
-                 "proxy that terminates TCP on one side of a TUN and opens it again on the veth "
-                 "could reach if it cost nothing.")
-        L.append("")
-        L.append("## Each stack as a fraction of the ceiling")
-        L.append("")
-        if self.ceiling:
-            L.append("| direction | streams | " + " | ".join(self.stacks) + " |")
-            L.append("| --- | --- |" + " --- |" * len(self.stacks))
-            for d, n in self.bulk_cells:
-                L.append("| %s | %d | " % (d, n) + " | ".join(
-                    cell(self.med(rows, s, "tcp_bulk", d, n, "ceiling_fraction"), 3)
-                    for s in self.stacks) + " |")
-        else:
-            L.append("n/a: the ceiling needs both baselines (the reflector was not measured).")
-        L.append("")
-        L.append("## Cost of the bulk runs (per cell, per run)")
-        L.append("")
-        L.append("| subject | direction | streams | cpu user s | cpu sys s | TUN drops | "
-                 "retransmits |")
-        L.append("| --- | --- | --- | --- | --- | --- | --- |")
-        for s in subjects:
-            for d, n in self.bulk_cells:
-                vals = [self.med(rows, s, "tcp_bulk", d, n, m) for m in
-                        ("cpu_user_s", "cpu_sys_s", "tun_drops", "retransmits")]
-                if all(v is None for v in vals):
-                    continue
-                L.append("| %s | %s | %d | %s |" % (s, d, n, " | ".join(
-                    cell(v, 2 if i < 2 else 0) for i, v in enumerate(vals))))
-        L.append("")
-        other = [r for r in rows if r["workload"] != "tcp_bulk" and r["stack"] != "micro"]
-        if other:
-            L.append("## Other workloads and figures")
-            L.append("")
-            L.append("| subject | workload | metric | unit | median | min | max | n |")
-            L.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-            for r in sorted(other, key=lambda r: (r["workload"], r["metric"],
-                                                   cols.index(r["stack"]) if r["stack"] in cols
-                                                   else 99)):
-                L.append("| %s | %s | %s | %s | %s | %s | %s | %d |" % (
-                    r["stack"], r["workload"], r["metric"], r["unit"], fmt(r["median"]),
-                    fmt(r["min"]), fmt(r["max"]), r["n"]))
-            L.append("")
-        micro = [r for r in rows if r["stack"] == "micro"]
-        if micro:
-            L.append("## Micro-benchmarks (callgrind instructions per op, deterministic)")
-            L.append("")
-            L.append("| case | instructions |")
-            L.append("| --- | --- |")
-            for r in micro:
-                L.append("| %s | %.1f |" % (r["workload"], r["median"]))
-            L.append("")
-        L.append("## Not measured")
-        L.append("")
-        if self.na:
-            for s, w, reason in self.na:
-                L.append("- %s / %s: %s" % (s, w, reason))
-        else:
-            L.append("- nothing")
-        if self.failures:
-            L.append("")
-            L.append("## Failures")
-            L.append("")
-            for f in self.failures:
-                L.append("- " + f)
-        L.append("")
-        L.append("## Method")
-        L.append("")
-        L.append("- Subjects are interleaved: each repetition round runs every subject once "
-                 "through every workload, in an order rotated per round.")
-        L.append("- veth: iperf3 over the bare veth from A to B (the physical path). reflector: "
-                 "`twinstack reflect` swaps addresses on the TUN, iperf3 from %s to the mirror "
-                 "%s (one TCP connection through the TUN, both directions). Stacks: `twinstack "
-                 "run` with a generated config (offload %s), target %s on B's loopback routed "
-                 "into the TUN, outbound sockets marked and routed over the veth." % (
-                     GW4, MIRROR4, self.offload, TARGET4))
-        L.append("- Throughput: iperf3 -J, %d s after a %d s warm-up (-O), the median of the "
-                 "per-second sums (not the mean: one stall does not move it)." % (
-                     self.bulk_t, self.bulk_omit))
-        L.append("- CPU: utime/stime deltas of the proxy process (/proc/PID/stat) across each "
-                 "bulk run; kernel TCP work done inside the proxy's TUN writes is sys time.")
-        L.append("- Memory: peak_rss_kb = VmHWM at the end of a round; idle_rss_kb = VmRSS after "
-                 "5 s without traffic. user_bytes_per_conn = /stats buffers.per_session_bytes "
-                 "with %d connections held; kernel_kb_per_conn = (sum over the proxy's TCP "
-                 "sockets of skmem r+w+f+o+bl from `ss -tmp` + /stats splice.pipe_bytes) / "
-                 "connections held." % self.hold_conns)
-        L.append("- Idle wakeups: voluntary + nonvoluntary context switches of the proxy over "
-                 "%d s with no traffic, right after start-up%s." % (
-                     self.idle_s, "" if self.idle_s == 20 else
-                     " (--quick: 5 s, not 20 s; the metric keeps its name)"))
-        L.append("- Quote ratios from one run; absolute numbers depend on the machine.")
-        L.append("")
-        L.append("Charts: throughput.svg, memory_per_conn.svg. Raw logs and configs: work/.")
-        with open(os.path.join(self.out, "report.md"), "w") as f:
-            f.write("\n".join(L) + "\n")
 
-    def charts(self, rows, subjects):
-        if not shutil.which("gnuplot"):
-            self.notes.append("charts: gnuplot not installed")
-            log("note: gnuplot not installed, no charts")
-            return
-        cols = [s for s in subjects + ["ceiling"] if any(
-            self.med(rows, s, "tcp_bulk", d, n, "throughput_gbps") for d, n in self.bulk_cells)]
-        if not cols:
-            self.notes.append("charts: no throughput figures, throughput.svg not drawn")
-            return
-        dat = os.path.join(self.out, "throughput.dat")
-        with open(dat, "w") as f:
-            f.write("cell " + " ".join(cols) + "\n")
-            for d, n in self.bulk_cells:
-                vals = []
-                for s in cols:
-                    r = self.med(rows, s, "tcp_bulk", d, n, "throughput_gbps")
-                    vals.append("%.4f" % r["median"] if r else "NaN")
-                f.write("\"%s %d\" %s\n" % (d, n, " ".join(vals)))
-        gp = os.path.join(self.out, "throughput.gp")
-        with open(gp, "w") as f:
-            f.write(
-                "set terminal svg size 900,480 dynamic enhanced font 'sans,11' background "
-                "'white'\n"
-                "set output '%s'\n"
-                "set title 'TCP bulk throughput (median of runs): stacks vs baselines and the "
-                "two-hop ceiling'\n"
-                "set ylabel 'Gbit/s'\nset xlabel 'direction, streams'\n"
-                "set style data histograms\nset style histogram clustered gap 1\n"
-                "set style fill solid 0.85 border -1\nset boxwidth 0.9\nset key outside right top\n"
-                "set grid ytics\nset yrange [0:*]\n"
-                "plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)\n" % (
-                    os.path.join(self.out, "throughput.svg"), len(cols) + 1, dat))
-        datm = os.path.join(self.out, "memory_per_conn.dat")
-        have_mem = False
-        with open(datm, "w") as f:
-            f.write("stack user_KiB kernel_KiB\n")
-            for s in self.stacks:
-                u = self.med(rows, s, "hold_1000", None, self.hold_conns, "user_bytes_per_conn")
-                k = self.med(rows, s, "hold_1000", None, self.hold_conns, "kernel_kb_per_conn")
-                if u or k:
-                    have_mem = True
-                f.write("%s %s %s\n" % (s, "%.3f" % (u["median"] / 1024) if u else "NaN",
-                                        "%.3f" % k["median"] if k else "NaN"))
-        gpm = os.path.join(self.out, "memory_per_conn.gp")
-        with open(gpm, "w") as f:
-            f.write(
-                "set terminal svg size 700,420 dynamic enhanced font 'sans,11' background "
-                "'white'\n"
-                "set output '%s'\n"
-                "set title 'Memory per connection (%d held)'\nset ylabel 'KiB per connection'\n"
-                "set style data histograms\nset style histogram rowstacked\n"
-                "set style fill solid 0.85 border -1\nset boxwidth 0.6\nset key top left inside\n"
-                "set grid ytics\nset yrange [0:*]\n"
-                "plot '%s' using 2:xtic(1) title 'userspace buffers (/stats)', "
-                "'' using 3 title 'kernel sockets + pipes (ss -tm)'\n" % (
-                    os.path.join(self.out, "memory_per_conn.svg"), self.hold_conns, datm))
-        for script, name in ((gp, "throughput"), (gpm if have_mem else None, "memory_per_conn")):
-            if script is None:
-                self.notes.append("charts: no memory-per-connection figures, %s.svg not drawn"
-                                  % name)
-                continue
-            r = subprocess.run(["gnuplot", script], capture_output=True, text=True, timeout=60)
-            if r.returncode != 0:
-                self.notes.append("charts: gnuplot %s failed: %s" % (name, r.stderr.strip()[:200]))
-                log("warning: gnuplot %s: %s" % (name, r.stderr.strip()[:200]))
+def report_from(a):
+    """Redraw report.md, results.json and the charts of an earlier run (no root needed)."""
+    try:
+        with open(a.report_from) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise CannotRun("--report-from %s: %s" % (a.report_from, e))
+    meta = data.get("meta") if isinstance(data, dict) else None
+    if not isinstance(meta, dict) or meta.get("mode") not in ("full", "quick", "ablation"):
+        raise CannotRun("--report-from %s: not a results.json of this rig (meta.mode)" %
+                        a.report_from)
+    a.ablation = meta["mode"] == "ablation"
+    a.quick = meta["mode"] == "quick"
+    a.io_mode = None if a.ablation else meta.get("io_mode")
+    if a.out is None:
+        a.out = os.path.dirname(os.path.abspath(a.report_from))
+    rig = Rig(a)
+    try:
+        meta = rig.load_results(data, a.report_from)
+    except (KeyError, TypeError, ValueError, StopIteration) as e:
+        raise CannotRun("--report-from %s: malformed (%s: %s)" % (a.report_from,
+                                                                  type(e).__name__, e))
+    os.makedirs(rig.out, exist_ok=True)
+    rig.finish(meta.get("started_utc", "?"), meta.get("duration_s", 0))
+    log("report: %s" % os.path.join(rig.out, "report.md"))
+    return EXIT_OK
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="twinstack bench",
-        description="Namespace comparison rig: both stacks and two baselines side by side.")
+        description="Namespace comparison rig: both stacks and two baselines side by side "
+        "(default), or --ablation: every TUN I/O mode of each stack, TCP bulk only.")
     ap.add_argument("--bin", default=os.path.join(SRC, "build", "twinstack"),
                     help="the twinstack binary under test (twinstack bench passes itself)")
     ap.add_argument("--quick", action="store_true",
                     help="1 repetition, bulk 1 and 16 streams upload, short conn-rate and "
                     "memory-per-connection probes (< 3 minutes)")
+    ap.add_argument("--ablation", action="store_true",
+                    help="TCP bulk 1/16/64 streams up and down for veth, the reflector "
+                    "(offload and per-packet), system per-packet/offload/offload+2 queues, lwip "
+                    "per-packet/offload; issue 6's targets as PASS/MISS lines (~18 minutes)")
     ap.add_argument("--stacks", default="system,lwip", help="comma-separated (default %(default)s)")
-    ap.add_argument("--out", default="bench-results", help="output directory (default "
-                    "%(default)s)")
+    ap.add_argument("--out", default=None, help="output directory (default bench-results; "
+                    "with --report-from the directory of FILE)")
     ap.add_argument("--reps", type=int, default=0, help="repetitions (default 3, --quick 1)")
-    ap.add_argument("--io-mode", default="per-packet", choices=("per-packet", "offload"),
-                    help="TUN I/O mode of the stacks and the reflector (config tun.offload)")
+    ap.add_argument("--io-mode", default=None, choices=("per-packet", "offload"),
+                    help="TUN I/O mode of the stacks and the reflector (config tun.offload "
+                    "\"off\" or \"on\"; default offload); not with --ablation, which measures both")
     ap.add_argument("--bulk-seconds", type=int, default=0,
-                    help="iperf3 -t per bulk run (default 5, --quick 3)")
+                    help="iperf3 -t per bulk run, 1-60 (default 5, --quick 3)")
+    ap.add_argument("--time-limit", type=int, default=0, metavar="S",
+                    help="--ablation only: refuse to start when the estimate exceeds S seconds "
+                    "and stop starting cells once S would be exceeded (default %d)" %
+                    ABLATION_LIMIT_S)
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the plan (subjects, cells, estimate) and exit; needs no root")
+    ap.add_argument("--report-from", metavar="FILE",
+                    help="redraw report.md, results.json and charts from an earlier run's "
+                    "results.json (into --out, default FILE's directory); needs no root")
     ap.add_argument("--no-micro", action="store_true",
                     help="skip the callgrind instruction counts")
+    ap.add_argument("--perf", metavar="DIR", default=None,
+                    help="record a system-wide perf profile of every TCP bulk run into DIR "
+                         "(for finding where the time goes; adds overhead, do not quote its "
+                         "figures)")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo every command")
     try:
         a = ap.parse_args(argv)
     except SystemExit as e:
         sys.exit(EXIT_OK if e.code == 0 else EXIT_CANNOT)
+
+    def bad(msg):
+        ap.print_usage(sys.stderr)
+        sys.stderr.write("twinstack bench: %s\n" % msg)
+        sys.exit(EXIT_CANNOT)
     for s in a.stacks.split(","):
         if s not in ("system", "lwip"):
-            ap.print_usage(sys.stderr)
-            sys.stderr.write("twinstack bench: --stacks: unknown stack %r (system, lwip)\n" % s)
-            sys.exit(EXIT_CANNOT)
+            bad("--stacks: unknown stack %r (system, lwip)" % s)
     if a.reps < 0 or a.reps > 50:
-        sys.stderr.write("twinstack bench: --reps must be 1-50\n")
-        sys.exit(EXIT_CANNOT)
+        bad("--reps must be 1-50")
+    if a.bulk_seconds < 0 or a.bulk_seconds > 60:
+        bad("--bulk-seconds must be 1-60")
+    if a.time_limit < 0:
+        bad("--time-limit must be positive")
+    if a.report_from:
+        given = [o for o, v in (("--ablation", a.ablation), ("--quick", a.quick),
+                                ("--io-mode", a.io_mode), ("--reps", a.reps),
+                                ("--bulk-seconds", a.bulk_seconds),
+                                ("--time-limit", a.time_limit), ("--dry-run", a.dry_run)) if v]
+        if given:
+            bad("--report-from redraws an earlier run: %s make%s no sense with it" % (
+                ", ".join(given), "s" if len(given) == 1 else ""))
+        return a
+    if a.out is None:
+        a.out = "bench-results"
+    if a.ablation and a.quick:
+        bad("--ablation has its own schedule; shorten it with --reps and --bulk-seconds, not "
+            "--quick")
+    if a.ablation and a.io_mode:
+        bad("--ablation measures both I/O modes; --io-mode does not apply")
+    if a.time_limit and not a.ablation:
+        bad("--time-limit applies to --ablation only")
     return a
 
 
@@ -1174,8 +1259,20 @@ def preflight(a):
 def main(argv):
     a = parse_args(argv)
     try:
+        if a.report_from:
+            return report_from(a)
+        rig = Rig(a)
+        if a.ablation and rig.estimate_s() > rig.time_limit:
+            sys.stderr.write(rig.plan_text() + "\n")
+            sys.stderr.write("twinstack bench: the ablation would take about %d s, over the %d s "
+                             "limit: lower --reps or --bulk-seconds (or raise --time-limit)\n" %
+                             (rig.estimate_s(), rig.time_limit))
+            return EXIT_CANNOT
+        if a.dry_run:
+            out(rig.plan_text())
+            return EXIT_OK
         preflight(a)
-        return Rig(a).run()
+        return rig.run()
     except CannotRun as e:
         clear_progress()
         sys.stderr.write("twinstack bench: cannot run: %s\n" % e)

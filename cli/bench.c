@@ -28,7 +28,8 @@ static int find_rig(const char *dir, char *rig, size_t len)
 
 void usage_bench(FILE *out)
 {
-	fputs("usage: twinstack bench [--quick] [--stacks system,lwip] [--out DIR] [--reps N]\n"
+	fputs("usage: twinstack bench [--quick | --ablation] [--stacks system,lwip] [--out DIR]\n"
+	      "                       [--reps N] [--io-mode offload|per-packet] [--dry-run]\n"
 	      "\n"
 	      "Build a namespace testbed, measure both stacks and two baselines (bare veth, TUN\n"
 	      "reflector) side by side, and write results.json, report.md and SVG charts to DIR\n"
@@ -37,9 +38,16 @@ void usage_bench(FILE *out)
 	      "\n"
 	      "options:\n"
 	      "  --quick             one repetition, short workloads (< 3 minutes)\n"
+	      "  --ablation          TCP bulk only, every TUN I/O mode: per-packet, offload and\n"
+	      "                      offload + 2 queues (system), per-packet, offload and offload\n"
+	      "                      without GSO output trains (lwip), per-packet and offload\n"
+	      "                      (reflector); the issue-6 targets as PASS/MISS (< 30 minutes)\n"
 	      "  --stacks LIST       stacks to measure (default system,lwip)\n"
 	      "  --out DIR           output directory (default bench-results)\n"
 	      "  --reps N            repetitions per figure (default 3; --quick: 1)\n"
+	      "  --io-mode MODE      TUN I/O of the stacks and reflector (default offload)\n"
+	      "  --dry-run           print the plan and the time estimate, run nothing\n"
+	      "  --report-from FILE  redraw the report of an earlier run's results.json\n"
 	      "  -h, --help          this text (python3 bench/rig.py --help lists every option)\n"
 	      "\n"
 	      "Exit: 0 done, 1 a run failed, 2 cannot run (not root, no TUN, bad arguments).\n",

@@ -399,9 +399,10 @@ static int open_tun(struct proxy *p, char *err, size_t errlen)
 		return ret;
 	if (note[0])
 		log_warn(&p->log, "run: %s", note);
-	log_info(&p->log, "run: %s: %s I/O, %u queue%s", tun_name(p->tun),
-		 tun_vnet_hdr(p->tun) ? "offload" : "per-packet", tun_queues(p->tun),
-		 tun_queues(p->tun) == 1 ? "" : "s");
+	log_info(&p->log, "run: %s: %s I/O, %u queue%s, receive packet steering %s",
+		 tun_name(p->tun), tun_vnet_hdr(p->tun) ? "offload" : "per-packet",
+		 tun_queues(p->tun), tun_queues(p->tun) == 1 ? "" : "s",
+		 tun_rps(p->tun) ? "on" : "off");
 	if (tun_rp_filter_check(tun_name(p->tun), msg, sizeof(msg)) > 0)
 		log_warn(&p->log, "run: %s", msg);
 	return 0;

@@ -76,6 +76,7 @@ static void add_tun(struct proxy *p, struct stats_doc *d, const struct netstack_
 
 	stats_doc_add_str(d, "tun.io_mode", tun_vnet_hdr(p->tun) ? "offload" : "per-packet");
 	stats_doc_add_u64(d, "tun.queues", STATS_GAUGE, p->nworkers);
+	stats_doc_add_u64(d, "tun.rps", STATS_GAUGE, tun_rps(p->tun));
 	stats_doc_add_u64(d, "tun.rx_packets", STATS_COUNTER, ctr_get(&c->rx_packets));
 	stats_doc_add_u64(d, "tun.rx_bytes", STATS_COUNTER, ctr_get(&c->rx_bytes));
 	stats_doc_add_u64(d, "tun.tx_packets", STATS_COUNTER, ctr_get(&c->tx_packets));

@@ -35,6 +35,8 @@ struct load {
 
 static const char *const stack_names[] = { "system", "lwip", NULL };
 static const char *const offload_names[] = { "auto", "on", "off", NULL };
+static const char *const rps_names[] = { "auto", "on", "off", NULL };
+_Static_assert(sizeof(enum ts_rps) == sizeof(int), "CFGP_ENUM stores an int");
 static const char *const outbound_names[] = { "direct", "socks5", "reject", NULL };
 static const char *const relay_names[] = { "splice", "copy", NULL };
 static const char *const network_names[] = { "tcp", "udp", NULL }; /* base 1: 0 is "any" */
@@ -479,6 +481,7 @@ static const struct cfgp_field tun_fields[] = {
 	{ .key = "offload", .kind = CFGP_ENUM, .names = offload_names,
 	  .off = offsetof(struct ts_tun, offload) },
 	{ .key = "gso_output", .kind = CFGP_BOOL, .off = offsetof(struct ts_tun, gso_output) },
+	{ .key = "rps", .kind = CFGP_ENUM, .names = rps_names, .off = offsetof(struct ts_tun, rps) },
 };
 static const struct cfgp_table tun_table = CFGP_TABLE(tun_fields, check_tun);
 
@@ -775,6 +778,7 @@ void config_init(struct ts_config *cfg)
 	cfg->tun.queues = 1;
 	cfg->tun.offload = TS_OFFLOAD_AUTO;
 	cfg->tun.gso_output = true;
+	cfg->tun.rps = TS_RPS_AUTO;
 	cfg->nat.addresses = 4;
 	cfg->nat.listeners = 2;
 	cfg->nat.linger_ms = 10000;

@@ -34,6 +34,7 @@ struct nat_config;
 
 enum ts_stack { TS_STACK_SYSTEM, TS_STACK_LWIP };
 enum ts_offload { TS_OFFLOAD_AUTO, TS_OFFLOAD_ON, TS_OFFLOAD_OFF };
+enum ts_rps { TS_RPS_AUTO, TS_RPS_ON, TS_RPS_OFF };
 enum ts_outbound_type { TS_OUT_DIRECT, TS_OUT_SOCKS5, TS_OUT_REJECT };
 enum ts_relay_mode { TS_RELAY_SPLICE, TS_RELAY_COPY };
 enum ts_network { TS_NET_ANY, TS_NET_TCP, TS_NET_UDP }; /* ANY: the rule has no network matcher */
@@ -48,6 +49,7 @@ struct ts_tun {
 	uint32_t queues;
 	enum ts_offload offload;
 	bool gso_output;             /* lwip stack with offload: coalesce output into GSO trains */
+	enum ts_rps rps;             /* receive packet steering for the packets we write */
 };
 
 struct ts_nat {

@@ -62,11 +62,16 @@ void tun_params_from_config(struct tun_params *p, const struct ts_tun *cfg);
  * USO6 = 0x40 are missing from bookworm's headers). */
 #define TUN_OFFLOAD_ALL (0x01u | 0x02u | 0x04u | 0x20u | 0x40u)
 
-/* Open the TUN cfg describes (tun_params_from_config) with cfg->offload applied:
+/* Open the TUN cfg describes (tun_params_from_config) with cfg->offload and cfg->rps applied:
  *   "off"  per-packet I/O (no vnet header);
  *   "on"   IFF_VNET_HDR + TUNSETOFFLOAD(TUN_OFFLOAD_ALL) or fail with the kernel's reason;
  *   "auto" as "on", and if the kernel refuses, open per-packet instead and say so in note
  *          (one line; note[0] == '\0' when there was nothing to say).
+ * rps (receive packet steering of the packets we write into the TUN, i.e. the kernel's TCP
+ * receive work for them, over every CPU we may run on; sysfs rx-N/rps_cpus):
+ *   "on"   set it or fail (-errno, e.g. no sysfs of this network namespace, no CONFIG_RPS);
+ *   "auto" set it with one queue on a machine with more than one CPU; failure is a note;
+ *   "off"  leave the device's setting alone (the kernel default: none).
  * Same return values as tun_open. */
 int tun_open_config(const struct ts_tun *cfg, struct tun **out, char *note, size_t notelen,
 		    char *err, size_t errlen) TUN_WUR;
@@ -96,6 +101,10 @@ uint32_t tun_queues(const struct tun *t);
 /* The device name (the kernel's choice when p->name was ""). Borrowed, valid until tun_close. */
 const char *tun_name(const struct tun *t);
 int tun_ifindex(const struct tun *t);
+/* True when tun_open_config set receive packet steering on the device. */
+bool tun_rps(const struct tun *t);
+/* Set rps_cpus of every rx queue of t to the CPUs this process may run on. 0 or -errno. */
+int tun_set_rps(struct tun *t, char *err, size_t errlen) TUN_WUR;
 /* True if tun_open created the device (it vanishes at tun_close), false if it attached. */
 bool tun_created(const struct tun *t);
 bool tun_vnet_hdr(const struct tun *t);

@@ -7,6 +7,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <net/if.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,6 +47,7 @@ struct tun {
 	struct netaddr_cidr addr4, addr6;
 	uint32_t nqueues;  /* fds[0 .. nqueues) are open */
 	bool offload_failed; /* the open failed at an offload step (IFF_VNET_HDR, TUNSET*) */
+	bool rps;            /* rps_cpus set by tun_set_rps */
 	int fds[];
 };
 
@@ -362,15 +364,14 @@ int tun_open(const struct tun_params *p, struct tun **out, char *err, size_t err
 	return open_impl(p, out, &offload_failed, err, errlen);
 }
 
-int tun_open_config(const struct ts_tun *cfg, struct tun **out, char *note, size_t notelen,
-		    char *err, size_t errlen)
+/* Open with cfg->offload applied (see tun_open_config). */
+static int open_offload(const struct ts_tun *cfg, struct tun **out, char *note, size_t notelen,
+			char *err, size_t errlen)
 {
 	struct tun_params p;
 	bool offload_failed = false;
 	int ret;
 
-	if (note && notelen)
-		note[0] = '\0';
 	tun_params_from_config(&p, cfg);
 	if (cfg->offload == TS_OFFLOAD_OFF)
 		return tun_open(&p, out, err, errlen);
@@ -389,6 +390,92 @@ int tun_open_config(const struct ts_tun *cfg, struct tun **out, char *note, size
 	if (ret != 0 && note && notelen)
 		note[0] = '\0';
 	return ret;
+}
+
+int tun_open_config(const struct ts_tun *cfg, struct tun **out, char *note, size_t notelen,
+		    char *err, size_t errlen)
+{
+	char rerr[256];
+	int ret;
+
+	if (note && notelen)
+		note[0] = '\0';
+	if ((ret = open_offload(cfg, out, note, notelen, err, errlen)) != 0)
+		return ret;
+	bool want = cfg->rps == TS_RPS_ON ||
+		    (cfg->rps == TS_RPS_AUTO && (*out)->nqueues == 1 && sysconf(_SC_NPROCESSORS_ONLN) > 1);
+	if (!want || (ret = tun_set_rps(*out, rerr, sizeof(rerr))) == 0)
+		return 0;
+	if (cfg->rps == TS_RPS_ON) {
+		snprintf(err, errlen, "%s", rerr);
+		tun_close(*out);
+		*out = NULL;
+		return ret;
+	}
+	if (note && notelen) {
+		size_t n = strlen(note);
+		snprintf(note + n, notelen - n, "%s%s (receive packet steering left off)",
+			 n ? "; " : "", rerr);
+	}
+	return 0;
+}
+
+/* The CPUs this process may run on, as the hex mask sysfs takes ("ff,ffffffff"). */
+static int cpu_mask(char *buf, size_t len, int *ncpu)
+{
+	cpu_set_t set;
+	int hi = -1, pos = 0;
+
+	if (sched_getaffinity(0, sizeof(set), &set) != 0)
+		return -errno;
+	*ncpu = CPU_COUNT(&set);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &set))
+			hi = c;
+	if (hi < 0)
+		return -EINVAL;
+	for (int w = hi / 32; w >= 0; w--) {
+		uint32_t bits = 0;
+		for (int b = 0; b < 32; b++)
+			if (CPU_ISSET(w * 32 + b, &set))
+				bits |= 1u << b;
+		int n = snprintf(buf + pos, len - (size_t)pos, w == hi / 32 ? "%x" : ",%08x", bits);
+		if (n < 0 || (size_t)n >= len - (size_t)pos)
+			return -ENOSPC;
+		pos += n;
+	}
+	return 0;
+}
+
+int tun_set_rps(struct tun *t, char *err, size_t errlen)
+{
+	char mask[CPU_SETSIZE / 4 + CPU_SETSIZE / 32 + 2], path[128];
+	int ncpu, ret;
+
+	if ((ret = cpu_mask(mask, sizeof(mask), &ncpu)) != 0)
+		return fail(err, errlen, ret, "%s: rps: CPU mask: %s", t->name, strerror(-ret));
+	for (uint32_t q = 0; q < t->nqueues; q++) {
+		snprintf(path, sizeof(path), "/sys/class/net/%s/queues/rx-%u/rps_cpus", t->name, q);
+		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		ssize_t n = -1;
+		if (fd >= 0) {
+			n = write(fd, mask, strlen(mask));
+			ret = n < 0 ? -errno : 0;
+			close(fd);
+		} else {
+			ret = -errno;
+		}
+		if (ret != 0)
+			return fail(err, errlen, ret, "%s: rps: %s: %s", t->name, path,
+				    strerror(-ret));
+	}
+	t->rps = true;
+	return 0;
+}
+
+bool tun_rps(const struct tun *t)
+{
+	return t->rps;
 }
 
 void tun_close(struct tun *t)

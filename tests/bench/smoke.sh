@@ -1,13 +1,158 @@
 #!/usr/bin/env bash
-# smoke.sh TWINSTACK — a quick bench run (`twinstack bench --quick`): every stack and baseline
-# must produce sane figures (throughput > 0, RSS > 0, connections held and answered); the ratios
-# are printed, never judged (this machine is shared and noisy). Exit 77 = skipped (not root or
-# no /dev/net/tun), 0 = sane, 1 = a subject produced no or absurd figures.
+# smoke.sh TWINSTACK — the bench rig in two parts.
+#  1. No root needed (~2 s): `twinstack bench --ablation` argument checks (a plan prints, bad
+#     combinations exit 2), and the ablation report redrawn (--report-from) from a synthetic
+#     run with known figures: the ceiling, the fractions, the differences, the PASS/MISS target
+#     lines, the chart, and results.json rows that `twinstack gate` accepts; redrawn again from
+#     the results.json it wrote, it must come out the same (bench/report.py reads nothing else).
+#  2. Root: a quick bench run (`twinstack bench --quick`, offload I/O, the default): every stack
+#     and baseline must produce sane figures (throughput > 0, RSS > 0, connections held and
+#     answered); the ratios are printed, never judged (this machine is shared and noisy).
+# Exit 77 = part 2 skipped (not root or no /dev/net/tun; part 1 passed), 0 = sane, 1 = a check
+# failed.
 set -uo pipefail
 bin=${1:?usage: smoke.sh path/to/twinstack}
-[ "$(id -u)" -eq 0 ] && [ -c /dev/net/tun ] || { echo "smoke: needs root and /dev/net/tun: skipped"; exit 77; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+fails=0
+
+# ---- 1. arguments and the ablation report (no root) ----
+expect_rc() {
+	local want=$1 rc
+	shift
+	"$bin" bench "$@" >"$out/args.txt" 2>&1
+	rc=$?
+	if [ "$rc" -eq "$want" ]; then
+		echo "ok - bench $* exits $want"
+	else
+		echo "not ok - bench $* exits $rc, want $want"
+		sed 's/^/# /' "$out/args.txt"
+		fails=$((fails + 1))
+	fi
+}
+expect_rc 0 --ablation --reps 1 --bulk-seconds 2 --dry-run
+grep -q "system offload 2q (system/offload/q2)" "$out/args.txt" &&
+	grep -q "^estimate: " "$out/args.txt" ||
+	{ echo "not ok - the --ablation plan names its subjects and an estimate"; fails=$((fails + 1)); }
+expect_rc 2 --ablation --quick
+expect_rc 2 --ablation --io-mode per-packet
+expect_rc 2 --ablation --reps 50          # the estimate is over the 30-minute limit
+expect_rc 2 --ablation --reps 1 --time-limit 30
+expect_rc 2 --time-limit 600               # --ablation only
+expect_rc 2 --ablation --bulk-seconds 0x
+expect_rc 2 --report-from "$out/none.json" --ablation
+
+mkdir -p "$out/synth"
+python3 - "$out/synth/results.json" <<'PY'
+# Two rounds; veth 20 and reflector-offload 12 Gbit/s give a ceiling of 7.5 in every cell.
+import json, sys
+subjects = [("veth", "offload", 1), ("reflector", "offload", 1), ("reflector", "per-packet", 1),
+            ("system", "per-packet", 1), ("system", "offload", 1), ("system", "offload", 2),
+            ("lwip", "per-packet", 1), ("lwip", "offload", 1)]
+thr = {"veth": 20.0, "reflector offload": 12.0, "reflector per-packet": 2.0,
+       "system per-packet": 2.0, "system offload": 7.0, "system offload 2q": 7.2,
+       "lwip per-packet": 1.8, "lwip offload": 5.0}
+rss = {"system per-packet": 8000, "system offload": 9000, "system offload 2q": 9500,
+       "lwip per-packet": 20000, "lwip offload": 26000}
+samples = []
+for st, io, q in subjects:
+    label = st if st == "veth" else "%s %s%s" % (st, io, " 2q" if q == 2 else "")
+    for n in (1, 16, 64):
+        for d in ("up", "down"):
+            v = thr[label]
+            if label == "system offload" and (d, n) == ("down", 64):
+                v = 6.0                          # 0.8 of the ceiling: a MISS
+            samples.append({"key": [st, io, q, "tcp_bulk", d, n, "throughput_gbps"],
+                            "values": [[1, v * 0.99], [2, v * 1.01]]})
+            if label in rss:
+                k = rss[label] + (1500 if (label, n) == ("system offload", 64) else 0)
+                samples.append({"key": [st, io, q, "tcp_bulk", d, n, "peak_rss_kb"],
+                                "values": [[1, k], [2, k]]})
+meta = {"mode": "ablation", "started_utc": "2026-11-30T00:00:00Z", "duration_s": 1.0,
+        "repetitions": 2, "ceiling_io_mode": "offload",
+        "subjects": [{"stack": s, "io_mode": i, "queues": q} for s, i, q in subjects],
+        "bulk_cells": [[d, n] for n in (1, 16, 64) for d in ("up", "down")],
+        "iperf3": {"seconds": 5, "omit": 1}, "time_limit_s": 1800,
+        "host": {"kernel": "synthetic", "cpus": 2, "machine": "x86_64"},
+        "not_measured": [], "failures": [], "notes": []}
+json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w"))
+PY
+if "$bin" bench --report-from "$out/synth/results.json" >"$out/synth/stdout.txt" 2>&1; then
+	echo "ok - bench --report-from a synthetic ablation exits 0"
+else
+	echo "not ok - bench --report-from a synthetic ablation"
+	sed 's/^/# /' "$out/synth/stdout.txt"
+	fails=$((fails + 1))
+fi
+python3 - "$out/synth" <<'PY' || fails=$((fails + 1))
+import json, os, shutil, sys
+d = sys.argv[1]
+res = json.load(open(os.path.join(d, "results.json")))
+rows = res["rows"]
+stdout = open(os.path.join(d, "stdout.txt")).read()
+report = open(os.path.join(d, "report.md")).read()
+bad = 0
+def check(name, ok):
+    global bad
+    print(("ok - " if ok else "not ok - ") + name)
+    bad += not ok
+def row(stack, io, q, dr, n, metric):
+    r = [r for r in rows if (r["stack"], r["io_mode"], r["queues"], r["direction"],
+                             r["streams"], r["metric"]) == (stack, io, q, dr, n, metric)]
+    return r[0] if len(r) == 1 else None
+c = row("ceiling", "offload", 1, "up", 1, "throughput_gbps")
+check("ceiling = 1/(1/reflector + 1/veth) = 7.5", c is not None and abs(c["median"] - 7.5) < 1e-6)
+f = row("system", "offload", 2, "up", 16, "ceiling_fraction")
+check("system offload 2q has its own ceiling_fraction row (0.96)",
+      f is not None and abs(f["median"] - 0.96) < 1e-6 and f["workload"] == "tcp_bulk")
+f = row("reflector", "per-packet", 1, "down", 64, "ceiling_fraction")
+check("the per-packet reflector is measured against the ceiling", f is not None)
+check("no fraction row for the ceiling's own reflector",
+      row("reflector", "offload", 1, "up", 1, "ceiling_fraction") is None)
+keys = [(r["stack"], r["io_mode"], r["queues"], r["workload"], r["direction"], r["streams"],
+         r["metric"]) for r in rows]
+check("row keys unique", len(keys) == len(set(keys)))
+want = {"PASS  system offload 1q, up, 1 stream": 1, "MISS  system offload 1q, down, 64": 1,
+        "PASS  lwip offload, up, 1 stream": 1, "PASS  system offload vs per-packet, up": 1,
+        "MISS  system offload 1q, up: peak RSS": 1}
+for w in want:
+    check("target line: " + w, w in stdout and w in report)
+check("a table row per cell in the 七.4 shape",
+      report.count("\n| 64 | down |") == 2 and "Δ system offload: 2 queues vs 1" in report)
+check("system offload vs per-packet +250.0 % at 1 stream", "+250.0 %" in report)
+check("peak RSS in MiB (9000 KiB = 8.8)", "| 8.8 |" in report or "| 8.8 " in report)
+if shutil.which("gnuplot"):
+    check("chart: ablation_throughput.svg and .png",
+          all(os.path.getsize(os.path.join(d, "ablation_throughput." + e)) > 1000
+              for e in ("svg", "png")))
+sys.exit(1 if bad else 0)
+PY
+mkdir -p "$out/redraw"
+cp "$out/synth/results.json" "$out/redraw/"
+if "$bin" bench --report-from "$out/redraw/results.json" >"$out/redraw/stdout.txt" 2>&1 &&
+	cmp -s "$out/synth/results.json" "$out/redraw/results.json" &&
+	cmp -s "$out/synth/report.md" "$out/redraw/report.md"; then
+	echo "ok - a redraw of the redrawn results.json writes the same results.json and report.md"
+else
+	echo "not ok - a redraw of the redrawn results.json differs"
+	sed 's/^/# /' "$out/redraw/stdout.txt"
+	fails=$((fails + 1))
+fi
+if "$bin" gate --baseline "$out/synth/results.json" --current "$out/synth/results.json" \
+	>"$out/synth/gate.txt" 2>&1 && grep -q "system/offload/q2/tcp_bulk/up/s16" "$out/synth/gate.txt"; then
+	echo "ok - twinstack gate reads the ablation results (rows keyed by io_mode and queues)"
+else
+	echo "not ok - twinstack gate on the ablation results"
+	sed 's/^/# /' "$out/synth/gate.txt"
+	fails=$((fails + 1))
+fi
+if [ "$fails" -ne 0 ]; then
+	echo "smoke: $fails check(s) of the argument and report part failed"
+	exit 1
+fi
+
+# ---- 2. a quick run (root) ----
+[ "$(id -u)" -eq 0 ] && [ -c /dev/net/tun ] || { echo "smoke: needs root and /dev/net/tun: quick run skipped"; exit 77; }
 "$bin" bench --quick --no-micro --out "$out" >"$out/stdout.txt" 2>"$out/stderr.txt"
 rc=$?
 if [ "$rc" -ne 0 ]; then
@@ -39,6 +184,9 @@ for s in ("system", "lwip"):
     c = get(s, "conn_per_s")
     check(f"{s}: connection rate", bool(c) and c[0]["median"] > 0,
           f"{c[0]['median']:.0f}/s" if c else "missing")
+    t = get(s, "throughput_gbps")
+    check(f"{s}: io_mode offload (the default)",
+          bool(t) and all(r["io_mode"] == "offload" for r in t), "results.json rows")
     f = get(s, "ceiling_fraction", streams=1)
     print(f"# {s}: fraction of the two-hop ceiling at 1 stream: "
           + (f"{f[0]['median']:.2f}" if f else "n/a") + " (reported, not judged)")

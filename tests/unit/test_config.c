@@ -254,6 +254,12 @@ Test(config, stack_and_tun_values)
 	config_fini(&cfg);
 	load_ok("{'stack':'system','tun':{'queues':16}}", &cfg);
 	cr_assert_eq(cfg.tun.queues, 16);
+	cr_assert_eq(cfg.tun.rps, TS_RPS_AUTO, "rps defaults to auto");
+	cr_assert(cfg.tun.gso_output, "gso_output defaults to true");
+	config_fini(&cfg);
+	load_ok("{'tun':{'rps':'off','gso_output':false}}", &cfg);
+	cr_assert_eq(cfg.tun.rps, TS_RPS_OFF);
+	cr_assert(!cfg.tun.gso_output);
 	config_fini(&cfg);
 	expect_ok("{'tun':{'name':'abcdefghijklmno','mtu':576,'offload':'on'}}");
 	expect_ok("{'tun':{'mtu':65535,'txqueuelen':1000000,'queues':1}}");
@@ -291,6 +297,9 @@ Test(config, stack_and_tun_rejects)
 		{ "{'tun':{'txqueuelen':0}}", "$.tun.txqueuelen", "between 1 and 1000000" },
 		{ "{'tun':{'queues':0}}", "$.tun.queues", "between 1 and 16" },
 		{ "{'tun':{'queues':17}}", "$.tun.queues", "between 1 and 16" },
+		{ "{'tun':{'rps':'maybe'}}", "$.tun.rps",
+		  "expected one of \"auto\", \"on\", \"off\", got \"maybe\"" },
+		{ "{'tun':{'gso_output':1}}", "$.tun.gso_output", "expected true or false, got a number" },
 		{ "{'stack':'lwip','tun':{'queues':2}}", "$.tun.queues",
 		  "2: the lwip stack runs on one queue (lwIP is single-threaded)" },
 		{ "{'tun':{'offload':'yes'}}", "$.tun.offload",

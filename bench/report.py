@@ -1,0 +1,671 @@
+"""report.py — the reporting half of the comparison rig: bench/rig.py measures, this draws.
+
+A Report turns one run into what people read: the derived figures (the two-hop ceiling and
+each subject's fraction of it, per round), the results.json rows, issue 6's targets
+(--ablation), report.md, and the gnuplot charts (.dat and .gp, drawn to .svg/.png). It reads
+nothing but what results.json holds (its meta and its raw samples), so the report written at
+the end of a run and a later `rig.py --report-from` redraw of its results.json are the same.
+Also here: the console helpers both halves print through, and the number formats.
+
+Python 3 standard library only; imported by rig.py (same directory), not run on its own.
+"""
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+UNITS = {
+    "throughput_gbps": "Gbit/s", "ceiling_fraction": "ratio", "peak_rss_kb": "KiB",
+    "idle_rss_kb": "KiB", "startup_ms": "ms", "idle_wakeups_20s": "wakeups",
+    "udp_flows_answered": "flows", "user_bytes_per_conn": "bytes", "kernel_kb_per_conn": "KiB",
+    "cpu_user_s": "s", "cpu_sys_s": "s", "tun_drops": "packets", "retransmits": "segments",
+    "conn_per_s": "conn/s", "latency_p50_us": "us", "latency_p99_us": "us",
+    "latency_p999_us": "us", "pps": "packets/s", "loss_pct": "%",
+    "instructions_per_op": "instructions",
+}
+
+# Chart colours: one hue per stack (and the baselines), darker = faster I/O mode.
+BAR_COLORS = {
+    ("veth", "offload", 1): "#9e9e9e", ("reflector", "offload", 1): "#2ca02c",
+    ("reflector", "per-packet", 1): "#98df8a", ("system", "per-packet", 1): "#ffbb78",
+    ("system", "offload", 1): "#ff7f0e", ("system", "offload", 2): "#a04000",
+    ("lwip", "per-packet", 1): "#aec7e8", ("lwip", "offload", 1): "#1f77b4",
+    ("lwip", "offload-rx", 1): "#6baed6",
+    ("system", "offload-norps", 1): "#ffbb78",
+    ("ceiling", "offload", 1): "#222222",
+}
+RSS_SLACK_KB = 1024     # issue 6: system peak RSS at 64 streams at most 1 MB above 1 stream
+
+
+# ---- the console: the live table on stdout, progress and notes on stderr --------------------
+
+_progress_shown = False
+
+
+def log(msg):
+    clear_progress()
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def progress(msg):
+    global _progress_shown
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K" + msg[:200])
+        _progress_shown = True
+    else:
+        sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def clear_progress():
+    global _progress_shown
+    if _progress_shown:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+        _progress_shown = False
+
+
+def out(line):
+    clear_progress()
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+# ---- number formats -------------------------------------------------------------------------
+
+def fmt(v):
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        if abs(v) >= 1000:
+            return "%.0f" % v
+        if abs(v) >= 10:
+            return "%.1f" % v
+        if abs(v) >= 1:
+            return "%.2f" % v
+        return "%.3f" % v
+    return str(v)
+
+
+def summary(vals):
+    """(median, min, max, n) of a list, or None."""
+    if not vals:
+        return None
+    return (statistics.median(vals), min(vals), max(vals), len(vals))
+
+
+def fmt_stat(st, digits=2, scale=1.0, signed=False):
+    """median [min – max] (just the median when n = 1), or n/a."""
+    if st is None:
+        return "n/a"
+    f = "%+.*f" if signed else "%.*f"
+    med, lo, hi = (f % (digits, v * scale) for v in st[:3])
+    if st[3] == 1 or lo == hi:
+        return med
+    return "%s [%s – %s]" % (med, lo, hi)
+
+
+def note_once(notes, msg):
+    """Add msg to a run's notes (and say so on stderr) unless it is there already."""
+    if msg not in notes:
+        notes.append(msg)
+        log("note: " + msg)
+
+
+# ---- subjects -------------------------------------------------------------------------------
+
+class Subject:
+    """A subject as results.json names it: (stack, io_mode, queues) is its identity in the
+    samples and the rows, label its name in the tables. rig.py's Subject adds how to run it."""
+
+    def __init__(self, stack, io_mode, queues=1, label=None):
+        self.stack, self.io_mode, self.queues = stack, io_mode, queues
+        self.label = label or self.long_label()
+
+    def long_label(self):
+        if self.stack in ("veth", "ceiling", "micro"):
+            return self.stack
+        return "%s %s%s" % (self.stack, self.io_mode,
+                            " %dq" % self.queues if self.queues > 1 else "")
+
+    @property
+    def key(self):
+        return (self.stack, self.io_mode, self.queues)
+
+    @property
+    def is_stack(self):
+        return self.stack in ("system", "lwip")
+
+    def to_json(self):
+        return {"stack": self.stack, "io_mode": self.io_mode, "queues": self.queues,
+                "label": self.label}
+
+
+# ---- the report -----------------------------------------------------------------------------
+
+class Report:
+    """The report of one run, from its results.json meta (all but `targets`) and its raw
+    samples, {(stack, io_mode, queues, workload, direction, streams, metric): [[round, value],
+    ...]}. addrs = (gateway, mirror, target): the testbed addresses the Method sections name.
+    write() appends its chart notes to meta["notes"] and, for an ablation, sets
+    meta["targets"]; meta is the caller's dict, changed in place."""
+
+    def __init__(self, out_dir, meta, samples, addrs):
+        self.out, self.meta, self.samples = out_dir, meta, samples
+        self.gw, self.mirror, self.target = addrs
+        self.dsamples = {}      # the derived ones (ceiling, fractions), same shape
+        self.ablation = meta["mode"] == "ablation"
+        self.reps = meta["repetitions"]
+        self.io_mode = meta["io_mode"]
+        self.bulk_cells = [(d, n) for d, n in meta["bulk_cells"]]
+        self.bulk_t, self.bulk_omit = meta["iperf3"]["seconds"], meta["iperf3"]["omit"]
+        self.idle_s, self.hold_conns = meta["idle_wakeup_window_s"], meta["hold_conns"]
+        self.notes = meta["notes"]
+        self.subjects = [Subject(s["stack"], s["io_mode"], s["queues"], s["label"])
+                         for s in meta["subjects"]]
+        self.veth = next(s for s in self.subjects if s.stack == "veth")
+        self.ceiling_ref = next(s for s in self.subjects if s.stack == "reflector" and
+                                s.io_mode == meta["ceiling_io_mode"])
+        self.ceiling = Subject("ceiling", self.ceiling_ref.io_mode, label="ceiling")
+        self.micro = Subject("micro", "n/a", label="micro")
+
+    def stack_subjects(self):
+        return [s for s in self.subjects if s.is_stack]
+
+    def fraction_subjects(self):
+        """Everything measured against the ceiling: the stacks, and (ablation) the reflector
+        in the other mode."""
+        return [s for s in self.subjects if s.stack != "veth" and s.key != self.ceiling_ref.key]
+
+    def find(self, stack, io_mode, queues=1):
+        for s in self.subjects:
+            if s.key == (stack, io_mode, queues):
+                return s
+        return None
+
+    def by_round(self, subj, workload, direction, streams, metric):
+        """{round: value} of one figure, raw or derived."""
+        key = subj.key + (workload, direction, streams, metric)
+        return dict(self.samples.get(key) or self.dsamples.get(key) or [])
+
+    def stat(self, subj, workload, direction, streams, metric):
+        if subj is None:
+            return None
+        return summary(list(self.by_round(subj, workload, direction, streams, metric).values()))
+
+    # -- aggregation
+    def derive(self):
+        """Per round and cell: the two-hop ceiling 1/(1/reflector + 1/veth) and each subject's
+        fraction of it, paired by round (a failed run leaves a gap, never a shifted pair)."""
+        self.dsamples = {}
+        for d, n in self.bulk_cells:
+            refl = self.by_round(self.ceiling_ref, "tcp_bulk", d, n, "throughput_gbps")
+            veth = self.by_round(self.veth, "tcp_bulk", d, n, "throughput_gbps")
+            ceil = {r: 1.0 / (1.0 / refl[r] + 1.0 / veth[r]) for r in sorted(refl)
+                    if r in veth and refl[r] > 0 and veth[r] > 0}
+            if not ceil:
+                continue
+            self.dsamples[self.ceiling.key + ("tcp_bulk", d, n, "throughput_gbps")] = \
+                [[r, v] for r, v in ceil.items()]
+            for s in self.fraction_subjects():
+                thr = self.by_round(s, "tcp_bulk", d, n, "throughput_gbps")
+                fr = [[r, thr[r] / ceil[r]] for r in sorted(thr) if r in ceil]
+                if fr:
+                    self.dsamples[s.key + ("tcp_bulk", d, n, "ceiling_fraction")] = fr
+        self.has_ceiling = bool(self.dsamples)
+
+    def rows(self):
+        rows = []
+        for (stack, io_mode, queues, wl, d, n, metric), pairs in \
+                list(self.samples.items()) + list(self.dsamples.items()):
+            vals = [v for _, v in pairs]
+            rows.append({"stack": stack, "io_mode": io_mode, "queues": queues, "workload": wl,
+                         "direction": d, "streams": n, "metric": metric,
+                         "unit": UNITS.get(metric, ""), "median": statistics.median(vals),
+                         "min": min(vals), "max": max(vals), "n": len(vals)})
+        order = {s.key: i for i, s in enumerate(self.subjects + [self.ceiling, self.micro])}
+        rows.sort(key=lambda r: (r["workload"] != "tcp_bulk", r["workload"],
+                                 r["direction"] or "", r["streams"] or 0,
+                                 order.get((r["stack"], r["io_mode"], r["queues"]), 99),
+                                 r["metric"]))
+        return rows
+
+    def get(self, subj, wl, d, n, metric):
+        return self.rowmap.get(subj.key + (wl, d, n, metric))
+
+    def ratio(self, a, b, d, n, metric="throughput_gbps"):
+        """Per round a/b (paired), summarized; None when a round has neither."""
+        if a is None or b is None:
+            return None
+        ra = self.by_round(a, "tcp_bulk", d, n, metric)
+        rb = self.by_round(b, "tcp_bulk", d, n, metric)
+        return summary([ra[r] / rb[r] for r in sorted(ra) if r in rb and rb[r] > 0])
+
+    def diff_pairs(self):
+        """(label, a, b): the ablation's differences, a vs b in percent, where both exist."""
+        cand = [("system: offload vs per-packet", ("system", "offload", 1),
+                 ("system", "per-packet", 1)),
+                ("lwip: offload vs per-packet", ("lwip", "offload", 1),
+                 ("lwip", "per-packet", 1)),
+                ("lwip offload: GSO output trains vs none", ("lwip", "offload", 1),
+                 ("lwip", "offload-rx", 1)),
+                ("system offload: receive packet steering on vs off", ("system", "offload", 1),
+                 ("system", "offload-norps", 1)),
+                ("system vs lwip, offload", ("system", "offload", 1), ("lwip", "offload", 1)),
+                ("system offload: 2 queues vs 1", ("system", "offload", 2),
+                 ("system", "offload", 1))]
+        return [(lab, self.find(*a), self.find(*b)) for lab, a, b in cand
+                if self.find(*a) and self.find(*b)]
+
+    def pct(self, a, b, d, n):
+        st = self.ratio(a, b, d, n)
+        return None if st is None else (
+            (st[0] - 1) * 100, (st[1] - 1) * 100, (st[2] - 1) * 100, st[3])
+
+    def targets(self):
+        """Issue 6's targets on this run's medians: [{what, value, target, verdict}]."""
+        so, sp = self.find("system", "offload"), self.find("system", "per-packet")
+        lo = self.find("lwip", "offload")
+        T = []
+
+        def add(what, st, target, ok, shown):
+            T.append({"what": what, "value": None if st is None else round(st, 4),
+                      "target": target, "verdict": "N/A" if st is None else
+                      ("PASS" if ok(st) else "MISS"), "shown": shown(st) if st is not None
+                      else "not measured"})
+        for n in (1, 16, 64):
+            for d in ("up", "down"):
+                st = self.stat(so, "tcp_bulk", d, n, "ceiling_fraction")
+                add("system offload 1q, %s, %d stream%s: fraction of the ceiling" % (
+                    d, n, "s" if n > 1 else ""), st and st[0], ">= 0.85",
+                    lambda v: v >= 0.85, lambda v: "%.3f" % v)
+        for d in ("up", "down"):
+            st = self.stat(lo, "tcp_bulk", d, 1, "ceiling_fraction")
+            add("lwip offload, %s, 1 stream: fraction of the ceiling" % d, st and st[0],
+                ">= 0.6", lambda v: v >= 0.6, lambda v: "%.3f" % v)
+        for d in ("up", "down"):
+            st = self.ratio(so, sp, d, 1)
+            add("system offload vs per-packet, %s, 1 stream: throughput ratio" % d,
+                st and st[0], ">= 3x", lambda v: v >= 3.0, lambda v: "%.2fx" % v)
+        for d in ("up", "down"):
+            a = self.stat(so, "tcp_bulk", d, 64, "peak_rss_kb")
+            b = self.stat(so, "tcp_bulk", d, 1, "peak_rss_kb")
+            add("system offload 1q, %s: peak RSS at 64 streams minus at 1 stream" % d,
+                a and b and a[0] - b[0], "<= %d KiB" % RSS_SLACK_KB,
+                lambda v: v <= RSS_SLACK_KB, lambda v: "%+.0f KiB" % v)
+        return T
+
+    def write(self):
+        """The charts, report.md and results.json into the output directory; for an
+        ablation also the targets and the system vs lwip lines on stdout."""
+        self.derive()
+        rows = self.rows()
+        self.rowmap = {(r["stack"], r["io_mode"], r["queues"], r["workload"], r["direction"],
+                        r["streams"], r["metric"]): r for r in rows}
+        targets = self.targets() if self.ablation else []
+        if self.ablation:
+            self.ablation_charts()
+        else:
+            self.charts()
+        meta = self.meta
+        if self.ablation:
+            meta["targets"] = targets
+        samples = [{"key": list(k), "values": v} for k, v in self.samples.items()]
+        if self.ablation:
+            self.write_ablation_report(meta, targets)
+        else:
+            self.write_report(rows, meta)
+        with open(os.path.join(self.out, "results.json"), "w") as f:
+            json.dump({"meta": meta, "rows": rows, "samples": samples}, f, indent=1)
+        for t in targets:
+            out("%-4s  %s: %s (target %s)" % (t["verdict"], t["what"], t["shown"], t["target"]))
+        for d, n in self.bulk_cells if self.ablation else []:
+            st = self.pct(self.find("system", "offload"), self.find("lwip", "offload"), d, n)
+            if st is not None:
+                out("info  system vs lwip (offload), %s, %d stream%s: %+.1f%% (reported, seed 000 "
+                    "headline +42%% at 1 stream)" % (d, n, "s" if n > 1 else "", st[0]))
+
+    # -- reports
+    def cell(self, r, digits=2):
+        if r is None:
+            return "n/a"
+        return fmt_stat((r["median"], r["min"], r["max"], r["n"]), digits)
+
+    def tail_sections(self, L):
+        """Not measured, failures, notes: the same in every report."""
+        L.append("## Not measured")
+        L.append("")
+        if self.meta["not_measured"]:
+            for x in self.meta["not_measured"]:
+                L.append("- %s / %s: %s" % (x["subject"], x["workload"], x["reason"]))
+        else:
+            L.append("- nothing")
+        if self.meta["failures"]:
+            L += ["", "## Failures", ""] + ["- " + f for f in self.meta["failures"]]
+        if self.notes:
+            L += ["", "## Notes", ""] + ["- " + n for n in self.notes]
+        L.append("")
+
+    def write_report(self, rows, meta):
+        L = []
+        L.append("# twinstack bench report")
+        L.append("")
+        L.append("%s run, %s, %d repetition(s), %.0f s, io_mode %s, 1 queue, kernel %s, "
+                 "%d CPUs. Each figure: median [min – max] over the repetitions." % (
+                     meta["mode"], meta["started_utc"], meta["repetitions"], meta["duration_s"],
+                     meta["io_mode"], meta["host"]["kernel"], meta["host"]["cpus"]))
+        L.append("")
+        cols = self.subjects + [self.ceiling]
+        stacks = self.stack_subjects()
+        L.append("## TCP bulk throughput (Gbit/s, median of per-second iperf3 intervals after a "
+                 "%d s warm-up)" % self.bulk_omit)
+        L.append("")
+        L.append("| direction | streams | " + " | ".join(s.label for s in cols) + " |")
+        L.append("| --- | --- |" + " --- |" * len(cols))
+        for d, n in self.bulk_cells:
+            L.append("| %s | %d | " % (d, n) + " | ".join(
+                self.cell(self.get(s, "tcp_bulk", d, n, "throughput_gbps")) for s in cols) +
+                " |")
+        L.append("")
+        L.append("The two-hop ceiling = 1 / (1/reflector + 1/veth), per round and cell: what a "
+                 "proxy that terminates TCP on one side of a TUN and opens it again on the veth "
+                 "could reach if it cost nothing.")
+        L.append("")
+        L.append("## Each stack as a fraction of the ceiling")
+        L.append("")
+        if self.has_ceiling:
+            L.append("| direction | streams | " + " | ".join(s.label for s in stacks) + " |")
+            L.append("| --- | --- |" + " --- |" * len(stacks))
+            for d, n in self.bulk_cells:
+                L.append("| %s | %d | " % (d, n) + " | ".join(
+                    self.cell(self.get(s, "tcp_bulk", d, n, "ceiling_fraction"), 3)
+                    for s in stacks) + " |")
+        else:
+            L.append("n/a: the ceiling needs both baselines (the reflector was not measured).")
+        L.append("")
+        self.cost_table(L)
+        other = [r for r in rows if r["workload"] != "tcp_bulk" and r["stack"] != "micro"]
+        if other:
+            order = [s.stack for s in cols]
+            L.append("## Other workloads and figures")
+            L.append("")
+            L.append("| subject | workload | metric | unit | median | min | max | n |")
+            L.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+            for r in sorted(other, key=lambda r: (r["workload"], r["metric"],
+                                                   order.index(r["stack"]) if r["stack"] in order
+                                                   else 99)):
+                L.append("| %s | %s | %s | %s | %s | %s | %s | %d |" % (
+                    r["stack"], r["workload"], r["metric"], r["unit"], fmt(r["median"]),
+                    fmt(r["min"]), fmt(r["max"]), r["n"]))
+            L.append("")
+        micro = [r for r in rows if r["stack"] == "micro"]
+        if micro:
+            L.append("## Micro-benchmarks (callgrind instructions per op, deterministic)")
+            L.append("")
+            L.append("| case | instructions |")
+            L.append("| --- | --- |")
+            for r in micro:
+                L.append("| %s | %.1f |" % (r["workload"], r["median"]))
+            L.append("")
+        self.tail_sections(L)
+        L.append("## Method")
+        L.append("")
+        L.append("- Subjects are interleaved: each repetition round runs every subject once "
+                 "through every workload, in an order rotated per round.")
+        L.append("- veth: iperf3 over the bare veth from A to B (the physical path). reflector: "
+                 "`twinstack reflect` swaps addresses on the TUN, iperf3 from %s to the mirror "
+                 "%s (one TCP connection through the TUN, both directions). Stacks: `twinstack "
+                 "run` with a generated config (tun.offload %s), target %s on B's loopback "
+                 "routed into the TUN, outbound sockets marked and routed over the veth. Each "
+                 "child's TUN is checked after start (ethtool -k: checksum and TSO offload on "
+                 "exactly with offload; one TUN fd)." % (
+                     self.gw, self.mirror, "on" if self.io_mode == "offload" else "off",
+                     self.target))
+        L.append("- Throughput: iperf3 -J, %d s after a %d s warm-up (-O), the median of the "
+                 "per-second sums (not the mean: one stall does not move it)." % (
+                     self.bulk_t, self.bulk_omit))
+        L.append("- CPU: utime/stime deltas of the proxy process (/proc/PID/stat) across each "
+                 "bulk run; kernel TCP work done inside the proxy's TUN writes is sys time.")
+        L.append("- Memory: peak_rss_kb = VmHWM at the end of a round; idle_rss_kb = VmRSS after "
+                 "5 s without traffic. user_bytes_per_conn = /stats buffers.per_session_bytes "
+                 "with %d connections held; kernel_kb_per_conn = (sum over the proxy's TCP "
+                 "sockets of skmem r+w+f+o+bl from `ss -tmp` + /stats splice.pipe_bytes) / "
+                 "connections held." % self.hold_conns)
+        L.append("- Idle wakeups: voluntary + nonvoluntary context switches of the proxy over "
+                 "%d s with no traffic, right after start-up%s." % (
+                     self.idle_s, "" if self.idle_s == 20 else
+                     " (--quick: 5 s, not 20 s; the metric keeps its name)"))
+        L.append("- Quote ratios from one run; absolute numbers depend on the machine.")
+        L.append("")
+        L.append("Charts: throughput.svg, memory_per_conn.svg. Raw logs and configs: work/.")
+        with open(os.path.join(self.out, "report.md"), "w") as f:
+            f.write("\n".join(L) + "\n")
+
+    def cost_table(self, L):
+        T = []
+        for s in self.subjects:
+            for d, n in self.bulk_cells:
+                vals = [self.get(s, "tcp_bulk", d, n, m) for m in
+                        ("cpu_user_s", "cpu_sys_s", "tun_drops", "retransmits")]
+                if all(v is None for v in vals):
+                    continue
+                T.append("| %s | %s | %d | %s |" % (s.label, d, n, " | ".join(
+                    self.cell(v, 2 if i < 2 else 0) for i, v in enumerate(vals))))
+        if not T:
+            return
+        L.append("## Cost of the bulk runs (per cell, per run)")
+        L.append("")
+        L.append("| subject | direction | streams | cpu user s | cpu sys s | TUN drops | "
+                 "retransmits |")
+        L.append("| --- | --- | --- | --- | --- | --- | --- |")
+        L += T + [""]
+
+    def write_ablation_report(self, meta, targets):
+        stacks = self.stack_subjects()
+        order = [(d, n) for n in (1, 16, 64) for d in ("up", "down") if (d, n) in self.bulk_cells]
+        pairs = self.diff_pairs()
+        L = ["# twinstack bench --ablation report", ""]
+        L.append("%s, %d round(s), %.0f s (estimate %d s, limit %d s), iperf3 -t %d -O %d, "
+                 "kernel %s, %d CPUs. Interleaved: each round runs every subject through each "
+                 "cell, the order rotated per cell; every TUN run is a fresh child. Figures: "
+                 "median [min – max] over the rounds; differences are per-round ratios "
+                 "(paired), then median [min – max]." % (
+                     meta["started_utc"], meta["repetitions"], meta["duration_s"],
+                     meta["estimate_s"], meta["time_limit_s"], self.bulk_t, self.bulk_omit,
+                     meta["host"]["kernel"], meta["host"]["cpus"]))
+        L.append("")
+        L.append("## TCP bulk by stack and I/O mode (the shape of seed 000 section 七.4)")
+        L.append("")
+        L.append("Throughput in Gbit/s (median of per-second iperf3 intervals after the "
+                 "warm-up); Δ in percent; peak RSS in MiB (VmHWM of a child that ran only this "
+                 "cell).")
+        L.append("")
+        head = ["streams", "direction"] + [s.label for s in stacks] + \
+            ["Δ " + lab for lab, _, _ in pairs] + ["RSS " + s.label for s in stacks]
+        L.append("| " + " | ".join(head) + " |")
+        L.append("|" + " --- |" * len(head))
+        for d, n in order:
+            c = [str(n), d]
+            c += [fmt_stat(self.stat(s, "tcp_bulk", d, n, "throughput_gbps")) for s in stacks]
+            c += [self.fmt_pct(self.pct(a, b, d, n)) for _, a, b in pairs]
+            c += [fmt_stat(self.stat(s, "tcp_bulk", d, n, "peak_rss_kb"), 1, 1 / 1024.0)
+                  for s in stacks]
+            L.append("| " + " | ".join(c) + " |")
+        L.append("")
+        L.append("## Baselines, the two-hop ceiling, and each subject's fraction of it")
+        L.append("")
+        L.append("Ceiling = 1 / (1/reflector + 1/veth) per round and cell, from the reflector "
+                 "with offload (%s): what a proxy that terminates TCP on one side of a TUN and "
+                 "opens it again on the veth could reach if it cost nothing." %
+                 self.ceiling_ref.label)
+        L.append("")
+        base = [s for s in self.subjects if not s.is_stack] + [self.ceiling]
+        fr = self.fraction_subjects()
+        head = ["streams", "direction"] + [s.label + " Gbit/s" for s in base] + \
+            ["fraction " + s.label for s in fr]
+        L.append("| " + " | ".join(head) + " |")
+        L.append("|" + " --- |" * len(head))
+        for d, n in order:
+            c = [str(n), d]
+            c += [fmt_stat(self.stat(s, "tcp_bulk", d, n, "throughput_gbps")) for s in base]
+            c += [fmt_stat(self.stat(s, "tcp_bulk", d, n, "ceiling_fraction"), 3) for s in fr]
+            L.append("| " + " | ".join(c) + " |")
+        L.append("")
+        L.append("## Targets (issue 6, on the medians of this run)")
+        L.append("")
+        L.append("```")
+        for t in targets:
+            L.append("%-4s  %s: %s (target %s)" % (t["verdict"], t["what"], t["shown"],
+                                                   t["target"]))
+        L.append("```")
+        L.append("")
+        sl = self.pct(self.find("system", "offload"), self.find("lwip", "offload"), "up", 1)
+        if sl is not None or any(lab.startswith("system vs lwip") for lab, _, _ in pairs):
+            L.append("System vs lwIP with offload (reported, not a target; seed 000's headline "
+                     "was +42%% at one stream): see the Δ system vs lwip column%s." % (
+                         "; up, 1 stream: %+.1f %%" % sl[0] if sl else ""))
+            L.append("")
+        self.cost_table(L)
+        self.tail_sections(L)
+        L.append("## Method")
+        L.append("")
+        L.append("- Subjects: veth (iperf3 over the bare veth), the reflector (`twinstack "
+                 "reflect`, iperf3 from %s to the mirror %s) with offload and per-packet I/O, "
+                 "and each stack as `twinstack run` with a generated config: tun.offload "
+                 "\"off\" (per-packet) or \"on\" (offload: a refusal fails the start), "
+                 "tun.queues 1 or 2. After each start the rig checks the TUN from the kernel's "
+                 "side (ethtool -k: checksum and TSO offload on exactly with offload; the "
+                 "child holds as many TUN fds as queues) and does not measure a child that "
+                 "fell back." % (self.gw, self.mirror))
+        L.append("- Workload: iperf3 -J -P N -t %d -O %d (-R for down) to %s on B through the "
+                 "TUN; throughput = the median of the per-second sums after the warm-up." % (
+                     self.bulk_t, self.bulk_omit, self.target))
+        L.append("- results.json rows carry stack / io_mode / queues / workload / direction / "
+                 "streams, so `twinstack gate` compares the ceiling_fraction of two ablation "
+                 "runs (or of an ablation and a default bench) row by row.")
+        L.append("")
+        L.append("Chart: ablation_throughput.svg / .png (`gnuplot ablation_throughput.gp`). "
+                 "Raw logs and configs: work/.")
+        with open(os.path.join(self.out, "report.md"), "w") as f:
+            f.write("\n".join(L) + "\n")
+
+    @staticmethod
+    def fmt_pct(st):
+        med, _, rng = fmt_stat(st, 1, signed=True).partition(" ")
+        return med if st is None else med + " %" + (" " + rng if rng else "")
+
+    def gnuplot(self, script, name):
+        r = subprocess.run(["gnuplot", script], capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            self.notes.append("charts: gnuplot %s failed: %s" % (name, r.stderr.strip()[:200]))
+            log("warning: gnuplot %s: %s" % (name, r.stderr.strip()[:200]))
+            return False
+        return True
+
+    def ablation_charts(self):
+        """Grouped bars: one group per cell, one bar per subject and the ceiling, with the
+        [min – max] of the rounds as error bars. SVG and PNG next to the report."""
+        if not shutil.which("gnuplot"):
+            note_once(self.notes, "charts: gnuplot not installed, ablation_throughput not drawn")
+            return
+        cols = [s for s in self.subjects + [self.ceiling] if any(
+            self.stat(s, "tcp_bulk", d, n, "throughput_gbps") for d, n in self.bulk_cells)]
+        if not cols:
+            note_once(self.notes, "charts: no throughput figures, ablation_throughput not drawn")
+            return
+        order = [(d, n) for n in (1, 16, 64) for d in ("up", "down") if (d, n) in self.bulk_cells]
+        base = os.path.join(self.out, "ablation_throughput")
+        with open(base + ".dat", "w") as f:
+            f.write("# cell, then median min max per subject: %s\n" % ", ".join(
+                s.label for s in cols))
+            for d, n in order:
+                v = []
+                for s in cols:
+                    st = self.stat(s, "tcp_bulk", d, n, "throughput_gbps")
+                    v += ["%.4f %.4f %.4f" % st[:3]] if st else ["NaN NaN NaN"]
+                f.write("\"%d %s\" %s\n" % (n, d, " ".join(v)))
+        plot = ", ".join("'%s.dat' using %d:%d:%d%s title '%s'%s" % (
+            base, 2 + 3 * i, 3 + 3 * i, 4 + 3 * i, ":xtic(1)" if i == 0 else "", s.label,
+            " lc rgb '%s'" % BAR_COLORS[s.key] if s.key in BAR_COLORS else "")
+            for i, s in enumerate(cols))
+        common = ("set title 'TCP bulk throughput by stack and TUN I/O mode (median, bars: "
+                  "min-max of %d rounds)'\n"
+                  "set ylabel 'Gbit/s'\nset xlabel 'streams, direction'\n"
+                  "set style data histograms\nset style histogram errorbars gap 1 lw 1\n"
+                  "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
+                  "set key outside right top\nset grid ytics\nset yrange [0:*]\n" % self.reps)
+        with open(base + ".gp", "w") as f:
+            f.write("set terminal svg size 1200,520 dynamic enhanced font 'sans,11' background "
+                    "'white'\nset output '%s.svg'\n%splot %s\n" % (base, common, plot))
+            f.write("set terminal pngcairo size 1200,520 enhanced font 'sans,10' background "
+                    "'white'\nset output '%s.png'\nreplot\n" % base)
+        self.gnuplot(base + ".gp", "ablation_throughput")
+
+    def charts(self):
+        if not shutil.which("gnuplot"):
+            note_once(self.notes, "charts: gnuplot not installed, no charts")
+            return
+        cols = [s for s in self.subjects + [self.ceiling] if any(
+            self.get(s, "tcp_bulk", d, n, "throughput_gbps") for d, n in self.bulk_cells)]
+        if not cols:
+            self.notes.append("charts: no throughput figures, throughput.svg not drawn")
+            return
+        dat = os.path.join(self.out, "throughput.dat")
+        with open(dat, "w") as f:
+            f.write("cell " + " ".join(s.label for s in cols) + "\n")
+            for d, n in self.bulk_cells:
+                vals = []
+                for s in cols:
+                    r = self.get(s, "tcp_bulk", d, n, "throughput_gbps")
+                    vals.append("%.4f" % r["median"] if r else "NaN")
+                f.write("\"%s %d\" %s\n" % (d, n, " ".join(vals)))
+        gp = os.path.join(self.out, "throughput.gp")
+        with open(gp, "w") as f:
+            f.write(
+                "set terminal svg size 900,480 dynamic enhanced font 'sans,11' background "
+                "'white'\n"
+                "set output '%s'\n"
+                "set title 'TCP bulk throughput (median of runs, %s): stacks vs baselines and "
+                "the two-hop ceiling'\n"
+                "set ylabel 'Gbit/s'\nset xlabel 'direction, streams'\n"
+                "set style data histograms\nset style histogram clustered gap 1\n"
+                "set style fill solid 0.85 border -1\nset boxwidth 0.9\nset key outside right top\n"
+                "set grid ytics\nset yrange [0:*]\n"
+                "plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)\n" % (
+                    os.path.join(self.out, "throughput.svg"), self.io_mode, len(cols) + 1, dat))
+        datm = os.path.join(self.out, "memory_per_conn.dat")
+        have_mem = False
+        with open(datm, "w") as f:
+            f.write("stack user_KiB kernel_KiB\n")
+            for s in self.stack_subjects():
+                u = self.get(s, "hold_1000", None, self.hold_conns, "user_bytes_per_conn")
+                k = self.get(s, "hold_1000", None, self.hold_conns, "kernel_kb_per_conn")
+                if u or k:
+                    have_mem = True
+                f.write("%s %s %s\n" % (s.label, "%.3f" % (u["median"] / 1024) if u else "NaN",
+                                        "%.3f" % k["median"] if k else "NaN"))
+        gpm = os.path.join(self.out, "memory_per_conn.gp")
+        with open(gpm, "w") as f:
+            f.write(
+                "set terminal svg size 700,420 dynamic enhanced font 'sans,11' background "
+                "'white'\n"
+                "set output '%s'\n"
+                "set title 'Memory per connection (%d held)'\nset ylabel 'KiB per connection'\n"
+                "set style data histograms\nset style histogram rowstacked\n"
+                "set style fill solid 0.85 border -1\nset boxwidth 0.6\nset key top left inside\n"
+                "set grid ytics\nset yrange [0:*]\n"
+                "plot '%s' using 2:xtic(1) title 'userspace buffers (/stats)', "
+                "'' using 3 title 'kernel sockets + pipes (ss -tm)'\n" % (
+                    os.path.join(self.out, "memory_per_conn.svg"), self.hold_conns, datm))
+        self.gnuplot(gp, "throughput")
+        if have_mem:
+            self.gnuplot(gpm, "memory_per_conn")
+        else:
+            self.notes.append("charts: no memory-per-connection figures, memory_per_conn.svg "
+                              "not drawn")
