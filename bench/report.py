@@ -34,7 +34,7 @@ BAR_COLORS = {
     ("system", "offload", 1): "#ff7f0e", ("system", "offload", 2): "#a04000",
     ("lwip", "per-packet", 1): "#aec7e8", ("lwip", "offload", 1): "#1f77b4",
     ("lwip", "offload-rx", 1): "#6baed6",
-    ("system", "offload-norps", 1): "#ffbb78",
+    ("system", "offload-norps", 1): "#bcbd22",
     ("ceiling", "offload", 1): "#222222",
 }
 RSS_SLACK_KB = 1024     # issue 6: system peak RSS at 64 streams at most 1 MB above 1 stream
