@@ -514,6 +514,8 @@ static const struct cfgp_field relay_fields[] = {
 	  .off = offsetof(struct ts_config, relay_mode) },
 	{ .key = "buffer_bytes", .kind = CFGP_U32, .min = 4096, .max = 16u << 20,
 	  .off = offsetof(struct ts_config, relay_buffer_bytes) },
+	{ .key = "pipe_bytes", .kind = CFGP_U32, .min = 4096, .max = 16u << 20,
+	  .off = offsetof(struct ts_config, relay_pipe_bytes) },
 };
 static const struct cfgp_table relay_table = CFGP_TABLE(relay_fields, NULL);
 
@@ -789,6 +791,7 @@ void config_init(struct ts_config *cfg)
 	cfg->timeouts.udp_idle_ms = 60000;
 	cfg->relay_mode = TS_RELAY_SPLICE;
 	cfg->relay_buffer_bytes = 65536;
+	cfg->relay_pipe_bytes = 256u << 10;
 	cfg->budget_profile = BUDGET_PROFILE_DESKTOP;
 	budget_limits_profile(&cfg->budget, BUDGET_PROFILE_DESKTOP);
 	cfg->log_level = LOG_LEVEL_INFO;

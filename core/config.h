@@ -128,7 +128,8 @@ struct ts_config {
 	struct ts_outbound *outbounds;            /* at least one after a successful load */
 	size_t n_outbounds;
 	enum ts_relay_mode relay_mode;
-	uint32_t relay_buffer_bytes;
+	uint32_t relay_buffer_bytes;              /* a copy relay's buffer per direction */
+	uint32_t relay_pipe_bytes;                /* a splice relay's pipe size */
 	struct ts_route route;
 	struct ts_dns dns;
 	enum budget_profile budget_profile;

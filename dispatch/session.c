@@ -326,7 +326,7 @@ static int make_pools(struct dispatcher *d, const struct ts_config *cfg)
 	if (ret != 0 || cfg->relay_mode != TS_RELAY_SPLICE)
 		return ret;
 	pipepool_params_default(&pp);
-	pp.pipe_size = cfg->relay_buffer_bytes; /* docs/config.md: also the splice pipe size */
+	pp.pipe_size = cfg->relay_pipe_bytes;
 	return pipepool_new(d->base, d->budget, &pp, &d->pipes);
 }
 

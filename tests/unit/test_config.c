@@ -112,6 +112,7 @@ Test(config, defaults)
 	cr_assert_not(cfg.outbounds[0].has_routing_mark);
 	cr_assert_eq(cfg.relay_mode, TS_RELAY_SPLICE);
 	cr_assert_eq(cfg.relay_buffer_bytes, 65536);
+	cr_assert_eq(cfg.relay_pipe_bytes, 256u << 10);
 	cr_assert_eq(cfg.route.n_rules, 0);
 	cr_assert_str_eq(cfg.route.final_tag, "direct");
 	cr_assert_eq(cfg.route.final, 0);
@@ -365,7 +366,8 @@ Test(config, nat_timeouts_relay)
 
 	load_ok("{'nat':{'addresses':64,'listeners':16,'linger_ms':1,'half_open_timeout_ms':3600000,"
 		"'port_quarantine_ms':0},'timeouts':{'connect_ms':600000,'relay_idle_ms':1,"
-		"'udp_idle_ms':86400000},'relay':{'mode':'copy','buffer_bytes':4096}}",
+		"'udp_idle_ms':86400000},'relay':{'mode':'copy','buffer_bytes':4096,"
+		"'pipe_bytes':1048576}}",
 		&cfg);
 	cr_assert_eq(cfg.nat.addresses, 64);
 	cr_assert_eq(cfg.nat.listeners, 16);
@@ -376,6 +378,7 @@ Test(config, nat_timeouts_relay)
 	cr_assert_eq(cfg.timeouts.udp_idle_ms, 86400000);
 	cr_assert_eq(cfg.relay_mode, TS_RELAY_COPY);
 	cr_assert_eq(cfg.relay_buffer_bytes, 4096);
+	cr_assert_eq(cfg.relay_pipe_bytes, 1u << 20);
 	config_fini(&cfg);
 
 	static const struct bad b[] = {
