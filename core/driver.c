@@ -49,6 +49,27 @@ struct driver {
 
 static const struct vnet_hdr plain_hdr; /* all zero: GSO none, full checksums */
 
+/* The one write path: iov (header, if any, and packet; len packet bytes) as one frame. A
+ * failure is a counted drop — EAGAIN means the device queue is full, and dropping is what a
+ * router does: TCP above retransmits, and blocking here would stall every flow. */
+static int send_frame(struct driver *d, const struct iovec *iov, int cnt, size_t len, bool gso)
+{
+	ssize_t n;
+
+	do
+		n = writev(d->fd, iov, cnt);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		ctr_inc(&d->ctr.tx_dropped);
+		return -errno;
+	}
+	ctr_inc(&d->ctr.tx_packets);
+	ctr_add(&d->ctr.tx_bytes, len);
+	if (gso)
+		ctr_inc(&d->ctr.tx_gso);
+	return 0;
+}
+
 int driver_tx(void *driver, const uint8_t *pkt, size_t len)
 {
 	struct driver *d = driver;
@@ -56,20 +77,8 @@ int driver_tx(void *driver, const uint8_t *pkt, size_t len)
 		{ .iov_base = (void *)&plain_hdr, .iov_len = d->hdr },
 		{ .iov_base = (void *)pkt, .iov_len = len },
 	};
-	ssize_t n;
 
-	do
-		n = d->hdr ? writev(d->fd, iov, 2) : write(d->fd, pkt, len);
-	while (n < 0 && errno == EINTR);
-	if (n < 0) {
-		/* EAGAIN: the device queue is full. Dropping is what a router does; TCP above
-		 * retransmits, and blocking here would stall every flow. */
-		ctr_inc(&d->ctr.tx_dropped);
-		return -errno;
-	}
-	ctr_inc(&d->ctr.tx_packets);
-	ctr_add(&d->ctr.tx_bytes, len);
-	return 0;
+	return d->hdr ? send_frame(d, iov, 2, len, false) : send_frame(d, iov + 1, 1, len, false);
 }
 
 int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pkt_meta *m)
@@ -87,22 +96,10 @@ int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pk
 		{ .iov_base = &h, .iov_len = sizeof(h) },
 		{ .iov_base = (void *)pkt, .iov_len = len },
 	};
-	ssize_t n;
 
 	if (!d->hdr) /* no header to carry the metadata: only plain packets can go */
 		return m->flags || m->gso_type ? -EOPNOTSUPP : driver_tx(d, pkt, len);
-	do
-		n = writev(d->fd, iov, 2);
-	while (n < 0 && errno == EINTR);
-	if (n < 0) {
-		ctr_inc(&d->ctr.tx_dropped);
-		return -errno;
-	}
-	ctr_inc(&d->ctr.tx_packets);
-	ctr_add(&d->ctr.tx_bytes, len);
-	if (m->gso_type != PKT_GSO_NONE)
-		ctr_inc(&d->ctr.tx_gso);
-	return 0;
+	return send_frame(d, iov, 2, len, m->gso_type != PKT_GSO_NONE);
 }
 
 bool driver_offload(const struct driver *d)
@@ -111,22 +108,13 @@ bool driver_offload(const struct driver *d)
 }
 
 /* Write back d->buf: [header as read, or zeroed when plain][len bytes of packet]. */
-static int write_back(struct driver *d, size_t len, bool plain)
+static int write_back(struct driver *d, size_t len, bool plain, bool gso)
 {
-	ssize_t n;
+	struct iovec iov = { .iov_base = d->buf, .iov_len = d->hdr + len };
 
 	if (plain && d->hdr)
 		memset(d->buf, 0, d->hdr);
-	do
-		n = write(d->fd, d->buf, d->hdr + len);
-	while (n < 0 && errno == EINTR);
-	if (n < 0) {
-		ctr_inc(&d->ctr.tx_dropped);
-		return -errno;
-	}
-	ctr_inc(&d->ctr.tx_packets);
-	ctr_add(&d->ctr.tx_bytes, len);
-	return 0;
+	return send_frame(d, &iov, 1, len, gso && !plain);
 }
 
 /* ---- the header ----------------------------------------------------------------------------- */
@@ -297,11 +285,8 @@ static void handle(struct driver *d, size_t len, int64_t now)
 	}
 	switch (d->ops->input(d->arg, pkt, len, &meta, now, &out_len, &plain)) {
 	case DRIVER_WRITE:
-		if (write_back(d, out_len, plain) == 0 && !plain) {
+		if (write_back(d, out_len, plain, meta.gso_type != PKT_GSO_NONE) == 0 && !plain)
 			ctr_inc(&d->ctr.rewrites);
-			if (meta.gso_type != PKT_GSO_NONE)
-				ctr_inc(&d->ctr.tx_gso);
-		}
 		break;
 	case DRIVER_UDP:
 		to_udp(d, pkt, len, &meta, now);

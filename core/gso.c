@@ -66,11 +66,6 @@ int gso_train_pending(const struct gso_train *t)
 	return t->len != 0;
 }
 
-static uint32_t load32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 void gso_train_flush(struct gso_train *t)
 {
 	static const struct pkt_meta plain;
@@ -124,7 +119,7 @@ static int continues(const struct gso_train *t, const struct pkt_view *v, uint16
 
 	if (!t->len || v->family != t->family || hlen != t->hlen || payload > t->seg ||
 	    t->len + payload > GSO_TRAIN_MAX ||
-	    load32(v->l4 + TCP_OFF_SEQ) != t->next_seq)
+	    pkt_get32(v->l4 + TCP_OFF_SEQ) != t->next_seq)
 		return 0;
 	/* The last segment of a train may be short; after it nothing may join. */
 	if ((t->len - t->hlen) % t->seg != 0)
@@ -180,7 +175,7 @@ void gso_train_add(struct gso_train *t, const uint8_t *pkt, size_t len)
 	t->nseg = 1;
 	t->family = v.family;
 	t->psh = (v.tcp_flags & TCP_PSH) != 0;
-	t->next_seq = load32(v.l4 + TCP_OFF_SEQ) + payload;
+	t->next_seq = pkt_get32(v.l4 + TCP_OFF_SEQ) + payload;
 	return;
 alone:
 	gso_train_flush(t);

@@ -79,12 +79,17 @@ enum { TCP_FIN = 0x01, TCP_SYN = 0x02, TCP_RST = 0x04, TCP_PSH = 0x08, TCP_ACK =
 enum { TCP_OFF_SEQ = 4, TCP_OFF_ACK = 8, TCP_OFF_FLAGS = 13, TCP_OFF_WIN = 14, TCP_OFF_CSUM = 16 };
 enum { UDP_OFF_LEN = 4, UDP_OFF_CSUM = 6 };
 
-/* Big-endian (network order) 16-bit store, for length fields (checksums are stored in host
- * order with csum_store16: see csum.h). */
+/* Network-order (big-endian) field access, for lengths and sequence numbers (checksums are
+ * loaded and stored in host order with csum_load16/csum_store16: see csum.h). */
 static inline void pkt_put16(uint8_t *p, uint16_t v)
 {
 	p[0] = (uint8_t)(v >> 8);
 	p[1] = (uint8_t)v;
+}
+
+static inline uint32_t pkt_get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
 /* The general parser; use pkt_parse. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/csum.h"
+#include "core/pkt.h"
 
 static const char *const reason_names[UDP_CODEC_REASON_MAX] = {
 #define UDP_CODEC_REASON_STR(name, str) str,
@@ -58,18 +59,12 @@ size_t udp_codec_max_payload(uint8_t family)
 	return family == 4 ? 65535 - 28 : family == 6 ? 65535 - 8 : 0;
 }
 
-static void put16(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 8);
-	p[1] = (uint8_t)v;
-}
-
 static void write_ip4(const struct udp_codec_hdr *h, uint8_t *ip, size_t udp_len)
 {
 	ip[0] = 0x45;
 	ip[1] = 0;
-	put16(ip + 2, 20 + (uint32_t)udp_len);
-	put16(ip + 4, h->ip_id);
+	pkt_put16(ip + 2, (uint16_t)(20 + udp_len));
+	pkt_put16(ip + 4, h->ip_id);
 	ip[6] = ip[7] = 0; /* no DF: see udp_codec_encode */
 	ip[8] = 64;
 	ip[9] = IPPROTO_UDP;
@@ -83,7 +78,7 @@ static void write_ip6(const struct udp_codec_hdr *h, uint8_t *ip, size_t udp_len
 {
 	ip[0] = 0x60;
 	ip[1] = ip[2] = ip[3] = 0;
-	put16(ip + 4, (uint32_t)udp_len);
+	pkt_put16(ip + 4, (uint16_t)udp_len);
 	ip[6] = IPPROTO_UDP;
 	ip[7] = 64;
 	memcpy(ip + PKT_V6_SRC, h->src, 16);
@@ -111,7 +106,7 @@ int udp_codec_encode(const struct udp_codec_hdr *h, const uint8_t *payload, size
 	udp = buf + hl - 8;
 	memcpy(udp, &h->sport_be, 2);
 	memcpy(udp + 2, &h->dport_be, 2);
-	put16(udp + UDP_OFF_LEN, (uint32_t)udp_len);
+	pkt_put16(udp + UDP_OFF_LEN, (uint16_t)udp_len);
 	udp[UDP_OFF_CSUM] = udp[UDP_OFF_CSUM + 1] = 0;
 	if (h->family == 4) {
 		write_ip4(h, buf, udp_len);

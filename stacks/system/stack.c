@@ -82,6 +82,12 @@ struct sys_guard {
 	uint64_t gen;
 };
 
+/* Bytes between two queues' counter blocks: whole cache lines. */
+static size_t pctr_stride(void)
+{
+	return (sizeof(struct sys_counters) + 63) & ~(size_t)63;
+}
+
 static struct sys_stack *as_sys(struct netstack *ns)
 {
 	return (struct sys_stack *)ns;
@@ -449,7 +455,7 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 	st->kick_fd = -1;
 	st->nq = env->cfg->tun.queues ? env->cfg->tun.queues : 1;
 	/* One counter block per queue, each on its own cache lines (no false sharing). */
-	size_t csz = (sizeof(struct sys_counters) + 63) & ~(size_t)63;
+	size_t csz = pctr_stride();
 	st->pctr = aligned_alloc(64, csz * st->nq);
 	if (!st->pctr) {
 		free(st);
@@ -549,8 +555,7 @@ static void sys_free(struct netstack *ns)
 
 static struct sys_counters *pctr_of(struct sys_stack *st, unsigned q)
 {
-	size_t csz = (sizeof(struct sys_counters) + 63) & ~(size_t)63;
-	return (struct sys_counters *)((char *)st->pctr + csz * q);
+	return (struct sys_counters *)((char *)st->pctr + pctr_stride() * q);
 }
 
 static enum driver_verdict sys_input(struct netstack *ns, unsigned q, uint8_t *buf, size_t len,

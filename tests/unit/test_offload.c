@@ -71,20 +71,6 @@ static void teardown(void)
 
 TestSuite(offload, .init = setup, .fini = teardown);
 
-/* ---- the payload pattern: position-dependent, not periodic in the MSS ---- */
-
-static uint8_t pat(uint32_t seed, size_t i)
-{
-	uint32_t x = (uint32_t)i + seed * 7919u;
-	return (uint8_t)(x * 131u + (x >> 8) * 17u + (x >> 16));
-}
-
-static void fill_pattern(uint8_t *p, size_t n, uint32_t seed)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = pat(seed, i);
-}
-
 /* ---- one NATted flow: the client's pair and the tuple the NAT gave it ---- */
 
 struct flow {
@@ -199,7 +185,7 @@ static size_t build_super(const struct flow *f, const struct shape *sh, struct p
 		s.ext[2] = (struct tu_ext){ 60, 1 };
 		s.ext_n = 3;
 	}
-	fill_pattern(payload_buf, sh->payload, sh->seed);
+	tu_fill_pattern(payload_buf, sh->payload, sh->seed);
 	s.payload = payload_buf;
 	s.payload_len = sh->payload;
 	s.partial_csum = sh->partial;
@@ -276,9 +262,9 @@ static void assert_segment(const struct flow *f, const struct shape *sh, const s
 	cr_assert_eq(tu_get16(s + l3 + 2), w->dport, "segment %zu dport", i);
 	cr_assert_eq(tu_get32(s + l3 + 4), sh->seq + (uint32_t)off, "segment %zu seq", i);
 	for (size_t j = 0; j < chunk; j++)
-		if (s[hdr + j] != pat(sh->seed, off + j))
+		if (s[hdr + j] != tu_pattern_byte(sh->seed, off + j))
 			cr_assert_fail("segment %zu payload byte %zu: 0x%02x, want 0x%02x", i, j,
-				       s[hdr + j], pat(sh->seed, off + j));
+				       s[hdr + j], tu_pattern_byte(sh->seed, off + j));
 }
 
 /* Run the super-packet in sp through sysproc and check it and its segments. */

@@ -37,6 +37,7 @@
 #include "core/config.h"
 #include "core/netlink.h"
 #include "core/tun.h"
+#include "netns_child.h"
 #include "testutil.h"
 
 #ifndef TUN_F_USO4
@@ -44,84 +45,8 @@
 #define TUN_F_USO6 0x40
 #endif
 
-#define SKIP_STATUS 77
 
-/* ---- running a scenario in a child inside its own namespaces ---- */
-
-static int report_fd = -1; /* the child's end of the pipe to the test process */
-
-static void child_report(int status, const char *fmt, ...)
-	__attribute__((noreturn, format(printf, 2, 3)));
-
-static void child_report(int status, const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		(void)!write(report_fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
-	_exit(status);
-}
-
-/* Assertion inside the child: on failure the message goes to the parent, which fails. */
-#define CHECK(cond, ...)                                                                        \
-	do {                                                                                    \
-		if (!(cond)) {                                                                  \
-			char m_[768];                                                           \
-			snprintf(m_, sizeof(m_), __VA_ARGS__);                                  \
-			child_report(1, "line %d: %s: %s", __LINE__, #cond, m_);                \
-		}                                                                               \
-	} while (0)
-
-static void enter_namespaces(void)
-{
-	if (unshare(CLONE_NEWNET | CLONE_NEWNS) != 0)
-		child_report(SKIP_STATUS, "cannot create namespaces (unshare: %s)",
-			     strerror(errno));
-	/* Keep our mounts (the new sysfs, a tmpfs on /dev/net) out of the host's mount table. */
-	CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0, "%s", strerror(errno));
-	CHECK(mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NOEXEC | MS_NODEV, NULL) == 0,
-	      "sysfs: %s", strerror(errno));
-}
-
-static void run_in_netns(void (*scenario)(void))
-{
-	char msg[1024] = "";
-	size_t got = 0;
-	ssize_t n;
-	int pfd[2], st;
-	pid_t pid;
-
-	if (geteuid() != 0)
-		cr_skip_test("needs root (network namespaces, TUN devices)");
-	if (access("/dev/net/tun", R_OK | W_OK) != 0)
-		cr_skip_test("/dev/net/tun not usable: %s", strerror(errno));
-	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
-	pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		close(pfd[0]);
-		report_fd = pfd[1];
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* Criterion's timeout kills the parent */
-		enter_namespaces();
-		scenario();
-		_exit(0);
-	}
-	close(pfd[1]);
-	while (got < sizeof(msg) - 1 && (n = read(pfd[0], msg + got, sizeof(msg) - 1 - got)) > 0)
-		got += (size_t)n;
-	msg[got] = '\0';
-	close(pfd[0]);
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	if (WIFEXITED(st) && WEXITSTATUS(st) == SKIP_STATUS)
-		cr_skip_test("%s", msg);
-	cr_assert(WIFEXITED(st), "child died of signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-	cr_assert_eq(WEXITSTATUS(st), 0, "%s", msg);
-}
+/* Scenarios run in a child inside their own namespaces: tests/unit/netns_child.h. */
 
 /* ---- helpers (child side) ---- */
 

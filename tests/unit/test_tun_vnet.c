@@ -51,13 +51,13 @@
 #include "core/driver.h"
 #include "core/pkt.h"
 #include "core/tun.h"
+#include "netns_child.h"
 #include "testutil.h"
 
 #ifndef VIRTIO_NET_HDR_GSO_UDP_L4
 #define VIRTIO_NET_HDR_GSO_UDP_L4 5
 #endif
 
-#define SKIP_STATUS 77
 #define TUN_ADDR "10.201.0.1"
 #define PEER_ADDR "10.201.0.2" /* on the TUN's subnet: routed into the TUN */
 #define TUN_ADDR6 "fd00:201::1"
@@ -65,80 +65,7 @@
 
 _Static_assert(sizeof(struct virtio_net_hdr) == TUN_VNET_HDR_LEN, "10-byte vnet header");
 
-/* ---- running a scenario in a child inside its own namespaces (as test_tun.c) ---- */
-
-static int report_fd = -1;
-
-static void child_report(int status, const char *fmt, ...)
-	__attribute__((noreturn, format(printf, 2, 3)));
-
-static void child_report(int status, const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		(void)!write(report_fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
-	_exit(status);
-}
-
-#define CHECK(cond, ...)                                                                        \
-	do {                                                                                    \
-		if (!(cond)) {                                                                  \
-			char m_[768];                                                           \
-			snprintf(m_, sizeof(m_), __VA_ARGS__);                                  \
-			child_report(1, "line %d: %s: %s", __LINE__, #cond, m_);                \
-		}                                                                               \
-	} while (0)
-
-static void enter_namespaces(void)
-{
-	if (unshare(CLONE_NEWNET | CLONE_NEWNS) != 0)
-		child_report(SKIP_STATUS, "cannot create namespaces (unshare: %s)",
-			     strerror(errno));
-	CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0, "%s", strerror(errno));
-	CHECK(mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NOEXEC | MS_NODEV, NULL) == 0,
-	      "sysfs: %s", strerror(errno));
-}
-
-static void run_in_netns(void (*scenario)(void))
-{
-	char msg[1024] = "";
-	size_t got = 0;
-	ssize_t n;
-	int pfd[2], st;
-	pid_t pid;
-
-	if (geteuid() != 0)
-		cr_skip_test("needs root (network namespaces, TUN devices)");
-	if (access("/dev/net/tun", R_OK | W_OK) != 0)
-		cr_skip_test("/dev/net/tun not usable: %s", strerror(errno));
-	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
-	pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		close(pfd[0]);
-		report_fd = pfd[1];
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		enter_namespaces();
-		scenario();
-		_exit(0);
-	}
-	close(pfd[1]);
-	while (got < sizeof(msg) - 1 && (n = read(pfd[0], msg + got, sizeof(msg) - 1 - got)) > 0)
-		got += (size_t)n;
-	msg[got] = '\0';
-	close(pfd[0]);
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	if (WIFEXITED(st) && WEXITSTATUS(st) == SKIP_STATUS)
-		cr_skip_test("%s", msg);
-	cr_assert(WIFEXITED(st), "child died of signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-	cr_assert_eq(WEXITSTATUS(st), 0, "%s", msg);
-}
+/* Scenarios run in a child inside their own namespaces: tests/unit/netns_child.h. */
 
 /* ---- helpers (child side) ---- */
 
@@ -244,23 +171,11 @@ static ssize_t recv_within(int s, uint8_t *buf, size_t cap, int timeout_ms)
 	return -1;
 }
 
-static uint8_t pat(uint32_t seed, size_t i)
-{
-	uint32_t x = (uint32_t)i + seed * 7919u;
-	return (uint8_t)(x * 131u + (x >> 8) * 17u + (x >> 16));
-}
-
-static void fill_pattern(uint8_t *p, size_t n, uint32_t seed)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = pat(seed, i);
-}
-
 static void check_pattern(const uint8_t *p, size_t n, uint32_t seed, size_t from, const char *what)
 {
 	for (size_t i = 0; i < n; i++)
-		CHECK(p[i] == pat(seed, from + i), "%s: byte %zu is 0x%02x, want 0x%02x", what, i,
-		      p[i], pat(seed, from + i));
+		CHECK(p[i] == tu_pattern_byte(seed, from + i), "%s: byte %zu is 0x%02x, want 0x%02x", what, i,
+		      p[i], tu_pattern_byte(seed, from + i));
 }
 
 /* Write hdr + pkt as one frame; returns what write() returned (errno kept). */
@@ -280,7 +195,7 @@ static size_t build_uso_to(const char *src, const char *dst, uint8_t *pkt, size_
 	struct pkt_meta m;
 
 	tu_spec_udp(&s, src, 6000, dst, 5000);
-	fill_pattern(payload, n_seg * seg, seed);
+	tu_fill_pattern(payload, n_seg * seg, seed);
 	s.payload = payload;
 	s.payload_len = n_seg * seg;
 	s.partial_csum = true;
@@ -439,7 +354,7 @@ static void scenario_plain_write(void)
 	int s = udp_socket(TUN_ADDR, 5000);
 	uint8_t payload[300];
 
-	fill_pattern(payload, sizeof(payload), 31);
+	tu_fill_pattern(payload, sizeof(payload), 31);
 	tu_spec_udp(&sp, PEER_ADDR, 6000, TUN_ADDR, 5000);
 	sp.payload = payload;
 	sp.payload_len = sizeof(payload);
@@ -531,7 +446,7 @@ static void scenario_read_small_udp(void)
 	struct tun *t = open_vnet();
 	int s = udp_socket(TUN_ADDR, 7001);
 
-	fill_pattern(payload, sizeof(payload), 41);
+	tu_fill_pattern(payload, sizeof(payload), 41);
 	CHECK(inet_pton(AF_INET, PEER_ADDR, &to.sin_addr) == 1, "addr");
 	CHECK(sendto(s, payload, sizeof(payload), 0, (struct sockaddr *)&to, sizeof(to)) ==
 		      (ssize_t)sizeof(payload), "sendto: %s", strerror(errno));
@@ -599,7 +514,7 @@ static void read_uso(const char *src, const char *dst)
 
 	CHECK(setsockopt(s, SOL_UDP, UDP_SEGMENT, &gso, sizeof(gso)) == 0, "UDP_SEGMENT: %s",
 	      strerror(errno));
-	fill_pattern(payload, sizeof(payload), 51);
+	tu_fill_pattern(payload, sizeof(payload), 51);
 	udp_send_to(s, payload, sizeof(payload), dst, 7002);
 	size_t n = read_frame(tun_fd(t, 0), frame, sizeof(frame), IPPROTO_UDP, 7002);
 	CHECK(n == TUN_VNET_HDR_LEN + l3 + 8 + sizeof(payload), "frame of %zu bytes: not one "
@@ -693,7 +608,7 @@ static size_t build_tso(const struct tcp_peer *c, uint8_t *pkt, size_t cap, size
 	s.seq = c->pseq;
 	s.ack = c->cseq;
 	s.window = 65535;
-	fill_pattern(payload, n, seed);
+	tu_fill_pattern(payload, n, seed);
 	s.payload = payload;
 	s.payload_len = n;
 	s.partial_csum = true;
@@ -743,7 +658,7 @@ static void read_tso(const char *peer, const char *self)
 	tcp_peer_connect_to(fd, &c, peer, self);
 	size_t l3 = c.family == 4 ? 20 : 40, mss = c.family == 4 ? 1460 : 1500 - 60;
 	uint8_t type = c.family == 4 ? VIRTIO_NET_HDR_GSO_TCPV4 : VIRTIO_NET_HDR_GSO_TCPV6;
-	fill_pattern(payload, sizeof(payload), 61);
+	tu_fill_pattern(payload, sizeof(payload), 61);
 	CHECK(send(c.s, payload, sizeof(payload), 0) > (ssize_t)(10 * mss), "send: %s",
 	      strerror(errno));
 	/* Initial window: 10 segments leave before our (never sent) ACK. */
@@ -885,7 +800,7 @@ static void scenario_driver_tx_plain(void)
 	struct driver *d = drv_open(t, &base, &seen);
 	int s = udp_socket(TUN_ADDR, 5000);
 
-	fill_pattern(payload, sizeof(payload), 81);
+	tu_fill_pattern(payload, sizeof(payload), 81);
 	tu_spec_udp(&sp, PEER_ADDR, 6000, TUN_ADDR, 5000);
 	sp.payload = payload;
 	sp.payload_len = sizeof(payload);
@@ -943,7 +858,7 @@ static void scenario_driver_reads_uso_split(void)
 
 	CHECK(setsockopt(s, SOL_UDP, UDP_SEGMENT, &gso, sizeof(gso)) == 0, "UDP_SEGMENT: %s",
 	      strerror(errno));
-	fill_pattern(payload, sizeof(payload), 101);
+	tu_fill_pattern(payload, sizeof(payload), 101);
 	CHECK(inet_pton(AF_INET, PEER_ADDR, &to.sin_addr) == 1, "addr");
 	CHECK(sendto(s, payload, sizeof(payload), 0, (struct sockaddr *)&to, sizeof(to)) ==
 		      (ssize_t)sizeof(payload), "sendto: %s", strerror(errno));

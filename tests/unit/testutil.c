@@ -840,3 +840,15 @@ size_t tu_gso_segment(const uint8_t *sp, size_t len, const struct pkt_meta *m, u
 	}
 	return n;
 }
+
+uint8_t tu_pattern_byte(uint32_t seed, size_t i)
+{
+	uint32_t x = (uint32_t)i + seed * 7919u;
+	return (uint8_t)(x * 131u + (x >> 8) * 17u + (x >> 16));
+}
+
+void tu_fill_pattern(uint8_t *p, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = tu_pattern_byte(seed, i);
+}

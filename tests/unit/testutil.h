@@ -61,6 +61,11 @@ void tu_put32(uint8_t *p, uint32_t v);        /* big-endian 32-bit store */
 /* Parse a textual IPv4/IPv6 address into out[16] (v4 in out[0..3], rest zero); returns the
  * family (4 or 6); aborts on malformed text. */
 int tu_addr(uint8_t out[16], const char *text);
+
+/* A payload pattern that depends on the position and not periodic in any MSS, so a segment
+ * put at the wrong offset is caught: byte i of the stream seed, and n bytes of it from 0. */
+uint8_t tu_pattern_byte(uint32_t seed, size_t i);
+void tu_fill_pattern(uint8_t *p, size_t n, uint32_t seed);
 /* Print buf as hex to stderr under a label (for failure diagnostics). */
 void tu_dump(const char *label, const uint8_t *buf, size_t len);
 
