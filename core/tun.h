@@ -70,7 +70,9 @@ void tun_params_from_config(struct tun_params *p, const struct ts_tun *cfg);
  * rps (receive packet steering of the packets we write into the TUN, i.e. the kernel's TCP
  * receive work for them, over every CPU we may run on; sysfs rx-N/rps_cpus):
  *   "on"   set it or fail (-errno, e.g. no sysfs of this network namespace, no CONFIG_RPS);
- *   "auto" set it with one queue on a machine with more than one CPU; failure is a note;
+ *   "auto" with one queue on a machine with more than one CPU: cleared now, and then the
+ *          loop's to turn on and off (tun_rps_auto, core/rps_policy.h); if it cannot be
+ *          written, a note and steering stays off; with more queues: as "off";
  *   "off"  leave the device's setting alone (the kernel default: none).
  * Same return values as tun_open. */
 int tun_open_config(const struct ts_tun *cfg, struct tun **out, char *note, size_t notelen,
@@ -101,10 +103,13 @@ uint32_t tun_queues(const struct tun *t);
 /* The device name (the kernel's choice when p->name was ""). Borrowed, valid until tun_close. */
 const char *tun_name(const struct tun *t);
 int tun_ifindex(const struct tun *t);
-/* True when tun_open_config set receive packet steering on the device. */
+/* True while receive packet steering is on (tun_open_config or tun_set_rps set it). */
 bool tun_rps(const struct tun *t);
-/* Set rps_cpus of every rx queue of t to the CPUs this process may run on. 0 or -errno. */
-int tun_set_rps(struct tun *t, char *err, size_t errlen) TUN_WUR;
+/* True when tun.rps "auto" left the decision to the loop (and rps_cpus could be written). */
+bool tun_rps_auto(const struct tun *t);
+/* Set rps_cpus of every rx queue of t to the CPUs this process may run on (on) or to none
+ * (off). 0 or -errno with one line in err. */
+int tun_set_rps(struct tun *t, bool on, char *err, size_t errlen) TUN_WUR;
 /* True if tun_open created the device (it vanishes at tun_close), false if it attached. */
 bool tun_created(const struct tun *t);
 bool tun_vnet_hdr(const struct tun *t);

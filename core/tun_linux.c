@@ -48,6 +48,7 @@ struct tun {
 	uint32_t nqueues;  /* fds[0 .. nqueues) are open */
 	bool offload_failed; /* the open failed at an offload step (IFF_VNET_HDR, TUNSET*) */
 	bool rps;            /* rps_cpus set by tun_set_rps */
+	bool rps_auto;       /* tun.rps "auto": the loop decides (tun_rps_auto) */
 	int fds[];
 };
 
@@ -392,6 +393,32 @@ static int open_offload(const struct ts_tun *cfg, struct tun **out, char *note, 
 	return ret;
 }
 
+/* How many CPUs this process may run on (1 when that cannot be told). */
+static int affinity_cpus(void)
+{
+	cpu_set_t set;
+
+	return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+/* True if rx-0/rps_cpus of t holds a non-zero mask (false when unreadable). */
+static bool rps_was_set(const struct tun *t)
+{
+	char path[128], text[CPU_SETSIZE / 4 + CPU_SETSIZE / 32 + 2] = { 0 };
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/sys/class/net/%s/queues/rx-0/rps_cpus", t->name);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return false;
+	n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	for (ssize_t i = 0; i < n; i++)
+		if (text[i] != '0' && text[i] != ',' && text[i] != '\n')
+			return true;
+	return false;
+}
+
 int tun_open_config(const struct ts_tun *cfg, struct tun **out, char *note, size_t notelen,
 		    char *err, size_t errlen)
 {
@@ -402,10 +429,17 @@ int tun_open_config(const struct ts_tun *cfg, struct tun **out, char *note, size
 		note[0] = '\0';
 	if ((ret = open_offload(cfg, out, note, notelen, err, errlen)) != 0)
 		return ret;
-	bool want = cfg->rps == TS_RPS_ON ||
-		    (cfg->rps == TS_RPS_AUTO && (*out)->nqueues == 1 && sysconf(_SC_NPROCESSORS_ONLN) > 1);
-	if (!want || (ret = tun_set_rps(*out, rerr, sizeof(rerr))) == 0)
+	/* "auto" with one queue and more than one CPU to steer to: steering starts off and the
+	 * loop turns it on and off (core/rps_policy.h); clearing rps_cpus now proves it can. A
+	 * persistent device someone set steering on is theirs: "auto" leaves it as "off" does. */
+	bool aut = cfg->rps == TS_RPS_AUTO && (*out)->nqueues == 1 && affinity_cpus() > 1 &&
+		   ((*out)->created || !rps_was_set(*out));
+	if (cfg->rps == TS_RPS_OFF || (cfg->rps == TS_RPS_AUTO && !aut))
 		return 0;
+	if ((ret = tun_set_rps(*out, cfg->rps == TS_RPS_ON, rerr, sizeof(rerr))) == 0) {
+		(*out)->rps_auto = aut;
+		return 0;
+	}
 	if (cfg->rps == TS_RPS_ON) {
 		snprintf(err, errlen, "%s", rerr);
 		tun_close(*out);
@@ -447,12 +481,14 @@ static int cpu_mask(char *buf, size_t len, int *ncpu)
 	return 0;
 }
 
-int tun_set_rps(struct tun *t, char *err, size_t errlen)
+int tun_set_rps(struct tun *t, bool on, char *err, size_t errlen)
 {
 	char mask[CPU_SETSIZE / 4 + CPU_SETSIZE / 32 + 2], path[128];
 	int ncpu, ret;
 
-	if ((ret = cpu_mask(mask, sizeof(mask), &ncpu)) != 0)
+	if (!on)
+		snprintf(mask, sizeof(mask), "0");
+	else if ((ret = cpu_mask(mask, sizeof(mask), &ncpu)) != 0)
 		return fail(err, errlen, ret, "%s: rps: CPU mask: %s", t->name, strerror(-ret));
 	for (uint32_t q = 0; q < t->nqueues; q++) {
 		snprintf(path, sizeof(path), "/sys/class/net/%s/queues/rx-%u/rps_cpus", t->name, q);
@@ -469,7 +505,7 @@ int tun_set_rps(struct tun *t, char *err, size_t errlen)
 			return fail(err, errlen, ret, "%s: rps: %s: %s", t->name, path,
 				    strerror(-ret));
 	}
-	t->rps = true;
+	t->rps = on;
 	return 0;
 }
 
@@ -478,10 +514,19 @@ bool tun_rps(const struct tun *t)
 	return t->rps;
 }
 
+bool tun_rps_auto(const struct tun *t)
+{
+	return t->rps_auto;
+}
+
 void tun_close(struct tun *t)
 {
 	if (!t)
 		return;
+	/* A persistent device outlives us: leave it without the steering "auto" turned on. */
+	if (t->rps_auto && t->rps && !t->created && tun_set_rps(t, false, NULL, 0) != 0) {
+		/* nothing more to do on the way out */
+	}
 	for (uint32_t q = 0; q < t->nqueues; q++)
 		close(t->fds[q]);
 	free(t);

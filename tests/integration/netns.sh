@@ -346,7 +346,8 @@ stats_json() { inA curl -sS --fail --max-time 3 "http://127.0.0.1:$P_STATS/stats
 stat_get() { stats_json | jq -r "$1"; }
 
 STATS_KEYS='stack uptime_s rss_kb peak_rss_kb fds tun.rx_packets tun.rx_bytes tun.tx_packets
-tun.tx_bytes tun.rewrites tun.queues tun.rx_gso tun_device.rx_dropped tun_device.tx_dropped drops.malformed
+tun.tx_bytes tun.rewrites tun.queues tun.rx_gso tun.rps tun.rps_auto tun.rps_switches
+tun.loop_busy_pct tun_device.rx_dropped tun_device.tx_dropped drops.malformed
 drops.fragment drops.esp drops.icmp drops.unmapped_downlink drops.unmapped_uplink_rst
 drops.own_address drops.nat_exhausted drops.admission_refused drops.fd_exhausted
 drops.udp_queue_full nat.half_open nat.active nat.closing nat.quarantined sessions.active

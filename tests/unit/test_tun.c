@@ -393,6 +393,97 @@ static void scenario_kernel_name_multiqueue_vnet(void)
 	tun_close(t);
 }
 
+/* rps_cpus of the device's one rx queue, as sysfs shows it, parsed as a hex mask ("0" when
+ * steering is off; commas between 32-bit words). */
+static unsigned long long rps_mask(const char *ifname)
+{
+	char path[128], text[256] = { 0 }, digits[256];
+	size_t k = 0;
+	int fd;
+
+	snprintf(path, sizeof(path), "/sys/class/net/%s/queues/rx-0/rps_cpus", ifname);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0, "%s: %s", path, strerror(errno));
+	CHECK(read(fd, text, sizeof(text) - 1) > 0, "%s", path);
+	close(fd);
+	for (const char *c = text; *c && *c != '\n' && k < sizeof(digits) - 1; c++)
+		if (*c != ',')
+			digits[k++] = *c;
+	digits[k] = '\0';
+	return strtoull(digits, NULL, 16);
+}
+
+/* tun.rps: "on" sets rps_cpus to the CPUs we may run on, "auto" (one queue, more than one CPU)
+ * clears it and leaves the decision to the loop, tun_set_rps turns it on and off, "off"
+ * leaves a device's setting alone. */
+static void scenario_rps(void)
+{
+	struct ts_config cfg;
+	struct tun *t = NULL;
+	char note[256], err[TS_ERRLEN];
+	cpu_set_t set;
+	unsigned long long mine = 0;
+	bool multi = sysconf(_SC_NPROCESSORS_ONLN) > 1;
+
+	CHECK(sched_getaffinity(0, sizeof(set), &set) == 0, "affinity");
+	for (int c = 0; c < 64; c++)
+		if (CPU_ISSET(c, &set))
+			mine |= 1ull << c;
+	CHECK(config_load_string("{\"tun\":{\"name\":\"tsrps0\",\"address\":\"198.18.0.1/15\","
+				 "\"offload\":\"off\",\"rps\":\"on\"}}", &cfg, err,
+				 sizeof(err)) == 0, "%s", err);
+	CHECK(tun_open_config(&cfg.tun, &t, note, sizeof(note), err, sizeof(err)) == 0, "%s",
+	      err);
+	CHECK(tun_rps(t) && !tun_rps_auto(t), "on: steering on, not the loop's");
+	CHECK(rps_mask("tsrps0") == mine, "on: mask %llx, want %llx", rps_mask("tsrps0"), mine);
+	CHECK(tun_set_rps(t, false, err, sizeof(err)) == 0, "%s", err);
+	CHECK(!tun_rps(t) && rps_mask("tsrps0") == 0, "off: %llx", rps_mask("tsrps0"));
+	CHECK(tun_set_rps(t, true, err, sizeof(err)) == 0, "%s", err);
+	CHECK(tun_rps(t) && rps_mask("tsrps0") == mine, "on again: %llx", rps_mask("tsrps0"));
+	tun_close(t);
+	t = NULL;
+
+	/* A persistent device with steering set is someone else's: "off" and "auto" leave it. */
+	make_persistent("tsrps1", IFF_TUN);
+	snprintf(cfg.tun.name, sizeof(cfg.tun.name), "tsrps1");
+	write_text("/sys/class/net/tsrps1/queues/rx-0/rps_cpus", "1");
+	for (int i = 0; i < 2; i++) {
+		cfg.tun.rps = i == 0 ? TS_RPS_OFF : TS_RPS_AUTO;
+		CHECK(tun_open_config(&cfg.tun, &t, note, sizeof(note), err, sizeof(err)) == 0,
+		      "%s", err);
+		CHECK(!tun_rps(t) && !tun_rps_auto(t) && rps_mask("tsrps1") == 1,
+		      "%s leaves it: %llx", i == 0 ? "off" : "auto", rps_mask("tsrps1"));
+		tun_close(t);
+		t = NULL;
+	}
+	/* Without a setting "auto" manages it, and gives it back without steering at close. */
+	write_text("/sys/class/net/tsrps1/queues/rx-0/rps_cpus", "0");
+	CHECK(tun_open_config(&cfg.tun, &t, note, sizeof(note), err, sizeof(err)) == 0, "%s",
+	      err);
+	CHECK(note[0] == '\0', "no note: %s", note);
+	CHECK(!tun_rps(t), "auto starts with steering off");
+	CHECK(tun_rps_auto(t) == multi, "auto is the loop's with more CPUs to steer to");
+	if (multi) {
+		CHECK(tun_set_rps(t, true, err, sizeof(err)) == 0, "%s", err);
+		CHECK(rps_mask("tsrps1") == mine, "the loop turned it on: %llx", rps_mask("tsrps1"));
+	}
+	tun_close(t);
+	t = NULL;
+	CHECK(rps_mask("tsrps1") == 0, "closed: cleared again: %llx", rps_mask("tsrps1"));
+
+	/* More than one queue: "auto" is "off" (a device's setting stays). */
+	make_persistent("tsrps2", IFF_TUN | IFF_MULTI_QUEUE);
+	write_text("/sys/class/net/tsrps2/queues/rx-0/rps_cpus", "1");
+	snprintf(cfg.tun.name, sizeof(cfg.tun.name), "tsrps2");
+	cfg.tun.queues = 2;
+	CHECK(tun_open_config(&cfg.tun, &t, note, sizeof(note), err, sizeof(err)) == 0, "%s",
+	      err);
+	CHECK(!tun_rps_auto(t) && rps_mask("tsrps2") == 1, "2 queues: untouched: %llx",
+	      rps_mask("tsrps2"));
+	tun_close(t);
+	config_fini(&cfg);
+}
+
 static void scenario_verify_detects_problems(void)
 {
 	struct tun_params p;
@@ -496,6 +587,11 @@ Test(tun, echo_through_device_and_dev_stats)
 Test(tun, kernel_name_multiqueue_vnet_hdr)
 {
 	run_in_netns(scenario_kernel_name_multiqueue_vnet);
+}
+
+Test(tun, rps_on_off_auto)
+{
+	run_in_netns(scenario_rps);
 }
 
 Test(tun, verify_missing_down_tentative)
