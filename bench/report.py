@@ -22,6 +22,7 @@ UNITS = {
     "idle_rss_kb": "KiB", "startup_ms": "ms", "idle_wakeups_20s": "wakeups",
     "udp_flows_answered": "flows", "user_bytes_per_conn": "bytes", "kernel_kb_per_conn": "KiB",
     "cpu_user_s": "s", "cpu_sys_s": "s", "tun_drops": "packets", "retransmits": "segments",
+    "rps_switches": "switches", "loop_busy_pct": "%",
     "conn_per_s": "conn/s", "latency_p50_us": "us", "latency_p99_us": "us",
     "latency_p999_us": "us", "pps": "packets/s", "loss_pct": "%",
     "instructions_per_op": "instructions",
@@ -34,7 +35,7 @@ BAR_COLORS = {
     ("system", "offload", 1): "#ff7f0e", ("system", "offload", 2): "#a04000",
     ("lwip", "per-packet", 1): "#aec7e8", ("lwip", "offload", 1): "#1f77b4",
     ("lwip", "offload-rx", 1): "#6baed6",
-    ("system", "offload-norps", 1): "#bcbd22",
+    ("system", "offload-norps", 1): "#bcbd22", ("system", "offload-rps", 1): "#8c564b",
     ("ceiling", "offload", 1): "#222222",
 }
 RSS_SLACK_KB = 1024     # issue 6: system peak RSS at 64 streams at most 1 MB above 1 stream
@@ -255,8 +256,10 @@ class Report:
                  ("lwip", "per-packet", 1)),
                 ("lwip offload: GSO output trains vs none", ("lwip", "offload", 1),
                  ("lwip", "offload-rx", 1)),
-                ("system offload: receive packet steering on vs off", ("system", "offload", 1),
-                 ("system", "offload-norps", 1)),
+                ("system offload: steering that follows the load vs always off",
+                 ("system", "offload", 1), ("system", "offload-norps", 1)),
+                ("system offload: steering that follows the load vs always on",
+                 ("system", "offload", 1), ("system", "offload-rps", 1)),
                 ("system vs lwip, offload", ("system", "offload", 1), ("lwip", "offload", 1)),
                 ("system offload: 2 queues vs 1", ("system", "offload", 2),
                  ("system", "offload", 1))]
@@ -452,7 +455,8 @@ class Report:
         for s in self.subjects:
             for d, n in self.bulk_cells:
                 vals = [self.get(s, "tcp_bulk", d, n, m) for m in
-                        ("cpu_user_s", "cpu_sys_s", "tun_drops", "retransmits")]
+                        ("cpu_user_s", "cpu_sys_s", "tun_drops", "retransmits",
+                         "rps_switches", "loop_busy_pct")]
                 if all(v is None for v in vals):
                     continue
                 T.append("| %s | %s | %d | %s |" % (s.label, d, n, " | ".join(
@@ -462,8 +466,8 @@ class Report:
         L.append("## Cost of the bulk runs (per cell, per run)")
         L.append("")
         L.append("| subject | direction | streams | cpu user s | cpu sys s | TUN drops | "
-                 "retransmits |")
-        L.append("| --- | --- | --- | --- | --- | --- | --- |")
+                 "retransmits | steering switches | loop busy % |")
+        L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         L += T + [""]
 
     def write_ablation_report(self, meta, targets):

@@ -292,9 +292,11 @@ class Subject(report.Subject):
         """tun.offload for the config: "on", never "auto", so a refusal fails the start
         instead of silently measuring per-packet I/O. io_mode "offload-rx" is offload with
         the lwip stack's GSO output trains off (tun.gso_output false): what the trains buy;
-        "offload-norps" is offload with receive packet steering off (tun.rps "off"; every
-        other subject runs the default "auto"): what steering buys."""
-        return "on" if self.io_mode in ("offload", "offload-rx", "offload-norps") else "off"
+        "offload-norps" / "offload-rps" are offload with receive packet steering always off /
+        always on (tun.rps "off" / "on"; every other subject runs the default "auto", which
+        follows the load): what steering buys and what following the load buys."""
+        return "on" if self.io_mode in ("offload", "offload-rx", "offload-norps",
+                                        "offload-rps") else "off"
 
     @property
     def gso_output(self):
@@ -302,7 +304,7 @@ class Subject(report.Subject):
 
     @property
     def rps(self):
-        return "off" if self.io_mode == "offload-norps" else "auto"
+        return {"offload-norps": "off", "offload-rps": "on"}.get(self.io_mode, "auto")
 
     @property
     def slug(self):
@@ -361,6 +363,7 @@ class Rig:
             if "system" in self.stacks:
                 self.subjects += [Subject("system", "per-packet"), Subject("system", "offload"),
                                   Subject("system", "offload-norps"),
+                                  Subject("system", "offload-rps"),
                                   Subject("system", "offload", 2)]
             if "lwip" in self.stacks:
                 self.subjects += [Subject("lwip", "per-packet"), Subject("lwip", "offload"),
@@ -698,6 +701,14 @@ class Rig:
             self.add(subj, wl, direction, streams, "cpu_sys_s", cpu1[1] - cpu0[1])
         if drops0 is not None and drops1 is not None:
             self.add(subj, wl, direction, streams, "tun_drops", drops1 - drops0)
+        if subj.is_stack:
+            # tun.rps "auto": how often it switched so far (per cell in an ablation: a fresh
+            # child per run) and how busy the loop's thread was in its last window.
+            st = (self.stats() or {}).get("tun", {})
+            for key, metric in (("rps_switches", "rps_switches"),
+                                ("loop_busy_pct", "loop_busy_pct")):
+                if isinstance(st.get(key), (int, float)) and st.get("rps_auto"):
+                    self.add(subj, wl, direction, streams, metric, st[key])
         return gbps
 
     def perf_start(self, subj, direction, streams):
