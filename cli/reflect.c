@@ -33,10 +33,10 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/rps_auto.h"
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"
-#include "core/rps_policy.h"
 #include "core/tun.h"
 
 #define REFLECT_BATCH 64 /* reads per wakeup, then back to the loop */
@@ -66,8 +66,7 @@ struct reflector {
 	uint8_t *buf;      /* REFLECT_BUF bytes: [vnet header] IP packet */
 	size_t hdr_len;    /* TUN_VNET_HDR_LEN with offload, else 0 */
 	struct reflect_counters c;
-	struct rps_policy *rps; /* tun.rps "auto", as in `run` */
-	uint64_t rps_switches;  /* switches before a failed sysfs write ended the policy */
+	struct rps_auto rps;    /* tun.rps "auto", as in `run` */
 	int exit_code;
 };
 
@@ -195,37 +194,14 @@ static void reflect_one(struct reflector *r, int fd, size_t n)
 		r->c.csum_partial++;
 }
 
-/* tun.rps "auto": the same policy as `run`'s, fed once per wakeup (see core/rps_policy.h). */
-static void rps_tick(struct reflector *r)
-{
-	char err[256];
-	int64_t now = ts_now_ns();
-
-	if (!rps_policy_due(r->rps, now))
-		return;
-	enum rps_action a = rps_policy_sample(r->rps, now, ts_thread_cpu_ns());
-	if (a == RPS_KEEP || tun_set_rps(r->tun, a == RPS_TURN_ON, err, sizeof(err)) == 0)
-		return;
-	/* As in `run`: a failed "off" is tried once more; the policy ends either way. */
-	if (a == RPS_TURN_OFF && tun_set_rps(r->tun, false, NULL, 0) == 0)
-		log_warn(&r->log, "reflect: %s (written on the second try); receive packet "
-			 "steering stays off", err);
-	else
-		log_warn(&r->log, "reflect: %s: receive packet steering stays %s", err,
-			 tun_rps(r->tun) ? "on" : "off");
-	r->rps_switches = rps_policy_switches(r->rps);
-	rps_policy_free(r->rps);
-	r->rps = NULL;
-}
-
 /* Up to REFLECT_BATCH reads per wakeup; the level-triggered event brings us back for more. */
 static void on_readable(evutil_socket_t fd, short what, void *arg)
 {
 	struct reflector *r = arg;
 	(void)what;
 
-	if (r->rps)
-		rps_tick(r);
+	if (rps_auto_active(&r->rps))
+		rps_auto_tick(&r->rps, ts_now_ns());
 	for (int i = 0; i < REFLECT_BATCH; i++) {
 		ssize_t n = read(fd, r->buf, REFLECT_BUF);
 		if (n < 0 && errno == EINTR)
@@ -272,20 +248,7 @@ static int open_tun(struct reflector *r, char *err, size_t errlen)
 	r->hdr_len = tun_vnet_hdr(r->tun) ? TUN_VNET_HDR_LEN : 0;
 	if (tun_rp_filter_check(tun_name(r->tun), msg, sizeof(msg)) > 0)
 		log_warn(&r->log, "reflect: %s", msg);
-	if (tun_rps_auto(r->tun)) {
-		struct rps_policy_params prm;
-		int64_t cpu = ts_thread_cpu_ns();
-
-		rps_policy_defaults(&prm);
-		if (cpu <= 0) {
-			log_warn(&r->log, "reflect: no thread CPU clock: receive packet steering "
-				 "stays off");
-		} else if ((ret = rps_policy_new(&prm, ts_now_ns(), cpu, &r->rps)) != 0) {
-			snprintf(err, errlen, "reflect: receive packet steering: %s", strerror(-ret));
-			return ret;
-		}
-	}
-	return 0;
+	return rps_auto_start(&r->rps, r->tun, &r->log, "reflect", err, errlen);
 }
 
 /* Everything after the config: 0, or -errno with err filled. */
@@ -319,7 +282,7 @@ static void reflector_free(struct reflector *r)
 {
 	if (r->ev_read)
 		event_free(r->ev_read);
-	rps_policy_free(r->rps);
+	rps_auto_stop(&r->rps);
 	tun_close(r->tun);
 	if (r->sig_int)
 		event_free(r->sig_int);
@@ -339,7 +302,7 @@ static void print_counters(const struct reflector *r)
 	       " csum_partial=%" PRIu64 " io=%s rps_switches=%" PRIu64 "\n",
 	       r->c.packets, r->c.bytes, r->c.drop_parse, r->c.drop_mcast, r->c.drop_write,
 	       r->c.gso, r->c.csum_partial, r->hdr_len ? "offload" : "per-packet",
-	       r->rps ? rps_policy_switches(r->rps) : r->rps_switches);
+	       rps_auto_switches(&r->rps));
 }
 
 static int parse_fd(const char *v, int *out)

@@ -19,10 +19,10 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/rps_auto.h"
 #include "core/budget.h"
 #include "core/clock.h"
 #include "core/driver.h"
-#include "core/rps_policy.h"
 #include "core/rss.h"
 #include "core/tun.h"
 #include "dispatch/session.h"
@@ -65,37 +65,6 @@ static enum driver_verdict drv_input(void *arg, uint8_t *buf, size_t len,
 	return p->ops->input(p->ns, w->q, buf, len, meta, now_ns, out_len, plain);
 }
 
-/* tun.rps "auto" (queue 0's thread, i.e. the main loop, only): once a window is complete, feed
- * the policy this thread's CPU time and apply its answer. A sysfs write that fails ends the
- * policy, logged once with where steering was left. */
-static void rps_tick(struct proxy *p, int64_t now_ns)
-{
-	char err[256];
-	enum rps_action a;
-
-	if (!rps_policy_due(p->rps, now_ns))
-		return;
-	a = rps_policy_sample(p->rps, now_ns, ts_thread_cpu_ns());
-	if (a == RPS_KEEP)
-		return;
-	if (tun_set_rps(p->tun, a == RPS_TURN_ON, err, sizeof(err)) != 0) {
-		/* A failed "on" leaves it off; a failed "off" is tried once more. Either way the
-		 * policy ends, and the log says where steering was left. */
-		if (a == RPS_TURN_OFF && tun_set_rps(p->tun, false, NULL, 0) == 0)
-			log_warn(&p->log, "run: %s (written on the second try); receive packet "
-				 "steering stays off", err);
-		else
-			log_warn(&p->log, "run: %s: receive packet steering stays %s", err,
-				 tun_rps(p->tun) ? "on" : "off");
-		p->rps_switches = rps_policy_switches(p->rps);
-		rps_policy_free(p->rps);
-		p->rps = NULL;
-		return;
-	}
-	log_debug(&p->log, "run: loop thread %u%% busy: receive packet steering %s",
-		  rps_policy_busy_pct(p->rps), a == RPS_TURN_ON ? "on" : "off");
-}
-
 static void drv_batch_end(void *arg, int64_t now_ns)
 {
 	struct worker *w = arg;
@@ -105,8 +74,8 @@ static void drv_batch_end(void *arg, int64_t now_ns)
 	int64_t last;
 
 	p->ops->batch_end(p->ns, w->q, now_ns);
-	if (w->q == 0 && p->rps)
-		rps_tick(p, now_ns);
+	if (w->q == 0) /* tun.rps "auto" follows the main loop's thread */
+		rps_auto_tick(&p->rps, now_ns);
 	/* The pressure tier follows RSS; sampled only while traffic flows, so an idle proxy
 	 * never wakes up for it. Whichever queue sees traffic first in a second claims the
 	 * sample (flows may all hash to one queue). */
@@ -396,7 +365,7 @@ static void proxy_free(struct proxy *p)
 		p->ops->free(p->ns);
 	udp_path_free(p->udp);
 	workers_free(p);
-	rps_policy_free(p->rps);
+	rps_auto_stop(&p->rps);
 	tun_close(p->tun);
 	if (p->sig_int)
 		event_free(p->sig_int);
@@ -440,20 +409,7 @@ static int open_tun(struct proxy *p, char *err, size_t errlen)
 		 tun_rps_auto(p->tun) ? "auto" : tun_rps(p->tun) ? "on" : "off");
 	if (tun_rp_filter_check(tun_name(p->tun), msg, sizeof(msg)) > 0)
 		log_warn(&p->log, "run: %s", msg);
-	if (tun_rps_auto(p->tun)) {
-		struct rps_policy_params prm;
-		int64_t cpu = ts_thread_cpu_ns();
-
-		rps_policy_defaults(&prm);
-		if (cpu <= 0) {
-			/* No thread CPU clock: nothing to decide by, so steering stays off. */
-			log_warn(&p->log, "run: no thread CPU clock: receive packet steering stays off");
-		} else if ((ret = rps_policy_new(&prm, ts_now_ns(), cpu, &p->rps)) != 0) {
-			snprintf(err, errlen, "run: receive packet steering: %s", strerror(-ret));
-			return ret;
-		}
-	}
-	return 0;
+	return rps_auto_start(&p->rps, p->tun, &p->log, "run", err, errlen);
 }
 
 static int start_stack(struct proxy *p, char *err, size_t errlen)

@@ -7,13 +7,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cli/rps_auto.h"
 #include "core/counter.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "stacks/netstack.h"
 
 struct proxy;
-struct rps_policy;
 
 /* One per TUN queue: its driver on its own loop. Queue 0 runs on the main loop's thread; with
  * tun.queues > 1 (system stack) every other queue has a worker thread of its own. */
@@ -41,8 +41,7 @@ struct proxy {
 	struct event_base *base;
 	struct budget *budget;
 	struct tun *tun;
-	struct rps_policy *rps;      /* tun.rps "auto" (main thread only); NULL otherwise */
-	uint64_t rps_switches;       /* switches before a failed sysfs write ended the policy */
+	struct rps_auto rps;         /* tun.rps "auto" (main thread only) */
 	struct driver *driver;       /* queue 0's: driver_tx for the UDP path and the stacks */
 	struct worker *workers;      /* [tun_queues(tun)] */
 	uint32_t nworkers;

@@ -9,7 +9,6 @@
 #include "core/budget.h"
 #include "core/clock.h"
 #include "core/driver.h"
-#include "core/rps_policy.h"
 #include "core/rss.h"
 #include "core/stats_doc.h"
 #include "core/stats_http.h"
@@ -78,11 +77,9 @@ static void add_tun(struct proxy *p, struct stats_doc *d, const struct netstack_
 	stats_doc_add_str(d, "tun.io_mode", tun_vnet_hdr(p->tun) ? "offload" : "per-packet");
 	stats_doc_add_u64(d, "tun.queues", STATS_GAUGE, p->nworkers);
 	stats_doc_add_u64(d, "tun.rps", STATS_GAUGE, tun_rps(p->tun));
-	stats_doc_add_u64(d, "tun.rps_auto", STATS_GAUGE, p->rps != NULL);
-	stats_doc_add_u64(d, "tun.rps_switches", STATS_COUNTER,
-			  p->rps ? rps_policy_switches(p->rps) : p->rps_switches);
-	stats_doc_add_u64(d, "tun.loop_busy_pct", STATS_GAUGE,
-			  p->rps ? rps_policy_busy_pct(p->rps) : 0);
+	stats_doc_add_u64(d, "tun.rps_auto", STATS_GAUGE, rps_auto_active(&p->rps));
+	stats_doc_add_u64(d, "tun.rps_switches", STATS_COUNTER, rps_auto_switches(&p->rps));
+	stats_doc_add_u64(d, "tun.loop_busy_pct", STATS_GAUGE, rps_auto_busy_pct(&p->rps));
 	stats_doc_add_u64(d, "tun.rx_packets", STATS_COUNTER, ctr_get(&c->rx_packets));
 	stats_doc_add_u64(d, "tun.rx_bytes", STATS_COUNTER, ctr_get(&c->rx_bytes));
 	stats_doc_add_u64(d, "tun.tx_packets", STATS_COUNTER, ctr_get(&c->tx_packets));

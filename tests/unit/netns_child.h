@@ -53,6 +53,17 @@ static void child_report(int status, const char *fmt, ...)
 		}                                                                               \
 	} while (0)
 
+/* Write text to a /proc or /sys file in the child; any failure fails the scenario. */
+static inline void write_text(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+
+	CHECK(fd >= 0, "%s: %s", path, strerror(errno));
+	CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text), "%s: %s", path,
+	      strerror(errno));
+	close(fd);
+}
+
 static void enter_namespaces(void)
 {
 	if (unshare(CLONE_NEWNET | CLONE_NEWNS) != 0)

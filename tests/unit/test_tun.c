@@ -75,16 +75,6 @@ static struct tun *open_ok(const struct tun_params *p)
 	return t;
 }
 
-static void write_text(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-
-	CHECK(fd >= 0, "%s: %s", path, strerror(errno));
-	CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text), "%s: %s", path,
-	      strerror(errno));
-	close(fd);
-}
-
 static void set_rp_filter(const char *ifname, int all, int dev)
 {
 	char path[128], v[8];

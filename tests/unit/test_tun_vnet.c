@@ -69,16 +69,6 @@ _Static_assert(sizeof(struct virtio_net_hdr) == TUN_VNET_HDR_LEN, "10-byte vnet 
 
 /* ---- helpers (child side) ---- */
 
-static void write_text(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-
-	CHECK(fd >= 0, "%s: %s", path, strerror(errno));
-	CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text), "%s: %s", path,
-	      strerror(errno));
-	close(fd);
-}
-
 /* The vnet TUN of every scenario: 10.201.0.1/24, offload CSUM|TSO4|TSO6|USO4|USO6. */
 static struct tun *open_vnet(void)
 {

@@ -1,0 +1,81 @@
+/* rps_auto.c — tun.rps "auto" on a loop (see rps_auto.h). */
+#include "cli/rps_auto.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/rps_policy.h"
+#include "core/tun.h"
+
+int rps_auto_start(struct rps_auto *ra, struct tun *tun, struct log *lg, const char *who,
+		   char *err, size_t errlen)
+{
+	struct rps_policy_params prm;
+	int64_t cpu;
+	int ret;
+
+	*ra = (struct rps_auto){ .tun = tun, .log = lg, .who = who };
+	if (!tun_rps_auto(tun))
+		return 0;
+	if ((cpu = ts_thread_cpu_ns()) <= 0) {
+		/* Nothing to decide by: steering stays off. */
+		log_warn(lg, "%s: no thread CPU clock: receive packet steering stays off", who);
+		return 0;
+	}
+	rps_policy_defaults(&prm);
+	if ((ret = rps_policy_new(&prm, ts_now_ns(), cpu, &ra->policy)) != 0)
+		snprintf(err, errlen, "%s: receive packet steering: %s", who, strerror(-ret));
+	return ret;
+}
+
+void rps_auto_tick(struct rps_auto *ra, int64_t now_ns)
+{
+	char err[256];
+	enum rps_action a;
+
+	if (!ra->policy || !rps_policy_due(ra->policy, now_ns))
+		return;
+	a = rps_policy_sample(ra->policy, now_ns, ts_thread_cpu_ns());
+	if (a == RPS_KEEP)
+		return;
+	if (tun_set_rps(ra->tun, a == RPS_TURN_ON, err, sizeof(err)) == 0) {
+		log_debug(ra->log, "%s: loop thread %u%% busy: receive packet steering %s", ra->who,
+			  rps_policy_busy_pct(ra->policy), a == RPS_TURN_ON ? "on" : "off");
+		return;
+	}
+	/* A failed "on" leaves it off; a failed "off" is tried once more. Either way the policy
+	 * ends, and the log says where steering was left. */
+	if (a == RPS_TURN_OFF && tun_set_rps(ra->tun, false, NULL, 0) == 0)
+		log_warn(ra->log, "%s: %s (written on the second try); receive packet steering "
+			 "stays off", ra->who, err);
+	else
+		log_warn(ra->log, "%s: %s: receive packet steering stays %s", ra->who, err,
+			 tun_rps(ra->tun) ? "on" : "off");
+	ra->switches = rps_policy_switches(ra->policy);
+	rps_policy_free(ra->policy);
+	ra->policy = NULL;
+}
+
+void rps_auto_stop(struct rps_auto *ra)
+{
+	rps_policy_free(ra->policy);
+	ra->policy = NULL;
+}
+
+bool rps_auto_active(const struct rps_auto *ra)
+{
+	return ra->policy != NULL;
+}
+
+uint64_t rps_auto_switches(const struct rps_auto *ra)
+{
+	return ra->policy ? rps_policy_switches(ra->policy) : ra->switches;
+}
+
+unsigned rps_auto_busy_pct(const struct rps_auto *ra)
+{
+	return ra->policy ? rps_policy_busy_pct(ra->policy) : 0;
+}

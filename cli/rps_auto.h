@@ -1,0 +1,38 @@
+/* rps_auto.h — tun.rps "auto" on a loop: the policy (core/rps_policy.h) fed with the loop
+ * thread's CPU time and applied to the TUN's rps_cpus. Shared by `run` and `reflect`, so the
+ * reflector baseline sees the same kernel behaviour as the stacks. Loop thread only. */
+#ifndef TS_CLI_RPS_AUTO_H
+#define TS_CLI_RPS_AUTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct log;
+struct rps_policy;
+struct tun;
+
+struct rps_auto {
+	struct rps_policy *policy; /* NULL: not following the load (not "auto", or ended) */
+	uint64_t switches;         /* kept when a failed sysfs write ended the policy */
+	struct tun *tun;
+	struct log *log;
+	const char *who;           /* log prefix: "run", "reflect" */
+};
+
+/* Start following the load when tun_rps_auto(tun), from the loop's thread (its CPU clock is
+ * the one read). No thread CPU clock: a warning, steering stays off. 0, or -errno with err. */
+int rps_auto_start(struct rps_auto *ra, struct tun *tun, struct log *lg, const char *who,
+		   char *err, size_t errlen) __attribute__((warn_unused_result));
+/* Once per batch: cheap until a window is complete; then sample and apply. A sysfs write that
+ * fails ends the policy, logged once with where steering was left. */
+void rps_auto_tick(struct rps_auto *ra, int64_t now_ns);
+void rps_auto_stop(struct rps_auto *ra);
+
+/* For /stats and the exit line: following the load now, switches so far, the busy percent of
+ * the last window (0 when not following). */
+bool rps_auto_active(const struct rps_auto *ra);
+uint64_t rps_auto_switches(const struct rps_auto *ra);
+unsigned rps_auto_busy_pct(const struct rps_auto *ra);
+
+#endif
