@@ -121,6 +121,17 @@ def note_once(notes, msg):
 
 # ---- subjects -------------------------------------------------------------------------------
 
+def cc_text(meta):
+    """The testbed's TCP congestion control, as the report states it."""
+    cc = meta.get("tcp_congestion") or {}
+    tb, host = cc.get("testbed"), cc.get("host_default")
+    if not tb:
+        return "TCP congestion control not recorded (the host's default)"
+    if host and host != tb:
+        return "TCP congestion control %s in the testbed (host default %s)" % (tb, host)
+    return "TCP congestion control %s" % tb
+
+
 class Subject:
     """A subject as results.json names it: (stack, io_mode, queues) is its identity in the
     samples and the rows, label its name in the tables. rig.py's Subject adds how to run it."""
@@ -256,9 +267,9 @@ class Report:
                  ("lwip", "per-packet", 1)),
                 ("lwip offload: GSO output trains vs none", ("lwip", "offload", 1),
                  ("lwip", "offload-rx", 1)),
-                ("system offload: steering that follows the load vs always off",
+                ("system offload: steering auto (tried, kept where it pays) vs always off",
                  ("system", "offload", 1), ("system", "offload-norps", 1)),
-                ("system offload: steering that follows the load vs always on",
+                ("system offload: steering auto vs always on",
                  ("system", "offload", 1), ("system", "offload-rps", 1)),
                 ("system vs lwip, offload", ("system", "offload", 1), ("lwip", "offload", 1)),
                 ("system offload: 2 queues vs 1", ("system", "offload", 2),
@@ -360,9 +371,10 @@ class Report:
         L.append("# twinstack bench report")
         L.append("")
         L.append("%s run, %s, %d repetition(s), %.0f s, io_mode %s, 1 queue, kernel %s, "
-                 "%d CPUs. Each figure: median [min – max] over the repetitions." % (
+                 "%d CPUs, %s. Each figure: median [min – max] over the repetitions." % (
                      meta["mode"], meta["started_utc"], meta["repetitions"], meta["duration_s"],
-                     meta["io_mode"], meta["host"]["kernel"], meta["host"]["cpus"]))
+                     meta["io_mode"], meta["host"]["kernel"], meta["host"]["cpus"],
+                     cc_text(meta)))
         L.append("")
         cols = self.subjects + [self.ceiling]
         stacks = self.stack_subjects()
@@ -479,10 +491,10 @@ class Report:
                  "kernel %s, %d CPUs. Interleaved: each round runs every subject through each "
                  "cell, the order rotated per cell; every TUN run is a fresh child. Figures: "
                  "median [min – max] over the rounds; differences are per-round ratios "
-                 "(paired), then median [min – max]." % (
+                 "(paired), then median [min – max]. %s." % (
                      meta["started_utc"], meta["repetitions"], meta["duration_s"],
                      meta["estimate_s"], meta["time_limit_s"], self.bulk_t, self.bulk_omit,
-                     meta["host"]["kernel"], meta["host"]["cpus"]))
+                     meta["host"]["kernel"], meta["host"]["cpus"], cc_text(meta)))
         L.append("")
         L.append("## TCP bulk by stack and I/O mode (the shape of seed 000 section 七.4)")
         L.append("")
@@ -552,7 +564,8 @@ class Report:
                      self.bulk_t, self.bulk_omit, self.target))
         L.append("- results.json rows carry stack / io_mode / queues / workload / direction / "
                  "streams, so `twinstack gate` compares the ceiling_fraction of two ablation "
-                 "runs (or of an ablation and a default bench) row by row.")
+                 "runs (or of an ablation and a default bench) row by row, when both ran the "
+                 "same TCP congestion control.")
         L.append("")
         L.append("Chart: ablation_throughput.svg / .png (`gnuplot ablation_throughput.gp`). "
                  "Raw logs and configs: work/.")

@@ -80,8 +80,10 @@ class CannotRun(Exception):
 # ---- process and namespace bookkeeping ------------------------------------------------------
 
 class Testbed:
-    def __init__(self, tok, workdir, verbose=False):
+    def __init__(self, tok, workdir, cc, verbose=False):
         self.tok = tok
+        self.cc = cc            # congestion control to pin in both namespaces, or "host"
+        self.host_cc = None     # the default a new namespace inherits (read in build)
         self.work = workdir
         self.verbose = verbose
         self.ns_a = "tsbA-" + tok
@@ -149,6 +151,7 @@ class Testbed:
                      "net.ipv4.conf.default.rp_filter=0", "net.ipv4.conf.lo.rp_filter=0",
                      "net.ipv4.ip_local_port_range=1024 65000", "net.ipv4.tcp_tw_reuse=1"],
                     ns=ns)
+            self.pin_cc(ns)
         self.sh(["ip", "link", "add", self.veth_a, "netns", self.ns_a, "type", "veth", "peer",
                  "name", self.veth_b, "netns", self.ns_b])
         for ns, dev in ((self.ns_a, self.veth_a), (self.ns_b, self.veth_b)):
@@ -163,6 +166,31 @@ class Testbed:
                  self.veth_a, "table", "100"])
         # B: the TUN prefix back via A (harmless; the proxy's sockets use A's veth address).
         self.sh(["ip", "-n", self.ns_b, "route", "add", "198.18.0.0/15", "via", A_VETH4])
+
+    def pin_cc(self, ns):
+        """Every TCP socket in the testbed (iperf3's, the load tools', the proxy's accepted and
+        outbound sockets) takes its namespace's default congestion control. A new namespace
+        inherits the host's; a pacing one (bbr) paces each flow with a kernel timer, which on a
+        VM caps one flow through the TUN near 10 Gbit/s with the CPUs a quarter idle, and so
+        hides the cost of the TUN path the rig is there to measure (docs/benchmarks.md). The
+        rig pins an unpaced, loss-based algorithm instead (reno: every namespace may select
+        it) unless --cc host."""
+        key = "net.ipv4.tcp_congestion_control"
+        cur = self.sh(["sysctl", "-n", key], ns=ns).stdout.strip()
+        if self.host_cc is None:
+            self.host_cc = cur
+        if self.cc == "host" or cur == self.cc:
+            return
+        r = self.sh(["sysctl", "-qw", "%s=%s" % (key, self.cc)], ns=ns, check=False)
+        now = self.sh(["sysctl", "-n", key], ns=ns).stdout.strip()
+        if r.returncode != 0 or now != self.cc:
+            def listed(what):
+                return self.sh(["sysctl", "-n", "net.ipv4.tcp_%s_congestion_control" % what],
+                               ns=ns, check=False).stdout.strip() or "?"
+            raise CannotRun("--cc %s: the testbed's namespaces cannot select it (available: "
+                            "%s; a namespace may select: %s; --cc host keeps %s): %s" % (
+                                self.cc, listed("available"), listed("allowed"), cur,
+                                (r.stderr or "").strip()[:200]))
 
     def route_target_via_veth(self):
         self.sh(["ip", "-n", self.ns_a, "route", "replace", "10.200.1.0/24", "via", B_VETH4,
@@ -294,7 +322,8 @@ class Subject(report.Subject):
         the lwip stack's GSO output trains off (tun.gso_output false): what the trains buy;
         "offload-norps" / "offload-rps" are offload with receive packet steering always off /
         always on (tun.rps "off" / "on"; every other subject runs the default "auto", which
-        follows the load): what steering buys and what following the load buys."""
+        tries steering under load and keeps it where it pays): what steering buys, and what
+        trying it buys over either fixed setting."""
         return "on" if self.io_mode in ("offload", "offload-rx", "offload-norps",
                                         "offload-rps") else "off"
 
@@ -339,6 +368,8 @@ class Rig:
         self.has_reflect = True
         self.time_limit = None
         self.host_meta = None   # --report-from: the host of the earlier run
+        self.cc_from = None     # --report-from: the earlier run's congestion control
+        self.tb = None          # the testbed, once run() builds it
         self.idle_s, self.load_s = 20, 5
         if self.ablation:
             self.bulk_cells = list(ABLATION_CELLS)
@@ -391,7 +422,9 @@ class Rig:
         L.append("subjects: " + ", ".join(
             "%s (%s/%s/q%d)" % (s.label, s.stack, s.io_mode, s.queues) for s in self.subjects))
         L.append("tcp bulk cells: " + ", ".join("%s x%d" % c for c in self.bulk_cells) +
-                 "; iperf3 -t %d -O %d" % (self.bulk_t, self.bulk_omit))
+                 "; iperf3 -t %d -O %d; TCP congestion control %s" % (
+                     self.bulk_t, self.bulk_omit,
+                     "of the host" if self.a.cc == "host" else self.a.cc))
         if self.ablation:
             est = self.estimate_s()
             L.append("estimate: %dm%02ds for %d runs (%d round%s x %d cells x %d subjects, "
@@ -1040,7 +1073,7 @@ class Rig:
         shutil.rmtree(self.work, ignore_errors=True)
         os.makedirs(self.work)
         tok = os.urandom(3).hex()
-        self.tb = Testbed(tok, self.work, self.a.verbose)
+        self.tb = Testbed(tok, self.work, self.a.cc, self.a.verbose)
         tb = self.tb
         atexit.register(tb.teardown)
 
@@ -1100,6 +1133,7 @@ class Rig:
             "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
                      "machine": platform.machine()},
             "iperf3": {"seconds": self.bulk_t, "omit": self.bulk_omit},
+            "tcp_congestion": self.cc_meta(),
             "idle_wakeup_window_s": self.idle_s, "hold_conns": self.hold_conns,
             "not_measured": [{"subject": s, "workload": w, "reason": r} for s, w, r in self.na],
             "failures": self.failures, "notes": self.notes,
@@ -1109,6 +1143,12 @@ class Rig:
         if self.host_meta:
             meta["host"] = self.host_meta
         return meta
+
+    def cc_meta(self):
+        if self.a.report_from:
+            return self.cc_from
+        host = self.tb.host_cc if self.tb else None
+        return {"testbed": host if self.a.cc == "host" else self.a.cc, "host_default": host}
 
     def finish(self, started_utc, duration):
         Report(self.out, self.results_meta(started_utc, duration), self.samples,
@@ -1139,6 +1179,8 @@ class Rig:
         self.failures = list(meta.get("failures", []))
         self.notes = [n for n in meta.get("notes", []) if not n.startswith("charts:")]
         self.host_meta = meta.get("host")
+        tc = meta.get("tcp_congestion")
+        self.cc_from = tc if isinstance(tc, dict) else {"testbed": None, "host_default": None}
         self.bin = meta.get("binary", self.bin)
         self.samples = {}
         for s in data["samples"]:
@@ -1212,6 +1254,11 @@ def parse_args(argv):
                     help="record a system-wide perf profile of every TCP bulk run into DIR "
                          "(for finding where the time goes; adds overhead, do not quote its "
                          "figures)")
+    ap.add_argument("--cc", default=None, metavar="NAME",
+                    help="TCP congestion control pinned in the testbed's namespaces (default "
+                    "reno: unpaced, selectable in any namespace); \"host\" keeps the "
+                    "host's default (a pacing one such as bbr caps every single flow, baselines "
+                    "included, near its pacing timer's rate)")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo every command")
     try:
         a = ap.parse_args(argv)
@@ -1231,17 +1278,22 @@ def parse_args(argv):
         bad("--bulk-seconds must be 1-60")
     if a.time_limit < 0:
         bad("--time-limit must be positive")
+    if a.cc is not None and not re.fullmatch(r"[a-z][a-z0-9_]{0,14}", a.cc):
+        bad("--cc: %r is not a congestion control name (reno, cubic, bbr, ... or host)" % a.cc)
     if a.report_from:
         given = [o for o, v in (("--ablation", a.ablation), ("--quick", a.quick),
                                 ("--io-mode", a.io_mode), ("--reps", a.reps),
                                 ("--bulk-seconds", a.bulk_seconds),
-                                ("--time-limit", a.time_limit), ("--dry-run", a.dry_run)) if v]
+                                ("--time-limit", a.time_limit), ("--dry-run", a.dry_run),
+                                ("--cc", a.cc)) if v]
         if given:
             bad("--report-from redraws an earlier run: %s make%s no sense with it" % (
                 ", ".join(given), "s" if len(given) == 1 else ""))
         return a
     if a.out is None:
         a.out = "bench-results"
+    if a.cc is None:
+        a.cc = "reno"
     if a.ablation and a.quick:
         bad("--ablation has its own schedule; shorten it with --reps and --bulk-seconds, not "
             "--quick")

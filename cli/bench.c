@@ -30,6 +30,7 @@ void usage_bench(FILE *out)
 {
 	fputs("usage: twinstack bench [--quick | --ablation] [--stacks system,lwip] [--out DIR]\n"
 	      "                       [--reps N] [--io-mode offload|per-packet] [--dry-run]\n"
+	      "                       [--cc NAME|host] [--perf DIR]\n"
 	      "\n"
 	      "Build a namespace testbed, measure both stacks and two baselines (bare veth, TUN\n"
 	      "reflector) side by side, and write results.json, report.md and SVG charts to DIR\n"
@@ -47,10 +48,14 @@ void usage_bench(FILE *out)
 	      "  --reps N            repetitions per figure (default 3; --quick: 1)\n"
 	      "  --io-mode MODE      TUN I/O of the stacks and reflector (default offload)\n"
 	      "  --dry-run           print the plan and the time estimate, run nothing\n"
+	      "  --cc NAME|host      TCP congestion control pinned in the testbed (default reno;\n"
+	      "                      host: the host's default, e.g. a pacing bbr)\n"
+	      "  --perf DIR          record a system-wide perf profile of every bulk run\n"
 	      "  --report-from FILE  redraw the report of an earlier run's results.json\n"
 	      "  -h, --help          this text (python3 bench/rig.py --help lists every option)\n"
 	      "\n"
-	      "Exit: 0 done, 1 a run failed, 2 cannot run (not root, no TUN, bad arguments).\n",
+	      "Exit: 0 done, 1 a run failed, 2 cannot run (not root, no TUN, bad arguments, a\n"
+	      "--cc the namespaces may not select).\n",
 	      out);
 }
 

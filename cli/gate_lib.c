@@ -23,8 +23,7 @@ void gate_opts_init(struct gate_opts *o)
 void gate_set_fini(struct gate_set *s)
 {
 	free(s->e);
-	s->e = NULL;
-	s->n = s->cap = 0;
+	memset(s, 0, sizeof(*s));
 }
 
 void gate_report_fini(struct gate_report *r)
@@ -228,6 +227,33 @@ static int parse_callgrind(const cJSON *cg, struct gate_set *out, const char *na
 	return 0;
 }
 
+/* $.meta.tcp_congestion.testbed into out->cc, when the file records it. */
+static int parse_cc(const cJSON *root, struct gate_set *out, const char *name, char *err,
+		    size_t errlen)
+{
+	const char *path = "$.meta.tcp_congestion.testbed";
+	const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "meta"), *cc, *tb;
+
+	if (!meta || cJSON_IsNull(meta))
+		return 0;
+	if (!cJSON_IsObject(meta))
+		return bad(err, errlen, name, "$.meta", "expected an object");
+	cc = cJSON_GetObjectItemCaseSensitive(meta, "tcp_congestion");
+	if (!cc || cJSON_IsNull(cc))
+		return 0;
+	if (!cJSON_IsObject(cc))
+		return bad(err, errlen, name, "$.meta.tcp_congestion", "expected an object");
+	tb = cJSON_GetObjectItemCaseSensitive(cc, "testbed");
+	if (!tb || cJSON_IsNull(tb))
+		return 0;
+	if (!cJSON_IsString(tb))
+		return bad(err, errlen, name, path, "expected a string");
+	if (strlen(tb->valuestring) >= sizeof(out->cc))
+		return bad(err, errlen, name, path, "longer than a congestion control name");
+	strcpy(out->cc, tb->valuestring);
+	return 0;
+}
+
 int gate_parse(const char *name, const char *text, size_t len, struct gate_set *out, char *err,
 	       size_t errlen)
 {
@@ -235,6 +261,7 @@ int gate_parse(const char *name, const char *text, size_t len, struct gate_set *
 	const cJSON *v;
 	int ret;
 
+	out->cc[0] = '\0';
 	if (!root) {
 		const char *at = cJSON_GetErrorPtr();
 		char what[64];
@@ -252,7 +279,7 @@ int gate_parse(const char *name, const char *text, size_t len, struct gate_set *
 		ret = bad(err, errlen, name, "$", "neither \"rows\" nor \"callgrind\" present");
 	else if (!cJSON_IsArray(v))
 		ret = bad(err, errlen, name, "$.rows", "expected an array");
-	else
+	else if ((ret = parse_cc(root, out, name, err, errlen)) == 0)
 		ret = parse_rows(v, "$.rows", out, name, err, errlen);
 	cJSON_Delete(root);
 	if (ret != 0)
@@ -444,6 +471,13 @@ int gate_run(const char *baseline, const char *current, const struct gate_opts *
 	if (b.n == 0) {
 		snprintf(err, errlen, "gate: %s: $: no %s or %s rows to compare against", baseline,
 			 METRIC_INSTR, METRIC_CEILING);
+		goto out;
+	}
+	if (b.cc[0] && c.cc[0] && strcmp(b.cc, c.cc) != 0) {
+		snprintf(err, errlen,
+			 "gate: %s was measured with TCP congestion control %s, %s with %s: the "
+			 "files do not compare (rerun the bench with --cc %s)",
+			 baseline, b.cc, current, c.cc, b.cc);
 		goto out;
 	}
 	if (gate_compare(&b, &c, o, &r) != 0) {

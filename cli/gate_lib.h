@@ -18,6 +18,10 @@
  *     as instructions_per_op rows of stack "micro" with workload = case.
  * Instruction rows are keyed by workload (the micro case) alone, so the two formats compare
  * with each other; ceiling rows by stack/io_mode/queues/workload/direction/streams.
+ *
+ * Two results files whose testbeds ran different TCP congestion controls are not compared
+ * (exit 2): a pacing algorithm caps a single flow through the TUN near its timer's rate, so the
+ * figures move for reasons that are not the code's.
  */
 #ifndef TS_CLI_GATE_LIB_H
 #define TS_CLI_GATE_LIB_H
@@ -42,10 +46,15 @@ struct gate_entry {
 	double median, min, max;
 };
 
-/* The gated figures of one file (heap array; gate_set_fini frees it, idempotent). */
+#define GATE_CC_MAX 24
+
+/* The gated figures of one file (heap array; gate_set_fini frees it, idempotent), and the TCP
+ * congestion control its testbed ran ($.meta.tcp_congestion.testbed; "" when not recorded:
+ * callgrind files, rig runs before it was recorded). */
 struct gate_set {
 	struct gate_entry *e;
 	size_t n, cap;
+	char cc[GATE_CC_MAX];
 };
 
 struct gate_opts {
@@ -98,7 +107,8 @@ const char *gate_metric_name(enum gate_metric m);
 const char *gate_verdict_name(enum gate_verdict v);
 
 /* The whole gate: load both files, compare, print to f; returns the exit code (0 pass,
- * 1 regression, 2 unreadable or invalid input with the message in err). */
+ * 1 regression, 2 unreadable or invalid input, or files measured under different congestion
+ * controls, with the message in err). */
 int gate_run(const char *baseline, const char *current, const struct gate_opts *o, FILE *f,
 	     char *err, size_t errlen);
 

@@ -41,6 +41,15 @@ expect_rc 2 --ablation --reps 1 --time-limit 30
 expect_rc 2 --time-limit 600               # --ablation only
 expect_rc 2 --ablation --bulk-seconds 0x
 expect_rc 2 --report-from "$out/none.json" --ablation
+expect_rc 2 --report-from "$out/none.json" --cc bbr  # a redraw keeps the run's own
+expect_rc 2 --cc 'Bad!' --dry-run
+expect_rc 2 --cc abcdefghijklmnop --dry-run  # 16 characters: over the kernel's name limit
+expect_rc 0 --quick --dry-run
+grep -q "TCP congestion control reno$" "$out/args.txt" ||
+	{ echo "not ok - the plan names the pinned congestion control (reno)"; fails=$((fails + 1)); }
+expect_rc 0 --quick --cc host --dry-run
+grep -q "TCP congestion control of the host$" "$out/args.txt" ||
+	{ echo "not ok - --cc host: the plan says the host's"; fails=$((fails + 1)); }
 
 mkdir -p "$out/synth"
 python3 - "$out/synth/results.json" <<'PY'
@@ -74,6 +83,7 @@ meta = {"mode": "ablation", "started_utc": "2026-11-30T00:00:00Z", "duration_s":
         "bulk_cells": [[d, n] for n in (1, 16, 64) for d in ("up", "down")],
         "iperf3": {"seconds": 5, "omit": 1}, "time_limit_s": 1800,
         "host": {"kernel": "synthetic", "cpus": 2, "machine": "x86_64"},
+        "tcp_congestion": {"testbed": "reno", "host_default": "bbr"},
         "not_measured": [], "failures": [], "notes": []}
 json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w"))
 PY
@@ -120,6 +130,10 @@ for w in want:
 check("a table row per cell in the 七.4 shape",
       report.count("\n| 64 | down |") == 2 and "Δ system offload: 2 queues vs 1" in report)
 check("system offload vs per-packet +250.0 % at 1 stream", "+250.0 %" in report)
+check("the report states the testbed's congestion control and the host's",
+      "TCP congestion control reno in the testbed (host default bbr)" in report)
+check("results.json keeps meta.tcp_congestion",
+      res["meta"].get("tcp_congestion") == {"testbed": "reno", "host_default": "bbr"})
 check("peak RSS in MiB (9000 KiB = 8.8)", "| 8.8 |" in report or "| 8.8 " in report)
 if shutil.which("gnuplot"):
     check("chart: ablation_throughput.svg and .png",
@@ -162,7 +176,8 @@ if [ "$rc" -ne 0 ]; then
 fi
 python3 - "$out/results.json" <<'PY'
 import json, sys
-rows = json.load(open(sys.argv[1]))["rows"]
+res = json.load(open(sys.argv[1]))
+rows = res["rows"]
 def get(stack, metric, workload=None, streams=None):
     return [r for r in rows if r["stack"] == stack and r["metric"] == metric
             and (workload is None or r["workload"] == workload)
@@ -190,6 +205,9 @@ for s in ("system", "lwip"):
     f = get(s, "ceiling_fraction", streams=1)
     print(f"# {s}: fraction of the two-hop ceiling at 1 stream: "
           + (f"{f[0]['median']:.2f}" if f else "n/a") + " (reported, not judged)")
+cc = res["meta"].get("tcp_congestion") or {}
+check("the testbed ran reno (pinned, read back)", cc.get("testbed") == "reno",
+      f"meta.tcp_congestion {cc}")
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 PY

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gate_cli.sh — the `twinstack gate` command-line contract on the fixtures of this folder:
-# exit 0 pass, 1 regression, 2 bad usage or unreadable/invalid input (message naming the file
-# and the JSON path on stderr).
+# exit 0 pass, 1 regression, 2 bad usage, unreadable/invalid input (message naming the file
+# and the JSON path on stderr) or files measured under different TCP congestion controls.
 #
 # usage: gate_cli.sh TWINSTACK_BINARY
 set -uo pipefail
@@ -38,6 +38,9 @@ expect 2 "percentage" "bad tolerance" -- -b "$b" -c "$b" --instr-tolerance x
 expect 0 "" "identical files" -- --baseline "$b" --current "$b"
 expect 0 "" "noise (+-3 %)" -- --baseline "$b" --current "$dir/current_noise.json"
 expect 1 "" "injected 15 % slowdown" -- --baseline "$b" --current "$dir/current_slow15.json"
+expect 2 "with TCP congestion control reno, .*current_bbr.json with bbr" \
+	"different congestion controls" -- -b "$dir/baseline_reno.json" -c "$dir/current_bbr.json"
+expect 0 "" "same congestion control" -- -b "$dir/baseline_reno.json" -c "$dir/baseline_reno.json"
 expect 0 "" "15 % slowdown under --ratio-tolerance 20" -- -b "$b" \
 	-c "$dir/current_slow15.json" --ratio-tolerance 20
 expect 1 "" "instructions +3 % at 2 %" -- -b "$b" -c "$dir/current_instr3.json"

@@ -121,6 +121,48 @@ Test(gate, missing_rows_reported_not_failed)
 	free(r.text);
 }
 
+/* Files measured under different congestion controls are refused, naming both; a file that does
+ * not record one (older runs, callgrind files) still compares. */
+Test(gate, different_congestion_control_exits_2)
+{
+	struct run_out r;
+
+	cr_expect_eq(run_default("baseline_reno.json", "current_bbr.json", &r), 2);
+	cr_expect(strstr(r.err, "baseline_reno.json was measured with TCP congestion control reno"),
+		  "%s", r.err);
+	cr_expect(strstr(r.err, "current_bbr.json with bbr"), "%s", r.err);
+	cr_expect(strstr(r.err, "--cc reno"), "%s", r.err);
+	free(r.text);
+	cr_expect_eq(run_default("baseline_reno.json", "baseline_reno.json", &r), 0, "%s", r.err);
+	cr_expect(strstr(r.text, "0 regressions"), "%s", r.text);
+	free(r.text);
+	cr_expect_eq(run_default("baseline.json", "current_bbr.json", &r), 0, "%s", r.err);
+	free(r.text);
+	cr_expect_eq(run_default("current_bbr.json", "callgrind_ok.json", &r), 0, "%s", r.err);
+	free(r.text);
+}
+
+/* The recorded name is read; null means not recorded; a parse resets what a set held. */
+Test(gate, congestion_control_parsed)
+{
+	static const char *with = "{\"meta\":{\"tcp_congestion\":{\"testbed\":\"reno\"}},"
+				  "\"rows\":[{\"metric\":\"ceiling_fraction\",\"stack\":\"s\","
+				  "\"workload\":\"w\",\"median\":1}]}";
+	static const char *null = "{\"meta\":{\"tcp_congestion\":{\"testbed\":null}},\"rows\":[]}";
+	struct gate_set s = { 0 };
+	char err[256] = "";
+
+	cr_assert_eq(gate_parse("a", with, strlen(with), &s, err, sizeof(err)), 0, "%s", err);
+	cr_expect_str_eq(s.cc, "reno");
+	cr_expect_eq(s.n, 1);
+	gate_set_fini(&s);
+	cr_expect_str_eq(s.cc, "");
+	strcpy(s.cc, "bbr");
+	cr_assert_eq(gate_parse("b", null, strlen(null), &s, err, sizeof(err)), 0, "%s", err);
+	cr_expect_str_eq(s.cc, "");
+	gate_set_fini(&s);
+}
+
 Test(gate, malformed_json_exits_2_naming_file)
 {
 	struct run_out r;
@@ -305,6 +347,13 @@ Test(gate, malformed_texts_name_the_path)
 		{ "{\"callgrind\":{\"rewrite4\":{\"instructions\":\"1\"}}}",
 		  "f.json: $.callgrind.rewrite4.instructions: expected a number" },
 		{ "{\"callgrind\":[]}", "f.json: $.callgrind: expected an object" },
+		{ "{\"meta\":{\"tcp_congestion\":{\"testbed\":3}},\"rows\":[]}",
+		  "f.json: $.meta.tcp_congestion.testbed: expected a string" },
+		{ "{\"meta\":{\"tcp_congestion\":{\"testbed\":\"abcdefghijklmnopqrstuvwxyz\"}},"
+		  "\"rows\":[]}", "f.json: $.meta.tcp_congestion.testbed: longer than" },
+		{ "{\"meta\":{\"tcp_congestion\":\"reno\"},\"rows\":[]}",
+		  "f.json: $.meta.tcp_congestion: expected an object" },
+		{ "{\"meta\":5,\"rows\":[]}", "f.json: $.meta: expected an object" },
 		{ "[{\"metric\":\"instructions_per_op\",\"stack\":\"micro\",\"workload\":\"a\",\"median\":1},"
 		  "{\"metric\":\"instructions_per_op\",\"stack\":\"micro\",\"workload\":\"a\",\"median\":2}]",
 		  "f.json: $[1]: duplicate instructions_per_op row for \"a\"" },
