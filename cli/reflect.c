@@ -201,7 +201,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 
 	if (rps_auto_active(&r->rps))
-		rps_auto_tick(&r->rps, ts_now_ns());
+		rps_auto_tick(&r->rps, ts_now_ns(), r->c.bytes);
 	for (int i = 0; i < REFLECT_BATCH; i++) {
 		ssize_t n = read(fd, r->buf, REFLECT_BUF);
 		if (n < 0 && errno == EINTR)
@@ -248,7 +248,7 @@ static int open_tun(struct reflector *r, char *err, size_t errlen)
 	r->hdr_len = tun_vnet_hdr(r->tun) ? TUN_VNET_HDR_LEN : 0;
 	if (tun_rp_filter_check(tun_name(r->tun), msg, sizeof(msg)) > 0)
 		log_warn(&r->log, "reflect: %s", msg);
-	return rps_auto_start(&r->rps, r->tun, &r->log, "reflect", err, errlen);
+	return rps_auto_start(&r->rps, r->tun, &r->log, "reflect", r->c.bytes, err, errlen);
 }
 
 /* Everything after the config: 0, or -errno with err filled. */

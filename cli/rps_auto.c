@@ -11,7 +11,7 @@
 #include "core/tun.h"
 
 int rps_auto_start(struct rps_auto *ra, struct tun *tun, struct log *lg, const char *who,
-		   char *err, size_t errlen)
+		   uint64_t bytes, char *err, size_t errlen)
 {
 	struct rps_policy_params prm;
 	int64_t cpu;
@@ -26,24 +26,38 @@ int rps_auto_start(struct rps_auto *ra, struct tun *tun, struct log *lg, const c
 		return 0;
 	}
 	rps_policy_defaults(&prm);
-	if ((ret = rps_policy_new(&prm, ts_now_ns(), cpu, &ra->policy)) != 0)
+	if ((ret = rps_policy_new(&prm, ts_now_ns(), cpu, bytes, &ra->policy)) != 0)
 		snprintf(err, errlen, "%s: receive packet steering: %s", who, strerror(-ret));
 	return ret;
 }
 
-void rps_auto_tick(struct rps_auto *ra, int64_t now_ns)
+void rps_auto_tick(struct rps_auto *ra, int64_t now_ns, uint64_t bytes)
 {
 	char err[256];
 	enum rps_action a;
 
 	if (!ra->policy || !rps_policy_due(ra->policy, now_ns))
 		return;
-	a = rps_policy_sample(ra->policy, now_ns, ts_thread_cpu_ns());
+	bool trial = rps_policy_trial(ra->policy);
+	uint64_t failed = rps_policy_trials_failed(ra->policy);
+
+	a = rps_policy_sample(ra->policy, now_ns, ts_thread_cpu_ns(), bytes);
+	if (trial && !rps_policy_trial(ra->policy) && a == RPS_KEEP)
+		log_debug(ra->log, "%s: receive packet steering paid (%+d%% bytes/s): kept on",
+			  ra->who, rps_policy_last_trial_pct(ra->policy));
 	if (a == RPS_KEEP)
 		return;
 	if (tun_set_rps(ra->tun, a == RPS_TURN_ON, err, sizeof(err)) == 0) {
-		log_debug(ra->log, "%s: loop thread %u%% busy: receive packet steering %s", ra->who,
-			  rps_policy_busy_pct(ra->policy), a == RPS_TURN_ON ? "on" : "off");
+		if (a == RPS_TURN_OFF && rps_policy_trials_failed(ra->policy) != failed)
+			log_debug(ra->log, "%s: receive packet steering did not pay (%+d%% bytes/s): "
+				  "off, next trial in %lld s at the earliest", ra->who,
+				  rps_policy_last_trial_pct(ra->policy),
+				  (long long)((rps_policy_retry_at_ns(ra->policy) - now_ns) /
+					      TS_NS_PER_SEC));
+		else
+			log_debug(ra->log, "%s: loop thread %u%% busy: receive packet steering %s",
+				  ra->who, rps_policy_busy_pct(ra->policy),
+				  a == RPS_TURN_ON ? "on (trial)" : "off");
 		return;
 	}
 	/* A failed "on" leaves it off; a failed "off" is tried once more. Either way the policy
@@ -55,6 +69,8 @@ void rps_auto_tick(struct rps_auto *ra, int64_t now_ns)
 		log_warn(ra->log, "%s: %s: receive packet steering stays %s", ra->who, err,
 			 tun_rps(ra->tun) ? "on" : "off");
 	ra->switches = rps_policy_switches(ra->policy);
+	ra->trials_failed = rps_policy_trials_failed(ra->policy);
+	ra->last_trial_pct = rps_policy_last_trial_pct(ra->policy);
 	rps_policy_free(ra->policy);
 	ra->policy = NULL;
 }
@@ -78,4 +94,14 @@ uint64_t rps_auto_switches(const struct rps_auto *ra)
 unsigned rps_auto_busy_pct(const struct rps_auto *ra)
 {
 	return ra->policy ? rps_policy_busy_pct(ra->policy) : 0;
+}
+
+uint64_t rps_auto_trials_failed(const struct rps_auto *ra)
+{
+	return ra->policy ? rps_policy_trials_failed(ra->policy) : ra->trials_failed;
+}
+
+int rps_auto_last_trial_pct(const struct rps_auto *ra)
+{
+	return ra->policy ? rps_policy_last_trial_pct(ra->policy) : ra->last_trial_pct;
 }

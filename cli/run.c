@@ -74,8 +74,12 @@ static void drv_batch_end(void *arg, int64_t now_ns)
 	int64_t last;
 
 	p->ops->batch_end(p->ns, w->q, now_ns);
-	if (w->q == 0) /* tun.rps "auto" follows the main loop's thread */
-		rps_auto_tick(&p->rps, now_ns);
+	/* tun.rps "auto" follows the main loop's thread and queue 0's bytes: "auto" is "off"
+	 * with more than one queue (tun_rps_auto), so queue 0 carries all the traffic. */
+	if (w->q == 0) {
+		const struct driver_counters *c = driver_get_counters(w->driver);
+		rps_auto_tick(&p->rps, now_ns, ctr_get(&c->rx_bytes) + ctr_get(&c->tx_bytes));
+	}
 	/* The pressure tier follows RSS; sampled only while traffic flows, so an idle proxy
 	 * never wakes up for it. Whichever queue sees traffic first in a second claims the
 	 * sample (flows may all hash to one queue). */
@@ -409,7 +413,8 @@ static int open_tun(struct proxy *p, char *err, size_t errlen)
 		 tun_rps_auto(p->tun) ? "auto" : tun_rps(p->tun) ? "on" : "off");
 	if (tun_rp_filter_check(tun_name(p->tun), msg, sizeof(msg)) > 0)
 		log_warn(&p->log, "run: %s", msg);
-	return rps_auto_start(&p->rps, p->tun, &p->log, "run", err, errlen);
+	return rps_auto_start(&p->rps, p->tun, &p->log, "run", 0 /* no bytes moved yet */, err,
+			      errlen);
 }
 
 static int start_stack(struct proxy *p, char *err, size_t errlen)

@@ -80,6 +80,10 @@ static void add_tun(struct proxy *p, struct stats_doc *d, const struct netstack_
 	stats_doc_add_u64(d, "tun.rps_auto", STATS_GAUGE, rps_auto_active(&p->rps));
 	stats_doc_add_u64(d, "tun.rps_switches", STATS_COUNTER, rps_auto_switches(&p->rps));
 	stats_doc_add_u64(d, "tun.loop_busy_pct", STATS_GAUGE, rps_auto_busy_pct(&p->rps));
+	stats_doc_add_u64(d, "tun.rps_trials_failed", STATS_COUNTER,
+			  rps_auto_trials_failed(&p->rps));
+	stats_doc_add_i64(d, "tun.rps_last_trial_pct", STATS_GAUGE,
+			  rps_auto_last_trial_pct(&p->rps));
 	stats_doc_add_u64(d, "tun.rx_packets", STATS_COUNTER, ctr_get(&c->rx_packets));
 	stats_doc_add_u64(d, "tun.rx_bytes", STATS_COUNTER, ctr_get(&c->rx_bytes));
 	stats_doc_add_u64(d, "tun.tx_packets", STATS_COUNTER, ctr_get(&c->tx_packets));

@@ -347,7 +347,7 @@ stat_get() { stats_json | jq -r "$1"; }
 
 STATS_KEYS='stack uptime_s rss_kb peak_rss_kb fds tun.rx_packets tun.rx_bytes tun.tx_packets
 tun.tx_bytes tun.rewrites tun.queues tun.rx_gso tun.rps tun.rps_auto tun.rps_switches
-tun.loop_busy_pct tun_device.rx_dropped tun_device.tx_dropped drops.malformed
+tun.rps_trials_failed tun.rps_last_trial_pct tun.loop_busy_pct tun_device.rx_dropped tun_device.tx_dropped drops.malformed
 drops.fragment drops.esp drops.icmp drops.unmapped_downlink drops.unmapped_uplink_rst
 drops.own_address drops.nat_exhausted drops.admission_refused drops.fd_exhausted
 drops.udp_queue_full nat.half_open nat.active nat.closing nat.quarantined sessions.active
