@@ -22,6 +22,7 @@ struct gso_train {
 	uint16_t nseg;
 	uint8_t family;
 	uint8_t psh;         /* a segment had PSH: the super-packet's last segment gets it */
+	uint8_t fill_csum;   /* gso_train_fill_csum */
 	uint32_t next_seq;   /* host order */
 	struct gso_stats st;
 };
@@ -61,6 +62,26 @@ const struct gso_stats *gso_train_stats(const struct gso_train *t)
 	return &t->st;
 }
 
+void gso_train_fill_csum(struct gso_train *t, int on)
+{
+	t->fill_csum = on != 0;
+}
+
+/* The full TCP checksum of a plain packet (IP header of l3_len bytes, TCP after it). */
+static void fill_tcp_csum(struct gso_train *t, uint8_t *ip, size_t len, uint16_t l3_len,
+			  int family)
+{
+	uint8_t *tcp = ip + l3_len;
+	uint32_t l4_len = (uint32_t)(len - l3_len);
+	uint64_t sum = family == 4
+		? csum_pseudo4(ip + PKT_V4_SRC, ip + PKT_V4_DST, IPPROTO_TCP, l4_len)
+		: csum_pseudo6(ip + PKT_V6_SRC, ip + PKT_V6_DST, IPPROTO_TCP, l4_len);
+
+	csum_store16(tcp + TCP_OFF_CSUM, 0);
+	csum_store16(tcp + TCP_OFF_CSUM, (uint16_t)~csum_fold(csum_partial(tcp, l4_len, sum)));
+	ctr_inc(&t->st.csum_filled);
+}
+
 int gso_train_pending(const struct gso_train *t)
 {
 	return t->len != 0;
@@ -77,7 +98,10 @@ void gso_train_flush(struct gso_train *t)
 	if (!t->len)
 		return;
 	if (t->nseg == 1) {
-		/* Untouched: the segment exactly as the stack built it. */
+		/* Untouched: the segment exactly as the stack built it (its checksum filled in
+		 * when the stack left that to us). */
+		if (t->fill_csum)
+			fill_tcp_csum(t, t->buf, t->len, t->l3_len, t->family);
 		ctr_inc(&t->st.singles);
 		t->emit(t->arg, t->buf, t->len, &plain);
 		t->len = 0;
@@ -139,19 +163,21 @@ static int continues(const struct gso_train *t, const struct pkt_view *v, uint16
 	       memcmp(a + 18, b + 18, hlen - v->l3_len - 18) == 0;
 }
 
-void gso_train_add(struct gso_train *t, const uint8_t *pkt, size_t len)
+void gso_train_add(struct gso_train *t, uint8_t *pkt, size_t len)
 {
 	static const struct pkt_meta plain;
 	struct pkt_view v;
 	uint32_t payload;
 	uint16_t hlen;
 	uint8_t flags;
+	int tcp = 0; /* a whole TCP packet: its checksum can be filled in */
 
 	ctr_inc(&t->st.segments);
-	/* pkt_parse wants a mutable buffer but does not write: parse the caller's packet. */
-	if (len > GSO_TRAIN_MAX || pkt_parse(&v, (uint8_t *)pkt, len) != PKT_OK ||
-	    v.proto != IPPROTO_TCP || v.len != len ||
-	    v.l3_len != (v.family == 4 ? 20 : 40))
+	if (len > GSO_TRAIN_MAX || pkt_parse(&v, pkt, len) != PKT_OK || v.proto != IPPROTO_TCP ||
+	    v.len != len)
+		goto alone;
+	tcp = 1;
+	if (v.l3_len != (v.family == 4 ? 20 : 40))
 		goto alone;
 	hlen = (uint16_t)(v.l3_len + v.tcp_hlen);
 	payload = v.len - hlen;
@@ -179,6 +205,8 @@ void gso_train_add(struct gso_train *t, const uint8_t *pkt, size_t len)
 	return;
 alone:
 	gso_train_flush(t);
+	if (t->fill_csum && tcp)
+		fill_tcp_csum(t, pkt, len, v.l3_len, v.family);
 	ctr_inc(&t->st.singles);
 	t->emit(t->arg, pkt, len, &plain);
 }

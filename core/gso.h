@@ -8,7 +8,7 @@
  * Sans-IO: the train owns one staging buffer; gso_train_add() copies a segment in (or flushes
  * what it holds first), and emit() is called with each finished packet and its offload
  * metadata. A train of one segment is emitted exactly as it was given (plain meta, its full
- * checksums untouched). A longer train gets the first segment's headers with the total
+ * checksums untouched; see gso_train_fill_csum). A longer train gets the first segment's headers with the total
  * length, the IPv4 header checksum recomputed, the TCP checksum field set to the un-inverted
  * pseudo-header sum over the whole L4 length (what NEEDS_CSUM means), and PSH if any segment
  * had it (the kernel keeps FIN/PSH on the last segment only: a PSH inside a train moves to
@@ -42,6 +42,7 @@ struct gso_stats {
 	ctr_t trains;       /* super-packets emitted (2 segments or more) */
 	ctr_t train_segments; /* segments that went out inside them */
 	ctr_t singles;      /* packets emitted alone */
+	ctr_t csum_filled;  /* plain TCP packets whose checksum the train computed */
 };
 
 /* One train; its staging buffer (GSO_TRAIN_MAX bytes, pre-faulted) comes from the budget b
@@ -51,9 +52,16 @@ int gso_train_new(struct budget *b, gso_emit_fn emit, void *arg, struct gso_trai
 	__attribute__((warn_unused_result));
 void gso_train_free(struct gso_train *t);
 
-/* Offer one complete, fully checksummed IP packet. Never fails: what cannot join a train is
- * emitted alone (after flushing the train, so packet order is kept). */
-void gso_train_add(struct gso_train *t, const uint8_t *pkt, size_t len);
+/* Offer one complete IP packet, fully checksummed — or, under gso_train_fill_csum, with its TCP
+ * checksum left for the train to fill in (then pkt may be written: its TCP checksum field).
+ * Never fails: what cannot join a train is emitted alone (after flushing the train, so packet
+ * order is kept). */
+void gso_train_add(struct gso_train *t, uint8_t *pkt, size_t len);
+/* on: the stack leaves TCP checksums to the train (lwIP with NETIF_CHECKSUM_GEN_TCP off): a
+ * super-packet gets its partial sum as always, and every TCP packet emitted plain gets its full
+ * checksum computed here (a segment that joins a train is never summed on its own). Off (the
+ * default): plain packets go out exactly as given. */
+void gso_train_fill_csum(struct gso_train *t, int on);
 /* Emit what the train holds (nothing: no-op). */
 void gso_train_flush(struct gso_train *t);
 /* True when a flush would emit something. */

@@ -85,6 +85,10 @@ struct lwip_stack {
 	struct gso_train *train;
 	struct event *flush_ev;
 	bool flush_armed;
+	/* The netif's checksum control: everything, but with a train lwIP leaves the TCP
+	 * checksum to it (a segment that joins a train needs only the partial sum the train
+	 * writes; the train fills in the full one for what goes out alone). */
+	u16_t csum_ctrl;
 	/* The packet now inside netif->input, as our parser saw it (read by the hooks). */
 	const struct pkt_view *cur;
 	bool cur_gso;                 /* ... and it is an offload super-packet */
@@ -196,7 +200,7 @@ int ts_lwip_ip6_hook(struct pbuf *p, struct netif *inp)
 static err_t output(struct pbuf *p)
 {
 	struct lwip_stack *st = the_stack;
-	const void *data = p->payload;
+	uint8_t *data = p->payload; /* the train may fill in its TCP checksum */
 
 	if (!st)
 		return ERR_IF;
@@ -422,8 +426,7 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 	 * check would reject the first kind. Those skip it; everything else is verified. */
 	bool trusted = meta && (meta->flags & (PKT_META_NEEDS_CSUM | PKT_META_DATA_VALID));
 	if (trusted) {
-		NETIF_SET_CHECKSUM_CTRL(&st->netif,
-					NETIF_CHECKSUM_ENABLE_ALL & ~NETIF_CHECKSUM_CHECK_TCP);
+		NETIF_SET_CHECKSUM_CTRL(&st->netif, st->csum_ctrl & ~NETIF_CHECKSUM_CHECK_TCP);
 		ctr_inc(&st->ctr.csum_trusted);
 	}
 	st->cur = v;
@@ -433,7 +436,7 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 	st->cur = NULL;
 	st->cur_gso = false;
 	if (trusted)
-		NETIF_SET_CHECKSUM_CTRL(&st->netif, NETIF_CHECKSUM_ENABLE_ALL);
+		NETIF_SET_CHECKSUM_CTRL(&st->netif, st->csum_ctrl);
 	return DRIVER_DONE;
 }
 
@@ -502,7 +505,7 @@ static int netif_start(struct lwip_stack *st)
 	ip4_addr_set_zero(&gw);
 	if (!netif_add(&st->netif, &addr, &mask, &gw, NULL, netif_setup, ip_input))
 		return -ENOMEM;
-	NETIF_SET_CHECKSUM_CTRL(&st->netif, NETIF_CHECKSUM_ENABLE_ALL);
+	NETIF_SET_CHECKSUM_CTRL(&st->netif, st->csum_ctrl);
 	netif_set_default(&st->netif);
 	netif_set_link_up(&st->netif);
 	netif_set_up(&st->netif);
@@ -573,10 +576,13 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	st->accept_ev = event_new(env->base, -1, 0, on_accepted, st);
 	if (!st->txbuf || !st->tmr_ev || !st->accept_ev)
 		goto fail;
+	st->csum_ctrl = NETIF_CHECKSUM_ENABLE_ALL;
 	if (env->tx_meta && env->cfg->tun.gso_output) {
 		if (gso_train_new(env->budget, train_emit, st, &st->train) != 0 ||
 		    !(st->flush_ev = event_new(env->base, -1, 0, on_flush, st)))
 			goto fail;
+		gso_train_fill_csum(st->train, 1);
+		st->csum_ctrl = NETIF_CHECKSUM_ENABLE_ALL & ~NETIF_CHECKSUM_GEN_TCP;
 	}
 	if ((ret = netif_start(st)) != 0 || (ret = listener_start(st)) != 0)
 		goto fail;
@@ -680,6 +686,7 @@ static void lw_counters(struct netstack *ns,
 		fn(arg, "gso_trains", ctr_get(&g->trains));
 		fn(arg, "gso_train_segments", ctr_get(&g->train_segments));
 		fn(arg, "gso_singles", ctr_get(&g->singles));
+		fn(arg, "gso_csum_filled", ctr_get(&g->csum_filled));
 	}
 }
 

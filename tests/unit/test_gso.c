@@ -279,6 +279,60 @@ Test(gso, a_push_inside_a_train_moves_to_its_end)
 	gso_train_free(t);
 }
 
+/* lwIP with NETIF_CHECKSUM_GEN_TCP off leaves the TCP checksum at 0: under fill_csum the train
+ * writes the partial sum for a super-packet and the full checksum for what goes out alone (a
+ * pure ACK, a segment of another flow), byte for byte what the stack would have sent. Without
+ * fill_csum the same packet goes out untouched. */
+Test(gso, fill_csum_completes_what_the_stack_left_out)
+{
+	uint8_t orig[4][2048], zero[4][2048];
+	size_t len[4];
+	uint8_t *segs[MAXOUT];
+	size_t lens[MAXOUT];
+	struct gso_train *t;
+	struct out o = { 0 };
+
+	len[0] = seg(orig[0], "10.0.0.2", "198.18.0.9", 0, SEG, TCP_ACK);
+	len[1] = seg(orig[1], "10.0.0.2", "198.18.0.9", 1, SEG, TCP_ACK | TCP_PSH);
+	len[2] = seg(orig[2], "10.0.0.2", "198.18.0.9", 2, 0, TCP_ACK);
+	len[3] = seg(orig[3], "fd00::2", "fd00:7f::9", 0, 300, TCP_ACK);
+	for (int i = 0; i < 4; i++) {
+		uint16_t l3 = i == 3 ? 40 : 20;
+		memcpy(zero[i], orig[i], len[i]);
+		csum_store16(zero[i] + l3 + TCP_OFF_CSUM, 0);
+		cr_assert_neq(memcmp(zero[i], orig[i], len[i]), 0, "packet %d: a real checksum", i);
+	}
+	cr_assert_eq(gso_train_new(NULL, emit, &o, &t), 0);
+	gso_train_fill_csum(t, 1);
+	for (int i = 0; i < 4; i++)
+		gso_train_add(t, zero[i], len[i]);
+	gso_train_flush(t);
+	cr_assert_eq(o.n, 3, "the train, the ACK, the v6 segment");
+	cr_assert_eq(o.meta[0].gso_type, PKT_GSO_TCPV4);
+	uint8_t *whole = malloc(o.len[0]);
+	memcpy(whole, o.pkt[0], o.len[0]);
+	complete_partial(whole, o.len[0], &o.meta[0]);
+	cr_assert(tu_verify_l4(whole, o.len[0]), "the train's completed checksum");
+	free(whole);
+	cr_assert_eq(segment(o.pkt[0], o.len[0], &o.meta[0], segs, lens), 2);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(lens[i], len[i]);
+		cr_assert_arr_eq(segs[i], orig[i], len[i], "segment %d", i);
+		free(segs[i]);
+	}
+	expect_single(&o, 1, orig[2], len[2]);
+	expect_single(&o, 2, orig[3], len[3]);
+	cr_assert_eq(ctr_get(&gso_train_stats(t)->csum_filled), 2);
+	out_free(&o);
+	gso_train_fill_csum(t, 0);
+	gso_train_add(t, zero[2], len[2]);
+	cr_assert_eq(o.n, 1);
+	cr_assert_arr_eq(o.pkt[0], zero[2], len[2], "off: untouched");
+	cr_assert_eq(ctr_get(&gso_train_stats(t)->csum_filled), 2);
+	out_free(&o);
+	gso_train_free(t);
+}
+
 Test(gso, a_train_stops_at_64k)
 {
 	uint8_t p[2048];
