@@ -150,9 +150,9 @@ static enum rps_action turn_off(struct rps_policy *p, int64_t now_ns, bool quiet
 }
 
 /* Bytes per second (0 when no time passed). */
-static double rate(uint64_t bytes, int64_t ns)
+static double rate(double bytes, int64_t ns)
 {
-	return ns > 0 ? (double)bytes * 1e9 / (double)ns : 0.0;
+	return ns > 0 ? bytes * 1e9 / (double)ns : 0.0;
 }
 
 /* A trial that measured nothing comparable (a pause, a counter that went back, no baseline):
@@ -186,8 +186,7 @@ static enum rps_action trial_window(struct rps_policy *p, int64_t now_ns, uint64
 		bsum += (double)p->base_bytes[i];
 		nsum += p->base_ns[i];
 	}
-	double on = rate(p->trial_bytes, p->trial_ns);
-	double off = nsum > 0 ? bsum * 1e9 / (double)nsum : 0.0;
+	double on = rate((double)p->trial_bytes, p->trial_ns), off = rate(bsum, nsum);
 	if (off <= 0) /* busy without moving a byte: nothing to compare with */
 		return abort_trial(p, now_ns);
 	/* Truncated toward zero, so the figure never reads as a pass when the trial failed. */
