@@ -496,6 +496,8 @@ static const struct cfgp_field nat_fields[] = {
 	  .off = offsetof(struct ts_nat, half_open_timeout_ms) },
 	{ .key = "port_quarantine_ms", .kind = CFGP_U32, .min = 0, .max = MS_HOUR,
 	  .off = offsetof(struct ts_nat, port_quarantine_ms) },
+	{ .key = "accepted_sndbuf", .kind = CFGP_U32, .min = 0, .max = 64u << 20,
+	  .off = offsetof(struct ts_nat, accepted_sndbuf) },
 };
 static const struct cfgp_table nat_table = CFGP_TABLE(nat_fields, NULL);
 
@@ -786,6 +788,7 @@ void config_init(struct ts_config *cfg)
 	cfg->nat.linger_ms = 10000;
 	cfg->nat.half_open_timeout_ms = 30000;
 	cfg->nat.port_quarantine_ms = 60000;
+	cfg->nat.accepted_sndbuf = TS_ACCEPTED_SNDBUF_AUTO;
 	cfg->timeouts.connect_ms = 5000;
 	cfg->timeouts.relay_idle_ms = 300000;
 	cfg->timeouts.udp_idle_ms = 60000;
@@ -983,6 +986,18 @@ int config_outbound_index(const struct ts_config *cfg, const char *tag)
 		if (strcmp(cfg->outbounds[i].tag, tag) == 0)
 			return (int)i;
 	return -1;
+}
+
+uint32_t config_accepted_sndbuf(const struct ts_config *cfg, bool offload)
+{
+	if (cfg->nat.accepted_sndbuf != TS_ACCEPTED_SNDBUF_AUTO)
+		return cfg->nat.accepted_sndbuf;
+	/* Per packet the loop is slow and the TUN hop's round trip long: a bound costs more
+	 * than the queue it saves. With more queues a download's packets and its ACKs may be
+	 * served by different threads, and one stream needs more in flight to keep up. */
+	if (!offload)
+		return 0;
+	return cfg->tun.queues > 1 ? 1024u << 10 : 384u << 10;
 }
 
 void config_to_nat(const struct ts_config *cfg, struct nat_config *out)

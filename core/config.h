@@ -58,6 +58,8 @@ struct ts_nat {
 	uint32_t linger_ms;
 	uint32_t half_open_timeout_ms;
 	uint32_t port_quarantine_ms;
+	uint32_t accepted_sndbuf;    /* SO_SNDBUF of the accepted (TUN-side) sockets; 0: autotuned;
+				      * TS_ACCEPTED_SNDBUF_AUTO: config_accepted_sndbuf() decides */
 };
 
 struct ts_timeouts {
@@ -165,6 +167,13 @@ int config_load_buffer(const char *buf, size_t len, struct ts_config *cfg, char 
 
 /* The NAT table's config: nat_config_default() overridden by nat.* and budgets.nat_entries. */
 void config_to_nat(const struct ts_config *cfg, struct nat_config *out);
+
+/* nat.accepted_sndbuf when the key is absent (outside the accepted range, so never parsed). */
+#define TS_ACCEPTED_SNDBUF_AUTO UINT32_MAX
+/* The SO_SNDBUF the system stack gives its listeners: nat.accepted_sndbuf, or when absent,
+ * with offload I/O 384 KiB for one TUN queue and 1 MiB for more, and with per-packet I/O 0
+ * (measured, docs/config.md). 0: the kernel's autotuning. */
+uint32_t config_accepted_sndbuf(const struct ts_config *cfg, bool offload);
 
 /* One line without newline, e.g. "stack=system tun=tun0 198.18.0.1/15 nat=198.18.0.2-198.18.0.5
  * outbounds=1 rules=0" (plus " tun6=... nat6=..." with tun.address6). Returns buf. */

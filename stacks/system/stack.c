@@ -65,6 +65,7 @@ struct sys_stack {
 	uint32_t n_lis;
 	bool has6;
 	bool paused;
+	bool sndbuf_warned;                /* nat.accepted_sndbuf capped: said once */
 	bool stopped;
 	struct event *purge_ev;
 	_Atomic int64_t purge_at;          /* deadline the purge timer is armed for */
@@ -361,6 +362,36 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 
 /* ---- start / stop ----------------------------------------------------------------------------- */
 
+/* nat.accepted_sndbuf on a listener: the sockets it accepts inherit the size and its lock, so
+ * the kernel does not autotune them. These sockets send the downloads into the TUN, and the TUN
+ * orphans every packet it queues, so TCP Small Queues cannot limit them: with autotuning each
+ * grows to tcp_wmem[2] and all of it waits in the TUN's queue (16 downloads kept ~64 MiB there,
+ * a 31 ms round trip on a hop whose own is tens of microseconds, and the loop read cold memory:
+ * docs/benchmarks.md). SO_SNDBUFFORCE (CAP_NET_ADMIN) is not capped by net.core.wmem_max;
+ * without it SO_SNDBUF is, and we say so once. 0, or -1 with errno set. */
+static int listener_sndbuf(struct sys_stack *st, int fd)
+{
+	int want = (int)config_accepted_sndbuf(st->env.cfg, st->env.tx_meta != NULL), got = 0;
+	socklen_t gl = sizeof(got);
+
+	if (want == 0)
+		return 0;
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof(want)) != 0 &&
+	    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want)) != 0)
+		return -1;
+	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &got, &gl) != 0)
+		return -1;
+	/* The kernel doubles the value for its bookkeeping and reports the doubled one. */
+	if (got / 2 < want && !st->sndbuf_warned) {
+		st->sndbuf_warned = true;
+		log_warn(st->env.log,
+			 "system stack: nat.accepted_sndbuf %d capped by the kernel at %d "
+			 "(net.core.wmem_max; SO_SNDBUFFORCE needs CAP_NET_ADMIN)",
+			 want, got / 2);
+	}
+	return 0;
+}
+
 /* Bind one listener to the gateway, port 0 (kernel-chosen). IPv6: a tentative (DAD) address
  * refuses bind with EADDRNOTAVAIL; IPV6_FREEBIND is the fallback (seed 000 §六). */
 static int listener_open(struct sys_stack *st, uint8_t family, uint8_t idx, uint16_t *port_be,
@@ -395,6 +426,8 @@ static int listener_open(struct sys_stack *st, uint8_t family, uint8_t idx, uint
 		    bind(fd, (struct sockaddr *)&ss, sl) != 0)
 			goto fail;
 	}
+	if (listener_sndbuf(st, fd) != 0)
+		goto fail;
 	if (listen(fd, (int)budget_get_limits(st->env.budget)->listen_backlog) != 0)
 		goto fail;
 	if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)

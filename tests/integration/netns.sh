@@ -429,6 +429,37 @@ queues_sum() {
 	echo "sum $sum == tun.rx_packets (+$((total - before))): $shares"
 }
 
+# sndbuf_applied: nat.accepted_sndbuf (absent from the config, with offload: 384 KiB with one
+# queue, 1 MiB with more; the kernel reports it doubled) on every listener of the system stack
+# and on a socket they accepted, held open by a slow download (the accepted socket's peer is a
+# NAT address in 198.18.0.0/24; the client's own socket goes to the server).
+sndbuf_applied() {
+	local want lis acc pid i rc=1
+	want=$((2 * ($QUEUES > 1 ? 1048576 : 393216)))
+	lis=$(inA ss -tlnmH "( src $GW4 or src [$GW6] )" | grep -o 'tb[0-9]*' | sort | uniq -c | xargs)
+	if [ "$lis" != "$((2 * 2)) tb$want" ]; then
+		echo "listeners on the gateways: '$lis', want 4 x tb$want (2 listeners per family)"
+		return 1
+	fi
+	inA curl -sS --limit-rate 1M --max-time 20 -o /dev/null "http://$SRV4:$P_HTTP/file.bin" \
+		2>/dev/null &
+	pid=$!
+	for i in $(seq 1 50); do
+		acc=$(inA ss -tnmH state established dst 198.18.0.0/24 | grep -o 'tb[0-9]*' | sort -u | xargs)
+		[ -n "$acc" ] && break
+		sleep 0.1
+	done
+	kill "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	if [ "$acc" = "tb$want" ]; then
+		echo "listeners: $lis; accepted socket: $acc"
+		rc=0
+	else
+		echo "accepted socket: '${acc:-none within 5 s}', want tb$want (listeners: $lis)"
+	fi
+	return $rc
+}
+
 # --- traffic checks --------------------------------------------------------------------------
 
 # download NS URL [CURL_ARGS...]: the 100 MiB file, sha256 compared with the served one.
@@ -615,6 +646,9 @@ full_suite() {
 
 	check "tcp: half-close, the reply completes after shutdown(SHUT_WR)" \
 		inA "${TSNET[@]}" half-close --host "$SRV4" --port "$P_ECHO" --timeout 10
+	if [ "$BYPASS" -eq 0 ] && [ "$STACK" = system ] && [ "$OFFLOAD" = on ]; then
+		check "tcp: accepted sockets carry nat.accepted_sndbuf (no autotuning)" sndbuf_applied
+	fi
 
 	check "tcp: closed port in B fails with RST within 1 s (v4)" \
 		inA "${TSNET[@]}" rst --host "$SRV4" --port "$P_CLOSED" --within 1

@@ -103,6 +103,13 @@ Test(config, defaults)
 	cr_assert_eq(cfg.nat.linger_ms, 10000);
 	cr_assert_eq(cfg.nat.half_open_timeout_ms, 30000);
 	cr_assert_eq(cfg.nat.port_quarantine_ms, 60000);
+	cr_assert_eq(cfg.nat.accepted_sndbuf, TS_ACCEPTED_SNDBUF_AUTO);
+	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 393216); /* offload, one queue */
+	cr_assert_eq(config_accepted_sndbuf(&cfg, false), 0);     /* per-packet: autotuned */
+	cfg.tun.queues = 2;
+	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 1048576);
+	cr_assert_eq(config_accepted_sndbuf(&cfg, false), 0);
+	cfg.tun.queues = 1;
 	cr_assert_eq(cfg.timeouts.connect_ms, 5000);
 	cr_assert_eq(cfg.timeouts.relay_idle_ms, 300000);
 	cr_assert_eq(cfg.timeouts.udp_idle_ms, 60000);
@@ -360,20 +367,38 @@ Test(config, roles_are_usable)
 
 /* ---- nat, timeouts, relay ------------------------------------------------------------------ */
 
+/* An explicit nat.accepted_sndbuf wins over the per-queue default, at the range's edges too. */
+Test(config, accepted_sndbuf_explicit)
+{
+	struct ts_config cfg;
+
+	load_ok("{'tun':{'queues':2},'nat':{'accepted_sndbuf':65536}}", &cfg);
+	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 65536);
+	cr_assert_eq(config_accepted_sndbuf(&cfg, false), 65536);
+	config_fini(&cfg);
+	load_ok("{'nat':{'accepted_sndbuf':67108864}}", &cfg);
+	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 67108864);
+	config_fini(&cfg);
+	load_ok("{'tun':{'queues':4}}", &cfg);
+	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 1048576);
+	config_fini(&cfg);
+}
+
 Test(config, nat_timeouts_relay)
 {
 	struct ts_config cfg;
 
 	load_ok("{'nat':{'addresses':64,'listeners':16,'linger_ms':1,'half_open_timeout_ms':3600000,"
-		"'port_quarantine_ms':0},'timeouts':{'connect_ms':600000,'relay_idle_ms':1,"
-		"'udp_idle_ms':86400000},'relay':{'mode':'copy','buffer_bytes':4096,"
-		"'pipe_bytes':1048576}}",
+		"'port_quarantine_ms':0,'accepted_sndbuf':0},'timeouts':{'connect_ms':600000,"
+		"'relay_idle_ms':1,'udp_idle_ms':86400000},'relay':{'mode':'copy',"
+		"'buffer_bytes':4096,'pipe_bytes':1048576}}",
 		&cfg);
 	cr_assert_eq(cfg.nat.addresses, 64);
 	cr_assert_eq(cfg.nat.listeners, 16);
 	cr_assert_eq(cfg.nat.linger_ms, 1);
 	cr_assert_eq(cfg.nat.half_open_timeout_ms, 3600000);
 	cr_assert_eq(cfg.nat.port_quarantine_ms, 0);
+	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 0); /* 0: the kernel autotunes */
 	cr_assert_eq(cfg.timeouts.connect_ms, 600000);
 	cr_assert_eq(cfg.timeouts.udp_idle_ms, 86400000);
 	cr_assert_eq(cfg.relay_mode, TS_RELAY_COPY);
@@ -391,6 +416,12 @@ Test(config, nat_timeouts_relay)
 		  "between 1 and 3600000" },
 		{ "{'nat':{'port_quarantine_ms':-1}}", "$.nat.port_quarantine_ms",
 		  "between 0 and 3600000" },
+		{ "{'nat':{'accepted_sndbuf':67108865}}", "$.nat.accepted_sndbuf",
+		  "between 0 and 67108864" },
+		{ "{'nat':{'accepted_sndbuf':-1}}", "$.nat.accepted_sndbuf",
+		  "between 0 and 67108864" },
+		{ "{'nat':{'accepted_sndbuf':'1M'}}", "$.nat.accepted_sndbuf",
+		  "expected an integer, got a string" },
 		{ "{'nat':{'ports':5}}", "$.nat.ports", "unknown key" },
 		{ "{'nat':7}", "$.nat", "expected an object, got a number" },
 		{ "{'timeouts':{'connect_ms':0}}", "$.timeouts.connect_ms", "between 1 and 600000" },
