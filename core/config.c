@@ -498,8 +498,25 @@ static const struct cfgp_field nat_fields[] = {
 	  .off = offsetof(struct ts_nat, port_quarantine_ms) },
 	{ .key = "accepted_sndbuf", .kind = CFGP_U32, .min = 0, .max = 64u << 20,
 	  .off = offsetof(struct ts_nat, accepted_sndbuf) },
+	{ .key = "accepted_congestion", .kind = CFGP_STR, .min = 1, .max = TS_CC_NAME_MAX,
+	  .off = offsetof(struct ts_nat, accepted_congestion) },
 };
-static const struct cfgp_table nat_table = CFGP_TABLE(nat_fields, NULL);
+
+/* A congestion control's name as the kernel spells them (reno, cubic, bbr, dctcp, ...): the
+ * kernel is asked at start-up whether it has it; here only the shape is checked. */
+static int check_nat(struct cfgp *p, void *target, uint32_t present)
+{
+	const struct ts_nat *n = target;
+
+	(void)present;
+	for (const char *c = n->accepted_congestion; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+			return cfgp_fail_key(p, "accepted_congestion",
+					     "expected a congestion control's name (a-z, 0-9, _) "
+					     "or \"host\", got \"%s\"", n->accepted_congestion);
+	return 0;
+}
+static const struct cfgp_table nat_table = CFGP_TABLE(nat_fields, check_nat);
 
 static const struct cfgp_field timeouts_fields[] = {
 	{ .key = "connect_ms", .kind = CFGP_U32, .min = 1, .max = 600000,
@@ -789,6 +806,7 @@ void config_init(struct ts_config *cfg)
 	cfg->nat.half_open_timeout_ms = 30000;
 	cfg->nat.port_quarantine_ms = 60000;
 	cfg->nat.accepted_sndbuf = TS_ACCEPTED_SNDBUF_AUTO;
+	snprintf(cfg->nat.accepted_congestion, sizeof(cfg->nat.accepted_congestion), "reno");
 	cfg->timeouts.connect_ms = 5000;
 	cfg->timeouts.relay_idle_ms = 300000;
 	cfg->timeouts.udp_idle_ms = 60000;

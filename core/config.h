@@ -24,6 +24,7 @@ struct nat_config;
 
 #define TS_IFNAME_MAX 15      /* IFNAMSIZ - 1 */
 #define TS_TAG_MAX 64         /* outbound tag bytes */
+#define TS_CC_NAME_MAX 15     /* a TCP congestion control's name (the kernel's TCP_CA_NAME_MAX - 1) */
 #define TS_HOST_MAX 253       /* DNS name bytes */
 #define TS_CRED_MAX 255       /* SOCKS5 username/password bytes (RFC 1929) */
 #define TS_MAX_OUTBOUNDS 256
@@ -60,6 +61,8 @@ struct ts_nat {
 	uint32_t port_quarantine_ms;
 	uint32_t accepted_sndbuf;    /* SO_SNDBUF of the accepted (TUN-side) sockets; 0: autotuned;
 				      * TS_ACCEPTED_SNDBUF_AUTO: config_accepted_sndbuf() decides */
+	/* TCP congestion control of the accepted sockets ("host": the namespace's default) */
+	char accepted_congestion[TS_CC_NAME_MAX + 1];
 };
 
 struct ts_timeouts {

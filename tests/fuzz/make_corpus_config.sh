@@ -19,7 +19,7 @@ awk '/^```json[[:space:]]*$/ { inblock = 1; n++; next } /^```/ { inblock = 0; ne
 
 seed 01_empty '{}'
 seed 02_stack_tun '{"stack":"lwip","tun":{"name":"tun9","address":"10.0.0.250/29","address6":"fd00::1/125","mtu":1280,"txqueuelen":1,"queues":16,"offload":"on"}}'
-seed 03_nat_timeouts '{"nat":{"addresses":64,"listeners":16,"linger_ms":1,"half_open_timeout_ms":3600000,"port_quarantine_ms":0,"accepted_sndbuf":0},"timeouts":{"connect_ms":1,"relay_idle_ms":86400000,"udp_idle_ms":60000}}'
+seed 03_nat_timeouts '{"nat":{"addresses":64,"listeners":16,"linger_ms":1,"half_open_timeout_ms":3600000,"port_quarantine_ms":0,"accepted_sndbuf":0,"accepted_congestion":"host"},"timeouts":{"connect_ms":1,"relay_idle_ms":86400000,"udp_idle_ms":60000}}'
 seed 04_outbounds '{"outbounds":[{"tag":"d","type":"direct","routing_mark":4294967295,"bind_interface":"eth0"},{"tag":"s","type":"socks5","server":"[fd00::2]:1080","username":"u","password":"p"},{"tag":"h","type":"socks5","server":"proxy.example:1"},{"tag":"r","type":"reject"}]}'
 seed 05_route '{"outbounds":[{"tag":"a","type":"direct"},{"tag":"b","type":"reject"}],"route":{"rules":[{"cidr":["10.0.0.0/8","::/0"],"port":[1,"2-65535"],"network":"tcp","outbound":"b"},{"network":"udp","outbound":"a"}],"final":"b"}}'
 seed 06_dns_stats_log '{"dns":{"hijack":true,"upstream":"[2001:db8::53]:53"},"stats":{"listen":"127.0.0.1:9090"},"log":{"level":"debug"}}'

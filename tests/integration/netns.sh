@@ -460,6 +460,34 @@ sndbuf_applied() {
 	return $rc
 }
 
+# congestion_applied: nat.accepted_congestion (absent from the config: reno) on a socket the
+# system stack accepted, held open by a slow download, while the client's own socket in the
+# same namespace keeps the namespace's default.
+congestion_applied() {
+	local def acc cli pid i
+	def=$(inA sysctl -n net.ipv4.tcp_congestion_control)
+	inA curl -sS --limit-rate 1M --max-time 20 -o /dev/null "http://$SRV4:$P_HTTP/file.bin" \
+		2>/dev/null &
+	pid=$!
+	for i in $(seq 1 50); do
+		acc=$(inA ss -tniH state established dst 198.18.0.0/24 | grep -ow 'reno\|cubic\|bbr[0-9]*' | sort -u | xargs)
+		cli=$(inA ss -tniH state established dst "$SRV4" | grep -ow 'reno\|cubic\|bbr[0-9]*' | sort -u | xargs)
+		[ -n "$acc" ] && [ -n "$cli" ] && break
+		sleep 0.1
+	done
+	kill "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	if [ "$acc" != reno ]; then
+		echo "accepted socket: '${acc:-none within 5 s}', want reno (namespace default $def)"
+		return 1
+	fi
+	if [ "$cli" != "$def" ]; then
+		echo "the client's socket: '${cli:-none}', want the namespace default $def"
+		return 1
+	fi
+	echo "accepted socket: $acc; the client's socket: $cli (namespace default$([ "$def" = reno ] && echo ' reno too: this run cannot tell them apart' || echo " $def"))"
+}
+
 # --- traffic checks --------------------------------------------------------------------------
 
 # download NS URL [CURL_ARGS...]: the 100 MiB file, sha256 compared with the served one.
@@ -566,6 +594,13 @@ elif [ "$HAVE_RUN" -eq 1 ]; then
 	jq --arg a "$GW4/31" '.tun.address = $a' "$TMP/good.json" >"$TMP/slash31.json"
 	start_fails "start: impossible TUN address (/31) exits 2" 2 'tun\.address' \
 		"$BIN" run --config "$TMP/slash31.json" --ready-fd 3
+	if [ "$STACK" = system ]; then
+		# The kernel, not the config check, knows its congestion controls: a start error.
+		jq '.nat.accepted_congestion = "nosuchcc"' "$TMP/good.json" >"$TMP/nocc.json"
+		start_fails "start: unknown nat.accepted_congestion exits 1 naming it" 1 \
+			'nat\.accepted_congestion "nosuchcc".*available' \
+			"$BIN" run --config "$TMP/nocc.json" --ready-fd 3
+	fi
 	# A private mount namespace with an empty tmpfs over /dev/net: open("/dev/net/tun") fails.
 	start_fails "start: no /dev/net/tun access exits 1" 1 'tun' \
 		unshare --mount --propagation private sh -c \
@@ -648,6 +683,9 @@ full_suite() {
 		inA "${TSNET[@]}" half-close --host "$SRV4" --port "$P_ECHO" --timeout 10
 	if [ "$BYPASS" -eq 0 ] && [ "$STACK" = system ] && [ "$OFFLOAD" = on ]; then
 		check "tcp: accepted sockets carry nat.accepted_sndbuf (no autotuning)" sndbuf_applied
+	fi
+	if [ "$BYPASS" -eq 0 ] && [ "$STACK" = system ]; then
+		check "tcp: accepted sockets carry nat.accepted_congestion (reno)" congestion_applied
 	fi
 
 	check "tcp: closed port in B fails with RST within 1 s (v4)" \

@@ -110,6 +110,7 @@ Test(config, defaults)
 	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 1048576);
 	cr_assert_eq(config_accepted_sndbuf(&cfg, false), 0);
 	cfg.tun.queues = 1;
+	cr_assert_str_eq(cfg.nat.accepted_congestion, "reno");
 	cr_assert_eq(cfg.timeouts.connect_ms, 5000);
 	cr_assert_eq(cfg.timeouts.relay_idle_ms, 300000);
 	cr_assert_eq(cfg.timeouts.udp_idle_ms, 60000);
@@ -366,6 +367,37 @@ Test(config, roles_are_usable)
 }
 
 /* ---- nat, timeouts, relay ------------------------------------------------------------------ */
+
+/* nat.accepted_congestion: any name of the kernel's shape (the kernel is asked at start-up),
+ * "host", and errors naming the field for what cannot be a name. */
+Test(config, accepted_congestion)
+{
+	struct ts_config cfg;
+
+	load_ok("{'nat':{'accepted_congestion':'host'}}", &cfg);
+	cr_assert_str_eq(cfg.nat.accepted_congestion, "host");
+	config_fini(&cfg);
+	load_ok("{'nat':{'accepted_congestion':'bbr'}}", &cfg);
+	cr_assert_str_eq(cfg.nat.accepted_congestion, "bbr");
+	config_fini(&cfg);
+	load_ok("{'nat':{'accepted_congestion':'abcdefghijklm_9'}}", &cfg); /* 15 bytes */
+	cr_assert_str_eq(cfg.nat.accepted_congestion, "abcdefghijklm_9");
+	config_fini(&cfg);
+
+	static const struct bad b[] = {
+		{ "{'nat':{'accepted_congestion':''}}", "$.nat.accepted_congestion",
+		  "must be 1 to 15 bytes long, got 0" },
+		{ "{'nat':{'accepted_congestion':'abcdefghijklmnop'}}", "$.nat.accepted_congestion",
+		  "must be 1 to 15 bytes long, got 16" },
+		{ "{'nat':{'accepted_congestion':'BBR'}}", "$.nat.accepted_congestion",
+		  "congestion control's name" },
+		{ "{'nat':{'accepted_congestion':'re no'}}", "$.nat.accepted_congestion",
+		  "congestion control's name" },
+		{ "{'nat':{'accepted_congestion':1}}", "$.nat.accepted_congestion",
+		  "expected a string" },
+	};
+	BAD_TABLE(b);
+}
 
 /* An explicit nat.accepted_sndbuf wins over the per-queue default, at the range's edges too. */
 Test(config, accepted_sndbuf_explicit)
