@@ -23,6 +23,7 @@
 
 #include "core/config.h"
 #include "core/netlink.h"
+#include "core/sysfile.h"
 
 /* Missing from older uapi headers (Debian bookworm); values from Linux 6.2. */
 #ifndef TUN_F_USO4
@@ -707,24 +708,6 @@ int tun_verify(const struct tun *t, unsigned tries, unsigned interval_ms, char *
 
 /* ---- /proc and /sys ---- */
 
-/* Read a small text file into buf (NUL-terminated). */
-static int read_text(const char *path, char *buf, size_t cap)
-{
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC), ret;
-
-	if (fd < 0)
-		return -errno;
-	do {
-		n = read(fd, buf, cap - 1);
-	} while (n < 0 && errno == EINTR);
-	ret = n < 0 ? -errno : 0;
-	close(fd);
-	if (ret == 0)
-		buf[n] = '\0';
-	return ret;
-}
-
 /* A decimal number followed by at most a newline. */
 static int read_u64(const char *path, uint64_t *out)
 {
@@ -732,7 +715,7 @@ static int read_u64(const char *path, uint64_t *out)
 	unsigned long long v;
 	int ret;
 
-	if ((ret = read_text(path, buf, sizeof(buf))) != 0)
+	if ((ret = sysfile_read_text(path, buf, sizeof(buf))) != 0)
 		return ret;
 	if (buf[0] < '0' || buf[0] > '9')
 		return -EINVAL;

@@ -18,6 +18,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/sysfile.h"
 #include "dispatch/session.h"
 #include "dispatch/stream.h"
 #include "stacks/netstack.h"
@@ -363,18 +364,12 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 
 /* ---- start / stop ----------------------------------------------------------------------------- */
 
-/* The first line of a small file, without its newline ("" when it cannot be read). */
+/* The first line of a /proc file, without its newline ("" when it cannot be read). */
 static void read_line(const char *path, char *buf, size_t len)
 {
-	FILE *f = fopen(path, "re");
-
-	buf[0] = '\0';
-	if (!f)
-		return;
-	if (!fgets(buf, (int)len, f))
+	if (sysfile_read_text(path, buf, len) != 0)
 		buf[0] = '\0';
 	buf[strcspn(buf, "\n")] = '\0';
-	fclose(f);
 }
 
 /* nat.accepted_sndbuf on a listener: the sockets it accepts inherit the size and its lock, so
