@@ -43,7 +43,7 @@ test-fuzz:
 
 # The main job: both stacks side by side on a namespace testbed (docs/benchmarks.md), offload
 # I/O. BENCH_ARGS=--quick: ~2 minutes; BENCH_ARGS=--ablation: every TUN I/O mode, TCP bulk
-# only, issue 6's targets (~18 minutes, refused over 30).
+# only, checks the ablation's acceptance targets (~18 minutes, refused over 30).
 bench: build
 	./build/twinstack bench $(BENCH_ARGS)
 

@@ -6,22 +6,33 @@
  *        is the cost of one iteration; bench/callgrind.sh does exactly that)
  *
  * Cases call the production functions (pkt_parse, sysproc_classify, rewrite_l4, nat_*,
- * gso_train_*): no second algorithm lives here. Seeds are fixed so instruction counts are deterministic.
+ * gso_train_*, each stack's per-packet input: sysproc_process, lwip_stack_ops.input, and the
+ * UDP path's entries behind the system stack: udp_path_input_view, udp_path_input): no second
+ * algorithm lives here. Seeds are fixed so instruction counts are deterministic.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <event2/event.h>
+
+#include "core/budget.h"
+#include "core/config.h"
 #include "core/csum.h"
 #include "core/gso.h"
+#include "core/log.h"
 #include "core/pkt.h"
+#include "dispatch/udp.h"
+#include "stacks/lwip/lwip_stack.h"
+#include "stacks/netstack.h"
 #include "stacks/system/nat.h"
-#include "stacks/system/rewrite.h"
+#include "stacks/common/rewrite.h"
 #include "stacks/system/sysproc.h"
 
 #define SEC_NS 1000000000LL
@@ -40,6 +51,19 @@ struct bench {
 	size_t big_len;
 	struct gso_train *train;
 	uint64_t emitted;
+	/* Stack input cases: the packet as built (restored before each iteration when the
+	 * stack rewrites it in place) and the verdict every iteration must give. */
+	uint8_t orig[256];
+	bool restore;
+	int expect;
+	struct sys_counters sctr;
+	struct ts_config *cfg; /* lwIP */
+	struct budget *bud;
+	struct event_base *base;
+	struct log lg;
+	struct netstack *ns;
+	struct udp_path *up;   /* sys_udp*_path cases */
+	uint64_t sent;         /* datagrams the UDP path's sendto stand-in took */
 };
 
 struct micro_case {
@@ -73,18 +97,21 @@ static void set_addr(uint8_t *a, int family, uint32_t low)
 	}
 }
 
-/* A TCP segment client:12345 -> server:443 with ACK and 64 bytes of payload. */
-static size_t build_tcp(uint8_t *b, int family, const uint8_t *src, const uint8_t *dst,
-			uint16_t sport, uint16_t dport)
+/* An IPv4 or IPv6 packet src:sport -> dst:dport with valid checksums: TCP (a 20-byte header
+ * with the given flags, seq 1, ack 1 when ACK is set, window 0xff00) or UDP, followed by
+ * payload bytes 0, 1, 2, ... */
+static size_t build_pkt(uint8_t *b, int family, uint8_t proto, const uint8_t *src,
+			const uint8_t *dst, uint16_t sport, uint16_t dport, uint8_t tcp_flags,
+			size_t payload)
 {
-	size_t hl = family == 4 ? 20 : 40, l4 = 20 + 64;
+	size_t hl = family == 4 ? 20 : 40, th = proto == IPPROTO_TCP ? 20 : 8, l4 = th + payload;
 	memset(b, 0, hl + l4);
 	if (family == 4) {
 		b[0] = 0x45;
 		b[2] = (uint8_t)((hl + l4) >> 8);
 		b[3] = (uint8_t)(hl + l4);
 		b[8] = 64;
-		b[9] = IPPROTO_TCP;
+		b[9] = proto;
 		memcpy(b + 12, src, 4);
 		memcpy(b + 16, dst, 4);
 		csum_store16(b + 10, csum_buf(b, 20));
@@ -92,7 +119,7 @@ static size_t build_tcp(uint8_t *b, int family, const uint8_t *src, const uint8_
 		b[0] = 0x60;
 		b[4] = (uint8_t)(l4 >> 8);
 		b[5] = (uint8_t)l4;
-		b[6] = IPPROTO_TCP;
+		b[6] = proto;
 		b[7] = 64;
 		memcpy(b + 8, src, 16);
 		memcpy(b + 24, dst, 16);
@@ -102,17 +129,42 @@ static size_t build_tcp(uint8_t *b, int family, const uint8_t *src, const uint8_
 	t[1] = (uint8_t)sport;
 	t[2] = (uint8_t)(dport >> 8);
 	t[3] = (uint8_t)dport;
-	t[7] = 1;
-	t[11] = 1;
-	t[12] = 5 << 4;
-	t[13] = TCP_ACK;
-	t[14] = 0xff;
-	for (int i = 0; i < 64; i++)
-		t[20 + i] = (uint8_t)i;
-	uint64_t ps = family == 4 ? csum_pseudo4(src, dst, IPPROTO_TCP, (uint32_t)l4)
-				  : csum_pseudo6(src, dst, IPPROTO_TCP, (uint32_t)l4);
-	csum_store16(t + 16, (uint16_t)~csum_fold(csum_partial(t, l4, ps)));
+	if (proto == IPPROTO_TCP) {
+		t[7] = 1;
+		t[11] = tcp_flags & TCP_ACK ? 1 : 0;
+		t[12] = 5 << 4;
+		t[13] = tcp_flags;
+		t[14] = 0xff;
+	} else {
+		pkt_put16(t + UDP_OFF_LEN, (uint16_t)l4);
+	}
+	for (size_t i = 0; i < payload; i++)
+		t[th + i] = (uint8_t)i;
+	uint64_t ps = family == 4 ? csum_pseudo4(src, dst, proto, (uint32_t)l4)
+				  : csum_pseudo6(src, dst, proto, (uint32_t)l4);
+	uint16_t sum = (uint16_t)~csum_fold(csum_partial(t, l4, ps));
+	if (proto == IPPROTO_UDP && sum == 0)
+		sum = 0xffff; /* RFC 768: a computed 0 is sent as all ones */
+	csum_store16(t + (proto == IPPROTO_TCP ? TCP_OFF_CSUM : UDP_OFF_CSUM), sum);
 	return hl + l4;
+}
+
+/* A TCP segment client:12345 -> server:443 with ACK and 64 bytes of payload. */
+static size_t build_tcp(uint8_t *b, int family, const uint8_t *src, const uint8_t *dst,
+			uint16_t sport, uint16_t dport)
+{
+	return build_pkt(b, family, IPPROTO_TCP, src, dst, sport, dport, TCP_ACK, 64);
+}
+
+/* Gateway 198.18.0.1 / fd00::1, client 198.18.0.9 / fd00::9, server 1.1.1.1 / 2001::101:101. */
+static void set_addrs(struct bench *b, int family)
+{
+	b->family = family;
+	set_addr(b->gw, family, family == 4 ? 0xc6120001 : 1);
+	set_addr(b->client, family, family == 4 ? 0xc6120009 : 9);
+	set_addr(b->server, family, 0x01010101);
+	if (family == 6)
+		b->server[0] = 0x20, b->server[1] = 0x01;
 }
 
 static int setup_common(struct bench *b, int family, uint32_t max_entries)
@@ -121,12 +173,7 @@ static int setup_common(struct bench *b, int family, uint32_t max_entries)
 	struct sysproc_config pc;
 	int ret;
 
-	b->family = family;
-	set_addr(b->gw, family, family == 4 ? 0xc6120001 : 1); /* 198.18.0.1 / fd00::1 */
-	set_addr(b->client, family, family == 4 ? 0xc6120009 : 9);
-	set_addr(b->server, family, family == 4 ? 0x01010101 : 0x01010101);
-	if (family == 6)
-		b->server[0] = 0x20, b->server[1] = 0x01;
+	set_addrs(b, family);
 	b->lports_be[0] = htons(40000);
 	b->lports_be[1] = htons(40001);
 
@@ -383,6 +430,193 @@ static void run_nat_new(struct bench *b, uint64_t iters)
 	}
 }
 
+/* ---- each stack's per-packet input -------------------------------------------------------- */
+
+/* The packet of a stack input case: a UDP datagram client:5353 -> server:443 with 64 bytes of
+ * payload (to the UDP path), or a pure SYN client:12345 -> server:443 (a retransmitted one
+ * after the first iteration: the system stack finds its half-open NAT entry, lwIP its SYN_RCVD
+ * pcb and answers with a SYN-ACK again). */
+static void build_input(struct bench *b, uint8_t proto)
+{
+	if (proto == IPPROTO_UDP)
+		b->len = build_pkt(b->pkt, b->family, IPPROTO_UDP, b->client, b->server, 5353, 443,
+				   0, 64);
+	else
+		b->len = build_pkt(b->pkt, b->family, IPPROTO_TCP, b->client, b->server, 12345,
+				   443, TCP_SYN, 0);
+	memcpy(b->orig, b->pkt, b->len);
+}
+
+static int setup_sys(struct bench *b, int family, uint8_t proto)
+{
+	int ret = setup_common(b, family, 16);
+
+	if (ret)
+		return ret;
+	build_input(b, proto);
+	b->restore = proto == IPPROTO_TCP; /* the uplink rewrite changes the buffer */
+	b->expect = proto == IPPROTO_UDP ? SYS_UDP : SYS_WRITE;
+	return 0;
+}
+
+static int setup_sys_udp4(struct bench *b) { return setup_sys(b, 4, IPPROTO_UDP); }
+static int setup_sys_udp6(struct bench *b) { return setup_sys(b, 6, IPPROTO_UDP); }
+static int setup_sys_syn4(struct bench *b) { return setup_sys(b, 4, IPPROTO_TCP); }
+static int setup_sys_syn6(struct bench *b) { return setup_sys(b, 6, IPPROTO_TCP); }
+
+/* One iteration: the system stack's whole per-packet processing (parse, policy, and for the
+ * SYN the NAT lookup and the uplink rewrite), as the driver calls it. */
+static void run_sys_input(struct bench *b, uint64_t iters)
+{
+	struct pkt_view v;
+
+	for (uint64_t i = 0; i < iters; i++) {
+		if (b->restore)
+			memcpy(b->pkt, b->orig, b->len);
+		struct sys_disp d =
+			sysproc_process(b->proc, b->pkt, b->len, NULL, b->now, &b->sctr, &v);
+		if ((int)d.action != b->expect)
+			die("sysproc_process", EINVAL);
+	}
+}
+
+/* The system stack's input and then the UDP path, as the driver and queue 0 run them for one
+ * datagram: the stack's view handed on (sys_udp*_path) or the raw bytes parsed again
+ * (sys_udp4_path_raw: the entry a queue > 0 hand-off uses). The path's outbound sendto is a
+ * stand-in that takes the datagram without a syscall, so the case measures our code only; the
+ * first iteration opens the session and its outbound socket. */
+static ssize_t null_sendto(void *arg, int fd, const void *buf, size_t len,
+			   const struct sockaddr *to, socklen_t tolen)
+{
+	struct bench *b = arg;
+	(void)fd;
+	(void)buf;
+	(void)to;
+	(void)tolen;
+	b->sent++;
+	return (ssize_t)len;
+}
+
+static int null_tx(void *arg, const uint8_t *pkt, size_t len)
+{
+	(void)arg;
+	(void)pkt;
+	(void)len;
+	return 0;
+}
+
+static int setup_sys_path(struct bench *b, int family)
+{
+	char err[TS_ERRLEN];
+	int ret = setup_sys(b, family, IPPROTO_UDP);
+
+	if (ret)
+		return ret;
+	if (!(b->cfg = calloc(1, sizeof(*b->cfg))))
+		return -ENOMEM;
+	config_init(b->cfg);
+	if ((ret = config_load_string("{}", b->cfg, err, sizeof(err))) != 0) {
+		fprintf(stderr, "twinstack-micro: config: %s\n", err);
+		return ret;
+	}
+	if ((ret = budget_new(&b->cfg->budget, &b->bud)) != 0)
+		return ret;
+	if (!(b->base = event_base_new()))
+		return -ENOMEM;
+	if ((ret = udp_path_new(b->base, b->cfg, b->bud, null_tx, b, &b->up)) != 0)
+		return ret;
+	udp_path_set_sendto(b->up, null_sendto, b);
+	return 0;
+}
+
+static int setup_sys_path4(struct bench *b) { return setup_sys_path(b, 4); }
+static int setup_sys_path6(struct bench *b) { return setup_sys_path(b, 6); }
+
+static void run_sys_path(struct bench *b, uint64_t iters, bool view)
+{
+	uint64_t before = b->sent;
+	struct pkt_view v;
+
+	for (uint64_t i = 0; i < iters; i++) {
+		struct sys_disp d =
+			sysproc_process(b->proc, b->pkt, b->len, NULL, b->now, &b->sctr, &v);
+		if (d.action != SYS_UDP)
+			die("sysproc_process", EINVAL);
+		if (view)
+			udp_path_input_view(b->up, &v, b->now);
+		else
+			udp_path_input(b->up, b->pkt, b->len, b->now);
+	}
+	if (b->sent - before != iters)
+		die("udp path: one datagram out per datagram in", EIO);
+}
+
+static void run_sys_path_view(struct bench *b, uint64_t iters) { run_sys_path(b, iters, true); }
+static void run_sys_path_raw(struct bench *b, uint64_t iters) { run_sys_path(b, iters, false); }
+
+static int count_tx(void *arg, const uint8_t *pkt, size_t len)
+{
+	struct bench *b = arg;
+	(void)pkt;
+	(void)len;
+	b->emitted++;
+	return 0;
+}
+
+static int setup_lw(struct bench *b, int family, uint8_t proto)
+{
+	char err[TS_ERRLEN];
+	int ret;
+
+	set_addrs(b, family);
+	if (!(b->cfg = calloc(1, sizeof(*b->cfg))))
+		return -ENOMEM;
+	config_init(b->cfg);
+	if ((ret = config_load_string("{\"stack\":\"lwip\",\"tun\":{\"address\":\"198.18.0.1/15\","
+				      "\"address6\":\"fd00::1/64\"}}",
+				      b->cfg, err, sizeof(err))) != 0) {
+		fprintf(stderr, "twinstack-micro: config: %s\n", err);
+		return ret;
+	}
+	if ((ret = budget_new(&b->cfg->budget, &b->bud)) != 0)
+		return ret;
+	if (!(b->base = event_base_new()))
+		return -ENOMEM;
+	log_init(&b->lg, LOG_LEVEL_ERROR, 2);
+	struct netstack_env env = { .base = b->base, .cfg = b->cfg, .budget = b->bud,
+				    .log = &b->lg, .tx = count_tx, .tx_arg = b };
+	if ((ret = lwip_stack_ops.start(&env, &b->ns, err, sizeof(err))) != 0) {
+		fprintf(stderr, "twinstack-micro: %s\n", err);
+		return ret;
+	}
+	build_input(b, proto);
+	b->expect = proto == IPPROTO_UDP ? DRIVER_UDP : DRIVER_DONE;
+	return 0;
+}
+
+static int setup_lw_udp4(struct bench *b) { return setup_lw(b, 4, IPPROTO_UDP); }
+static int setup_lw_udp6(struct bench *b) { return setup_lw(b, 6, IPPROTO_UDP); }
+static int setup_lw_syn4(struct bench *b) { return setup_lw(b, 4, IPPROTO_TCP); }
+static int setup_lw_syn6(struct bench *b) { return setup_lw(b, 6, IPPROTO_TCP); }
+
+/* One iteration: the lwIP stack's input as the driver calls it (parse, policy; for the SYN the
+ * copy into a pbuf, lwIP's input hook and tcp_input, which sends the SYN-ACK again). */
+static void run_lw_input(struct bench *b, uint64_t iters)
+{
+	uint64_t before = b->emitted;
+	struct pkt_view v;
+	size_t out_len;
+	bool plain;
+
+	for (uint64_t i = 0; i < iters; i++) {
+		if ((int)lwip_stack_ops.input(b->ns, 0, b->pkt, b->len, NULL, b->now, &out_len,
+					      &plain, &v) != b->expect)
+			die("lwip input", EINVAL);
+	}
+	if (b->expect == DRIVER_DONE && b->emitted - before != iters)
+		die("lwip input: one SYN-ACK per SYN", EINVAL);
+}
+
 static const struct micro_case cases[] = {
 	{ "rewrite4", "packet", 1, 2000000, setup_rewrite4, run_rewrite },
 	{ "rewrite6", "packet", 1, 2000000, setup_rewrite6, run_rewrite },
@@ -390,6 +624,17 @@ static const struct micro_case cases[] = {
 	{ "nat_new1024", "flow", 1024, 200, setup_nat_new, run_nat_new },
 	{ "rewrite4_gso", "super-packet", 1, 2000000, setup_rewrite4_gso, run_rewrite_gso },
 	{ "gso_train", "segment", GSO_NSEG, 20000, setup_gso_train, run_gso_train },
+	{ "sys_udp4", "packet", 1, 2000000, setup_sys_udp4, run_sys_input },
+	{ "sys_udp6", "packet", 1, 2000000, setup_sys_udp6, run_sys_input },
+	{ "sys_syn4", "packet", 1, 2000000, setup_sys_syn4, run_sys_input },
+	{ "sys_syn6", "packet", 1, 2000000, setup_sys_syn6, run_sys_input },
+	{ "sys_udp4_path", "datagram", 1, 2000000, setup_sys_path4, run_sys_path_view },
+	{ "sys_udp6_path", "datagram", 1, 2000000, setup_sys_path6, run_sys_path_view },
+	{ "sys_udp4_path_raw", "datagram", 1, 2000000, setup_sys_path4, run_sys_path_raw },
+	{ "lw_udp4", "packet", 1, 2000000, setup_lw_udp4, run_lw_input },
+	{ "lw_udp6", "packet", 1, 2000000, setup_lw_udp6, run_lw_input },
+	{ "lw_syn4", "packet", 1, 200000, setup_lw_syn4, run_lw_input },
+	{ "lw_syn6", "packet", 1, 200000, setup_lw_syn6, run_lw_input },
 };
 #define N_CASES (sizeof(cases) / sizeof(cases[0]))
 
@@ -402,6 +647,16 @@ static int64_t mono_ns(void)
 
 static void teardown(struct bench *b)
 {
+	udp_path_free(b->up);
+	if (b->ns)
+		lwip_stack_ops.free(b->ns);
+	if (b->base)
+		event_base_free(b->base);
+	budget_free(b->bud);
+	if (b->cfg) {
+		config_fini(b->cfg);
+		free(b->cfg);
+	}
 	sysproc_free(b->proc);
 	nat_table_free(b->nat);
 	gso_train_free(b->train);

@@ -1,9 +1,9 @@
 """report.py — the reporting half of the comparison rig: bench/rig.py measures, this draws.
 
 A Report turns one run into what people read: the derived figures (the two-hop ceiling and
-each subject's fraction of it, per round), the results.json rows, issue 6's targets
-(--ablation), report.md, and the gnuplot charts (.dat and .gp, drawn to .svg/.png). It reads
-nothing but what results.json holds (its meta and its raw samples), so the report written at
+each subject's fraction of it, per round), the results.json rows, the ablation's acceptance
+targets (--ablation), report.md, and the gnuplot charts (.dat and .gp, drawn to .svg/.png). It
+reads nothing but what results.json holds (its meta and its raw samples), so the report written at
 the end of a run and a later `rig.py --report-from` redraw of its results.json are the same.
 Also here: the console helpers both halves print through, and the number formats.
 
@@ -38,7 +38,7 @@ BAR_COLORS = {
     ("system", "offload-norps", 1): "#bcbd22", ("system", "offload-rps", 1): "#8c564b",
     ("ceiling", "offload", 1): "#222222",
 }
-RSS_SLACK_KB = 1024     # issue 6: system peak RSS at 64 streams at most 1 MB above 1 stream
+RSS_SLACK_KB = 1024     # a target: system peak RSS at 64 streams at most 1 MB above 1 stream
 
 
 # ---- the console: the live table on stdout, progress and notes on stderr --------------------
@@ -283,7 +283,8 @@ class Report:
             (st[0] - 1) * 100, (st[1] - 1) * 100, (st[2] - 1) * 100, st[3])
 
     def targets(self):
-        """Issue 6's targets on this run's medians: [{what, value, target, verdict}]."""
+        """The ablation's acceptance targets on this run's medians:
+        [{what, value, target, verdict}]."""
         so, sp = self.find("system", "offload"), self.find("system", "per-packet")
         lo = self.find("lwip", "offload")
         T = []
@@ -342,8 +343,9 @@ class Report:
         for d, n in self.bulk_cells if self.ablation else []:
             st = self.pct(self.find("system", "offload"), self.find("lwip", "offload"), d, n)
             if st is not None:
-                out("info  system vs lwip (offload), %s, %d stream%s: %+.1f%% (reported, seed 000 "
-                    "headline +42%% at 1 stream)" % (d, n, "s" if n > 1 else "", st[0]))
+                out("info  system vs lwip (offload), %s, %d stream%s: %+.1f%% (reported; the "
+                    "system netstack article: +42%% over smoltcp at 1 stream)" % (
+                        d, n, "s" if n > 1 else "", st[0]))
 
     # -- reports
     def cell(self, r, digits=2):
@@ -496,7 +498,7 @@ class Report:
                      meta["estimate_s"], meta["time_limit_s"], self.bulk_t, self.bulk_omit,
                      meta["host"]["kernel"], meta["host"]["cpus"], cc_text(meta)))
         L.append("")
-        L.append("## TCP bulk by stack and I/O mode (the shape of seed 000 section 七.4)")
+        L.append("## TCP bulk by stack and I/O mode (one row per stream count and direction)")
         L.append("")
         L.append("Throughput in Gbit/s (median of per-second iperf3 intervals after the "
                  "warm-up); Δ in percent; peak RSS in MiB (VmHWM of a child that ran only this "
@@ -533,7 +535,7 @@ class Report:
             c += [fmt_stat(self.stat(s, "tcp_bulk", d, n, "ceiling_fraction"), 3) for s in fr]
             L.append("| " + " | ".join(c) + " |")
         L.append("")
-        L.append("## Targets (issue 6, on the medians of this run)")
+        L.append("## Targets (the ablation's acceptance targets, on the medians of this run)")
         L.append("")
         L.append("```")
         for t in targets:
@@ -543,8 +545,9 @@ class Report:
         L.append("")
         sl = self.pct(self.find("system", "offload"), self.find("lwip", "offload"), "up", 1)
         if sl is not None or any(lab.startswith("system vs lwip") for lab, _, _ in pairs):
-            L.append("System vs lwIP with offload (reported, not a target; seed 000's headline "
-                     "was +42%% at one stream): see the Δ system vs lwip column%s." % (
+            L.append("System vs lwIP with offload (reported, not a target; the system netstack "
+                     "article's headline was +42%% over smoltcp at one stream): see the Δ "
+                     "system vs lwip column%s." % (
                          "; up, 1 stream: %+.1f %%" % sl[0] if sl else ""))
             L.append("")
         self.cost_table(L)

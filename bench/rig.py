@@ -6,8 +6,8 @@ each stack as a child `twinstack run`) through every workload, interleaved per r
 round, writes a table on stdout, and hands the samples to bench/report.py, which writes
 results.json, report.md and the charts (gnuplot). `--ablation` instead measures TCP bulk only,
 for every TUN I/O mode (per-packet, offload, offload + 2 queues) of each stack and of the
-reflector, one fresh child per cell, and checks the targets of issue 6; `--report-from FILE`
-redraws the report of an earlier run.
+reflector, one fresh child per cell, and checks the ablation's acceptance targets
+(docs/benchmarks.md); `--report-from FILE` redraws the report of an earlier run.
 
     ns A (client + proxy)                                   ns B (servers)
     iperf3 -c / load clients                                lo 10.200.1.2/32 (the target)
@@ -67,7 +67,7 @@ EXIT_OK, EXIT_FAIL, EXIT_CANNOT = 0, 1, 2
 ABLATION_CELLS = [(d, n) for n in (1, 16, 64) for d in ("up", "down")]
 ABLATION_BULK_S = 5
 ABLATION_LIMIT_S = 1800
-RUN_OVERHEAD_S = 0.5    # measured ~0.2-0.3 s (2 cores, 2026-11-30), with margin
+RUN_OVERHEAD_S = 0.5    # the measured overhead (docs/benchmarks.md), with margin
 START_OVERHEAD_S = 0.8  # SETTLE_S + ~0.15 s start and checks, with margin
 SETTLE_S = 0.5
 STALL_GBPS = 0.01       # a bulk run below 10 Mbit/s stalled: recorded, and a failure
@@ -170,8 +170,8 @@ class Testbed:
     def pin_cc(self, ns):
         """Every TCP socket in the testbed (iperf3's, the load tools', the proxy's accepted and
         outbound sockets) takes its namespace's default congestion control. A new namespace
-        inherits the host's; a pacing one (bbr) paces each flow with a kernel timer, which on a
-        VM caps one flow through the TUN near 10 Gbit/s with the CPUs a quarter idle, and so
+        inherits the host's; a pacing one (bbr) paces each flow with a kernel timer, which can cap
+        one flow through the TUN well below the path's capacity while the CPUs idle, and so
         hides the cost of the TUN path the rig is there to measure (docs/benchmarks.md). The
         rig pins an unpaced, loss-based algorithm instead (reno: every namespace may select
         it) unless --cc host."""
@@ -1229,7 +1229,7 @@ def parse_args(argv):
     ap.add_argument("--ablation", action="store_true",
                     help="TCP bulk 1/16/64 streams up and down for veth, the reflector "
                     "(offload and per-packet), system per-packet/offload/offload+2 queues, lwip "
-                    "per-packet/offload; issue 6's targets as PASS/MISS lines (~18 minutes)")
+                    "per-packet/offload; the acceptance targets as PASS/MISS lines (~18 minutes)")
     ap.add_argument("--stacks", default="system,lwip", help="comma-separated (default %(default)s)")
     ap.add_argument("--out", default=None, help="output directory (default bench-results; "
                     "with --report-from the directory of FILE)")

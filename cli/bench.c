@@ -42,7 +42,7 @@ void usage_bench(FILE *out)
 	      "  --ablation          TCP bulk only, every TUN I/O mode: per-packet, offload and\n"
 	      "                      offload + 2 queues (system), per-packet, offload and offload\n"
 	      "                      without GSO output trains (lwip), per-packet and offload\n"
-	      "                      (reflector); the issue-6 targets as PASS/MISS (< 30 minutes)\n"
+	      "                      (reflector); the acceptance targets as PASS/MISS (< 30 minutes)\n"
 	      "  --stacks LIST       stacks to measure (default system,lwip)\n"
 	      "  --out DIR           output directory (default bench-results)\n"
 	      "  --reps N            repetitions per figure (default 3; --quick: 1)\n"

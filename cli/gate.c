@@ -1,4 +1,4 @@
-/* gate.c — `twinstack gate`: the CI performance regression gate (issue 5). The comparison
+/* gate.c — `twinstack gate`: the CI performance regression gate. The comparison
  * lives in cli/gate_lib.c; this file is the command line. */
 #include <errno.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * so the unit tests can drive it: load two result files, compare the figures that survive a
  * noisy machine, print a table, decide an exit code.
  *
- * Two figures are gated (issue 5, "Regression gate"):
+ * Two figures are gated (docs/benchmarks.md, "Regression gate"):
  *   instructions_per_op  callgrind counts of the micro-benchmarks (deterministic): a regression
  *                        when current > baseline x (1 + instr_tol).
  *   ceiling_fraction     a stack's throughput over the same run's two-hop ceiling: a regression

@@ -316,7 +316,7 @@ static int connect_wait(const struct load_opts *o, int timeout_ms)
 }
 
 /* Send one request on c, starting its clock. A short write waits for room on this socket
- * alone: with requests of at most 65000 bytes that is rare and brief. */
+ * alone: with requests of at most 65000 bytes that is rare and short. */
 static int lat_send(struct tconn *c, const char *msg, size_t len)
 {
 	struct pollfd p = { .fd = c->fd, .events = POLLOUT };

@@ -1,5 +1,5 @@
 /* reflect.c — `twinstack reflect`: an address-swapping TUN reflector, the rig's "reflector"
- * baseline (issue 5): the ceiling of one TCP connection through a TUN.
+ * baseline: the ceiling of one TCP connection through a TUN.
  *
  * Every packet read from the TUN is written back with its source and destination addresses
  * swapped; ports are untouched. No checksum changes: the IPv4 header checksum and the TCP/UDP
@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/rps_auto.h"
+#include "runtime/rps_auto.h"
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"

@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fdpool.h"
+
 /* Profile defaults.
  *
- * | limit            | desktop             | mobile (seed 000 §八, iOS)   |
+ * | limit            | desktop             | mobile (iOS extension)       |
  * | ---------------- | ------------------- | ---------------------------- |
  * | nat_entries      | 65536               | 4096                         |
  * | tcp_sessions     | 4096 / 2048 / 1024  | 64 / 32 / 16                 |
@@ -74,6 +76,7 @@ struct budget {
 	gauge_t fds_in_use, fds_peak;
 	gauge_t bytes_in_use, bytes_peak;
 	gauge_t malloc_bytes, malloc_blocks;
+	_Atomic bool fd_pool;        /* also draws descriptors from the process pool */
 
 	/* Written by several workers: always ctr_add_shared. */
 	ctr_t tcp_admitted;
@@ -173,6 +176,10 @@ void budget_free(struct budget *b)
 		return;
 	/* Outstanding buffers would be freed into a dead budget later: a caller bug. */
 	assert(atomic_load(&b->bytes_in_use) == 0);
+	if (atomic_load(&b->fd_pool)) {
+		fdpool_give((uint32_t)atomic_load(&b->fds_in_use));
+		fdpool_leave();
+	}
 	free(b);
 }
 
@@ -318,16 +325,29 @@ void budget_udp_release(struct budget *b)
 
 int budget_fd_reserve(struct budget *b, uint32_t n)
 {
-	if (!gauge_take(&b->fds_in_use, &b->fds_peak, n, b->lim.fds)) {
-		ctr_add_shared(&b->fd_refused, 1);
-		return -EMFILE;
+	if (!gauge_take(&b->fds_in_use, &b->fds_peak, n, b->lim.fds))
+		goto refused;
+	if (atomic_load_explicit(&b->fd_pool, memory_order_relaxed) && !fdpool_take(n)) {
+		gauge_give(b, &b->fds_in_use, n);
+		goto refused;
 	}
 	return 0;
+refused:
+	ctr_add_shared(&b->fd_refused, 1);
+	return -EMFILE;
 }
 
 void budget_fd_release(struct budget *b, uint32_t n)
 {
 	gauge_give(b, &b->fds_in_use, n);
+	if (atomic_load_explicit(&b->fd_pool, memory_order_relaxed))
+		fdpool_give(n);
+}
+
+void budget_join_fd_pool(struct budget *b)
+{
+	if (!atomic_exchange(&b->fd_pool, true))
+		fdpool_join();
 }
 
 /* ---- buffer bytes ---- */

@@ -3,7 +3,8 @@
  * One set of limits (NAT entries, TCP admission permits, UDP up/down queue depths, UDP sessions,
  * listener backlog, buffer bytes, file descriptors) chosen by a profile and overridable in the
  * config. Memory-pressure tiers (normal / elevated / critical) lower TCP admission and only
- * block NEW sessions: permits already held are never revoked (seed 000 §八).
+ * block NEW sessions: permits already held are never revoked (a live connection is never torn
+ * down to reclaim memory; sessions end on their own).
  *
  * Thread-safe: permits and counts are atomics; any worker may acquire and release.
  */
@@ -40,8 +41,8 @@ struct budget_limits {
 	uint32_t memory_limit_mb;              /* RSS reference for the pressure tiers; 0 = none */
 };
 
-/* Fill limits with a profile's defaults. desktop: generous; mobile: the seed's iOS values
- * (admission 64/32/16). */
+/* Fill limits with a profile's defaults. desktop: generous; mobile: sized for an iOS Network
+ * Extension's memory limit (admission 64/32/16). */
 void budget_limits_profile(struct budget_limits *l, enum budget_profile p);
 
 const char *budget_tier_name(enum budget_tier t);
@@ -50,7 +51,7 @@ const char *budget_tier_name(enum budget_tier t);
 
 #define BUDGET_WUR __attribute__((warn_unused_result))
 
-/* Pressure thresholds, in percent of memory_limit_mb (issue 2: elevated 75 %, critical 90 %). */
+/* Pressure thresholds, in percent of memory_limit_mb (elevated 75 %, critical 90 %). */
 enum {
 	BUDGET_ELEVATED_PCT = 75,
 	BUDGET_CRITICAL_PCT = 90,
@@ -86,7 +87,7 @@ void budget_free(struct budget *b);
 /* Borrowed; valid until budget_free. */
 const struct budget_limits *budget_get_limits(const struct budget *b);
 
-/* --- TCP admission (seed 000 §八, §十) ---
+/* --- TCP admission ---
  * A new session is admitted only while in_use < tcp_sessions[current tier]. A tier change never
  * revokes permits: after dropping to critical with 40 held and a limit of 16, acquires fail until
  * releases bring in_use below 16. Returns 0 (one permit held; release it exactly once) or
@@ -121,6 +122,10 @@ void budget_udp_release(struct budget *b);
  * Returns 0 or -EMFILE (counted). Release the same n when the descriptors are closed. */
 int budget_fd_reserve(struct budget *b, uint32_t n) BUDGET_WUR;
 void budget_fd_release(struct budget *b, uint32_t n);
+/* From now on also reserve every descriptor from the process's pool (core/fdpool.h), so that
+ * several proxies in one process share RLIMIT_NOFILE. Call before any fd is reserved; once.
+ * budget_free leaves the pool. */
+void budget_join_fd_pool(struct budget *b);
 
 /* --- Buffer bytes (bufpool and budget_malloc draw from here) ---
  * Returns 0 or -ENOBUFS (counted in buffer_refused). */

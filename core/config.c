@@ -1,5 +1,5 @@
 /* config.c — the twinstack config schema (docs/config.md): tables, field parsers, cross-field
- * validation, the loaders, and the views later code needs (NAT config, summary).
+ * validation, the loaders, and the views later code needs (outbound index, summary).
  *
  * Sections are parsed in schema-table order by config_parse.c; everything that relates two
  * sections (address roles, outbound tags, loops to our own addresses, budget vs relay) is
@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "core/config_parse.h"
-#include "stacks/system/nat.h"
 
 _Static_assert(sizeof(enum ts_stack) == sizeof(int), "CFGP_ENUM stores an int");
 _Static_assert(sizeof(enum ts_offload) == sizeof(int), "CFGP_ENUM stores an int");
@@ -486,9 +485,9 @@ static const struct cfgp_field tun_fields[] = {
 static const struct cfgp_table tun_table = CFGP_TABLE(tun_fields, check_tun);
 
 static const struct cfgp_field nat_fields[] = {
-	{ .key = "addresses", .kind = CFGP_U32, .min = 1, .max = NAT_MAX_ADDRS,
+	{ .key = "addresses", .kind = CFGP_U32, .min = 1, .max = TS_NAT_MAX_ADDRS,
 	  .off = offsetof(struct ts_nat, addresses) },
-	{ .key = "listeners", .kind = CFGP_U32, .min = 1, .max = NAT_MAX_LISTENERS,
+	{ .key = "listeners", .kind = CFGP_U32, .min = 1, .max = TS_NAT_MAX_LISTENERS,
 	  .off = offsetof(struct ts_nat, listeners) },
 	{ .key = "linger_ms", .kind = CFGP_U32, .min = 1, .max = MS_HOUR,
 	  .off = offsetof(struct ts_nat, linger_ms) },
@@ -792,10 +791,10 @@ void config_init(struct ts_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->stack = TS_STACK_SYSTEM;
-	snprintf(cfg->tun.name, sizeof(cfg->tun.name), "tun0");
+	snprintf(cfg->tun.name, sizeof(cfg->tun.name), "%s", TS_TUN_NAME_DEFAULT);
 	(void)netaddr_parse_cidr("198.18.0.1/15", &cfg->tun.addr4);
-	cfg->tun.mtu = 1500;
-	cfg->tun.txqueuelen = 10000;
+	cfg->tun.mtu = TS_TUN_MTU_DEFAULT;
+	cfg->tun.txqueuelen = TS_TUN_TXQUEUELEN_DEFAULT;
 	cfg->tun.queues = 1;
 	cfg->tun.offload = TS_OFFLOAD_AUTO;
 	cfg->tun.gso_output = true;
@@ -1004,29 +1003,6 @@ int config_outbound_index(const struct ts_config *cfg, const char *tag)
 		if (strcmp(cfg->outbounds[i].tag, tag) == 0)
 			return (int)i;
 	return -1;
-}
-
-uint32_t config_accepted_sndbuf(const struct ts_config *cfg, bool offload)
-{
-	if (cfg->nat.accepted_sndbuf != TS_ACCEPTED_SNDBUF_AUTO)
-		return cfg->nat.accepted_sndbuf;
-	/* Per packet the loop is slow and the TUN hop's round trip long: a bound costs more
-	 * than the queue it saves. With more queues a download's packets and its ACKs may be
-	 * served by different threads, and one stream needs more in flight to keep up. */
-	if (!offload)
-		return 0;
-	return cfg->tun.queues > 1 ? 1024u << 10 : 384u << 10;
-}
-
-void config_to_nat(const struct ts_config *cfg, struct nat_config *out)
-{
-	nat_config_default(out);
-	out->max_entries = cfg->budget.nat_entries;
-	out->n_addrs = cfg->nat.addresses;
-	out->n_listeners = cfg->nat.listeners;
-	out->half_open_ns = (int64_t)cfg->nat.half_open_timeout_ms * 1000000;
-	out->linger_ns = (int64_t)cfg->nat.linger_ms * 1000000;
-	out->quarantine_ns = (int64_t)cfg->nat.port_quarantine_ms * 1000000;
 }
 
 static void roles_summary(const struct netaddr_roles *r, char *buf, size_t len)

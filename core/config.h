@@ -20,17 +20,20 @@
 #include "core/log.h"
 #include "core/netaddr.h"
 
-struct nat_config;
-
 #define TS_IFNAME_MAX 15      /* IFNAMSIZ - 1 */
 #define TS_TAG_MAX 64         /* outbound tag bytes */
 #define TS_CC_NAME_MAX 15     /* a TCP congestion control's name (the kernel's TCP_CA_NAME_MAX - 1) */
 #define TS_HOST_MAX 253       /* DNS name bytes */
 #define TS_CRED_MAX 255       /* SOCKS5 username/password bytes (RFC 1929) */
 #define TS_MAX_OUTBOUNDS 256
+#define TS_NAT_MAX_ADDRS 64      /* nat.addresses: NAT addresses per family */
+#define TS_NAT_MAX_LISTENERS 16  /* nat.listeners: listener ports per family */
 #define TS_MAX_RULES 65536
 #define TS_MAX_RULE_ITEMS 1048576 /* entries of one rule's cidr or port list */
 #define TS_CONFIG_FILE_MAX (16u << 20)
+#define TS_TUN_NAME_DEFAULT "tun0"
+#define TS_TUN_MTU_DEFAULT 1500
+#define TS_TUN_TXQUEUELEN_DEFAULT 10000 /* the kernel's 500 drops bursts */
 #define TS_ERRLEN 512         /* a good size for the caller's error buffer */
 
 enum ts_stack { TS_STACK_SYSTEM, TS_STACK_LWIP };
@@ -60,7 +63,7 @@ struct ts_nat {
 	uint32_t half_open_timeout_ms;
 	uint32_t port_quarantine_ms;
 	uint32_t accepted_sndbuf;    /* SO_SNDBUF of the accepted (TUN-side) sockets; 0: autotuned;
-				      * TS_ACCEPTED_SNDBUF_AUTO: config_accepted_sndbuf() decides */
+				      * TS_ACCEPTED_SNDBUF_AUTO: the system stack decides */
 	/* TCP congestion control of the accepted sockets ("host": the namespace's default) */
 	char accepted_congestion[TS_CC_NAME_MAX + 1];
 };
@@ -90,6 +93,13 @@ struct ts_outbound {
 	bool has_auth;
 	char username[TS_CRED_MAX + 1];           /* socks5, with has_auth */
 	char password[TS_CRED_MAX + 1];
+	/* Not from JSON: set by the embedding program (the library's socket hook). Called on
+	 * every socket opened for this outbound, after the mark and interface binding and before
+	 * connect/sendto; a negative -errno fails the socket. fn NULL: none. */
+	struct ts_sock_hook {
+		int (*fn)(void *arg, int fd, int family, int type);
+		void *arg;
+	} sock_hook;
 };
 
 struct ts_port_range {
@@ -168,15 +178,9 @@ int config_load_string(const char *json, struct ts_config *cfg, char *err, size_
 int config_load_buffer(const char *buf, size_t len, struct ts_config *cfg, char *err,
 		       size_t errlen) __attribute__((warn_unused_result));
 
-/* The NAT table's config: nat_config_default() overridden by nat.* and budgets.nat_entries. */
-void config_to_nat(const struct ts_config *cfg, struct nat_config *out);
-
-/* nat.accepted_sndbuf when the key is absent (outside the accepted range, so never parsed). */
+/* nat.accepted_sndbuf when the key is absent (outside the accepted range, so never parsed);
+ * sys_config_accepted_sndbuf() (stacks/system/sys_config.h) then picks the size. */
 #define TS_ACCEPTED_SNDBUF_AUTO UINT32_MAX
-/* The SO_SNDBUF the system stack gives its listeners: nat.accepted_sndbuf, or when absent,
- * with offload I/O 384 KiB for one TUN queue and 1 MiB for more, and with per-packet I/O 0
- * (measured, docs/config.md). 0: the kernel's autotuning. */
-uint32_t config_accepted_sndbuf(const struct ts_config *cfg, bool offload);
 
 /* One line without newline, e.g. "stack=system tun=tun0 198.18.0.1/15 nat=198.18.0.2-198.18.0.5
  * outbounds=1 rules=0" (plus " tun6=... nat6=..." with tun.address6). Returns buf. */

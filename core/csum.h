@@ -1,7 +1,8 @@
 /* csum.h — Internet checksums (RFC 1071) and incremental updates (RFC 1624).
  *
- * Sums are byte-order independent (RFC 1071 §2(B)): words are loaded in host order straight from
- * the packet and the folded result is stored back the same way, so no byte swapping is needed.
+ * Sums are byte-order independent (RFC 1071 section 2(B)): words are loaded in host order straight
+ * from the packet and the folded result is stored back the same way, so no byte swapping is
+ * needed.
  *
  * Incremental replacement accumulates every replaced 32-bit word into one 64-bit accumulator
  * and folds once at the end (RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m')).
@@ -36,7 +37,8 @@ static inline uint16_t csum_buf(const void *buf, size_t len)
 	return (uint16_t)~csum_fold(csum_partial(buf, len, 0));
 }
 
-/* Pseudo-header sums (unfolded), RFC 768/793 (v4) and RFC 8200 §8.1 (v6); l4_len host order. */
+/* Pseudo-header sums (unfolded), RFC 768/793 (v4) and RFC 8200 section 8.1 (v6); l4_len in
+ * host order. */
 uint64_t csum_pseudo4(const uint8_t src[4], const uint8_t dst[4], uint8_t proto, uint32_t l4_len);
 uint64_t csum_pseudo6(const uint8_t src[16], const uint8_t dst[16], uint8_t proto, uint32_t l4_len);
 

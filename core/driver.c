@@ -3,6 +3,7 @@
  * on each verdict in the same pass: no queue between read and write-back. */
 #include "core/driver.h"
 
+#include <assert.h>
 #include <endian.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -38,7 +39,7 @@ struct driver {
 	struct event_base *base;
 	struct event *ev;
 	int fd;
-	size_t hdr;       /* TUN_VNET_HDR_LEN with offload, else 0 */
+	size_t hdr;       /* virtio header bytes per frame with offload (>= 10), else 0 */
 	const struct driver_ops *ops;
 	void *arg;
 	struct budget *budget;
@@ -47,7 +48,8 @@ struct driver {
 	struct driver_counters ctr;
 };
 
-static const struct vnet_hdr plain_hdr; /* all zero: GSO none, full checksums */
+/* All zero: GSO none, full checksums; as long as the longest header a device may carry. */
+static const uint8_t plain_hdr[TUN_VNET_HDR_MAX];
 
 /* The one write path: iov (header, if any, and packet; len packet bytes) as one frame. A
  * failure is a counted drop — EAGAIN means the device queue is full, and dropping is what a
@@ -74,7 +76,7 @@ int driver_tx(void *driver, const uint8_t *pkt, size_t len)
 {
 	struct driver *d = driver;
 	struct iovec iov[2] = {
-		{ .iov_base = (void *)&plain_hdr, .iov_len = d->hdr },
+		{ .iov_base = (void *)plain_hdr, .iov_len = d->hdr },
 		{ .iov_base = (void *)pkt, .iov_len = len },
 	};
 
@@ -92,14 +94,19 @@ int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pk
 		.csum_start = htole16(m->csum_start),
 		.csum_offset = htole16(m->csum_offset),
 	};
-	struct iovec iov[2] = {
+	/* A device with a longer header (e.g. 12 bytes with num_buffers): zeros after ours. */
+	struct iovec iov[3] = {
 		{ .iov_base = &h, .iov_len = sizeof(h) },
+		{ .iov_base = (void *)plain_hdr, .iov_len = d->hdr - sizeof(h) },
 		{ .iov_base = (void *)pkt, .iov_len = len },
 	};
 
 	if (!d->hdr) /* no header to carry the metadata: only plain packets can go */
 		return m->flags || m->gso_type ? -EOPNOTSUPP : driver_tx(d, pkt, len);
-	return send_frame(d, iov, 2, len, m->gso_type != PKT_GSO_NONE);
+	if (d->hdr == sizeof(h))
+		return send_frame(d, (struct iovec[]){ iov[0], iov[2] }, 2, len,
+				  m->gso_type != PKT_GSO_NONE);
+	return send_frame(d, iov, 3, len, m->gso_type != PKT_GSO_NONE);
 }
 
 bool driver_offload(const struct driver *d)
@@ -222,32 +229,45 @@ int driver_udp_split(uint8_t *pkt, size_t len, uint16_t l3_len, uint16_t gso_siz
 struct split_ctx {
 	struct driver *d;
 	int64_t now;
+	uint8_t *pkt;       /* the super-datagram: its datagrams are carved in place */
+	struct pkt_view v;  /* the stack's view of it; moved onto each datagram */
 };
 
+/* A split datagram keeps the super-datagram's headers (same addresses, ports, IPv6 extension
+ * headers, so the same l3_len): its view is the stack's, moved to where the headers now are
+ * and with the lengths split wrote. */
 static void split_one(void *arg, const uint8_t *dgram, size_t dlen)
 {
 	struct split_ctx *c = arg;
-	c->d->ops->udp(c->d->arg, dgram, dlen, c->now);
+	struct pkt_view v = c->v;
+
+	v.ip = c->pkt + (dgram - c->pkt); /* dgram lies inside c->pkt, which is ours to write */
+	v.l4 = v.ip + v.l3_len;
+	v.len = (uint32_t)dlen;
+	v.l4_len = (uint32_t)dlen - v.l3_len;
+	c->d->ops->udp(c->d->arg, dgram, dlen, &v, c->now);
 }
 
-static void to_udp(struct driver *d, uint8_t *pkt, size_t len, const struct pkt_meta *m,
-		   int64_t now)
+static void to_udp(struct driver *d, uint8_t *pkt, size_t len, const struct pkt_view *v,
+		   const struct pkt_meta *m, int64_t now)
 {
-	struct split_ctx c = { d, now };
-	struct pkt_view v;
+	struct split_ctx c;
 	int n;
 
 	if (!d->ops->udp) {
 		ctr_inc(&d->ctr.udp_no_path);
 		return;
 	}
+	assert(v->ip == pkt && v->proto == IPPROTO_UDP);
 	if ((m->gso_type & (uint8_t)~VNET_GSO_ECN) != PKT_GSO_UDP_L4) {
-		d->ops->udp(d->arg, pkt, len, now);
+		d->ops->udp(d->arg, pkt, len, v, now);
 		return;
 	}
-	/* The stack parsed it already; parse again for the header length (cold path). */
-	if (pkt_parse(&v, pkt, len) != PKT_OK || v.proto != IPPROTO_UDP ||
-	    (n = driver_udp_split(pkt, v.len, v.l3_len, m->gso_size, split_one, &c)) < 0) {
+	/* The header length comes from the stack's view: no second parse. A view that is not
+	 * this packet's (a stack breaking the input contract) is refused, not followed. */
+	c = (struct split_ctx){ .d = d, .now = now, .pkt = pkt, .v = *v };
+	if (v->ip != pkt || v->proto != IPPROTO_UDP ||
+	    (n = driver_udp_split(pkt, v->len, v->l3_len, m->gso_size, split_one, &c)) < 0) {
 		ctr_inc(&d->ctr.udp_split_bad);
 		return;
 	}
@@ -261,6 +281,7 @@ static void handle(struct driver *d, size_t len, int64_t now)
 {
 	struct pkt_meta meta = { 0 };
 	uint8_t *pkt = d->buf + d->hdr;
+	struct pkt_view view;
 	size_t out_len = 0;
 	bool plain = false;
 
@@ -283,13 +304,13 @@ static void handle(struct driver *d, size_t len, int64_t now)
 			ctr_add(&d->ctr.rx_gso_bytes, len);
 		}
 	}
-	switch (d->ops->input(d->arg, pkt, len, &meta, now, &out_len, &plain)) {
+	switch (d->ops->input(d->arg, pkt, len, &meta, now, &out_len, &plain, &view)) {
 	case DRIVER_WRITE:
 		if (write_back(d, out_len, plain, meta.gso_type != PKT_GSO_NONE) == 0 && !plain)
 			ctr_inc(&d->ctr.rewrites);
 		break;
 	case DRIVER_UDP:
-		to_udp(d, pkt, len, &meta, now);
+		to_udp(d, pkt, len, &view, &meta, now);
 		break;
 	case DRIVER_DONE:
 		break;
@@ -337,7 +358,10 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 {
 	struct driver *d;
 
-	if (!p || p->fd < 0 || p->mtu < 576 || !ops || !ops->input)
+	size_t hdr = p && p->vnet_hdr ? (p->vnet_hdr_len ? p->vnet_hdr_len : TUN_VNET_HDR_LEN) : 0;
+
+	if (!p || p->fd < 0 || p->mtu < 576 || !ops || !ops->input ||
+	    (hdr && (hdr < TUN_VNET_HDR_LEN || hdr > TUN_VNET_HDR_MAX)))
 		return -EINVAL;
 	d = calloc(1, sizeof(*d));
 	if (!d)
@@ -347,8 +371,8 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 	d->ops = ops;
 	d->arg = arg;
 	d->budget = b;
-	d->hdr = p->vnet_hdr ? TUN_VNET_HDR_LEN : 0;
-	d->buf_size = p->vnet_hdr ? TUN_VNET_HDR_LEN + DRIVER_GSO_MAX : p->mtu;
+	d->hdr = hdr;
+	d->buf_size = p->vnet_hdr ? hdr + DRIVER_GSO_MAX : p->mtu;
 	d->buf = b ? budget_malloc(b, d->buf_size) : malloc(d->buf_size);
 	if (!d->buf)
 		goto fail;

@@ -33,6 +33,7 @@
 
 struct event_base;
 struct driver;
+struct pkt_view;
 
 /* Send one complete IP packet (plain: no GSO, full checksums) to the TUN. 0, or -errno when it
  * was dropped (counted by the driver; a full device queue never blocks the caller). */
@@ -46,16 +47,25 @@ enum driver_verdict {
 
 struct driver_ops {
 	/* Process one packet read from the TUN. For DRIVER_WRITE set *out_len and *plain (true:
-	 * a packet the stack built itself, written with a plain offload header). */
+	 * a packet the stack built itself, written with a plain offload header). For DRIVER_UDP
+	 * fill *view (never NULL) with the packet's PKT_OK pkt_parse view of buf, a UDP one: the
+	 * driver splits a super-datagram by it and hands it on to udp, so nothing parses the
+	 * packet twice. Otherwise *view is scratch space the input may use or leave. */
 	enum driver_verdict (*input)(void *arg, uint8_t *buf, size_t len,
 				     const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
-				     bool *plain);
-	/* After each batch (e.g. re-arm the stack's timer, commit stats). May be NULL. */
+				     bool *plain, struct pkt_view *view);
+	/* After each batch of reads, with the batch's now_ns: the owner's per-batch work (the proxy:
+	 * the stack re-arms its timer and flushes queued output, then tun.rps "auto" and the
+	 * pressure tier's RSS sample). May be NULL. */
 	void (*batch_end)(void *arg, int64_t now_ns);
 	/* A packet for the UDP path: one datagram, plain (a super-datagram has been split; its
-	 * checksum is not verified by the UDP path). May be NULL (then UDP verdicts are dropped
-	 * and counted). */
-	void (*udp)(void *arg, const uint8_t *pkt, size_t len, int64_t now_ns);
+	 * checksum is not verified by the UDP path). view (never NULL) is its parsed view, with
+	 * view->ip == pkt: the one input gave, or for a split datagram the same view moved onto
+	 * that datagram. pkt and view borrow the driver's read buffer, which the next read
+	 * overwrites: use them before returning (copy to keep). May be NULL (then UDP verdicts
+	 * are dropped and counted). */
+	void (*udp)(void *arg, const uint8_t *pkt, size_t len, const struct pkt_view *view,
+		    int64_t now_ns);
 };
 
 #define DRIVER_COUNTERS(X)                                                                     \
@@ -96,6 +106,7 @@ struct driver_params {
 	int fd;          /* a non-blocking TUN queue fd */
 	uint32_t mtu;    /* bounds the packets read without offload */
 	bool vnet_hdr;   /* the queue was opened with IFF_VNET_HDR (offload I/O) */
+	uint32_t vnet_hdr_len; /* its header size (TUNGETVNETHDRSZ); 0: TUN_VNET_HDR_LEN */
 };
 
 /* Drive p->fd on base. The read buffer is allocated once, here, from the budget when one is

@@ -5,10 +5,11 @@
  * a bounded stack buffer and written with ONE write(2), so lines from several threads never
  * interleave and no stdio buffer can be lost on a crash.
  *
- * Rate limiting (seed 000 §八: warnings at most once per 5 s): a struct log_ratelimit is
- * embedded per call site or per key. The caller passes now_ns (its monotonic loop clock), so the
- * limiter is sans-IO and tests drive it with a virtual clock. Suppressed messages are counted
- * and the next emitted one ends with "(N similar messages suppressed)".
+ * Rate limiting (e.g. a warning at most once per 5 s, so a resource running out cannot flood the
+ * log): a struct log_ratelimit is embedded per call site or per key. The caller passes now_ns (its
+ * monotonic loop clock), so the limiter is sans-IO and tests drive it with a virtual clock.
+ * Suppressed messages are counted and the next emitted one ends with "(N similar messages
+ * suppressed)".
  */
 #ifndef TS_CORE_LOG_H
 #define TS_CORE_LOG_H

@@ -2,12 +2,12 @@
  *
  * Pure functions over caller memory: no I/O, no allocation, no shared state.
  *
- * Address roles (docs/architecture.md, seed 000 §三): per family the gateway G is the TUN's own
- * address and the NAT addresses are G+1 .. G+N. netaddr_roles_init() proves once, at config
- * time, that all of them lie inside the TUN prefix and that none is the network or broadcast
- * address (IPv4) or the subnet-router anycast address (IPv6, all-zero host part). Because
- * G .. G+N are then consecutive and never wrap, "is this one of ours" is one subtraction and one
- * compare (netaddr_roles_classify), cheap enough for every packet.
+ * Address roles (docs/architecture.md, "The system stack's packet path"): per family the gateway G
+ * is the TUN's own address and the NAT addresses are G+1 .. G+N. netaddr_roles_init() proves once,
+ * at config time, that all of them lie inside the TUN prefix and that none is the network or
+ * broadcast address (IPv4) or the subnet-router anycast address (IPv6, all-zero host part).
+ * Because G .. G+N are then consecutive and never wrap, "is this one of ours" is one subtraction
+ * and one compare (netaddr_roles_classify), cheap enough for every packet.
  */
 #ifndef TS_CORE_NETADDR_H
 #define TS_CORE_NETADDR_H

@@ -1,12 +1,13 @@
 /* pkt.h — bounds-checked views of IPv4/IPv6 packets and their TCP/UDP/ICMP headers.
  *
- * Pure functions over caller buffers: no I/O, no allocation, no shared state. Every rejection
- * has a reason code (one drop counter per reason upstream). Parsing follows seed 000 §三.1:
- * IPv4 header length, total length and fragments; the IPv6 extension chain walked
- * (Hop-by-Hop, Routing, Destination Options in 8-byte units, AH in 4-byte units), Fragment
- * (44) and ESP (50) rejected. Source routing is rejected too (IPv4 LSRR/SSRR options, an IPv6
- * Routing header with Segments Left > 0): there the TCP/UDP pseudo-header uses the final
- * destination, not the header's, so an in-place rewrite could not keep the checksum right.
+ * Pure functions over caller buffers: no I/O, no allocation, no shared state. Every rejection has
+ * a reason code (one drop counter per reason upstream). Parsing checks only what the rewrite needs
+ * and rejects what it cannot handle: IPv4 header length, total length and fragments; the IPv6
+ * extension chain walked (Hop-by-Hop, Routing, Destination Options in 8-byte units, AH in 4-byte
+ * units), Fragment (44) and ESP (50) rejected (a fragment needs reassembly, ESP hides the ports).
+ * Source routing is rejected too (IPv4 LSRR/SSRR options, an IPv6 Routing header with Segments
+ * Left > 0): there the TCP/UDP pseudo-header uses the final destination, not the header's, so an
+ * in-place rewrite could not keep the checksum right.
  */
 #ifndef TS_CORE_PKT_H
 #define TS_CORE_PKT_H

@@ -1,13 +1,13 @@
 /* rps_policy.h — when receive packet steering pays: the decision behind tun.rps "auto".
  *
  * Every packet the proxy writes into the TUN is received by the kernel. Without receive packet
- * steering (RPS) that receive work runs inside the proxy's write(), on the loop's thread; with
- * it, the kernel queues the packet to another CPU's backlog and sends an inter-processor
- * interrupt. Steering can pay only when the loop's thread is the bottleneck, and even then not
- * always: it pays when another CPU has room for the work (measured on the 2-core rig with paced
- * senders, bbr: +7–48 % at 16 and 64 streams) and costs when the IPIs and cross-CPU wakeups
- * land on CPUs that are busy too (unpaced senders, reno: −5–35 % at 1 to 64 streams). So "auto"
- * does not guess: it tries, and keeps steering only where it measured a gain.
+ * steering (RPS) that receive work runs inside the proxy's write(), on the loop's thread; with it,
+ * the kernel queues the packet to another CPU's backlog and sends an inter-processor interrupt.
+ * Steering can pay only when the loop's thread is the bottleneck, and even then not always: it
+ * pays when another CPU has room for the work (measured with paced senders, bbr, at 16 and 64
+ * streams) and costs when the IPIs and cross-CPU wakeups land on CPUs that are busy too (measured
+ * with unpaced senders, reno, at every stream count; figures in docs/benchmarks.md, "Steering").
+ * So "auto" does not guess: it tries, and keeps steering only where it measured a gain.
  *
  * It watches how busy the loop's thread is — its CPU time (which includes the kernel receive
  * work done inside its writes) over wall time, in windows — and the bytes the loop moved:

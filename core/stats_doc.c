@@ -345,7 +345,7 @@ static int sb_finish(struct sb *b, char **out, size_t *len)
 }
 
 /* Length of the well-formed UTF-8 sequence at s (n bytes available), 0 if ill-formed
- * (RFC 3629 §4: no overlongs, no surrogates, nothing above U+10FFFF). */
+ * (RFC 3629 section 4: no overlongs, no surrogates, nothing above U+10FFFF). */
 static size_t utf8_len(const unsigned char *s, size_t n)
 {
 	unsigned char c = s[0], lo = 0x80, hi = 0xBF;
@@ -376,7 +376,7 @@ static size_t utf8_len(const unsigned char *s, size_t n)
 
 #define REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD in UTF-8 */
 
-/* A JSON string (RFC 8259 §7) from n bytes at s. */
+/* A JSON string (RFC 8259 section 7) from n bytes at s. */
 static void json_string(struct sb *b, const char *s, size_t n)
 {
 	const unsigned char *p = (const unsigned char *)s;

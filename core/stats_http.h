@@ -2,12 +2,12 @@
  *
  *   GET /stats    application/json             (stats_doc_json)
  *   GET /metrics  text/plain; version=0.0.4    (stats_doc_prometheus)
- *   HEAD on both: the same headers without a body (RFC 9110 §9.3.2)
+ *   HEAD on both: the same headers without a body (RFC 9110 section 9.3.2)
  *   any other path: 404; another method on those paths: 405 with "Allow: GET, HEAD"
  *   a provider that added a bad key: 500 with the stats_doc_error reason (a bug, made loud)
  *
  * The provider is called on every request, in the event loop's thread, with an empty document
- * to fill: whatever it adds (and flushes first: batched counters, see issue 3 "Stats") is what
+ * to fill: whatever it adds (flushing first any counters it batches) is what
  * that request sees. Nothing is polled or cached, so an idle process never wakes for stats.
  *
  * The listener is bound only to the loopback address given (127.0.0.0/8 or ::1): the counters

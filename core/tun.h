@@ -1,7 +1,7 @@
 /* tun.h — the TUN device: create or attach, configure, verify; the facade in front of the
  * platform code (core/tun_linux.c).
  *
- * tun_open() does the whole start-up sequence of seed 000 §六 and issue 3 "TUN and loop":
+ * tun_open() does the whole start-up sequence (docs/architecture.md, "TUN start-up"):
  * open the queue fd(s) non-blocking, set MTU and txqueuelen, set the link up, add the
  * addresses, then VERIFY against the real interface — the link up, the configured
  * gateway/prefix present, the IPv6 address present, no longer tentative (DAD) and already routed
@@ -35,9 +35,10 @@ struct tun;
 
 #define TUN_NAME_MAX 15          /* IFNAMSIZ - 1 */
 #define TUN_QUEUES_MAX 256       /* the kernel's MAX_TAP_QUEUES */
-#define TUN_VERIFY_TRIES 10      /* seed 000 §六: 10 tries ... */
+#define TUN_VERIFY_TRIES 10      /* addresses may appear after the fd: 10 tries ... */
 #define TUN_VERIFY_INTERVAL_MS 50 /* ... 50 ms apart */
 #define TUN_VNET_HDR_LEN 10      /* struct virtio_net_hdr, no num_buffers */
+#define TUN_VNET_HDR_MAX 64      /* the longest virtio header a caller's fd may carry */
 
 struct tun_params {
 	char name[TUN_NAME_MAX + 1]; /* "" = let the kernel pick ("tunN") */
@@ -96,6 +97,21 @@ int tun_open(const struct tun_params *p, struct tun **out, char *err, size_t err
 /* Close every queue fd and free t (the kernel then removes a device we created). NULL is a
  * no-op, so a failed start can always call it; set your pointer to NULL afterwards. */
 void tun_close(struct tun *t);
+
+/* Take a TUN fd the caller opened and configured (one queue). Nothing about the device is
+ * changed: its IFF_VNET_HDR and IFF_MULTI_QUEUE flags (TUNGETIFF) and its virtio header size
+ * (TUNGETVNETHDRSZ) are read, the fd is made non-blocking, and tun_close() will not close it.
+ * 0, or -errno with one line in err: -EBADF not a TUN fd, -EINVAL a TAP device, an fd without
+ * IFF_NO_PI, or a header size outside TUN_VNET_HDR_LEN..TUN_VNET_HDR_MAX. */
+int tun_adopt_fd(int fd, struct tun **out, char *err, size_t errlen) TUN_WUR;
+/* The device's MTU as the kernel has it now (SIOCGIFMTU). 0 or -errno. */
+int tun_get_mtu(const struct tun *t, uint32_t *mtu) TUN_WUR;
+/* True for a tun_adopt_fd() device: its settings are the caller's. */
+bool tun_borrowed(const struct tun *t);
+/* The device has IFF_MULTI_QUEUE (tun_adopt_fd; tun_open's devices: queues > 1). */
+bool tun_multi_queue(const struct tun *t);
+/* Bytes of virtio header in front of every frame: 0 without vnet_hdr. */
+uint32_t tun_vnet_hdr_len(const struct tun *t);
 
 /* The fd of queue q (0 <= q < tun_queues(t)): O_RDWR | O_NONBLOCK | O_CLOEXEC, owned by t. */
 int tun_fd(const struct tun *t, uint32_t q);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,6 +51,9 @@ struct tun {
 	bool offload_failed; /* the open failed at an offload step (IFF_VNET_HDR, TUNSET*) */
 	bool rps;            /* rps_cpus set by tun_set_rps */
 	bool rps_auto;       /* tun.rps "auto": the loop decides (tun_rps_auto) */
+	bool borrowed;       /* fds[0] is a caller's (tun_adopt_fd): never closed here */
+	bool multi_queue;    /* the device has IFF_MULTI_QUEUE */
+	uint32_t vnet_hdr_len; /* bytes of virtio header per frame when vnet_hdr */
 	int fds[];
 };
 
@@ -117,7 +121,7 @@ static int check_params(const struct tun_params *p, char *err, size_t errlen)
 			    TUN_NAME_MAX, p->name);
 	if (p->mtu && (p->mtu < 68 || p->mtu > 65535))
 		return fail(err, errlen, -EINVAL, "%s: MTU %u outside 68..65535", name, p->mtu);
-	/* Below 1280 the kernel silently disables IPv6 on the device (RFC 8200 §5). */
+	/* Below 1280 the kernel silently disables IPv6 on the device (RFC 8200 section 5). */
 	if (p->has_addr6 && p->mtu && p->mtu < 1280)
 		return fail(err, errlen, -EINVAL, "%s: MTU %u is below 1280, the IPv6 minimum",
 			    name, p->mtu);
@@ -198,6 +202,7 @@ static int open_queues(struct tun *t, uint32_t nq, bool vnet, char *err, size_t 
 		flags |= IFF_VNET_HDR;
 	if (nq > 1)
 		flags |= IFF_MULTI_QUEUE;
+	t->multi_queue = nq > 1;
 	for (uint32_t q = 0; q < nq; q++) {
 		int fd = open(TUN_DEV_PATH, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 		if (fd < 0) {
@@ -528,9 +533,85 @@ void tun_close(struct tun *t)
 	if (t->rps_auto && t->rps && !t->created && tun_set_rps(t, false, NULL, 0) != 0) {
 		/* nothing more to do on the way out */
 	}
-	for (uint32_t q = 0; q < t->nqueues; q++)
+	for (uint32_t q = 0; q < t->nqueues && !t->borrowed; q++)
 		close(t->fds[q]);
 	free(t);
+}
+
+int tun_adopt_fd(int fd, struct tun **out, char *err, size_t errlen)
+{
+	struct ifreq ifr;
+	struct tun *t;
+	int hdr = 0, fl;
+
+	*out = NULL;
+	memset(&ifr, 0, sizeof(ifr));
+	if (ioctl(fd, TUNGETIFF, &ifr) != 0)
+		return fail(err, errlen, -EBADF,
+			    "fd %d is not a TUN device (TUNGETIFF: %s)", fd, strerror(errno));
+	if ((ifr.ifr_flags & (IFF_TUN | IFF_TAP)) != IFF_TUN)
+		return fail(err, errlen, -EINVAL, "%.*s: a TAP device, not a TUN", IFNAMSIZ,
+			    ifr.ifr_name);
+	if (!(ifr.ifr_flags & IFF_NO_PI))
+		return fail(err, errlen, -EINVAL,
+			    "%.*s: opened without IFF_NO_PI (packet information headers are not "
+			    "supported)", IFNAMSIZ, ifr.ifr_name);
+	if ((ifr.ifr_flags & IFF_VNET_HDR) && ioctl(fd, TUNGETVNETHDRSZ, &hdr) != 0)
+		return fail(err, errlen, -errno, "%.*s: TUNGETVNETHDRSZ: %s", IFNAMSIZ,
+			    ifr.ifr_name, strerror(errno));
+	if ((ifr.ifr_flags & IFF_VNET_HDR) &&
+	    (hdr < TUN_VNET_HDR_LEN || hdr > TUN_VNET_HDR_MAX))
+		return fail(err, errlen, -EINVAL, "%.*s: virtio header of %d bytes (supported: "
+			    "%d to %d)", IFNAMSIZ, ifr.ifr_name, hdr, TUN_VNET_HDR_LEN,
+			    TUN_VNET_HDR_MAX);
+	if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0)
+		return fail(err, errlen, -errno, "%.*s: fcntl: %s", IFNAMSIZ, ifr.ifr_name,
+			    strerror(errno));
+	if (!(t = calloc(1, sizeof(*t) + sizeof(int))))
+		return fail(err, errlen, -ENOMEM, "out of memory");
+	memcpy(t->name, ifr.ifr_name, IFNAMSIZ);
+	t->name[IFNAMSIZ - 1] = '\0';
+	t->ifindex = (int)if_nametoindex(t->name); /* 0: the device is not in our namespace */
+	t->borrowed = true;
+	t->vnet_hdr = (ifr.ifr_flags & IFF_VNET_HDR) != 0;
+	t->vnet_hdr_len = t->vnet_hdr ? (uint32_t)hdr : 0;
+	t->multi_queue = (ifr.ifr_flags & IFF_MULTI_QUEUE) != 0;
+	t->nqueues = 1;
+	t->fds[0] = fd;
+	*out = t;
+	return 0;
+}
+
+int tun_get_mtu(const struct tun *t, uint32_t *mtu)
+{
+	struct ifreq ifr;
+	int fd, ret = 0;
+
+	memset(&ifr, 0, sizeof(ifr));
+	memcpy(ifr.ifr_name, t->name, IFNAMSIZ);
+	if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
+		return -errno;
+	if (ioctl(fd, SIOCGIFMTU, &ifr) != 0)
+		ret = -errno;
+	else
+		*mtu = (uint32_t)ifr.ifr_mtu;
+	close(fd);
+	return ret;
+}
+
+bool tun_borrowed(const struct tun *t)
+{
+	return t->borrowed;
+}
+
+bool tun_multi_queue(const struct tun *t)
+{
+	return t->multi_queue;
+}
+
+uint32_t tun_vnet_hdr_len(const struct tun *t)
+{
+	return t->vnet_hdr ? (t->vnet_hdr_len ? t->vnet_hdr_len : TUN_VNET_HDR_LEN) : 0;
 }
 
 int tun_fd(const struct tun *t, uint32_t q)
@@ -569,7 +650,7 @@ uint32_t tun_offload(const struct tun *t)
 	return t->offload;
 }
 
-/* ---- verification (seed 000 §六) ---- */
+/* ---- verification against the real interface (tun.h) ---- */
 
 struct addr_scan {
 	const struct netaddr_cidr *want4, *want6;

@@ -20,33 +20,40 @@ const char *udp_codec_reason_name(enum udp_codec_reason r)
 	return (unsigned)r < UDP_CODEC_REASON_MAX ? reason_names[r] : "unknown";
 }
 
+enum udp_codec_reason udp_codec_from_view(struct udp_view *v, const struct pkt_view *pv)
+{
+	size_t alen;
+	uint32_t ulen;
+
+	v->pkt_reason = PKT_OK;
+	if (pv->proto != IPPROTO_UDP)
+		return UDP_CODEC_NOT_UDP;
+	if (pv->sport_be == 0 || pv->dport_be == 0)
+		return UDP_CODEC_ZERO_PORT;
+	/* pkt_parse proved 8 <= UDP length <= l4_len. */
+	ulen = (uint32_t)pv->l4[UDP_OFF_LEN] << 8 | pv->l4[UDP_OFF_LEN + 1];
+	alen = pv->family == 4 ? 4 : 16;
+	memset(v->src, 0, sizeof(v->src));
+	memset(v->dst, 0, sizeof(v->dst));
+	memcpy(v->src, pkt_src(pv), alen);
+	memcpy(v->dst, pkt_dst(pv), alen);
+	v->family = pv->family;
+	v->sport_be = pv->sport_be;
+	v->dport_be = pv->dport_be;
+	v->payload = pv->l4 + 8;
+	v->payload_len = ulen - 8;
+	return UDP_CODEC_OK;
+}
+
 enum udp_codec_reason udp_codec_parse(struct udp_view *v, const uint8_t *pkt, size_t len)
 {
 	struct pkt_view pv;
-	size_t alen;
-	uint32_t ulen;
 
 	/* pkt_parse takes a mutable buffer because the stacks rewrite in place; it only reads. */
 	v->pkt_reason = pkt_parse(&pv, (uint8_t *)pkt, len);
 	if (v->pkt_reason != PKT_OK)
 		return UDP_CODEC_PKT;
-	if (pv.proto != IPPROTO_UDP)
-		return UDP_CODEC_NOT_UDP;
-	if (pv.sport_be == 0 || pv.dport_be == 0)
-		return UDP_CODEC_ZERO_PORT;
-	/* pkt_parse proved 8 <= UDP length <= l4_len. */
-	ulen = (uint32_t)pv.l4[UDP_OFF_LEN] << 8 | pv.l4[UDP_OFF_LEN + 1];
-	alen = pv.family == 4 ? 4 : 16;
-	memset(v->src, 0, sizeof(v->src));
-	memset(v->dst, 0, sizeof(v->dst));
-	memcpy(v->src, pkt_src(&pv), alen);
-	memcpy(v->dst, pkt_dst(&pv), alen);
-	v->family = pv.family;
-	v->sport_be = pv.sport_be;
-	v->dport_be = pv.dport_be;
-	v->payload = pv.l4 + 8;
-	v->payload_len = ulen - 8;
-	return UDP_CODEC_OK;
+	return udp_codec_from_view(v, &pv);
 }
 
 size_t udp_codec_hdr_len(uint8_t family)

@@ -45,9 +45,14 @@ struct udp_view {
 	enum pkt_reason pkt_reason;   /* PKT_OK unless parse returned UDP_CODEC_PKT */
 };
 
-/* Parse pkt[0..len). Returns UDP_CODEC_OK with *v filled, or the reason; on rejection only
- * v->pkt_reason is meaningful. pkt is only read. */
+/* Parse pkt[0..len): pkt_parse, then udp_codec_from_view. Returns UDP_CODEC_OK with *v
+ * filled, or the reason; on rejection only v->pkt_reason is meaningful. pkt is only read. */
 enum udp_codec_reason udp_codec_parse(struct udp_view *v, const uint8_t *pkt, size_t len);
+
+/* The same for a packet pkt_parse has already accepted (pv is its PKT_OK view, e.g. the one a
+ * stack parsed before handing the packet to the UDP path): no second parse. v->payload borrows
+ * pv's buffer. */
+enum udp_codec_reason udp_codec_from_view(struct udp_view *v, const struct pkt_view *pv);
 
 /* What a reply carries besides its payload. */
 struct udp_codec_hdr {

@@ -7,8 +7,8 @@
  *   give the pipe/buffer back) --> idle ... src EOF + nothing in flight --> shutdown_write(dst)
  *   --> finished
  *
- * Half-close (RFC 793 §3.5): an EOF from one side is propagated as shutdown_write on the other
- * only after every byte read before it was delivered; the other direction keeps flowing. The
+ * Half-close (RFC 793 section 3.5): an EOF from one side is propagated as shutdown_write on the
+ * other only after every byte read before it was delivered; the other direction keeps flowing. The
  * relay ends when:
  *   - both directions finished                  -> both streams closed gracefully (DONE);
  *   - a read/write/shutdown on either stream fails, or a stream reports an error (reset)

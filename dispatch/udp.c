@@ -24,7 +24,7 @@
 #define UDP_RETRY_NS 1000000LL   /* down-queue retry after tx said EAGAIN (no busy loop) */
 #define UDP_BUCKETS_MIN 64u
 #define UDP_QUEUE_BUFS_MAX (1u << 24) /* pool cap; buffer_bytes is the real bound */
-#define DNS_HDR_LEN 12           /* RFC 1035 §4.1.1: a query shorter than this has no header */
+#define DNS_HDR_LEN 12           /* RFC 1035 section 4.1.1: anything shorter has no header */
 #define DNS_PORT 53
 
 /* A datagram that had to wait, at the start of a pool buffer; its bytes follow. Up: the
@@ -802,7 +802,7 @@ static int pick_target(struct udp_path *up, struct udp_session *s, const struct 
 		return -1;
 	case TS_OUT_SOCKS5:
 	default:
-		/* SOCKS5 UDP ASSOCIATE (RFC 1928 §7) is not implemented yet. When it is, mind
+		/* SOCKS5 UDP ASSOCIATE (RFC 1928 section 7) is not implemented yet. When it is, mind
 		 * servers that answer BND.ADDR 0.0.0.0 or 127.0.0.1 (tun2socks #232): the relay
 		 * address is then the server's own. Until then: drop, never send direct. */
 		drop(up, UDP_DROP_unsupported_outbound);
@@ -810,25 +810,21 @@ static int pick_target(struct udp_path *up, struct udp_session *s, const struct 
 	}
 }
 
-void udp_path_input(struct udp_path *up, const uint8_t *pkt, size_t len, int64_t now_ns)
+/* A datagram the codec accepted: its session, its target, out. */
+static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 {
-	struct udp_view v;
 	struct skey key;
 	struct target t;
 	struct udp_session *s;
 	struct usock *k;
 	bool fresh = false;
 
-	if (udp_codec_parse(&v, pkt, len) != UDP_CODEC_OK) {
-		drop(up, UDP_DROP_malformed);
-		return;
-	}
 	memset(&key, 0, sizeof(key));
-	key.family = v.family;
-	key.port_be = v.sport_be;
-	memcpy(key.addr, v.src, 16);
+	key.family = v->family;
+	key.port_be = v->sport_be;
+	memcpy(key.addr, v->src, 16);
 	s = session_lookup(up, &key);
-	if (pick_target(up, s, &v, &t) != 0)
+	if (pick_target(up, s, v, &t) != 0)
 		return;
 	if (!s) {
 		if (!(s = session_new(up, &key, now_ns)))
@@ -844,8 +840,30 @@ void udp_path_input(struct udp_path *up, const uint8_t *pkt, size_t len, int64_t
 	}
 	session_touch(up, s, now_ns);
 	if (t.dns)
-		dns_remember(s, &v);
-	sock_send(up, k, &t, v.payload, v.payload_len);
+		dns_remember(s, v);
+	sock_send(up, k, &t, v->payload, v->payload_len);
+}
+
+void udp_path_input(struct udp_path *up, const uint8_t *pkt, size_t len, int64_t now_ns)
+{
+	struct udp_view v;
+
+	if (udp_codec_parse(&v, pkt, len) != UDP_CODEC_OK) {
+		drop(up, UDP_DROP_malformed);
+		return;
+	}
+	input(up, &v, now_ns);
+}
+
+void udp_path_input_view(struct udp_path *up, const struct pkt_view *pv, int64_t now_ns)
+{
+	struct udp_view v;
+
+	if (udp_codec_from_view(&v, pv) != UDP_CODEC_OK) {
+		drop(up, UDP_DROP_malformed);
+		return;
+	}
+	input(up, &v, now_ns);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */

@@ -2,7 +2,7 @@
  * replies back into the TUN.
  *
  * Sessions are keyed by the client's source (family, address, port): endpoint-independent
- * mapping (RFC 4787 §4.1), so one client socket talking to many destinations is one session.
+ * mapping (RFC 4787 section 4.1), so one client socket talking to many destinations is one session.
  * A session holds one unconnected outbound UDP socket per (outbound, family) it has used; each
  * datagram picks its outbound with route_select on its own destination and is sent with
  * sendto(2) to that destination. Any remote may answer on those sockets (endpoint-independent
@@ -46,6 +46,7 @@
 #include "core/budget.h"
 #include "core/config.h"
 #include "core/driver.h"
+#include "core/pkt.h"
 
 struct event_base;
 struct udp_path;
@@ -111,6 +112,14 @@ void udp_path_free(struct udp_path *up);
  * driver's CLOCK_MONOTONIC reading (core/clock.h). Never blocks; a datagram that cannot go
  * out is dropped and counted. The packet is not retained. */
 void udp_path_input(struct udp_path *up, const uint8_t *pkt, size_t len, int64_t now_ns);
+
+/* The same datagram as the stack already parsed it (pv: a PKT_OK view from pkt_parse, the one
+ * that came with the DRIVER_UDP verdict): the same checks, counters and result as
+ * udp_path_input on pv->ip[0..pv->len), without parsing again. pv and the buffer it points
+ * into are borrowed for the call only: the driver reuses that buffer for its next read, so
+ * this must run before the driver's input returns to its loop (the driver calls it
+ * synchronously). Nothing is retained. */
+void udp_path_input_view(struct udp_path *up, const struct pkt_view *pv, int64_t now_ns);
 
 void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out);
 

@@ -3,7 +3,7 @@
  * Life of an attempt: outbound_connect() allocates one struct outbound_conn and hands it to the
  * type's start function. Every result — success, error, timeout, and results known at once such
  * as reject or an immediate connect() failure — reaches done() from a libevent callback, never
- * from inside outbound_connect() (obc_defer). obc_finish() runs done() once and frees the
+ * from inside outbound_connect() (conn_defer). conn_finish() runs done() once and frees the
  * attempt; outbound_conn_cancel() frees it without running done(). Single-threaded: everything
  * here runs on the thread that runs the caller's event base.
  */
@@ -34,37 +34,35 @@ struct outbound_conn {
 };
 
 /* A zeroed attempt with fd -1 and its timer event; NULL when out of memory. */
-struct outbound_conn *obc_new(struct event_base *base, outbound_done_fn done, void *arg);
+struct outbound_conn *conn_new(struct event_base *base, outbound_done_fn done, void *arg);
 /* Free everything: events, fd (closed unless already handed over), socks5 state. */
-void obc_free(struct outbound_conn *c);
+void conn_free(struct outbound_conn *c);
 
 /* Report err (0 included) from the loop as soon as it runs: stops io and the deadline. 0 or
  * -errno if the timer could not be activated. */
-int obc_defer(struct outbound_conn *c, int err) __attribute__((warn_unused_result));
+int conn_defer(struct outbound_conn *c, int err) __attribute__((warn_unused_result));
 
 /* Called from a libevent callback of c: hand the fd over (err == 0) or close it, run done once,
  * free c. early/early_len may point into c's memory: they stay valid during done. */
-void obc_finish(struct outbound_conn *c, int err, const uint8_t *early, size_t early_len);
+void conn_finish(struct outbound_conn *c, int err, const uint8_t *early, size_t early_len);
 
 /* Open c->fd with outbound_socket and start a non-blocking connect() to sa. Returns -errno when
  * no socket could be made (nothing started), else 0 with *connect_err = 0 (in progress or
- * connected: wait for EV_WRITE) or the -errno connect() failed with at once (obc_defer it). */
-int obc_connect(struct outbound_conn *c, const struct ts_outbound *ob, const struct sockaddr *sa,
-		socklen_t salen, int *connect_err) __attribute__((warn_unused_result));
+ * connected: wait for EV_WRITE) or the -errno connect() failed with at once (conn_defer it). */
+int conn_connect(struct outbound_conn *c, const struct ts_outbound *ob, const struct sockaddr *sa,
+		 socklen_t salen, int *connect_err) __attribute__((warn_unused_result));
 
 /* The pending error of a socket (getsockopt SO_ERROR) as -errno, 0 if none. */
-int obc_sock_error(int fd);
+int conn_sock_error(int fd);
 
-/* sockaddr for a 4/16-byte network-order address and a port in NETWORK byte order. Returns
- * the length, or 0 for a family other than 4 or 6. */
-
-static inline struct timeval obc_timeval(uint32_t ms)
+/* A timeout in milliseconds as a struct timeval (for event_add). */
+static inline struct timeval conn_timeval(uint32_t ms)
 {
 	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
 	return tv;
 }
 
-/* Type-specific starts (obc already allocated; on -errno the caller frees c). */
+/* Type-specific starts (c already allocated; on -errno the caller frees c). */
 int direct_start(struct outbound_conn *c, const struct ts_outbound *ob,
 		 const struct flow_key *key, uint32_t timeout_ms);
 int socks5_start(struct outbound_conn *c, const struct ts_outbound *ob,

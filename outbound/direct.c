@@ -17,27 +17,27 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
 	struct outbound_conn *c = arg;
 
 	if (what & EV_TIMEOUT) {
-		obc_finish(c, -ETIMEDOUT, NULL, 0);
+		conn_finish(c, -ETIMEDOUT, NULL, 0);
 		return;
 	}
-	obc_finish(c, obc_sock_error(c->fd), NULL, 0);
+	conn_finish(c, conn_sock_error(c->fd), NULL, 0);
 }
 
 int direct_start(struct outbound_conn *c, const struct ts_outbound *ob,
 		 const struct flow_key *key, uint32_t timeout_ms)
 {
 	struct sockaddr_storage ss;
-	struct timeval tv = obc_timeval(timeout_ms);
+	struct timeval tv = conn_timeval(timeout_ms);
 	socklen_t len;
 	int ret, cerr;
 
 	len = (socklen_t)netaddr_sockaddr(key->family, key->dst, key->dport_be, &ss);
 	if (len == 0)
 		return -EAFNOSUPPORT;
-	if ((ret = obc_connect(c, ob, (const struct sockaddr *)&ss, len, &cerr)) != 0)
+	if ((ret = conn_connect(c, ob, (const struct sockaddr *)&ss, len, &cerr)) != 0)
 		return ret;
 	if (cerr != 0)
-		return obc_defer(c, cerr);
+		return conn_defer(c, cerr);
 	c->io = event_new(c->base, c->fd, EV_WRITE, on_writable, c);
 	if (!c->io)
 		return -ENOMEM;

@@ -185,7 +185,7 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
 
 	if (!s->connected) {
 		s->io_flags = 0;  /* the connect wait was one-shot */
-		if ((ret = obc_sock_error(c->fd)) != 0)
+		if ((ret = conn_sock_error(c->fd)) != 0)
 			goto fail;
 		s->connected = true;
 	}
@@ -194,7 +194,7 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
 	if ((ret = advance(c)) < 0)
 		goto fail;
 	if (ret == 1) {
-		obc_finish(c, 0, s->in, s->in_len);
+		conn_finish(c, 0, s->in, s->in_len);
 		return;
 	}
 	if (s->out_off < s->out_len)
@@ -204,7 +204,7 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
 	if (ret == 0)
 		return;
 fail:
-	obc_finish(c, ret, NULL, 0);
+	conn_finish(c, ret, NULL, 0);
 }
 
 /* The handshake state: CONNECT to the flow's original destination, greeting queued. */
@@ -232,7 +232,7 @@ int socks5_start(struct outbound_conn *c, const struct ts_outbound *ob,
 		 const struct flow_key *key, uint32_t timeout_ms)
 {
 	struct sockaddr_storage ss;
-	struct timeval tv = obc_timeval(timeout_ms);
+	struct timeval tv = conn_timeval(timeout_ms);
 	socklen_t len = 0;
 	int ret, cerr;
 
@@ -242,13 +242,13 @@ int socks5_start(struct outbound_conn *c, const struct ts_outbound *ob,
 		return ret;
 	if ((ret = server_sockaddr(&ob->server, &ss, &len)) != 0)
 		return ret;
-	if ((ret = obc_connect(c, ob, (const struct sockaddr *)&ss, len, &cerr)) != 0)
+	if ((ret = conn_connect(c, ob, (const struct sockaddr *)&ss, len, &cerr)) != 0)
 		return ret;
 	c->io = event_new(c->base, c->fd, EV_WRITE, on_io, c);
 	if (!c->io)
 		return -ENOMEM;
 	if (cerr != 0)
-		return obc_defer(c, cerr);
+		return conn_defer(c, cerr);
 	if (event_add(c->timer, &tv) != 0 || event_add(c->io, NULL) != 0)
 		return -EIO;
 	c->s5->io_flags = EV_WRITE;

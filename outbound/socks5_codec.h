@@ -85,7 +85,7 @@ int socks5_parse_auth_reply(const uint8_t *buf, size_t len);
  * mapped by socks5_reply_errno (servers often close right after a short failure reply).
  * A bad version or an unknown ATYP is -EPROTO; RSV is ignored (tolerance). */
 int socks5_parse_reply(const uint8_t *buf, size_t len, struct socks5_addr *bnd);
-/* REP -> -errno (RFC 1928 §6): 0x01 -EPROTO, 0x02 -EACCES, 0x03 -ENETUNREACH,
+/* REP -> -errno (RFC 1928 section 6): 0x01 -EPROTO, 0x02 -EACCES, 0x03 -ENETUNREACH,
  * 0x04 -EHOSTUNREACH, 0x05 -ECONNREFUSED, 0x06 -ETIMEDOUT, anything else -EPROTO; 0x00 -> 0. */
 int socks5_reply_errno(uint8_t rep);
 

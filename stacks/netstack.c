@@ -4,8 +4,7 @@
 #include <string.h>
 
 #include "stacks/lwip/lwip_stack.h"
-
-extern const struct netstack_ops sys_stack_ops;
+#include "stacks/system/sys_stack.h"
 
 static const struct netstack_ops *const stacks[] = {
 	&sys_stack_ops,
@@ -20,6 +19,11 @@ const struct netstack_ops *netstack_lookup(const char *name)
 	return NULL;
 }
 
+const struct netstack_ops *netstack_at(size_t i)
+{
+	return i < sizeof(stacks) / sizeof(stacks[0]) ? stacks[i] : NULL;
+}
+
 void netstack_parse_drops(const ctr_t drops[PKT_REASON_MAX], struct netstack_stats *o)
 {
 	uint64_t all = 0;
@@ -29,4 +33,11 @@ void netstack_parse_drops(const ctr_t drops[PKT_REASON_MAX], struct netstack_sta
 	o->drops_fragment = ctr_get(&drops[PKT_V4_FRAGMENT]) + ctr_get(&drops[PKT_V6_FRAGMENT]);
 	o->drops_esp = ctr_get(&drops[PKT_V6_ESP]);
 	o->drops_malformed = all - o->drops_fragment - o->drops_esp;
+}
+
+void netstack_policy_drops(const struct l3policy_counters *c, struct netstack_stats *o)
+{
+	o->drops_malformed += ctr_get(&c->drop_family);
+	o->drops_icmp += ctr_get(&c->drop_icmp);
+	o->drops_own_address += ctr_get(&c->drop_own_address);
 }

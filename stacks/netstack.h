@@ -1,9 +1,10 @@
 /* netstack.h — the interface both TCP/IP stacks implement.
  *
  * The config field "stack" picks one implementation at start ("system" or "lwip"); it is never
- * switched at run time (seed 000 §九). A stack turns packets read from the TUN into sessions
- * (original 5-tuple + a stack-side stream) for the shared dispatcher, and emits packets of its
- * own through env->tx (the driver). Its per-packet function is called by the driver.
+ * switched at run time (a failed start is reported, not papered over with the other stack). A
+ * stack turns packets read from the TUN into sessions (original 5-tuple + a stack-side stream) for
+ * the shared dispatcher, and emits packets of its own through env->tx (the driver). Its per-packet
+ * function is called by the driver.
  */
 #ifndef TS_STACKS_NETSTACK_H
 #define TS_STACKS_NETSTACK_H
@@ -16,6 +17,7 @@
 #include "core/driver.h"
 #include "core/flow.h"
 #include "core/pkt.h"
+#include "stacks/common/l3policy.h"
 
 struct event_base;
 struct ts_config;
@@ -67,10 +69,12 @@ struct netstack_ops {
 	void (*free)(struct netstack *ns);
 	/* Process one packet read from TUN queue q (see struct driver_ops.input). With
 	 * tun.queues > 1 (system stack only) this runs on queue q's worker thread, concurrently
-	 * with the other queues; queue 0 is always the main loop's thread. */
+	 * with the other queues; queue 0 is always the main loop's thread. view is never NULL:
+	 * with DRIVER_UDP it holds the packet as this function parsed it (it borrows buf), for
+	 * the UDP path to take instead of parsing again; otherwise its content is unspecified. */
 	enum driver_verdict (*input)(struct netstack *ns, unsigned q, uint8_t *buf, size_t len,
 				     const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
-				     bool *plain);
+				     bool *plain, struct pkt_view *view);
 	/* After each driver batch of queue q (same thread as input): re-arm timers. */
 	void (*batch_end)(struct netstack *ns, unsigned q, int64_t now_ns);
 	void (*stats)(struct netstack *ns, struct netstack_stats *out);
@@ -82,8 +86,15 @@ struct netstack_ops {
 /* The parse-drop figures of netstack_stats from a per-reason counter array (both stacks parse
  * with core/pkt.c): fragments and ESP on their own, every other reason as malformed. */
 void netstack_parse_drops(const ctr_t drops[PKT_REASON_MAX], struct netstack_stats *o);
+/* Add the policy-drop figures from the shared policy's counters (both stacks filter with
+ * stacks/common/l3policy.h): own_address and icmp on their own, family as malformed; proto
+ * drops have no figure of their own (see the detailed counters). Call after
+ * netstack_parse_drops, which sets drops_malformed. */
+void netstack_policy_drops(const struct l3policy_counters *c, struct netstack_stats *o);
 
 /* The stack named name ("system", "lwip"), or NULL if this build has none by that name. */
 const struct netstack_ops *netstack_lookup(const char *name);
+/* The i-th stack of this build (0, 1, ...), NULL past the last. */
+const struct netstack_ops *netstack_at(size_t i);
 
 #endif

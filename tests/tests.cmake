@@ -115,3 +115,18 @@ if(TS_SANITIZE STREQUAL "" AND CMAKE_BUILD_TYPE STREQUAL "Release")
     set_tests_properties(gate_instructions PROPERTIES LABELS perf TIMEOUT 600 SKIP_RETURN_CODE 77)
   endif()
 endif()
+
+# The packaged library (cmake/library.cmake; Release tree only): it exports exactly the TS_API
+# functions of include/twinstack.h, and examples/embed.c, built against the installed library
+# through pkg-config (shared and static), carries a download through a TUN in a namespace.
+if(TS_LIBRARY AND TS_SANITIZE STREQUAL "" AND CMAKE_BUILD_TYPE STREQUAL "Release")
+  add_test(NAME lib_symbols
+    COMMAND ${CMAKE_SOURCE_DIR}/tests/lib/symbols.sh ${CMAKE_SOURCE_DIR}/include/twinstack.h
+            $<TARGET_FILE:twinstack_shared> ${TS_STATIC_LIB})
+  set_tests_properties(lib_symbols PROPERTIES LABELS lib TIMEOUT 30)
+  add_test(NAME lib_example
+    COMMAND ${CMAKE_SOURCE_DIR}/tests/lib/example.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}
+            ${CMAKE_C_COMPILER} ${CMAKE_COMMAND})
+  set_tests_properties(lib_example PROPERTIES
+    LABELS lib TIMEOUT 60 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+endif()

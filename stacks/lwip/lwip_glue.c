@@ -1,36 +1,68 @@
 /* lwip_glue.c — what lwIP asks of its platform: memory (routed to the twinstack budget), time,
- * and the timer hooks of LWIP_TIMERS_CUSTOM.
+ * the timer hooks of LWIP_TIMERS_CUSTOM, and the claim that makes one lwIP stack the owner of
+ * lwIP in this process.
  *
- * lwIP keeps process-global state, so the budget it charges is process-global too: set once by
- * the lwIP stack at start (ts_lwip_set_budget) and cleared at free. Each block records the
- * budget it was charged to, so a block freed after a restart is released to the right one. */
+ * This file holds all of twinstack's process-global lwIP state, and only what lwIP forces.
+ * lwIP's core is process-global: its pcb lists, its one netif (LWIP_SINGLE_NETIF) and its tick
+ * counters are statics inside lwIP, and the platform functions it calls here (mem_clib_malloc/
+ * free, sys_now) take no context argument. Everything that does get a context
+ * (netif output and input hooks: netif->state; pcb callbacks: tcp_arg) finds its stack through
+ * it, in stacks/lwip/lwip_stack.c. Each block records the budget it was charged to, so a block
+ * freed after the claim moved on is released to the right one. */
+#include "stacks/lwip/lwip_glue.h"
+
+#include <errno.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "lwip/init.h"
 #include "lwip/opt.h"
 #include "lwip/sys.h"
 #include "lwip/timeouts.h"
 
 #include "core/budget.h"
 #include "core/clock.h"
-#include "stacks/lwip/lwip_stack.h"
 
 struct blk {
 	uint64_t size;
 	struct budget *budget;
 };
 
-static struct budget *lwip_budget;         /* lwIP is global: so is its budget */
-static _Atomic uint64_t lwip_bytes;        /* bytes lwIP holds now */
+/* Set while an lwIP stack owns lwIP (lwip_glue_claim .. lwip_glue_release): lwIP's pcb lists and
+ * netif cannot serve two stacks. Atomic, so two proxies starting on two threads cannot both
+ * win. */
+static atomic_bool lwip_claimed;
+/* lwip_init ran. lwIP has no de-init, and lwip_init is not idempotent in general (with a
+ * loopback netif configured it would add that netif twice): it runs at the first claim only;
+ * each owner leaves lwIP with no pcb and no netif at release, so the next one starts clean. */
+static bool lwip_initialised;
+/* The owner's budget: mem_clib_malloc (ts_lwip_malloc) gets no context to find it through. */
+static struct budget *lwip_budget;
+/* Bytes lwIP holds now, for the same reason: counted in the context-free allocator. */
+static _Atomic uint64_t lwip_bytes;
 
-void ts_lwip_set_budget(struct budget *b)
+int lwip_glue_claim(struct budget *b)
 {
+	if (atomic_exchange_explicit(&lwip_claimed, true, memory_order_acquire))
+		return -EBUSY;
 	lwip_budget = b;
+	if (!lwip_initialised) {
+		lwip_init();
+		lwip_initialised = true;
+	}
+	return 0;
 }
 
-uint64_t ts_lwip_mem_bytes(void)
+void lwip_glue_release(void)
+{
+	lwip_budget = NULL;
+	atomic_store_explicit(&lwip_claimed, false, memory_order_release);
+}
+
+uint64_t lwip_glue_mem_bytes(void)
 {
 	return atomic_load_explicit(&lwip_bytes, memory_order_relaxed);
 }

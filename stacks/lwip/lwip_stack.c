@@ -21,12 +21,13 @@
 #include "core/gso.h"
 #include "core/log.h"
 #include "core/pkt.h"
-#include "dispatch/session.h"
+#include "dispatch/dispatcher.h"
 #include "dispatch/stream.h"
+#include "stacks/lwip/lwip_glue.h"
 #include "stacks/lwip/lwip_stream.h"
-#include "stacks/system/rewrite.h"
+#include "stacks/common/l3policy.h"
+#include "stacks/common/rewrite.h"
 
-#include "lwip/init.h"
 #include "lwip/ip.h"
 #include "lwip/ip4.h"
 #include "lwip/ip6.h"
@@ -43,10 +44,6 @@
 	X(icmp_echo_reply)                                                                     \
 	X(tx_packets)         /* packets lwIP emitted */                                       \
 	X(accepted)                                                                            \
-	X(drop_own_address)                                                                    \
-	X(drop_icmp)                                                                           \
-	X(drop_proto)                                                                          \
-	X(drop_family)                                                                         \
 	X(drop_nomem)         /* no pbuf for an input segment */                               \
 	X(drop_too_big)       /* an lwIP output larger than the MTU (never expected) */         \
 	X(drop_input_too_big) /* a super-packet over pbuf's u16 length (BIG TCP): dropped */     \
@@ -59,6 +56,7 @@ struct lwip_counters {
 #define LWIP_CTR_FIELD(name) ctr_t name;
 	LWIP_COUNTERS(LWIP_CTR_FIELD)
 #undef LWIP_CTR_FIELD
+	struct l3policy_counters policy; /* own_address, icmp, proto, family */
 	ctr_t drop_parse[PKT_REASON_MAX];
 };
 
@@ -71,6 +69,7 @@ struct pending {
 
 struct lwip_stack {
 	struct netstack_env env;
+	struct l3policy pol; /* what gets in: the same rules as the system stack's */
 	struct netif netif;
 	struct tcp_pcb *listener;
 	struct event *tmr_ev;
@@ -96,9 +95,6 @@ struct lwip_stack {
 	void *accept_arg;
 	struct lwip_counters ctr;
 };
-
-static struct lwip_stack *the_stack; /* lwIP is process-global: at most one stack */
-static bool lwip_initialised;
 
 static struct lwip_stack *as_lw(struct netstack *ns)
 {
@@ -146,16 +142,17 @@ void lwip_stack_tick(struct netstack *ns)
 
 /* ---- hooks: any destination ----------------------------------------------------------------- */
 
-/* Called by ip4_input/ip6_input for the packet we are feeding (st->cur). Make the netif own the
- * destination (written directly: netif_set_ipaddr would abort pcbs bound to the old address),
- * and for a pure SYN point the catch-all listener at the destination port. Returns 0: lwIP
- * goes on (tcp_listen_input copies port and ip_current_dest_addr() into the new pcb). */
+/* Called by ip4_input/ip6_input for the packet we are feeding (st->cur); the stack is the
+ * input netif's state (netif_add). Make the netif own the destination (written directly:
+ * netif_set_ipaddr would abort pcbs bound to the old address), and for a pure SYN point the
+ * catch-all listener at the destination port. Returns 0: lwIP goes on (tcp_listen_input copies
+ * port and ip_current_dest_addr() into the new pcb). */
 static int hook(struct pbuf *p, struct netif *inp)
 {
-	struct lwip_stack *st = the_stack;
+	struct lwip_stack *st = inp ? inp->state : NULL;
 	const struct pkt_view *v;
 
-	if (!st || !(v = st->cur) || inp != &st->netif) {
+	if (!st || !(v = st->cur)) {
 		pbuf_free(p);
 		return 1; /* not a packet we parsed: consume it */
 	}
@@ -171,9 +168,12 @@ static int hook(struct pbuf *p, struct netif *inp)
 	return 0;
 }
 
+/* The hook gets no netif, and the pcb's callback arg is its stream, not the stack: the stack is
+ * the state of the netif tcp_input is serving, which ip4_input/ip6_input record for it. */
 int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb)
 {
-	struct lwip_stack *st = the_stack;
+	struct netif *inp = ip_current_input_netif();
+	struct lwip_stack *st = inp ? inp->state : NULL;
 
 	/* Listening and TIME_WAIT pcbs get here too: only a pcb that takes data is touched (a
 	 * listen pcb has no flags field). */
@@ -197,13 +197,11 @@ int ts_lwip_ip6_hook(struct pbuf *p, struct netif *inp)
 
 /* ---- output --------------------------------------------------------------------------------- */
 
-static err_t output(struct pbuf *p)
+static err_t output(struct netif *n, struct pbuf *p)
 {
-	struct lwip_stack *st = the_stack;
+	struct lwip_stack *st = n->state;
 	uint8_t *data = p->payload; /* the train may fill in its TCP checksum */
 
-	if (!st)
-		return ERR_IF;
 	if (p->tot_len > st->txbuf_size) {
 		ctr_inc(&st->ctr.drop_too_big);
 		return ERR_IF;
@@ -243,25 +241,26 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 
 static err_t output4(struct netif *n, struct pbuf *p, const ip4_addr_t *dst)
 {
-	(void)n;
 	(void)dst;
-	return output(p);
+	return output(n, p);
 }
 
 static err_t output6(struct netif *n, struct pbuf *p, const ip6_addr_t *dst)
 {
-	(void)n;
 	(void)dst;
-	return output(p);
+	return output(n, p);
 }
 
+/* netif_add's init: n->state is already the stack. */
 static err_t netif_setup(struct netif *n)
 {
+	const struct lwip_stack *st = n->state;
+
 	n->name[0] = 't';
 	n->name[1] = 's';
 	n->output = output4;
 	n->output_ip6 = output6;
-	n->mtu = (u16_t)the_stack->txbuf_size;
+	n->mtu = (u16_t)st->txbuf_size;
 	n->flags = NETIF_FLAG_LINK_UP | NETIF_FLAG_UP;
 	return ERR_OK;
 }
@@ -297,7 +296,7 @@ static void on_accepted(evutil_socket_t fd, short what, void *arg)
 		if (st->accept_hook)
 			st->accept_hook(st->accept_arg, &q->key, q->s);
 		else
-			dispatch_tcp(st->env.dispatcher, &q->key, q->s, session_end, st);
+			dispatcher_start_tcp(st->env.dispatcher, &q->key, q->s, session_end, st);
 		free(q);
 		q = next;
 	}
@@ -355,19 +354,6 @@ static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
 
 /* ---- input ------------------------------------------------------------------------------------ */
 
-static bool is_own(const struct lwip_stack *st, const struct pkt_view *v, const uint8_t *a)
-{
-	const struct ts_config *cfg = st->env.cfg;
-	return netaddr_roles_is_ours(v->family == 4 ? &cfg->roles4 : &cfg->roles6, a);
-}
-
-static bool is_gateway(const struct lwip_stack *st, const struct pkt_view *v)
-{
-	const struct ts_config *cfg = st->env.cfg;
-	const struct netaddr_roles *r = v->family == 4 ? &cfg->roles4 : &cfg->roles6;
-	return memcmp(pkt_dst(v), r->gateway.a, v->family == 4 ? 4 : 16) == 0;
-}
-
 static enum driver_verdict drop(ctr_t *c)
 {
 	ctr_inc(c);
@@ -391,16 +377,14 @@ static void copy_segment(const struct pkt_view *v, struct pbuf *p)
 	memcpy(d, v->ip, v->len);
 }
 
-/* Only TCP reaches lwIP: copied into a pbuf (lwIP may keep it: out-of-order queue) and fed to
- * ip_input, which calls our hook, then tcp_input. */
+/* Only TCP the policy let in reaches lwIP: copied into a pbuf (lwIP may keep it: out-of-order
+ * queue) and fed to ip_input, which calls our hook, then tcp_input. */
 static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 				  const struct pkt_meta *meta, size_t *out_len, bool *plain)
 {
 	struct pbuf *p;
 	uint32_t len = v->family == 6 ? 40 + v->l4_len : v->len;
 
-	if (is_own(st, v, pkt_dst(v)))
-		return drop(&st->ctr.drop_own_address);
 	/* Admission is decided at the SYN, as the system stack's app sees it: lwIP would
 	 * complete the handshake before its accept callback could refuse. The permit itself is
 	 * taken at accept (a handshake that never completes holds none). */
@@ -442,42 +426,35 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 
 static enum driver_verdict lw_input(struct netstack *ns, unsigned q, uint8_t *buf, size_t len,
 				    const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
-				    bool *plain)
+				    bool *plain, struct pkt_view *v)
 {
 	struct lwip_stack *st = as_lw(ns);
-	struct pkt_view v;
+	struct l3policy_reply reply;
 	enum pkt_reason r;
 
 	(void)q;
 	(void)now_ns;
 	ctr_inc(&st->ctr.rx_packets);
-	if ((r = pkt_parse(&v, buf, len)) != PKT_OK)
+	if ((r = pkt_parse(v, buf, len)) != PKT_OK)
 		return drop(&st->ctr.drop_parse[r]);
-	if (v.family == 6 && !st->has6)
-		return drop(&st->ctr.drop_family);
-	switch (v.proto) {
-	case IPPROTO_TCP:
-		return tcp_in(st, &v, meta, out_len, plain);
-	case IPPROTO_UDP:
-		if (is_own(st, &v, pkt_dst(&v)) &&
-		    !(st->env.cfg->dns.hijack && v.dport_be == htons(53)))
-			return drop(&st->ctr.drop_own_address);
+	switch (l3policy_classify(&st->pol, v, &reply, &st->ctr.policy)) {
+	case L3POLICY_TCP:
+		return tcp_in(st, v, meta, out_len, plain);
+	case L3POLICY_UDP:
+	case L3POLICY_DNS:
 		ctr_inc(&st->ctr.udp);
-		return DRIVER_UDP;
-	case IPPROTO_ICMP:
-	case IPPROTO_ICMPV6:
-		/* lwIP never answers pings (LWIP_ICMP=0, and it never sees ICMP): echo to the
-		 * gateway is answered here, as the system stack does; everything else dropped. */
-		if ((v.proto == IPPROTO_ICMP) != (v.family == 4))
-			return drop(&st->ctr.drop_proto);
-		if (v.l4[0] != (v.family == 4 ? 8 : 128) || v.l4[1] != 0 || !is_gateway(st, &v))
-			return drop(&st->ctr.drop_icmp);
+		return DRIVER_UDP; /* with *v: the UDP path takes the packet as parsed here */
+	case L3POLICY_ECHO:
+		/* lwIP never answers pings (LWIP_ICMP=0, and it never sees ICMP): the policy's
+		 * echo to the gateway is answered here, as the system stack does. */
 		ctr_inc(&st->ctr.icmp_echo_reply);
-		*out_len = rewrite_icmp_echo_reply(&v);
+		*out_len = rewrite_icmp_echo_reply(v);
 		*plain = true;
 		return DRIVER_WRITE;
 	default:
-		return drop(&st->ctr.drop_proto);
+		/* Dropped and counted by the policy. TCP_REPLY never comes: this stack declares
+		 * no listener ports (its listener lives inside lwIP, not behind the TUN). */
+		return DRIVER_DONE;
 	}
 }
 
@@ -503,7 +480,7 @@ static int netif_start(struct lwip_stack *st)
 	memcpy(&addr.addr, cfg->roles4.gateway.a, 4);
 	ip4_addr_set_zero(&mask);
 	ip4_addr_set_zero(&gw);
-	if (!netif_add(&st->netif, &addr, &mask, &gw, NULL, netif_setup, ip_input))
+	if (!netif_add(&st->netif, &addr, &mask, &gw, st, netif_setup, ip_input))
 		return -ENOMEM;
 	NETIF_SET_CHECKSUM_CTRL(&st->netif, st->csum_ctrl);
 	netif_set_default(&st->netif);
@@ -543,34 +520,50 @@ static int listener_start(struct lwip_stack *st)
 
 static void lw_free(struct netstack *ns);
 
+/* The policy's roles from the config, as the system stack gets them (sys_stack.c). */
+static int policy_init(struct l3policy *pol, const struct ts_config *cfg)
+{
+	struct l3policy_config pc = {
+		.has4 = cfg->roles4.family == 4,
+		.has6 = cfg->tun.has_addr6,
+		.n_addrs = cfg->nat.addresses,
+		.dns_hijack = cfg->dns.hijack,
+	};
+
+	memcpy(pc.gateway4, cfg->roles4.gateway.a, 4);
+	memcpy(pc.gateway6, cfg->roles6.gateway.a, 16);
+	return l3policy_init(pol, &pc);
+}
+
 static int lw_start(const struct netstack_env *env, struct netstack **out, char *err,
 		    size_t errlen)
 {
 	struct lwip_stack *st;
 	int ret = -ENOMEM;
 
-	if (the_stack) {
-		snprintf(err, errlen, "lwip stack: lwIP keeps process-global state; only one lwIP "
-				      "stack can run in a process");
-		return -EBUSY;
-	}
 	if (env->cfg->tun.queues > 1) {
 		snprintf(err, errlen, "lwip stack: tun.queues must be 1 (lwIP is single-threaded)");
 		return -EINVAL;
 	}
+	/* Before anything else: a refused start touches neither lwIP nor the running stack. */
+	if (lwip_glue_claim(env->budget) != 0) {
+		snprintf(err, errlen, "lwip stack: a second lwIP stack in one process is not "
+				      "possible: lwIP keeps its state in globals; use the system "
+				      "stack for more than one proxy per process");
+		return -EBUSY;
+	}
 	st = calloc(1, sizeof(*st));
-	if (!st)
+	if (!st) {
+		lwip_glue_release();
+		snprintf(err, errlen, "lwip stack: start: %s", strerror(ENOMEM));
 		return -ENOMEM;
+	}
 	st->env = *env;
 	st->has6 = env->cfg->tun.has_addr6;
 	st->pending_tail = &st->pending;
 	st->txbuf_size = env->cfg->tun.mtu;
-	the_stack = st;
-	ts_lwip_set_budget(env->budget);
-	if (!lwip_initialised) {
-		lwip_init();
-		lwip_initialised = true;
-	}
+	if ((ret = policy_init(&st->pol, env->cfg)) != 0)
+		goto fail;
 	st->txbuf = budget_malloc(env->budget, st->txbuf_size);
 	st->tmr_ev = evtimer_new(env->base, on_tmr, st);
 	st->accept_ev = event_new(env->base, -1, 0, on_accepted, st);
@@ -608,7 +601,7 @@ static void lw_stop(struct netstack *ns)
 
 /* lwIP has no de-init: abort every remaining pcb (their streams are gone: the dispatcher ended
  * every session before this, and each stream cleared its callbacks) and remove the netif, so a
- * later start in the same process (tests) begins clean. */
+ * later start in the same process begins clean; then give up the claim on lwIP. */
 static void lw_free(struct netstack *ns)
 {
 	struct lwip_stack *st = as_lw(ns);
@@ -640,9 +633,8 @@ static void lw_free(struct netstack *ns)
 		gso_train_free(st->train);
 	}
 	budget_mfree(st->env.budget, st->txbuf);
-	the_stack = NULL;
-	ts_lwip_set_budget(NULL);
 	free(st);
+	lwip_glue_release();
 }
 
 void lwip_stack_set_accept_hook(struct netstack *ns, lwip_accept_fn fn, void *arg)
@@ -660,12 +652,11 @@ static void lw_stats(struct netstack *ns, struct netstack_stats *o)
 
 	memset(o, 0, sizeof(*o));
 	netstack_parse_drops(c->drop_parse, o);
-	o->drops_malformed += ctr_get(&c->drop_family) + ctr_get(&c->drop_input_too_big);
-	o->drops_icmp = ctr_get(&c->drop_icmp);
-	o->drops_own_address = ctr_get(&c->drop_own_address);
+	netstack_policy_drops(&c->policy, o);
+	o->drops_malformed += ctr_get(&c->drop_input_too_big);
 	o->admission_refused = ctr_get(&c->admission_refused);
 	o->accepted = ctr_get(&c->accepted);
-	o->stack_bytes = ts_lwip_mem_bytes();
+	o->stack_bytes = lwip_glue_mem_bytes();
 }
 
 static void lw_counters(struct netstack *ns,
@@ -676,11 +667,12 @@ static void lw_counters(struct netstack *ns,
 #define LWIP_CTR_VISIT(n) fn(arg, #n, ctr_get(&st->ctr.n));
 	LWIP_COUNTERS(LWIP_CTR_VISIT)
 #undef LWIP_CTR_VISIT
+	l3policy_counters_foreach(&st->ctr.policy, fn, arg);
 	for (int r = 1; r < PKT_REASON_MAX; r++) {
 		snprintf(name, sizeof(name), "drop_parse_%s", pkt_reason_name((enum pkt_reason)r));
 		fn(arg, name, ctr_get(&st->ctr.drop_parse[r]));
 	}
-	fn(arg, "lwip_mem_bytes", ts_lwip_mem_bytes());
+	fn(arg, "lwip_mem_bytes", lwip_glue_mem_bytes());
 	if (st->train) {
 		const struct gso_stats *g = gso_train_stats(st->train);
 		fn(arg, "gso_trains", ctr_get(&g->trains));

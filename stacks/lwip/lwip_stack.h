@@ -1,6 +1,7 @@
 /* lwip_stack.h — the lwIP userspace stack behind stacks/netstack.h (lwip_stack_ops).
  *
- * lwIP keeps process-global state: one lwIP stack per process (a second start fails). */
+ * lwIP keeps process-global state: one lwIP stack per process. A second start while one runs
+ * fails with -EBUSY (the first is untouched); once the first is freed, a new one can start. */
 #ifndef TS_STACKS_LWIP_STACK_H
 #define TS_STACKS_LWIP_STACK_H
 
@@ -9,14 +10,9 @@
 #include "core/flow.h"
 #include "stacks/netstack.h"
 
-struct budget;
 struct stream;
 
 extern const struct netstack_ops lwip_stack_ops;
-
-/* Memory glue (lwip_glue.c): the budget lwIP allocations are charged to, and what lwIP holds. */
-void ts_lwip_set_budget(struct budget *b);
-uint64_t ts_lwip_mem_bytes(void);
 
 /* Test seam: hand each accepted stream and its original 5-tuple to fn instead of the
  * dispatcher (fn owns the stream; the session's permit is released when fn's caller calls

@@ -1,10 +1,11 @@
 /* lwip_stream.c — a struct stream over an lwIP tcp_pcb (contracts in lwip_stream.h).
  *
- * lwIP's callbacks record state and activate one libevent event; the owner's callbacks run
- * from that event. The receive queue is a list of the pbufs lwIP handed over, linked through
- * ->next like one pbuf chain, but without maintaining tot_len (a u16: the queue holds up to
- * TCP_WND = 256 KiB); consumed pbufs are unlinked and freed one by one, the way lwIP's own
- * pbuf_free_header() does. Every length handed to lwIP is chunked to u16 (BRIEF).
+ * lwIP's callbacks record state and activate one libevent event; the owner's callbacks run from
+ * that event. The receive queue is a list of the pbufs lwIP handed over, linked through ->next
+ * like one pbuf chain, but without maintaining tot_len (a u16: the queue holds up to TCP_WND =
+ * 256 KiB); consumed pbufs are unlinked and freed one by one, the way lwIP's own
+ * pbuf_free_header() does. Every length handed to lwIP is chunked to u16 (tcp_write, tcp_recved
+ * and pbuf lengths are u16_t).
  */
 #include "stacks/lwip/lwip_stream.h"
 

@@ -1,4 +1,4 @@
-/* nat.h — the system stack's NAT table (seed 000 §四; docs/architecture.md "NAT table").
+/* nat.h — the system stack's NAT table (docs/architecture.md, "NAT table").
  *
  * Maps a flow's full (source, destination) pair to a tuple (NAT address, listener port, port P):
  * uplink packets are rewritten to nat_addr:P -> gateway:listener, the kernel accepts the

@@ -1,4 +1,5 @@
-/* sysproc.h — the system stack's per-packet processor (seed 000 §三).
+/* sysproc.h — the system stack's per-packet processor (docs/architecture.md, "The system
+ * stack's packet path").
  *
  * One function handles every packet read from the TUN and returns a disposition; all I/O
  * drivers (per-packet, batched offload, multi-queue workers) share it. Sans-IO: the caller
@@ -18,6 +19,7 @@
 #include "core/counter.h"
 #include "core/flow.h"
 #include "core/pkt.h"
+#include "stacks/common/l3policy.h"
 #include "stacks/system/nat.h"
 
 enum sys_action {
@@ -33,7 +35,7 @@ struct sys_disp {
 			* offload header (no GSO, no NEEDS_CSUM), not the one it was read with */
 };
 
-/* Per-worker counters. Drops: one counter per reason. */
+/* Per-worker counters. Drops: one counter per reason; the shared policy's in .policy. */
 #define SYS_COUNTERS(X)                                                                         \
 	X(rx_packets)                                                                          \
 	X(rx_bytes)                                                                            \
@@ -43,10 +45,6 @@ struct sys_disp {
 	X(icmp_echo_reply)     /* echo request to the gateway answered in place */             \
 	X(rst_sent)            /* unmapped uplink non-SYN answered with RST */                 \
 	X(drop_downlink_no_mapping)                                                            \
-	X(drop_own_address)    /* TCP / non-hijacked UDP to our gateway or NAT addresses */    \
-	X(drop_icmp)           /* ICMP other than echo request to the gateway */               \
-	X(drop_proto)          /* neither TCP, UDP nor ICMP */                                 \
-	X(drop_family)         /* IPv6 packet without an IPv6 TUN address (or v4 without v4) */ \
 	X(drop_rst_no_mapping) /* unmapped uplink RST: never answered */                       \
 	X(drop_nat_budget)     /* new flow refused: NAT entry budget exhausted */              \
 	X(drop_nat_ports)      /* new flow refused: no free NAT tuple */                       \
@@ -57,14 +55,15 @@ struct sys_counters {
 #define SYS_CTR_FIELD(name) ctr_t name;
 	SYS_COUNTERS(SYS_CTR_FIELD)
 #undef SYS_CTR_FIELD
+	struct l3policy_counters policy;  /* own_address, icmp, proto, family */
 	ctr_t drop_parse[PKT_REASON_MAX]; /* index by enum pkt_reason; [PKT_OK] unused */
 };
 
 /* Visit every counter with its name (for stats output and for summing worker blocks). */
-void sys_counters_foreach(const struct sys_counters *c,
-			  void (*fn)(void *arg, const char *name, uint64_t value), void *arg);
+void sysproc_counters_foreach(const struct sys_counters *c,
+			      void (*fn)(void *arg, const char *name, uint64_t value), void *arg);
 /* Total of all drop counters. */
-uint64_t sys_counters_drops(const struct sys_counters *c);
+uint64_t sysproc_counters_drops(const struct sys_counters *c);
 
 /* Address roles of one family: gateway G and NAT addresses G+1 .. G+n_addrs. */
 struct sys_family {
@@ -90,58 +89,50 @@ void sysproc_free(struct sysproc *p);
 /* Record the kernel-chosen listener ports (network order) of a family before "ready". */
 int sysproc_set_listeners(struct sysproc *p, int family, const uint16_t *ports_be, uint32_t n);
 
-/* Process one packet in place. buf holds len bytes. */
+/* Process one packet in place. buf holds len bytes. view (never NULL) is where the packet is
+ * parsed: with SYS_UDP it is the packet's PKT_OK view (borrowing buf, valid while buf is
+ * unchanged), for the UDP path to take (udp_path_input_view) instead of parsing it again;
+ * otherwise its content is unspecified. */
 struct sys_disp sysproc_process(struct sysproc *p, uint8_t *buf, size_t len,
 				const struct pkt_meta *meta, int64_t now_ns,
-				struct sys_counters *c);
+				struct sys_counters *c, struct pkt_view *view);
 
 /* Classification of a parsed TCP packet (exposed for benchmarks and tests). */
 enum sys_class {
 	SYS_UPLINK,
 	SYS_DOWNLINK, /* *tuple filled */
-	SYS_OWN,      /* addressed to our gateway or a NAT address, not a listener reply */
-};
-/* The general classifier (IPv6, and IPv4 where the inline one defers); use sysproc_classify. */
-enum sys_class sysproc_classify_slow(const struct sysproc *p, const struct pkt_view *v,
-				     struct nat_tuple *tuple);
-
-/* What the inline IPv4 classifier reads. It is the FIRST member of struct sysproc, so a
- * struct sysproc pointer converts to it (C11 6.7.2.1p15); everything else stays opaque. */
-struct sys_roles4 {
-	uint32_t gw_low;   /* gateway, host order; NAT address i is gw_low + 1 + i */
-	uint32_t n_addrs;  /* NAT addresses */
-	uint32_t n_lports; /* listener ports bound (0 until set) */
-	uint16_t lport_be[NAT_MAX_LISTENERS];
+	SYS_OWN,      /* to our gateway or a NAT address, not a listener reply: dropped */
 };
 
-/* Classify a parsed TCP packet. IPv4 inline: one load, a byte swap and a subtraction decide
- * uplink; a downlink also compares the source with the gateway and the port with the
- * listeners. */
+/* The processor's address policy, shared with the lwIP stack. It is the FIRST member of struct
+ * sysproc, so a struct sysproc pointer converts to it (C11 6.7.2.1p15); everything else stays
+ * opaque. */
+static inline const struct l3policy *sysproc_policy(const struct sysproc *p)
+{
+	return (const struct l3policy *)(const void *)p;
+}
+
+/* Classify a parsed TCP packet of a served family by the shared policy's TCP rules for its
+ * destination (l3policy_tcp_dst): a foreign destination is uplink, gateway:listener -> NAT
+ * address downlink. IPv4 inline: one load, a byte swap and a subtraction decide the
+ * destination. (sysproc_process applies all of the policy, the source rule included.) */
 static inline enum sys_class sysproc_classify(const struct sysproc *p, const struct pkt_view *v,
 					      struct nat_tuple *tuple)
 {
-	const struct sys_roles4 *r = (const struct sys_roles4 *)(const void *)p;
-	uint32_t a;
+	struct l3policy_reply r;
 
-	if (v->family != 4)
-		return sysproc_classify_slow(p, v, tuple);
-	memcpy(&a, v->ip + PKT_V4_DST, 4);
-	uint32_t d = ntohl(a) - r->gw_low;
-	if (d > r->n_addrs)
+	switch (l3policy_tcp_dst(sysproc_policy(p), v, &r)) {
+	case L3POLICY_TCP:
 		return SYS_UPLINK;
-	memcpy(&a, v->ip + PKT_V4_SRC, 4);
-	if (d == 0 || ntohl(a) != r->gw_low)
+	case L3POLICY_TCP_REPLY:
+		tuple->family = v->family;
+		tuple->addr = r.nat_index;
+		tuple->listener = r.listener;
+		tuple->port = ntohs(v->dport_be);
+		return SYS_DOWNLINK;
+	default:
 		return SYS_OWN;
-	for (uint32_t i = 0; i < r->n_lports; i++) {
-		if (v->sport_be == r->lport_be[i]) {
-			tuple->family = 4;
-			tuple->addr = (uint8_t)(d - 1);
-			tuple->listener = (uint8_t)i;
-			tuple->port = ntohs(v->dport_be);
-			return SYS_DOWNLINK;
-		}
 	}
-	return SYS_OWN;
 }
 
 /* Our gateway or one of our NAT addresses? (addr: 4 or 16 bytes of the given family) */

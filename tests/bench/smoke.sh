@@ -127,7 +127,7 @@ want = {"PASS  system offload 1q, up, 1 stream": 1, "MISS  system offload 1q, do
         "MISS  system offload 1q, up: peak RSS": 1}
 for w in want:
     check("target line: " + w, w in stdout and w in report)
-check("a table row per cell in the 七.4 shape",
+check("a table row per cell (stream count x direction)",
       report.count("\n| 64 | down |") == 2 and "Δ system offload: 2 queues vs 1" in report)
 check("system offload vs per-packet +250.0 % at 1 stream", "+250.0 %" in report)
 check("the report states the testbed's congestion control and the host's",

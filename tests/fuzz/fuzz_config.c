@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core/config.h"
-#include "stacks/system/nat.h"
+#include "stacks/system/sys_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ret = config_load_buffer((const char *)data, size, &cfg, err, sizeof(err));
 	if (ret == 0) {
 		config_summary(&cfg, summary, sizeof(summary));
-		config_to_nat(&cfg, &nc);
+		sys_config_to_nat(&cfg, &nc);
 		/* Invariants of a loaded config. */
 		if (cfg.n_outbounds == 0 || cfg.route.final >= cfg.n_outbounds ||
 		    cfg.roles4.family != 4 || cfg.nat.addresses != cfg.roles4.n_nat)

@@ -8,7 +8,8 @@
  *   virtual clock by len ms and purge; 3 accept the tuple named by the first bytes; 4 mark that
  *   tuple closing with the generation of the last accept; 5 collect, then process, then remove.
  * Invariants checked: a write never exceeds the buffer, a rewritten packet still parses, a
- * RST we built has a valid IPv4 header checksum, and the counters account for every packet.
+ * RST we built has a valid IPv4 header checksum, a UDP verdict's view gives the UDP codec the
+ * same answer as parsing the bytes again, and the counters account for every packet.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 
 #include "core/csum.h"
 #include "core/pkt.h"
+#include "core/udp_codec.h"
 #include "stacks/system/nat.h"
 #include "stacks/system/sysproc.h"
 
@@ -135,8 +137,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			m.csum_start = v.l3_len;
 			m.csum_offset = v.proto == 6 ? 16 : 6;
 		}
-		struct sys_disp d = sysproc_process(proc, buf, len, &m, now, &ctr);
+		struct pkt_view uv;
+		struct sys_disp d = sysproc_process(proc, buf, len, &m, now, &ctr, &uv);
 		packets++;
+		if (d.action == SYS_UDP) {
+			struct udp_view a, b;
+			enum udp_codec_reason ra = udp_codec_from_view(&a, &uv);
+			check(uv.ip == buf && uv.len <= len);
+			check(udp_codec_parse(&b, buf, len) == ra);
+			check(ra != UDP_CODEC_OK ||
+			      (a.payload == b.payload && a.payload_len == b.payload_len &&
+			       a.sport_be == b.sport_be && memcmp(a.src, b.src, 16) == 0));
+		}
 		if (d.action == SYS_WRITE) {
 			check(d.len <= len);
 			check(pkt_parse(&v, buf, d.len) == PKT_OK);

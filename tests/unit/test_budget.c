@@ -1,5 +1,5 @@
-/* test_budget.c — profiles, limit checks, TCP admission under pressure tiers (seed 000 §十
- * "准入与内存压力"), UDP/fd/byte accounting and the accounted allocator. */
+/* test_budget.c — profiles, limit checks, TCP admission under pressure tiers, UDP/fd/byte
+ * accounting and the accounted allocator. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <signal.h>
@@ -184,7 +184,7 @@ Test(admission, normal_limit_refuses_and_counts)
 	budget_free(b);
 }
 
-/* Seed §十: entering pressure revokes nothing; new sessions only once in_use < new limit. */
+/* Entering pressure revokes nothing; new sessions only once in_use < new limit. */
 Test(admission, pressure_never_revokes_and_readmits_only_below_new_limit)
 {
 	struct budget *b = mk_profile(BUDGET_PROFILE_MOBILE);

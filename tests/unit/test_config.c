@@ -1,6 +1,7 @@
 /* test_config.c — the config schema (core/config.c): defaults, every field's accepted and
  * rejected values with the JSON path the error names, address roles, route rules and tags,
- * budget profiles and overrides, the loaders and the NAT config view.
+ * budget profiles and overrides, the loaders. The system stack's views of a config (NAT table
+ * config, accepted send buffer) are tested in test_sys_config.c.
  *
  * JSON in this file is written with single quotes ('tag') and converted, to stay readable.
  */
@@ -12,7 +13,6 @@
 #include <unistd.h>
 
 #include "core/config.h"
-#include "stacks/system/nat.h"
 #include "testutil.h"
 
 static char *dq(const char *s)
@@ -104,12 +104,6 @@ Test(config, defaults)
 	cr_assert_eq(cfg.nat.half_open_timeout_ms, 30000);
 	cr_assert_eq(cfg.nat.port_quarantine_ms, 60000);
 	cr_assert_eq(cfg.nat.accepted_sndbuf, TS_ACCEPTED_SNDBUF_AUTO);
-	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 393216); /* offload, one queue */
-	cr_assert_eq(config_accepted_sndbuf(&cfg, false), 0);     /* per-packet: autotuned */
-	cfg.tun.queues = 2;
-	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 1048576);
-	cr_assert_eq(config_accepted_sndbuf(&cfg, false), 0);
-	cfg.tun.queues = 1;
 	cr_assert_str_eq(cfg.nat.accepted_congestion, "reno");
 	cr_assert_eq(cfg.timeouts.connect_ms, 5000);
 	cr_assert_eq(cfg.timeouts.relay_idle_ms, 300000);
@@ -399,23 +393,6 @@ Test(config, accepted_congestion)
 	BAD_TABLE(b);
 }
 
-/* An explicit nat.accepted_sndbuf wins over the per-queue default, at the range's edges too. */
-Test(config, accepted_sndbuf_explicit)
-{
-	struct ts_config cfg;
-
-	load_ok("{'tun':{'queues':2},'nat':{'accepted_sndbuf':65536}}", &cfg);
-	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 65536);
-	cr_assert_eq(config_accepted_sndbuf(&cfg, false), 65536);
-	config_fini(&cfg);
-	load_ok("{'nat':{'accepted_sndbuf':67108864}}", &cfg);
-	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 67108864);
-	config_fini(&cfg);
-	load_ok("{'tun':{'queues':4}}", &cfg);
-	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 1048576);
-	config_fini(&cfg);
-}
-
 Test(config, nat_timeouts_relay)
 {
 	struct ts_config cfg;
@@ -430,7 +407,7 @@ Test(config, nat_timeouts_relay)
 	cr_assert_eq(cfg.nat.linger_ms, 1);
 	cr_assert_eq(cfg.nat.half_open_timeout_ms, 3600000);
 	cr_assert_eq(cfg.nat.port_quarantine_ms, 0);
-	cr_assert_eq(config_accepted_sndbuf(&cfg, true), 0); /* 0: the kernel autotunes */
+	cr_assert_eq(cfg.nat.accepted_sndbuf, 0); /* 0: the kernel autotunes */
 	cr_assert_eq(cfg.timeouts.connect_ms, 600000);
 	cr_assert_eq(cfg.timeouts.udp_idle_ms, 86400000);
 	cr_assert_eq(cfg.relay_mode, TS_RELAY_COPY);
@@ -796,7 +773,7 @@ Test(config, budgets_profiles_and_overrides)
 	load_ok("{'budgets':{'profile':'mobile'}}", &cfg);
 	cr_assert_eq(cfg.budget_profile, BUDGET_PROFILE_MOBILE);
 	cr_assert_eq(memcmp(&cfg.budget, &mob, sizeof(mob)), 0);
-	cr_assert_eq(cfg.budget.tcp_sessions[BUDGET_NORMAL], 64, "the seed's mobile values");
+	cr_assert_eq(cfg.budget.tcp_sessions[BUDGET_NORMAL], 64, "the mobile profile's admission values");
 	cr_assert_eq(cfg.budget.tcp_sessions[BUDGET_ELEVATED], 32);
 	cr_assert_eq(cfg.budget.tcp_sessions[BUDGET_CRITICAL], 16);
 	config_fini(&cfg);
@@ -874,38 +851,4 @@ Test(config, budgets_rejects)
 	};
 	BAD_TABLE(b);
 	expect_ok("{'budgets':{'profile':'mobile','tcp_sessions_elevated':16}}");
-}
-
-/* ---- the NAT view ------------------------------------------------------------------------- */
-
-Test(config, to_nat)
-{
-	struct ts_config cfg;
-	struct nat_config nc, def;
-
-	load_ok("{'nat':{'addresses':8,'listeners':3,'linger_ms':1500,'half_open_timeout_ms':2500,"
-		"'port_quarantine_ms':0},'budgets':{'nat_entries':1234}}",
-		&cfg);
-	config_to_nat(&cfg, &nc);
-	nat_config_default(&def);
-	cr_assert_eq(nc.max_entries, 1234);
-	cr_assert_eq(nc.n_addrs, 8);
-	cr_assert_eq(nc.n_listeners, 3);
-	cr_assert_eq(nc.linger_ns, MS(1500));
-	cr_assert_eq(nc.half_open_ns, MS(2500));
-	cr_assert_eq(nc.quarantine_ns, 0);
-	cr_assert_eq(nc.port_min, def.port_min, "untouched fields keep the NAT defaults");
-	cr_assert_eq(nc.port_max, def.port_max);
-	cr_assert_eq(nc.seed, def.seed);
-	config_fini(&cfg);
-
-	load_ok("{}", &cfg);
-	config_to_nat(&cfg, &nc);
-	cr_assert_eq(nc.n_addrs, 4);
-	cr_assert_eq(nc.n_listeners, 2);
-	cr_assert_eq(nc.linger_ns, SEC(10));
-	cr_assert_eq(nc.half_open_ns, SEC(30));
-	cr_assert_eq(nc.quarantine_ns, SEC(60));
-	cr_assert_eq(nc.max_entries, cfg.budget.nat_entries);
-	config_fini(&cfg);
 }

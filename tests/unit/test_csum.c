@@ -35,7 +35,7 @@ static uint16_t as_be(uint16_t host_folded)
 
 Test(csum, known_answers)
 {
-	/* RFC 1071 §3 example: the folded sum of 00 01 f2 03 f4 f5 f6 f7 is ddf2. */
+	/* RFC 1071 section 3 example: the folded sum of 00 01 f2 03 f4 f5 f6 f7 is ddf2. */
 	static const uint8_t rfc[] = { 0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7 };
 	cr_assert_eq(as_be(csum_fold(csum_partial(rfc, sizeof(rfc), 0))), 0xddf2);
 	/* A real IPv4 header with its checksum field zeroed: checksum b861. */
@@ -328,7 +328,7 @@ Test(csum, incremental_from_either_zero_encoding)
 	}
 }
 
-/* Seed 000 §十: an incremental update of an IPv6 packet that never had a correct checksum looks
+/* An incremental update of an IPv6 packet that never had a correct checksum looks
  * plausible but is wrong. The tests above all start from verified packets; this shows why. */
 Test(csum, ipv6_must_start_from_a_correct_checksum)
 {

@@ -53,7 +53,7 @@ static int run_default(const char *base, const char *cur, struct run_out *out)
 	return out->code;
 }
 
-/* ---- the fixtures: the cases issue 5 names ------------------------------------------------ */
+/* ---- the fixtures: the cases the gate must decide ------------------------------------------ */
 
 Test(gate, injected_15pct_slowdown_fails)
 {

@@ -1,11 +1,13 @@
 /* test_lwip_stack.c — the lwIP stack's packet path in-process (stacks/lwip/lwip_stack.c):
  * TCP to ANY address and port accepted through the input hooks with the original destination
  * recovered (v4, v6, v6 with extension headers), our filtering before lwIP (fragments, ICMP,
- * own addresses, UDP to the UDP path), admission refused at the SYN with a RST, and no timer
- * at all while no pcb exists. Packets are hand-built; lwIP's output is captured from tx. */
+ * own addresses, UDP to the UDP path), admission refused at the SYN with a RST, no timer
+ * at all while no pcb exists, and one lwIP stack per process (a second start refused, a new
+ * start after free). Packets are hand-built; lwIP's output is captured from tx. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <event2/event.h>
 #include <netinet/in.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include "core/log.h"
 #include "core/pkt.h"
 #include "dispatch/stream.h"
+#include "stacks/lwip/lwip_glue.h"
 #include "stacks/lwip/lwip_stack.h"
 #include "testutil.h"
 
@@ -32,6 +35,7 @@ static struct flow_key acc_key[8];
 static struct stream *acc_s[8];
 static int n_acc;
 static uint8_t buf[4096];
+static struct pkt_view view; /* the view input left: the packet's own with DRIVER_UDP */
 
 static int tx(void *arg, const uint8_t *pkt, size_t len)
 {
@@ -91,7 +95,7 @@ static enum driver_verdict feed(size_t len, size_t *olen)
 {
 	bool plain = false;
 	size_t ol = 0;
-	enum driver_verdict v = lwip_stack_ops.input(ns, 0, buf, len, NULL, 0, &ol, &plain);
+	enum driver_verdict v = lwip_stack_ops.input(ns, 0, buf, len, NULL, 0, &ol, &plain, &view);
 	if (olen)
 		*olen = ol;
 	event_base_loop(base, EVLOOP_NONBLOCK); /* deferred accepts and stream events */
@@ -222,7 +226,14 @@ Test(lwip_stack, filtering_before_lwip)
 	cr_assert_eq(counter("drop_own_address"), 1);
 	tu_spec_udp(&s, "10.0.0.9", 5000, "8.8.8.8", 53);
 	len = tu_build(&s, buf, sizeof(buf));
+	memset(&view, 0xa5, sizeof(view));
 	cr_assert_eq(feed(len, NULL), DRIVER_UDP);
+	/* The UDP verdict comes with the packet's view, as pkt_parse gives it. */
+	struct pkt_view pv;
+	cr_assert_eq(pkt_parse(&pv, buf, len), PKT_OK);
+	cr_assert(view.ip == buf && view.l4 == pv.l4 && view.len == pv.len);
+	cr_assert(view.proto == IPPROTO_UDP && view.family == 4 && view.l3_len == 20);
+	cr_assert(view.sport_be == htons(5000) && view.dport_be == htons(53));
 	tu_spec_raw(&s, "10.0.0.9", "1.1.1.1", 47);
 	len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
@@ -299,4 +310,63 @@ Test(lwip_stack, idle_tunnel_has_no_timer)
 	event_base_dispatch(base);
 	cr_assert_eq(event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED), 0,
 		     "no pcbs: no timer");
+}
+
+/* A second start while the first runs: refused with -EBUSY and a one-line reason, with nothing
+ * of the first changed (its budget still pays for lwIP, its netif still answers). */
+Test(lwip_stack, second_stack_refused_first_keeps_working)
+{
+	struct budget *bud2;
+	struct event_base *base2 = event_base_new();
+	struct netstack *ns2 = NULL;
+	struct budget_stats bs;
+	char err[TS_ERRLEN] = "";
+
+	cr_assert_eq(budget_new(&cfg.budget, &bud2), 0);
+	struct netstack_env env2 = { .base = base2, .cfg = &cfg, .budget = bud2, .log = &lg,
+				     .tx = tx };
+	cr_assert_eq(lwip_stack_ops.start(&env2, &ns2, err, sizeof(err)), -EBUSY);
+	cr_assert_null(ns2);
+	cr_assert(strstr(err, "a second lwIP stack in one process is not possible"), "%s", err);
+	cr_assert(strstr(err, "use the system stack"), "%s", err);
+	cr_assert_null(strchr(err, '\n'), "one line");
+	cr_assert_eq(n_out, 0, "the refused start sent nothing");
+
+	uint64_t mem0 = lwip_glue_mem_bytes();
+	budget_get_stats(bud, &bs);
+	uint64_t charged0 = bs.buffer_bytes_in_use;
+	handshake("10.0.0.9", 40001, "93.184.216.34", 443, 0);
+	handshake("fd00:7f::9", 40002, "2001:db8::80", 80, 0);
+	cr_assert_eq(counter("accepted"), 2);
+	uint64_t grown = lwip_glue_mem_bytes() - mem0;
+	cr_assert_gt(grown, 0, "the pcbs live in lwIP");
+	budget_get_stats(bud, &bs);
+	cr_assert_eq(bs.buffer_bytes_in_use - charged0, grown, "lwIP still charges the first");
+	budget_get_stats(bud2, &bs);
+	cr_assert_eq(bs.buffer_bytes_peak, 0, "nothing was charged to the refused stack's budget");
+
+	event_base_free(base2);
+	budget_free(bud2);
+}
+
+/* Free with live connections, then start again in the same process: lwIP is left holding
+ * nothing, the new stack accepts, and it holds the claim in turn. */
+Test(lwip_stack, free_then_start_again)
+{
+	char err[TS_ERRLEN] = "";
+	struct netstack *ns2 = NULL;
+
+	handshake("10.0.0.9", 40001, "1.1.1.1", 80, 0);
+	handshake("10.0.0.9", 40002, "1.1.1.1", 80, 0);
+	teardown();
+	cr_assert_eq(lwip_glue_mem_bytes(), 0, "free left nothing in lwIP");
+	start(64);
+	/* The same 4-tuple as before: no pcb of the first stack survived to answer it. */
+	handshake("10.0.0.9", 40001, "1.1.1.1", 80, 0);
+	handshake("fd00:7f::9", 40003, "2001:db8::1", 443, 0);
+	cr_assert_eq(counter("accepted"), 2, "a fresh stack: fresh counters");
+	struct netstack_env env2 = { .base = base, .cfg = &cfg, .budget = bud, .log = &lg,
+				     .tx = tx };
+	cr_assert_eq(lwip_stack_ops.start(&env2, &ns2, err, sizeof(err)), -EBUSY, "claimed again");
+	cr_assert_null(ns2);
 }

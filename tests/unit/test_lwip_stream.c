@@ -25,6 +25,7 @@
 #include "core/pkt.h"
 #include "dispatch/stream.h"
 #include "stacks/lwip/include/lwipopts.h" /* TCP_WND, TCP_MSS, TCP_SND_BUF, TCP_RCV_SCALE */
+#include "stacks/lwip/lwip_glue.h"
 #include "stacks/lwip/lwip_stack.h"
 #include "testutil.h"
 
@@ -148,10 +149,12 @@ static void inject_spec(const struct tu_spec *sp)
 	static uint8_t buf[TU_PKT_MAX];
 	struct pkt_meta meta = { 0 };
 	size_t out_len = 0, len = tu_build(sp, buf, sizeof(buf));
+	struct pkt_view v;
 	bool plain = false;
 
 	E.in_lwip = true; /* lwIP's callbacks run in here; the owner's must not */
-	cr_assert_eq(lwip_stack_ops.input(E.ns, 0, buf, len, &meta, 0, &out_len, &plain), DRIVER_DONE);
+	cr_assert_eq(lwip_stack_ops.input(E.ns, 0, buf, len, &meta, 0, &out_len, &plain, &v),
+		     DRIVER_DONE);
 	E.in_lwip = false;
 }
 
@@ -328,7 +331,7 @@ static void handshake(void)
 	struct tu_spec sp;
 	struct seg sa;
 
-	E.mem_base = ts_lwip_mem_bytes();
+	E.mem_base = lwip_glue_mem_bytes();
 	tu_spec_tcp(&sp, APP, APP_PORT, SRV, SRV_PORT);
 	sp.tcp_flags = TCP_SYN;
 	sp.seq = APP_ISN;
@@ -451,7 +454,7 @@ Test(lwip_stream, window_shrinks_until_read_and_memory_stays_bounded)
 	sg = last_seg();
 	cr_assert_eq(sg.ack, APP_ISN + 1 + WND, "lwIP took the whole window");
 	cr_assert_eq(sg.wnd, 0, "an unread full window is advertised as zero");
-	mem_full = ts_lwip_mem_bytes();
+	mem_full = lwip_glue_mem_bytes();
 	cr_log_info("lwIP holds %llu bytes for a full %u-byte window",
 		    (unsigned long long)(mem_full - E.mem_base), WND);
 	/* Packets are held whole (headers + pbuf): allow 15 % over the payload. */
@@ -462,7 +465,7 @@ Test(lwip_stream, window_shrinks_until_read_and_memory_stays_bounded)
 	/* The app ignores the zero window: nothing more is queued anywhere. */
 	app_send(in + WND, WND);
 	E.c.snd_nxt = APP_ISN + 1 + WND; /* lwIP dropped it: the app will resend */
-	mem_over = ts_lwip_mem_bytes();
+	mem_over = lwip_glue_mem_bytes();
 	cr_assert_leq(mem_over, mem_full + 4096, "lwIP memory grew past the window");
 	sg = last_seg();
 	cr_assert_eq(sg.ack, APP_ISN + 1 + WND);
@@ -478,7 +481,7 @@ Test(lwip_stream, window_shrinks_until_read_and_memory_stays_bounded)
 	cr_assert_gt(E.ncaps, before, "reading must send a window update");
 	sg = last_seg();
 	cr_assert_eq(wnd_bytes(&sg), WND, "the whole window reopens after the read");
-	cr_assert_leq(ts_lwip_mem_bytes(), E.mem_base + 4096, "read pbufs were freed");
+	cr_assert_leq(lwip_glue_mem_bytes(), E.mem_base + 4096, "read pbufs were freed");
 
 	/* The app resends what was dropped; it arrives intact. */
 	app_send(in + WND, WND);
@@ -578,7 +581,7 @@ Test(lwip_stream, app_fin_then_shutdown_write)
 	stream_close(E.s);
 	stream_gone();
 	cr_assert_eq(E.ncaps, before, "nothing left to send: the pcb is gone");
-	cr_assert_leq(ts_lwip_mem_bytes(), E.mem_base, "the pcb was freed");
+	cr_assert_leq(lwip_glue_mem_bytes(), E.mem_base, "the pcb was freed");
 }
 
 /* We half-close first: lwIP emits FIN, and the stream keeps receiving until the app's FIN. */
@@ -656,13 +659,13 @@ Test(lwip_stream, abort_sends_rst_and_frees_everything)
 	handshake();
 	fill(in, sizeof(in), 7);
 	app_send(in, sizeof(in)); /* queued, unread: abort frees it too */
-	cr_assert_gt(ts_lwip_mem_bytes(), E.mem_base);
+	cr_assert_gt(lwip_glue_mem_bytes(), E.mem_base);
 	stream_abort(E.s);
 	stream_gone();
 	sg = last_seg();
 	cr_assert(sg.flags & TCP_RST, "abort must emit RST");
 	cr_assert_eq(sg.seq, E.c.rcv_nxt, "RST at lwIP's snd_nxt");
-	cr_assert_eq(ts_lwip_mem_bytes(), E.mem_base, "pcb and queued pbufs freed");
+	cr_assert_eq(lwip_glue_mem_bytes(), E.mem_base, "pcb and queued pbufs freed");
 	pump(); /* nothing may fire for a freed stream (ASan would see it) */
 }
 
@@ -686,7 +689,7 @@ Test(lwip_stream, app_rst_reports_econnreset)
 	cr_assert_eq(stream_read(E.s, out, sizeof(out)), -ECONNRESET);
 	cr_assert_eq(stream_write(E.s, out, sizeof(out)), -ECONNRESET);
 	cr_assert_eq(stream_shutdown_write(E.s), -ECONNRESET);
-	cr_assert_eq(ts_lwip_mem_bytes(), E.mem_base, "lwIP freed the pcb; we freed the queue");
+	cr_assert_eq(lwip_glue_mem_bytes(), E.mem_base, "lwIP freed the pcb; we freed the queue");
 	stream_set_interest(E.s, true, true);
 	pump();
 	cr_assert_eq(E.o.errors, 1, "error fires once");
@@ -742,7 +745,7 @@ Test(lwip_stream, timewait_pcb_freed_by_lwip_while_data_unread)
 	E.c.snd_nxt++;
 	for (unsigned long i = 0; i < 4 * (2 * TCP_MSL / 500 + 2); i++)
 		lwip_stack_tick(E.ns); /* well past 2 * TCP_MSL: lwIP frees the pcb */
-	cr_assert_leq(ts_lwip_mem_bytes(), E.mem_base + sizeof(in) + 3 * 2048,
+	cr_assert_leq(lwip_glue_mem_bytes(), E.mem_base + sizeof(in) + 3 * 2048,
 		      "only the unread segments are left");
 	while ((n = stream_read(E.s, out + got, 1000)) > 0)
 		got += (size_t)n;
@@ -754,7 +757,7 @@ Test(lwip_stream, timewait_pcb_freed_by_lwip_while_data_unread)
 	stream_close(E.s);
 	stream_gone();
 	cr_assert_eq(E.ncaps, before);
-	cr_assert_eq(ts_lwip_mem_bytes(), E.mem_base, "everything freed");
+	cr_assert_eq(lwip_glue_mem_bytes(), E.mem_base, "everything freed");
 }
 
 /* The app sent data and FIN; we shut down before reading it (LAST_ACK): the close completes
@@ -788,7 +791,7 @@ Test(lwip_stream, shutdown_with_unread_data_after_app_fin)
 		seg_parse(i, &sg);
 		cr_assert_eq(sg.flags & TCP_RST, 0, "a clean close must not reset");
 	}
-	cr_assert_eq(ts_lwip_mem_bytes(), E.mem_base, "the pcb was freed");
+	cr_assert_eq(lwip_glue_mem_bytes(), E.mem_base, "the pcb was freed");
 }
 
 /* Take every byte the budget has left, so lwIP's next allocation fails. Returns the bytes. */
@@ -873,5 +876,5 @@ Test(lwip_stream, shutdown_without_memory_for_the_fin)
 	cr_assert_arr_eq(out, in, sizeof(in));
 	stream_close(E.s);
 	stream_gone();
-	cr_assert_eq(ts_lwip_mem_bytes(), E.mem_base, "the pcb was freed");
+	cr_assert_eq(lwip_glue_mem_bytes(), E.mem_base, "the pcb was freed");
 }

@@ -1,5 +1,5 @@
 /* test_offload.c — super-packet rewriting by the system stack's packet processor
- * (stacks/system/sysproc.c, rewrite.c) with TUN offload metadata (issue 6).
+ * (stacks/system/sysproc.c, stacks/common/rewrite.c) with TUN offload metadata.
  *
  * A TSO super-packet as the kernel hands it to us through a vnet TUN (up to 64 KiB, valid IPv4
  * header checksum, gso_size 1448, NEEDS_CSUM with the un-inverted pseudo-header sum over the
@@ -34,6 +34,7 @@
 static struct nat_table *nat;
 static struct sysproc *proc;
 static struct sys_counters ctr;
+static struct pkt_view view; /* sysproc_process's parse (unused here) */
 static uint8_t sp[TU_PKT_MAX + 64];  /* the super-packet, with canary bytes after it */
 static uint8_t orig[TU_PKT_MAX];     /* its copy before sysproc */
 static uint8_t segbuf[4 * TU_PKT_MAX];
@@ -103,7 +104,7 @@ static void flow_open(struct flow *f, const uint8_t cli[16], uint16_t cport, con
 	s.tcp_flags = TCP_SYN;
 	s.mss = MSS;
 	size_t len = tu_build(&s, sp, sizeof(sp));
-	struct sys_disp d = sysproc_process(proc, sp, len, NULL, SEC(1), &ctr);
+	struct sys_disp d = sysproc_process(proc, sp, len, NULL, SEC(1), &ctr, &view);
 	cr_assert_eq(d.action, SYS_WRITE, "SYN accepted");
 	size_t sa = fam == 4 ? 12 : 8, da = fam == 4 ? 16 : 24, l4 = fam == 4 ? 20 : 40;
 	memcpy(f->nat_addr, sp + sa, f->alen);
@@ -277,13 +278,13 @@ static void process_and_check(const struct flow *f, const struct shape *sh, size
 
 	cr_assert(tu_layout(sp, len, &lo));
 	size_t hdr = lo.l3_len + (size_t)(sp[lo.l3_len + 12] >> 4) * 4;
-	struct sys_disp d = sysproc_process(proc, sp, len, m, SEC(2), &ctr);
+	struct sys_disp d = sysproc_process(proc, sp, len, m, SEC(2), &ctr, &view);
 	cr_assert_eq(d.action, SYS_WRITE, "super-packet written back");
 	cr_assert_eq(d.len, len, "same length: not split, not trimmed");
 	cr_assert_not(d.plain, "written with the header it was read with");
 	cr_assert_eq(ctr_get(&ctr.uplink), up + !sh->downlink);
 	cr_assert_eq(ctr_get(&ctr.downlink), down + sh->downlink);
-	cr_assert_eq(sys_counters_drops(&ctr), 0);
+	cr_assert_eq(sysproc_counters_drops(&ctr), 0);
 	assert_only_headers_changed(f, len, lo.l3_len);
 	if (f->fam == 4)
 		cr_assert(tu_verify_ip4_header(sp), "super-packet IPv4 header checksum");
@@ -406,7 +407,7 @@ Test(offload, random_super_packets, .timeout = 120)
 		size_t len = build_super(&f, &sh, &m);
 		process_and_check(&f, &sh, len, &m);
 	}
-	cr_assert_eq(sys_counters_drops(&ctr), 0);
+	cr_assert_eq(sysproc_counters_drops(&ctr), 0);
 }
 
 /* ---- NEEDS_CSUM metadata that does not point at the TCP checksum ---- */
@@ -422,12 +423,12 @@ static void bad_meta(const struct flow *f, bool downlink, bool ext, int16_t dsta
 	size_t len = build_super(f, &sh, &m);
 	m.csum_start = (uint16_t)(m.csum_start + dstart);
 	m.csum_offset = (uint16_t)(m.csum_offset + doff);
-	uint64_t bad = ctr_get(&ctr.drop_bad_offload), drops = sys_counters_drops(&ctr);
+	uint64_t bad = ctr_get(&ctr.drop_bad_offload), drops = sysproc_counters_drops(&ctr);
 	uint64_t up = ctr_get(&ctr.uplink), down = ctr_get(&ctr.downlink);
-	struct sys_disp d = sysproc_process(proc, sp, len, &m, SEC(2), &ctr);
+	struct sys_disp d = sysproc_process(proc, sp, len, &m, SEC(2), &ctr, &view);
 	cr_assert_eq(d.action, SYS_DONE, "start %+d offset %+d: dropped", dstart, doff);
 	cr_assert_eq(ctr_get(&ctr.drop_bad_offload), bad + 1, "counted as drop_bad_offload");
-	cr_assert_eq(sys_counters_drops(&ctr), drops + 1, "and nothing else");
+	cr_assert_eq(sysproc_counters_drops(&ctr), drops + 1, "and nothing else");
 	cr_assert_eq(ctr_get(&ctr.uplink) + ctr_get(&ctr.downlink), up + down);
 	cr_assert_eq(memcmp(sp, orig, len), 0, "a dropped packet is not modified");
 }
@@ -457,7 +458,7 @@ Test(offload, bad_csum_start_or_offset_dropped)
 	cr_assert_eq(m.csum_start, 40 + 8 + 8 + 16);
 	m.csum_start = 40;
 	uint64_t bad = ctr_get(&ctr.drop_bad_offload);
-	cr_assert_eq(sysproc_process(proc, sp, len, &m, SEC(2), &ctr).action, SYS_DONE);
+	cr_assert_eq(sysproc_process(proc, sp, len, &m, SEC(2), &ctr, &view).action, SYS_DONE);
 	cr_assert_eq(ctr_get(&ctr.drop_bad_offload), bad + 1);
 	cr_assert_eq(ctr_get(&ctr.uplink), 2, "no super-packet passed");
 	cr_assert_eq(ctr_get(&ctr.downlink), 0);
@@ -474,14 +475,14 @@ Test(offload, bad_offload_syn_creates_no_mapping)
 	size_t len = tu_build(&s, sp, sizeof(sp));
 	tu_meta_partial(sp, len, 0, &m);
 	m.csum_offset = 6;
-	cr_assert_eq(sysproc_process(proc, sp, len, &m, SEC(1), &ctr).action, SYS_DONE);
+	cr_assert_eq(sysproc_process(proc, sp, len, &m, SEC(1), &ctr, &view).action, SYS_DONE);
 	cr_assert_eq(ctr_get(&ctr.drop_bad_offload), 1);
 	/* Had the SYN allocated, this would be rewritten; without a mapping it gets a RST. */
 	s.tcp_flags = TCP_ACK;
 	s.payload_len = 100;
 	len = tu_build(&s, sp, sizeof(sp));
 	tu_meta_partial(sp, len, 0, &m);
-	struct sys_disp d = sysproc_process(proc, sp, len, &m, SEC(1), &ctr);
+	struct sys_disp d = sysproc_process(proc, sp, len, &m, SEC(1), &ctr, &view);
 	cr_assert_eq(d.action, SYS_WRITE);
 	cr_assert(d.plain, "our RST goes out with a plain header");
 	cr_assert_eq(ctr_get(&ctr.rst_sent), 1);
@@ -505,7 +506,7 @@ Test(offload, rst_for_unmapped_super_packet_is_plain_and_complete)
 		f.sport = 443;
 		shape_default(&sh, false, true);
 		size_t len = build_super(&f, &sh, &m);
-		struct sys_disp d = sysproc_process(proc, sp, len, &m, SEC(1), &ctr);
+		struct sys_disp d = sysproc_process(proc, sp, len, &m, SEC(1), &ctr, &view);
 		cr_assert_eq(d.action, SYS_WRITE);
 		cr_assert(d.plain);
 		cr_assert_eq(d.len, f.fam == 4 ? 40u : 60u);

@@ -31,7 +31,7 @@ static void exact_free(struct exact *e)
 	e->buf = NULL;
 }
 
-/* Reference MSS lookup over the option bytes (RFC 9293 §3.2): EOL ends the list, NOP is one
+/* Reference MSS lookup over the option bytes (RFC 9293 section 3.2): EOL ends the list, NOP is one
  * byte, every other option carries a length >= 2 that must fit; malformed means "no MSS". */
 static uint16_t ref_mss(const uint8_t *o, size_t n)
 {

@@ -21,6 +21,7 @@ static struct nat_table *nat;
 static struct sysproc *proc;
 static struct sys_counters ctr;
 static uint8_t buf[TU_PKT_MAX];
+static struct pkt_view view; /* where sysproc_process parsed the last packet */
 
 static void make(uint32_t max_entries, bool hijack)
 {
@@ -62,7 +63,7 @@ TestSuite(sysproc, .init = setup, .fini = teardown);
 
 static struct sys_disp run(size_t len, int64_t now)
 {
-	return sysproc_process(proc, buf, len, NULL, now, &ctr);
+	return sysproc_process(proc, buf, len, NULL, now, &ctr, &view);
 }
 
 static const uint8_t *src_of(void) { return buf[0] >> 4 == 4 ? buf + 12 : buf + 8; }
@@ -169,7 +170,7 @@ static void roundtrip(const char *cli, const char *srv)
 	cr_assert_eq(tu_get16(buf + o), 443);
 	cr_assert_eq(tu_get16(buf + o + 2), 50123);
 	cr_assert_eq(ctr_get(&ctr.downlink), 1);
-	cr_assert_eq(sys_counters_drops(&ctr), 0);
+	cr_assert_eq(sysproc_counters_drops(&ctr), 0);
 }
 
 Test(sysproc, roundtrip_v4) { roundtrip("10.0.0.9", "1.1.1.1"); }
@@ -233,7 +234,7 @@ Test(sysproc, partial_checksum_update_addresses_only)
 		size_t len = tu_build(&s, buf, sizeof(buf));
 		tu_meta_partial(buf, len, 1448, &m);
 		cr_assert(tu_verify_partial(buf, len));
-		struct sys_disp d = sysproc_process(proc, buf, len, &m, SEC(1), &ctr);
+		struct sys_disp d = sysproc_process(proc, buf, len, &m, SEC(1), &ctr, &view);
 		cr_assert_eq(d.action, SYS_WRITE);
 		cr_assert(tu_verify_partial(buf, len), "partial sum after rewrite");
 		if (s.family == 4)
@@ -252,7 +253,7 @@ Test(sysproc, unmapped_downlink_dropped)
 	struct sys_disp d = run(len, SEC(1));
 	cr_assert_eq(d.action, SYS_DONE);
 	cr_assert_eq(ctr_get(&ctr.drop_downlink_no_mapping), 1);
-	cr_assert_eq(sys_counters_drops(&ctr), 1);
+	cr_assert_eq(sysproc_counters_drops(&ctr), 1);
 	cr_assert_eq(memcmp(copy, buf, len), 0, "a dropped packet is not modified");
 }
 
@@ -294,7 +295,7 @@ static void unmapped_non_syn(const char *cli, const char *srv, uint8_t flags, si
 		cr_assert_eq(tu_get32(t + 8), 1000 + seglen);
 	}
 	cr_assert_eq(ctr_get(&ctr.rst_sent), 1);
-	cr_assert_eq(sys_counters_drops(&ctr), 0);
+	cr_assert_eq(sysproc_counters_drops(&ctr), 0);
 }
 
 Test(sysproc, unmapped_ack_gets_rst_v4) { unmapped_non_syn("10.0.0.9", "1.1.1.1", TCP_ACK, 50); }
@@ -342,7 +343,7 @@ Test(sysproc, own_address_tcp_dropped)
 		size_t len = tu_build(&s, buf, sizeof(buf));
 		cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
 	}
-	cr_assert_eq(ctr_get(&ctr.drop_own_address), 5);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 5);
 	/* gateway + 5 is not ours (4 NAT addresses): ordinary uplink. */
 	struct tu_spec s;
 	tu_spec_tcp(&s, "10.0.0.9", 1000, "198.18.0.6", 80);
@@ -357,7 +358,7 @@ Test(sysproc, gateway_to_nat_from_non_listener_port_dropped)
 	tu_spec_tcp(&s, "198.18.0.1", 12345, "198.18.0.2", 1024);
 	size_t len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
-	cr_assert_eq(ctr_get(&ctr.drop_own_address), 1);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 1);
 }
 
 Test(sysproc, udp_untouched_and_own_address_rules)
@@ -379,8 +380,46 @@ Test(sysproc, udp_untouched_and_own_address_rules)
 	tu_spec_udp(&s, "fd00:7f::9", 5353, "fd00:7f::2", 9999);
 	len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
-	cr_assert_eq(ctr_get(&ctr.drop_own_address), 2);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 2);
 	cr_assert_eq(ctr_get(&ctr.udp), 1);
+}
+
+/* A UDP verdict leaves the packet's view behind, exactly as pkt_parse makes it (the UDP path
+ * takes it instead of parsing again): IPv4, IPv6, IPv6 with extension headers, hijacked DNS. */
+Test(sysproc, udp_verdict_leaves_the_parsed_view)
+{
+	static const struct {
+		const char *src, *dst;
+		uint16_t dport;
+		int n_ext;
+	} cases[] = {
+		{ "10.0.0.9", "8.8.8.8", 443, 0 },
+		{ "fd00:7f::9", "2001:db8::1", 443, 0 },
+		{ "fd00:7f::9", "2001:db8::1", 443, 3 },
+		{ "10.0.0.9", "198.18.0.1", 53, 0 },
+		{ "fd00:7f::9", "fd00:7f::1", 53, 1 },
+	};
+	teardown();
+	make(1024, true);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tu_spec s;
+		struct pkt_view pv;
+		tu_spec_udp(&s, cases[i].src, 5353, cases[i].dst, cases[i].dport);
+		s.payload_len = 100 + i;
+		for (int e = 0; e < cases[i].n_ext; e++)
+			s.ext[s.ext_n++] = (struct tu_ext){ e % 2 ? 60 : 0, 0 };
+		size_t len = tu_build(&s, buf, sizeof(buf));
+		memset(&view, 0xa5, sizeof(view));
+		cr_assert_eq(run(len, SEC(1)).action, SYS_UDP, "case %zu", i);
+		cr_assert_eq(pkt_parse(&pv, buf, len), PKT_OK);
+		cr_assert(view.ip == buf && view.l4 == pv.l4, "case %zu: pointers", i);
+		cr_assert(view.len == pv.len && view.l4_len == pv.l4_len && view.l3_len == pv.l3_len,
+			  "case %zu: lengths", i);
+		cr_assert(view.family == pv.family && view.proto == IPPROTO_UDP, "case %zu", i);
+		cr_assert(view.sport_be == htons(5353) && view.dport_be == htons(cases[i].dport),
+			  "case %zu: ports", i);
+	}
+	cr_assert_eq(ctr_get(&ctr.udp), 5);
 }
 
 Test(sysproc, dns_hijack_takes_precedence)
@@ -398,7 +437,7 @@ Test(sysproc, dns_hijack_takes_precedence)
 	len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE, "only port 53 is hijacked");
 	cr_assert_eq(ctr_get(&ctr.udp), 2);
-	cr_assert_eq(ctr_get(&ctr.drop_own_address), 1);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 1);
 }
 
 Test(sysproc, icmp_echo_to_gateway_answered_in_place)
@@ -441,13 +480,13 @@ Test(sysproc, other_icmp_dropped)
 	s.icmp_type = 13; /* timestamp request to the gateway */
 	len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
-	cr_assert_eq(ctr_get(&ctr.drop_icmp), 3);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_icmp), 3);
 	tu_spec_raw(&s, "10.0.0.9", "1.1.1.1", 47 /* GRE */);
 	s.payload_len = 20;
 	len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
-	cr_assert_eq(ctr_get(&ctr.drop_proto), 1);
-	cr_assert_eq(sys_counters_drops(&ctr), 4);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_proto), 1);
+	cr_assert_eq(sysproc_counters_drops(&ctr), 4);
 }
 
 Test(sysproc, parse_failures_counted_by_reason)
@@ -465,7 +504,7 @@ Test(sysproc, parse_failures_counted_by_reason)
 	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
 	cr_assert_eq(ctr_get(&ctr.drop_parse[PKT_V6_FRAGMENT]), 1);
 	cr_assert_eq(run(10, SEC(1)).action, SYS_DONE);
-	cr_assert_eq(sys_counters_drops(&ctr), 3);
+	cr_assert_eq(sysproc_counters_drops(&ctr), 3);
 	cr_assert_eq(ctr_get(&ctr.rx_packets), 3);
 }
 
@@ -506,7 +545,7 @@ Test(sysproc, family_disabled_dropped)
 	tu_spec_tcp(&s, "fd00::9", 1, "2001:db8::1", 2);
 	size_t len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
-	cr_assert_eq(ctr_get(&ctr.drop_family), 1);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_family), 1);
 }
 
 Test(sysproc, classify_and_is_own)
@@ -549,7 +588,7 @@ Test(sysproc, uplink_from_nat_address_dropped)
 	s.tcp_flags = TCP_SYN;
 	size_t len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
-	cr_assert_eq(ctr_get(&ctr.drop_own_address), 1);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 1);
 	cr_assert_eq(ctr_get(&ctr.uplink), 0);
 }
 
@@ -563,7 +602,7 @@ Test(sysproc, bad_offload_metadata_dropped)
 	size_t len = tu_build(&s, buf, sizeof(buf));
 	tu_meta_partial(buf, len, 0, &m);
 	m.csum_offset = 6; /* not the TCP checksum field */
-	cr_assert_eq(sysproc_process(proc, buf, len, &m, SEC(1), &ctr).action, SYS_DONE);
+	cr_assert_eq(sysproc_process(proc, buf, len, &m, SEC(1), &ctr, &view).action, SYS_DONE);
 	cr_assert_eq(ctr_get(&ctr.drop_bad_offload), 1);
 	struct nat_stats st;
 	nat_get_stats(nat, &st);

@@ -1,6 +1,7 @@
 /* test_tun_vnet.c — a TUN with IFF_VNET_HDR and offload (core/tun.h with vnet_hdr and
  * TUN_OFFLOAD_ALL) against the real kernel: what every read and write through it carries, and
- * the trap the offload driver must not fall into (issue 6, BRIEF "TUN offload on this kernel").
+ * the trap the offload driver must not fall into (docs/architecture.md, "Offload and
+ * multi-queue I/O").
  *
  *   writes: a UDP GSO super-datagram with a correct header (NEEDS_CSUM, csum_start 20,
  *           csum_offset 6, the partial pseudo-header sum in the field) reaches a socket on the
@@ -88,7 +89,7 @@ static struct tun *open_vnet(void)
 	int ret = tun_open(&p, &t, err, sizeof(err));
 	CHECK(ret == 0, "tun_open = %d: %s", ret, err);
 	CHECK(tun_vnet_hdr(t), "vnet header on");
-	/* USO needs Linux 6.2 (tun_open drops just those bits before); the brief's kernel has it. */
+	/* USO needs Linux 6.2 (tun_open drops just those bits before); these tests expect it. */
 	CHECK(tun_offload(t) == TUN_OFFLOAD_ALL, "offload 0x%x", tun_offload(t));
 	write_text("/proc/sys/net/ipv4/conf/all/rp_filter", "0");
 	snprintf(path, sizeof(path), "/proc/sys/net/ipv4/conf/%s/rp_filter", tun_name(t));
@@ -472,7 +473,8 @@ static void check_super_frame(const uint8_t *frame, size_t n, uint8_t gso_type, 
 	      "csum %u/%u", h.csum_start, h.csum_offset);
 	CHECK(h.hdr_len == 0 || h.hdr_len == l3 + l4h, "hdr_len %u", h.hdr_len);
 	CHECK(lo.family == 6 || tu_verify_ip4_header(ip), "IPv4 header checksum");
-	/* The brief: the un-inverted pseudo-header sum over the WHOLE super-packet's L4 length. */
+	/* The kernel's partial sum: the un-inverted pseudo-header sum over the WHOLE super-packet's
+	 * L4 length. */
 	CHECK(tu_verify_partial(ip, len), "field 0x%04x, pseudo-header sum 0x%04x",
 	      tu_l4_field(ip, len), tu_partial_pseudo(ip, len));
 	*payload_out = len - l3 - l4h;
@@ -740,25 +742,30 @@ struct drv_seen {
 
 static enum driver_verdict drv_input(void *arg, uint8_t *buf, size_t len,
 				     const struct pkt_meta *meta, int64_t now, size_t *out_len,
-				     bool *plain)
+				     bool *plain, struct pkt_view *view)
 {
 	struct drv_seen *s = arg;
 	(void)now;
 	(void)out_len;
 	(void)plain;
 	s->inputs++;
-	if (len >= 28 && buf[0] == 0x45 && buf[9] == IPPROTO_UDP && tu_get16(buf + 22) == 7002) {
+	if (len >= 28 && buf[0] == 0x45 && buf[9] == IPPROTO_UDP && tu_get16(buf + 22) == 7002 &&
+	    pkt_parse(view, buf, len) == PKT_OK) {
 		s->meta = *meta;
-		return DRIVER_UDP;
+		return DRIVER_UDP; /* with the view, as a stack hands it on */
 	}
 	return DRIVER_DONE;
 }
 
-static void drv_udp(void *arg, const uint8_t *pkt, size_t len, int64_t now)
+static void drv_udp(void *arg, const uint8_t *pkt, size_t len, const struct pkt_view *view,
+		    int64_t now)
 {
 	struct drv_seen *s = arg;
 	(void)now;
 	CHECK(s->udp < 8 && len <= sizeof(s->dgram[0]), "datagram %d of %zu bytes", s->udp, len);
+	CHECK(view->ip == pkt && view->len == len && view->l3_len == 20 &&
+	      view->l4_len == len - 20 && view->proto == IPPROTO_UDP &&
+	      view->dport_be == htons(7002), "datagram %d: its own view", s->udp);
 	memcpy(s->dgram[s->udp], pkt, len); /* the driver reuses its buffer: copy, as the path does */
 	s->dlen[s->udp++] = len;
 }

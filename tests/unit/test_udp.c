@@ -18,6 +18,7 @@
 #include "core/budget.h"
 #include "core/clock.h"
 #include "core/config.h"
+#include "core/pkt.h"
 #include "dispatch/udp.h"
 #include "testutil.h"
 
@@ -657,6 +658,84 @@ Test(udp, malformed_input_is_counted)
 	cr_assert_str_eq(udp_drop_name(UDP_DROP_queue_full), "queue_full");
 	cr_assert_str_eq(udp_drop_name(UDP_DROP_MAX), "unknown");
 	env_fini(&e);
+}
+
+/* udp_path_input_view (the stack's parse handed on) and udp_path_input (the raw bytes) are one
+ * path: two paths with the same config are fed the same table of datagrams, one through each
+ * entry, and agree on every counter after every datagram. The table covers what each check
+ * of the path decides on: IPv4, IPv6, IPv6 extension headers, a second datagram of a session,
+ * an empty payload, our own address, hijacked DNS (a query, and one too short for a DNS
+ * header), zero ports, and a packet that is not UDP at all. */
+Test(udp, view_entry_agrees_with_raw_entry)
+{
+	static const struct {
+		const char *src, *dst;
+		uint16_t sport, dport; /* dport 1: the silent server of dst's family */
+		size_t plen;
+		int n_ext;
+		bool tcp;
+	} table[] = {
+		{ "10.0.0.9", "127.0.0.1", 5353, 1, 20, 0, false },
+		{ "fd00::9", "::1", 5353, 1, 30, 0, false },
+		{ "fd00::9", "::1", 6000, 1, 40, 2, false },
+		{ "10.0.0.9", "127.0.0.1", 5353, 1, 50, 0, false },
+		{ "fd00::9", "::1", 7000, 1, 0, 0, false },
+		{ "10.0.0.9", "198.18.0.1", 5000, 9, 10, 0, false },
+		{ "10.0.0.9", "8.8.8.8", 5001, 53, 17, 0, false },
+		{ "10.0.0.9", "8.8.8.8", 5002, 53, 4, 0, false },
+		{ "10.0.0.9", "127.0.0.1", 0, 1, 10, 0, false },
+		{ "fd00::9", "::1", 5353, 0, 10, 0, false },
+		{ "10.0.0.9", "127.0.0.1", 5003, 1, 10, 0, true },
+	};
+	const size_t n = sizeof(table) / sizeof(table[0]);
+	struct env raw, view;
+	struct server s4, s6, dns;
+	struct udp_path_stats a, b;
+
+	env_base(&raw);
+	env_base(&view);
+	server_open(&raw, &s4, "127.0.0.1", SRV_SILENT);
+	server_open(&raw, &s6, "::1", SRV_SILENT);
+	server_open(&raw, &dns, "127.0.0.1", SRV_SILENT);
+	env_start(&raw, "{\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.1:%u\"}}", dns.port);
+	env_start(&view, "{\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.1:%u\"}}", dns.port);
+	for (size_t i = 0; i < n; i++) {
+		uint8_t pkt[2048];
+		struct pkt_view pv;
+		struct tu_spec s;
+		size_t len;
+		uint16_t dport = table[i].dport != 1 ? table[i].dport
+						     : strchr(table[i].dst, ':') ? s6.port : s4.port;
+
+		if (table[i].tcp)
+			tu_spec_tcp(&s, table[i].src, table[i].sport, table[i].dst, dport);
+		else
+			tu_spec_udp(&s, table[i].src, table[i].sport, table[i].dst, dport);
+		s.payload_len = table[i].plen;
+		for (int e = 0; e < table[i].n_ext; e++)
+			s.ext[s.ext_n++] = (struct tu_ext){ e % 2 ? 60 : 0, 0 };
+		len = tu_build(&s, pkt, sizeof(pkt));
+		udp_path_input(raw.up, pkt, len, ts_now_ns());
+		cr_assert_eq(pkt_parse(&pv, pkt, len), PKT_OK, "datagram %zu", i);
+		udp_path_input_view(view.up, &pv, ts_now_ns());
+		a = stats(&raw);
+		b = stats(&view);
+		cr_assert_eq(memcmp(&a, &b, sizeof(a)), 0, "datagram %zu: the entries disagree", i);
+		cr_assert_eq(raw.sendto_calls, view.sendto_calls, "datagram %zu", i);
+	}
+	/* What the table must have done (so agreement is not two paths doing nothing alike). */
+	cr_assert_eq(a.sessions_total, 5, "v4 5353, v6 5353, v6 6000, v6 7000, the DNS client");
+	cr_assert_eq(a.up_datagrams, 6);
+	cr_assert_eq(a.up_bytes, 20 + 30 + 40 + 50 + 0 + 17);
+	cr_assert_eq(a.dns_queries, 1);
+	cr_assert_eq(a.drops[UDP_DROP_own_address], 1);
+	cr_assert_eq(a.drops[UDP_DROP_malformed], 4, "short DNS, sport 0, dport 0, TCP");
+	cr_assert_eq(raw.sendto_calls, 6);
+	server_close(&s4);
+	server_close(&s6);
+	server_close(&dns);
+	env_fini(&raw);
+	env_fini(&view);
 }
 
 /* Freeing with live sessions, queued datagrams both ways and a pending DNS query gives every

@@ -32,7 +32,7 @@ static void die(const char *fmt, ...)
 
 void tu_rng_seed(struct tu_rng *r, uint64_t seed)
 {
-	/* xorshift must not start at 0; mix the seed so nearby seeds diverge at once. */
+	/* xorshift must not start at 0; mix it so nearby seeds diverge at once. */
 	uint64_t z = seed + 0x9e3779b97f4a7c15ull;
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -456,7 +456,7 @@ bool tu_verify_ip4_header(const uint8_t *buf)
 	return ihl >= 20 && ref_fold(ref_sum(buf, ihl, 0)) == 0xffff;
 }
 
-/* Pseudo-header sum over src, dst, proto and L4 length (RFC 793 / RFC 8200 §8.1). */
+/* Pseudo-header sum over src, dst, proto and L4 length (RFC 793 / RFC 8200 section 8.1). */
 static uint64_t ref_pseudo_any(const uint8_t *buf, const struct tu_layout *lo)
 {
 	if (lo->family == 4) {

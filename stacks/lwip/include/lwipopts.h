@@ -20,7 +20,7 @@
 #define LWIP_HOOK_FILENAME "lwip_hooks.h"
 #define LWIP_DONT_PROVIDE_BYTEORDER_FUNCTIONS 1 /* our code uses the libc ones */
 
-/* ---- memory: everything through budget_malloc (stacks/lwip/mem.c) ---- */
+/* ---- memory: everything charged to the twinstack budget (stacks/lwip/lwip_glue.c) ---- */
 #define MEM_LIBC_MALLOC 1
 #define MEMP_MEM_MALLOC 1
 #define MEM_ALIGNMENT 8
@@ -51,7 +51,7 @@
 #define IP_FRAG 0             /* our MSS keeps every segment within the MTU */
 #define LWIP_IPV6_REASS 0
 #define LWIP_IPV6_FRAG 0
-#define IPV6_FRAG_COPYHEADER 1 /* required on 64-bit (BRIEF) */
+#define IPV6_FRAG_COPYHEADER 1 /* 64-bit: the helper overlaying the header does not fit */
 #define IP_FORWARD 0
 #define LWIP_IPV6_FORWARD 0
 
@@ -66,7 +66,7 @@
 #define TCP_WND (256 * 1024)
 #define TCP_SND_BUF (256 * 1024)
 #define TCP_SND_QUEUELEN ((4 * TCP_SND_BUF) / TCP_MSS)
-#define TCP_SNDLOWAT (0xFFFF - 4 * TCP_MSS - 1) /* the u16 check in init.c (BRIEF) */
+#define TCP_SNDLOWAT (0xFFFF - 4 * TCP_MSS - 1) /* init.c: 4*MSS below u16 */
 #define TCP_SNDQUEUELOWAT (TCP_SND_QUEUELEN / 2)
 #define MEMP_NUM_TCP_SEG (TCP_SND_QUEUELEN * 4)
 #define MEMP_NUM_TCP_PCB 65535    /* not a pool with MEMP_MEM_MALLOC: admission bounds pcbs */

@@ -17,7 +17,7 @@
 #define LWIP_RAND() ((u32_t)random())
 #define LWIP_NO_CTYPE_H 0
 
-/* lwIP's memory functions, routed to the twinstack budget (stacks/lwip/mem.c). */
+/* lwIP's memory functions, routed to the twinstack budget (stacks/lwip/lwip_glue.c). */
 #include <stddef.h>
 void *ts_lwip_malloc(size_t size);
 void ts_lwip_free(void *p);

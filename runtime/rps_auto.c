@@ -1,5 +1,5 @@
 /* rps_auto.c — tun.rps "auto" on a loop (see rps_auto.h). */
-#include "cli/rps_auto.h"
+#include "runtime/rps_auto.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,17 +10,28 @@
 #include "core/rps_policy.h"
 #include "core/tun.h"
 
+static int64_t thread_cpu_ns(void)
+{
+	return ts_thread_cpu_ns();
+}
+
 int rps_auto_start(struct rps_auto *ra, struct tun *tun, struct log *lg, const char *who,
 		   uint64_t bytes, char *err, size_t errlen)
+{
+	return rps_auto_start_clock(ra, tun, lg, who, bytes, thread_cpu_ns, err, errlen);
+}
+
+int rps_auto_start_clock(struct rps_auto *ra, struct tun *tun, struct log *lg, const char *who,
+			 uint64_t bytes, int64_t (*cpu_ns)(void), char *err, size_t errlen)
 {
 	struct rps_policy_params prm;
 	int64_t cpu;
 	int ret;
 
-	*ra = (struct rps_auto){ .tun = tun, .log = lg, .who = who };
+	*ra = (struct rps_auto){ .tun = tun, .log = lg, .who = who, .cpu_ns = cpu_ns };
 	if (!tun_rps_auto(tun))
 		return 0;
-	if ((cpu = ts_thread_cpu_ns()) <= 0) {
+	if ((cpu = cpu_ns()) <= 0) {
 		/* Nothing to decide by: steering stays off. */
 		log_warn(lg, "%s: no thread CPU clock: receive packet steering stays off", who);
 		return 0;
@@ -41,7 +52,7 @@ void rps_auto_tick(struct rps_auto *ra, int64_t now_ns, uint64_t bytes)
 	bool trial = rps_policy_trial(ra->policy);
 	uint64_t failed = rps_policy_trials_failed(ra->policy);
 
-	a = rps_policy_sample(ra->policy, now_ns, ts_thread_cpu_ns(), bytes);
+	a = rps_policy_sample(ra->policy, now_ns, ra->cpu_ns(), bytes);
 	if (trial && !rps_policy_trial(ra->policy) && a == RPS_KEEP)
 		log_debug(ra->log, "%s: receive packet steering paid (%+d%% bytes/s): kept on",
 			  ra->who, rps_policy_last_trial_pct(ra->policy));
@@ -68,7 +79,9 @@ void rps_auto_tick(struct rps_auto *ra, int64_t now_ns, uint64_t bytes)
 	else
 		log_warn(ra->log, "%s: %s: receive packet steering stays %s", ra->who, err,
 			 tun_rps(ra->tun) ? "on" : "off");
-	ra->switches = rps_policy_switches(ra->policy);
+	/* The policy counted the switch it asked for; count it only if it happened. */
+	ra->switches = rps_policy_switches(ra->policy) -
+		       (tun_rps(ra->tun) == (a == RPS_TURN_ON) ? 0 : 1);
 	ra->trials_failed = rps_policy_trials_failed(ra->policy);
 	ra->last_trial_pct = rps_policy_last_trial_pct(ra->policy);
 	rps_policy_free(ra->policy);

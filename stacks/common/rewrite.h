@@ -1,12 +1,13 @@
-/* rewrite.h — in-place address/port rewriting of parsed TCP and UDP packets, and the packets
- * the system stack answers with by itself (TCP RST, ICMP echo reply).
+/* rewrite.h — in-place address/port rewriting of parsed TCP and UDP packets (the system
+ * stack's NAT), and the packets both stacks answer with by themselves (TCP RST, ICMP echo
+ * reply).
  *
  * Checksums are updated incrementally (RFC 1624): all replaced 32-bit words are accumulated and
  * folded once. For offload packets whose L4 field is a NEEDS_CSUM partial sum, only the address
  * words enter that field's update (the kernel adds ports and payload when it completes it).
  */
-#ifndef TS_STACKS_SYSTEM_REWRITE_H
-#define TS_STACKS_SYSTEM_REWRITE_H
+#ifndef TS_STACKS_COMMON_REWRITE_H
+#define TS_STACKS_COMMON_REWRITE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -51,7 +52,7 @@ static inline void rewrite_l4(const struct pkt_view *v, const uint8_t *src, uint
 	memcpy(tcp, &np, 4);
 }
 
-/* Turn a parsed TCP segment into the RST that answers it (RFC 793 §3.4, "Reset Generation"):
+/* Turn a parsed TCP segment into the RST that answers it (RFC 793 section 3.4, "Reset Generation"):
  * addresses and ports swapped; if the segment had ACK, <SEQ=SEG.ACK><CTL=RST>, otherwise
  * <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>. Built in place over the packet (IP options and
  * IPv6 extension headers dropped); returns the new length (40 for IPv4, 60 for IPv6).

@@ -1,6 +1,8 @@
-/* stack.c — the system stack at run time (seed 000 §五, §六): kernel listeners on the gateway,
- * the accept loop that turns an accepted socket back into the original 5-tuple, the session
- * guard, and the NAT purge timer. The per-packet work is sysproc.c; this file owns the fds. */
+/* sys_stack.c — the system stack at run time: kernel listeners on the gateway, the accept loop
+ * that turns an accepted socket back into the original 5-tuple, the session guard, and the NAT
+ * purge timer. The per-packet work is sysproc.c; this file owns the fds. */
+#include "stacks/system/sys_stack.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -19,10 +21,11 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/sysfile.h"
-#include "dispatch/session.h"
+#include "dispatch/dispatcher.h"
 #include "dispatch/stream.h"
 #include "stacks/netstack.h"
 #include "stacks/system/nat.h"
+#include "stacks/system/sys_config.h"
 #include "stacks/system/sysproc.h"
 
 #define ACCEPT_BATCH 64                    /* accepts per wakeup: bounded work */
@@ -78,7 +81,7 @@ struct sys_stack {
 };
 
 /* One per session: marks the NAT entry closing and returns the permit and fd however the
- * session ends (seed 000 §四.6). */
+ * session ends, so no entry stays ACTIVE after its session. */
 struct sys_guard {
 	struct sys_stack *st;
 	struct nat_tuple tuple;
@@ -215,7 +218,8 @@ static int nat_index(const struct sys_stack *st, const struct sockaddr_storage *
 }
 
 /* Refuse an accepted connection whose mapping exists: RST, and the mapping lingers so the
- * kernel's RST reaches the app through the downlink rewrite (seed 000 §五.3). */
+ * kernel's RST reaches the app through the downlink rewrite (without the mapping the app
+ * would retransmit into nothing until it timed out). */
 static void refuse(struct sys_stack *st, int fd, const struct nat_tuple *t, uint64_t gen,
 		   ctr_t *reason)
 {
@@ -270,7 +274,7 @@ static void session_start(struct sys_listener *l, int fd, const struct sockaddr_
 	*g = (struct sys_guard){ .st = st, .tuple = t, .gen = gen };
 	ctr_inc(&st->ctr.accepted);
 	/* From here the dispatcher owns the stream and calls session_end exactly once. */
-	dispatch_tcp(st->env.dispatcher, &key, s, session_end, g);
+	dispatcher_start_tcp(st->env.dispatcher, &key, s, session_end, g);
 }
 
 /* ---- accept loop ------------------------------------------------------------------------------ */
@@ -300,21 +304,16 @@ static void pause_accept(struct sys_stack *st, int64_t delay_ns)
 	evtimer_add(st->resume_ev, &tv);
 }
 
-/* The error classes of seed 000 §五.4. Returns false when the loop must stop. */
-static bool accept_error(struct sys_stack *st, int err)
+enum sys_accept_class sys_stack_accept_error_class(int err)
 {
 	switch (err) {
 	case EAGAIN:
-		return true;
+		return SYS_ACCEPT_AGAIN;
 	case EMFILE:
 	case ENFILE:
 	case ENOBUFS:
 	case ENOMEM:
-		ctr_inc(&st->ctr.accept_backoff);
-		log_warn_rl(st->env.log, &st->rl_accept, ts_now_ns(),
-			    "system stack: accept: %s; backing off 50 ms", strerror(err));
-		pause_accept(st, BACKOFF_RESOURCE_NS);
-		return true;
+		return SYS_ACCEPT_BACKOFF;
 	case EINTR:
 	case EPROTO:
 	case ECONNABORTED:
@@ -326,12 +325,33 @@ static bool accept_error(struct sys_stack *st, int err)
 	case EHOSTUNREACH:
 	case EOPNOTSUPP:
 	case ENETUNREACH:
+		return SYS_ACCEPT_RETRY;
+	default:
+		return SYS_ACCEPT_FATAL;
+	}
+}
+
+/* Act on an accept() error by its class: resource exhaustion backs off, transient errors retry
+ * soon, anything else is fatal. Returns false when the loop must stop. */
+static bool accept_error(struct sys_stack *st, int err)
+{
+	switch (sys_stack_accept_error_class(err)) {
+	case SYS_ACCEPT_AGAIN:
+		return true;
+	case SYS_ACCEPT_BACKOFF:
+		ctr_inc(&st->ctr.accept_backoff);
+		log_warn_rl(st->env.log, &st->rl_accept, ts_now_ns(),
+			    "system stack: accept: %s; backing off 50 ms", strerror(err));
+		pause_accept(st, BACKOFF_RESOURCE_NS);
+		return true;
+	case SYS_ACCEPT_RETRY:
 		ctr_inc(&st->ctr.accept_retry);
 		pause_accept(st, BACKOFF_TRANSIENT_NS);
 		return true;
-	default:
-		return false;
+	case SYS_ACCEPT_FATAL:
+		break;
 	}
+	return false;
 }
 
 static void on_accept(evutil_socket_t lfd, short what, void *arg)
@@ -372,16 +392,16 @@ static void read_line(const char *path, char *buf, size_t len)
 	buf[strcspn(buf, "\n")] = '\0';
 }
 
-/* nat.accepted_sndbuf on a listener: the sockets it accepts inherit the size and its lock, so
- * the kernel does not autotune them. These sockets send the downloads into the TUN, and the TUN
+/* nat.accepted_sndbuf on a listener: the sockets it accepts inherit the size and its lock, so the
+ * kernel does not autotune them. These sockets send the downloads into the TUN, and the TUN
  * orphans every packet it queues, so TCP Small Queues cannot limit them: with autotuning each
- * grows to tcp_wmem[2] and all of it waits in the TUN's queue (16 downloads kept ~64 MiB there,
- * a 31 ms round trip on a hop whose own is tens of microseconds, and the loop read cold memory:
- * docs/benchmarks.md). SO_SNDBUFFORCE (CAP_NET_ADMIN) is not capped by net.core.wmem_max;
- * without it SO_SNDBUF is, and we say so once. 0, or -1 with errno set. */
+ * grows to tcp_wmem[2] and all of it waits in the TUN's queue (tens of MiB with many downloads, a
+ * round trip far longer than the hop's own, and the loop reads cold memory: docs/benchmarks.md).
+ * SO_SNDBUFFORCE (CAP_NET_ADMIN) is not capped by net.core.wmem_max; without it SO_SNDBUF is, and
+ * we say so once. 0, or -1 with errno set. */
 static int listener_sndbuf(struct sys_stack *st, int fd)
 {
-	int want = (int)config_accepted_sndbuf(st->env.cfg, st->env.tx_meta != NULL), got = 0;
+	int want = (int)sys_config_accepted_sndbuf(st->env.cfg, st->env.tx_meta != NULL), got = 0;
 	socklen_t gl = sizeof(got);
 
 	if (want == 0)
@@ -403,11 +423,11 @@ static int listener_sndbuf(struct sys_stack *st, int fd)
 }
 
 /* nat.accepted_congestion on a listener (accepted sockets inherit a congestion control set on
- * their listener). The TUN hop is local and lossless, with a round trip of microseconds: a
- * paced algorithm such as bbr without an fq qdisc paces with TCP's own timer there and capped
- * one download near 7-8 Gbit/s on this VM, reno did not (docs/config.md). "host" keeps the
- * namespace's default. A name the kernel does not have or does not allow stops the start,
- * naming the field and the kernel's lists. 0 or -errno. */
+ * their listener). The TUN hop is local and lossless, with a round trip of microseconds: a paced
+ * algorithm such as bbr without an fq qdisc paces with TCP's own timer there and caps a download
+ * well below what reno reaches (docs/benchmarks.md). "host" keeps the namespace's default. A name
+ * the kernel does not have or does not allow stops the start, naming the field and the kernel's
+ * lists. 0 or -errno. */
 static int listener_congestion(struct sys_stack *st, int fd, char *err, size_t errlen)
 {
 	const char *cc = st->env.cfg->nat.accepted_congestion;
@@ -429,7 +449,7 @@ static int listener_congestion(struct sys_stack *st, int fd, char *err, size_t e
 }
 
 /* Bind one listener to the gateway, port 0 (kernel-chosen). IPv6: a tentative (DAD) address
- * refuses bind with EADDRNOTAVAIL; IPV6_FREEBIND is the fallback (seed 000 §六). */
+ * refuses bind with EADDRNOTAVAIL; IPV6_FREEBIND is the fallback. */
 static int listener_open(struct sys_stack *st, uint8_t family, uint8_t idx, uint16_t *port_be,
 			 char *err, size_t errlen)
 {
@@ -541,7 +561,7 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 	for (int f = 0; f < 2; f++)
 		for (uint32_t i = 0; i < NAT_MAX_LISTENERS; i++)
 			st->lis[f][i].fd = -1;
-	config_to_nat(env->cfg, &nc);
+	sys_config_to_nat(env->cfg, &nc);
 	nc.seed = (uint64_t)ts_now_ns();
 	if ((ret = nat_table_new(&nc, &st->nat)) != 0) {
 		snprintf(err, errlen, "system stack: NAT table: %s", strerror(-ret));
@@ -576,7 +596,8 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 			goto fail;
 		}
 	}
-	/* Only now, with every listener bound, may the caller report "ready" (seed 000 §六). */
+	/* Only now, with every listener bound, may the caller report "ready" (before, no TCP could
+	 * get in). */
 	listeners_enable(st, true);
 	*out = (struct netstack *)st;
 	return 0;
@@ -634,10 +655,11 @@ static struct sys_counters *pctr_of(struct sys_stack *st, unsigned q)
 
 static enum driver_verdict sys_input(struct netstack *ns, unsigned q, uint8_t *buf, size_t len,
 				     const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
-				     bool *plain)
+				     bool *plain, struct pkt_view *view)
 {
 	struct sys_stack *st = as_sys(ns);
-	struct sys_disp d = sysproc_process(st->proc, buf, len, meta, now_ns, pctr_of(st, q));
+	struct sys_disp d =
+		sysproc_process(st->proc, buf, len, meta, now_ns, pctr_of(st, q), view);
 
 	switch (d.action) {
 	case SYS_WRITE:
@@ -692,10 +714,9 @@ static void sys_stats(struct netstack *ns, struct netstack_stats *o)
 	pctr_sum(st, &sum);
 	memset(o, 0, sizeof(*o));
 	netstack_parse_drops(c->drop_parse, o);
-	o->drops_malformed += ctr_get(&c->drop_bad_offload) + ctr_get(&c->drop_family);
-	o->drops_icmp = ctr_get(&c->drop_icmp);
+	netstack_policy_drops(&c->policy, o);
+	o->drops_malformed += ctr_get(&c->drop_bad_offload);
 	o->drops_unmapped_downlink = ctr_get(&c->drop_downlink_no_mapping);
-	o->drops_own_address = ctr_get(&c->drop_own_address);
 	o->drops_nat_exhausted = ctr_get(&c->drop_nat_budget) + ctr_get(&c->drop_nat_ports) +
 				 ctr_get(&c->drop_nat_nomem);
 	o->unmapped_uplink_rst = ctr_get(&c->rst_sent);
@@ -718,7 +739,7 @@ static void sys_counters(struct netstack *ns,
 	struct sys_counters sum;
 
 	pctr_sum(st, &sum);
-	sys_counters_foreach(&sum, fn, arg);
+	sysproc_counters_foreach(&sum, fn, arg);
 #define STACK_CTR_VISIT(name) fn(arg, #name, ctr_get(&st->ctr.name));
 	STACK_COUNTERS(STACK_CTR_VISIT)
 #undef STACK_CTR_VISIT

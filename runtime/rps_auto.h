@@ -1,9 +1,9 @@
 /* rps_auto.h — tun.rps "auto" on a loop: the policy (core/rps_policy.h) fed with the loop
- * thread's CPU time and the bytes it moved, and applied to the TUN's rps_cpus. Shared by `run`
- * and `reflect`, so the reflector baseline sees the same kernel behaviour as the stacks. Loop
+ * thread's CPU time and the bytes it moved, and applied to the TUN's rps_cpus. Shared by the
+ * proxy and `twinstack reflect`, so the reflector baseline sees the same kernel behaviour as the stacks. Loop
  * thread only. */
-#ifndef TS_CLI_RPS_AUTO_H
-#define TS_CLI_RPS_AUTO_H
+#ifndef TS_RUNTIME_RPS_AUTO_H
+#define TS_RUNTIME_RPS_AUTO_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -20,6 +20,7 @@ struct rps_auto {
 	int last_trial_pct;        /* likewise */
 	struct tun *tun;
 	struct log *log;
+	int64_t (*cpu_ns)(void);   /* the loop thread's CPU clock (tests pass their own) */
 	const char *who;           /* log prefix: "run", "reflect" */
 };
 
@@ -27,6 +28,10 @@ struct rps_auto {
  * the one read). No thread CPU clock: a warning, steering stays off. 0, or -errno with err. */
 int rps_auto_start(struct rps_auto *ra, struct tun *tun, struct log *lg, const char *who,
 		   uint64_t bytes, char *err, size_t errlen) __attribute__((warn_unused_result));
+/* The same with the thread CPU clock passed in (ts_thread_cpu_ns for rps_auto_start). */
+int rps_auto_start_clock(struct rps_auto *ra, struct tun *tun, struct log *lg, const char *who,
+			 uint64_t bytes, int64_t (*cpu_ns)(void), char *err, size_t errlen)
+	__attribute__((warn_unused_result));
 /* Once per batch, with a running count of the bytes the loop moved through the TUN: cheap
  * until a window is complete; then sample and apply. A sysfs write that fails ends the policy,
  * logged once with where steering was left. */

@@ -1,9 +1,9 @@
-/* test_session.c — the dispatcher end to end through the real outbound code, on loopback:
+/* test_dispatcher.c — the dispatcher end to end through the real outbound code, on loopback:
  *
  *   app ══TCP══ client stream ── dispatcher ── outbound (direct | reject) ══TCP══ echo server
  *
  * The app socket stands in for the app behind the TUN; the other end of its connection is
- * what a stack would hand to dispatch_tcp. Every wait is bounded; 127.0.0.1 and ::1 only.
+ * what a stack would hand to dispatcher_start_tcp. Every wait is bounded; 127.0.0.1 and ::1 only.
  */
 #include <criterion/criterion.h>
 
@@ -25,7 +25,7 @@
 
 #include "core/budget.h"
 #include "core/config.h"
-#include "dispatch/session.h"
+#include "dispatch/dispatcher.h"
 #include "dispatch/stream.h"
 #include "testutil.h"
 
@@ -273,7 +273,7 @@ static int dispatch(struct sess *s, int family, const char *dst, uint16_t dport)
 	s->fd_held = true;
 	cr_assert_eq(stream_sock_new(base, accepted, &client), 0);
 	flow(&k, family, dst, dport, s->app);
-	return dispatch_tcp(disp, &k, client, on_end, s);
+	return dispatcher_start_tcp(disp, &k, client, on_end, s);
 }
 
 /* Send n bytes from the app and read the echo back; true if identical. */
@@ -398,12 +398,12 @@ Test(session, roundtrip_direct_v6_splice)
 
 /* ---- refusals: a prompt RST and on_end exactly once -------------------------------------- */
 
-static void expect_prompt_reset(struct sess *s, enum dispatch_fail why)
+static void expect_prompt_reset(struct sess *s, enum dispatcher_fail why)
 {
 	struct app_wait w = { .fd = s->app };
 	int64_t t0 = mono_ms();
 
-	cr_assert_eq(s->ends, 0, "on_end must not run inside dispatch_tcp");
+	cr_assert_eq(s->ends, 0, "on_end must not run inside dispatcher_start_tcp");
 	cr_assert(run_until(app_closed, &w, 3000));
 	cr_assert_eq(w.err, ECONNRESET, "app saw %s", w.eof ? "EOF" : strerror(w.err));
 	cr_assert(mono_ms() - t0 < 1000, "reset took %lld ms", (long long)(mono_ms() - t0));
@@ -411,7 +411,7 @@ static void expect_prompt_reset(struct sess *s, enum dispatch_fail why)
 	/* Keep turning the loop: a second on_end would show up here. */
 	event_base_loop(base, EVLOOP_NONBLOCK);
 	cr_assert_eq(s->ends, 1);
-	cr_assert_eq(dstats().fail[why], 1, "counted as %s", dispatch_fail_name(why));
+	cr_assert_eq(dstats().fail[why], 1, "counted as %s", dispatcher_fail_name(why));
 	cr_assert_eq(dstats().sessions_refused, 1);
 	cr_assert_eq(dstats().sessions_active, 0);
 	cr_assert_eq(fds_in_use(), 0);
@@ -429,7 +429,7 @@ Test(session, closed_port_resets_promptly)
 	/* Bound, never listening: the port is ours and refuses connections. */
 	cr_assert_eq(bind(closed, (struct sockaddr *)&ss, len), 0);
 	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", local_port(closed)), 0);
-	expect_prompt_reset(&s, DISPATCH_FAIL_REFUSED);
+	expect_prompt_reset(&s, DISPATCHER_FAIL_REFUSED);
 	close(closed);
 }
 
@@ -439,7 +439,7 @@ Test(session, reject_outbound_resets_promptly)
 
 	start("splice", 2000, 1000);
 	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", REJECT_PORT), 0);
-	expect_prompt_reset(&s, DISPATCH_FAIL_REJECT);
+	expect_prompt_reset(&s, DISPATCHER_FAIL_REJECT);
 }
 
 /* A listener with backlog 0 and one unaccepted connection drops further SYNs, so a connect to
@@ -474,7 +474,7 @@ Test(session, connect_timeout_resets)
 		  (long long)(mono_ms() - t0));
 	cr_assert(run_until(ended, &s, 1000));
 	cr_assert_eq(s.ends, 1);
-	cr_assert_eq(dstats().fail[DISPATCH_FAIL_TIMEOUT], 1);
+	cr_assert_eq(dstats().fail[DISPATCHER_FAIL_TIMEOUT], 1);
 	cr_assert_eq(fds_in_use(), 0);
 	close(s.app);
 	close(filler);
@@ -487,7 +487,7 @@ Test(session, fd_budget_refusal_resets)
 
 	start("splice", 2000, 1); /* the client's own fd takes the whole budget */
 	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", 7), 0);
-	expect_prompt_reset(&s, DISPATCH_FAIL_FD_BUDGET);
+	expect_prompt_reset(&s, DISPATCHER_FAIL_FD_BUDGET);
 }
 
 #ifdef NDEBUG
@@ -499,7 +499,7 @@ Test(session, own_address_refused)
 
 	start("splice", 2000, 1000);
 	cr_assert_eq(dispatch(&s, 4, "198.18.0.1", 80), 0);
-	expect_prompt_reset(&s, DISPATCH_FAIL_OWN_ADDRESS);
+	expect_prompt_reset(&s, DISPATCHER_FAIL_OWN_ADDRESS);
 }
 #endif
 

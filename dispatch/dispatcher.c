@@ -1,11 +1,11 @@
-/* session.c — the dispatcher: route, connect through an outbound, relay, end exactly once.
+/* dispatcher.c — the dispatcher: route, connect through an outbound, relay, end exactly once.
  *
- * Every session is on d->sessions from dispatch_tcp until session_end, so dispatcher_free can
- * end them all. Failures decided inside dispatch_tcp are not acted on there (on_end must never
- * run inside it): the session is parked on d->failing and one shared event finishes them on
- * the next loop iteration.
+ * Every session is on d->sessions from dispatcher_start_tcp until session_end, so
+ * dispatcher_free can end them all. Failures decided inside dispatcher_start_tcp are not acted
+ * on there (on_end must never run inside it): the session is parked on d->failing and one
+ * shared event finishes them on the next loop iteration.
  */
-#include "dispatch/session.h"
+#include "dispatch/dispatcher.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -31,7 +31,7 @@ struct session {
 	LIST_ENTRY(session) link;     /* d->sessions */
 	TAILQ_ENTRY(session) fail_link; /* d->failing, in S_FAILING only */
 	enum session_state state;
-	enum dispatch_fail fail;
+	enum dispatcher_fail fail;
 	struct flow_key orig;
 	const struct ts_outbound *ob;
 	struct stream *client;
@@ -54,53 +54,53 @@ struct dispatcher {
 	bool closing;
 	struct relay_counters relay_ctr;
 	uint64_t active, connecting, total;
-	uint64_t fail[DISPATCH_FAIL_MAX];
+	uint64_t fail[DISPATCHER_FAIL_MAX];
 };
 
-static const char *const fail_names[DISPATCH_FAIL_MAX] = {
-	[DISPATCH_FAIL_REFUSED] = "connect_refused",
-	[DISPATCH_FAIL_TIMEOUT] = "connect_timeout",
-	[DISPATCH_FAIL_UNREACHABLE] = "unreachable",
-	[DISPATCH_FAIL_RESET] = "connect_reset",
-	[DISPATCH_FAIL_PROTO] = "proto",
-	[DISPATCH_FAIL_REJECT] = "reject",
-	[DISPATCH_FAIL_FD_BUDGET] = "fd_budget",
-	[DISPATCH_FAIL_OWN_ADDRESS] = "own_address",
-	[DISPATCH_FAIL_CLIENT] = "client",
-	[DISPATCH_FAIL_RESOURCE] = "resource",
-	[DISPATCH_FAIL_OTHER] = "other",
+static const char *const fail_names[DISPATCHER_FAIL_MAX] = {
+	[DISPATCHER_FAIL_REFUSED] = "connect_refused",
+	[DISPATCHER_FAIL_TIMEOUT] = "connect_timeout",
+	[DISPATCHER_FAIL_UNREACHABLE] = "unreachable",
+	[DISPATCHER_FAIL_RESET] = "connect_reset",
+	[DISPATCHER_FAIL_PROTO] = "proto",
+	[DISPATCHER_FAIL_REJECT] = "reject",
+	[DISPATCHER_FAIL_FD_BUDGET] = "fd_budget",
+	[DISPATCHER_FAIL_OWN_ADDRESS] = "own_address",
+	[DISPATCHER_FAIL_CLIENT] = "client",
+	[DISPATCHER_FAIL_RESOURCE] = "resource",
+	[DISPATCHER_FAIL_OTHER] = "other",
 };
 
-const char *dispatch_fail_name(enum dispatch_fail f)
+const char *dispatcher_fail_name(enum dispatcher_fail f)
 {
-	return (unsigned)f < DISPATCH_FAIL_MAX ? fail_names[f] : "?";
+	return (unsigned)f < DISPATCHER_FAIL_MAX ? fail_names[f] : "?";
 }
 
-static enum dispatch_fail classify(int err)
+static enum dispatcher_fail classify(int err)
 {
 	switch (err) {
 	case -ECONNREFUSED:
-		return DISPATCH_FAIL_REFUSED;
+		return DISPATCHER_FAIL_REFUSED;
 	case -ETIMEDOUT:
-		return DISPATCH_FAIL_TIMEOUT;
+		return DISPATCHER_FAIL_TIMEOUT;
 	case -EHOSTUNREACH:
 	case -ENETUNREACH:
 	case -ENETDOWN:
 	case -EHOSTDOWN:
-		return DISPATCH_FAIL_UNREACHABLE;
+		return DISPATCHER_FAIL_UNREACHABLE;
 	case -ECONNRESET:
 	case -EPIPE:
-		return DISPATCH_FAIL_RESET;
+		return DISPATCHER_FAIL_RESET;
 	case -EPROTO:
-		return DISPATCH_FAIL_PROTO;
+		return DISPATCHER_FAIL_PROTO;
 	case -EMFILE:
 	case -ENFILE:
-		return DISPATCH_FAIL_FD_BUDGET;
+		return DISPATCHER_FAIL_FD_BUDGET;
 	case -ENOMEM:
 	case -ENOBUFS:
-		return DISPATCH_FAIL_RESOURCE;
+		return DISPATCHER_FAIL_RESOURCE;
 	default:
-		return DISPATCH_FAIL_OTHER;
+		return DISPATCHER_FAIL_OTHER;
 	}
 }
 
@@ -129,7 +129,7 @@ static void session_end(struct session *s)
 }
 
 /* Refuse now: RST to the app (prompt, never a hang), count, end. */
-static void session_fail_now(struct session *s, enum dispatch_fail why)
+static void session_fail_now(struct session *s, enum dispatcher_fail why)
 {
 	s->d->fail[why]++;
 	release_fd(s);
@@ -138,8 +138,8 @@ static void session_fail_now(struct session *s, enum dispatch_fail why)
 	session_end(s);
 }
 
-/* Refuse from the loop: used where on_end must not run yet (inside dispatch_tcp). */
-static void session_fail_later(struct session *s, enum dispatch_fail why)
+/* Refuse from the loop: used where on_end must not run yet (inside dispatcher_start_tcp). */
+static void session_fail_later(struct session *s, enum dispatcher_fail why)
 {
 	struct dispatcher *d = s->d;
 
@@ -189,7 +189,7 @@ static void on_client_error(void *arg, int err)
 		return;
 	outbound_conn_cancel(s->conn);
 	connecting_done(s);
-	session_fail_now(s, DISPATCH_FAIL_CLIENT);
+	session_fail_now(s, DISPATCHER_FAIL_CLIENT);
 }
 
 static void start_relay(struct session *s, int fd, const uint8_t *early, size_t early_len)
@@ -227,7 +227,7 @@ static void on_connected(void *arg, int err, int fd, const uint8_t *early, size_
 
 	connecting_done(s);
 	if (err != 0) {
-		session_fail_now(s, s->ob->type == TS_OUT_REJECT ? DISPATCH_FAIL_REJECT
+		session_fail_now(s, s->ob->type == TS_OUT_REJECT ? DISPATCHER_FAIL_REJECT
 								 : classify(err));
 		return;
 	}
@@ -242,7 +242,7 @@ static bool is_own_address(const struct ts_config *cfg, const struct flow_key *k
 }
 
 /* Route and start connecting; or the reason to refuse (parked for the loop). */
-static int session_start(struct session *s, enum dispatch_fail *why)
+static int session_start(struct session *s, enum dispatcher_fail *why)
 {
 	struct dispatcher *d = s->d;
 	int ret;
@@ -251,16 +251,16 @@ static int session_start(struct session *s, enum dispatch_fail *why)
 	 * be a routing loop (sing-box #4367), so refuse even if a stack ever let it through. */
 	assert(!is_own_address(d->cfg, &s->orig));
 	if (is_own_address(d->cfg, &s->orig)) {
-		*why = DISPATCH_FAIL_OWN_ADDRESS;
+		*why = DISPATCHER_FAIL_OWN_ADDRESS;
 		return -EINVAL;
 	}
 	s->ob = &d->cfg->outbounds[route_select(&d->cfg->route, &s->orig)];
 	if (s->ob->type == TS_OUT_REJECT) {
-		*why = DISPATCH_FAIL_REJECT;
+		*why = DISPATCHER_FAIL_REJECT;
 		return -ECONNREFUSED;
 	}
 	if ((ret = budget_fd_reserve(d->budget, 1)) != 0) {
-		*why = DISPATCH_FAIL_FD_BUDGET;
+		*why = DISPATCHER_FAIL_FD_BUDGET;
 		return ret;
 	}
 	s->fd_reserved = true;
@@ -276,18 +276,18 @@ static int session_start(struct session *s, enum dispatch_fail *why)
 	return 0;
 }
 
-int dispatch_tcp(struct dispatcher *d, const struct flow_key *orig, struct stream *client,
+int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, struct stream *client,
 		 void (*on_end)(void *arg), void *end_arg)
 {
 	static const struct stream_cbs client_cbs = { NULL, NULL, on_client_error };
-	enum dispatch_fail why;
+	enum dispatcher_fail why;
 	struct session *s;
 
 	s = d->closing ? NULL : calloc(1, sizeof(*s));
 	if (!s) {
 		/* Nothing to defer with: end it here, as the contract allows for this case. */
 		stream_abort(client);
-		d->fail[d->closing ? DISPATCH_FAIL_OTHER : DISPATCH_FAIL_RESOURCE]++;
+		d->fail[d->closing ? DISPATCHER_FAIL_OTHER : DISPATCHER_FAIL_RESOURCE]++;
 		on_end(end_arg);
 		return d->closing ? -ESHUTDOWN : -ENOMEM;
 	}
@@ -411,7 +411,7 @@ void dispatcher_get_stats(const struct dispatcher *d, struct dispatcher_stats *o
 	out->sessions_active = d->active;
 	out->sessions_connecting = d->connecting;
 	out->sessions_total = d->total;
-	for (int i = 0; i < DISPATCH_FAIL_MAX; i++) {
+	for (int i = 0; i < DISPATCHER_FAIL_MAX; i++) {
 		out->fail[i] = d->fail[i];
 		out->sessions_refused += d->fail[i];
 	}

@@ -1,5 +1,5 @@
-/* rewrite.c — in-place rewriting for the system stack (seed 000 §三.3). */
-#include "stacks/system/rewrite.h"
+/* rewrite.c — in-place rewriting for both stacks (RFC 1624 incremental checksums). */
+#include "stacks/common/rewrite.h"
 
 #include <netinet/in.h>
 #include <string.h>

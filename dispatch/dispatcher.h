@@ -1,18 +1,18 @@
-/* session.h — the dispatcher: a stack hands it an accepted TCP connection, it picks an
+/* dispatcher.h — the dispatcher: a stack hands it an accepted TCP connection, it picks an
  * outbound, connects, and relays until the connection is over.
  *
  * A session = the original 5-tuple + the stack-side stream (a kernel socket for the system
- * stack, an lwIP pcb later). Its life:
+ * stack, an lwIP tcp_pcb for the lwIP stack). Its life:
  *
- *   dispatch_tcp ──> CONNECTING ──outbound ok──> RELAYING ──relay done──> ended (on_end)
- *                      │   └──outbound failed / client reset──> abort client (RST), on_end
- *                      └── refused before connecting (reject, fd budget, own address):
- *                          deferred to the loop, then abort client (RST), on_end
+ *   dispatcher_start_tcp ──> CONNECTING ──outbound ok──> RELAYING ──relay done──> ended, on_end
+ *                              │   └──outbound failed / client reset──> abort client (RST), on_end
+ *                              └── refused before connecting (reject, fd budget, own address):
+ *                                  deferred to the loop, then abort client (RST), on_end
  *
  * on_end is the stack's guard (mark the NAT entry Closing, release the admission permit and the
  * client's fd reservation): it runs exactly once per accepted session however the session ends,
  * dispatcher_free included, always after the client stream has been closed or aborted, and
- * never from inside dispatch_tcp.
+ * never from inside dispatcher_start_tcp.
  *
  * Descriptors: the caller reserved the client's fd; the dispatcher reserves one for the
  * outbound socket BEFORE connecting (refused -> RST, counted as fd_budget) and releases it when
@@ -20,8 +20,8 @@
  *
  * Single-threaded: one dispatcher per event loop; every call on that loop's thread.
  */
-#ifndef TS_DISPATCH_SESSION_H
-#define TS_DISPATCH_SESSION_H
+#ifndef TS_DISPATCH_DISPATCHER_H
+#define TS_DISPATCH_DISPATCHER_H
 
 #include <stdint.h>
 
@@ -35,22 +35,22 @@ struct event_base;
 struct dispatcher;
 
 /* Why a session never reached the relay (one counter each). */
-enum dispatch_fail {
-	DISPATCH_FAIL_REFUSED,     /* the server (or a proxy's target) refused: ECONNREFUSED */
-	DISPATCH_FAIL_TIMEOUT,     /* connect (+ handshake) exceeded timeouts.connect_ms */
-	DISPATCH_FAIL_UNREACHABLE, /* EHOSTUNREACH, ENETUNREACH, ENETDOWN, EHOSTDOWN */
-	DISPATCH_FAIL_RESET,       /* ECONNRESET during connect or handshake */
-	DISPATCH_FAIL_PROTO,       /* EPROTO: a proxy server broke the protocol or said no */
-	DISPATCH_FAIL_REJECT,      /* the route chose a reject outbound */
-	DISPATCH_FAIL_FD_BUDGET,   /* no descriptor for the outbound socket (budget or EMFILE) */
-	DISPATCH_FAIL_OWN_ADDRESS, /* destined to our gateway/NAT address (the stack drops these) */
-	DISPATCH_FAIL_CLIENT,      /* the app's side failed while connecting */
-	DISPATCH_FAIL_RESOURCE,    /* ENOMEM, ENOBUFS */
-	DISPATCH_FAIL_OTHER,       /* anything else (e.g. EPERM setting SO_MARK) */
-	DISPATCH_FAIL_MAX
+enum dispatcher_fail {
+	DISPATCHER_FAIL_REFUSED,     /* the server (or a proxy's target) refused: ECONNREFUSED */
+	DISPATCHER_FAIL_TIMEOUT,     /* connect (+ handshake) exceeded timeouts.connect_ms */
+	DISPATCHER_FAIL_UNREACHABLE, /* EHOSTUNREACH, ENETUNREACH, ENETDOWN, EHOSTDOWN */
+	DISPATCHER_FAIL_RESET,       /* ECONNRESET during connect or handshake */
+	DISPATCHER_FAIL_PROTO,       /* EPROTO: a proxy server broke the protocol or said no */
+	DISPATCHER_FAIL_REJECT,      /* the route chose a reject outbound */
+	DISPATCHER_FAIL_FD_BUDGET,   /* no descriptor for the outbound socket (budget or EMFILE) */
+	DISPATCHER_FAIL_OWN_ADDRESS, /* destined to our gateway/NAT address (the stack drops these) */
+	DISPATCHER_FAIL_CLIENT,      /* the app's side failed while connecting */
+	DISPATCHER_FAIL_RESOURCE,    /* ENOMEM, ENOBUFS */
+	DISPATCHER_FAIL_OTHER,       /* anything else (e.g. EPERM setting SO_MARK) */
+	DISPATCHER_FAIL_MAX
 };
 
-const char *dispatch_fail_name(enum dispatch_fail f);
+const char *dispatcher_fail_name(enum dispatcher_fail f);
 
 /* Create a dispatcher on base. cfg and b are borrowed and must outlive it. Creates the relay
  * buffer pool (relay.buffer_bytes per buffer, bounded by the budget) and, for relay.mode
@@ -60,7 +60,7 @@ int dispatcher_new(struct event_base *base, const struct ts_config *cfg, struct 
 
 /* End every live session (connecting ones are cancelled, relays aborted: RST to the apps; each
  * on_end runs once, from inside this call) and free the dispatcher. on_end must not call
- * dispatch_tcp. NULL is fine. */
+ * dispatcher_start_tcp. NULL is fine. */
 void dispatcher_free(struct dispatcher *d);
 
 /* Start a session for client, an accepted connection whose original destination is orig.
@@ -71,16 +71,16 @@ void dispatcher_free(struct dispatcher *d);
  * dispatcher_free runs), client was aborted and on_end already ran before the return: the
  * value is informational, the caller's cleanup is the same either way. orig must not be
  * addressed to one of our own addresses (asserted; refused as own_address in release). */
-int dispatch_tcp(struct dispatcher *d, const struct flow_key *orig, struct stream *client,
+int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, struct stream *client,
 		 void (*on_end)(void *arg), void *end_arg);
 
 /* Everything the stats endpoint shows about sessions, relays, pipes and relay buffers. */
 struct dispatcher_stats {
 	uint64_t sessions_active;      /* connecting + relaying */
 	uint64_t sessions_connecting;
-	uint64_t sessions_total;       /* accepted by dispatch_tcp since start */
+	uint64_t sessions_total;       /* accepted by dispatcher_start_tcp since start */
 	uint64_t sessions_refused;     /* sum of fail[] */
-	uint64_t fail[DISPATCH_FAIL_MAX];
+	uint64_t fail[DISPATCHER_FAIL_MAX];
 	uint64_t relay_ends[RELAY_END_MAX];
 	uint64_t bytes_up, bytes_down; /* app -> server, server -> app */
 	uint64_t splice_bytes, copy_bytes;

@@ -1,11 +1,12 @@
-/* run_stats.c — the /stats and /metrics document of `twinstack run`: the same keys for every
- * stack (a key that does not apply reads 0), built fresh on each request from the live
- * counters (nothing is batched or cached, so nothing needs flushing). */
+/* proxy_stats.c — a proxy's stats document, served as /stats and /metrics and returned by
+ * ts_proxy_stats_json: the same keys for every stack and TUN mode (a key that does not apply
+ * reads 0), built fresh on each request from the live counters (nothing is batched or cached,
+ * so nothing needs flushing). */
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/run.h"
 #include "core/budget.h"
 #include "core/clock.h"
 #include "core/driver.h"
@@ -13,8 +14,9 @@
 #include "core/stats_doc.h"
 #include "core/stats_http.h"
 #include "core/tun.h"
-#include "dispatch/session.h"
+#include "dispatch/dispatcher.h"
 #include "dispatch/udp.h"
+#include "runtime/proxy.h"
 
 static uint64_t count_fds(void)
 {
@@ -44,22 +46,23 @@ static void add_counter(void *arg, const char *name, uint64_t v)
 	stats_doc_add_u64(vs->doc, key, STATS_COUNTER, v);
 }
 
-static void add_process(struct proxy *p, struct stats_doc *d)
+static void add_process(struct ts_proxy *p, struct stats_doc *d)
 {
 	struct rss_info ri = { 0 };
 
 	if (rss_sample(&ri) != 0)
 		memset(&ri, 0, sizeof(ri));
-	stats_doc_add_str(d, "stack", p->ops ? p->ops->name : "none");
+	stats_doc_add_str(d, "stack", config_stack_name(p->cfg.stack));
 	stats_doc_add_u64(d, "uptime_s", STATS_GAUGE,
-			  (uint64_t)((ts_now_ns() - p->started_ns) / TS_NS_PER_SEC));
+			  p->started_ns ? (uint64_t)((ts_now_ns() - p->started_ns) / TS_NS_PER_SEC)
+					: 0);
 	stats_doc_add_u64(d, "rss_kb", STATS_GAUGE, ri.rss_bytes / 1024);
 	stats_doc_add_u64(d, "peak_rss_kb", STATS_GAUGE, ri.hwm_bytes / 1024);
 	stats_doc_add_u64(d, "fds", STATS_GAUGE, count_fds());
 }
 
 /* The drivers of every queue, summed. */
-static void drivers_sum(const struct proxy *p, struct driver_counters *sum)
+static void drivers_sum(const struct ts_proxy *p, struct driver_counters *sum)
 {
 	memset(sum, 0, sizeof(*sum));
 	for (uint32_t q = 0; q < p->nworkers; q++)
@@ -67,16 +70,20 @@ static void drivers_sum(const struct proxy *p, struct driver_counters *sum)
 			driver_counters_accumulate(sum, driver_get_counters(p->workers[q].driver));
 }
 
-static void add_tun(struct proxy *p, struct stats_doc *d, const struct netstack_stats *ns,
+static void add_tun(struct ts_proxy *p, struct stats_doc *d, const struct netstack_stats *ns,
 		    const struct driver_counters *c)
 {
 	struct tun_dev_stats ds = { 0 };
 	uint64_t handoff = 0, handoff_drops = 0;
 	char key[64];
 
-	stats_doc_add_str(d, "tun.io_mode", tun_vnet_hdr(p->tun) ? "offload" : "per-packet");
+	stats_doc_add_str(d, "tun.io_mode", !p->tun ? "none" : tun_vnet_hdr(p->tun) ? "offload"
+								       : "per-packet");
+	stats_doc_add_str(d, "tun.owner", !p->tun ? "none" : tun_borrowed(p->tun) ? "caller"
+										: "proxy");
+	stats_doc_add_str(d, "tun.unavailable", p->unavailable);
 	stats_doc_add_u64(d, "tun.queues", STATS_GAUGE, p->nworkers);
-	stats_doc_add_u64(d, "tun.rps", STATS_GAUGE, tun_rps(p->tun));
+	stats_doc_add_u64(d, "tun.rps", STATS_GAUGE, p->tun ? tun_rps(p->tun) : 0);
 	stats_doc_add_u64(d, "tun.rps_auto", STATS_GAUGE, rps_auto_active(&p->rps));
 	stats_doc_add_u64(d, "tun.rps_switches", STATS_COUNTER, rps_auto_switches(&p->rps));
 	stats_doc_add_u64(d, "tun.loop_busy_pct", STATS_GAUGE, rps_auto_busy_pct(&p->rps));
@@ -105,7 +112,7 @@ static void add_tun(struct proxy *p, struct stats_doc *d, const struct netstack_
 	/* Always present (0 with one queue): the same keys in every mode. */
 	stats_doc_add_u64(d, "tun.udp_handoff", STATS_COUNTER, handoff);
 	stats_doc_add_u64(d, "drops.udp_handoff", STATS_COUNTER, handoff_drops);
-	if (tun_dev_stats(tun_name(p->tun), &ds) != 0)
+	if (!p->tun || tun_dev_stats(tun_name(p->tun), &ds) != 0)
 		memset(&ds, 0, sizeof(ds));
 	stats_doc_add_u64(d, "tun_device.rx_dropped", STATS_COUNTER, ds.rx_dropped);
 	stats_doc_add_u64(d, "tun_device.tx_dropped", STATS_COUNTER, ds.tx_dropped);
@@ -127,7 +134,7 @@ static void add_drops(struct stats_doc *d, const struct netstack_stats *ns,
 	stats_doc_counter(d, "drops.udp_queue_full", us->queue_drops);
 }
 
-static void add_sessions(struct proxy *p, struct stats_doc *d, const struct netstack_stats *ns,
+static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct netstack_stats *ns,
 			 const struct udp_path_stats *us, const struct dispatcher_stats *ds)
 {
 	struct budget_buffer_stats bs;
@@ -142,7 +149,10 @@ static void add_sessions(struct proxy *p, struct stats_doc *d, const struct nets
 			  ds->sessions_refused + ns->admission_refused + ns->fd_exhausted);
 	stats_doc_add_u64(d, "udp.sessions", STATS_GAUGE, us->sessions);
 	stats_doc_counter(d, "udp.queue_drops", us->queue_drops);
-	budget_buffer_stats(p->budget, ds->sessions_active + us->sessions, &bs);
+	if (p->budget)
+		budget_buffer_stats(p->budget, ds->sessions_active + us->sessions, &bs);
+	else
+		memset(&bs, 0, sizeof(bs));
 	stats_doc_add_u64(d, "buffers.in_use_bytes", STATS_GAUGE, bs.bytes_in_use);
 	stats_doc_add_u64(d, "buffers.peak_bytes", STATS_GAUGE, bs.bytes_peak);
 	stats_doc_add_u64(d, "buffers.per_session_bytes", STATS_GAUGE, bs.bytes_per_session);
@@ -155,9 +165,8 @@ static void add_sessions(struct proxy *p, struct stats_doc *d, const struct nets
 	stats_doc_counter(d, "relay.copy_bytes", ds->copy_bytes);
 }
 
-static void provide(void *arg, struct stats_doc *d)
+void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d)
 {
-	struct proxy *p = arg;
 	struct netstack_stats ns = { 0 };
 	struct udp_path_stats us = { 0 };
 	struct dispatcher_stats ds = { 0 };
@@ -185,15 +194,33 @@ static void provide(void *arg, struct stats_doc *d)
 	driver_counters_foreach(&dc, add_counter, &vs);
 }
 
-int run_stats_start(struct proxy *p, char *err, size_t errlen)
+static void provide(void *arg, struct stats_doc *d)
+{
+	proxy_stats_fill(arg, d);
+}
+
+int proxy_stats_start(struct ts_proxy *p, char *err, size_t errlen)
 {
 	if (!p->cfg.stats.enabled)
 		return 0;
 	return stats_http_new(p->base, &p->cfg.stats.listen, provide, p, &p->stats, err, errlen);
 }
 
-void run_stats_stop(struct proxy *p)
+void proxy_stats_stop(struct ts_proxy *p)
 {
 	stats_http_free(p->stats);
 	p->stats = NULL;
+}
+
+int proxy_stats_json(struct ts_proxy *p, char **out, size_t *len)
+{
+	struct stats_doc *d = stats_doc_new();
+	int ret;
+
+	if (!d)
+		return -ENOMEM;
+	proxy_stats_fill(p, d);
+	ret = stats_doc_json(d, out, len);
+	stats_doc_free(d);
+	return ret;
 }

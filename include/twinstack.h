@@ -1,0 +1,161 @@
+/* twinstack.h — the public C API of libtwinstack: a TUN-mode proxy (two TCP/IP stacks, the
+ * kernel-NAT "system" stack and the lwIP userspace stack, behind one interface) that an
+ * application embeds.
+ *
+ * A proxy is created from a JSON config (the same document `twinstack run --config` reads; see
+ * docs/config.md), optionally given a TUN fd its caller opened, started, stopped and freed:
+ *
+ *     struct ts_proxy *p;
+ *     char err[256];
+ *     if (ts_proxy_new_json(json, strlen(json), &p, err, sizeof(err)) != 0) { puts(err); ... }
+ *     if (ts_proxy_start(p, err, sizeof(err)) != 0) { puts(err); ts_proxy_free(p); ... }
+ *     ...                                  the proxy carries traffic on threads of its own
+ *     ts_proxy_stop(p);                    from any thread, or a signal handler
+ *     int why = ts_proxy_wait(p);          0, or the -errno that stopped it
+ *     ts_proxy_free(p);
+ *
+ * Conventions, for every function below:
+ * - Errors are returned as -errno; functions that take (err, errlen) also write one line of
+ *   text there (NUL-terminated; errlen may be 0). Nothing here calls exit() or abort() on any
+ *   input or resource failure.
+ * - Strings passed in are copied unless a prototype says otherwise; pointers returned are
+ *   owned by the library unless a prototype says "the caller frees it with ts_free()".
+ * - The library installs no signal handlers and changes no process-wide state (RLIMIT_NOFILE,
+ *   signal dispositions) except through ts_process_prepare(), which the caller may choose to
+ *   call. Threads the library starts have every signal blocked, so SIGPIPE from a peer that
+ *   went away never reaches the process from them.
+ * - Versioning: the major version is the SONAME's (libtwinstack.so.TS_API_MAJOR); a minor
+ *   version adds functions and never changes an existing prototype or behaviour.
+ */
+#ifndef TWINSTACK_H
+#define TWINSTACK_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TS_API __attribute__((visibility("default")))
+#else
+#define TS_API
+#endif
+
+#define TS_API_MAJOR 1
+#define TS_API_MINOR 0
+
+/* ---- the library ------------------------------------------------------------------------- */
+
+/* The library's version, "MAJOR.MINOR.PATCH". A static string; any thread. */
+TS_API const char *ts_version(void);
+
+/* The stacks compiled in ("system", "lwip"): a static NULL-terminated array; any thread. */
+TS_API const char *const *ts_stack_names(void);
+
+/* Free memory the library returned with "the caller frees it with ts_free()". NULL is fine. */
+TS_API void ts_free(void *mem);
+
+/* Optional process-wide preparation for a program whose main purpose is the proxy (the
+ * `twinstack` CLI calls it): raise the soft RLIMIT_NOFILE to the hard limit, so the session
+ * fd budget can use it, and ignore SIGPIPE. Call before starting any proxy, from the main
+ * thread, with no other thread changing these. 0, or -errno with err. */
+TS_API int ts_process_prepare(char *err, size_t errlen);
+
+/* ---- a proxy ----------------------------------------------------------------------------- */
+
+struct ts_proxy;
+
+/* Create a proxy from a JSON config of len bytes (need not be NUL-terminated). The config is
+ * fully validated here: on a bad config -EINVAL with the same one-line message as
+ * `twinstack check` (it names the JSON path, e.g. "$.tun.mtu: ..."); -ENOMEM. Nothing is
+ * opened or started yet. On success *out is the caller's, freed with ts_proxy_free(). Any
+ * thread; json is not retained. */
+TS_API int ts_proxy_new_json(const char *json, size_t len, struct ts_proxy **out, char *err,
+			     size_t errlen);
+
+/* The same from a file: also -ENOENT, -EACCES, ... when the file cannot be read. */
+TS_API int ts_proxy_new_file(const char *path, struct ts_proxy **out, char *err,
+			     size_t errlen);
+
+/* Log lines: level is one of TS_LOG_*; line is one formatted line without its newline,
+ * NUL-terminated, len bytes, borrowed for the call. Called from the proxy's threads (and from
+ * the caller's thread inside ts_proxy_start), possibly concurrently: the callback must be
+ * thread-safe and must not call back into this proxy. */
+enum ts_log_level {
+	TS_LOG_ERROR = 0,
+	TS_LOG_WARN = 1,
+	TS_LOG_INFO = 2,
+	TS_LOG_DEBUG = 3,
+};
+typedef void (*ts_log_fn)(void *arg, int level, const char *line, size_t len);
+
+/* Send log lines to fn instead of standard error (the default). fn NULL: back to standard
+ * error. Lines less severe than the config's log.level are not formatted. Before
+ * ts_proxy_start only: -EBUSY afterwards. */
+TS_API int ts_proxy_set_log(struct ts_proxy *p, ts_log_fn fn, void *arg);
+
+/* Called on every socket the proxy opens toward the network (outbound TCP and UDP sockets,
+ * DNS upstream sockets, proxy servers' control sockets) after the config's routing mark and
+ * interface binding were applied and before it connects or sends: family is AF_INET or
+ * AF_INET6, type SOCK_STREAM or SOCK_DGRAM. Return 0 to go on; a negative -errno fails that
+ * socket (the session is refused with a RST, or the datagram dropped and counted). For
+ * Android's VpnService.protect(), where no routing mark works. Called on the proxy's threads;
+ * fd stays owned by the proxy. Before ts_proxy_start only: -EBUSY afterwards. */
+typedef int (*ts_socket_fn)(void *arg, int fd, int family, int type);
+TS_API int ts_proxy_set_socket_hook(struct ts_proxy *p, ts_socket_fn fn, void *arg);
+
+/* Run on a TUN device the caller opened and configured (as Android's VpnService or a sandbox
+ * hands one over) instead of creating one from the config's "tun" section. fd stays the
+ * caller's: the proxy makes it non-blocking and never closes it; close it after
+ * ts_proxy_free(). The config's tun.address / tun.address6 must be the addresses the caller
+ * gave the device (the system stack binds its listeners on them and checks they are there).
+ * The proxy asks the fd for IFF_VNET_HDR, IFF_MULTI_QUEUE (TUNGETIFF) and the virtio header
+ * size (TUNGETVNETHDRSZ) instead of assuming them, and never changes addresses, routes, MTU,
+ * txqueuelen, offload settings or receive packet steering of a device it did not create: the
+ * config's settings for those are ignored, and ts_proxy_start logs one warning naming each
+ * one that was set and cannot be honoured (also in /stats as "tun.unavailable"). A config
+ * whose "tun.offload" is "on" fails to start on an fd without IFF_VNET_HDR (-EINVAL).
+ * Before ts_proxy_start only: -EBUSY afterwards; -EBADF when fd is not a TUN device. */
+TS_API int ts_proxy_set_tun_fd(struct ts_proxy *p, int fd);
+
+/* Open the TUN (or take the caller's), start the stack, its workers and the stats endpoint,
+ * and return once the proxy is ready to carry traffic (every listener bound), with the proxy
+ * running on threads of its own. 0, or -errno with one line in err; after a failure the proxy
+ * holds nothing but its config: free it (a second start is -EALREADY, as is a start after a
+ * successful one). -EBUSY when the config asks for the lwIP stack and another lwIP proxy runs
+ * in this process (lwIP keeps its state in globals). Not concurrently with other calls on p. */
+TS_API int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen);
+
+/* Ask a running proxy to stop: stop accepting, end every session, leave its loops. Returns at
+ * once; idempotent; a no-op before start or after the proxy stopped. Any thread, and
+ * async-signal-safe (it stores an atomic flag and writes an eventfd), so a SIGINT handler may
+ * call it. */
+TS_API void ts_proxy_stop(struct ts_proxy *p);
+
+/* Wait until a started proxy has stopped — on ts_proxy_stop() or on a runtime failure — and
+ * return why: 0 for a requested stop, else the -errno of the failure (logged at error level).
+ * Returns at once with the same value once stopped, and -EINVAL if never started. One caller
+ * thread at a time; not from the proxy's own threads (its log callback). */
+TS_API int ts_proxy_wait(struct ts_proxy *p);
+
+/* Is the proxy running (started, not yet stopped)? Any thread. */
+TS_API int ts_proxy_running(const struct ts_proxy *p);
+
+/* The stats document: the same JSON object the /stats endpoint serves (docs/config.md, "stats"),
+ * built from live counters. *out is NUL-terminated, *len bytes without the NUL (len may be
+ * NULL); the caller frees it with ts_free(). Any thread but the proxy's own: while the proxy
+ * runs the document is built on its loop thread and this call waits for it (at most ~1 s:
+ * -ETIMEDOUT). Before start and after stop it reads the counters directly. 0, -ENOMEM. */
+TS_API int ts_proxy_stats_json(struct ts_proxy *p, char **out, size_t *len);
+
+/* Stop (if running), wait, release everything: the TUN the proxy created vanishes, a caller's
+ * fd is left open. NULL is fine. Not from the proxy's own threads; nothing else may use p
+ * during or after this call. */
+TS_API void ts_proxy_free(struct ts_proxy *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

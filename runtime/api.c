@@ -1,0 +1,478 @@
+/* api.c — the public C API (include/twinstack.h) over the runtime: a proxy's life cycle
+ * (new → start → stop → wait → free), the loop thread, cross-thread stop and stats requests,
+ * the log and socket hooks, and the optional process preparation. */
+#include "twinstack.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "runtime/proxy.h"
+#include "stacks/netstack.h"
+
+#define STATS_WAIT_NS (1000LL * 1000 * 1000) /* a stats request waits this long for the loop */
+
+/* ---- the library ------------------------------------------------------------------------- */
+
+const char *ts_version(void)
+{
+	return TS_VERSION;
+}
+
+/* Written once (pthread_once), read-only afterwards: the names of the stacks linked in. */
+static const char *stack_names[8];
+static pthread_once_t stack_names_once = PTHREAD_ONCE_INIT;
+
+static void fill_stack_names(void)
+{
+	const struct netstack_ops *ops;
+	size_t n = 0;
+
+	for (size_t i = 0; n + 1 < sizeof(stack_names) / sizeof(stack_names[0]) &&
+			   (ops = netstack_at(i)) != NULL; i++)
+		stack_names[n++] = ops->name;
+	stack_names[n] = NULL;
+}
+
+const char *const *ts_stack_names(void)
+{
+	pthread_once(&stack_names_once, fill_stack_names);
+	return stack_names;
+}
+
+void ts_free(void *mem)
+{
+	free(mem);
+}
+
+int ts_process_prepare(char *err, size_t errlen)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		goto fail;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			goto fail;
+	}
+	/* A peer that went away is an EPIPE, not a process exit. */
+	signal(SIGPIPE, SIG_IGN);
+	return 0;
+fail:
+	snprintf(err, errlen, "RLIMIT_NOFILE: %s", strerror(errno));
+	return -errno;
+}
+
+/* ---- create ------------------------------------------------------------------------------ */
+
+static void write_err(char *err, size_t errlen, const char *msg)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s", msg);
+}
+
+static int proxy_alloc(struct ts_proxy **out, char *err, size_t errlen)
+{
+	struct ts_proxy *p = calloc(1, sizeof(*p));
+
+	*out = NULL;
+	if (!p) {
+		write_err(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	config_init(&p->cfg);
+	log_init(&p->log, LOG_LEVEL_INFO, STDERR_FILENO);
+	p->caller_fd = p->worker_died_fd = -1;
+	p->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	p->stats_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_mutex_init(&p->stats_req_lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (p->stop_fd < 0 || p->stats_fd < 0) {
+		int ret = -errno;
+		snprintf(err, errlen, "eventfd: %s", strerror(errno));
+		ts_proxy_free(p);
+		return ret;
+	}
+	*out = p;
+	return 0;
+}
+
+/* load(cfg) filled p->cfg: take its log level, or free p on failure. */
+static int proxy_created(struct ts_proxy *p, int ret, struct ts_proxy **out)
+{
+	if (ret != 0) {
+		ts_proxy_free(p);
+		return ret;
+	}
+	p->log.level = p->cfg.log_level;
+	*out = p;
+	return 0;
+}
+
+int ts_proxy_new_json(const char *json, size_t len, struct ts_proxy **out, char *err,
+		      size_t errlen)
+{
+	struct ts_proxy *p;
+	int ret;
+
+	if (out)
+		*out = NULL;
+	if (!out || (!json && len)) {
+		write_err(err, errlen, "ts_proxy_new_json: no config");
+		return -EINVAL;
+	}
+	if ((ret = proxy_alloc(&p, err, errlen)) != 0)
+		return ret;
+	ret = config_load_buffer(json ? json : "", len, &p->cfg, err, errlen);
+	return proxy_created(p, ret, out);
+}
+
+int ts_proxy_new_file(const char *path, struct ts_proxy **out, char *err, size_t errlen)
+{
+	struct ts_proxy *p;
+	int ret;
+
+	if (out)
+		*out = NULL;
+	if (!out || !path) {
+		write_err(err, errlen, "ts_proxy_new_file: no path");
+		return -EINVAL;
+	}
+	if ((ret = proxy_alloc(&p, err, errlen)) != 0)
+		return ret;
+	ret = config_load_file(path, &p->cfg, err, errlen);
+	return proxy_created(p, ret, out);
+}
+
+/* ---- settings before start ------------------------------------------------------------- */
+
+static bool is_new(struct ts_proxy *p)
+{
+	bool ret;
+
+	pthread_mutex_lock(&p->lock);
+	ret = p->state == PROXY_NEW;
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+/* struct log's sink: the line without its newline, NUL-terminated, to the caller's function. */
+static void log_to_caller(void *arg, enum log_level level, const char *line, size_t len)
+{
+	struct ts_proxy *p = arg;
+	char buf[LOG_LINE_MAX + 1];
+
+	if (len > 0 && line[len - 1] == '\n')
+		len--;
+	if (len > LOG_LINE_MAX)
+		len = LOG_LINE_MAX;
+	memcpy(buf, line, len);
+	buf[len] = '\0';
+	p->log_fn(p->log_arg, (int)level, buf, len);
+}
+
+int ts_proxy_set_log(struct ts_proxy *p, ts_log_fn fn, void *arg)
+{
+	if (!is_new(p))
+		return -EBUSY;
+	p->log_fn = fn;
+	p->log_arg = arg;
+	p->log.sink = fn ? log_to_caller : NULL;
+	p->log.sink_arg = fn ? p : NULL;
+	return 0;
+}
+
+int ts_proxy_set_socket_hook(struct ts_proxy *p, ts_socket_fn fn, void *arg)
+{
+	if (!is_new(p))
+		return -EBUSY;
+	p->sock_hook.fn = fn;
+	p->sock_hook.arg = fn ? arg : NULL;
+	return 0;
+}
+
+int ts_proxy_set_tun_fd(struct ts_proxy *p, int fd)
+{
+	if (!is_new(p))
+		return -EBUSY;
+	if (fd < 0)
+		return -EBADF;
+	p->caller_fd = fd;
+	return 0;
+}
+
+/* ---- the loop thread --------------------------------------------------------------------- */
+
+static void drain(int fd)
+{
+	uint64_t v;
+
+	if (read(fd, &v, sizeof(v)) < 0) {
+		/* nothing pending: a spurious wakeup */
+	}
+}
+
+static void on_stop(evutil_socket_t fd, short what, void *arg)
+{
+	struct ts_proxy *p = arg;
+
+	(void)what;
+	drain(fd);
+	log_info(&p->log, "proxy: stop requested");
+	proxy_stop_loop(p, 0);
+}
+
+/* Answer the stats request waiting in ts_proxy_stats_json (on the loop: the counters are
+ * read where they are written, as /stats does). */
+static void on_stats(evutil_socket_t fd, short what, void *arg)
+{
+	struct ts_proxy *p = arg;
+	char *json = NULL;
+	size_t len = 0;
+	int ret;
+
+	(void)what;
+	drain(fd);
+	ret = proxy_stats_json(p, &json, &len);
+	pthread_mutex_lock(&p->lock);
+	free(p->stats_json);
+	p->stats_json = json;
+	p->stats_len = len;
+	p->stats_ret = ret;
+	p->stats_answered = p->stats_asked;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void *loop_main(void *arg)
+{
+	struct ts_proxy *p = arg;
+	char *json = NULL;
+	size_t len = 0;
+
+	event_base_dispatch(p->base);
+	/* The last figures stay readable after the stop (the CLI's exit line, embedders). */
+	if (proxy_stats_json(p, &json, &len) != 0)
+		json = NULL;
+	proxy_close(p);
+	if (p->exit_err)
+		log_error(&p->log, "proxy: stopped: %s", strerror(-p->exit_err));
+	else
+		log_info(&p->log, "proxy: stopped");
+	pthread_mutex_lock(&p->lock);
+	free(p->stats_json);
+	p->stats_json = json;
+	p->stats_len = json ? len : 0;
+	p->stats_ret = json ? 0 : -ENOMEM;
+	p->state = PROXY_STOPPED;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* The loop's own events, then its thread (every signal blocked, as for the queue workers:
+ * signals are the program's, and SIGPIPE must never reach the process from here). */
+static int launch(struct ts_proxy *p, char *err, size_t errlen)
+{
+	sigset_t all, old;
+	int ret;
+
+	p->stop_ev = event_new(p->base, p->stop_fd, EV_READ | EV_PERSIST, on_stop, p);
+	p->stats_ev = event_new(p->base, p->stats_fd, EV_READ | EV_PERSIST, on_stats, p);
+	if (!p->stop_ev || !p->stats_ev || event_add(p->stop_ev, NULL) != 0 ||
+	    event_add(p->stats_ev, NULL) != 0) {
+		snprintf(err, errlen, "proxy: event loop: out of memory");
+		return -ENOMEM;
+	}
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ret = pthread_create(&p->loop_thread, NULL, loop_main, p);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (ret != 0) {
+		snprintf(err, errlen, "proxy: loop thread: %s", strerror(ret));
+		return -ret;
+	}
+	return 0;
+}
+
+int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen)
+{
+	char summary[512];
+	int ret;
+
+	pthread_mutex_lock(&p->lock);
+	ret = p->state == PROXY_NEW ? 0 : -EALREADY;
+	pthread_mutex_unlock(&p->lock);
+	if (ret != 0) {
+		write_err(err, errlen, "proxy: already started once");
+		return ret;
+	}
+	/* A stop asked before start is forgotten; one asked from now on stops the loop as soon
+	 * as it runs. */
+	drain(p->stop_fd);
+	atomic_store(&p->stop_requested, false);
+	if ((ret = proxy_open(p, err, errlen)) != 0 || (ret = launch(p, err, errlen)) != 0) {
+		log_error(&p->log, "%s", err && errlen ? err : "proxy: start failed");
+		proxy_close(p);
+		pthread_mutex_lock(&p->lock);
+		p->state = PROXY_FAILED;
+		pthread_mutex_unlock(&p->lock);
+		return ret;
+	}
+	log_info(&p->log, "proxy: ready: %s", config_summary(&p->cfg, summary, sizeof(summary)));
+	pthread_mutex_lock(&p->lock);
+	p->state = PROXY_RUNNING;
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+/* ---- stop, wait, stats, free --------------------------------------------------------------- */
+
+void ts_proxy_stop(struct ts_proxy *p)
+{
+	uint64_t one = 1;
+
+	if (!p || atomic_exchange(&p->stop_requested, true))
+		return;
+	if (write(p->stop_fd, &one, sizeof(one)) < 0) {
+		/* an eventfd we own cannot be full short of 2^64 - 1 writes */
+	}
+}
+
+int ts_proxy_wait(struct ts_proxy *p)
+{
+	bool join;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->state == PROXY_NEW || p->state == PROXY_FAILED) {
+		pthread_mutex_unlock(&p->lock);
+		return -EINVAL;
+	}
+	while (p->state == PROXY_RUNNING)
+		pthread_cond_wait(&p->cond, &p->lock);
+	join = !p->joined;
+	p->joined = true;
+	pthread_mutex_unlock(&p->lock);
+	if (join)
+		pthread_join(p->loop_thread, NULL);
+	return p->exit_err;
+}
+
+int ts_proxy_running(const struct ts_proxy *p)
+{
+	struct ts_proxy *mp = (struct ts_proxy *)p; /* the lock only */
+	int ret;
+
+	pthread_mutex_lock(&mp->lock);
+	ret = p->state == PROXY_RUNNING;
+	pthread_mutex_unlock(&mp->lock);
+	return ret;
+}
+
+static int copy_out(const char *json, size_t len, char **out, size_t *outlen)
+{
+	char *c = malloc(len + 1);
+
+	if (!c)
+		return -ENOMEM;
+	memcpy(c, json, len);
+	c[len] = '\0';
+	*out = c;
+	if (outlen)
+		*outlen = len;
+	return 0;
+}
+
+/* While running: ask the loop and wait for its answer (or its stop). Called with p->lock. */
+static int ask_loop(struct ts_proxy *p, char **out, size_t *len)
+{
+	uint64_t one = 1, seq = ++p->stats_asked;
+	struct timespec deadline;
+
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_sec += STATS_WAIT_NS / 1000000000LL;
+	if (write(p->stats_fd, &one, sizeof(one)) < 0) {
+		/* cannot be full; the loop reads it */
+	}
+	while (p->stats_answered < seq && p->state == PROXY_RUNNING)
+		if (pthread_cond_timedwait(&p->cond, &p->lock, &deadline) == ETIMEDOUT)
+			return -ETIMEDOUT;
+	if (p->stats_answered < seq || p->state != PROXY_RUNNING) /* stopped: the final one */
+		return p->stats_json ? copy_out(p->stats_json, p->stats_len, out, len)
+				     : p->stats_ret;
+	if (p->stats_ret != 0)
+		return p->stats_ret;
+	*out = p->stats_json; /* the answer is the caller's now */
+	if (len)
+		*len = p->stats_len;
+	p->stats_json = NULL;
+	return 0;
+}
+
+int ts_proxy_stats_json(struct ts_proxy *p, char **out, size_t *len)
+{
+	int ret;
+
+	*out = NULL;
+	pthread_mutex_lock(&p->stats_req_lock);
+	pthread_mutex_lock(&p->lock);
+	if (p->state == PROXY_RUNNING && pthread_equal(pthread_self(), p->loop_thread)) {
+		/* from the loop itself (a log callback): read directly */
+		pthread_mutex_unlock(&p->lock);
+		ret = proxy_stats_json(p, out, len);
+		goto out;
+	}
+	if (p->state == PROXY_RUNNING) {
+		ret = ask_loop(p, out, len);
+	} else if (p->state == PROXY_STOPPED) {
+		ret = p->stats_json ? copy_out(p->stats_json, p->stats_len, out, len)
+				    : p->stats_ret;
+	} else {
+		pthread_mutex_unlock(&p->lock); /* nothing runs: the counters of nothing */
+		ret = proxy_stats_json(p, out, len);
+		goto out;
+	}
+	pthread_mutex_unlock(&p->lock);
+out:
+	pthread_mutex_unlock(&p->stats_req_lock);
+	return ret;
+}
+
+void ts_proxy_free(struct ts_proxy *p)
+{
+	if (!p)
+		return;
+	if (ts_proxy_running(p))
+		ts_proxy_stop(p);
+	pthread_mutex_lock(&p->lock);
+	bool started = p->state == PROXY_RUNNING || p->state == PROXY_STOPPED;
+	pthread_mutex_unlock(&p->lock);
+	if (started)
+		ts_proxy_wait(p);
+	proxy_close(p); /* a no-op unless nothing ever ran it */
+	free(p->stats_json);
+	config_fini(&p->cfg);
+	if (p->stop_fd >= 0)
+		close(p->stop_fd);
+	if (p->stats_fd >= 0)
+		close(p->stats_fd);
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->stats_req_lock);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}

@@ -1,0 +1,227 @@
+/* proxy.c — assemble a proxy and take it apart again.
+ *
+ * Start-up order: budget (its descriptors drawn from the process pool) → event loop → TUN
+ * (created from the config with its addresses verified, or a caller's fd taken as it is) →
+ * rp_filter checked → queue drivers → dispatcher and UDP path → stack (its listeners bound) →
+ * worker threads → stats endpoint. Teardown runs in the reverse order and copes with any
+ * prefix of it having been built, so a failed start and a normal stop share it. */
+#include <errno.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "core/budget.h"
+#include "core/clock.h"
+#include "core/driver.h"
+#include "core/tun.h"
+#include "dispatch/dispatcher.h"
+#include "dispatch/udp.h"
+#include "runtime/proxy.h"
+
+/* ---- stopping ------------------------------------------------------------------------------ */
+
+void proxy_stop_loop(struct ts_proxy *p, int err)
+{
+	if (p->stopping)
+		return;
+	p->stopping = true;
+	p->exit_err = err;
+	if (p->ns)
+		p->ops->stop(p->ns);
+	event_base_loopbreak(p->base);
+}
+
+static void on_fatal(void *arg, int err, const char *msg)
+{
+	struct ts_proxy *p = arg;
+
+	log_error(&p->log, "proxy: %s (%s); stopping", msg, strerror(-err));
+	proxy_stop_loop(p, err < 0 ? err : -EIO);
+}
+
+void proxy_close(struct ts_proxy *p)
+{
+	/* The queue threads call into the stack: they go first. */
+	workers_stop(p);
+	proxy_stats_stop(p);
+	if (p->ns)
+		p->ops->stop(p->ns);
+	dispatcher_free(p->disp); /* ends every live session: guards run before the stack goes */
+	p->disp = NULL;
+	if (p->ns)
+		p->ops->free(p->ns);
+	p->ns = NULL;
+	udp_path_free(p->udp);
+	p->udp = NULL;
+	workers_free(p);
+	rps_auto_stop(&p->rps);
+	tun_close(p->tun);
+	p->tun = NULL;
+	if (p->stop_ev)
+		event_free(p->stop_ev);
+	p->stop_ev = NULL;
+	if (p->stats_ev)
+		event_free(p->stats_ev);
+	p->stats_ev = NULL;
+	if (p->base)
+		event_base_free(p->base);
+	p->base = NULL;
+	budget_free(p->budget);
+	p->budget = NULL;
+}
+
+/* ---- starting ------------------------------------------------------------------------------ */
+
+/* The session fd budget fits under the soft RLIMIT_NOFILE as it is (raising it is the
+ * program's choice: ts_process_prepare); the process pool shares it between proxies. */
+static int make_budget(struct ts_proxy *p, char *err, size_t errlen)
+{
+	struct rlimit rl;
+	int ret;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+		p->cfg.budget.fds = budget_fds_fit(p->cfg.budget.fds, rl.rlim_cur);
+	if (p->cfg.budget.fds == 0) {
+		snprintf(err, errlen, "proxy: RLIMIT_NOFILE %llu leaves no descriptors for sessions "
+			 "(at least %u are needed)", (unsigned long long)rl.rlim_cur,
+			 BUDGET_FD_RESERVED + 1);
+		return -EMFILE;
+	}
+	if ((ret = budget_new(&p->cfg.budget, &p->budget)) != 0) {
+		snprintf(err, errlen, "proxy: budget: %s", strerror(-ret));
+		return ret;
+	}
+	budget_join_fd_pool(p->budget);
+	return 0;
+}
+
+static void note_unavailable(struct ts_proxy *p, bool set, const char *what)
+{
+	size_t n = strlen(p->unavailable);
+
+	if (set)
+		snprintf(p->unavailable + n, sizeof(p->unavailable) - n, "%s%s", n ? "," : "", what);
+}
+
+/* A caller's TUN: take it as it is; say which settings of the config cannot be honoured. */
+static int adopt_tun(struct ts_proxy *p, char *err, size_t errlen)
+{
+	struct ts_tun *c = &p->cfg.tun;
+	uint32_t dev_mtu = 0;
+	int ret;
+
+	if ((ret = tun_adopt_fd(p->caller_fd, &p->tun, err, errlen)) != 0)
+		return ret;
+	/* Reads are bounded by the MTU: use the device's own. */
+	if (tun_get_mtu(p->tun, &dev_mtu) != 0 || dev_mtu < 576)
+		dev_mtu = c->mtu;
+	if (c->offload == TS_OFFLOAD_ON && !tun_vnet_hdr(p->tun)) {
+		snprintf(err, errlen, "proxy: tun.offload is \"on\" but the caller's TUN fd (%s) "
+			 "was opened without IFF_VNET_HDR", tun_name(p->tun));
+		return -EINVAL;
+	}
+	note_unavailable(p, strcmp(c->name, TS_TUN_NAME_DEFAULT) != 0 &&
+				 strcmp(c->name, tun_name(p->tun)) != 0, "tun.name");
+	note_unavailable(p, c->mtu != TS_TUN_MTU_DEFAULT && c->mtu != dev_mtu, "tun.mtu");
+	note_unavailable(p, c->txqueuelen != TS_TUN_TXQUEUELEN_DEFAULT, "tun.txqueuelen");
+	note_unavailable(p, c->queues > 1, "tun.queues");
+	note_unavailable(p, c->offload == TS_OFFLOAD_OFF && tun_vnet_hdr(p->tun), "tun.offload");
+	note_unavailable(p, c->rps == TS_RPS_ON, "tun.rps");
+	if (p->unavailable[0])
+		log_warn(&p->log, "proxy: %s is the caller's: not honoured: %s", tun_name(p->tun),
+			 p->unavailable);
+	c->mtu = dev_mtu;
+	c->queues = 1;
+	snprintf(c->name, sizeof(c->name), "%s", tun_name(p->tun)); /* what the logs name */
+	/* Addresses are the caller's to set; the system stack binds its listeners on them, so
+	 * they must be there (read, never written). */
+	if (p->cfg.stack == TS_STACK_SYSTEM &&
+	    (ret = tun_verify_addrs(tun_ifindex(p->tun), tun_name(p->tun), &c->addr4,
+				    c->has_addr6 ? &c->addr6 : NULL, TUN_VERIFY_TRIES,
+				    TUN_VERIFY_INTERVAL_MS, err, errlen)) != 0)
+		return ret;
+	return 0;
+}
+
+static int open_tun(struct ts_proxy *p, char *err, size_t errlen)
+{
+	char msg[512], note[TS_ERRLEN + 64] = "";
+	int ret;
+
+	if (p->caller_fd >= 0)
+		ret = adopt_tun(p, err, errlen);
+	else
+		ret = tun_open_config(&p->cfg.tun, &p->tun, note, sizeof(note), err, errlen);
+	if (ret != 0)
+		return ret;
+	if (note[0])
+		log_warn(&p->log, "proxy: %s", note);
+	log_info(&p->log, "proxy: %s%s: %s I/O, %u queue%s, receive packet steering %s",
+		 tun_name(p->tun), tun_borrowed(p->tun) ? " (caller's fd)" : "",
+		 tun_vnet_hdr(p->tun) ? "offload" : "per-packet", tun_queues(p->tun),
+		 tun_queues(p->tun) == 1 ? "" : "s",
+		 tun_rps_auto(p->tun) ? "auto" : tun_rps(p->tun) ? "on" : "off");
+	if (tun_rp_filter_check(tun_name(p->tun), msg, sizeof(msg)) > 0)
+		log_warn(&p->log, "proxy: %s", msg);
+	return rps_auto_start(&p->rps, p->tun, &p->log, "proxy", 0 /* no bytes moved yet */, err,
+			      errlen);
+}
+
+static int start_stack(struct ts_proxy *p, char *err, size_t errlen)
+{
+	struct netstack_env env = {
+		.base = p->base,
+		.cfg = &p->cfg,
+		.budget = p->budget,
+		.dispatcher = p->disp,
+		.log = &p->log,
+		.tx = driver_tx,
+		.tx_arg = p->driver,
+		.tx_meta = driver_offload(p->driver) ? driver_tx_meta : NULL,
+		.tun_name = tun_name(p->tun),
+		.fatal = on_fatal,
+		.fatal_arg = p,
+	};
+	p->ops = netstack_lookup(config_stack_name(p->cfg.stack));
+	if (!p->ops) {
+		snprintf(err, errlen, "proxy: stack \"%s\" is not available in this build",
+			 config_stack_name(p->cfg.stack));
+		return -ENOTSUP;
+	}
+	return p->ops->start(&env, &p->ns, err, errlen);
+}
+
+int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
+{
+	int ret;
+
+	p->started_ns = ts_now_ns();
+	for (size_t i = 0; i < p->cfg.n_outbounds; i++)
+		p->cfg.outbounds[i].sock_hook = p->sock_hook;
+	if ((ret = make_budget(p, err, errlen)) != 0)
+		return ret;
+	if (!(p->base = event_base_new())) {
+		snprintf(err, errlen, "proxy: event loop: out of memory");
+		return -ENOMEM;
+	}
+	if ((ret = open_tun(p, err, errlen)) != 0)
+		return ret;
+	if ((ret = workers_init(p, err, errlen)) != 0)
+		return ret;
+	if ((ret = dispatcher_new(p->base, &p->cfg, p->budget, &p->disp)) != 0) {
+		snprintf(err, errlen, "proxy: dispatcher: %s", strerror(-ret));
+		return ret;
+	}
+	if ((ret = udp_path_new(p->base, &p->cfg, p->budget, driver_tx, p->driver, &p->udp)) != 0) {
+		snprintf(err, errlen, "proxy: UDP path: %s", strerror(-ret));
+		return ret;
+	}
+	if ((ret = start_stack(p, err, errlen)) != 0)
+		return ret;
+	if ((ret = workers_start(p, err, errlen)) != 0)
+		return ret;
+	return proxy_stats_start(p, err, errlen);
+}

@@ -1,0 +1,132 @@
+/* proxy.h — the running proxy inside the library (internal to runtime/): every long-lived
+ * object of one proxy — config, log, budget, TUN, per-queue drivers and worker threads, the
+ * stack, dispatcher, UDP path, stats endpoint and the receive-steering policy — owned by one
+ * struct ts_proxy. include/twinstack.h is the public face (runtime/api.c); this header is
+ * what the runtime's files share.
+ *
+ * Threads: the caller's thread assembles the proxy (proxy_open) and hands it to the loop
+ * thread, which runs the main event loop (queue 0, the UDP path, the dispatcher, the stack's
+ * accept loop, the stats endpoint) and takes the proxy apart when the loop ends
+ * (proxy_close). With tun.queues > 1 (system stack) queues 1.. each have a worker thread. */
+#ifndef TS_RUNTIME_PROXY_H
+#define TS_RUNTIME_PROXY_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/counter.h"
+#include "core/log.h"
+#include "runtime/rps_auto.h"
+#include "stacks/netstack.h"
+
+struct ts_proxy;
+struct stats_doc;
+
+/* One per TUN queue: its driver on its own loop. Queue 0 runs on the main loop's thread; with
+ * tun.queues > 1 (system stack) every other queue has a worker thread of its own. */
+struct worker {
+	struct ts_proxy *p;
+	uint32_t q;
+	struct event_base *base;   /* queue 0: the proxy's base */
+	struct driver *driver;
+	pthread_t thread;
+	bool started;
+	atomic_bool stopping;      /* set by the main thread before it asks the worker to stop */
+	int stop_fd;               /* eventfd: the main thread asks the worker to leave its loop */
+	struct event *stop_ev;
+	/* UDP datagrams this worker reads go to the main loop's UDP path through a
+	 * SOCK_SEQPACKET socketpair: [0] written by the worker, [1] read by the main loop. */
+	int udp_fds[2];
+	struct event *udp_ev;      /* on the main base, reading udp_fds[1] */
+	ctr_t udp_handoff;         /* datagrams handed to the main loop */
+	ctr_t udp_handoff_drops;   /* the socketpair was full: dropped */
+};
+
+enum proxy_state {
+	PROXY_NEW,       /* created: config only */
+	PROXY_RUNNING,   /* started: the loop thread runs */
+	PROXY_STOPPED,   /* the loop thread took everything apart */
+	PROXY_FAILED,    /* a start failed: config only, cannot start again */
+};
+
+struct ts_proxy {
+	struct ts_config cfg;
+	struct log log;
+
+	/* Set by the embedding program before start. */
+	void (*log_fn)(void *arg, int level, const char *line, size_t len);
+	void *log_arg;
+	struct ts_sock_hook sock_hook;
+	int caller_fd;               /* a caller's TUN fd, or -1: open the config's TUN */
+
+	/* Lifecycle. state is written under lock; stop_requested and stop_fd serve
+	 * ts_proxy_stop, which must be async-signal-safe. */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	enum proxy_state state;
+	atomic_bool stop_requested;
+	int stop_fd;                 /* eventfd, made at creation: wakes the loop to stop */
+	struct event *stop_ev;
+	pthread_t loop_thread;
+	bool joined;
+	int exit_err;                /* 0 (stop on request) or the -errno that stopped it */
+	bool stopping;               /* main loop only */
+
+	/* The running parts (main loop thread once started). */
+	struct event_base *base;
+	struct budget *budget;
+	struct tun *tun;
+	char unavailable[160];       /* config settings a caller's TUN cannot honour, "," list */
+	struct rps_auto rps;         /* tun.rps "auto" (main thread only) */
+	struct driver *driver;       /* queue 0's: driver_tx for the UDP path and the stacks */
+	struct worker *workers;      /* [tun_queues(tun)] */
+	uint32_t nworkers;
+	int worker_died_fd;          /* eventfd: a worker's loop ended without a stop request */
+	struct event *worker_died_ev;
+	uint8_t *handoff_buf;        /* main loop only: datagrams from workers */
+	struct dispatcher *disp;
+	struct udp_path *udp;
+	const struct netstack_ops *ops;
+	struct netstack *ns;
+	struct stats_http *stats;
+	int64_t started_ns;
+	_Atomic int64_t rss_sampled_ns;
+
+	/* Stats documents asked for from other threads (ts_proxy_stats_json): one request at
+	 * a time (stats_req_lock); the loop answers under lock and signals cond. */
+	pthread_mutex_t stats_req_lock;
+	int stats_fd;                /* eventfd: a request is waiting */
+	struct event *stats_ev;
+	uint64_t stats_asked, stats_answered;
+	char *stats_json;            /* the answer, or the final document once stopped */
+	size_t stats_len;
+	int stats_ret;
+};
+
+/* Assemble everything after the config, on the caller's thread: budget, loop, TUN (own or the
+ * caller's), workers, dispatcher, UDP path, stack (listeners bound), stats endpoint; the
+ * worker threads run once this returns 0. -errno with one line in err; then proxy_close. */
+int proxy_open(struct ts_proxy *p, char *err, size_t errlen);
+/* Take apart whatever proxy_open built (idempotent, any subset). */
+void proxy_close(struct ts_proxy *p);
+/* Main loop: stop accepting, end every session, leave the loop; err 0 or -errno. */
+void proxy_stop_loop(struct ts_proxy *p, int err);
+
+/* workers.c: the per-queue drivers and threads. */
+int workers_init(struct ts_proxy *p, char *err, size_t errlen);
+int workers_start(struct ts_proxy *p, char *err, size_t errlen);
+void workers_stop(struct ts_proxy *p);
+void workers_free(struct ts_proxy *p);
+
+/* proxy_stats.c: the /stats document (the same keys for every stack) and the endpoint. */
+void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d);
+int proxy_stats_start(struct ts_proxy *p, char *err, size_t errlen);
+void proxy_stats_stop(struct ts_proxy *p);
+/* The document as JSON (malloc'd, NUL-terminated): 0 or -ENOMEM. Any thread that may read
+ * p's running parts (the loop thread, or any thread before start / after stop). */
+int proxy_stats_json(struct ts_proxy *p, char **out, size_t *len);
+
+#endif

@@ -1,0 +1,260 @@
+/* l3policy.h — what both TCP/IP stacks let in: the rules every parsed packet read from the TUN
+ * meets before a stack's own work, so the system stack and lwIP decide them the same way by
+ * construction (a comparison of the two stacks compares their TCP, never their filters).
+ *
+ *   family  a packet of a family the TUN has no address for is dropped            drop family
+ *   TCP     to a foreign destination: the stack's TCP path                        TCP
+ *           from one of our NAT addresses: nothing legitimate comes from there   drop own_address
+ *           to our gateway or a NAT address: dropped, except the reply of one of
+ *           the stack's own listeners, gateway:listener port -> NAT address (the
+ *           system stack's downlink; lwIP has no listener ports, so none)          TCP_REPLY
+ *   UDP     to port 53 with DNS hijack on, whatever the destination: hijacked
+ *           (it wins over the own-address drop: a resolver on the gateway is
+ *           the common setup)                                                      DNS
+ *           to our gateway or a NAT address otherwise: dropped                    drop own_address
+ *           anything else: the shared UDP path                                     UDP
+ *   ICMP    an echo request (ICMP 8 / ICMPv6 128, code 0) to the gateway:
+ *           answered in place by the stack                                         ECHO
+ *           any other ICMP of the packet's family                                  drop icmp
+ *   other   any other protocol, ICMPv6 in IPv4 and ICMP in IPv6 included          drop proto
+ *
+ * Address roles: per family the gateway G (the TUN's address) and the NAT addresses G+1 .. G+n
+ * are consecutive in the low 32 bits (core/netaddr.h proves it at config time), so "ours, and
+ * which" is one subtraction.
+ *
+ * Sans-IO: pure functions of the packet view and the policy; no clock, no I/O, no allocation.
+ * A policy is read-only after l3policy_init / l3policy_set_listeners, so any number of threads
+ * may classify with it at once; each passes its own counter block. The common cases are
+ * inline (TCP and UDP: a few loads and compares on the per-packet path of both stacks).
+ */
+#ifndef TS_STACKS_COMMON_L3POLICY_H
+#define TS_STACKS_COMMON_L3POLICY_H
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/counter.h"
+#include "core/pkt.h"
+
+/* Listener ports a stack may declare per family (the system stack's nat.listeners). */
+#define L3POLICY_MAX_LISTENERS 16
+
+/* Drop reasons, one counter each (visited as "drop_<reason>"). */
+#define L3POLICY_DROPS(X)                                                                     \
+	X(own_address) /* to our gateway or a NAT address (see above); TCP from a NAT address */ \
+	X(icmp)        /* ICMP other than an echo request to the gateway */                     \
+	X(proto)       /* neither TCP, UDP nor the family's ICMP */                              \
+	X(family)      /* a family the TUN has no address for */
+
+enum l3policy_verdict {
+	L3POLICY_TCP,       /* TCP to a foreign destination: the stack's TCP path */
+	L3POLICY_TCP_REPLY, /* TCP from gateway:listener to a NAT address: *reply filled */
+	L3POLICY_UDP,       /* to the shared UDP path */
+	L3POLICY_DNS,       /* a hijacked DNS query: to the shared UDP path */
+	L3POLICY_ECHO,      /* ICMP(v6) echo request to the gateway: answer in place */
+#define L3POLICY_DROP_ENUM(name) L3POLICY_DROP_##name,
+	L3POLICY_DROPS(L3POLICY_DROP_ENUM)
+#undef L3POLICY_DROP_ENUM
+	L3POLICY_VERDICT_MAX
+};
+
+/* Every verdict from here on is a drop (exactly one reason counter was bumped). */
+#define L3POLICY_DROP_FIRST L3POLICY_DROP_own_address
+#define L3POLICY_N_DROPS (L3POLICY_VERDICT_MAX - L3POLICY_DROP_FIRST)
+
+static inline bool l3policy_is_drop(enum l3policy_verdict v)
+{
+	return v >= L3POLICY_DROP_FIRST;
+}
+
+/* "own_address", ...; "tcp", "tcp_reply", "udp", "dns", "echo" for the others. */
+const char *l3policy_verdict_name(enum l3policy_verdict v);
+
+/* One counter per drop reason, by name or indexed by verdict - L3POLICY_DROP_FIRST. Only
+ * ctr_t members: a block of them sums member by member. */
+struct l3policy_counters {
+	union {
+		ctr_t drop[L3POLICY_N_DROPS];
+		struct {
+#define L3POLICY_CTR_FIELD(name) ctr_t drop_##name;
+			L3POLICY_DROPS(L3POLICY_CTR_FIELD)
+#undef L3POLICY_CTR_FIELD
+		};
+	};
+};
+
+/* Visit every counter as ("drop_<reason>", value). */
+void l3policy_counters_foreach(const struct l3policy_counters *c,
+			       void (*fn)(void *arg, const char *name, uint64_t value), void *arg);
+
+/* Where a TCP_REPLY goes: NAT address nat_index (gateway + 1 + nat_index), from listener. */
+struct l3policy_reply {
+	uint8_t nat_index;
+	uint8_t listener;
+};
+
+/* One family's roles. Not served (enabled false): every packet of it is a family drop. */
+struct l3policy_family {
+	bool enabled;
+	uint32_t gw_low;  /* low 32 bits of the gateway, host order */
+	uint32_t n_lports;
+	uint16_t lport_be[L3POLICY_MAX_LISTENERS];
+	uint8_t gateway[16]; /* IPv4 in [0..3] */
+};
+
+/* Set up once, then read-only. IPv4 first: the inline TCP path reads f4 and n_addrs only. */
+struct l3policy {
+	struct l3policy_family f4;
+	uint32_t n_addrs;    /* NAT addresses per family, >= 1 */
+	bool dns_hijack;
+	struct l3policy_family f6;
+};
+
+struct l3policy_config {
+	bool has4, has6;          /* families the TUN has an address for */
+	uint8_t gateway4[4];      /* the TUN addresses (the gateways) */
+	uint8_t gateway6[16];
+	uint32_t n_addrs;         /* NAT addresses per family: gateway+1 .. gateway+n_addrs */
+	bool dns_hijack;          /* UDP/53 goes to the UDP path whatever its destination */
+};
+
+/* 0, or -EINVAL: no family, n_addrs 0, or a run of addresses that wraps the low 32 bits.
+ * No listener ports until l3policy_set_listeners. */
+int l3policy_init(struct l3policy *p, const struct l3policy_config *cfg)
+	__attribute__((warn_unused_result));
+
+/* Declare the stack's listener ports of family (network order, n <= L3POLICY_MAX_LISTENERS):
+ * TCP from gateway:port to a NAT address becomes TCP_REPLY. Call before classifying from any
+ * other thread. 0 or -EINVAL (family not served, n too large). */
+int l3policy_set_listeners(struct l3policy *p, int family, const uint16_t *ports_be, uint32_t n);
+
+/* Offset of addr (4 or 16 bytes of f's family) in the run G .. G+n: 0 the gateway, 1+i NAT
+ * address i; anything above n_addrs is not ours (UINT32_MAX for another IPv6 prefix). */
+static inline uint32_t l3policy_offset4(const struct l3policy_family *f, const uint8_t *addr)
+{
+	uint32_t a;
+	memcpy(&a, addr, 4);
+	return ntohl(a) - f->gw_low;
+}
+
+static inline uint32_t l3policy_offset6(const struct l3policy_family *f, const uint8_t *addr)
+{
+	uint64_t a, g;
+	uint32_t b, h, lo;
+
+	memcpy(&a, addr, 8);
+	memcpy(&g, f->gateway, 8);
+	memcpy(&b, addr + 8, 4);
+	memcpy(&h, f->gateway + 8, 4);
+	if ((a ^ g) | (b ^ h))
+		return UINT32_MAX;
+	memcpy(&lo, addr + 12, 4);
+	return ntohl(lo) - f->gw_low;
+}
+
+/* Our gateway or one of our NAT addresses? (addr: 4 or 16 bytes of family; false for a
+ * family not served) */
+bool l3policy_is_own(const struct l3policy *p, int family, const uint8_t *addr);
+
+/* The TCP rules by destination for a served family (v->proto is TCP): TCP, TCP_REPLY (*reply
+ * filled) or DROP_own_address. Counts nothing, and leaves the source to l3policy_tcp; the
+ * system stack's TCP classifier is this. IPv4 inline, IPv6 out of line. */
+enum l3policy_verdict l3policy_tcp_dst6(const struct l3policy *p, const struct pkt_view *v,
+				    struct l3policy_reply *reply);
+
+static inline enum l3policy_verdict l3policy_tcp_dst(const struct l3policy *p,
+						     const struct pkt_view *v,
+						     struct l3policy_reply *reply)
+{
+	const struct l3policy_family *f = &p->f4;
+
+	if (v->family != 4)
+		return l3policy_tcp_dst6(p, v, reply);
+	uint32_t d = l3policy_offset4(f, v->ip + PKT_V4_DST);
+	if (d > p->n_addrs)
+		return L3POLICY_TCP;
+	if (d == 0 || l3policy_offset4(f, v->ip + PKT_V4_SRC) != 0)
+		return L3POLICY_DROP_own_address;
+	for (uint32_t i = 0; i < f->n_lports; i++) {
+		if (v->sport_be == f->lport_be[i]) {
+			reply->nat_index = (uint8_t)(d - 1);
+			reply->listener = (uint8_t)i;
+			return L3POLICY_TCP_REPLY;
+		}
+	}
+	return L3POLICY_DROP_own_address;
+}
+
+/* From one of our NAT addresses (offsets 1..n; the gateway, offset 0, wraps to UINT32_MAX
+ * here: local applications send from it)? Nothing legitimate comes from there: TCP from one
+ * is dropped. */
+static inline bool l3policy_from_nat(const struct l3policy *p, const struct pkt_view *v)
+{
+	if (v->family == 4)
+		return l3policy_offset4(&p->f4, v->ip + PKT_V4_SRC) - 1 < p->n_addrs;
+	return l3policy_offset6(&p->f6, v->ip + PKT_V6_SRC) - 1 < p->n_addrs;
+}
+
+/* All TCP rules for a served family (v->proto is TCP): by destination, then TCP from one of
+ * our NAT addresses is dropped. Counts nothing. */
+static inline enum l3policy_verdict l3policy_tcp(const struct l3policy *p,
+						 const struct pkt_view *v,
+						 struct l3policy_reply *reply)
+{
+	enum l3policy_verdict vd = l3policy_tcp_dst(p, v, reply);
+
+	if (vd == L3POLICY_TCP && l3policy_from_nat(p, v))
+		return L3POLICY_DROP_own_address;
+	return vd;
+}
+
+/* The UDP rules for a served family (v->proto is UDP): DNS, UDP or DROP_own_address. Counts
+ * nothing. */
+static inline enum l3policy_verdict l3policy_udp(const struct l3policy *p,
+						 const struct pkt_view *v)
+{
+	const struct l3policy_family *f = v->family == 4 ? &p->f4 : &p->f6;
+
+	if (p->dns_hijack && v->dport_be == htons(53))
+		return L3POLICY_DNS;
+	uint32_t d = v->family == 4 ? l3policy_offset4(f, v->ip + PKT_V4_DST)
+				    : l3policy_offset6(f, v->ip + PKT_V6_DST);
+	return d > p->n_addrs ? L3POLICY_UDP : L3POLICY_DROP_own_address;
+}
+
+static inline enum l3policy_verdict l3policy_count(struct l3policy_counters *c,
+						   enum l3policy_verdict v)
+{
+	if (l3policy_is_drop(v))
+		ctr_inc(&c->drop[v - L3POLICY_DROP_FIRST]);
+	return v;
+}
+
+/* The whole of l3policy_classify out of line; it calls this for ICMP, other protocols and
+ * unserved families. */
+enum l3policy_verdict l3policy_classify_slow(const struct l3policy *p, const struct pkt_view *v,
+					     struct l3policy_reply *reply,
+					     struct l3policy_counters *c);
+
+/* The verdict for a parsed packet (pkt_parse returned PKT_OK). A drop bumps exactly one of
+ * *c's counters; nothing else is counted (what the stack then does is its own business). */
+static inline enum l3policy_verdict l3policy_classify(const struct l3policy *p,
+						      const struct pkt_view *v,
+						      struct l3policy_reply *reply,
+						      struct l3policy_counters *c)
+{
+	const struct l3policy_family *f = v->family == 4 ? &p->f4 : &p->f6;
+
+	if (!f->enabled)
+		return l3policy_classify_slow(p, v, reply, c);
+	if (v->proto == IPPROTO_TCP)
+		return l3policy_count(c, l3policy_tcp(p, v, reply));
+	if (v->proto == IPPROTO_UDP)
+		return l3policy_count(c, l3policy_udp(p, v));
+	return l3policy_classify_slow(p, v, reply, c);
+}
+
+#endif

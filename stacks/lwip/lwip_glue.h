@@ -1,0 +1,21 @@
+/* lwip_glue.h — the claim that makes one lwIP stack lwIP's owner in this process, and the bytes
+ * lwIP holds (stacks/lwip/lwip_glue.c). The platform functions lwIP itself calls there
+ * (ts_lwip_malloc, ts_lwip_free, ...) are declared by include/arch/cc.h, for lwIP. */
+#ifndef TS_STACKS_LWIP_GLUE_H
+#define TS_STACKS_LWIP_GLUE_H
+
+#include <stdint.h>
+
+struct budget;
+
+/* Make the caller lwIP's one owner in this process: -EBUSY if another owner holds it (nothing
+ * changed then); else lwIP is initialised (the first time) and its allocations are charged to
+ * b until lwip_glue_release. The owner must leave lwIP with no pcb and no netif before it
+ * releases. */
+int lwip_glue_claim(struct budget *b) __attribute__((warn_unused_result));
+void lwip_glue_release(void);
+
+/* The bytes lwIP holds now (any thread). */
+uint64_t lwip_glue_mem_bytes(void);
+
+#endif

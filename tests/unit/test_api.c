@@ -1,0 +1,577 @@
+/* test_api.c — the public C API (include/twinstack.h), as an embedding program uses it:
+ * create/start/stop/wait/free, bad configs, a caller's TUN fd with and without a virtio
+ * header, the socket and log hooks, stats before/while/after running, the same /stats keys
+ * for both stacks, one lwIP proxy per process, and two system-stack proxies in one process
+ * carrying traffic side by side with separate counters.
+ *
+ * Topology of the traffic tests (the test's own namespaces; nothing leaves them):
+ *
+ *   proxy ns (this child)                                   server ns (a grandchild)
+ *   client ─► tsa 198.18.0.1/16 ─► proxy A ┐               lo 10.77.1.2, 10.77.1.3: echo :7000
+ *   client ─► tsb 198.19.0.1/16 ─► proxy B ┤ SO_MARK 1
+ *             (10.77.1.2 via tsa,          └► va 10.77.0.1 ══ veth ══ vb 10.77.0.2
+ *              10.77.1.3 via tsb)              (fwmark 1 → table 100 → via 10.77.0.2)
+ */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/if_tun.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include "twinstack.h"
+#include "netns_child.h"
+
+#define ECHO_PORT 7000
+#define XFER_BYTES (512 * 1024)
+
+/* ---- without root: the library's face ------------------------------------------------------ */
+
+Test(api, version_and_stacks)
+{
+	const char *const *names = ts_stack_names();
+	bool sys = false, lwip = false;
+	size_t n = 0;
+
+	cr_assert_str_eq(ts_version(), TS_VERSION);
+	for (; names[n]; n++) {
+		sys |= strcmp(names[n], "system") == 0;
+		lwip |= strcmp(names[n], "lwip") == 0;
+	}
+	cr_assert(sys && lwip && n == 2, "stacks: %zu", n);
+	cr_assert_eq(ts_stack_names(), names, "a static array");
+}
+
+Test(api, bad_config_names_the_path)
+{
+	struct ts_proxy *p = (struct ts_proxy *)0x1;
+	char err[256] = "";
+	const char *bad = "{\"tun\": {\"mtu\": 1}}";
+
+	cr_assert_eq(ts_proxy_new_json(bad, strlen(bad), &p, err, sizeof(err)), -EINVAL);
+	cr_assert_null(p);
+	cr_assert(strstr(err, "$.tun.mtu") != NULL, "%s", err);
+	cr_assert_eq(ts_proxy_new_json("{", 1, &p, err, sizeof(err)), -EINVAL);
+	cr_assert(err[0] != '\0');
+	/* Not NUL-terminated: only len bytes are read. */
+	cr_assert_eq(ts_proxy_new_json("{}garbage", 2, &p, err, sizeof(err)), 0, "%s", err);
+	ts_proxy_free(p);
+	cr_assert_eq(ts_proxy_new_file("/nonexistent/twinstack.json", &p, err, sizeof(err)),
+		     -ENOENT);
+	cr_assert(strstr(err, "/nonexistent/twinstack.json") != NULL, "%s", err);
+	cr_assert_eq(ts_proxy_new_json(NULL, 5, &p, NULL, 0), -EINVAL); /* errlen 0 is fine */
+}
+
+Test(api, not_started)
+{
+	struct ts_proxy *p;
+	char err[256], *json;
+	size_t len;
+
+	cr_assert_eq(ts_proxy_new_json("{}", 2, &p, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ts_proxy_running(p), 0);
+	cr_assert_eq(ts_proxy_wait(p), -EINVAL);
+	ts_proxy_stop(p); /* a no-op, and forgotten */
+	cr_assert_eq(ts_proxy_set_tun_fd(p, -1), -EBADF);
+	cr_assert_eq(ts_proxy_stats_json(p, &json, &len), 0);
+	cr_assert_eq(strlen(json), len);
+	cJSON *doc = cJSON_Parse(json);
+	cr_assert_not_null(doc);
+	cr_assert_str_eq(cJSON_GetObjectItem(doc, "stack")->valuestring, "system");
+	cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "tun"), "owner")->valuestring,
+			 "none");
+	cJSON_Delete(doc);
+	ts_free(json);
+	ts_proxy_free(p);
+	ts_proxy_free(NULL);
+}
+
+/* ---- helpers for the namespace scenarios --------------------------------------------------- */
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+	char cmd[512];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	CHECK(st == 0, "'%s' exited %d", cmd, st);
+}
+
+static struct ts_proxy *new_proxy(const char *json)
+{
+	struct ts_proxy *p = NULL;
+	char err[512];
+	int ret = ts_proxy_new_json(json, strlen(json), &p, err, sizeof(err));
+
+	CHECK(ret == 0, "new: %s", err);
+	return p;
+}
+
+static void start(struct ts_proxy *p)
+{
+	char err[512] = "";
+	int ret = ts_proxy_start(p, err, sizeof(err));
+
+	CHECK(ret == 0, "start: %d %s", ret, err);
+}
+
+static cJSON *stats(struct ts_proxy *p)
+{
+	char *json = NULL;
+	size_t len = 0;
+	int ret = ts_proxy_stats_json(p, &json, &len);
+	cJSON *doc;
+
+	CHECK(ret == 0, "stats: %d", ret);
+	doc = cJSON_Parse(json);
+	CHECK(doc != NULL, "stats JSON does not parse: %.200s", json);
+	ts_free(json);
+	return doc;
+}
+
+/* The value at a dotted key: the document nests by the dots ("tun.owner"). */
+static cJSON *at(cJSON *doc, const char *key)
+{
+	char part[128];
+	const char *dot;
+
+	while (doc && (dot = strchr(key, '.')) != NULL) {
+		snprintf(part, sizeof(part), "%.*s", (int)(dot - key), key);
+		doc = cJSON_GetObjectItem(doc, part);
+		key = dot + 1;
+	}
+	return doc ? cJSON_GetObjectItem(doc, key) : NULL;
+}
+
+static double num(cJSON *doc, const char *key)
+{
+	cJSON *v = at(doc, key);
+	CHECK(cJSON_IsNumber(v), "no number %s", key);
+	return v->valuedouble;
+}
+
+static const char *str(cJSON *doc, const char *key)
+{
+	cJSON *v = at(doc, key);
+	CHECK(cJSON_IsString(v), "no string %s", key);
+	return v->valuestring;
+}
+
+/* A TUN opened the way an embedding program (or Android's VpnService) does. vnet_sz 0: none. */
+static int open_tun(const char *name, int vnet_sz)
+{
+	struct ifreq ifr;
+	int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+
+	CHECK(fd >= 0, "open /dev/net/tun: %s", strerror(errno));
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+	ifr.ifr_flags = IFF_TUN | IFF_NO_PI | (vnet_sz ? IFF_VNET_HDR : 0);
+	CHECK(ioctl(fd, TUNSETIFF, &ifr) == 0, "TUNSETIFF: %s", strerror(errno));
+	if (vnet_sz) {
+		unsigned off = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
+		CHECK(ioctl(fd, TUNSETVNETHDRSZ, &vnet_sz) == 0, "%s", strerror(errno));
+		CHECK(ioctl(fd, TUNSETOFFLOAD, off) == 0, "TUNSETOFFLOAD: %s", strerror(errno));
+	}
+	return fd;
+}
+
+static const char sys_cfg_fmt[] =
+	"{\"stack\": \"%s\", \"log\": {\"level\": \"warn\"},"
+	" \"tun\": {\"name\": \"%s\", \"address\": \"%s\"%s},"
+	" \"outbounds\": [{\"tag\": \"direct\", \"type\": \"direct\", \"routing_mark\": 1}]}";
+
+/* A caller's TUN: no name in the config. */
+static const char caller_cfg_fmt[] =
+	"{\"log\": {\"level\": \"warn\"}, \"tun\": {\"address\": \"%s\"%s},"
+	" \"outbounds\": [{\"tag\": \"direct\", \"type\": \"direct\", \"routing_mark\": 1}]}";
+
+/* ---- lifecycle -------------------------------------------------------------------------- */
+
+static _Atomic int log_lines, ready_lines;
+static struct ts_proxy *sig_proxy;
+
+static void count_log(void *arg, int level, const char *line, size_t len)
+{
+	(void)arg;
+	atomic_fetch_add(&log_lines, 1);
+	if (strstr(line, "ready") && strlen(line) == len && line[len - 1] != '\n' &&
+	    level == TS_LOG_INFO)
+		atomic_fetch_add(&ready_lines, 1);
+}
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	ts_proxy_stop(sig_proxy);
+}
+
+static void lifecycle(void)
+{
+	char cfg[1024], err[256];
+	struct ts_proxy *p;
+	cJSON *doc;
+
+	snprintf(cfg, sizeof(cfg),
+		 "{\"log\": {\"level\": \"info\"}, \"tun\": {\"name\": \"tlc0\","
+		 " \"address\": \"198.18.0.1/15\"}}");
+	p = new_proxy(cfg);
+	CHECK(ts_proxy_set_log(p, count_log, NULL) == 0, "set_log");
+	start(p);
+	CHECK(ts_proxy_running(p) == 1, "running");
+	CHECK(atomic_load(&ready_lines) == 1, "one ready line through the callback (%d lines)",
+	      atomic_load(&log_lines));
+	CHECK(ts_proxy_set_log(p, NULL, NULL) == -EBUSY, "set_log after start");
+	CHECK(ts_proxy_set_socket_hook(p, NULL, NULL) == -EBUSY, "hook after start");
+	CHECK(ts_proxy_set_tun_fd(p, 0) == -EBUSY, "fd after start");
+	CHECK(ts_proxy_start(p, err, sizeof(err)) == -EALREADY, "second start");
+	CHECK(access("/sys/class/net/tlc0", F_OK) == 0, "the proxy's TUN exists");
+	doc = stats(p);
+	CHECK(strcmp(str(doc, "tun.owner"), "proxy") == 0, "owner");
+	CHECK(num(doc, "tun.queues") == 1, "queues");
+	cJSON_Delete(doc);
+	/* Stop from a signal handler, twice: idempotent. */
+	sig_proxy = p;
+	signal(SIGUSR1, on_usr1);
+	raise(SIGUSR1);
+	raise(SIGUSR1);
+	CHECK(ts_proxy_wait(p) == 0, "stopped on request");
+	CHECK(ts_proxy_wait(p) == 0, "wait again");
+	CHECK(ts_proxy_running(p) == 0, "not running");
+	ts_proxy_stop(p);
+	doc = stats(p); /* the final figures */
+	CHECK(strcmp(str(doc, "stack"), "system") == 0, "stack");
+	cJSON_Delete(doc);
+	ts_proxy_free(p);
+	CHECK(access("/sys/class/net/tlc0", F_OK) != 0, "the TUN is gone after free");
+}
+
+Test(api, lifecycle, .timeout = 30)
+{
+	run_in_netns(lifecycle);
+}
+
+/* ---- a caller's TUN fd ---------------------------------------------------------------------- */
+
+static void caller_fd(void)
+{
+	char cfg[1024], err[256], buf[64] = "";
+	struct ts_proxy *p;
+	cJSON *doc;
+	int fd, sfd;
+
+	/* Per-packet fd; the caller's txqueuelen must survive a config that asks for another. */
+	fd = open_tun("tcf0", 0);
+	sh("ip link set tcf0 txqueuelen 777 up && ip addr add 198.18.0.1/15 dev tcf0");
+	snprintf(cfg, sizeof(cfg), caller_cfg_fmt, "198.18.0.1/15", ", \"txqueuelen\": 5000");
+	p = new_proxy(cfg);
+	CHECK(ts_proxy_set_tun_fd(p, fd) == 0, "set fd");
+	start(p);
+	doc = stats(p);
+	CHECK(strcmp(str(doc, "tun.owner"), "caller") == 0, "owner");
+	CHECK(strcmp(str(doc, "tun.io_mode"), "per-packet") == 0, "mode %s",
+	      str(doc, "tun.io_mode"));
+	CHECK(strstr(str(doc, "tun.unavailable"), "tun.txqueuelen") != NULL, "unavailable: %s",
+	      str(doc, "tun.unavailable"));
+	cJSON_Delete(doc);
+	ts_proxy_free(p);
+	CHECK(fcntl(fd, F_GETFD) >= 0, "the caller's fd stays open");
+	sfd = open("/sys/class/net/tcf0/tx_queue_len", O_RDONLY);
+	CHECK(sfd >= 0 && read(sfd, buf, sizeof(buf) - 1) > 0, "tx_queue_len");
+	close(sfd);
+	CHECK(atoi(buf) == 777, "txqueuelen changed to %s", buf);
+
+	/* offload "on" cannot be honoured on an fd without IFF_VNET_HDR. */
+	snprintf(cfg, sizeof(cfg), caller_cfg_fmt, "198.18.0.1/15", ", \"offload\": \"on\"");
+	p = new_proxy(cfg);
+	CHECK(ts_proxy_set_tun_fd(p, fd) == 0, "set fd");
+	CHECK(ts_proxy_start(p, err, sizeof(err)) == -EINVAL, "offload on, plain fd");
+	CHECK(strstr(err, "IFF_VNET_HDR") != NULL, "%s", err);
+	ts_proxy_free(p);
+	close(fd);
+
+	/* Not a TUN at all. */
+	p = new_proxy("{}");
+	CHECK(ts_proxy_set_tun_fd(p, STDERR_FILENO) == 0, "set fd");
+	CHECK(ts_proxy_start(p, err, sizeof(err)) == -EBADF, "not a TUN: %s", err);
+	ts_proxy_free(p);
+}
+
+Test(api, caller_fd, .timeout = 30)
+{
+	run_in_netns(caller_fd);
+}
+
+/* ---- the same /stats keys for both stacks; one lwIP proxy per process ------------------------ */
+
+static cJSON *keys_of(const char *stack, const char *tun)
+{
+	char cfg[1024];
+	struct ts_proxy *p;
+	cJSON *doc;
+
+	snprintf(cfg, sizeof(cfg), sys_cfg_fmt, stack, tun, "198.18.0.1/15", "");
+	p = new_proxy(cfg);
+	start(p);
+	doc = stats(p);
+	ts_proxy_free(p);
+	return doc;
+}
+
+/* Every leaf key of doc, dotted, into keys (one string, each key followed by '\n'). */
+static void leaves(cJSON *doc, const char *prefix, char *keys, size_t cap, int *n)
+{
+	cJSON *e;
+
+	cJSON_ArrayForEach(e, doc) {
+		char k[256];
+		snprintf(k, sizeof(k), "%s%s%s", prefix, prefix[0] ? "." : "", e->string);
+		/* Each stack's own detailed counters, for diagnosis (docs/config.md, "stats"). */
+		if (strcmp(k, "stack_counters") == 0)
+			continue;
+		if (cJSON_IsObject(e)) {
+			leaves(e, k, keys, cap, n);
+		} else {
+			size_t l = strlen(keys);
+			snprintf(keys + l, cap - l, "%s\n", k);
+			(*n)++;
+		}
+	}
+}
+
+static void same_keys(void)
+{
+	cJSON *a = keys_of("system", "tks0"), *b = keys_of("lwip", "tks1");
+	static char ka[65536], kb[65536];
+	int na = 0, nb = 0;
+
+	leaves(a, "", ka, sizeof(ka), &na);
+	leaves(b, "", kb, sizeof(kb), &nb);
+	size_t i = 0;
+	while (ka[i] && ka[i] == kb[i])
+		i++;
+	while (i > 0 && ka[i - 1] != '\n')
+		i--;
+	CHECK(strcmp(ka, kb) == 0, "the key lists differ: system has %.60s, lwip %.60s", ka + i,
+	      kb + i);
+	CHECK(na == nb && na > 50, "%d and %d keys", na, nb);
+	CHECK(strcmp(str(b, "stack"), "lwip") == 0, "stack");
+	cJSON_Delete(a);
+	cJSON_Delete(b);
+}
+
+Test(api, same_stats_keys_for_both_stacks, .timeout = 30)
+{
+	run_in_netns(same_keys);
+}
+
+static void one_lwip(void)
+{
+	char cfg[1024], err[512] = "";
+	struct ts_proxy *a, *b;
+
+	snprintf(cfg, sizeof(cfg), sys_cfg_fmt, "lwip", "tlw0", "198.18.0.1/16", "");
+	a = new_proxy(cfg);
+	start(a);
+	snprintf(cfg, sizeof(cfg), sys_cfg_fmt, "lwip", "tlw1", "198.19.0.1/16", "");
+	b = new_proxy(cfg);
+	CHECK(ts_proxy_start(b, err, sizeof(err)) == -EBUSY, "second lwIP proxy: %s", err);
+	CHECK(strstr(err, "lwIP") != NULL || strstr(err, "lwip") != NULL, "%s", err);
+	CHECK(ts_proxy_running(a) == 1, "the first one still runs");
+	ts_proxy_free(b);
+	ts_proxy_free(a);
+	/* The first gone, a new one can start. */
+	b = new_proxy(cfg);
+	start(b);
+	ts_proxy_free(b);
+}
+
+Test(api, one_lwip_proxy_per_process, .timeout = 30)
+{
+	run_in_netns(one_lwip);
+}
+
+/* ---- two system-stack proxies with traffic ------------------------------------------------- */
+
+/* The server namespace: echo every connection back until EOF, one at a time, forever. */
+static void echo_server(int ready_fd, int go_fd)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(ECHO_PORT) };
+	char c, buf[65536];
+	int one = 1, ls;
+
+	if (unshare(CLONE_NEWNET) != 0)
+		_exit(3);
+	(void)!write(ready_fd, "r", 1);
+	if (read(go_fd, &c, 1) != 1)
+		_exit(4);
+	if (system("ip link set lo up && ip link set vb up && ip addr add 10.77.0.2/24 dev vb &&"
+		   " ip addr add 10.77.1.2/32 dev lo && ip addr add 10.77.1.3/32 dev lo") != 0)
+		_exit(5);
+	ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(ls, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(ls, 16) != 0)
+		_exit(6);
+	(void)!write(ready_fd, "l", 1);
+	for (;;) {
+		int c2 = accept(ls, NULL, NULL);
+		ssize_t n;
+		if (c2 < 0)
+			continue;
+		while ((n = read(c2, buf, sizeof(buf))) > 0)
+			if (write(c2, buf, (size_t)n) != n)
+				break;
+		close(c2);
+	}
+}
+
+/* Send XFER_BYTES of a pattern to dst:ECHO_PORT and read them back, both at once. Returns
+ * 0 when every byte came back intact, else -errno or -EPROTO. */
+static int echo_through(const char *dst, uint8_t seed)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(ECHO_PORT) };
+	static uint8_t out[XFER_BYTES], in[XFER_BYTES];
+	size_t sent = 0, got = 0;
+	int fd, ret = 0;
+
+	for (size_t i = 0; i < sizeof(out); i++)
+		out[i] = (uint8_t)(i * 31 + seed + (i >> 12));
+	inet_pton(AF_INET, dst, &sa.sin_addr);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		ret = -errno;
+		goto out;
+	}
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	while (got < sizeof(in)) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN | (sent < sizeof(out) ? POLLOUT : 0) };
+		if (poll(&pf, 1, 5000) <= 0) {
+			ret = -ETIMEDOUT;
+			goto out;
+		}
+		if (pf.revents & POLLOUT) {
+			ssize_t n = write(fd, out + sent, sizeof(out) - sent);
+			if (n > 0 && (sent += (size_t)n) == sizeof(out))
+				shutdown(fd, SHUT_WR);
+		}
+		if (pf.revents & (POLLIN | POLLHUP | POLLERR)) {
+			ssize_t n = read(fd, in + got, sizeof(in) - got);
+			if (n == 0 || (n < 0 && errno != EAGAIN)) {
+				ret = n == 0 ? -EPROTO : -errno;
+				goto out;
+			}
+			if (n > 0)
+				got += (size_t)n;
+		}
+	}
+	ret = memcmp(in, out, sizeof(in)) == 0 ? 0 : -EPROTO;
+out:
+	close(fd);
+	return ret;
+}
+
+static _Atomic int hook_calls, hook_refuse;
+
+static int sock_hook(void *arg, int fd, int family, int type)
+{
+	int mark = 0;
+	socklen_t len = sizeof(mark);
+
+	(void)arg;
+	/* Called after the mark was applied, before connect. */
+	if (getsockopt(fd, SOL_SOCKET, SO_MARK, &mark, &len) != 0 || mark != 1 ||
+	    family != AF_INET || type != SOCK_STREAM)
+		return -EINVAL;
+	atomic_fetch_add(&hook_calls, 1);
+	return atomic_load(&hook_refuse) ? -EPERM : 0;
+}
+
+static void two_proxies(void)
+{
+	int ready[2], go[2], tunfd, ret;
+	char cfg[1024], c;
+	struct ts_proxy *a, *b;
+	cJSON *sa, *sb;
+	pid_t srv;
+
+	CHECK(pipe2(ready, O_CLOEXEC) == 0 && pipe2(go, O_CLOEXEC) == 0, "pipes");
+	write_text("/proc/sys/net/ipv4/conf/all/rp_filter", "0");
+	write_text("/proc/sys/net/ipv4/conf/default/rp_filter", "0");
+	sh("ip link set lo up && ip link add va type veth peer name vb");
+	if ((srv = fork()) == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		echo_server(ready[1], go[0]);
+	}
+	CHECK(read(ready[0], &c, 1) == 1, "server namespace");
+	sh("ip link set vb netns %d", (int)srv);
+	CHECK(write(go[1], "g", 1) == 1, "go");
+	sh("ip link set va up && ip addr add 10.77.0.1/24 dev va && ip rule add fwmark 1 table 100"
+	   " && ip route add 10.77.1.0/24 via 10.77.0.2 table 100");
+	CHECK(read(ready[0], &c, 1) == 1 && c == 'l', "server listening");
+
+	/* A: the library opens its TUN. B: the caller's fd, with a 12-byte virtio header. */
+	snprintf(cfg, sizeof(cfg), sys_cfg_fmt, "system", "tsa", "198.18.0.1/16", "");
+	a = new_proxy(cfg);
+	CHECK(ts_proxy_set_socket_hook(a, sock_hook, NULL) == 0, "hook");
+	start(a);
+	tunfd = open_tun("tsb", 12);
+	sh("ip link set tsb up && ip addr add 198.19.0.1/16 dev tsb");
+	snprintf(cfg, sizeof(cfg), caller_cfg_fmt, "198.19.0.1/16", "");
+	b = new_proxy(cfg);
+	CHECK(ts_proxy_set_tun_fd(b, tunfd) == 0, "fd");
+	start(b);
+	sh("ip route add 10.77.1.2/32 dev tsa && ip route add 10.77.1.3/32 dev tsb");
+
+	for (int i = 0; i < 3; i++)
+		CHECK((ret = echo_through("10.77.1.2", (uint8_t)i)) == 0, "via A: %d", ret);
+	for (int i = 0; i < 2; i++)
+		CHECK((ret = echo_through("10.77.1.3", (uint8_t)(7 + i))) == 0, "via B: %d", ret);
+	CHECK(atomic_load(&hook_calls) == 3, "hook called %d times", atomic_load(&hook_calls));
+	/* The hook says no: the session is refused, the app sees a reset, not a hang. */
+	atomic_store(&hook_refuse, 1);
+	ret = echo_through("10.77.1.2", 99);
+	CHECK(ret == -ECONNRESET || ret == -EPROTO || ret == -ECONNREFUSED,
+	      "a refused socket: %d", ret);
+
+	sa = stats(a);
+	sb = stats(b);
+	CHECK(num(sa, "sessions.total") == 4, "A sessions %g", num(sa, "sessions.total"));
+	CHECK(num(sb, "sessions.total") == 2, "B sessions %g", num(sb, "sessions.total"));
+	CHECK(num(sa, "relay.bytes_up") == 3.0 * XFER_BYTES, "A up %g",
+	      num(sa, "relay.bytes_up"));
+	CHECK(num(sb, "relay.bytes_down") == 2.0 * XFER_BYTES, "B down %g",
+	      num(sb, "relay.bytes_down"));
+	CHECK(strcmp(str(sb, "tun.io_mode"), "offload") == 0, "B mode");
+	CHECK(strcmp(str(sb, "tun.owner"), "caller") == 0, "B owner");
+	cJSON_Delete(sa);
+	cJSON_Delete(sb);
+	ts_proxy_stop(a);
+	CHECK(ts_proxy_wait(a) == 0, "A stopped");
+	/* B is untouched by A's stop. */
+	CHECK((ret = echo_through("10.77.1.3", 42)) == 0, "via B after A stopped: %d", ret);
+	ts_proxy_free(a);
+	ts_proxy_free(b);
+	close(tunfd);
+	kill(srv, SIGKILL);
+	waitpid(srv, NULL, 0);
+}
+
+Test(api, two_system_proxies_in_one_process, .timeout = 60)
+{
+	run_in_netns(two_proxies);
+}

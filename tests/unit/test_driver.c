@@ -1,0 +1,911 @@
+/* test_driver.c — the TUN driver's loop (core/driver.c): read, hand each packet to the input
+ * function, act on its verdict in the same pass, count.
+ *
+ *   socketpair(AF_UNIX, SOCK_SEQPACKET) as a stand-in TUN fd (one packet per read and write,
+ *   non-blocking, no root): the three verdicts (write back N bytes with the header it came
+ *   with or a zeroed one, UDP hand-off, done), batches bounded at DRIVER_BATCH with one clock
+ *   read and one batch_end per batch, the readiness edge on a real event loop, EAGAIN on an
+ *   empty queue not counted, read errors and empty reads counted, failed writes (a full
+ *   socket buffer) counted in tx_dropped; with the 10-byte virtio_net_hdr: the header turned
+ *   into pkt_meta, bad headers dropped before the stack sees them, a TCP GSO super-packet
+ *   written back whole with its header, a DATA_VALID super-packet made partial.
+ *
+ *   A real TUN in a fresh network namespace (tests/unit/netns_child.h): a local UDP socket's
+ *   datagrams to a peer behind the TUN are reflected by the input function and come back to
+ *   it; a packet the kernel refuses is a tx_dropped; with offload, a UDP GSO super-datagram
+ *   read from the TUN is written back whole and the kernel segments it.
+ *
+ * Offload rewriting and the UDP split are covered by test_offload.c and test_tun_vnet.c; here
+ * every counter is checked against what the callbacks saw, by exact amounts.
+ */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "core/config.h"
+#include "core/driver.h"
+#include "core/pkt.h"
+#include "core/tun.h"
+#include "netns_child.h"
+#include "testutil.h"
+
+#define MAX_SEEN 128
+#define VH TUN_VNET_HDR_LEN
+
+/* What the input function does with the next packet. */
+struct step {
+	enum driver_verdict v;
+	size_t out_len;   /* DRIVER_WRITE: 0 = the packet's own length */
+	bool plain;
+	bool reflect;     /* swap IPv4 addresses and ports in place (checksums stay valid) */
+	bool corrupt;     /* DRIVER_WRITE: make the version nibble invalid (a TUN refuses it) */
+};
+
+/* What the driver handed to the callbacks. */
+struct seen {
+	const struct step *script; /* per input, in order; NULL: script_default for every one */
+	int n_script;
+	struct step script_default;
+	int inputs;
+	size_t in_len[MAX_SEEN];
+	uint8_t in_first[MAX_SEEN];   /* the first payload byte of a built packet: its index */
+	int64_t in_now[MAX_SEEN];
+	struct pkt_meta meta[MAX_SEEN];
+	uint64_t in_bytes;
+	int batches;
+	int64_t batch_now;
+	int udp;
+	size_t udp_len[MAX_SEEN];
+	uint64_t udp_bytes;
+	int udp_view_bad;  /* UDP hand-offs whose view is not the datagram's own parse */
+	uint8_t udp_first[MAX_SEEN]; /* the first payload byte of each datagram handed on */
+};
+
+static void reflect4(uint8_t *p)
+{
+	uint8_t t[4];
+	size_t l3 = (size_t)(p[0] & 0x0f) * 4;
+
+	memcpy(t, p + 12, 4);
+	memcpy(p + 12, p + 16, 4);
+	memcpy(p + 16, t, 4);
+	memcpy(t, p + l3, 2);
+	memcpy(p + l3, p + l3 + 2, 2);
+	memcpy(p + l3 + 2, t, 2);
+}
+
+static enum driver_verdict in_fn(void *arg, uint8_t *buf, size_t len, const struct pkt_meta *m,
+				 int64_t now, size_t *out_len, bool *plain, struct pkt_view *view)
+{
+	struct seen *s = arg;
+	int i = s->inputs++;
+	const struct step *st = s->script && i < s->n_script ? &s->script[i] : &s->script_default;
+
+	if (i < MAX_SEEN) {
+		s->in_len[i] = len;
+		s->in_first[i] = len > 28 ? buf[28] : 0;
+		s->in_now[i] = now;
+		s->meta[i] = *m;
+	}
+	s->in_bytes += len;
+	/* A stack hands its parse on with a UDP verdict; these tests send only parsable UDP. */
+	if (st->v == DRIVER_UDP && pkt_parse(view, buf, len) != PKT_OK)
+		return DRIVER_DONE;
+	if (st->v != DRIVER_WRITE)
+		return st->v;
+	if (st->reflect)
+		reflect4(buf);
+	if (st->corrupt)
+		buf[0] = 0x05;
+	*out_len = st->out_len ? st->out_len : len;
+	*plain = st->plain;
+	return DRIVER_WRITE;
+}
+
+static void batch_fn(void *arg, int64_t now)
+{
+	struct seen *s = arg;
+	s->batches++;
+	s->batch_now = now;
+}
+
+/* The view that comes with a datagram must be what parsing that datagram gives. */
+static bool view_is_parse(const uint8_t *pkt, size_t len, const struct pkt_view *v)
+{
+	struct pkt_view p;
+
+	/* pkt_parse only reads (it takes a mutable buffer for the stacks' in-place rewrites). */
+	if (pkt_parse(&p, (uint8_t *)pkt, len) != PKT_OK)
+		return false;
+	return v->ip == pkt && v->l4 == p.l4 && v->len == p.len &&
+	       v->l4_len == p.l4_len && v->l3_len == p.l3_len && v->family == p.family &&
+	       v->proto == p.proto && v->sport_be == p.sport_be && v->dport_be == p.dport_be;
+}
+
+static void udp_fn(void *arg, const uint8_t *pkt, size_t len, const struct pkt_view *view,
+		   int64_t now)
+{
+	struct seen *s = arg;
+	(void)now;
+	if (s->udp < MAX_SEEN) {
+		s->udp_len[s->udp] = len;
+		s->udp_first[s->udp] = len > view->l3_len + 8u ? pkt[view->l3_len + 8] : 0;
+	}
+	if (!view_is_parse(pkt, len, view))
+		s->udp_view_bad++;
+	s->udp++;
+	s->udp_bytes += len;
+}
+
+static const struct driver_ops ops = { .input = in_fn, .batch_end = batch_fn, .udp = udp_fn };
+static const struct driver_ops ops_no_udp = { .input = in_fn, .batch_end = batch_fn };
+
+static uint64_t ctr_at(const struct driver *d, size_t off)
+{
+	return ctr_get((const ctr_t *)((const char *)driver_get_counters(d) + off));
+}
+#define CTR(d, name) ctr_at(d, offsetof(struct driver_counters, name))
+
+/* ---- the socketpair stand-in (parent side, Criterion assertions) ---- */
+
+struct rig {
+	struct event_base *base;
+	struct driver *d;
+	int dfd, pfd; /* the driver's end, the peer's end */
+	size_t hlen;  /* header bytes per frame: 0, or the device's vnet header size */
+	struct seen s;
+};
+
+/* hlen: 0 (per-packet) or the vnet header size of the stand-in device (10, 12, ...). */
+static void rig_open_hdr(struct rig *r, size_t hlen, const struct driver_ops *o)
+{
+	int sv[2];
+	struct driver_params p = { .mtu = 1500, .vnet_hdr = hlen != 0,
+				   .vnet_hdr_len = (uint32_t)hlen };
+
+	memset(r, 0, sizeof(*r));
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+	r->dfd = p.fd = sv[0];
+	r->pfd = sv[1];
+	r->base = event_base_new();
+	cr_assert(r->base);
+	cr_assert_eq(driver_new(r->base, &p, o, &r->s, NULL, &r->d), 0);
+	cr_assert_eq(driver_offload(r->d), hlen != 0);
+	r->hlen = hlen;
+}
+
+static void rig_open(struct rig *r, bool vnet, const struct driver_ops *o)
+{
+	rig_open_hdr(r, vnet ? VH : 0, o);
+}
+
+static void rig_close(struct rig *r)
+{
+	driver_free(r->d);
+	event_base_free(r->base);
+	close(r->dfd);
+	if (r->pfd >= 0)
+		close(r->pfd);
+}
+
+/* A UDP packet 10.0.0.2:4000 -> 10.0.0.1:53 whose first payload byte is idx. */
+static size_t udp_pkt(uint8_t *buf, size_t cap, size_t payload, uint8_t idx)
+{
+	uint8_t pl[2048];
+	struct tu_spec s;
+
+	cr_assert_leq(payload, sizeof(pl));
+	tu_fill_pattern(pl, payload, idx);
+	pl[0] = idx;
+	tu_spec_udp(&s, "10.0.0.2", 4000, "10.0.0.1", 53);
+	s.payload = pl;
+	s.payload_len = payload;
+	return tu_build(&s, buf, cap);
+}
+
+static void put_le16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void peer_send(struct rig *r, const struct pkt_meta *m, const uint8_t *pkt, size_t len)
+{
+	uint8_t frame[TUN_VNET_HDR_MAX + TU_PKT_MAX];
+	size_t h = r->hlen;
+
+	memset(frame, 0, h);
+	if (m) { /* the virtio_net_hdr layout, little-endian fields (TUNSETVNETLE) */
+		frame[0] = m->flags;
+		frame[1] = m->gso_type;
+		put_le16(frame + 2, m->hdr_len);
+		put_le16(frame + 4, m->gso_size);
+		put_le16(frame + 6, m->csum_start);
+		put_le16(frame + 8, m->csum_offset);
+	}
+	cr_assert_leq(len, TU_PKT_MAX);
+	memcpy(frame + h, pkt, len);
+	cr_assert_eq(send(r->pfd, frame, h + len, 0), (ssize_t)(h + len), "send: %s",
+		     strerror(errno));
+}
+
+/* The next frame the driver wrote, or -1 when there is none. */
+static ssize_t peer_recv(struct rig *r, uint8_t *buf, size_t cap)
+{
+	ssize_t n = recv(r->pfd, buf, cap, MSG_DONTWAIT);
+
+	cr_assert(n >= 0 || errno == EAGAIN, "recv: %s", strerror(errno));
+	return n;
+}
+
+static uint16_t le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+TestSuite(driver, .timeout = 10);
+
+/* One batch of four packets, one verdict each: write back N bytes of the rewritten packet
+ * (with a rewrite counted), write back a packet the stack built (plain: no rewrite counted),
+ * hand to the UDP path, done. Then UDP verdicts without a UDP path: counted drops. */
+Test(driver, verdicts_in_one_pass)
+{
+	static const struct step script[] = {
+		{ .v = DRIVER_WRITE, .out_len = 60, .reflect = true },
+		{ .v = DRIVER_WRITE, .plain = true },
+		{ .v = DRIVER_UDP },
+		{ .v = DRIVER_DONE },
+	};
+	uint8_t pkt[4][2048], got[2048];
+	size_t len[4], sum = 0;
+	struct rig r;
+
+	rig_open(&r, false, &ops);
+	r.s.script = script;
+	r.s.n_script = 4;
+	for (int i = 0; i < 4; i++) {
+		len[i] = udp_pkt(pkt[i], sizeof(pkt[i]), 100 + 200 * (size_t)i, (uint8_t)i);
+		peer_send(&r, NULL, pkt[i], len[i]);
+		sum += len[i];
+	}
+	cr_assert_eq(driver_poll(r.d), 4);
+	cr_assert_eq(r.s.inputs, 4);
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(r.s.in_len[i], len[i], "packet %d length", i);
+		cr_assert_eq(r.s.in_first[i], i, "packet %d in order", i);
+		cr_assert_eq(r.s.in_now[i], r.s.batch_now, "one clock read per batch");
+		cr_assert_eq(r.s.meta[i].flags | r.s.meta[i].gso_type, 0, "no metadata");
+	}
+	cr_assert_eq(r.s.batches, 1);
+	/* The first: exactly 60 bytes of the packet as the input function left it. */
+	reflect4(pkt[0]);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), 60);
+	cr_assert_eq(memcmp(got, pkt[0], 60), 0);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)len[1]);
+	cr_assert_eq(memcmp(got, pkt[1], len[1]), 0);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), -1, "UDP and DONE write nothing");
+	cr_assert_eq(r.s.udp, 1);
+	cr_assert_eq(r.s.udp_len[0], len[2]);
+	cr_assert_eq(r.s.udp_view_bad, 0, "the input's view came with the datagram");
+	cr_assert_eq(CTR(r.d, rx_packets), 4);
+	cr_assert_eq(CTR(r.d, rx_bytes), sum);
+	cr_assert_eq(CTR(r.d, tx_packets), 2);
+	cr_assert_eq(CTR(r.d, tx_bytes), 60 + len[1]);
+	cr_assert_eq(CTR(r.d, rewrites), 1, "a plain write is not a rewrite");
+	cr_assert_eq(CTR(r.d, tx_dropped) + CTR(r.d, rx_errors) + CTR(r.d, udp_no_path), 0);
+	rig_close(&r);
+
+	/* Without a UDP path a UDP verdict is a counted drop. */
+	rig_open(&r, false, &ops_no_udp);
+	r.s.script_default.v = DRIVER_UDP;
+	for (int i = 0; i < 3; i++)
+		peer_send(&r, NULL, pkt[i], len[i]);
+	cr_assert_eq(driver_poll(r.d), 3);
+	cr_assert_eq(CTR(r.d, udp_no_path), 3);
+	cr_assert_eq(CTR(r.d, tx_packets), 0);
+	rig_close(&r);
+}
+
+/* DRIVER_BATCH packets per poll at most; batch_end once per poll; EAGAIN ends a batch and is
+ * not an error. */
+Test(driver, batches_bounded_with_one_batch_end_each)
+{
+	const int n = DRIVER_BATCH + 7;
+	uint8_t pkt[256];
+	struct rig r;
+
+	rig_open(&r, false, &ops);
+	r.s.script_default.v = DRIVER_DONE;
+	for (int i = 0; i < n; i++)
+		peer_send(&r, NULL, pkt, udp_pkt(pkt, sizeof(pkt), 20, (uint8_t)i));
+	cr_assert_eq(driver_poll(r.d), DRIVER_BATCH);
+	cr_assert_eq(r.s.inputs, DRIVER_BATCH);
+	cr_assert_eq(r.s.batches, 1);
+	cr_assert_eq(driver_poll(r.d), 7);
+	cr_assert_eq(r.s.inputs, n);
+	cr_assert_eq(r.s.batches, 2);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(r.s.in_first[i], i, "packet %d in order", i);
+	cr_assert_eq(r.s.in_now[DRIVER_BATCH], r.s.batch_now, "the second batch's clock");
+	cr_assert_eq(driver_poll(r.d), 0, "empty queue");
+	cr_assert_eq(r.s.batches, 3);
+	cr_assert_eq(CTR(r.d, rx_packets), (uint64_t)n);
+	cr_assert_eq(CTR(r.d, rx_bytes), r.s.in_bytes);
+	cr_assert_eq(CTR(r.d, rx_errors), 0, "EAGAIN is not an error");
+	rig_close(&r);
+}
+
+/* On the loop: each readiness callback drains one bounded batch, then yields (one pass of
+ * the loop, EVLOOP_ONCE, runs the callback once). */
+Test(driver, readiness_edge_reads_one_batch)
+{
+	const int n = DRIVER_BATCH + 5;
+	uint8_t pkt[256];
+	struct rig r;
+
+	rig_open(&r, false, &ops);
+	r.s.script_default.v = DRIVER_DONE;
+	cr_assert_eq(event_base_loop(r.base, EVLOOP_ONCE | EVLOOP_NONBLOCK), 0);
+	cr_assert_eq(r.s.batches, 0, "nothing readable, no callback");
+	for (int i = 0; i < n; i++)
+		peer_send(&r, NULL, pkt, udp_pkt(pkt, sizeof(pkt), 20, (uint8_t)i));
+	cr_assert_eq(event_base_loop(r.base, EVLOOP_ONCE | EVLOOP_NONBLOCK), 0);
+	cr_assert_eq(r.s.inputs, DRIVER_BATCH);
+	cr_assert_eq(r.s.batches, 1);
+	cr_assert_eq(event_base_loop(r.base, EVLOOP_ONCE | EVLOOP_NONBLOCK), 0);
+	cr_assert_eq(r.s.inputs, n);
+	cr_assert_eq(r.s.batches, 2);
+	rig_close(&r);
+}
+
+/* A full device queue (here: a full socket buffer) makes writes fail with EAGAIN: each failure
+ * is one tx_dropped, the caller never blocks, a failed write-back is no rewrite, and writes
+ * succeed again once the queue drains. A closed peer: an error, dropped as well. */
+Test(driver, failed_writes_counted_in_tx_dropped)
+{
+	int small = 1, ok = 0, failed = 0, ret = 0;
+	uint8_t pkt[256], got[256];
+	size_t len = udp_pkt(pkt, sizeof(pkt), 100, 1);
+	struct rig r;
+
+	signal(SIGPIPE, SIG_IGN);
+	rig_open(&r, false, &ops);
+	cr_assert_eq(setsockopt(r.dfd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	while (ok < 10000 && (ret = driver_tx(r.d, pkt, len)) == 0)
+		ok++;
+	cr_assert_eq(ret, -EAGAIN, "driver_tx = %d after %d", ret, ok);
+	failed++;
+	cr_assert_eq(driver_tx(r.d, pkt, len), -EAGAIN);
+	failed++;
+	cr_assert_gt(ok, 0);
+	cr_assert_eq(CTR(r.d, tx_packets), (uint64_t)ok);
+	cr_assert_eq(CTR(r.d, tx_bytes), (uint64_t)ok * len);
+	cr_assert_eq(CTR(r.d, tx_dropped), (uint64_t)failed);
+	/* A write-back into the full queue. */
+	r.s.script_default = (struct step){ .v = DRIVER_WRITE };
+	peer_send(&r, NULL, pkt, len);
+	cr_assert_eq(driver_poll(r.d), 1);
+	cr_assert_eq(CTR(r.d, tx_dropped), (uint64_t)failed + 1);
+	cr_assert_eq(CTR(r.d, rewrites), 0, "a dropped write-back is no rewrite");
+	for (int i = 0; i < ok; i++)
+		cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)len, "queued %d", i);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), -1, "only the written ones");
+	cr_assert_eq(driver_tx(r.d, pkt, len), 0, "drained: writes go again");
+	cr_assert_eq(CTR(r.d, tx_packets), (uint64_t)ok + 1);
+	close(r.pfd);
+	r.pfd = -1;
+	ret = driver_tx(r.d, pkt, len);
+	cr_assert(ret < 0 && ret != -EAGAIN, "closed peer: driver_tx = %d", ret);
+	cr_assert_eq(CTR(r.d, tx_dropped), (uint64_t)failed + 2);
+	rig_close(&r);
+}
+
+/* An empty read is counted and the batch goes on; a read error other than EAGAIN is counted
+ * and ends the batch. */
+Test(driver, read_errors_counted)
+{
+	uint8_t pkt[256];
+	struct rig r;
+	int pp[2];
+
+	rig_open(&r, false, &ops);
+	r.s.script_default.v = DRIVER_DONE;
+	cr_assert_eq(send(r.pfd, pkt, 0, 0), 0);
+	peer_send(&r, NULL, pkt, udp_pkt(pkt, sizeof(pkt), 10, 7));
+	cr_assert_eq(driver_poll(r.d), 2);
+	cr_assert_eq(CTR(r.d, rx_errors), 1);
+	cr_assert_eq(CTR(r.d, rx_packets), 1);
+	cr_assert_eq(r.s.inputs, 1);
+	cr_assert_eq(r.s.in_first[0], 7);
+	rig_close(&r);
+
+	/* The write end of a pipe: read() fails with EBADF. */
+	struct driver *d;
+	struct seen s = { 0 };
+	struct event_base *base = event_base_new();
+	cr_assert_eq(pipe2(pp, O_NONBLOCK | O_CLOEXEC), 0);
+	struct driver_params p = { .fd = pp[1], .mtu = 1500 };
+	cr_assert_eq(driver_new(base, &p, &ops, &s, NULL, &d), 0);
+	cr_assert_eq(driver_poll(d), 0);
+	cr_assert_eq(CTR(d, rx_errors), 1);
+	cr_assert_eq(s.inputs, 0);
+	cr_assert_eq(s.batches, 1);
+	driver_free(d);
+	event_base_free(base);
+	close(pp[0]);
+	close(pp[1]);
+}
+
+Test(driver, bad_params_refused)
+{
+	struct event_base *base = event_base_new();
+	struct driver_ops no_input = { .udp = udp_fn };
+	struct driver_params p = { .fd = 0, .mtu = 1500 };
+	struct driver *d = NULL;
+
+	cr_assert_eq(driver_new(base, NULL, &ops, NULL, NULL, &d), -EINVAL);
+	p.fd = -1;
+	cr_assert_eq(driver_new(base, &p, &ops, NULL, NULL, &d), -EINVAL);
+	p.fd = 0;
+	p.mtu = 575;
+	cr_assert_eq(driver_new(base, &p, &ops, NULL, NULL, &d), -EINVAL);
+	p.mtu = 1500;
+	cr_assert_eq(driver_new(base, &p, NULL, NULL, NULL, &d), -EINVAL);
+	cr_assert_eq(driver_new(base, &p, &no_input, NULL, NULL, &d), -EINVAL);
+	p.vnet_hdr = true;
+	p.vnet_hdr_len = VH - 1;
+	cr_assert_eq(driver_new(base, &p, &ops, NULL, NULL, &d), -EINVAL);
+	p.vnet_hdr_len = TUN_VNET_HDR_MAX + 1;
+	cr_assert_eq(driver_new(base, &p, &ops, NULL, NULL, &d), -EINVAL);
+	cr_assert_null(d);
+	event_base_free(base);
+}
+
+/* ---- with the virtio_net_hdr (offload I/O) ---- */
+
+/* The header becomes pkt_meta; a rewrite goes back with the header it came with, a plain
+ * packet with a zeroed one; the header's bytes are in neither rx_bytes nor tx_bytes. */
+Test(driver, vnet_header_to_meta_and_back)
+{
+	static const struct step script[] = {
+		{ .v = DRIVER_WRITE, .reflect = true },
+		{ .v = DRIVER_WRITE, .plain = true },
+	};
+	uint8_t pkt[2048], got[VH + 2048], sent_hdr[VH];
+	struct pkt_meta m;
+	struct rig r;
+	size_t len;
+
+	rig_open(&r, true, &ops);
+	r.s.script = script;
+	r.s.n_script = 2;
+	len = udp_pkt(pkt, sizeof(pkt), 300, 0);
+	tu_meta_partial(pkt, len, 0, &m); /* NEEDS_CSUM, csum_start 20, csum_offset 6 */
+	peer_send(&r, &m, pkt, len);
+	peer_send(&r, &m, pkt, len);
+	cr_assert_eq(driver_poll(r.d), 2);
+	cr_assert_eq(r.s.meta[0].flags, PKT_META_NEEDS_CSUM);
+	cr_assert_eq(r.s.meta[0].gso_type, PKT_GSO_NONE);
+	cr_assert_eq(r.s.meta[0].csum_start, 20);
+	cr_assert_eq(r.s.meta[0].csum_offset, 6);
+	cr_assert_eq(r.s.meta[0].hdr_len, m.hdr_len);
+	cr_assert_eq(r.s.in_len[0], len, "the header is not part of the packet");
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)(VH + len));
+	cr_assert_eq(got[0], PKT_META_NEEDS_CSUM, "rewrite: header as read");
+	cr_assert_eq(le16(got + 6), 20);
+	cr_assert_eq(le16(got + 8), 6);
+	memcpy(sent_hdr, got, VH);
+	reflect4(pkt);
+	cr_assert_eq(memcmp(got + VH, pkt, len), 0);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)(VH + len));
+	for (int i = 0; i < VH; i++)
+		cr_assert_eq(got[i], 0, "plain: zero header (byte %d)", i);
+	cr_assert_eq(CTR(r.d, rx_bytes), 2 * len);
+	cr_assert_eq(CTR(r.d, tx_bytes), 2 * len);
+	cr_assert_eq(CTR(r.d, rx_needs_csum), 2);
+	cr_assert_eq(CTR(r.d, rewrites), 1);
+	cr_assert_eq(CTR(r.d, rx_gso) + CTR(r.d, tx_gso), 0);
+	rig_close(&r);
+}
+
+/* Headers the driver cannot honour never reach the stack: each is one rx_bad_vnet_hdr. A UDP
+ * super-datagram that does not split within the kernel's limit never reaches the UDP path. */
+Test(driver, vnet_unusable_reads_dropped)
+{
+	struct pkt_meta bad[] = {
+		{ .flags = 0x04 },                                            /* unknown flag */
+		{ .gso_type = 2, .flags = PKT_META_NEEDS_CSUM, .gso_size = 1000 }, /* unknown type */
+		{ .gso_type = PKT_GSO_TCPV4, .flags = PKT_META_NEEDS_CSUM },  /* GSO, size 0 */
+		{ .gso_type = PKT_GSO_TCPV4, .gso_size = 1000 },              /* GSO, no csum state */
+		{ .gso_type = 0x80 },                                         /* ECN without GSO */
+	};
+	const int nbad = (int)(sizeof(bad) / sizeof(bad[0]));
+	uint8_t pkt[2048], frame[VH] = { 0 };
+	size_t len = udp_pkt(pkt, sizeof(pkt), 50, 0);
+	struct pkt_meta okm = { 0 };
+	struct rig r;
+
+	rig_open(&r, true, &ops);
+	r.s.script_default.v = DRIVER_DONE;
+	for (int i = 0; i < nbad; i++)
+		peer_send(&r, &bad[i], pkt, len);
+	cr_assert_eq(send(r.pfd, frame, VH, 0), VH);  /* a header and no packet */
+	cr_assert_eq(send(r.pfd, frame, 4, 0), 4);    /* not even a header */
+	peer_send(&r, &okm, pkt, len);                /* then a good one: still processed */
+	cr_assert_eq(driver_poll(r.d), nbad + 3);
+	cr_assert_eq(r.s.inputs, 1);
+	cr_assert_eq(CTR(r.d, rx_bad_vnet_hdr), (uint64_t)nbad + 2);
+	cr_assert_eq(CTR(r.d, rx_packets), (uint64_t)nbad + 1, "bad headers on packets");
+	cr_assert_eq(CTR(r.d, rx_errors), 0);
+
+	/* A UDP super-datagram that would make more than 128 datagrams: dropped, not split. */
+	struct tu_spec s;
+	tu_spec_udp(&s, "10.0.0.2", 4000, "10.0.0.1", 53);
+	s.payload_len = 129 * 8;
+	s.partial_csum = true;
+	len = tu_build(&s, pkt, sizeof(pkt));
+	tu_meta_partial(pkt, len, 8, &okm);
+	r.s.script_default.v = DRIVER_UDP;
+	peer_send(&r, &okm, pkt, len);
+	cr_assert_eq(driver_poll(r.d), 1);
+	cr_assert_eq(r.s.udp, 0);
+	cr_assert_eq(CTR(r.d, udp_split_bad), 1);
+	cr_assert_eq(CTR(r.d, udp_split), 0);
+	rig_close(&r);
+}
+
+/* A UDP super-datagram is split by the input's view (no parse of its own): every datagram
+ * reaches the UDP path in order with a view that is exactly that datagram's own parse, over
+ * IPv4 and over IPv6 with extension headers in front of the UDP header. */
+Test(driver, vnet_udp_split_hands_on_each_datagrams_view)
+{
+	static const struct {
+		const char *src, *dst;
+		int n_ext;
+	} cases[] = {
+		{ "10.0.0.2", "10.0.0.1", 0 },
+		{ "fd00::2", "fd00::1", 0 },
+		{ "fd00::2", "fd00::1", 2 },
+	};
+	static uint8_t pkt[TU_PKT_MAX];
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct tu_spec s;
+		struct pkt_meta m;
+		struct rig r;
+		size_t len;
+
+		tu_spec_udp(&s, cases[c].src, 4000, cases[c].dst, 5000);
+		for (int e = 0; e < cases[c].n_ext; e++)
+			s.ext[s.ext_n++] = (struct tu_ext){ e % 2 ? 60 : 0, 0 };
+		s.payload_len = 3 * 400 + 77;
+		s.partial_csum = true;
+		len = tu_build(&s, pkt, sizeof(pkt));
+		tu_meta_partial(pkt, len, 400, &m);
+		rig_open(&r, true, &ops);
+		r.s.script_default.v = DRIVER_UDP;
+		peer_send(&r, &m, pkt, len);
+		cr_assert_eq(driver_poll(r.d), 1);
+		cr_assert_eq(r.s.udp, 4, "case %zu: four datagrams", c);
+		cr_assert_eq(r.s.udp_view_bad, 0, "case %zu: each view is its datagram's parse", c);
+		for (int i = 0; i < 4; i++) {
+			size_t hl = len - s.payload_len;
+			cr_assert_eq(r.s.udp_len[i], hl + (i < 3 ? 400 : 77), "case %zu: %d", c, i);
+			cr_assert_eq(r.s.udp_first[i], pkt[hl + 400 * (size_t)i], "case %zu: %d", c, i);
+		}
+		cr_assert_eq(CTR(r.d, udp_split), 1);
+		cr_assert_eq(CTR(r.d, udp_split_datagrams), 4);
+		cr_assert_eq(CTR(r.d, udp_split_bad), 0);
+		rig_close(&r);
+	}
+}
+
+/* A TCP super-packet (tens of KiB, NEEDS_CSUM, gso_size 1448), rewritten in place, goes back in
+ * ONE write with its header: the kernel segments it. With the ECN bit the type is kept. */
+Test(driver, vnet_tcp_super_packet_written_back_whole)
+{
+	static uint8_t pkt[TU_PKT_MAX], got[VH + TU_PKT_MAX];
+	struct tu_spec s;
+	struct pkt_meta m;
+	struct rig r;
+	size_t len;
+
+	rig_open(&r, true, &ops);
+	r.s.script_default = (struct step){ .v = DRIVER_WRITE, .reflect = true };
+	tu_spec_tcp(&s, "10.0.0.2", 4000, "93.184.216.34", 443);
+	s.payload_len = 40 * 1448 + 100;
+	s.payload_seed = 5;
+	s.partial_csum = true;
+	len = tu_build(&s, pkt, sizeof(pkt));
+	tu_meta_partial(pkt, len, 1448, &m);
+	peer_send(&r, &m, pkt, len);
+	m.gso_type |= 0x80;
+	peer_send(&r, &m, pkt, len);
+	cr_assert_eq(driver_poll(r.d), 2);
+	cr_assert_eq(r.s.meta[0].gso_type, PKT_GSO_TCPV4);
+	cr_assert_eq(r.s.meta[0].gso_size, 1448);
+	cr_assert_eq(r.s.meta[0].csum_offset, 16);
+	cr_assert_eq(r.s.meta[1].gso_type, PKT_GSO_TCPV4 | 0x80);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)(VH + len), "one frame");
+		cr_assert_eq(got[0], PKT_META_NEEDS_CSUM);
+		cr_assert_eq(got[1], i ? (PKT_GSO_TCPV4 | 0x80) : PKT_GSO_TCPV4);
+		cr_assert_eq(le16(got + 2), m.hdr_len);
+		cr_assert_eq(le16(got + 4), 1448);
+		cr_assert_eq(le16(got + 6), 20);
+		cr_assert_eq(le16(got + 8), 16);
+	}
+	reflect4(pkt);
+	cr_assert_eq(memcmp(got + VH, pkt, len), 0);
+	cr_assert_eq(CTR(r.d, rx_gso), 2);
+	cr_assert_eq(CTR(r.d, rx_gso_bytes), 2 * len);
+	cr_assert_eq(CTR(r.d, rx_needs_csum), 2);
+	cr_assert_eq(CTR(r.d, tx_gso), 2);
+	cr_assert_eq(CTR(r.d, tx_packets), 2);
+	cr_assert_eq(CTR(r.d, tx_bytes), 2 * len);
+	cr_assert_eq(CTR(r.d, rewrites), 2);
+	rig_close(&r);
+}
+
+/* A GSO read flagged DATA_VALID (a forwarded LRO packet) is made partial before the stack sees
+ * it, and written back with the NEEDS_CSUM header that matches; one that is not TCP/UDP is
+ * dropped. */
+Test(driver, vnet_data_valid_super_packet_made_partial)
+{
+	static uint8_t pkt[TU_PKT_MAX], got[VH + TU_PKT_MAX];
+	struct pkt_meta m = { .flags = PKT_META_DATA_VALID, .gso_type = PKT_GSO_TCPV4,
+			      .gso_size = 1448 };
+	struct tu_spec s;
+	struct rig r;
+	size_t len;
+
+	rig_open(&r, true, &ops);
+	r.s.script_default = (struct step){ .v = DRIVER_WRITE };
+	tu_spec_tcp(&s, "10.0.0.2", 4000, "93.184.216.34", 443);
+	s.payload_len = 10 * 1448;
+	len = tu_build(&s, pkt, sizeof(pkt)); /* a full, valid checksum */
+	peer_send(&r, &m, pkt, len);
+	cr_assert_eq(driver_poll(r.d), 1);
+	cr_assert_eq(r.s.meta[0].flags, PKT_META_NEEDS_CSUM);
+	cr_assert_eq(r.s.meta[0].csum_start, 20);
+	cr_assert_eq(r.s.meta[0].csum_offset, 16);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)(VH + len));
+	cr_assert(tu_verify_partial(got + VH, len), "the field holds the pseudo-header sum");
+	cr_assert_eq(got[0], PKT_META_NEEDS_CSUM);
+	cr_assert_eq(le16(got + 6), 20);
+	cr_assert_eq(le16(got + 8), 16);
+	cr_assert_eq(CTR(r.d, rx_gso_data_valid), 1);
+
+	tu_spec_raw(&s, "10.0.0.2", "93.184.216.34", 47);
+	s.payload_len = 3000;
+	len = tu_build(&s, pkt, sizeof(pkt));
+	peer_send(&r, &m, pkt, len);
+	cr_assert_eq(driver_poll(r.d), 1);
+	cr_assert_eq(r.s.inputs, 1, "not handed to the stack");
+	cr_assert_eq(CTR(r.d, rx_bad_vnet_hdr), 1);
+	cr_assert_eq(CTR(r.d, rx_gso_data_valid), 1);
+	rig_close(&r);
+}
+
+/* A device whose header is longer than virtio_net_hdr (12 bytes: with num_buffers, as
+ * TUNSETVNETHDRSZ may set): read past, a rewrite goes back with all 12 bytes as read, a plain
+ * packet and driver_tx_meta with zeros after the 10 they fill. */
+Test(driver, vnet_longer_device_header)
+{
+	uint8_t pkt[512], got[512];
+	struct pkt_meta m, plain = { 0 };
+	struct rig r;
+	size_t len;
+
+	rig_open_hdr(&r, 12, &ops);
+	r.s.script_default = (struct step){ .v = DRIVER_WRITE };
+	len = udp_pkt(pkt, sizeof(pkt), 100, 3);
+	tu_meta_partial(pkt, len, 0, &m);
+	peer_send(&r, &m, pkt, len);
+	cr_assert_eq(driver_poll(r.d), 1);
+	cr_assert_eq(r.s.in_len[0], len);
+	cr_assert_eq(r.s.in_first[0], 3, "the packet starts after 12 header bytes");
+	cr_assert_eq(r.s.meta[0].csum_start, 20);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)(12 + len));
+	cr_assert_eq(got[0], PKT_META_NEEDS_CSUM);
+	cr_assert_eq(memcmp(got + 12, pkt, len), 0);
+	cr_assert_eq(driver_tx(r.d, pkt, len), 0);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)(12 + len));
+	for (int i = 0; i < 12; i++)
+		cr_assert_eq(got[i], 0, "driver_tx: zero header (byte %d)", i);
+	cr_assert_eq(driver_tx_meta(r.d, pkt, len, &m), 0);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)(12 + len));
+	cr_assert_eq(got[0], PKT_META_NEEDS_CSUM);
+	cr_assert_eq(le16(got + 6), 20);
+	cr_assert_eq(le16(got + 8), 6);
+	cr_assert_eq(got[10] | got[11], 0, "zeros after the virtio_net_hdr");
+	cr_assert_eq(memcmp(got + 12, pkt, len), 0);
+	cr_assert_eq(driver_tx_meta(r.d, pkt, len, &plain), 0);
+	cr_assert_eq(CTR(r.d, tx_packets), 4);
+	cr_assert_eq(CTR(r.d, tx_bytes), 4 * len, "header bytes are not counted");
+	rig_close(&r);
+}
+
+/* ---- a real TUN (child side: CHECK) ---- */
+
+#define TUN_ADDR "10.202.0.1"
+#define PEER_ADDR "10.202.0.2" /* on the TUN's subnet: routed into it */
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct tun *tun_up(bool vnet)
+{
+	struct tun_params p;
+	struct tun *t = NULL;
+	char err[TS_ERRLEN];
+
+	/* No IPv6 on the device: nothing but our datagrams enters it (no MLD, no RS). */
+	write_text("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1");
+	tun_params_init(&p);
+	snprintf(p.name, sizeof(p.name), "tdrv0");
+	p.has_addr4 = true;
+	CHECK(netaddr_parse_cidr(TUN_ADDR "/24", &p.addr4) == 0, "cidr");
+	p.vnet_hdr = vnet;
+	p.offload = vnet ? TUN_OFFLOAD_ALL : 0;
+	int ret = tun_open(&p, &t, err, sizeof(err));
+	CHECK(ret == 0, "tun_open = %d: %s", ret, err);
+	return t;
+}
+
+static int udp_sock(uint16_t port, struct sockaddr_in *peer)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	CHECK(s >= 0 && inet_pton(AF_INET, TUN_ADDR, &a.sin_addr) == 1, "socket");
+	CHECK(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0, "bind: %s", strerror(errno));
+	*peer = (struct sockaddr_in){ .sin_family = AF_INET };
+	CHECK(inet_pton(AF_INET, PEER_ADDR, &peer->sin_addr) == 1, "peer");
+	return s;
+}
+
+/* Poll the TUN and run the driver until the input function has seen n packets (2 s). */
+static void pump(struct tun *t, struct driver *d, struct seen *s, int n)
+{
+	for (int64_t end = mono_ms() + 2000; s->inputs < n && mono_ms() < end;) {
+		struct pollfd pfd = { tun_fd(t, 0), POLLIN, 0 };
+		if (poll(&pfd, 1, 50) == 1)
+			driver_poll(d);
+	}
+	CHECK(s->inputs == n, "%d packets read, want %d", s->inputs, n);
+}
+
+static ssize_t recv_ms(int s, uint8_t *buf, size_t cap, int ms)
+{
+	struct pollfd pfd = { s, POLLIN, 0 };
+	return poll(&pfd, 1, ms) == 1 ? recv(s, buf, cap, MSG_DONTWAIT) : -1;
+}
+
+/* Five datagrams to PEER:7000 reflected back to the socket, one to PEER:7001 handed to the
+ * UDP path, one to PEER:7002 made invalid and refused by the kernel (tx_dropped). */
+static void scenario_per_packet_reflect(void)
+{
+	struct sockaddr_in to;
+	struct event_base *base = event_base_new();
+	struct tun *t = tun_up(false);
+	struct driver_params p = { .fd = tun_fd(t, 0), .mtu = 1500 };
+	struct step script[7];
+	struct driver *d;
+	struct seen s;
+	uint8_t buf[2048];
+	uint64_t tx = 0;
+	int sock = udp_sock(5000, &to);
+
+	memset(&s, 0, sizeof(s));
+	for (int i = 0; i < 5; i++)
+		script[i] = (struct step){ .v = DRIVER_WRITE, .reflect = true };
+	script[5] = (struct step){ .v = DRIVER_UDP };
+	script[6] = (struct step){ .v = DRIVER_WRITE, .corrupt = true };
+	s.script = script;
+	s.n_script = 7;
+	CHECK(driver_new(base, &p, &ops, &s, NULL, &d) == 0, "driver_new");
+	CHECK(driver_poll(d) == 0 && CTR(d, rx_errors) == 0, "an empty TUN: EAGAIN, no error");
+	for (int i = 0; i < 7; i++) {
+		size_t n = 100 + 50 * (size_t)i;
+		tu_fill_pattern(buf, n, (uint32_t)i);
+		to.sin_port = htons(i < 5 ? 7000 : 7001 + (i - 5));
+		CHECK(sendto(sock, buf, n, 0, (struct sockaddr *)&to, sizeof(to)) == (ssize_t)n,
+		      "sendto: %s", strerror(errno));
+		if (i < 5)
+			tx += 28 + n;
+	}
+	pump(t, d, &s, 7);
+	for (int i = 0; i < 5; i++) {
+		ssize_t n = recv_ms(sock, buf, sizeof(buf), 1000);
+		CHECK(n == 100 + 50 * i, "reflected datagram %d: %zd bytes", i, n);
+		for (ssize_t k = 0; k < n; k++)
+			CHECK(buf[k] == tu_pattern_byte((uint32_t)i, (size_t)k), "datagram %d", i);
+	}
+	CHECK(recv_ms(sock, buf, sizeof(buf), 100) < 0, "only five came back");
+	CHECK(s.udp == 1 && s.udp_len[0] == 28 + 100 + 50 * 5, "UDP path: %d", s.udp);
+	CHECK(CTR(d, rx_packets) == 7 && CTR(d, rx_bytes) == s.in_bytes, "rx %llu/%llu",
+	      (unsigned long long)CTR(d, rx_packets), (unsigned long long)CTR(d, rx_bytes));
+	CHECK(CTR(d, tx_packets) == 5 && CTR(d, tx_bytes) == tx, "tx %llu/%llu",
+	      (unsigned long long)CTR(d, tx_packets), (unsigned long long)CTR(d, tx_bytes));
+	CHECK(CTR(d, rewrites) == 5, "rewrites %llu", (unsigned long long)CTR(d, rewrites));
+	CHECK(CTR(d, tx_dropped) == 1, "the refused write: %llu",
+	      (unsigned long long)CTR(d, tx_dropped));
+	close(sock);
+	driver_free(d);
+	event_base_free(base);
+	tun_close(t);
+}
+
+/* With offload: a UDP GSO send (UDP_SEGMENT) is read as ONE super-datagram, reflected in
+ * place (the partial sum covers the addresses as a sum, so swapping keeps it right) and
+ * written back whole; the kernel segments it into the datagrams the socket receives. */
+static void scenario_vnet_super_datagram_reflected(void)
+{
+	static uint8_t payload[5 * 500 + 77];
+	struct sockaddr_in to;
+	struct event_base *base = event_base_new();
+	struct tun *t = tun_up(true);
+	struct driver_params p = { .fd = tun_fd(t, 0), .mtu = 1500, .vnet_hdr = true };
+	struct driver *d;
+	struct seen s;
+	uint8_t buf[2048];
+	int sock = udp_sock(5001, &to), gso = 500;
+
+	memset(&s, 0, sizeof(s));
+	s.script_default = (struct step){ .v = DRIVER_WRITE, .reflect = true };
+	CHECK(driver_new(base, &p, &ops, &s, NULL, &d) == 0, "driver_new");
+	CHECK(setsockopt(sock, SOL_UDP, UDP_SEGMENT, &gso, sizeof(gso)) == 0, "UDP_SEGMENT: %s",
+	      strerror(errno));
+	tu_fill_pattern(payload, sizeof(payload), 9);
+	to.sin_port = htons(7000);
+	CHECK(sendto(sock, payload, sizeof(payload), 0, (struct sockaddr *)&to, sizeof(to)) ==
+		      (ssize_t)sizeof(payload), "sendto: %s", strerror(errno));
+	pump(t, d, &s, 1);
+	CHECK(s.meta[0].gso_type == PKT_GSO_UDP_L4 && s.meta[0].gso_size == 500 &&
+	      s.in_len[0] == 28 + sizeof(payload), "read one super-datagram: type %u, %zu bytes",
+	      s.meta[0].gso_type, s.in_len[0]);
+	for (int i = 0; i < 6; i++) {
+		ssize_t n = recv_ms(sock, buf, sizeof(buf), 1000);
+		size_t want = i < 5 ? 500 : 77;
+		CHECK(n == (ssize_t)want, "datagram %d: %zd bytes", i, n);
+		CHECK(memcmp(buf, payload + 500 * i, want) == 0, "datagram %d payload", i);
+	}
+	CHECK(recv_ms(sock, buf, sizeof(buf), 100) < 0, "six datagrams, no more");
+	CHECK(CTR(d, rx_packets) == 1 && CTR(d, rx_gso) == 1 && CTR(d, tx_packets) == 1 &&
+	      CTR(d, tx_gso) == 1 && CTR(d, rewrites) == 1 && CTR(d, tx_dropped) == 0 &&
+	      CTR(d, tx_bytes) == 28 + sizeof(payload), "one read, one whole write");
+	close(sock);
+	driver_free(d);
+	event_base_free(base);
+	tun_close(t);
+}
+
+TestSuite(driver_tun, .timeout = 20);
+
+Test(driver_tun, per_packet_verdicts_on_a_real_tun)
+{
+	run_in_netns(scenario_per_packet_reflect);
+}
+
+Test(driver_tun, vnet_super_datagram_written_back_whole)
+{
+	run_in_netns(scenario_vnet_super_datagram_reflected);
+}

@@ -1,0 +1,352 @@
+/* test_l3policy.c — the policy both stacks apply to every parsed packet
+ * (stacks/common/l3policy.c): one table row per rule and family, checked for its verdict, the
+ * one drop counter it bumps and the listener reply it names; set-up refusals; and the inline
+ * classifier against its out-of-line twin on random packets. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/pkt.h"
+#include "stacks/common/l3policy.h"
+#include "testutil.h"
+
+/* Gateways 198.18.0.1 and fd00:7f::1, NAT addresses G+1 .. G+4, listeners 40000 and 40001. */
+#define N_ADDRS 4
+static const uint16_t lports[2] = { 40000, 40001 };
+
+static void policy(struct l3policy *p, bool has6, bool hijack)
+{
+	struct l3policy_config c = { .has4 = true, .has6 = has6, .n_addrs = N_ADDRS,
+				     .dns_hijack = hijack };
+	uint16_t be[2] = { htons(lports[0]), htons(lports[1]) };
+	uint8_t a[16];
+
+	tu_addr(a, "198.18.0.1");
+	memcpy(c.gateway4, a, 4);
+	tu_addr(c.gateway6, "fd00:7f::1");
+	cr_assert_eq(l3policy_init(p, &c), 0);
+	cr_assert_eq(l3policy_set_listeners(p, 4, be, 2), 0);
+	if (has6)
+		cr_assert_eq(l3policy_set_listeners(p, 6, be, 2), 0);
+}
+
+enum kind { K_TCP, K_UDP, K_ECHO, K_RAW };
+
+struct row {
+	const char *name;
+	enum kind kind;
+	const char *src;
+	uint16_t sport;
+	const char *dst;
+	uint16_t dport;
+	uint8_t icmp_type, icmp_code; /* K_ECHO: ICMP type and code; K_RAW: the protocol in type */
+	bool hijack;
+	enum l3policy_verdict want;
+	struct l3policy_reply reply;  /* TCP_REPLY only */
+};
+
+static size_t build(const struct row *r, uint8_t *buf, size_t cap)
+{
+	struct tu_spec s;
+
+	switch (r->kind) {
+	case K_TCP:
+		tu_spec_tcp(&s, r->src, r->sport, r->dst, r->dport);
+		break;
+	case K_UDP:
+		tu_spec_udp(&s, r->src, r->sport, r->dst, r->dport);
+		s.payload_len = 16;
+		break;
+	case K_ECHO:
+		tu_spec_icmp_echo(&s, r->src, r->dst, 7, 1);
+		s.icmp_type = r->icmp_type;
+		s.icmp_code = r->icmp_code;
+		break;
+	case K_RAW:
+		tu_spec_raw(&s, r->src, r->dst, r->icmp_type);
+		s.payload_len = 8;
+		break;
+	}
+	return tu_build(&s, buf, cap);
+}
+
+static void check(const struct row *r, bool has6)
+{
+	static uint8_t buf[256];
+	struct l3policy p;
+	struct l3policy_counters c;
+	struct l3policy_reply reply = { 0xff, 0xff };
+	struct pkt_view v;
+
+	policy(&p, has6, r->hijack);
+	memset(&c, 0, sizeof(c));
+	size_t len = build(r, buf, sizeof(buf));
+	cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK, "%s: parse", r->name);
+	enum l3policy_verdict got = l3policy_classify(&p, &v, &reply, &c);
+	cr_assert_eq(got, r->want, "%s: verdict %s, want %s", r->name, l3policy_verdict_name(got),
+		     l3policy_verdict_name(r->want));
+	for (int i = 0; i < L3POLICY_N_DROPS; i++) {
+		uint64_t want = l3policy_is_drop(r->want) && i == (int)(r->want - L3POLICY_DROP_FIRST);
+		cr_assert_eq(ctr_get(&c.drop[i]), want, "%s: counter drop_%s", r->name,
+			     l3policy_verdict_name((enum l3policy_verdict)(L3POLICY_DROP_FIRST + i)));
+	}
+	if (r->want == L3POLICY_TCP_REPLY) {
+		cr_assert_eq(reply.nat_index, r->reply.nat_index, "%s: NAT address", r->name);
+		cr_assert_eq(reply.listener, r->reply.listener, "%s: listener", r->name);
+	}
+	/* The out-of-line classifier is the same policy. */
+	memset(&c, 0, sizeof(c));
+	cr_assert_eq(l3policy_classify_slow(&p, &v, &reply, &c), r->want, "%s: slow", r->name);
+}
+
+#define OWN L3POLICY_DROP_own_address
+
+static const struct row rows4[] = {
+	{ "tcp foreign", K_TCP, "198.18.0.9", 5000, "93.184.216.34", 443, 0, 0, false,
+	  L3POLICY_TCP, { 0, 0 } },
+	{ "tcp from the gateway (local app)", K_TCP, "198.18.0.1", 5000, "1.1.1.1", 443, 0, 0,
+	  false, L3POLICY_TCP, { 0, 0 } },
+	{ "tcp just past the NAT run", K_TCP, "198.18.0.9", 5000, "198.18.0.6", 80, 0, 0, false,
+	  L3POLICY_TCP, { 0, 0 } },
+	{ "tcp to the gateway", K_TCP, "198.18.0.9", 5000, "198.18.0.1", 80, 0, 0, false, OWN,
+	  { 0, 0 } },
+	{ "tcp to a NAT address", K_TCP, "198.18.0.9", 5000, "198.18.0.3", 80, 0, 0, false, OWN,
+	  { 0, 0 } },
+	{ "tcp from a NAT address", K_TCP, "198.18.0.2", 5000, "1.1.1.1", 443, 0, 0, false, OWN,
+	  { 0, 0 } },
+	{ "tcp listener reply", K_TCP, "198.18.0.1", 40001, "198.18.0.4", 1024, 0, 0, false,
+	  L3POLICY_TCP_REPLY, { 2, 1 } },
+	{ "tcp listener reply, last NAT address", K_TCP, "198.18.0.1", 40000, "198.18.0.5", 1024,
+	  0, 0, false, L3POLICY_TCP_REPLY, { 3, 0 } },
+	{ "tcp gateway, not a listener", K_TCP, "198.18.0.1", 40002, "198.18.0.4", 1024, 0, 0,
+	  false, OWN, { 0, 0 } },
+	{ "tcp listener port, not from the gateway", K_TCP, "198.18.0.9", 40000, "198.18.0.4",
+	  1024, 0, 0, false, OWN, { 0, 0 } },
+	{ "udp foreign", K_UDP, "198.18.0.9", 5000, "1.1.1.1", 443, 0, 0, false, L3POLICY_UDP,
+	  { 0, 0 } },
+	{ "udp to a NAT address", K_UDP, "198.18.0.9", 5000, "198.18.0.2", 443, 0, 0, true, OWN,
+	  { 0, 0 } },
+	{ "dns to the gateway, hijack", K_UDP, "198.18.0.9", 5000, "198.18.0.1", 53, 0, 0, true,
+	  L3POLICY_DNS, { 0, 0 } },
+	{ "dns foreign, hijack", K_UDP, "198.18.0.9", 5000, "8.8.8.8", 53, 0, 0, true,
+	  L3POLICY_DNS, { 0, 0 } },
+	{ "dns to the gateway, no hijack", K_UDP, "198.18.0.9", 5000, "198.18.0.1", 53, 0, 0,
+	  false, OWN, { 0, 0 } },
+	{ "dns foreign, no hijack", K_UDP, "198.18.0.9", 5000, "8.8.8.8", 53, 0, 0, false,
+	  L3POLICY_UDP, { 0, 0 } },
+	{ "echo to the gateway", K_ECHO, "198.18.0.9", 0, "198.18.0.1", 0, 8, 0, false,
+	  L3POLICY_ECHO, { 0, 0 } },
+	{ "echo to a NAT address", K_ECHO, "198.18.0.9", 0, "198.18.0.2", 0, 8, 0, false,
+	  L3POLICY_DROP_icmp, { 0, 0 } },
+	{ "echo foreign", K_ECHO, "198.18.0.9", 0, "1.1.1.1", 0, 8, 0, false, L3POLICY_DROP_icmp,
+	  { 0, 0 } },
+	{ "echo reply to the gateway", K_ECHO, "198.18.0.9", 0, "198.18.0.1", 0, 0, 0, false,
+	  L3POLICY_DROP_icmp, { 0, 0 } },
+	{ "echo code 1", K_ECHO, "198.18.0.9", 0, "198.18.0.1", 0, 8, 1, false,
+	  L3POLICY_DROP_icmp, { 0, 0 } },
+	{ "icmpv6 in ipv4", K_RAW, "198.18.0.9", 0, "198.18.0.1", 0, IPPROTO_ICMPV6, 0, false,
+	  L3POLICY_DROP_proto, { 0, 0 } },
+	{ "gre", K_RAW, "198.18.0.9", 0, "1.1.1.1", 0, 47, 0, false, L3POLICY_DROP_proto,
+	  { 0, 0 } },
+};
+
+static const struct row rows6[] = {
+	{ "tcp foreign", K_TCP, "fd00:7f::9", 5000, "2001:db8::80", 443, 0, 0, false, L3POLICY_TCP,
+	  { 0, 0 } },
+	{ "tcp other prefix, same low bits", K_TCP, "fd00:7f::9", 5000, "fd00:7e::2", 443, 0, 0,
+	  false, L3POLICY_TCP, { 0, 0 } },
+	{ "tcp to the gateway", K_TCP, "fd00:7f::9", 5000, "fd00:7f::1", 80, 0, 0, false, OWN,
+	  { 0, 0 } },
+	{ "tcp to a NAT address", K_TCP, "fd00:7f::9", 5000, "fd00:7f::5", 80, 0, 0, false, OWN,
+	  { 0, 0 } },
+	{ "tcp from a NAT address", K_TCP, "fd00:7f::3", 5000, "2001:db8::80", 443, 0, 0, false,
+	  OWN, { 0, 0 } },
+	{ "tcp listener reply", K_TCP, "fd00:7f::1", 40000, "fd00:7f::2", 1024, 0, 0, false,
+	  L3POLICY_TCP_REPLY, { 0, 0 } },
+	{ "tcp gateway, not a listener", K_TCP, "fd00:7f::1", 443, "fd00:7f::2", 1024, 0, 0,
+	  false, OWN, { 0, 0 } },
+	{ "udp foreign", K_UDP, "fd00:7f::9", 5000, "2001:db8::80", 443, 0, 0, false,
+	  L3POLICY_UDP, { 0, 0 } },
+	{ "udp to the gateway", K_UDP, "fd00:7f::9", 5000, "fd00:7f::1", 443, 0, 0, true, OWN,
+	  { 0, 0 } },
+	{ "dns to a NAT address, hijack", K_UDP, "fd00:7f::9", 5000, "fd00:7f::3", 53, 0, 0, true,
+	  L3POLICY_DNS, { 0, 0 } },
+	{ "dns to the gateway, no hijack", K_UDP, "fd00:7f::9", 5000, "fd00:7f::1", 53, 0, 0,
+	  false, OWN, { 0, 0 } },
+	{ "echo to the gateway", K_ECHO, "fd00:7f::9", 0, "fd00:7f::1", 0, 128, 0, false,
+	  L3POLICY_ECHO, { 0, 0 } },
+	{ "echo foreign", K_ECHO, "fd00:7f::9", 0, "2001:db8::1", 0, 128, 0, false,
+	  L3POLICY_DROP_icmp, { 0, 0 } },
+	{ "echo code 1", K_ECHO, "fd00:7f::9", 0, "fd00:7f::1", 0, 128, 1, false,
+	  L3POLICY_DROP_icmp, { 0, 0 } },
+	{ "echo reply to the gateway", K_ECHO, "fd00:7f::9", 0, "fd00:7f::1", 0, 129, 0, false,
+	  L3POLICY_DROP_icmp, { 0, 0 } },
+	{ "icmp in ipv6", K_RAW, "fd00:7f::9", 0, "fd00:7f::1", 0, IPPROTO_ICMP, 0, false,
+	  L3POLICY_DROP_proto, { 0, 0 } },
+	{ "sctp", K_RAW, "fd00:7f::9", 0, "2001:db8::1", 0, 132, 0, false, L3POLICY_DROP_proto,
+	  { 0, 0 } },
+};
+
+Test(l3policy, table_ipv4)
+{
+	for (size_t i = 0; i < sizeof(rows4) / sizeof(rows4[0]); i++)
+		check(&rows4[i], true);
+}
+
+Test(l3policy, table_ipv6)
+{
+	for (size_t i = 0; i < sizeof(rows6) / sizeof(rows6[0]); i++)
+		check(&rows6[i], true);
+}
+
+Test(l3policy, family_not_served)
+{
+	static const struct row rows[] = {
+		{ "tcp6 without v6", K_TCP, "fd00:7f::9", 5000, "2001:db8::80", 443, 0, 0, false,
+		  L3POLICY_DROP_family, { 0, 0 } },
+		{ "udp6 without v6", K_UDP, "fd00:7f::9", 5000, "2001:db8::80", 53, 0, 0, true,
+		  L3POLICY_DROP_family, { 0, 0 } },
+		{ "echo6 without v6", K_ECHO, "fd00:7f::9", 0, "fd00:7f::1", 0, 128, 0, false,
+		  L3POLICY_DROP_family, { 0, 0 } },
+		{ "tcp4 still served", K_TCP, "198.18.0.9", 5000, "1.1.1.1", 443, 0, 0, false,
+		  L3POLICY_TCP, { 0, 0 } },
+	};
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		check(&rows[i], false);
+}
+
+Test(l3policy, is_own)
+{
+	struct l3policy p;
+	uint8_t a[16];
+
+	policy(&p, false, false);
+	tu_addr(a, "198.18.0.1");
+	cr_assert(l3policy_is_own(&p, 4, a));
+	tu_addr(a, "198.18.0.5");
+	cr_assert(l3policy_is_own(&p, 4, a));
+	tu_addr(a, "198.18.0.6");
+	cr_assert_not(l3policy_is_own(&p, 4, a));
+	tu_addr(a, "198.18.0.0");
+	cr_assert_not(l3policy_is_own(&p, 4, a));
+	tu_addr(a, "fd00:7f::1");
+	cr_assert_not(l3policy_is_own(&p, 6, a), "IPv6 not served: nothing is ours");
+}
+
+Test(l3policy, setup_refusals)
+{
+	struct l3policy p;
+	struct l3policy_config c = { .has4 = true, .n_addrs = 4 };
+	uint16_t be[L3POLICY_MAX_LISTENERS + 1] = { 0 };
+
+	c.has4 = false;
+	cr_assert_eq(l3policy_init(&p, &c), -EINVAL, "no family");
+	c.has4 = true;
+	c.n_addrs = 0;
+	cr_assert_eq(l3policy_init(&p, &c), -EINVAL, "no NAT address");
+	c.n_addrs = 4;
+	memset(c.gateway4, 0xff, 4);
+	c.gateway4[3] = 0xfd; /* 255.255.255.253 + 4 wraps */
+	cr_assert_eq(l3policy_init(&p, &c), -EINVAL, "run wraps");
+	c.gateway4[3] = 0xfb;
+	cr_assert_eq(l3policy_init(&p, &c), 0, "255.255.255.251 + 4 fits");
+	cr_assert_eq(l3policy_set_listeners(&p, 6, be, 1), -EINVAL, "IPv6 not served");
+	cr_assert_eq(l3policy_set_listeners(&p, 4, be, L3POLICY_MAX_LISTENERS + 1), -EINVAL);
+	cr_assert_eq(l3policy_set_listeners(&p, 5, be, 1), -EINVAL);
+	cr_assert_eq(l3policy_set_listeners(&p, 4, be, L3POLICY_MAX_LISTENERS), 0);
+}
+
+struct names {
+	char seen[8][32];
+	int n;
+	uint64_t sum;
+};
+
+static void collect(void *arg, const char *name, uint64_t value)
+{
+	struct names *s = arg;
+	cr_assert_lt(s->n, 8);
+	snprintf(s->seen[s->n++], sizeof(s->seen[0]), "%s", name);
+	s->sum += value;
+}
+
+Test(l3policy, counter_names)
+{
+	struct l3policy_counters c = { 0 };
+	struct names s = { 0 };
+
+	ctr_inc(&c.drop_own_address);
+	ctr_add(&c.drop_family, 2);
+	cr_assert_eq(ctr_get(&c.drop[L3POLICY_DROP_family - L3POLICY_DROP_FIRST]), 2,
+		     "named and indexed counters are the same");
+	l3policy_counters_foreach(&c, collect, &s);
+	cr_assert_eq(s.n, L3POLICY_N_DROPS);
+	cr_assert_str_eq(s.seen[0], "drop_own_address");
+	cr_assert_str_eq(s.seen[1], "drop_icmp");
+	cr_assert_str_eq(s.seen[2], "drop_proto");
+	cr_assert_str_eq(s.seen[3], "drop_family");
+	cr_assert_eq(s.sum, 3);
+}
+
+/* The inline classifier (TCP and UDP in the header) and the out-of-line one agree on random
+ * packets, half of them aimed at our own addresses and ports. */
+Test(l3policy, inline_matches_out_of_line)
+{
+	static uint8_t buf[2048];
+	struct tu_rng rng;
+	struct l3policy p[2];
+	struct l3policy_counters c1 = { 0 }, c2 = { 0 };
+	struct l3policy_reply r1, r2;
+	struct pkt_view v;
+	int counted[L3POLICY_VERDICT_MAX] = { 0 };
+
+	policy(&p[0], true, true);
+	policy(&p[1], true, false);
+	tu_rng_seed(&rng, 0x13);
+	for (int i = 0; i < 20000; i++) {
+		struct tu_spec s;
+		tu_rand_spec(&rng, &s, 0, 0, 32);
+		size_t alen = s.family == 4 ? 4 : 16;
+		uint8_t gw[16];
+		tu_addr(gw, s.family == 4 ? "198.18.0.1" : "fd00:7f::1");
+		if (tu_rand_chance(&rng, 2)) { /* to the gateway .. G+5 */
+			memcpy(s.dst, gw, alen);
+			s.dst[alen - 1] = (uint8_t)(s.dst[alen - 1] + tu_rand_below(&rng, 6));
+		}
+		if (tu_rand_chance(&rng, 3)) { /* from the gateway .. G+5 */
+			memcpy(s.src, gw, alen);
+			s.src[alen - 1] = (uint8_t)(s.src[alen - 1] + tu_rand_below(&rng, 6));
+		}
+		if (tu_rand_chance(&rng, 4))
+			s.sport = lports[tu_rand_below(&rng, 2)];
+		if (tu_rand_chance(&rng, 4))
+			s.dport = 53;
+		if (tu_rand_chance(&rng, 8)) { /* another protocol, or the other family's ICMP */
+			static const uint8_t other[] = { 47, 132, IPPROTO_ICMP, IPPROTO_ICMPV6 };
+			s.proto = other[tu_rand_below(&rng, 4)];
+			if (s.payload_len < 8)
+				s.payload_len = 8;
+		}
+		size_t len = tu_build(&s, buf, sizeof(buf));
+		if (pkt_parse(&v, buf, len) != PKT_OK)
+			continue;
+		const struct l3policy *pp = &p[i & 1];
+		enum l3policy_verdict a = l3policy_classify(pp, &v, &r1, &c1);
+		enum l3policy_verdict b = l3policy_classify_slow(pp, &v, &r2, &c2);
+		cr_assert_eq(a, b, "packet %d: %s vs %s", i, l3policy_verdict_name(a),
+			     l3policy_verdict_name(b));
+		if (a == L3POLICY_TCP_REPLY)
+			cr_assert(r1.nat_index == r2.nat_index && r1.listener == r2.listener);
+		counted[a]++;
+	}
+	cr_assert_eq(memcmp(&c1, &c2, sizeof(c1)), 0, "same counters");
+	/* The generator reached every verdict but the unserved family (both are served). */
+	for (int vd = 0; vd < L3POLICY_VERDICT_MAX; vd++)
+		if (vd != L3POLICY_DROP_family)
+			cr_expect_gt(counted[vd], 0, "verdict %s never seen",
+				     l3policy_verdict_name((enum l3policy_verdict)vd));
+}
