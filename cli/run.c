@@ -31,12 +31,12 @@ void usage_run(FILE *out)
 
 /* The proxy the signal handlers stop: the one process-wide object of this program, set before
  * the handlers are installed. ts_proxy_stop is async-signal-safe. */
-static struct ts_proxy *signalled_proxy;
+static struct ts_proxy *volatile signalled_proxy;
 
 static void on_signal(int sig)
 {
 	(void)sig;
-	ts_proxy_stop(signalled_proxy);
+	ts_proxy_stop(signalled_proxy); /* NULL: a no-op */
 }
 
 static int handle_signals(struct ts_proxy *p)
@@ -109,6 +109,7 @@ int cmd_run(int argc, char **argv)
 {
 	struct ts_proxy *p = NULL;
 	const char *path = NULL;
+	sigset_t stop_signals;
 	char err[512];
 	int ready_fd = -1, ret;
 
@@ -121,13 +122,21 @@ int cmd_run(int argc, char **argv)
 	}
 	if (ts_process_prepare(err, sizeof(err)) != 0)
 		fprintf(stderr, "twinstack run: %s (going on with the limits as they are)\n", err);
+	/* SIGINT/SIGTERM are held back until the proxy runs, then stop it: a signal during
+	 * the start (which can take a while: the TUN's addresses are verified) is not lost. */
+	sigemptyset(&stop_signals);
+	sigaddset(&stop_signals, SIGINT);
+	sigaddset(&stop_signals, SIGTERM);
+	sigprocmask(SIG_BLOCK, &stop_signals, NULL);
 	if ((ret = handle_signals(p)) != 0) {
 		fprintf(stderr, "twinstack run: sigaction: %s\n", strerror(-ret));
 		ret = EXIT_RUNTIME;
 		goto out;
 	}
 	/* The library logs the reason of a failed start. */
-	if (ts_proxy_start(p, err, sizeof(err)) != 0) {
+	ret = ts_proxy_start(p, err, sizeof(err));
+	sigprocmask(SIG_UNBLOCK, &stop_signals, NULL);
+	if (ret != 0) {
 		ret = EXIT_RUNTIME;
 		goto out;
 	}
@@ -139,6 +148,7 @@ out:
 		close(ready_fd);
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
+	signalled_proxy = NULL;
 	ts_proxy_free(p);
 	return ret;
 }

@@ -216,7 +216,8 @@ static bool gauge_take(gauge_t *g, gauge_t *peak, uint64_t n, uint64_t limit)
 
 /* Subtract n, clamping at zero: a release without an acquire is a bug (asserted in debug
  * builds); in production it is counted and must not wrap the gauge into "everything in use". */
-static void gauge_give(struct budget *b, gauge_t *g, uint64_t n)
+/* Returns what was really given back: less than n only after an underflow (clamped). */
+static uint64_t gauge_give(struct budget *b, gauge_t *g, uint64_t n)
 {
 	uint64_t cur = atomic_load_explicit(g, memory_order_relaxed);
 	uint64_t next;
@@ -229,6 +230,7 @@ static void gauge_give(struct budget *b, gauge_t *g, uint64_t n)
 		ctr_add_shared(&b->release_underflow, 1);
 		assert(!"budget: release without a matching acquire");
 	}
+	return cur - next;
 }
 
 static uint64_t gauge_get(const gauge_t *g)
@@ -339,9 +341,12 @@ refused:
 
 void budget_fd_release(struct budget *b, uint32_t n)
 {
-	gauge_give(b, &b->fds_in_use, n);
+	/* Only what this budget held goes back to the pool: a stray release here must not
+	 * free descriptors another proxy holds. */
+	uint64_t given = gauge_give(b, &b->fds_in_use, n);
+
 	if (atomic_load_explicit(&b->fd_pool, memory_order_relaxed))
-		fdpool_give(n);
+		fdpool_give((uint32_t)given);
 }
 
 void budget_join_fd_pool(struct budget *b)

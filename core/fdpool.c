@@ -1,16 +1,18 @@
 /* fdpool.c — the process's pool of session file descriptors (see fdpool.h). */
 #include "core/fdpool.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
 
 #include "core/budget.h"
 
 static struct {
+	pthread_mutex_t resize_lock; /* join/leave and the size they set: one at a time */
 	_Atomic uint32_t members;
 	_Atomic uint64_t size;
 	_Atomic uint64_t in_use;
-} pool;
+} pool = { .resize_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void resize(uint32_t members)
 {
@@ -26,16 +28,21 @@ static void resize(uint32_t members)
 
 void fdpool_join(void)
 {
+	pthread_mutex_lock(&pool.resize_lock);
 	resize(atomic_fetch_add(&pool.members, 1) + 1);
+	pthread_mutex_unlock(&pool.resize_lock);
 }
 
 void fdpool_leave(void)
 {
-	uint32_t m = atomic_load(&pool.members);
+	uint32_t m;
 
-	while (m > 0 && !atomic_compare_exchange_weak(&pool.members, &m, m - 1))
-		;
-	resize(m > 0 ? m - 1 : 0);
+	pthread_mutex_lock(&pool.resize_lock);
+	m = atomic_load(&pool.members);
+	if (m > 0)
+		atomic_store(&pool.members, --m);
+	resize(m);
+	pthread_mutex_unlock(&pool.resize_lock);
 }
 
 bool fdpool_take(uint32_t n)

@@ -114,17 +114,22 @@ TS_API int ts_proxy_set_socket_hook(struct ts_proxy *p, ts_socket_fn fn, void *a
  * size (TUNGETVNETHDRSZ) instead of assuming them, and never changes addresses, routes, MTU,
  * txqueuelen, offload settings or receive packet steering of a device it did not create: the
  * config's settings for those are ignored, and ts_proxy_start logs one warning naming each
- * one that was set and cannot be honoured (also in /stats as "tun.unavailable"). A config
- * whose "tun.offload" is "on" fails to start on an fd without IFF_VNET_HDR (-EINVAL).
- * Before ts_proxy_start only: -EBUSY afterwards; -EBADF when fd is not a TUN device. */
+ * one that was set and cannot be honoured (also in /stats as "tun.unavailable"). The fd is
+ * examined at start: ts_proxy_start fails with -EBADF when it is not a TUN device, -EINVAL
+ * for a TAP device, an fd without IFF_NO_PI, or a config whose "tun.offload" is "on" on an fd
+ * without IFF_VNET_HDR. Here: -EBADF for a negative fd; -EBUSY once started. */
 TS_API int ts_proxy_set_tun_fd(struct ts_proxy *p, int fd);
 
 /* Open the TUN (or take the caller's), start the stack, its workers and the stats endpoint,
  * and return once the proxy is ready to carry traffic (every listener bound), with the proxy
  * running on threads of its own. 0, or -errno with one line in err; after a failure the proxy
  * holds nothing but its config: free it (a second start is -EALREADY, as is a start after a
- * successful one). -EBUSY when the config asks for the lwIP stack and another lwIP proxy runs
- * in this process (lwIP keeps its state in globals). Not concurrently with other calls on p. */
+ * successful one; -EBUSY while another thread's start is under way). -EBUSY also when the
+ * config asks for the lwIP stack and another lwIP proxy runs in this process (lwIP keeps its
+ * state in globals): then nothing was opened or changed. ts_proxy_stop may be called
+ * meanwhile from any thread or a signal handler: the proxy then stops as soon as it runs (a
+ * stop requested before ts_proxy_start was called is forgotten); ts_proxy_wait and
+ * ts_proxy_stats_json called meanwhile wait for the start's outcome. */
 TS_API int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen);
 
 /* Ask a running proxy to stop: stop accepting, end every session, leave its loops. Returns at
@@ -135,8 +140,9 @@ TS_API void ts_proxy_stop(struct ts_proxy *p);
 
 /* Wait until a started proxy has stopped — on ts_proxy_stop() or on a runtime failure — and
  * return why: 0 for a requested stop, else the -errno of the failure (logged at error level).
- * Returns at once with the same value once stopped, and -EINVAL if never started. One caller
- * thread at a time; not from the proxy's own threads (its log callback). */
+ * Returns at once with the same value once stopped, and -EINVAL if never (successfully)
+ * started. Any number of threads may wait; not from the proxy's own threads (its log
+ * callback), and never concurrently with ts_proxy_free. */
 TS_API int ts_proxy_wait(struct ts_proxy *p);
 
 /* Is the proxy running (started, not yet stopped)? Any thread. */
@@ -144,9 +150,10 @@ TS_API int ts_proxy_running(const struct ts_proxy *p);
 
 /* The stats document: the same JSON object the /stats endpoint serves (docs/config.md, "stats"),
  * built from live counters. *out is NUL-terminated, *len bytes without the NUL (len may be
- * NULL); the caller frees it with ts_free(). Any thread but the proxy's own: while the proxy
- * runs the document is built on its loop thread and this call waits for it (at most ~1 s:
- * -ETIMEDOUT). Before start and after stop it reads the counters directly. 0, -ENOMEM. */
+ * NULL); the caller frees it with ts_free(). Any thread but the proxy's own (from its log
+ * callback: -EDEADLK): while the proxy runs the document is built on its loop thread and this
+ * call waits for it (at most ~1 s: -ETIMEDOUT). After a stop it returns the final figures,
+ * taken as the loop stopped; before start, a document of zeros. 0, -ENOMEM. */
 TS_API int ts_proxy_stats_json(struct ts_proxy *p, char **out, size_t *len);
 
 /* Stop (if running), wait, release everything: the TUN the proxy created vanishes, a caller's

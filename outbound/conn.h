@@ -62,10 +62,4 @@ static inline struct timeval conn_timeval(uint32_t ms)
 	return tv;
 }
 
-/* Type-specific starts (c already allocated; on -errno the caller frees c). */
-int direct_start(struct outbound_conn *c, const struct ts_outbound *ob,
-		 const struct flow_key *key, uint32_t timeout_ms);
-int socks5_start(struct outbound_conn *c, const struct ts_outbound *ob,
-		 const struct flow_key *key, uint32_t timeout_ms);
-
 #endif

@@ -11,6 +11,7 @@
 
 #include "core/netaddr.h"
 #include "outbound/conn.h"
+#include "outbound/direct.h"
 
 static void on_writable(evutil_socket_t fd, short what, void *arg)
 {

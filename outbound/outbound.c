@@ -15,6 +15,8 @@
 #include <event2/event.h>
 
 #include "outbound/conn.h"
+#include "outbound/direct.h"
+#include "outbound/socks5.h"
 
 int outbound_socket(const struct ts_outbound *ob, int family, int type, int *fd_out)
 {

@@ -24,6 +24,7 @@
 
 #include "core/netaddr.h"
 #include "outbound/conn.h"
+#include "outbound/socks5.h"
 #include "outbound/socks5_codec.h"
 
 /* Room for the longest reply plus early bytes; more early bytes simply stay in the socket. */

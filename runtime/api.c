@@ -28,25 +28,9 @@ const char *ts_version(void)
 	return TS_VERSION;
 }
 
-/* Written once (pthread_once), read-only afterwards: the names of the stacks linked in. */
-static const char *stack_names[8];
-static pthread_once_t stack_names_once = PTHREAD_ONCE_INIT;
-
-static void fill_stack_names(void)
-{
-	const struct netstack_ops *ops;
-	size_t n = 0;
-
-	for (size_t i = 0; n + 1 < sizeof(stack_names) / sizeof(stack_names[0]) &&
-			   (ops = netstack_at(i)) != NULL; i++)
-		stack_names[n++] = ops->name;
-	stack_names[n] = NULL;
-}
-
 const char *const *ts_stack_names(void)
 {
-	pthread_once(&stack_names_once, fill_stack_names);
-	return stack_names;
+	return netstack_names();
 }
 
 void ts_free(void *mem)
@@ -265,7 +249,15 @@ static void *loop_main(void *arg)
 	char *json = NULL;
 	size_t len = 0;
 
-	event_base_dispatch(p->base);
+	char err[256];
+
+	/* tun.rps "auto" reads the CPU clock of the thread that runs the loop: this one. */
+	if (rps_auto_start(&p->rps, p->tun, &p->log, "proxy", 0, err, sizeof(err)) != 0)
+		log_warn(&p->log, "%s: receive packet steering stays off", err);
+	if (event_base_dispatch(p->base) < 0 && !p->stopping) {
+		log_error(&p->log, "proxy: the event loop failed");
+		p->exit_err = -EIO;
+	}
 	/* The last figures stay readable after the stop (the CLI's exit line, embedders). */
 	if (proxy_stats_json(p, &json, &len) != 0)
 		json = NULL;
@@ -285,6 +277,14 @@ static void *loop_main(void *arg)
 	return NULL;
 }
 
+static void set_state(struct ts_proxy *p, enum proxy_state st)
+{
+	pthread_mutex_lock(&p->lock);
+	p->state = st;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
 /* The loop's own events, then its thread (every signal blocked, as for the queue workers:
  * signals are the program's, and SIGPIPE must never reach the process from here). */
 static int launch(struct ts_proxy *p, char *err, size_t errlen)
@@ -301,9 +301,12 @@ static int launch(struct ts_proxy *p, char *err, size_t errlen)
 	}
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
+	/* RUNNING before the thread exists: the loop may stop (and say so) at once. */
+	set_state(p, PROXY_RUNNING);
 	ret = pthread_create(&p->loop_thread, NULL, loop_main, p);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (ret != 0) {
+		set_state(p, PROXY_STARTING);
 		snprintf(err, errlen, "proxy: loop thread: %s", strerror(ret));
 		return -ret;
 	}
@@ -316,10 +319,13 @@ int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen)
 	int ret;
 
 	pthread_mutex_lock(&p->lock);
-	ret = p->state == PROXY_NEW ? 0 : -EALREADY;
+	ret = p->state == PROXY_NEW ? 0 : p->state == PROXY_STARTING ? -EBUSY : -EALREADY;
+	if (ret == 0)
+		p->state = PROXY_STARTING;
 	pthread_mutex_unlock(&p->lock);
 	if (ret != 0) {
-		write_err(err, errlen, "proxy: already started once");
+		write_err(err, errlen, ret == -EBUSY ? "proxy: a start is under way"
+						     : "proxy: already started once");
 		return ret;
 	}
 	/* A stop asked before start is forgotten; one asked from now on stops the loop as soon
@@ -329,15 +335,11 @@ int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen)
 	if ((ret = proxy_open(p, err, errlen)) != 0 || (ret = launch(p, err, errlen)) != 0) {
 		log_error(&p->log, "%s", err && errlen ? err : "proxy: start failed");
 		proxy_close(p);
-		pthread_mutex_lock(&p->lock);
-		p->state = PROXY_FAILED;
-		pthread_mutex_unlock(&p->lock);
+		set_state(p, PROXY_FAILED);
 		return ret;
 	}
+	/* From here the loop thread owns the state: it may already have stopped. */
 	log_info(&p->log, "proxy: ready: %s", config_summary(&p->cfg, summary, sizeof(summary)));
-	pthread_mutex_lock(&p->lock);
-	p->state = PROXY_RUNNING;
-	pthread_mutex_unlock(&p->lock);
 	return 0;
 }
 
@@ -359,12 +361,12 @@ int ts_proxy_wait(struct ts_proxy *p)
 	bool join;
 
 	pthread_mutex_lock(&p->lock);
+	while (p->state == PROXY_STARTING || p->state == PROXY_RUNNING)
+		pthread_cond_wait(&p->cond, &p->lock);
 	if (p->state == PROXY_NEW || p->state == PROXY_FAILED) {
 		pthread_mutex_unlock(&p->lock);
 		return -EINVAL;
 	}
-	while (p->state == PROXY_RUNNING)
-		pthread_cond_wait(&p->cond, &p->lock);
 	join = !p->joined;
 	p->joined = true;
 	pthread_mutex_unlock(&p->lock);
@@ -429,26 +431,24 @@ int ts_proxy_stats_json(struct ts_proxy *p, char **out, size_t *len)
 	int ret;
 
 	*out = NULL;
+	/* From the proxy's own loop (its log callback): the loop cannot answer itself. */
+	if (ts_proxy_running(p) && pthread_equal(pthread_self(), p->loop_thread))
+		return -EDEADLK;
 	pthread_mutex_lock(&p->stats_req_lock);
 	pthread_mutex_lock(&p->lock);
-	if (p->state == PROXY_RUNNING && pthread_equal(pthread_self(), p->loop_thread)) {
-		/* from the loop itself (a log callback): read directly */
-		pthread_mutex_unlock(&p->lock);
-		ret = proxy_stats_json(p, out, len);
-		goto out;
-	}
+	while (p->state == PROXY_STARTING) /* the parts are being built: wait for the outcome */
+		pthread_cond_wait(&p->cond, &p->lock);
 	if (p->state == PROXY_RUNNING) {
 		ret = ask_loop(p, out, len);
 	} else if (p->state == PROXY_STOPPED) {
 		ret = p->stats_json ? copy_out(p->stats_json, p->stats_len, out, len)
 				    : p->stats_ret;
 	} else {
-		pthread_mutex_unlock(&p->lock); /* nothing runs: the counters of nothing */
+		/* Nothing runs (new, or a failed start took everything down): a document of
+		 * zeros and the config, read under the lock. */
 		ret = proxy_stats_json(p, out, len);
-		goto out;
 	}
 	pthread_mutex_unlock(&p->lock);
-out:
 	pthread_mutex_unlock(&p->stats_req_lock);
 	return ret;
 }
@@ -462,6 +462,7 @@ void ts_proxy_free(struct ts_proxy *p)
 	pthread_mutex_lock(&p->lock);
 	bool started = p->state == PROXY_RUNNING || p->state == PROXY_STOPPED;
 	pthread_mutex_unlock(&p->lock);
+	/* wait joins the loop thread, whoever calls it first; free must not race a wait. */
 	if (started)
 		ts_proxy_wait(p);
 	proxy_close(p); /* a no-op unless nothing ever ran it */

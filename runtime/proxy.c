@@ -20,6 +20,7 @@
 #include "dispatch/dispatcher.h"
 #include "dispatch/udp.h"
 #include "runtime/proxy.h"
+#include "runtime/workers.h"
 
 /* ---- stopping ------------------------------------------------------------------------------ */
 
@@ -166,8 +167,7 @@ static int open_tun(struct ts_proxy *p, char *err, size_t errlen)
 		 tun_rps_auto(p->tun) ? "auto" : tun_rps(p->tun) ? "on" : "off");
 	if (tun_rp_filter_check(tun_name(p->tun), msg, sizeof(msg)) > 0)
 		log_warn(&p->log, "proxy: %s", msg);
-	return rps_auto_start(&p->rps, p->tun, &p->log, "proxy", 0 /* no bytes moved yet */, err,
-			      errlen);
+	return 0; /* tun.rps "auto" starts on the loop's thread (runtime/api.c) */
 }
 
 static int start_stack(struct ts_proxy *p, char *err, size_t errlen)
@@ -185,12 +185,6 @@ static int start_stack(struct ts_proxy *p, char *err, size_t errlen)
 		.fatal = on_fatal,
 		.fatal_arg = p,
 	};
-	p->ops = netstack_lookup(config_stack_name(p->cfg.stack));
-	if (!p->ops) {
-		snprintf(err, errlen, "proxy: stack \"%s\" is not available in this build",
-			 config_stack_name(p->cfg.stack));
-		return -ENOTSUP;
-	}
 	return p->ops->start(&env, &p->ns, err, errlen);
 }
 
@@ -199,6 +193,15 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 	int ret;
 
 	p->started_ns = ts_now_ns();
+	/* The stack first: one that cannot start here must fail before the TUN changes. */
+	p->ops = netstack_lookup(config_stack_name(p->cfg.stack));
+	if (!p->ops) {
+		snprintf(err, errlen, "proxy: stack \"%s\" is not available in this build",
+			 config_stack_name(p->cfg.stack));
+		return -ENOTSUP;
+	}
+	if (p->ops->precheck && (ret = p->ops->precheck(err, errlen)) != 0)
+		return ret;
 	for (size_t i = 0; i < p->cfg.n_outbounds; i++)
 		p->cfg.outbounds[i].sock_hook = p->sock_hook;
 	if ((ret = make_budget(p, err, errlen)) != 0)

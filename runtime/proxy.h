@@ -24,29 +24,11 @@
 
 struct ts_proxy;
 struct stats_doc;
-
-/* One per TUN queue: its driver on its own loop. Queue 0 runs on the main loop's thread; with
- * tun.queues > 1 (system stack) every other queue has a worker thread of its own. */
-struct worker {
-	struct ts_proxy *p;
-	uint32_t q;
-	struct event_base *base;   /* queue 0: the proxy's base */
-	struct driver *driver;
-	pthread_t thread;
-	bool started;
-	atomic_bool stopping;      /* set by the main thread before it asks the worker to stop */
-	int stop_fd;               /* eventfd: the main thread asks the worker to leave its loop */
-	struct event *stop_ev;
-	/* UDP datagrams this worker reads go to the main loop's UDP path through a
-	 * SOCK_SEQPACKET socketpair: [0] written by the worker, [1] read by the main loop. */
-	int udp_fds[2];
-	struct event *udp_ev;      /* on the main base, reading udp_fds[1] */
-	ctr_t udp_handoff;         /* datagrams handed to the main loop */
-	ctr_t udp_handoff_drops;   /* the socketpair was full: dropped */
-};
+struct worker;
 
 enum proxy_state {
 	PROXY_NEW,       /* created: config only */
+	PROXY_STARTING,  /* ts_proxy_start is assembling it on the caller's thread */
 	PROXY_RUNNING,   /* started: the loop thread runs */
 	PROXY_STOPPED,   /* the loop thread took everything apart */
 	PROXY_FAILED,    /* a start failed: config only, cannot start again */
@@ -114,12 +96,6 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen);
 void proxy_close(struct ts_proxy *p);
 /* Main loop: stop accepting, end every session, leave the loop; err 0 or -errno. */
 void proxy_stop_loop(struct ts_proxy *p, int err);
-
-/* workers.c: the per-queue drivers and threads. */
-int workers_init(struct ts_proxy *p, char *err, size_t errlen);
-int workers_start(struct ts_proxy *p, char *err, size_t errlen);
-void workers_stop(struct ts_proxy *p);
-void workers_free(struct ts_proxy *p);
 
 /* proxy_stats.c: the /stats document (the same keys for every stack) and the endpoint. */
 void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d);

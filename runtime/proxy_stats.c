@@ -17,6 +17,7 @@
 #include "dispatch/dispatcher.h"
 #include "dispatch/udp.h"
 #include "runtime/proxy.h"
+#include "runtime/workers.h"
 
 static uint64_t count_fds(void)
 {
@@ -220,7 +221,9 @@ int proxy_stats_json(struct ts_proxy *p, char **out, size_t *len)
 	if (!d)
 		return -ENOMEM;
 	proxy_stats_fill(p, d);
-	ret = stats_doc_json(d, out, len);
+	/* A key that could not be added (out of memory) fails the document, as /stats does. */
+	if ((ret = stats_doc_error(d, NULL)) == 0)
+		ret = stats_doc_json(d, out, len);
 	stats_doc_free(d);
 	return ret;
 }

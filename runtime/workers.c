@@ -19,6 +19,7 @@
 #include "core/tun.h"
 #include "dispatch/udp.h"
 #include "runtime/proxy.h"
+#include "runtime/workers.h"
 
 #define RSS_SAMPLE_NS TS_NS_PER_SEC /* pressure tier refresh, only while traffic flows */
 

@@ -59,6 +59,10 @@ struct netstack_stats {
 
 struct netstack_ops {
 	const char *name; /* "system" or "lwip": the config's "stack" value */
+	/* Optional (NULL: always): can a stack of this kind start in this process now? Called
+	 * before the proxy opens its TUN, so that a start that would be refused changes nothing.
+	 * 0, or -errno with a one-line reason in err. No side effects. */
+	int (*precheck)(char *err, size_t errlen);
 	/* Start on env; return only when ready to carry traffic (listeners bound, ...).
 	 * 0, or -errno with a one-line reason in err. */
 	int (*start)(const struct netstack_env *env, struct netstack **out, char *err,
@@ -94,6 +98,8 @@ void netstack_policy_drops(const struct l3policy_counters *c, struct netstack_st
 
 /* The stack named name ("system", "lwip"), or NULL if this build has none by that name. */
 const struct netstack_ops *netstack_lookup(const char *name);
+/* The names of the stacks of this build, NULL-terminated, static. */
+const char *const *netstack_names(void);
 /* The i-th stack of this build (0, 1, ...), NULL past the last. */
 const struct netstack_ops *netstack_at(size_t i);
 

@@ -62,6 +62,11 @@ void lwip_glue_release(void)
 	atomic_store_explicit(&lwip_claimed, false, memory_order_release);
 }
 
+bool lwip_glue_claimed(void)
+{
+	return atomic_load_explicit(&lwip_claimed, memory_order_acquire);
+}
+
 uint64_t lwip_glue_mem_bytes(void)
 {
 	return atomic_load_explicit(&lwip_bytes, memory_order_relaxed);

@@ -4,6 +4,7 @@
 #ifndef TS_STACKS_LWIP_GLUE_H
 #define TS_STACKS_LWIP_GLUE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct budget;
@@ -14,6 +15,8 @@ struct budget;
  * releases. */
 int lwip_glue_claim(struct budget *b) __attribute__((warn_unused_result));
 void lwip_glue_release(void);
+/* Is lwIP owned now? A snapshot (any thread): a start may still race; the claim decides. */
+bool lwip_glue_claimed(void);
 
 /* The bytes lwIP holds now (any thread). */
 uint64_t lwip_glue_mem_bytes(void);

@@ -535,6 +535,14 @@ static int policy_init(struct l3policy *pol, const struct ts_config *cfg)
 	return l3policy_init(pol, &pc);
 }
 
+static int lw_refused(char *err, size_t errlen)
+{
+	snprintf(err, errlen, "lwip stack: a second lwIP stack in one process is not possible: lwIP "
+		 "keeps its state in globals; use the system stack for more than one proxy per "
+		 "process");
+	return -EBUSY;
+}
+
 static int lw_start(const struct netstack_env *env, struct netstack **out, char *err,
 		    size_t errlen)
 {
@@ -546,12 +554,8 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 		return -EINVAL;
 	}
 	/* Before anything else: a refused start touches neither lwIP nor the running stack. */
-	if (lwip_glue_claim(env->budget) != 0) {
-		snprintf(err, errlen, "lwip stack: a second lwIP stack in one process is not "
-				      "possible: lwIP keeps its state in globals; use the system "
-				      "stack for more than one proxy per process");
-		return -EBUSY;
-	}
+	if (lwip_glue_claim(env->budget) != 0)
+		return lw_refused(err, errlen);
 	st = calloc(1, sizeof(*st));
 	if (!st) {
 		lwip_glue_release();
@@ -682,8 +686,16 @@ static void lw_counters(struct netstack *ns,
 	}
 }
 
+/* Checked before the proxy opens its TUN, so a refused second proxy changes nothing (the start
+ * itself claims lwIP atomically: two proxies starting at once still get one refusal). */
+static int lw_precheck(char *err, size_t errlen)
+{
+	return lwip_glue_claimed() ? lw_refused(err, errlen) : 0;
+}
+
 const struct netstack_ops lwip_stack_ops = {
 	.name = "lwip",
+	.precheck = lw_precheck,
 	.start = lw_start,
 	.stop = lw_stop,
 	.free = lw_free,

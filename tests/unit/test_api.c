@@ -29,6 +29,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include "stacks/netstack.h"
 #include "twinstack.h"
 #include "netns_child.h"
 
@@ -50,6 +51,10 @@ Test(api, version_and_stacks)
 	}
 	cr_assert(sys && lwip && n == 2, "stacks: %zu", n);
 	cr_assert_eq(ts_stack_names(), names, "a static array");
+	/* The constant table is the stacks this build really has, in order. */
+	for (size_t i = 0; i < n; i++)
+		cr_assert_str_eq(netstack_at(i)->name, names[i]);
+	cr_assert_null(netstack_at(n));
 }
 
 Test(api, bad_config_names_the_path)
@@ -203,13 +208,19 @@ static const char caller_cfg_fmt[] =
 
 /* ---- lifecycle -------------------------------------------------------------------------- */
 
-static _Atomic int log_lines, ready_lines;
+static _Atomic int log_lines, ready_lines, stats_from_loop = 1;
 static struct ts_proxy *sig_proxy;
 
 static void count_log(void *arg, int level, const char *line, size_t len)
 {
 	(void)arg;
 	atomic_fetch_add(&log_lines, 1);
+	/* Logged on the loop thread: the loop cannot answer a stats request from itself. */
+	if (strstr(line, "stop requested")) {
+		char *json = NULL;
+		atomic_store(&stats_from_loop, ts_proxy_stats_json(sig_proxy, &json, NULL));
+		ts_free(json);
+	}
 	if (strstr(line, "ready") && strlen(line) == len && line[len - 1] != '\n' &&
 	    level == TS_LOG_INFO)
 		atomic_fetch_add(&ready_lines, 1);
@@ -252,6 +263,8 @@ static void lifecycle(void)
 	raise(SIGUSR1);
 	CHECK(ts_proxy_wait(p) == 0, "stopped on request");
 	CHECK(ts_proxy_wait(p) == 0, "wait again");
+	CHECK(atomic_load(&stats_from_loop) == -EDEADLK, "stats from the loop: %d",
+	      atomic_load(&stats_from_loop));
 	CHECK(ts_proxy_running(p) == 0, "not running");
 	ts_proxy_stop(p);
 	doc = stats(p); /* the final figures */
@@ -392,6 +405,7 @@ static void one_lwip(void)
 	b = new_proxy(cfg);
 	CHECK(ts_proxy_start(b, err, sizeof(err)) == -EBUSY, "second lwIP proxy: %s", err);
 	CHECK(strstr(err, "lwIP") != NULL || strstr(err, "lwip") != NULL, "%s", err);
+	CHECK(access("/sys/class/net/tlw1", F_OK) != 0, "a refused proxy created its TUN");
 	CHECK(ts_proxy_running(a) == 1, "the first one still runs");
 	ts_proxy_free(b);
 	ts_proxy_free(a);
