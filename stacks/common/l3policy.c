@@ -98,14 +98,7 @@ enum l3policy_verdict l3policy_tcp_dst6(const struct l3policy *p, const struct p
 		return L3POLICY_TCP;
 	if (d == 0 || l3policy_offset6(f, v->ip + PKT_V6_SRC) != 0)
 		return L3POLICY_DROP_own_address;
-	for (uint32_t i = 0; i < f->n_lports; i++) {
-		if (v->sport_be == f->lport_be[i]) {
-			reply->nat_index = (uint8_t)(d - 1);
-			reply->listener = (uint8_t)i;
-			return L3POLICY_TCP_REPLY;
-		}
-	}
-	return L3POLICY_DROP_own_address;
+	return l3policy_listener_reply(f, d, v->sport_be, reply);
 }
 
 /* An echo request (ICMP 8 / ICMPv6 128, code 0) to the gateway; any other ICMP is dropped.

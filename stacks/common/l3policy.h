@@ -159,6 +159,23 @@ static inline uint32_t l3policy_offset6(const struct l3policy_family *f, const u
  * family not served) */
 bool l3policy_is_own(const struct l3policy *p, int family, const uint8_t *addr);
 
+/* TCP to our own address at offset d (0: the gateway): a reply from one of the gateway's
+ * listener ports to a NAT address is TCP_REPLY (*reply filled); anything else is ours to
+ * drop. */
+static inline enum l3policy_verdict l3policy_listener_reply(const struct l3policy_family *f,
+							    uint32_t d, uint16_t sport_be,
+							    struct l3policy_reply *reply)
+{
+	for (uint32_t i = 0; i < f->n_lports; i++) {
+		if (sport_be == f->lport_be[i]) {
+			reply->nat_index = (uint8_t)(d - 1);
+			reply->listener = (uint8_t)i;
+			return L3POLICY_TCP_REPLY;
+		}
+	}
+	return L3POLICY_DROP_own_address;
+}
+
 /* The TCP rules by destination for a served family (v->proto is TCP): TCP, TCP_REPLY (*reply
  * filled) or DROP_own_address. Counts nothing, and leaves the source to l3policy_tcp; the
  * system stack's TCP classifier is this. IPv4 inline, IPv6 out of line. */
@@ -178,14 +195,7 @@ static inline enum l3policy_verdict l3policy_tcp_dst(const struct l3policy *p,
 		return L3POLICY_TCP;
 	if (d == 0 || l3policy_offset4(f, v->ip + PKT_V4_SRC) != 0)
 		return L3POLICY_DROP_own_address;
-	for (uint32_t i = 0; i < f->n_lports; i++) {
-		if (v->sport_be == f->lport_be[i]) {
-			reply->nat_index = (uint8_t)(d - 1);
-			reply->listener = (uint8_t)i;
-			return L3POLICY_TCP_REPLY;
-		}
-	}
-	return L3POLICY_DROP_own_address;
+	return l3policy_listener_reply(f, d, v->sport_be, reply);
 }
 
 /* From one of our NAT addresses (offsets 1..n; the gateway, offset 0, wraps to UINT32_MAX

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # instr_gate.sh — the instruction-count regression gate: count the micro-benchmarks' instructions
-# with callgrind now and gate them against the committed baseline (docs/benchmarks.md
+# with callgrind now, check each case's absolute target and gate them against the committed baseline (docs/benchmarks.md
 # "Regression gate"). Exit 0 pass, 1 regression (or a tool failed), 2 unreadable input,
 # 77 skipped (no valgrind).
 #
@@ -18,8 +18,14 @@ command -v valgrind >/dev/null || { echo "instr_gate: valgrind not installed: sk
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-"$src/bench/callgrind.sh" --json "$tmp/current.json" "$micro" || {
+# One count serves both checks: each case's absolute target (--check) and the baseline.
+"$src/bench/callgrind.sh" --check --json "$tmp/current.json" "$micro"
+targets=$?
+[ -s "$tmp/current.json" ] || {
 	echo "instr_gate: bench/callgrind.sh failed" >&2
 	exit 1
 }
 "$bin" gate --baseline "$src/bench/baseline/micro.json" --current "$tmp/current.json" "$@"
+rc=$?
+[ "$rc" -ne 0 ] && exit "$rc"
+exit "$targets"
