@@ -2,7 +2,8 @@
 #   build/       Release (-O2), warnings are errors, all unit + CLI tests + instruction gate
 #   build-asan/  ASan+UBSan, all unit + CLI tests
 #   build-tsan/  TSan, the concurrency tests (tests/unit/test_*_mt.c, the 2-queue netns subset)
-#   build-fuzz/  clang + libFuzzer, each fuzz target for FUZZ_SECONDS from its seed corpus
+#   build-fuzz/  clang + libFuzzer, each fuzz target for FUZZ_SECONDS from its seed corpus, JOBS
+#                targets at a time (each is single-threaded: one core apiece)
 JOBS ?= 2
 FUZZ_SECONDS ?= 30
 CTEST = ctest --output-on-failure --no-tests=error
@@ -39,7 +40,7 @@ test-fuzz:
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DTS_FUZZ=ON \
 		-DTS_FUZZ_SECONDS=$(FUZZ_SECONDS) -DTS_WERROR=ON >/dev/null
 	cmake --build build-fuzz -j$(JOBS)
-	$(CTEST) --test-dir build-fuzz
+	$(CTEST) --test-dir build-fuzz -j$(JOBS)
 
 # The main job: both stacks side by side on a namespace testbed (docs/benchmarks.md), offload
 # I/O. BENCH_ARGS=--quick: ~2 minutes; BENCH_ARGS=--ablation: every TUN I/O mode, TCP bulk
