@@ -45,6 +45,7 @@ struct driver {
 	struct budget *budget;
 	uint8_t *buf;     /* [hdr][packet] */
 	size_t buf_size;
+	bool gone;        /* the device went away: no more reads */
 	struct driver_counters ctr;
 };
 
@@ -317,6 +318,24 @@ static void handle(struct driver *d, size_t len, int64_t now)
 	}
 }
 
+/* Read errors that mean the TUN device no longer exists (the kernel detached the queue). */
+static bool device_gone(int err)
+{
+	return err == EBADFD || err == ENODEV || err == ENXIO || err == EIO;
+}
+
+static void stop_reading(struct driver *d, int err)
+{
+	if (d->gone)
+		return;
+	d->gone = true;
+	ctr_inc(&d->ctr.rx_gone);
+	if (d->ev)
+		event_del(d->ev);
+	if (d->ops->gone)
+		d->ops->gone(d->arg, err);
+}
+
 int driver_poll(struct driver *d)
 {
 	int64_t now = ts_now_ns();
@@ -331,6 +350,8 @@ int driver_poll(struct driver *d)
 			}
 			if (errno != EAGAIN)
 				ctr_inc(&d->ctr.rx_errors);
+			if (device_gone(errno))
+				stop_reading(d, -errno);
 			break;
 		}
 		if ((size_t)n <= d->hdr) { /* nothing, or a header and nothing else */

@@ -66,6 +66,10 @@ struct driver_ops {
 	 * are dropped and counted). */
 	void (*udp)(void *arg, const uint8_t *pkt, size_t len, const struct pkt_view *view,
 		    int64_t now_ns);
+	/* The device is gone (deleted under us: a read failed with EBADFD, ENODEV, ENXIO or
+	 * EIO). Called once, from the driver's loop, with -errno; the driver has stopped reading
+	 * (a dead fd stays readable and would spin the loop). May be NULL. */
+	void (*gone)(void *arg, int err);
 };
 
 #define DRIVER_COUNTERS(X)                                                                     \
@@ -75,6 +79,7 @@ struct driver_ops {
 	X(tx_bytes)                                                                            \
 	X(rewrites)       /* packets written back after an in-place rewrite */                 \
 	X(rx_errors)      /* read errors other than EAGAIN */                                  \
+	X(rx_gone)        /* reads that found the device gone (the driver stopped reading) */  \
 	X(tx_dropped)     /* writes that failed (EAGAIN: device queue full, or an error) */     \
 	X(udp_no_path)    /* UDP verdicts with no UDP path */                                  \
 	X(rx_gso)         /* super-packets read (virtio_net_hdr gso_type != NONE) */           \

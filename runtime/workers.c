@@ -84,10 +84,28 @@ static void drv_udp(void *arg, const uint8_t *pkt, size_t len, const struct pkt_
 		ctr_inc(&w->udp_handoff);
 }
 
+/* The TUN was deleted under us: stop with the reason (exit 1 for `twinstack run`). Queue 0
+ * is the main loop; another queue leaves its own loop, and the main loop hears of it through
+ * worker_died_fd. */
+static void drv_gone(void *arg, int err)
+{
+	struct worker *w = arg;
+
+	atomic_store(&w->gone_err, err);
+	if (w->q == 0) {
+		log_error(&w->p->log, "proxy: the TUN device is gone (read: %s); stopping",
+			  strerror(-err));
+		proxy_stop_loop(w->p, err);
+	} else {
+		event_base_loopbreak(w->base);
+	}
+}
+
 static const struct driver_ops drv_ops = {
 	.input = drv_input,
 	.batch_end = drv_batch_end,
 	.udp = drv_udp,
+	.gone = drv_gone,
 };
 
 /* Main loop: datagrams a worker handed over. */
@@ -139,6 +157,15 @@ static void on_worker_died(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (read(fd, &v, sizeof(v)) < 0) {
 		/* spurious wakeup */
+	}
+	for (uint32_t q = 1; q < p->nworkers; q++) {
+		int gone = atomic_load(&p->workers[q].gone_err);
+		if (gone != 0) {
+			log_error(&p->log, "proxy: the TUN device is gone (queue %u read: %s); "
+				  "stopping", q, strerror(-gone));
+			proxy_stop_loop(p, gone);
+			return;
+		}
 	}
 	log_error(&p->log, "proxy: a TUN queue worker stopped unexpectedly; stopping");
 	proxy_stop_loop(p, -EIO);

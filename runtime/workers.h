@@ -31,6 +31,7 @@ struct worker {
 	struct event *udp_ev;      /* on the main base, reading udp_fds[1] */
 	ctr_t udp_handoff;         /* datagrams handed to the main loop */
 	ctr_t udp_handoff_drops;   /* the socketpair was full: dropped */
+	_Atomic int gone_err;      /* -errno: this queue found the device gone (0: not) */
 };
 
 /* Queue drivers (and for queues 1.. their loops, stop events and UDP hand-off) on p's TUN;

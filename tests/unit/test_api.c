@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <arpa/inet.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "stacks/netstack.h"
@@ -588,4 +589,43 @@ static void two_proxies(void)
 Test(api, two_system_proxies_in_one_process, .timeout = 60)
 {
 	run_in_netns(two_proxies);
+}
+
+/* ---- the TUN deleted under a running proxy ------------------------------------------------ */
+
+/* `ip link del` while the proxy runs: it stops by itself within a second with the reason,
+ * instead of spinning on a dead fd (which stays readable). */
+static void removed_under(const char *stack, const char *dev, const char *extra)
+{
+	char cfg[1024];
+	struct ts_proxy *p;
+	int64_t t0, t1;
+	struct timespec ts;
+	int why;
+
+	snprintf(cfg, sizeof(cfg), sys_cfg_fmt, stack, dev, "198.18.0.1/15", extra);
+	p = new_proxy(cfg);
+	start(p);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+	sh("ip link del %s", dev);
+	why = ts_proxy_wait(p);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t1 = ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+	CHECK(why == -EBADFD || why == -ENODEV || why == -EIO, "%s%s: stopped with %d (%s)", stack,
+	      extra, why, strerror(-why));
+	CHECK(t1 - t0 < 1000, "%s%s: stopped after %lld ms", stack, extra, (long long)(t1 - t0));
+	ts_proxy_free(p);
+}
+
+static void tun_removed(void)
+{
+	removed_under("system", "tdl0", "");
+	removed_under("system", "tdl1", ", \"queues\": 2");
+	removed_under("lwip", "tdl2", "");
+}
+
+Test(api, tun_removed_under_a_running_proxy, .timeout = 30)
+{
+	run_in_netns(tun_removed);
 }
