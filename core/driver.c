@@ -95,19 +95,17 @@ int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pk
 		.csum_start = htole16(m->csum_start),
 		.csum_offset = htole16(m->csum_offset),
 	};
-	/* A device with a longer header (e.g. 12 bytes with num_buffers): zeros after ours. */
-	struct iovec iov[3] = {
-		{ .iov_base = &h, .iov_len = sizeof(h) },
-		{ .iov_base = (void *)plain_hdr, .iov_len = d->hdr - sizeof(h) },
-		{ .iov_base = (void *)pkt, .iov_len = len },
-	};
+	struct iovec iov[3] = { { .iov_base = &h, .iov_len = sizeof(h) } };
+	int cnt = 1;
 
 	if (!d->hdr) /* no header to carry the metadata: only plain packets can go */
 		return m->flags || m->gso_type ? -EOPNOTSUPP : driver_tx(d, pkt, len);
-	if (d->hdr == sizeof(h))
-		return send_frame(d, (struct iovec[]){ iov[0], iov[2] }, 2, len,
-				  m->gso_type != PKT_GSO_NONE);
-	return send_frame(d, iov, 3, len, m->gso_type != PKT_GSO_NONE);
+	/* A device with a longer header (e.g. 12 bytes with num_buffers): zeros after ours. */
+	if (d->hdr > sizeof(h))
+		iov[cnt++] = (struct iovec){ .iov_base = (void *)plain_hdr,
+					     .iov_len = d->hdr - sizeof(h) };
+	iov[cnt++] = (struct iovec){ .iov_base = (void *)pkt, .iov_len = len };
+	return send_frame(d, iov, cnt, len, m->gso_type != PKT_GSO_NONE);
 }
 
 bool driver_offload(const struct driver *d)
@@ -377,9 +375,8 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 int driver_new(struct event_base *base, const struct driver_params *p,
 	       const struct driver_ops *ops, void *arg, struct budget *b, struct driver **out)
 {
-	struct driver *d;
-
 	size_t hdr = p && p->vnet_hdr ? (p->vnet_hdr_len ? p->vnet_hdr_len : TUN_VNET_HDR_LEN) : 0;
+	struct driver *d;
 
 	if (!p || p->fd < 0 || p->mtu < 576 || !ops || !ops->input ||
 	    (hdr && (hdr < TUN_VNET_HDR_LEN || hdr > TUN_VNET_HDR_MAX)))

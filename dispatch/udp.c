@@ -844,17 +844,6 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	sock_send(up, k, &t, v->payload, v->payload_len);
 }
 
-void udp_path_input(struct udp_path *up, const uint8_t *pkt, size_t len, int64_t now_ns)
-{
-	struct udp_view v;
-
-	if (udp_codec_parse(&v, pkt, len) != UDP_CODEC_OK) {
-		drop(up, UDP_DROP_malformed);
-		return;
-	}
-	input(up, &v, now_ns);
-}
-
 void udp_path_input_view(struct udp_path *up, const struct pkt_view *pv, int64_t now_ns)
 {
 	struct udp_view v;
@@ -864,6 +853,18 @@ void udp_path_input_view(struct udp_path *up, const struct pkt_view *pv, int64_t
 		return;
 	}
 	input(up, &v, now_ns);
+}
+
+void udp_path_input(struct udp_path *up, const uint8_t *pkt, size_t len, int64_t now_ns)
+{
+	struct pkt_view pv;
+
+	/* pkt_parse takes a mutable buffer because the stacks rewrite in place; it only reads. */
+	if (pkt_parse(&pv, (uint8_t *)pkt, len) != PKT_OK) {
+		drop(up, UDP_DROP_malformed);
+		return;
+	}
+	udp_path_input_view(up, &pv, now_ns);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */

@@ -41,6 +41,7 @@ void ts_free(void *mem)
 int ts_process_prepare(char *err, size_t errlen)
 {
 	struct rlimit rl;
+	int ret;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
 		goto fail;
@@ -53,8 +54,10 @@ int ts_process_prepare(char *err, size_t errlen)
 	signal(SIGPIPE, SIG_IGN);
 	return 0;
 fail:
-	snprintf(err, errlen, "RLIMIT_NOFILE: %s", strerror(errno));
-	return -errno;
+	ret = -errno;
+	if (err && errlen)
+		snprintf(err, errlen, "RLIMIT_NOFILE: %s", strerror(-ret));
+	return ret;
 }
 
 /* ---- create ------------------------------------------------------------------------------ */
@@ -246,10 +249,8 @@ static void on_stats(evutil_socket_t fd, short what, void *arg)
 static void *loop_main(void *arg)
 {
 	struct ts_proxy *p = arg;
-	char *json = NULL;
+	char *json = NULL, err[256];
 	size_t len = 0;
-
-	char err[256];
 
 	/* tun.rps "auto" reads the CPU clock of the thread that runs the loop: this one. */
 	if (rps_auto_start(&p->rps, p->tun, &p->log, "proxy", 0, err, sizeof(err)) != 0)
@@ -386,17 +387,19 @@ int ts_proxy_running(const struct ts_proxy *p)
 	return ret;
 }
 
-static int copy_out(const char *json, size_t len, char **out, size_t *outlen)
+/* After the stop: a copy of the document the loop left (p->lock held). */
+static int final_doc(struct ts_proxy *p, char **out, size_t *outlen)
 {
-	char *c = malloc(len + 1);
+	char *c;
 
-	if (!c)
+	if (!p->stats_json)
+		return p->stats_ret;
+	if (!(c = malloc(p->stats_len + 1)))
 		return -ENOMEM;
-	memcpy(c, json, len);
-	c[len] = '\0';
+	memcpy(c, p->stats_json, p->stats_len + 1);
 	*out = c;
 	if (outlen)
-		*outlen = len;
+		*outlen = p->stats_len;
 	return 0;
 }
 
@@ -415,8 +418,7 @@ static int ask_loop(struct ts_proxy *p, char **out, size_t *len)
 		if (pthread_cond_timedwait(&p->cond, &p->lock, &deadline) == ETIMEDOUT)
 			return -ETIMEDOUT;
 	if (p->stats_answered < seq || p->state != PROXY_RUNNING) /* stopped: the final one */
-		return p->stats_json ? copy_out(p->stats_json, p->stats_len, out, len)
-				     : p->stats_ret;
+		return final_doc(p, out, len);
 	if (p->stats_ret != 0)
 		return p->stats_ret;
 	*out = p->stats_json; /* the answer is the caller's now */
@@ -441,8 +443,7 @@ int ts_proxy_stats_json(struct ts_proxy *p, char **out, size_t *len)
 	if (p->state == PROXY_RUNNING) {
 		ret = ask_loop(p, out, len);
 	} else if (p->state == PROXY_STOPPED) {
-		ret = p->stats_json ? copy_out(p->stats_json, p->stats_len, out, len)
-				    : p->stats_ret;
+		ret = final_doc(p, out, len);
 	} else {
 		/* Nothing runs (new, or a failed start took everything down): a document of
 		 * zeros and the config, read under the lock. */
