@@ -1,4 +1,5 @@
-/* netlink.c — request/ack over NETLINK_ROUTE for links and addresses (see netlink.h). */
+/* netlink.c — request/ack over NETLINK_ROUTE for links, addresses, rules and routes (see
+ * netlink.h). */
 #include "core/netlink.h"
 
 #include <errno.h>
@@ -9,6 +10,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <linux/fib_rules.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 
@@ -179,7 +181,9 @@ static int walk_batch(struct netlink *nl, const void *buf, size_t len, msg_fn fn
  * NLM_F_REPLACE / NLM_F_EXCL on new-object requests. */
 static int transact(struct netlink *nl, struct nlmsghdr *req, msg_fn fn, void *arg)
 {
-	bool dump = req->nlmsg_type == RTM_GETADDR && (req->nlmsg_flags & NLM_F_DUMP) == NLM_F_DUMP;
+	bool dump = (req->nlmsg_type == RTM_GETADDR || req->nlmsg_type == RTM_GETROUTE ||
+		     req->nlmsg_type == RTM_GETRULE) &&
+		    (req->nlmsg_flags & NLM_F_DUMP) == NLM_F_DUMP;
 	static const struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
 	alignas(struct nlmsghdr) unsigned char buf[RECV_MAX];
 	bool intr = false;
@@ -335,6 +339,12 @@ static void on_route(void *arg, const struct nlmsghdr *h)
 
 int netlink_route_get(struct netlink *nl, const struct netaddr *dst, struct netlink_route *out)
 {
+	return netlink_route_get_ex(nl, dst, 0, 0, out);
+}
+
+int netlink_route_get_ex(struct netlink *nl, const struct netaddr *dst, uint32_t mark, int oif,
+			 struct netlink_route *out)
+{
 	struct req r;
 	struct nlmsghdr *h = req_init(&r, RTM_GETROUTE, 0, sizeof(struct rtmsg));
 	struct rtmsg *rtm = NLMSG_DATA(h);
@@ -347,8 +357,13 @@ int netlink_route_get(struct netlink *nl, const struct netaddr *dst, struct netl
 		return -EINVAL;
 	rtm->rtm_family = dst->family == 4 ? AF_INET : AF_INET6;
 	rtm->rtm_dst_len = (unsigned char)(alen * 8);
-	if ((ret = add_attr(h, RTA_DST, dst->a, alen)) != 0 ||
-	    (ret = transact(nl, h, on_route, &c)) != 0)
+	if ((ret = add_attr(h, RTA_DST, dst->a, alen)) != 0)
+		return ret;
+	if (mark && (ret = add_attr(h, RTA_MARK, &mark, sizeof(mark))) != 0)
+		return ret;
+	if (oif > 0 && (ret = add_attr(h, RTA_OIF, &oif, sizeof(oif))) != 0)
+		return ret;
+	if ((ret = transact(nl, h, on_route, &c)) != 0)
 		return ret;
 	return c.found ? 0 : -ENOENT;
 }
@@ -416,4 +431,335 @@ int netlink_addr_dump(struct netlink *nl, int ifindex, netlink_addr_fn fn, void 
 
 	ifa->ifa_family = AF_UNSPEC;
 	return transact(nl, h, on_addr, &c);
+}
+
+/* ---- policy rules ---- */
+
+_Static_assert(NETLINK_RULE_LOOKUP == FR_ACT_TO_TBL && NETLINK_RULE_GOTO == FR_ACT_GOTO &&
+		       NETLINK_RULE_NOP == FR_ACT_NOP,
+	       "rule actions are the kernel's");
+_Static_assert(NETLINK_IFNAMSIZ == IFNAMSIZ, "interface name size");
+_Static_assert(NETLINK_RT_UNICAST == RTN_UNICAST && NETLINK_RT_UNREACHABLE == RTN_UNREACHABLE,
+	       "route types are the kernel's");
+
+static size_t family_alen(uint8_t family)
+{
+	return family == 4 ? 4 : 16;
+}
+
+void netlink_rule_init(struct netlink_rule *r, uint8_t family)
+{
+	memset(r, 0, sizeof(*r));
+	r->family = family;
+	r->action = NETLINK_RULE_LOOKUP;
+	r->suppress_prefixlen = -1;
+}
+
+static int add_u32(struct nlmsghdr *h, uint16_t type, uint32_t v)
+{
+	return add_attr(h, type, &v, sizeof(v));
+}
+
+/* The selectors of r as attributes (shared by add and delete). */
+static int rule_selectors(struct nlmsghdr *h, const struct netlink_rule *r)
+{
+	int ret = 0;
+
+	if (r->dst_len && (ret = add_attr(h, FRA_DST, r->dst.a, family_alen(r->family))) != 0)
+		return ret;
+	if (r->has_fwmark && ((ret = add_u32(h, FRA_FWMARK, r->fwmark)) != 0 ||
+			      (ret = add_u32(h, FRA_FWMASK, r->fwmask)) != 0))
+		return ret;
+	if (r->has_uid) {
+		struct fib_rule_uid_range u = { r->uid_start, r->uid_end };
+		if ((ret = add_attr(h, FRA_UID_RANGE, &u, sizeof(u))) != 0)
+			return ret;
+	}
+	if (r->iifname[0] && (ret = add_attr(h, FRA_IIFNAME, r->iifname,
+					      strnlen(r->iifname, IFNAMSIZ - 1) + 1)) != 0)
+		return ret;
+	if (r->ip_proto && (ret = add_attr(h, FRA_IP_PROTO, &r->ip_proto, 1)) != 0)
+		return ret;
+	if (r->dport_start || r->dport_end) {
+		struct fib_rule_port_range pr = { r->dport_start, r->dport_end };
+		if ((ret = add_attr(h, FRA_DPORT_RANGE, &pr, sizeof(pr))) != 0)
+			return ret;
+	}
+	if (r->suppress_prefixlen >= 0)
+		ret = add_u32(h, FRA_SUPPRESS_PREFIXLEN, (uint32_t)r->suppress_prefixlen);
+	return ret;
+}
+
+static int rule_req(struct netlink *nl, uint16_t type, uint16_t flags, const struct netlink_rule *r)
+{
+	struct req rq;
+	struct nlmsghdr *h = req_init(&rq, type, flags, sizeof(struct fib_rule_hdr));
+	struct fib_rule_hdr *frh = NLMSG_DATA(h);
+	int ret;
+
+	if ((r->family != 4 && r->family != 6) || r->dst_len > family_alen(r->family) * 8)
+		return -EINVAL;
+	frh->family = r->family == 4 ? AF_INET : AF_INET6;
+	frh->dst_len = r->dst_len;
+	frh->action = r->action;
+	frh->flags = r->invert ? FIB_RULE_INVERT : 0;
+	if (r->action == NETLINK_RULE_LOOKUP)
+		frh->table = r->table < 256 ? (uint8_t)r->table : RT_TABLE_UNSPEC;
+	if ((ret = rule_selectors(h, r)) != 0)
+		return ret;
+	if (r->priority && (ret = add_u32(h, FRA_PRIORITY, r->priority)) != 0)
+		return ret;
+	if (r->action == NETLINK_RULE_LOOKUP && r->table &&
+	    (ret = add_u32(h, FRA_TABLE, r->table)) != 0)
+		return ret;
+	if (r->action == NETLINK_RULE_GOTO && (ret = add_u32(h, FRA_GOTO, r->target)) != 0)
+		return ret;
+	if (r->protocol && (ret = add_attr(h, FRA_PROTOCOL, &r->protocol, 1)) != 0)
+		return ret;
+	return transact(nl, h, NULL, NULL);
+}
+
+int netlink_rule_add(struct netlink *nl, const struct netlink_rule *r)
+{
+	return rule_req(nl, RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, r);
+}
+
+int netlink_rule_del(struct netlink *nl, const struct netlink_rule *r)
+{
+	return rule_req(nl, RTM_DELRULE, 0, r);
+}
+
+static void rule_attr(struct netlink_rule *r, const struct rtattr *rta)
+{
+	const void *d = RTA_DATA(rta);
+	size_t n = RTA_PAYLOAD(rta);
+
+	switch (rta->rta_type) {
+	case FRA_DST:
+		if (n == family_alen(r->family))
+			memcpy(r->dst.a, d, n);
+		break;
+	case FRA_PRIORITY: if (n == 4) memcpy(&r->priority, d, 4); break;
+	case FRA_TABLE: if (n == 4) memcpy(&r->table, d, 4); break;
+	case FRA_GOTO: if (n == 4) memcpy(&r->target, d, 4); break;
+	case FRA_FWMARK: if (n == 4) { memcpy(&r->fwmark, d, 4); r->has_fwmark = true; } break;
+	case FRA_FWMASK: if (n == 4) { memcpy(&r->fwmask, d, 4); r->has_fwmark = true; } break;
+	case FRA_SUPPRESS_PREFIXLEN: if (n == 4) memcpy(&r->suppress_prefixlen, d, 4); break;
+	case FRA_IP_PROTO: if (n == 1) r->ip_proto = *(const uint8_t *)d; break;
+	case FRA_PROTOCOL: if (n == 1) r->protocol = *(const uint8_t *)d; break;
+	case FRA_IIFNAME:
+		if (n > 0) {
+			size_t k = n < IFNAMSIZ ? n : IFNAMSIZ - 1;
+			memcpy(r->iifname, d, k);
+			r->iifname[k] = '\0';
+		}
+		break;
+	case FRA_UID_RANGE:
+		if (n == sizeof(struct fib_rule_uid_range)) {
+			const struct fib_rule_uid_range *u = d;
+			r->has_uid = true;
+			r->uid_start = u->start;
+			r->uid_end = u->end;
+		}
+		break;
+	case FRA_DPORT_RANGE:
+		if (n == sizeof(struct fib_rule_port_range)) {
+			const struct fib_rule_port_range *p = d;
+			r->dport_start = p->start;
+			r->dport_end = p->end;
+		}
+		break;
+	default:
+		break;
+	}
+}
+
+struct rule_dump_ctx {
+	netlink_rule_fn fn;
+	void *arg;
+};
+
+static void on_rule(void *arg, const struct nlmsghdr *h)
+{
+	struct rule_dump_ctx *c = arg;
+	const struct fib_rule_hdr *frh = NLMSG_DATA(h);
+	const struct rtattr *rta;
+	struct netlink_rule r;
+	int len;
+
+	if (h->nlmsg_type != RTM_NEWRULE || h->nlmsg_len < NLMSG_LENGTH(sizeof(*frh)))
+		return;
+	if (frh->family != AF_INET && frh->family != AF_INET6)
+		return;
+	netlink_rule_init(&r, frh->family == AF_INET ? 4 : 6);
+	r.action = frh->action;
+	r.invert = (frh->flags & FIB_RULE_INVERT) != 0;
+	r.table = frh->table;
+	r.dst_len = frh->dst_len;
+	if (r.dst_len)
+		r.dst.family = r.family;
+	len = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof(*frh)));
+	for (rta = (const struct rtattr *)((const char *)frh + NLMSG_ALIGN(sizeof(*frh)));
+	     RTA_OK(rta, len); rta = RTA_NEXT(rta, len))
+		rule_attr(&r, rta);
+	c->fn(c->arg, &r);
+}
+
+int netlink_rule_dump(struct netlink *nl, uint8_t family, netlink_rule_fn fn, void *arg)
+{
+	struct req rq;
+	struct nlmsghdr *h = req_init(&rq, RTM_GETRULE, NLM_F_DUMP, sizeof(struct fib_rule_hdr));
+	struct fib_rule_hdr *frh = NLMSG_DATA(h);
+	struct rule_dump_ctx c = { fn, arg };
+
+	if (family != 4 && family != 6)
+		return -EINVAL;
+	frh->family = family == 4 ? AF_INET : AF_INET6;
+	return transact(nl, h, on_rule, &c);
+}
+
+/* ---- routes in tables ---- */
+
+static int rt_req(struct netlink *nl, uint16_t type, uint16_t flags, const struct netlink_rt *rt)
+{
+	struct req rq;
+	struct nlmsghdr *h = req_init(&rq, type, flags, sizeof(struct rtmsg));
+	struct rtmsg *rtm = NLMSG_DATA(h);
+	bool add = type == RTM_NEWROUTE;
+	int ret;
+
+	if ((rt->family != 4 && rt->family != 6) || rt->dst_len > family_alen(rt->family) * 8 ||
+	    rt->table == 0)
+		return -EINVAL;
+	rtm->rtm_family = rt->family == 4 ? AF_INET : AF_INET6;
+	rtm->rtm_dst_len = rt->dst_len;
+	rtm->rtm_table = rt->table < 256 ? (uint8_t)rt->table : RT_TABLE_UNSPEC;
+	rtm->rtm_protocol = rt->protocol;
+	rtm->rtm_type = rt->type;
+	/* Delete: RT_SCOPE_NOWHERE matches any scope (what ip route del sends). */
+	if (!add)
+		rtm->rtm_scope = RT_SCOPE_NOWHERE;
+	else if (rt->type == NETLINK_RT_UNICAST && rt->n_gw == 0)
+		rtm->rtm_scope = RT_SCOPE_LINK;
+	else
+		rtm->rtm_scope = RT_SCOPE_UNIVERSE;
+	if ((ret = add_u32(h, RTA_TABLE, rt->table)) != 0)
+		return ret;
+	if (rt->dst_len && (ret = add_attr(h, RTA_DST, rt->dst.a, family_alen(rt->family))) != 0)
+		return ret;
+	if (rt->oif > 0 && (ret = add_u32(h, RTA_OIF, (uint32_t)rt->oif)) != 0)
+		return ret;
+	if (rt->metric && (ret = add_u32(h, RTA_PRIORITY, rt->metric)) != 0)
+		return ret;
+	return transact(nl, h, NULL, NULL);
+}
+
+int netlink_rt_add(struct netlink *nl, const struct netlink_rt *rt)
+{
+	return rt_req(nl, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, rt);
+}
+
+int netlink_rt_del(struct netlink *nl, const struct netlink_rt *rt)
+{
+	return rt_req(nl, RTM_DELROUTE, 0, rt);
+}
+
+static void rt_add_gw(struct netlink_rt *rt, const void *d, size_t n)
+{
+	if (n != family_alen(rt->family) || rt->n_gw >= NETLINK_RT_GW_MAX)
+		return;
+	memset(&rt->gw[rt->n_gw], 0, sizeof(rt->gw[0]));
+	rt->gw[rt->n_gw].family = rt->family;
+	memcpy(rt->gw[rt->n_gw].a, d, n);
+	rt->n_gw++;
+}
+
+/* RTA_MULTIPATH: a list of struct rtnexthop, each followed by its own attributes. */
+static void rt_multipath(struct netlink_rt *rt, const struct rtattr *mp)
+{
+	const unsigned char *p = RTA_DATA(mp);
+	size_t left = RTA_PAYLOAD(mp);
+
+	while (left >= sizeof(struct rtnexthop)) {
+		const struct rtnexthop *nh = (const struct rtnexthop *)p;
+		const struct rtattr *rta;
+		int alen;
+
+		if (nh->rtnh_len < sizeof(*nh) || nh->rtnh_len > left)
+			return;
+		alen = (int)(nh->rtnh_len - RTNH_ALIGN(sizeof(*nh)));
+		for (rta = RTNH_DATA(nh); RTA_OK(rta, alen); rta = RTA_NEXT(rta, alen))
+			if (rta->rta_type == RTA_GATEWAY)
+				rt_add_gw(rt, RTA_DATA(rta), RTA_PAYLOAD(rta));
+		if (!rt->oif)
+			rt->oif = nh->rtnh_ifindex;
+		size_t step = (size_t)RTNH_ALIGN(nh->rtnh_len);
+		if (step >= left)
+			return;
+		left -= step;
+		p += step;
+	}
+}
+
+static void rt_attr(struct netlink_rt *rt, const struct rtattr *rta)
+{
+	const void *d = RTA_DATA(rta);
+	size_t n = RTA_PAYLOAD(rta);
+
+	switch (rta->rta_type) {
+	case RTA_TABLE: if (n == 4) memcpy(&rt->table, d, 4); break;
+	case RTA_OIF: if (n == 4) memcpy(&rt->oif, d, 4); break;
+	case RTA_PRIORITY: if (n == 4) memcpy(&rt->metric, d, 4); break;
+	case RTA_GATEWAY: rt_add_gw(rt, d, n); break;
+	case RTA_MULTIPATH: rt_multipath(rt, rta); break;
+	case RTA_DST:
+		if (n == family_alen(rt->family))
+			memcpy(rt->dst.a, d, n);
+		break;
+	default:
+		break;
+	}
+}
+
+struct rt_dump_ctx {
+	netlink_rt_fn fn;
+	void *arg;
+};
+
+static void on_rt(void *arg, const struct nlmsghdr *h)
+{
+	struct rt_dump_ctx *c = arg;
+	const struct rtmsg *rtm = NLMSG_DATA(h);
+	const struct rtattr *rta;
+	struct netlink_rt rt;
+	int len;
+
+	if (h->nlmsg_type != RTM_NEWROUTE || h->nlmsg_len < NLMSG_LENGTH(sizeof(*rtm)))
+		return;
+	if (rtm->rtm_family != AF_INET && rtm->rtm_family != AF_INET6)
+		return;
+	memset(&rt, 0, sizeof(rt));
+	rt.family = rtm->rtm_family == AF_INET ? 4 : 6;
+	rt.type = rtm->rtm_type;
+	rt.protocol = rtm->rtm_protocol;
+	rt.table = rtm->rtm_table;
+	rt.dst_len = rtm->rtm_dst_len;
+	rt.dst.family = rt.family;
+	len = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof(*rtm)));
+	for (rta = RTM_RTA(rtm); RTA_OK(rta, len); rta = RTA_NEXT(rta, len))
+		rt_attr(&rt, rta);
+	c->fn(c->arg, &rt);
+}
+
+int netlink_rt_dump(struct netlink *nl, uint8_t family, netlink_rt_fn fn, void *arg)
+{
+	struct req rq;
+	struct nlmsghdr *h = req_init(&rq, RTM_GETROUTE, NLM_F_DUMP, sizeof(struct rtmsg));
+	struct rtmsg *rtm = NLMSG_DATA(h);
+	struct rt_dump_ctx c = { fn, arg };
+
+	if (family != 4 && family != 6)
+		return -EINVAL;
+	rtm->rtm_family = family == 4 ? AF_INET : AF_INET6;
+	return transact(nl, h, on_rt, &c);
 }

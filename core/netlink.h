@@ -1,7 +1,8 @@
 /* netlink.h — a minimal synchronous rtnetlink client: link attributes and addresses, set and
- * read back.
+ * read back; route lookups; policy rules and routes added, deleted and dumped.
  *
- * Used at start-up by core/tun_linux.c (and by tests), never on the packet path. Each request
+ * Used at start-up by core/tun_linux.c, by the routing setup (runtime/autoroute.c) and by
+ * tests, never on the packet path. Each request
  * goes out on a private NETLINK_ROUTE socket and waits for the kernel's ack; every wait is
  * bounded by a receive timeout (NETLINK_TIMEOUT_MS), so a wedged kernel reply cannot hang the
  * start. Replies are length-checked before any field is read. The socket belongs to the network
@@ -68,6 +69,12 @@ struct netlink_route {
 };
 int netlink_route_get(struct netlink *nl, const struct netaddr *dst, struct netlink_route *out)
 	NETLINK_WUR;
+/* The same lookup as a socket with SO_MARK = mark (0: none) bound to interface oif (0: none)
+ * would get: RTA_MARK and RTA_OIF in the request. Policy rules matching the mark are applied.
+ * The kernel's refusals come back as -errno: -ENETUNREACH (no route), -EHOSTUNREACH (an
+ * "unreachable" route matched). -ENOENT if the reply carried no route. */
+int netlink_route_get_ex(struct netlink *nl, const struct netaddr *dst, uint32_t mark, int oif,
+			 struct netlink_route *out) NETLINK_WUR;
 
 /* One address as the kernel reports it. */
 struct netlink_addr {
@@ -83,5 +90,74 @@ typedef void (*netlink_addr_fn)(void *arg, const struct netlink_addr *a);
  * flagged the dump inconsistent (addresses changed meanwhile: ask again). */
 int netlink_addr_dump(struct netlink *nl, int ifindex, netlink_addr_fn fn, void *arg)
 	NETLINK_WUR;
+
+/* A policy routing rule (ip rule), as added, deleted or dumped. Fields left at their
+ * netlink_rule_init() values are "not a selector" and are not sent. */
+#define NETLINK_RULE_LOOKUP 1 /* FR_ACT_TO_TBL: look up table */
+#define NETLINK_RULE_GOTO 2   /* FR_ACT_GOTO: continue at the first rule with priority target */
+#define NETLINK_RULE_NOP 3    /* FR_ACT_NOP: match and do nothing (a goto target) */
+#define NETLINK_IFNAMSIZ 16   /* IFNAMSIZ */
+
+struct netlink_rule {
+	uint8_t family;          /* 4 or 6 */
+	uint8_t action;          /* NETLINK_RULE_* */
+	uint8_t protocol;        /* FRA_PROTOCOL: who installed it (0: unspecified) */
+	bool invert;             /* FIB_RULE_INVERT: the rule matches what the selectors do not */
+	uint32_t priority;       /* FRA_PRIORITY */
+	uint32_t table;          /* LOOKUP: the table */
+	uint32_t target;         /* GOTO: the priority to continue at (> priority) */
+	bool has_fwmark;         /* FRA_FWMARK / FRA_FWMASK */
+	uint32_t fwmark, fwmask;
+	bool has_uid;            /* FRA_UID_RANGE, inclusive */
+	uint32_t uid_start, uid_end;
+	char iifname[NETLINK_IFNAMSIZ]; /* FRA_IIFNAME; "" = any */
+	struct netaddr dst;      /* FRA_DST with dst_len; dst_len 0 = any destination */
+	uint8_t dst_len;
+	uint8_t ip_proto;        /* FRA_IP_PROTO; 0 = any */
+	uint16_t dport_start, dport_end; /* FRA_DPORT_RANGE; 0 = any */
+	int suppress_prefixlen;  /* FRA_SUPPRESS_PREFIXLEN; -1 = none */
+};
+
+/* Zero r, then family, action LOOKUP and no suppress_prefixlen. */
+void netlink_rule_init(struct netlink_rule *r, uint8_t family);
+/* RTM_NEWRULE with NLM_F_EXCL: -EEXIST if an identical rule is there. 0 or -errno. */
+int netlink_rule_add(struct netlink *nl, const struct netlink_rule *r) NETLINK_WUR;
+/* RTM_DELRULE of the first rule matching every selector given (priority included when not 0).
+ * -ENOENT if none does. */
+int netlink_rule_del(struct netlink *nl, const struct netlink_rule *r) NETLINK_WUR;
+typedef void (*netlink_rule_fn)(void *arg, const struct netlink_rule *r);
+/* RTM_GETRULE dump of one family (4 or 6), read to the end; fn is called per rule. -EAGAIN if
+ * the dump was interrupted by a change (ask again). */
+int netlink_rule_dump(struct netlink *nl, uint8_t family, netlink_rule_fn fn, void *arg)
+	NETLINK_WUR;
+
+/* A route in a routing table (ip route ... table N), as added, deleted or dumped. */
+#define NETLINK_RT_UNICAST 1     /* RTN_UNICAST */
+#define NETLINK_RT_UNREACHABLE 7 /* RTN_UNREACHABLE */
+#define NETLINK_RT_GW_MAX 4      /* gateways kept from a dumped multipath route */
+
+struct netlink_rt {
+	uint8_t family;          /* 4 or 6 */
+	uint8_t type;            /* NETLINK_RT_*, or another RTN_* value in a dump */
+	uint8_t protocol;        /* rtm_protocol: who installed it (0: RTPROT_UNSPEC) */
+	uint32_t table;          /* RTA_TABLE */
+	struct netaddr dst;      /* RTA_DST with dst_len; dst_len 0 = the default route */
+	uint8_t dst_len;
+	int oif;                 /* RTA_OIF; 0 = none */
+	uint32_t metric;         /* RTA_PRIORITY; 0 = the kernel's default (add) or any (delete) */
+	/* Dumps only: the gateways (RTA_GATEWAY, or each hop's of RTA_MULTIPATH). */
+	uint8_t n_gw;
+	struct netaddr gw[NETLINK_RT_GW_MAX];
+};
+
+/* RTM_NEWROUTE with NLM_F_CREATE | NLM_F_EXCL: a unicast route gets scope link (no gateway:
+ * dev routes), an unreachable one scope universe. -EEXIST if the table has that route. */
+int netlink_rt_add(struct netlink *nl, const struct netlink_rt *rt) NETLINK_WUR;
+/* RTM_DELROUTE: table, dst/dst_len, type, protocol, oif and metric (those not 0) must match.
+ * -ESRCH if no route does. */
+int netlink_rt_del(struct netlink *nl, const struct netlink_rt *rt) NETLINK_WUR;
+typedef void (*netlink_rt_fn)(void *arg, const struct netlink_rt *rt);
+/* RTM_GETROUTE dump of one family (4 or 6): every table, read to the end. -EAGAIN as above. */
+int netlink_rt_dump(struct netlink *nl, uint8_t family, netlink_rt_fn fn, void *arg) NETLINK_WUR;
 
 #endif
