@@ -65,7 +65,7 @@ foreach(_d LIBDIR INCLUDEDIR)
   endif()
 endforeach()
 # What the objects call (libevent's core, cJSON): keep in step with the .so's NEEDED list.
-set(TS_PC_REQUIRES_PRIVATE "libevent libcjson")
+set(TS_PC_REQUIRES_PRIVATE "libevent libcjson libcap")
 set(prefix "@prefix@")
 configure_file(${CMAKE_SOURCE_DIR}/cmake/twinstack.pc.in ${CMAKE_BINARY_DIR}/twinstack.pc.tmpl @ONLY)
 unset(prefix)

@@ -124,7 +124,9 @@ bool tun_rps(const struct tun *t);
 /* True when tun.rps "auto" left the decision to the loop (and rps_cpus could be written). */
 bool tun_rps_auto(const struct tun *t);
 /* Set rps_cpus of every rx queue of t to the CPUs this process may run on (on) or to none
- * (off). 0 or -errno with one line in err. */
+ * (off). 0 or -errno with one line in err. The first call (tun_open_config's, for rps "on" and
+ * "auto") opens the rx-N/rps_cpus files and t keeps them open until tun_close, so later calls
+ * work after the process gave up the privilege to open them (runtime/privdrop.h). */
 int tun_set_rps(struct tun *t, bool on, char *err, size_t errlen) TUN_WUR;
 /* True if tun_open created the device (it vanishes at tun_close), false if it attached. */
 bool tun_created(const struct tun *t);

@@ -51,6 +51,9 @@ struct tun {
 	bool offload_failed; /* the open failed at an offload step (IFF_VNET_HDR, TUNSET*) */
 	bool rps;            /* rps_cpus set by tun_set_rps */
 	bool rps_auto;       /* tun.rps "auto": the loop decides (tun_rps_auto) */
+	/* rx-N/rps_cpus of every queue, opened by the first tun_set_rps (tun_open_config's, at
+	 * start) and kept: the files are root's, and the proxy may have given up root since. */
+	int *rps_fds;
 	bool borrowed;       /* fds[0] is a caller's (tun_adopt_fd): never closed here */
 	bool multi_queue;    /* the device has IFF_MULTI_QUEUE */
 	uint32_t vnet_hdr_len; /* bytes of virtio header per frame when vnet_hdr */
@@ -487,29 +490,54 @@ static int cpu_mask(char *buf, size_t len, int *ncpu)
 	return 0;
 }
 
+static void close_rps_fds(struct tun *t)
+{
+	for (uint32_t q = 0; t->rps_fds && q < t->nqueues; q++)
+		close(t->rps_fds[q]);
+	free(t->rps_fds);
+	t->rps_fds = NULL;
+}
+
+/* Open rx-N/rps_cpus of every queue for writing, all or none. */
+static int open_rps_fds(struct tun *t, char *err, size_t errlen)
+{
+	char path[128];
+	int ret;
+
+	if (!(t->rps_fds = calloc(t->nqueues ? t->nqueues : 1, sizeof(int))))
+		return fail(err, errlen, -ENOMEM, "%s: rps: out of memory", t->name);
+	for (uint32_t q = 0; q < t->nqueues; q++)
+		t->rps_fds[q] = -1;
+	for (uint32_t q = 0; q < t->nqueues; q++) {
+		snprintf(path, sizeof(path), "/sys/class/net/%s/queues/rx-%u/rps_cpus", t->name, q);
+		if ((t->rps_fds[q] = open(path, O_WRONLY | O_CLOEXEC)) < 0) {
+			ret = -errno;
+			close_rps_fds(t);
+			return fail(err, errlen, ret, "%s: rps: %s: %s", t->name, path,
+				    strerror(-ret));
+		}
+	}
+	return 0;
+}
+
 int tun_set_rps(struct tun *t, bool on, char *err, size_t errlen)
 {
-	char mask[CPU_SETSIZE / 4 + CPU_SETSIZE / 32 + 2], path[128];
+	char mask[CPU_SETSIZE / 4 + CPU_SETSIZE / 32 + 2];
 	int ncpu, ret;
 
 	if (!on)
 		snprintf(mask, sizeof(mask), "0");
 	else if ((ret = cpu_mask(mask, sizeof(mask), &ncpu)) != 0)
 		return fail(err, errlen, ret, "%s: rps: CPU mask: %s", t->name, strerror(-ret));
+	if (!t->rps_fds && (ret = open_rps_fds(t, err, errlen)) != 0)
+		return ret;
 	for (uint32_t q = 0; q < t->nqueues; q++) {
-		snprintf(path, sizeof(path), "/sys/class/net/%s/queues/rx-%u/rps_cpus", t->name, q);
-		int fd = open(path, O_WRONLY | O_CLOEXEC);
-		ssize_t n = -1;
-		if (fd >= 0) {
-			n = write(fd, mask, strlen(mask));
-			ret = n < 0 ? -errno : 0;
-			close(fd);
-		} else {
+		/* sysfs takes the whole value in one write at offset 0. */
+		if (pwrite(t->rps_fds[q], mask, strlen(mask), 0) < 0) {
 			ret = -errno;
+			return fail(err, errlen, ret, "%s: rps: /sys/class/net/%s/queues/rx-%u/"
+				    "rps_cpus: %s", t->name, t->name, q, strerror(-ret));
 		}
-		if (ret != 0)
-			return fail(err, errlen, ret, "%s: rps: %s: %s", t->name, path,
-				    strerror(-ret));
 	}
 	t->rps = on;
 	return 0;
@@ -533,6 +561,7 @@ void tun_close(struct tun *t)
 	if (t->rps_auto && t->rps && !t->created && tun_set_rps(t, false, NULL, 0) != 0) {
 		/* nothing more to do on the way out */
 	}
+	close_rps_fds(t);
 	for (uint32_t q = 0; q < t->nqueues && !t->borrowed; q++)
 		close(t->fds[q]);
 	free(t);
