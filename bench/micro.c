@@ -27,6 +27,7 @@
 #include "core/csum.h"
 #include "core/gso.h"
 #include "core/log.h"
+#include "core/loopguard.h"
 #include "core/pkt.h"
 #include "dispatch/udp.h"
 #include "stacks/lwip/lwip_stack.h"
@@ -64,6 +65,7 @@ struct bench {
 	struct netstack *ns;
 	struct udp_path *up;   /* sys_udp*_path cases */
 	uint64_t sent;         /* datagrams the UDP path's sendto stand-in took */
+	struct loopguard *guard; /* the stacks' loop check, as a running proxy has it */
 };
 
 struct micro_case {
@@ -183,6 +185,9 @@ static int setup_common(struct bench *b, int family, uint32_t max_entries)
 	if ((ret = nat_table_new(&nc, &b->nat)) != 0)
 		return ret;
 	memset(&pc, 0, sizeof(pc));
+	if ((ret = loopguard_new(&b->guard)) != 0)
+		return ret;
+	pc.loopguard = b->guard;
 	pc.n_addrs = nc.n_addrs;
 	pc.n_listeners = 2;
 	struct sys_family *f = family == 4 ? &pc.v4 : &pc.v6;
@@ -583,8 +588,11 @@ static int setup_lw(struct bench *b, int family, uint8_t proto)
 	if (!(b->base = event_base_new()))
 		return -ENOMEM;
 	log_init(&b->lg, LOG_LEVEL_ERROR, 2);
+	if ((ret = loopguard_new(&b->guard)) != 0)
+		return ret;
 	struct netstack_env env = { .base = b->base, .cfg = b->cfg, .budget = b->bud,
-				    .log = &b->lg, .tx = count_tx, .tx_arg = b };
+				    .log = &b->lg, .loopguard = b->guard, .tx = count_tx,
+				    .tx_arg = b };
 	if ((ret = lwip_stack_ops.start(&env, &b->ns, err, sizeof(err))) != 0) {
 		fprintf(stderr, "twinstack-micro: %s\n", err);
 		return ret;
@@ -662,6 +670,7 @@ static void teardown(struct bench *b)
 	gso_train_free(b->train);
 	free(b->big);
 	free(b->keys);
+	loopguard_free(b->guard);
 	memset(b, 0, sizeof(*b));
 }
 

@@ -17,7 +17,8 @@ void usage_run(FILE *out)
 	fputs("usage: twinstack run --config FILE [--ready-fd N]\n"
 	      "\n"
 	      "Create the TUN device from FILE, start the configured stack and carry traffic until\n"
-	      "SIGINT or SIGTERM. 'ready' is logged once every listener is bound; with --ready-fd N\n"
+	      "SIGINT or SIGTERM; SIGHUP reads the config file again (live sessions go on).\n"
+	      "'ready' is logged once every listener is bound; with --ready-fd N\n"
 	      "one byte is also written to fd N then (N is closed without a byte if start fails).\n"
 	      "Needs CAP_NET_ADMIN (root). Exit 0 after a signal, 1 on a runtime failure, 2 on bad\n"
 	      "usage or a bad config.\n"
@@ -35,8 +36,10 @@ static struct ts_proxy *volatile signalled_proxy;
 
 static void on_signal(int sig)
 {
-	(void)sig;
-	ts_proxy_stop(signalled_proxy); /* NULL: a no-op */
+	if (sig == SIGHUP)
+		ts_proxy_request_reload(signalled_proxy); /* the config file again */
+	else
+		ts_proxy_stop(signalled_proxy); /* NULL: a no-op */
 }
 
 static int handle_signals(struct ts_proxy *p)
@@ -47,7 +50,8 @@ static int handle_signals(struct ts_proxy *p)
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);
 	signalled_proxy = p;
-	if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0)
+	if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 ||
+	    sigaction(SIGHUP, &sa, NULL) != 0)
 		return -errno;
 	return 0;
 }
@@ -127,17 +131,21 @@ int cmd_run(int argc, char **argv)
 	sigemptyset(&stop_signals);
 	sigaddset(&stop_signals, SIGINT);
 	sigaddset(&stop_signals, SIGTERM);
+	sigaddset(&stop_signals, SIGHUP);
 	sigprocmask(SIG_BLOCK, &stop_signals, NULL);
 	if ((ret = handle_signals(p)) != 0) {
 		fprintf(stderr, "twinstack run: sigaction: %s\n", strerror(-ret));
 		ret = EXIT_RUNTIME;
 		goto out;
 	}
-	/* The library logs the reason of a failed start. */
+	/* A program that is only the proxy keeps only what the proxy needs. */
+	(void)ts_proxy_set_least_privilege(p, 1);
+	/* The library logs the reason of a failed start. -ELOOP: the config routes the proxy's
+	 * own traffic into its TUN (a config error, named in the message). */
 	ret = ts_proxy_start(p, err, sizeof(err));
 	sigprocmask(SIG_UNBLOCK, &stop_signals, NULL);
 	if (ret != 0) {
-		ret = EXIT_RUNTIME;
+		ret = ret == -ELOOP ? EXIT_USAGE : EXIT_RUNTIME;
 		goto out;
 	}
 	ready(ready_fd);
@@ -148,6 +156,7 @@ out:
 		close(ready_fd);
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
 	signalled_proxy = NULL;
 	ts_proxy_free(p);
 	return ret;

@@ -95,6 +95,159 @@ static int f_tun_address6(struct cfgp *p, const cJSON *item, void *target)
 	return parse_cidr_family(p, item, 6, &((struct ts_tun *)target)->addr6);
 }
 
+/* A list of CIDRs of either family, host bits cleared. */
+static int parse_cidr_list(struct cfgp *p, const cJSON *item, struct netaddr_cidr **out,
+			   size_t *n_out)
+{
+	const cJSON *e;
+	size_t n, i = 0;
+	int ret;
+
+	if ((ret = cfgp_array(p, item, TS_ROUTE_LIST_MAX, false, &n)) != 0)
+		return ret;
+	if (!(*out = calloc(n, sizeof(**out))))
+		return cfgp_nomem(p);
+	cJSON_ArrayForEach(e, item)
+	{
+		size_t mark = cfgp_push_index(p, i);
+		ret = parse_cidr_family(p, e, 0, &(*out)[i]);
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			return ret;
+		netaddr_cidr_normalize(&(*out)[i]);
+		*n_out = ++i;
+	}
+	return 0;
+}
+
+static int f_route_address(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_tun *t = target;
+	return parse_cidr_list(p, item, &t->route_address, &t->n_route_address);
+}
+
+static int f_route_exclude_address(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_tun *t = target;
+	return parse_cidr_list(p, item, &t->route_exclude_address, &t->n_route_exclude_address);
+}
+
+/* A uid (integer or "n") or a range "lo-hi"; 4294967295 is (uid_t)-1, never a user. */
+static int parse_uid_item(struct cfgp *p, const cJSON *e, struct ts_uid_range *out)
+{
+	unsigned long long lo, hi;
+	const char *s;
+	char q[64], *end;
+	uint64_t v;
+	int ret;
+
+	if (cJSON_IsNumber(e)) {
+		if ((ret = cfgp_uint(p, e, 0, UINT32_MAX - 1, &v)) != 0)
+			return ret;
+		out->lo = out->hi = (uint32_t)v;
+		return 0;
+	}
+	if (!cJSON_IsString(e))
+		return cfgp_fail(p, "expected a uid or a \"lo-hi\" range, got %s",
+				 cfgp_type_name(e));
+	if ((ret = cfgp_string(p, e, 1, 32, &s)) != 0)
+		return ret;
+	errno = 0;
+	lo = strtoull(s, &end, 10);
+	hi = lo;
+	if (end != s && *end == '-') {
+		const char *h = end + 1;
+		hi = strtoull(h, &end, 10);
+		if (end == h)
+			end = (char *)s; /* no digits after '-' */
+	}
+	if (errno || end == s || *end || s[0] < '0' || s[0] > '9' || lo >= UINT32_MAX ||
+	    hi >= UINT32_MAX)
+		return cfgp_fail(p, "expected a uid or a \"lo-hi\" range of uids 0-4294967294, "
+				    "got \"%s\"", cfgp_quote(s, q, sizeof(q)));
+	if (lo > hi)
+		return cfgp_fail(p, "range \"%s\" is reversed (lo must not exceed hi)",
+				 cfgp_quote(s, q, sizeof(q)));
+	out->lo = (uint32_t)lo;
+	out->hi = (uint32_t)hi;
+	return 0;
+}
+
+static int parse_uid_list(struct cfgp *p, const cJSON *item, struct ts_uid_range **out,
+			  size_t *n_out)
+{
+	const cJSON *e;
+	size_t n, i = 0;
+	int ret;
+
+	if ((ret = cfgp_array(p, item, TS_ROUTE_LIST_MAX, false, &n)) != 0)
+		return ret;
+	if (!(*out = calloc(n, sizeof(**out))))
+		return cfgp_nomem(p);
+	cJSON_ArrayForEach(e, item)
+	{
+		size_t mark = cfgp_push_index(p, i);
+		ret = parse_uid_item(p, e, &(*out)[i]);
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			return ret;
+		*n_out = ++i;
+	}
+	return 0;
+}
+
+static int f_include_uid(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_tun *t = target;
+	return parse_uid_list(p, item, &t->include_uid, &t->n_include_uid);
+}
+
+static int f_exclude_uid(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_tun *t = target;
+	return parse_uid_list(p, item, &t->exclude_uid, &t->n_exclude_uid);
+}
+
+static int f_exclude_interface(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_tun *t = target;
+	const cJSON *e;
+	size_t n, i = 0;
+	int ret;
+
+	if ((ret = cfgp_array(p, item, TS_ROUTE_LIST_MAX, false, &n)) != 0)
+		return ret;
+	if (!(t->exclude_interface = calloc(n, sizeof(*t->exclude_interface))))
+		return cfgp_nomem(p);
+	cJSON_ArrayForEach(e, item)
+	{
+		size_t mark = cfgp_push_index(p, i);
+		ret = parse_ifname(p, e, t->exclude_interface[i]);
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			return ret;
+		t->n_exclude_interface = ++i;
+	}
+	return 0;
+}
+
+/* A user name (what getpwnam accepts: no '/', ':' or whitespace) or a numeric uid. Whether it
+ * exists is checked at start, on the machine that runs the proxy. */
+static int f_user(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_config *cfg = target;
+	const char *s;
+	char q[64];
+	int ret;
+
+	if ((ret = cfgp_string(p, item, 1, TS_USER_MAX, &s)) != 0)
+		return ret;
+	if (strpbrk(s, "/: \t\n") || s[0] == '-')
+		return cfgp_fail(p, "\"%s\" is not a user name or uid", cfgp_quote(s, q, sizeof(q)));
+	memcpy(cfg->user, s, strlen(s) + 1);
+	return 0;
+}
+
 static int f_bind_interface(struct cfgp *p, const cJSON *item, void *target)
 {
 	return parse_ifname(p, item, ((struct ts_outbound *)target)->bind_interface);
@@ -456,6 +609,19 @@ static int f_outbounds(struct cfgp *p, const cJSON *item, void *target)
 
 /* ---- sections ----------------------------------------------------------------------------- */
 
+enum {
+	TUN_NAME, TUN_ADDR, TUN_ADDR6, TUN_MTU, TUN_TXQLEN, TUN_QUEUES, TUN_OFFLOAD, TUN_GSO,
+	TUN_RPS, TUN_AUTO_ROUTE, TUN_STRICT, TUN_ROUTE_ADDR, TUN_ROUTE_EXCL, TUN_INC_UID,
+	TUN_EXC_UID, TUN_EXC_IF, TUN_TABLE, TUN_PRIO, TUN_N_FIELDS
+};
+
+static const char *const tun_route_keys[] = {
+	[TUN_STRICT] = "strict_route", [TUN_ROUTE_ADDR] = "route_address",
+	[TUN_ROUTE_EXCL] = "route_exclude_address", [TUN_INC_UID] = "include_uid",
+	[TUN_EXC_UID] = "exclude_uid", [TUN_EXC_IF] = "exclude_interface",
+	[TUN_TABLE] = "route_table", [TUN_PRIO] = "route_rule_priority",
+};
+
 static int check_tun(struct cfgp *p, void *target, uint32_t present)
 {
 	struct ts_tun *t = target;
@@ -463,6 +629,15 @@ static int check_tun(struct cfgp *p, void *target, uint32_t present)
 	if (t->has_addr6 && t->mtu < 1280)
 		return cfgp_fail_key(p, "mtu", "must be at least 1280 with tun.address6 (the IPv6 "
 					       "minimum link MTU), got %u", t->mtu);
+	for (int i = TUN_STRICT; !t->auto_route && i < TUN_N_FIELDS; i++) {
+		if (CFGP_PRESENT(present, i) && (i != TUN_STRICT || t->strict_route))
+			return cfgp_fail_key(p, tun_route_keys[i],
+					     "only with \"auto_route\": true (the routes it "
+					     "describes are installed by auto_route)");
+	}
+	if (t->route_table >= 253 && t->route_table <= 255)
+		return cfgp_fail_key(p, "route_table", "%u is a system table (default, main, "
+						       "local); pick another", t->route_table);
 	return 0;
 }
 
@@ -481,7 +656,19 @@ static const struct cfgp_field tun_fields[] = {
 	  .off = offsetof(struct ts_tun, offload) },
 	{ .key = "gso_output", .kind = CFGP_BOOL, .off = offsetof(struct ts_tun, gso_output) },
 	{ .key = "rps", .kind = CFGP_ENUM, .names = rps_names, .off = offsetof(struct ts_tun, rps) },
+	{ .key = "auto_route", .kind = CFGP_BOOL, .off = offsetof(struct ts_tun, auto_route) },
+	{ .key = "strict_route", .kind = CFGP_BOOL, .off = offsetof(struct ts_tun, strict_route) },
+	{ .key = "route_address", .kind = CFGP_FN, .fn = f_route_address },
+	{ .key = "route_exclude_address", .kind = CFGP_FN, .fn = f_route_exclude_address },
+	{ .key = "include_uid", .kind = CFGP_FN, .fn = f_include_uid },
+	{ .key = "exclude_uid", .kind = CFGP_FN, .fn = f_exclude_uid },
+	{ .key = "exclude_interface", .kind = CFGP_FN, .fn = f_exclude_interface },
+	{ .key = "route_table", .kind = CFGP_U32, .min = 1, .max = 0xfffffff0u,
+	  .off = offsetof(struct ts_tun, route_table) },
+	{ .key = "route_rule_priority", .kind = CFGP_U32, .min = 1,
+	  .max = 32765 - TS_ROUTE_PRIORITY_SPAN, .off = offsetof(struct ts_tun, route_rule_priority) },
 };
+_Static_assert(sizeof(tun_fields) / sizeof(tun_fields[0]) == TUN_N_FIELDS, "tun field order");
 static const struct cfgp_table tun_table = CFGP_TABLE(tun_fields, check_tun);
 
 static const struct cfgp_field nat_fields[] = {
@@ -541,6 +728,8 @@ static const struct cfgp_field route_fields[] = {
 	{ .key = "rules", .kind = CFGP_FN, .fn = f_rules },
 	{ .key = "final", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
 	  .off = offsetof(struct ts_route, final_tag) },
+	{ .key = "default_mark", .kind = CFGP_U32, .min = 0, .max = UINT32_MAX,
+	  .off = offsetof(struct ts_route, default_mark) },
 };
 static const struct cfgp_table route_table = CFGP_TABLE(route_fields, NULL);
 
@@ -652,6 +841,7 @@ static const struct cfgp_field root_fields[] = {
 	{ .key = "stats", .kind = CFGP_OBJ, .sub = &stats_table,
 	  .off = offsetof(struct ts_config, stats) },
 	{ .key = "log", .kind = CFGP_OBJ, .sub = &log_table, .off = 0 },
+	{ .key = "user", .kind = CFGP_FN, .fn = f_user },
 };
 static const struct cfgp_table root_table = CFGP_TABLE(root_fields, NULL);
 
@@ -742,6 +932,20 @@ static int validate_loops(struct cfgp *p, struct ts_config *cfg)
 	return 0;
 }
 
+/* Every outbound that opens sockets and names no routing_mark gets route.default_mark, so the
+ * proxy's own traffic is marked whether or not the user thought of it. */
+static void apply_default_mark(struct ts_config *cfg)
+{
+	for (size_t i = 0; cfg->route.default_mark && i < cfg->n_outbounds; i++) {
+		struct ts_outbound *ob = &cfg->outbounds[i];
+		if (ob->type == TS_OUT_REJECT || ob->has_routing_mark)
+			continue;
+		ob->has_routing_mark = true;
+		ob->routing_mark = cfg->route.default_mark;
+		ob->mark_is_default = true;
+	}
+}
+
 static int validate_budget(struct cfgp *p, const struct load *ld)
 {
 	const struct ts_config *cfg = ld->cfg;
@@ -776,6 +980,7 @@ static int validate(struct cfgp *p, struct load *ld)
 		return ret;
 	if ((ret = validate_loops(p, cfg)) != 0)
 		return ret;
+	apply_default_mark(cfg);
 	/* lwIP keeps process-global state (pcb lists, timers, memory pools) and is not
 	 * thread-safe: one loop, so one TUN queue. */
 	if (cfg->stack == TS_STACK_LWIP && cfg->tun.queues > 1)
@@ -799,6 +1004,9 @@ void config_init(struct ts_config *cfg)
 	cfg->tun.offload = TS_OFFLOAD_AUTO;
 	cfg->tun.gso_output = true;
 	cfg->tun.rps = TS_RPS_AUTO;
+	cfg->tun.route_table = TS_ROUTE_TABLE_DEFAULT;
+	cfg->tun.route_rule_priority = TS_ROUTE_PRIORITY_DEFAULT;
+	cfg->route.default_mark = TS_DEFAULT_MARK;
 	cfg->nat.addresses = 4;
 	cfg->nat.listeners = 2;
 	cfg->nat.linger_ms = 10000;
@@ -825,6 +1033,11 @@ void config_fini(struct ts_config *cfg)
 	}
 	free(cfg->route.rules);
 	free(cfg->outbounds);
+	free(cfg->tun.route_address);
+	free(cfg->tun.route_exclude_address);
+	free(cfg->tun.include_uid);
+	free(cfg->tun.exclude_uid);
+	free(cfg->tun.exclude_interface);
 	config_init(cfg);
 }
 

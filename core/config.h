@@ -20,6 +20,8 @@
 #include "core/log.h"
 #include "core/netaddr.h"
 
+struct loopguard;
+
 #define TS_IFNAME_MAX 15      /* IFNAMSIZ - 1 */
 #define TS_TAG_MAX 64         /* outbound tag bytes */
 #define TS_CC_NAME_MAX 15     /* a TCP congestion control's name (the kernel's TCP_CA_NAME_MAX - 1) */
@@ -35,6 +37,16 @@
 #define TS_TUN_MTU_DEFAULT 1500
 #define TS_TUN_TXQUEUELEN_DEFAULT 10000 /* the kernel's 500 drops bursts */
 #define TS_ERRLEN 512         /* a good size for the caller's error buffer */
+#define TS_USER_MAX 64        /* "user": a user name or a numeric uid */
+#define TS_ROUTE_LIST_MAX 4096 /* entries of a tun route/uid/interface list */
+/* route.default_mark when the key is absent: bit pattern 0x74 in the top byte, clear of
+ * wg-quick's 51820 (0xca6c) and Tailscale's 0xff0000 bits. auto_route's rule matches it under
+ * TS_DEFAULT_MARK_MASK, so other software may use the lower 24 bits of a marked packet. */
+#define TS_DEFAULT_MARK 0x74000000u
+#define TS_DEFAULT_MARK_MASK 0xff000000u
+#define TS_ROUTE_TABLE_DEFAULT 29811u   /* tun.route_table */
+#define TS_ROUTE_PRIORITY_DEFAULT 8700u /* tun.route_rule_priority: rules use base .. base+19 */
+#define TS_ROUTE_PRIORITY_SPAN 20u
 
 enum ts_stack { TS_STACK_SYSTEM, TS_STACK_LWIP };
 enum ts_offload { TS_OFFLOAD_AUTO, TS_OFFLOAD_ON, TS_OFFLOAD_OFF };
@@ -42,6 +54,10 @@ enum ts_rps { TS_RPS_AUTO, TS_RPS_ON, TS_RPS_OFF };
 enum ts_outbound_type { TS_OUT_DIRECT, TS_OUT_SOCKS5, TS_OUT_REJECT };
 enum ts_relay_mode { TS_RELAY_SPLICE, TS_RELAY_COPY };
 enum ts_network { TS_NET_ANY, TS_NET_TCP, TS_NET_UDP }; /* ANY: the rule has no network matcher */
+
+struct ts_uid_range {
+	uint32_t lo, hi;             /* inclusive */
+};
 
 struct ts_tun {
 	char name[TS_IFNAME_MAX + 1];
@@ -54,6 +70,22 @@ struct ts_tun {
 	enum ts_offload offload;
 	bool gso_output;             /* lwip stack with offload: coalesce output into GSO trains */
 	enum ts_rps rps;             /* receive packet steering for the packets we write */
+
+	/* Routing the proxy installs itself (runtime/autoroute.h); the lists need auto_route. */
+	bool auto_route;
+	bool strict_route;
+	struct netaddr_cidr *route_address;         /* captured; NULL: 0.0.0.0/0 and ::/0 */
+	size_t n_route_address;
+	struct netaddr_cidr *route_exclude_address; /* left to the original routes */
+	size_t n_route_exclude_address;
+	struct ts_uid_range *include_uid;           /* only these users are captured */
+	size_t n_include_uid;
+	struct ts_uid_range *exclude_uid;           /* these users are not */
+	size_t n_exclude_uid;
+	char (*exclude_interface)[TS_IFNAME_MAX + 1]; /* traffic arriving from these is not */
+	size_t n_exclude_interface;
+	uint32_t route_table;
+	uint32_t route_rule_priority;
 };
 
 struct ts_nat {
@@ -87,6 +119,7 @@ struct ts_outbound {
 	enum ts_outbound_type type;
 	bool has_routing_mark;
 	uint32_t routing_mark;                    /* SO_MARK for its sockets (direct, socks5) */
+	bool mark_is_default;                     /* routing_mark is route.default_mark */
 	char bind_interface[TS_IFNAME_MAX + 1];   /* "" = none (direct, socks5) */
 	bool has_server;
 	struct ts_hostport server;                /* socks5 */
@@ -100,6 +133,9 @@ struct ts_outbound {
 		int (*fn)(void *arg, int fd, int family, int type);
 		void *arg;
 	} sock_hook;
+	/* Not from JSON: the running proxy's record of its own sockets' ports (runtime/
+	 * loopguard.h); NULL: none. outbound_socket binds and records every socket in it. */
+	struct loopguard *loopguard;
 };
 
 struct ts_port_range {
@@ -122,6 +158,8 @@ struct ts_route {
 	size_t n_rules;
 	char final_tag[TS_TAG_MAX + 1];
 	uint32_t final;                           /* index into ts_config.outbounds */
+	uint32_t default_mark;                    /* 0: none; else every outbound without its
+						   * own routing_mark gets it */
 };
 
 struct ts_dns {
@@ -151,6 +189,7 @@ struct ts_config {
 	struct budget_limits budget;              /* profile + overrides; memory_limit_mb inside */
 	struct ts_stats stats;
 	enum log_level log_level;
+	char user[TS_USER_MAX + 1];               /* "": stay the user that started it */
 
 	/* Derived by validation: the address roles per family (roles6.family == 0 without
 	 * tun.address6). */

@@ -4,6 +4,9 @@
  * dispatcher_free can end them all. Failures decided inside dispatcher_start_tcp are not acted
  * on there (on_end must never run inside it): the session is parked on d->failing and one
  * shared event finishes them on the next loop iteration.
+ *
+ * Every session holds the configuration generation it was created under (dispatch/cfg_gen.h)
+ * over the same span: a reload never changes a live session's outbound or timeouts.
  */
 #include "dispatch/dispatcher.h"
 
@@ -16,6 +19,7 @@
 #include <event2/event.h>
 
 #include "core/bufpool.h"
+#include "dispatch/cfg_gen.h"
 #include "dispatch/pipepool.h"
 #include "dispatch/route.h"
 #include "outbound/outbound.h"
@@ -33,7 +37,8 @@ struct session {
 	enum session_state state;
 	enum dispatcher_fail fail;
 	struct flow_key orig;
-	const struct ts_outbound *ob;
+	struct cfg_gen *gen;          /* the configuration it was created under (held) */
+	const struct ts_outbound *ob; /* into gen->cfg->outbounds */
 	struct stream *client;
 	struct outbound_conn *conn;
 	struct relay *relay;
@@ -44,7 +49,7 @@ struct session {
 
 struct dispatcher {
 	struct event_base *base;
-	const struct ts_config *cfg;
+	struct cfg_gens gens;         /* new sessions hold gens.cur */
 	struct budget *budget;
 	struct bufpool *bufs;
 	struct pipepool *pipes;       /* NULL in copy mode */
@@ -124,6 +129,7 @@ static void session_end(struct session *s)
 	assert(!s->conn && !s->relay && !s->fd_reserved);
 	LIST_REMOVE(s, link);
 	d->active--;
+	cfg_gen_put(&d->gens, s->gen);
 	free(s);
 	on_end(arg);
 }
@@ -195,12 +201,13 @@ static void on_client_error(void *arg, int err)
 static void start_relay(struct session *s, int fd, const uint8_t *early, size_t early_len)
 {
 	struct dispatcher *d = s->d;
+	const struct ts_config *cfg = s->gen->cfg;
 	struct relay_params p = {
-		.mode = d->cfg->relay_mode,
+		.mode = cfg->relay_mode,
 		.bufs = d->bufs,
 		.pipes = d->pipes,
 		.budget = d->budget,
-		.idle_ms = d->cfg->timeouts.relay_idle_ms,
+		.idle_ms = cfg->timeouts.relay_idle_ms,
 		.early = early,
 		.early_len = early_len,
 		.counters = &d->relay_ctr,
@@ -245,16 +252,17 @@ static bool is_own_address(const struct ts_config *cfg, const struct flow_key *k
 static int session_start(struct session *s, enum dispatcher_fail *why)
 {
 	struct dispatcher *d = s->d;
+	const struct ts_config *cfg = s->gen->cfg;
 	int ret;
 
 	/* The stacks drop traffic to our own addresses before it gets here; relaying it out would
 	 * be a routing loop (sing-box #4367), so refuse even if a stack ever let it through. */
-	assert(!is_own_address(d->cfg, &s->orig));
-	if (is_own_address(d->cfg, &s->orig)) {
+	assert(!is_own_address(cfg, &s->orig));
+	if (is_own_address(cfg, &s->orig)) {
 		*why = DISPATCHER_FAIL_OWN_ADDRESS;
 		return -EINVAL;
 	}
-	s->ob = &d->cfg->outbounds[route_select(&d->cfg->route, &s->orig)];
+	s->ob = &cfg->outbounds[route_select(&cfg->route, &s->orig)];
 	if (s->ob->type == TS_OUT_REJECT) {
 		*why = DISPATCHER_FAIL_REJECT;
 		return -ECONNREFUSED;
@@ -264,7 +272,7 @@ static int session_start(struct session *s, enum dispatcher_fail *why)
 		return ret;
 	}
 	s->fd_reserved = true;
-	ret = outbound_connect(d->base, s->ob, &s->orig, d->cfg->timeouts.connect_ms,
+	ret = outbound_connect(d->base, s->ob, &s->orig, cfg->timeouts.connect_ms,
 			       on_connected, s, &s->conn);
 	if (ret != 0) {
 		s->conn = NULL;
@@ -292,6 +300,7 @@ int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, stru
 		return d->closing ? -ESHUTDOWN : -ENOMEM;
 	}
 	s->d = d;
+	s->gen = cfg_gens_hold(&d->gens);
 	s->orig = *orig;
 	s->client = client;
 	s->on_end = on_end;
@@ -343,10 +352,11 @@ int dispatcher_new(struct event_base *base, const struct ts_config *cfg, struct 
 	if (!d)
 		return -ENOMEM;
 	d->base = base;
-	d->cfg = cfg;
 	d->budget = b;
 	LIST_INIT(&d->sessions);
 	TAILQ_INIT(&d->failing);
+	if ((ret = cfg_gens_init(&d->gens, cfg)) != 0)
+		goto fail;
 	d->fail_ev = event_new(base, -1, 0, on_fail_ev, d);
 	if (!d->fail_ev) {
 		ret = -ENOMEM;
@@ -399,7 +409,15 @@ void dispatcher_free(struct dispatcher *d)
 		event_free(d->fail_ev);
 	pipepool_free(d->pipes);
 	bufpool_free(d->bufs);
+	cfg_gens_fini(&d->gens); /* after the last session: releases what was replaced */
 	free(d);
+}
+
+void dispatcher_set_config(struct dispatcher *d, const struct ts_config *cfg,
+			   void (*release)(void *arg, const struct ts_config *old), void *arg)
+{
+	assert(!d->closing && cfg && cfg->n_outbounds > 0);
+	cfg_gens_set(&d->gens, cfg, release, arg);
 }
 
 void dispatcher_get_stats(const struct dispatcher *d, struct dispatcher_stats *out)

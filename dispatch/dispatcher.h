@@ -52,7 +52,8 @@ enum dispatcher_fail {
 
 const char *dispatcher_fail_name(enum dispatcher_fail f);
 
-/* Create a dispatcher on base. cfg and b are borrowed and must outlive it. Creates the relay
+/* Create a dispatcher on base. cfg and b are borrowed: b must outlive it, cfg too unless
+ * dispatcher_set_config replaces it (then until it is released). Creates the relay
  * buffer pool (relay.buffer_bytes per buffer, bounded by the budget) and, for relay.mode
  * "splice", the pipe pool (pipe capacity relay.buffer_bytes). Returns 0, -EINVAL, -ENOMEM. */
 int dispatcher_new(struct event_base *base, const struct ts_config *cfg, struct budget *b,
@@ -73,6 +74,32 @@ void dispatcher_free(struct dispatcher *d);
  * addressed to one of our own addresses (asserted; refused as own_address in release). */
 int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, struct stream *client,
 		 void (*on_end)(void *arg), void *end_arg);
+
+/* Reload: sessions started from now on use cfg (route rules, outbounds, timeouts.connect_ms
+ * and timeouts.relay_idle_ms). Live sessions are untouched: each keeps the configuration it
+ * was created with, its outbound (a pointer into that configuration's outbounds, borrowed by a
+ * connect or SOCKS5 handshake in flight) and its timeouts, until it ends.
+ *
+ * What the caller guarantees equal between the current configuration and cfg (fixed at
+ * dispatcher_new, never re-read): relay.mode, relay.buffer_bytes, relay.pipe_bytes, the budget
+ * and the address roles (own-address refusal). cfg must have outbounds, must not be the
+ * current configuration, and must stay alive until it is itself replaced and released, or
+ * until dispatcher_free returns.
+ *
+ * Release rule: the configuration this call replaces is passed to release(arg, old) exactly
+ * once, as soon as no session of this dispatcher holds it: inside this call when none does,
+ * else when its last session ends (from the loop), at the latest inside dispatcher_free. A
+ * configuration still current at dispatcher_free (the one given to dispatcher_new if it was
+ * never replaced) is never released: its owner frees it. release (NULL: nothing to call) must
+ * not call into the dispatcher; freeing old is what it is for. Each call's release and arg
+ * apply to the configuration that call replaces, so A -> B -> C releases A with the first
+ * call's and B with the second's, in whatever order their sessions end.
+ *
+ * Never fails: if no memory is left for the small per-configuration record, cfg waits and new
+ * sessions keep the previous configuration until a later dispatcher_start_tcp gets one (the
+ * release rule is unchanged). Not during dispatcher_free. */
+void dispatcher_set_config(struct dispatcher *d, const struct ts_config *cfg,
+			   void (*release)(void *arg, const struct ts_config *old), void *arg);
 
 /* Everything the stats endpoint shows about sessions, relays, pipes and relay buffers. */
 struct dispatcher_stats {

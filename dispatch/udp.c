@@ -2,6 +2,7 @@
  * family) and session, DNS hijack, bounded queues, idle expiry. Design and contracts: udp.h. */
 #include "dispatch/udp.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <netinet/in.h>
@@ -15,7 +16,9 @@
 #include "core/bufpool.h"
 #include "core/clock.h"
 #include "core/counter.h"
+#include "core/loopguard.h"
 #include "core/udp_codec.h"
+#include "dispatch/cfg_gen.h"
 #include "dispatch/route.h"
 #include "outbound/outbound.h"
 
@@ -80,6 +83,7 @@ struct udp_session {
 	TAILQ_ENTRY(udp_session) idle;     /* idle-ordered: least recently active first */
 	TAILQ_ENTRY(udp_session) down;     /* on up->down_list while dq is not empty */
 	struct udp_path *up;
+	struct cfg_gen *gen;               /* its configuration (held): outbounds, route, DNS */
 	struct skey key;
 	int64_t last_ns;
 	SLIST_HEAD(, usock) socks;
@@ -106,12 +110,13 @@ struct udp_counters {
 
 struct udp_path {
 	struct event_base *base;
-	const struct ts_config *cfg;
+	struct cfg_gens gens;              /* new sessions hold gens.cur */
 	struct budget *b;
 	tun_tx_fn tx;
 	void *tx_arg;
 	udp_sendto_fn sendto_fn;           /* NULL: sendto(2) */
 	void *sendto_arg;
+	struct loopguard *loopguard;       /* the proxy's own ports, or NULL */
 
 	struct udp_session **buckets;      /* chained hash on skey; power-of-two size */
 	size_t nbuckets;
@@ -122,15 +127,13 @@ struct udp_path {
 	struct session_list down_list;
 	struct event *idle_ev;             /* one timer: the head of idle_list */
 	struct event *down_ev;             /* retries down queues after EAGAIN */
-	int64_t idle_ns;
+	int64_t idle_ns;                   /* the newest configuration's, for every session */
 	uint32_t up_limit, down_limit;
 
 	struct bufpool *pool;              /* queued datagrams */
 	size_t qcap;                       /* bytes a queued datagram may have */
 	uint8_t *rxbuf;                    /* one reply at a time, encoded in place */
 	size_t rxcap;
-	struct sockaddr_storage dns_sa;    /* cfg->dns.upstream */
-	socklen_t dns_salen;
 	uint16_t ip_id;
 	struct udp_counters ctr;
 };
@@ -325,10 +328,23 @@ static int sock_setup(struct udp_path *up, struct usock *k, int fd)
 	return 0;
 }
 
+/* Connected: the kernel lets only the upstream answer on the DNS socket. The upstream is the
+ * session's configuration's (a reload does not move a live session's DNS). */
+static int dns_connect(int fd, const struct ts_config *cfg)
+{
+	const struct netaddr_ep *u = &cfg->dns.upstream;
+	struct sockaddr_storage sa;
+	socklen_t len = (socklen_t)netaddr_sockaddr(u->addr.family, u->addr.a, htons(u->port),
+						    &sa);
+
+	return connect(fd, (const struct sockaddr *)&sa, len);
+}
+
 /* Open the session's socket for t: fd budget first (refused before anything is opened), then
  * outbound_socket (marked/bound: never a plain socket, so nothing loops into the TUN). */
 static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const struct target *t)
 {
+	const struct ts_config *cfg = s->gen->cfg;
 	struct usock *k;
 	int fd;
 
@@ -336,10 +352,9 @@ static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const
 		drop(up, UDP_DROP_fd_budget);
 		return NULL;
 	}
-	if (outbound_socket(&up->cfg->outbounds[t->ob], t->family, SOCK_DGRAM, &fd) != 0)
+	if (outbound_socket(&cfg->outbounds[t->ob], t->family, SOCK_DGRAM, &fd) != 0)
 		goto fail_fd;
-	/* Connected: the kernel lets only the upstream answer on the DNS socket. */
-	if (t->dns && connect(fd, (const struct sockaddr *)&up->dns_sa, up->dns_salen) != 0)
+	if (t->dns && dns_connect(fd, cfg) != 0)
 		goto fail_close;
 	k = budget_calloc(up->b, 1, sizeof(*k));
 	if (!k)
@@ -561,7 +576,9 @@ static void down_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- sessions ----------------------------------------------------------------------------- */
 
-static struct udp_session *session_new(struct udp_path *up, const struct skey *k, int64_t now)
+/* gen: held by the caller; the session takes that hold (not on failure). */
+static struct udp_session *session_new(struct udp_path *up, const struct skey *k,
+				       struct cfg_gen *gen, int64_t now)
 {
 	struct udp_session *s;
 
@@ -576,6 +593,7 @@ static struct udp_session *session_new(struct udp_path *up, const struct skey *k
 		return NULL;
 	}
 	s->up = up;
+	s->gen = gen;
 	s->key = *k;
 	s->last_ns = now;
 	SLIST_INIT(&s->socks);
@@ -608,6 +626,7 @@ static void session_free(struct udp_path *up, struct udp_session *s)
 		sock_close(up, k);
 	}
 	qlist_drain(up, &s->dq, &up->ctr.down_queued);
+	cfg_gen_put(&up->gens, s->gen);
 	budget_mfree(up->b, s);
 	budget_udp_release(up->b);
 	gauge_dec(&up->ctr.sessions);
@@ -737,7 +756,8 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- datagrams from the TUN --------------------------------------------------------------- */
 
-static uint32_t route_for(struct udp_path *up, struct udp_session *s, const struct udp_view *v)
+static uint32_t route_for(const struct ts_config *cfg, struct udp_session *s,
+			  const struct udp_view *v)
 {
 	struct flow_key fk;
 	uint32_t ob;
@@ -751,7 +771,7 @@ static uint32_t route_for(struct udp_path *up, struct udp_session *s, const stru
 	fk.dport_be = v->dport_be;
 	memcpy(fk.src, v->src, 16);
 	memcpy(fk.dst, v->dst, 16);
-	ob = route_select(&up->cfg->route, &fk);
+	ob = route_select(&cfg->route, &fk);
 	if (s) {
 		s->rc_valid = true;
 		s->rc_port_be = v->dport_be;
@@ -767,12 +787,11 @@ static bool is_ours(const struct ts_config *cfg, const struct udp_view *v)
 	return netaddr_roles_is_ours(r, v->dst);
 }
 
-/* Decide where v goes. 0, or -1 when dropped (counted). */
-static int pick_target(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
-		       struct target *t)
+/* Decide where v goes under cfg (s's configuration, or the one a new session will hold). 0,
+ * or -1 when dropped (counted). */
+static int pick_target(struct udp_path *up, const struct ts_config *cfg, struct udp_session *s,
+		       const struct udp_view *v, struct target *t)
 {
-	const struct ts_config *cfg = up->cfg;
-
 	/* Hijack first: it takes precedence over the own-address drop (a resolver on the
 	 * gateway is the common setup). */
 	if (cfg->dns.hijack && cfg->dns.has_upstream && v->dport_be == htons(DNS_PORT)) {
@@ -790,7 +809,7 @@ static int pick_target(struct udp_path *up, struct udp_session *s, const struct 
 			return -1;
 		}
 		t->dns = false;
-		t->ob = route_for(up, s, v);
+		t->ob = route_for(cfg, s, v);
 		t->family = v->family;
 		t->tolen = (socklen_t)netaddr_sockaddr(v->family, v->dst, v->dport_be, &t->to);
 	}
@@ -810,12 +829,24 @@ static int pick_target(struct udp_path *up, struct udp_session *s, const struct 
 	}
 }
 
+/* From the TUN's own address and a port of one of the proxy's own live sockets? (The
+ * roles are the same in every configuration: they cannot change on reload.) */
+static bool from_self(struct udp_path *up, const struct udp_view *v)
+{
+	const struct ts_config *cfg = cfg_gens_current(&up->gens);
+	const struct netaddr *gw = v->family == 4 ? &cfg->roles4.gateway : &cfg->roles6.gateway;
+
+	return gw->family == v->family && memcmp(gw->a, v->src, v->family == 4 ? 4 : 16) == 0 &&
+	       loopguard_hit(up->loopguard, 1, v->sport_be);
+}
+
 /* A datagram the codec accepted: its session, its target, out. */
 static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 {
 	struct skey key;
 	struct target t;
 	struct udp_session *s;
+	struct cfg_gen *gen;
 	struct usock *k;
 	bool fresh = false;
 
@@ -824,11 +855,17 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	key.port_be = v->sport_be;
 	memcpy(key.addr, v->src, 16);
 	s = session_lookup(up, &key);
-	if (pick_target(up, s, v, &t) != 0)
+	if (!s && up->loopguard && from_self(up, v)) {
+		drop(up, UDP_DROP_loop);
 		return;
+	}
+	/* A new session's target and the session itself must come from one configuration. */
+	gen = s ? s->gen : cfg_gens_hold(&up->gens);
+	if (pick_target(up, gen->cfg, s, v, &t) != 0)
+		goto unhold;
 	if (!s) {
-		if (!(s = session_new(up, &key, now_ns)))
-			return;
+		if (!(s = session_new(up, &key, gen, now_ns)))
+			goto unhold;
 		fresh = true;
 	}
 	k = sock_get(up, s, &t);
@@ -842,6 +879,10 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	if (t.dns)
 		dns_remember(s, v);
 	sock_send(up, k, &t, v->payload, v->payload_len);
+	return;
+unhold:
+	if (!s)
+		cfg_gen_put(&up->gens, gen);
 }
 
 void udp_path_input_view(struct udp_path *up, const struct pkt_view *pv, int64_t now_ns)
@@ -876,7 +917,7 @@ static void path_seed(struct udp_path *up)
 		up->seed = (uint64_t)(uintptr_t)up ^ (uint64_t)ts_now_ns();
 }
 
-static int path_alloc(struct udp_path *up)
+static int path_alloc(struct udp_path *up, const struct ts_config *cfg)
 {
 	const struct budget_limits *l = budget_get_limits(up->b);
 	uint64_t bufs = (uint64_t)l->udp_sessions * ((uint64_t)l->udp_up_queue + l->udp_down_queue);
@@ -884,7 +925,7 @@ static int path_alloc(struct udp_path *up)
 
 	/* A queued datagram is at most one TUN packet (up) or one reply of that size (down);
 	 * anything larger is not worth pinning a buffer for (no_buffer). */
-	up->qcap = (size_t)up->cfg->tun.mtu + 48;
+	up->qcap = (size_t)cfg->tun.mtu + 48;
 	ret = bufpool_new(up->b, "udp", sizeof(struct qdgram) + up->qcap,
 			  (uint32_t)(bufs < UDP_QUEUE_BUFS_MAX ? bufs : UDP_QUEUE_BUFS_MAX),
 			  &up->pool);
@@ -919,7 +960,6 @@ int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct bu
 	if (!up)
 		return -ENOMEM;
 	up->base = base;
-	up->cfg = cfg;
 	up->b = b;
 	up->tx = tx;
 	up->tx_arg = tx_arg;
@@ -929,11 +969,9 @@ int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct bu
 	TAILQ_INIT(&up->idle_list);
 	TAILQ_INIT(&up->down_list);
 	path_seed(up);
-	if (cfg->dns.has_upstream)
-		up->dns_salen = (socklen_t)netaddr_sockaddr(
-			cfg->dns.upstream.addr.family, cfg->dns.upstream.addr.a,
-			htons(cfg->dns.upstream.port), &up->dns_sa);
-	ret = path_alloc(up);
+	ret = cfg_gens_init(&up->gens, cfg);
+	if (ret == 0)
+		ret = path_alloc(up, cfg);
 	if (ret != 0) {
 		udp_path_free(up);
 		return ret;
@@ -957,7 +995,20 @@ void udp_path_free(struct udp_path *up)
 	budget_mfree(up->b, up->buckets);
 	budget_mfree(up->b, up->rxbuf);
 	bufpool_free(up->pool);
+	cfg_gens_fini(&up->gens); /* after the last session: releases what was replaced */
 	free(up);
+}
+
+void udp_path_set_config(struct udp_path *up, const struct ts_config *cfg,
+			 void (*release)(void *arg, const struct ts_config *old), void *arg)
+{
+	assert(cfg && cfg->n_outbounds > 0);
+	cfg_gens_set(&up->gens, cfg, release, arg);
+	/* One idle timeout for all: the idle list stays ordered by expiry. Re-armed so a shorter
+	 * timeout takes effect now (a longer one: the timer fires early and re-arms). */
+	up->idle_ns = (int64_t)cfg->timeouts.udp_idle_ms * TS_NS_PER_MS;
+	evtimer_del(up->idle_ev);
+	idle_arm(up, ts_now_ns(), 0);
 }
 
 void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
@@ -987,4 +1038,9 @@ void udp_path_set_sendto(struct udp_path *up, udp_sendto_fn fn, void *arg)
 {
 	up->sendto_fn = fn;
 	up->sendto_arg = arg;
+}
+
+void udp_path_set_loopguard(struct udp_path *up, struct loopguard *lg)
+{
+	up->loopguard = lg;
 }

@@ -14,7 +14,8 @@
  *   TUN <--------tx-------- encode(remote -> client) <----recvfrom-------'
  *
  * DNS hijack (cfg->dns.hijack): every datagram to port 53, whatever its destination (our own
- * gateway and NAT addresses included), goes to cfg->dns.upstream instead, through a socket of
+ * gateway and NAT addresses included), goes to cfg->dns.upstream (the session's configuration,
+ * see udp_path_set_config) instead, through a socket of
  * the `final` outbound (marked like every other). Each session has at most one such socket,
  * CONNECTED to the upstream (so the kernel only lets the upstream answer on it), and a small
  * ring of pending queries (DNS id, asked address and port; UDP_DNS_PENDING entries, the oldest
@@ -69,7 +70,8 @@ struct udp_path;
 	X(tx_error)             /* the driver's tx failed with anything but EAGAIN */           \
 	X(too_big)              /* a reply larger than the client's family can carry */         \
 	X(dns_unmatched)        /* an upstream answer with no pending query */                  \
-	X(session_closed)       /* still queued when its session ended */
+	X(session_closed)       /* still queued when its session ended */                       \
+	X(loop)                 /* from gateway:port of one of the proxy's own sockets */
 
 enum udp_drop {
 #define UDP_DROP_ENUM(name) UDP_DROP_##name,
@@ -96,7 +98,8 @@ struct udp_path_stats {
 	uint64_t queue_drops;       /* drops[queue_full] (stats key udp.queue_drops) */
 };
 
-/* Create a path on base. cfg, b and tx_arg are borrowed and must outlive it. tx sends a reply
+/* Create a path on base. b and tx_arg are borrowed and must outlive it; cfg too unless
+ * udp_path_set_config replaces it (then until it is released). tx sends a reply
  * packet to the TUN (plain IP, full checksums); -EAGAIN from it queues the packet and retries
  * within ~1 ms. Returns 0, -EINVAL (cfg has no outbounds), -ENOMEM or -ENOBUFS (no budget for
  * the receive buffer). */
@@ -121,6 +124,34 @@ void udp_path_input(struct udp_path *up, const uint8_t *pkt, size_t len, int64_t
  * synchronously). Nothing is retained. */
 void udp_path_input_view(struct udp_path *up, const struct pkt_view *pv, int64_t now_ns);
 
+/* Reload: sessions created from now on use cfg: its route rules and outbounds, and its
+ * dns.upstream for hijacked DNS. A live session keeps the configuration it was created with,
+ * for every datagram until it ends: its routing (each socket's outbound is an index into that
+ * configuration's outbounds), its sockets and its DNS upstream (its DNS socket, opened or not
+ * yet, talks to that configuration's upstream). The idle timeout is the one exception:
+ * cfg's timeouts.udp_idle_ms applies to every session from this call on, live ones included
+ * (one idle-ordered list, one timer), and a shorter one takes effect at once.
+ *
+ * What the caller guarantees equal between the current configuration and cfg (fixed at
+ * udp_path_new, or the same in every configuration): tun.mtu, the budget, dns.hijack and the
+ * address roles. cfg must have outbounds, must not be the current configuration, and must
+ * stay alive until it is itself replaced and released, or until udp_path_free returns.
+ *
+ * Release rule: the configuration this call replaces is passed to release(arg, old) exactly
+ * once, as soon as no session of this path holds it: inside this call when none does, else
+ * when its last session closes (idle expiry), at the latest inside udp_path_free. A
+ * configuration still current at udp_path_free (the one given to udp_path_new if it was never
+ * replaced) is never released: its owner frees it. release (NULL: nothing to call) must not
+ * call into the path; freeing old is what it is for. Each call's release and arg apply to the
+ * configuration that call replaces (A -> B -> C: A with the first call's, B with the
+ * second's, in whatever order their sessions close).
+ *
+ * Never fails: if no memory is left for the small per-configuration record, cfg waits and new
+ * sessions keep the previous configuration until a later datagram's new session gets one (the
+ * release rule is unchanged). */
+void udp_path_set_config(struct udp_path *up, const struct ts_config *cfg,
+			 void (*release)(void *arg, const struct ts_config *old), void *arg);
+
 void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out);
 
 /* Test seam: replace sendto(2) on the outbound sockets (to make EAGAIN deterministic). fn
@@ -129,5 +160,12 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out);
 typedef ssize_t (*udp_sendto_fn)(void *arg, int fd, const void *buf, size_t len,
 				 const struct sockaddr *to, socklen_t tolen);
 void udp_path_set_sendto(struct udp_path *up, udp_sendto_fn fn, void *arg);
+
+/* The loop check (core/loopguard.h): a datagram that would start a session although it comes
+ * from the TUN's own address (gateway) and a port of one of the proxy's own live sockets is
+ * the proxy's traffic routed back into the TUN: dropped (loop), never a session. Checked once
+ * per would-be session, not per datagram. NULL: no check. Before the first datagram. */
+struct loopguard;
+void udp_path_set_loopguard(struct udp_path *up, struct loopguard *lg);
 
 #endif

@@ -21,8 +21,8 @@
  * - Strings passed in are copied unless a prototype says otherwise; pointers returned are
  *   owned by the library unless a prototype says "the caller frees it with ts_free()".
  * - The library installs no signal handlers and changes no process-wide state (RLIMIT_NOFILE,
- *   signal dispositions) except through ts_process_prepare(), which the caller may choose to
- *   call. Threads the library starts have every signal blocked, so SIGPIPE from a peer that
+ *   signal dispositions, user ids, capabilities) except through ts_process_prepare() and
+ *   ts_proxy_set_least_privilege() (or a config's "user"), which the caller may choose. Threads the library starts have every signal blocked, so SIGPIPE from a peer that
  *   went away never reaches the process from them.
  * - Versioning: the major version is the SONAME's (libtwinstack.so.TS_API_MAJOR); a minor
  *   version adds functions and never changes an existing prototype or behaviour.
@@ -105,6 +105,18 @@ TS_API int ts_proxy_set_log(struct ts_proxy *p, ts_log_fn fn, void *arg);
 typedef int (*ts_socket_fn)(void *arg, int fd, int family, int type);
 TS_API int ts_proxy_set_socket_hook(struct ts_proxy *p, ts_socket_fn fn, void *arg);
 
+/* Least privilege (on != 0): once ts_proxy_start has done what needs more (opening the TUN,
+ * auto_route's rules, the stats listener), the process keeps only CAP_NET_ADMIN and
+ * CAP_NET_RAW (plus CAP_NET_BIND_SERVICE for a stats port below 1024), sets no_new_privs, and
+ * runs as the config's "user" if one is given ("user" alone implies this). This changes the
+ * whole PROCESS, not just the proxy: the user and group ids of every thread, and the
+ * capabilities of the calling thread and of every thread created after it, the proxy's
+ * included; threads that already exist keep theirs. For programs that are the proxy (the CLI
+ * does this); a program that needs its privileges later must not. A config loaded from a file
+ * must stay readable as the new user (reload reads it again): checked at start. Before
+ * ts_proxy_start only: -EBUSY afterwards. */
+TS_API int ts_proxy_set_least_privilege(struct ts_proxy *p, int on);
+
 /* Run on a TUN device the caller opened and configured (as Android's VpnService or a sandbox
  * hands one over) instead of creating one from the config's "tun" section. fd stays the
  * caller's: the proxy makes it non-blocking and never closes it; close it after
@@ -131,6 +143,26 @@ TS_API int ts_proxy_set_tun_fd(struct ts_proxy *p, int fd);
  * stop requested before ts_proxy_start was called is forgotten); ts_proxy_wait and
  * ts_proxy_stats_json called meanwhile wait for the start's outcome. */
 TS_API int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen);
+
+/* Give a running proxy a new configuration: json (len bytes, copied) or, with json NULL, the
+ * file it was created from, read again. Outbounds, route rules, DNS upstream, timeouts, the
+ * log level and the auto_route options change; live sessions keep the outbound they were
+ * routed to and go on undisturbed. Keys that only change with a restart (stack, the TUN's
+ * settings, nat, relay, budgets, stats.listen, dns.hijack, user) keep their running values
+ * and are listed in the log and in the stats ("reload.kept"). A config that does not load, or
+ * whose outbounds would be routed into the TUN, is refused: -EINVAL / -ELOOP (-ENOENT: json
+ * NULL and no file) with the one-line message of `twinstack check` in err, and the running
+ * configuration goes on. -ESRCH if the proxy is not running. Any thread but the proxy's own
+ * (from its log callback or socket hook: -EDEADLK); blocks until the proxy has answered.
+ * The stats show "config.generation" and the last result ("reload.last_result",
+ * "reload.last_error"). */
+TS_API int ts_proxy_reload(struct ts_proxy *p, const char *json, size_t len, char *err,
+			   size_t errlen);
+
+/* Ask a running proxy to read its config file again, as ts_proxy_reload(p, NULL, 0, ...)
+ * does, without waiting for the result (it is logged and shown in the stats).
+ * Async-signal-safe: for a SIGHUP handler. A no-op if the proxy is not running. */
+TS_API void ts_proxy_request_reload(struct ts_proxy *p);
 
 /* Ask a running proxy to stop: stop accepting, end every session, leave its loops. Returns at
  * once; idempotent; a no-op before start or after the proxy stopped. Any thread, and

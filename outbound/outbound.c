@@ -14,6 +14,7 @@
 
 #include <event2/event.h>
 
+#include "core/loopguard.h"
 #include "outbound/conn.h"
 #include "outbound/direct.h"
 #include "outbound/socks5.h"
@@ -43,6 +44,12 @@ int outbound_socket(const struct ts_outbound *ob, int family, int type, int *fd_
 	    (ret = ob->sock_hook.fn(ob->sock_hook.arg, fd, domain, type)) != 0) {
 		close(fd);
 		return ret < 0 ? ret : -EPERM;
+	}
+	/* Its port on record before its first packet, so that a packet of it which a route sends
+	 * back into the TUN is recognised there. */
+	if (ob->loopguard && (ret = loopguard_bind(ob->loopguard, fd, family, type)) != 0) {
+		close(fd);
+		return ret;
 	}
 	*fd_out = fd;
 	return 0;

@@ -16,7 +16,9 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "runtime/privdrop.h"
 #include "runtime/proxy.h"
+#include "runtime/reload.h"
 #include "stacks/netstack.h"
 
 #define STATS_WAIT_NS (1000LL * 1000 * 1000) /* a stats request waits this long for the loop */
@@ -80,16 +82,19 @@ static int proxy_alloc(struct ts_proxy **out, char *err, size_t errlen)
 	config_init(&p->cfg);
 	log_init(&p->log, LOG_LEVEL_INFO, STDERR_FILENO);
 	p->caller_fd = p->worker_died_fd = -1;
+	p->live = &p->cfg;
 	p->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	p->stats_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	p->reload_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_mutex_init(&p->stats_req_lock, NULL);
+	pthread_mutex_init(&p->reload_req_lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&p->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	if (p->stop_fd < 0 || p->stats_fd < 0) {
+	if (p->stop_fd < 0 || p->stats_fd < 0 || p->reload_fd < 0) {
 		int ret = -errno;
 		snprintf(err, errlen, "eventfd: %s", strerror(errno));
 		ts_proxy_free(p);
@@ -99,9 +104,26 @@ static int proxy_alloc(struct ts_proxy **out, char *err, size_t errlen)
 	return 0;
 }
 
-/* load(cfg) filled p->cfg: take its log level, or free p on failure. */
-static int proxy_created(struct ts_proxy *p, int ret, struct ts_proxy **out)
+/* "user" must name a user of this machine (it is a config error, reported like one). */
+static int check_user(struct ts_proxy *p, char *err, size_t errlen)
 {
+	char why[256];
+	uid_t uid;
+	gid_t gid;
+
+	if (!p->cfg.user[0] || privdrop_resolve(p->cfg.user, &uid, &gid, why, sizeof(why)) == 0)
+		return 0;
+	if (err && errlen)
+		snprintf(err, errlen, "config: $.user: %s", why);
+	return -EINVAL;
+}
+
+/* load(cfg) filled p->cfg: take its log level, or free p on failure. */
+static int proxy_created(struct ts_proxy *p, int ret, struct ts_proxy **out, char *err,
+			 size_t errlen)
+{
+	if (ret == 0)
+		ret = check_user(p, err, errlen);
 	if (ret != 0) {
 		ts_proxy_free(p);
 		return ret;
@@ -126,7 +148,7 @@ int ts_proxy_new_json(const char *json, size_t len, struct ts_proxy **out, char 
 	if ((ret = proxy_alloc(&p, err, errlen)) != 0)
 		return ret;
 	ret = config_load_buffer(json ? json : "", len, &p->cfg, err, errlen);
-	return proxy_created(p, ret, out);
+	return proxy_created(p, ret, out, err, errlen);
 }
 
 int ts_proxy_new_file(const char *path, struct ts_proxy **out, char *err, size_t errlen)
@@ -143,7 +165,11 @@ int ts_proxy_new_file(const char *path, struct ts_proxy **out, char *err, size_t
 	if ((ret = proxy_alloc(&p, err, errlen)) != 0)
 		return ret;
 	ret = config_load_file(path, &p->cfg, err, errlen);
-	return proxy_created(p, ret, out);
+	if (ret == 0 && !(p->config_path = strdup(path))) {
+		write_err(err, errlen, "out of memory");
+		ret = -ENOMEM;
+	}
+	return proxy_created(p, ret, out, err, errlen);
 }
 
 /* ---- settings before start ------------------------------------------------------------- */
@@ -193,6 +219,14 @@ int ts_proxy_set_socket_hook(struct ts_proxy *p, ts_socket_fn fn, void *arg)
 	return 0;
 }
 
+int ts_proxy_set_least_privilege(struct ts_proxy *p, int on)
+{
+	if (!is_new(p))
+		return -EBUSY;
+	p->least_privilege = on != 0;
+	return 0;
+}
+
 int ts_proxy_set_tun_fd(struct ts_proxy *p, int fd)
 {
 	if (!is_new(p))
@@ -211,6 +245,16 @@ static void drain(int fd)
 
 	if (read(fd, &v, sizeof(v)) < 0) {
 		/* nothing pending: a spurious wakeup */
+	}
+}
+
+/* Async-signal-safe: one write to an eventfd we own. */
+static void wake(int fd)
+{
+	uint64_t one = 1;
+
+	if (write(fd, &one, sizeof(one)) < 0) {
+		/* an eventfd cannot be full short of 2^64 - 1 writes */
 	}
 }
 
@@ -242,6 +286,41 @@ static void on_stats(evutil_socket_t fd, short what, void *arg)
 	p->stats_len = len;
 	p->stats_ret = ret;
 	p->stats_answered = p->stats_asked;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Reloads asked for from other threads or a signal handler (on the loop, where the
+ * dispatcher and the UDP path live). */
+static void on_reload(evutil_socket_t fd, short what, void *arg)
+{
+	struct ts_proxy *p = arg;
+	char err[TS_ERRLEN];
+	const char *json = NULL;
+	size_t len = 0;
+	bool asked;
+	int ret;
+
+	(void)what;
+	drain(fd);
+	if (atomic_exchange(&p->reload_file_pending, false)) {
+		log_info(&p->log, "reload: requested (signal): reading %s",
+			 p->config_path ? p->config_path : "(no file)");
+		(void)proxy_reload(p, NULL, 0, err, sizeof(err));
+	}
+	pthread_mutex_lock(&p->lock);
+	asked = p->rl_asked != p->rl_answered;
+	json = p->rl_json;
+	len = p->rl_len;
+	pthread_mutex_unlock(&p->lock);
+	if (!asked)
+		return;
+	err[0] = '\0';
+	ret = proxy_reload(p, json, len, err, sizeof(err));
+	pthread_mutex_lock(&p->lock);
+	p->rl_ret = ret;
+	snprintf(p->rl_err, sizeof(p->rl_err), "%s", err);
+	p->rl_answered = p->rl_asked;
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
 }
@@ -295,8 +374,9 @@ static int launch(struct ts_proxy *p, char *err, size_t errlen)
 
 	p->stop_ev = event_new(p->base, p->stop_fd, EV_READ | EV_PERSIST, on_stop, p);
 	p->stats_ev = event_new(p->base, p->stats_fd, EV_READ | EV_PERSIST, on_stats, p);
-	if (!p->stop_ev || !p->stats_ev || event_add(p->stop_ev, NULL) != 0 ||
-	    event_add(p->stats_ev, NULL) != 0) {
+	p->reload_ev = event_new(p->base, p->reload_fd, EV_READ | EV_PERSIST, on_reload, p);
+	if (!p->stop_ev || !p->stats_ev || !p->reload_ev || event_add(p->stop_ev, NULL) != 0 ||
+	    event_add(p->stats_ev, NULL) != 0 || event_add(p->reload_ev, NULL) != 0) {
 		snprintf(err, errlen, "proxy: event loop: out of memory");
 		return -ENOMEM;
 	}
@@ -468,13 +548,69 @@ void ts_proxy_free(struct ts_proxy *p)
 		ts_proxy_wait(p);
 	proxy_close(p); /* a no-op unless nothing ever ran it */
 	free(p->stats_json);
+	free(p->config_path);
 	config_fini(&p->cfg);
 	if (p->stop_fd >= 0)
 		close(p->stop_fd);
 	if (p->stats_fd >= 0)
 		close(p->stats_fd);
+	if (p->reload_fd >= 0)
+		close(p->reload_fd);
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->stats_req_lock);
+	pthread_mutex_destroy(&p->reload_req_lock);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
+}
+
+/* ---- reload ------------------------------------------------------------------------------ */
+
+int ts_proxy_reload(struct ts_proxy *p, const char *json, size_t len, char *err, size_t errlen)
+{
+	uint64_t ticket;
+	int ret;
+
+	if (!p)
+		return -EINVAL;
+	/* From the proxy's own loop (its log callback): the loop cannot answer itself. */
+	if (ts_proxy_running(p) && pthread_equal(pthread_self(), p->loop_thread)) {
+		write_err(err, errlen, "proxy: a reload cannot be asked for from the proxy's thread");
+		return -EDEADLK;
+	}
+	pthread_mutex_lock(&p->reload_req_lock);
+	pthread_mutex_lock(&p->lock);
+	if (p->state != PROXY_RUNNING) {
+		pthread_mutex_unlock(&p->lock);
+		pthread_mutex_unlock(&p->reload_req_lock);
+		write_err(err, errlen, "proxy: not running");
+		return -ESRCH;
+	}
+	p->rl_json = json ? json : NULL;
+	p->rl_len = json ? len : 0;
+	ticket = ++p->rl_asked;
+	pthread_mutex_unlock(&p->lock);
+	wake(p->reload_fd);
+	pthread_mutex_lock(&p->lock);
+	while (p->rl_answered < ticket && p->state == PROXY_RUNNING)
+		pthread_cond_wait(&p->cond, &p->lock);
+	if (p->rl_answered >= ticket) {
+		ret = p->rl_ret;
+		write_err(err, errlen, p->rl_err);
+	} else {
+		p->rl_answered = ticket;
+		ret = -ESRCH;
+		write_err(err, errlen, "proxy: stopped before the reload was done");
+	}
+	p->rl_json = NULL;
+	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->reload_req_lock);
+	return ret;
+}
+
+void ts_proxy_request_reload(struct ts_proxy *p)
+{
+	if (!p)
+		return;
+	atomic_store(&p->reload_file_pending, true);
+	wake(p->reload_fd);
 }

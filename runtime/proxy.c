@@ -16,10 +16,14 @@
 #include "core/budget.h"
 #include "core/clock.h"
 #include "core/driver.h"
+#include "core/loopguard.h"
 #include "core/tun.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/udp.h"
+#include "runtime/privdrop.h"
 #include "runtime/proxy.h"
+#include "runtime/reload.h"
+#include "runtime/routing.h"
 #include "runtime/workers.h"
 
 /* ---- stopping ------------------------------------------------------------------------------ */
@@ -47,6 +51,7 @@ void proxy_close(struct ts_proxy *p)
 {
 	/* The queue threads call into the stack: they go first. */
 	workers_stop(p);
+	routing_stop(p);
 	proxy_stats_stop(p);
 	if (p->ns)
 		p->ops->stop(p->ns);
@@ -57,6 +62,7 @@ void proxy_close(struct ts_proxy *p)
 	p->ns = NULL;
 	udp_path_free(p->udp);
 	p->udp = NULL;
+	reload_fini(p); /* the dispatcher and the UDP path have released what they held */
 	workers_free(p);
 	rps_auto_stop(&p->rps);
 	tun_close(p->tun);
@@ -67,11 +73,18 @@ void proxy_close(struct ts_proxy *p)
 	if (p->stats_ev)
 		event_free(p->stats_ev);
 	p->stats_ev = NULL;
+	if (p->reload_ev)
+		event_free(p->reload_ev);
+	p->reload_ev = NULL;
 	if (p->base)
 		event_base_free(p->base);
 	p->base = NULL;
 	budget_free(p->budget);
 	p->budget = NULL;
+	for (size_t i = 0; i < p->cfg.n_outbounds; i++)
+		p->cfg.outbounds[i].loopguard = NULL;
+	loopguard_free(p->loopguard);
+	p->loopguard = NULL;
 }
 
 /* ---- starting ------------------------------------------------------------------------------ */
@@ -178,6 +191,7 @@ static int start_stack(struct ts_proxy *p, char *err, size_t errlen)
 		.budget = p->budget,
 		.dispatcher = p->disp,
 		.log = &p->log,
+		.loopguard = p->loopguard,
 		.tx = driver_tx,
 		.tx_arg = p->driver,
 		.tx_meta = driver_offload(p->driver) ? driver_tx_meta : NULL,
@@ -186,6 +200,25 @@ static int start_stack(struct ts_proxy *p, char *err, size_t errlen)
 		.fatal_arg = p,
 	};
 	return p->ops->start(&env, &p->ns, err, errlen);
+}
+
+/* Least privilege: only the capabilities a running proxy uses, as "user" if given. */
+static int drop_privileges(struct ts_proxy *p, char *err, size_t errlen)
+{
+	struct privdrop_opts o = {
+		.user = p->cfg.user,
+		.keep_bind_service = p->cfg.stats.enabled && p->cfg.stats.listen.port < 1024,
+		.config_path = p->config_path,
+	};
+	int ret;
+
+	if (!p->least_privilege && !p->cfg.user[0])
+		return 0;
+	if ((ret = privdrop_apply(&o, err, errlen)) != 0)
+		return ret;
+	log_info(&p->log, "proxy: running with least privilege%s%s", p->cfg.user[0] ? " as " : "",
+		 p->cfg.user);
+	return 0;
 }
 
 int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
@@ -202,8 +235,14 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 	}
 	if (p->ops->precheck && (ret = p->ops->precheck(err, errlen)) != 0)
 		return ret;
-	for (size_t i = 0; i < p->cfg.n_outbounds; i++)
+	if ((ret = loopguard_new(&p->loopguard)) != 0) {
+		snprintf(err, errlen, "proxy: loop guard: out of memory");
+		return ret;
+	}
+	for (size_t i = 0; i < p->cfg.n_outbounds; i++) {
 		p->cfg.outbounds[i].sock_hook = p->sock_hook;
+		p->cfg.outbounds[i].loopguard = p->loopguard;
+	}
 	if ((ret = make_budget(p, err, errlen)) != 0)
 		return ret;
 	if (!(p->base = event_base_new())) {
@@ -211,6 +250,8 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 		return -ENOMEM;
 	}
 	if ((ret = open_tun(p, err, errlen)) != 0)
+		return ret;
+	if ((ret = routing_start(p, err, errlen)) != 0)
 		return ret;
 	if ((ret = workers_init(p, err, errlen)) != 0)
 		return ret;
@@ -222,9 +263,14 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 		snprintf(err, errlen, "proxy: UDP path: %s", strerror(-ret));
 		return ret;
 	}
+	udp_path_set_loopguard(p->udp, p->loopguard);
 	if ((ret = start_stack(p, err, errlen)) != 0)
 		return ret;
-	if ((ret = workers_start(p, err, errlen)) != 0)
+	if ((ret = proxy_stats_start(p, err, errlen)) != 0)
 		return ret;
-	return proxy_stats_start(p, err, errlen);
+	/* Everything that needs more than the kept capabilities is done; no thread of ours
+	 * exists yet, so every one inherits the reduced set. */
+	if ((ret = drop_privileges(p, err, errlen)) != 0)
+		return ret;
+	return workers_start(p, err, errlen);
 }

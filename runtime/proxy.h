@@ -19,6 +19,8 @@
 #include "core/config.h"
 #include "core/counter.h"
 #include "core/log.h"
+#include "core/netlink.h"
+#include "runtime/routecheck.h"
 #include "runtime/rps_auto.h"
 #include "stacks/netstack.h"
 
@@ -43,6 +45,8 @@ struct ts_proxy {
 	void *log_arg;
 	struct ts_sock_hook sock_hook;
 	int caller_fd;               /* a caller's TUN fd, or -1: open the config's TUN */
+	bool least_privilege;        /* drop to the kept capabilities (and "user") at start */
+	char *config_path;           /* the file the config came from (reload), or NULL */
 
 	/* Lifecycle. state is written under lock; stop_requested and stop_fd serve
 	 * ts_proxy_stop, which must be async-signal-safe. */
@@ -60,6 +64,36 @@ struct ts_proxy {
 	/* The running parts (main loop thread once started). */
 	struct event_base *base;
 	struct budget *budget;
+	struct loopguard *loopguard; /* the ports of our own outbound sockets */
+	/* Routing (runtime/routing.h; main loop once started). */
+	struct netlink nl;
+	bool nl_open;
+	struct routecheck rc;
+	struct autoroute *ar;        /* tun.auto_route's rules, or NULL */
+	struct routewatch *rw;
+	uint64_t route_repairs;      /* rules/routes auto_route put back */
+
+	/* Reload (runtime/reload.h; main loop). live is the configuration new sessions get:
+	 * cfg itself until the first reload, then one of gens. cfg keeps the running values of
+	 * the keys a reload cannot change. */
+	struct ts_config *live;
+	struct cfg_gen *gens;
+	uint64_t generation, reloads_ok, reloads_refused;
+	char reload_result[16];
+	char reload_error[TS_ERRLEN];
+	char reload_kept[256];
+	/* Reloads asked for from other threads: ts_proxy_reload (one at a time, reload_req_lock;
+	 * answered under lock through cond) and ts_proxy_request_reload (a signal handler: a flag
+	 * and the eventfd). */
+	pthread_mutex_t reload_req_lock;
+	int reload_fd;
+	struct event *reload_ev;
+	atomic_bool reload_file_pending;
+	const char *rl_json;
+	size_t rl_len;
+	uint64_t rl_asked, rl_answered;
+	int rl_ret;
+	char rl_err[TS_ERRLEN];
 	struct tun *tun;
 	char unavailable[160];       /* config settings a caller's TUN cannot honour, "," list */
 	struct rps_auto rps;         /* tun.rps "auto" (main thread only) */

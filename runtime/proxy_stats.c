@@ -17,6 +17,8 @@
 #include "dispatch/dispatcher.h"
 #include "dispatch/udp.h"
 #include "runtime/proxy.h"
+#include "runtime/reload.h"
+#include "runtime/routing.h"
 #include "runtime/workers.h"
 
 static uint64_t count_fds(void)
@@ -129,6 +131,7 @@ static void add_drops(struct stats_doc *d, const struct netstack_stats *ns,
 	stats_doc_counter(d, "drops.unmapped_downlink", ns->drops_unmapped_downlink);
 	stats_doc_counter(d, "drops.unmapped_uplink_rst", ns->unmapped_uplink_rst);
 	stats_doc_counter(d, "drops.own_address", ns->drops_own_address);
+	stats_doc_counter(d, "drops.loop", ns->drops_loop + us->drops[UDP_DROP_loop]);
 	stats_doc_counter(d, "drops.nat_exhausted", ns->drops_nat_exhausted);
 	stats_doc_counter(d, "drops.admission_refused", ns->admission_refused);
 	stats_doc_counter(d, "drops.fd_exhausted", ns->fd_exhausted);
@@ -187,6 +190,8 @@ void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d)
 	add_tun(p, d, &ns, &dc);
 	add_drops(d, &ns, &us);
 	add_sessions(p, d, &ns, &us, &ds);
+	routing_stats(p, d);
+	reload_stats(p, d);
 	/* Every detailed counter of the stack and the driver, for diagnosis. */
 	struct visit vs = { d, "stack_counters" };
 	if (p->ns)

@@ -24,6 +24,7 @@ struct ts_config;
 struct budget;
 struct dispatcher;
 struct log;
+struct loopguard;
 struct netstack;
 
 /* What the process lends a stack. Everything is borrowed and outlives the stack. */
@@ -33,6 +34,7 @@ struct netstack_env {
 	struct budget *budget;
 	struct dispatcher *dispatcher;
 	struct log *log;
+	struct loopguard *loopguard; /* the proxy's own ports: the policy's loop check (or NULL) */
 	tun_tx_fn tx;       /* packets the stack builds itself (plain, fully checksummed) */
 	void *tx_arg;
 	/* With TUN offload: send a packet with offload metadata (a GSO super-packet), arg tx_arg.
@@ -49,7 +51,7 @@ struct netstack_env {
 struct netstack_stats {
 	uint64_t rewrites;
 	uint64_t drops_malformed, drops_fragment, drops_esp, drops_icmp;
-	uint64_t drops_unmapped_downlink, drops_own_address, drops_nat_exhausted;
+	uint64_t drops_unmapped_downlink, drops_own_address, drops_nat_exhausted, drops_loop;
 	uint64_t unmapped_uplink_rst;     /* RSTs answered to unmapped uplink segments */
 	uint64_t admission_refused, fd_exhausted;
 	uint64_t nat_half_open, nat_active, nat_closing, nat_quarantined;

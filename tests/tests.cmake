@@ -88,6 +88,13 @@ if(TS_SANITIZE STREQUAL "")
     set_tests_properties(integration_${name} PROPERTIES
       LABELS integration TIMEOUT 120 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   endforeach()
+  # Desktop routing (auto_route, strict_route, exclusions, loop drops, cleanup, reload, least
+  # privilege) with nothing but default routes set up by hand (tests/integration/desktop.sh).
+  add_test(NAME integration_desktop
+    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/desktop.sh --stack system
+            --bin $<TARGET_FILE:twinstack>)
+  set_tests_properties(integration_desktop PROPERTIES
+    LABELS integration TIMEOUT 120 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
 endif()
 
 # The multi-queue system stack under ThreadSanitizer: two queue workers and the main loop

@@ -60,6 +60,7 @@ int l3policy_init(struct l3policy *p, const struct l3policy_config *cfg)
 		return -EINVAL;
 	p->n_addrs = cfg->n_addrs;
 	p->dns_hijack = cfg->dns_hijack;
+	p->loopguard = cfg->loopguard;
 	if ((ret = family_init(&p->f4, cfg->has4, cfg->gateway4, 4, cfg->n_addrs)) != 0 ||
 	    (ret = family_init(&p->f6, cfg->has6, cfg->gateway6, 16, cfg->n_addrs)) != 0) {
 		memset(p, 0, sizeof(*p));

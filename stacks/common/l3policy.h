@@ -5,6 +5,9 @@
  *   family  a packet of a family the TUN has no address for is dropped            drop family
  *   TCP     to a foreign destination: the stack's TCP path                        TCP
  *           from one of our NAT addresses: nothing legitimate comes from there   drop own_address
+ *           a first SYN from our gateway and a port of one of the proxy's own
+ *           outbound sockets: its own traffic routed back into the TUN; the
+ *           stack answers it with a RST so the socket fails at once              drop loop
  *           to our gateway or a NAT address: dropped, except the reply of one of
  *           the stack's own listeners, gateway:listener port -> NAT address (the
  *           system stack's downlink; lwIP has no listener ports, so none)          TCP_REPLY
@@ -12,7 +15,8 @@
  *           (it wins over the own-address drop: a resolver on the gateway is
  *           the common setup)                                                      DNS
  *           to our gateway or a NAT address otherwise: dropped                    drop own_address
- *           anything else: the shared UDP path                                     UDP
+ *           anything else: the shared UDP path (which also drops the proxy's own
+ *           datagrams come back, once per would-be session: dispatch/udp.h)         UDP
  *   ICMP    an echo request (ICMP 8 / ICMPv6 128, code 0) to the gateway:
  *           answered in place by the stack                                         ECHO
  *           any other ICMP of the packet's family                                  drop icmp
@@ -22,7 +26,9 @@
  * are consecutive in the low 32 bits (core/netaddr.h proves it at config time), so "ours, and
  * which" is one subtraction.
  *
- * Sans-IO: pure functions of the packet view and the policy; no clock, no I/O, no allocation.
+ * Sans-IO: pure functions of the packet view and the policy; no clock, no I/O, no allocation —
+ * except the loop check, which reads the loop guard's table (a relaxed atomic load) and, only
+ * when the source port is on record, asks the kernel once whether that socket still lives.
  * A policy is read-only after l3policy_init / l3policy_set_listeners, so any number of threads
  * may classify with it at once; each passes its own counter block. The common cases are
  * inline (TCP and UDP: a few loads and compares on the per-packet path of both stacks).
@@ -37,6 +43,7 @@
 #include <string.h>
 
 #include "core/counter.h"
+#include "core/loopguard.h"
 #include "core/pkt.h"
 
 /* Listener ports a stack may declare per family (the system stack's nat.listeners). */
@@ -47,7 +54,8 @@
 	X(own_address) /* to our gateway or a NAT address (see above); TCP from a NAT address */ \
 	X(icmp)        /* ICMP other than an echo request to the gateway */                     \
 	X(proto)       /* neither TCP, UDP nor the family's ICMP */                              \
-	X(family)      /* a family the TUN has no address for */
+	X(family)      /* a family the TUN has no address for */                                \
+	X(loop)        /* a SYN of one of the proxy's own sockets (UDP: dispatch/udp.h) */
 
 enum l3policy_verdict {
 	L3POLICY_TCP,       /* TCP to a foreign destination: the stack's TCP path */
@@ -111,6 +119,7 @@ struct l3policy {
 	uint32_t n_addrs;    /* NAT addresses per family, >= 1 */
 	bool dns_hijack;
 	struct l3policy_family f6;
+	struct loopguard *loopguard; /* NULL: no loop check */
 };
 
 struct l3policy_config {
@@ -119,6 +128,7 @@ struct l3policy_config {
 	uint8_t gateway6[16];
 	uint32_t n_addrs;         /* NAT addresses per family: gateway+1 .. gateway+n_addrs */
 	bool dns_hijack;          /* UDP/53 goes to the UDP path whatever its destination */
+	struct loopguard *loopguard; /* the proxy's own ports, or NULL */
 };
 
 /* 0, or -EINVAL: no family, n_addrs 0, or a run of addresses that wraps the low 32 bits.
@@ -198,26 +208,42 @@ static inline enum l3policy_verdict l3policy_tcp_dst(const struct l3policy *p,
 	return l3policy_listener_reply(f, d, v->sport_be, reply);
 }
 
-/* From one of our NAT addresses (offsets 1..n; the gateway, offset 0, wraps to UINT32_MAX
- * here: local applications send from it)? Nothing legitimate comes from there: TCP from one
- * is dropped. */
-static inline bool l3policy_from_nat(const struct l3policy *p, const struct pkt_view *v)
+/* The source's offset in our run of addresses: 0 the gateway (local applications send from
+ * it), 1..n a NAT address (nothing legitimate comes from there: TCP from one is dropped). */
+static inline uint32_t l3policy_src_offset(const struct l3policy *p, const struct pkt_view *v)
 {
 	if (v->family == 4)
-		return l3policy_offset4(&p->f4, v->ip + PKT_V4_SRC) - 1 < p->n_addrs;
-	return l3policy_offset6(&p->f6, v->ip + PKT_V6_SRC) - 1 < p->n_addrs;
+		return l3policy_offset4(&p->f4, v->ip + PKT_V4_SRC);
+	return l3policy_offset6(&p->f6, v->ip + PKT_V6_SRC);
 }
 
 /* All TCP rules for a served family (v->proto is TCP): by destination, then TCP from one of
  * our NAT addresses is dropped. Counts nothing. */
+/* Source offset s (l3policy_src_offset) 0 — our gateway, the source the kernel gives a socket
+ * whose route leads into the TUN — and a port of one of the proxy's own live outbound
+ * sockets: a loop. */
+static inline bool l3policy_from_self(const struct l3policy *p, const struct pkt_view *v,
+				      uint32_t s)
+{
+	return s == 0 && p->loopguard &&
+	       loopguard_hit(p->loopguard, 0, v->sport_be);
+}
+
 static inline enum l3policy_verdict l3policy_tcp(const struct l3policy *p,
 						 const struct pkt_view *v,
 						 struct l3policy_reply *reply)
 {
 	enum l3policy_verdict vd = l3policy_tcp_dst(p, v, reply);
+	uint32_t s;
 
-	if (vd == L3POLICY_TCP && l3policy_from_nat(p, v))
+	if (vd != L3POLICY_TCP)
+		return vd;
+	s = l3policy_src_offset(p, v);
+	if (s - 1 < p->n_addrs)
 		return L3POLICY_DROP_own_address;
+	/* Only a connection's first segment is checked: a looping one never gets further. */
+	if (s == 0 && (v->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN && l3policy_from_self(p, v, s))
+		return L3POLICY_DROP_loop;
 	return vd;
 }
 

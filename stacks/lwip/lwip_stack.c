@@ -451,6 +451,13 @@ static enum driver_verdict lw_input(struct netstack *ns, unsigned q, uint8_t *bu
 		*out_len = rewrite_icmp_echo_reply(v);
 		*plain = true;
 		return DRIVER_WRITE;
+	case L3POLICY_DROP_loop:
+		/* Our own socket's SYN came back: a RST fails its connect now (counted). */
+		if (v->proto != IPPROTO_TCP)
+			return DRIVER_DONE;
+		*out_len = rewrite_tcp_rst(v);
+		*plain = true;
+		return DRIVER_WRITE;
 	default:
 		/* Dropped and counted by the policy. TCP_REPLY never comes: this stack declares
 		 * no listener ports (its listener lives inside lwIP, not behind the TUN). */
@@ -521,13 +528,15 @@ static int listener_start(struct lwip_stack *st)
 static void lw_free(struct netstack *ns);
 
 /* The policy's roles from the config, as the system stack gets them (sys_stack.c). */
-static int policy_init(struct l3policy *pol, const struct ts_config *cfg)
+static int policy_init(struct l3policy *pol, const struct netstack_env *env)
 {
+	const struct ts_config *cfg = env->cfg;
 	struct l3policy_config pc = {
 		.has4 = cfg->roles4.family == 4,
 		.has6 = cfg->tun.has_addr6,
 		.n_addrs = cfg->nat.addresses,
 		.dns_hijack = cfg->dns.hijack,
+		.loopguard = env->loopguard,
 	};
 
 	memcpy(pc.gateway4, cfg->roles4.gateway.a, 4);
@@ -566,7 +575,7 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	st->has6 = env->cfg->tun.has_addr6;
 	st->pending_tail = &st->pending;
 	st->txbuf_size = env->cfg->tun.mtu;
-	if ((ret = policy_init(&st->pol, env->cfg)) != 0)
+	if ((ret = policy_init(&st->pol, env)) != 0)
 		goto fail;
 	st->txbuf = budget_malloc(env->budget, st->txbuf_size);
 	st->tmr_ev = evtimer_new(env->base, on_tmr, st);

@@ -57,6 +57,7 @@ static int policy_init(struct l3policy *pol, const struct sysproc_config *cfg)
 		.has6 = cfg->v6.enabled,
 		.n_addrs = cfg->n_addrs,
 		.dns_hijack = cfg->dns_hijack,
+		.loopguard = cfg->loopguard,
 	};
 
 	memcpy(pc.gateway4, cfg->v4.gateway, 4);
@@ -218,6 +219,13 @@ struct sys_disp sysproc_process(struct sysproc *p, uint8_t *buf, size_t len,
 		ctr_inc(&c->icmp_echo_reply);
 		return (struct sys_disp){ .action = SYS_WRITE,
 					  .len = (uint32_t)rewrite_icmp_echo_reply(v),
+					  .plain = true };
+	case L3POLICY_DROP_loop:
+		/* Our own socket's SYN came back: a RST makes its connect fail now, not after
+		 * the connect timeout (counted as the drop already). */
+		if (v->proto != IPPROTO_TCP)
+			return done();
+		return (struct sys_disp){ .action = SYS_WRITE, .len = (uint32_t)rewrite_tcp_rst(v),
 					  .plain = true };
 	default:
 		return done(); /* dropped: the policy counted it */

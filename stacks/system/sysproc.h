@@ -77,6 +77,7 @@ struct sysproc_config {
 	uint32_t n_addrs;     /* NAT addresses per family (== nat_config.n_addrs) */
 	uint32_t n_listeners; /* listeners per family (== nat_config.n_listeners) */
 	bool dns_hijack;      /* UDP/53 to our own addresses goes to the UDP path */
+	struct loopguard *loopguard; /* the proxy's own ports (l3policy's loop check), or NULL */
 };
 
 struct sysproc;

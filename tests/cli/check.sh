@@ -4,7 +4,8 @@
 #
 # usage: check.sh TWINSTACK_BINARY SOURCE_DIR
 #
-# - the only ```json block of docs/config.md must pass `twinstack check` (exit 0);
+# - every ```json block of docs/config.md (the complete and the desktop example) must pass
+#   `twinstack check` (exit 0);
 # - every tests/cli/bad/*.json must exit 2 with "config: <path>: " on stderr, where the file
 #   name encodes the path: "<path without the leading $.>__<what>.json", "root" meaning "$"
 #   (outbounds[1].server__missing_port.json expects "config: $.outbounds[1].server: ");
@@ -40,20 +41,23 @@ expect_rc() {
 }
 
 # --- the docs example ---------------------------------------------------------------------
-awk '/^```json[[:space:]]*$/ { inblock = 1; n++; next }
-     /^```/ { inblock = 0; next }
-     inblock && n == 1 { print }' "$src/docs/config.md" >"$work/example.json"
 blocks=$(grep -c '^```json[[:space:]]*$' "$src/docs/config.md")
-if [ "$blocks" -ne 1 ] || [ ! -s "$work/example.json" ]; then
-	bad "docs/config.md must hold exactly one \`\`\`json block (found $blocks)"
-else
-	run check --config "$work/example.json"
-	expect_rc 0 "docs/config.md example accepted"
+[ "$blocks" -ge 2 ] || bad "docs/config.md: expected the complete and the desktop example (found $blocks json blocks)"
+for b in $(seq 1 "$blocks"); do
+	awk -v want="$b" '/^```json[[:space:]]*$/ { inblock = 1; n++; next }
+	     /^```/ { inblock = 0; next }
+	     inblock && n == want { print }' "$src/docs/config.md" >"$work/example$b.json"
+	if [ ! -s "$work/example$b.json" ]; then
+		bad "docs/config.md json block $b is empty"
+		continue
+	fi
+	run check --config "$work/example$b.json"
+	expect_rc 0 "docs/config.md example $b accepted"
 	case "$out" in
-	"config ok: stack="*) ok "example summary: $out" ;;
-	*) bad "example summary line: '$out'" ;;
+	"config ok: stack="*) ok "example $b summary: $out" ;;
+	*) bad "example $b summary line: '$out'" ;;
 	esac
-fi
+done
 
 # --- the defaults' summary line -----------------------------------------------------------
 echo '{}' >"$work/empty.json"

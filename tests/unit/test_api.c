@@ -629,3 +629,116 @@ Test(api, tun_removed_under_a_running_proxy, .timeout = 30)
 {
 	run_in_netns(tun_removed);
 }
+
+/* ---- reload ----------------------------------------------------------------------------- */
+
+static const char reload_cfg_fmt[] =
+	"{\"log\": {\"level\": \"warn\"}, \"tun\": {\"name\": \"trl0\", \"address\": "
+	"\"198.18.0.1/15\", \"mtu\": %u}, \"timeouts\": {\"connect_ms\": %u},"
+	" \"outbounds\": [{\"tag\": \"direct\", \"type\": \"direct\"%s}]}";
+
+static int reload_json(struct ts_proxy *p, const char *json, char *err, size_t errlen)
+{
+	return ts_proxy_reload(p, json, json ? strlen(json) : 0, err, errlen);
+}
+
+/* A running proxy takes a new configuration: the generation moves, keys that need a restart
+ * are reported and kept, a broken or looping configuration is refused and the old one goes
+ * on; a file-made proxy reads its file again on request (the SIGHUP path). */
+static void reload(void)
+{
+	char cfg[1024], err[512] = "", path[] = "/tmp/ts-reload-XXXXXX";
+	struct ts_proxy *p;
+	cJSON *doc;
+
+	snprintf(cfg, sizeof(cfg), reload_cfg_fmt, 1500, 5000, "");
+	p = new_proxy(cfg);
+	CHECK(reload_json(p, cfg, err, sizeof(err)) == -ESRCH, "not running yet: %s", err);
+	start(p);
+	doc = stats(p);
+	CHECK(num(doc, "config.generation") == 0, "generation 0");
+	CHECK(strcmp(str(doc, "reload.last_result"), "none") == 0, "no reload yet");
+	cJSON_Delete(doc);
+
+	/* A good one, with a key that needs a restart. */
+	snprintf(cfg, sizeof(cfg), reload_cfg_fmt, 1400, 7000, "");
+	CHECK(reload_json(p, cfg, err, sizeof(err)) == 0, "reload: %s", err);
+	doc = stats(p);
+	CHECK(num(doc, "config.generation") == 1, "generation 1");
+	CHECK(strcmp(str(doc, "reload.last_result"), "ok") == 0, "ok");
+	CHECK(strcmp(str(doc, "reload.kept"), "tun.mtu") == 0, "kept: %s", str(doc, "reload.kept"));
+	cJSON_Delete(doc);
+	int mtu = 0;
+	char line[32] = "";
+	FILE *f = fopen("/sys/class/net/trl0/mtu", "r");
+	CHECK(f && fgets(line, sizeof(line), f), "mtu");
+	fclose(f);
+	mtu = atoi(line);
+	CHECK(mtu == 1500, "the TUN's MTU is the running one: %d", mtu);
+
+	/* A broken one: the message of check, and nothing changes. */
+	CHECK(reload_json(p, "{\"tun\": {\"mtu\": 1}}", err, sizeof(err)) == -EINVAL, "bad");
+	CHECK(strncmp(err, "config: $.tun.mtu: ", 19) == 0, "names the path: %s", err);
+	CHECK(reload_json(p, "{\"user\": \"no-such-user-here\"}", err, sizeof(err)) == -EINVAL,
+	      "unknown user");
+	CHECK(strncmp(err, "config: $.user: ", 16) == 0, "%s", err);
+	doc = stats(p);
+	CHECK(num(doc, "config.generation") == 1, "still generation 1");
+	CHECK(num(doc, "reload.refused") == 2 && num(doc, "reload.ok") == 1, "counted");
+	CHECK(strcmp(str(doc, "reload.last_result"), "refused") == 0, "refused");
+	CHECK(strstr(str(doc, "reload.last_error"), "$.user") != NULL, "last error");
+	cJSON_Delete(doc);
+
+	/* Its outbounds would loop: an unmarked socket with the default route into the TUN. */
+	sh("ip route replace default dev trl0");
+	snprintf(cfg, sizeof(cfg), reload_cfg_fmt, 1500, 5000, "");
+	char unmarked[1024];
+	snprintf(unmarked, sizeof(unmarked),
+		 "{\"route\": {\"default_mark\": 0}, \"tun\": {\"name\": \"trl0\"}}");
+	CHECK(reload_json(p, unmarked, err, sizeof(err)) == -ELOOP, "loop refused: %s", err);
+	CHECK(strstr(err, "$.outbounds[0]") && strstr(err, "trl0"), "%s", err);
+	CHECK(ts_proxy_running(p) == 1, "still running");
+	/* No file behind a JSON-made proxy. */
+	CHECK(reload_json(p, NULL, err, sizeof(err)) == -ENOENT, "no file: %s", err);
+	ts_proxy_request_reload(p); /* the same, asynchronously: refused in the log */
+	ts_proxy_stop(p);
+	CHECK(ts_proxy_wait(p) == 0, "stopped");
+	CHECK(reload_json(p, cfg, err, sizeof(err)) == -ESRCH, "stopped: %s", err);
+	ts_proxy_free(p);
+
+	/* From a file: the request re-reads it. */
+	int fd = mkstemp(path);
+	CHECK(fd >= 0, "mkstemp");
+	snprintf(cfg, sizeof(cfg), reload_cfg_fmt, 1500, 5000, "");
+	CHECK(write(fd, cfg, strlen(cfg)) == (ssize_t)strlen(cfg), "write");
+	close(fd);
+	CHECK(ts_proxy_new_file(path, &p, err, sizeof(err)) == 0, "%s", err);
+	start(p);
+	snprintf(cfg, sizeof(cfg), reload_cfg_fmt, 1500, 9000, ", \"routing_mark\": 5");
+	FILE *w = fopen(path, "w");
+	CHECK(w && fputs(cfg, w) >= 0, "rewrite");
+	fclose(w);
+	ts_proxy_request_reload(p);
+	double gen = 0;
+	for (int i = 0; i < 100 && gen < 1; i++) {
+		doc = stats(p);
+		gen = num(doc, "config.generation");
+		cJSON_Delete(doc);
+		if (gen < 1)
+			usleep(20000);
+	}
+	CHECK(gen == 1, "the file was read again");
+	CHECK(reload_json(p, NULL, err, sizeof(err)) == 0, "%s", err);
+	doc = stats(p);
+	CHECK(num(doc, "config.generation") == 2, "generation 2");
+	cJSON_Delete(doc);
+	ts_proxy_stop(p);
+	CHECK(ts_proxy_wait(p) == 0, "stopped");
+	ts_proxy_free(p);
+	unlink(path);
+}
+
+Test(api, reload, .timeout = 60)
+{
+	run_in_netns(reload);
+}

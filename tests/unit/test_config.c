@@ -111,7 +111,16 @@ Test(config, defaults)
 	cr_assert_eq(cfg.n_outbounds, 1);
 	cr_assert_str_eq(cfg.outbounds[0].tag, "direct");
 	cr_assert_eq(cfg.outbounds[0].type, TS_OUT_DIRECT);
-	cr_assert_not(cfg.outbounds[0].has_routing_mark);
+	/* The proxy's own sockets are marked even when the config names no mark. */
+	cr_assert(cfg.outbounds[0].has_routing_mark);
+	cr_assert_eq(cfg.outbounds[0].routing_mark, TS_DEFAULT_MARK);
+	cr_assert(cfg.outbounds[0].mark_is_default);
+	cr_assert_eq(cfg.route.default_mark, 0x74000000u);
+	cr_assert_not(cfg.tun.auto_route);
+	cr_assert_not(cfg.tun.strict_route);
+	cr_assert_eq(cfg.tun.route_table, 29811);
+	cr_assert_eq(cfg.tun.route_rule_priority, 8700);
+	cr_assert_str_eq(cfg.user, "");
 	cr_assert_eq(cfg.relay_mode, TS_RELAY_SPLICE);
 	cr_assert_eq(cfg.relay_buffer_bytes, 65536);
 	cr_assert_eq(cfg.relay_pipe_bytes, 256u << 10);
@@ -267,6 +276,88 @@ Test(config, stack_and_tun_values)
 	expect_ok("{'tun':{'name':'abcdefghijklmno','mtu':576,'offload':'on'}}");
 	expect_ok("{'tun':{'mtu':65535,'txqueuelen':1000000,'queues':1}}");
 	expect_ok("{'tun':{'address6':'fd00::1/64','mtu':1280}}");
+}
+
+Test(config, routing_values)
+{
+	struct ts_config cfg;
+
+	load_ok("{'tun':{'auto_route':true,'strict_route':true,'route_address':['10.0.0.0/8',"
+		"'fd00::1/8'],'route_exclude_address':['192.168.1.7/24'],'include_uid':[1000,"
+		"'2000-2999','3000'],'exclude_uid':[0],'exclude_interface':['docker0','br-lan'],"
+		"'route_table':100,'route_rule_priority':5000},'user':'nobody',"
+		"'route':{'default_mark':0},'outbounds':[{'tag':'d','type':'direct'},"
+		"{'tag':'m','type':'direct','routing_mark':7},{'tag':'r','type':'reject'}]}",
+		&cfg);
+	cr_assert(cfg.tun.auto_route && cfg.tun.strict_route);
+	cr_assert_eq(cfg.tun.n_route_address, 2);
+	cr_assert_eq(cfg.tun.route_address[1].prefix, 8);
+	cr_assert_eq(cfg.tun.route_address[1].addr.a[1], 0, "host bits cleared");
+	cr_assert_eq(cfg.tun.n_route_exclude_address, 1);
+	cr_assert_eq(cfg.tun.route_exclude_address[0].addr.a[3], 0);
+	cr_assert_eq(cfg.tun.n_include_uid, 3);
+	cr_assert_eq(cfg.tun.include_uid[1].lo, 2000);
+	cr_assert_eq(cfg.tun.include_uid[1].hi, 2999);
+	cr_assert_eq(cfg.tun.include_uid[2].lo, 3000);
+	cr_assert_eq(cfg.tun.include_uid[2].hi, 3000);
+	cr_assert_eq(cfg.tun.n_exclude_uid, 1);
+	cr_assert_eq(cfg.tun.exclude_uid[0].hi, 0);
+	cr_assert_eq(cfg.tun.n_exclude_interface, 2);
+	cr_assert_str_eq(cfg.tun.exclude_interface[1], "br-lan");
+	cr_assert_eq(cfg.tun.route_table, 100);
+	cr_assert_eq(cfg.tun.route_rule_priority, 5000);
+	cr_assert_str_eq(cfg.user, "nobody");
+	/* default_mark 0: no mark where none was asked for; an explicit one stays. */
+	cr_assert_not(cfg.outbounds[0].has_routing_mark);
+	cr_assert(cfg.outbounds[1].has_routing_mark && !cfg.outbounds[1].mark_is_default);
+	cr_assert_eq(cfg.outbounds[1].routing_mark, 7);
+	cr_assert_not(cfg.outbounds[2].has_routing_mark, "reject opens no sockets");
+	config_fini(&cfg);
+
+	load_ok("{'route':{'default_mark':5},'tun':{'strict_route':false}}", &cfg);
+	cr_assert_eq(cfg.outbounds[0].routing_mark, 5);
+	config_fini(&cfg);
+}
+
+Test(config, routing_rejects)
+{
+	static const struct bad b[] = {
+		{ "{'tun':{'strict_route':true}}", "$.tun.strict_route", "only with \"auto_route\"" },
+		{ "{'tun':{'route_address':['0.0.0.0/0']}}", "$.tun.route_address", "only with" },
+		{ "{'tun':{'exclude_uid':[1]}}", "$.tun.exclude_uid", "only with" },
+		{ "{'tun':{'route_table':7}}", "$.tun.route_table", "only with" },
+		{ "{'tun':{'auto_route':1}}", "$.tun.auto_route", "expected true or false" },
+		{ "{'tun':{'auto_route':true,'route_address':[]}}", "$.tun.route_address",
+		  "must not be empty" },
+		{ "{'tun':{'auto_route':true,'route_address':['10.0.0.1']}}",
+		  "$.tun.route_address[0]", "expected an IPv4 or IPv6 CIDR" },
+		{ "{'tun':{'auto_route':true,'route_exclude_address':['x/1']}}",
+		  "$.tun.route_exclude_address[0]", "CIDR" },
+		{ "{'tun':{'auto_route':true,'include_uid':['5-1']}}", "$.tun.include_uid[0]",
+		  "reversed" },
+		{ "{'tun':{'auto_route':true,'include_uid':['a']}}", "$.tun.include_uid[0]",
+		  "expected a uid" },
+		{ "{'tun':{'auto_route':true,'include_uid':['1-']}}", "$.tun.include_uid[0]",
+		  "expected a uid" },
+		{ "{'tun':{'auto_route':true,'include_uid':['-1']}}", "$.tun.include_uid[0]",
+		  "expected a uid" },
+		{ "{'tun':{'auto_route':true,'exclude_uid':[4294967295]}}", "$.tun.exclude_uid[0]",
+		  "between 0 and 4294967294" },
+		{ "{'tun':{'auto_route':true,'exclude_uid':[true]}}", "$.tun.exclude_uid[0]",
+		  "expected a uid" },
+		{ "{'tun':{'auto_route':true,'exclude_interface':['a/b']}}",
+		  "$.tun.exclude_interface[0]", "not a valid interface name" },
+		{ "{'tun':{'auto_route':true,'route_table':254}}", "$.tun.route_table",
+		  "system table" },
+		{ "{'tun':{'auto_route':true,'route_table':0}}", "$.tun.route_table", "between" },
+		{ "{'tun':{'auto_route':true,'route_rule_priority':32750}}",
+		  "$.tun.route_rule_priority", "between 1 and 32745" },
+		{ "{'route':{'default_mark':-1}}", "$.route.default_mark", "between" },
+		{ "{'user':''}", "$.user", "1 to 64 bytes" },
+		{ "{'user':'a/b'}", "$.user", "not a user name or uid" },
+		{ "{'user':5}", "$.user", "expected a string" },
+	};
+	BAD_TABLE(b);
 }
 
 Test(config, stack_and_tun_rejects)

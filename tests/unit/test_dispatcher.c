@@ -547,3 +547,230 @@ Test(session, dispatcher_free_ends_every_session)
 	close(l);
 	evconnlistener_free(e.l);
 }
+
+/* ---- reload: dispatcher_set_config -------------------------------------------------------- */
+
+/* Configurations a reload test hands over: heap-allocated, freed by the release callback, so
+ * a configuration released while a session (or its connect) still used it shows up under
+ * ASan. */
+struct rel {
+	const struct ts_config *expect; /* the configuration this release is for */
+	int calls;
+};
+
+static struct ts_config *heap_cfg(uint32_t connect_ms, const char *route)
+{
+	char json[1024], err[TS_ERRLEN];
+	struct ts_config *c = malloc(sizeof(*c));
+
+	cr_assert(c);
+	snprintf(json, sizeof(json),
+		 "{ \"timeouts\": { \"connect_ms\": %u, \"relay_idle_ms\": 10000 },"
+		 "  \"outbounds\": [ { \"tag\": \"direct\", \"type\": \"direct\" },"
+		 "                   { \"tag\": \"block\", \"type\": \"reject\" } ],"
+		 "  \"route\": { %s } }",
+		 connect_ms, route);
+	cr_assert_eq(config_load_string(json, c, err, sizeof(err)), 0, "%s", err);
+	return c;
+}
+
+/* A route sending one port to the reject outbound, everything else direct. */
+static const char *block_port(char *buf, size_t len, uint16_t port)
+{
+	snprintf(buf, len, "\"rules\": [ { \"port\": [%u], \"outbound\": \"block\" } ]", port);
+	return buf;
+}
+
+static void heap_cfg_free(const struct ts_config *c)
+{
+	config_fini((struct ts_config *)c);
+	free((void *)c);
+}
+
+static void on_release(void *arg, const struct ts_config *old)
+{
+	struct rel *r = arg;
+
+	r->calls++;
+	cr_assert_eq(old, r->expect, "released the wrong configuration");
+	heap_cfg_free(old);
+}
+
+/* The fixture's base and budget, and a dispatcher on the heap configuration c. */
+static void start_on(const struct ts_config *c)
+{
+	start("splice", 2000, 1000);
+	dispatcher_free(disp);
+	cr_assert_eq(dispatcher_new(base, c, budget, &disp), 0);
+}
+
+/* The app closes its side; wait until the echo server's close has ended the session. */
+static void finish(struct sess *s)
+{
+	struct app_wait w = { .fd = s->app };
+
+	shutdown(s->app, SHUT_WR);
+	cr_assert(run_until(app_closed, &w, 5000));
+	cr_assert(w.eof && !w.err, "clean EOF expected, got %s", strerror(w.err));
+	cr_assert(run_until(ended, s, 5000));
+	cr_assert_eq(s->ends, 1);
+	close(s->app);
+}
+
+/* A new session is refused as reject (a prompt RST); it ends before this returns. */
+static void expect_rejected(uint16_t port)
+{
+	struct sess s;
+	struct app_wait w;
+	uint64_t before = dstats().fail[DISPATCHER_FAIL_REJECT];
+
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", port), 0);
+	w = (struct app_wait){ .fd = s.app };
+	cr_assert(run_until(app_closed, &w, 3000));
+	cr_assert_eq(w.err, ECONNRESET, "app saw %s", w.eof ? "EOF" : strerror(w.err));
+	cr_assert(run_until(ended, &s, 1000));
+	cr_assert_eq(dstats().fail[DISPATCHER_FAIL_REJECT], before + 1);
+	close(s.app);
+}
+
+/* A relaying session keeps its configuration's outbound across a reload that rejects its
+ * destination; new sessions get the new configuration; the old configuration is released
+ * once, right when the old session ends. */
+Test(session, reload_keeps_live_session_new_ones_use_the_new_config)
+{
+	struct echo e;
+	struct sess old;
+	struct ts_config *a, *b;
+	struct rel ra = { 0 };
+	char route[128];
+
+	a = heap_cfg(2000, "");
+	start_on(a);
+	echo_start(&e, 4);
+	b = heap_cfg(2000, block_port(route, sizeof(route), e.port));
+	cr_assert_eq(dispatch(&old, 4, "127.0.0.1", e.port), 0);
+	cr_assert(roundtrip(&old, 64 << 10));
+
+	ra.expect = a;
+	dispatcher_set_config(disp, b, on_release, &ra);
+	cr_assert_eq(ra.calls, 0, "released while a session holds it");
+	expect_rejected(e.port);
+	cr_assert(roundtrip(&old, 256 << 10), "the old session broke after the reload");
+	cr_assert_eq(ra.calls, 0);
+	finish(&old);
+	cr_assert_eq(ra.calls, 1, "released when its last session ended");
+	expect_rejected(e.port);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	cr_assert_eq(ra.calls, 1, "released twice");
+	cr_assert_eq(dstats().sessions_active, 0);
+
+	dispatcher_free(disp);
+	disp = NULL;
+	cr_assert_eq(ra.calls, 1);
+	heap_cfg_free(b); /* current at dispatcher_free: never released by the dispatcher */
+	evconnlistener_free(e.l);
+}
+
+/* A connect in flight borrows its configuration's outbound and timeout: it still times out at
+ * A's connect_ms after a reload to a longer one, and A goes right after. A refusal parked for
+ * the loop holds its configuration too. */
+Test(session, reload_waits_for_connecting_and_refused_sessions)
+{
+	struct sess connecting, refused;
+	struct ts_config *a, *b;
+	struct rel ra = { 0 };
+	struct app_wait w;
+	char route[128];
+	int filler, l;
+	int64_t t0;
+
+	a = heap_cfg(300, block_port(route, sizeof(route), REJECT_PORT));
+	b = heap_cfg(10000, "");
+	start_on(a);
+	l = full_listener(&filler);
+	t0 = mono_ms();
+	cr_assert_eq(dispatch(&connecting, 4, "127.0.0.1", local_port(l)), 0);
+	cr_assert_eq(dispatch(&refused, 4, "127.0.0.1", REJECT_PORT), 0); /* parked */
+	ra.expect = a;
+	dispatcher_set_config(disp, b, on_release, &ra);
+	cr_assert_eq(ra.calls, 0);
+	cr_assert(run_until(ended, &refused, 1000));
+	cr_assert_eq(dstats().fail[DISPATCHER_FAIL_REJECT], 1, "refused under A's rule");
+	cr_assert_eq(ra.calls, 0, "the connecting session still holds A");
+	w = (struct app_wait){ .fd = connecting.app };
+	cr_assert(run_until(app_closed, &w, 3000));
+	cr_assert_eq(w.err, ECONNRESET);
+	cr_assert(mono_ms() - t0 < 1500, "A's 300 ms connect timeout, not B's: %lld ms",
+		  (long long)(mono_ms() - t0));
+	cr_assert(run_until(ended, &connecting, 1000));
+	cr_assert_eq(dstats().fail[DISPATCHER_FAIL_TIMEOUT], 1);
+	cr_assert_eq(ra.calls, 1);
+	close(connecting.app);
+	close(refused.app);
+	close(filler);
+	close(l);
+	dispatcher_free(disp);
+	disp = NULL;
+	heap_cfg_free(b);
+}
+
+/* A -> B with no session: released inside the call. B -> C -> D with sessions on B and C:
+ * each goes with its own last session, in whatever order they end, and dispatcher_free
+ * releases what is still held (never the current one). */
+Test(session, reload_chain_and_free_release_each_once)
+{
+	struct echo e1, e2;
+	struct sess sb, sc, sd;
+	struct ts_config *a, *b, *c, *d;
+	struct rel ra = { 0 }, rb = { 0 }, rc = { 0 };
+	char route[128];
+
+	a = heap_cfg(2000, "");
+	start_on(a);
+	echo_start(&e1, 4);
+	echo_start(&e2, 4);
+	b = heap_cfg(2000, block_port(route, sizeof(route), e2.port));
+	c = heap_cfg(2000, block_port(route, sizeof(route), e1.port));
+	d = heap_cfg(2000, "");
+
+	ra.expect = a;
+	dispatcher_set_config(disp, b, on_release, &ra);
+	cr_assert_eq(ra.calls, 1, "no session: released inside set_config");
+
+	cr_assert_eq(dispatch(&sb, 4, "127.0.0.1", e1.port), 0); /* B sends e1 direct */
+	cr_assert(roundtrip(&sb, 4096));
+	expect_rejected(e2.port);
+	rb.expect = b;
+	dispatcher_set_config(disp, c, on_release, &rb);
+	cr_assert_eq(dispatch(&sc, 4, "127.0.0.1", e2.port), 0); /* C sends e2 direct */
+	cr_assert(roundtrip(&sc, 4096));
+	expect_rejected(e1.port);
+	rc.expect = c;
+	dispatcher_set_config(disp, d, on_release, &rc);
+	cr_assert_eq(dispatch(&sd, 4, "127.0.0.1", e2.port), 0); /* under D */
+	cr_assert(roundtrip(&sd, 4096));
+	/* Every session still relays through its own configuration's outbound. */
+	cr_assert(roundtrip(&sb, 65536));
+	cr_assert(roundtrip(&sc, 65536));
+	cr_assert_eq(rb.calls + rc.calls, 0);
+
+	finish(&sc); /* the newer retired one first */
+	cr_assert_eq(rc.calls, 1);
+	cr_assert_eq(rb.calls, 0);
+	cr_assert(roundtrip(&sb, 4096));
+
+	dispatcher_free(disp); /* sb (B) and sd (D, current) still live */
+	disp = NULL;
+	cr_assert_eq(sb.ends, 1);
+	cr_assert_eq(sd.ends, 1);
+	cr_assert_eq(rb.calls, 1, "dispatcher_free releases the held configuration");
+	cr_assert_eq(ra.calls + rc.calls, 2);
+	close(sb.app);
+	close(sd.app);
+	for (int i = 0; i < 100 && e1.live + e2.live > 0; i++)
+		event_base_loop(base, EVLOOP_ONCE);
+	cr_assert_eq(e1.live + e2.live, 0);
+	heap_cfg_free(d);
+	evconnlistener_free(e1.l);
+	evconnlistener_free(e2.l);
+}

@@ -10,6 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/loopguard.h"
 #include "core/pkt.h"
 #include "stacks/common/l3policy.h"
 #include "testutil.h"
@@ -17,11 +21,12 @@
 /* Gateways 198.18.0.1 and fd00:7f::1, NAT addresses G+1 .. G+4, listeners 40000 and 40001. */
 #define N_ADDRS 4
 static const uint16_t lports[2] = { 40000, 40001 };
+static struct loopguard *test_lg; /* the loop guard policy() installs, if any */
 
 static void policy(struct l3policy *p, bool has6, bool hijack)
 {
 	struct l3policy_config c = { .has4 = true, .has6 = has6, .n_addrs = N_ADDRS,
-				     .dns_hijack = hijack };
+				     .dns_hijack = hijack, .loopguard = test_lg };
 	uint16_t be[2] = { htons(lports[0]), htons(lports[1]) };
 	uint8_t a[16];
 
@@ -304,6 +309,18 @@ Test(l3policy, inline_matches_out_of_line)
 	struct pkt_view v;
 	int counted[L3POLICY_VERDICT_MAX] = { 0 };
 
+	/* Two live sockets of "ours" (one TCP, one UDP) whose ports the generator also uses. */
+	uint16_t own[2];
+	int fds[2];
+	cr_assert_eq(loopguard_new(&test_lg), 0);
+	for (int k = 0; k < 2; k++) {
+		struct sockaddr_in sa;
+		socklen_t sl = sizeof(sa);
+		fds[k] = socket(AF_INET, k ? SOCK_DGRAM : SOCK_STREAM, 0);
+		cr_assert_eq(loopguard_bind(test_lg, fds[k], 4, k ? SOCK_DGRAM : SOCK_STREAM), 0);
+		cr_assert_eq(getsockname(fds[k], (struct sockaddr *)&sa, &sl), 0);
+		own[k] = ntohs(sa.sin_port);
+	}
 	policy(&p[0], true, true);
 	policy(&p[1], true, false);
 	tu_rng_seed(&rng, 0x13);
@@ -323,8 +340,12 @@ Test(l3policy, inline_matches_out_of_line)
 		}
 		if (tu_rand_chance(&rng, 4))
 			s.sport = lports[tu_rand_below(&rng, 2)];
+		else if (tu_rand_chance(&rng, 4))
+			s.sport = own[tu_rand_below(&rng, 2)];
 		if (tu_rand_chance(&rng, 4))
 			s.dport = 53;
+		if (tu_rand_chance(&rng, 4)) /* a first SYN */
+			s.tcp_flags = TCP_SYN;
 		if (tu_rand_chance(&rng, 8)) { /* another protocol, or the other family's ICMP */
 			static const uint8_t other[] = { 47, 132, IPPROTO_ICMP, IPPROTO_ICMPV6 };
 			s.proto = other[tu_rand_below(&rng, 4)];
@@ -344,9 +365,98 @@ Test(l3policy, inline_matches_out_of_line)
 		counted[a]++;
 	}
 	cr_assert_eq(memcmp(&c1, &c2, sizeof(c1)), 0, "same counters");
+	close(fds[0]);
+	close(fds[1]);
+	loopguard_free(test_lg);
+	test_lg = NULL;
 	/* The generator reached every verdict but the unserved family (both are served). */
 	for (int vd = 0; vd < L3POLICY_VERDICT_MAX; vd++)
 		if (vd != L3POLICY_DROP_family)
 			cr_expect_gt(counted[vd], 0, "verdict %s never seen",
 				     l3policy_verdict_name((enum l3policy_verdict)vd));
+}
+
+/* A socket recorded in g: its local port (host order). */
+static uint16_t own_socket(struct loopguard *g, int family, int type, int *fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	*fd = socket(family == 4 ? AF_INET : AF_INET6, type, 0);
+	cr_assert_geq(*fd, 0);
+	cr_assert_eq(loopguard_bind(g, *fd, family, type), 0);
+	cr_assert_eq(getsockname(*fd, (struct sockaddr *)&ss, &sl), 0);
+	return ntohs(family == 4 ? ((struct sockaddr_in *)&ss)->sin_port
+				 : ((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+static enum l3policy_verdict classify_one(const struct l3policy *p, int kind, const char *src,
+					  uint16_t sport, const char *dst, uint16_t dport,
+					  uint8_t flags, struct l3policy_counters *c)
+{
+	static uint8_t buf[256];
+	struct tu_spec s;
+	struct pkt_view v;
+	struct l3policy_reply r;
+
+	if (kind == K_TCP) {
+		tu_spec_tcp(&s, src, sport, dst, dport);
+		s.tcp_flags = flags;
+	} else {
+		tu_spec_udp(&s, src, sport, dst, dport);
+		s.payload_len = 16;
+	}
+	size_t len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
+	enum l3policy_verdict a = l3policy_classify(p, &v, &r, c);
+	struct l3policy_counters c2 = { 0 };
+	cr_assert_eq(l3policy_classify_slow(p, &v, &r, &c2), a, "inline and out of line agree");
+	return a;
+}
+
+/* The proxy's own socket's packets coming back through the TUN: the first SYN from gateway:own
+ * port is a loop (one drop_loop each); anything else is not. */
+Test(l3policy, loop_detection)
+{
+	struct l3policy p;
+	struct l3policy_counters c = { 0 };
+	int tfd, ufd, t6fd;
+	const uint8_t SYN = TCP_SYN, SYNACK = TCP_SYN | TCP_ACK;
+
+	cr_assert_eq(loopguard_new(&test_lg), 0);
+	uint16_t tp = own_socket(test_lg, 4, SOCK_STREAM, &tfd);
+	uint16_t up = own_socket(test_lg, 4, SOCK_DGRAM, &ufd);
+	uint16_t t6p = own_socket(test_lg, 6, SOCK_STREAM, &t6fd);
+	policy(&p, true, true);
+
+	cr_assert_eq(classify_one(&p, K_TCP, "198.18.0.1", tp, "10.9.0.1", 443, SYN, &c),
+		     L3POLICY_DROP_loop);
+	cr_assert_eq(ctr_get(&c.drop_loop), 1);
+	cr_assert_eq(classify_one(&p, K_TCP, "fd00:7f::1", t6p, "fd99::1", 443, SYN, &c),
+		     L3POLICY_DROP_loop);
+	cr_assert_eq(ctr_get(&c.drop_loop), 2);
+	/* UDP is the UDP path's to check (once per would-be session, not per datagram). */
+	cr_assert_eq(classify_one(&p, K_UDP, "198.18.0.1", up, "10.9.0.1", 443, 0, &c),
+		     L3POLICY_UDP);
+	cr_assert_eq(classify_one(&p, K_UDP, "198.18.0.1", up, "10.9.0.1", 53, 0, &c),
+		     L3POLICY_DNS);
+	/* Not ours: a later segment, another source address, the other protocol's table. */
+	cr_assert_eq(classify_one(&p, K_TCP, "198.18.0.1", tp, "10.9.0.1", 443, SYNACK, &c),
+		     L3POLICY_TCP);
+	cr_assert_eq(classify_one(&p, K_TCP, "198.18.0.9", tp, "10.9.0.1", 443, SYN, &c),
+		     L3POLICY_TCP);
+	if (up != tp)
+		cr_assert_eq(classify_one(&p, K_TCP, "198.18.0.1", up, "10.9.0.1", 443, SYN, &c),
+			     L3POLICY_TCP);
+	cr_assert_eq(ctr_get(&c.drop_loop), 2);
+	/* Closed: the port may be anyone's now; the stale record is cleared on first sight. */
+	close(tfd);
+	cr_assert_eq(classify_one(&p, K_TCP, "198.18.0.1", tp, "10.9.0.1", 443, SYN, &c),
+		     L3POLICY_TCP);
+	cr_assert_eq(atomic_load(&test_lg->tab[0][tp]), 0);
+	cr_assert_eq(ctr_get(&c.drop_loop), 2);
+	close(ufd);
+	close(t6fd);
+	loopguard_free(test_lg);
+	test_lg = NULL;
 }

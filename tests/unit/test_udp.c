@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "core/budget.h"
 #include "core/clock.h"
 #include "core/config.h"
+#include "core/loopguard.h"
 #include "core/pkt.h"
 #include "dispatch/udp.h"
 #include "testutil.h"
@@ -342,6 +344,53 @@ Test(udp, outbound_sockets_carry_the_routing_mark)
 /* Endpoint-independent mapping and filtering: one client source, two destinations, one
  * session and one outbound socket (both servers see the same source port); a third party that
  * learnt that port reaches the client too. */
+/* The proxy's own socket's datagram come back through the TUN (from the gateway and one of
+ * its ports): dropped as a loop and never a session; the same port once that socket is gone,
+ * or another source, is an ordinary session. */
+Test(udp, the_proxys_own_datagrams_are_a_loop)
+{
+	struct env e;
+	struct server echo;
+	struct loopguard *g;
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof(sa);
+	const char msg[] = "looped";
+
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "%s", DEFAULT_CFG);
+	cr_assert_eq(loopguard_new(&g), 0);
+	udp_path_set_loopguard(e.up, g);
+	int own = socket(AF_INET, SOCK_DGRAM, 0);
+	cr_assert_eq(loopguard_bind(g, own, 4, SOCK_DGRAM), 0);
+	cr_assert_eq(getsockname(own, (struct sockaddr *)&sa, &sl), 0);
+	uint16_t port = ntohs(sa.sin_port);
+
+	for (int i = 0; i < 3; i++)
+		tun_send(&e, "198.18.0.1", port, "127.0.0.1", echo.port, msg, sizeof(msg));
+	tun_send(&e, "198.18.0.1", port, "127.0.0.1", 53, msg, sizeof(msg));
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.drops[UDP_DROP_loop], 4, "every datagram of it: %llu",
+		     (unsigned long long)st.drops[UDP_DROP_loop]);
+	cr_assert_eq(st.sessions_total, 0, "never a session");
+	cr_assert_eq(st.up_datagrams, 0);
+
+	/* Another source port, another source address: ordinary traffic. */
+	tun_send(&e, "198.18.0.1", (uint16_t)(port ^ 1), "127.0.0.1", echo.port, msg, sizeof(msg));
+	tun_send(&e, "198.18.0.9", port, "127.0.0.1", echo.port, msg, sizeof(msg));
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 2, 2000), "replies");
+	/* The socket is gone: its port is anyone's. */
+	close(own);
+	tun_send(&e, "198.18.0.1", port, "127.0.0.1", echo.port, msg, sizeof(msg));
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 3, 2000), "a reply for the port's new owner");
+	st = stats(&e);
+	cr_assert_eq(st.drops[UDP_DROP_loop], 4);
+	cr_assert_eq(st.sessions_total, 3);
+	server_close(&echo);
+	env_fini(&e);
+	loopguard_free(g);
+}
+
 Test(udp, eim_one_session_for_one_source)
 {
 	struct env e;
@@ -758,4 +807,209 @@ Test(udp, free_with_live_state_releases_everything)
 	cr_assert_eq(stats(&e).sessions, 2);
 	server_close(&echo);
 	env_fini(&e);
+}
+
+/* ---- reload: udp_path_set_config ---------------------------------------------------------- */
+
+/* Configurations a reload test hands over: heap-allocated, freed by the release callback, so
+ * a configuration released while a session still used it shows up under ASan. */
+struct rel {
+	const struct ts_config *expect; /* the configuration this release is for */
+	int calls;
+};
+
+static struct ts_config *heap_cfg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static struct ts_config *heap_cfg(const char *fmt, ...)
+{
+	char json[2048], err[TS_ERRLEN];
+	struct ts_config *c = malloc(sizeof(*c));
+	va_list ap;
+
+	cr_assert_not_null(c);
+	va_start(ap, fmt);
+	vsnprintf(json, sizeof(json), fmt, ap);
+	va_end(ap);
+	cr_assert_eq(config_load_string(json, c, err, sizeof(err)), 0, "%s", err);
+	return c;
+}
+
+static void heap_cfg_free(const struct ts_config *c)
+{
+	config_fini((struct ts_config *)c);
+	free((void *)c);
+}
+
+static void on_release(void *arg, const struct ts_config *old)
+{
+	struct rel *r = arg;
+
+	r->calls++;
+	cr_assert_eq(old, r->expect, "released the wrong configuration");
+	heap_cfg_free(old);
+}
+
+/* The path on a heap configuration (env_fini then finalizes the untouched e->cfg: a no-op). */
+static void env_start_heap(struct env *e, const struct ts_config *c)
+{
+	cr_assert_eq(budget_new(&c->budget, &e->b), 0);
+	cr_assert_eq(udp_path_new(e->base, c, e->b, fake_tx, e, &e->up), 0);
+	udp_path_set_sendto(e->up, seam_sendto, e);
+}
+
+/* Send one datagram and wait for its echo; the mark of the socket it left on. */
+static uint32_t echo_mark(struct env *e, const char *src, uint16_t sport, uint16_t dport)
+{
+	int before = e->ncap;
+
+	tun_send(e, src, sport, "127.0.0.1", dport, "reload", 6);
+	cr_assert(PUMP_UNTIL(e, e->ncap == before + 1, 2000), "no echo for %s:%u", src, sport);
+	check_reply(&e->caps[before], "127.0.0.1", dport, src, sport, "reload", 6);
+	return e->last_mark;
+}
+
+/* A live session keeps the configuration it was created with: its outbound (seen as the
+ * socket's SO_MARK), and its routing for new destinations too; new sessions use the new one.
+ * The replaced configuration is released once, when its last session has expired (under the
+ * new configuration's idle timeout, which applies to every session). */
+Test(udp, reload_keeps_live_sessions_and_releases_after_the_last)
+{
+	struct env e;
+	struct server echo, echo2;
+	struct ts_config *a, *b;
+	struct rel ra = { 0 };
+	struct udp_path_stats st;
+
+	if (geteuid() != 0)
+		cr_skip_test("SO_MARK needs CAP_NET_ADMIN");
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	server_open(&e, &echo2, "127.0.0.1", SRV_ECHO);
+	a = heap_cfg("{\"outbounds\":[{\"tag\":\"d1\",\"type\":\"direct\",\"routing_mark\":273}]}");
+	b = heap_cfg("{\"timeouts\":{\"udp_idle_ms\":300},"
+		     " \"outbounds\":[{\"tag\":\"d2\",\"type\":\"direct\",\"routing_mark\":546},"
+		     "                {\"tag\":\"block\",\"type\":\"reject\"}],"
+		     " \"route\":{\"rules\":[{\"port\":[%u],\"outbound\":\"block\"}],"
+		     "            \"final\":\"d2\"}}", echo2.port);
+	env_start_heap(&e, a);
+	cr_assert_eq(echo_mark(&e, "10.0.0.9", 5353, echo.port), 273);
+
+	ra.expect = a;
+	udp_path_set_config(e.up, b, on_release, &ra);
+	cr_assert_eq(ra.calls, 0, "released while a session holds it");
+	/* The old session: still A's outbound, and A's routing for a destination B rejects. */
+	cr_assert_eq(echo_mark(&e, "10.0.0.9", 5353, echo.port), 273);
+	cr_assert_eq(echo_mark(&e, "10.0.0.9", 5353, echo2.port), 273);
+	/* A new session: B's outbound, B's reject rule. */
+	cr_assert_eq(echo_mark(&e, "10.0.0.10", 5354, echo.port), 546);
+	tun_send(&e, "10.0.0.11", 5355, "127.0.0.1", echo2.port, "no", 2);
+	st = stats(&e);
+	cr_assert_eq(st.drops[UDP_DROP_rejected], 1);
+	cr_assert_eq(st.sessions, 2);
+	cr_assert_eq(ra.calls, 0);
+
+	/* B's 300 ms idle timeout closes both sessions; A goes with its last one. */
+	cr_assert(PUMP_UNTIL(&e, stats(&e).sessions == 0, 3000), "sessions never expired");
+	cr_assert_eq(stats(&e).sessions_expired, 2);
+	cr_assert_eq(ra.calls, 1);
+	/* The old client again: a new session, under B. */
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo2.port, "no", 2);
+	cr_assert_eq(stats(&e).drops[UDP_DROP_rejected], 2);
+	cr_assert_eq(echo_mark(&e, "10.0.0.9", 5353, echo.port), 546);
+	pump_for(&e, 20);
+	cr_assert_eq(ra.calls, 1, "released twice");
+	server_close(&echo);
+	server_close(&echo2);
+	env_fini(&e);
+	heap_cfg_free(b); /* current at udp_path_free: never released by the path */
+	cr_assert_eq(ra.calls, 1);
+}
+
+/* Without live sessions the replaced configuration goes at once; A -> B -> C with sessions on
+ * B and C; udp_path_free releases what is still held and never the current one. */
+Test(udp, reload_twice_and_free_releases_what_is_held)
+{
+	struct env e;
+	struct server echo;
+	struct ts_config *a, *b, *c;
+	struct rel ra = { 0 }, rb = { 0 };
+
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	a = heap_cfg("%s", DEFAULT_CFG);
+	b = heap_cfg("%s", DEFAULT_CFG);
+	c = heap_cfg("{\"outbounds\":[{\"tag\":\"d\",\"type\":\"direct\"},"
+		     "               {\"tag\":\"block\",\"type\":\"reject\"}],"
+		     " \"route\":{\"rules\":[{\"port\":[%u],\"outbound\":\"block\"}],"
+		     "            \"final\":\"d\"}}", echo.port);
+	env_start_heap(&e, a);
+	ra.expect = a;
+	udp_path_set_config(e.up, b, on_release, &ra);
+	cr_assert_eq(ra.calls, 1, "no session: released inside set_config");
+
+	echo_mark(&e, "10.0.0.9", 1000, echo.port); /* a session under B */
+	rb.expect = b;
+	udp_path_set_config(e.up, c, on_release, &rb);
+	cr_assert_eq(rb.calls, 0);
+	echo_mark(&e, "10.0.0.9", 1000, echo.port); /* still B's: not rejected */
+	tun_send(&e, "10.0.0.10", 1000, "127.0.0.1", echo.port, "no", 2); /* C's: rejected */
+	cr_assert_eq(stats(&e).drops[UDP_DROP_rejected], 1);
+	cr_assert_eq(stats(&e).sessions, 1);
+
+	udp_path_free(e.up);
+	e.up = NULL;
+	cr_assert_eq(rb.calls, 1, "udp_path_free releases the held configuration");
+	cr_assert_eq(ra.calls, 1);
+	server_close(&echo);
+	env_fini(&e);
+	heap_cfg_free(c);
+}
+
+/* A DNS query: id, RD, one question (its bytes do not matter to the fake responder). */
+#define DNS_Q_LEN 17
+static void dns_query(uint8_t q[DNS_Q_LEN], uint16_t id)
+{
+	static const uint8_t rest[DNS_Q_LEN - 2] = { 0x01, 0, 0, 1, 0, 0, 0, 0, 0, 0,
+						     'q', 'u', 'e', 'r', 'y' };
+	q[0] = (uint8_t)(id >> 8);
+	q[1] = (uint8_t)id;
+	memcpy(q + 2, rest, sizeof(rest));
+}
+
+/* Hijacked DNS: a live session keeps its upstream; new sessions ask the new one. */
+Test(udp, reload_moves_the_dns_upstream_for_new_sessions)
+{
+	struct env e;
+	struct server dns1, dns2;
+	struct ts_config *a, *b;
+	struct rel ra = { 0 };
+	uint8_t q[DNS_Q_LEN];
+
+	env_base(&e);
+	server_open(&e, &dns1, "127.0.0.1", SRV_DNS);
+	server_open(&e, &dns2, "127.0.0.1", SRV_DNS);
+	a = heap_cfg("{\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.1:%u\"}}", dns1.port);
+	b = heap_cfg("{\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.1:%u\"}}", dns2.port);
+	env_start_heap(&e, a);
+	dns_query(q, 0x1111);
+	tun_send(&e, "10.0.0.9", 4000, "198.18.0.1", 53, q, sizeof(q));
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000), "no answer under A");
+
+	ra.expect = a;
+	udp_path_set_config(e.up, b, on_release, &ra);
+	dns_query(q, 0x2222);
+	tun_send(&e, "10.0.0.9", 4000, "198.18.0.1", 53, q, sizeof(q));   /* old session */
+	dns_query(q, 0x3333);
+	tun_send(&e, "10.0.0.10", 4000, "198.18.0.1", 53, q, sizeof(q));  /* new session */
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 3, 2000), "answers missing");
+	cr_assert_eq(dns1.received, 2, "the old session keeps A's upstream");
+	cr_assert_eq(dns2.received, 1, "a new session asks B's upstream");
+	cr_assert_eq(stats(&e).dns_answers, 3);
+	cr_assert_eq(ra.calls, 0);
+	server_close(&dns1);
+	server_close(&dns2);
+	udp_path_free(e.up);
+	e.up = NULL;
+	cr_assert_eq(ra.calls, 1);
+	env_fini(&e);
+	heap_cfg_free(b);
 }

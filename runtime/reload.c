@@ -1,0 +1,220 @@
+/* reload.c — swap in a new configuration under a running proxy (see reload.h). */
+#include "runtime/reload.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/stats_doc.h"
+#include "dispatch/dispatcher.h"
+#include "dispatch/udp.h"
+#include "runtime/privdrop.h"
+#include "runtime/proxy.h"
+#include "runtime/routing.h"
+
+/* A configuration a reload brought in: alive while the dispatcher, the UDP path or the proxy
+ * (as its current one) still use it. */
+struct cfg_gen {
+	struct ts_config cfg;  /* first: a struct ts_config * converts back */
+	int users;             /* dispatcher + UDP path that have not released it */
+	struct cfg_gen *next;
+};
+
+static void gen_unlink_free(struct ts_proxy *p, struct cfg_gen *g)
+{
+	for (struct cfg_gen **pp = &p->gens; *pp; pp = &(*pp)->next) {
+		if (*pp == g) {
+			*pp = g->next;
+			break;
+		}
+	}
+	config_fini(&g->cfg);
+	free(g);
+}
+
+/* The dispatcher or the UDP path no longer needs old (its last session of it ended). */
+static void on_release(void *arg, const struct ts_config *old)
+{
+	struct ts_proxy *p = arg;
+
+	if (old == &p->cfg)
+		return; /* the first one lives in the proxy itself */
+	for (struct cfg_gen *g = p->gens; g; g = g->next) {
+		if (&g->cfg == old) {
+			if (--g->users == 0 && &g->cfg != p->live)
+				gen_unlink_free(p, g);
+			return;
+		}
+	}
+}
+
+/* ---- what a running proxy cannot change -------------------------------------------------- */
+
+struct kept {
+	char *buf;
+	size_t len, used;
+};
+
+static void note_kept(struct kept *k, bool differs, const char *name)
+{
+	int n;
+
+	if (!differs || k->used >= k->len)
+		return;
+	for (const char *at = strstr(k->buf, name); at; at = strstr(at + 1, name)) {
+		size_t l = strlen(name);
+		if ((at == k->buf || at[-1] == ',') && (at[l] == ',' || at[l] == '\0'))
+			return; /* listed already (two fields of one key) */
+	}
+	n = snprintf(k->buf + k->used, k->len - k->used, "%s%s", k->used ? "," : "", name);
+	if (n > 0)
+		k->used += (size_t)n;
+}
+
+#define KEEP(k, old, n, field, name)                                                   \
+	do {                                                                          \
+		bool d_ = memcmp(&(old)->field, &(n)->field, sizeof((old)->field)) != 0;  \
+		note_kept((k), d_, (name));                                               \
+		memcpy(&(n)->field, &(old)->field, sizeof((old)->field));                 \
+	} while (0)
+
+/* Give n the running values of every key that cannot change, listing those that differed. */
+static void keep_fixed(const struct ts_config *old, struct ts_config *n, char *list, size_t len)
+{
+	struct kept k = { list, len, 0 };
+
+	list[0] = '\0';
+	KEEP(&k, old, n, stack, "stack");
+	KEEP(&k, old, n, tun.name, "tun.name");
+	KEEP(&k, old, n, tun.addr4, "tun.address");
+	KEEP(&k, old, n, tun.has_addr6, "tun.address6");
+	KEEP(&k, old, n, tun.addr6, "tun.address6");
+	KEEP(&k, old, n, tun.mtu, "tun.mtu");
+	KEEP(&k, old, n, tun.txqueuelen, "tun.txqueuelen");
+	KEEP(&k, old, n, tun.queues, "tun.queues");
+	KEEP(&k, old, n, tun.offload, "tun.offload");
+	KEEP(&k, old, n, tun.gso_output, "tun.gso_output");
+	KEEP(&k, old, n, tun.rps, "tun.rps");
+	KEEP(&k, old, n, nat, "nat");
+	KEEP(&k, old, n, relay_mode, "relay.mode");
+	KEEP(&k, old, n, relay_buffer_bytes, "relay.buffer_bytes");
+	KEEP(&k, old, n, relay_pipe_bytes, "relay.pipe_bytes");
+	KEEP(&k, old, n, budget_profile, "budgets");
+	KEEP(&k, old, n, budget, "budgets");
+	KEEP(&k, old, n, stats, "stats.listen");
+	KEEP(&k, old, n, dns.hijack, "dns.hijack");
+	KEEP(&k, old, n, user, "user");
+	/* Derived from the TUN and nat sections, which are now the running ones. */
+	n->roles4 = old->roles4;
+	n->roles6 = old->roles6;
+}
+
+/* ---- the reload ---------------------------------------------------------------------------- */
+
+static int load(struct ts_proxy *p, const char *json, size_t len, struct cfg_gen **out,
+		char *err, size_t errlen)
+{
+	struct cfg_gen *g = calloc(1, sizeof(*g));
+	uid_t uid;
+	gid_t gid;
+	char why[256];
+	int ret;
+
+	if (!g) {
+		snprintf(err, errlen, "reload: out of memory");
+		return -ENOMEM;
+	}
+	if (json)
+		ret = config_load_buffer(json, len, &g->cfg, err, errlen);
+	else if (p->config_path)
+		ret = config_load_file(p->config_path, &g->cfg, err, errlen);
+	else {
+		snprintf(err, errlen, "reload: the proxy was not made from a file: pass a config");
+		ret = -ENOENT;
+	}
+	if (ret == 0 && g->cfg.user[0] &&
+	    privdrop_resolve(g->cfg.user, &uid, &gid, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "config: $.user: %s", why);
+		ret = -EINVAL;
+	}
+	if (ret != 0) {
+		config_fini(&g->cfg);
+		free(g);
+		return ret;
+	}
+	*out = g;
+	return 0;
+}
+
+static void finish(struct ts_proxy *p, int ret, const char *err)
+{
+	if (ret == 0) {
+		p->reloads_ok++;
+		snprintf(p->reload_result, sizeof(p->reload_result), "ok");
+		p->reload_error[0] = '\0';
+		return;
+	}
+	p->reloads_refused++;
+	snprintf(p->reload_result, sizeof(p->reload_result), "refused");
+	snprintf(p->reload_error, sizeof(p->reload_error), "%s", err);
+	log_error(&p->log, "reload: refused, the running configuration stays: %s", err);
+}
+
+int proxy_reload(struct ts_proxy *p, const char *json, size_t len, char *err, size_t errlen)
+{
+	struct ts_config *old = p->live;
+	struct cfg_gen *g = NULL;
+	char kept[sizeof(p->reload_kept)];
+	int ret;
+
+	if ((ret = load(p, json, len, &g, err, errlen)) != 0)
+		goto out;
+	keep_fixed(old, &g->cfg, kept, sizeof(kept));
+	for (size_t i = 0; i < g->cfg.n_outbounds; i++) {
+		g->cfg.outbounds[i].sock_hook = p->sock_hook;
+		g->cfg.outbounds[i].loopguard = p->loopguard;
+	}
+	/* Routing first: a new config whose traffic would loop is refused before anything
+	 * uses it (and auto_route is back to the old rules). */
+	if ((ret = routing_reload(p, old, &g->cfg, err, errlen)) != 0) {
+		config_fini(&g->cfg);
+		free(g);
+		goto out;
+	}
+	g->users = 2;
+	g->next = p->gens;
+	p->gens = g;
+	p->live = &g->cfg;
+	p->log.level = g->cfg.log_level;
+	p->generation++;
+	dispatcher_set_config(p->disp, &g->cfg, on_release, p);
+	udp_path_set_config(p->udp, &g->cfg, on_release, p);
+	snprintf(p->reload_kept, sizeof(p->reload_kept), "%s", kept);
+	if (kept[0])
+		log_warn(&p->log, "reload: kept as they run (they change only with a restart): %s",
+			 kept);
+	log_info(&p->log, "reload: configuration %llu in use (live sessions keep theirs)",
+		 (unsigned long long)p->generation);
+out:
+	finish(p, ret, err);
+	return ret;
+}
+
+void reload_stats(struct ts_proxy *p, struct stats_doc *d)
+{
+	stats_doc_gauge(d, "config.generation", p->generation);
+	stats_doc_counter(d, "reload.ok", p->reloads_ok);
+	stats_doc_counter(d, "reload.refused", p->reloads_refused);
+	stats_doc_add_str(d, "reload.last_result", p->reload_result[0] ? p->reload_result : "none");
+	stats_doc_add_str(d, "reload.last_error", p->reload_error);
+	stats_doc_add_str(d, "reload.kept", p->reload_kept);
+}
+
+void reload_fini(struct ts_proxy *p)
+{
+	while (p->gens)
+		gen_unlink_free(p, p->gens);
+	p->live = &p->cfg;
+}

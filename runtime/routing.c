@@ -1,0 +1,217 @@
+/* routing.c — route check, auto_route and the routing watch of one proxy (see routing.h). */
+#include "runtime/routing.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/stats_doc.h"
+#include "core/tun.h"
+#include "runtime/autoroute.h"
+#include "runtime/proxy.h"
+#include "runtime/routecheck.h"
+#include "runtime/routewatch.h"
+
+#define SERVERS_MAX 64
+
+/* A change in the namespace's routing (main loop, after the watch's short delay). */
+static void on_routes_changed(void *arg)
+{
+	struct ts_proxy *p = arg;
+	int ret;
+
+	if (p->ar) {
+		ret = autoroute_reconcile(p->ar);
+		if (ret > 0)
+			p->route_repairs += (uint64_t)ret;
+		else if (ret < 0)
+			log_warn(&p->log, "auto_route: repair failed: %s", strerror(-ret));
+	}
+	(void)routecheck_scan(&p->rc, &p->nl, &p->log, false, NULL, 0);
+}
+
+/* The outbounds' distinct marks; the default mark under its mask, so that other software may
+ * use the low bits of a marked packet. */
+static size_t collect_marks(const struct ts_config *cfg, struct autoroute_mark *m, size_t cap)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < cfg->n_outbounds; i++) {
+		const struct ts_outbound *ob = &cfg->outbounds[i];
+		struct autoroute_mark k = { 0, 0 };
+		bool dup = false;
+		if (!ob->has_routing_mark)
+			continue;
+		k.mark = ob->routing_mark;
+		k.mask = k.mark == TS_DEFAULT_MARK ? TS_DEFAULT_MARK_MASK : 0;
+		for (size_t j = 0; j < n; j++)
+			dup |= m[j].mark == k.mark && m[j].mask == k.mask;
+		if (!dup && n < cap)
+			m[n++] = k;
+	}
+	return n;
+}
+
+static int start_auto_route(struct ts_proxy *p, const struct ts_config *cfg,
+			    const struct routecheck *rc, char *err, size_t errlen)
+{
+	const struct ts_tun *t = &cfg->tun;
+	struct autoroute_mark marks[TS_MAX_OUTBOUNDS];
+	struct netaddr servers[SERVERS_MAX];
+	struct autoroute_uid_range *inc = NULL, *exc = NULL;
+	const char **ifs = NULL;
+	int ret = -ENOMEM;
+
+	if ((t->n_include_uid && !(inc = calloc(t->n_include_uid, sizeof(*inc)))) ||
+	    (t->n_exclude_uid && !(exc = calloc(t->n_exclude_uid, sizeof(*exc)))) ||
+	    (t->n_exclude_interface && !(ifs = calloc(t->n_exclude_interface, sizeof(*ifs))))) {
+		snprintf(err, errlen, "auto_route: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < t->n_include_uid; i++)
+		inc[i] = (struct autoroute_uid_range){ t->include_uid[i].lo, t->include_uid[i].hi };
+	for (size_t i = 0; i < t->n_exclude_uid; i++)
+		exc[i] = (struct autoroute_uid_range){ t->exclude_uid[i].lo, t->exclude_uid[i].hi };
+	for (size_t i = 0; i < t->n_exclude_interface; i++)
+		ifs[i] = t->exclude_interface[i];
+	struct autoroute_opts o = {
+		.tun_ifindex = tun_ifindex(p->tun),
+		.tun_name = tun_name(p->tun),
+		.has_addr4 = cfg->roles4.family == 4,
+		.has_addr6 = t->has_addr6,
+		.strict = t->strict_route,
+		.dns_hijack = cfg->dns.hijack,
+		.table = t->route_table,
+		.priority = t->route_rule_priority,
+		.route_address = t->route_address,
+		.n_route_address = t->n_route_address,
+		.exclude = t->route_exclude_address,
+		.n_exclude = t->n_route_exclude_address,
+		.include_uid = inc,
+		.n_include_uid = t->n_include_uid,
+		.exclude_uid = exc,
+		.n_exclude_uid = t->n_exclude_uid,
+		.exclude_interface = ifs,
+		.n_exclude_interface = t->n_exclude_interface,
+		.marks = marks,
+		.n_marks = collect_marks(cfg, marks, TS_MAX_OUTBOUNDS),
+		.servers = servers,
+		.n_servers = routecheck_servers(rc, servers, SERVERS_MAX),
+	};
+	ret = autoroute_new(&o, &p->log, &p->ar, err, errlen);
+out:
+	free(inc);
+	free(exc);
+	free(ifs);
+	return ret;
+}
+
+int routing_start(struct ts_proxy *p, char *err, size_t errlen)
+{
+	int ret;
+
+	/* Names first: with auto_route installed, the resolver's own packets would be
+	 * captured. */
+	if ((ret = routecheck_init(&p->rc, &p->cfg, tun_ifindex(p->tun), err, errlen)) != 0)
+		return ret;
+	if ((ret = netlink_open(&p->nl)) != 0) {
+		snprintf(err, errlen, "proxy: netlink: %s", strerror(-ret));
+		return ret;
+	}
+	p->nl_open = true;
+	if (p->cfg.tun.auto_route && (ret = start_auto_route(p, &p->cfg, &p->rc, err, errlen)) != 0)
+		return ret;
+	if ((ret = routecheck_scan(&p->rc, &p->nl, &p->log, true, err, errlen)) < 0)
+		return ret;
+	if ((ret = routewatch_new(p->base, on_routes_changed, p, &p->rw)) != 0) {
+		snprintf(err, errlen, "proxy: routing watch: %s", strerror(-ret));
+		return ret;
+	}
+	return 0;
+}
+
+/* Does auto_route need its rules built again for n (options, marks or servers changed)? */
+static bool auto_route_changed(const struct ts_config *o, const struct ts_config *n,
+			       const struct routecheck *orc, const struct routecheck *nrc)
+{
+	const struct ts_tun *a = &o->tun, *b = &n->tun;
+	struct autoroute_mark ma[TS_MAX_OUTBOUNDS], mb[TS_MAX_OUTBOUNDS];
+	struct netaddr sa[SERVERS_MAX], sb[SERVERS_MAX];
+	size_t nma, nmb, nsa, nsb;
+
+#define LIST_DIFF(f, nf) \
+	(a->nf != b->nf || (a->nf && memcmp(a->f, b->f, a->nf * sizeof(*a->f)) != 0))
+	if (a->auto_route != b->auto_route || a->strict_route != b->strict_route ||
+	    a->route_table != b->route_table || a->route_rule_priority != b->route_rule_priority ||
+	    LIST_DIFF(route_address, n_route_address) ||
+	    LIST_DIFF(route_exclude_address, n_route_exclude_address) ||
+	    LIST_DIFF(include_uid, n_include_uid) || LIST_DIFF(exclude_uid, n_exclude_uid) ||
+	    LIST_DIFF(exclude_interface, n_exclude_interface))
+		return true;
+#undef LIST_DIFF
+	nma = collect_marks(o, ma, TS_MAX_OUTBOUNDS);
+	nmb = collect_marks(n, mb, TS_MAX_OUTBOUNDS);
+	nsa = routecheck_servers(orc, sa, SERVERS_MAX);
+	nsb = routecheck_servers(nrc, sb, SERVERS_MAX);
+	return nma != nmb || memcmp(ma, mb, nma * sizeof(*ma)) != 0 || nsa != nsb ||
+	       memcmp(sa, sb, nsa * sizeof(*sa)) != 0;
+}
+
+int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct ts_config *n,
+		   char *err, size_t errlen)
+{
+	struct routecheck rc;
+	char why[TS_ERRLEN];
+	bool redo;
+	int ret;
+
+	if ((ret = routecheck_init(&rc, n, tun_ifindex(p->tun), err, errlen)) != 0)
+		return ret;
+	redo = auto_route_changed(old, n, &p->rc, &rc);
+	if (redo) {
+		/* One owner of the rules at a time (the namespace lock): the old set goes, the
+		 * new one comes; if it cannot, the old one comes back. */
+		autoroute_free(p->ar);
+		p->ar = NULL;
+		if (n->tun.auto_route && (ret = start_auto_route(p, n, &rc, err, errlen)) != 0)
+			goto undo;
+	}
+	if ((ret = routecheck_scan(&rc, &p->nl, &p->log, true, err, errlen)) < 0)
+		goto undo;
+	routecheck_fini(&p->rc);
+	p->rc = rc;
+	if (redo)
+		log_info(&p->log, "auto_route: rules rebuilt for the new configuration");
+	return 0;
+undo:
+	if (redo) {
+		autoroute_free(p->ar);
+		p->ar = NULL;
+		if (old->tun.auto_route &&
+		    start_auto_route(p, old, &p->rc, why, sizeof(why)) != 0)
+			log_error(&p->log, "%s (the old rules could not be put back)", why);
+	}
+	routecheck_fini(&rc);
+	return ret;
+}
+
+void routing_stop(struct ts_proxy *p)
+{
+	routewatch_free(p->rw);
+	p->rw = NULL;
+	autoroute_free(p->ar);
+	p->ar = NULL;
+	if (p->nl_open)
+		netlink_close(&p->nl);
+	p->nl_open = false;
+	routecheck_fini(&p->rc);
+}
+
+void routing_stats(struct ts_proxy *p, struct stats_doc *d)
+{
+	stats_doc_counter(d, "routes.loop_risk", p->rc.episodes);
+	stats_doc_gauge(d, "routes.looping_outbounds", p->rc.looping_now);
+	stats_doc_counter(d, "routes.auto_route_repairs", p->route_repairs);
+	stats_doc_counter(d, "routes.changes_seen", p->rw ? routewatch_events(p->rw) : 0);
+}
