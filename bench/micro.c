@@ -185,7 +185,7 @@ static int setup_common(struct bench *b, int family, uint32_t max_entries)
 	if ((ret = nat_table_new(&nc, &b->nat)) != 0)
 		return ret;
 	memset(&pc, 0, sizeof(pc));
-	if ((ret = loopguard_new(&b->guard)) != 0)
+	if ((ret = loopguard_new(b->gw, b->gw, &b->guard)) != 0)
 		return ret;
 	pc.loopguard = b->guard;
 	pc.n_addrs = nc.n_addrs;
@@ -588,7 +588,7 @@ static int setup_lw(struct bench *b, int family, uint8_t proto)
 	if (!(b->base = event_base_new()))
 		return -ENOMEM;
 	log_init(&b->lg, LOG_LEVEL_ERROR, 2);
-	if ((ret = loopguard_new(&b->guard)) != 0)
+	if ((ret = loopguard_new(b->gw, b->gw, &b->guard)) != 0)
 		return ret;
 	struct netstack_env env = { .base = b->base, .cfg = b->cfg, .budget = b->bud,
 				    .log = &b->lg, .loopguard = b->guard, .tx = count_tx,

@@ -110,6 +110,8 @@ struct ts_timeouts {
 struct ts_hostport {
 	char host[TS_HOST_MAX + 1];  /* as written, without IPv6 brackets */
 	bool is_addr;                /* host is an IP literal: addr is valid */
+	bool pinned;                 /* not from JSON: host was resolved by the running proxy
+				      * (at start, at a reload) into addr, which is used */
 	struct netaddr addr;
 	uint16_t port;               /* host byte order */
 };

@@ -67,7 +67,8 @@ int64_t log_clock_realtime(void *arg);
 
 static inline bool log_enabled(const struct log *lg, enum log_level level)
 {
-	return level <= lg->level;
+	/* Relaxed atomic: a reload changes the level while other threads log. */
+	return level <= (enum log_level)__atomic_load_n(&lg->level, __ATOMIC_RELAXED);
 }
 
 void log_msg(struct log *lg, enum log_level level, const char *fmt, ...) LOG_PRINTF(3, 4);

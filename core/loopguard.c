@@ -13,18 +13,24 @@
 
 #define PORTS 65536
 
-int loopguard_new(struct loopguard **out)
+int loopguard_new(const uint8_t gw4[4], const uint8_t gw6[16], struct loopguard **out)
 {
 	struct loopguard *lg = calloc(1, sizeof(*lg));
 
 	if (!lg)
 		return -ENOMEM;
-	for (int i = 0; i < 2; i++) {
-		if (!(lg->tab[i] = calloc(PORTS, sizeof(*lg->tab[i])))) {
-			loopguard_free(lg);
-			return -ENOMEM;
+	for (int u = 0; u < 2; u++) {
+		for (int f = 0; f < 2; f++) {
+			if (!(lg->tab[u][f] = calloc(PORTS, sizeof(*lg->tab[u][f])))) {
+				loopguard_free(lg);
+				return -ENOMEM;
+			}
 		}
 	}
+	if ((lg->has4 = gw4 != NULL))
+		memcpy(lg->gw4, gw4, 4);
+	if ((lg->has6 = gw6 != NULL))
+		memcpy(lg->gw6, gw6, 16);
 	*out = lg;
 	return 0;
 }
@@ -33,8 +39,9 @@ void loopguard_free(struct loopguard *lg)
 {
 	if (!lg)
 		return;
-	free(lg->tab[0]);
-	free(lg->tab[1]);
+	for (int u = 0; u < 2; u++)
+		for (int f = 0; f < 2; f++)
+			free(lg->tab[u][f]);
 	free(lg);
 }
 
@@ -53,40 +60,78 @@ static uint64_t entry_of(int fd, uint64_t cookie)
 	return ((uint64_t)(uint32_t)(fd + 1) << 32) | (uint32_t)cookie;
 }
 
-int loopguard_bind(struct loopguard *lg, int fd, int family, int type)
+static int local_of(int fd, struct sockaddr_storage *ss)
 {
-	struct sockaddr_storage ss;
-	socklen_t len;
+	socklen_t len = sizeof(*ss);
+
+	memset(ss, 0, sizeof(*ss));
+	return getsockname(fd, (struct sockaddr *)ss, &len) == 0 ? 0 : -errno;
+}
+
+static uint16_t port_of(const struct sockaddr_storage *ss)
+{
+	return ntohs(ss->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)ss)->sin6_port
+					       : ((const struct sockaddr_in *)ss)->sin_port);
+}
+
+static int record(struct loopguard *lg, int fd, int udp, int family, uint16_t port)
+{
 	uint64_t cookie;
-	uint16_t port;
 	int ret;
 
-	memset(&ss, 0, sizeof(ss));
-	if (family == 4) {
-		((struct sockaddr_in *)&ss)->sin_family = AF_INET;
-		len = sizeof(struct sockaddr_in);
-	} else if (family == 6) {
-		((struct sockaddr_in6 *)&ss)->sin6_family = AF_INET6;
-		len = sizeof(struct sockaddr_in6);
-	} else {
-		return -EAFNOSUPPORT;
-	}
-	if (type != SOCK_STREAM && type != SOCK_DGRAM)
-		return -EINVAL;
-	if (bind(fd, (struct sockaddr *)&ss, len) != 0)
-		return -errno;
-	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
-		return -errno;
 	if ((ret = cookie_of(fd, &cookie)) != 0)
 		return ret;
-	port = ntohs(family == 4 ? ((struct sockaddr_in *)&ss)->sin_port
-				 : ((struct sockaddr_in6 *)&ss)->sin6_port);
-	atomic_store_explicit(&lg->tab[type == SOCK_DGRAM][port], entry_of(fd, cookie),
+	atomic_store_explicit(&lg->tab[udp][family == 6][port], entry_of(fd, cookie),
 			      memory_order_release);
 	return 0;
 }
 
-bool loopguard_confirm(struct loopguard *lg, int udp, uint16_t port, uint64_t entry)
+int loopguard_bind(struct loopguard *lg, int fd, int family, int type)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int ret;
+
+	if (family != 4 && family != 6)
+		return -EAFNOSUPPORT;
+	if (type != SOCK_DGRAM && type != SOCK_STREAM)
+		return -EINVAL;
+	if ((ret = local_of(fd, &ss)) != 0)
+		return ret;
+	if (port_of(&ss) == 0) {
+		memset(&ss, 0, sizeof(ss));
+		ss.ss_family = family == 4 ? AF_INET : AF_INET6;
+		len = family == 4 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+		if (bind(fd, (struct sockaddr *)&ss, len) != 0)
+			return -errno;
+		if ((ret = local_of(fd, &ss)) != 0)
+			return ret;
+	}
+	return record(lg, fd, type == SOCK_DGRAM, family, port_of(&ss));
+}
+
+int loopguard_connected(struct loopguard *lg, int fd, int family)
+{
+	struct sockaddr_storage ss;
+	int ret;
+
+	if ((ret = local_of(fd, &ss)) != 0)
+		return ret;
+	if (family == 4) {
+		if (!lg->has4 || ss.ss_family != AF_INET ||
+		    memcmp(&((struct sockaddr_in *)&ss)->sin_addr, lg->gw4, 4) != 0)
+			return 0;
+	} else {
+		if (!lg->has6 || ss.ss_family != AF_INET6 ||
+		    memcmp(&((struct sockaddr_in6 *)&ss)->sin6_addr, lg->gw6, 16) != 0)
+			return 0;
+	}
+	if ((ret = record(lg, fd, 0, family, port_of(&ss))) != 0)
+		return ret;
+	return 1;
+}
+
+bool loopguard_confirm(struct loopguard *lg, int udp, int v6, uint16_t port, uint64_t entry)
 {
 	int fd = (int)(entry >> 32) - 1;
 	uint64_t cookie;
@@ -95,7 +140,7 @@ bool loopguard_confirm(struct loopguard *lg, int udp, uint16_t port, uint64_t en
 		return true;
 	/* Closed (or the fd now holds another socket): forget it, unless a newer socket has
 	 * taken the port meanwhile. */
-	atomic_compare_exchange_strong_explicit(&lg->tab[udp != 0][port], &entry, 0,
+	atomic_compare_exchange_strong_explicit(&lg->tab[udp != 0][v6][port], &entry, 0,
 						memory_order_relaxed, memory_order_relaxed);
 	return false;
 }

@@ -837,7 +837,7 @@ static bool from_self(struct udp_path *up, const struct udp_view *v)
 	const struct netaddr *gw = v->family == 4 ? &cfg->roles4.gateway : &cfg->roles6.gateway;
 
 	return gw->family == v->family && memcmp(gw->a, v->src, v->family == 4 ? 4 : 16) == 0 &&
-	       loopguard_hit(up->loopguard, 1, v->sport_be);
+	       loopguard_hit(up->loopguard, 1, v->family, v->sport_be);
 }
 
 /* A datagram the codec accepted: its session, its target, out. */

@@ -152,15 +152,18 @@ TS_API int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen);
  * and are listed in the log and in the stats ("reload.kept"). A config that does not load, or
  * whose outbounds would be routed into the TUN, is refused: -EINVAL / -ELOOP (-ENOENT: json
  * NULL and no file) with the one-line message of `twinstack check` in err, and the running
- * configuration goes on. -ESRCH if the proxy is not running. Any thread but the proxy's own
- * (from its log callback or socket hook: -EDEADLK); blocks until the proxy has answered.
+ * configuration goes on. -ESRCH if the proxy is not running. The file is read and proxy
+ * servers' names are resolved on the calling thread, so the proxy goes on carrying traffic
+ * (its own lookups included) meanwhile. Any thread but the proxy's loop (from its log callback
+ * there: -EDEADLK); blocks until the proxy has answered, or has stopped (-ESRCH).
  * The stats show "config.generation" and the last result ("reload.last_result",
  * "reload.last_error"). */
 TS_API int ts_proxy_reload(struct ts_proxy *p, const char *json, size_t len, char *err,
 			   size_t errlen);
 
 /* Ask a running proxy to read its config file again, as ts_proxy_reload(p, NULL, 0, ...)
- * does, without waiting for the result (it is logged and shown in the stats).
+ * does (on a thread the proxy starts for it), without waiting for the result (it is logged
+ * and shown in the stats); requests that come while one is under way are folded into one more.
  * Async-signal-safe: for a SIGHUP handler. A no-op if the proxy is not running. */
 TS_API void ts_proxy_request_reload(struct ts_proxy *p);
 

@@ -9,6 +9,8 @@
 
 #include <event2/event.h>
 
+#include "core/loopguard.h"
+
 int conn_sock_error(int fd)
 {
 	int err = 0;
@@ -35,6 +37,13 @@ int conn_connect(struct outbound_conn *c, const struct ts_outbound *ob, const st
 		if (errno != EINPROGRESS)
 			*connect_err = -errno;
 		break;
+	}
+	/* Routed into our own TUN? Then its SYN is on its way there: on record now, before this
+	 * loop reads the TUN again (core/loopguard.h). */
+	if (*connect_err == 0 && ob->loopguard &&
+	    loopguard_connected(ob->loopguard, c->fd, family) < 0) {
+		/* getsockname on a socket we just connected cannot fail short of a kernel bug;
+		 * the socket still works, only unguarded */
 	}
 	return 0;
 }

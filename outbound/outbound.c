@@ -45,9 +45,11 @@ int outbound_socket(const struct ts_outbound *ob, int family, int type, int *fd_
 		close(fd);
 		return ret < 0 ? ret : -EPERM;
 	}
-	/* Its port on record before its first packet, so that a packet of it which a route sends
-	 * back into the TUN is recognised there. */
-	if (ob->loopguard && (ret = loopguard_bind(ob->loopguard, fd, family, type)) != 0) {
+	/* A datagram socket's port on record before its first datagram, so that a datagram of it
+	 * which a route sends back into the TUN is recognised there (a stream socket is recorded
+	 * by conn_connect, once connect() has given it its addresses). */
+	if (ob->loopguard && type == SOCK_DGRAM &&
+	    (ret = loopguard_bind(ob->loopguard, fd, family, type)) != 0) {
 		close(fd);
 		return ret;
 	}

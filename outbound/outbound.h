@@ -20,7 +20,8 @@ struct event_base;
 
 /* A socket for an outbound's traffic: SOCK_NONBLOCK | SOCK_CLOEXEC, SO_MARK and
  * SO_BINDTODEVICE applied from ob, then ob->sock_hook (if set) called on it, then (with
- * ob->loopguard) bound to the wildcard address and port 0 and recorded. family 4 or 6;
+ * ob->loopguard, a datagram socket) bound to the wildcard address and port 0 unless the hook
+ * bound it, and recorded (core/loopguard.h). family 4 or 6;
  * type SOCK_STREAM or SOCK_DGRAM. Returns 0 and *fd_out, or -errno (e.g. -EPERM for SO_MARK
  * without CAP_NET_ADMIN, or what the hook returned). */
 int outbound_socket(const struct ts_outbound *ob, int family, int type, int *fd_out)

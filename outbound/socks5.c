@@ -7,11 +7,12 @@
  * attempt's timer is one deadline for the whole attempt. Bytes the server sends past its
  * CONNECT reply are the stream's first bytes and go to done() as early bytes.
  *
- * Server names: a server given as a host name (ts_hostport.is_addr false) is resolved HERE,
- * synchronously, with getaddrinfo() at connect time, blocking the loop for the lookup. That is
- * acceptable for the one proxy name of a config (answered from /etc/hosts or a local cache)
- * and keeps the outbound free of a resolver; an unresolvable name fails outbound_connect with
- * -ENXIO (-EAGAIN for a temporary failure) before anything starts.
+ * Server names: the running proxy resolves a server given as a host name once, at start and at
+ * each reload, off its loop and before auto_route captures anything (ts_hostport.pinned: addr
+ * holds the answer), and connections use that address. Only an outbound used without that
+ * (a test, another program) resolves HERE, synchronously, with getaddrinfo() at connect time,
+ * blocking the loop for the lookup; an unresolvable name fails outbound_connect with -ENXIO
+ * (-EAGAIN for a temporary failure) before anything starts.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -65,7 +66,7 @@ static int server_sockaddr(const struct ts_hostport *hp, struct sockaddr_storage
 	uint16_t port_be = htons(hp->port);
 	int rc;
 
-	if (hp->is_addr) {
+	if (hp->is_addr || hp->pinned) {
 		*len = (socklen_t)netaddr_sockaddr(hp->addr.family, hp->addr.a, port_be, ss);
 		return *len ? 0 : -EAFNOSUPPORT;
 	}

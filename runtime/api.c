@@ -290,33 +290,46 @@ static void on_stats(evutil_socket_t fd, short what, void *arg)
 	pthread_mutex_unlock(&p->lock);
 }
 
-/* Reloads asked for from other threads or a signal handler (on the loop, where the
- * dispatcher and the UDP path live). */
+static void *reload_thread_main(void *arg);
+
+/* Reloads asked for: a prepared one from ts_proxy_reload (applied here, on the loop, where the
+ * dispatcher and the UDP path live), or the signal handler's request, which a thread of its
+ * own prepares (reading and resolving may block) and hands back the same way. */
 static void on_reload(evutil_socket_t fd, short what, void *arg)
 {
 	struct ts_proxy *p = arg;
-	char err[TS_ERRLEN];
-	const char *json = NULL;
-	size_t len = 0;
+	struct reload_prep *prep;
+	char err[TS_ERRLEN], prep_err[TS_ERRLEN];
 	bool asked;
-	int ret;
+	int ret, prep_ret;
 
 	(void)what;
 	drain(fd);
 	if (atomic_exchange(&p->reload_file_pending, false)) {
-		log_info(&p->log, "reload: requested (signal): reading %s",
-			 p->config_path ? p->config_path : "(no file)");
-		(void)proxy_reload(p, NULL, 0, err, sizeof(err));
+		if (atomic_exchange(&p->reload_thread_busy, true)) {
+			atomic_store(&p->reload_again, true); /* the running one goes round again */
+		} else {
+			if (p->reload_thread_made)
+				pthread_join(p->reload_thread, NULL); /* it has ended: busy was false */
+			p->reload_thread_made = pthread_create(&p->reload_thread, NULL,
+							       reload_thread_main, p) == 0;
+			if (!p->reload_thread_made) {
+				atomic_store(&p->reload_thread_busy, false);
+				log_error(&p->log, "reload: no thread to read the config: ignored");
+			}
+		}
 	}
 	pthread_mutex_lock(&p->lock);
 	asked = p->rl_asked != p->rl_answered;
-	json = p->rl_json;
-	len = p->rl_len;
+	prep = p->rl_prep;
+	prep_ret = p->rl_prep_ret;
+	snprintf(prep_err, sizeof(prep_err), "%s", p->rl_err);
+	p->rl_prep = NULL;
 	pthread_mutex_unlock(&p->lock);
 	if (!asked)
 		return;
 	err[0] = '\0';
-	ret = proxy_reload(p, json, len, err, sizeof(err));
+	ret = proxy_reload(p, prep, prep_ret, prep_err, err, sizeof(err));
 	pthread_mutex_lock(&p->lock);
 	p->rl_ret = ret;
 	snprintf(p->rl_err, sizeof(p->rl_err), "%s", err);
@@ -338,6 +351,12 @@ static void *loop_main(void *arg)
 		log_error(&p->log, "proxy: the event loop failed");
 		p->exit_err = -EIO;
 	}
+	/* Nobody answers reloads from here on: wake whoever waits for one (a reload thread,
+	 * or a queue worker's callback, which proxy_close is about to join). */
+	pthread_mutex_lock(&p->lock);
+	p->loop_ended = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
 	/* The last figures stay readable after the stop (the CLI's exit line, embedders). */
 	if (proxy_stats_json(p, &json, &len) != 0)
 		json = NULL;
@@ -451,8 +470,13 @@ int ts_proxy_wait(struct ts_proxy *p)
 	join = !p->joined;
 	p->joined = true;
 	pthread_mutex_unlock(&p->lock);
-	if (join)
+	if (join) {
 		pthread_join(p->loop_thread, NULL);
+		/* A signal's reload thread ends once the loop has (it is answered -ESRCH). */
+		if (p->reload_thread_made)
+			pthread_join(p->reload_thread, NULL);
+		p->reload_thread_made = false;
+	}
 	return p->exit_err;
 }
 
@@ -567,8 +591,10 @@ void ts_proxy_free(struct ts_proxy *p)
 
 int ts_proxy_reload(struct ts_proxy *p, const char *json, size_t len, char *err, size_t errlen)
 {
+	struct reload_prep *prep = NULL;
+	char perr[TS_ERRLEN] = "";
 	uint64_t ticket;
-	int ret;
+	int ret, pret;
 
 	if (!p)
 		return -EINVAL;
@@ -577,21 +603,29 @@ int ts_proxy_reload(struct ts_proxy *p, const char *json, size_t len, char *err,
 		write_err(err, errlen, "proxy: a reload cannot be asked for from the proxy's thread");
 		return -EDEADLK;
 	}
-	pthread_mutex_lock(&p->reload_req_lock);
-	pthread_mutex_lock(&p->lock);
-	if (p->state != PROXY_RUNNING) {
-		pthread_mutex_unlock(&p->lock);
-		pthread_mutex_unlock(&p->reload_req_lock);
+	if (!ts_proxy_running(p)) {
 		write_err(err, errlen, "proxy: not running");
 		return -ESRCH;
 	}
-	p->rl_json = json ? json : NULL;
-	p->rl_len = json ? len : 0;
+	/* Reading and resolving here, on the caller's thread: the loop stays free. */
+	pret = reload_prepare(p, json, len, &prep, perr, sizeof(perr));
+	pthread_mutex_lock(&p->reload_req_lock);
+	pthread_mutex_lock(&p->lock);
+	if (p->state != PROXY_RUNNING || p->loop_ended) {
+		pthread_mutex_unlock(&p->lock);
+		pthread_mutex_unlock(&p->reload_req_lock);
+		reload_prep_free(prep);
+		write_err(err, errlen, "proxy: not running");
+		return -ESRCH;
+	}
+	p->rl_prep = prep;
+	p->rl_prep_ret = pret;
+	snprintf(p->rl_err, sizeof(p->rl_err), "%s", perr);
 	ticket = ++p->rl_asked;
 	pthread_mutex_unlock(&p->lock);
 	wake(p->reload_fd);
 	pthread_mutex_lock(&p->lock);
-	while (p->rl_answered < ticket && p->state == PROXY_RUNNING)
+	while (p->rl_answered < ticket && p->state == PROXY_RUNNING && !p->loop_ended)
 		pthread_cond_wait(&p->cond, &p->lock);
 	if (p->rl_answered >= ticket) {
 		ret = p->rl_ret;
@@ -601,10 +635,29 @@ int ts_proxy_reload(struct ts_proxy *p, const char *json, size_t len, char *err,
 		ret = -ESRCH;
 		write_err(err, errlen, "proxy: stopped before the reload was done");
 	}
-	p->rl_json = NULL;
+	prep = p->rl_prep; /* not taken if the loop ended first */
+	p->rl_prep = NULL;
 	pthread_mutex_unlock(&p->lock);
 	pthread_mutex_unlock(&p->reload_req_lock);
+	reload_prep_free(prep);
 	return ret;
+}
+
+/* The signal handler's reload: prepared here, applied on the loop; requests that came
+ * meanwhile are folded into one more round. */
+static void *reload_thread_main(void *arg)
+{
+	struct ts_proxy *p = arg;
+	char err[TS_ERRLEN];
+
+	do {
+		atomic_store(&p->reload_again, false);
+		log_info(&p->log, "reload: requested: reading %s",
+			 p->config_path ? p->config_path : "(no file)");
+		(void)ts_proxy_reload(p, NULL, 0, err, sizeof(err));
+	} while (atomic_load(&p->reload_again) && !atomic_load(&p->stop_requested));
+	atomic_store(&p->reload_thread_busy, false);
+	return NULL;
 }
 
 void ts_proxy_request_reload(struct ts_proxy *p)

@@ -281,6 +281,21 @@ int privdrop_apply(const struct privdrop_opts *o, char *err, size_t errlen)
 	return o->config_path ? check_config(o->config_path, err, errlen) : 0;
 }
 
+void privdrop_raise_effective(void)
+{
+	cap_t c = cap_get_proc();
+	cap_flag_value_t v;
+
+	if (!c)
+		return;
+	for (cap_value_t i = 0; i <= CAP_LAST_CAP; i++) {
+		if (cap_get_flag(c, i, CAP_PERMITTED, &v) == 0 && v == CAP_SET)
+			cap_set_flag(c, CAP_EFFECTIVE, 1, &i, CAP_SET);
+	}
+	(void)cap_set_proc(c);
+	cap_free(c);
+}
+
 int privdrop_caps_text(char *buf, size_t len)
 {
 	cap_t caps = cap_get_proc();

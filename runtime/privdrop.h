@@ -50,6 +50,11 @@ int privdrop_resolve(const char *user, uid_t *uid, gid_t *gid, char *err, size_t
 int privdrop_apply(const struct privdrop_opts *o, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
 
+/* After a failed privdrop_apply: make effective whatever is still permitted, so that the
+ * teardown that follows can undo what the start did (remove auto_route's rules, put sysctls
+ * back). Best effort, no error. */
+void privdrop_raise_effective(void);
+
 /* The calling thread's effective capabilities as "cap_net_admin,cap_net_raw" (libcap names,
  * in capability number order; "" when empty). 0, -ENOSPC when len is too short, or -errno. */
 int privdrop_caps_text(char *buf, size_t len) __attribute__((warn_unused_result));

@@ -1,10 +1,12 @@
 /* proxy.c — assemble a proxy and take it apart again.
  *
- * Start-up order: budget (its descriptors drawn from the process pool) → event loop → TUN
- * (created from the config with its addresses verified, or a caller's fd taken as it is) →
- * rp_filter checked → queue drivers → dispatcher and UDP path → stack (its listeners bound) →
- * worker threads → stats endpoint. Teardown runs in the reverse order and copes with any
- * prefix of it having been built, so a failed start and a normal stop share it. */
+ * Start-up order: loop guard → budget (its descriptors drawn from the process pool) → event
+ * loop → TUN (created from the config with its addresses verified, or a caller's fd taken as
+ * it is) → rp_filter checked → routing (runtime/routing.h: names resolved, auto_route, the
+ * route check, the watch) → queue drivers → dispatcher and UDP path → stack (its listeners
+ * bound) → stats endpoint → least privilege → worker threads. Teardown runs in the reverse
+ * order and copes with any prefix of it having been built, so a failed start and a normal
+ * stop share it. */
 #include <errno.h>
 #include <event2/event.h>
 #include <stdio.h>
@@ -96,6 +98,7 @@ static int make_budget(struct ts_proxy *p, char *err, size_t errlen)
 	struct rlimit rl;
 	int ret;
 
+	p->budget_loaded = p->cfg.budget; /* before the fit: what a reload compares with */
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
 		p->cfg.budget.fds = budget_fds_fit(p->cfg.budget.fds, rl.rlim_cur);
 	if (p->cfg.budget.fds == 0) {
@@ -178,7 +181,8 @@ static int open_tun(struct ts_proxy *p, char *err, size_t errlen)
 		 tun_vnet_hdr(p->tun) ? "offload" : "per-packet", tun_queues(p->tun),
 		 tun_queues(p->tun) == 1 ? "" : "s",
 		 tun_rps_auto(p->tun) ? "auto" : tun_rps(p->tun) ? "on" : "off");
-	if (tun_rp_filter_check(tun_name(p->tun), msg, sizeof(msg)) > 0)
+	/* strict_route sets the TUN's rp_filter itself (runtime/autoroute.c). */
+	if (!p->cfg.tun.strict_route && tun_rp_filter_check(tun_name(p->tun), msg, sizeof(msg)) > 0)
 		log_warn(&p->log, "proxy: %s", msg);
 	return 0; /* tun.rps "auto" starts on the loop's thread (runtime/api.c) */
 }
@@ -214,8 +218,10 @@ static int drop_privileges(struct ts_proxy *p, char *err, size_t errlen)
 
 	if (!p->least_privilege && !p->cfg.user[0])
 		return 0;
-	if ((ret = privdrop_apply(&o, err, errlen)) != 0)
+	if ((ret = privdrop_apply(&o, err, errlen)) != 0) {
+		privdrop_raise_effective(); /* the teardown must still remove what we installed */
 		return ret;
+	}
 	log_info(&p->log, "proxy: running with least privilege%s%s", p->cfg.user[0] ? " as " : "",
 		 p->cfg.user);
 	return 0;
@@ -235,7 +241,9 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 	}
 	if (p->ops->precheck && (ret = p->ops->precheck(err, errlen)) != 0)
 		return ret;
-	if ((ret = loopguard_new(&p->loopguard)) != 0) {
+	if ((ret = loopguard_new(p->cfg.roles4.gateway.a,
+				 p->cfg.tun.has_addr6 ? p->cfg.roles6.gateway.a : NULL,
+				 &p->loopguard)) != 0) {
 		snprintf(err, errlen, "proxy: loop guard: out of memory");
 		return ret;
 	}

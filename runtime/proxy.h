@@ -64,6 +64,7 @@ struct ts_proxy {
 	/* The running parts (main loop thread once started). */
 	struct event_base *base;
 	struct budget *budget;
+	struct budget_limits budget_loaded; /* cfg.budget as the config gave it (fds not fitted) */
 	struct loopguard *loopguard; /* the ports of our own outbound sockets */
 	/* Routing (runtime/routing.h; main loop once started). */
 	struct netlink nl;
@@ -89,11 +90,16 @@ struct ts_proxy {
 	int reload_fd;
 	struct event *reload_ev;
 	atomic_bool reload_file_pending;
-	const char *rl_json;
-	size_t rl_len;
+	atomic_bool reload_thread_busy;  /* a thread prepares the signal's reload */
+	atomic_bool reload_again;        /* another request came meanwhile */
+	pthread_t reload_thread;
+	bool reload_thread_made;         /* reload_thread to be joined (loop; then ts_proxy_wait) */
+	bool loop_ended;                 /* under lock: no reload is answered any more */
+	struct reload_prep *rl_prep;     /* under lock: the prepared request, or NULL */
+	int rl_prep_ret;
 	uint64_t rl_asked, rl_answered;
 	int rl_ret;
-	char rl_err[TS_ERRLEN];
+	char rl_err[TS_ERRLEN];          /* the preparation's error, then the answer's */
 	struct tun *tun;
 	char unavailable[160];       /* config settings a caller's TUN cannot honour, "," list */
 	struct rps_auto rps;         /* tun.rps "auto" (main thread only) */

@@ -8,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/stats_doc.h"
+#include "core/tun.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/udp.h"
 #include "runtime/privdrop.h"
@@ -81,7 +82,8 @@ static void note_kept(struct kept *k, bool differs, const char *name)
 	} while (0)
 
 /* Give n the running values of every key that cannot change, listing those that differed. */
-static void keep_fixed(const struct ts_config *old, struct ts_config *n, char *list, size_t len)
+static void keep_fixed(const struct ts_config *old, const struct budget_limits *loaded_budget,
+		       struct ts_config *n, char *list, size_t len)
 {
 	struct kept k = { list, len, 0 };
 
@@ -102,7 +104,8 @@ static void keep_fixed(const struct ts_config *old, struct ts_config *n, char *l
 	KEEP(&k, old, n, relay_buffer_bytes, "relay.buffer_bytes");
 	KEEP(&k, old, n, relay_pipe_bytes, "relay.pipe_bytes");
 	KEEP(&k, old, n, budget_profile, "budgets");
-	KEEP(&k, old, n, budget, "budgets");
+	note_kept(&k, memcmp(loaded_budget, &n->budget, sizeof(n->budget)) != 0, "budgets");
+	n->budget = old->budget;
 	KEEP(&k, old, n, stats, "stats.listen");
 	KEEP(&k, old, n, dns.hijack, "dns.hijack");
 	KEEP(&k, old, n, user, "user");
@@ -112,6 +115,12 @@ static void keep_fixed(const struct ts_config *old, struct ts_config *n, char *l
 }
 
 /* ---- the reload ---------------------------------------------------------------------------- */
+
+struct reload_prep {
+	struct cfg_gen *g;
+	struct routecheck rc;    /* the new configuration's route check targets (names resolved) */
+	char kept[256];
+};
 
 static int load(struct ts_proxy *p, const char *json, size_t len, struct cfg_gen **out,
 		char *err, size_t errlen)
@@ -148,6 +157,49 @@ static int load(struct ts_proxy *p, const char *json, size_t len, struct cfg_gen
 	return 0;
 }
 
+int reload_prepare(struct ts_proxy *p, const char *json, size_t len, struct reload_prep **out,
+		   char *err, size_t errlen)
+{
+	struct reload_prep *r = calloc(1, sizeof(*r));
+	int ret;
+
+	if (!r) {
+		snprintf(err, errlen, "reload: out of memory");
+		return -ENOMEM;
+	}
+	if ((ret = load(p, json, len, &r->g, err, errlen)) != 0) {
+		free(r);
+		return ret;
+	}
+	/* p->cfg keeps the running values of the fixed keys: it never changes after start. */
+	keep_fixed(&p->cfg, &p->budget_loaded, &r->g->cfg, r->kept, sizeof(r->kept));
+	for (size_t i = 0; i < r->g->cfg.n_outbounds; i++) {
+		r->g->cfg.outbounds[i].sock_hook = p->sock_hook;
+		r->g->cfg.outbounds[i].loopguard = p->loopguard;
+	}
+	if ((ret = routecheck_init(&r->rc, &r->g->cfg, tun_ifindex(p->tun), err, errlen)) != 0) {
+		config_fini(&r->g->cfg);
+		free(r->g);
+		free(r);
+		return ret;
+	}
+	routecheck_pin(&r->rc, &r->g->cfg);
+	*out = r;
+	return 0;
+}
+
+void reload_prep_free(struct reload_prep *r)
+{
+	if (!r)
+		return;
+	routecheck_fini(&r->rc);
+	if (r->g) {
+		config_fini(&r->g->cfg);
+		free(r->g);
+	}
+	free(r);
+}
+
 static void finish(struct ts_proxy *p, int ret, const char *err)
 {
 	if (ret == 0) {
@@ -162,42 +214,40 @@ static void finish(struct ts_proxy *p, int ret, const char *err)
 	log_error(&p->log, "reload: refused, the running configuration stays: %s", err);
 }
 
-int proxy_reload(struct ts_proxy *p, const char *json, size_t len, char *err, size_t errlen)
+int proxy_reload(struct ts_proxy *p, struct reload_prep *r, int prep_ret, const char *prep_err,
+		 char *err, size_t errlen)
 {
 	struct ts_config *old = p->live;
-	struct cfg_gen *g = NULL;
-	char kept[sizeof(p->reload_kept)];
+	struct cfg_gen *g;
 	int ret;
 
-	if ((ret = load(p, json, len, &g, err, errlen)) != 0)
-		goto out;
-	keep_fixed(old, &g->cfg, kept, sizeof(kept));
-	for (size_t i = 0; i < g->cfg.n_outbounds; i++) {
-		g->cfg.outbounds[i].sock_hook = p->sock_hook;
-		g->cfg.outbounds[i].loopguard = p->loopguard;
+	if (!r) {
+		snprintf(err, errlen, "%s", prep_err);
+		finish(p, prep_ret, prep_err);
+		return prep_ret;
 	}
+	g = r->g;
 	/* Routing first: a new config whose traffic would loop is refused before anything
-	 * uses it (and auto_route is back to the old rules). */
-	if ((ret = routing_reload(p, old, &g->cfg, err, errlen)) != 0) {
-		config_fini(&g->cfg);
-		free(g);
+	 * uses it (and auto_route is back to the old rules). routing_reload takes r->rc. */
+	if ((ret = routing_reload(p, old, &g->cfg, &r->rc, err, errlen)) != 0)
 		goto out;
-	}
+	r->g = NULL;
 	g->users = 2;
 	g->next = p->gens;
 	p->gens = g;
 	p->live = &g->cfg;
-	p->log.level = g->cfg.log_level;
+	__atomic_store_n(&p->log.level, g->cfg.log_level, __ATOMIC_RELAXED);
 	p->generation++;
 	dispatcher_set_config(p->disp, &g->cfg, on_release, p);
 	udp_path_set_config(p->udp, &g->cfg, on_release, p);
-	snprintf(p->reload_kept, sizeof(p->reload_kept), "%s", kept);
-	if (kept[0])
+	snprintf(p->reload_kept, sizeof(p->reload_kept), "%s", r->kept);
+	if (r->kept[0])
 		log_warn(&p->log, "reload: kept as they run (they change only with a restart): %s",
-			 kept);
+			 r->kept);
 	log_info(&p->log, "reload: configuration %llu in use (live sessions keep theirs)",
 		 (unsigned long long)p->generation);
 out:
+	reload_prep_free(r);
 	finish(p, ret, err);
 	return ret;
 }

@@ -23,9 +23,22 @@
 struct ts_proxy;
 struct stats_doc;
 
-/* json NULL: read the file the proxy was created from again. 0, or -errno with one line in
- * err (-EINVAL a bad config, -ELOOP its traffic would loop, -ENOENT no file to re-read, ...). */
-int proxy_reload(struct ts_proxy *p, const char *json, size_t len, char *err, size_t errlen);
+struct reload_prep;
+
+/* The part of a reload that may block — reading the file, resolving proxy servers' names — on
+ * any thread but the loop's (with auto_route on, the resolver's own queries go through the
+ * proxy, so the loop must be free to carry them). Reads only what does not change while the
+ * proxy runs. json NULL: the file the proxy was created from again. 0 and *out, or -errno with
+ * one line in err (-EINVAL a bad config, -ENOENT no file to re-read, -ENXIO/-EAGAIN a proxy
+ * server name that does not resolve). */
+int reload_prepare(struct ts_proxy *p, const char *json, size_t len, struct reload_prep **out,
+		   char *err, size_t errlen) __attribute__((warn_unused_result));
+void reload_prep_free(struct reload_prep *r);
+
+/* On the loop: apply r (taken over, freed) or, r NULL, record the failure prep_ret/prep_err of
+ * reload_prepare. 0, or -errno with one line in err (-ELOOP: its traffic would loop). */
+int proxy_reload(struct ts_proxy *p, struct reload_prep *r, int prep_ret, const char *prep_err,
+		 char *err, size_t errlen);
 
 /* config.generation and reload.* for /stats. */
 void reload_stats(struct ts_proxy *p, struct stats_doc *d);

@@ -175,6 +175,17 @@ int routecheck_scan(struct routecheck *rc, struct netlink *nl, struct log *lg, b
 	return (int)rc->looping_now;
 }
 
+void routecheck_pin(const struct routecheck *rc, struct ts_config *cfg)
+{
+	for (size_t i = 0; i < rc->n && i < cfg->n_outbounds; i++) {
+		struct ts_hostport *hp = &cfg->outbounds[i].server;
+		if (rc->t[i].active && !rc->t[i].is_probe && !hp->is_addr) {
+			hp->addr = rc->t[i].dst[0];
+			hp->pinned = true;
+		}
+	}
+}
+
 size_t routecheck_servers(const struct routecheck *rc, struct netaddr *out, size_t cap)
 {
 	size_t n = 0;

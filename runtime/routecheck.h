@@ -59,6 +59,12 @@ void routecheck_fini(struct routecheck *rc);
 int routecheck_scan(struct routecheck *rc, struct netlink *nl, struct log *lg, bool start,
 		    char *err, size_t errlen);
 
+/* Give cfg's socks5 outbounds named by host name the address resolved for them (pinned): their
+ * connections then use it instead of resolving on the loop, where, with auto_route, the
+ * resolver's own queries would wait for the loop they block. cfg must be the configuration
+ * rc was made from. */
+void routecheck_pin(const struct routecheck *rc, struct ts_config *cfg);
+
 /* The proxy servers' addresses (socks5 outbounds), at most cap: what auto_route must leave on
  * the original routes. Returns how many were written. */
 size_t routecheck_servers(const struct routecheck *rc, struct netaddr *out, size_t cap);

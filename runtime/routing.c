@@ -115,6 +115,7 @@ int routing_start(struct ts_proxy *p, char *err, size_t errlen)
 	 * captured. */
 	if ((ret = routecheck_init(&p->rc, &p->cfg, tun_ifindex(p->tun), err, errlen)) != 0)
 		return ret;
+	routecheck_pin(&p->rc, &p->cfg);
 	if ((ret = netlink_open(&p->nl)) != 0) {
 		snprintf(err, errlen, "proxy: netlink: %s", strerror(-ret));
 		return ret;
@@ -158,16 +159,29 @@ static bool auto_route_changed(const struct ts_config *o, const struct ts_config
 	       memcmp(sa, sb, nsa * sizeof(*sa)) != 0;
 }
 
-int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct ts_config *n,
-		   char *err, size_t errlen)
+/* The counts and the looping state of targets that did not change go on across a reload. */
+static void carry_history(struct routecheck *n, const struct routecheck *o)
 {
-	struct routecheck rc;
+	n->episodes = o->episodes;
+	for (size_t i = 0; i < n->n && i < o->n; i++) {
+		const struct routecheck_target *a = &o->t[i];
+		struct routecheck_target *b = &n->t[i];
+		if (a->active == b->active && a->mark == b->mark && a->n_dst == b->n_dst &&
+		    strcmp(a->oif_name, b->oif_name) == 0 &&
+		    memcmp(a->dst, b->dst, sizeof(a->dst)) == 0)
+			b->looping = a->looping;
+	}
+}
+
+int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct ts_config *n,
+		   struct routecheck *nrc, char *err, size_t errlen)
+{
+	struct routecheck rc = *nrc;
 	char why[TS_ERRLEN];
 	bool redo;
 	int ret;
 
-	if ((ret = routecheck_init(&rc, n, tun_ifindex(p->tun), err, errlen)) != 0)
-		return ret;
+	memset(nrc, 0, sizeof(*nrc)); /* ours now */
 	redo = auto_route_changed(old, n, &p->rc, &rc);
 	if (redo) {
 		/* One owner of the rules at a time (the namespace lock): the old set goes, the
@@ -179,6 +193,7 @@ int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct
 	}
 	if ((ret = routecheck_scan(&rc, &p->nl, &p->log, true, err, errlen)) < 0)
 		goto undo;
+	carry_history(&rc, &p->rc);
 	routecheck_fini(&p->rc);
 	p->rc = rc;
 	if (redo)
@@ -189,8 +204,13 @@ undo:
 		autoroute_free(p->ar);
 		p->ar = NULL;
 		if (old->tun.auto_route &&
-		    start_auto_route(p, old, &p->rc, why, sizeof(why)) != 0)
-			log_error(&p->log, "%s (the old rules could not be put back)", why);
+		    start_auto_route(p, old, &p->rc, why, sizeof(why)) != 0) {
+			/* Running on without the rules the running configuration asks for
+			 * would leak what it promised to capture: stop, saying why. */
+			log_error(&p->log, "auto_route: the old rules could not be put back: %s; "
+				  "stopping", why);
+			proxy_stop_loop(p, -EIO);
+		}
 	}
 	routecheck_fini(&rc);
 	return ret;

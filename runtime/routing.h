@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 
+struct routecheck;
 struct ts_config;
 struct ts_proxy;
 struct stats_doc;
@@ -20,11 +21,12 @@ struct stats_doc;
 int routing_start(struct ts_proxy *p, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
 void routing_stop(struct ts_proxy *p);
-/* A reload from old to n: the route check's targets from n, auto_route's rules rebuilt if
- * anything they depend on changed. n's outbounds looping, or n's rules failing, refuse it (the
+/* A reload from old to n: the route check's targets from n (nrc, made by routecheck_init for
+ * n: taken over, left empty), auto_route's rules rebuilt if anything they depend on changed. n's outbounds looping, or n's rules failing, refuse it (the
  * old rules are put back). 0 or -errno with one line in err. */
 int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct ts_config *n,
-		   char *err, size_t errlen) __attribute__((warn_unused_result));
+		   struct routecheck *nrc, char *err, size_t errlen)
+	__attribute__((warn_unused_result));
 /* routes.* figures for /stats. */
 void routing_stats(struct ts_proxy *p, struct stats_doc *d);
 

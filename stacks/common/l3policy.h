@@ -217,8 +217,6 @@ static inline uint32_t l3policy_src_offset(const struct l3policy *p, const struc
 	return l3policy_offset6(&p->f6, v->ip + PKT_V6_SRC);
 }
 
-/* All TCP rules for a served family (v->proto is TCP): by destination, then TCP from one of
- * our NAT addresses is dropped. Counts nothing. */
 /* Source offset s (l3policy_src_offset) 0 — our gateway, the source the kernel gives a socket
  * whose route leads into the TUN — and a port of one of the proxy's own live outbound
  * sockets: a loop. */
@@ -226,9 +224,11 @@ static inline bool l3policy_from_self(const struct l3policy *p, const struct pkt
 				      uint32_t s)
 {
 	return s == 0 && p->loopguard &&
-	       loopguard_hit(p->loopguard, 0, v->sport_be);
+	       loopguard_hit(p->loopguard, 0, v->family, v->sport_be);
 }
 
+/* All TCP rules for a served family (v->proto is TCP): by destination, then TCP from one of
+ * our NAT addresses is dropped, then a first SYN of the proxy's own. Counts nothing. */
 static inline enum l3policy_verdict l3policy_tcp(const struct l3policy *p,
 						 const struct pkt_view *v,
 						 struct l3policy_reply *reply)

@@ -312,7 +312,10 @@ Test(l3policy, inline_matches_out_of_line)
 	/* Two live sockets of "ours" (one TCP, one UDP) whose ports the generator also uses. */
 	uint16_t own[2];
 	int fds[2];
-	cr_assert_eq(loopguard_new(&test_lg), 0);
+	uint8_t g4[16], g6[16];
+	tu_addr(g4, "198.18.0.1");
+	tu_addr(g6, "fd00:7f::1");
+	cr_assert_eq(loopguard_new(g4, g6, &test_lg), 0);
 	for (int k = 0; k < 2; k++) {
 		struct sockaddr_in sa;
 		socklen_t sl = sizeof(sa);
@@ -423,7 +426,10 @@ Test(l3policy, loop_detection)
 	int tfd, ufd, t6fd;
 	const uint8_t SYN = TCP_SYN, SYNACK = TCP_SYN | TCP_ACK;
 
-	cr_assert_eq(loopguard_new(&test_lg), 0);
+	uint8_t g4[16], g6[16];
+	tu_addr(g4, "198.18.0.1");
+	tu_addr(g6, "fd00:7f::1");
+	cr_assert_eq(loopguard_new(g4, g6, &test_lg), 0);
 	uint16_t tp = own_socket(test_lg, 4, SOCK_STREAM, &tfd);
 	uint16_t up = own_socket(test_lg, 4, SOCK_DGRAM, &ufd);
 	uint16_t t6p = own_socket(test_lg, 6, SOCK_STREAM, &t6fd);
@@ -453,7 +459,7 @@ Test(l3policy, loop_detection)
 	close(tfd);
 	cr_assert_eq(classify_one(&p, K_TCP, "198.18.0.1", tp, "10.9.0.1", 443, SYN, &c),
 		     L3POLICY_TCP);
-	cr_assert_eq(atomic_load(&test_lg->tab[0][tp]), 0);
+	cr_assert_eq(atomic_load(&test_lg->tab[0][0][tp]), 0);
 	cr_assert_eq(ctr_get(&c.drop_loop), 2);
 	close(ufd);
 	close(t6fd);

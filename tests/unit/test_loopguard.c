@@ -1,6 +1,8 @@
-/* test_loopguard.c — the port record of the proxy's own sockets (core/loopguard.c): a bound
- * socket is found by its port while it lives, per protocol; a closed one is not, and its entry
- * is cleared; an fd number reused by another socket does not pass for the old one. */
+/* test_loopguard.c — the port record of the proxy's own sockets (core/loopguard.c): a datagram
+ * socket is bound and found by its port while it lives, per protocol and family; a closed one
+ * is not, and its entry is cleared; an fd number reused by another socket does not pass for the
+ * old one; a stream socket is recorded only when connect() gave it the gateway as its source
+ * (routed into the TUN), never when it leaves by another interface. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -10,6 +12,9 @@
 #include <unistd.h>
 
 #include "core/loopguard.h"
+
+static const uint8_t gw4[4] = { 127, 0, 0, 1 }; /* loopback stands in for the TUN */
+static const uint8_t gw6[16] = { [15] = 1 };
 
 static uint16_t port_of(int fd)
 {
@@ -21,33 +26,49 @@ static uint16_t port_of(int fd)
 					     : ((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
-Test(loopguard, bound_sockets_are_found_while_they_live)
+Test(loopguard, datagram_sockets_are_found_while_they_live)
 {
 	struct loopguard *g;
-	int t = socket(AF_INET, SOCK_STREAM, 0), u = socket(AF_INET6, SOCK_DGRAM, 0);
+	int a = socket(AF_INET, SOCK_DGRAM, 0), b = socket(AF_INET6, SOCK_DGRAM, 0);
 
-	cr_assert_eq(loopguard_new(&g), 0);
-	cr_assert_eq(loopguard_bind(g, t, 4, SOCK_STREAM), 0);
-	cr_assert_eq(loopguard_bind(g, u, 6, SOCK_DGRAM), 0);
-	uint16_t tp = port_of(t), up = port_of(u);
-	cr_assert_neq(tp, 0, "bound to a real port");
-	cr_assert(loopguard_hit(g, 0, htons(tp)));
-	cr_assert(loopguard_hit(g, 1, htons(up)));
-	if (tp != up) {
-		cr_assert_not(loopguard_hit(g, 1, htons(tp)), "per protocol");
-		cr_assert_not(loopguard_hit(g, 0, htons(up)));
+	cr_assert_eq(loopguard_new(gw4, gw6, &g), 0);
+	cr_assert_eq(loopguard_bind(g, a, 4, SOCK_DGRAM), 0);
+	cr_assert_eq(loopguard_bind(g, b, 6, SOCK_DGRAM), 0);
+	uint16_t pa = port_of(a), pb = port_of(b);
+	cr_assert_neq(pa, 0, "bound to a real port");
+	cr_assert(loopguard_hit(g, 1, 4, htons(pa)));
+	cr_assert(loopguard_hit(g, 1, 6, htons(pb)));
+	cr_assert_not(loopguard_hit(g, 0, 4, htons(pa)), "per protocol");
+	if (pa != pb) {
+		cr_assert_not(loopguard_hit(g, 1, 6, htons(pa)), "per family");
+		cr_assert_not(loopguard_hit(g, 1, 4, htons(pb)));
 	}
 	/* The fd number comes back for another socket: still not the one on record. */
-	cr_assert_neq(atomic_load(&g->tab[1][up]), 0);
-	int old = u;
-	close(u);
+	int old = b;
+	close(b);
 	int again = socket(AF_INET6, SOCK_DGRAM, 0);
 	cr_assert_eq(again, old, "the same fd number");
-	cr_assert_not(loopguard_hit(g, 1, htons(up)));
+	cr_assert_not(loopguard_hit(g, 1, 6, htons(pb)));
 	close(again);
-	close(t);
-	cr_assert_not(loopguard_hit(g, 0, htons(tp)), "closed");
-	cr_assert_eq(atomic_load(&g->tab[0][tp]), 0, "stale entry cleared");
+	close(a);
+	cr_assert_not(loopguard_hit(g, 1, 4, htons(pa)), "closed");
+	cr_assert_eq(atomic_load(&g->tab[1][0][pa]), 0, "stale entry cleared");
+	loopguard_free(g);
+}
+
+Test(loopguard, a_socket_bound_by_a_hook_is_recorded_as_it_is)
+{
+	struct loopguard *g;
+	int a = socket(AF_INET, SOCK_DGRAM, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+	cr_assert_eq(loopguard_new(gw4, NULL, &g), 0);
+	cr_assert_eq(bind(a, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	uint16_t pa = port_of(a);
+	cr_assert_eq(loopguard_bind(g, a, 4, SOCK_DGRAM), 0, "no second bind");
+	cr_assert_eq(port_of(a), pa);
+	cr_assert(loopguard_hit(g, 1, 4, htons(pa)));
+	close(a);
 	loopguard_free(g);
 }
 
@@ -56,39 +77,67 @@ Test(loopguard, a_newer_socket_keeps_its_entry)
 	struct loopguard *g;
 	int a = socket(AF_INET, SOCK_DGRAM, 0);
 
-	cr_assert_eq(loopguard_new(&g), 0);
+	cr_assert_eq(loopguard_new(gw4, NULL, &g), 0);
 	cr_assert_eq(loopguard_bind(g, a, 4, SOCK_DGRAM), 0);
 	uint16_t pa = port_of(a);
-	uint64_t stale = atomic_load(&g->tab[1][pa]);
+	uint64_t stale = atomic_load(&g->tab[1][0][pa]);
 	/* A confirmation that raced with a newer record of the port must not erase it. */
 	int b = socket(AF_INET, SOCK_DGRAM, 0);
 	close(a);
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(pa) };
 	if (bind(b, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-		uint64_t cookie;
-		socklen_t l = sizeof(cookie);
-		cr_assert_eq(getsockopt(b, SOL_SOCKET, SO_COOKIE, &cookie, &l), 0);
-		uint64_t fresh = ((uint64_t)(uint32_t)(b + 1) << 32) | (uint32_t)cookie;
-		atomic_store(&g->tab[1][pa], fresh);
-		cr_assert_not(loopguard_confirm(g, 1, pa, stale));
-		cr_assert_eq(atomic_load(&g->tab[1][pa]), fresh, "the newer entry stays");
-		cr_assert(loopguard_hit(g, 1, htons(pa)));
+		cr_assert_eq(loopguard_bind(g, b, 4, SOCK_DGRAM), 0);
+		uint64_t fresh = atomic_load(&g->tab[1][0][pa]);
+		cr_assert_neq(fresh, stale);
+		cr_assert_not(loopguard_confirm(g, 1, 0, pa, stale));
+		cr_assert_eq(atomic_load(&g->tab[1][0][pa]), fresh, "the newer entry stays");
+		cr_assert(loopguard_hit(g, 1, 4, htons(pa)));
 	}
 	close(b);
 	loopguard_free(g);
 }
 
+/* A stream socket: recorded after connect() only with the gateway as its source. Loopback
+ * plays the TUN: a connection to 127.0.0.1 gets 127.0.0.1 as its source. */
+Test(loopguard, stream_sockets_are_recorded_only_when_routed_to_the_gateway)
+{
+	struct loopguard *g, *other;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+	const uint8_t elsewhere[4] = { 192, 0, 2, 1 };
+
+	cr_assert_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(l, 4), 0);
+	cr_assert_eq(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+	cr_assert_eq(loopguard_new(gw4, NULL, &g), 0);
+	cr_assert_eq(loopguard_new(elsewhere, NULL, &other), 0);
+	int c = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(connect(c, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(loopguard_connected(g, c, 4), 1, "its source is the gateway");
+	cr_assert_eq(loopguard_connected(other, c, 4), 0, "not routed to this gateway");
+	cr_assert_eq(loopguard_connected(g, c, 6), 0, "no IPv6 gateway");
+	uint16_t pc = port_of(c);
+	cr_assert(loopguard_hit(g, 0, 4, htons(pc)));
+	cr_assert_not(loopguard_hit(other, 0, 4, htons(pc)));
+	cr_assert_not(loopguard_hit(g, 1, 4, htons(pc)), "TCP only");
+	close(c);
+	cr_assert_not(loopguard_hit(g, 0, 4, htons(pc)));
+	close(l);
+	loopguard_free(g);
+	loopguard_free(other);
+}
+
 Test(loopguard, refusals)
 {
 	struct loopguard *g;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
 
-	cr_assert_eq(loopguard_new(&g), 0);
-	cr_assert_eq(loopguard_bind(g, fd, 5, SOCK_STREAM), -EAFNOSUPPORT);
+	cr_assert_eq(loopguard_new(NULL, NULL, &g), 0);
+	cr_assert_eq(loopguard_bind(g, fd, 5, SOCK_DGRAM), -EAFNOSUPPORT);
 	cr_assert_eq(loopguard_bind(g, fd, 4, SOCK_RAW), -EINVAL);
-	cr_assert_eq(loopguard_bind(g, fd, 4, SOCK_STREAM), 0);
-	cr_assert_eq(loopguard_bind(g, fd, 4, SOCK_STREAM), -EINVAL, "already bound");
-	cr_assert_eq(loopguard_bind(g, -1, 4, SOCK_STREAM), -EBADF);
+	cr_assert_eq(loopguard_bind(g, -1, 4, SOCK_DGRAM), -EBADF);
+	cr_assert_eq(loopguard_connected(g, -1, 4), -EBADF);
 	close(fd);
 	loopguard_free(g);
 	loopguard_free(NULL);

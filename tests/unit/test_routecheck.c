@@ -122,10 +122,27 @@ static void unresolvable(void)
 	CHECK(r == -ENXIO || r == -EAGAIN, "an unresolvable server name: %d", r);
 	CHECK(strstr(err, "no-such-host.invalid") != NULL, "%s", err);
 	config_fini(&cfg);
+
+	/* A name that resolves (from /etc/hosts): pinned, so connections use the address. */
+	load(&cfg, "{\"outbounds\":[{\"tag\":\"d\",\"type\":\"direct\"},"
+		   "{\"tag\":\"s\",\"type\":\"socks5\",\"server\":\"localhost:1080\"},"
+		   "{\"tag\":\"n\",\"type\":\"socks5\",\"server\":\"10.1.2.3:1080\"}]}");
+	CHECK(routecheck_init(&rc, &cfg, 1, err, sizeof(err)) == 0, "%s", err);
+	routecheck_pin(&rc, &cfg);
+	const struct ts_hostport *hp = &cfg.outbounds[1].server;
+	CHECK(hp->pinned && !hp->is_addr, "pinned");
+	CHECK((hp->addr.family == 4 && hp->addr.a[0] == 127) ||
+	      (hp->addr.family == 6 && hp->addr.a[15] == 1), "localhost's address");
+	CHECK(!cfg.outbounds[2].server.pinned, "a literal needs no pin");
+	CHECK(!cfg.outbounds[0].server.pinned, "direct has no server");
+	struct netaddr srv[4];
+	CHECK(routecheck_servers(&rc, srv, 4) == 2, "both servers are excluded by auto_route");
+	routecheck_fini(&rc);
+	config_fini(&cfg);
 }
 
 /* In a namespace with no network, resolving a name cannot leave the machine. */
-Test(routecheck, an_unresolvable_server_is_refused, .timeout = 30)
+Test(routecheck, server_names_are_resolved_once_or_refused, .timeout = 30)
 {
 	run_in_netns(unresolvable);
 }

@@ -359,7 +359,8 @@ Test(udp, the_proxys_own_datagrams_are_a_loop)
 	env_base(&e);
 	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
 	env_start(&e, "%s", DEFAULT_CFG);
-	cr_assert_eq(loopguard_new(&g), 0);
+	const uint8_t g4[4] = { 198, 18, 0, 1 };
+	cr_assert_eq(loopguard_new(g4, NULL, &g), 0);
 	udp_path_set_loopguard(e.up, g);
 	int own = socket(AF_INET, SOCK_DGRAM, 0);
 	cr_assert_eq(loopguard_bind(g, own, 4, SOCK_DGRAM), 0);
