@@ -111,9 +111,14 @@ static const char *cap_label(cap_value_t c, char *buf, size_t len)
 	return buf;
 }
 
-/* Everything the drop needs is there: CAP_SETPCAP (bounding set), CAP_SETUID and CAP_SETGID
- * (switch) effective, and the kept capabilities permitted (cap_set_proc cannot add any). */
-static int check_caps(const cap_value_t *keep, int nkeep, bool sw, char *err, size_t errlen)
+/* Everything the drop needs is there: CAP_SETPCAP (bounding set; without it, and without a
+ * user switch, the bounding set is left as it is: *bnd false), CAP_SETUID and CAP_SETGID
+ * (switch) effective, and the kept capabilities permitted (cap_set_proc cannot add any). A
+ * program given only the kept capabilities as file capabilities (setcap) runs without
+ * CAP_SETPCAP: it still loses everything else, and no_new_privs means no execve could use a
+ * bounding set anyway. */
+static int check_caps(const cap_value_t *keep, int nkeep, bool sw, bool *bnd, char *err,
+		      size_t errlen)
 {
 	const cap_value_t need[] = { CAP_SETPCAP, CAP_SETGID, CAP_SETUID };
 	cap_t caps = cap_get_proc();
@@ -122,7 +127,8 @@ static int check_caps(const cap_value_t *keep, int nkeep, bool sw, char *err, si
 
 	if (!caps)
 		return fail(err, errlen, -errno, "cap_get_proc: %s", strerror(errno));
-	for (int i = 0; i < (sw ? 3 : 1) && ret == 0; i++)
+	*bnd = has_flag(caps, CAP_SETPCAP, CAP_EFFECTIVE);
+	for (int i = 1; i < (sw ? 3 : 1) && ret == 0; i++)
 		if (!has_flag(caps, need[i], CAP_EFFECTIVE))
 			ret = fail(err, errlen, -EPERM, "the process lacks %s (needed to %s): start "
 				   "it as root", cap_label(need[i], name, sizeof(name)),
@@ -204,7 +210,8 @@ static int set_caps(const cap_value_t *keep, int nkeep, char *err, size_t errlen
 
 /* Read the result back: exactly keep in permitted and effective, nothing inheritable, the
  * bounding set keep or less, and (after a switch) no way back to uid 0. */
-static int verify(const cap_value_t *keep, int nkeep, bool sw, char *err, size_t errlen)
+static int verify(const cap_value_t *keep, int nkeep, bool sw, bool bnd, char *err,
+		  size_t errlen)
 {
 	cap_t want = cap_init(), have = cap_get_proc();
 	int ret = 0;
@@ -219,7 +226,7 @@ static int verify(const cap_value_t *keep, int nkeep, bool sw, char *err, size_t
 		ret = fail(err, errlen, -EPERM, "capabilities did not come out as asked");
 		goto out;
 	}
-	for (cap_value_t c = 0; c < CAP_SCAN_MAX && cap_get_bound(c) >= 0; c++)
+	for (cap_value_t c = 0; bnd && c < CAP_SCAN_MAX && cap_get_bound(c) >= 0; c++)
 		if (cap_get_bound(c) == 1 && !kept(keep, nkeep, c)) {
 			ret = fail(err, errlen, -EPERM, "bounding set still holds capability %d",
 				   (int)c);
@@ -251,7 +258,7 @@ int privdrop_apply(const struct privdrop_opts *o, char *err, size_t errlen)
 	char name[256] = "", lerr[192];
 	uid_t uid = 0, r, e, s;
 	gid_t gid = 0, rg, eg, sg;
-	bool sw = false;
+	bool sw = false, bnd = false;
 
 	if (err && errlen)
 		err[0] = '\0';
@@ -264,8 +271,8 @@ int privdrop_apply(const struct privdrop_opts *o, char *err, size_t errlen)
 			return fail(err, errlen, -errno, "getresuid: %s", strerror(errno));
 		sw = !(r == uid && e == uid && s == uid && rg == gid && eg == gid && sg == gid);
 	}
-	if ((ret = check_caps(keep, nkeep, sw, err, errlen)) != 0 ||
-	    (ret = drop_bounding(keep, nkeep, err, errlen)) != 0)
+	if ((ret = check_caps(keep, nkeep, sw, &bnd, err, errlen)) != 0 ||
+	    (bnd && (ret = drop_bounding(keep, nkeep, err, errlen)) != 0))
 		return ret;
 	if (cap_reset_ambient() != 0 && errno != EINVAL) /* EINVAL: no ambient set (< 4.3) */
 		return fail(err, errlen, -errno, "clearing the ambient set: %s", strerror(errno));
@@ -276,7 +283,7 @@ int privdrop_apply(const struct privdrop_opts *o, char *err, size_t errlen)
 	if (prctl(PR_SET_KEEPCAPS, 0L, 0L, 0L, 0L) != 0 ||
 	    prctl(PR_SET_NO_NEW_PRIVS, 1L, 0L, 0L, 0L) != 0)
 		return fail(err, errlen, -errno, "prctl: %s", strerror(errno));
-	if ((ret = verify(keep, nkeep, sw, err, errlen)) != 0)
+	if ((ret = verify(keep, nkeep, sw, bnd, err, errlen)) != 0)
 		return ret;
 	return o->config_path ? check_config(o->config_path, err, errlen) : 0;
 }

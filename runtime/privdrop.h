@@ -41,9 +41,11 @@ int privdrop_resolve(const char *user, uid_t *uid, gid_t *gid, char *err, size_t
  * reading as the new identity. Irreversible. 0, or -errno with one line starting with
  * "privileges: " in err:
  *   -ENOENT  no such user
- *   -EPERM   the process lacks a capability it needs for this (CAP_SETPCAP to shrink the
- *            bounding set, CAP_SETUID/CAP_SETGID to change user, the kept ones themselves):
- *            run as root, or without "user" and with those capabilities
+ *   -EPERM   the process lacks a capability it needs for this (CAP_SETUID/CAP_SETGID to
+ *            change user, the kept ones themselves): run as root, or without "user" and
+ *            with those capabilities. Without CAP_SETPCAP (a program given only the kept
+ *            capabilities with setcap) the bounding set is left as it is; everything else
+ *            happens, and no_new_privs makes the bounding set moot for any execve
  *   -EACCES  the config file would not be readable for a reload (the drop has happened)
  *   other -errno from the kernel
  * On failure the process may be partly reduced: the caller must not go on running. */

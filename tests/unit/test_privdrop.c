@@ -178,11 +178,15 @@ static void no_user(void)
 	/* Gone: CAP_SETUID (even uid 0 cannot become someone else). */
 	CHECK(setuid(NOBODY) != 0 && errno == EPERM, "setuid without CAP_SETUID: %s",
 	      strerror(errno));
-	/* Already applied: nothing left to give up, and the second call says what is missing. */
+	/* Already applied: a second call changes nothing (no CAP_SETPCAP left: the bounding set,
+	 * already reduced, stays), and a user switch says what is missing. */
 	struct privdrop_opts o = { 0 };
 	char err[256] = "";
-	CHECK(privdrop_apply(&o, err, sizeof(err)) == -EPERM, "again: %s", err);
-	CHECK(strncmp(err, "privileges: ", 12) == 0 && strstr(err, "cap_setpcap"), "%s", err);
+	CHECK(privdrop_apply(&o, err, sizeof(err)) == 0, "again: %s", err);
+	check_sets(SELF, 0);
+	o.user = "nobody";
+	CHECK(privdrop_apply(&o, err, sizeof(err)) == -EPERM, "switch: %s", err);
+	CHECK(strncmp(err, "privileges: ", 12) == 0 && strstr(err, "cap_setgid"), "%s", err);
 #ifdef TS_LSAN
 	CHECK(__lsan_do_recoverable_leak_check() == 0, "memory leaked");
 #endif
@@ -331,7 +335,9 @@ Test(privdrop, unknown_user, .timeout = 30)
 	run_forked(unknown_user);
 }
 
-/* Missing privileges are named: no CAP_SETPCAP, or no CAP_SETUID for a user switch. */
+/* Missing privileges are named: no CAP_SETUID for a user switch. Without CAP_SETPCAP (a
+ * program given its capabilities with setcap) the drop still happens, the bounding set left
+ * as it is. */
 static void lacking(cap_value_t which, const char *user, const char *name)
 {
 	struct privdrop_opts o = { .user = user };
@@ -349,7 +355,21 @@ static void lacking(cap_value_t which, const char *user, const char *name)
 
 static void lacking_setpcap(void)
 {
-	lacking(CAP_SETPCAP, NULL, "cap_setpcap");
+	struct privdrop_opts o = { 0 };
+	char err[256] = "";
+	cap_value_t which = CAP_SETPCAP;
+	cap_t caps = cap_get_proc();
+
+	CHECK(caps && cap_set_flag(caps, CAP_EFFECTIVE, 1, &which, CAP_CLEAR) == 0 &&
+		      cap_set_proc(caps) == 0, "cap_set_proc: %s", strerror(errno));
+	cap_free(caps);
+	unsigned long long bnd = status_hex(SELF, "CapBnd");
+	CHECK(privdrop_apply(&o, err, sizeof(err)) == 0, "%s", err);
+	CHECK(status_hex(SELF, "CapEff") == NET_ADMIN_RAW, "CapEff %llx", status_hex(SELF, "CapEff"));
+	CHECK(status_hex(SELF, "CapPrm") == NET_ADMIN_RAW, "CapPrm %llx", status_hex(SELF, "CapPrm"));
+	CHECK(status_hex(SELF, "CapBnd") == bnd, "the bounding set is left as it was");
+	CHECK(status_hex(SELF, "NoNewPrivs") == 1, "NoNewPrivs");
+	check_ids(0, 0);
 }
 
 static void lacking_setuid(void)
