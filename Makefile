@@ -8,7 +8,7 @@ JOBS ?= 2
 FUZZ_SECONDS ?= 30
 CTEST = ctest --output-on-failure --no-tests=error
 
-.PHONY: all setup build bench test test-release test-asan test-tsan test-fuzz micro clean
+.PHONY: all setup build bench test test-release test-asan test-tsan test-fuzz test-long micro clean
 
 all: build
 
@@ -41,6 +41,13 @@ test-fuzz:
 		-DTS_FUZZ_SECONDS=$(FUZZ_SECONDS) -DTS_WERROR=ON >/dev/null
 	cmake --build build-fuzz -j$(JOBS)
 	$(CTEST) --test-dir build-fuzz -j$(JOBS)
+
+# Long runs, opt-in: the full SYN flood (20,000 SYN/s for 30 s) on both stacks while an
+# application keeps connecting, and the desktop routing suite on the lwip stack too.
+test-long: build
+	bash tests/integration/flood.sh --bin build/twinstack --stack system --rate 20000 --seconds 30
+	bash tests/integration/flood.sh --bin build/twinstack --stack lwip --rate 20000 --seconds 30
+	bash tests/integration/desktop.sh --bin build/twinstack --stack lwip
 
 # The main job: both stacks side by side on a namespace testbed (docs/benchmarks.md), offload
 # I/O. BENCH_ARGS=--quick: ~2 minutes; BENCH_ARGS=--ablation: every TUN I/O mode, TCP bulk

@@ -144,11 +144,19 @@ int budget_limits_check(const struct budget_limits *l, const char **field)
 	return bad ? -EINVAL : 0;
 }
 
-uint32_t budget_fds_fit(uint32_t wanted, uint64_t rlimit_nofile)
+uint32_t budget_fd_reserve_for(uint32_t queues, uint32_t listeners, uint32_t stats_fds)
 {
-	if (rlimit_nofile <= BUDGET_FD_RESERVED)
+	uint64_t n = BUDGET_FD_FIXED + (uint64_t)queues * BUDGET_FD_PER_QUEUE;
+
+	n += (uint64_t)listeners + stats_fds;
+	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+uint32_t budget_fds_fit(uint32_t wanted, uint64_t rlimit_nofile, uint32_t reserve)
+{
+	if (rlimit_nofile <= reserve)
 		return 0;
-	rlimit_nofile -= BUDGET_FD_RESERVED;
+	rlimit_nofile -= reserve;
 	return rlimit_nofile < wanted ? (uint32_t)rlimit_nofile : wanted;
 }
 

@@ -57,9 +57,25 @@ enum {
 	BUDGET_CRITICAL_PCT = 90,
 };
 
-/* Descriptors the process keeps outside the session budget (TUN queues, listeners, the event
- * loop, the stats endpoint, log files): budget_fds_fit() leaves this many below RLIMIT_NOFILE. */
+/* Descriptors a proxy keeps outside the session budget, counted from what it really holds:
+ *   per TUN queue (BUDGET_FD_PER_QUEUE): the queue's fd, its rps_cpus file, and for a queue's
+ *     own thread its event loop (epoll + notification fd), stop eventfd and UDP hand-off
+ *     socket pair;
+ *   fixed (BUDGET_FD_FIXED): stdin/stdout/stderr and the log, the main loop (epoll +
+ *     notification fd), the API's three eventfds, the worker-died and kick eventfds, the
+ *     netlink sockets (routing, route watch, auto_route), and room for what is opened for a
+ *     moment (a reload reading its file and resolving names, sysfs/procfs reads, the TUN's
+ *     set-up sockets);
+ *   one per kernel listener of the stack (all families);
+ *   the stats endpoint's (STATS_HTTP_FDS, core/stats_http.h; 0 without one).
+ * BUDGET_FD_RESERVED is the reserve the process pool (core/fdpool.h) keeps per member. */
 #define BUDGET_FD_RESERVED 64u
+#define BUDGET_FD_PER_QUEUE 7u
+#define BUDGET_FD_FIXED 32u
+
+/* The reserve for a proxy with queues TUN queues, listeners kernel listening sockets and
+ * stats_fds descriptors of its stats endpoint. Saturates at UINT32_MAX. Pure. */
+uint32_t budget_fd_reserve_for(uint32_t queues, uint32_t listeners, uint32_t stats_fds);
 
 /* Check limits for consistency. Returns 0, or -EINVAL with *field naming the offending member
  * (a static string such as "tcp_sessions[elevated]") so the config can name the JSON path.
@@ -69,8 +85,9 @@ enum {
 int budget_limits_check(const struct budget_limits *l, const char **field) BUDGET_WUR;
 
 /* The session fd budget that fits under a (raised) RLIMIT_NOFILE soft limit: min(wanted,
- * nofile - BUDGET_FD_RESERVED), 0 when the limit is below the reserve. Pure. */
-uint32_t budget_fds_fit(uint32_t wanted, uint64_t rlimit_nofile);
+ * nofile - reserve) (reserve: budget_fd_reserve_for), 0 when the limit is not above the
+ * reserve. Pure. */
+uint32_t budget_fds_fit(uint32_t wanted, uint64_t rlimit_nofile, uint32_t reserve);
 
 /* Parse "desktop" / "mobile". Returns 0 or -EINVAL. */
 int budget_profile_parse(const char *s, enum budget_profile *out) BUDGET_WUR;

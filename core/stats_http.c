@@ -1,4 +1,10 @@
-/* stats_http.c — /stats and /metrics over libevent's evhttp, on a loopback listener. */
+/* stats_http.c — /stats and /metrics over libevent's evhttp, on a loopback listener.
+ *
+ * Every connection evhttp accepts is counted and has a deadline: over STATS_HTTP_MAX_CONNS the
+ * new connection is closed at once (in the next loop iteration); a connection
+ * that has not received a whole request within STATS_HTTP_REQUEST_MS is freed, however slowly
+ * its bytes arrive (evhttp's own timeout is per read, so a client sending a byte every few
+ * seconds would otherwise hold its fd and buffers for hours). */
 #include "core/stats_http.h"
 
 #include <errno.h>
@@ -10,18 +16,35 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/queue.h>
+
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 
-#define LISTEN_BACKLOG 16
-#define MAX_HEADERS_SIZE 8192
+#include "core/counter.h"
+
 #define MAX_BODY_SIZE 1024 /* we take no bodies; a larger one is refused (413) by evhttp */
+
+/* One accepted connection: removed and freed by on_conn_close, which evhttp calls once when it
+ * closes the connection for whatever reason (our deadline included), or by on_timer when it
+ * was refused or already gone. */
+struct conn {
+	TAILQ_ENTRY(conn) link;
+	struct stats_http *s;
+	struct evhttp_connection *evcon; /* NULL until on_timer found it */
+	struct bufferevent *bev;         /* referenced until then */
+	struct event *timer;
+	bool refused;                    /* over the cap: closed by on_timer */
+};
 
 struct stats_http {
 	struct evhttp *http;
+	TAILQ_HEAD(, conn) conns;
+	ctr_t nconns, accepted, refused, timeouts;
 	stats_provider_fn fn;
 	void *arg;
 	struct stats_doc *doc;  /* reused: one loop thread serves one request at a time */
@@ -75,6 +98,128 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
 	evbuffer_free(buf);
 }
 
+/* ---- connections: cap and deadline --------------------------------------------------------- */
+
+static void arm(struct conn *c, int ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	evtimer_add(c->timer, &tv);
+}
+
+static void conn_free(struct conn *c)
+{
+	TAILQ_REMOVE(&c->s->conns, c, link);
+	event_free(c->timer);
+	if (c->bev)
+		bufferevent_decref(c->bev);
+	free(c);
+}
+
+static void on_conn_close(struct evhttp_connection *evcon, void *arg)
+{
+	struct conn *c = arg;
+	struct stats_http *s = c->s;
+
+	evhttp_connection_set_closecb(evcon, NULL, NULL); /* once, even if evhttp calls again */
+	conn_free(c);
+	ctr_add(&s->nconns, (uint64_t)-1);
+}
+
+/* The connection evhttp made for bev, or NULL when it already failed and freed it
+ * (bufferevent_free clears the callbacks; our reference keeps bev itself valid). evhttp
+ * registers the connection as the bufferevent's callback argument;
+ * evhttp_connection_get_bufferevent confirms it. */
+static struct evhttp_connection *conn_of(struct bufferevent *bev)
+{
+	struct evhttp_connection *evcon;
+	void *cbarg = NULL;
+
+	bufferevent_getcb(bev, NULL, NULL, NULL, &cbarg);
+	evcon = cbarg;
+	if (!evcon || evhttp_connection_get_bufferevent(evcon) != bev)
+		return NULL;
+	return evcon;
+}
+
+/* First run (right after the accept): find the connection, close it if it was over the cap,
+ * else watch it. Later runs: the deadline passed without a whole request. */
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+	struct stats_http *s = c->s;
+	struct evhttp_connection *evcon;
+
+	if (c->evcon) {
+		ctr_inc(&s->timeouts);
+		evhttp_connection_free(c->evcon); /* calls on_conn_close: c is gone after this */
+		return;
+	}
+	evcon = conn_of(c->bev);
+	if (!evcon || c->refused) {
+		if (!c->refused)
+			ctr_add(&s->nconns, (uint64_t)-1);
+		conn_free(c);
+		if (evcon)
+			evhttp_connection_free(evcon);
+		return;
+	}
+	bufferevent_decref(c->bev);
+	c->bev = NULL;
+	c->evcon = evcon;
+	evhttp_connection_set_closecb(evcon, on_conn_close, c);
+	arm(c, STATS_HTTP_REQUEST_MS);
+}
+
+/* A request arrived whole: the clock restarts for the answer and the next request. */
+static void request_done(struct stats_http *s, struct evhttp_request *req)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	struct conn *c;
+
+	TAILQ_FOREACH(c, &s->conns, link)
+		if (c->evcon == evcon) {
+			arm(c, STATS_HTTP_REQUEST_MS);
+			return;
+		}
+}
+
+/* evhttp asks for a bufferevent for each connection it accepts, before it reads anything:
+ * the one place we see a new connection. Counted (or marked refused over the cap) here; the
+ * rest happens in on_timer at once, when evhttp has made the connection. A reference on the
+ * bufferevent lets on_timer tell whether the connection still exists. Out of memory: NULL,
+ * and evhttp makes an uncounted one (still bounded by its own inactivity timeout). */
+static struct bufferevent *make_bev(struct event_base *base, void *arg)
+{
+	struct stats_http *s = arg;
+	struct conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->s = s;
+	c->timer = evtimer_new(base, on_timer, c);
+	c->bev = bufferevent_socket_new(base, -1, 0);
+	if (!c->timer || !c->bev) {
+		if (c->timer)
+			event_free(c->timer);
+		if (c->bev)
+			bufferevent_free(c->bev);
+		free(c);
+		return NULL;
+	}
+	bufferevent_incref(c->bev);
+	c->refused = ctr_get(&s->nconns) >= STATS_HTTP_MAX_CONNS;
+	if (c->refused) {
+		ctr_inc(&s->refused);
+	} else {
+		ctr_inc(&s->nconns);
+		ctr_inc(&s->accepted);
+	}
+	TAILQ_INSERT_TAIL(&s->conns, c, link);
+	arm(c, 0);
+	return c->bev;
+}
+
 static void reply_text(struct evhttp_request *req, int code, const char *reason,
 		       const char *text)
 {
@@ -112,6 +257,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 	enum route r = route_of(req);
 
+	request_done(arg, req);
 	if (r == ROUTE_NONE) {
 		reply_text(req, 404, "Not Found", "not found: try " STATS_HTTP_PATH_JSON " or "
 			   STATS_HTTP_PATH_PROM "\n");
@@ -151,7 +297,7 @@ static int listen_socket(const struct netaddr_ep *ep, int *fd_out, uint16_t *por
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
 	    (ss.ss_family == AF_INET6 &&
 	     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) ||
-	    bind(fd, (struct sockaddr *)&ss, sslen) != 0 || listen(fd, LISTEN_BACKLOG) != 0 ||
+	    bind(fd, (struct sockaddr *)&ss, sslen) != 0 || listen(fd, STATS_HTTP_BACKLOG) != 0 ||
 	    getsockname(fd, (struct sockaddr *)&ss, &sslen) != 0) {
 		ret = -errno;
 		close(fd);
@@ -201,10 +347,12 @@ int stats_http_new(struct event_base *base, const struct netaddr_ep *listen,
 		goto oom;
 	s->fn = fn;
 	s->arg = arg;
+	TAILQ_INIT(&s->conns);
 	if (!(s->doc = stats_doc_new()) || !(s->http = evhttp_new(base)))
 		goto oom;
 	evhttp_set_timeout(s->http, STATS_HTTP_TIMEOUT_S);
-	evhttp_set_max_headers_size(s->http, MAX_HEADERS_SIZE);
+	evhttp_set_max_headers_size(s->http, STATS_HTTP_MAX_HEADERS);
+	evhttp_set_bevcb(s->http, make_bev, s);
 	evhttp_set_max_body_size(s->http, MAX_BODY_SIZE);
 	/* Let every method reach us, so the answer is our 405, not evhttp's 501. */
 	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
@@ -229,6 +377,14 @@ oom:
 	return -ENOMEM;
 }
 
+void stats_http_stats(const struct stats_http *s, struct stats_http_stats *out)
+{
+	out->connections = ctr_get(&s->nconns);
+	out->accepted = ctr_get(&s->accepted);
+	out->refused = ctr_get(&s->refused);
+	out->timeouts = ctr_get(&s->timeouts);
+}
+
 uint16_t stats_http_port(const struct stats_http *s)
 {
 	return s->port;
@@ -239,7 +395,9 @@ void stats_http_free(struct stats_http *s)
 	if (!s)
 		return;
 	if (s->http)
-		evhttp_free(s->http);
+		evhttp_free(s->http); /* frees every connection: on_conn_close */
+	while (!TAILQ_EMPTY(&s->conns)) /* accepted but not yet looked at by on_timer */
+		conn_free(TAILQ_FIRST(&s->conns));
 	stats_doc_free(s->doc);
 	free(s);
 }

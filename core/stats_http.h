@@ -26,6 +26,19 @@ struct event_base;
 struct stats_http;
 
 #define STATS_HTTP_TIMEOUT_S 10   /* a client that stalls mid-request is dropped after this */
+/* Bounds: a scraper needs one connection; a few more for people with curl. Over the cap a new
+ * connection is closed at once (counted in refused). A request must arrive whole and be
+ * answered within STATS_HTTP_REQUEST_MS of its connection's accept (or of the previous answer
+ * on a kept-alive connection), however slowly its bytes trickle in (counted in timeouts):
+ * each connection holds one fd and at most STATS_HTTP_MAX_HEADERS of buffered headers for at
+ * most that long. */
+#define STATS_HTTP_MAX_CONNS 8
+#define STATS_HTTP_REQUEST_MS 5000
+#define STATS_HTTP_MAX_HEADERS 8192
+#define STATS_HTTP_BACKLOG 16
+/* The most descriptors the endpoint holds at once: its listener, the admitted connections and
+ * those accepted over the cap in one loop iteration (at most the backlog) before they close. */
+#define STATS_HTTP_FDS (1 + STATS_HTTP_MAX_CONNS + STATS_HTTP_BACKLOG)
 #define STATS_HTTP_PATH_JSON "/stats"
 #define STATS_HTTP_PATH_PROM "/metrics"
 #define STATS_HTTP_CT_JSON "application/json"
@@ -44,6 +57,16 @@ int stats_http_new(struct event_base *base, const struct netaddr_ep *listen,
 
 /* The bound port (the kernel's choice when listen->port was 0). */
 uint16_t stats_http_port(const struct stats_http *s);
+
+struct stats_http_stats {
+	uint64_t connections; /* gauge: open connections (<= STATS_HTTP_MAX_CONNS) */
+	uint64_t accepted;    /* connections admitted */
+	uint64_t refused;     /* closed at accept: the cap was reached */
+	uint64_t timeouts;    /* closed: no complete request within STATS_HTTP_REQUEST_MS */
+};
+
+/* A snapshot; any thread (relaxed counters). */
+void stats_http_stats(const struct stats_http *s, struct stats_http_stats *out);
 
 /* Close the listener and every open connection; in the loop's thread, before event_base_free.
  * NULL is a no-op. */

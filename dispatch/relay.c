@@ -9,12 +9,26 @@
  * Ending is deferred: a failure only records the reason, drops all interest and activates
  * finish_ev; the streams are closed/aborted and the relay freed from that event, never from
  * deep inside a stream callback whose caller still holds pointers.
+ *
+ * A stream that cannot be written any more (write or shutdown_write failed, or its error
+ * callback ran) kills only the direction INTO it (side_failed): the other direction may still
+ * carry a complete stream, e.g. a server that sent its whole response and FIN, then reset
+ * because the client kept uploading. That direction goes on until its source's EOF, is
+ * delivered in full and FINed; then the relay lingers until the healthy peer acknowledged
+ * everything (stream_unacked, polled) and closes that stream gracefully. Whether the failed
+ * stream's EOF is a real FIN: a kernel socket reports a reset once, to the first call, so a
+ * write that got -ECONNRESET leaves later reads with a plain 0. The reset errno tells: Linux
+ * reports a reset as EPIPE in CLOSE_WAIT (the peer's FIN came first) and ECONNRESET before
+ * it (tcp_reset() in net/ipv4/tcp_input.c), so any write error other than -EPIPE is kept in
+ * reset_err and turns a later EOF from that stream into the failure it is.
  */
 #include "dispatch/relay.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -22,6 +36,9 @@
 #include <event2/event.h>
 
 #define RELAY_ROUNDS 16
+#define RELAY_SINK_BYTES 8192      /* discard buffer of a dead direction, on the stack */
+#define RELAY_LINGER_POLL_MIN_MS 1 /* the first poll of the lingering stream's unacked */
+#define RELAY_LINGER_POLL_MAX_MS 64 /* the poll interval doubles up to this */
 
 struct relay;
 
@@ -33,6 +50,7 @@ struct rdir {
 	bool eof;        /* src returned EOF */
 	bool finished;   /* EOF delivered: shutdown_write(dst) done */
 	bool buf_wait;   /* the buffer pool said no: wait for retry_ev */
+	bool dead;       /* dst failed: nothing more is delivered; src is read and discarded */
 	uint8_t *early;  /* early bytes (DOWN only), from budget_malloc */
 	size_t early_len, early_off;
 	uint8_t *buf;    /* copy buffer while held; bytes [head, tail) pending */
@@ -58,12 +76,21 @@ struct relay {
 	struct budget *budget;
 	struct relay_counters *ctr;
 	struct relay_counters own_ctr; /* target of ctr when the caller passes none */
-	struct event *finish_ev, *idle_ev, *retry_ev;
+	struct event *finish_ev, *idle_ev, *retry_ev, *linger_ev;
 	int64_t idle_ns, last_active_ns;
 	bool moved;      /* bytes moved in this callback: refresh last_active_ns */
 	bool ending;
 	enum relay_end reason;
 	int err;
+	/* A stream failed but the other direction still delivers: the end waiting for it. */
+	bool failed;
+	enum relay_end fail_reason;
+	int fail_err;
+	int reset_err[2];   /* a write to stream i failed with this (not -EPIPE): its EOF is no FIN */
+	bool graceful[2];   /* close stream i (not abort) even though the relay failed */
+	int linger_side;    /* the stream whose acknowledgement the linger waits for */
+	uint32_t linger_ms; /* the current poll interval */
+	ssize_t linger_left; /* the least unacked seen so far */
 	uint64_t splice_bytes, copy_bytes;
 	relay_done_fn done;
 	void *done_arg;
@@ -118,7 +145,10 @@ static void relay_end(struct relay *r, enum relay_end reason, int err)
 /* A stream failed: side 0 is a, 1 is b. */
 static void relay_fail(struct relay *r, int side, int err)
 {
-	relay_end(r, side == 0 ? RELAY_ERROR_A : RELAY_ERROR_B, err);
+	if (r->failed) /* the first failure names the end */
+		relay_end(r, r->fail_reason, r->fail_err);
+	else
+		relay_end(r, side == 0 ? RELAY_ERROR_A : RELAY_ERROR_B, err);
 }
 
 static bool dir_pending(const struct rdir *d)
@@ -174,6 +204,8 @@ static void fill_stats(const struct relay *r, struct relay_stats *st)
 
 static void free_events(struct relay *r)
 {
+	if (r->linger_ev)
+		event_free(r->linger_ev);
 	if (r->finish_ev)
 		event_free(r->finish_ev);
 	if (r->idle_ev)
@@ -194,8 +226,9 @@ static void relay_destroy(struct relay *r)
 		dir_release(&r->dir[i]);
 	for (int i = 0; i < 2; i++) {
 		/* Only a clean end closes gracefully: any failure must reach the app as a RST,
-		 * never as an EOF that looks like a complete response. */
-		if (reason == RELAY_DONE)
+		 * never as an EOF that looks like a complete response; except a stream that got
+		 * its whole direction and FIN and acknowledged them (on_linger). */
+		if (reason == RELAY_DONE || r->graceful[i])
 			stream_close(r->s[i]);
 		else
 			stream_abort(r->s[i]);
@@ -221,6 +254,88 @@ void relay_cancel(struct relay *r)
 	relay_destroy(r);
 }
 
+/* ---- a failed stream: the surviving direction, then the linger ---------------------------- */
+
+static void linger_arm(struct relay *r)
+{
+	struct timeval tv = { 0, (long)r->linger_ms * 1000 };
+
+	evtimer_add(r->linger_ev, &tv);
+}
+
+/* Direction d delivered everything and its FIN, and the other direction is dead, so nothing
+ * more will come for d's destination. Close it only once its peer acknowledged all of it: a
+ * TCP endpoint closed with unread input, or receiving more after close (the app may still be
+ * uploading), answers with RST and drops what it had not delivered yet. */
+static void linger_start(struct relay *r, const struct rdir *d)
+{
+	r->linger_side = 1 - (int)d->id;
+	r->linger_ms = RELAY_LINGER_POLL_MIN_MS;
+	r->linger_left = SSIZE_MAX;
+	linger_arm(r);
+}
+
+/* Polls with a doubling interval. Acknowledgement progress counts as activity for the idle
+ * timer, which ends a linger the peer stopped acknowledging (RELAY_LINGER_STALL_MS when the
+ * relay has no idle timeout); such an end, or a peer that failed meanwhile, aborts. */
+static void on_linger(evutil_socket_t fd, short what, void *arg)
+{
+	struct relay *r = arg;
+	ssize_t left;
+	int64_t now;
+
+	if (r->ending)
+		return;
+	left = stream_unacked(r->s[r->linger_side]);
+	now = coarse_now_ns();
+	if (left == 0) {
+		r->graceful[r->linger_side] = true;
+		ctr_inc(&r->ctr->drained_ends);
+	}
+	if (left <= 0) {
+		relay_end(r, r->fail_reason, r->fail_err);
+		return;
+	}
+	if (left < r->linger_left) {
+		r->linger_left = left;
+		r->last_active_ns = now;
+	} else if (!r->idle_ns && now - r->last_active_ns >= RELAY_LINGER_STALL_MS * 1000000LL) {
+		relay_end(r, r->fail_reason, r->fail_err);
+		return;
+	}
+	if (r->linger_ms < RELAY_LINGER_POLL_MAX_MS)
+		r->linger_ms *= 2;
+	linger_arm(r);
+}
+
+/* Stream `side` can take nothing more. The direction into it dies: its bytes are dropped and
+ * its source is from now on read only to discard (its peer may still be receiving the other
+ * direction and must not stall on a full window). The direction out of it goes on: it ends
+ * the relay with aborts if its next read fails (or sees the EOF of a reset, reset_err), or
+ * finishes, and then the linger closes its destination gracefully. */
+static void side_failed(struct relay *r, int side, int err)
+{
+	struct rdir *in = &r->dir[1 - side];
+	struct rdir *out = &r->dir[side];
+
+	if (r->ending || in->dead)
+		return;
+	if (!r->failed) {
+		r->failed = true;
+		r->fail_reason = side == 0 ? RELAY_ERROR_A : RELAY_ERROR_B;
+		r->fail_err = err;
+	}
+	if (out->dead) { /* both streams failed: nothing left to deliver */
+		relay_end(r, r->fail_reason, r->fail_err);
+		return;
+	}
+	dir_release(in);
+	in->dead = true;
+	in->buf_wait = false;
+	if (out->finished)
+		linger_start(r, out);
+}
+
 /* ---- one direction ----------------------------------------------------------------------- */
 
 static void dir_delivered(struct rdir *d, size_t n, bool spliced)
@@ -241,7 +356,8 @@ static void dir_delivered(struct rdir *d, size_t n, bool spliced)
 	r->moved = true;
 }
 
-/* Write pending bytes to dst. 0 (progress or -EAGAIN: see dir_pending), -1 if the relay ends. */
+/* Write pending bytes to dst. 0 (progress or -EAGAIN: see dir_pending), -1 if the relay ends
+ * or the direction died. */
 static int dir_push(struct rdir *d)
 {
 	struct relay *r = d->r;
@@ -281,9 +397,27 @@ static int dir_push(struct rdir *d)
 		return 0;
 	}
 	if (n < 0 && n != -EAGAIN) {
-		relay_fail(r, 1 - (int)d->id, (int)n);
+		int side = 1 - (int)d->id;
+
+		if (n != -EPIPE && !r->reset_err[side])
+			r->reset_err[side] = (int)n;
+		side_failed(r, side, (int)n);
 		return -1;
 	}
+	return 0;
+}
+
+/* src returned 0: EOF, unless a write to src already reported its reset (the kernel then
+ * answers reads with 0 too). 0, or -1 if the relay ends. */
+static int dir_eof(struct rdir *d)
+{
+	int err = d->r->reset_err[d->id];
+
+	if (err) {
+		relay_fail(d->r, (int)d->id, err);
+		return -1;
+	}
+	d->eof = true;
 	return 0;
 }
 
@@ -314,8 +448,8 @@ static ssize_t dir_pull_copy(struct rdir *d)
 		return n;
 	}
 	if (n == 0)
-		d->eof = true;
-	else if (n != -EAGAIN) {
+		return dir_eof(d);
+	if (n != -EAGAIN) {
 		relay_fail(r, (int)d->id, (int)n);
 		return -1;
 	}
@@ -348,10 +482,8 @@ static ssize_t dir_pull_splice(struct rdir *d)
 		r->moved = true;
 		return n;
 	}
-	if (n == 0) {
-		d->eof = true;
-		return 0;
-	}
+	if (n == 0)
+		return dir_eof(d);
 	n = -errno;
 	if (n == -EAGAIN || n == -EINTR)
 		return 0;
@@ -371,19 +503,43 @@ static bool dir_wants_read(const struct rdir *d)
 	return !d->eof && !d->buf_wait && !dir_pending(d);
 }
 
-/* Propagate EOF after the data: shutdown_write(dst). Ends the relay when both finished. */
+/* Propagate EOF after the data: shutdown_write(dst). Ends the relay when both finished; when
+ * the other direction is dead, the linger decides. A failed shutdown consumes no pending
+ * reset (reads still report it), so it leaves reset_err alone. */
 static void dir_finish(struct rdir *d)
 {
 	struct relay *r = d->r;
+	const struct rdir *o = &r->dir[1 - d->id];
 	int ret;
 
-	d->finished = true;
 	if ((ret = stream_shutdown_write(d->dst)) != 0) {
-		relay_fail(r, 1 - (int)d->id, ret);
+		side_failed(r, 1 - (int)d->id, ret);
 		return;
 	}
-	if (r->dir[0].finished && r->dir[1].finished)
+	d->finished = true;
+	if (o->dead)
+		linger_start(r, d);
+	else if (o->finished)
 		relay_end(r, RELAY_DONE, 0);
+}
+
+/* A dead direction reads its source only to throw the bytes away, until EOF. */
+static void dir_discard(struct rdir *d)
+{
+	uint8_t sink[RELAY_SINK_BYTES];
+
+	for (int round = 0; round < RELAY_ROUNDS && !d->eof; round++) {
+		ssize_t n = stream_read(d->src, sink, sizeof(sink));
+
+		if (n == -EAGAIN)
+			return;
+		if (n == 0)
+			d->eof = true;
+		else if (n < 0)
+			relay_fail(d->r, (int)d->id, (int)n);
+		if (n <= 0)
+			return;
+	}
 }
 
 /* Pull/push rounds until dst is full, src is empty, or the round budget is spent. */
@@ -391,6 +547,10 @@ static void dir_run(struct rdir *d)
 {
 	struct relay *r = d->r;
 
+	if (d->dead) {
+		dir_discard(d);
+		return;
+	}
 	for (int round = 0; round < RELAY_ROUNDS; round++) {
 		ssize_t n;
 
@@ -452,11 +612,17 @@ static void on_writable(void *arg)
 	relay_sync(sd->r);
 }
 
+/* The stream's connection is gone (lwIP: the pcb is freed, reads return the error from now
+ * on): as a failed write, it only ends the direction into it for now. */
 static void on_error(void *arg, int err)
 {
 	struct side *sd = arg;
+	struct relay *r = sd->r;
 
-	relay_fail(sd->r, sd->idx, err);
+	if (!r->reset_err[sd->idx])
+		r->reset_err[sd->idx] = err;
+	side_failed(r, sd->idx, err);
+	relay_sync(r);
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -498,7 +664,8 @@ static int relay_alloc(struct event_base *base, const struct relay_params *p, st
 	r->finish_ev = event_new(base, -1, 0, on_finish, r);
 	r->idle_ev = evtimer_new(base, on_idle, r);
 	r->retry_ev = evtimer_new(base, on_retry, r);
-	if (!r->finish_ev || !r->idle_ev || !r->retry_ev)
+	r->linger_ev = evtimer_new(base, on_linger, r);
+	if (!r->finish_ev || !r->idle_ev || !r->retry_ev || !r->linger_ev)
 		goto fail;
 	if (p->early_len) {
 		r->dir[RELAY_DOWN].early = budget_malloc(p->budget, p->early_len);

@@ -11,10 +11,20 @@
  * other only after every byte read before it was delivered; the other direction keeps flowing. The
  * relay ends when:
  *   - both directions finished                  -> both streams closed gracefully (DONE);
- *   - a read/write/shutdown on either stream fails, or a stream reports an error (reset)
+ *   - a read from either stream fails, or a stream that failed (below) shows EOF without a FIN
  *                                               -> both aborted: the app gets a RST (ERROR_A/B);
  *   - no byte moved either way for idle_ms      -> both aborted (IDLE);
  *   - relay_cancel() (dispatcher shutdown)      -> both aborted (CANCELLED).
+ *
+ * A failed write, shutdown_write or error report on stream X ends only the direction INTO X
+ * (its bytes in flight are dropped; the other peer's further bytes are read and discarded).
+ * The direction OUT of X carries on: if X's FIN came before its failure (a server that sent
+ * its whole response and FIN, then reset because the client kept uploading: HTTP's "413, then
+ * RST"), everything X sent is delivered, the other stream gets its FIN, and the relay lingers
+ * until that peer acknowledged it all (stream_unacked, polled every 1..64 ms); then it closes
+ * that stream gracefully, aborts X, and ends as ERROR_X (counted in drained_ends). A reset
+ * before X's FIN, the idle timeout during the linger (acknowledgements count as activity), or
+ * the other peer failing too still abort both: a truncated stream never ends in a FIN.
  *
  * Modes. splice (kernel sockets on both sides; no payload enters userspace): socket -> pipe
  * with SPLICE_F_MOVE|SPLICE_F_NONBLOCK up to the pipe's capacity, then pipe -> socket; the pipe
@@ -30,7 +40,8 @@
  *
  * A stream's failure is noticed on its next read or write (or its error callback): a direction
  * held back by a slow destination learns that its source was reset once it reads again, and
- * the idle timeout bounds that wait.
+ * the idle timeout bounds that wait (and any linger: RELAY_LINGER_STALL_MS without progress
+ * when idle_ms is 0).
  *
  * Early bytes: bytes the outbound already read from b past a proxy handshake; they are copied
  * at relay_new (accounted through budget_malloc) and written to a before anything else b->a.
@@ -57,8 +68,9 @@ struct relay;
 
 enum relay_end {
 	RELAY_DONE,      /* both directions finished (FIN both ways) */
-	RELAY_ERROR_A,   /* stream a failed or was reset; b aborted */
-	RELAY_ERROR_B,   /* stream b failed or was reset; a aborted */
+	RELAY_ERROR_A,   /* stream a failed or was reset; b aborted, or closed after a's whole
+			  * stream and FIN reached it (see above) */
+	RELAY_ERROR_B,   /* stream b failed or was reset; a aborted, or closed likewise */
 	RELAY_IDLE,      /* idle timeout; both aborted */
 	RELAY_CANCELLED, /* relay_cancel(); both aborted */
 	RELAY_END_MAX
@@ -84,10 +96,15 @@ struct relay_counters {
 	ctr_t buf_bytes_inflight; /* gauge: bytes now in copy buffers (and early bytes) */
 	ctr_t active;             /* gauge: live relays */
 	ctr_t ends[RELAY_END_MAX];
+	ctr_t drained_ends;       /* ERROR_A/B ends that still delivered the failed stream's
+				   * whole direction and FIN and closed the other gracefully */
 };
 
 /* Time a direction waits before asking the buffer pool again after a refusal. */
 #define RELAY_BUF_RETRY_MS 20
+
+/* With no idle timeout: how long a linger waits without acknowledgement progress. */
+#define RELAY_LINGER_STALL_MS 60000
 
 struct relay_params {
 	enum ts_relay_mode mode;   /* TS_RELAY_SPLICE: splice when both fds >= 0 and pipes given */

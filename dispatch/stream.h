@@ -18,6 +18,10 @@
  *    already gone). A kernel socket never calls it: its errors come back from read/write.
  *    After `error`, read/write return the error; the owner still calls abort() or close()
  *    exactly once, which then only frees.
+ *  - EOF means the peer's FIN: read() returns 0 only when the peer finished sending, never
+ *    for a reset. (A kernel socket reports a reset once, to whichever call comes first; a
+ *    read after a write that got -ECONNRESET sees 0. The relay, which also splices on the
+ *    fd behind the stream's back, keeps that record itself: see relay.c.)
  *  - close() and abort() free the stream; exactly one of them is called, exactly once.
  *    Neither touches the fd budget: the owner that reserved a descriptor releases it. The
  *    relay calls them from its own event (never from inside a stream callback), so an lwIP
@@ -66,6 +70,14 @@ struct stream_ops {
 	void (*abort)(struct stream *s);
 	/* Graceful close (FIN after pending data) and free the stream. */
 	void (*close)(struct stream *s);
+	/* How much of what write() accepted, and the FIN of shutdown_write(), the peer has not
+	 * acknowledged yet: > 0 still on its way, 0 delivered (or the stack will finish the
+	 * delivery on its own after close()), -errno the connection failed and it never will.
+	 * A stream that cannot tell returns 0. May be NULL (same as 0). The relay polls it
+	 * before a close that must not cost the peer its last bytes: a TCP endpoint closed with
+	 * unread input, or receiving more after close, answers with RST and discards what it
+	 * had not yet delivered. */
+	ssize_t (*unacked)(const struct stream *s);
 };
 
 /* The common head of every implementation; implementations embed it first. */
@@ -115,6 +127,11 @@ static inline void stream_abort(struct stream *s)
 static inline void stream_close(struct stream *s)
 {
 	s->ops->close(s);
+}
+
+static inline ssize_t stream_unacked(const struct stream *s)
+{
+	return s->ops->unacked ? s->ops->unacked(s) : 0;
 }
 
 /* ---- the kernel-socket stream (stream_sock.c) ------------------------------------------ */

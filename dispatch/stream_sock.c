@@ -8,7 +8,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -105,6 +107,22 @@ static void ss_close(struct stream *s)
 	ss_destroy(ss_of(s));
 }
 
+/* A pending error first: the socket was reset, what it still holds will never arrive (and
+ * SIOCOUTQ would go on counting it). SIOCOUTQ is, for TCP, the sent bytes and FIN not yet
+ * acknowledged (write_seq - snd_una); for AF_UNIX, the bytes the peer has not read yet. */
+static ssize_t ss_unacked(const struct stream *s)
+{
+	int fd = ((const struct stream_sock *)s)->fd;
+	int err = 0, n = 0;
+	socklen_t len = sizeof(err);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0)
+		return -err;
+	if (ioctl(fd, SIOCOUTQ, &n) < 0)
+		return 0; /* a socket type that cannot tell */
+	return n;
+}
+
 static const struct stream_ops sock_ops = {
 	.read = ss_read,
 	.write = ss_write,
@@ -113,6 +131,7 @@ static const struct stream_ops sock_ops = {
 	.fd = ss_fd,
 	.abort = ss_abort,
 	.close = ss_close,
+	.unacked = ss_unacked,
 };
 
 static void on_read(evutil_socket_t fd, short what, void *arg)

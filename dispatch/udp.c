@@ -98,13 +98,25 @@ struct udp_session {
 	uint8_t rc_dst[16];
 	struct dns_pending dns[UDP_DNS_PENDING];
 	uint32_t dns_next;                 /* ring cursor: the slot overwritten next */
+	uint32_t dns_waiting;              /* used slots of dns[] */
+	/* Every datagram so far was a DNS query and every reply an answer to one: the session
+	 * is on the DNS list (short timeout) and closes when dns_waiting drops to 0. Cleared for
+	 * good by anything else (then on the idle list). */
+	bool dns_only;
 };
 TAILQ_HEAD(session_list, udp_session);
+
+/* A list of sessions ordered by last activity, all with one timeout, and its one timer. */
+struct expiry {
+	struct session_list list;
+	struct event *ev;
+	int64_t ns;
+};
 
 struct udp_counters {
 	ctr_t sessions, sessions_total, sessions_expired, sockets, up_queued, down_queued;
 	ctr_t up_datagrams, up_bytes, down_datagrams, down_bytes;
-	ctr_t dns_queries, dns_answers, recv_errors;
+	ctr_t dns_queries, dns_answers, dns_done, dns_expired, recv_errors;
 	ctr_t drops[UDP_DROP_MAX];
 };
 
@@ -123,11 +135,12 @@ struct udp_path {
 	size_t nsessions;
 	uint64_t seed;
 
-	struct session_list idle_list;
+	/* [0]: ordinary sessions, timeouts.udp_idle_ms (the newest configuration's, for every
+	 * session); [1]: DNS-only sessions, min(dns_timeout_ns, that). Each session is on one. */
+	struct expiry exp[2];
+	int64_t dns_timeout_ns;
 	struct session_list down_list;
-	struct event *idle_ev;             /* one timer: the head of idle_list */
 	struct event *down_ev;             /* retries down queues after EAGAIN */
-	int64_t idle_ns;                   /* the newest configuration's, for every session */
 	uint32_t up_limit, down_limit;
 
 	struct bufpool *pool;              /* queued datagrams */
@@ -243,35 +256,59 @@ static void table_remove(struct udp_path *up, struct udp_session *s)
 
 /* ---- idle timer --------------------------------------------------------------------------- */
 
-/* Arm the one idle timer for the head of the idle list (nothing to wait for: not armed, so an
- * idle path never wakes). Rounded up to the microsecond: never early. */
-static void idle_arm(struct udp_path *up, int64_t now, int64_t min_ns)
+/* Arm x's timer for the head of its list (nothing to wait for: not armed, so an idle path
+ * never wakes). Rounded up to the microsecond: never early. */
+static void idle_arm(struct expiry *x, int64_t now, int64_t min_ns)
 {
-	struct udp_session *s = TAILQ_FIRST(&up->idle_list);
+	struct udp_session *s = TAILQ_FIRST(&x->list);
 	int64_t d;
 	struct timeval tv;
 
 	if (!s)
 		return;
-	d = s->last_ns + up->idle_ns - now;
+	d = s->last_ns + x->ns - now;
 	if (d < min_ns)
 		d = min_ns;
 	d = (d + 999) / 1000;
 	tv.tv_sec = (time_t)(d / 1000000);
 	tv.tv_usec = (suseconds_t)(d % 1000000);
-	evtimer_add(up->idle_ev, &tv);
+	evtimer_add(x->ev, &tv);
+}
+
+static struct expiry *expiry_of(struct udp_path *up, const struct udp_session *s)
+{
+	return &up->exp[s->dns_only];
 }
 
 static void session_touch(struct udp_path *up, struct udp_session *s, int64_t now)
 {
+	struct expiry *x = expiry_of(up, s);
+
 	/* Clocks of the driver batch and of callbacks may differ by a batch: an expiry can be
 	 * that much late, never early. */
 	if (now > s->last_ns)
 		s->last_ns = now;
 	if (TAILQ_NEXT(s, idle)) {
-		TAILQ_REMOVE(&up->idle_list, s, idle);
-		TAILQ_INSERT_TAIL(&up->idle_list, s, idle);
+		TAILQ_REMOVE(&x->list, s, idle);
+		TAILQ_INSERT_TAIL(&x->list, s, idle);
 	}
+}
+
+/* Not (or no longer) DNS only: onto the idle list for good, at its tail (now is at least as
+ * late as any last_ns there, so the order holds). */
+static void session_demote(struct udp_path *up, struct udp_session *s, int64_t now)
+{
+	struct expiry *x = &up->exp[0];
+
+	if (!s->dns_only)
+		return;
+	TAILQ_REMOVE(&up->exp[1].list, s, idle);
+	s->dns_only = false;
+	if (now > s->last_ns)
+		s->last_ns = now;
+	TAILQ_INSERT_TAIL(&x->list, s, idle);
+	if (!evtimer_pending(x->ev, NULL))
+		idle_arm(x, now, 0);
 }
 
 /* ---- sockets ------------------------------------------------------------------------------ */
@@ -478,6 +515,8 @@ static void sock_write_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+static bool dns_finish(struct udp_path *up, struct udp_session *s);
+
 /* ---- down: replies to the TUN ------------------------------------------------------------- */
 
 static void count_down(struct udp_path *up, const struct udp_session *s, size_t pkt_len)
@@ -571,6 +610,7 @@ static void down_cb(evutil_socket_t fd, short what, void *arg)
 		}
 		TAILQ_REMOVE(&up->down_list, s, down);
 		s->in_down = false;
+		dns_finish(up, s);
 	}
 }
 
@@ -578,8 +618,10 @@ static void down_cb(evutil_socket_t fd, short what, void *arg)
 
 /* gen: held by the caller; the session takes that hold (not on failure). */
 static struct udp_session *session_new(struct udp_path *up, const struct skey *k,
-				       struct cfg_gen *gen, int64_t now)
+				       struct cfg_gen *gen, bool dns_only, int64_t now)
 {
+	struct expiry *x;
+
 	struct udp_session *s;
 
 	if (budget_udp_acquire(up->b) != 0) {
@@ -596,6 +638,7 @@ static struct udp_session *session_new(struct udp_path *up, const struct skey *k
 	s->gen = gen;
 	s->key = *k;
 	s->last_ns = now;
+	s->dns_only = dns_only;
 	SLIST_INIT(&s->socks);
 	STAILQ_INIT(&s->dq);
 	if (up->nsessions >= up->nbuckets)
@@ -604,9 +647,10 @@ static struct udp_session *session_new(struct udp_path *up, const struct skey *k
 	s->hnext = *b;
 	*b = s;
 	up->nsessions++;
-	TAILQ_INSERT_TAIL(&up->idle_list, s, idle);
-	if (!evtimer_pending(up->idle_ev, NULL))
-		idle_arm(up, now, 0);
+	x = expiry_of(up, s);
+	TAILQ_INSERT_TAIL(&x->list, s, idle);
+	if (!evtimer_pending(x->ev, NULL))
+		idle_arm(x, now, 0);
 	ctr_inc(&up->ctr.sessions);
 	ctr_inc(&up->ctr.sessions_total);
 	return s;
@@ -618,7 +662,7 @@ static void session_free(struct udp_path *up, struct udp_session *s)
 	struct usock *k;
 
 	table_remove(up, s);
-	TAILQ_REMOVE(&up->idle_list, s, idle);
+	TAILQ_REMOVE(&expiry_of(up, s)->list, s, idle);
 	if (s->in_down)
 		TAILQ_REMOVE(&up->down_list, s, down);
 	while ((k = SLIST_FIRST(&s->socks))) {
@@ -632,22 +676,46 @@ static void session_free(struct udp_path *up, struct udp_session *s)
 	gauge_dec(&up->ctr.sessions);
 }
 
-static void idle_cb(evutil_socket_t fd, short what, void *arg)
+static void expire(struct udp_path *up, struct expiry *x, ctr_t *expired)
 {
-	struct udp_path *up = arg;
 	int64_t now = ts_now_ns();
 	struct udp_session *s;
 	int n = 0;
 
-	while ((s = TAILQ_FIRST(&up->idle_list)) && s->last_ns + up->idle_ns <= now) {
+	while ((s = TAILQ_FIRST(&x->list)) && s->last_ns + x->ns <= now) {
 		if (n++ == UDP_EXPIRE_BATCH) {
-			idle_arm(up, now, UDP_RETRY_NS);
+			idle_arm(x, now, UDP_RETRY_NS);
 			return;
 		}
 		session_free(up, s);
-		ctr_inc(&up->ctr.sessions_expired);
+		ctr_inc(expired);
 	}
-	idle_arm(up, now, 0);
+	idle_arm(x, now, 0);
+}
+
+static void idle_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct udp_path *up = arg;
+
+	expire(up, &up->exp[0], &up->ctr.sessions_expired);
+}
+
+static void dns_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct udp_path *up = arg;
+
+	expire(up, &up->exp[1], &up->ctr.dns_expired);
+}
+
+/* A DNS-only session with nothing left to wait for (no query unanswered, no answer queued
+ * for the TUN) is done: closed now rather than held for a timeout. */
+static bool dns_finish(struct udp_path *up, struct udp_session *s)
+{
+	if (!s->dns_only || s->dns_waiting || s->dq_len)
+		return false;
+	session_free(up, s);
+	ctr_inc(&up->ctr.dns_done);
+	return true;
 }
 
 /* ---- DNS hijack --------------------------------------------------------------------------- */
@@ -666,6 +734,8 @@ static void dns_remember(struct udp_session *s, const struct udp_view *v)
 	}
 	p = &s->dns[s->dns_next];
 	s->dns_next = (s->dns_next + 1) % UDP_DNS_PENDING;
+	if (!p->used)
+		s->dns_waiting++;
 	p->used = true;
 	p->txid = txid;
 	p->port_be = v->dport_be;
@@ -688,10 +758,41 @@ static bool dns_match(struct udp_session *s, const uint8_t *answer, size_t len,
 			memcpy(h->src, p->addr, 16);
 			h->sport_be = p->port_be;
 			p->used = false;
+			s->dns_waiting--;
 			return true;
 		}
 	}
 	return false;
+}
+
+/* Not hijacked: is this reply, from addr:port_be, the answer to a pending query (QR set, an
+ * asked id, from the server asked)? The entry is consumed. */
+static bool dns_match_plain(struct udp_session *s, const uint8_t *answer, size_t len,
+			    const uint8_t addr[16], uint16_t port_be)
+{
+	uint16_t txid;
+
+	if (len < DNS_HDR_LEN || !(answer[2] & 0x80))
+		return false;
+	memcpy(&txid, answer, 2);
+	for (int i = 0; i < UDP_DNS_PENDING; i++) {
+		struct dns_pending *p = &s->dns[i];
+		if (p->used && p->txid == txid && p->port_be == port_be &&
+		    memcmp(p->addr, addr, 16) == 0) {
+			p->used = false;
+			s->dns_waiting--;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* A query the session may carry and stay DNS only: hijacked, or to port 53 with a DNS header
+ * that is a query (QR clear). */
+static bool dns_like(const struct udp_view *v, const struct target *t)
+{
+	return t->dns || (v->dport_be == htons(DNS_PORT) && v->payload_len >= DNS_HDR_LEN &&
+			  !(v->payload[2] & 0x80));
 }
 
 /* ---- replies ------------------------------------------------------------------------------ */
@@ -717,6 +818,8 @@ static void reply(struct udp_path *up, struct usock *k, const struct sockaddr_st
 		/* Impossible: the socket's family is the destination's, which is the client's. */
 		drop(up, UDP_DROP_malformed);
 		return;
+	} else if (s->dns_only && !dns_match_plain(s, up->rxbuf + hl, n, h.src, h.sport_be)) {
+		session_demote(up, s, ts_now_ns()); /* not DNS after all: an ordinary session */
 	}
 	h.ip_id = up->ip_id++;
 	if (udp_codec_encode(&h, up->rxbuf + hl, n, up->rxbuf, up->rxcap, &pkt_len) != 0) {
@@ -734,7 +837,7 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 	size_t hl = udp_codec_hdr_len(s->key.family);
 	bool got = false;
 
-	for (int i = 0; i < UDP_RX_BATCH; i++) {
+	for (int i = 0; i < UDP_RX_BATCH && !(s->dns_only && !s->dns_waiting); i++) {
 		struct sockaddr_storage from;
 		socklen_t fromlen = sizeof(from);
 		ssize_t n = recvfrom(fd, up->rxbuf + hl, up->rxcap - hl, 0,
@@ -750,7 +853,7 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 		got = true;
 		reply(up, k, &from, (size_t)n);
 	}
-	if (got)
+	if (got && !dns_finish(up, s))
 		session_touch(up, s, ts_now_ns());
 }
 
@@ -848,7 +951,7 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	struct udp_session *s;
 	struct cfg_gen *gen;
 	struct usock *k;
-	bool fresh = false;
+	bool fresh = false, dns;
 
 	memset(&key, 0, sizeof(key));
 	key.family = v->family;
@@ -863,10 +966,13 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	gen = s ? s->gen : cfg_gens_hold(&up->gens);
 	if (pick_target(up, gen->cfg, s, v, &t) != 0)
 		goto unhold;
+	dns = dns_like(v, &t);
 	if (!s) {
-		if (!(s = session_new(up, &key, gen, now_ns)))
+		if (!(s = session_new(up, &key, gen, dns, now_ns)))
 			goto unhold;
 		fresh = true;
+	} else if (!dns) {
+		session_demote(up, s, now_ns);
 	}
 	k = sock_get(up, s, &t);
 	if (!k) {
@@ -876,7 +982,7 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 		return;
 	}
 	session_touch(up, s, now_ns);
-	if (t.dns)
+	if (t.dns || s->dns_only)
 		dns_remember(s, v);
 	sock_send(up, k, &t, v->payload, v->payload_len);
 	return;
@@ -940,11 +1046,30 @@ static int path_alloc(struct udp_path *up, const struct ts_config *cfg)
 	up->buckets = budget_calloc(up->b, up->nbuckets, sizeof(*up->buckets));
 	if (!up->buckets)
 		return -ENOBUFS;
-	up->idle_ev = evtimer_new(up->base, idle_cb, up);
+	up->exp[0].ev = evtimer_new(up->base, idle_cb, up);
+	up->exp[1].ev = evtimer_new(up->base, dns_cb, up);
 	up->down_ev = evtimer_new(up->base, down_cb, up);
-	if (!up->idle_ev || !up->down_ev)
+	if (!up->exp[0].ev || !up->exp[1].ev || !up->down_ev)
 		return -ENOMEM;
 	return 0;
+}
+
+static void set_timeouts(struct udp_path *up, const struct ts_config *cfg)
+{
+	up->exp[0].ns = (int64_t)cfg->timeouts.udp_idle_ms * TS_NS_PER_MS;
+	up->exp[1].ns = up->dns_timeout_ns < up->exp[0].ns ? up->dns_timeout_ns : up->exp[0].ns;
+}
+
+/* Re-arm both timers after a timeout changed: a shorter one takes effect now (a longer one:
+ * the timer fires early and re-arms). */
+static void rearm(struct udp_path *up)
+{
+	int64_t now = ts_now_ns();
+
+	for (int i = 0; i < 2; i++) {
+		evtimer_del(up->exp[i].ev);
+		idle_arm(&up->exp[i], now, 0);
+	}
 }
 
 int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct budget *b,
@@ -963,10 +1088,12 @@ int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct bu
 	up->b = b;
 	up->tx = tx;
 	up->tx_arg = tx_arg;
-	up->idle_ns = (int64_t)cfg->timeouts.udp_idle_ms * TS_NS_PER_MS;
+	up->dns_timeout_ns = (int64_t)UDP_DNS_TIMEOUT_MS * TS_NS_PER_MS;
+	set_timeouts(up, cfg);
 	up->up_limit = l->udp_up_queue;
 	up->down_limit = l->udp_down_queue;
-	TAILQ_INIT(&up->idle_list);
+	TAILQ_INIT(&up->exp[0].list);
+	TAILQ_INIT(&up->exp[1].list);
 	TAILQ_INIT(&up->down_list);
 	path_seed(up);
 	ret = cfg_gens_init(&up->gens, cfg);
@@ -986,10 +1113,12 @@ void udp_path_free(struct udp_path *up)
 
 	if (!up)
 		return;
-	while ((s = TAILQ_FIRST(&up->idle_list)))
-		session_free(up, s);
-	if (up->idle_ev)
-		event_free(up->idle_ev);
+	for (int i = 0; i < 2; i++) {
+		while ((s = TAILQ_FIRST(&up->exp[i].list)))
+			session_free(up, s);
+		if (up->exp[i].ev)
+			event_free(up->exp[i].ev);
+	}
 	if (up->down_ev)
 		event_free(up->down_ev);
 	budget_mfree(up->b, up->buckets);
@@ -1004,11 +1133,9 @@ void udp_path_set_config(struct udp_path *up, const struct ts_config *cfg,
 {
 	assert(cfg && cfg->n_outbounds > 0);
 	cfg_gens_set(&up->gens, cfg, release, arg);
-	/* One idle timeout for all: the idle list stays ordered by expiry. Re-armed so a shorter
-	 * timeout takes effect now (a longer one: the timer fires early and re-arms). */
-	up->idle_ns = (int64_t)cfg->timeouts.udp_idle_ms * TS_NS_PER_MS;
-	evtimer_del(up->idle_ev);
-	idle_arm(up, ts_now_ns(), 0);
+	/* One timeout per list for all its sessions: each list stays ordered by expiry. */
+	set_timeouts(up, cfg);
+	rearm(up);
 }
 
 void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
@@ -1028,6 +1155,8 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
 	out->down_bytes = ctr_get(&c->down_bytes);
 	out->dns_queries = ctr_get(&c->dns_queries);
 	out->dns_answers = ctr_get(&c->dns_answers);
+	out->dns_done = ctr_get(&c->dns_done);
+	out->dns_expired = ctr_get(&c->dns_expired);
 	out->recv_errors = ctr_get(&c->recv_errors);
 	for (int i = 0; i < UDP_DROP_MAX; i++)
 		out->drops[i] = ctr_get(&c->drops[i]);
@@ -1043,4 +1172,11 @@ void udp_path_set_sendto(struct udp_path *up, udp_sendto_fn fn, void *arg)
 void udp_path_set_loopguard(struct udp_path *up, struct loopguard *lg)
 {
 	up->loopguard = lg;
+}
+
+void udp_path_set_dns_timeout(struct udp_path *up, uint32_t ms)
+{
+	up->dns_timeout_ns = (int64_t)ms * TS_NS_PER_MS;
+	set_timeouts(up, cfg_gens_current(&up->gens));
+	rearm(up);
 }

@@ -22,6 +22,20 @@
  * overwritten). An answer is matched by its DNS id and sent back to the client FROM the address
  * and port the client asked; an answer matching nothing is dropped (dns_unmatched).
  *
+ * DNS sessions: resolvers ask each query from a fresh source port, so at tens of queries a
+ * second, sessions held for timeouts.udp_idle_ms would exhaust budgets.udp_sessions and the
+ * shared fd budget (and then TCP fails too). A session whose datagrams have all been DNS
+ * queries (hijacked, or to port 53 with a DNS header with QR clear) and whose replies have all
+ * been answers to them (hijacked: matched by id; otherwise QR set, an asked id, from the asked
+ * server and port) is DNS only: it closes as soon as its last pending query is answered and
+ * the answer is handed to the TUN (dns_done), or UDP_DNS_TIMEOUT_MS (never more than the idle
+ * timeout) after its last datagram (dns_expired). So a DNS session holds one session and one
+ * fd for one round trip: the budget needed is the query rate times the upstream's latency, or
+ * times UDP_DNS_TIMEOUT_MS while the upstream does not answer. Any other datagram or reply
+ * makes the session an ordinary one for good (another protocol on port 53 keeps its source
+ * port and the idle timeout). DNS-only and ordinary sessions are on two idle-ordered lists,
+ * each with one timeout and one timer.
+ *
  * Bounds: sessions come from budget_udp_acquire; each outbound socket's fd from
  * budget_fd_reserve; datagrams wait only when the kernel says EAGAIN (sendto) or the driver
  * does (tx), in per-session FIFOs of at most budgets.udp_up_queue / udp_down_queue datagrams
@@ -52,8 +66,10 @@
 struct event_base;
 struct udp_path;
 
-/* Pending DNS queries remembered per session (hijack). */
+/* Pending DNS queries remembered per session. */
 #define UDP_DNS_PENDING 16
+/* A session that has carried only DNS queries ends this long after its last datagram. */
+#define UDP_DNS_TIMEOUT_MS 5000
 
 /* Drop reasons: one counter each. */
 #define UDP_DROPS(X)                                                                           \
@@ -93,6 +109,8 @@ struct udp_path_stats {
 	uint64_t down_datagrams, down_bytes; /* replies written to the TUN (payload bytes) */
 	uint64_t dns_queries;       /* hijacked queries sent to the upstream */
 	uint64_t dns_answers;       /* upstream answers delivered */
+	uint64_t dns_done;          /* DNS-only sessions closed by their last answer */
+	uint64_t dns_expired;       /* DNS-only sessions closed by the DNS timeout */
 	uint64_t recv_errors;       /* recvfrom failures other than EAGAIN (e.g. ICMP refused) */
 	uint64_t drops[UDP_DROP_MAX];
 	uint64_t queue_drops;       /* drops[queue_full] (stats key udp.queue_drops) */
@@ -160,6 +178,10 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out);
 typedef ssize_t (*udp_sendto_fn)(void *arg, int fd, const void *buf, size_t len,
 				 const struct sockaddr *to, socklen_t tolen);
 void udp_path_set_sendto(struct udp_path *up, udp_sendto_fn fn, void *arg);
+
+/* The DNS timeout (UDP_DNS_TIMEOUT_MS unless set; never longer than the idle timeout). For
+ * tests and embedders; before the first datagram. */
+void udp_path_set_dns_timeout(struct udp_path *up, uint32_t ms);
 
 /* The loop check (core/loopguard.h): a datagram that would start a session although it comes
  * from the TUN's own address (gateway) and a port of one of the proxy's own live sockets is

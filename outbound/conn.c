@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "core/loopguard.h"
+#include "outbound/socks5.h"
 
 int conn_sock_error(int fd)
 {
@@ -21,17 +22,16 @@ int conn_sock_error(int fd)
 	return -err;
 }
 
-int conn_connect(struct outbound_conn *c, const struct ts_outbound *ob, const struct sockaddr *sa,
-		 socklen_t salen, int *connect_err)
+int conn_open(const struct ts_outbound *ob, const struct sockaddr *sa, socklen_t salen,
+	      int *fd_out, int *connect_err)
 {
 	int family = sa->sa_family == AF_INET6 ? 6 : 4;
-	int ret;
+	int ret, fd;
 
-	assert(c->fd < 0);
-	if ((ret = outbound_socket(ob, family, SOCK_STREAM, &c->fd)) != 0)
+	if ((ret = outbound_socket(ob, family, SOCK_STREAM, &fd)) != 0)
 		return ret;
 	*connect_err = 0;
-	while (connect(c->fd, sa, salen) != 0) {
+	while (connect(fd, sa, salen) != 0) {
 		if (errno == EINTR)
 			continue;
 		if (errno != EINPROGRESS)
@@ -41,11 +41,19 @@ int conn_connect(struct outbound_conn *c, const struct ts_outbound *ob, const st
 	/* Routed into our own TUN? Then its SYN is on its way there: on record now, before this
 	 * loop reads the TUN again (core/loopguard.h). */
 	if (*connect_err == 0 && ob->loopguard &&
-	    loopguard_connected(ob->loopguard, c->fd, family) < 0) {
+	    loopguard_connected(ob->loopguard, fd, family) < 0) {
 		/* getsockname on a socket we just connected cannot fail short of a kernel bug;
 		 * the socket still works, only unguarded */
 	}
+	*fd_out = fd;
 	return 0;
+}
+
+int conn_connect(struct outbound_conn *c, const struct ts_outbound *ob, const struct sockaddr *sa,
+		 socklen_t salen, int *connect_err)
+{
+	assert(c->fd < 0);
+	return conn_open(ob, sa, salen, &c->fd, connect_err);
 }
 
 /* The timer's one callback: a deferred result, or the deadline of the whole attempt. */
@@ -92,7 +100,7 @@ void conn_free(struct outbound_conn *c)
 	release_events(c);
 	if (c->fd >= 0)
 		close(c->fd);
-	free(c->s5);
+	socks5_state_free(c->s5);
 	free(c);
 }
 

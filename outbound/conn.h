@@ -52,6 +52,11 @@ void conn_finish(struct outbound_conn *c, int err, const uint8_t *early, size_t 
 int conn_connect(struct outbound_conn *c, const struct ts_outbound *ob, const struct sockaddr *sa,
 		 socklen_t salen, int *connect_err) __attribute__((warn_unused_result));
 
+/* The same for a socket of the caller's own: 0 and *fd_out (the caller closes it), or -errno
+ * when no socket could be made. */
+int conn_open(const struct ts_outbound *ob, const struct sockaddr *sa, socklen_t salen,
+	      int *fd_out, int *connect_err) __attribute__((warn_unused_result));
+
 /* The pending error of a socket (getsockopt SO_ERROR) as -errno, 0 if none. */
 int conn_sock_error(int fd);
 

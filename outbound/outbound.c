@@ -1,6 +1,6 @@
-/* outbound.c — outbound sockets (marked, bound, handed to the socket hook) and dispatch by
- * outbound type; the reject outbound, which is only a deferred -ECONNREFUSED. The attempt's
- * life cycle is conn.c.
+/* outbound.c — outbound sockets (IPv6 ones IPv6-only, marked, bound, handed to the socket
+ * hook) and dispatch by outbound type; the reject outbound, which is only a deferred
+ * -ECONNREFUSED. The attempt's life cycle is conn.c.
  */
 #include "outbound/outbound.h"
 
@@ -21,7 +21,7 @@
 
 int outbound_socket(const struct ts_outbound *ob, int family, int type, int *fd_out)
 {
-	int fd, ret, domain;
+	int fd, ret, domain, one = 1;
 
 	if (family == 4)
 		domain = AF_INET;
@@ -32,6 +32,10 @@ int outbound_socket(const struct ts_outbound *ob, int family, int type, int *fd_
 	fd = socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	/* IPv6 only: through a dual-stack socket an IPv4-mapped destination (::ffff:a.b.c.d)
+	 * would reach IPv4 — the proxy host's loopback, or past rules written for IPv4. */
+	if (domain == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0)
+		goto fail;
 	/* Mark and bind before connect/sendto: the first packet must already avoid the TUN. */
 	if (ob->has_routing_mark &&
 	    setsockopt(fd, SOL_SOCKET, SO_MARK, &ob->routing_mark, sizeof(ob->routing_mark)) != 0)

@@ -18,7 +18,8 @@
 
 struct event_base;
 
-/* A socket for an outbound's traffic: SOCK_NONBLOCK | SOCK_CLOEXEC, SO_MARK and
+/* A socket for an outbound's traffic: SOCK_NONBLOCK | SOCK_CLOEXEC (family 6: IPV6_V6ONLY,
+ * so an IPv4-mapped destination never reaches IPv4 through it), SO_MARK and
  * SO_BINDTODEVICE applied from ob, then ob->sock_hook (if set) called on it, then (with
  * ob->loopguard, a datagram socket) bound to the wildcard address and port 0 unless the hook
  * bound it, and recorded (core/loopguard.h). family 4 or 6;
@@ -46,10 +47,11 @@ struct outbound_conn;
  * whole attempt (TCP connect plus any proxy handshake). Returns 0 with *out (a handle valid
  * until done runs or outbound_conn_cancel is called), or -errno if nothing could be started
  * (then done is never called): -EINVAL bad arguments, -EAFNOSUPPORT, socket errors such as
- * -EMFILE or -EPERM (SO_MARK without CAP_NET_ADMIN), and for a SOCKS5 server configured by
- * host name, which is resolved here synchronously (getaddrinfo), -ENXIO (no such host) or
- * -EAGAIN (temporary resolver failure). Single-threaded: call, cancel and the callback all
- * happen on the thread running base. */
+ * -EMFILE or -EPERM (SO_MARK without CAP_NET_ADMIN). A SOCKS5 server configured by host name
+ * and not pinned is resolved asynchronously (outbound/resolver.h, ob->resolver or a resolver of
+ * the attempt's own) within timeout_ms: done then gets -ENXIO (no such host), -EAGAIN
+ * (temporary resolver failure) or -ETIMEDOUT. Single-threaded: call, cancel and the callback
+ * all happen on the thread running base. */
 int outbound_connect(struct event_base *base, const struct ts_outbound *ob,
 		     const struct flow_key *key, uint32_t timeout_ms, outbound_done_fn done,
 		     void *arg, struct outbound_conn **out) __attribute__((warn_unused_result));

@@ -9,14 +9,15 @@
  *
  * Server names: the running proxy resolves a server given as a host name once, at start and at
  * each reload, off its loop and before auto_route captures anything (ts_hostport.pinned: addr
- * holds the answer), and connections use that address. Only an outbound used without that
- * (a test, another program) resolves HERE, synchronously, with getaddrinfo() at connect time,
- * blocking the loop for the lookup; an unresolvable name fails outbound_connect with -ENXIO
- * (-EAGAIN for a temporary failure) before anything starts.
+ * holds the answer), and connections use that address. An outbound used without that (a test,
+ * another program, a name not pinned) resolves at connect time, asynchronously, with the
+ * resolver of ob->resolver (or, without one, a resolver of the attempt's own, whose sockets
+ * carry the outbound's mark), then connects to the answers with Happy Eyeballs (happy.h). The
+ * attempt's deadline covers resolution, connect and handshake; a name that does not resolve
+ * fails the attempt with -ENXIO (-EAGAIN temporary failure, -ETIMEDOUT no answer).
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -25,6 +26,8 @@
 
 #include "core/netaddr.h"
 #include "outbound/conn.h"
+#include "outbound/happy.h"
+#include "outbound/resolver.h"
 #include "outbound/socks5.h"
 #include "outbound/socks5_codec.h"
 
@@ -39,55 +42,32 @@ struct socks5_conn {
 	short io_flags;          /* what c->io currently waits for; 0 = not armed */
 	size_t out_off, out_len; /* out[out_off..out_len) still to send */
 	size_t in_len;           /* in[0..in_len) received, not yet consumed */
+	/* A server given by name, not pinned: */
+	struct ts_outbound *ob;        /* a copy (happy connects with it after the lookup) */
+	struct resolver *own_res;      /* without ob->resolver: this attempt's own */
+	struct resolver_query *rq;     /* the lookup in progress */
+	struct happy *he;              /* the connect attempts in progress */
 	uint8_t out[S5_OUT_CAP];
 	uint8_t in[S5_IN_CAP];
 };
 
-static int resolve_gai_err(int rc, int saved_errno)
-{
-	switch (rc) {
-	case EAI_AGAIN:
-		return -EAGAIN;
-	case EAI_MEMORY:
-		return -ENOMEM;
-	case EAI_SYSTEM:
-		return saved_errno ? -saved_errno : -ENXIO;
-	default:  /* EAI_NONAME, EAI_NODATA, EAI_FAIL...: no such host */
-		return -ENXIO;
-	}
-}
-
-/* The server's address: the literal as configured, or the first getaddrinfo() answer. */
+/* The server's address when it is known without a lookup: a literal, or pinned. */
 static int server_sockaddr(const struct ts_hostport *hp, struct sockaddr_storage *ss,
 			   socklen_t *len)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
-	struct addrinfo *res = NULL, *ai;
-	uint16_t port_be = htons(hp->port);
-	int rc;
+	*len = (socklen_t)netaddr_sockaddr(hp->addr.family, hp->addr.a, htons(hp->port), ss);
+	return *len ? 0 : -EAFNOSUPPORT;
+}
 
-	if (hp->is_addr || hp->pinned) {
-		*len = (socklen_t)netaddr_sockaddr(hp->addr.family, hp->addr.a, port_be, ss);
-		return *len ? 0 : -EAFNOSUPPORT;
-	}
-	rc = getaddrinfo(hp->host, NULL, &hints, &res);
-	if (rc != 0)
-		return resolve_gai_err(rc, errno);
-	rc = -ENXIO;
-	for (ai = res; ai; ai = ai->ai_next) {
-		if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
-			continue;
-		memcpy(ss, ai->ai_addr, ai->ai_addrlen);
-		*len = ai->ai_addrlen;
-		if (ai->ai_family == AF_INET)
-			((struct sockaddr_in *)ss)->sin_port = port_be;
-		else
-			((struct sockaddr_in6 *)ss)->sin6_port = port_be;
-		rc = 0;
-		break;
-	}
-	freeaddrinfo(res);
-	return rc;
+void socks5_state_free(struct socks5_conn *s)
+{
+	if (!s)
+		return;
+	resolver_cancel(s->rq);
+	happy_cancel(s->he);
+	resolver_free(s->own_res);
+	free(s->ob);
+	free(s);
 }
 
 static void on_io(evutil_socket_t fd, short what, void *arg);
@@ -230,6 +210,68 @@ static int prepare(struct outbound_conn *c, const struct ts_outbound *ob,
 	return 0;
 }
 
+/* The connect to the server finished (happy.h): the handshake starts with the greeting. */
+static void on_server_connected(void *arg, int err, int fd)
+{
+	struct outbound_conn *c = arg;
+	struct socks5_conn *s = c->s5;
+
+	s->he = NULL;
+	if (err != 0) {
+		conn_finish(c, err, NULL, 0);
+		return;
+	}
+	c->fd = fd;
+	s->connected = true;
+	if (!(c->io = event_new(c->base, c->fd, EV_WRITE, on_io, c)) || event_add(c->io, NULL) != 0) {
+		conn_finish(c, -ENOMEM, NULL, 0);
+		return;
+	}
+	s->io_flags = EV_WRITE;
+}
+
+static void on_resolved(void *arg, int err, const struct netaddr *addrs, size_t n)
+{
+	struct outbound_conn *c = arg;
+	struct socks5_conn *s = c->s5;
+	struct sockaddr_storage ss[HAPPY_MAX_ADDRS];
+	uint16_t port_be = htons(s->ob->server.port);
+	size_t m = 0;
+
+	s->rq = NULL;
+	for (size_t i = 0; err == 0 && i < n && m < HAPPY_MAX_ADDRS; i++)
+		if (netaddr_sockaddr(addrs[i].family, addrs[i].a, port_be, &ss[m]))
+			m++;
+	if (err == 0 && m == 0)
+		err = -ENXIO;
+	if (err == 0)
+		err = happy_start(c->base, s->ob, ss, m, HAPPY_DELAY_MS, on_server_connected, c,
+				  &s->he);
+	if (err != 0)
+		conn_finish(c, err, NULL, 0);
+}
+
+/* A server name not pinned: look it up without blocking, then connect (on_resolved). */
+static int start_by_name(struct outbound_conn *c, const struct ts_outbound *ob)
+{
+	struct socks5_conn *s = c->s5;
+	struct resolver *r = ob->resolver;
+	int ret;
+
+	if (!(s->ob = malloc(sizeof(*s->ob))))
+		return -ENOMEM;
+	*s->ob = *ob;
+	if (!r) {
+		struct resolver_config cfg = { .sock = ob };
+
+		if ((ret = resolver_new(c->base, &cfg, &s->own_res)) != 0)
+			return ret;
+		r = s->own_res;
+	}
+	ret = resolver_lookup(r, ob->server.host, 0, on_resolved, c, &s->rq);
+	return ret == -EINVAL ? -ENXIO : ret;
+}
+
 int socks5_start(struct outbound_conn *c, const struct ts_outbound *ob,
 		 const struct flow_key *key, uint32_t timeout_ms)
 {
@@ -242,6 +284,11 @@ int socks5_start(struct outbound_conn *c, const struct ts_outbound *ob,
 		return -EINVAL;
 	if ((ret = prepare(c, ob, key)) != 0)
 		return ret;
+	if (!ob->server.is_addr && !ob->server.pinned) {
+		if ((ret = start_by_name(c, ob)) != 0)
+			return ret;
+		return event_add(c->timer, &tv) != 0 ? -EIO : 0;
+	}
 	if ((ret = server_sockaddr(&ob->server, &ss, &len)) != 0)
 		return ret;
 	if ((ret = conn_connect(c, ob, (const struct sockaddr *)&ss, len, &cerr)) != 0)

@@ -12,4 +12,8 @@
 int socks5_start(struct outbound_conn *c, const struct ts_outbound *ob, const struct flow_key *key,
 	     uint32_t timeout_ms) __attribute__((warn_unused_result));
 
+/* Free an attempt's SOCKS5 state (conn_free): its lookup, connect attempts and resolver of its
+ * own. NULL is ignored. */
+void socks5_state_free(struct socks5_conn *s);
+
 #endif

@@ -19,9 +19,11 @@
 #include "core/clock.h"
 #include "core/driver.h"
 #include "core/loopguard.h"
+#include "core/stats_http.h"
 #include "core/tun.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/udp.h"
+#include "outbound/resolver.h"
 #include "runtime/privdrop.h"
 #include "runtime/proxy.h"
 #include "runtime/reload.h"
@@ -65,6 +67,8 @@ void proxy_close(struct ts_proxy *p)
 	udp_path_free(p->udp);
 	p->udp = NULL;
 	reload_fini(p); /* the dispatcher and the UDP path have released what they held */
+	resolver_free(p->resolver); /* no connection attempt is left to ask it */
+	p->resolver = NULL;
 	workers_free(p);
 	rps_auto_stop(&p->rps);
 	tun_close(p->tun);
@@ -95,16 +99,22 @@ void proxy_close(struct ts_proxy *p)
  * program's choice: ts_process_prepare); the process pool shares it between proxies. */
 static int make_budget(struct ts_proxy *p, char *err, size_t errlen)
 {
+	/* What the proxy holds outside sessions, from the configuration (a caller's TUN ends up
+	 * with one queue: counting the configured ones only reserves more). */
+	uint32_t families = p->cfg.tun.has_addr6 ? 2 : 1;
+	uint32_t reserve = budget_fd_reserve_for(
+		p->cfg.tun.queues ? p->cfg.tun.queues : 1,
+		p->cfg.stack == TS_STACK_SYSTEM ? p->cfg.nat.listeners * families : 0,
+		p->cfg.stats.enabled ? STATS_HTTP_FDS : 0);
 	struct rlimit rl;
 	int ret;
 
 	p->budget_loaded = p->cfg.budget; /* before the fit: what a reload compares with */
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
-		p->cfg.budget.fds = budget_fds_fit(p->cfg.budget.fds, rl.rlim_cur);
+		p->cfg.budget.fds = budget_fds_fit(p->cfg.budget.fds, rl.rlim_cur, reserve);
 	if (p->cfg.budget.fds == 0) {
 		snprintf(err, errlen, "proxy: RLIMIT_NOFILE %llu leaves no descriptors for sessions "
-			 "(at least %u are needed)", (unsigned long long)rl.rlim_cur,
-			 BUDGET_FD_RESERVED + 1);
+			 "(at least %u are needed)", (unsigned long long)rl.rlim_cur, reserve + 1);
 		return -EMFILE;
 	}
 	if ((ret = budget_new(&p->cfg.budget, &p->budget)) != 0) {
@@ -206,6 +216,25 @@ static int start_stack(struct ts_proxy *p, char *err, size_t errlen)
 	return p->ops->start(&env, &p->ns, err, errlen);
 }
 
+/* The proxy's one resolver (proxy server names not pinned at start), on the loop, its sockets
+ * made like an outbound's with the default mark, so its queries never enter the TUN. */
+static int make_resolver(struct ts_proxy *p, char *err, size_t errlen)
+{
+	struct ts_outbound sock = { .sock_hook = p->sock_hook, .loopguard = p->loopguard };
+	struct resolver_config rc = { .sock = &sock };
+	int ret;
+
+	sock.has_routing_mark = p->cfg.route.default_mark != 0;
+	sock.routing_mark = p->cfg.route.default_mark;
+	if ((ret = resolver_new(p->base, &rc, &p->resolver)) != 0) {
+		snprintf(err, errlen, "proxy: resolver: %s", strerror(-ret));
+		return ret;
+	}
+	for (size_t i = 0; i < p->cfg.n_outbounds; i++)
+		p->cfg.outbounds[i].resolver = p->resolver;
+	return 0;
+}
+
 /* Least privilege: only the capabilities a running proxy uses, as "user" if given. */
 static int drop_privileges(struct ts_proxy *p, char *err, size_t errlen)
 {
@@ -257,6 +286,8 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 		snprintf(err, errlen, "proxy: event loop: out of memory");
 		return -ENOMEM;
 	}
+	if ((ret = make_resolver(p, err, errlen)) != 0)
+		return ret;
 	if ((ret = open_tun(p, err, errlen)) != 0)
 		return ret;
 	if ((ret = routing_start(p, err, errlen)) != 0)

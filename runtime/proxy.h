@@ -66,6 +66,7 @@ struct ts_proxy {
 	struct budget *budget;
 	struct budget_limits budget_loaded; /* cfg.budget as the config gave it (fds not fitted) */
 	struct loopguard *loopguard; /* the ports of our own outbound sockets */
+	struct resolver *resolver;   /* proxy server names not pinned (outbound/resolver.h) */
 	/* Routing (runtime/routing.h; main loop once started). */
 	struct netlink nl;
 	bool nl_open;

@@ -132,7 +132,9 @@ static void add_drops(struct stats_doc *d, const struct netstack_stats *ns,
 	stats_doc_counter(d, "drops.unmapped_uplink_rst", ns->unmapped_uplink_rst);
 	stats_doc_counter(d, "drops.own_address", ns->drops_own_address);
 	stats_doc_counter(d, "drops.loop", ns->drops_loop + us->drops[UDP_DROP_loop]);
+	stats_doc_counter(d, "drops.special_destination", ns->drops_special_destination);
 	stats_doc_counter(d, "drops.nat_exhausted", ns->drops_nat_exhausted);
+	stats_doc_counter(d, "drops.half_open", ns->drops_half_open);
 	stats_doc_counter(d, "drops.admission_refused", ns->admission_refused);
 	stats_doc_counter(d, "drops.fd_exhausted", ns->fd_exhausted);
 	stats_doc_counter(d, "drops.udp_queue_full", us->queue_drops);
@@ -153,6 +155,8 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 			  ds->sessions_refused + ns->admission_refused + ns->fd_exhausted);
 	stats_doc_add_u64(d, "udp.sessions", STATS_GAUGE, us->sessions);
 	stats_doc_counter(d, "udp.queue_drops", us->queue_drops);
+	stats_doc_counter(d, "udp.dns_done", us->dns_done);
+	stats_doc_counter(d, "udp.dns_expired", us->dns_expired);
 	if (p->budget)
 		budget_buffer_stats(p->budget, ds->sessions_active + us->sessions, &bs);
 	else
@@ -167,6 +171,18 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_counter(d, "relay.bytes_down", ds->bytes_down);
 	stats_doc_counter(d, "relay.splice_bytes", ds->splice_bytes);
 	stats_doc_counter(d, "relay.copy_bytes", ds->copy_bytes);
+}
+
+/* The endpoint's own bounds (core/stats_http.h); 0 without an endpoint. */
+static void add_stats_http(struct ts_proxy *p, struct stats_doc *d)
+{
+	struct stats_http_stats hs = { 0 };
+
+	if (p->stats)
+		stats_http_stats(p->stats, &hs);
+	stats_doc_add_u64(d, "stats_http.connections", STATS_GAUGE, hs.connections);
+	stats_doc_counter(d, "stats_http.refused", hs.refused);
+	stats_doc_counter(d, "stats_http.timeouts", hs.timeouts);
 }
 
 void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d)
@@ -190,6 +206,7 @@ void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d)
 	add_tun(p, d, &ns, &dc);
 	add_drops(d, &ns, &us);
 	add_sessions(p, d, &ns, &us, &ds);
+	add_stats_http(p, d);
 	routing_stats(p, d);
 	reload_stats(p, d);
 	/* Every detailed counter of the stack and the driver, for diagnosis. */

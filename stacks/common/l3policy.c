@@ -1,5 +1,6 @@
-/* l3policy.c — set-up, the cold verdicts (ICMP, other protocols, unserved families) and the
- * IPv6 TCP rules of the policy both stacks apply (l3policy.h). */
+/* l3policy.c — set-up, the cold verdicts (ICMP, other protocols, unserved families), the
+ * IPv6 TCP rules and the exact special-destination test of the policy both stacks apply
+ * (l3policy.h). */
 #include "stacks/common/l3policy.h"
 
 #include <errno.h>
@@ -51,11 +52,55 @@ static int family_init(struct l3policy_family *f, bool enabled, const uint8_t *g
 	return 0;
 }
 
+bool l3policy_special_exact(int family, const uint8_t *a)
+{
+	static const uint8_t zero[12];
+
+	if (family == 4)
+		return a[0] == 0 || a[0] == 127 || (a[0] & 0xf0) == 0xe0 ||
+		       (a[0] == 255 && a[1] == 255 && a[2] == 255 && a[3] == 255);
+	if (a[0] == 0xff) /* ff00::/8 */
+		return true;
+	/* ::/96 (:: and ::1 included) and ::ffff:0:0/96 */
+	return memcmp(a, zero, 10) == 0 &&
+	       ((a[10] == 0 && a[11] == 0) || (a[10] == 0xff && a[11] == 0xff));
+}
+
+bool l3policy_answer_rst(const struct pkt_view *v)
+{
+	const uint8_t *d = v->ip + (v->family == 4 ? PKT_V4_DST : PKT_V6_DST);
+
+	if (v->proto != IPPROTO_TCP)
+		return false;
+	if (v->family == 4)
+		return (d[0] & 0xf0) != 0xe0 && !(d[0] == 255 && d[1] == 255 && d[2] == 255 &&
+						  d[3] == 255);
+	return d[0] != 0xff;
+}
+
+/* The first bytes an address of each family may be special with: exactly those for which
+ * l3policy_special_exact can be true. */
+static void special_first_init(uint8_t *t)
+{
+	for (int b = 0; b < 256; b++) {
+		uint8_t a[16] = { (uint8_t)b, 255, 255, 255 };
+		bool maybe4 = l3policy_special_exact(4, a);
+
+		memset(a + 1, 0, sizeof(a) - 1);
+		bool maybe6 = l3policy_special_exact(6, a);
+		a[10] = a[11] = 0xff;
+		maybe6 = maybe6 || l3policy_special_exact(6, a);
+		t[b] = (uint8_t)((maybe4 ? L3POLICY_SPECIAL4 : 0) |
+				 (maybe6 ? L3POLICY_SPECIAL6 : 0));
+	}
+}
+
 int l3policy_init(struct l3policy *p, const struct l3policy_config *cfg)
 {
 	int ret;
 
 	memset(p, 0, sizeof(*p));
+	special_first_init(p->special_first);
 	if ((!cfg->has4 && !cfg->has6) || cfg->n_addrs < 1)
 		return -EINVAL;
 	p->n_addrs = cfg->n_addrs;

@@ -4,6 +4,9 @@
  *
  *   family  a packet of a family the TUN has no address for is dropped            drop family
  *   TCP     to a foreign destination: the stack's TCP path                        TCP
+ *           a first SYN to a special destination (below): the stack answers
+ *           it with a RST so the app fails at once (none to multicast or
+ *           broadcast)                                                 drop special_destination
  *           from one of our NAT addresses: nothing legitimate comes from there   drop own_address
  *           a first SYN from our gateway and a port of one of the proxy's own
  *           outbound sockets: its own traffic routed back into the TUN; the
@@ -15,12 +18,30 @@
  *           (it wins over the own-address drop: a resolver on the gateway is
  *           the common setup)                                                      DNS
  *           to our gateway or a NAT address otherwise: dropped                    drop own_address
+ *           to a special destination (below): dropped                  drop special_destination
  *           anything else: the shared UDP path (which also drops the proxy's own
  *           datagrams come back, once per would-be session: dispatch/udp.h)         UDP
  *   ICMP    an echo request (ICMP 8 / ICMPv6 128, code 0) to the gateway:
  *           answered in place by the stack                                         ECHO
  *           any other ICMP of the packet's family                                  drop icmp
  *   other   any other protocol, ICMPv6 in IPv4 and ICMP in IPv6 included          drop proto
+ *
+ * Special destinations are addresses that never name a remote host, or name one of the other
+ * family: an outbound socket would reach the proxy host itself (its loopback services), send
+ * multicast or broadcast onto the proxy host's networks, or — an IPv4-mapped address on a
+ * dual-stack socket — reach IPv4 past the rules written for IPv4:
+ *   IPv4  0.0.0.0/8 (unspecified), 127.0.0.0/8 (loopback), 224.0.0.0/4 (multicast),
+ *         255.255.255.255 (limited broadcast)
+ *   IPv6  ::/96 (IPv4-compatible, deprecated by RFC 4291 2.5.5.1; holds :: and ::1),
+ *         ::ffff:0:0/96 (IPv4-mapped), ff00::/8 (multicast)
+ * Not special: private ranges, 198.18.0.0/15 (testbeds and fake-IP use them), 240.0.0.0/4 but
+ * its last address, and link-local (169.254.0.0/16, fe80::/10): a link-local address names a
+ * real neighbour, not the proxy host (cloud metadata at 169.254.169.254 included: block it with
+ * a rule where clients must not reach it), and an IPv6 one cannot even be connected to without
+ * the interface the TUN client cannot name. Only a connection's first SYN is checked (its later
+ * segments never find a connection: the stack answers them as it answers any unknown one).
+ * Cost: one table load by the destination's first byte on the UDP path and a first SYN's;
+ * the exact test runs only for the few first bytes that may be special.
  *
  * Address roles: per family the gateway G (the TUN's address) and the NAT addresses G+1 .. G+n
  * are consecutive in the low 32 bits (core/netaddr.h proves it at config time), so "ours, and
@@ -55,7 +76,8 @@
 	X(icmp)        /* ICMP other than an echo request to the gateway */                     \
 	X(proto)       /* neither TCP, UDP nor the family's ICMP */                              \
 	X(family)      /* a family the TUN has no address for */                                \
-	X(loop)        /* a SYN of one of the proxy's own sockets (UDP: dispatch/udp.h) */
+	X(loop)        /* a SYN of one of the proxy's own sockets (UDP: dispatch/udp.h) */      \
+	X(special_destination) /* a first SYN or a datagram to a special destination (above) */
 
 enum l3policy_verdict {
 	L3POLICY_TCP,       /* TCP to a foreign destination: the stack's TCP path */
@@ -113,6 +135,11 @@ struct l3policy_family {
 	uint8_t gateway[16]; /* IPv4 in [0..3] */
 };
 
+/* special_first[] flags by a destination's first byte: an address of this family with that
+ * first byte may be special (l3policy_special_exact decides). */
+#define L3POLICY_SPECIAL4 1u
+#define L3POLICY_SPECIAL6 2u
+
 /* Set up once, then read-only. IPv4 first: the inline TCP path reads f4 and n_addrs only. */
 struct l3policy {
 	struct l3policy_family f4;
@@ -120,6 +147,7 @@ struct l3policy {
 	bool dns_hijack;
 	struct l3policy_family f6;
 	struct loopguard *loopguard; /* NULL: no loop check */
+	uint8_t special_first[256];  /* L3POLICY_SPECIAL4/6 by first byte (l3policy_init) */
 };
 
 struct l3policy_config {
@@ -150,16 +178,24 @@ static inline uint32_t l3policy_offset4(const struct l3policy_family *f, const u
 	return ntohl(a) - f->gw_low;
 }
 
-static inline uint32_t l3policy_offset6(const struct l3policy_family *f, const uint8_t *addr)
+/* Does addr (16 bytes) share the gateway's upper 96 bits (else it is not ours)? */
+static inline bool l3policy_prefix6(const struct l3policy_family *f, const uint8_t *addr)
 {
 	uint64_t a, g;
-	uint32_t b, h, lo;
+	uint32_t b, h;
 
 	memcpy(&a, addr, 8);
 	memcpy(&g, f->gateway, 8);
 	memcpy(&b, addr + 8, 4);
 	memcpy(&h, f->gateway + 8, 4);
-	if ((a ^ g) | (b ^ h))
+	return !((a ^ g) | (b ^ h));
+}
+
+static inline uint32_t l3policy_offset6(const struct l3policy_family *f, const uint8_t *addr)
+{
+	uint32_t lo;
+
+	if (!l3policy_prefix6(f, addr))
 		return UINT32_MAX;
 	memcpy(&lo, addr + 12, 4);
 	return ntohl(lo) - f->gw_low;
@@ -184,6 +220,27 @@ static inline enum l3policy_verdict l3policy_listener_reply(const struct l3polic
 		}
 	}
 	return L3POLICY_DROP_own_address;
+}
+
+/* Is addr (4 or 16 bytes of family) a special destination? The exact test, for any address. */
+bool l3policy_special_exact(int family, const uint8_t *addr);
+
+/* The destination of v a special one? A table load decides for all but the few first bytes
+ * that may be special; those go to the exact test. */
+static inline bool l3policy_special_dst4(const struct l3policy *p, const struct pkt_view *v)
+{
+	const uint8_t *dst = v->ip + PKT_V4_DST;
+
+	return __builtin_expect(p->special_first[dst[0]] & L3POLICY_SPECIAL4, 0) &&
+	       l3policy_special_exact(4, dst);
+}
+
+static inline bool l3policy_special_dst6(const struct l3policy *p, const struct pkt_view *v)
+{
+	const uint8_t *dst = v->ip + PKT_V6_DST;
+
+	return __builtin_expect(p->special_first[dst[0]] & L3POLICY_SPECIAL6, 0) &&
+	       l3policy_special_exact(6, dst);
 }
 
 /* The TCP rules by destination for a served family (v->proto is TCP): TCP, TCP_REPLY (*reply
@@ -227,18 +284,44 @@ static inline bool l3policy_from_self(const struct l3policy *p, const struct pkt
 	       loopguard_hit(p->loopguard, 0, v->family, v->sport_be);
 }
 
-/* All TCP rules for a served family (v->proto is TCP): by destination, then TCP from one of
- * our NAT addresses is dropped, then a first SYN of the proxy's own. Counts nothing. */
+/* A first SYN to a special destination? Only a connection's first SYN is checked: without it
+ * no connection exists. The SYN bit is tested first (a segment without it, most of them, pays
+ * one test), the ACK bit only for a special destination. */
+static inline bool l3policy_syn_special4(const struct l3policy *p, const struct pkt_view *v)
+{
+	return (v->tcp_flags & TCP_SYN) && l3policy_special_dst4(p, v) &&
+	       !(v->tcp_flags & TCP_ACK);
+}
+
+static inline bool l3policy_syn_special6(const struct l3policy *p, const struct pkt_view *v)
+{
+	return (v->tcp_flags & TCP_SYN) && l3policy_special_dst6(p, v) &&
+	       !(v->tcp_flags & TCP_ACK);
+}
+
+/* All TCP rules for a served family (v->proto is TCP): by destination, then a first SYN to a
+ * special destination, then TCP from one of our NAT addresses is dropped, then a first SYN of
+ * the proxy's own. Counts nothing. */
 static inline enum l3policy_verdict l3policy_tcp(const struct l3policy *p,
 						 const struct pkt_view *v,
 						 struct l3policy_reply *reply)
 {
-	enum l3policy_verdict vd = l3policy_tcp_dst(p, v, reply);
+	enum l3policy_verdict vd;
 	uint32_t s;
 
-	if (vd != L3POLICY_TCP)
-		return vd;
-	s = l3policy_src_offset(p, v);
+	if (v->family == 4) {
+		if ((vd = l3policy_tcp_dst(p, v, reply)) != L3POLICY_TCP)
+			return vd;
+		if (l3policy_syn_special4(p, v))
+			return L3POLICY_DROP_special_destination;
+		s = l3policy_offset4(&p->f4, v->ip + PKT_V4_SRC);
+	} else {
+		if ((vd = l3policy_tcp_dst6(p, v, reply)) != L3POLICY_TCP)
+			return vd;
+		if (l3policy_syn_special6(p, v))
+			return L3POLICY_DROP_special_destination;
+		s = l3policy_offset6(&p->f6, v->ip + PKT_V6_SRC);
+	}
 	if (s - 1 < p->n_addrs)
 		return L3POLICY_DROP_own_address;
 	/* Only a connection's first segment is checked: a looping one never gets further. */
@@ -247,19 +330,43 @@ static inline enum l3policy_verdict l3policy_tcp(const struct l3policy *p,
 	return vd;
 }
 
-/* The UDP rules for a served family (v->proto is UDP): DNS, UDP or DROP_own_address. Counts
- * nothing. */
-static inline enum l3policy_verdict l3policy_udp(const struct l3policy *p,
-						 const struct pkt_view *v)
+/* The UDP rules for a served family (v->proto is UDP): DNS, UDP, DROP_own_address or
+ * DROP_special_destination. Counts nothing. One function per family, so that a caller that
+ * already branched on the family tests it once. */
+static inline enum l3policy_verdict l3policy_udp4(const struct l3policy *p,
+						  const struct pkt_view *v)
 {
-	const struct l3policy_family *f = v->family == 4 ? &p->f4 : &p->f6;
+	if (p->dns_hijack && v->dport_be == htons(53))
+		return L3POLICY_DNS;
+	if (l3policy_offset4(&p->f4, v->ip + PKT_V4_DST) <= p->n_addrs)
+		return L3POLICY_DROP_own_address;
+	return l3policy_special_dst4(p, v) ? L3POLICY_DROP_special_destination : L3POLICY_UDP;
+}
+
+static inline enum l3policy_verdict l3policy_udp6(const struct l3policy *p,
+						  const struct pkt_view *v)
+{
+	const uint8_t *dst = v->ip + PKT_V6_DST;
 
 	if (p->dns_hijack && v->dport_be == htons(53))
 		return L3POLICY_DNS;
-	uint32_t d = v->family == 4 ? l3policy_offset4(f, v->ip + PKT_V4_DST)
-				    : l3policy_offset6(f, v->ip + PKT_V6_DST);
-	return d > p->n_addrs ? L3POLICY_UDP : L3POLICY_DROP_own_address;
+	/* Another prefix (most datagrams) goes straight to the special check. */
+	if (l3policy_prefix6(&p->f6, dst) && l3policy_offset6(&p->f6, dst) <= p->n_addrs)
+		return L3POLICY_DROP_own_address;
+	return l3policy_special_dst6(p, v) ? L3POLICY_DROP_special_destination : L3POLICY_UDP;
 }
+
+static inline enum l3policy_verdict l3policy_udp(const struct l3policy *p,
+						 const struct pkt_view *v)
+{
+	return v->family == 4 ? l3policy_udp4(p, v) : l3policy_udp6(p, v);
+}
+
+/* Answer a refused packet (verdict DROP_loop or DROP_special_destination) with a RST? Only
+ * TCP (a first SYN: the app's connect fails at once instead of after its timeout), and never
+ * one to a multicast or broadcast destination: such a SYN is discarded silently (RFC 1122
+ * 4.2.3.10), and a RST would carry a multicast source. */
+bool l3policy_answer_rst(const struct pkt_view *v);
 
 static inline enum l3policy_verdict l3policy_count(struct l3policy_counters *c,
 						   enum l3policy_verdict v)
@@ -282,14 +389,13 @@ static inline enum l3policy_verdict l3policy_classify(const struct l3policy *p,
 						      struct l3policy_reply *reply,
 						      struct l3policy_counters *c)
 {
-	const struct l3policy_family *f = v->family == 4 ? &p->f4 : &p->f6;
-
-	if (!f->enabled)
+	if (!(v->family == 4 ? p->f4.enabled : p->f6.enabled))
 		return l3policy_classify_slow(p, v, reply, c);
 	if (v->proto == IPPROTO_TCP)
 		return l3policy_count(c, l3policy_tcp(p, v, reply));
 	if (v->proto == IPPROTO_UDP)
-		return l3policy_count(c, l3policy_udp(p, v));
+		return l3policy_count(c, v->family == 4 ? l3policy_udp4(p, v)
+							: l3policy_udp6(p, v));
 	return l3policy_classify_slow(p, v, reply, c);
 }
 

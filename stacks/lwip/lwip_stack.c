@@ -5,10 +5,12 @@
 #include "stacks/lwip/lwip_stack.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <malloc.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,12 +20,14 @@
 #include "core/budget.h"
 #include "core/clock.h"
 #include "core/config.h"
+#include "core/csum.h"
 #include "core/gso.h"
 #include "core/log.h"
 #include "core/pkt.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/stream.h"
 #include "stacks/lwip/lwip_glue.h"
+#include "stacks/lwip/lwip_isn.h"
 #include "stacks/lwip/lwip_stream.h"
 #include "stacks/common/l3policy.h"
 #include "stacks/common/rewrite.h"
@@ -44,13 +48,19 @@
 	X(icmp_echo_reply)                                                                     \
 	X(tx_packets)         /* packets lwIP emitted */                                       \
 	X(accepted)                                                                            \
-	X(drop_nomem)         /* no pbuf for an input segment */                               \
+	X(drop_nomem)         /* no memory for an input SYN (the app retransmits it), or for */ \
+	                      /* a segment whose checksum then failed */                        \
+	X(rx_payload_nomem)   /* no memory for a segment's payload: dropped (retransmitted), */ \
+	                      /* its acknowledgement and window still given to lwIP */          \
+	X(write_nomem)        /* stream writes lwIP refused (memory): the writer waits */       \
 	X(drop_too_big)       /* an lwIP output larger than the MTU (never expected) */         \
 	X(drop_input_too_big) /* a super-packet over pbuf's u16 length (BIG TCP): dropped */     \
 	X(csum_trusted)       /* NEEDS_CSUM/DATA_VALID segments fed without lwIP's check */      \
 	X(gso_quick_acks)     /* super-packets answered with an immediate ACK */                \
 	X(admission_refused)                                                                   \
-	X(session_setup_failed)
+	X(session_setup_failed)                                                                \
+	X(syn_rcvd_evicted)   /* half-open connections dropped to let new SYNs in (flood) */ \
+	X(drop_backlog_full)  /* a SYN lwIP's full backlog refuses (nothing to evict) */
 
 struct lwip_counters {
 #define LWIP_CTR_FIELD(name) ctr_t name;
@@ -91,6 +101,15 @@ struct lwip_stack {
 	/* The packet now inside netif->input, as our parser saw it (read by the hooks). */
 	const struct pkt_view *cur;
 	bool cur_gso;                 /* ... and it is an offload super-packet */
+	int64_t now_ns;               /* the driver's clock for this packet: RFC 6528's M */
+	struct lwip_isn isn;          /* the ISN key, drawn at start */
+	/* When the budget refuses an input segment's memory, a segment that occupies no
+	 * sequence space (a pure ACK or RST, or the header of one whose payload is dropped) goes
+	 * to lwIP in this buffer: lwIP frees such a segment before tcp_input returns (it keeps
+	 * only segments with data, SYN or FIN). */
+	struct pbuf_custom ctl;
+	bool ctl_busy;
+	uint8_t ctl_buf[128] __attribute__((aligned(8))); /* IPv4 60 + TCP 60, or IPv6 40 + 60 */
 	lwip_accept_fn accept_hook;
 	void *accept_arg;
 	struct lwip_counters ctr;
@@ -183,6 +202,25 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb)
 		ctr_inc(&st->ctr.gso_quick_acks);
 	}
 	return ERR_OK;
+}
+
+/* lwIP picks an ISN in tcp_listen_input, inside our input: the stack is the input netif's
+ * state. Outside input (tcp_connect, which this stack never calls) there is no key to use: a
+ * random ISN is just as unpredictable. */
+uint32_t ts_lwip_tcp_isn(const ip_addr_t *local_ip, uint16_t local_port,
+			 const ip_addr_t *remote_ip, uint16_t remote_port)
+{
+	struct netif *inp = ip_current_input_netif();
+	const struct lwip_stack *st = inp ? inp->state : NULL;
+
+	if (!st)
+		return lwip_isn_rand32();
+	if (IP_IS_V6(local_ip))
+		return lwip_isn_get(&st->isn, 6, (const uint8_t *)ip_2_ip6(local_ip)->addr,
+				    local_port, (const uint8_t *)ip_2_ip6(remote_ip)->addr,
+				    remote_port, st->now_ns);
+	return lwip_isn_get(&st->isn, 4, (const uint8_t *)&ip_2_ip4(local_ip)->addr, local_port,
+			    (const uint8_t *)&ip_2_ip4(remote_ip)->addr, remote_port, st->now_ns);
 }
 
 int ts_lwip_ip4_hook(struct pbuf *p, struct netif *inp)
@@ -326,7 +364,8 @@ static void pcb_key(const struct tcp_pcb *pcb, struct flow_key *k)
 static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
 {
 	struct lwip_stack *st = arg;
-	struct lwip_stream_hooks h = { .pcbs_changed = pcbs_changed, .arg = st };
+	struct lwip_stream_hooks h = { .pcbs_changed = pcbs_changed, .arg = st,
+				       .write_nomem = &st->ctr.write_nomem };
 	struct pending *q;
 
 	if (err != ERR_OK || !pcb)
@@ -377,8 +416,143 @@ static void copy_segment(const struct pkt_view *v, struct pbuf *p)
 	memcpy(d, v->ip, v->len);
 }
 
+static void ctl_free(struct pbuf *p)
+{
+	struct lwip_stack *st =
+		(struct lwip_stack *)((char *)p - offsetof(struct lwip_stack, ctl.pbuf));
+
+	st->ctl_busy = false;
+}
+
+/* The stack's own buffer as a pbuf of len bytes; NULL while lwIP still holds it. */
+static struct pbuf *ctl_pbuf(struct lwip_stack *st, uint32_t len)
+{
+	struct pbuf *p;
+
+	if (st->ctl_busy || len > sizeof(st->ctl_buf))
+		return NULL;
+	st->ctl.custom_free_function = ctl_free;
+	p = pbuf_alloced_custom(PBUF_RAW, (u16_t)len, PBUF_REF, &st->ctl, st->ctl_buf,
+				sizeof(st->ctl_buf));
+	st->ctl_busy = p != NULL;
+	return p;
+}
+
+/* The checksums lwIP would have verified (IPv4 header, TCP), for a segment we are about to
+ * rewrite (the rewrite gets fresh ones). */
+static bool sums_ok(const struct pkt_view *v)
+{
+	uint64_t s;
+
+	if (v->family == 4 && csum_fold(csum_partial(v->ip, v->l3_len, 0)) != 0xffff)
+		return false;
+	s = v->family == 4 ? csum_pseudo4(pkt_src(v), pkt_dst(v), IPPROTO_TCP, v->l4_len)
+			   : csum_pseudo6(pkt_src(v), pkt_dst(v), IPPROTO_TCP, v->l4_len);
+	return csum_fold(csum_partial(v->l4, v->l4_len, s)) == 0xffff;
+}
+
+/* Write v's headers without its payload and FIN (they come back with the app's retransmission)
+ * into p, with valid lengths and checksums: what lwIP learns from it is the acknowledgement,
+ * the window and RST. IPv6 extension headers are left out, as copy_segment does. */
+static void strip_segment(const struct pkt_view *v, struct pbuf *p)
+{
+	uint8_t *d = p->payload;
+	uint16_t l3 = v->family == 6 ? 40 : v->l3_len, hl = v->tcp_hlen;
+	uint8_t *t = d + l3;
+	uint64_t s;
+
+	memcpy(d, v->ip, l3);
+	memcpy(t, v->l4, hl);
+	t[TCP_OFF_FLAGS] &= (uint8_t) ~(TCP_FIN | TCP_PSH);
+	memset(t + TCP_OFF_CSUM, 0, 2);
+	if (v->family == 4) {
+		pkt_put16(d + 2, (uint16_t)(l3 + hl));
+		memset(d + 10, 0, 2);
+		csum_store16(d + 10, csum_buf(d, l3));
+		s = csum_pseudo4(d + 12, d + 16, IPPROTO_TCP, hl);
+	} else {
+		pkt_put16(d + 4, hl);
+		d[6] = IPPROTO_TCP;
+		s = csum_pseudo6(d + 8, d + 24, IPPROTO_TCP, hl);
+	}
+	csum_store16(t + TCP_OFF_CSUM, (uint16_t)~csum_fold(csum_partial(t, hl, s)));
+}
+
+/* The budget refused the memory for v (len bytes without IPv6 extension headers). A segment
+ * that occupies no sequence space (a pure ACK or RST) goes in whole from the stack's own
+ * buffer; of any other but a SYN the header goes in, without payload and FIN (the app
+ * retransmits them). A connection whose unacknowledged data holds the memory would otherwise
+ * never see the acknowledgement that frees it, and lwIP would abort it after its
+ * retransmissions. A SYN is refused whole. NULL: dropped, counted. Out of line: rare. */
+__attribute__((noinline, cold)) static struct pbuf *
+input_refused(struct lwip_stack *st, const struct pkt_view *v, uint32_t len,
+	      const struct pkt_meta *meta)
+{
+	bool bare = v->l4_len == v->tcp_hlen && !(v->tcp_flags & (TCP_SYN | TCP_FIN));
+	bool trusted = meta && (meta->flags & (PKT_META_NEEDS_CSUM | PKT_META_DATA_VALID));
+	struct pbuf *p;
+
+	if (bare && (p = ctl_pbuf(st, len))) {
+		copy_segment(v, p);
+		return p;
+	}
+	if ((v->tcp_flags & TCP_SYN) || bare || !(trusted || sums_ok(v)) ||
+	    !(p = ctl_pbuf(st, (uint32_t)(v->family == 6 ? 40 : v->l3_len) + v->tcp_hlen))) {
+		ctr_inc(&st->ctr.drop_nomem);
+		return NULL;
+	}
+	strip_segment(v, p);
+	ctr_inc(&st->ctr.rx_payload_nomem);
+	return p;
+}
+
+/* The pbuf lwIP gets for v (len bytes without IPv6 extension headers); NULL: dropped, counted. */
+static struct pbuf *input_pbuf(struct lwip_stack *st, const struct pkt_view *v, uint32_t len,
+			       const struct pkt_meta *meta)
+{
+	struct pbuf *p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
+
+	if (!p)
+		return input_refused(st, v, len, meta);
+	copy_segment(v, p);
+	return p;
+}
+
 /* Only TCP the policy let in reaches lwIP: copied into a pbuf (lwIP may keep it: out-of-order
  * queue) and fed to ip_input, which calls our hook, then tcp_input. */
+/* lwIP counts half-open connections (SYN_RCVD) against the listener's backlog (at most 255)
+ * and drops every SYN while it is full: 255 spoofed SYNs, which never complete, would lock
+ * every application out until they time out (lwIP's TCP_SYN_RCVD_TIMEOUT, 20 s). When a SYN
+ * finds the backlog full, the older half of the half-open connections goes, without a RST
+ * (their sources may be spoofed). lwIP keeps new pcbs at the front of its active list, so the
+ * older ones are the last found. A real handshake completes within a round trip on this hop;
+ * even at 20,000 spoofed SYNs a second a new connection keeps its place for about 255 SYNs
+ * (about 12 ms), and one scan of the list serves 128 SYNs. */
+#define SYN_RCVD_SCAN_MAX 256
+
+static bool backlog_full(const struct lwip_stack *st)
+{
+	const struct tcp_pcb_listen *l = (const struct tcp_pcb_listen *)st->listener;
+
+	return l->accepts_pending >= l->backlog;
+}
+
+static void evict_syn_rcvd(struct lwip_stack *st)
+{
+	struct tcp_pcb *found[SYN_RCVD_SCAN_MAX];
+	struct tcp_pcb_listen *lpcb = (struct tcp_pcb_listen *)st->listener;
+	size_t n = 0;
+
+	for (struct tcp_pcb *pcb = tcp_active_pcbs; pcb && n < SYN_RCVD_SCAN_MAX; pcb = pcb->next) {
+		if (pcb->state == SYN_RCVD && pcb->listener == lpcb)
+			found[n++] = pcb;
+	}
+	for (size_t i = n / 2; i < n; i++) {
+		tcp_abandon(found[i], 0);
+		ctr_inc(&st->ctr.syn_rcvd_evicted);
+	}
+}
+
 static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 				  const struct pkt_meta *meta, size_t *out_len, bool *plain)
 {
@@ -395,15 +569,19 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 		*plain = true;
 		return DRIVER_WRITE;
 	}
+	if ((v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN && st->listener &&
+	    backlog_full(st)) {
+		evict_syn_rcvd(st);
+		if (backlog_full(st)) /* lwIP would drop it silently: count it here */
+			return drop(&st->ctr.drop_backlog_full);
+	}
 	/* A super-packet (TUN offload) goes in as one large segment: lwIP accepts it on receive.
 	 * pbuf lengths are u16; the kernel's GSO limit keeps a TUN read under 64 KiB unless BIG
 	 * TCP was configured on the device. */
 	if (len > 0xffff)
 		return drop(&st->ctr.drop_input_too_big);
-	p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
-	if (!p)
-		return drop(&st->ctr.drop_nomem);
-	copy_segment(v, p);
+	if (!(p = input_pbuf(st, v, len, meta)))
+		return DRIVER_DONE;
 	ctr_inc(&st->ctr.to_lwip);
 	/* With TUN_F_CSUM the kernel hands over packets whose TCP checksum field holds only
 	 * the pseudo-header sum (NEEDS_CSUM), or that it already checked (DATA_VALID): lwIP's
@@ -419,6 +597,9 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 		pbuf_free(p);
 	st->cur = NULL;
 	st->cur_gso = false;
+	/* Segments without sequence space are never kept (should one ever be, ctl_pbuf
+	 * declines the buffer until lwIP frees it). */
+	assert(!st->ctl_busy);
 	if (trusted)
 		NETIF_SET_CHECKSUM_CTRL(&st->netif, st->csum_ctrl);
 	return DRIVER_DONE;
@@ -433,12 +614,12 @@ static enum driver_verdict lw_input(struct netstack *ns, unsigned q, uint8_t *bu
 	enum pkt_reason r;
 
 	(void)q;
-	(void)now_ns;
 	ctr_inc(&st->ctr.rx_packets);
 	if ((r = pkt_parse(v, buf, len)) != PKT_OK)
 		return drop(&st->ctr.drop_parse[r]);
 	switch (l3policy_classify(&st->pol, v, &reply, &st->ctr.policy)) {
 	case L3POLICY_TCP:
+		st->now_ns = now_ns;
 		return tcp_in(st, v, meta, out_len, plain);
 	case L3POLICY_UDP:
 	case L3POLICY_DNS:
@@ -452,8 +633,10 @@ static enum driver_verdict lw_input(struct netstack *ns, unsigned q, uint8_t *bu
 		*plain = true;
 		return DRIVER_WRITE;
 	case L3POLICY_DROP_loop:
-		/* Our own socket's SYN came back: a RST fails its connect now (counted). */
-		if (v->proto != IPPROTO_TCP)
+	case L3POLICY_DROP_special_destination:
+		/* Our own socket's SYN came back, or a SYN to a special destination: a RST fails
+		 * its connect now (counted; l3policy_answer_rst says which get one). */
+		if (!l3policy_answer_rst(v))
 			return DRIVER_DONE;
 		*out_len = rewrite_tcp_rst(v);
 		*plain = true;
@@ -575,7 +758,7 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	st->has6 = env->cfg->tun.has_addr6;
 	st->pending_tail = &st->pending;
 	st->txbuf_size = env->cfg->tun.mtu;
-	if ((ret = policy_init(&st->pol, env)) != 0)
+	if ((ret = policy_init(&st->pol, env)) != 0 || (ret = lwip_isn_init(&st->isn)) != 0)
 		goto fail;
 	st->txbuf = budget_malloc(env->budget, st->txbuf_size);
 	st->tmr_ev = evtimer_new(env->base, on_tmr, st);
@@ -667,6 +850,7 @@ static void lw_stats(struct netstack *ns, struct netstack_stats *o)
 	netstack_parse_drops(c->drop_parse, o);
 	netstack_policy_drops(&c->policy, o);
 	o->drops_malformed += ctr_get(&c->drop_input_too_big);
+	o->drops_half_open = ctr_get(&c->drop_backlog_full);
 	o->admission_refused = ctr_get(&c->admission_refused);
 	o->accepted = ctr_get(&c->accepted);
 	o->stack_bytes = lwip_glue_mem_bytes();

@@ -183,6 +183,7 @@ static void detach(struct tcp_pcb *pcb)
 	tcp_recv(pcb, NULL);
 	tcp_sent(pcb, NULL);
 	tcp_err(pcb, NULL);
+	tcp_poll(pcb, NULL, 0);
 }
 
 /* Tell lwIP that n more bytes were taken. tcp_recved takes a u16. */
@@ -258,6 +259,20 @@ static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err)
 	}
 	notify(ls, EV_READ);
 	return ERR_OK; /* never refused: lwIP keeps no refused_data for us */
+}
+
+/* lwIP's poll (every TCP_SLOW_INTERVAL): a write refused for memory is retried from here when no
+ * acknowledgement (on_sent) came first, e.g. with nothing in flight to be acknowledged. */
+static err_t on_poll(void *arg, struct tcp_pcb *pcb)
+{
+	struct lwip_stream *ls = arg;
+
+	assert(ls && ls->pcb == pcb);
+	if (ls->wr_blocked) {
+		ls->wr_blocked = false;
+		notify(ls, EV_WRITE);
+	}
+	return ERR_OK;
 }
 
 static err_t on_sent(void *arg, struct tcp_pcb *pcb, u16_t len)
@@ -358,9 +373,9 @@ static ssize_t ls_write(struct stream *s, const void *buf, size_t n)
 	}
 	if (e != ERR_OK && e != ERR_MEM)
 		return errno_of(e);
-	/* Nothing fit: tcp_sent will make us writable, if anything of ours is in flight. */
-	if (e == ERR_MEM && !pcb->unsent && !pcb->unacked)
-		return -ENOBUFS;
+	/* Nothing fit: tcp_sent makes us writable again, or on_poll with nothing in flight. */
+	if (e == ERR_MEM && ls->hooks.write_nomem)
+		ctr_inc(ls->hooks.write_nomem);
 	ls->wr_blocked = true;
 	return -EAGAIN;
 }
@@ -439,6 +454,23 @@ static void ls_close(struct stream *s)
 	destroy(ls);
 }
 
+/* Our bytes or FIN still in the pcb's queues (lwIP keeps a segment until it is acknowledged;
+ * a FIN set on the last data segment adds nothing to snd_lbb, hence the floor of 1). A pcb
+ * handed back after both FINs is lwIP's to finish: 0. */
+static ssize_t ls_unacked(const struct stream *s)
+{
+	const struct lwip_stream *ls = (const struct lwip_stream *)s;
+	const struct tcp_pcb *pcb = ls->pcb;
+	u32_t n;
+
+	if (ls->err)
+		return ls->err;
+	if (!pcb || (!pcb->unsent && !pcb->unacked))
+		return 0;
+	n = pcb->snd_lbb - pcb->lastack;
+	return n > 0 ? (ssize_t)n : 1;
+}
+
 static const struct stream_ops lwip_ops = {
 	.read = ls_read,
 	.write = ls_write,
@@ -447,6 +479,7 @@ static const struct stream_ops lwip_ops = {
 	.fd = ls_fd,
 	.abort = ls_abort,
 	.close = ls_close,
+	.unacked = ls_unacked,
 };
 
 int lwip_stream_new(struct event_base *base, struct tcp_pcb *pcb,
@@ -474,6 +507,7 @@ int lwip_stream_new(struct event_base *base, struct tcp_pcb *pcb,
 	tcp_recv(pcb, on_recv);
 	tcp_sent(pcb, on_sent);
 	tcp_err(pcb, on_err);
+	tcp_poll(pcb, on_poll, 1);
 	tcp_nagle_disable(pcb);
 	*out = &ls->s;
 	return 0;

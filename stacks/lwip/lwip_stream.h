@@ -31,8 +31,10 @@
  *  - Send flow control: write() accepts at most the pcb's free send buffer (pcb->snd_buf, up to
  *    TCP_SND_BUF) and what the segment queue (TCP_SND_QUEUELEN) takes, copied into lwIP
  *    (TCP_WRITE_FLAG_COPY), in u16 chunks. -EAGAIN when nothing fits; writable fires when lwIP
- *    reports acknowledged data (tcp_sent). -ENOBUFS when lwIP cannot allocate although nothing
- *    of ours is in flight (no acknowledgement would ever come to retry on).
+ *    reports acknowledged data (tcp_sent). When lwIP has no memory (the budget refused it),
+ *    write() is -EAGAIN too, never an error: the owner stops reading the other side
+ *    (back-pressure) and writable fires on the next acknowledgement or, with nothing in
+ *    flight to be acknowledged, on lwIP's poll (tcp_poll, every 500 ms), to try again.
  *  - shutdown_write() sends FIN after the accepted bytes (tcp_shutdown(pcb, 0, 1)); receiving
  *    goes on (half-close).
  *  - close(): tcp_close (FIN after every accepted byte; lwIP keeps sending what is unacked after
@@ -49,6 +51,8 @@
 #ifndef TS_STACKS_LWIP_LWIP_STREAM_H
 #define TS_STACKS_LWIP_LWIP_STREAM_H
 
+#include "core/counter.h"
+
 struct event_base;
 struct stream;
 struct tcp_pcb;
@@ -59,6 +63,7 @@ struct tcp_pcb;
 struct lwip_stream_hooks {
 	void (*pcbs_changed)(void *arg); /* may be NULL */
 	void *arg;
+	ctr_t *write_nomem; /* counts writes lwIP refused for lack of memory; may be NULL */
 };
 
 /* Wrap pcb (an established, accepted pcb; may be called from inside lwIP's accept callback).

@@ -61,6 +61,7 @@ struct nat_entry {
 	uint32_t heap_idx;           /* slot in the shard heap, NO_HEAP when not in it */
 	uint8_t state;               /* enum nat_state */
 	uint8_t fshard;              /* forward shard index (hash & SHARD_MASK) */
+	uint8_t acct;                /* HALF_OPEN and counted in the per-source sketches */
 };
 
 struct heap_node {
@@ -104,9 +105,30 @@ struct fastdiv {
 	uint32_t d;
 };
 
-/* A quarantined tuple: released once the tick clock reaches due (wrap-safe comparison). */
+#define OCC_LIVE 1ULL
+#define OCC_HO (1ULL << 32)
+#define SRC_LEVELS 2 /* 0: host (IPv4 /32, IPv6 /64), 1: network (IPv4 /24, IPv6 /48) */
+#define SRC_ROWS 2   /* a count-min sketch: a source's count is the least of its rows' */
+#define SKETCH_SPREAD 64   /* buckets per source that can reach the limit: collisions rare */
+#define SKETCH_MIN 64
+#define SKETCH_MAX 65536
+
+/* HALF_OPEN entries per source prefix, counted in SRC_ROWS rows of keyed buckets. Every row
+ * over-counts (other prefixes share buckets), never under-counts, so the least row bounds a
+ * prefix from above: a prefix never gets more than limit counted entries, and another prefix
+ * is wrongly refused only if it shares a full bucket in EVERY row. Relaxed atomics: racing
+ * workers may each pass with the last free unit, so a prefix may exceed the limit by the
+ * number of workers at most. */
+struct sketch {
+	_Atomic uint32_t *c; /* SRC_ROWS rows of mask + 1 counters */
+	uint32_t mask;
+	uint32_t limit;
+};
+
+/* A quarantined tuple: released once the tick clock reaches due. 64-bit ticks never wrap
+ * (2^43 of them span the whole int64 clock), so a table idle for any time still releases. */
 struct qrec {
-	uint32_t due;  /* ceil((freed_at + quarantine_ns) / NAT_QUARANTINE_TICK_NS), mod 2^32 */
+	uint64_t due;  /* ceil((freed_at + quarantine_ns) / NAT_QUARANTINE_TICK_NS) */
 	uint32_t slot; /* tuple index | family bit 31 */
 };
 
@@ -117,12 +139,18 @@ struct nat_table {
 	uint32_t space;                 /* tuples per family: addrs * listeners * ports */
 	uint32_t probe_max;             /* min(space, NAT_PROBE_LIMIT) */
 	struct fastdiv div_l, div_a, div_n; /* by listeners, by addresses, by space */
+	struct sketch src[SRC_LEVELS];  /* HALF_OPEN entries per source host, per source network */
+	uint64_t sk[SRC_LEVELS * SRC_ROWS + 1]; /* their hash keys */
+	uint64_t pmask[2][SRC_LEVELS]; /* [v4, v6][level]: the prefix's bytes of a source word */
 	_Atomic uint8_t *owner[2];      /* per family [v4, v6], per tuple: OWNED|fshard or 0 */
 
 	alignas(CACHELINE) _Atomic uint32_t cursor[2];
 	_Atomic uint32_t purge_cursor;
 	alignas(CACHELINE) _Atomic uint64_t gen;
-	_Atomic uint32_t live; /* entries reserved against max_entries */
+	/* Entries reserved against max_entries (OCC_LIVE units, low half) and HALF_OPEN entries
+	 * against half_open_max (OCC_HO units, high half): one CAS checks and takes both. */
+	_Atomic uint64_t occ;
+	uint32_t ho_fast; /* min(half_open_max, half_open_quiet): below, share_take's fast path */
 	_Atomic uint64_t bytes;
 
 	alignas(CACHELINE) pthread_mutex_t qlock;
@@ -163,6 +191,20 @@ void nat_config_default(struct nat_config *c)
 		.quarantine_ns = 60LL * 1000000000LL,
 		.seed = 0x7477696e73746b31ULL,
 	};
+	nat_config_half_open_limits(c);
+}
+
+static uint32_t at_least_1(uint32_t v)
+{
+	return v ? v : 1;
+}
+
+void nat_config_half_open_limits(struct nat_config *c)
+{
+	c->half_open_max = at_least_1(c->max_entries / 2);
+	c->half_open_per_net = at_least_1(c->max_entries / 64);
+	c->half_open_per_host = at_least_1(c->max_entries / 256);
+	c->half_open_quiet = c->half_open_per_net;
 }
 
 static inline int64_t sat_add(int64_t a, int64_t b)
@@ -267,14 +309,15 @@ static inline uint32_t fastmod(const struct fastdiv *f, uint32_t n)
 	return (uint32_t)(((__uint128_t)(f->m * n) * f->d) >> 64);
 }
 
-static inline uint32_t now_tick(int64_t now_ns)
+static inline uint64_t now_tick(int64_t now_ns)
 {
-	return (uint32_t)(uint64_t)(now_ns >> Q_TICK_SHIFT);
+	return (uint64_t)now_ns >> Q_TICK_SHIFT; /* monotonic time: never negative */
 }
 
-static inline bool tick_due(uint32_t now, uint32_t due)
+/* Q_EMPTY (UINT64_MAX) is never due: ticks stay below 2^43. */
+static inline bool tick_due(uint64_t now, uint64_t due)
 {
-	return (int32_t)(now - due) >= 0;
+	return now >= due;
 }
 
 static inline void touch(struct nat_entry *e, int64_t now_ns)
@@ -538,23 +581,141 @@ static inline void entry_put(struct fwd_shard *sh, struct nat_entry *e)
 	sh->free = e;
 }
 
-/* ---- entry budget ------------------------------------------------------------------------ */
+/* ---- entry budget and the HALF_OPEN share ------------------------------------------------ */
 
-static bool budget_take(struct nat_table *t)
+/* Take add (OCC_LIVE + OCC_HO for a new entry, OCC_HO for a replacement) if both limits allow;
+ * *ho_out: the HALF_OPEN entries there were before. 0, or -ENOSPC / -EBUSY (counted). */
+static int occ_take(struct nat_table *t, uint64_t add, uint32_t *ho_out)
 {
-	uint32_t n = atomic_load_explicit(&t->live, memory_order_relaxed);
+	uint64_t n = atomic_load_explicit(&t->occ, memory_order_relaxed);
 
 	do {
-		if (n >= t->cfg.max_entries)
-			return false;
-	} while (!atomic_compare_exchange_weak_explicit(&t->live, &n, n + 1, memory_order_relaxed,
+		if ((add & OCC_LIVE) && (uint32_t)n >= t->cfg.max_entries) {
+			ctr_add_shared(&t->ctr.budget_exhausted, 1);
+			return -ENOSPC;
+		}
+		if ((uint32_t)(n >> 32) >= t->cfg.half_open_max) {
+			ctr_add_shared(&t->ctr.half_open_full, 1);
+			return -EBUSY;
+		}
+	} while (!atomic_compare_exchange_weak_explicit(&t->occ, &n, n + add, memory_order_relaxed,
 							memory_order_relaxed));
-	return true;
+	*ho_out = (uint32_t)(n >> 32);
+	return 0;
 }
 
-static inline void budget_put(struct nat_table *t)
+static inline void occ_put(struct nat_table *t, uint64_t sub)
 {
-	atomic_fetch_sub_explicit(&t->live, 1, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&t->occ, sub, memory_order_relaxed);
+}
+
+/* The source prefix of a key at a level (host: IPv4 /32, IPv6 /64; network: /24, /48): the
+ * first 8 bytes of the source, masked (t->pmask). */
+static uint64_t src_prefix(const struct nat_table *t, const uint8_t *key, int level)
+{
+	uint64_t w;
+
+	memcpy(&w, key + offsetof(struct flow_key, src), sizeof(w));
+	return w & t->pmask[key[offsetof(struct flow_key, family)] == 6][level];
+}
+
+/* The counters of key's prefix at level, one per row. */
+static void src_slots(const struct nat_table *t, const uint8_t *key, int level,
+		      _Atomic uint32_t *out[SRC_ROWS])
+{
+	const struct sketch *sk = &t->src[level];
+	uint64_t p = src_prefix(t, key, level), fam = key[offsetof(struct flow_key, family)];
+
+	for (int r = 0; r < SRC_ROWS; r++) {
+		uint64_t h = mum(p ^ t->sk[level * SRC_ROWS + r], fam ^ t->sk[SRC_LEVELS * SRC_ROWS]);
+
+		out[r] = &sk->c[(size_t)r * (sk->mask + 1) + ((uint32_t)h & sk->mask)];
+	}
+}
+
+static void src_add(struct nat_table *t, const uint8_t *key, int levels, int32_t d)
+{
+	for (int l = 0; l < levels; l++) {
+		_Atomic uint32_t *c[SRC_ROWS];
+
+		src_slots(t, key, l, c);
+		for (int r = 0; r < SRC_ROWS; r++)
+			atomic_fetch_add_explicit(c[r], (uint32_t)d, memory_order_relaxed);
+	}
+}
+
+/* Count a new HALF_OPEN entry of key's source host and network, if both are under their
+ * limits: 0, or -EBUSY (counted by the level that refused; nothing taken). */
+__attribute__((noinline, cold)) static int src_take(struct nat_table *t,
+						     const struct flow_key *key)
+{
+	static const size_t reason[SRC_LEVELS] = { offsetof(struct nat_counters, half_open_host),
+						   offsetof(struct nat_counters, half_open_net) };
+	const uint8_t *kb = (const uint8_t *)key;
+
+	for (int l = 0; l < SRC_LEVELS; l++) {
+		_Atomic uint32_t *c[SRC_ROWS];
+		uint32_t least = UINT32_MAX;
+
+		src_slots(t, kb, l, c);
+		for (int r = 0; r < SRC_ROWS; r++) {
+			uint32_t old = atomic_fetch_add_explicit(c[r], 1, memory_order_relaxed);
+
+			least = old < least ? old : least;
+		}
+		if (least >= t->src[l].limit) {
+			src_add(t, kb, l + 1, -1);
+			ctr_add_shared((ctr_t *)((char *)&t->ctr + reason[l]), 1);
+			return -EBUSY;
+		}
+	}
+	return 0;
+}
+
+/* An entry leaves HALF_OPEN (accepted, replaced or removed): uncount its source. */
+__attribute__((noinline, cold)) static void src_put(struct nat_table *t, const void *key)
+{
+	src_add(t, key, SRC_LEVELS, -1);
+}
+
+__attribute__((noinline)) static int share_take_slow(struct nat_table *t,
+						      const struct flow_key *key, uint64_t add)
+{
+	uint32_t ho;
+	int ret = occ_take(t, add, &ho);
+
+	if (ret != 0 || ho < t->cfg.half_open_quiet)
+		return ret;
+	if ((ret = src_take(t, key)) != 0) {
+		occ_put(t, add);
+		return ret;
+	}
+	return 1;
+}
+
+/* Take the HALF_OPEN share (and with OCC_LIVE in add, the entry budget) for key: 0, 1 (taken,
+ * and key's source counted: the entry's acct), or -ENOSPC / -EBUSY (counted, nothing taken).
+ * Per-source counting starts at half_open_quiet entries: below that no source can hold many,
+ * and the common case costs no shared counter per source. That case is inline: room in the
+ * budget and fewer than ho_fast HALF_OPEN entries, one comparison more than the budget alone. */
+HOT int share_take(struct nat_table *t, const struct flow_key *key, uint64_t add)
+{
+	uint64_t n = atomic_load_explicit(&t->occ, memory_order_relaxed);
+
+	do {
+		if (((add & OCC_LIVE) && (uint32_t)n >= t->cfg.max_entries) ||
+		    (uint32_t)(n >> 32) >= t->ho_fast)
+			return share_take_slow(t, key, add);
+	} while (!atomic_compare_exchange_weak_explicit(&t->occ, &n, n + add, memory_order_relaxed,
+							memory_order_relaxed));
+	return 0;
+}
+
+HOT void share_put(struct nat_table *t, const void *key, uint64_t sub, uint8_t acct)
+{
+	occ_put(t, sub);
+	if (__builtin_expect(acct, 0))
+		src_put(t, key);
 }
 
 /* ---- tuple space ------------------------------------------------------------------------- */
@@ -647,7 +808,7 @@ static void q_publish(struct nat_table *t)
  * ring cannot grow, a tuple stays claimed for good: lost to the space, never reused too early. */
 static void quarantine_push(struct nat_table *t, const uint64_t *tkeys, size_t n, int64_t now_ns)
 {
-	uint32_t due = now_tick(sat_add(sat_add(now_ns, t->cfg.quarantine_ns),
+	uint64_t due = now_tick(sat_add(sat_add(now_ns, t->cfg.quarantine_ns),
 					NAT_QUARANTINE_TICK_NS - 1));
 
 	pthread_mutex_lock(&t->qlock);
@@ -664,21 +825,21 @@ static void quarantine_push(struct nat_table *t, const uint64_t *tkeys, size_t n
 	ctr_add_shared(&t->ctr.quarantined, n);
 }
 
-static size_t release_locked(struct nat_table *t, uint32_t tick, size_t max);
+static size_t release_locked(struct nat_table *t, uint64_t tick, size_t max);
 
 /* Release up to max tuples whose rest is over, oldest first. The lock-free pre-check keeps the
  * common "nothing due" case off the lock. */
 HOT size_t quarantine_release(struct nat_table *t, int64_t now_ns, size_t max)
 {
-	uint32_t tick = now_tick(now_ns);
+	uint64_t tick = now_tick(now_ns);
 	uint64_t head = atomic_load_explicit(&t->q_head_due, memory_order_relaxed);
 
-	if (max == 0 || head == Q_EMPTY || !tick_due(tick, (uint32_t)head))
+	if (max == 0 || !tick_due(tick, head))
 		return 0;
 	return release_locked(t, tick, max);
 }
 
-__attribute__((noinline)) static size_t release_locked(struct nat_table *t, uint32_t tick,
+__attribute__((noinline)) static size_t release_locked(struct nat_table *t, uint64_t tick,
 						       size_t max)
 {
 	size_t n = 0;
@@ -705,7 +866,8 @@ static int config_check(const struct nat_config *c)
 {
 	if (c->max_entries < 1 || c->n_addrs < 1 || c->n_addrs > NAT_MAX_ADDRS ||
 	    c->n_listeners < 1 || c->n_listeners > NAT_MAX_LISTENERS || c->port_min < 1 ||
-	    c->port_min > c->port_max)
+	    c->port_min > c->port_max || c->half_open_max < 1 || c->half_open_per_host < 1 ||
+	    c->half_open_per_net < 1)
 		return -EINVAL;
 	/* Bounded timeouts keep every deadline and quarantine tick far from wrapping. */
 	if (c->half_open_ns <= 0 || c->half_open_ns > NAT_TIMEOUT_MAX_NS || c->linger_ns < 0 ||
@@ -724,6 +886,23 @@ static pthread_mutex_t *lock_at(struct nat_table *t, int k)
 	return k % 2 ? &t->rev[k / 2].lock : &t->fwd[k / 2].lock;
 }
 
+/* SKETCH_SPREAD buckets per row for every prefix that can reach the limit within the share
+ * (half_open_max / limit of them), so an innocent prefix rarely shares a full bucket. */
+static int sketch_init(struct nat_table *t, struct sketch *sk, uint32_t limit)
+{
+	uint64_t want = (uint64_t)SKETCH_SPREAD * t->cfg.half_open_max / limit;
+	uint32_t n = SKETCH_MIN;
+
+	while (n < want && n < SKETCH_MAX)
+		n *= 2;
+	sk->limit = limit;
+	sk->mask = n - 1;
+	if ((sk->c = calloc((size_t)n * SRC_ROWS, sizeof(*sk->c))) == NULL)
+		return -ENOMEM;
+	bytes_add(t, (int64_t)n * SRC_ROWS * (int64_t)sizeof(*sk->c));
+	return 0;
+}
+
 static int table_alloc(struct nat_table *t)
 {
 	/* Pages of a family nobody uses are never touched, so they cost no memory. */
@@ -736,6 +915,9 @@ static int table_alloc(struct nat_table *t)
 		return -ENOMEM;
 	t->q_mask = RING_MIN - 1;
 	bytes_add(t, RING_MIN * sizeof(*t->ring));
+	if (sketch_init(t, &t->src[0], t->cfg.half_open_per_host) != 0 ||
+	    sketch_init(t, &t->src[1], t->cfg.half_open_per_net) != 0)
+		return -ENOMEM;
 	for (int i = 0; i < NAT_SHARDS; i++) {
 		atomic_init(&t->fwd[i].next_deadline, INT64_MAX);
 		if (map_init(t, &t->fwd[i].map) != 0 || map_init(t, &t->rev[i].map) != 0)
@@ -764,6 +946,8 @@ int nat_table_new(const struct nat_config *cfg, struct nat_table **out)
 	t->timeout[NAT_HALF_OPEN] = cfg->half_open_ns;
 	t->timeout[NAT_ACTIVE] = INT64_MAX;
 	t->timeout[NAT_CLOSING] = cfg->linger_ns;
+	t->ho_fast = cfg->half_open_quiet < cfg->half_open_max ? cfg->half_open_quiet :
+								   cfg->half_open_max;
 	s = cfg->seed;
 	for (int i = 0; i < 8; i++)
 		t->hk[i] = splitmix64(&s);
@@ -775,6 +959,18 @@ int nat_table_new(const struct nat_config *cfg, struct nat_table **out)
 	fastdiv_init(&t->div_n, t->space);
 	for (int f = 0; f < 2; f++)
 		atomic_init(&t->cursor[f], (uint32_t)splitmix64(&s));
+	for (int i = 0; i < SRC_LEVELS * SRC_ROWS + 1; i++)
+		t->sk[i] = splitmix64(&s);
+	for (int f = 0; f < 2; f++) {
+		static const uint8_t len[2][SRC_LEVELS] = { { 4, 3 }, { 8, 6 } };
+
+		for (int l = 0; l < SRC_LEVELS; l++) {
+			uint8_t b[8] = { 0 };
+
+			memset(b, 0xff, len[f][l]);
+			memcpy(&t->pmask[f][l], b, sizeof(b));
+		}
+	}
 	atomic_init(&t->q_head_due, Q_EMPTY);
 	atomic_init(&t->bytes, size);
 	if ((ret = table_alloc(t)) != 0) {
@@ -806,6 +1002,8 @@ void nat_table_free(struct nat_table *t)
 	}
 	free(t->owner[0]);
 	free(t->owner[1]);
+	free(t->src[0].c);
+	free(t->src[1].c);
 	free(t->ring);
 	free(t);
 }
@@ -840,12 +1038,12 @@ static int entry_create(struct nat_table *t, struct fwd_shard *sh, const struct 
 {
 	struct nat_entry *e;
 	uint64_t tkey;
+	uint8_t acct;
 	int ret;
 
-	if (!budget_take(t)) {
-		ctr_add_shared(&t->ctr.budget_exhausted, 1);
-		return -ENOSPC;
-	}
+	if ((ret = share_take(t, key, OCC_LIVE | OCC_HO)) < 0)
+		return ret;
+	acct = (uint8_t)ret;
 	if ((e = entry_get(t, sh)) == NULL) {
 		ret = -ENOMEM;
 		goto undo_budget;
@@ -859,6 +1057,7 @@ static int entry_create(struct nat_table *t, struct fwd_shard *sh, const struct 
 	e->tkey = tkey;
 	e->gen = gen_next(t);
 	e->state = NAT_HALF_OPEN;
+	e->acct = acct;
 	e->heap_idx = NO_HEAP;
 	atomic_store_explicit(&e->last_seen, now_ns, memory_order_relaxed);
 	link_entry(t, sh, e, true);
@@ -871,7 +1070,7 @@ static int entry_create(struct nat_table *t, struct fwd_shard *sh, const struct 
 undo_entry:
 	entry_put(sh, e);
 undo_budget:
-	budget_put(t);
+	share_put(t, key, OCC_LIVE | OCC_HO, acct);
 	return ret;
 }
 
@@ -879,16 +1078,23 @@ undo_budget:
  * new HALF_OPEN mapping; the old tuple is quarantined. The new tuple is claimed while the old
  * bit is still set, so it is necessarily DIFFERENT; if none is free, nothing changes. */
 static int entry_replace(struct nat_table *t, struct fwd_shard *sh, struct nat_entry *e,
-			 int64_t now_ns, struct nat_tuple *out)
+			 const struct flow_key *key, int64_t now_ns, struct nat_tuple *out)
 {
 	uint64_t old = e->tkey, tkey;
 	struct rev_shard *rs;
 	uint32_t rh;
+	uint8_t acct;
 	int ret;
 
-	quarantine_release(t, now_ns, NAT_RELEASE_PER_ALLOC);
-	if ((ret = tuple_alloc(t, fam_of(old), e->fshard, &tkey)) != 0)
+	/* A new HALF_OPEN mapping: it takes the share (not the budget, the entry exists). */
+	if ((ret = share_take(t, key, OCC_HO)) < 0)
 		return ret;
+	acct = (uint8_t)ret;
+	quarantine_release(t, now_ns, NAT_RELEASE_PER_ALLOC);
+	if ((ret = tuple_alloc(t, fam_of(old), e->fshard, &tkey)) != 0) {
+		share_put(t, key, OCC_HO, acct);
+		return ret;
+	}
 	rs = rev_shard_of(t, old, &rh);
 	pthread_mutex_lock(&rs->lock);
 	map_unlink(&rs->map, e, rh, true);
@@ -896,6 +1102,7 @@ static int entry_replace(struct nat_table *t, struct fwd_shard *sh, struct nat_e
 	e->tkey = tkey;
 	e->gen = gen_next(t);
 	e->state = NAT_HALF_OPEN;
+	e->acct = acct;
 	pthread_mutex_unlock(&rs->lock);
 	atomic_store_explicit(&e->last_seen, now_ns, memory_order_relaxed);
 	link_entry(t, sh, e, false);
@@ -917,7 +1124,7 @@ __attribute__((noinline)) static int uplink_slow(struct nat_table *t, struct fwd
 						 struct nat_tuple *out)
 {
 	if (e)
-		return entry_replace(t, sh, e, now_ns, out);
+		return entry_replace(t, sh, e, key, now_ns, out);
 	if (pure_syn)
 		return entry_create(t, sh, key, h, now_ns, out);
 	ctr_add_shared(&t->ctr.uplink_miss, 1);
@@ -940,7 +1147,8 @@ int nat_uplink(struct nat_table *t, const struct flow_key *key, bool pure_syn, i
 	e = fwd_find(&sh->map, key, (uint32_t)(h >> SHARD_BITS));
 	/* The per-packet case: a mapping that is not being replaced by a new SYN. */
 	if (__builtin_expect(e && !(pure_syn && e->state == NAT_CLOSING), 1)) {
-		touch(e, now_ns);
+		if (e->state != NAT_HALF_OPEN) /* its deadline is fixed by its SYN */
+			touch(e, now_ns);
 		tuple_unpack(e->tkey, tuple_out);
 	} else {
 		ret = uplink_slow(t, sh, e, key, h, pure_syn, now_ns, tuple_out);
@@ -962,7 +1170,10 @@ int nat_downlink(struct nat_table *t, const struct nat_tuple *tuple, int64_t now
 	pthread_mutex_lock(&rs->lock);
 	e = rev_find(&rs->map, tkey, rh);
 	if (e) {
-		touch(e, now_ns);
+		/* Not a HALF_OPEN entry: the kernel's SYN-ACK retransmits would keep a spoofed SYN's
+		 * entry for twice half_open_timeout. (The state is read under the reverse lock.) */
+		if (e->state != NAT_HALF_OPEN)
+			touch(e, now_ns);
 		memcpy(key_out, e->kw, sizeof(*key_out));
 	}
 	pthread_mutex_unlock(&rs->lock);
@@ -1032,12 +1243,15 @@ int nat_accept(struct nat_table *t, const struct nat_tuple *tuple, int64_t now_n
 	struct rev_shard *rs;
 	struct nat_entry *e = lock_tuple(t, tuple, &sh, &rs);
 	bool ok = e && e->state == NAT_HALF_OPEN;
+	uint8_t acct = 0;
 
 	if (ok) {
 		e->state = NAT_ACTIVE;
 		e->gen = gen_next(t);
 		*gen_out = e->gen;
 		memcpy(key_out, e->kw, sizeof(*key_out));
+		acct = e->acct;
+		e->acct = 0;
 	}
 	if (e)
 		pthread_mutex_unlock(&rs->lock);
@@ -1050,6 +1264,8 @@ int nat_accept(struct nat_table *t, const struct nat_tuple *tuple, int64_t now_n
 	}
 	if (e)
 		pthread_mutex_unlock(&sh->lock);
+	if (ok)
+		share_put(t, key_out, OCC_HO, acct);
 	ctr_add_shared(ok ? &t->ctr.accepted : &t->ctr.accept_miss, 1);
 	return ok ? 0 : -ENOENT;
 }
@@ -1141,11 +1357,19 @@ size_t nat_collect_expired(struct nat_table *t, int64_t now_ns, struct nat_candi
 	return collect(t, now_ns, out, max, &examined);
 }
 
+/* What an entry of each state holds of t->occ. */
+static const uint64_t occ_of_state[NAT_STATE_MAX] = {
+	[NAT_HALF_OPEN] = OCC_LIVE | OCC_HO,
+	[NAT_ACTIVE] = OCC_LIVE,
+	[NAT_CLOSING] = OCC_LIVE,
+};
+
 /* Phase 2 for one candidate, forward shard lock held. Returns 0 (unlinked and back in the
- * slab: the caller quarantines the tuple and returns the budget), -EAGAIN (refreshed: re-armed)
- * or -ENOENT (gone, accepted or replaced since phase 1). */
-static int remove_locked(struct nat_table *t, struct fwd_shard *sh, const struct nat_candidate *c,
-			 int64_t now_ns)
+ * slab: the caller quarantines the tuple and returns *occ_sub, to which the entry's budget and
+ * share were added), -EAGAIN (refreshed: re-armed) or -ENOENT (gone, accepted or replaced since
+ * phase 1). */
+HOT int remove_locked(struct nat_table *t, struct fwd_shard *sh, const struct nat_candidate *c,
+		      int64_t now_ns, uint64_t *occ_sub)
 {
 	uint64_t tkey = tuple_pack(&c->tuple);
 	uint32_t rh;
@@ -1171,39 +1395,45 @@ static int remove_locked(struct nat_table *t, struct fwd_shard *sh, const struct
 	if (e->heap_idx != NO_HEAP)
 		heap_remove(sh, e);
 	state_add(sh, e->state, -1);
+	*occ_sub += occ_of_state[e->state];
 	ret = 0;
 unlock:
 	pthread_mutex_unlock(&rs->lock);
-	if (ret == 0)
+	if (ret == 0) {
+		if (__builtin_expect(e->acct, 0))
+			src_put(t, e->kw);
 		entry_put(sh, e);
+	}
 	return ret;
 }
 
-/* Bookkeeping after n entries were removed: their tuples rest, their budget returns. */
-static void removed(struct nat_table *t, const uint64_t *tkeys, size_t n, int64_t now_ns)
+/* Bookkeeping after n entries were removed: their tuples rest, their budget and share
+ * (occ_sub) return. */
+static void removed(struct nat_table *t, const uint64_t *tkeys, size_t n, uint64_t occ_sub,
+		    int64_t now_ns)
 {
 	if (n == 0)
 		return;
 	quarantine_push(t, tkeys, n, now_ns);
-	atomic_fetch_sub_explicit(&t->live, (uint32_t)n, memory_order_relaxed);
+	occ_put(t, occ_sub);
 	ctr_add_shared(&t->ctr.expired, n);
 }
 
 int nat_remove_if_expired(struct nat_table *t, const struct nat_candidate *c, int64_t now_ns)
 {
 	struct fwd_shard *sh;
-	uint64_t tkey = tuple_pack(&c->tuple);
+	uint64_t tkey = tuple_pack(&c->tuple), occ_sub = 0;
 	int ret;
 
 	if (c->fwd_shard >= NAT_SHARDS)
 		return -EINVAL;
 	sh = &t->fwd[c->fwd_shard];
 	pthread_mutex_lock(&sh->lock);
-	ret = remove_locked(t, sh, c, now_ns);
+	ret = remove_locked(t, sh, c, now_ns, &occ_sub);
 	pthread_mutex_unlock(&sh->lock);
 	if (ret == -EAGAIN)
 		ctr_add_shared(&t->ctr.expiry_saved, 1);
-	removed(t, &tkey, ret == 0, now_ns);
+	removed(t, &tkey, ret == 0, occ_sub, now_ns);
 	return ret;
 }
 
@@ -1213,7 +1443,7 @@ int nat_remove_if_expired(struct nat_table *t, const struct nat_candidate *c, in
 static size_t remove_batch(struct nat_table *t, const struct nat_candidate *c, size_t n,
 			   int64_t now_ns)
 {
-	uint64_t freed[PURGE_BATCH];
+	uint64_t freed[PURGE_BATCH], occ_sub = 0;
 	size_t nf = 0, saved = 0;
 
 	assert(n <= PURGE_BATCH);
@@ -1223,7 +1453,7 @@ static size_t remove_batch(struct nat_table *t, const struct nat_candidate *c, s
 
 		pthread_mutex_lock(&sh->lock);
 		for (; i < n && c[i].fwd_shard == s; i++) {
-			int ret = remove_locked(t, sh, &c[i], now_ns);
+			int ret = remove_locked(t, sh, &c[i], now_ns, &occ_sub);
 
 			if (ret == 0)
 				freed[nf++] = tuple_pack(&c[i].tuple);
@@ -1233,7 +1463,7 @@ static size_t remove_batch(struct nat_table *t, const struct nat_candidate *c, s
 	}
 	if (saved)
 		ctr_add_shared(&t->ctr.expiry_saved, saved);
-	removed(t, freed, nf, now_ns);
+	removed(t, freed, nf, occ_sub, now_ns);
 	return nf;
 }
 
@@ -1265,7 +1495,12 @@ size_t nat_purge(struct nat_table *t, int64_t now_ns, size_t budget)
 
 int64_t nat_next_deadline(const struct nat_table *t)
 {
-	int64_t min = INT64_MAX;
+	uint64_t q = atomic_load_explicit(&((struct nat_table *)t)->q_head_due,
+					  memory_order_relaxed);
+	/* The quarantine's oldest tuple too: without a purge, a table that sees no new SYN would
+	 * keep its resting tuples (and report them) for good. A due tick is < 2^43. */
+	int64_t min = q == Q_EMPTY ? INT64_MAX :
+		      sat_add((int64_t)(q << Q_TICK_SHIFT), NAT_QUARANTINE_WAKE_NS);
 
 	for (int i = 0; i < NAT_SHARDS; i++) {
 		int64_t d = atomic_load_explicit(&((struct nat_table *)t)->fwd[i].next_deadline,

@@ -14,9 +14,15 @@
  *
  * States: HALF_OPEN (tuple allocated, not yet accepted), ACTIVE (accepted, a session owns it),
  * CLOSING (session ended, lingering so the kernel's FIN/ACK still gets translated).
- * Deadlines count from the LAST TRANSLATED PACKET: HALF_OPEN expires half_open_timeout after it,
- * CLOSING linger after it (or after the closing mark, if later: see nat_mark_closing); ACTIVE
- * never expires (the session's guard marks it CLOSING).
+ * HALF_OPEN expires half_open_timeout after the SYN that created it: no packet extends it (the
+ * local kernel completes a handshake in microseconds, so the timeout bounds SYN to accept; were
+ * packets to refresh it, the kernel's SYN-ACK retransmits, up to 31 s after a spoofed SYN, would
+ * hold the entry about twice as long). CLOSING expires linger after its LAST TRANSLATED PACKET
+ * (or after the closing mark, if later: see nat_mark_closing); ACTIVE never expires (the
+ * session's guard marks it CLOSING).
+ * The HALF_OPEN entries are a bounded share of the table (nat_config.half_open_*): in all, per
+ * source host and per source network, so a SYN flood neither takes the budget from established
+ * connections nor the share from other sources.
  * A freed tuple is quarantined (FIFO) for quarantine_ns before it can be allocated again: the
  * kernel's accepted socket for that tuple may still be in TIME_WAIT.
  */
@@ -36,6 +42,9 @@
 #define NAT_MAX_LISTENERS 16
 #define NAT_RELEASE_PER_ALLOC 2 /* due quarantined tuples released before each allocation */
 #define NAT_QUARANTINE_TICK_NS (1 << 20) /* a tuple's rest is rounded UP to this (~1 ms) */
+/* nat_next_deadline asks for the quarantine this long after its oldest tuple is due, so that
+ * releases are batched (a tuple resting longer costs nothing: allocations release too). */
+#define NAT_QUARANTINE_WAKE_NS (1LL << 30) /* ~1.07 s */
 #define NAT_TIMEOUT_MAX_NS (86400LL * 1000000000LL) /* bound of every configured duration */
 
 enum nat_state {
@@ -65,10 +74,26 @@ struct nat_config {
 	int64_t quarantine_ns;    /* a freed tuple's rest before reuse; >= 0 */
 	/* (all three at most NAT_TIMEOUT_MAX_NS) */
 	uint64_t seed;            /* hash key and allocation cursor start; fixed => deterministic */
+	/* The HALF_OPEN share (a SYN flood must not take the table): new HALF_OPEN entries are
+	 * refused (counted per reason) beyond half_open_max in all, and, for entries created
+	 * while at least half_open_quiet exist, beyond half_open_per_host per source host
+	 * (IPv4 /32, IPv6 /64) or half_open_per_net per source network (IPv4 /24, IPv6 /48).
+	 * The limits >= 1, half_open_quiet >= 0 (0: every entry counted); see
+	 * nat_config_half_open_limits for the defaults. */
+	uint32_t half_open_max;
+	uint32_t half_open_per_host;
+	uint32_t half_open_per_net;
+	uint32_t half_open_quiet;
 };
 
-/* Defaults: 65536 entries, 4 addresses, 2 listeners, ports 1024-65535, 30 s / 10 s / 60 s. */
+/* Defaults: 65536 entries, 4 addresses, 2 listeners, ports 1024-65535, 30 s / 10 s / 60 s,
+ * and the HALF_OPEN limits nat_config_half_open_limits derives from 65536 entries. */
 void nat_config_default(struct nat_config *c);
+
+/* Set the HALF_OPEN limits from c->max_entries (each at least 1): half_open_max = 1/2 of it,
+ * half_open_per_net = 1/64, half_open_per_host = 1/256, half_open_quiet = half_open_per_net
+ * (65536 entries: 32768 / 1024 / 256 / 1024). */
+void nat_config_half_open_limits(struct nat_config *c);
 
 /* Counters of table operations and refusals (all monotonic). `created` includes replacements,
  * so live entries = created - replaced - expired and quarantine = quarantined - released. */
@@ -86,7 +111,10 @@ void nat_config_default(struct nat_config *c);
 	X(accept_miss)       /* accept for a tuple without a HALF_OPEN mapping */               \
 	X(gen_mismatch)      /* mark_closing with a stale generation: ignored */                \
 	X(budget_exhausted)  /* entry budget full: new flow refused */                         \
-	X(ports_exhausted)   /* no free tuple within NAT_PROBE_LIMIT probes */
+	X(ports_exhausted)   /* no free tuple within NAT_PROBE_LIMIT probes */                 \
+	X(half_open_full)    /* half_open_max HALF_OPEN entries: new flow refused */            \
+	X(half_open_host)    /* the source host's half_open_per_host reached: refused */        \
+	X(half_open_net)     /* the source network's half_open_per_net reached: refused */
 
 struct nat_counters {
 #define NAT_CTR_FIELD(name) ctr_t name;
@@ -114,11 +142,12 @@ int nat_table_new(const struct nat_config *cfg, struct nat_table **out)
 	__attribute__((warn_unused_result));
 void nat_table_free(struct nat_table *t);
 
-/* Uplink: the tuple for key, refreshing the entry's last-packet time.
+/* Uplink: the tuple for key, refreshing the entry's last-packet time (not a HALF_OPEN one's).
  * A missing mapping is created (HALF_OPEN) only when pure_syn (SYN set, ACK and RST clear).
  * A pure SYN on a CLOSING mapping removes it (its tuple goes to quarantine) and creates a new
  * mapping on a DIFFERENT tuple. A SYN on HALF_OPEN (retransmit) reuses it.
- * Returns 0; -ENOENT no mapping and !pure_syn; -ENOSPC entry budget exhausted;
+ * Returns 0; -ENOENT no mapping and !pure_syn; -ENOSPC entry budget exhausted; -EBUSY the
+ * HALF_OPEN share is full, in all or for key's source host or network (a replacement too);
  * -EADDRNOTAVAIL no free tuple within NAT_PROBE_LIMIT probes (a replacement that finds none
  * leaves the CLOSING mapping as it was). Refusals are counted. -EINVAL key->family not 4 or 6;
  * -ENOMEM (the entry slab could not grow). Before allocating, up to NAT_RELEASE_PER_ALLOC
@@ -126,7 +155,8 @@ void nat_table_free(struct nat_table *t);
 int nat_uplink(struct nat_table *t, const struct flow_key *key, bool pure_syn, int64_t now_ns,
 	       struct nat_tuple *tuple_out);
 
-/* Downlink: the original key of tuple's mapping, refreshing its last-packet time.
+/* Downlink: the original key of tuple's mapping, refreshing its last-packet time (not a
+ * HALF_OPEN one's: the kernel's SYN-ACK retransmits do not keep a spoofed SYN's entry).
  * Returns 0 or -ENOENT (counted). */
 int nat_downlink(struct nat_table *t, const struct nat_tuple *tuple, int64_t now_ns,
 		 struct flow_key *key_out);
@@ -164,8 +194,10 @@ int nat_remove_if_expired(struct nat_table *t, const struct nat_candidate *c, in
  * Call when nat_next_deadline() has passed. */
 size_t nat_purge(struct nat_table *t, int64_t now_ns, size_t budget);
 
-/* Earliest time at which nat_purge has work, or INT64_MAX if none (an idle table never asks
- * to be woken). Lock-free. May be early (then nat_purge finds nothing and it moves on). */
+/* Earliest time at which nat_purge has work, or INT64_MAX if none (an empty table with an
+ * empty quarantine never asks to be woken). The quarantine's oldest tuple counts
+ * NAT_QUARANTINE_WAKE_NS after it is due. Lock-free. May be early (then nat_purge finds nothing
+ * and it moves on). */
 int64_t nat_next_deadline(const struct nat_table *t);
 
 void nat_get_stats(const struct nat_table *t, struct nat_stats *out);

@@ -21,4 +21,9 @@ void sys_config_to_nat(const struct ts_config *cfg, struct nat_config *out);
  * (measured, docs/config.md). 0: the kernel's autotuning. */
 uint32_t sys_config_accepted_sndbuf(const struct ts_config *cfg, bool offload);
 
+/* The NAT table's hash key (nat_config.seed): 64 bits from getrandom(GRND_NONBLOCK), so that
+ * clients, who choose the keyed values (addresses, ports), cannot aim at one hash chain. When
+ * the kernel's pool is not initialized yet, a mix of now_ns and salt (an address: ASLR). */
+uint64_t sys_config_nat_seed(int64_t now_ns, uintptr_t salt);
+
 #endif

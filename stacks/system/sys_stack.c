@@ -563,7 +563,7 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 		for (uint32_t i = 0; i < NAT_MAX_LISTENERS; i++)
 			st->lis[f][i].fd = -1;
 	sys_config_to_nat(env->cfg, &nc);
-	nc.seed = (uint64_t)ts_now_ns();
+	nc.seed = sys_config_nat_seed(ts_now_ns(), (uintptr_t)st);
 	if ((ret = nat_table_new(&nc, &st->nat)) != 0) {
 		snprintf(err, errlen, "system stack: NAT table: %s", strerror(-ret));
 		goto fail;
@@ -721,6 +721,7 @@ static void sys_stats(struct netstack *ns, struct netstack_stats *o)
 	o->drops_nat_exhausted = ctr_get(&c->drop_nat_budget) + ctr_get(&c->drop_nat_ports) +
 				 ctr_get(&c->drop_nat_nomem);
 	o->unmapped_uplink_rst = ctr_get(&c->rst_sent);
+	o->drops_half_open = ctr_get(&c->drop_nat_half_open);
 	o->rewrites = ctr_get(&c->uplink) + ctr_get(&c->downlink);
 	o->admission_refused = ctr_get(&st->ctr.admission_refused);
 	o->fd_exhausted = ctr_get(&st->ctr.fd_exhausted);

@@ -168,6 +168,8 @@ static struct sys_disp tcp_uplink(struct sysproc *p, const struct pkt_view *v, b
 		return drop(&c->drop_nat_budget);
 	if (ret == -EADDRNOTAVAIL)
 		return drop(&c->drop_nat_ports);
+	if (ret == -EBUSY) /* a SYN flood's share: silence, as for the other refusals */
+		return drop(&c->drop_nat_half_open);
 	if (ret != 0) /* -ENOMEM: the only other refusal for a well-formed key */
 		return drop(&c->drop_nat_nomem);
 	rewrite_l4(v, f->nat[t.addr], htons(t.port), f->gateway, f->lport_be[t.listener], partial);
@@ -221,9 +223,11 @@ struct sys_disp sysproc_process(struct sysproc *p, uint8_t *buf, size_t len,
 					  .len = (uint32_t)rewrite_icmp_echo_reply(v),
 					  .plain = true };
 	case L3POLICY_DROP_loop:
-		/* Our own socket's SYN came back: a RST makes its connect fail now, not after
-		 * the connect timeout (counted as the drop already). */
-		if (v->proto != IPPROTO_TCP)
+	case L3POLICY_DROP_special_destination:
+		/* Our own socket's SYN came back, or a SYN to a special destination: a RST makes
+		 * its connect fail now, not after the connect timeout (counted as the drop
+		 * already; l3policy_answer_rst says which get one). */
+		if (!l3policy_answer_rst(v))
 			return done();
 		return (struct sys_disp){ .action = SYS_WRITE, .len = (uint32_t)rewrite_tcp_rst(v),
 					  .plain = true };

@@ -49,6 +49,7 @@ struct sys_disp {
 	X(drop_nat_budget)     /* new flow refused: NAT entry budget exhausted */              \
 	X(drop_nat_ports)      /* new flow refused: no free NAT tuple */                       \
 	X(drop_nat_nomem)      /* new flow refused: the table could not grow (ENOMEM) */        \
+	X(drop_nat_half_open)  /* new flow refused: HALF_OPEN limit (in all, source host/net) */ \
 	X(drop_bad_offload)    /* NEEDS_CSUM metadata that does not point at the L4 checksum */
 
 struct sys_counters {

@@ -130,11 +130,33 @@ Test(limits, check_names_the_bad_field)
 
 Test(limits, fds_fit_under_rlimit)
 {
-	cr_assert_eq(budget_fds_fit(16384, 1024), 1024 - BUDGET_FD_RESERVED);
-	cr_assert_eq(budget_fds_fit(16384, 1048576), 16384);
-	cr_assert_eq(budget_fds_fit(16384, BUDGET_FD_RESERVED), 0);
-	cr_assert_eq(budget_fds_fit(16384, 0), 0);
-	cr_assert_eq(budget_fds_fit(100, UINT64_MAX), 100);
+	const uint32_t r = 100;
+
+	cr_assert_eq(budget_fds_fit(16384, 1024, r), 1024 - r);
+	cr_assert_eq(budget_fds_fit(16384, 1048576, r), 16384);
+	cr_assert_eq(budget_fds_fit(16384, r, r), 0);
+	cr_assert_eq(budget_fds_fit(16384, 0, r), 0);
+	cr_assert_eq(budget_fds_fit(100, UINT64_MAX, r), 100);
+}
+
+/* The reserve is what the proxy holds outside sessions: it grows with every TUN queue,
+ * listener and stats descriptor, by exactly their cost. */
+Test(limits, fd_reserve_grows_with_what_the_proxy_holds)
+{
+	uint32_t one = budget_fd_reserve_for(1, 2, 0);
+	uint32_t sixteen = budget_fd_reserve_for(16, 2, 0);
+
+	cr_assert_eq(sixteen - one, 15 * BUDGET_FD_PER_QUEUE, "%u -> %u", one, sixteen);
+	cr_assert_eq(budget_fd_reserve_for(1, 32, 0) - one, 30, "one per listener");
+	cr_assert_eq(budget_fd_reserve_for(1, 2, 25) - one, 25, "the stats endpoint's");
+	cr_assert_geq(one, BUDGET_FD_FIXED + BUDGET_FD_PER_QUEUE + 2);
+	/* 16 queues, 16 listeners per family, stats: far more than a fixed 64. */
+	cr_assert_gt(budget_fd_reserve_for(16, 32, 25), 64 + 100);
+	/* The fit uses it: with 16 queues fewer session fds fit under the same limit. */
+	cr_assert_lt(budget_fds_fit(1u << 20, 1024, sixteen), budget_fds_fit(1u << 20, 1024, one));
+	cr_assert_eq(budget_fds_fit(1u << 20, 1024, sixteen), 1024 - sixteen);
+	/* Saturates instead of wrapping. */
+	cr_assert_eq(budget_fd_reserve_for(UINT32_MAX, UINT32_MAX, UINT32_MAX), UINT32_MAX);
 }
 
 Test(budget, getter_returns_a_copy_of_the_limits)

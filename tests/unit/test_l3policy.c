@@ -1,7 +1,9 @@
 /* test_l3policy.c — the policy both stacks apply to every parsed packet
  * (stacks/common/l3policy.c): one table row per rule and family, checked for its verdict, the
- * one drop counter it bumps and the listener reply it names; set-up refusals; and the inline
- * classifier against its out-of-line twin on random packets. */
+ * one drop counter it bumps and the listener reply it names; special destinations (each class,
+ * both families, a first SYN and a datagram, and the near misses that are not special) and
+ * which of them a RST answers; set-up refusals; and the inline classifier against its
+ * out-of-line twin on random packets. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -16,6 +18,7 @@
 #include "core/loopguard.h"
 #include "core/pkt.h"
 #include "stacks/common/l3policy.h"
+#include "stacks/netstack.h"
 #include "testutil.h"
 
 /* Gateways 198.18.0.1 and fd00:7f::1, NAT addresses G+1 .. G+4, listeners 40000 and 40001. */
@@ -39,7 +42,7 @@ static void policy(struct l3policy *p, bool has6, bool hijack)
 		cr_assert_eq(l3policy_set_listeners(p, 6, be, 2), 0);
 }
 
-enum kind { K_TCP, K_UDP, K_ECHO, K_RAW };
+enum kind { K_TCP, K_SYN, K_UDP, K_ECHO, K_RAW }; /* K_TCP: an ACK segment; K_SYN: a first SYN */
 
 struct row {
 	const char *name;
@@ -60,7 +63,10 @@ static size_t build(const struct row *r, uint8_t *buf, size_t cap)
 
 	switch (r->kind) {
 	case K_TCP:
+	case K_SYN:
 		tu_spec_tcp(&s, r->src, r->sport, r->dst, r->dport);
+		if (r->kind == K_SYN)
+			s.tcp_flags = TCP_SYN;
 		break;
 	case K_UDP:
 		tu_spec_udp(&s, r->src, r->sport, r->dst, r->dport);
@@ -208,6 +214,107 @@ Test(l3policy, table_ipv6)
 		check(&rows6[i], true);
 }
 
+/* Special destinations: never a remote host's address (unspecified, loopback, multicast, limited
+ * broadcast) or another family's address in IPv6 clothing (IPv4-mapped, IPv4-compatible). A
+ * first SYN and a datagram to one are dropped, one drop_special_destination each; private
+ * ranges, link-local, benchmarking/fake-IP (198.18.0.0/15) and class E are not special. */
+#define SPECIAL L3POLICY_DROP_special_destination
+#define SP(name, kind, dst, want) { name, kind, SRC, 5000, dst, 7100, 0, 0, false, want, { 0, 0 } }
+
+#define SRC "198.18.0.9"
+static const struct row special4[] = {
+	SP("syn 0.0.0.0", K_SYN, "0.0.0.0", SPECIAL),
+	SP("udp 0.0.0.0", K_UDP, "0.0.0.0", SPECIAL),
+	SP("syn 0.1.2.3 (this network)", K_SYN, "0.1.2.3", SPECIAL),
+	SP("udp 0.255.255.255", K_UDP, "0.255.255.255", SPECIAL),
+	SP("syn 127.0.0.1", K_SYN, "127.0.0.1", SPECIAL),
+	SP("udp 127.0.0.1", K_UDP, "127.0.0.1", SPECIAL),
+	SP("syn 127.255.255.254", K_SYN, "127.255.255.254", SPECIAL),
+	SP("udp 127.1.2.3", K_UDP, "127.1.2.3", SPECIAL),
+	SP("syn 224.0.0.1", K_SYN, "224.0.0.1", SPECIAL),
+	SP("udp 224.0.0.251 (mDNS)", K_UDP, "224.0.0.251", SPECIAL),
+	SP("syn 239.255.255.255", K_SYN, "239.255.255.255", SPECIAL),
+	SP("udp 239.255.255.250 (SSDP)", K_UDP, "239.255.255.250", SPECIAL),
+	SP("syn 255.255.255.255", K_SYN, "255.255.255.255", SPECIAL),
+	SP("udp 255.255.255.255", K_UDP, "255.255.255.255", SPECIAL),
+	/* Not special. */
+	SP("syn 10.0.0.1", K_SYN, "10.0.0.1", L3POLICY_TCP),
+	SP("udp 10.0.0.1", K_UDP, "10.0.0.1", L3POLICY_UDP),
+	SP("syn 172.16.0.1", K_SYN, "172.16.0.1", L3POLICY_TCP),
+	SP("udp 192.168.1.1", K_UDP, "192.168.1.1", L3POLICY_UDP),
+	SP("syn 100.64.0.1", K_SYN, "100.64.0.1", L3POLICY_TCP),
+	SP("syn 198.18.5.5 (fake-IP)", K_SYN, "198.18.5.5", L3POLICY_TCP),
+	SP("udp 198.19.255.255", K_UDP, "198.19.255.255", L3POLICY_UDP),
+	SP("syn 169.254.169.254 (link-local)", K_SYN, "169.254.169.254", L3POLICY_TCP),
+	SP("udp 169.254.1.1 (link-local)", K_UDP, "169.254.1.1", L3POLICY_UDP),
+	SP("syn 1.0.0.1", K_SYN, "1.0.0.1", L3POLICY_TCP),
+	SP("udp 126.255.255.255", K_UDP, "126.255.255.255", L3POLICY_UDP),
+	SP("syn 128.0.0.1", K_SYN, "128.0.0.1", L3POLICY_TCP),
+	SP("udp 223.255.255.255", K_UDP, "223.255.255.255", L3POLICY_UDP),
+	SP("syn 240.0.0.1 (class E)", K_SYN, "240.0.0.1", L3POLICY_TCP),
+	SP("udp 255.255.255.254", K_UDP, "255.255.255.254", L3POLICY_UDP),
+	/* Only a first SYN is checked: a later segment is the stack's (it has no connection). */
+	SP("ack 127.0.0.1", K_TCP, "127.0.0.1", L3POLICY_TCP),
+	/* Hijacked DNS never goes to its destination: it wins. */
+	{ "dns 127.0.0.53, hijack", K_UDP, SRC, 5000, "127.0.0.53", 53, 0, 0, true, L3POLICY_DNS,
+	  { 0, 0 } },
+	{ "dns 127.0.0.53, no hijack", K_UDP, SRC, 5000, "127.0.0.53", 53, 0, 0, false, SPECIAL,
+	  { 0, 0 } },
+};
+#undef SRC
+
+#define SRC "fd00:7f::9"
+static const struct row special6[] = {
+	SP("syn ::", K_SYN, "::", SPECIAL),
+	SP("udp ::", K_UDP, "::", SPECIAL),
+	SP("syn ::1", K_SYN, "::1", SPECIAL),
+	SP("udp ::1", K_UDP, "::1", SPECIAL),
+	SP("syn ::ffff:127.0.0.1 (mapped)", K_SYN, "::ffff:127.0.0.1", SPECIAL),
+	SP("udp ::ffff:127.0.0.1 (mapped)", K_UDP, "::ffff:127.0.0.1", SPECIAL),
+	SP("syn ::ffff:10.0.0.1 (mapped)", K_SYN, "::ffff:10.0.0.1", SPECIAL),
+	SP("udp ::ffff:8.8.8.8 (mapped)", K_UDP, "::ffff:8.8.8.8", SPECIAL),
+	SP("syn ::ffff:0.0.0.0 (mapped)", K_SYN, "::ffff:0.0.0.0", SPECIAL),
+	SP("syn ::127.0.0.1 (compatible)", K_SYN, "::127.0.0.1", SPECIAL),
+	SP("udp ::10.0.0.1 (compatible)", K_UDP, "::10.0.0.1", SPECIAL),
+	SP("syn ::255.255.255.255 (compatible)", K_SYN, "::255.255.255.255", SPECIAL),
+	SP("syn ff02::1", K_SYN, "ff02::1", SPECIAL),
+	SP("udp ff02::fb (mDNS)", K_UDP, "ff02::fb", SPECIAL),
+	SP("syn ff05::1:3", K_SYN, "ff05::1:3", SPECIAL),
+	SP("udp ffff::1", K_UDP, "ffff::1", SPECIAL),
+	/* Not special. */
+	SP("syn 2001:db8::1", K_SYN, "2001:db8::1", L3POLICY_TCP),
+	SP("udp 2001:db8::1", K_UDP, "2001:db8::1", L3POLICY_UDP),
+	SP("syn fd00::1 (ULA)", K_SYN, "fd00::1", L3POLICY_TCP),
+	SP("udp fc00::1 (ULA)", K_UDP, "fc00::1", L3POLICY_UDP),
+	SP("syn fe80::1 (link-local)", K_SYN, "fe80::1", L3POLICY_TCP),
+	SP("udp febf::1 (link-local)", K_UDP, "febf::1", L3POLICY_UDP),
+	SP("syn fe00::1", K_SYN, "fe00::1", L3POLICY_TCP),
+	SP("syn ::1:0:0:1", K_SYN, "::1:0:0:1", L3POLICY_TCP),
+	SP("udp ::fffe:7f00:1", K_UDP, "::fffe:7f00:1", L3POLICY_UDP),
+	SP("syn ::ffff:0:7f00:1 (translated, not mapped)", K_SYN, "::ffff:0:7f00:1",
+	   L3POLICY_TCP),
+	SP("syn 64:ff9b::7f00:1 (NAT64)", K_SYN, "64:ff9b::7f00:1", L3POLICY_TCP),
+	SP("udp 100::1 (discard)", K_UDP, "100::1", L3POLICY_UDP),
+	SP("syn 1::1", K_SYN, "1::1", L3POLICY_TCP),
+	SP("ack ::1", K_TCP, "::1", L3POLICY_TCP),
+	{ "dns ::1, hijack", K_UDP, SRC, 5000, "::1", 53, 0, 0, true, L3POLICY_DNS, { 0, 0 } },
+	{ "dns ::1, no hijack", K_UDP, SRC, 5000, "::1", 53, 0, 0, false, SPECIAL, { 0, 0 } },
+};
+#undef SRC
+#undef SP
+
+Test(l3policy, special_destinations_ipv4)
+{
+	for (size_t i = 0; i < sizeof(special4) / sizeof(special4[0]); i++)
+		check(&special4[i], true);
+}
+
+Test(l3policy, special_destinations_ipv6)
+{
+	for (size_t i = 0; i < sizeof(special6) / sizeof(special6[0]); i++)
+		check(&special6[i], true);
+}
+
 Test(l3policy, family_not_served)
 {
 	static const struct row rows[] = {
@@ -294,6 +401,8 @@ Test(l3policy, counter_names)
 	cr_assert_str_eq(s.seen[1], "drop_icmp");
 	cr_assert_str_eq(s.seen[2], "drop_proto");
 	cr_assert_str_eq(s.seen[3], "drop_family");
+	cr_assert_str_eq(s.seen[4], "drop_loop");
+	cr_assert_str_eq(s.seen[5], "drop_special_destination");
 	cr_assert_eq(s.sum, 3);
 }
 
@@ -337,14 +446,27 @@ Test(l3policy, inline_matches_out_of_line)
 			memcpy(s.dst, gw, alen);
 			s.dst[alen - 1] = (uint8_t)(s.dst[alen - 1] + tu_rand_below(&rng, 6));
 		}
+		else if (tu_rand_chance(&rng, 6)) { /* a special destination, or just beside one */
+			static const char *const sp4[] = { "0.0.0.1", "127.0.0.1", "239.1.1.1",
+							   "255.255.255.255", "255.255.255.254",
+							   "126.1.1.1", "240.0.0.1" };
+			static const char *const sp6[] = { "::", "::1", "::ffff:10.0.0.1",
+							   "::10.0.0.1", "ff02::1", "::1:0:0:1",
+							   "fe80::1" };
+			tu_addr(s.dst, s.family == 4 ? sp4[tu_rand_below(&rng, 7)]
+						     : sp6[tu_rand_below(&rng, 7)]);
+		}
 		if (tu_rand_chance(&rng, 3)) { /* from the gateway .. G+5 */
 			memcpy(s.src, gw, alen);
 			s.src[alen - 1] = (uint8_t)(s.src[alen - 1] + tu_rand_below(&rng, 6));
 		}
 		if (tu_rand_chance(&rng, 4))
 			s.sport = lports[tu_rand_below(&rng, 2)];
-		else if (tu_rand_chance(&rng, 4))
+		else if (tu_rand_chance(&rng, 4)) {
 			s.sport = own[tu_rand_below(&rng, 2)];
+			if (tu_rand_chance(&rng, 2)) /* from the gateway: a first SYN loops */
+				memcpy(s.src, gw, alen);
+		}
 		if (tu_rand_chance(&rng, 4))
 			s.dport = 53;
 		if (tu_rand_chance(&rng, 4)) /* a first SYN */
@@ -465,4 +587,82 @@ Test(l3policy, loop_detection)
 	close(t6fd);
 	loopguard_free(test_lg);
 	test_lg = NULL;
+}
+
+/* One counter, counted once per packet, whatever the class and family. */
+Test(l3policy, special_destinations_counted_once_each)
+{
+	static const char *const dsts[] = { "0.0.0.0", "127.0.0.1", "224.0.0.1",
+					    "255.255.255.255", "::", "::1", "::ffff:127.0.0.1",
+					    "::127.0.0.1", "ff02::1" };
+	struct l3policy p;
+	struct l3policy_counters c = { 0 };
+	uint64_t n = 0;
+
+	policy(&p, true, false);
+	for (size_t i = 0; i < sizeof(dsts) / sizeof(dsts[0]); i++) {
+		const char *src = strchr(dsts[i], ':') ? "fd00:7f::9" : "198.18.0.9";
+		for (int k = 0; k < 2; k++) {
+			cr_assert_eq(classify_one(&p, k ? K_UDP : K_TCP, src, 5000, dsts[i], 80,
+						  TCP_SYN, &c), SPECIAL, "%s", dsts[i]);
+			cr_assert_eq(ctr_get(&c.drop_special_destination), ++n, "%s", dsts[i]);
+		}
+	}
+	for (int i = 0; i < L3POLICY_N_DROPS; i++)
+		if (i != SPECIAL - L3POLICY_DROP_FIRST)
+			cr_assert_eq(ctr_get(&c.drop[i]), 0, "only the one counter");
+}
+
+/* A refused SYN to a special destination is answered with a RST, unless it was sent to a
+ * multicast or broadcast address (discarded silently); a datagram never is. */
+Test(l3policy, special_destination_answers)
+{
+	static const struct {
+		const char *src, *dst;
+		int kind;
+		bool rst;
+	} cases[] = {
+		{ "198.18.0.9", "127.0.0.1", K_SYN, true },
+		{ "198.18.0.9", "0.0.0.0", K_SYN, true },
+		{ "198.18.0.9", "224.0.0.1", K_SYN, false },
+		{ "198.18.0.9", "239.1.2.3", K_SYN, false },
+		{ "198.18.0.9", "255.255.255.255", K_SYN, false },
+		{ "198.18.0.9", "127.0.0.1", K_UDP, false },
+		{ "fd00:7f::9", "::1", K_SYN, true },
+		{ "fd00:7f::9", "::ffff:127.0.0.1", K_SYN, true },
+		{ "fd00:7f::9", "::", K_SYN, true },
+		{ "fd00:7f::9", "ff02::1", K_SYN, false },
+		{ "fd00:7f::9", "::1", K_UDP, false },
+	};
+	static uint8_t buf[256];
+	struct l3policy p;
+	struct l3policy_counters c = { 0 };
+	struct l3policy_reply r;
+	struct pkt_view v;
+
+	policy(&p, true, false);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct row row = { cases[i].dst, cases[i].kind, cases[i].src, 5000,
+					 cases[i].dst, 80, 0, 0, false, SPECIAL, { 0, 0 } };
+		size_t len = build(&row, buf, sizeof(buf));
+		cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
+		cr_assert_eq(l3policy_classify(&p, &v, &r, &c), SPECIAL, "%s", cases[i].dst);
+		cr_assert_eq(l3policy_answer_rst(&v), cases[i].rst, "%s kind %d", cases[i].dst,
+			     cases[i].kind);
+	}
+}
+
+/* The stacks' common figures carry the counter on its own (drops.special_destination). */
+Test(l3policy, special_destination_in_stack_stats)
+{
+	struct l3policy_counters c = { 0 };
+	struct netstack_stats o;
+
+	memset(&o, 0, sizeof(o));
+	ctr_add(&c.drop_special_destination, 5);
+	ctr_add(&c.drop_loop, 2);
+	netstack_policy_drops(&c, &o);
+	cr_assert_eq(o.drops_special_destination, 5);
+	cr_assert_eq(o.drops_loop, 2);
+	cr_assert_eq(o.drops_malformed + o.drops_own_address + o.drops_icmp, 0);
 }

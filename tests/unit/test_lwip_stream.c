@@ -61,6 +61,7 @@ struct seg {
 struct conn {
 	uint32_t snd_nxt; /* next sequence number the app sends */
 	uint32_t rcv_nxt; /* next sequence number expected from lwIP */
+	uint32_t snd_una; /* the highest acknowledgement lwIP sent */
 	size_t seen;      /* captured packets already consumed by app_receive */
 };
 
@@ -89,6 +90,7 @@ static struct {
 	uint64_t mem_base; /* lwIP bytes before the connection */
 	void *allocs[8];   /* test buffers, freed by teardown (a failed assert skips the test) */
 	size_t nallocs;
+	uint64_t held;     /* budget bytes the test holds, released by teardown */
 } E;
 
 static void *test_alloc(size_t n)
@@ -200,9 +202,9 @@ static void pump(void)
 		loop_once();
 }
 
-/* Collect in-order payload lwIP sent since the last call (into out), note a FIN, ACK it all.
- * Returns the payload bytes taken. */
-static size_t app_receive(uint8_t *out, size_t cap, bool *fin)
+/* Collect in-order payload lwIP sent since the last call (into out), note a FIN; acknowledge
+ * nothing yet. Returns the payload bytes taken. */
+static size_t app_take(uint8_t *out, size_t cap, bool *fin)
 {
 	size_t got = 0;
 
@@ -210,6 +212,8 @@ static size_t app_receive(uint8_t *out, size_t cap, bool *fin)
 		struct seg sg;
 		seg_parse(E.c.seen, &sg);
 		cr_assert_eq(sg.flags & TCP_RST, 0, "unexpected RST from lwIP");
+		if ((sg.flags & TCP_ACK) && (int32_t)(sg.ack - E.c.snd_una) > 0)
+			E.c.snd_una = sg.ack;
 		if (sg.len > 0 && sg.seq == E.c.rcv_nxt) {
 			cr_assert_leq(got + sg.len, cap);
 			memcpy(out + got, sg.data, sg.len);
@@ -222,6 +226,14 @@ static size_t app_receive(uint8_t *out, size_t cap, bool *fin)
 				*fin = true;
 		}
 	}
+	return got;
+}
+
+/* app_take, then acknowledge it all. */
+static size_t app_receive(uint8_t *out, size_t cap, bool *fin)
+{
+	size_t got = app_take(out, cap, fin);
+
 	app_ack();
 	return got;
 }
@@ -311,8 +323,10 @@ static void teardown(void)
 		free(E.allocs[i]);
 	if (E.base)
 		event_base_free(E.base);
-	if (E.budget)
+	if (E.budget) {
+		budget_bytes_release(E.budget, E.held);
 		budget_free(E.budget);
+	}
 	config_fini(&E.cfg);
 	CHECK_LEAKS();
 }
@@ -344,7 +358,7 @@ static void handshake(void)
 	sa = last_seg();
 	cr_assert_eq(sa.flags & (TCP_SYN | TCP_ACK | TCP_RST), TCP_SYN | TCP_ACK);
 	cr_assert_eq(sa.ack, APP_ISN + 1);
-	E.c.snd_nxt = APP_ISN + 1;
+	E.c.snd_nxt = E.c.snd_una = APP_ISN + 1;
 	E.c.rcv_nxt = sa.seq + 1;
 	E.c.seen = E.ncaps;
 	app_ack();
@@ -794,6 +808,31 @@ Test(lwip_stream, shutdown_with_unread_data_after_app_fin)
 	cr_assert_eq(lwip_glue_mem_bytes(), E.mem_base, "the pcb was freed");
 }
 
+struct ctr_query {
+	const char *name;
+	uint64_t v;
+	bool found;
+};
+
+static void ctr_visit(void *arg, const char *n, uint64_t v)
+{
+	struct ctr_query *q = arg;
+
+	if (strcmp(n, q->name) == 0) {
+		q->v = v;
+		q->found = true;
+	}
+}
+
+static uint64_t stack_counter(const char *name)
+{
+	struct ctr_query q = { name, 0, false };
+
+	lwip_stack_ops.counters(E.ns, ctr_visit, &q);
+	cr_assert(q.found, "no stack counter %s", name);
+	return q.v;
+}
+
 /* Take every byte the budget has left, so lwIP's next allocation fails. Returns the bytes. */
 static uint64_t exhaust_budget(void)
 {
@@ -806,17 +845,42 @@ static uint64_t exhaust_budget(void)
 	return left;
 }
 
-/* lwIP cannot allocate and nothing of ours is in flight: no acknowledgement would ever make the
- * stream writable again, so write() fails (-ENOBUFS) instead of hanging. */
-Test(lwip_stream, write_without_memory_and_nothing_in_flight_fails)
+/* lwIP cannot allocate and nothing of ours is in flight: write() is -EAGAIN (back-pressure,
+ * never an error the relay would end the connection for), writable stays quiet while lwIP's
+ * poll finds no memory... and fires on the poll after memory is back, when the write goes
+ * through. */
+Test(lwip_stream, write_without_memory_and_nothing_in_flight_waits_for_the_poll)
 {
+	static const char x[] = "x";
+	uint8_t out[16];
 	uint64_t held;
 
 	handshake();
-	held = exhaust_budget();
-	cr_assert_eq(stream_write(E.s, "x", 1), -ENOBUFS);
+	held = E.held = exhaust_budget();
+	cr_assert_eq(stream_write(E.s, x, 1), -EAGAIN);
+	cr_assert_eq(stack_counter("write_nomem"), 1);
+	stream_set_interest(E.s, false, true);
+	pump();
+	cr_assert_eq(E.o.writable, 0, "no memory: writable must wait");
+	for (int i = 0; i < 4; i++)
+		lwip_stack_tick(E.ns); /* two polls: each retries once, and fails again */
+	pump();
+	cr_assert_geq(E.o.writable, 1, "lwIP's poll retries the write");
+	cr_assert_eq(stream_write(E.s, x, 1), -EAGAIN, "still no memory");
+	cr_assert_eq(stack_counter("write_nomem"), 2);
+	int w = E.o.writable;
+	pump();
+	cr_assert_eq(E.o.writable, w, "refused again: quiet until the next poll");
 	budget_bytes_release(E.budget, held);
-	cr_assert_eq(stream_write(E.s, "x", 1), 1, "works again with memory");
+	E.held = 0;
+	for (int i = 0; i < 4; i++)
+		lwip_stack_tick(E.ns);
+	pump();
+	cr_assert_gt(E.o.writable, w, "the poll after memory came back");
+	cr_assert_eq(stream_write(E.s, x, 1), 1, "works again with memory");
+	cr_assert_eq(app_receive(out, sizeof(out), NULL), 1);
+	cr_assert_eq(out[0], 'x');
+	cr_assert_eq(E.o.errors, 0);
 }
 
 /* With data in flight, a failed allocation is -EAGAIN, and writable waits for an ACK (it does
@@ -877,4 +941,147 @@ Test(lwip_stream, shutdown_without_memory_for_the_fin)
 	stream_close(E.s);
 	stream_gone();
 	cr_assert_eq(lwip_glue_mem_bytes(), E.mem_base, "the pcb was freed");
+}
+
+/* ---- memory pressure ---------------------------------------------------------------------------- */
+
+static uint64_t fnv1a(const uint8_t *p, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 0x100000001b3ULL;
+	return h;
+}
+
+/* The app (go-back-N, as lwIP drops what it has no memory for) sends up to nseg segments from
+ * the first byte lwIP has not acknowledged; each carries the app's acknowledgement too. */
+static void app_resend(const uint8_t *data, size_t len, size_t nseg)
+{
+	size_t off = E.c.snd_una - (APP_ISN + 1);
+
+	E.c.snd_nxt = E.c.snd_una;
+	for (size_t i = 0; i < nseg && off < len; i++) {
+		size_t c = len - off < MSS ? len - off : MSS;
+		inject(TCP_ACK, E.c.snd_nxt, data + off, c);
+		E.c.snd_nxt += (uint32_t)c;
+		off += c;
+	}
+}
+
+/* Both directions at once through a budget far smaller than the transfer (and than lwIP's
+ * windows): lwIP's allocations are refused again and again, yet every byte arrives intact and
+ * nothing is reset or aborted. The owner behaves like the relay: after -EAGAIN it writes again
+ * only once writable fired. Refused writes wait (for an acknowledgement, or lwIP's poll when
+ * nothing is in flight); refused input still delivers its acknowledgement to lwIP (without it
+ * the memory held by unacknowledged data could never be freed). */
+Test(lwip_stream, transfer_larger_than_the_budget_completes_intact)
+{
+	const size_t total = 1 << 20, left = 16 * 1024;
+	uint8_t *up = test_alloc(total), *down = test_alloc(total);
+	uint8_t *sunk = test_alloc(total), *got = test_alloc(total);
+	size_t put = 0, nsunk = 0, ngot = 0;
+	struct budget_stats b0, b1;
+	struct budget_buffer_stats bs;
+	int waits = 0, writable_seen = 0, round;
+	bool wait_writable = false;
+	uint64_t held;
+	ssize_t n;
+
+	handshake();
+	fill(down, total, 12); /* stream -> app */
+	fill(up, total, 13);   /* app -> stream */
+	budget_buffer_stats(E.budget, 0, &bs);
+	held = bs.bytes_limit - bs.bytes_in_use - left;
+	cr_assert_eq(budget_bytes_reserve(E.budget, held), 0);
+	E.held = held;
+	budget_get_stats(E.budget, &b0);
+	stream_set_interest(E.s, false, true);
+	for (round = 0; round < 50000 && (put < total || ngot < total || nsunk < total); round++) {
+		if (put < total && (!wait_writable || E.o.writable > writable_seen)) {
+			n = stream_write(E.s, down + put, total - put);
+			cr_assert(n > 0 || n == -EAGAIN, "write: %zd (round %d)", n, round);
+			wait_writable = n == -EAGAIN;
+			waits += wait_writable;
+			writable_seen = E.o.writable;
+			if (n > 0)
+				put += (size_t)n;
+		}
+		while ((n = stream_read(E.s, sunk + nsunk, total - nsunk)) > 0)
+			nsunk += (size_t)n;
+		cr_assert(n == -EAGAIN || nsunk == total, "read: %zd (round %d)", n, round);
+		ngot += app_receive(got + ngot, total - ngot, NULL);
+		app_resend(up, total, 16);
+		lwip_stack_tick(E.ns);
+		pump();
+		cr_assert_eq(E.o.errors, 0, "error %d (round %d)", E.o.last_err, round);
+	}
+	budget_get_stats(E.budget, &b1);
+	cr_log_info("%d rounds, %d write waits; write_nomem %llu, rx_payload_nomem %llu, "
+		    "drop_nomem %llu, budget refusals %llu", round, waits,
+		    (unsigned long long)stack_counter("write_nomem"),
+		    (unsigned long long)stack_counter("rx_payload_nomem"),
+		    (unsigned long long)stack_counter("drop_nomem"),
+		    (unsigned long long)(b1.buffer_refused - b0.buffer_refused));
+	cr_assert_eq(put, total, "the stream took %zu of %zu bytes", put, total);
+	cr_assert_eq(ngot, total, "the app got %zu of %zu bytes", ngot, total);
+	cr_assert_eq(nsunk, total, "the stream delivered %zu of %zu bytes", nsunk, total);
+	cr_assert_eq(fnv1a(got, total), fnv1a(down, total), "stream -> app corrupted");
+	cr_assert_eq(fnv1a(sunk, total), fnv1a(up, total), "app -> stream corrupted");
+	cr_assert_gt(b1.buffer_refused, b0.buffer_refused, "the budget never refused: no pressure");
+	cr_assert_gt(waits, 0, "writes never waited");
+	cr_assert_gt(stack_counter("write_nomem"), 0, "no write was refused for memory");
+	cr_assert_gt(stack_counter("rx_payload_nomem"), 0, "no input was refused for memory");
+	cr_assert_eq(E.o.inside_lwip, 0);
+}
+
+/* The budget refuses every allocation. A pure ACK from the app needs none (it is fed from the
+ * stack's own buffer); a data segment that also acknowledges our data loses its payload
+ * (counted; the app resends it) but not its acknowledgement. Both free our acknowledged
+ * segments and make the stream writable: without that, memory held by unacknowledged data
+ * would wait for an acknowledgement that could never get in. */
+Test(lwip_stream, input_without_memory_still_delivers_the_ack)
+{
+	uint8_t data[3 * MSS], in[1000], out[sizeof(data)], rd[sizeof(in)];
+	uint64_t mem0, mem1, mem2;
+	uint32_t end;
+
+	handshake();
+	fill(data, sizeof(data), 14);
+	fill(in, sizeof(in), 15);
+	cr_assert_eq(stream_write(E.s, data, sizeof(data)), (ssize_t)sizeof(data));
+	cr_assert_eq(app_take(out, sizeof(out), NULL), sizeof(data));
+	cr_assert_arr_eq(out, data, sizeof(data));
+	E.held = exhaust_budget();
+	cr_assert_eq(stream_write(E.s, data, 1), -EAGAIN, "no memory for more");
+	stream_set_interest(E.s, false, true);
+	mem0 = lwip_glue_mem_bytes();
+
+	end = E.c.rcv_nxt;
+	E.c.rcv_nxt = end - 2 * MSS; /* a pure ACK of the first segment */
+	app_ack();
+	E.c.rcv_nxt = end;
+	cr_assert_eq(stream_unacked(E.s), (ssize_t)(2 * MSS), "the pure ACK was lost");
+	mem1 = lwip_glue_mem_bytes();
+	cr_assert_lt(mem1, mem0, "the acknowledged segment was not freed");
+	pump();
+	cr_assert_geq(E.o.writable, 1, "acknowledged data makes the stream writable");
+
+	E.held += exhaust_budget(); /* what the ACK freed */
+	inject(TCP_ACK | TCP_PSH, E.c.snd_nxt, in, sizeof(in)); /* acknowledges the rest */
+	cr_assert_eq(stream_unacked(E.s), 0, "the data segment's acknowledgement was lost");
+	mem2 = lwip_glue_mem_bytes();
+	cr_assert_lt(mem2, mem1, "the acknowledged segments were not freed");
+	lwip_stack_tick(E.ns);
+	cr_assert_eq(last_seg().ack, E.c.snd_nxt, "lwIP must not take a payload it had no memory for");
+	cr_assert_eq(stream_read(E.s, rd, sizeof(rd)), -EAGAIN);
+
+	budget_bytes_release(E.budget, E.held);
+	E.held = 0;
+	app_send(in, sizeof(in)); /* the app's retransmission */
+	cr_assert_eq(stream_read(E.s, rd, sizeof(rd)), (ssize_t)sizeof(in));
+	cr_assert_arr_eq(rd, in, sizeof(in));
+	cr_assert_eq(stack_counter("rx_payload_nomem"), 1);
+	cr_assert_eq(stack_counter("drop_nomem"), 0);
+	cr_assert_eq(E.o.errors, 0);
 }

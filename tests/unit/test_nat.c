@@ -165,6 +165,14 @@ static uint64_t open_and_close(struct nat_table *t, const struct flow_key *k, in
 	return gen;
 }
 
+/* What nat_next_deadline asks for a quarantine whose oldest tuple was freed at freed. */
+static int64_t q_wake(const struct nat_config *c, int64_t freed)
+{
+	return (freed + c->quarantine_ns + NAT_QUARANTINE_TICK_NS - 1) / NAT_QUARANTINE_TICK_NS *
+		       NAT_QUARANTINE_TICK_NS +
+	       NAT_QUARANTINE_WAKE_NS;
+}
+
 /* ---- configuration ------------------------------------------------------------------------ */
 
 Test(nat, config_defaults)
@@ -412,9 +420,9 @@ Test(nat, syn_retransmit_reuses_half_open)
 	state_of(t, &b, &gb);
 	cr_expect_eq(ga, gb);
 	DELTA(s0, t, .created = 1);
-	/* The retransmit refreshed it: the half-open lifetime counts from SEC(2). */
-	cr_expect_eq(nat_purge(t, SEC(1) + c.half_open_ns, 100), 0);
-	cr_expect_eq(nat_purge(t, SEC(2) + c.half_open_ns, 100), 1);
+	/* The retransmit did not refresh it: the half-open lifetime counts from the first SYN. */
+	cr_expect_eq(nat_purge(t, SEC(1) + c.half_open_ns - 1, 100), 0);
+	cr_expect_eq(nat_purge(t, SEC(1) + c.half_open_ns, 100), 1);
 	nat_table_free(t);
 }
 
@@ -542,33 +550,37 @@ Test(nat, expired_then_refreshed_survives)
 {
 	struct nat_config c = cfg_small();
 	struct nat_table *t = table(&c);
-	struct flow_key k = flow(1), k2 = flow(2), back;
-	struct nat_tuple tp, tp2, again;
+	struct flow_key k = flow(1), k2 = flow(2), k3 = flow(3), back;
+	struct nat_tuple tp, tp2, tp3, again;
 	struct nat_candidate cand[4];
-	int64_t due = SEC(1) + c.half_open_ns;
+	int64_t due = SEC(1) + c.linger_ns;
 	struct snap s0;
 
-	cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &tp), 0);
-	cr_assert_eq(nat_uplink(t, &k2, true, SEC(1), &tp2), 0);
-	cr_assert_eq(nat_collect_expired(t, due, cand, 4), 2);
+	/* Two CLOSING entries (packets refresh them), and a HALF_OPEN one (nothing does). */
+	open_and_close(t, &k, SEC(1), &tp);
+	open_and_close(t, &k2, SEC(1), &tp2);
+	cr_assert_eq(nat_uplink(t, &k3, true, due - c.half_open_ns, &tp3), 0);
+	cr_assert_eq(nat_collect_expired(t, due, cand, 4), 3);
 	/* Out of the heap while they are candidates... */
 	cr_expect_eq(nat_next_deadline(t), INT64_MAX);
 	s0 = snap(t);
 	/* ... and a packet arrives for each between the phases: one uplink, one downlink. */
-	size_t i1 = tuple_eq(&cand[0].tuple, &tp) ? 0 : 1;
 	cr_assert_eq(nat_uplink(t, &k, false, due, &again), 0);
 	cr_assert_eq(nat_downlink(t, &tp2, due, &back), 0);
-	cr_expect_eq(nat_remove_if_expired(t, &cand[i1], due), -EAGAIN);
-	cr_expect_eq(nat_remove_if_expired(t, &cand[1 - i1], due), -EAGAIN);
-	DELTA(s0, t, .expiry_saved = 2);
+	cr_assert_eq(nat_uplink(t, &k3, true, due, &again), 0);
+	cr_assert_eq(nat_downlink(t, &tp3, due, &back), 0);
+	for (int i = 0; i < 3; i++)
+		cr_expect_eq(nat_remove_if_expired(t, &cand[i], due),
+			     tuple_eq(&cand[i].tuple, &tp3) ? 0 : -EAGAIN);
+	DELTA(s0, t, .expiry_saved = 2, .expired = 1, .quarantined = 1);
 	/* Both still work and were re-armed with their real deadlines. */
 	cr_assert_eq(nat_downlink(t, &tp, due, &back), 0);
 	cr_expect_eq(memcmp(&back, &k, sizeof(back)), 0);
 	cr_assert_eq(nat_uplink(t, &k2, false, due, &again), 0);
 	cr_expect(tuple_eq(&again, &tp2));
-	expect_entries(t, 2, 0, 0, 0);
-	cr_expect_eq(nat_next_deadline(t), due + c.half_open_ns);
-	cr_expect_eq(nat_purge(t, due + c.half_open_ns, 10), 2);
+	expect_entries(t, 0, 0, 2, 1);
+	cr_expect_eq(nat_next_deadline(t), due + c.linger_ns);
+	cr_expect_eq(nat_purge(t, due + c.linger_ns, 10), 2);
 	nat_table_free(t);
 }
 
@@ -669,9 +681,15 @@ Test(nat, next_deadline_values)
 	cr_expect_eq(nat_purge(t, SEC(15) + c.linger_ns, 10), 1);
 	cr_expect_eq(nat_next_deadline(t), SEC(8) + c.half_open_ns);
 	cr_expect_eq(nat_purge(t, SEC(8) + c.half_open_ns, 10), 1);
-	/* Two tuples rest in quarantine, but the quarantine never asks to be woken. */
+	/* Two tuples rest in quarantine: it asks to be woken for the older, then the other. */
 	expect_entries(t, 0, 0, 0, 2);
-	cr_expect_eq(nat_next_deadline(t), INT64_MAX);
+	cr_expect_eq(nat_next_deadline(t), q_wake(&c, SEC(15) + c.linger_ns));
+	cr_expect_eq(nat_purge(t, q_wake(&c, SEC(15) + c.linger_ns), 10), 0);
+	expect_entries(t, 0, 0, 0, 1);
+	cr_expect_eq(nat_next_deadline(t), q_wake(&c, SEC(8) + c.half_open_ns));
+	cr_expect_eq(nat_purge(t, q_wake(&c, SEC(8) + c.half_open_ns), 10), 0);
+	expect_entries(t, 0, 0, 0, 0);
+	cr_expect_eq(nat_next_deadline(t), INT64_MAX, "idle means idle");
 	nat_table_free(t);
 }
 
@@ -697,7 +715,7 @@ Test(nat, collect_and_purge_are_bounded)
 	expect_entries(t, 3, 0, 0, 7);
 	cr_expect_leq(nat_next_deadline(t), due, "work is left");
 	cr_expect_eq(nat_purge(t, due, 100), 3);
-	cr_expect_eq(nat_next_deadline(t), INT64_MAX);
+	cr_expect_eq(nat_next_deadline(t), q_wake(&c, due), "only the quarantine is left");
 	cr_expect_eq(nat_purge(t, due, 0), 0);
 	nat_table_free(t);
 }
@@ -753,6 +771,46 @@ Test(nat, quarantine_blocks_reuse_inside_the_window)
 	expect_entries(t, 1, 0, 0, 4 - NAT_RELEASE_PER_ALLOC);
 	cr_expect_eq(nat_purge(t, freed + c.quarantine_ns + NAT_QUARANTINE_TICK_NS, 100), 0);
 	expect_entries(t, 1, 0, 0, 0);
+	nat_table_free(t);
+}
+
+/* Quarantined tuples ask for a purge (a table idle since cannot keep them), and a table idle
+ * for more than 2^31 ticks (about 26 days) after they were due still releases them. */
+Test(nat, quarantine_release_after_a_long_idle)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t;
+	struct nat_tuple tp[4], x;
+	int64_t freed = SEC(1) + SEC(30), q_due, idle;
+	struct snap s0;
+
+	c.n_addrs = 1;
+	c.n_listeners = 1;
+	c.port_min = 7000;
+	c.port_max = 7003;
+	t = table(&c);
+	for (uint32_t i = 0; i < 4; i++) {
+		struct flow_key k = flow(i);
+
+		cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &tp[i]), 0);
+	}
+	cr_assert_eq(nat_purge(t, freed, 100), 4);
+	expect_entries(t, 0, 0, 0, 4);
+	q_due = (freed + c.quarantine_ns + NAT_QUARANTINE_TICK_NS - 1) / NAT_QUARANTINE_TICK_NS *
+		NAT_QUARANTINE_TICK_NS;
+	cr_expect_eq(nat_next_deadline(t), q_due + NAT_QUARANTINE_WAKE_NS,
+		     "next deadline %lld, quarantine due %lld", (long long)nat_next_deadline(t),
+		     (long long)q_due);
+
+	/* No traffic, no purge, for 2^31 ticks and a second after the tuples were due. */
+	idle = q_due + ((int64_t)1 << 31) * NAT_QUARANTINE_TICK_NS + SEC(1);
+	s0 = snap(t);
+	struct flow_key k5 = flow(5);
+	cr_expect_eq(nat_uplink(t, &k5, true, idle, &x), 0, "the quarantine is jammed");
+	DELTA(s0, t, .created = 1, .released = NAT_RELEASE_PER_ALLOC);
+	nat_purge(t, idle, 100);
+	expect_entries(t, 1, 0, 0, 0);
+	cr_expect_eq(nat_next_deadline(t), idle + c.half_open_ns);
 	nat_table_free(t);
 }
 

@@ -141,7 +141,8 @@ static void op_uplink(struct worker *w, int key, bool syn)
 		remember(w, &tp);
 		check_pair(w, key, &tp, t0);
 		w->ok_ops++;
-	} else if (syn ? ret != -ENOSPC && ret != -EADDRNOTAVAIL : ret != -ENOENT) {
+	} else if (syn ? ret != -ENOSPC && ret != -EADDRNOTAVAIL && ret != -EBUSY :
+			 ret != -ENOENT) {
 		fail(w, syn ? "uplink syn" : "uplink", ret);
 	}
 }
@@ -340,6 +341,21 @@ static void report(unsigned long rounds)
 	CHECK_GT(ctr_get(&c->replaced), 0);
 }
 
+/* Every HALF_OPEN entry gave its per-source count back, whichever way it left: the IPv6 keys'
+ * one /64, emptied, takes exactly half_open_per_host new SYNs again. */
+static void check_share_returned(int64_t now)
+{
+	const struct nat_counters *c = nat_get_counters(T);
+	uint64_t refused = ctr_get(&c->half_open_host);
+	struct nat_tuple tp;
+
+	CHECK_GT(refused, 0); /* the run did reach the limit */
+	for (uint32_t i = 0; i < C.half_open_per_host; i++)
+		CHECK_EQ(nat_uplink(T, &keys[2000 + i], true, now, &tp), 0);
+	CHECK_EQ(nat_uplink(T, &keys[2000 + C.half_open_per_host], true, now, &tp), -EBUSY);
+	CHECK_EQ(ctr_get(&c->half_open_host), refused + 1);
+}
+
 /* Close every ACTIVE mapping and let everything run out: the table must end empty. */
 static void drain(void)
 {
@@ -367,6 +383,7 @@ static void drain(void)
 	CHECK_EQ(st.entries[NAT_HALF_OPEN] + st.entries[NAT_ACTIVE] + st.entries[NAT_CLOSING], 0);
 	CHECK_EQ(st.quarantine, 0);
 	CHECK_EQ(nat_next_deadline(T), INT64_MAX);
+	check_share_returned(now);
 }
 
 MT_TEST(nat_mt, concurrent_workers_and_purger)
@@ -386,6 +403,10 @@ MT_TEST(nat_mt, concurrent_workers_and_purger)
 	C.linger_ns = MS(10);
 	C.quarantine_ns = MS(500);
 	C.seed = 7;
+	/* Count every HALF_OPEN entry per source; the IPv6 keys share one /64 and reach its limit. */
+	C.half_open_quiet = 0;
+	C.half_open_per_host = 64;
+	C.half_open_per_net = 600;
 	CHECK_EQ(nat_table_new(&C, &T), 0);
 	atomic_store(&vclock, SEC(1));
 	atomic_store(&running, 1);

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -31,7 +32,10 @@
 
 #include <event2/event.h>
 
+#include "fakedns.h"
+#include "netns_child.h"
 #include "outbound/outbound.h"
+#include "outbound/resolver.h"
 #include "outbound/socks5_codec.h"
 #include "testutil.h"
 
@@ -346,6 +350,33 @@ Test(outbound_socket, unmarked_by_default)
 	cr_assert_eq(getsockopt(fd, SOL_SOCKET, SO_MARK, &mark, &len), 0);
 	cr_assert_eq(mark, 0);
 	close(fd);
+}
+
+/* An IPv6 outbound socket is IPv6 only: an IPv4-mapped destination can never reach IPv4 (the
+ * proxy host's loopback, or past rules written for IPv4) through it. */
+Test(outbound_socket, ipv6_only)
+{
+	static const int types[] = { SOCK_STREAM, SOCK_DGRAM };
+	struct ts_outbound ob;
+
+	ob_direct(&ob);
+	for (int i = 0; i < 2; i++) {
+		struct sockaddr_in6 sa = { .sin6_family = AF_INET6, .sin6_port = htons(9) };
+		int on = 0, fd = -1;
+		socklen_t len = sizeof(on);
+
+		cr_assert_eq(outbound_socket(&ob, 6, types[i], &fd), 0);
+		cr_assert_eq(getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, &len), 0);
+		cr_assert_eq(on, 1, "type %d: IPV6_V6ONLY", types[i]);
+		/* What it means: a mapped address is refused before any packet leaves. */
+		inet_pton(AF_INET6, "::ffff:127.0.0.1", &sa.sin6_addr);
+		int ret = types[i] == SOCK_STREAM
+				  ? connect(fd, (struct sockaddr *)&sa, sizeof(sa))
+				  : (int)sendto(fd, "x", 1, 0, (struct sockaddr *)&sa, sizeof(sa));
+		cr_assert_eq(ret, -1, "type %d: a mapped destination was accepted", types[i]);
+		cr_assert_eq(errno, ENETUNREACH, "type %d: %s", types[i], strerror(errno));
+		close(fd);
+	}
 }
 
 Test(outbound_socket, errors_close_the_fd)
@@ -1019,6 +1050,191 @@ Test(socks5_fake, server_by_host_name)
 	cr_assert_eq(r.early_len, 5);
 	close(r.fd);
 	fake_join(&f);
+	event_base_free(base);
+}
+
+/* ---- a server given by a name that is not pinned: the resolver, Happy Eyeballs ---- */
+
+static const struct rr NAMES[] = {
+	{ .name = "socks.test", .ttl = 60, .a = { "127.0.0.1" } },
+	/* AAAA first (RFC 8305 order) to an address whose SYNs go nowhere, A to the server. */
+	{ .name = "he.test", .ttl = 60, .a = { "127.0.0.1" }, .aaaa = { "fd00:dead::1" } },
+	{ .name = NULL },
+};
+
+static void sh(const char *cmd)
+{
+	CHECK(system(cmd) == 0, "%s", cmd);
+}
+
+static void ob_socks5_name(struct ts_outbound *ob, uint16_t port, const char *name)
+{
+	ob_socks5(ob, 4, port, NULL, NULL);
+	ob->server.is_addr = false;
+	memset(&ob->server.addr, 0, sizeof(ob->server.addr));
+	strcpy(ob->server.host, name);
+}
+
+/* The fake server's verdict, from a forked child (no Criterion assertion there). */
+static void fake_join_child(struct fake *f)
+{
+	pthread_join(f->th, NULL);
+	close(f->lfd);
+	CHECK(f->ok, "fake server: %s", f->why);
+}
+
+/* With the system's configuration (/etc/resolv.conf, here a copy of our own naming a DNS server
+ * that answers 300 ms late), outbound_connect returns at once: the lookup runs on the loop. */
+static void name_without_blocking_scenario(void)
+{
+	char conf[] = "/tmp/ts-resolv-XXXXXX";
+	static const char text[] = "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n";
+	uint8_t req[SOCKS5_REQUEST_MAX];
+	size_t req_len = connect_req(req, 4, 8080);
+	struct fake f = { .steps = {
+		STEP(ST_EXPECT, GREET_NOAUTH), STEP(ST_SEND, PICK_NOAUTH),
+		{ ST_EXPECT, req, req_len }, STEP(ST_SEND, REPLY_OK_EARLY) } };
+	struct event_base *base = event_base_new();
+	struct outbound_conn *c = NULL;
+	struct ts_outbound ob;
+	struct flow_key k;
+	struct result r = { .fd = -2 };
+	struct dns d;
+	int64_t t0, dt;
+	int fd, ret;
+
+	sh("ip link set lo up");
+	fd = mkstemp(conf);
+	CHECK(fd >= 0 && write(fd, text, sizeof(text) - 1) == (ssize_t)sizeof(text) - 1, "%s",
+	      strerror(errno));
+	close(fd);
+	CHECK(mount(conf, "/etc/resolv.conf", NULL, MS_BIND, NULL) == 0, "bind mount: %s",
+	      strerror(errno));
+	dns_thread_start(&d, NAMES, 53, 300);
+	fake_start(&f, 4);
+	ob_socks5_name(&ob, f.port, "socks.test");
+	ob.has_routing_mark = true;
+	ob.routing_mark = 0x55;
+	key_loopback(&k, 4, 8080);
+	t0 = now_ms();
+	ret = outbound_connect(base, &ob, &k, 3000, on_done, &r, &c);
+	dt = now_ms() - t0;
+	CHECK(ret == 0, "outbound_connect: %s", strerror(-ret));
+	CHECK(dt < 150, "outbound_connect blocked the loop for %lld ms", (long long)dt);
+	CHECK(run_until_done(base, &r, 5000), "no result");
+	CHECK(r.err == 0, "%s", strerror(-r.err));
+	CHECK(r.early_len == 5, "%zu early bytes", r.early_len);
+	CHECK(r.at_ms - t0 >= 250, "connected before the DNS answer (%lld ms)",
+	      (long long)(r.at_ms - t0));
+	close(r.fd);
+	fake_join_child(&f);
+	dns_thread_stop(&d);
+	CHECK(d.queries >= 1, "the system's DNS server was never asked");
+	umount(conf);
+	unlink(conf);
+	event_base_free(base);
+}
+
+Test(socks5_name, resolved_without_blocking_the_loop, .timeout = 30)
+{
+	run_in_netns(name_without_blocking_scenario);
+}
+
+/* AAAA leads to fd00:dead::1, routed by way of a neighbour that never answers (its SYNs never
+ * leave), A to the server on 127.0.0.1: connected by IPv4 once the Connection Attempt Delay of
+ * 250 ms passed, long before the IPv6 attempt could time out. */
+static void happy_eyeballs_scenario(void)
+{
+	uint8_t req[SOCKS5_REQUEST_MAX];
+	size_t req_len = connect_req(req, 4, 8080);
+	struct fake f = { .steps = {
+		STEP(ST_EXPECT, GREET_NOAUTH), STEP(ST_SEND, PICK_NOAUTH),
+		{ ST_EXPECT, req, req_len }, STEP(ST_SEND, REPLY_OK_EARLY) } };
+	struct event_base *base = event_base_new();
+	struct outbound_conn *c = NULL;
+	struct resolver_config cfg = { .timeout_ms = 1000, .tries = 1 };
+	struct resolver *res = NULL;
+	struct ts_outbound ob;
+	struct flow_key k;
+	struct result r = { .fd = -2 };
+	struct dns d;
+	int64_t t0, took;
+	int ret;
+
+	sh("ip link set lo up && ip link add he0 type veth peer name he1 && "
+	   "ip link set he0 up && ip link set he1 up && "
+	   "ip -6 addr add fd00:beef::1/64 dev he0 nodad && "
+	   "ip -6 route add fd00:dead::/64 via fd00:beef::2 dev he0");
+	dns_start(&d, base, NAMES);
+	cfg.servers = d.servers;
+	CHECK(resolver_new(base, &cfg, &res) == 0, "resolver_new");
+	fake_start(&f, 4);
+	ob_socks5_name(&ob, f.port, "he.test");
+	ob.resolver = res;
+	key_loopback(&k, 4, 8080);
+	t0 = now_ms();
+	ret = outbound_connect(base, &ob, &k, 5000, on_done, &r, &c);
+	CHECK(ret == 0, "outbound_connect: %s", strerror(-ret));
+	CHECK(run_until_done(base, &r, 6000), "no result");
+	took = r.at_ms - t0;
+	CHECK(r.err == 0, "%s after %lld ms", strerror(-r.err), (long long)took);
+	CHECK(took >= 240, "IPv4 tried before the delay (%lld ms): was IPv6 not first?",
+	      (long long)took);
+	CHECK(took < 1500, "took %lld ms: IPv4 waited for the IPv6 attempt", (long long)took);
+	CHECK(d.q_a == 1 && d.q_aaaa == 1, "%d A, %d AAAA queries", d.q_a, d.q_aaaa);
+	close(r.fd);
+	fake_join_child(&f);
+	resolver_free(res);
+	dns_stop(&d);
+	event_base_free(base);
+}
+
+Test(socks5_name, happy_eyeballs_falls_back_to_ipv4_after_the_delay, .timeout = 30)
+{
+	run_in_netns(happy_eyeballs_scenario);
+}
+
+/* A shared resolver: the first attempt asks, the second is answered from its cache; an unknown
+ * name fails the attempt (from the loop) with -ENXIO. */
+Test(socks5_name, shared_resolver_caches_and_unknown_name_fails)
+{
+	uint8_t req[SOCKS5_REQUEST_MAX];
+	size_t req_len = connect_req(req, 4, 8080);
+	struct step script[] = {
+		STEP(ST_EXPECT, GREET_NOAUTH), STEP(ST_SEND, PICK_NOAUTH),
+		{ ST_EXPECT, req, req_len }, STEP(ST_SEND, REPLY_OK_EARLY) };
+	struct event_base *base = event_base_new();
+	struct resolver_config cfg = { .timeout_ms = 1000, .tries = 1 };
+	struct resolver *res = NULL;
+	struct ts_outbound ob;
+	struct flow_key k;
+	struct result r;
+	struct dns d;
+
+	dns_start(&d, base, NAMES);
+	cfg.servers = d.servers;
+	cr_assert_eq(resolver_new(base, &cfg, &res), 0);
+	key_loopback(&k, 4, 8080);
+	for (int i = 0; i < 2; i++) {
+		struct fake f = { 0 };
+
+		memcpy(f.steps, script, sizeof(script));
+		fake_start(&f, 4);
+		ob_socks5_name(&ob, f.port, "socks.test");
+		ob.resolver = res;
+		connect_and_wait(base, &ob, &k, 2000, &r);
+		cr_assert_eq(r.err, 0, "%s", strerror(-r.err));
+		cr_assert_eq(r.early_len, 5);
+		close(r.fd);
+		fake_join(&f);
+		cr_assert_eq(d.queries, 2, "attempt %d: the name is asked once", i);
+	}
+	ob_socks5_name(&ob, 9, "nosuch.test");
+	ob.resolver = res;
+	connect_and_wait(base, &ob, &k, 2000, &r);
+	cr_assert_eq(r.err, -ENXIO, "%d", r.err);
+	resolver_free(res);
+	dns_stop(&d);
 	event_base_free(base);
 }
 

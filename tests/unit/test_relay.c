@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -234,6 +236,9 @@ struct peer {
 	size_t tx_off, tx_len;
 	/* receiving */
 	bool paused;
+	uint64_t pause_at;   /* nonzero: stop reading (paused) once this many bytes arrived */
+	bool rx_past_tx_err; /* a send error ends sending only: reading goes on to EOF */
+	int tx_err;          /* with rx_past_tx_err: the send error */
 	uint64_t received;
 	uint64_t sent_at_eof;
 	struct hash rx;
@@ -261,7 +266,17 @@ static void peer_on_read(evutil_socket_t fd, short what, void *arg)
 	struct peer *p = arg;
 
 	for (int i = 0; i < 16; i++) {
-		ssize_t n = recv(p->fd, p->rxbuf, CHUNK, 0);
+		size_t want = CHUNK;
+		ssize_t n;
+
+		if (p->pause_at && p->pause_at - p->received < want)
+			want = p->pause_at - p->received;
+		if (want == 0) {
+			p->paused = true;
+			event_del(p->rd);
+			return;
+		}
+		n = recv(p->fd, p->rxbuf, want, 0);
 		if (n > 0) {
 			hash_update(&p->rx, p->rxbuf, (size_t)n);
 			p->received += (uint64_t)n;
@@ -306,8 +321,12 @@ static void peer_on_write(evutil_socket_t fd, short what, void *arg)
 			p->sent += (uint64_t)n;
 			continue;
 		}
-		if (errno != EAGAIN)
+		if (errno != EAGAIN && p->rx_past_tx_err) {
+			p->tx_err = errno;
+			event_del(p->wr);
+		} else if (errno != EAGAIN) {
 			peer_fail(p, errno);
+		}
 		return;
 	}
 }
@@ -345,6 +364,7 @@ static void peer_start(struct peer *p)
 static void peer_resume(struct peer *p)
 {
 	p->paused = false;
+	p->pause_at = 0;
 	event_add(p->rd, NULL);
 }
 
@@ -725,6 +745,155 @@ Test(relay, reset_mid_transfer_copy)
 	reset_mid_transfer(TS_RELAY_COPY);
 }
 
+/* ---- a complete response, its FIN, then a reset (HTTP "413, then RST") --------------------- */
+
+/* The response tail A leaves unread until after the reset: more than A's receive buffer and
+ * the relay's send buffer toward A can hold (32 KiB each, doubled by the kernel), so part of it
+ * is still inside the relay (pipe or copy buffer) or its socket from B when the reset comes. */
+#define FIN_RST_TAIL (160u << 10)
+/* A tail that does fit there (and is not all acknowledged while A does not read). */
+#define FIN_RST_SMALL_TAIL (64u << 10)
+
+/* Bytes fd has sent (and its FIN) that the other end has not acknowledged yet. */
+static int unacked_bytes(int fd)
+{
+	int n = -1;
+
+	cr_assert_eq(ioctl(fd, SIOCOUTQ, &n), 0, "SIOCOUTQ: %s", strerror(errno));
+	return n;
+}
+
+/* The resetting peer (`sender`) and the one that must get everything (`receiver`). */
+struct fin_rst {
+	struct h *h;
+	struct peer *sender, *receiver;
+};
+
+static bool sent_and_receiver_paused(void *arg)
+{
+	struct fin_rst *f = arg;
+
+	return f->sender->shut && unacked_bytes(f->sender->fd) == 0 && f->receiver->paused;
+}
+
+static bool receiver_read_to_end(void *arg)
+{
+	struct fin_rst *f = arg;
+
+	return (f->receiver->eof || f->receiver->err) && f->h->done_calls > 0;
+}
+
+/* The sender sends 1 MiB and its FIN, then, while the receiver keeps sending to it, reads a
+ * little and resets (SO_LINGER {1, 0}): with the sender as the server, HTTP's "413, then RST".
+ * The relay's socket acknowledged all of the sender's data and FIN before the reset, so without
+ * the proxy the receiver would read every byte. The receiver stops reading `tail` short of the
+ * end until after the reset, so that tail is still on its way when the reset comes.
+ * Sets up and resets; the caller resumes the receiver (or not). */
+static void fin_then_reset_start(struct fin_rst *f, struct h *h, enum ts_relay_mode mode,
+				 bool server_resets, uint32_t idle_ms, uint32_t tail)
+{
+	struct h_opts o = { .mode = mode, .small = true, .idle_ms = idle_ms };
+	uint8_t little[4096];
+
+	h_start(h, &o);
+	*f = (struct fin_rst){ h, server_resets ? h->b : h->a, server_resets ? h->a : h->b };
+	f->receiver->to_send = 64 * MIB;
+	f->receiver->pause_at = MIB - tail;
+	f->receiver->rx_past_tx_err = true;
+	f->sender->to_send = MIB;
+	f->sender->shut_when_sent = true;
+	f->sender->paused = true;
+	peer_start(h->a);
+	peer_start(h->b);
+	cr_assert(run_until(sent_and_receiver_paused, f, 10000),
+		  "the 1 MiB was not all acknowledged (the receiver read %llu)",
+		  (unsigned long long)f->receiver->received);
+	cr_assert(recv(f->sender->fd, little, sizeof(little), 0) > 0, "the sender reads a little");
+	rst_close(f->sender->fd);
+	f->sender->fd = -1;
+	run_for(100); /* the relay meets the reset while the receiver is not reading */
+}
+
+/* The receiver gets the whole 1 MiB (hash) and then EOF, not a reset; the relay ends as the
+ * sender's error with the sender's direction finished, its other stream closed gracefully. */
+static void fin_then_reset(enum ts_relay_mode mode, bool server_resets)
+{
+	struct h h;
+	struct fin_rst f;
+	enum relay_dir_id dir = server_resets ? RELAY_DOWN : RELAY_UP;
+	uint64_t drained = ctr_get(&E.ctr.drained_ends);
+
+	fin_then_reset_start(&f, &h, mode, server_resets, 0, FIN_RST_TAIL);
+	cr_assert_eq(h.done_calls, 0, "the relay ended before the tail was delivered");
+	peer_resume(f.receiver);
+	cr_assert(run_until(receiver_read_to_end, &f, 10000), "got %llu bytes, no EOF",
+		  (unsigned long long)f.receiver->received);
+	/* The bytes first: once an upload has consumed a reset, the read reports EOF too. */
+	expect_intact(f.sender, f.receiver);
+	cr_assert_eq(f.receiver->received, MIB);
+	cr_assert_eq(f.receiver->err, 0, "the read ended with %s, not EOF",
+		     strerror(f.receiver->err));
+	cr_assert(f.receiver->eof);
+	cr_assert_eq(h.reason, server_resets ? RELAY_ERROR_B : RELAY_ERROR_A);
+	cr_assert_eq(h.done_calls, 1);
+	cr_assert(h.st.finished[dir]);
+	cr_assert(!h.st.finished[1 - dir]);
+	cr_assert_eq(h.st.bytes[dir], MIB);
+	cr_assert_eq(ctr_get(&E.ctr.drained_ends), drained + 1);
+	cr_assert_eq(ctr_get(&E.ctr.pipe_bytes_inflight), 0);
+	cr_assert_eq(ctr_get(&E.ctr.buf_bytes_inflight), 0);
+	cr_assert_eq(ctr_get(&E.ctr.active), 0);
+	h_fini(&h);
+}
+
+Test(relay, fin_then_reset_delivers_response_splice)
+{
+	fin_then_reset(TS_RELAY_SPLICE, true);
+}
+
+Test(relay, fin_then_reset_delivers_response_copy)
+{
+	fin_then_reset(TS_RELAY_COPY, true);
+}
+
+Test(relay, app_fin_then_reset_delivers_request_splice)
+{
+	fin_then_reset(TS_RELAY_SPLICE, false);
+}
+
+Test(relay, app_fin_then_reset_delivers_request_copy)
+{
+	fin_then_reset(TS_RELAY_COPY, false);
+}
+
+static bool relay_ended(void *arg)
+{
+	return ((struct h *)arg)->done_calls > 0;
+}
+
+/* A receiver that never reads a tail small enough for its socket buffers: the relay hands it
+ * all over with the FIN, then lingers for acknowledgements that never come, and the idle
+ * timeout ends that with aborts, not with a graceful close. */
+Test(relay, fin_then_reset_linger_bounded_by_idle)
+{
+	struct h h;
+	struct fin_rst f;
+	uint64_t drained = ctr_get(&E.ctr.drained_ends);
+	int64_t t0;
+	double ms;
+
+	fin_then_reset_start(&f, &h, TS_RELAY_SPLICE, true, 300, FIN_RST_SMALL_TAIL);
+	t0 = mono_ns();
+	cr_assert(run_until(relay_ended, &h, 3000));
+	ms = (double)(h.t_done - t0) / 1e6;
+	cr_assert(ms < 1000, "ended %.0f ms after the reset", ms);
+	cr_assert_eq(h.reason, RELAY_IDLE);
+	cr_assert(h.st.finished[RELAY_DOWN], "the tail and FIN were handed to A's socket");
+	cr_assert_eq(ctr_get(&E.ctr.drained_ends), drained);
+	cr_assert(f.receiver->received < MIB);
+	h_fini(&h);
+}
+
 /* ---- idle timeout -------------------------------------------------------------------------- */
 
 static bool both_failed(void *arg)
@@ -1085,8 +1254,14 @@ static void nofd_close(struct stream *s)
 	free(s);
 }
 
+static ssize_t nofd_unacked(const struct stream *s)
+{
+	return stream_unacked(((const struct nofd *)s)->inner);
+}
+
 static const struct stream_ops nofd_ops = {
 	nofd_read, nofd_write, nofd_shutdown, nofd_interest, nofd_fd, nofd_abort, nofd_close,
+	nofd_unacked,
 };
 
 static struct stream *nofd_wrap(struct stream *inner)

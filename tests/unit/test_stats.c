@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <cjson/cJSON.h>
 #include <event2/event.h>
 
+#include "core/clock.h"
 #include "core/stats_http.h"
 #include "testutil.h"
 
@@ -408,4 +410,126 @@ Test(stats_http, port_in_use_and_other_loopbacks)
 	fetch(AF_INET6, stats_http_port(other.http), "GET /stats HTTP/1.0\r\n\r\n", &resp);
 	cr_assert_eq(resp.status, 200);
 	server_stop(&other);
+}
+
+/* ---- bounds: connections, total request time, header size -------------------------------- */
+
+/* Wait up to ms for fd to be closed by the server (EOF or reset): true if it was. */
+static bool closed_within(int fd, int ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	char c;
+
+	if (poll(&pfd, 1, ms) != 1)
+		return false;
+	return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+static struct stats_http_stats http_stats(struct server *s)
+{
+	struct stats_http_stats st;
+
+	stats_http_stats(s->http, &st);
+	return st;
+}
+
+/* One header byte every 100 ms keeps evhttp's inactivity timer from ever firing; the total
+ * request time cap closes the connection anyway. */
+Test(stats_http, trickled_request_is_cut_off_at_the_total_cap)
+{
+	static const char start[] = "GET /stats HTTP/1.1\r\nHost: localhost\r\nX-Pad: ";
+	char err[256];
+	int64_t t0, elapsed_ms = -1;
+	int fd;
+
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	fd = connect_to(AF_INET, stats_http_port(srv.http));
+	t0 = ts_now_ns();
+	cr_assert_eq(write(fd, start, sizeof(start) - 1), (ssize_t)sizeof(start) - 1);
+	/* Bounded: 3 x the cap, well under the 10 s x 8 KiB a per-byte timeout would allow. */
+	while (ts_now_ns() - t0 < MS(3 * STATS_HTTP_REQUEST_MS)) {
+		if (closed_within(fd, 100)) {
+			elapsed_ms = (ts_now_ns() - t0) / 1000000;
+			break;
+		}
+		if (send(fd, "a", 1, MSG_NOSIGNAL) != 1) {
+			elapsed_ms = (ts_now_ns() - t0) / 1000000;
+			break;
+		}
+	}
+	close(fd);
+	cr_assert_geq(elapsed_ms, 0, "a trickled request was still open after %d ms",
+		      3 * STATS_HTTP_REQUEST_MS);
+	cr_assert_geq(elapsed_ms, STATS_HTTP_REQUEST_MS - 100, "closed too early: %lld ms",
+		      (long long)elapsed_ms);
+	cr_assert_leq(elapsed_ms, STATS_HTTP_REQUEST_MS + 1000, "closed too late: %lld ms",
+		      (long long)elapsed_ms);
+	cr_assert_eq(http_stats(&srv).timeouts, 1);
+	cr_assert_eq(http_stats(&srv).connections, 0);
+	get(&srv, "/stats", &resp);
+	cr_assert_eq(resp.status, 200, "the endpoint still serves");
+}
+
+/* STATS_HTTP_MAX_CONNS idle connections fill the endpoint: one more is closed at once and
+ * counted; once one of them goes, a normal request is served again. */
+Test(stats_http, connection_cap_closes_the_extra_one)
+{
+	int fds[STATS_HTTP_MAX_CONNS], extra;
+	char err[256];
+
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	for (int i = 0; i < STATS_HTTP_MAX_CONNS; i++)
+		fds[i] = connect_to(AF_INET, stats_http_port(srv.http));
+	for (int i = 0; i < 100 && http_stats(&srv).connections < STATS_HTTP_MAX_CONNS; i++)
+		usleep(10000);
+	cr_assert_eq(http_stats(&srv).connections, STATS_HTTP_MAX_CONNS);
+	extra = connect_to(AF_INET, stats_http_port(srv.http));
+	cr_assert(closed_within(extra, 1000), "the connection over the cap was kept open");
+	close(extra);
+	cr_assert_eq(http_stats(&srv).refused, 1);
+	cr_assert_eq(http_stats(&srv).connections, STATS_HTTP_MAX_CONNS);
+	for (int i = 0; i < STATS_HTTP_MAX_CONNS; i++)
+		cr_assert(!closed_within(fds[i], 0), "an admitted connection was closed");
+
+	close(fds[0]);
+	for (int i = 0; i < 100 && http_stats(&srv).connections == STATS_HTTP_MAX_CONNS; i++)
+		usleep(10000);
+	get(&srv, "/stats", &resp);
+	cr_assert_eq(resp.status, 200);
+	cr_assert_eq(http_stats(&srv).refused, 1);
+	for (int i = 1; i < STATS_HTTP_MAX_CONNS; i++)
+		close(fds[i]);
+}
+
+/* Headers over the cap end the request (evhttp answers or closes) without a stats reply. */
+Test(stats_http, oversized_headers_are_refused)
+{
+	static char req[3 * 4096];
+	char err[256];
+	int fd;
+
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	memset(req, 'a', sizeof(req));
+	memcpy(req, "GET /stats HTTP/1.1\r\nX-Pad: ", 28);
+	fd = connect_to(AF_INET, stats_http_port(srv.http));
+	(void)send(fd, req, sizeof(req), MSG_NOSIGNAL);
+	/* Whatever evhttp answers (an error status, or nothing), the connection ends. */
+	char got[512] = "";
+	size_t n = 0;
+	int64_t end = ts_now_ns() + MS(2000);
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	bool ended = false;
+	while (!ended && ts_now_ns() < end && poll(&pfd, 1, 100) >= 0) {
+		ssize_t r = recv(fd, got + n, sizeof(got) - 1 - n, MSG_DONTWAIT);
+		if (r == 0 || (r < 0 && errno != EAGAIN))
+			ended = true;
+		else if (r > 0 && n + (size_t)r < sizeof(got) - 1)
+			n += (size_t)r;
+	}
+	close(fd);
+	cr_assert(ended, "oversized headers left the connection open");
+	cr_assert_null(strstr(got, " 200 "), "%s", got);
+	cr_assert_eq(atomic_load(&srv.calls), 0, "the provider never saw the oversized request");
+	cr_assert_geq(STATS_HTTP_MAX_HEADERS, 1024);
+	cr_assert_lt(STATS_HTTP_MAX_HEADERS, (int)sizeof(req));
 }

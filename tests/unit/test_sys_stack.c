@@ -10,10 +10,11 @@
  *          TUN tss0 198.18.0.1/15 ── kernel TCP ── listener on G ── accept loop
  *                              ▲                                      │ dispatcher (direct)
  *                              │ downlink rewrite back to the app     ▼
- *   packets read from the TUN ─┘                         server on 127.0.0.1:SRV_PORT (lo)
+ *   packets read from the TUN ─┘                         server on 10.77.9.9:SRV_PORT (lo)
  *
- * The app's original destination is the loopback server, so the direct outbound reaches it
- * without routing tricks; the kernel sees only the NAT and gateway addresses. Every wait is
+ * The app's original destination is a server on an address of lo (not 127.0.0.1: the policy
+ * refuses loopback destinations from the TUN), so the direct outbound reaches it without
+ * routing tricks; the kernel sees only the NAT and gateway addresses. Every wait is
  * bounded. Counters are checked by exact amounts: admission_refused, fd_exhausted, accepted,
  * the NAT table's CLOSING and ACTIVE entries, the budget's permits.
  *
@@ -50,7 +51,7 @@
 #include "testutil.h"
 
 #define APP "10.0.0.9"      /* the app behind the TUN (outside its prefix: never local) */
-#define SRV "127.0.0.1"     /* every original destination: the loopback server */
+#define SRV "10.77.9.9"     /* every original destination: a server on an address of lo */
 #define SRV_PORT 8080
 #define DEAD_PORT 8081      /* nothing listens: the outbound is refused */
 #define APP_Q 64
@@ -143,9 +144,12 @@ static void lo_up(void)
 {
 	struct netlink nl;
 	struct netlink_link_req req = { .up = 1 };
+	struct netaddr_cidr srv;
 
 	CHECK(netlink_open(&nl) == 0, "netlink");
 	CHECK(netlink_link_set(&nl, 1, &req) == 0, "lo up"); /* lo is ifindex 1 in a new netns */
+	CHECK(netaddr_parse_cidr(SRV "/32", &srv) == 0, "parse");
+	CHECK(netlink_addr_add(&nl, 1, &srv, 0) == 0, "the server's address on lo");
 	netlink_close(&nl);
 }
 

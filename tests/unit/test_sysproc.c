@@ -23,14 +23,11 @@ static struct sys_counters ctr;
 static uint8_t buf[TU_PKT_MAX];
 static struct pkt_view view; /* where sysproc_process parsed the last packet */
 
-static void make(uint32_t max_entries, bool hijack)
+static void make_with(const struct nat_config *ncp, bool hijack)
 {
-	struct nat_config nc;
+	struct nat_config nc = *ncp;
 	struct sysproc_config pc;
 
-	nat_config_default(&nc);
-	nc.max_entries = max_entries;
-	nc.seed = 42;
 	cr_assert_eq(nat_table_new(&nc, &nat), 0);
 	memset(&pc, 0, sizeof(pc));
 	pc.n_addrs = nc.n_addrs;
@@ -46,6 +43,16 @@ static void make(uint32_t max_entries, bool hijack)
 	pc.v6.listener_ports_be[1] = htons(LPORT1 + 10);
 	cr_assert_eq(sysproc_new(&pc, nat, &proc), 0);
 	memset(&ctr, 0, sizeof(ctr));
+}
+
+static void make(uint32_t max_entries, bool hijack)
+{
+	struct nat_config nc;
+
+	nat_config_default(&nc);
+	nc.max_entries = max_entries;
+	nc.seed = 42;
+	make_with(&nc, hijack);
 }
 
 static void setup(void)
@@ -522,6 +529,38 @@ Test(sysproc, nat_budget_exhaustion_drops_new_flows_only)
 	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
 	cr_assert_eq(ctr_get(&ctr.drop_nat_budget), 1);
 	/* The existing flow is undisturbed. */
+	len = kernel_reply(&t, TCP_SYN | TCP_ACK, 0);
+	cr_assert_eq(run(len, SEC(1)).action, SYS_WRITE);
+}
+
+/* A source over its HALF_OPEN share: its new SYN is dropped silently (no RST: the source may
+ * be spoofed) and counted once; another source's SYN and the existing mappings still pass. */
+Test(sysproc, half_open_limit_drops_counted)
+{
+	struct nat_config nc;
+	struct nat_tuple t, t2;
+	struct tu_spec s;
+	size_t len;
+
+	teardown();
+	nat_config_default(&nc);
+	nc.seed = 42;
+	nc.half_open_quiet = 0;
+	nc.half_open_per_host = 2;
+	make_with(&nc, false);
+	uplink_syn("10.0.0.9", "1.1.1.1", 1111, 443, &t, &len);
+	uplink_syn("10.0.0.9", "1.1.1.1", 1112, 443, &t2, &len);
+	for (uint16_t i = 0; i < 5; i++) {
+		tu_spec_tcp(&s, "10.0.0.9", (uint16_t)(2000 + i), "1.1.1.1", 443);
+		s.tcp_flags = TCP_SYN;
+		len = tu_build(&s, buf, sizeof(buf));
+		cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
+	}
+	cr_expect_eq(ctr_get(&ctr.drop_nat_half_open), 5);
+	cr_expect_eq(ctr_get(&ctr.rst_sent), 0);
+	cr_expect_eq(ctr_get(&ctr.drop_nat_budget), 0);
+	cr_expect_eq(sysproc_counters_drops(&ctr), 5);
+	uplink_syn("10.0.1.9", "1.1.1.1", 1111, 443, &t2, &len);
 	len = kernel_reply(&t, TCP_SYN | TCP_ACK, 0);
 	cr_assert_eq(run(len, SEC(1)).action, SYS_WRITE);
 }

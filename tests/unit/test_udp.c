@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -465,29 +466,46 @@ Test(udp, dns_hijack_answers_from_the_asked_address)
 	ans[2] |= 0x80;
 	check_reply(&e.caps[1], "2001:db8::53", 53, "fd00::9", 4444, ans, 20);
 
-	/* An answer with an id nobody asked for is dropped. */
+	/* Each of those sessions carried only DNS: closed by its answer. */
+	cr_assert_eq(stats(&e).sessions, 0);
+	cr_assert_eq(stats(&e).dns_done, 2);
+
+	/* An answer with an id nobody asked for is dropped (a second query keeps the session
+	 * waiting, so the stray answer reaches it). */
 	memcpy(q + 12, "TWICE", 5);
 	q[0] = 0x34;
 	tun_send(&e, "10.0.0.9", 5353, "198.18.0.1", 53, q, 17);
-	cr_assert(PUMP_UNTIL(&e, stats(&e).drops[UDP_DROP_dns_unmatched] == 1, 2000));
-	cr_assert_eq(e.ncap, 3);
+	q[0] = 0x35;
+	memcpy(q + 12, "query", 5);
+	tun_send(&e, "10.0.0.9", 5353, "198.18.0.1", 53, q, 17);
+	cr_assert(PUMP_UNTIL(&e, stats(&e).drops[UDP_DROP_dns_unmatched] == 1 && e.ncap == 4,
+			     2000));
+	cr_assert(PUMP_UNTIL(&e, stats(&e).dns_done == 3, 2000));
 
 	/* Non-DNS traffic to our own address is never relayed; a query too short is refused;
 	 * ordinary traffic from the same client still flows through its own socket. */
 	tun_send(&e, "10.0.0.9", 5353, "198.18.0.1", 9999, "x", 1);
 	tun_send(&e, "10.0.0.9", 5353, "198.18.0.2", 53, q, 11);
 	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, "plain", 5);
-	cr_assert(PUMP_UNTIL(&e, e.ncap == 4, 2000));
-	check_reply(&e.caps[3], "127.0.0.1", echo.port, "10.0.0.9", 5353, "plain", 5);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 5, 2000));
+	check_reply(&e.caps[4], "127.0.0.1", echo.port, "10.0.0.9", 5353, "plain", 5);
+
+	/* A session that also carries other traffic is an ordinary one: it keeps its DNS
+	 * socket after the answer, for the idle timeout. */
+	q[0] = 0x36;
+	tun_send(&e, "10.0.0.9", 5353, "198.18.0.1", 53, q, 17);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 6, 2000));
+	pump_for(&e, 20);
 
 	struct udp_path_stats st = stats(&e);
 	cr_assert_eq(st.drops[UDP_DROP_own_address], 1);
 	cr_assert_eq(st.drops[UDP_DROP_malformed], 1);
-	cr_assert_eq(st.dns_queries, 3);
-	cr_assert_eq(st.dns_answers, 3);
-	cr_assert_eq(st.sessions, 2);
-	cr_assert_eq(st.sockets, 3, "v4 client: dns + plain; v6 client: dns");
-	cr_assert_eq(dns.received, 3);
+	cr_assert_eq(st.dns_queries, 5);
+	cr_assert_eq(st.dns_answers, 5);
+	cr_assert_eq(st.dns_done, 3);
+	cr_assert_eq(st.sessions, 1);
+	cr_assert_eq(st.sockets, 2, "plain + dns of the ordinary session");
+	cr_assert_eq(dns.received, 5);
 	server_close(&dns);
 	server_close(&echo);
 	env_fini(&e);
@@ -991,9 +1009,9 @@ Test(udp, reload_moves_the_dns_upstream_for_new_sessions)
 	a = heap_cfg("{\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.1:%u\"}}", dns1.port);
 	b = heap_cfg("{\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.1:%u\"}}", dns2.port);
 	env_start_heap(&e, a);
+	/* Not answered yet when the reload comes (the loop has not run): the session is live. */
 	dns_query(q, 0x1111);
 	tun_send(&e, "10.0.0.9", 4000, "198.18.0.1", 53, q, sizeof(q));
-	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000), "no answer under A");
 
 	ra.expect = a;
 	udp_path_set_config(e.up, b, on_release, &ra);
@@ -1001,11 +1019,13 @@ Test(udp, reload_moves_the_dns_upstream_for_new_sessions)
 	tun_send(&e, "10.0.0.9", 4000, "198.18.0.1", 53, q, sizeof(q));   /* old session */
 	dns_query(q, 0x3333);
 	tun_send(&e, "10.0.0.10", 4000, "198.18.0.1", 53, q, sizeof(q));  /* new session */
+	cr_assert_eq(ra.calls, 0);
 	cr_assert(PUMP_UNTIL(&e, e.ncap == 3, 2000), "answers missing");
 	cr_assert_eq(dns1.received, 2, "the old session keeps A's upstream");
 	cr_assert_eq(dns2.received, 1, "a new session asks B's upstream");
 	cr_assert_eq(stats(&e).dns_answers, 3);
-	cr_assert_eq(ra.calls, 0);
+	/* Answered, the DNS-only sessions closed: A was released with its last one. */
+	cr_assert(PUMP_UNTIL(&e, ra.calls == 1, 2000));
 	server_close(&dns1);
 	server_close(&dns2);
 	udp_path_free(e.up);
@@ -1013,4 +1033,149 @@ Test(udp, reload_moves_the_dns_upstream_for_new_sessions)
 	cr_assert_eq(ra.calls, 1);
 	env_fini(&e);
 	heap_cfg_free(b);
+}
+
+/* ---- DNS sessions: closed when answered, or after the DNS timeout ------------------------- */
+
+/* Resolvers ask each query from a fresh source port. 5,000 of them, answered by the upstream,
+ * must not pile up 60 s sessions: a session that only carried DNS closes with its last answer,
+ * so sessions and fds stay at what is in flight and the budget is never exhausted. */
+Test(udp, dns_queries_from_fresh_ports_do_not_hold_sessions)
+{
+	enum { QUERIES = 5000, WAVE = 16, LIMIT = 64 };
+	struct env e;
+	struct server dns;
+	struct budget_stats bs;
+	uint8_t q[DNS_Q_LEN];
+	int sent = 0;
+
+	env_base(&e);
+	server_open(&e, &dns, "127.0.0.1", SRV_DNS);
+	env_start(&e, "{\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.1:%u\"},"
+		      "\"budgets\":{\"udp_sessions\":%d,\"fds\":%d}}", dns.port, LIMIT, LIMIT);
+	while (sent < QUERIES) {
+		for (int i = 0; i < WAVE && sent < QUERIES; i++, sent++) {
+			dns_query(q, (uint16_t)(0x4000 + sent));
+			tun_send(&e, "10.0.0.9", (uint16_t)(10000 + sent), "198.18.0.1", 53, q,
+				 sizeof(q));
+		}
+		cr_assert(PUMP_UNTIL(&e, stats(&e).dns_answers == (uint64_t)sent, 2000),
+			  "answers %llu of %d (sessions %llu, refused %llu)",
+			  (unsigned long long)stats(&e).dns_answers, sent,
+			  (unsigned long long)stats(&e).sessions,
+			  (unsigned long long)stats(&e).drops[UDP_DROP_no_session_budget]);
+		cr_assert_eq(stats(&e).sessions, 0, "an answered DNS session is kept");
+		e.ncap = 0;
+	}
+	struct udp_path_stats st = stats(&e);
+	budget_get_stats(e.b, &bs);
+	cr_assert_eq(st.dns_answers, QUERIES);
+	cr_assert_eq(st.down_datagrams, QUERIES);
+	cr_assert_eq(st.dns_done, QUERIES, "each closed by its answer");
+	cr_assert_eq(st.sessions_total, QUERIES);
+	cr_assert_eq(st.sockets, 0);
+	cr_assert_eq(st.drops[UDP_DROP_no_session_budget], 0);
+	cr_assert_eq(st.drops[UDP_DROP_fd_budget], 0);
+	cr_assert_eq(bs.udp_refused, 0);
+	cr_assert_eq(bs.fd_refused, 0);
+	cr_assert_leq(bs.udp_peak, WAVE, "sessions peaked at %u", bs.udp_peak);
+	cr_assert_leq(bs.fds_peak, WAVE, "fds peaked at %u", bs.fds_peak);
+	cr_assert_eq(bs.fds_in_use, 0);
+	cr_assert_eq(dns.received, QUERIES);
+	server_close(&dns);
+	env_fini(&e);
+}
+
+/* An upstream that never answers: the DNS-only sessions go after the DNS timeout, not after
+ * timeouts.udp_idle_ms (60 s here). */
+Test(udp, unanswered_dns_queries_expire_after_the_dns_timeout)
+{
+	struct env e;
+	struct server dns;
+	struct budget_stats bs;
+	uint8_t q[DNS_Q_LEN];
+	int64_t t0;
+
+	env_base(&e);
+	server_open(&e, &dns, "127.0.0.1", SRV_SILENT);
+	env_start(&e, "{\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.1:%u\"},"
+		      "\"timeouts\":{\"udp_idle_ms\":60000}}", dns.port);
+	cr_assert_eq(UDP_DNS_TIMEOUT_MS, 5000);
+	udp_path_set_dns_timeout(e.up, 300);
+	t0 = ts_now_ns();
+	for (int i = 0; i < 10; i++) {
+		dns_query(q, (uint16_t)i);
+		tun_send(&e, "10.0.0.9", (uint16_t)(20000 + i), "198.18.0.1", 53, q, sizeof(q));
+	}
+	cr_assert(PUMP_UNTIL(&e, dns.received == 10, 2000));
+	cr_assert_eq(stats(&e).sessions, 10);
+	cr_assert(PUMP_UNTIL(&e, stats(&e).sessions == 0, 3000), "DNS sessions never expired");
+	cr_assert_geq(ts_now_ns() - t0, MS(300), "expired before the DNS timeout");
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.dns_expired, 10);
+	cr_assert_eq(st.sessions_expired, 0, "not the idle timeout");
+	cr_assert_eq(st.sockets, 0);
+	budget_get_stats(e.b, &bs);
+	cr_assert_eq(bs.udp_in_use, 0);
+	cr_assert_eq(bs.fds_in_use, 0);
+	server_close(&dns);
+	env_fini(&e);
+}
+
+/* Without hijack, DNS to port 53 is handled alike: a session closes with its last answer (an
+ * answer: QR set, an asked id, from the asked server). A session whose replies are not DNS
+ * answers (another protocol on port 53, here an echo) is an ordinary one and stays. */
+Test(udp, plain_dns_to_port_53_closes_with_its_answer)
+{
+	struct env e;
+	struct server dns, echo;
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(53) };
+	uint8_t q[DNS_Q_LEN];
+
+	env_base(&e);
+	/* Port 53 on two addresses of 127.0.0.0/8 nobody else uses. */
+	server_open(&e, &dns, "127.0.0.1", SRV_DNS);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	cr_assert_eq(inet_pton(AF_INET, "127.77.0.53", &sin.sin_addr), 1);
+	close(dns.fd);
+	dns.fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	cr_assert_eq(bind(dns.fd, (struct sockaddr *)&sin, sizeof(sin)), 0, "%s", strerror(errno));
+	event_free(dns.ev);
+	dns.ev = event_new(e.base, dns.fd, EV_READ | EV_PERSIST, server_cb, &dns);
+	event_add(dns.ev, NULL);
+	cr_assert_eq(inet_pton(AF_INET, "127.77.0.54", &sin.sin_addr), 1);
+	close(echo.fd);
+	echo.fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	cr_assert_eq(bind(echo.fd, (struct sockaddr *)&sin, sizeof(sin)), 0, "%s", strerror(errno));
+	event_free(echo.ev);
+	echo.ev = event_new(e.base, echo.fd, EV_READ | EV_PERSIST, server_cb, &echo);
+	event_add(echo.ev, NULL);
+	env_start(&e, "%s", DEFAULT_CFG);
+
+	for (int i = 0; i < 3; i++) {
+		dns_query(q, (uint16_t)(0x100 + i));
+		tun_send(&e, "10.0.0.9", (uint16_t)(30000 + i), "127.77.0.53", 53, q, sizeof(q));
+	}
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 3, 2000), "answers missing");
+	uint8_t ans[DNS_Q_LEN + 3];
+	dns_query(ans, 0x100);
+	ans[2] |= 0x80;
+	memcpy(ans + DNS_Q_LEN, "ANS", 3);
+	check_reply(&e.caps[0], "127.77.0.53", 53, "10.0.0.9", 30000, ans, sizeof(ans));
+	cr_assert_eq(stats(&e).sessions, 0);
+	cr_assert_eq(stats(&e).dns_done, 3);
+	cr_assert_eq(stats(&e).dns_answers, 0, "dns_answers counts hijacked answers only");
+
+	dns_query(q, 0x200);
+	tun_send(&e, "10.0.0.9", 31000, "127.77.0.54", 53, q, sizeof(q));
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 4, 2000), "echo missing");
+	check_reply(&e.caps[3], "127.77.0.54", 53, "10.0.0.9", 31000, q, sizeof(q));
+	pump_for(&e, 20);
+	cr_assert_eq(stats(&e).sessions, 1, "not a DNS answer: an ordinary session");
+	tun_send(&e, "10.0.0.9", 31000, "127.77.0.54", 53, "again", 5);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 5, 2000));
+	cr_assert_eq(stats(&e).sessions_total, 4);
+	server_close(&dns);
+	server_close(&echo);
+	env_fini(&e);
 }

@@ -3,6 +3,8 @@
 #ifndef TS_LWIP_HOOKS_H
 #define TS_LWIP_HOOKS_H
 
+#include <stdint.h>
+
 struct pbuf;
 struct netif;
 
@@ -20,5 +22,13 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb);
 #define LWIP_HOOK_TCP_INPACKET_PCB(pcb, hdr, optlen, opt1len, opt2, p)                         \
 	((void)(hdr), (void)(optlen), (void)(opt1len), (void)(opt2), (void)(p),                  \
 	 ts_lwip_tcp_inpacket(pcb))
+
+/* RFC 6528 initial sequence numbers (stacks/lwip/lwip_isn.h), keyed per stack: lwIP's own
+ * generator is a counter plus its tick count, which anyone can predict. */
+struct ip_addr;
+uint32_t ts_lwip_tcp_isn(const struct ip_addr *local_ip, uint16_t local_port,
+			 const struct ip_addr *remote_ip, uint16_t remote_port);
+#define LWIP_HOOK_TCP_ISN(local_ip, local_port, remote_ip, remote_port)                        \
+	ts_lwip_tcp_isn((local_ip), (local_port), (remote_ip), (remote_port))
 
 #endif

@@ -28,6 +28,9 @@
 #define mem_clib_free ts_lwip_free
 #define mem_clib_calloc ts_lwip_calloc
 #define LWIP_STATS 0
+/* When the budget refuses an input segment, its acknowledgement still reaches lwIP from a buffer
+ * the stack owns (stacks/lwip/lwip_stack.c, input_refused). */
+#define LWIP_SUPPORT_CUSTOM_PBUF 1
 
 /* ---- protocols ---- */
 #define LWIP_IPV4 1

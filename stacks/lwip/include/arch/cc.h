@@ -2,6 +2,7 @@
 #ifndef TS_LWIP_ARCH_CC_H
 #define TS_LWIP_ARCH_CC_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -14,7 +15,10 @@
 		abort();                                                                        \
 	} while (0)
 
-#define LWIP_RAND() ((u32_t)random())
+/* lwIP draws its first local port from this (the only use with our options): the kernel's
+ * random source (stacks/lwip/lwip_isn.c), not libc's unseeded random(). */
+uint32_t lwip_isn_rand32(void);
+#define LWIP_RAND() ((u32_t)lwip_isn_rand32())
 #define LWIP_NO_CTYPE_H 0
 
 /* lwIP's memory functions, routed to the twinstack budget (stacks/lwip/lwip_glue.c). */
