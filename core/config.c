@@ -95,9 +95,12 @@ static int f_tun_address6(struct cfgp *p, const cJSON *item, void *target)
 	return parse_cidr_family(p, item, 6, &((struct ts_tun *)target)->addr6);
 }
 
-/* A list of CIDRs of either family, host bits cleared. */
-static int parse_cidr_list(struct cfgp *p, const cJSON *item, struct netaddr_cidr **out,
-			   size_t *n_out)
+/* A list of 1..TS_ROUTE_LIST_MAX entries of size bytes each, parsed one by one by fn into a
+ * calloc'd array (*out, *n_out: how many are in it, so config_fini frees a partial list). */
+typedef int (*list_item_fn)(struct cfgp *p, const cJSON *e, void *dst);
+
+static int parse_list(struct cfgp *p, const cJSON *item, size_t size, list_item_fn fn,
+		      void **out, size_t *n_out)
 {
 	const cJSON *e;
 	size_t n, i = 0;
@@ -105,19 +108,34 @@ static int parse_cidr_list(struct cfgp *p, const cJSON *item, struct netaddr_cid
 
 	if ((ret = cfgp_array(p, item, TS_ROUTE_LIST_MAX, false, &n)) != 0)
 		return ret;
-	if (!(*out = calloc(n, sizeof(**out))))
+	if (!(*out = calloc(n, size)))
 		return cfgp_nomem(p);
 	cJSON_ArrayForEach(e, item)
 	{
 		size_t mark = cfgp_push_index(p, i);
-		ret = parse_cidr_family(p, e, 0, &(*out)[i]);
+		ret = fn(p, e, (char *)*out + i * size);
 		cfgp_pop(p, mark);
 		if (ret != 0)
 			return ret;
-		netaddr_cidr_normalize(&(*out)[i]);
 		*n_out = ++i;
 	}
 	return 0;
+}
+
+/* A CIDR of either family, host bits cleared. */
+static int cidr_item(struct cfgp *p, const cJSON *e, void *dst)
+{
+	int ret = parse_cidr_family(p, e, 0, dst);
+
+	if (ret == 0)
+		netaddr_cidr_normalize(dst);
+	return ret;
+}
+
+static int parse_cidr_list(struct cfgp *p, const cJSON *item, struct netaddr_cidr **out,
+			   size_t *n_out)
+{
+	return parse_list(p, item, sizeof(**out), cidr_item, (void **)out, n_out);
 }
 
 static int f_route_address(struct cfgp *p, const cJSON *item, void *target)
@@ -173,27 +191,15 @@ static int parse_uid_item(struct cfgp *p, const cJSON *e, struct ts_uid_range *o
 	return 0;
 }
 
+static int uid_item(struct cfgp *p, const cJSON *e, void *dst)
+{
+	return parse_uid_item(p, e, dst);
+}
+
 static int parse_uid_list(struct cfgp *p, const cJSON *item, struct ts_uid_range **out,
 			  size_t *n_out)
 {
-	const cJSON *e;
-	size_t n, i = 0;
-	int ret;
-
-	if ((ret = cfgp_array(p, item, TS_ROUTE_LIST_MAX, false, &n)) != 0)
-		return ret;
-	if (!(*out = calloc(n, sizeof(**out))))
-		return cfgp_nomem(p);
-	cJSON_ArrayForEach(e, item)
-	{
-		size_t mark = cfgp_push_index(p, i);
-		ret = parse_uid_item(p, e, &(*out)[i]);
-		cfgp_pop(p, mark);
-		if (ret != 0)
-			return ret;
-		*n_out = ++i;
-	}
-	return 0;
+	return parse_list(p, item, sizeof(**out), uid_item, (void **)out, n_out);
 }
 
 static int f_include_uid(struct cfgp *p, const cJSON *item, void *target)
@@ -208,27 +214,17 @@ static int f_exclude_uid(struct cfgp *p, const cJSON *item, void *target)
 	return parse_uid_list(p, item, &t->exclude_uid, &t->n_exclude_uid);
 }
 
+static int ifname_item(struct cfgp *p, const cJSON *e, void *dst)
+{
+	return parse_ifname(p, e, dst);
+}
+
 static int f_exclude_interface(struct cfgp *p, const cJSON *item, void *target)
 {
 	struct ts_tun *t = target;
-	const cJSON *e;
-	size_t n, i = 0;
-	int ret;
 
-	if ((ret = cfgp_array(p, item, TS_ROUTE_LIST_MAX, false, &n)) != 0)
-		return ret;
-	if (!(t->exclude_interface = calloc(n, sizeof(*t->exclude_interface))))
-		return cfgp_nomem(p);
-	cJSON_ArrayForEach(e, item)
-	{
-		size_t mark = cfgp_push_index(p, i);
-		ret = parse_ifname(p, e, t->exclude_interface[i]);
-		cfgp_pop(p, mark);
-		if (ret != 0)
-			return ret;
-		t->n_exclude_interface = ++i;
-	}
-	return 0;
+	return parse_list(p, item, sizeof(*t->exclude_interface), ifname_item,
+			  (void **)&t->exclude_interface, &t->n_exclude_interface);
 }
 
 /* A user name (what getpwnam accepts: no '/', ':' or whitespace) or a numeric uid. Whether it
