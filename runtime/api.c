@@ -81,7 +81,7 @@ static int proxy_alloc(struct ts_proxy **out, char *err, size_t errlen)
 	}
 	config_init(&p->cfg);
 	log_init(&p->log, LOG_LEVEL_INFO, STDERR_FILENO);
-	p->caller_fd = p->worker_died_fd = -1;
+	p->caller_fd = p->worker_died_fd = p->lock_keep = -1;
 	p->live = &p->cfg;
 	p->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	p->stats_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -622,8 +622,23 @@ static void remove_installed(struct autoroute *ar)
 
 /* The namespace's ownership: an abstract unix socket name, which exists per network namespace,
  * leaves no file behind and is released by the kernel when its holder dies (however). */
+int autoroute_lock_dup(const struct autoroute *ar)
+{
+	int fd = fcntl(ar->lock_fd, F_DUPFD_CLOEXEC, 0);
+
+	return fd >= 0 ? fd : -errno;
+}
+
 static int lock_take(struct autoroute *ar, char *err, size_t errlen)
 {
+	if (ar->o.has_lock) {
+		if ((ar->lock_fd = fcntl(ar->o.lock_fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+			int e = errno;
+			snprintf(err, errlen, "auto_route: lock: %s", strerror(e));
+			return -e;
+		}
+		return 0;
+	}
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	socklen_t len;
 	int fd, e;

@@ -76,6 +76,10 @@ struct autoroute_opts {
 	size_t n_marks;
 	const struct netaddr *servers;         /* proxy servers' addresses: always excluded */
 	size_t n_servers;
+	/* The namespace's ownership already held (autoroute_lock_dup of the set this one
+	 * replaces): used instead of taking it, so no other proxy can step in between. */
+	bool has_lock;
+	int lock_fd;
 };
 
 /* One element of the plan: a rule or a route, in install order. */
@@ -117,6 +121,11 @@ int autoroute_new(const struct autoroute_opts *o, struct log *lg, struct autorou
  * remove tagged leftovers (a gateway that is no longer one). Returns the number of changes made
  * (0 = all was in place), or -errno of the first failure (the others are still attempted). */
 int autoroute_reconcile(struct autoroute *ar) NETLINK_WUR;
+
+/* A second descriptor of ar's ownership of the namespace (close-on-exec), for the set that
+ * replaces it (autoroute_opts.has_lock): the ownership lasts while either is open. -errno on
+ * failure. */
+int autoroute_lock_dup(const struct autoroute *ar);
 
 /* Remove everything installed (capture rules first), restore rp_filter if the TUN still
  * exists, release the lock. NULL is a no-op. */

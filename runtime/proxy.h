@@ -72,6 +72,7 @@ struct ts_proxy {
 	bool nl_open;
 	struct routecheck rc;
 	struct autoroute *ar;        /* tun.auto_route's rules, or NULL */
+	int lock_keep;               /* during a reload: the namespace's ownership, or -1 */
 	struct routewatch *rw;
 	uint64_t route_repairs;      /* rules/routes auto_route put back */
 

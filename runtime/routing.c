@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/stats_doc.h"
 #include "core/tun.h"
@@ -98,6 +99,8 @@ static int start_auto_route(struct ts_proxy *p, const struct ts_config *cfg,
 		.n_marks = collect_marks(cfg, marks, TS_MAX_OUTBOUNDS),
 		.servers = servers,
 		.n_servers = routecheck_servers(rc, servers, SERVERS_MAX),
+		.has_lock = p->lock_keep >= 0,
+		.lock_fd = p->lock_keep,
 	};
 	ret = autoroute_new(&o, &p->log, &p->ar, err, errlen);
 out:
@@ -159,6 +162,13 @@ static bool auto_route_changed(const struct ts_config *o, const struct ts_config
 	       memcmp(sa, sb, nsa * sizeof(*sa)) != 0;
 }
 
+static void drop_lock_keep(struct ts_proxy *p)
+{
+	if (p->lock_keep >= 0)
+		close(p->lock_keep);
+	p->lock_keep = -1;
+}
+
 /* The counts and the looping state of targets that did not change go on across a reload. */
 static void carry_history(struct routecheck *n, const struct routecheck *o)
 {
@@ -184,8 +194,10 @@ int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct
 	memset(nrc, 0, sizeof(*nrc)); /* ours now */
 	redo = auto_route_changed(old, n, &p->rc, &rc);
 	if (redo) {
-		/* One owner of the rules at a time (the namespace lock): the old set goes, the
-		 * new one comes; if it cannot, the old one comes back. */
+		/* The old set goes, the new one comes (if it cannot, the old one comes back);
+		 * the namespace stays ours throughout: no other proxy can step in between. */
+		if (p->ar && (p->lock_keep = autoroute_lock_dup(p->ar)) < 0)
+			p->lock_keep = -1;
 		autoroute_free(p->ar);
 		p->ar = NULL;
 		if (n->tun.auto_route && (ret = start_auto_route(p, n, &rc, err, errlen)) != 0)
@@ -196,6 +208,7 @@ int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct
 	carry_history(&rc, &p->rc);
 	routecheck_fini(&p->rc);
 	p->rc = rc;
+	drop_lock_keep(p);
 	if (redo)
 		log_info(&p->log, "auto_route: rules rebuilt for the new configuration");
 	return 0;
@@ -212,6 +225,7 @@ undo:
 			proxy_stop_loop(p, -EIO);
 		}
 	}
+	drop_lock_keep(p);
 	routecheck_fini(&rc);
 	return ret;
 }

@@ -688,6 +688,23 @@ static void busy_scenario(void)
 	CHECK(autoroute_reconcile(ar) == 0, "intact");
 	autoroute_free(ar);
 	ar = must_new(&o, NULL);
+	/* A replacement (a reload) keeps the namespace: between the old set's removal and the
+	 * new set's install, another owner is still refused. */
+	int keep = autoroute_lock_dup(ar);
+	CHECK(keep >= 0, "lock dup: %d", keep);
+	autoroute_free(ar);
+	CHECK(autoroute_new(&o, NULL, &second, err, sizeof(err)) == -EBUSY && !second,
+	      "refused between the two sets");
+	struct autoroute_opts w = o;
+	w.has_lock = true;
+	w.lock_fd = keep;
+	ar = must_new(&w, NULL);
+	close(keep);
+	CHECK(autoroute_new(&o, NULL, &second, err, sizeof(err)) == -EBUSY && !second,
+	      "the replacement owns the namespace once the keeper is closed");
+	CHECK_DEV("1.1.1.1", "tst0");
+	autoroute_free(ar);
+	ar = must_new(&o, NULL); /* free released it */
 	autoroute_free(ar);
 	child_leak_check();
 }
