@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/config_parse.h"
 
@@ -36,7 +37,7 @@ static const char *const stack_names[] = { "system", "lwip", NULL };
 static const char *const offload_names[] = { "auto", "on", "off", NULL };
 static const char *const rps_names[] = { "auto", "on", "off", NULL };
 _Static_assert(sizeof(enum ts_rps) == sizeof(int), "CFGP_ENUM stores an int");
-static const char *const outbound_names[] = { "direct", "socks5", "reject", NULL };
+static const char *const outbound_names[] = { "direct", "socks5", "reject", "http", NULL };
 static const char *const relay_names[] = { "splice", "copy", NULL };
 static const char *const network_names[] = { "tcp", "udp", NULL }; /* base 1: 0 is "any" */
 /* In enum log_level order (core/log.h). */
@@ -521,7 +522,84 @@ static int f_rules(struct cfgp *p, const cJSON *item, void *target)
 
 /* ---- outbounds ---------------------------------------------------------------------------- */
 
-enum { OB_TAG, OB_TYPE, OB_MARK, OB_BIND, OB_SERVER, OB_USER, OB_PASS };
+enum { OB_TAG, OB_TYPE, OB_MARK, OB_BIND, OB_SERVER, OB_USER, OB_PASS, OB_HEADERS };
+
+/* Header fields the request itself writes or whose presence would change its framing (a body
+ * on a CONNECT request), so they cannot be configured. */
+static const char *const reserved_headers[] = { "Host", "Content-Length", "Transfer-Encoding",
+						NULL };
+
+static bool is_tchar(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+/* One header field: a token name (RFC 9110 section 5.1) not reserved, a value without control
+ * characters (cfgp_string) and without leading or trailing whitespace; appended to out. */
+static int header_field(struct cfgp *p, const cJSON *e, char *out, size_t *off)
+{
+	const char *v, *name = e->string;
+	char q[64];
+	size_t nl = strlen(name), vl;
+	int ret, w;
+
+	if (nl == 0 || nl > 64)
+		return cfgp_fail(p, "a header name must be 1 to 64 bytes long");
+	for (size_t i = 0; i < nl; i++)
+		if (!is_tchar((unsigned char)name[i]))
+			return cfgp_fail(p, "\"%s\" is not a header name (token characters only)",
+					 cfgp_quote(name, q, sizeof(q)));
+	for (size_t i = 0; reserved_headers[i]; i++)
+		if (strcasecmp(name, reserved_headers[i]) == 0)
+			return cfgp_fail(p, "header \"%s\" is set by the proxy itself", name);
+	if ((ret = cfgp_string(p, e, 0, TS_HTTP_HEADERS_MAX, &v)) != 0)
+		return ret;
+	vl = strlen(v);
+	if (vl && (v[0] == ' ' || v[vl - 1] == ' '))
+		return cfgp_fail(p, "leading or trailing space in the value");
+	w = snprintf(out + *off, TS_HTTP_HEADERS_MAX + 1 - *off, "%s: %s\r\n", name, v);
+	if (w < 0 || (size_t)w > TS_HTTP_HEADERS_MAX - *off)
+		return cfgp_fail(p, "headers too long (at most %d bytes as sent)",
+				 TS_HTTP_HEADERS_MAX);
+	*off += (size_t)w;
+	return 0;
+}
+
+/* "headers": an object of string values, at most TS_HTTP_HEADERS_N fields. */
+static int f_headers(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_outbound *ob = target;
+	const cJSON *e;
+	size_t n = 0, off = 0;
+	int ret;
+
+	if (!cJSON_IsObject(item))
+		return cfgp_fail(p, "expected an object, got %s", cfgp_type_name(item));
+	cJSON_ArrayForEach(e, item)
+	{
+		size_t mark = cfgp_push_key(p, e->string ? e->string : "");
+		if (++n > TS_HTTP_HEADERS_N)
+			ret = cfgp_fail(p, "too many headers (at most %d)", TS_HTTP_HEADERS_N);
+		else
+			ret = header_field(p, e, ob->http_headers, &off);
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			return ret;
+	}
+	return 0;
+}
+
+/* Does the "Name: value\r\n" block have a field named name (case-insensitive)? */
+static bool has_header(const char *block, const char *name)
+{
+	size_t nl = strlen(name);
+
+	for (const char *l = block; *l; l = strchr(l, '\n') + 1)
+		if (strncasecmp(l, name, nl) == 0 && l[nl] == ':')
+			return true;
+	return false;
+}
 
 static int check_outbound(struct cfgp *p, void *target, uint32_t present)
 {
@@ -532,16 +610,24 @@ static int check_outbound(struct cfgp *p, void *target, uint32_t present)
 	if (!CFGP_PRESENT(present, OB_TAG))
 		return cfgp_fail_key(p, "tag", "required");
 	if (!CFGP_PRESENT(present, OB_TYPE))
-		return cfgp_fail_key(p, "type", "required: \"direct\", \"socks5\" or \"reject\"");
-	if (ob->type == TS_OUT_SOCKS5 && !ob->has_server)
-		return cfgp_fail_key(p, "server", "required for type socks5");
-	if (ob->type != TS_OUT_SOCKS5) {
+		return cfgp_fail_key(p, "type",
+				     "required: \"direct\", \"socks5\", \"http\" or \"reject\"");
+	if ((ob->type == TS_OUT_SOCKS5 || ob->type == TS_OUT_HTTP) && !ob->has_server)
+		return cfgp_fail_key(p, "server", "required for type %s", tname);
+	if (ob->type != TS_OUT_SOCKS5 && ob->type != TS_OUT_HTTP) {
 		if (ob->has_server)
 			return cfgp_fail_key(p, "server", "not allowed for type %s", tname);
 		if (user || pass)
 			return cfgp_fail_key(p, user ? "username" : "password",
-					     "only for type socks5");
+					     "only for types socks5 and http");
 	}
+	if (ob->type != TS_OUT_HTTP && CFGP_PRESENT(present, OB_HEADERS))
+		return cfgp_fail_key(p, "headers", "only for type http");
+	if (ob->type == TS_OUT_HTTP && user && strchr(ob->username, ':'))
+		return cfgp_fail_key(p, "username", "must not contain ':' (HTTP Basic, RFC 7617)");
+	if (user && has_header(ob->http_headers, "Proxy-Authorization"))
+		return cfgp_fail_key(p, "headers",
+				     "Proxy-Authorization given with username/password");
 	if (ob->type == TS_OUT_REJECT) {
 		if (ob->has_routing_mark || CFGP_PRESENT(present, OB_BIND))
 			return cfgp_fail_key(p, ob->has_routing_mark ? "routing_mark" : "bind_interface",
@@ -569,6 +655,7 @@ static const struct cfgp_field outbound_fields[] = {
 		      .off = offsetof(struct ts_outbound, username) },
 	[OB_PASS] = { .key = "password", .kind = CFGP_STR, .min = 1, .max = TS_CRED_MAX,
 		      .off = offsetof(struct ts_outbound, password) },
+	[OB_HEADERS] = { .key = "headers", .kind = CFGP_FN, .fn = f_headers },
 };
 static const struct cfgp_table outbound_table = CFGP_TABLE(outbound_fields, check_outbound);
 
@@ -1254,5 +1341,5 @@ const char *config_stack_name(enum ts_stack s)
 
 const char *config_outbound_type_name(enum ts_outbound_type t)
 {
-	return (unsigned)t < 3 ? outbound_names[t] : "?";
+	return (unsigned)t < 4 ? outbound_names[t] : "?";
 }

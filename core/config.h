@@ -28,6 +28,8 @@ struct loopguard;
 #define TS_HOST_MAX 253       /* DNS name bytes */
 #define TS_CRED_MAX 255       /* SOCKS5 username/password bytes (RFC 1929) */
 #define TS_MAX_OUTBOUNDS 256
+#define TS_HTTP_HEADERS_MAX 4096  /* http outbound: bytes of extra header lines */
+#define TS_HTTP_HEADERS_N 16       /* http outbound: extra header fields */
 #define TS_NAT_MAX_ADDRS 64      /* nat.addresses: NAT addresses per family */
 #define TS_NAT_MAX_LISTENERS 16  /* nat.listeners: listener ports per family */
 #define TS_MAX_RULES 65536
@@ -51,7 +53,7 @@ struct loopguard;
 enum ts_stack { TS_STACK_SYSTEM, TS_STACK_LWIP };
 enum ts_offload { TS_OFFLOAD_AUTO, TS_OFFLOAD_ON, TS_OFFLOAD_OFF };
 enum ts_rps { TS_RPS_AUTO, TS_RPS_ON, TS_RPS_OFF };
-enum ts_outbound_type { TS_OUT_DIRECT, TS_OUT_SOCKS5, TS_OUT_REJECT };
+enum ts_outbound_type { TS_OUT_DIRECT, TS_OUT_SOCKS5, TS_OUT_REJECT, TS_OUT_HTTP };
 enum ts_relay_mode { TS_RELAY_SPLICE, TS_RELAY_COPY };
 enum ts_network { TS_NET_ANY, TS_NET_TCP, TS_NET_UDP }; /* ANY: the rule has no network matcher */
 
@@ -124,10 +126,12 @@ struct ts_outbound {
 	bool mark_is_default;                     /* routing_mark is route.default_mark */
 	char bind_interface[TS_IFNAME_MAX + 1];   /* "" = none (direct, socks5) */
 	bool has_server;
-	struct ts_hostport server;                /* socks5 */
+	struct ts_hostport server;                /* socks5, http */
 	bool has_auth;
-	char username[TS_CRED_MAX + 1];           /* socks5, with has_auth */
+	char username[TS_CRED_MAX + 1];           /* socks5, http (Basic), with has_auth */
 	char password[TS_CRED_MAX + 1];
+	/* http: extra request header fields, as sent: "Name: value\r\n" lines; "" = none. */
+	char http_headers[TS_HTTP_HEADERS_MAX + 1];
 	/* Not from JSON: set by the embedding program (the library's socket hook). Called on
 	 * every socket opened for this outbound, after the mark and interface binding and before
 	 * connect/sendto; a negative -errno fails the socket. fn NULL: none. */

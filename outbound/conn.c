@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "core/loopguard.h"
+#include "outbound/http.h"
 #include "outbound/socks5.h"
 
 int conn_sock_error(int fd)
@@ -101,6 +102,7 @@ void conn_free(struct outbound_conn *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	socks5_state_free(c->s5);
+	http_state_free(c->http);
 	free(c);
 }
 

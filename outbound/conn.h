@@ -20,6 +20,8 @@
 
 struct event;
 struct socks5_conn;
+struct http_conn;
+struct server_link;
 
 struct outbound_conn {
 	struct event_base *base;
@@ -31,11 +33,13 @@ struct outbound_conn {
 	bool deferred;           /* timer is active for deferred_err, not for a deadline */
 	int deferred_err;
 	struct socks5_conn *s5;  /* socks5 handshake state, NULL for other types */
+	struct http_conn *http;  /* http handshake state, NULL for other types */
+	struct server_link *link; /* socks5/http: the connection to the server (in s5/http) */
 };
 
 /* A zeroed attempt with fd -1 and its timer event; NULL when out of memory. */
 struct outbound_conn *conn_new(struct event_base *base, outbound_done_fn done, void *arg);
-/* Free everything: events, fd (closed unless already handed over), socks5 state. */
+/* Free everything: events, fd (closed unless already handed over), socks5/http state. */
 void conn_free(struct outbound_conn *c);
 
 /* Report err (0 included) from the loop as soon as it runs: stops io and the deadline. 0 or

@@ -17,6 +17,7 @@
 #include "core/loopguard.h"
 #include "outbound/conn.h"
 #include "outbound/direct.h"
+#include "outbound/http.h"
 #include "outbound/socks5.h"
 
 int outbound_socket(const struct ts_outbound *ob, int family, int type, int *fd_out)
@@ -78,6 +79,7 @@ static const start_fn starts[] = {
 	[TS_OUT_DIRECT] = direct_start,
 	[TS_OUT_SOCKS5] = socks5_start,
 	[TS_OUT_REJECT] = reject_start,
+	[TS_OUT_HTTP] = http_start,
 };
 
 int outbound_connect(struct event_base *base, const struct ts_outbound *ob,

@@ -1,4 +1,4 @@
-/* outbound.h — how sessions leave the machine: direct, SOCKS5 (CONNECT), reject.
+/* outbound.h — how sessions leave the machine: direct, SOCKS5 (CONNECT), HTTP CONNECT, reject.
  *
  * Every socket an outbound opens is marked (SO_MARK) and/or bound to an interface
  * (SO_BINDTODEVICE) as configured, so the proxy's own traffic never re-enters the TUN.
@@ -35,7 +35,9 @@ int outbound_socket(const struct ts_outbound *ob, int family, int type, int *fd_
  *             NULL when early_len is 0;
  *   err < 0:  -ECONNREFUSED, -ETIMEDOUT, -EHOSTUNREACH, -ENETUNREACH, -ECONNRESET,
  *             -EPROTO (a proxy server broke the protocol or refused), -EACCES (SOCKS5:
- *             credentials rejected or required, or REP 0x02 "not allowed"), ...; fd is -1.
+ *             credentials rejected or required, or REP 0x02 "not allowed"; HTTP: status 407),
+ *             -EMSGSIZE (HTTP: a response head over 8 KiB), ...; fd is -1.
+ *             An HTTP proxy's other non-2xx statuses are -ECONNREFUSED.
  * The attempt's handle is invalid once done starts: done must not cancel it. */
 typedef void (*outbound_done_fn)(void *arg, int err, int fd, const uint8_t *early,
 				 size_t early_len);
@@ -47,7 +49,7 @@ struct outbound_conn;
  * whole attempt (TCP connect plus any proxy handshake). Returns 0 with *out (a handle valid
  * until done runs or outbound_conn_cancel is called), or -errno if nothing could be started
  * (then done is never called): -EINVAL bad arguments, -EAFNOSUPPORT, socket errors such as
- * -EMFILE or -EPERM (SO_MARK without CAP_NET_ADMIN). A SOCKS5 server configured by host name
+ * -EMFILE or -EPERM (SO_MARK without CAP_NET_ADMIN). A SOCKS5 or HTTP server configured by host name
  * and not pinned is resolved asynchronously (outbound/resolver.h, ob->resolver or a resolver of
  * the attempt's own) within timeout_ms: done then gets -ENXIO (no such host), -EAGAIN
  * (temporary resolver failure) or -ETIMEDOUT. Single-threaded: call, cancel and the callback

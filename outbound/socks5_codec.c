@@ -1,4 +1,5 @@
-/* socks5_codec.c — SOCKS5 client handshake messages (RFC 1928, RFC 1929), sans-IO.
+/* socks5_codec.c — SOCKS5 client handshake messages (RFC 1928, RFC 1929) and the UDP ASSOCIATE
+ * datagram header (RFC 1928 section 7), sans-IO.
  *
  * Parsers check every length before reading; the only state between calls is the caller's
  * buffer (and, for struct socks5_client, which message comes next).
@@ -83,33 +84,68 @@ static size_t addr_field_len(uint8_t atyp, uint8_t domain_len)
 	}
 }
 
-int socks5_build_connect(uint8_t *buf, size_t cap, const struct socks5_addr *dst)
+/* The address field of dst (ATYP's body and the port) at p; returns the bytes written. The
+ * caller has validated dst and checked the room. */
+static size_t put_addr(uint8_t *p, const struct socks5_addr *dst)
 {
-	size_t alen, n;
-	uint8_t *p;
+	uint8_t *start = p;
 
-	if ((dst->atyp == SOCKS5_ATYP_IPV4 && dst->len != 4) ||
-	    (dst->atyp == SOCKS5_ATYP_IPV6 && dst->len != 16) ||
-	    (dst->atyp == SOCKS5_ATYP_DOMAIN && dst->len == 0))
-		return -EINVAL;
-	alen = addr_field_len(dst->atyp, dst->len);
-	if (alen == 0)
-		return -EINVAL;
-	n = 4 + alen + 2;
-	if (cap < n)
-		return -ENOSPC;
-	buf[0] = SOCKS5_VERSION;
-	buf[1] = SOCKS5_CMD_CONNECT;
-	buf[2] = 0x00;  /* RSV */
-	buf[3] = dst->atyp;
-	p = buf + 4;
 	if (dst->atyp == SOCKS5_ATYP_DOMAIN)
 		*p++ = dst->len;
 	memcpy(p, dst->a, dst->len);
 	p += dst->len;
 	p[0] = (uint8_t)(dst->port >> 8);
 	p[1] = (uint8_t)dst->port;
+	return (size_t)(p + 2 - start);
+}
+
+/* Bytes of "ATYP DST.ADDR DST.PORT" for dst, or 0 if dst is not a valid address. */
+static size_t addr_wire_len(const struct socks5_addr *dst)
+{
+	size_t alen;
+
+	if ((dst->atyp == SOCKS5_ATYP_IPV4 && dst->len != 4) ||
+	    (dst->atyp == SOCKS5_ATYP_IPV6 && dst->len != 16) ||
+	    (dst->atyp == SOCKS5_ATYP_DOMAIN && dst->len == 0))
+		return 0;
+	alen = addr_field_len(dst->atyp, dst->len);
+	return alen == 0 ? 0 : 1 + alen + 2;
+}
+
+int socks5_build_request(uint8_t *buf, size_t cap, uint8_t cmd, const struct socks5_addr *dst)
+{
+	size_t alen, n;
+
+	if (cmd != SOCKS5_CMD_CONNECT && cmd != SOCKS5_CMD_UDP_ASSOCIATE)
+		return -EINVAL;  /* BIND is never used by a client of this proxy */
+	if ((alen = addr_wire_len(dst)) == 0)
+		return -EINVAL;
+	n = 3 + alen;
+	if (cap < n)
+		return -ENOSPC;
+	buf[0] = SOCKS5_VERSION;
+	buf[1] = cmd;
+	buf[2] = 0x00;  /* RSV */
+	buf[3] = dst->atyp;
+	put_addr(buf + 4, dst);
 	return (int)n;
+}
+
+int socks5_build_connect(uint8_t *buf, size_t cap, const struct socks5_addr *dst)
+{
+	return socks5_build_request(buf, cap, SOCKS5_CMD_CONNECT, dst);
+}
+
+int socks5_build_udp_associate(uint8_t *buf, size_t cap, const struct socks5_addr *src)
+{
+	static const uint8_t any[4];
+	struct socks5_addr unknown;
+
+	if (src == NULL) {
+		socks5_addr_ip(&unknown, 4, any, 0);
+		src = &unknown;
+	}
+	return socks5_build_request(buf, cap, SOCKS5_CMD_UDP_ASSOCIATE, src);
 }
 
 int socks5_parse_method(const uint8_t *buf, size_t len, bool offered_userpass, uint8_t *method)
@@ -291,4 +327,138 @@ int socks5_client_input(struct socks5_client *c, const uint8_t *in, size_t len, 
 		return fail(c, w);
 	*out_len = (size_t)w;
 	return n;
+}
+
+/* ---- UDP ASSOCIATE: the relay endpoint and the datagram header ---- */
+
+static bool is_unspecified(const struct socks5_addr *a)
+{
+	static const uint8_t zero[16];
+
+	return a->atyp != SOCKS5_ATYP_DOMAIN && memcmp(a->a, zero, a->len) == 0;
+}
+
+/* 127/8, ::1, and 127/8 written as IPv4-mapped IPv6 (::ffff:127.x.y.z). */
+static bool is_loopback(const struct socks5_addr *a)
+{
+	static const uint8_t v6_lo[16] = { [15] = 1 };
+	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+
+	if (a->atyp == SOCKS5_ATYP_IPV4)
+		return a->a[0] == 127;
+	if (a->atyp != SOCKS5_ATYP_IPV6)
+		return false;
+	return memcmp(a->a, v6_lo, 16) == 0 || (memcmp(a->a, mapped, 12) == 0 && a->a[12] == 127);
+}
+
+int socks5_udp_relay_endpoint(const struct socks5_addr *bnd, const struct socks5_addr *server,
+			      struct socks5_addr *relay)
+{
+	if ((server->atyp != SOCKS5_ATYP_IPV4 || server->len != 4) &&
+	    (server->atyp != SOCKS5_ATYP_IPV6 || server->len != 16))
+		return -EINVAL;
+	if (addr_wire_len(bnd) == 0)
+		return -EPROTO;  /* an empty domain, or an address of the wrong length */
+	if (bnd->port == 0)
+		return -EPROTO;
+	if (bnd->atyp != SOCKS5_ATYP_DOMAIN &&
+	    (is_unspecified(bnd) || (is_loopback(bnd) && !is_loopback(server)))) {
+		*relay = *server;
+		relay->port = bnd->port;
+		return 0;
+	}
+	*relay = *bnd;
+	return 0;
+}
+
+int socks5_udp_header_len(const struct socks5_addr *dst)
+{
+	size_t alen = addr_wire_len(dst);
+
+	return alen == 0 ? -EINVAL : (int)(3 + alen);
+}
+
+int socks5_udp_build(uint8_t *buf, size_t cap, const struct socks5_addr *dst,
+		     const uint8_t *payload, size_t plen)
+{
+	int hlen = socks5_udp_header_len(dst);
+
+	if (hlen < 0)
+		return hlen;
+	if (plen > SOCKS5_UDP_DGRAM_MAX - (size_t)hlen)
+		return -EMSGSIZE;
+	if (cap < (size_t)hlen + plen)
+		return -ENOSPC;
+	if (plen > 0)
+		memmove(buf + hlen, payload, plen);  /* first: the payload may sit where the header goes */
+	buf[0] = 0x00;  /* RSV */
+	buf[1] = 0x00;
+	buf[2] = 0x00;  /* FRAG: a whole datagram */
+	buf[3] = dst->atyp;
+	put_addr(buf + 4, dst);
+	return hlen + (int)plen;
+}
+
+/* The source address at p (ATYP's body and the port) into *a; avail bytes follow p. Returns the
+ * bytes it took, or a SOCKS5_UDP_E* code. */
+static int get_addr(const uint8_t *p, size_t avail, uint8_t atyp, struct socks5_addr *a)
+{
+	size_t alen;
+
+	if (atyp != SOCKS5_ATYP_IPV4 && atyp != SOCKS5_ATYP_IPV6 && atyp != SOCKS5_ATYP_DOMAIN)
+		return SOCKS5_UDP_EATYP;
+	if (atyp == SOCKS5_ATYP_DOMAIN && avail < 1)
+		return SOCKS5_UDP_ETRUNC;
+	alen = addr_field_len(atyp, atyp == SOCKS5_ATYP_DOMAIN ? p[0] : 0);
+	if (avail < alen + 2)
+		return SOCKS5_UDP_ETRUNC;
+	memset(a, 0, sizeof(*a));
+	a->atyp = atyp;
+	if (atyp == SOCKS5_ATYP_DOMAIN) {
+		p++;
+		alen--;
+		/* Same rule as socks5_addr_domain: what parses here can be sent back. */
+		if (alen == 0 || memchr(p, '\0', alen))
+			return SOCKS5_UDP_ENAME;
+	}
+	a->len = (uint8_t)alen;
+	memcpy(a->a, p, alen);
+	a->port = (uint16_t)(p[alen] << 8 | p[alen + 1]);
+	return (int)(alen + 2 + (atyp == SOCKS5_ATYP_DOMAIN));
+}
+
+int socks5_udp_parse(const uint8_t *buf, size_t len, struct socks5_udp_dgram *d)
+{
+	int n;
+
+	if (len < 4)
+		return SOCKS5_UDP_ETRUNC;
+	if (buf[0] != 0 || buf[1] != 0)
+		return SOCKS5_UDP_ERSV;
+	if (buf[2] != 0)
+		return SOCKS5_UDP_EFRAG;
+	if ((n = get_addr(buf + 4, len - 4, buf[3], &d->src)) < 0)
+		return n;
+	d->hdr_len = 4 + (size_t)n;
+	d->payload = buf + d->hdr_len;
+	d->payload_len = len - d->hdr_len;
+	return 0;
+}
+
+enum socks5_udp_drop socks5_udp_drop_reason(int err)
+{
+	switch (err) {
+	case SOCKS5_UDP_ETRUNC:
+		return SOCKS5_UDP_DROP_TRUNCATED;
+	case SOCKS5_UDP_ERSV:
+		return SOCKS5_UDP_DROP_RSV;
+	case SOCKS5_UDP_EFRAG:
+		return SOCKS5_UDP_DROP_FRAG;
+	case SOCKS5_UDP_EATYP:
+		return SOCKS5_UDP_DROP_ATYP;
+	case SOCKS5_UDP_ENAME:
+		return SOCKS5_UDP_DROP_NAME;
+	default:
+		return SOCKS5_UDP_DROP_MAX;
+	}
 }

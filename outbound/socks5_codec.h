@@ -1,5 +1,6 @@
-/* socks5_codec.h — the client side of a SOCKS5 CONNECT handshake (RFC 1928) with
- * username/password authentication (RFC 1929), sans-IO.
+/* socks5_codec.h — the client side of a SOCKS5 CONNECT or UDP ASSOCIATE handshake (RFC 1928)
+ * with username/password authentication (RFC 1929), and the UDP ASSOCIATE datagram header and
+ * relay endpoint rules (RFC 1928 section 7), sans-IO.
  *
  * Nothing here touches a socket or the clock: builders write into caller buffers, parsers read
  * from caller buffers. Every parser is incremental and has one return convention:
@@ -16,6 +17,7 @@
 #ifndef TS_OUTBOUND_SOCKS5_CODEC_H
 #define TS_OUTBOUND_SOCKS5_CODEC_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -36,7 +38,7 @@ enum socks5_atyp {
 	SOCKS5_ATYP_IPV6 = 0x04,
 };
 
-enum { SOCKS5_CMD_CONNECT = 0x01 };
+enum { SOCKS5_CMD_CONNECT = 0x01, SOCKS5_CMD_UDP_ASSOCIATE = 0x03 };
 
 /* Largest messages, for sizing buffers. */
 #define SOCKS5_GREETING_MAX 4                  /* VER NMETHODS 0x00 0x02 */
@@ -67,8 +69,15 @@ int socks5_build_greeting(uint8_t *buf, size_t cap, bool offer_userpass);
 /* RFC 1929 request; ulen and plen must be 1..255. */
 int socks5_build_auth(uint8_t *buf, size_t cap, const char *user, size_t ulen, const char *pass,
 		      size_t plen);
-/* CONNECT request to dst (ATYP 1, 3 or 4; a domain needs len >= 1). */
+/* Request "VER CMD RSV ATYP DST.ADDR DST.PORT" for cmd (CONNECT or UDP ASSOCIATE) to dst
+ * (ATYP 1, 3 or 4; a domain needs len >= 1). -EINVAL for another cmd. */
+int socks5_build_request(uint8_t *buf, size_t cap, uint8_t cmd, const struct socks5_addr *dst);
+/* CONNECT request to dst: socks5_build_request(buf, cap, SOCKS5_CMD_CONNECT, dst). */
 int socks5_build_connect(uint8_t *buf, size_t cap, const struct socks5_addr *dst);
+/* UDP ASSOCIATE request (RFC 1928 section 7). src is the address and port the client will
+ * send its datagrams from, or NULL for 0.0.0.0:0 ("not known yet": the usual choice, since
+ * the relay socket is often bound after the reply and a NATed client cannot know its source). */
+int socks5_build_udp_associate(uint8_t *buf, size_t cap, const struct socks5_addr *src);
 
 /* Parsers (convention above). */
 
@@ -79,15 +88,87 @@ int socks5_parse_method(const uint8_t *buf, size_t len, bool offered_userpass, u
 /* RFC 1929 status reply (2 bytes). -EACCES for a non-zero status, -EPROTO for a version other
  * than 0x01 — except 0x05, which some servers echo by mistake and which is tolerated. */
 int socks5_parse_auth_reply(const uint8_t *buf, size_t len);
-/* CONNECT reply. On success the whole reply (BND.ADDR included) is consumed and *bnd (if not
+/* CONNECT or UDP ASSOCIATE reply (same layout). On success the whole reply (BND.ADDR included) is consumed and *bnd (if not
  * NULL) receives BND; BND is never judged: 0.0.0.0, 127.0.0.1, an empty or odd domain are all
- * fine, the client has no use for it. A failure code is reported as soon as byte 2 arrives,
+ * fine, a CONNECT client has no use for it; an ASSOCIATE client turns it into the relay
+ * endpoint with socks5_udp_relay_endpoint. A failure code is reported as soon as byte 2 arrives,
  * mapped by socks5_reply_errno (servers often close right after a short failure reply).
  * A bad version or an unknown ATYP is -EPROTO; RSV is ignored (tolerance). */
 int socks5_parse_reply(const uint8_t *buf, size_t len, struct socks5_addr *bnd);
 /* REP -> -errno (RFC 1928 section 6): 0x01 -EPROTO, 0x02 -EACCES, 0x03 -ENETUNREACH,
  * 0x04 -EHOSTUNREACH, 0x05 -ECONNREFUSED, 0x06 -ETIMEDOUT, anything else -EPROTO; 0x00 -> 0. */
 int socks5_reply_errno(uint8_t rep);
+
+/* ---- UDP ASSOCIATE: the relay endpoint and the datagram header (RFC 1928 section 7) ---- */
+
+/* Where to send datagrams, from the reply's BND and the address the control connection reached
+ * (server: ATYP 1 or 4 with a port). Rules, in order:
+ *  1. BND is a domain: kept as given (the caller resolves it); an empty one is -EPROTO.
+ *  2. BND.PORT 0: -EPROTO (no datagram can be sent to port 0).
+ *  3. BND.ADDR unspecified (0.0.0.0 or ::, of either family): the server's address with
+ *     BND.PORT. Servers bound to the wildcard report it; RFC 1928 leaves the case open and
+ *     common clients (curl, Firefox, Dante) all fall back to the server's address.
+ *  4. BND.ADDR loopback (127/8, ::1, ::ffff:127/104) while the server is not on loopback: the
+ *     server's address with BND.PORT. Such a server reports its relay socket's local address
+ *     from behind a port forward or a container; loopback from afar can never be right. A
+ *     server that is itself on loopback keeps its loopback BND (possibly another address of
+ *     127/8).
+ *  5. Otherwise BND as given, even when its family differs from the server's (a server reached
+ *     over IPv6 may relay on IPv4: a dual-stack host then sends from the other family).
+ * Returns 0 with *relay set, -EPROTO as above, -EINVAL for a server that is not an IP. */
+int socks5_udp_relay_endpoint(const struct socks5_addr *bnd, const struct socks5_addr *server,
+			      struct socks5_addr *relay);
+
+/* Datagram header "RSV(2) FRAG ATYP DST.ADDR DST.PORT" sizes. */
+#define SOCKS5_UDP_HDR_MIN (3 + 1 + 4 + 2)           /* an IPv4 address */
+#define SOCKS5_UDP_HDR_MAX (3 + 1 + 1 + 255 + 2)     /* a 255-byte name */
+#define SOCKS5_UDP_DGRAM_MAX 65507                   /* header + payload: the largest UDP
+                                                      * payload over IPv4 */
+
+/* Header length for dst (ATYP 1, 3 or 4 as in socks5_build_request), or -EINVAL. Lets the
+ * caller receive a payload at buf + header length and build the header in front of it. */
+int socks5_udp_header_len(const struct socks5_addr *dst);
+/* Header to dst (RSV 0, FRAG 0: this side never fragments) followed by plen payload bytes.
+ * payload may lie anywhere, inside buf included (it is moved, not copied); NULL if plen is 0.
+ * Returns the datagram length, -EINVAL for a bad dst, -EMSGSIZE if header + payload exceed
+ * SOCKS5_UDP_DGRAM_MAX, -ENOSPC if cap is too small. */
+int socks5_udp_build(uint8_t *buf, size_t cap, const struct socks5_addr *dst,
+		     const uint8_t *payload, size_t plen);
+
+/* Why a datagram from the relay was refused: each is a distinct -errno, so the caller can keep
+ * one counter per reason (socks5_udp_drop_reason gives the counter index). */
+#define SOCKS5_UDP_ETRUNC (-EBADMSG)     /* shorter than its header says */
+#define SOCKS5_UDP_ERSV (-EPROTO)        /* RSV not 0: RFC 1928 fixes it to X'0000' */
+#define SOCKS5_UDP_EFRAG (-ENOTSUP)      /* FRAG not 0: fragments are not reassembled */
+#define SOCKS5_UDP_EATYP (-EAFNOSUPPORT) /* ATYP not 1, 3 or 4 */
+#define SOCKS5_UDP_ENAME (-EINVAL)       /* a domain source that is empty or holds a NUL */
+
+enum socks5_udp_drop {
+	SOCKS5_UDP_DROP_TRUNCATED,
+	SOCKS5_UDP_DROP_RSV,
+	SOCKS5_UDP_DROP_FRAG,
+	SOCKS5_UDP_DROP_ATYP,
+	SOCKS5_UDP_DROP_NAME,
+	SOCKS5_UDP_DROP_MAX,  /* number of reasons; also the answer for an unknown code */
+};
+
+/* A datagram from the relay, parsed. payload points into the caller's buffer. */
+struct socks5_udp_dgram {
+	struct socks5_addr src;   /* the remote host the payload came from (or its name) */
+	size_t hdr_len;           /* bytes of header: payload == buf + hdr_len */
+	const uint8_t *payload;
+	size_t payload_len;       /* may be 0 */
+};
+
+/* Parse one whole datagram (UDP keeps message boundaries: no NEED_MORE here). Returns 0 and
+ * fills *d, or one of the SOCKS5_UDP_E* codes: ETRUNC if shorter than the 4 fixed bytes, then
+ * in wire order RSV, FRAG, ATYP, ETRUNC if shorter than the address says, the name. A
+ * domain source is returned in d->src as it came (atyp 3, 1..255 bytes). RSV is strict: every relay we
+ * know of sends 0 and a non-zero RSV means the bytes are not a SOCKS5 UDP header at all (a
+ * stray datagram to the client's port). Never reads past len. */
+int socks5_udp_parse(const uint8_t *buf, size_t len, struct socks5_udp_dgram *d);
+/* The counter index for a socks5_udp_parse error (SOCKS5_UDP_DROP_MAX for anything else). */
+enum socks5_udp_drop socks5_udp_drop_reason(int err);
 
 /* ---- the client sequence ---- */
 

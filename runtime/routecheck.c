@@ -54,7 +54,7 @@ static int target_init(struct routecheck_target *t, const struct ts_config *cfg,
 	t->active = true;
 	t->mark = ob->has_routing_mark ? ob->routing_mark : 0;
 	memcpy(t->oif_name, ob->bind_interface, sizeof(t->oif_name));
-	if (ob->type == TS_OUT_SOCKS5) {
+	if (ob->has_server) { /* a proxy outbound: its server */
 		t->n_dst = 1;
 		return resolve(&ob->server, &t->dst[0], err, errlen);
 	}

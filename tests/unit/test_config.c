@@ -595,8 +595,8 @@ Test(config, outbounds_rejects)
 		{ "{'outbounds':[{'tag':'a'}]}", "$.outbounds[0].type", "required" },
 		{ "{'outbounds':[{'tag':'','type':'direct'}]}", "$.outbounds[0].tag",
 		  "1 to 64 bytes" },
-		{ "{'outbounds':[{'tag':'a','type':'http'}]}", "$.outbounds[0].type",
-		  "expected one of \"direct\", \"socks5\", \"reject\", got \"http\"" },
+		{ "{'outbounds':[{'tag':'a','type':'https'}]}", "$.outbounds[0].type",
+		  "expected one of \"direct\", \"socks5\", \"reject\", \"http\", got \"https\"" },
 		{ "{'outbounds':[{'tag':'a','type':'vmess'}]}", "$.outbounds[0].type", "got \"vmess\"" },
 		{ "{'outbounds':[{'tag':'a','type':'direct'},{'tag':'a','type':'reject'}]}",
 		  "$.outbounds[1].tag", "duplicate tag \"a\" (also $.outbounds[0])" },
@@ -613,9 +613,9 @@ Test(config, outbounds_rejects)
 		{ "{'outbounds':[{'tag':'r','type':'reject','bind_interface':'eth0'}]}",
 		  "$.outbounds[0].bind_interface", "not allowed for type reject" },
 		{ "{'outbounds':[{'tag':'d','type':'direct','username':'u','password':'p'}]}",
-		  "$.outbounds[0].username", "only for type socks5" },
+		  "$.outbounds[0].username", "only for types socks5 and http" },
 		{ "{'outbounds':[{'tag':'d','type':'direct','password':'p'}]}",
-		  "$.outbounds[0].password", "only for type socks5" },
+		  "$.outbounds[0].password", "only for types socks5 and http" },
 		{ "{'outbounds':[{'tag':'d','type':'direct','routing_mark':0}]}",
 		  "$.outbounds[0].routing_mark", "between 1 and 4294967295, got 0" },
 		{ "{'outbounds':[{'tag':'d','type':'direct','routing_mark':4294967296}]}",
@@ -942,4 +942,78 @@ Test(config, budgets_rejects)
 	};
 	BAD_TABLE(b);
 	expect_ok("{'budgets':{'profile':'mobile','tcp_sessions_elevated':16}}");
+}
+
+Test(config, http_outbound_values)
+{
+	struct ts_config cfg;
+
+	load_ok("{'outbounds':[{'tag':'h','type':'http','server':'[fd00::2]:3128','username':'u',"
+		"'password':'p w','routing_mark':7,'bind_interface':'eth0',"
+		"'headers':{'X-Tenant':'a b','User-Agent':'ts/1','X-Empty':''}},"
+		"{'tag':'n','type':'http','server':'proxy.example:8080'}]}",
+		&cfg);
+	const struct ts_outbound *h = &cfg.outbounds[0];
+	cr_assert_eq(h->type, TS_OUT_HTTP);
+	cr_assert_str_eq(config_outbound_type_name(h->type), "http");
+	cr_assert(h->server.is_addr);
+	cr_assert_eq(h->server.port, 3128);
+	cr_assert(h->has_auth);
+	cr_assert_str_eq(h->password, "p w");
+	cr_assert_eq(h->routing_mark, 7);
+	cr_assert_str_eq(h->http_headers, "X-Tenant: a b\r\nUser-Agent: ts/1\r\nX-Empty: \r\n");
+	cr_assert_not(cfg.outbounds[1].server.is_addr);
+	cr_assert_not(cfg.outbounds[1].has_auth);
+	cr_assert_str_eq(cfg.outbounds[1].http_headers, "");
+	config_fini(&cfg);
+}
+
+Test(config, http_outbound_rejects)
+{
+	static char many[2048], big[8192];
+	size_t off;
+
+	expect_err("{'outbounds':[{'tag':'h','type':'http'}]}", "$.outbounds[0].server",
+		   "required for type http");
+	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4'}]}",
+		   "$.outbounds[0].server", "expected \"host:port\"");
+	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1','username':'u'}]}",
+		   "$.outbounds[0].password", "required with username");
+	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1','username':'a:b',"
+		   "'password':'p'}]}", "$.outbounds[0].username", "must not contain ':'");
+	expect_err("{'outbounds':[{'tag':'h','type':'socks5','server':'1.2.3.4:1',"
+		   "'headers':{}}]}", "$.outbounds[0].headers", "only for type http");
+	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1','headers':[]}]}",
+		   "$.outbounds[0].headers", "expected an object, got an array");
+	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1',"
+		   "'headers':{'X A':'1'}}]}", "$.outbounds[0].headers.X A", "not a header name");
+	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1',"
+		   "'headers':{'X':1}}]}", "$.outbounds[0].headers.X", "expected a string");
+	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1',"
+		   "'headers':{'X':'a\\r\\nEvil: 1'}}]}", "$.outbounds[0].headers.X",
+		   "control character");
+	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1',"
+		   "'headers':{'host':'x'}}]}", "$.outbounds[0].headers.host", "set by the proxy");
+	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1',"
+		   "'headers':{'Transfer-Encoding':'chunked'}}]}",
+		   "$.outbounds[0].headers.Transfer-Encoding", "set by the proxy");
+	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1','username':'u',"
+		   "'password':'p','headers':{'proxy-authorization':'Bearer t'}}]}",
+		   "$.outbounds[0].headers", "Proxy-Authorization given");
+	off = (size_t)snprintf(many, sizeof(many),
+			       "{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1','headers':{");
+	for (int i = 0; i < 17; i++)
+		off += (size_t)snprintf(many + off, sizeof(many) - off, "%s'X-%d':'v'", i ? "," : "", i);
+	snprintf(many + off, sizeof(many) - off, "}}]}");
+	expect_err(many, "$.outbounds[0].headers.X-16", "too many headers (at most 16)");
+	off = (size_t)snprintf(big, sizeof(big),
+			       "{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1','headers':{");
+	for (int i = 0; i < 2; i++) {
+		off += (size_t)snprintf(big + off, sizeof(big) - off, "%s'X-%d':'", i ? "," : "", i);
+		memset(big + off, 'v', 2050);  /* two fields of 2057 bytes as sent */
+		off += 2050;
+		big[off++] = '\'';
+	}
+	snprintf(big + off, sizeof(big) - off, "}}]}");
+	expect_err(big, "$.outbounds[0].headers.X-1", "headers too long (at most 4096 bytes");
 }

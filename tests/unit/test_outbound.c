@@ -1,9 +1,10 @@
-/* test_outbound.c — outbound/: direct, socks5 and reject on real sockets, loopback only
+/* test_outbound.c — outbound/: direct, socks5, http and reject on real sockets, loopback only
  * (127.0.0.1 and ::1, never another address).
  *
  *   test (libevent loop) ──outbound_connect──► listener / echo server      (direct)
  *   test (libevent loop) ──► fake SOCKS5 server thread (scripted bytes)   (socks5, codes, faults)
  *   test (libevent loop) ──► microsocks (real, child process) ──► echo server thread
+ *   test (libevent loop) ──► fake HTTP CONNECT proxy thread (scripted response, then echo)
  *
  * Every wait is bounded: the loop runs under a guard timer, server threads poll with timeouts,
  * microsocks dies with the test process (PR_SET_PDEATHSIG) and is killed at the end.
@@ -34,6 +35,7 @@
 
 #include "fakedns.h"
 #include "netns_child.h"
+#include "outbound/http_codec.h"
 #include "outbound/outbound.h"
 #include "outbound/resolver.h"
 #include "outbound/socks5_codec.h"
@@ -1419,5 +1421,204 @@ Test(socks5_microsocks, destination_refused)
 	/* microsocks maps ECONNREFUSED to REP 5. */
 	cr_assert_eq(r.err, -ECONNREFUSED, "%s", strerror(-r.err));
 	microsocks_stop(pid);
+	event_base_free(base);
+}
+
+/* ---- http: a fake HTTP CONNECT proxy thread (reads the request head, answers a scripted
+ * response, then echoes the tunnel until EOF) ---- */
+
+struct hfake {
+	int lfd;
+	uint16_t port;
+	pthread_t th;
+	const char *reply;     /* the response bytes, sent in one write */
+	size_t reply_len;      /* 0: strlen(reply) */
+	bool echo;             /* after the reply, echo until EOF */
+	char req[4096];        /* the request head received */
+	size_t req_len;
+	bool ok;
+};
+
+static void *hfake_main(void *arg)
+{
+	struct hfake *f = arg;
+	int fd = accept_within(f->lfd, WAIT_MS);
+
+	if (fd < 0)
+		return NULL;
+	while (!strstr(f->req, "\r\n\r\n") && f->req_len < sizeof(f->req) - 1) {
+		if (!read_exact(fd, (uint8_t *)f->req + f->req_len, 1, WAIT_MS))
+			goto out;
+		f->req_len++;
+	}
+	if (!write_all(fd, (const uint8_t *)f->reply,
+		       f->reply_len ? f->reply_len : strlen(f->reply), WAIT_MS))
+		goto out;
+	f->ok = f->echo ? echo_until_eof(fd) : true;
+out:
+	close(fd);
+	return NULL;
+}
+
+static void hfake_start(struct hfake *f, int family)
+{
+	f->lfd = listen_loopback(family, 4, &f->port);
+	cr_assert_eq(pthread_create(&f->th, NULL, hfake_main, f), 0);
+}
+
+static void hfake_join(struct hfake *f)
+{
+	pthread_join(f->th, NULL);
+	close(f->lfd);
+}
+
+static void ob_http(struct ts_outbound *ob, int family, uint16_t port, const char *user,
+		    const char *pass)
+{
+	ob_socks5(ob, family, port, user, pass);
+	ob->type = TS_OUT_HTTP;
+}
+
+/* One attempt through a fake proxy answering reply; r gets the result. */
+static void http_run(struct hfake *f, struct ts_outbound *ob, int dst_family, struct result *r)
+{
+	struct event_base *base = event_base_new();
+	struct flow_key k;
+
+	key_loopback(&k, dst_family, 8443);
+	connect_and_wait(base, ob, &k, 2000, r);
+	event_base_free(base);
+}
+
+static void http_success(int srv_family, int dst_family)
+{
+	struct hfake f = { .reply = "HTTP/1.1 200 Connection established\r\n"
+				   "Proxy-Agent: fake\r\n\r\nEARLY",
+			   .echo = true };
+	struct ts_outbound ob;
+	struct result r;
+	uint8_t buf[5];
+	int before = open_fds();
+
+	hfake_start(&f, srv_family);
+	ob_http(&ob, srv_family, f.port, NULL, NULL);
+	http_run(&f, &ob, dst_family, &r);
+	cr_assert_eq(r.err, 0, "err %s", strerror(-r.err));
+	check_socket_flags(r.fd);
+	cr_assert_eq(r.early_len, 5);
+	cr_assert_arr_eq(r.early, "EARLY", 5);
+	cr_assert(write_all(r.fd, (const uint8_t *)"hello", 5, WAIT_MS));
+	cr_assert(read_exact(r.fd, buf, 5, WAIT_MS));
+	cr_assert_arr_eq(buf, "hello", 5, "bytes flow through the tunnel");
+	shutdown(r.fd, SHUT_WR);
+	hfake_join(&f);
+	cr_assert(f.ok);
+	if (dst_family == 4)
+		cr_assert_str_eq(f.req, "CONNECT 127.0.0.1:8443 HTTP/1.1\r\nHost: 127.0.0.1:8443\r\n\r\n");
+	else
+		cr_assert_str_eq(f.req, "CONNECT [::1]:8443 HTTP/1.1\r\nHost: [::1]:8443\r\n\r\n");
+	close(r.fd);
+	cr_assert_eq(open_fds(), before);
+}
+
+Test(http_fake, success_with_early_bytes_v4)
+{
+	http_success(4, 4);
+}
+
+Test(http_fake, success_ipv6_server_and_destination)
+{
+	http_success(6, 6);
+}
+
+Test(http_fake, basic_auth_and_extra_headers_sent)
+{
+	struct hfake f = { .reply = "HTTP/1.0 200 OK\r\n\r\n" };
+	struct ts_outbound ob;
+	struct result r;
+
+	hfake_start(&f, 4);
+	ob_http(&ob, 4, f.port, "Aladdin", "open sesame");
+	strcpy(ob.http_headers, "X-Tenant: a\r\nUser-Agent: ts\r\n");
+	http_run(&f, &ob, 4, &r);
+	hfake_join(&f);
+	cr_assert_eq(r.err, 0);
+	cr_assert_eq(r.early_len, 0);
+	cr_assert_str_eq(f.req, "CONNECT 127.0.0.1:8443 HTTP/1.1\r\nHost: 127.0.0.1:8443\r\n"
+				"Proxy-Authorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==\r\n"
+				"X-Tenant: a\r\nUser-Agent: ts\r\n\r\n");
+	close(r.fd);
+}
+
+static void http_refused(const char *reply, size_t reply_len, int want)
+{
+	struct hfake f = { .reply = reply, .reply_len = reply_len };
+	struct ts_outbound ob;
+	struct result r;
+	int before = open_fds();
+
+	hfake_start(&f, 4);
+	ob_http(&ob, 4, f.port, NULL, NULL);
+	http_run(&f, &ob, 4, &r);
+	hfake_join(&f);
+	cr_assert_eq(r.err, want, "%s: got %d (%s), want %d", reply, r.err, strerror(-r.err),
+		     want);
+	cr_assert_eq(r.fd, -1);
+	cr_assert_eq(r.early_len, 0);
+	cr_assert_eq(open_fds(), before);
+}
+
+Test(http_fake, statuses_map_to_errors)
+{
+	http_refused("HTTP/1.1 407 Proxy Authentication Required\r\n"
+		     "Proxy-Authenticate: Basic realm=\"p\"\r\nContent-Length: 0\r\n\r\n", 0, -EACCES);
+	http_refused("HTTP/1.1 403 Forbidden\r\n\r\n", 0, -ECONNREFUSED);
+	http_refused("HTTP/1.1 502 Bad Gateway\r\nContent-Length: 3\r\n\r\nbad", 0, -ECONNREFUSED);
+	http_refused("SSH-2.0-OpenSSH_9.2\r\n", 0, -EPROTO);
+	http_refused("HTTP/1.1 200 OK\r\n", 0, -EPROTO);  /* closed before the head ended */
+}
+
+Test(http_fake, oversize_head_fails)
+{
+	size_t n = HTTP_RESP_MAX + 512;
+	char *b = malloc(n);
+
+	memcpy(b, "HTTP/1.1 200 OK\r\n", 17);
+	for (size_t i = 17; i < n; i++)
+		b[i] = (i - 17) % 32 == 31 ? '\n' : (i - 17) % 32 == 0 ? 'X' : (i - 17) % 32 == 1 ? ':' : 'a';
+	http_refused(b, n, -EMSGSIZE);
+	free(b);
+}
+
+Test(http_fake, timeout_when_the_proxy_never_answers)
+{
+	struct ts_outbound ob;
+	struct result r;
+	struct event_base *base = event_base_new();
+	struct flow_key k;
+	uint16_t port;
+	int lfd = listen_loopback(4, 4, &port);  /* accepts (backlog) but never answers */
+	int64_t t0 = now_ms();
+
+	ob_http(&ob, 4, port, NULL, NULL);
+	key_loopback(&k, 4, 8443);
+	connect_and_wait(base, &ob, &k, 300, &r);
+	cr_assert_eq(r.err, -ETIMEDOUT);
+	cr_assert_geq(r.at_ms - t0, 250);
+	close(lfd);
+	event_base_free(base);
+}
+
+Test(http_fake, refused_when_nothing_listens)
+{
+	struct ts_outbound ob;
+	struct result r;
+	struct event_base *base = event_base_new();
+	struct flow_key k;
+
+	ob_http(&ob, 4, free_port(4), NULL, NULL);
+	key_loopback(&k, 4, 8443);
+	connect_and_wait(base, &ob, &k, 2000, &r);
+	cr_assert_eq(r.err, -ECONNREFUSED);
 	event_base_free(base);
 }

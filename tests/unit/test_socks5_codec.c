@@ -563,3 +563,373 @@ Test(socks5_parse, random_vs_reference)
 		cr_assert_eq(socks5_parse_reply(buf, n, NULL), ref_reply(buf, n), "iteration %d", iter);
 	}
 }
+
+/* ---- UDP ASSOCIATE ---- */
+
+static struct socks5_addr ip4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint16_t port)
+{
+	struct socks5_addr r;
+	uint8_t ip[4] = { a, b, c, d };
+
+	cr_assert_eq(socks5_addr_ip(&r, 4, ip, port), 0);
+	return r;
+}
+
+/* 2001:db8::last, or ::ffff:mapped4.0.0.last when mapped4 != 0. */
+static struct socks5_addr ip6(uint8_t mapped4, uint8_t last, uint16_t port)
+{
+	struct socks5_addr r;
+	uint8_t ip[16] = { 0x20, 0x01, 0x0d, 0xb8 };
+
+	if (mapped4) {
+		memset(ip, 0, 10);
+		ip[10] = ip[11] = 0xff;
+		ip[12] = mapped4;
+	}
+	ip[15] = last;
+	cr_assert_eq(socks5_addr_ip(&r, 6, ip, port), 0);
+	return r;
+}
+
+static struct socks5_addr ip6_raw(const uint8_t ip[16], uint16_t port)
+{
+	struct socks5_addr r;
+
+	cr_assert_eq(socks5_addr_ip(&r, 6, ip, port), 0);
+	return r;
+}
+
+static void expect_addr(const struct socks5_addr *got, const struct socks5_addr *want)
+{
+	cr_assert_eq(got->atyp, want->atyp);
+	cr_assert_eq(got->len, want->len);
+	cr_assert_eq(got->port, want->port, "port %u, want %u", got->port, want->port);
+	cr_assert_eq(memcmp(got->a, want->a, want->len), 0, "address differs");
+}
+
+Test(socks5_udp, associate_request)
+{
+	uint8_t b[SOCKS5_REQUEST_MAX], zero6[16] = { 0 };
+	struct socks5_addr a;
+
+	expect_bytes(b, socks5_build_udp_associate(b, sizeof(b), NULL),
+		     BYTES(0x05, 0x03, 0x00, 0x01, 0, 0, 0, 0, 0, 0));
+	a = ip6_raw(zero6, 0);
+	expect_bytes(b, socks5_build_udp_associate(b, sizeof(b), &a),
+		     BYTES(0x05, 0x03, 0x00, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+			   0, 0, 0));
+	a = ip4(192, 0, 2, 7, 5353);
+	expect_bytes(b, socks5_build_udp_associate(b, sizeof(b), &a),
+		     BYTES(0x05, 0x03, 0x00, 0x01, 192, 0, 2, 7, 0x14, 0xe9));
+	cr_assert_eq(socks5_addr_domain(&a, "h.example", 9, 53), 0);
+	expect_bytes(b, socks5_build_udp_associate(b, sizeof(b), &a),
+		     BYTES(0x05, 0x03, 0x00, 0x03, 9, 'h', '.', 'e', 'x', 'a', 'm', 'p', 'l', 'e',
+			   0x00, 0x35));
+	cr_assert_eq(socks5_build_udp_associate(b, 9, NULL), -ENOSPC);
+	a.len = 0;
+	cr_assert_eq(socks5_build_udp_associate(b, sizeof(b), &a), -EINVAL);
+	/* The shared builder: CONNECT is unchanged, BIND (0x02) and others refused. */
+	a = ip4(10, 0, 0, 1, 80);
+	expect_bytes(b, socks5_build_request(b, sizeof(b), SOCKS5_CMD_CONNECT, &a),
+		     BYTES(0x05, 0x01, 0x00, 0x01, 10, 0, 0, 1, 0x00, 0x50));
+	cr_assert_eq(socks5_build_request(b, sizeof(b), 0x02, &a), -EINVAL);
+	cr_assert_eq(socks5_build_request(b, sizeof(b), 0x00, &a), -EINVAL);
+}
+
+Test(socks5_udp, associate_reply_gives_bnd)
+{
+	static const uint8_t r4[] = { 0x05, 0x00, 0x00, 0x01, 198, 51, 100, 9, 0x9c, 0x40, 0xaa };
+	static const uint8_t rd[] = { 0x05, 0x00, 0x00, 0x03, 5, 'r', 'e', 'l', 'a', 'y', 0x04, 0x38 };
+	struct socks5_addr bnd, want = ip4(198, 51, 100, 9, 40000);
+
+	/* The reply parser is shared with CONNECT: BND is the relay, trailing bytes not eaten. */
+	cr_assert_eq(socks5_parse_reply(r4, sizeof(r4), &bnd), 10);
+	expect_addr(&bnd, &want);
+	cr_assert_eq(socks5_parse_reply(rd, sizeof(rd), &bnd), (int)sizeof(rd));
+	cr_assert_eq(socks5_addr_domain(&want, "relay", 5, 1080), 0);
+	expect_addr(&bnd, &want);
+	/* 0x07 command not supported: a server without UDP ASSOCIATE. */
+	cr_assert_eq(socks5_parse_reply(BYTES(0x05, 0x07), NULL), -EPROTO);
+}
+
+/* The quirks table of socks5_udp_relay_endpoint. */
+Test(socks5_udp, relay_endpoint_rules)
+{
+	static const uint8_t any6[16] = { 0 }, lo6[16] = { [15] = 1 };
+	struct socks5_addr s4 = ip4(203, 0, 113, 5, 1080), s6 = ip6(0, 5, 1080);
+	struct socks5_addr lo4srv = ip4(127, 0, 0, 1, 1080), lo6srv = ip6_raw(lo6, 1080);
+	struct socks5_addr relay, bnd, want, dom;
+	const struct {
+		const char *what;
+		struct socks5_addr bnd, server, want;
+	} rows[] = {
+		{ "plain v4", ip4(203, 0, 113, 6, 4000), s4, ip4(203, 0, 113, 6, 4000) },
+		{ "plain v6", ip6(0, 6, 4000), s6, ip6(0, 6, 4000) },
+		{ "0.0.0.0 -> server", ip4(0, 0, 0, 0, 4000), s4, ip4(203, 0, 113, 5, 4000) },
+		{ ":: -> server", ip6_raw(any6, 4000), s6, ip6(0, 5, 4000) },
+		{ "0.0.0.0 from v6 server", ip4(0, 0, 0, 0, 4000), s6, ip6(0, 5, 4000) },
+		{ ":: from v4 server", ip6_raw(any6, 4000), s4, ip4(203, 0, 113, 5, 4000) },
+		{ "127.0.0.1 remote", ip4(127, 0, 0, 1, 4000), s4, ip4(203, 0, 113, 5, 4000) },
+		{ "127.9.9.9 remote", ip4(127, 9, 9, 9, 4000), s4, ip4(203, 0, 113, 5, 4000) },
+		{ "::1 remote", ip6_raw(lo6, 4000), s6, ip6(0, 5, 4000) },
+		{ "::1 from v4 server", ip6_raw(lo6, 4000), s4, ip4(203, 0, 113, 5, 4000) },
+		{ "mapped 127 remote", ip6(127, 1, 4000), s6, ip6(0, 5, 4000) },
+		{ "127.0.0.1 local", ip4(127, 0, 0, 1, 4000), lo4srv, ip4(127, 0, 0, 1, 4000) },
+		{ "127.0.0.2 local", ip4(127, 0, 0, 2, 4000), lo4srv, ip4(127, 0, 0, 2, 4000) },
+		{ "::1 local", ip6_raw(lo6, 4000), lo6srv, ip6_raw(lo6, 4000) },
+		{ "127.0.0.1 via ::1", ip4(127, 0, 0, 1, 4000), lo6srv, ip4(127, 0, 0, 1, 4000) },
+		{ "v4 BND, v6 server", ip4(198, 51, 100, 1, 4000), s6, ip4(198, 51, 100, 1, 4000) },
+		{ "v6 BND, v4 server", ip6(0, 9, 4000), s4, ip6(0, 9, 4000) },
+		{ "0.0.0.0 local", ip4(0, 0, 0, 0, 4000), lo4srv, ip4(127, 0, 0, 1, 4000) },
+	};
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		memset(&relay, 0xee, sizeof(relay));
+		cr_assert_eq(socks5_udp_relay_endpoint(&rows[i].bnd, &rows[i].server, &relay), 0,
+			     "%s", rows[i].what);
+		cr_assert_eq(relay.atyp, rows[i].want.atyp, "%s", rows[i].what);
+		cr_assert_eq(relay.port, rows[i].want.port, "%s", rows[i].what);
+		cr_assert_eq(memcmp(relay.a, rows[i].want.a, rows[i].want.len), 0, "%s",
+			     rows[i].what);
+	}
+	/* A domain BND is kept for the caller to resolve. */
+	cr_assert_eq(socks5_addr_domain(&dom, "relay.example", 13, 7000), 0);
+	cr_assert_eq(socks5_udp_relay_endpoint(&dom, &s4, &relay), 0);
+	expect_addr(&relay, &dom);
+	/* Port 0, an empty domain, a bad length: -EPROTO; a server that is not an IP: -EINVAL. */
+	bnd = ip4(203, 0, 113, 6, 0);
+	cr_assert_eq(socks5_udp_relay_endpoint(&bnd, &s4, &relay), -EPROTO);
+	bnd = ip4(0, 0, 0, 0, 0);
+	cr_assert_eq(socks5_udp_relay_endpoint(&bnd, &s4, &relay), -EPROTO);
+	want = dom;
+	want.len = 0;
+	cr_assert_eq(socks5_udp_relay_endpoint(&want, &s4, &relay), -EPROTO);
+	want = ip4(1, 2, 3, 4, 5);
+	want.len = 16;
+	cr_assert_eq(socks5_udp_relay_endpoint(&want, &s4, &relay), -EPROTO);
+	bnd = ip4(203, 0, 113, 6, 4000);
+	cr_assert_eq(socks5_udp_relay_endpoint(&bnd, &dom, &relay), -EINVAL);
+}
+
+Test(socks5_udp, build_each_atyp)
+{
+	uint8_t b[SOCKS5_UDP_HDR_MAX + 16];
+	struct socks5_addr a = ip4(192, 0, 2, 1, 53);
+	static const uint8_t v6[16] = { 0x20, 0x01, 0x0d, 0xb8, [15] = 0x42 };
+
+	cr_assert_eq(socks5_udp_header_len(&a), SOCKS5_UDP_HDR_MIN);
+	expect_bytes(b, socks5_udp_build(b, sizeof(b), &a, (const uint8_t *)"hi", 2),
+		     BYTES(0, 0, 0, 0x01, 192, 0, 2, 1, 0x00, 0x35, 'h', 'i'));
+	a = ip6_raw(v6, 443);
+	cr_assert_eq(socks5_udp_header_len(&a), 22);
+	expect_bytes(b, socks5_udp_build(b, sizeof(b), &a, NULL, 0),
+		     BYTES(0, 0, 0, 0x04, 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+			   0x42, 0x01, 0xbb));
+	cr_assert_eq(socks5_addr_domain(&a, "a.io", 4, 123), 0);
+	expect_bytes(b, socks5_udp_build(b, sizeof(b), &a, (const uint8_t *)"x", 1),
+		     BYTES(0, 0, 0, 0x03, 4, 'a', '.', 'i', 'o', 0x00, 0x7b, 'x'));
+}
+
+Test(socks5_udp, build_limits)
+{
+	static uint8_t big[SOCKS5_UDP_DGRAM_MAX + 8];
+	uint8_t b[SOCKS5_UDP_HDR_MAX + 4];
+	char name[256];
+	struct socks5_addr a;
+
+	memset(name, 'n', sizeof(name));
+	cr_assert_eq(socks5_addr_domain(&a, name, 255, 65535), 0);
+	cr_assert_eq(socks5_udp_header_len(&a), SOCKS5_UDP_HDR_MAX);
+	cr_assert_eq(socks5_udp_build(b, SOCKS5_UDP_HDR_MAX, &a, NULL, 0), SOCKS5_UDP_HDR_MAX);
+	cr_assert_eq(b[4], 255);
+	cr_assert_eq(b[4 + 255], 'n');
+	cr_assert_eq(b[SOCKS5_UDP_HDR_MAX - 2], 0xff);
+	cr_assert_eq(b[SOCKS5_UDP_HDR_MAX - 1], 0xff);
+	cr_assert_eq(socks5_udp_build(b, SOCKS5_UDP_HDR_MAX - 1, &a, NULL, 0), -ENOSPC);
+	cr_assert_eq(socks5_udp_build(b, SOCKS5_UDP_HDR_MAX, &a, (const uint8_t *)"p", 1),
+		     -ENOSPC);
+	/* The whole datagram fits one UDP payload, not one byte more. */
+	a = ip4(192, 0, 2, 1, 53);
+	cr_assert_eq(socks5_udp_build(big, sizeof(big), &a, big + 10,
+				      SOCKS5_UDP_DGRAM_MAX - 10), SOCKS5_UDP_DGRAM_MAX);
+	cr_assert_eq(socks5_udp_build(big, sizeof(big), &a, big + 10,
+				      SOCKS5_UDP_DGRAM_MAX - 9), -EMSGSIZE);
+	/* Invalid destinations. */
+	a.atyp = 0x02;
+	cr_assert_eq(socks5_udp_header_len(&a), -EINVAL);
+	cr_assert_eq(socks5_udp_build(b, sizeof(b), &a, NULL, 0), -EINVAL);
+	a = ip4(1, 2, 3, 4, 5);
+	a.len = 3;
+	cr_assert_eq(socks5_udp_build(b, sizeof(b), &a, NULL, 0), -EINVAL);
+	cr_assert_eq(socks5_addr_domain(&a, "x", 1, 1), 0);
+	a.len = 0;
+	cr_assert_eq(socks5_udp_build(b, sizeof(b), &a, NULL, 0), -EINVAL);
+}
+
+/* The payload may already be in the buffer: right after the header's room, or at its start. */
+Test(socks5_udp, build_payload_in_place)
+{
+	uint8_t b[64];
+	struct socks5_addr a = ip4(10, 1, 2, 3, 9);
+
+	memcpy(b + SOCKS5_UDP_HDR_MIN, "payload", 7);
+	cr_assert_eq(socks5_udp_build(b, sizeof(b), &a, b + SOCKS5_UDP_HDR_MIN, 7),
+		     SOCKS5_UDP_HDR_MIN + 7);
+	cr_assert_eq(memcmp(b + SOCKS5_UDP_HDR_MIN, "payload", 7), 0);
+	cr_assert_eq(b[3], 0x01);
+	memcpy(b, "overlapping", 11);
+	cr_assert_eq(socks5_udp_build(b, sizeof(b), &a, b, 11), SOCKS5_UDP_HDR_MIN + 11);
+	cr_assert_eq(memcmp(b + SOCKS5_UDP_HDR_MIN, "overlapping", 11), 0);
+	cr_assert_eq(b[4], 10);
+	cr_assert_eq(b[9], 9);
+}
+
+/* Parse dg in an exactly-sized heap copy (ASan sees any over-read). */
+static int parse_copy(const uint8_t *dg, size_t len, struct socks5_udp_dgram *d)
+{
+	uint8_t *copy = malloc(len ? len : 1);
+	int r;
+
+	memcpy(copy, dg, len);
+	r = socks5_udp_parse(copy, len, d);
+	if (r == 0)
+		d->payload = dg + (d->payload - copy);  /* rebase before the copy goes */
+	free(copy);
+	return r;
+}
+
+/* Parse a well-formed datagram; every prefix shorter than its header is ETRUNC. */
+static void check_parse(const uint8_t *dg, size_t len, size_t hdr_len,
+			const struct socks5_addr *want)
+{
+	struct socks5_udp_dgram d;
+
+	for (size_t i = 0; i < hdr_len; i++)
+		cr_assert_eq(parse_copy(dg, i, &d), SOCKS5_UDP_ETRUNC, "prefix %zu", i);
+	for (size_t i = hdr_len; i <= len; i++) {
+		memset(&d, 0xee, sizeof(d));
+		cr_assert_eq(parse_copy(dg, i, &d), 0, "prefix %zu", i);
+		cr_assert_eq(d.hdr_len, hdr_len);
+		cr_assert_eq(d.payload, dg + hdr_len);
+		cr_assert_eq(d.payload_len, i - hdr_len);
+		expect_addr(&d.src, want);
+	}
+}
+
+Test(socks5_udp, parse_each_atyp)
+{
+	static const uint8_t d4[] = { 0, 0, 0, 1, 8, 8, 4, 4, 0, 53, 'a', 'n', 's' };
+	static const uint8_t d6[] = { 0, 0, 0, 4, 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0,
+				      0, 0, 0, 7, 0x01, 0xbb, 'z' };
+	static const uint8_t dd[] = { 0, 0, 0, 3, 3, 'a', '.', 'b', 0x1f, 0x90, 1, 2 };
+	static const uint8_t v6[16] = { 0x20, 0x01, 0x0d, 0xb8, [15] = 7 };
+	struct socks5_addr want = ip4(8, 8, 4, 4, 53);
+
+	check_parse(d4, sizeof(d4), 10, &want);
+	want = ip6_raw(v6, 443);
+	check_parse(d6, sizeof(d6), 22, &want);
+	cr_assert_eq(socks5_addr_domain(&want, "a.b", 3, 8080), 0);
+	check_parse(dd, sizeof(dd), 10, &want);
+}
+
+Test(socks5_udp, parse_max_name)
+{
+	uint8_t dg[SOCKS5_UDP_HDR_MAX + 3];
+	char name[255];
+	struct socks5_addr want;
+
+	memset(name, 'q', sizeof(name));
+	cr_assert_eq(socks5_addr_domain(&want, name, 255, 1), 0);
+	cr_assert_eq(socks5_udp_build(dg, sizeof(dg), &want, (const uint8_t *)"abc", 3),
+		     (int)sizeof(dg));
+	check_parse(dg, sizeof(dg), SOCKS5_UDP_HDR_MAX, &want);
+	/* A length octet of 255 with only part of the name present. */
+	cr_assert_eq(parse_copy(dg, 4 + 1 + 100, &(struct socks5_udp_dgram){ 0 }),
+		     SOCKS5_UDP_ETRUNC);
+}
+
+Test(socks5_udp, parse_refusals)
+{
+	struct socks5_udp_dgram d;
+	uint8_t dg[] = { 0, 0, 0, 1, 1, 2, 3, 4, 0, 80 };
+
+	for (int v = 1; v < 256; v++) {
+		dg[2] = (uint8_t)v;
+		cr_assert_eq(parse_copy(dg, sizeof(dg), &d), SOCKS5_UDP_EFRAG, "FRAG %d", v);
+		/* FRAG is judged before the address: a fragment with a short address too. */
+		cr_assert_eq(parse_copy(dg, 4, &d), SOCKS5_UDP_EFRAG);
+	}
+	dg[2] = 0;
+	dg[0] = 1;
+	cr_assert_eq(parse_copy(dg, sizeof(dg), &d), SOCKS5_UDP_ERSV);
+	dg[0] = 0;
+	dg[1] = 0x80;
+	cr_assert_eq(parse_copy(dg, sizeof(dg), &d), SOCKS5_UDP_ERSV);
+	dg[1] = 0;
+	for (int v = 0; v < 256; v++) {
+		if (v == 1 || v == 3 || v == 4)
+			continue;
+		dg[3] = (uint8_t)v;
+		cr_assert_eq(parse_copy(dg, sizeof(dg), &d), SOCKS5_UDP_EATYP, "ATYP %d", v);
+	}
+	/* Names that could not be sent back: empty, or with a NUL. */
+	cr_assert_eq(parse_copy(BYTES(0, 0, 0, 3, 0, 0, 53), &d), SOCKS5_UDP_ENAME);
+	cr_assert_eq(parse_copy(BYTES(0, 0, 0, 3, 2, 'a', 0, 0, 53, 'x'), &d), SOCKS5_UDP_ENAME);
+	/* Shorter than the fixed part. */
+	cr_assert_eq(parse_copy(BYTES(1, 1, 1), &d), SOCKS5_UDP_ETRUNC);
+}
+
+Test(socks5_udp, drop_reasons_distinct)
+{
+	const int errs[] = { SOCKS5_UDP_ETRUNC, SOCKS5_UDP_ERSV, SOCKS5_UDP_EFRAG,
+			     SOCKS5_UDP_EATYP, SOCKS5_UDP_ENAME };
+	bool seen[SOCKS5_UDP_DROP_MAX] = { false };
+
+	for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++) {
+		enum socks5_udp_drop r = socks5_udp_drop_reason(errs[i]);
+
+		cr_assert(errs[i] < 0);
+		cr_assert_lt(r, SOCKS5_UDP_DROP_MAX);
+		cr_assert_not(seen[r], "reason %d twice", r);
+		seen[r] = true;
+	}
+	cr_assert_eq(socks5_udp_drop_reason(0), SOCKS5_UDP_DROP_MAX);
+	cr_assert_eq(socks5_udp_drop_reason(-ENOMEM), SOCKS5_UDP_DROP_MAX);
+}
+
+/* Random destinations and payloads: parse(build(x)) gives x back. */
+Test(socks5_udp, random_round_trip)
+{
+	static uint8_t dg[SOCKS5_UDP_HDR_MAX + 600];
+	uint8_t payload[600], raw[255];
+	struct tu_rng rng;
+	struct socks5_addr a;
+	struct socks5_udp_dgram d;
+
+	tu_rng_seed(&rng, 0x0dd5);
+	for (int iter = 0; iter < 20000; iter++) {
+		uint32_t kind = tu_rand_below(&rng, 3);
+		size_t plen = tu_rand_below(&rng, sizeof(payload) + 1);
+		uint16_t port = (uint16_t)tu_rand32(&rng);
+		int n;
+
+		tu_rand_bytes(&rng, raw, sizeof(raw));
+		tu_rand_bytes(&rng, payload, plen);
+		if (kind == 2) {
+			size_t len = tu_rand_range(&rng, 1, 255);
+
+			for (size_t i = 0; i < len; i++)
+				raw[i] = raw[i] ? raw[i] : 'z';
+			cr_assert_eq(socks5_addr_domain(&a, (const char *)raw, len, port), 0);
+		} else {
+			cr_assert_eq(socks5_addr_ip(&a, kind ? 6 : 4, raw, port), 0);
+		}
+		n = socks5_udp_build(dg, sizeof(dg), &a, payload, plen);
+		cr_assert_eq(n, socks5_udp_header_len(&a) + (int)plen);
+		cr_assert_eq(socks5_udp_parse(dg, (size_t)n, &d), 0, "iteration %d", iter);
+		expect_addr(&d.src, &a);
+		cr_assert_eq(d.hdr_len, (size_t)socks5_udp_header_len(&a));
+		cr_assert_eq(d.payload_len, plen);
+		cr_assert_eq(memcmp(d.payload, payload, plen), 0);
+	}
+}
