@@ -83,7 +83,13 @@ jq -n --arg s "$STACK" --arg t "$TUN" --arg l "127.0.0.1:$P_STATS" \
 spawn "$NS_D" "$TMP/twinstack.log" "$BIN" run --config "$TMP/cfg.json"
 TS_PID=$SPAWNED
 wait_until 100 stats >/dev/null || { not_ok start "no stats: $(tail -n 3 "$TMP/twinstack.log")"; exit 1; }
-entries=$(stats | jq '.budgets.nat_entries // 65536')
+entries=
+for _ in 1 2 3 4 5; do
+	entries=$(stats | jq '.budgets.nat_entries // 65536' 2>/dev/null)
+	[ -n "$entries" ] && break
+	sleep 0.2
+done
+case $entries in '' | *[!0-9]*) entries=65536 ;; esac
 cap=$((entries / 2))
 
 # The application: a fetch every 100 ms for the whole flood and a second after it.
