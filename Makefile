@@ -42,11 +42,14 @@ test-fuzz:
 	cmake --build build-fuzz -j$(JOBS)
 	$(CTEST) --test-dir build-fuzz -j$(JOBS)
 
-# Long runs, opt-in: the full SYN flood (20,000 SYN/s for 30 s) on both stacks while an
-# application keeps connecting, and the desktop routing suite on the lwip stack too.
+# Long runs, opt-in: the full SYN flood (20,000 SYN/s for 30 s) and 5,000 DNS queries from
+# distinct source ports over 60 s, on both stacks while an application keeps connecting, and
+# the desktop routing suite on the lwip stack too.
 test-long: build
 	bash tests/integration/flood.sh --bin build/twinstack --stack system --rate 20000 --seconds 30
 	bash tests/integration/flood.sh --bin build/twinstack --stack lwip --rate 20000 --seconds 30
+	bash tests/integration/flood.sh --bin build/twinstack --stack system --mode dns --count 5000 --seconds 60
+	bash tests/integration/flood.sh --bin build/twinstack --stack lwip --mode dns --count 5000 --seconds 60
 	bash tests/integration/desktop.sh --bin build/twinstack --stack lwip
 
 # The main job: both stacks side by side on a namespace testbed (docs/benchmarks.md), offload

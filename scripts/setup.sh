@@ -14,7 +14,8 @@ pkgs=(
 	build-essential cmake pkg-config libevent-dev libcjson-dev libcriterion-dev libcap-dev libc-ares-dev dpkg-dev
 	clang libclang-rt-14-dev
 	iperf3 curl socat jq python3 python3-prometheus-client dnsmasq-base bind9-dnsutils
-	microsocks iputils-ping iproute2 ethtool gnuplot-nox valgrind
+	microsocks dante-server tinyproxy proxychains4 iputils-ping iproute2 ethtool gnuplot-nox
+	valgrind
 )
 
 die() { echo "setup: $*" >&2; exit 1; }
@@ -32,7 +33,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	# iperf3 asks whether to start a daemon; answer no.
 	echo 'iperf3 iperf3/start_daemon boolean false' | debconf-set-selections
 	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# The test servers (dante-server, tinyproxy) run only inside the tests' namespaces: keep
+	# their packages from starting system services at install (policy-rc.d 101: refused).
+	policy=/usr/sbin/policy-rc.d
+	had_policy=0
+	[ -e "$policy" ] && had_policy=1
+	if [ "$had_policy" -eq 0 ]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"; fi
+	rc=0
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+	[ "$had_policy" -eq 1 ] || rm -f "$policy"
+	[ "$rc" -eq 0 ] || die "apt-get install failed ($rc)"
 fi
 
 # --- lwIP 2.1.3 from Debian's source package -------------------------------------------------
