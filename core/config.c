@@ -38,6 +38,10 @@ static const char *const offload_names[] = { "auto", "on", "off", NULL };
 static const char *const rps_names[] = { "auto", "on", "off", NULL };
 _Static_assert(sizeof(enum ts_rps) == sizeof(int), "CFGP_ENUM stores an int");
 static const char *const outbound_names[] = { "direct", "socks5", "reject", "http", NULL };
+/* In enum ts_domain_strategy order. */
+static const char *const strategy_names[] = { "prefer_ipv6", "prefer_ipv4", "ipv4_only",
+					       "ipv6_only", NULL };
+_Static_assert(sizeof(enum ts_domain_strategy) == sizeof(int), "CFGP_ENUM stores an int");
 static const char *const relay_names[] = { "splice", "copy", NULL };
 static const char *const network_names[] = { "tcp", "udp", NULL }; /* base 1: 0 is "any" */
 /* In enum log_level order (core/log.h). */
@@ -522,7 +526,8 @@ static int f_rules(struct cfgp *p, const cJSON *item, void *target)
 
 /* ---- outbounds ---------------------------------------------------------------------------- */
 
-enum { OB_TAG, OB_TYPE, OB_MARK, OB_BIND, OB_SERVER, OB_USER, OB_PASS, OB_HEADERS };
+enum { OB_TAG, OB_TYPE, OB_MARK, OB_BIND, OB_SERVER, OB_USER, OB_PASS, OB_HEADERS, OB_UDP,
+       OB_DOMAIN_STRATEGY };
 
 /* Header fields the request itself writes or whose presence would change its framing (a body
  * on a CONNECT request), so they cannot be configured. */
@@ -637,6 +642,17 @@ static int check_outbound(struct cfgp *p, void *target, uint32_t present)
 		return cfgp_fail_key(p, user ? "password" : "username", "required with %s",
 				     user ? "username" : "password");
 	ob->has_auth = user && pass;
+	/* SOCKS5 carries UDP (UDP ASSOCIATE) unless told not to; direct always does, http and
+	 * reject never: the key is for socks5 only. */
+	if (!CFGP_PRESENT(present, OB_UDP))
+		ob->udp = ob->type == TS_OUT_SOCKS5;
+	else if (ob->type != TS_OUT_SOCKS5)
+		return cfgp_fail_key(p, "udp", "only for type socks5 (%s)",
+				     ob->type == TS_OUT_DIRECT ? "direct always carries UDP"
+							       : "this type never carries UDP");
+	/* Only direct resolves a destination name itself; a proxy server resolves it there. */
+	if (ob->type != TS_OUT_DIRECT && CFGP_PRESENT(present, OB_DOMAIN_STRATEGY))
+		return cfgp_fail_key(p, "domain_strategy", "only for type direct");
 	return 0;
 }
 
@@ -656,6 +672,10 @@ static const struct cfgp_field outbound_fields[] = {
 	[OB_PASS] = { .key = "password", .kind = CFGP_STR, .min = 1, .max = TS_CRED_MAX,
 		      .off = offsetof(struct ts_outbound, password) },
 	[OB_HEADERS] = { .key = "headers", .kind = CFGP_FN, .fn = f_headers },
+	[OB_UDP] = { .key = "udp", .kind = CFGP_BOOL, .off = offsetof(struct ts_outbound, udp) },
+	[OB_DOMAIN_STRATEGY] = { .key = "domain_strategy", .kind = CFGP_ENUM,
+				 .names = strategy_names,
+				 .off = offsetof(struct ts_outbound, domain_strategy) },
 };
 static const struct cfgp_table outbound_table = CFGP_TABLE(outbound_fields, check_outbound);
 

@@ -56,6 +56,13 @@ enum ts_rps { TS_RPS_AUTO, TS_RPS_ON, TS_RPS_OFF };
 enum ts_outbound_type { TS_OUT_DIRECT, TS_OUT_SOCKS5, TS_OUT_REJECT, TS_OUT_HTTP };
 enum ts_relay_mode { TS_RELAY_SPLICE, TS_RELAY_COPY };
 enum ts_network { TS_NET_ANY, TS_NET_TCP, TS_NET_UDP }; /* ANY: the rule has no network matcher */
+/* direct: which addresses of a destination given by name are tried, in what order. */
+enum ts_domain_strategy {
+	TS_DS_PREFER_IPV6, /* both families, IPv6 first (RFC 8305 section 4); the default */
+	TS_DS_PREFER_IPV4, /* both families, IPv4 first */
+	TS_DS_IPV4_ONLY,
+	TS_DS_IPV6_ONLY,
+};
 
 struct ts_uid_range {
 	uint32_t lo, hi;             /* inclusive */
@@ -130,8 +137,14 @@ struct ts_outbound {
 	bool has_auth;
 	char username[TS_CRED_MAX + 1];           /* socks5, http (Basic), with has_auth */
 	char password[TS_CRED_MAX + 1];
+	/* socks5: UDP by UDP ASSOCIATE ("udp", default true). Not used by the other types: direct
+	 * always carries UDP, http and reject never (their UDP is dropped and counted). */
+	bool udp;
 	/* http: extra request header fields, as sent: "Name: value\r\n" lines; "" = none. */
 	char http_headers[TS_HTTP_HEADERS_MAX + 1];
+	/* direct: the families and order tried for a destination given by name
+	 * ("domain_strategy"). Not used by the other types: a proxy server resolves the name. */
+	enum ts_domain_strategy domain_strategy;
 	/* Not from JSON: set by the embedding program (the library's socket hook). Called on
 	 * every socket opened for this outbound, after the mark and interface binding and before
 	 * connect/sendto; a negative -errno fails the socket. fn NULL: none. */

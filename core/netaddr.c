@@ -369,3 +369,21 @@ unsigned netaddr_sockaddr(int family, const uint8_t *addr, uint16_t port_be,
 	}
 	return 0;
 }
+
+int netaddr_from_sockaddr(const struct sockaddr_storage *ss, uint8_t addr[16], uint16_t *port_be)
+{
+	memset(addr, 0, 16);
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
+		memcpy(addr, &sin->sin_addr, 4);
+		*port_be = sin->sin_port;
+		return 4;
+	}
+	if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
+		memcpy(addr, &sin6->sin6_addr, 16);
+		*port_be = sin6->sin6_port;
+		return 6;
+	}
+	return 0;
+}

@@ -145,4 +145,8 @@ struct sockaddr_storage;
 unsigned netaddr_sockaddr(int family, const uint8_t *addr, uint16_t port_be,
 			  struct sockaddr_storage *ss);
 
+/* The reverse: ss's address into addr (4 or 16 bytes used, the rest zeroed) and its port
+ * (network order). Returns the family (4 or 6), or 0 for another address family. */
+int netaddr_from_sockaddr(const struct sockaddr_storage *ss, uint8_t addr[16], uint16_t *port_be);
+
 #endif

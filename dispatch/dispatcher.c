@@ -7,12 +7,17 @@
  *
  * Every session holds the configuration generation it was created under (dispatch/cfg_gen.h)
  * over the same span: a reload never changes a live session's outbound or timeouts.
+ *
+ * A session's name (the namer's answer) lives in the session's own allocation, after the
+ * struct, so a session without one costs nothing more.
  */
 #include "dispatch/dispatcher.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/queue.h>
 #include <unistd.h>
 
@@ -45,6 +50,8 @@ struct session {
 	bool fd_reserved;             /* one budget fd for the outbound socket */
 	void (*on_end)(void *arg);
 	void *end_arg;
+	const char *name;             /* the destination's name (into name_buf), or NULL */
+	char name_buf[];              /* the name's copy, sized at allocation */
 };
 
 struct dispatcher {
@@ -54,6 +61,8 @@ struct dispatcher {
 	struct bufpool *bufs;
 	struct pipepool *pipes;       /* NULL in copy mode */
 	struct event *fail_ev;
+	dispatcher_namer_fn namer;    /* NULL: sessions go by address */
+	void *namer_arg;
 	LIST_HEAD(, session) sessions;
 	TAILQ_HEAD(, session) failing;
 	bool closing;
@@ -68,11 +77,14 @@ static const char *const fail_names[DISPATCHER_FAIL_MAX] = {
 	[DISPATCHER_FAIL_UNREACHABLE] = "unreachable",
 	[DISPATCHER_FAIL_RESET] = "connect_reset",
 	[DISPATCHER_FAIL_PROTO] = "proto",
+	[DISPATCHER_FAIL_DENIED] = "denied",
 	[DISPATCHER_FAIL_REJECT] = "reject",
 	[DISPATCHER_FAIL_FD_BUDGET] = "fd_budget",
 	[DISPATCHER_FAIL_OWN_ADDRESS] = "own_address",
 	[DISPATCHER_FAIL_CLIENT] = "client",
 	[DISPATCHER_FAIL_RESOURCE] = "resource",
+	[DISPATCHER_FAIL_RESOLVE] = "resolve",
+	[DISPATCHER_FAIL_BAD_NAME] = "bad_name",
 	[DISPATCHER_FAIL_OTHER] = "other",
 };
 
@@ -98,12 +110,17 @@ static enum dispatcher_fail classify(int err)
 		return DISPATCHER_FAIL_RESET;
 	case -EPROTO:
 		return DISPATCHER_FAIL_PROTO;
+	case -EACCES:
+		return DISPATCHER_FAIL_DENIED;
 	case -EMFILE:
 	case -ENFILE:
 		return DISPATCHER_FAIL_FD_BUDGET;
 	case -ENOMEM:
 	case -ENOBUFS:
 		return DISPATCHER_FAIL_RESOURCE;
+	case -ENXIO:
+	case -EAGAIN:
+		return DISPATCHER_FAIL_RESOLVE;
 	default:
 		return DISPATCHER_FAIL_OTHER;
 	}
@@ -272,8 +289,8 @@ static int session_start(struct session *s, enum dispatcher_fail *why)
 		return ret;
 	}
 	s->fd_reserved = true;
-	ret = outbound_connect(d->base, s->ob, &s->orig, cfg->timeouts.connect_ms,
-			       on_connected, s, &s->conn);
+	ret = outbound_connect_name(d->base, s->ob, &s->orig, s->name, cfg->timeouts.connect_ms,
+				    on_connected, s, &s->conn);
 	if (ret != 0) {
 		s->conn = NULL;
 		*why = classify(ret);
@@ -284,14 +301,42 @@ static int session_start(struct session *s, enum dispatcher_fail *why)
 	return 0;
 }
 
+/* A zeroed session with room for the namer's name, copied in if it is valid (else *bad_name).
+ * NULL when out of memory. */
+static struct session *session_alloc(struct dispatcher *d, const struct flow_key *orig,
+				     bool *bad_name)
+{
+	const char *name = NULL;
+	size_t room = 0;
+	struct session *s;
+
+	*bad_name = false;
+	if (d->namer) {
+		name = d->namer(d->namer_arg, orig->family, orig->dst, ntohs(orig->dport_be));
+		if (name && !outbound_name_valid(name)) {
+			*bad_name = true;
+			name = NULL;
+		}
+		room = name ? strlen(name) + 1 : 0; /* at most OUTBOUND_NAME_MAX + 1: valid */
+	}
+	if (!(s = calloc(1, sizeof(*s) + room)))
+		return NULL;
+	if (name) {
+		memcpy(s->name_buf, name, room);
+		s->name = s->name_buf;
+	}
+	return s;
+}
+
 int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, struct stream *client,
 		 void (*on_end)(void *arg), void *end_arg)
 {
 	static const struct stream_cbs client_cbs = { NULL, NULL, on_client_error };
 	enum dispatcher_fail why;
 	struct session *s;
+	bool bad_name = false;
 
-	s = d->closing ? NULL : calloc(1, sizeof(*s));
+	s = d->closing ? NULL : session_alloc(d, orig, &bad_name);
 	if (!s) {
 		/* Nothing to defer with: end it here, as the contract allows for this case. */
 		stream_abort(client);
@@ -311,9 +356,17 @@ int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, stru
 	LIST_INSERT_HEAD(&d->sessions, s, link);
 	d->active++;
 	d->total++;
-	if (session_start(s, &why) != 0)
+	if (bad_name)
+		session_fail_later(s, DISPATCHER_FAIL_BAD_NAME);
+	else if (session_start(s, &why) != 0)
 		session_fail_later(s, why);
 	return 0;
+}
+
+void dispatcher_set_namer(struct dispatcher *d, dispatcher_namer_fn fn, void *arg)
+{
+	d->namer = fn;
+	d->namer_arg = arg;
 }
 
 /* ---- the dispatcher ------------------------------------------------------------------------ */

@@ -2,7 +2,10 @@
  * outbound, connects, and relays until the connection is over.
  *
  * A session = the original 5-tuple + the stack-side stream (a kernel socket for the system
- * stack, an lwIP tcp_pcb for the lwIP stack). Its life:
+ * stack, an lwIP tcp_pcb for the lwIP stack) + optionally the destination's name, from the
+ * namer the embedder installed (dispatcher_set_namer): the outbound then connects to the name
+ * instead of the address (outbound_connect_name); the route is still chosen by address. Its
+ * life:
  *
  *   dispatcher_start_tcp ──> CONNECTING ──outbound ok──> RELAYING ──relay done──> ended, on_end
  *                              │   └──outbound failed / client reset──> abort client (RST), on_end
@@ -41,11 +44,16 @@ enum dispatcher_fail {
 	DISPATCHER_FAIL_UNREACHABLE, /* EHOSTUNREACH, ENETUNREACH, ENETDOWN, EHOSTDOWN */
 	DISPATCHER_FAIL_RESET,       /* ECONNRESET during connect or handshake */
 	DISPATCHER_FAIL_PROTO,       /* EPROTO: a proxy server broke the protocol or said no */
+	DISPATCHER_FAIL_DENIED,      /* EACCES: a proxy server refused our credentials or access
+				      * (SOCKS5 auth or REP 0x02, HTTP 407) */
 	DISPATCHER_FAIL_REJECT,      /* the route chose a reject outbound */
 	DISPATCHER_FAIL_FD_BUDGET,   /* no descriptor for the outbound socket (budget or EMFILE) */
 	DISPATCHER_FAIL_OWN_ADDRESS, /* destined to our gateway/NAT address (the stack drops these) */
 	DISPATCHER_FAIL_CLIENT,      /* the app's side failed while connecting */
 	DISPATCHER_FAIL_RESOURCE,    /* ENOMEM, ENOBUFS */
+	DISPATCHER_FAIL_RESOLVE,     /* a name did not resolve: ENXIO (no such name or no address
+				      * of the allowed families), EAGAIN (temporary failure) */
+	DISPATCHER_FAIL_BAD_NAME,    /* the namer gave a name that is not outbound_name_valid */
 	DISPATCHER_FAIL_OTHER,       /* anything else (e.g. EPERM setting SO_MARK) */
 	DISPATCHER_FAIL_MAX
 };
@@ -74,6 +82,19 @@ void dispatcher_free(struct dispatcher *d);
  * addressed to one of our own addresses (asserted; refused as own_address in release). */
 int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, struct stream *client,
 		 void (*on_end)(void *arg), void *end_arg);
+
+/* Names a new session's destination. Called once per session by dispatcher_start_tcp, before
+ * the route and the outbound connect, with the destination the app connected to: family 4 or
+ * 6, dst its 4 or 16 bytes (network order), dport in host order. Returns the name (borrowed:
+ * read before the call returns, copied into the session) or NULL for none. A name that is not
+ * outbound_name_valid (outbound/outbound.h: at most 255 bytes of letters, digits, '-', '_',
+ * '.') refuses the session with a prompt RST, counted as bad_name. Runs on the loop's thread;
+ * it must not call into the dispatcher. */
+typedef const char *(*dispatcher_namer_fn)(void *arg, int family, const uint8_t *dst,
+					   uint16_t dport);
+
+/* Install the namer (fn NULL: none, the default) for sessions started from now on. */
+void dispatcher_set_namer(struct dispatcher *d, dispatcher_namer_fn fn, void *arg);
 
 /* Reload: sessions started from now on use cfg (route rules, outbounds, timeouts.connect_ms
  * and timeouts.relay_idle_ms). Live sessions are untouched: each keeps the configuration it

@@ -1,5 +1,6 @@
 /* udp.c — the shared UDP path: sessions by client source, one outbound socket per (outbound,
- * family) and session, DNS hijack, bounded queues, idle expiry. Design and contracts: udp.h. */
+ * family) and session, DNS hijack, bounded queues, idle expiry, replies. SOCKS5 associations
+ * are in udp_assoc.c, destinations by name in udp_names.c. Design and contracts: udp.h. */
 #include "dispatch/udp.h"
 
 #include <assert.h>
@@ -9,6 +10,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/queue.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -20,7 +22,10 @@
 #include "core/udp_codec.h"
 #include "dispatch/cfg_gen.h"
 #include "dispatch/route.h"
+#include "dispatch/udp_int.h"
 #include "outbound/outbound.h"
+#include "outbound/resolver.h"
+#include "outbound/socks5_codec.h"
 
 #define UDP_RX_BATCH 32          /* datagrams read per readiness edge: fairness among sockets */
 #define UDP_EXPIRE_BATCH 1024    /* sessions closed per idle-timer run; the rest 1 ms later */
@@ -29,127 +34,6 @@
 #define UDP_QUEUE_BUFS_MAX (1u << 24) /* pool cap; buffer_bytes is the real bound */
 #define DNS_HDR_LEN 12           /* RFC 1035 section 4.1.1: anything shorter has no header */
 #define DNS_PORT 53
-
-/* A datagram that had to wait, at the start of a pool buffer; its bytes follow. Up: the
- * payload and where it goes. Down: the encoded IP packet (to unused). */
-struct qdgram {
-	STAILQ_ENTRY(qdgram) link;
-	uint32_t len;
-	socklen_t tolen;
-	struct sockaddr_storage to;
-};
-STAILQ_HEAD(qdgram_list, qdgram);
-
-static inline uint8_t *qdata(struct qdgram *q)
-{
-	return (uint8_t *)(q + 1);
-}
-
-/* The session key: the client's source. 20 bytes without holes, compared as memory. */
-struct skey {
-	uint8_t family;
-	uint8_t zero;
-	uint16_t port_be;
-	uint8_t addr[16];
-};
-
-/* One hijacked query waiting for its answer: the answer will come FROM addr:port_be. */
-struct dns_pending {
-	bool used;
-	uint16_t txid;    /* as on the wire */
-	uint16_t port_be;
-	uint8_t addr[16];
-};
-
-struct udp_session;
-
-/* An outbound socket of a session: (outbound, family) for ordinary traffic, or the session's
- * DNS socket connected to the upstream. */
-struct usock {
-	SLIST_ENTRY(usock) link;
-	struct udp_session *s;
-	uint32_t ob;
-	uint8_t family;
-	bool dns;
-	int fd;
-	struct event *rev;       /* EV_READ|EV_PERSIST: replies */
-	struct event *wev;       /* EV_WRITE, added only while q is not empty */
-	struct qdgram_list q;    /* up: waiting for sendto (EAGAIN) */
-	uint32_t qlen;
-};
-
-struct udp_session {
-	struct udp_session *hnext;         /* hash chain */
-	TAILQ_ENTRY(udp_session) idle;     /* idle-ordered: least recently active first */
-	TAILQ_ENTRY(udp_session) down;     /* on up->down_list while dq is not empty */
-	struct udp_path *up;
-	struct cfg_gen *gen;               /* its configuration (held): outbounds, route, DNS */
-	struct skey key;
-	int64_t last_ns;
-	SLIST_HEAD(, usock) socks;
-	uint32_t up_queued;                /* across socks; <= budget udp_up_queue */
-	struct qdgram_list dq;             /* down: waiting for tx (EAGAIN) */
-	uint32_t dq_len;                   /* <= budget udp_down_queue */
-	bool in_down;
-	/* The last destination's route: consecutive datagrams to one place skip route_select. */
-	bool rc_valid;
-	uint16_t rc_port_be;
-	uint32_t rc_ob;
-	uint8_t rc_dst[16];
-	struct dns_pending dns[UDP_DNS_PENDING];
-	uint32_t dns_next;                 /* ring cursor: the slot overwritten next */
-	uint32_t dns_waiting;              /* used slots of dns[] */
-	/* Every datagram so far was a DNS query and every reply an answer to one: the session
-	 * is on the DNS list (short timeout) and closes when dns_waiting drops to 0. Cleared for
-	 * good by anything else (then on the idle list). */
-	bool dns_only;
-};
-TAILQ_HEAD(session_list, udp_session);
-
-/* A list of sessions ordered by last activity, all with one timeout, and its one timer. */
-struct expiry {
-	struct session_list list;
-	struct event *ev;
-	int64_t ns;
-};
-
-struct udp_counters {
-	ctr_t sessions, sessions_total, sessions_expired, sockets, up_queued, down_queued;
-	ctr_t up_datagrams, up_bytes, down_datagrams, down_bytes;
-	ctr_t dns_queries, dns_answers, dns_done, dns_expired, recv_errors;
-	ctr_t drops[UDP_DROP_MAX];
-};
-
-struct udp_path {
-	struct event_base *base;
-	struct cfg_gens gens;              /* new sessions hold gens.cur */
-	struct budget *b;
-	tun_tx_fn tx;
-	void *tx_arg;
-	udp_sendto_fn sendto_fn;           /* NULL: sendto(2) */
-	void *sendto_arg;
-	struct loopguard *loopguard;       /* the proxy's own ports, or NULL */
-
-	struct udp_session **buckets;      /* chained hash on skey; power-of-two size */
-	size_t nbuckets;
-	size_t nsessions;
-	uint64_t seed;
-
-	/* [0]: ordinary sessions, timeouts.udp_idle_ms (the newest configuration's, for every
-	 * session); [1]: DNS-only sessions, min(dns_timeout_ns, that). Each session is on one. */
-	struct expiry exp[2];
-	int64_t dns_timeout_ns;
-	struct session_list down_list;
-	struct event *down_ev;             /* retries down queues after EAGAIN */
-	uint32_t up_limit, down_limit;
-
-	struct bufpool *pool;              /* queued datagrams */
-	size_t qcap;                       /* bytes a queued datagram may have */
-	uint8_t *rxbuf;                    /* one reply at a time, encoded in place */
-	size_t rxcap;
-	uint16_t ip_id;
-	struct udp_counters ctr;
-};
 
 static const char *const drop_names[UDP_DROP_MAX] = {
 #define UDP_DROP_STR(name) #name,
@@ -162,12 +46,12 @@ const char *udp_drop_name(enum udp_drop d)
 	return (unsigned)d < UDP_DROP_MAX ? drop_names[d] : "unknown";
 }
 
-static void drop(struct udp_path *up, enum udp_drop d)
+void udp_count_drop(struct udp_path *up, enum udp_drop d)
 {
 	ctr_inc(&up->ctr.drops[d]);
 }
 
-static void gauge_dec(ctr_t *c)
+void udp_gauge_dec(ctr_t *c)
 {
 	ctr_add(c, (uint64_t)-1);
 }
@@ -175,25 +59,6 @@ static void gauge_dec(ctr_t *c)
 /* ---- addresses ---------------------------------------------------------------------------- */
 
 /* Family (4/6, 0 if neither), address (flow_key layout) and port of a recvfrom peer. */
-static uint8_t from_sockaddr(const struct sockaddr_storage *ss, uint8_t addr[16],
-			     uint16_t *port_be)
-{
-	memset(addr, 0, 16);
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
-		memcpy(addr, &sin->sin_addr, 4);
-		*port_be = sin->sin_port;
-		return 4;
-	}
-	if (ss->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
-		memcpy(addr, &sin6->sin6_addr, 16);
-		*port_be = sin6->sin6_port;
-		return 6;
-	}
-	return 0;
-}
-
 /* ---- session table ------------------------------------------------------------------------ */
 
 static uint64_t skey_hash(uint64_t seed, const struct skey *k)
@@ -322,8 +187,8 @@ static void qlist_drain(struct udp_path *up, struct qdgram_list *l, ctr_t *gauge
 
 	while ((q = STAILQ_FIRST(l))) {
 		STAILQ_REMOVE_HEAD(l, link);
-		gauge_dec(gauge);
-		drop(up, UDP_DROP_session_closed);
+		udp_gauge_dec(gauge);
+		udp_count_drop(up, UDP_DROP_session_closed);
 		bufpool_put(up->pool, q);
 	}
 }
@@ -331,28 +196,30 @@ static void qlist_drain(struct udp_path *up, struct qdgram_list *l, ctr_t *gauge
 static void sock_close(struct udp_path *up, struct usock *k)
 {
 	qlist_drain(up, &k->q, &up->ctr.up_queued);
-	event_free(k->rev);
-	event_free(k->wev);
-	close(k->fd);
-	budget_fd_release(up->b, 1);
+	if (k->pending)
+		outbound_conn_cancel(k->pending);
+	if (k->rev)
+		event_free(k->rev);
+	if (k->wev)
+		event_free(k->wev);
+	if (k->fd >= 0)
+		close(k->fd);
+	if (k->ctl_ev)
+		event_free(k->ctl_ev);
+	if (k->ctl_fd >= 0) {
+		close(k->ctl_fd);
+		udp_gauge_dec(&up->ctr.assocs);
+	}
+	budget_fd_release(up->b, k->s5 ? 2 : 1);
+	if (k->names)
+		budget_mfree(up->b, k->names);
 	budget_mfree(up->b, k);
-	gauge_dec(&up->ctr.sockets);
+	udp_gauge_dec(&up->ctr.sockets);
 }
 
-/* What a datagram needs: which outbound, which socket family, hijacked or not, and (not
- * hijacked) where sendto sends it. */
-struct target {
-	uint32_t ob;
-	uint8_t family;
-	bool dns;
-	socklen_t tolen;
-	struct sockaddr_storage to;
-};
-
-static int sock_setup(struct udp_path *up, struct usock *k, int fd)
+int udp_sock_setup(struct udp_path *up, struct usock *k, int fd)
 {
 	k->fd = fd;
-	STAILQ_INIT(&k->q);
 	k->rev = event_new(up->base, fd, EV_READ | EV_PERSIST, sock_read_cb, k);
 	k->wev = event_new(up->base, fd, EV_WRITE, sock_write_cb, k);
 	if (!k->rev || !k->wev || event_add(k->rev, NULL) != 0) {
@@ -360,6 +227,8 @@ static int sock_setup(struct udp_path *up, struct usock *k, int fd)
 			event_free(k->rev);
 		if (k->wev)
 			event_free(k->wev);
+		k->rev = k->wev = NULL;
+		k->fd = -1;
 		return -ENOMEM;
 	}
 	return 0;
@@ -386,7 +255,7 @@ static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const
 	int fd;
 
 	if (budget_fd_reserve(up->b, 1) != 0) {
-		drop(up, UDP_DROP_fd_budget);
+		udp_count_drop(up, UDP_DROP_fd_budget);
 		return NULL;
 	}
 	if (outbound_socket(&cfg->outbounds[t->ob], t->family, SOCK_DGRAM, &fd) != 0)
@@ -400,7 +269,9 @@ static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const
 	k->ob = t->ob;
 	k->family = t->family;
 	k->dns = t->dns;
-	if (sock_setup(up, k, fd) != 0) {
+	k->ctl_fd = -1;
+	STAILQ_INIT(&k->q);
+	if (udp_sock_setup(up, k, fd) != 0) {
 		budget_mfree(up->b, k);
 		goto fail_close;
 	}
@@ -411,31 +282,63 @@ fail_close:
 	close(fd);
 fail_fd:
 	budget_fd_release(up->b, 1);
-	drop(up, UDP_DROP_socket_error);
+	udp_count_drop(up, UDP_DROP_socket_error);
 	return NULL;
 }
 
-static struct usock *sock_get(struct udp_path *up, struct udp_session *s, const struct target *t)
+static inline __attribute__((always_inline)) struct usock *
+sock_get(struct udp_path *up, struct udp_session *s, const struct target *t,
+			      int64_t now)
 {
 	struct usock *k;
 
-	SLIST_FOREACH(k, &s->socks, link)
-		if (k->ob == t->ob && k->family == t->family && k->dns == t->dns)
-			return k;
-	return sock_open(up, s, t);
+	SLIST_FOREACH(k, &s->socks, link) {
+		/* An association's family, and its target's, are 0: one per outbound. */
+		if (k->ob != t->ob || k->family != t->family || k->dns != t->dns)
+			continue;
+		if (k->failed && (now < k->retry_ns || udp_assoc_start(up, k) != 0)) {
+			udp_count_drop(up, UDP_DROP_assoc_failed);
+			return NULL;
+		}
+		return k;
+	}
+	return t->s5 ? udp_assoc_open(up, s, t) : sock_open(up, s, t);
 }
 
-static ssize_t do_sendto(struct udp_path *up, struct usock *k, const void *buf, size_t len,
-			 const struct sockaddr_storage *to, socklen_t tolen)
+static ssize_t raw_sendto(struct udp_path *up, int fd, const void *buf, size_t len,
+			  const struct sockaddr *sa, socklen_t salen)
 {
-	const struct sockaddr *sa = k->dns ? NULL : (const struct sockaddr *)to;
-	socklen_t salen = k->dns ? 0 : tolen;
 	ssize_t n;
 
 	if (up->sendto_fn)
-		return up->sendto_fn(up->sendto_arg, k->fd, buf, len, sa, salen);
-	n = sendto(k->fd, buf, len, 0, sa, salen);
+		return up->sendto_fn(up->sendto_arg, fd, buf, len, sa, salen);
+	n = sendto(fd, buf, len, 0, sa, salen);
 	return n < 0 ? -errno : n;
+}
+
+/* Through an association: wrapped for the relay (kept out of the direct path's code). */
+static __attribute__((noinline)) ssize_t s5_sendto(struct udp_path *up, struct usock *k,
+						   const void *buf, size_t len,
+						   const struct sockaddr_storage *to,
+						   const char *name)
+{
+	int w = udp_s5_wrap(up, k, buf, len, to, name, name ? strlen(name) : 0);
+
+	if (w < 0)
+		return w;
+	return raw_sendto(up, k->fd, up->s5buf, (size_t)w, (const struct sockaddr *)&k->relay,
+			  k->relay_len);
+}
+
+/* name: NUL-terminated, or NULL (used through an association only). */
+static ssize_t do_sendto(struct udp_path *up, struct usock *k, const void *buf, size_t len,
+			 const struct sockaddr_storage *to, socklen_t tolen, const char *name)
+{
+	if (__builtin_expect(k->s5, 0))
+		return s5_sendto(up, k, buf, len, to, name);
+	if (k->dns)
+		return raw_sendto(up, k->fd, buf, len, NULL, 0);
+	return raw_sendto(up, k->fd, buf, len, (const struct sockaddr *)to, tolen);
 }
 
 static void count_up(struct udp_path *up, const struct usock *k, size_t len)
@@ -453,52 +356,55 @@ static void up_enqueue(struct udp_path *up, struct usock *k, const struct target
 	struct qdgram *q;
 
 	if (s->up_queued >= up->up_limit) {
-		drop(up, UDP_DROP_queue_full);
+		udp_count_drop(up, UDP_DROP_queue_full);
 		return;
 	}
 	if (len > up->qcap || !(q = bufpool_get(up->pool))) {
-		drop(up, UDP_DROP_no_buffer);
+		udp_count_drop(up, UDP_DROP_no_buffer);
 		return;
 	}
 	q->len = (uint32_t)len;
 	q->tolen = t->tolen;
 	memcpy(&q->to, &t->to, t->tolen);
 	memcpy(qdata(q), payload, len);
+	q->namelen = t->name ? (uint16_t)strlen(t->name) : 0;
+	memcpy(qdata(q) + len, t->name ? t->name : "", q->namelen + 1u);
 	STAILQ_INSERT_TAIL(&k->q, q, link);
 	k->qlen++;
 	s->up_queued++;
 	ctr_inc(&up->ctr.up_queued);
-	if (!event_pending(k->wev, EV_WRITE, NULL))
+	if (k->wev && !event_pending(k->wev, EV_WRITE, NULL))
 		event_add(k->wev, NULL);
 }
 
-/* Send now, or queue behind earlier datagrams of this socket (order kept) or on EAGAIN. */
-static void sock_send(struct udp_path *up, struct usock *k, const struct target *t,
+/* Send now, or queue behind earlier datagrams of this socket (order kept), on EAGAIN, or
+ * while its association is being set up. */
+static inline __attribute__((always_inline)) void
+sock_send(struct udp_path *up, struct usock *k, const struct target *t,
 		      const uint8_t *payload, size_t len)
 {
-	if (k->qlen == 0) {
-		ssize_t r = do_sendto(up, k, payload, len, &t->to, t->tolen);
+	if (k->qlen == 0 && k->fd >= 0) {
+		ssize_t r = do_sendto(up, k, payload, len, &t->to, t->tolen, t->name);
 		if (r >= 0) {
 			count_up(up, k, len);
 			return;
 		}
 		if (r != -EAGAIN) {
-			drop(up, UDP_DROP_send_error);
+			udp_count_drop(up, UDP_DROP_send_error);
 			return;
 		}
 	}
 	up_enqueue(up, k, t, payload, len);
 }
 
-/* The socket is writable again: flush its queue, bounded by the queue depth. */
-static void sock_write_cb(evutil_socket_t fd, short what, void *arg)
+/* Send what waits in k's queue until the kernel says EAGAIN (bounded by the queue depth). */
+void udp_sock_flush(struct udp_path *up, struct usock *k)
 {
-	struct usock *k = arg;
-	struct udp_path *up = k->s->up;
 	struct qdgram *q;
 
 	while ((q = STAILQ_FIRST(&k->q))) {
-		ssize_t r = do_sendto(up, k, qdata(q), q->len, &q->to, q->tolen);
+		ssize_t r = do_sendto(up, k, qdata(q), q->len, &q->to, q->tolen,
+				      q->namelen ? (const char *)qdata(q) + q->len : NULL);
 		if (r == -EAGAIN) {
 			event_add(k->wev, NULL);
 			return;
@@ -506,13 +412,34 @@ static void sock_write_cb(evutil_socket_t fd, short what, void *arg)
 		STAILQ_REMOVE_HEAD(&k->q, link);
 		k->qlen--;
 		k->s->up_queued--;
-		gauge_dec(&up->ctr.up_queued);
+		udp_gauge_dec(&up->ctr.up_queued);
 		if (r < 0)
-			drop(up, UDP_DROP_send_error);
+			udp_count_drop(up, UDP_DROP_send_error);
 		else
 			count_up(up, k, q->len);
 		bufpool_put(up->pool, q);
 	}
+}
+
+/* For the other files of the path; input() calls the static ones, which the compiler inlines. */
+struct usock *udp_sock_get(struct udp_path *up, struct udp_session *s, const struct target *t,
+			   int64_t now)
+{
+	return sock_get(up, s, t, now);
+}
+
+void udp_sock_send(struct udp_path *up, struct usock *k, const struct target *t,
+		   const uint8_t *payload, size_t len)
+{
+	sock_send(up, k, t, payload, len);
+}
+
+/* The socket is writable again. */
+static void sock_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct usock *k = arg;
+
+	udp_sock_flush(k->s->up, k);
 }
 
 static bool dns_finish(struct udp_path *up, struct udp_session *s);
@@ -539,11 +466,11 @@ static void down_enqueue(struct udp_path *up, struct udp_session *s, const uint8
 	struct qdgram *q;
 
 	if (s->dq_len >= up->down_limit) {
-		drop(up, UDP_DROP_queue_full);
+		udp_count_drop(up, UDP_DROP_queue_full);
 		return;
 	}
 	if (len > up->qcap || !(q = bufpool_get(up->pool))) {
-		drop(up, UDP_DROP_no_buffer);
+		udp_count_drop(up, UDP_DROP_no_buffer);
 		return;
 	}
 	q->len = (uint32_t)len;
@@ -569,7 +496,7 @@ static void deliver_down(struct udp_path *up, struct udp_session *s, const uint8
 			return;
 		}
 		if (r != -EAGAIN) {
-			drop(up, UDP_DROP_tx_error);
+			udp_count_drop(up, UDP_DROP_tx_error);
 			return;
 		}
 	}
@@ -587,9 +514,9 @@ static int down_flush(struct udp_path *up, struct udp_session *s)
 			return -EAGAIN;
 		STAILQ_REMOVE_HEAD(&s->dq, link);
 		s->dq_len--;
-		gauge_dec(&up->ctr.down_queued);
+		udp_gauge_dec(&up->ctr.down_queued);
 		if (r < 0)
-			drop(up, UDP_DROP_tx_error);
+			udp_count_drop(up, UDP_DROP_tx_error);
 		else
 			count_down(up, s, q->len);
 		bufpool_put(up->pool, q);
@@ -625,13 +552,13 @@ static struct udp_session *session_new(struct udp_path *up, const struct skey *k
 	struct udp_session *s;
 
 	if (budget_udp_acquire(up->b) != 0) {
-		drop(up, UDP_DROP_no_session_budget);
+		udp_count_drop(up, UDP_DROP_no_session_budget);
 		return NULL;
 	}
 	s = budget_calloc(up->b, 1, sizeof(*s));
 	if (!s) {
 		budget_udp_release(up->b);
-		drop(up, UDP_DROP_no_session_budget);
+		udp_count_drop(up, UDP_DROP_no_session_budget);
 		return NULL;
 	}
 	s->up = up;
@@ -640,6 +567,7 @@ static struct udp_session *session_new(struct udp_path *up, const struct skey *k
 	s->last_ns = now;
 	s->dns_only = dns_only;
 	SLIST_INIT(&s->socks);
+	TAILQ_INIT(&s->dnames);
 	STAILQ_INIT(&s->dq);
 	if (up->nsessions >= up->nbuckets)
 		table_grow(up);
@@ -657,7 +585,7 @@ static struct udp_session *session_new(struct udp_path *up, const struct skey *k
 }
 
 /* Unlink from every list first, then close and free: nothing can reach s afterwards. */
-static void session_free(struct udp_path *up, struct udp_session *s)
+void udp_session_free(struct udp_path *up, struct udp_session *s)
 {
 	struct usock *k;
 
@@ -665,15 +593,19 @@ static void session_free(struct udp_path *up, struct udp_session *s)
 	TAILQ_REMOVE(&expiry_of(up, s)->list, s, idle);
 	if (s->in_down)
 		TAILQ_REMOVE(&up->down_list, s, down);
+	while (!TAILQ_EMPTY(&s->dnames))
+		udp_dname_free(up, TAILQ_FIRST(&s->dnames), UDP_DROP_session_closed);
 	while ((k = SLIST_FIRST(&s->socks))) {
 		SLIST_REMOVE_HEAD(&s->socks, link);
 		sock_close(up, k);
 	}
 	qlist_drain(up, &s->dq, &up->ctr.down_queued);
 	cfg_gen_put(&up->gens, s->gen);
+	if (s->rc_name)
+		budget_mfree(up->b, s->rc_name);
 	budget_mfree(up->b, s);
 	budget_udp_release(up->b);
-	gauge_dec(&up->ctr.sessions);
+	udp_gauge_dec(&up->ctr.sessions);
 }
 
 static void expire(struct udp_path *up, struct expiry *x, ctr_t *expired)
@@ -687,7 +619,7 @@ static void expire(struct udp_path *up, struct expiry *x, ctr_t *expired)
 			idle_arm(x, now, UDP_RETRY_NS);
 			return;
 		}
-		session_free(up, s);
+		udp_session_free(up, s);
 		ctr_inc(expired);
 	}
 	idle_arm(x, now, 0);
@@ -713,7 +645,7 @@ static bool dns_finish(struct udp_path *up, struct udp_session *s)
 {
 	if (!s->dns_only || s->dns_waiting || s->dq_len)
 		return false;
-	session_free(up, s);
+	udp_session_free(up, s);
 	ctr_inc(&up->ctr.dns_done);
 	return true;
 }
@@ -808,22 +740,31 @@ static void reply(struct udp_path *up, struct usock *k, const struct sockaddr_st
 	h.family = s->key.family;
 	memcpy(h.dst, s->key.addr, 16);
 	h.dport_be = s->key.port_be;
+	if (k->s5 && !udp_s5_unwrap(up, k, from, &n, &h))
+		return;
 	if (k->dns) {
 		if (!dns_match(s, up->rxbuf + hl, n, &h)) {
-			drop(up, UDP_DROP_dns_unmatched);
+			udp_count_drop(up, UDP_DROP_dns_unmatched);
 			return;
 		}
 		ctr_inc(&up->ctr.dns_answers);
-	} else if (from_sockaddr(from, h.src, &h.sport_be) != s->key.family) {
-		/* Impossible: the socket's family is the destination's, which is the client's. */
-		drop(up, UDP_DROP_malformed);
-		return;
-	} else if (s->dns_only && !dns_match_plain(s, up->rxbuf + hl, n, h.src, h.sport_be)) {
-		session_demote(up, s, ts_now_ns()); /* not DNS after all: an ordinary session */
+	} else {
+		if (!k->s5) {
+			int family = netaddr_from_sockaddr(from, h.src, &h.sport_be);
+			/* A named destination's answer may be of the other family than the
+			 * client's; any other reply is of the client's (the socket's family is the
+			 * destination's). */
+			if (!(s->n_dnames && udp_dname_unmap(s, family, &h)) && family != s->key.family) {
+				udp_count_drop(up, UDP_DROP_malformed);
+				return;
+			}
+		}
+		if (s->dns_only && !dns_match_plain(s, up->rxbuf + hl, n, h.src, h.sport_be))
+			session_demote(up, s, ts_now_ns()); /* not DNS after all: an ordinary one */
 	}
 	h.ip_id = up->ip_id++;
 	if (udp_codec_encode(&h, up->rxbuf + hl, n, up->rxbuf, up->rxcap, &pkt_len) != 0) {
-		drop(up, UDP_DROP_too_big);
+		udp_count_drop(up, UDP_DROP_too_big);
 		return;
 	}
 	deliver_down(up, s, up->rxbuf, pkt_len);
@@ -899,16 +840,18 @@ static int pick_target(struct udp_path *up, const struct ts_config *cfg, struct 
 	 * gateway is the common setup). */
 	if (cfg->dns.hijack && cfg->dns.has_upstream && v->dport_be == htons(DNS_PORT)) {
 		if (v->payload_len < DNS_HDR_LEN) {
-			drop(up, UDP_DROP_malformed);
+			udp_count_drop(up, UDP_DROP_malformed);
 			return -1;
 		}
 		t->dns = true;
 		t->ob = cfg->route.final;
 		t->family = cfg->dns.upstream.addr.family;
-		t->tolen = 0;
+		/* Used through an association only (the plain DNS socket is connected). */
+		t->tolen = (socklen_t)netaddr_sockaddr(t->family, cfg->dns.upstream.addr.a,
+						       htons(cfg->dns.upstream.port), &t->to);
 	} else {
 		if (is_ours(cfg, v)) {
-			drop(up, UDP_DROP_own_address);
+			udp_count_drop(up, UDP_DROP_own_address);
 			return -1;
 		}
 		t->dns = false;
@@ -916,18 +859,25 @@ static int pick_target(struct udp_path *up, const struct ts_config *cfg, struct 
 		t->family = v->family;
 		t->tolen = (socklen_t)netaddr_sockaddr(v->family, v->dst, v->dport_be, &t->to);
 	}
+	t->s5 = false;
+	t->name = NULL;
 	switch (cfg->outbounds[t->ob].type) {
 	case TS_OUT_DIRECT:
 		return 0;
 	case TS_OUT_REJECT:
-		drop(up, UDP_DROP_rejected);
+		udp_count_drop(up, UDP_DROP_rejected);
 		return -1;
 	case TS_OUT_SOCKS5:
+		if (cfg->outbounds[t->ob].udp) {
+			t->s5 = true;
+			t->family = 0; /* one association for every family */
+			return 0;
+		}
+		udp_count_drop(up, UDP_DROP_unsupported_outbound); /* "udp": false */
+		return -1;
 	default:
-		/* SOCKS5 UDP ASSOCIATE (RFC 1928 section 7) is not implemented yet. When it is, mind
-		 * servers that answer BND.ADDR 0.0.0.0 or 127.0.0.1 (tun2socks #232): the relay
-		 * address is then the server's own. Until then: drop, never send direct. */
-		drop(up, UDP_DROP_unsupported_outbound);
+		/* HTTP CONNECT carries no UDP: dropped, never sent direct. */
+		udp_count_drop(up, UDP_DROP_unsupported_outbound);
 		return -1;
 	}
 }
@@ -941,6 +891,34 @@ static bool from_self(struct udp_path *up, const struct udp_view *v)
 
 	return gw->family == v->family && memcmp(gw->a, v->src, v->family == 4 ? 4 : 16) == 0 &&
 	       loopguard_hit(up->loopguard, 1, v->family, v->sport_be);
+}
+
+/* With a namer: t aimed at v's destination's name, if it has one (socks5: the name goes in
+ * the header; direct: the name's answer). false when v is done with (it waits for the answer,
+ * or was dropped and counted; a fresh session then freed if it holds nothing). */
+static __attribute__((noinline)) bool name_target(struct udp_path *up, struct udp_session *s,
+						  struct target *t, const struct udp_view *v,
+						  bool fresh, int64_t now)
+{
+	const char *name;
+	bool bad;
+
+	if (!t->s5 && s->gen->cfg->outbounds[t->ob].type != TS_OUT_DIRECT)
+		return true;
+	name = udp_name_for(up, s, v, &bad);
+	if (bad) {
+		udp_count_drop(up, UDP_DROP_bad_name);
+		if (fresh)
+			udp_session_free(up, s);
+		return false;
+	}
+	if (t->s5) {
+		t->name = name;
+	} else if (name && !udp_dname_route(up, s, t, v, name, now)) {
+		session_touch(up, s, now); /* waits for the answer, or dropped */
+		return false;
+	}
+	return true;
 }
 
 /* A datagram the codec accepted: its session, its target, out. */
@@ -959,7 +937,7 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	memcpy(key.addr, v->src, 16);
 	s = session_lookup(up, &key);
 	if (!s && up->loopguard && from_self(up, v)) {
-		drop(up, UDP_DROP_loop);
+		udp_count_drop(up, UDP_DROP_loop);
 		return;
 	}
 	/* A new session's target and the session itself must come from one configuration. */
@@ -974,11 +952,14 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	} else if (!dns) {
 		session_demote(up, s, now_ns);
 	}
-	k = sock_get(up, s, &t);
+	if (__builtin_expect(up->namer != NULL, 0) && !t.dns &&
+	    !name_target(up, s, &t, v, fresh, now_ns))
+		return;
+	k = sock_get(up, s, &t, now_ns);
 	if (!k) {
 		/* A session that never got a socket holds nothing worth a budget slot. */
 		if (fresh)
-			session_free(up, s);
+			udp_session_free(up, s);
 		return;
 	}
 	session_touch(up, s, now_ns);
@@ -996,7 +977,7 @@ void udp_path_input_view(struct udp_path *up, const struct pkt_view *pv, int64_t
 	struct udp_view v;
 
 	if (udp_codec_from_view(&v, pv) != UDP_CODEC_OK) {
-		drop(up, UDP_DROP_malformed);
+		udp_count_drop(up, UDP_DROP_malformed);
 		return;
 	}
 	input(up, &v, now_ns);
@@ -1008,7 +989,7 @@ void udp_path_input(struct udp_path *up, const uint8_t *pkt, size_t len, int64_t
 
 	/* pkt_parse takes a mutable buffer because the stacks rewrite in place; it only reads. */
 	if (pkt_parse(&pv, (uint8_t *)pkt, len) != PKT_OK) {
-		drop(up, UDP_DROP_malformed);
+		udp_count_drop(up, UDP_DROP_malformed);
 		return;
 	}
 	udp_path_input_view(up, &pv, now_ns);
@@ -1032,7 +1013,7 @@ static int path_alloc(struct udp_path *up, const struct ts_config *cfg)
 	/* A queued datagram is at most one TUN packet (up) or one reply of that size (down);
 	 * anything larger is not worth pinning a buffer for (no_buffer). */
 	up->qcap = (size_t)cfg->tun.mtu + 48;
-	ret = bufpool_new(up->b, "udp", sizeof(struct qdgram) + up->qcap,
+	ret = bufpool_new(up->b, "udp", sizeof(struct qdgram) + up->qcap + OUTBOUND_NAME_MAX + 1,
 			  (uint32_t)(bufs < UDP_QUEUE_BUFS_MAX ? bufs : UDP_QUEUE_BUFS_MAX),
 			  &up->pool);
 	if (ret != 0)
@@ -1115,7 +1096,7 @@ void udp_path_free(struct udp_path *up)
 		return;
 	for (int i = 0; i < 2; i++) {
 		while ((s = TAILQ_FIRST(&up->exp[i].list)))
-			session_free(up, s);
+			udp_session_free(up, s);
 		if (up->exp[i].ev)
 			event_free(up->exp[i].ev);
 	}
@@ -1123,6 +1104,9 @@ void udp_path_free(struct udp_path *up)
 		event_free(up->down_ev);
 	budget_mfree(up->b, up->buckets);
 	budget_mfree(up->b, up->rxbuf);
+	if (up->s5buf)
+		budget_mfree(up->b, up->s5buf);
+	resolver_free(up->own_resolver);
 	bufpool_free(up->pool);
 	cfg_gens_fini(&up->gens); /* after the last session: releases what was replaced */
 	free(up);
@@ -1158,6 +1142,11 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
 	out->dns_done = ctr_get(&c->dns_done);
 	out->dns_expired = ctr_get(&c->dns_expired);
 	out->recv_errors = ctr_get(&c->recv_errors);
+	out->assocs = ctr_get(&c->assocs);
+	out->assocs_total = ctr_get(&c->assocs_total);
+	out->assoc_failures = ctr_get(&c->assoc_failures);
+	out->assoc_control_closed = ctr_get(&c->assoc_control_closed);
+	out->resolve_failures = ctr_get(&c->resolve_failures);
 	for (int i = 0; i < UDP_DROP_MAX; i++)
 		out->drops[i] = ctr_get(&c->drops[i]);
 	out->queue_drops = out->drops[UDP_DROP_queue_full];
@@ -1172,6 +1161,12 @@ void udp_path_set_sendto(struct udp_path *up, udp_sendto_fn fn, void *arg)
 void udp_path_set_loopguard(struct udp_path *up, struct loopguard *lg)
 {
 	up->loopguard = lg;
+}
+
+void udp_path_set_namer(struct udp_path *up, udp_namer_fn fn, void *arg)
+{
+	up->namer = fn;
+	up->namer_arg = arg;
 }
 
 void udp_path_set_dns_timeout(struct udp_path *up, uint32_t ms)

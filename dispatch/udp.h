@@ -36,6 +36,23 @@
  * port and the idle timeout). DNS-only and ordinary sessions are on two idle-ordered lists,
  * each with one timeout and one timer.
  *
+ * SOCKS5 (an outbound of type socks5 with "udp", RFC 1928 section 7): a session has one
+ * association per such outbound it has used, whatever the destinations' families: a TCP
+ * control connection (outbound_udp_associate: connect, greeting, RFC 1929 authentication,
+ * UDP ASSOCIATE with DST 0.0.0.0:0) and a datagram socket in the relay's family. Datagrams
+ * wait in the socket's queue (the same bounded FIFO as an EAGAIN) until the association is
+ * up, and are sent with the RFC header (RSV 0, FRAG 0, ATYP 1 or 4 and the destination) to
+ * the relay. Replies are taken from the relay's or the server's address on any port (relays
+ * that answer from another port than BND.PORT, or from the server's address), their header
+ * checked (one drop reason per fault: truncated, RSV, FRAG, ATYP, name, family), and the
+ * remote in the header becomes the reply's source: endpoint-independent, like the direct
+ * path. The control connection is watched: when it ends, the session ends
+ * (assoc_control_closed). A failed attempt drops what waited (assoc_failed), and datagrams
+ * for that outbound are dropped for UDP_ASSOC_RETRY_MS before the next attempt, so a dead
+ * server costs one connection a second per session, not one per datagram. Hijacked DNS whose
+ * `final` outbound is socks5 goes through an association to the upstream. An association
+ * takes two descriptors from the fd budget; its session holds the session budget.
+ *
  * Bounds: sessions come from budget_udp_acquire; each outbound socket's fd from
  * budget_fd_reserve; datagrams wait only when the kernel says EAGAIN (sendto) or the driver
  * does (tx), in per-session FIFOs of at most budgets.udp_up_queue / udp_down_queue datagrams
@@ -71,12 +88,18 @@ struct udp_path;
 /* A session that has carried only DNS queries ends this long after its last datagram. */
 #define UDP_DNS_TIMEOUT_MS 5000
 
+/* Named direct destinations a session keeps (udp_path_set_namer; the oldest is replaced). */
+#define UDP_DNAMES_MAX 8
+/* A failed SOCKS5 association, or a name that did not resolve, is tried again this long after
+ * the failure, at the next datagram. */
+#define UDP_ASSOC_RETRY_MS 1000
+
 /* Drop reasons: one counter each. */
 #define UDP_DROPS(X)                                                                           \
 	X(malformed)            /* codec refused it; or a hijacked query without a DNS header */ \
 	X(own_address)          /* to our gateway/NAT address and not hijacked DNS */           \
 	X(rejected)             /* the route chose a reject outbound */                         \
-	X(unsupported_outbound) /* socks5: UDP ASSOCIATE not implemented yet */                 \
+	X(unsupported_outbound) /* an outbound without UDP: http, socks5 with "udp": false */   \
 	X(no_session_budget)    /* budget_udp_acquire refused, or no memory for the session */  \
 	X(fd_budget)            /* budget_fd_reserve refused the outbound socket */             \
 	X(socket_error)         /* outbound_socket (or connect to the DNS upstream) failed */   \
@@ -87,7 +110,18 @@ struct udp_path;
 	X(too_big)              /* a reply larger than the client's family can carry */         \
 	X(dns_unmatched)        /* an upstream answer with no pending query */                  \
 	X(session_closed)       /* still queued when its session ended */                       \
-	X(loop)                 /* from gateway:port of one of the proxy's own sockets */
+	X(loop)                 /* from gateway:port of one of the proxy's own sockets */       \
+	X(assoc_failed)         /* its SOCKS5 association failed (queued, or in the retry wait) */ \
+	X(s5_truncated)         /* from the relay: shorter than its SOCKS5 header says */       \
+	X(s5_rsv)               /* from the relay: RSV not 0 */                                 \
+	X(s5_frag)              /* from the relay: FRAG not 0 (fragments are not reassembled) */ \
+	X(s5_atyp)              /* from the relay: ATYP not 1, 3 or 4 */                        \
+	X(s5_name)              /* from the relay: an empty source name or one holding a NUL */ \
+	X(s5_foreign)           /* on an association's socket, from neither relay nor server */ \
+	X(s5_family)            /* from the relay: a source of the other family than the client's */ \
+	X(s5_unknown_name)      /* from the relay: a source name this association never sent to */ \
+	X(bad_name)             /* the namer gave a name outbound_name_valid refuses */         \
+	X(resolve_failed)       /* direct to a name that did not resolve (or in the retry wait) */
 
 enum udp_drop {
 #define UDP_DROP_ENUM(name) UDP_DROP_##name,
@@ -112,6 +146,11 @@ struct udp_path_stats {
 	uint64_t dns_done;          /* DNS-only sessions closed by their last answer */
 	uint64_t dns_expired;       /* DNS-only sessions closed by the DNS timeout */
 	uint64_t recv_errors;       /* recvfrom failures other than EAGAIN (e.g. ICMP refused) */
+	uint64_t assocs;            /* gauge: SOCKS5 associations up (control connection open) */
+	uint64_t assocs_total;      /* associations established */
+	uint64_t assoc_failures;    /* association attempts that failed (connect, auth, reply) */
+	uint64_t assoc_control_closed; /* sessions ended because their control connection did */
+	uint64_t resolve_failures;  /* names of direct destinations that did not resolve */
 	uint64_t drops[UDP_DROP_MAX];
 	uint64_t queue_drops;       /* drops[queue_full] (stats key udp.queue_drops) */
 };
@@ -189,5 +228,22 @@ void udp_path_set_dns_timeout(struct udp_path *up, uint32_t ms);
  * per would-be session, not per datagram. NULL: no check. Before the first datagram. */
 struct loopguard;
 void udp_path_set_loopguard(struct udp_path *up, struct loopguard *lg);
+
+/* Destination names (the same contract as the dispatcher's namer): called with a datagram's
+ * destination (family 4 or 6, its 4 or 16 bytes, the port in host order) when it goes to a
+ * socks5 or direct outbound and differs from the session's previous destination; returns a
+ * name (borrowed: copied before the call returns) or NULL (by address). A name
+ * outbound_name_valid refuses drops the datagram (bad_name).
+ *   socks5: the datagram carries ATYP 3 and the name; a reply whose source is that name comes
+ *           back from the address the client sent to.
+ *   direct: the name is resolved (the outbound's resolver, or one of the path's own, with the
+ *           outbound's domain_strategy; at most UDP_DNAMES_MAX named destinations per session,
+ *           the oldest replaced); datagrams wait for the answer in the session's bounded queue
+ *           and then go to it; replies from it come back from the address the client sent to,
+ *           whatever the answer's family. A name that does not resolve drops what waited and
+ *           the datagrams to it for UDP_ASSOC_RETRY_MS (resolve_failed).
+ * Hijacked DNS goes to the upstream as always. NULL fn: none (the default). */
+typedef const char *(*udp_namer_fn)(void *arg, int family, const uint8_t *dst, uint16_t dport);
+void udp_path_set_namer(struct udp_path *up, udp_namer_fn fn, void *arg);
 
 #endif

@@ -31,6 +31,7 @@
 #define TWINSTACK_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,6 +105,20 @@ TS_API int ts_proxy_set_log(struct ts_proxy *p, ts_log_fn fn, void *arg);
  * fd stays owned by the proxy. Before ts_proxy_start only: -EBUSY afterwards. */
 typedef int (*ts_socket_fn)(void *arg, int fd, int family, int type);
 TS_API int ts_proxy_set_socket_hook(struct ts_proxy *p, ts_socket_fn fn, void *arg);
+
+/* Destination names: for a program that knows which name an address stands for (its own DNS,
+ * a fake-IP table). Called once per new TCP session, and for UDP once per new destination of a
+ * session, with the destination the app sent to: family 4 or 6, dst its 4 or 16 bytes in
+ * network order, port in host order. Return a name (borrowed: copied before the call returns;
+ * 1-255 bytes of letters, digits, '-', '_' and '.'; anything else refuses the connection with
+ * a RST or drops the datagram, counted) or NULL to go by address. A named destination is
+ * reached by name: a socks5 outbound sends it to the server (ATYP 3, TCP and UDP), an http
+ * outbound sends "CONNECT name:port", a direct outbound resolves it (without blocking, with the
+ * outbound's domain_strategy) and replies come back from the address the app used. Routing
+ * rules still match the address. Called on the proxy's loop thread; must not call into the
+ * proxy. Before ts_proxy_start only: -EBUSY afterwards. */
+typedef const char *(*ts_namer_fn)(void *arg, int family, const uint8_t *dst, uint16_t port);
+TS_API int ts_proxy_set_namer(struct ts_proxy *p, ts_namer_fn fn, void *arg);
 
 /* Least privilege (on != 0): once ts_proxy_start has done what needs more (opening the TUN,
  * auto_route's rules, the stats listener), the process keeps only CAP_NET_ADMIN and

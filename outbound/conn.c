@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "core/loopguard.h"
+#include "outbound/direct.h"
 #include "outbound/http.h"
 #include "outbound/socks5.h"
 
@@ -103,6 +104,7 @@ void conn_free(struct outbound_conn *c)
 		close(c->fd);
 	socks5_state_free(c->s5);
 	http_state_free(c->http);
+	direct_state_free(c->direct);
 	free(c);
 }
 

@@ -21,6 +21,7 @@
 struct event;
 struct socks5_conn;
 struct http_conn;
+struct direct_conn;
 struct server_link;
 
 struct outbound_conn {
@@ -29,17 +30,18 @@ struct outbound_conn {
 	void *arg;
 	int fd;                  /* -1 when none; owned until handed to done */
 	struct event *io;        /* readiness of fd; direct: also carries the timeout */
-	struct event *timer;     /* socks5: the attempt's deadline; any type: a deferred result */
+	struct event *timer;     /* the deadline (proxies, direct by name); a deferred result */
 	bool deferred;           /* timer is active for deferred_err, not for a deadline */
 	int deferred_err;
 	struct socks5_conn *s5;  /* socks5 handshake state, NULL for other types */
 	struct http_conn *http;  /* http handshake state, NULL for other types */
+	struct direct_conn *direct; /* direct by name: lookup and connects, else NULL */
 	struct server_link *link; /* socks5/http: the connection to the server (in s5/http) */
 };
 
 /* A zeroed attempt with fd -1 and its timer event; NULL when out of memory. */
 struct outbound_conn *conn_new(struct event_base *base, outbound_done_fn done, void *arg);
-/* Free everything: events, fd (closed unless already handed over), socks5/http state. */
+/* Free everything: events, fd (closed unless already handed over), socks5/http/direct state. */
 void conn_free(struct outbound_conn *c);
 
 /* Report err (0 included) from the loop as soon as it runs: stops io and the deadline. 0 or

@@ -1,8 +1,9 @@
 /* happy.h — Happy Eyeballs (RFC 8305 section 5) for an outbound's TCP connect to a server known
  * by several addresses: the first address is tried, the next one 250 ms later (the Connection
  * Attempt Delay) if no attempt has connected yet, or at once when an attempt fails; the first
- * to connect wins and the others are closed. Internal to outbound/ (the SOCKS5 outbound uses it
- * for a server given by name); the caller bounds the whole thing with its own deadline.
+ * to connect wins and the others are closed. Internal to outbound/ (the proxy outbounds use it
+ * for a server given by name, direct for a destination given by name); the caller bounds the
+ * whole thing with its own deadline.
  */
 #ifndef TS_OUTBOUND_HAPPY_H
 #define TS_OUTBOUND_HAPPY_H

@@ -1,10 +1,11 @@
 /* http.c — the HTTP CONNECT outbound (RFC 9110 section 9.3.6) on libevent: TCP connect to the
  * proxy from a marked/bound socket, the CONNECT request of http_codec (optional Basic
  * authentication, RFC 7617, and the configured extra header fields), then the proxy's response
- * head. A 2xx status opens the tunnel: bytes after the head are the stream's first bytes and go
- * to done() as early bytes. 407 fails the attempt with -EACCES, any other status with
- * -ECONNREFUSED (the app gets a prompt RST); a malformed head -EPROTO, one over HTTP_RESP_MAX
- * bytes -EMSGSIZE.
+ * head. The request's target is the flow's original destination address, or the destination's
+ * name when the session has one (the proxy resolves it). A 2xx status opens the tunnel: bytes
+ * after the head are the stream's first bytes and go to done() as early bytes. 407 fails the
+ * attempt with -EACCES, any other status with -ECONNREFUSED (the app gets a prompt RST); a
+ * malformed head -EPROTO, one over HTTP_RESP_MAX bytes -EMSGSIZE.
  *
  * The connection to the proxy is made as socks5.c makes it (the same structure, see there):
  * a literal or pinned server address is connected at once, a name not pinned is resolved
@@ -99,9 +100,9 @@ fail:
 	conn_finish(c, ret, NULL, 0);
 }
 
-/* The request to the flow's original destination, queued. */
+/* The request to name, or without one to the flow's original destination, queued. */
 static int prepare(struct outbound_conn *c, const struct ts_outbound *ob,
-		   const struct flow_key *key)
+		   const struct flow_key *key, const char *name)
 {
 	char host[NETADDR_STRLEN];
 	struct netaddr a = { .family = key->family };
@@ -115,7 +116,7 @@ static int prepare(struct outbound_conn *c, const struct ts_outbound *ob,
 	c->http->link.in_cap = sizeof(c->http->in);
 	memcpy(a.a, key->dst, key->family == 4 ? 4 : 16);
 	netaddr_format(&a, host, sizeof(host));
-	ret = http_build_connect((char *)c->http->out, sizeof(c->http->out), host,
+	ret = http_build_connect((char *)c->http->out, sizeof(c->http->out), name ? name : host,
 				 ntohs(key->dport_be), ob->has_auth ? ob->username : NULL,
 				 ob->has_auth ? ob->password : NULL, ob->http_headers);
 	if (ret < 0)
@@ -125,13 +126,13 @@ static int prepare(struct outbound_conn *c, const struct ts_outbound *ob,
 }
 
 int http_start(struct outbound_conn *c, const struct ts_outbound *ob,
-		 const struct flow_key *key, uint32_t timeout_ms)
+	       const struct flow_key *key, const char *name, uint32_t timeout_ms)
 {
 	int ret;
 
 	if (!ob->has_server)
 		return -EINVAL;
-	if ((ret = prepare(c, ob, key)) != 0)
+	if ((ret = prepare(c, ob, key, name)) != 0)
 		return ret;
 	return server_link_start(c, &c->http->link, ob, on_io, timeout_ms);
 }

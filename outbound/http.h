@@ -8,10 +8,11 @@
 #include "core/flow.h"
 #include "outbound/conn.h"
 
-/* Start the attempt c (already allocated by outbound_connect) toward key's destination within
- * timeout_ms. 0, or -errno when nothing could be started (the caller frees c). */
+/* Start the attempt c (already allocated by outbound_connect) toward key's destination, or
+ * toward name ("CONNECT name:port"; NULL: by address) at key's port, within timeout_ms. 0, or
+ * -errno when nothing could be started (the caller frees c). */
 int http_start(struct outbound_conn *c, const struct ts_outbound *ob, const struct flow_key *key,
-	       uint32_t timeout_ms) __attribute__((warn_unused_result));
+	       const char *name, uint32_t timeout_ms) __attribute__((warn_unused_result));
 
 /* Free an attempt's HTTP state (conn_free): its lookup, connect attempts and resolver of its
  * own. NULL is ignored. */

@@ -67,13 +67,13 @@ fail:
 }
 
 static int reject_start(struct outbound_conn *c, const struct ts_outbound *ob,
-			const struct flow_key *key, uint32_t timeout_ms)
+			const struct flow_key *key, const char *name, uint32_t timeout_ms)
 {
 	return conn_defer(c, -ECONNREFUSED);
 }
 
 typedef int (*start_fn)(struct outbound_conn *c, const struct ts_outbound *ob,
-			const struct flow_key *key, uint32_t timeout_ms);
+			const struct flow_key *key, const char *name, uint32_t timeout_ms);
 
 static const start_fn starts[] = {
 	[TS_OUT_DIRECT] = direct_start,
@@ -82,14 +82,39 @@ static const start_fn starts[] = {
 	[TS_OUT_HTTP] = http_start,
 };
 
+bool outbound_name_valid(const char *name)
+{
+	size_t len = name ? strnlen(name, OUTBOUND_NAME_MAX + 1) : 0;
+
+	if (len == 0 || len > OUTBOUND_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)name[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.'))
+			return false;
+	}
+	return true;
+}
+
 int outbound_connect(struct event_base *base, const struct ts_outbound *ob,
 		     const struct flow_key *key, uint32_t timeout_ms, outbound_done_fn done,
 		     void *arg, struct outbound_conn **out)
+{
+	return outbound_connect_name(base, ob, key, NULL, timeout_ms, done, arg, out);
+}
+
+int outbound_connect_name(struct event_base *base, const struct ts_outbound *ob,
+			  const struct flow_key *key, const char *name, uint32_t timeout_ms,
+			  outbound_done_fn done, void *arg, struct outbound_conn **out)
 {
 	struct outbound_conn *c;
 	int ret;
 
 	if (!base || !ob || !key || !done || !out || timeout_ms == 0)
+		return -EINVAL;
+	if (name && !outbound_name_valid(name))
 		return -EINVAL;
 	if ((unsigned)ob->type >= sizeof(starts) / sizeof(starts[0]) || !starts[ob->type])
 		return -EINVAL;
@@ -98,7 +123,7 @@ int outbound_connect(struct event_base *base, const struct ts_outbound *ob,
 	c = conn_new(base, done, arg);
 	if (!c)
 		return -ENOMEM;
-	if ((ret = starts[ob->type](c, ob, key, timeout_ms)) != 0) {
+	if ((ret = starts[ob->type](c, ob, key, name, timeout_ms)) != 0) {
 		conn_free(c);
 		return ret;
 	}

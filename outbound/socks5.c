@@ -1,6 +1,8 @@
-/* socks5.c — the SOCKS5 CONNECT outbound on libevent: TCP connect to the server from a
- * marked/bound socket, then the handshake of socks5_codec (greeting, optional RFC 1929
- * authentication, CONNECT to the flow's original destination as ATYP 1 or 4).
+/* socks5.c — the SOCKS5 outbound on libevent: TCP connect to the server from a marked/bound
+ * socket, then the handshake of socks5_codec (greeting, optional RFC 1929 authentication,
+ * CONNECT to the flow's original destination as ATYP 1 or 4, or to the session's name as
+ * ATYP 3). The same handshake with UDP ASSOCIATE (outbound_udp_associate) sets up the control
+ * connection of a UDP association; the datagrams themselves are the UDP path's.
  *
  * This file only moves bytes; every protocol decision is in the codec. One io event follows
  * what the attempt waits for (EV_WRITE while connecting or sending, EV_READ otherwise); the
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -40,6 +43,9 @@ struct socks5_conn {
 	struct server_link link; /* the connection to the server (server_link.h) */
 	uint8_t out[S5_OUT_CAP];
 	uint8_t in[S5_IN_CAP];
+	/* UDP ASSOCIATE: the caller's callback (the attempt's own done is assoc_finish). */
+	outbound_assoc_fn assoc_done;
+	void *assoc_arg;
 };
 
 void socks5_state_free(struct socks5_conn *s)
@@ -113,9 +119,10 @@ fail:
 	conn_finish(c, ret, NULL, 0);
 }
 
-/* The handshake state: CONNECT to the flow's original destination, greeting queued. */
+/* The handshake state: CONNECT to name (ATYP 3, the server resolves it) or without one to the
+ * flow's original destination (ATYP 1 or 4), greeting queued. */
 static int prepare(struct outbound_conn *c, const struct ts_outbound *ob,
-		   const struct flow_key *key)
+		   const struct flow_key *key, const char *name)
 {
 	struct socks5_addr dst;
 	int ret;
@@ -126,7 +133,11 @@ static int prepare(struct outbound_conn *c, const struct ts_outbound *ob,
 	c->s5->link.out = c->s5->out;
 	c->s5->link.in = c->s5->in;
 	c->s5->link.in_cap = sizeof(c->s5->in);
-	if ((ret = socks5_addr_ip(&dst, key->family, key->dst, ntohs(key->dport_be))) != 0)
+	if (name)
+		ret = socks5_addr_domain(&dst, name, strlen(name), ntohs(key->dport_be));
+	else
+		ret = socks5_addr_ip(&dst, key->family, key->dst, ntohs(key->dport_be));
+	if (ret != 0)
 		return ret;
 	ret = socks5_client_start(&c->s5->cl, &dst, ob->has_auth ? ob->username : NULL,
 				  ob->has_auth ? ob->password : NULL, c->s5->out,
@@ -138,13 +149,101 @@ static int prepare(struct outbound_conn *c, const struct ts_outbound *ob,
 }
 
 int socks5_start(struct outbound_conn *c, const struct ts_outbound *ob,
-		 const struct flow_key *key, uint32_t timeout_ms)
+		 const struct flow_key *key, const char *name, uint32_t timeout_ms)
 {
 	int ret;
 
 	if (!ob->has_server)
 		return -EINVAL;
-	if ((ret = prepare(c, ob, key)) != 0)
+	if ((ret = prepare(c, ob, key, name)) != 0)
 		return ret;
 	return server_link_start(c, &c->s5->link, ob, on_io, timeout_ms);
+}
+
+/* ---- UDP ASSOCIATE ------------------------------------------------------------------------ */
+
+/* The relay endpoint from the reply's BND and the server the control connection reached. */
+static int assoc_relay(int fd, const struct socks5_addr *bnd, struct outbound_assoc *a)
+{
+	struct socks5_addr server, relay, b = *bnd;
+	uint8_t addr[16];
+	uint16_t port_be;
+	int family, ret;
+
+	a->server_len = sizeof(a->server);
+	if (getpeername(fd, (struct sockaddr *)&a->server, &a->server_len) != 0)
+		return -errno;
+	family = netaddr_from_sockaddr(&a->server, addr, &port_be);
+	if (family != 4 && family != 6)
+		return -EPROTO;
+	if ((ret = socks5_addr_ip(&server, family, addr, ntohs(port_be))) != 0)
+		return ret;
+	/* A name: the server's own address (see outbound_udp_associate). */
+	if (b.atyp == SOCKS5_ATYP_DOMAIN && b.len > 0)
+		(void)socks5_addr_ip(&b, family, addr, bnd->port);
+	if ((ret = socks5_udp_relay_endpoint(&b, &server, &relay)) != 0)
+		return ret;
+	a->relay_len = (socklen_t)netaddr_sockaddr(relay.atyp == SOCKS5_ATYP_IPV4 ? 4 : 6,
+						   relay.a, htons(relay.port), &a->relay);
+	return a->relay_len ? 0 : -EPROTO;
+}
+
+/* The attempt's done (its arg is the attempt itself, alive until this returns). */
+static void assoc_finish(void *arg, int err, int fd, const uint8_t *early, size_t early_len)
+{
+	struct outbound_conn *c = arg;
+	struct socks5_conn *s = c->s5;
+	struct outbound_assoc a;
+
+	(void)early;
+	(void)early_len; /* a server has nothing to say on the control connection */
+	if (err == 0 && (err = assoc_relay(fd, &s->cl.bnd, &a)) != 0)
+		close(fd);
+	if (err != 0) {
+		s->assoc_done(s->assoc_arg, err, NULL);
+		return;
+	}
+	a.ctl_fd = fd;
+	s->assoc_done(s->assoc_arg, 0, &a);
+}
+
+int outbound_udp_associate(struct event_base *base, const struct ts_outbound *ob,
+			   uint32_t timeout_ms, outbound_assoc_fn done, void *arg,
+			   struct outbound_conn **out)
+{
+	static const uint8_t any4[4];
+	struct socks5_addr src;
+	struct outbound_conn *c;
+	int ret;
+
+	if (!base || !ob || !done || !out || timeout_ms == 0 || ob->type != TS_OUT_SOCKS5 ||
+	    !ob->has_server)
+		return -EINVAL;
+	if (!(c = conn_new(base, assoc_finish, NULL)))
+		return -ENOMEM;
+	c->arg = c;
+	if (!(c->s5 = calloc(1, sizeof(*c->s5)))) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	c->s5->assoc_done = done;
+	c->s5->assoc_arg = arg;
+	c->s5->link.out = c->s5->out;
+	c->s5->link.in = c->s5->in;
+	c->s5->link.in_cap = sizeof(c->s5->in);
+	(void)socks5_addr_ip(&src, 4, any4, 0);
+	ret = socks5_client_start_cmd(&c->s5->cl, SOCKS5_CMD_UDP_ASSOCIATE, &src,
+				      ob->has_auth ? ob->username : NULL,
+				      ob->has_auth ? ob->password : NULL, c->s5->out,
+				      sizeof(c->s5->out));
+	if (ret < 0)
+		goto fail;
+	c->s5->link.out_len = (size_t)ret;
+	if ((ret = server_link_start(c, &c->s5->link, ob, on_io, timeout_ms)) != 0)
+		goto fail;
+	*out = c;
+	return 0;
+fail:
+	conn_free(c);
+	return ret;
 }

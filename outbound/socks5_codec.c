@@ -253,12 +253,19 @@ static int copy_cred(char *dst, uint8_t *dlen, const char *src)
 int socks5_client_start(struct socks5_client *c, const struct socks5_addr *dst, const char *user,
 			const char *pass, uint8_t *out, size_t cap)
 {
+	return socks5_client_start_cmd(c, SOCKS5_CMD_CONNECT, dst, user, pass, out, cap);
+}
+
+int socks5_client_start_cmd(struct socks5_client *c, uint8_t cmd, const struct socks5_addr *dst,
+			    const char *user, const char *pass, uint8_t *out, size_t cap)
+{
 	uint8_t probe[SOCKS5_REQUEST_MAX];
 	int ret;
 
 	memset(c, 0, sizeof(*c));
 	c->state = SOCKS5_CL_FAILED;
 	c->err = -EINVAL;
+	c->cmd = cmd;
 	if ((user == NULL) != (pass == NULL))
 		return -EINVAL;
 	if (user) {
@@ -266,8 +273,8 @@ int socks5_client_start(struct socks5_client *c, const struct socks5_addr *dst, 
 			return -EINVAL;
 		c->has_auth = true;
 	}
-	/* Validate dst now, so a bad destination fails before any byte goes out. */
-	if ((ret = socks5_build_connect(probe, sizeof(probe), dst)) < 0)
+	/* Validate cmd and dst now, so a bad request fails before any byte goes out. */
+	if ((ret = socks5_build_request(probe, sizeof(probe), cmd, dst)) < 0)
 		return ret;
 	c->dst = *dst;
 	if ((ret = socks5_build_greeting(out, cap, c->has_auth)) < 0)
@@ -289,7 +296,7 @@ static int next_request(struct socks5_client *c, uint8_t *out, size_t cap)
 {
 	if (c->state == SOCKS5_CL_AUTH)
 		return socks5_build_auth(out, cap, c->user, c->ulen, c->pass, c->plen);
-	return socks5_build_connect(out, cap, &c->dst);
+	return socks5_build_request(out, cap, c->cmd, &c->dst);
 }
 
 int socks5_client_input(struct socks5_client *c, const uint8_t *in, size_t len, uint8_t *out,

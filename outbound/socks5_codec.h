@@ -187,8 +187,9 @@ struct socks5_client {
 	uint8_t ulen, plen;
 	char user[SOCKS5_CRED_MAX];       /* copies: the machine owns everything it needs */
 	char pass[SOCKS5_CRED_MAX];
+	uint8_t cmd;                      /* SOCKS5_CMD_CONNECT or SOCKS5_CMD_UDP_ASSOCIATE */
 	struct socks5_addr dst;
-	struct socks5_addr bnd;           /* from the CONNECT reply, valid in SOCKS5_CL_DONE */
+	struct socks5_addr bnd;           /* from the reply, valid in SOCKS5_CL_DONE */
 	uint8_t method;                   /* chosen by the server */
 };
 
@@ -197,6 +198,13 @@ struct socks5_client {
  * (-EINVAL bad credentials or dst, -ENOSPC small out). */
 int socks5_client_start(struct socks5_client *c, const struct socks5_addr *dst, const char *user,
 			const char *pass, uint8_t *out, size_t cap);
+
+/* The same for another command: SOCKS5_CMD_CONNECT, or SOCKS5_CMD_UDP_ASSOCIATE with dst the
+ * address the datagrams will come from (0.0.0.0:0 when not known, see
+ * socks5_build_udp_associate). The sequence is the same; in DONE, bnd is the relay's BND
+ * (socks5_udp_relay_endpoint). -EINVAL for another cmd. */
+int socks5_client_start_cmd(struct socks5_client *c, uint8_t cmd, const struct socks5_addr *dst,
+			    const char *user, const char *pass, uint8_t *out, size_t cap);
 
 /* Feed server bytes. Parses at most ONE message, so the caller sends what this returns before
  * feeding the rest (the order on the wire stays request, reply, request...). Returns consumed

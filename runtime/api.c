@@ -219,6 +219,15 @@ int ts_proxy_set_socket_hook(struct ts_proxy *p, ts_socket_fn fn, void *arg)
 	return 0;
 }
 
+int ts_proxy_set_namer(struct ts_proxy *p, ts_namer_fn fn, void *arg)
+{
+	if (!is_new(p))
+		return -EBUSY;
+	p->namer = fn;
+	p->namer_arg = fn ? arg : NULL;
+	return 0;
+}
+
 int ts_proxy_set_least_privilege(struct ts_proxy *p, int on)
 {
 	if (!is_new(p))

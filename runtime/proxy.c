@@ -303,6 +303,10 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 		return ret;
 	}
 	udp_path_set_loopguard(p->udp, p->loopguard);
+	if (p->namer) {
+		dispatcher_set_namer(p->disp, p->namer, p->namer_arg);
+		udp_path_set_namer(p->udp, p->namer, p->namer_arg);
+	}
 	if ((ret = start_stack(p, err, errlen)) != 0)
 		return ret;
 	if ((ret = proxy_stats_start(p, err, errlen)) != 0)

@@ -44,6 +44,9 @@ struct ts_proxy {
 	void (*log_fn)(void *arg, int level, const char *line, size_t len);
 	void *log_arg;
 	struct ts_sock_hook sock_hook;
+	/* destination names (ts_proxy_set_namer), or NULL */
+	const char *(*namer)(void *arg, int family, const uint8_t *dst, uint16_t port);
+	void *namer_arg;
 	int caller_fd;               /* a caller's TUN fd, or -1: open the config's TUN */
 	bool least_privilege;        /* drop to the kept capabilities (and "user") at start */
 	char *config_path;           /* the file the config came from (reload), or NULL */

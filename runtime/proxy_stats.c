@@ -153,10 +153,25 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_counter(d, "sessions.total", ds->sessions_total);
 	stats_doc_counter(d, "sessions.refused",
 			  ds->sessions_refused + ns->admission_refused + ns->fd_exhausted);
+	for (int i = 0; i < DISPATCHER_FAIL_MAX; i++) {
+		char key[64];
+		snprintf(key, sizeof(key), "sessions.failed.%s",
+			 dispatcher_fail_name((enum dispatcher_fail)i));
+		stats_doc_counter(d, key, ds->fail[i]);
+	}
 	stats_doc_add_u64(d, "udp.sessions", STATS_GAUGE, us->sessions);
 	stats_doc_counter(d, "udp.queue_drops", us->queue_drops);
 	stats_doc_counter(d, "udp.dns_done", us->dns_done);
 	stats_doc_counter(d, "udp.dns_expired", us->dns_expired);
+	stats_doc_add_u64(d, "udp.assocs", STATS_GAUGE, us->assocs);
+	stats_doc_counter(d, "udp.assocs_total", us->assocs_total);
+	stats_doc_counter(d, "udp.assoc_failures", us->assoc_failures);
+	stats_doc_counter(d, "udp.assoc_control_closed", us->assoc_control_closed);
+	for (int i = 0; i < UDP_DROP_MAX; i++) {
+		char key[64];
+		snprintf(key, sizeof(key), "udp.drops.%s", udp_drop_name((enum udp_drop)i));
+		stats_doc_counter(d, key, us->drops[i]);
+	}
 	if (p->budget)
 		budget_buffer_stats(p->budget, ds->sessions_active + us->sessions, &bs);
 	else

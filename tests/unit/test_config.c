@@ -1017,3 +1017,53 @@ Test(config, http_outbound_rejects)
 	snprintf(big + off, sizeof(big) - off, "}}]}");
 	expect_err(big, "$.outbounds[0].headers.X-1", "headers too long (at most 4096 bytes");
 }
+
+Test(config, direct_domain_strategy)
+{
+	static const struct {
+		const char *value;
+		enum ts_domain_strategy want;
+	} ok[] = {
+		{ "prefer_ipv6", TS_DS_PREFER_IPV6 },
+		{ "prefer_ipv4", TS_DS_PREFER_IPV4 },
+		{ "ipv4_only", TS_DS_IPV4_ONLY },
+		{ "ipv6_only", TS_DS_IPV6_ONLY },
+	};
+	struct ts_config cfg;
+	char json[256];
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		snprintf(json, sizeof(json),
+			 "{'outbounds':[{'tag':'d','type':'direct','domain_strategy':'%s'}]}",
+			 ok[i].value);
+		load_ok(json, &cfg);
+		cr_assert_eq(cfg.outbounds[0].domain_strategy, ok[i].want, "%s", ok[i].value);
+		config_fini(&cfg);
+	}
+	load_ok("{'outbounds':[{'tag':'d','type':'direct'}]}", &cfg);
+	cr_assert_eq(cfg.outbounds[0].domain_strategy, TS_DS_PREFER_IPV6, "the default");
+	config_fini(&cfg);
+}
+
+Test(config, direct_domain_strategy_rejects)
+{
+	static const struct bad b[] = {
+		{ "{'outbounds':[{'tag':'d','type':'direct','domain_strategy':'ipv4'}]}",
+		  "$.outbounds[0].domain_strategy",
+		  "expected one of \"prefer_ipv6\", \"prefer_ipv4\", \"ipv4_only\", \"ipv6_only\", "
+		  "got \"ipv4\"" },
+		{ "{'outbounds':[{'tag':'d','type':'direct','domain_strategy':''}]}",
+		  "$.outbounds[0].domain_strategy", "got \"\"" },
+		{ "{'outbounds':[{'tag':'d','type':'direct','domain_strategy':4}]}",
+		  "$.outbounds[0].domain_strategy", "expected" },
+		{ "{'outbounds':[{'tag':'s','type':'socks5','server':'1.2.3.4:1',"
+		  "'domain_strategy':'ipv4_only'}]}",
+		  "$.outbounds[0].domain_strategy", "only for type direct" },
+		{ "{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1',"
+		  "'domain_strategy':'prefer_ipv4'}]}",
+		  "$.outbounds[0].domain_strategy", "only for type direct" },
+		{ "{'outbounds':[{'tag':'r','type':'reject','domain_strategy':'prefer_ipv6'}]}",
+		  "$.outbounds[0].domain_strategy", "only for type direct" },
+	};
+	BAD_TABLE(b);
+}

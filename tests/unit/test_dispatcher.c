@@ -1,6 +1,7 @@
 /* test_dispatcher.c — the dispatcher end to end through the real outbound code, on loopback:
  *
  *   app ══TCP══ client stream ── dispatcher ── outbound (direct | reject) ══TCP══ echo server
+ *                                     └─ namer ─► name ─► resolver ─► fake DNS (same loop)
  *
  * The app socket stands in for the app behind the TUN; the other end of its connection is
  * what a stack would hand to dispatcher_start_tcp. Every wait is bounded; 127.0.0.1 and ::1 only.
@@ -27,6 +28,8 @@
 #include "core/config.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/stream.h"
+#include "fakedns.h"
+#include "outbound/resolver.h"
 #include "testutil.h"
 
 #define REJECT_PORT 9
@@ -773,4 +776,120 @@ Test(session, reload_chain_and_free_release_each_once)
 	heap_cfg_free(d);
 	evconnlistener_free(e1.l);
 	evconnlistener_free(e2.l);
+}
+
+/* ---- destinations by name ----------------------------------------------------------------- */
+
+struct namer_rec {
+	const char *name;  /* the answer */
+	int calls, family;
+	uint8_t dst[16];
+	uint16_t dport;
+};
+
+static const char *test_namer(void *arg, int family, const uint8_t *dst, uint16_t dport)
+{
+	struct namer_rec *n = arg;
+
+	n->calls++;
+	n->family = family;
+	memcpy(n->dst, dst, family == 4 ? 4 : 16);
+	n->dport = dport;
+	return n->name;
+}
+
+static const struct rr NAMES[] = {
+	{ .name = "echo.test", .ttl = 60, .a = { "127.0.0.1" } },
+	{ .name = NULL },
+};
+
+/* The dispatcher with n as its namer; its direct outbound resolves with a resolver on the
+ * test's fake DNS (the dispatcher borrows cfg, so the outbound is the one it uses). */
+static struct resolver *names_start(struct dns *dns, struct namer_rec *n)
+{
+	struct resolver_config rc = { .timeout_ms = 1000, .tries = 1 };
+	struct resolver *res = NULL;
+
+	start("copy", 2000, 1000);
+	dns_start(dns, base, NAMES);
+	rc.servers = dns->servers;
+	cr_assert_eq(resolver_new(base, &rc, &res), 0);
+	cfg.outbounds[0].resolver = res;
+	dispatcher_set_namer(disp, test_namer, n);
+	return res;
+}
+
+static void names_stop(struct dns *dns, struct resolver *res)
+{
+	cfg.outbounds[0].resolver = NULL;
+	resolver_free(res);
+	dns_stop(dns);
+}
+
+/* The app connected to 127.0.0.2, where nothing listens; the namer names it echo.test, which
+ * resolves to the echo server on 127.0.0.1: the echo comes back only if the name was used.
+ * The same flow without a name is refused. */
+Test(session, namer_name_reaches_the_outbound)
+{
+	struct namer_rec n = { .name = "echo.test" };
+	uint8_t want[16];
+	struct app_wait w;
+	struct resolver *res;
+	struct echo e;
+	struct sess s;
+	struct dns dns;
+
+	res = names_start(&dns, &n);
+	echo_start(&e, 4);
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.2", e.port), 0);
+	cr_assert_eq(n.calls, 1, "the namer runs once, inside dispatcher_start_tcp");
+	cr_assert_eq(n.family, 4);
+	tu_addr(want, "127.0.0.2");
+	cr_assert_arr_eq(n.dst, want, 4);
+	cr_assert_eq(n.dport, e.port);
+	cr_assert(roundtrip(&s, 65536), "no echo: the name was not used");
+	cr_assert_eq(dns.q_a, 1, "echo.test looked up");
+	shutdown(s.app, SHUT_WR);
+	w = (struct app_wait){ .fd = s.app };
+	cr_assert(run_until(app_closed, &w, 5000));
+	cr_assert(run_until(ended, &s, 5000));
+	close(s.app);
+	cr_assert_eq(dstats().sessions_refused, 0);
+
+	n.name = NULL;
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.2", e.port), 0);
+	cr_assert_eq(n.calls, 2);
+	expect_prompt_reset(&s, DISPATCHER_FAIL_REFUSED);
+	names_stop(&dns, res);
+	evconnlistener_free(e.l);
+}
+
+/* A name that does not resolve: a prompt RST, counted as resolve. */
+Test(session, namer_unknown_name_resets_promptly)
+{
+	struct namer_rec n = { .name = "nosuch.test" };
+	struct resolver *res;
+	struct sess s;
+	struct dns dns;
+
+	res = names_start(&dns, &n);
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.2", 443), 0);
+	expect_prompt_reset(&s, DISPATCHER_FAIL_RESOLVE);
+	cr_assert_eq(dns.queries, 2, "A and AAAA asked");
+	names_stop(&dns, res);
+}
+
+/* A name that could change a proxy request's meaning never reaches an outbound. */
+Test(session, namer_bad_name_is_refused)
+{
+	struct namer_rec n = { .name = "evil.test\r\nX: 1" };
+	struct resolver *res;
+	struct sess s;
+	struct dns dns;
+
+	res = names_start(&dns, &n);
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.2", 443), 0);
+	expect_prompt_reset(&s, DISPATCHER_FAIL_BAD_NAME);
+	cr_assert_eq(dns.queries, 0, "nothing looked up");
+	names_stop(&dns, res);
 }

@@ -674,7 +674,7 @@ Test(udp, down_queue_overflow_is_counted_then_flushed)
 	env_fini(&e);
 }
 
-Test(udp, reject_and_socks5_outbounds_drop_and_count)
+Test(udp, reject_and_udpless_outbounds_drop_and_count)
 {
 	struct env e;
 	struct server echo, silent;
@@ -685,19 +685,23 @@ Test(udp, reject_and_socks5_outbounds_drop_and_count)
 	env_start(&e,
 		  "{\"outbounds\":[{\"tag\":\"direct\",\"type\":\"direct\"},"
 		  "{\"tag\":\"block\",\"type\":\"reject\"},"
-		  "{\"tag\":\"proxy\",\"type\":\"socks5\",\"server\":\"127.0.0.1:1\"}],"
+		  "{\"tag\":\"proxy\",\"type\":\"socks5\",\"server\":\"127.0.0.1:1\","
+		  "\"udp\":false},"
+		  "{\"tag\":\"web\",\"type\":\"http\",\"server\":\"127.0.0.1:1\"}],"
 		  "\"route\":{\"rules\":[{\"port\":[%u],\"network\":\"udp\",\"outbound\":\"block\"},"
-		  "{\"cidr\":[\"::1/128\"],\"outbound\":\"proxy\"}],\"final\":\"direct\"}}",
+		  "{\"cidr\":[\"::1/128\"],\"port\":[9],\"outbound\":\"proxy\"},"
+		  "{\"cidr\":[\"::1/128\"],\"outbound\":\"web\"}],\"final\":\"direct\"}}",
 		  silent.port);
 	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", silent.port, "no", 2);
 	tun_send(&e, "fd00::9", 5353, "::1", 9, "no", 2);
+	tun_send(&e, "fd00::9", 5353, "::1", 8, "no", 2);
 	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, "yes", 3);
 	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", silent.port, "no", 2);
 	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000));
 	pump_for(&e, 20);
 	struct udp_path_stats st = stats(&e);
 	cr_assert_eq(st.drops[UDP_DROP_rejected], 2);
-	cr_assert_eq(st.drops[UDP_DROP_unsupported_outbound], 1);
+	cr_assert_eq(st.drops[UDP_DROP_unsupported_outbound], 2, "socks5 without udp, and http");
 	cr_assert_eq(st.sessions, 1, "drops before any session exists create none");
 	cr_assert_eq(silent.received, 0, "a rejected datagram went out");
 	server_close(&echo);

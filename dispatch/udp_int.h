@@ -1,0 +1,266 @@
+/* udp_int.h — the UDP path's internals, shared by its files: udp.c (sessions, sockets,
+ * replies, the TUN side), udp_assoc.c (SOCKS5 associations) and udp_names.c (destinations by
+ * name). Not for use outside dispatch/udp*.c; the contracts are in udp.h.
+ */
+#ifndef TS_DISPATCH_UDP_INT_H
+#define TS_DISPATCH_UDP_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+#include "core/counter.h"
+#include "core/udp_codec.h"
+#include "dispatch/cfg_gen.h"
+#include "dispatch/udp.h"
+#include "outbound/outbound.h"
+
+struct bufpool;
+struct resolver;
+struct resolver_query;
+
+/* A datagram that had to wait, at the start of a pool buffer; its bytes follow. Up: the
+ * payload and where it goes (through an association: to a name, when namelen > 0, whose bytes
+ * follow the payload's). Down: the encoded IP packet (to unused). */
+struct qdgram {
+	STAILQ_ENTRY(qdgram) link;
+	uint32_t len;
+	uint16_t namelen;
+	socklen_t tolen;
+	struct sockaddr_storage to;
+};
+STAILQ_HEAD(qdgram_list, qdgram);
+
+static inline uint8_t *qdata(struct qdgram *q)
+{
+	return (uint8_t *)(q + 1);
+}
+
+/* The session key: the client's source. 20 bytes without holes, compared as memory. */
+struct skey {
+	uint8_t family;
+	uint8_t zero;
+	uint16_t port_be;
+	uint8_t addr[16];
+};
+
+/* One hijacked query waiting for its answer: the answer will come FROM addr:port_be. */
+struct dns_pending {
+	bool used;
+	uint16_t txid;    /* as on the wire */
+	uint16_t port_be;
+	uint8_t addr[16];
+};
+
+struct udp_session;
+
+/* A destination known by name through a direct outbound: the name resolved (outbound/
+ * resolver.h), datagrams to it waiting meanwhile, then sent to the answer; replies from the
+ * answer come back from the address the client sent to (vaddr). */
+enum dname_state { DN_RESOLVING, DN_READY, DN_FAILED };
+struct dname {
+	TAILQ_ENTRY(dname) link;
+	struct udp_session *s;
+	uint32_t ob;
+	uint16_t port_be;
+	uint8_t vaddr[16];              /* the address the client sent to (its family) */
+	enum dname_state state;
+	int64_t retry_ns;               /* DN_FAILED: no new lookup before this */
+	struct resolver_query *rq;      /* DN_RESOLVING */
+	uint8_t rfamily;                /* DN_READY: the answer chosen */
+	uint8_t raddr[16];
+	struct qdgram_list q;           /* waiting for the answer (counted in s->up_queued) */
+	uint32_t qlen;
+	char name[];
+};
+
+/* An outbound socket of a session: (outbound, family) for ordinary traffic, the session's
+ * DNS socket connected to the upstream, or a SOCKS5 association (s5: one per outbound, any
+ * family; with dns, the hijacked queries go through it to the upstream). */
+struct usock {
+	SLIST_ENTRY(usock) link;
+	struct udp_session *s;
+	uint32_t ob;
+	uint8_t family;          /* 0 for an association */
+	bool dns;
+	bool s5;
+	int fd;                  /* -1 while an association is not ready */
+	struct event *rev;       /* EV_READ|EV_PERSIST: replies (NULL until fd) */
+	struct event *wev;       /* EV_WRITE, added only while q is not empty (NULL until fd) */
+	struct qdgram_list q;    /* up: waiting for sendto (EAGAIN), or for the association */
+	uint32_t qlen;
+	/* SOCKS5 association: the handshake in progress, or the control connection (watched:
+	 * its end ends the session) and where datagrams go and may come from. */
+	struct outbound_conn *pending;
+	bool failed;             /* the last attempt failed: datagrams dropped until retry_ns */
+	int64_t retry_ns;
+	int ctl_fd;
+	struct event *ctl_ev;
+	socklen_t relay_len;
+	struct sockaddr_storage relay;
+	uint8_t relay_family, server_family;
+	uint8_t relay_ip[16], server_ip[16];
+	struct s5names *names;   /* names sent to (for replies from a name), or NULL */
+};
+
+/* The names an association has sent datagrams to, and the address and port the client knows
+ * each by: a reply whose SOCKS5 source is one of these names comes from that address. */
+#define S5_NAMES 8
+struct s5names {
+	uint32_t next;           /* the slot written next (oldest overwritten) */
+	struct {
+		uint8_t len;     /* 0: unused */
+		uint8_t family;
+		uint16_t port_be;
+		uint8_t addr[16];
+		char name[OUTBOUND_NAME_MAX];
+	} e[S5_NAMES];
+};
+
+struct udp_session {
+	struct udp_session *hnext;         /* hash chain */
+	TAILQ_ENTRY(udp_session) idle;     /* idle-ordered: least recently active first */
+	TAILQ_ENTRY(udp_session) down;     /* on up->down_list while dq is not empty */
+	struct udp_path *up;
+	struct cfg_gen *gen;               /* its configuration (held): outbounds, route, DNS */
+	struct skey key;
+	int64_t last_ns;
+	SLIST_HEAD(, usock) socks;
+	TAILQ_HEAD(dname_list_head, dname) dnames; /* named direct destinations, newest first */
+	uint32_t n_dnames;
+	uint32_t up_queued;                /* across socks; <= budget udp_up_queue */
+	struct qdgram_list dq;             /* down: waiting for tx (EAGAIN) */
+	uint32_t dq_len;                   /* <= budget udp_down_queue */
+	bool in_down;
+	/* The last destination's route: consecutive datagrams to one place skip route_select. */
+	bool rc_valid;
+	uint16_t rc_port_be;
+	uint32_t rc_ob;
+	uint8_t rc_dst[16];
+	/* The namer's answer for the last destination sent through an association (nc_*), as a
+	 * budget-memory copy (NULL: no name). */
+	bool nc_valid;
+	uint16_t nc_port_be;
+	uint8_t nc_dst[16];
+	char *rc_name;
+	struct dns_pending dns[UDP_DNS_PENDING];
+	uint32_t dns_next;                 /* ring cursor: the slot overwritten next */
+	uint32_t dns_waiting;              /* used slots of dns[] */
+	/* Every datagram so far was a DNS query and every reply an answer to one: the session
+	 * is on the DNS list (short timeout) and closes when dns_waiting drops to 0. Cleared for
+	 * good by anything else (then on the idle list). */
+	bool dns_only;
+};
+TAILQ_HEAD(session_list, udp_session);
+
+/* A list of sessions ordered by last activity, all with one timeout, and its one timer. */
+struct expiry {
+	struct session_list list;
+	struct event *ev;
+	int64_t ns;
+};
+
+struct udp_counters {
+	ctr_t sessions, sessions_total, sessions_expired, sockets, up_queued, down_queued;
+	ctr_t up_datagrams, up_bytes, down_datagrams, down_bytes;
+	ctr_t dns_queries, dns_answers, dns_done, dns_expired, recv_errors;
+	ctr_t assocs, assocs_total, assoc_failures, assoc_control_closed, resolve_failures;
+	ctr_t drops[UDP_DROP_MAX];
+};
+
+struct udp_path {
+	struct event_base *base;
+	struct cfg_gens gens;              /* new sessions hold gens.cur */
+	struct budget *b;
+	tun_tx_fn tx;
+	void *tx_arg;
+	udp_sendto_fn sendto_fn;           /* NULL: sendto(2) */
+	void *sendto_arg;
+	struct loopguard *loopguard;       /* the proxy's own ports, or NULL */
+	udp_namer_fn namer;                /* destination names, or NULL */
+	void *namer_arg;
+	struct resolver *own_resolver;     /* for outbounds without ob->resolver; made on use */
+
+	struct udp_session **buckets;      /* chained hash on skey; power-of-two size */
+	size_t nbuckets;
+	size_t nsessions;
+	uint64_t seed;
+
+	/* [0]: ordinary sessions, timeouts.udp_idle_ms (the newest configuration's, for every
+	 * session); [1]: DNS-only sessions, min(dns_timeout_ns, that). Each session is on one. */
+	struct expiry exp[2];
+	int64_t dns_timeout_ns;
+	struct session_list down_list;
+	struct event *down_ev;             /* retries down queues after EAGAIN */
+	uint32_t up_limit, down_limit;
+
+	struct bufpool *pool;              /* queued datagrams */
+	size_t qcap;                       /* bytes a queued datagram may have */
+	uint8_t *rxbuf;                    /* one reply at a time, encoded in place */
+	size_t rxcap;
+	uint8_t *s5buf;                    /* one datagram at a time with its SOCKS5 header;
+	                                    * allocated with the first association */
+	size_t s5cap;
+	uint16_t ip_id;
+	struct udp_counters ctr;
+};
+
+/* What a datagram needs: which outbound, which socket family, hijacked or not, and (not
+ * hijacked) where sendto sends it. */
+struct target {
+	uint32_t ob;
+	uint8_t family;
+	bool dns;
+	bool s5;                 /* through a SOCKS5 association (to: the destination) */
+	const char *name;        /* through an association: the destination's name, or NULL */
+	socklen_t tolen;
+	struct sockaddr_storage to;
+};
+
+/* ---- udp.c -------------------------------------------------------------------------------- */
+
+void udp_count_drop(struct udp_path *up, enum udp_drop d);
+void udp_gauge_dec(ctr_t *c);
+/* k's datagram socket fd, with its read and write events (the write one not added). 0 or
+ * -ENOMEM (then fd is not kept: the caller closes it). */
+int udp_sock_setup(struct udp_path *up, struct usock *k, int fd);
+/* The socket of s for t (opened, or an association started, when s has none yet). NULL:
+ * dropped and counted. */
+struct usock *udp_sock_get(struct udp_path *up, struct udp_session *s, const struct target *t,
+			   int64_t now);
+/* Send now, or queue (order kept, bounded; counted when refused). */
+void udp_sock_send(struct udp_path *up, struct usock *k, const struct target *t,
+		   const uint8_t *payload, size_t len);
+/* Send what waits in k's queue until the kernel says EAGAIN. */
+void udp_sock_flush(struct udp_path *up, struct usock *k);
+void udp_session_free(struct udp_path *up, struct udp_session *s);
+
+/* ---- udp_assoc.c: SOCKS5 associations --------------------------------------------------- */
+
+/* A new association of s for t's outbound, its handshake started. NULL: dropped, counted. */
+struct usock *udp_assoc_open(struct udp_path *up, struct udp_session *s, const struct target *t);
+/* (Re)start k's handshake. 0 or -errno. */
+int udp_assoc_start(struct udp_path *up, struct usock *k);
+/* The datagram to `to` (or to name:port when nlen > 0) with its SOCKS5 header, in up->s5buf:
+ * its length or -errno. */
+int udp_s5_wrap(struct udp_path *up, struct usock *k, const void *buf, size_t len,
+		const struct sockaddr_storage *to, const char *name, size_t nlen);
+/* A datagram on k's socket: checked, its remote into h, its payload moved to where a plain
+ * reply's is. false: dropped and counted. */
+bool udp_s5_unwrap(struct udp_path *up, struct usock *k, const struct sockaddr_storage *from,
+		   size_t *n, struct udp_codec_hdr *h);
+
+/* ---- udp_names.c: destinations by name ---------------------------------------------------- */
+
+/* The namer's name for v's destination (cached per session); *bad for a refused name. */
+const char *udp_name_for(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
+			 bool *bad);
+/* v goes direct to name: true with t aimed at the answer; false when v waits or was dropped. */
+bool udp_dname_route(struct udp_path *up, struct udp_session *s, struct target *t,
+		     const struct udp_view *v, const char *name, int64_t now);
+/* A reply from a named destination's answer: h->src becomes the address the client used. */
+bool udp_dname_unmap(const struct udp_session *s, int family, struct udp_codec_hdr *h);
+void udp_dname_free(struct udp_path *up, struct dname *d, enum udp_drop why);
+
+#endif
