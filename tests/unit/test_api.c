@@ -522,6 +522,18 @@ static int sock_hook(void *arg, int fd, int family, int type)
 	return atomic_load(&hook_refuse) ? -EPERM : 0;
 }
 
+static _Atomic int namer_calls;
+
+/* B's namer: counts, checks what it is given, names nothing (so B still goes by address). */
+static const char *count_namer(void *arg, int family, const uint8_t *dst, uint16_t port)
+{
+	(void)arg;
+	if (family == 4 && dst[0] == 10 && dst[1] == 77 && dst[2] == 1 && dst[3] == 3 &&
+	    port == ECHO_PORT)
+		atomic_fetch_add(&namer_calls, 1);
+	return NULL;
+}
+
 static void two_proxies(void)
 {
 	int ready[2], go[2], tunfd, ret;
@@ -555,7 +567,9 @@ static void two_proxies(void)
 	snprintf(cfg, sizeof(cfg), caller_cfg_fmt, "198.19.0.1/16", "");
 	b = new_proxy(cfg);
 	CHECK(ts_proxy_set_tun_fd(b, tunfd) == 0, "fd");
+	CHECK(ts_proxy_set_namer(b, count_namer, NULL) == 0, "namer");
 	start(b);
+	CHECK(ts_proxy_set_namer(b, count_namer, NULL) == -EBUSY, "namer after start");
 	sh("ip route add 10.77.1.2/32 dev tsa && ip route add 10.77.1.3/32 dev tsb");
 
 	for (int i = 0; i < 3; i++)
@@ -563,6 +577,8 @@ static void two_proxies(void)
 	for (int i = 0; i < 2; i++)
 		CHECK((ret = echo_through("10.77.1.3", (uint8_t)(7 + i))) == 0, "via B: %d", ret);
 	CHECK(atomic_load(&hook_calls) == 3, "hook called %d times", atomic_load(&hook_calls));
+	CHECK(atomic_load(&namer_calls) == 2, "B's namer asked %d times for 2 connections",
+	      atomic_load(&namer_calls));
 	/* The hook says no: the session is refused, the app sees a reset, not a hang. */
 	atomic_store(&hook_refuse, 1);
 	ret = echo_through("10.77.1.2", 99);
