@@ -929,7 +929,7 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	struct udp_session *s;
 	struct cfg_gen *gen;
 	struct usock *k;
-	bool fresh = false, dns;
+	bool fresh = false;
 
 	memset(&key, 0, sizeof(key));
 	key.family = v->family;
@@ -944,13 +944,12 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	gen = s ? s->gen : cfg_gens_hold(&up->gens);
 	if (pick_target(up, gen->cfg, s, v, &t) != 0)
 		goto unhold;
-	dns = dns_like(v, &t);
 	if (!s) {
-		if (!(s = session_new(up, &key, gen, dns, now_ns)))
+		if (!(s = session_new(up, &key, gen, dns_like(v, &t), now_ns)))
 			goto unhold;
 		fresh = true;
-	} else if (!dns) {
-		session_demote(up, s, now_ns);
+	} else if (__builtin_expect(s->dns_only, 0) && !dns_like(v, &t)) {
+		session_demote(up, s, now_ns); /* an ordinary session costs this flag test only */
 	}
 	if (__builtin_expect(up->namer != NULL, 0) && !t.dns &&
 	    !name_target(up, s, &t, v, fresh, now_ns))
