@@ -155,6 +155,9 @@ struct ts_outbound {
 	/* Not from JSON: the running proxy's record of its own sockets' ports (runtime/
 	 * loopguard.h); NULL: none. outbound_socket binds and records every socket in it. */
 	struct loopguard *loopguard;
+	/* Not from JSON: where a proxy server's refusal (an HTTP status) is logged at debug level;
+	 * NULL: nowhere. */
+	struct log *log;
 	/* Not from JSON: the resolver (outbound/resolver.h) for a server name that is not pinned,
 	 * on the base the outbound connects on; NULL: an attempt makes a resolver of its own. */
 	struct resolver *resolver;

@@ -24,6 +24,8 @@
 #include <event2/event.h>
 
 #include "core/bufpool.h"
+#include "core/log.h"
+#include "core/netaddr.h"
 #include "dispatch/cfg_gen.h"
 #include "dispatch/pipepool.h"
 #include "dispatch/route.h"
@@ -63,6 +65,7 @@ struct dispatcher {
 	struct event *fail_ev;
 	dispatcher_namer_fn namer;    /* NULL: sessions go by address */
 	void *namer_arg;
+	struct log *log;              /* refusals at debug level; NULL: none */
 	LIST_HEAD(, session) sessions;
 	TAILQ_HEAD(, session) failing;
 	bool closing;
@@ -245,12 +248,28 @@ static void start_relay(struct session *s, int fd, const uint8_t *early, size_t 
 	s->state = S_RELAYING;
 }
 
+/* One debug line per outbound failure: where to, through what, why. */
+static void log_fail(const struct session *s, int err)
+{
+	struct netaddr a = { .family = s->orig.family };
+	char addr[NETADDR_STRLEN];
+
+	if (!s->d->log || s->d->log->level < LOG_LEVEL_DEBUG)
+		return;
+	memcpy(a.a, s->orig.dst, 16);
+	log_debug(s->d->log, "tcp to %s%s%s port %u%s%s via %s: %s", s->orig.family == 6 ? "[" : "",
+		  netaddr_format(&a, addr, sizeof(addr)), s->orig.family == 6 ? "]" : "",
+		  ntohs(s->orig.dport_be), s->name ? " name " : "", s->name ? s->name : "",
+		  s->ob->tag, strerror(-err));
+}
+
 static void on_connected(void *arg, int err, int fd, const uint8_t *early, size_t early_len)
 {
 	struct session *s = arg;
 
 	connecting_done(s);
 	if (err != 0) {
+		log_fail(s, err);
 		session_fail_now(s, s->ob->type == TS_OUT_REJECT ? DISPATCHER_FAIL_REJECT
 								 : classify(err));
 		return;
@@ -361,6 +380,11 @@ int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, stru
 	else if (session_start(s, &why) != 0)
 		session_fail_later(s, why);
 	return 0;
+}
+
+void dispatcher_set_log(struct dispatcher *d, struct log *lg)
+{
+	d->log = lg;
 }
 
 void dispatcher_set_namer(struct dispatcher *d, dispatcher_namer_fn fn, void *arg)

@@ -93,6 +93,11 @@ int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, stru
 typedef const char *(*dispatcher_namer_fn)(void *arg, int family, const uint8_t *dst,
 					   uint16_t dport);
 
+/* Log each outbound failure (destination, outbound, reason) at debug level to lg (NULL:
+ * none, the default); lg must outlive the dispatcher. */
+struct log;
+void dispatcher_set_log(struct dispatcher *d, struct log *lg);
+
 /* Install the namer (fn NULL: none, the default) for sessions started from now on. */
 void dispatcher_set_namer(struct dispatcher *d, dispatcher_namer_fn fn, void *arg);
 

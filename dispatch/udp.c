@@ -1162,6 +1162,11 @@ void udp_path_set_loopguard(struct udp_path *up, struct loopguard *lg)
 	up->loopguard = lg;
 }
 
+void udp_path_set_log(struct udp_path *up, struct log *lg)
+{
+	up->log = lg;
+}
+
 void udp_path_set_namer(struct udp_path *up, udp_namer_fn fn, void *arg)
 {
 	up->namer = fn;

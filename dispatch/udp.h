@@ -229,6 +229,11 @@ void udp_path_set_dns_timeout(struct udp_path *up, uint32_t ms);
 struct loopguard;
 void udp_path_set_loopguard(struct udp_path *up, struct loopguard *lg);
 
+/* Log association failures, control connections that ended and names that did not resolve at
+ * debug level to lg (NULL: none, the default); lg must outlive the path. */
+struct log;
+void udp_path_set_log(struct udp_path *up, struct log *lg);
+
 /* Destination names (the same contract as the dispatcher's namer): called with a datagram's
  * destination (family 4 or 6, its 4 or 16 bytes, the port in host order) when it goes to a
  * socks5 or direct outbound and differs from the session's previous destination; returns a

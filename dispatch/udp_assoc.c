@@ -11,6 +11,7 @@
 #include "core/budget.h"
 #include "core/bufpool.h"
 #include "core/clock.h"
+#include "core/log.h"
 #include "core/netaddr.h"
 #include "dispatch/udp_int.h"
 #include "outbound/socks5_codec.h"
@@ -78,6 +79,10 @@ static void ctl_cb(evutil_socket_t fd, short what, void *arg)
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
 		ctr_inc(&up->ctr.assoc_control_closed);
+		if (up->log)
+			log_debug(up->log, "udp: outbound %s: the SOCKS5 control connection ended (%s); "
+				  "its session ends", s->gen->cfg->outbounds[k->ob].tag,
+				  n == 0 ? "closed by the server" : strerror(errno));
 		udp_session_free(up, s);
 		return;
 	}
@@ -136,6 +141,9 @@ static void assoc_done(void *arg, int err, const struct outbound_assoc *a)
 	}
 	/* Failed: what waited is dropped, and datagrams for this outbound too until a retry. */
 	ctr_inc(&up->ctr.assoc_failures);
+	if (up->log)
+		log_debug(up->log, "udp: outbound %s: UDP ASSOCIATE failed: %s (retried in %d ms)",
+			  s->gen->cfg->outbounds[k->ob].tag, strerror(-err), UDP_ASSOC_RETRY_MS);
 	k->failed = true;
 	k->retry_ns = ts_now_ns() + (int64_t)UDP_ASSOC_RETRY_MS * TS_NS_PER_MS;
 	while ((q = STAILQ_FIRST(&k->q))) {

@@ -178,6 +178,7 @@ struct udp_path {
 	udp_sendto_fn sendto_fn;           /* NULL: sendto(2) */
 	void *sendto_arg;
 	struct loopguard *loopguard;       /* the proxy's own ports, or NULL */
+	struct log *log;                   /* association and name failures at debug, or NULL */
 	udp_namer_fn namer;                /* destination names, or NULL */
 	void *namer_arg;
 	struct resolver *own_resolver;     /* for outbounds without ob->resolver; made on use */

@@ -8,6 +8,7 @@
 #include "core/budget.h"
 #include "core/bufpool.h"
 #include "core/clock.h"
+#include "core/log.h"
 #include "core/netaddr.h"
 #include "dispatch/udp_int.h"
 #include "outbound/resolver.h"
@@ -85,6 +86,9 @@ static void dname_resolved(void *arg, int err, const struct netaddr *addrs, size
 		d->state = DN_FAILED;
 		d->retry_ns = ts_now_ns() + (int64_t)UDP_ASSOC_RETRY_MS * TS_NS_PER_MS;
 		ctr_inc(&up->ctr.resolve_failures);
+		if (up->log)
+			log_debug(up->log, "udp: %s did not resolve: %s", d->name,
+				  err ? strerror(-err) : "no address of the allowed families");
 		dname_drain(up, d, UDP_DROP_resolve_failed);
 		return;
 	}

@@ -3,8 +3,9 @@
  * authentication, RFC 7617, and the configured extra header fields), then the proxy's response
  * head. The request's target is the flow's original destination address, or the destination's
  * name when the session has one (the proxy resolves it). A 2xx status opens the tunnel: bytes
- * after the head are the stream's first bytes and go to done() as early bytes. 407 fails the
- * attempt with -EACCES, any other status with -ECONNREFUSED (the app gets a prompt RST); a
+ * after the head are the stream's first bytes and go to done() as early bytes. 407 (and 401)
+ * fails the attempt with -EACCES, any other status with -ECONNREFUSED (the app gets a prompt
+ * RST; the status is logged at debug level to ob->log); a
  * malformed head -EPROTO, one over HTTP_RESP_MAX bytes -EMSGSIZE.
  *
  * The connection to the proxy is made as socks5.c makes it (the same structure, see there):
@@ -21,6 +22,7 @@
 
 #include <event2/event.h>
 
+#include "core/log.h"
 #include "core/netaddr.h"
 #include "outbound/conn.h"
 #include "outbound/http.h"
@@ -35,6 +37,8 @@ _Static_assert(TS_HOST_MAX <= HTTP_HOST_MAX, "a server name fits the codec");
 
 struct http_conn {
 	struct server_link link; /* the connection to the server (server_link.h) */
+	struct log *log;         /* the outbound's (a refusal's status at debug), or NULL */
+	char tag[TS_TAG_MAX + 1];
 	uint8_t out[HTTP_REQ_MAX];
 	uint8_t in[HTTP_IN_CAP];
 };
@@ -66,6 +70,9 @@ static int advance(struct outbound_conn *c, size_t *head)
 		return n == HTTP_NEED_MORE && s->link.in_len == sizeof(s->in) ? -EMSGSIZE : n;
 	*head = (size_t)n;
 	n = http_status_errno(status);
+	if (n < 0 && s->log)
+		log_debug(s->log, "outbound %s: the HTTP proxy answered CONNECT with status %d",
+			  s->tag, status);
 	return n < 0 ? n : 1;
 }
 
@@ -114,6 +121,8 @@ static int prepare(struct outbound_conn *c, const struct ts_outbound *ob,
 	c->http->link.out = c->http->out;
 	c->http->link.in = c->http->in;
 	c->http->link.in_cap = sizeof(c->http->in);
+	c->http->log = ob->log;
+	memcpy(c->http->tag, ob->tag, sizeof(c->http->tag));
 	memcpy(a.a, key->dst, key->family == 4 ? 4 : 16);
 	netaddr_format(&a, host, sizeof(host));
 	ret = http_build_connect((char *)c->http->out, sizeof(c->http->out), name ? name : host,

@@ -193,5 +193,7 @@ int http_status_errno(int status)
 {
 	if (status >= 200 && status <= 299)
 		return 0;
-	return status == 407 ? -EACCES : -ECONNREFUSED;
+	/* 407, and 401 from proxies that answer a wrong password so (tinyproxy): our
+	 * credentials were refused. */
+	return status == 407 || status == 401 ? -EACCES : -ECONNREFUSED;
 }

@@ -52,7 +52,8 @@ int http_build_connect(char *buf, size_t cap, const char *host, uint16_t port, c
  * (100..599) when the head is complete. */
 int http_parse_response(const uint8_t *buf, size_t len, int *status);
 
-/* A final status -> the attempt's result: 2xx 0, 407 -EACCES, anything else -ECONNREFUSED. */
+/* A final status -> the attempt's result: 2xx 0, 407 and 401 -EACCES (credentials refused; some
+ * proxies answer a wrong password with 401), anything else -ECONNREFUSED. */
 int http_status_errno(int status);
 
 #endif

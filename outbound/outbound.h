@@ -38,7 +38,7 @@ int outbound_socket(const struct ts_outbound *ob, int family, int type, int *fd_
  *             NULL when early_len is 0;
  *   err < 0:  -ECONNREFUSED, -ETIMEDOUT, -EHOSTUNREACH, -ENETUNREACH, -ECONNRESET,
  *             -EPROTO (a proxy server broke the protocol or refused), -EACCES (SOCKS5:
- *             credentials rejected or required, or REP 0x02 "not allowed"; HTTP: status 407),
+ *             credentials rejected or required, or REP 0x02 "not allowed"; HTTP: status 407 or 401),
  *             -EMSGSIZE (HTTP: a response head over 8 KiB), ...; fd is -1.
  *             An HTTP proxy's other non-2xx statuses are -ECONNREFUSED.
  * The attempt's handle is invalid once done starts: done must not cancel it. */

@@ -230,8 +230,10 @@ static int make_resolver(struct ts_proxy *p, char *err, size_t errlen)
 		snprintf(err, errlen, "proxy: resolver: %s", strerror(-ret));
 		return ret;
 	}
-	for (size_t i = 0; i < p->cfg.n_outbounds; i++)
+	for (size_t i = 0; i < p->cfg.n_outbounds; i++) {
 		p->cfg.outbounds[i].resolver = p->resolver;
+		p->cfg.outbounds[i].log = &p->log;
+	}
 	return 0;
 }
 
@@ -303,6 +305,8 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 		return ret;
 	}
 	udp_path_set_loopguard(p->udp, p->loopguard);
+	dispatcher_set_log(p->disp, &p->log);
+	udp_path_set_log(p->udp, &p->log);
 	if (p->namer) {
 		dispatcher_set_namer(p->disp, p->namer, p->namer_arg);
 		udp_path_set_namer(p->udp, p->namer, p->namer_arg);

@@ -177,6 +177,7 @@ int reload_prepare(struct ts_proxy *p, const char *json, size_t len, struct relo
 		r->g->cfg.outbounds[i].sock_hook = p->sock_hook;
 		r->g->cfg.outbounds[i].loopguard = p->loopguard;
 		r->g->cfg.outbounds[i].resolver = p->resolver;
+		r->g->cfg.outbounds[i].log = &p->log;
 	}
 	if ((ret = routecheck_init(&r->rc, &r->g->cfg, tun_ifindex(p->tun), err, errlen)) != 0) {
 		config_fini(&r->g->cfg);

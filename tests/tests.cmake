@@ -110,6 +110,14 @@ if(TS_SANITIZE STREQUAL "")
               --count 5000 --seconds 10 --bin $<TARGET_FILE:twinstack>)
     set_tests_properties(integration_dnsflood_${stack} PROPERTIES
       LABELS integration TIMEOUT 90 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+    # The proxy outbounds against real servers (tests/integration/proxies.sh): HTTP CONNECT
+    # through tinyproxy, SOCKS5 UDP ASSOCIATE through dante-server and a misbehaving server;
+    # about 25 s each.
+    add_test(NAME integration_proxies_${stack}
+      COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/proxies.sh --stack ${stack}
+              --bin $<TARGET_FILE:twinstack>)
+    set_tests_properties(integration_proxies_${stack} PROPERTIES
+      LABELS integration TIMEOUT 120 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   endforeach()
 endif()
 

@@ -89,6 +89,7 @@ Test(http_codec, statuses_and_versions)
 	cr_assert_eq(parse_all(r407, sizeof(r407) - 1, &st), (int)(sizeof(r407) - 1));
 	cr_assert_eq(st, 407);
 	cr_assert_eq(http_status_errno(407), -EACCES);
+	cr_assert_eq(http_status_errno(401), -EACCES, "a wrong password, as tinyproxy answers it");
 	cr_assert_eq(http_status_errno(403), -ECONNREFUSED);
 	cr_assert_eq(http_status_errno(502), -ECONNREFUSED);
 	cr_assert_eq(http_status_errno(299), 0);
