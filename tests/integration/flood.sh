@@ -63,7 +63,8 @@ case $MODE in syn | dns) ;; *) echo "flood.sh: --mode is syn or dns" >&2; exit 2
 
 if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root"; exit 77; fi
 if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
-PY=$(command -v python3)
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3)
 need=(ip curl jq "$PY")
 [ "$MODE" = dns ] && need+=(dnsmasq)
 for t in "${need[@]}"; do

@@ -63,8 +63,9 @@ case $STACK in system | lwip) ;; *) echo "proxies.sh: --stack is system or lwip"
 
 if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root"; exit 77; fi
 if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
-# The interpreter itself, not a version manager's shim (a shell script per start, slow).
-PY=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null || command -v python3)
+# Debian's interpreter, not a version manager's shim (a shell script per start, slow).
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null || command -v python3)
 DANTED=$(command -v danted || echo /usr/sbin/danted)
 for t in ip ss curl jq dig dnsmasq tinyproxy unshare openssl sha256sum "$DANTED" "$PY"; do
 	command -v "$t" >/dev/null 2>&1 || { echo "not ok - prerequisites: no $t"; echo "0 passed, 1 failed"; exit 1; }
