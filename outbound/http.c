@@ -51,11 +51,10 @@ void http_state_free(struct http_conn *s)
 	free(s);
 }
 
-static void on_io(evutil_socket_t fd, short what, void *arg);
-
-/* Send the request, then parse the response head as bytes arrive. Returns 1 when the tunnel
- * is established (*head: the head's length), 0 to wait for the socket, -errno on failure: the
- * proxy's refusal mapped by http_status_errno, or the parser's -EPROTO / -EMSGSIZE. */
+/* The handshake's step (server_link.h): send the request, then parse the response head as
+ * bytes arrive. 1 when the tunnel is established (*head: the head's length: the stream's bytes
+ * follow it), 0 to wait for the socket, -errno on failure: the proxy's refusal mapped by
+ * http_status_errno, or the parser's -EPROTO / -EMSGSIZE. */
 static int advance(struct outbound_conn *c, size_t *head)
 {
 	struct http_conn *s = c->http;
@@ -74,37 +73,6 @@ static int advance(struct outbound_conn *c, size_t *head)
 		log_debug(s->log, "outbound %s: the HTTP proxy answered CONNECT with status %d",
 			  s->tag, status);
 	return n < 0 ? n : 1;
-}
-
-static void on_io(evutil_socket_t fd, short what, void *arg)
-{
-	struct outbound_conn *c = arg;
-	struct http_conn *s = c->http;
-	size_t head = 0;
-	int ret;
-
-	if (!s->link.connected) {
-		s->link.io_flags = 0;  /* the connect wait was one-shot */
-		if ((ret = conn_sock_error(c->fd)) != 0)
-			goto fail;
-		s->link.connected = true;
-	}
-	if ((what & EV_READ) && (ret = server_link_fill(c)) < 0)
-		goto fail;
-	if ((ret = advance(c, &head)) < 0)
-		goto fail;
-	if (ret == 1) {
-		conn_finish(c, 0, s->in + head, s->link.in_len - head);
-		return;
-	}
-	if (s->link.out_off < s->link.out_len)
-		ret = server_link_arm(c, EV_WRITE | EV_PERSIST);
-	else
-		ret = server_link_arm(c, EV_READ | EV_PERSIST);
-	if (ret == 0)
-		return;
-fail:
-	conn_finish(c, ret, NULL, 0);
 }
 
 /* The request to name, or without one to the flow's original destination, queued. */
@@ -143,5 +111,5 @@ int http_start(struct outbound_conn *c, const struct ts_outbound *ob,
 		return -EINVAL;
 	if ((ret = prepare(c, ob, key, name)) != 0)
 		return ret;
-	return server_link_start(c, &c->http->link, ob, on_io, timeout_ms);
+	return server_link_start(c, &c->http->link, ob, advance, timeout_ms);
 }

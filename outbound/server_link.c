@@ -24,6 +24,8 @@ void server_link_fini(struct server_link *l)
 	l->ob = NULL;
 }
 
+static void on_io(evutil_socket_t fd, short what, void *arg);
+
 int server_link_arm(struct outbound_conn *c, short flags)
 {
 	struct server_link *l = c->link;
@@ -33,7 +35,7 @@ int server_link_arm(struct outbound_conn *c, short flags)
 	if (l->io_flags)
 		event_del(c->io);
 	l->io_flags = 0;
-	if (event_assign(c->io, c->base, c->fd, flags, l->on_io, c) != 0 ||
+	if (event_assign(c->io, c->base, c->fd, flags, on_io, c) != 0 ||
 	    event_add(c->io, NULL) != 0)
 		return -EIO;
 	l->io_flags = flags;
@@ -76,6 +78,36 @@ int server_link_fill(struct outbound_conn *c)
 	return 0;
 }
 
+/* The handshake's I/O: the connect's result first, then read, step, re-arm. */
+static void on_io(evutil_socket_t fd, short what, void *arg)
+{
+	struct outbound_conn *c = arg;
+	struct server_link *l = c->link;
+	size_t early = 0;
+	int ret;
+
+	if (!l->connected) {
+		l->io_flags = 0;  /* the connect wait was one-shot */
+		if ((ret = conn_sock_error(c->fd)) != 0)
+			goto fail;
+		l->connected = true;
+	}
+	if ((what & EV_READ) && (ret = server_link_fill(c)) < 0)
+		goto fail;
+	if ((ret = l->advance(c, &early)) < 0)
+		goto fail;
+	if (ret == 1) {
+		conn_finish(c, 0, l->in + early, l->in_len - early);
+		return;
+	}
+	ret = server_link_arm(c, l->out_off < l->out_len ? EV_WRITE | EV_PERSIST
+							: EV_READ | EV_PERSIST);
+	if (ret == 0)
+		return;
+fail:
+	conn_finish(c, ret, NULL, 0);
+}
+
 /* The connect to the server finished (happy.h): the handshake starts when it can write. */
 static void on_connected(void *arg, int err, int fd)
 {
@@ -89,7 +121,7 @@ static void on_connected(void *arg, int err, int fd)
 	}
 	c->fd = fd;
 	l->connected = true;
-	if (!(c->io = event_new(c->base, c->fd, EV_WRITE, l->on_io, c)) ||
+	if (!(c->io = event_new(c->base, c->fd, EV_WRITE, on_io, c)) ||
 	    event_add(c->io, NULL) != 0) {
 		conn_finish(c, -ENOMEM, NULL, 0);
 		return;
@@ -139,7 +171,8 @@ static int start_by_name(struct outbound_conn *c, struct server_link *l,
 }
 
 int server_link_start(struct outbound_conn *c, struct server_link *l,
-		      const struct ts_outbound *ob, event_callback_fn on_io, uint32_t timeout_ms)
+		      const struct ts_outbound *ob,
+		      int (*advance)(struct outbound_conn *c, size_t *early), uint32_t timeout_ms)
 {
 	const struct ts_hostport *hp = &ob->server;
 	struct timeval tv = conn_timeval(timeout_ms);
@@ -150,7 +183,7 @@ int server_link_start(struct outbound_conn *c, struct server_link *l,
 	if (!ob->has_server)
 		return -EINVAL;
 	c->link = l;
-	l->on_io = on_io;
+	l->advance = advance;
 	if (!hp->is_addr && !hp->pinned) {
 		if ((ret = start_by_name(c, l, ob)) != 0)
 			return ret;

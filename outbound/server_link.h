@@ -2,8 +2,10 @@
  * CONNECT) make before their handshakes: a literal or pinned server address is connected at
  * once; a name not pinned is resolved without blocking (ob->resolver, or a resolver of the
  * attempt's own) and connected with Happy Eyeballs (happy.h). Either way the attempt then has
- * c->fd (connected, or connecting) and c->io, a one-shot EV_WRITE event calling the handshake's
- * on_io; link->io_flags says what c->io waits for. One deadline (conn.c) covers it all.
+ * c->fd (connected, or connecting) and c->io, a one-shot EV_WRITE event; link->io_flags says
+ * what c->io waits for. The I/O loop is this file's: on readiness it finishes the connect,
+ * reads into `in`, calls the protocol's advance step, and re-arms for writing while `out` has
+ * bytes left, else for reading. One deadline (conn.c) covers it all.
  */
 #ifndef TS_OUTBOUND_SERVER_LINK_H
 #define TS_OUTBOUND_SERVER_LINK_H
@@ -23,7 +25,10 @@ struct happy;
 struct server_link {
 	bool connected;                /* the TCP connect to the server finished */
 	short io_flags;                /* what c->io currently waits for; 0 = not armed */
-	event_callback_fn on_io;       /* the handshake's I/O callback, arg c */
+	/* The protocol's step: send what is pending (server_link_flush) and consume what arrived;
+	 * 1 when the handshake is complete (*early: where in `in` the stream's own bytes start),
+	 * 0 to wait for the socket, -errno to fail the attempt. */
+	int (*advance)(struct outbound_conn *c, size_t *early);
 	/* A server given by name, not pinned: */
 	struct ts_outbound *ob;        /* a copy (happy connects with it after the lookup) */
 	struct resolver *own_res;      /* without ob->resolver: this attempt's own */
@@ -37,11 +42,13 @@ struct server_link {
 	size_t in_len, in_cap;
 };
 
-/* Start connecting c (its timer set to timeout_ms) to ob's server for the handshake on_io;
- * l lives in the attempt's protocol state and c->link points to it. 0, or -errno (then
- * nothing was started; a connect that failed at once is a deferred result, conn_defer). */
+/* Start connecting c (its timer set to timeout_ms) to ob's server for the handshake whose step
+ * is advance; l lives in the attempt's protocol state and c->link points to it. 0, or -errno
+ * (then nothing was started; a connect that failed at once is a deferred result, conn_defer).
+ * A complete handshake finishes c with the bytes after it as early bytes. */
 int server_link_start(struct outbound_conn *c, struct server_link *l,
-		      const struct ts_outbound *ob, event_callback_fn on_io, uint32_t timeout_ms)
+		      const struct ts_outbound *ob,
+		      int (*advance)(struct outbound_conn *c, size_t *early), uint32_t timeout_ms)
 	__attribute__((warn_unused_result));
 
 /* The handshake's I/O on c->link: wait for flags on the fd (c->io re-assigned, only legal

@@ -56,12 +56,11 @@ void socks5_state_free(struct socks5_conn *s)
 	free(s);
 }
 
-static void on_io(evutil_socket_t fd, short what, void *arg);
-
-/* Feed buffered bytes to the codec, one message at a time, sending each request before the
- * next reply is looked at. Returns 1 when the handshake is complete, 0 to wait for the
- * socket, -errno on failure. */
-static int advance(struct outbound_conn *c)
+/* The handshake's step (server_link.h): feed buffered bytes to the codec, one message at a
+ * time, sending each request before the next reply is looked at. 1 when the handshake is
+ * complete (what is left in `in` is the stream's: *early 0), 0 to wait for the socket, -errno
+ * on failure. */
+static int advance(struct outbound_conn *c, size_t *early)
 {
 	struct socks5_conn *s = c->s5;
 	size_t out_len;
@@ -72,8 +71,10 @@ static int advance(struct outbound_conn *c)
 			return n;
 		if (s->link.out_off < s->link.out_len)
 			return 0;
-		if (s->cl.state == SOCKS5_CL_DONE)
+		if (s->cl.state == SOCKS5_CL_DONE) {
+			*early = 0;
 			return 1;
+		}
 		if (s->link.in_len == 0)
 			return 0;
 		n = socks5_client_input(&s->cl, s->in, s->link.in_len, s->out, sizeof(s->out),
@@ -87,36 +88,6 @@ static int advance(struct outbound_conn *c)
 		s->link.out_off = 0;
 		s->link.out_len = out_len;
 	}
-}
-
-static void on_io(evutil_socket_t fd, short what, void *arg)
-{
-	struct outbound_conn *c = arg;
-	struct socks5_conn *s = c->s5;
-	int ret;
-
-	if (!s->link.connected) {
-		s->link.io_flags = 0;  /* the connect wait was one-shot */
-		if ((ret = conn_sock_error(c->fd)) != 0)
-			goto fail;
-		s->link.connected = true;
-	}
-	if ((what & EV_READ) && (ret = server_link_fill(c)) < 0)
-		goto fail;
-	if ((ret = advance(c)) < 0)
-		goto fail;
-	if (ret == 1) {
-		conn_finish(c, 0, s->in, s->link.in_len);
-		return;
-	}
-	if (s->link.out_off < s->link.out_len)
-		ret = server_link_arm(c, EV_WRITE | EV_PERSIST);
-	else
-		ret = server_link_arm(c, EV_READ | EV_PERSIST);
-	if (ret == 0)
-		return;
-fail:
-	conn_finish(c, ret, NULL, 0);
 }
 
 /* The handshake state: CONNECT to name (ATYP 3, the server resolves it) or without one to the
@@ -157,7 +128,7 @@ int socks5_start(struct outbound_conn *c, const struct ts_outbound *ob,
 		return -EINVAL;
 	if ((ret = prepare(c, ob, key, name)) != 0)
 		return ret;
-	return server_link_start(c, &c->s5->link, ob, on_io, timeout_ms);
+	return server_link_start(c, &c->s5->link, ob, advance, timeout_ms);
 }
 
 /* ---- UDP ASSOCIATE ------------------------------------------------------------------------ */
@@ -239,7 +210,7 @@ int outbound_udp_associate(struct event_base *base, const struct ts_outbound *ob
 	if (ret < 0)
 		goto fail;
 	c->s5->link.out_len = (size_t)ret;
-	if ((ret = server_link_start(c, &c->s5->link, ob, on_io, timeout_ms)) != 0)
+	if ((ret = server_link_start(c, &c->s5->link, ob, advance, timeout_ms)) != 0)
 		goto fail;
 	*out = c;
 	return 0;
