@@ -25,6 +25,7 @@
 #include "core/budget.h"
 #include "core/config.h"
 #include "core/csum.h"
+#include "core/domain_set.h"
 #include "core/gso.h"
 #include "core/log.h"
 #include "core/loopguard.h"
@@ -66,6 +67,10 @@ struct bench {
 	struct udp_path *up;   /* sys_udp*_path cases */
 	uint64_t sent;         /* datagrams the UDP path's sendto stand-in took */
 	struct loopguard *guard; /* the stacks' loop check, as a running proxy has it */
+	struct domain_set *ds;   /* domain_suffix_100k */
+	char (*names)[64];
+	size_t *name_len;
+	bool *name_hit;
 };
 
 struct micro_case {
@@ -625,6 +630,55 @@ static void run_lw_input(struct bench *b, uint64_t iters)
 		die("lwip input: one SYN-ACK per SYN", EINVAL);
 }
 
+/* ---- domain rules ------------------------------------------------------------------------- */
+
+#define DS_SUFFIXES 100000
+#define DS_NAMES 1024
+
+/* 100,000 suffixes (a rule set of that size, loaded as the plain format) and 1,024 names of 3
+ * to 6 labels to look up: every other one under a suffix of the set, the rest beside it. */
+static int setup_domain_suffix(struct bench *b)
+{
+	size_t cap = (size_t)DS_SUFFIXES * 24, len = 0;
+	char *text = malloc(cap);
+	struct domain_load_stats st = { 0 };
+	int ret;
+
+	b->names = calloc(DS_NAMES, sizeof(*b->names));
+	b->name_len = calloc(DS_NAMES, sizeof(*b->name_len));
+	b->name_hit = calloc(DS_NAMES, sizeof(*b->name_hit));
+	if (!text || !b->names || !b->name_len || !b->name_hit) {
+		free(text);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < DS_SUFFIXES; i++)
+		len += (size_t)snprintf(text + len, cap - len, "site%d.example%d.com\n", i, i % 97);
+	if ((ret = domain_set_new(&b->ds)) == 0)
+		ret = domain_set_load(b->ds, DOMAIN_FMT_PLAIN, text, len, &st);
+	free(text);
+	if (ret != 0 || st.added != DS_SUFFIXES)
+		return ret ? ret : -EINVAL;
+	for (int i = 0; i < DS_NAMES; i++) {
+		int site = (i * 7919) % DS_SUFFIXES, depth = i % 4;
+		bool hit = i % 2 == 0;
+		b->name_len[i] = (size_t)snprintf(b->names[i], sizeof(b->names[i]), "%s%ssite%d.example%d.%s",
+						  depth >= 2 ? "img.": "", depth >= 1 ? "cdn." : "",
+						  site, site % 97, hit ? "com" : "net");
+		b->name_hit[i] = hit;
+	}
+	return 0;
+}
+
+/* One iteration: one lookup. */
+static void run_domain_suffix(struct bench *b, uint64_t iters)
+{
+	for (uint64_t i = 0; i < iters; i++) {
+		size_t k = i % DS_NAMES;
+		if (domain_set_match(b->ds, b->names[k], b->name_len[k]) != b->name_hit[k])
+			die("domain_set_match: a wrong answer", EINVAL);
+	}
+}
+
 static const struct micro_case cases[] = {
 	{ "rewrite4", "packet", 1, 2000000, setup_rewrite4, run_rewrite },
 	{ "rewrite6", "packet", 1, 2000000, setup_rewrite6, run_rewrite },
@@ -643,6 +697,7 @@ static const struct micro_case cases[] = {
 	{ "lw_udp6", "packet", 1, 2000000, setup_lw_udp6, run_lw_input },
 	{ "lw_syn4", "packet", 1, 200000, setup_lw_syn4, run_lw_input },
 	{ "lw_syn6", "packet", 1, 200000, setup_lw_syn6, run_lw_input },
+	{ "domain_suffix_100k", "lookup", 1, 2000000, setup_domain_suffix, run_domain_suffix },
 };
 #define N_CASES (sizeof(cases) / sizeof(cases[0]))
 
@@ -671,6 +726,10 @@ static void teardown(struct bench *b)
 	free(b->big);
 	free(b->keys);
 	loopguard_free(b->guard);
+	domain_set_free(b->ds);
+	free(b->names);
+	free(b->name_len);
+	free(b->name_hit);
 	memset(b, 0, sizeof(*b));
 }
 

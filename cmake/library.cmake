@@ -66,7 +66,7 @@ foreach(_d LIBDIR INCLUDEDIR)
 endforeach()
 # What the objects call (libevent's core, cJSON, libcap, c-ares): keep in step with the .so's
 # NEEDED list.
-set(TS_PC_REQUIRES_PRIVATE "libevent libcjson libcap libcares")
+set(TS_PC_REQUIRES_PRIVATE "libevent libcjson libcap libcares libpcre2-8")
 set(prefix "@prefix@")
 configure_file(${CMAKE_SOURCE_DIR}/cmake/twinstack.pc.in ${CMAKE_BINARY_DIR}/twinstack.pc.tmpl @ONLY)
 unset(prefix)
