@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "core/config_parse.h"
+#include "core/domain_set.h"
 
 _Static_assert(sizeof(enum ts_stack) == sizeof(int), "CFGP_ENUM stores an int");
 _Static_assert(sizeof(enum ts_offload) == sizeof(int), "CFGP_ENUM stores an int");
@@ -476,13 +477,70 @@ static int f_rule_port(struct cfgp *p, const cJSON *item, void *target)
 	return 0;
 }
 
-enum { RULE_CIDR, RULE_PORT, RULE_NETWORK, RULE_OUTBOUND };
+/* domain, domain_suffix, domain_keyword, domain_regex: arrays of strings into r->names. */
+static int rule_names(struct cfgp *p, const cJSON *item, struct ts_rule *r, enum domain_kind kind)
+{
+	const cJSON *e;
+	size_t n, i = 0;
+	char err[160];
+	int ret;
+
+	if ((ret = cfgp_array(p, item, TS_MAX_RULE_ITEMS, false, &n)) != 0)
+		return ret;
+	if (!r->names && domain_set_new(&r->names) != 0)
+		return cfgp_nomem(p);
+	cJSON_ArrayForEach(e, item)
+	{
+		size_t mark = cfgp_push_index(p, i++);
+		if (!cJSON_IsString(e)) {
+			ret = cfgp_fail(p, "expected a string, got %s", cfgp_type_name(e));
+		} else {
+			err[0] = 0;
+			ret = domain_set_add(r->names, kind, e->valuestring, strlen(e->valuestring),
+					     NULL, err, sizeof(err));
+			if (ret == -ENOMEM)
+				ret = cfgp_nomem(p);
+			else if (ret != 0)
+				ret = cfgp_fail(p, "%s", err);
+		}
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			return ret;
+	}
+	return 0;
+}
+
+static int f_rule_domain(struct cfgp *p, const cJSON *item, void *target)
+{
+	return rule_names(p, item, target, DOMAIN_EXACT);
+}
+
+static int f_rule_suffix(struct cfgp *p, const cJSON *item, void *target)
+{
+	return rule_names(p, item, target, DOMAIN_SUFFIX);
+}
+
+static int f_rule_keyword(struct cfgp *p, const cJSON *item, void *target)
+{
+	return rule_names(p, item, target, DOMAIN_KEYWORD);
+}
+
+static int f_rule_regex(struct cfgp *p, const cJSON *item, void *target)
+{
+	return rule_names(p, item, target, DOMAIN_REGEX);
+}
+
+enum { RULE_CIDR, RULE_PORT, RULE_NETWORK, RULE_OUTBOUND, RULE_DOMAIN, RULE_SUFFIX, RULE_KEYWORD,
+       RULE_REGEX };
 
 static int check_rule(struct cfgp *p, void *target, uint32_t present)
 {
 	(void)target;
-	if (!(present & ((1u << RULE_CIDR) | (1u << RULE_PORT) | (1u << RULE_NETWORK))))
-		return cfgp_fail(p, "a rule needs at least one matcher (cidr, port or network)");
+	if (!(present & ((1u << RULE_CIDR) | (1u << RULE_PORT) | (1u << RULE_NETWORK) |
+			 (1u << RULE_DOMAIN) | (1u << RULE_SUFFIX) | (1u << RULE_KEYWORD) |
+			 (1u << RULE_REGEX))))
+		return cfgp_fail(p, "a rule needs at least one matcher (cidr, port, network, domain, "
+				    "domain_suffix, domain_keyword or domain_regex)");
 	if (!CFGP_PRESENT(present, RULE_OUTBOUND))
 		return cfgp_fail_key(p, "outbound", "required: the tag of the outbound to use");
 	return 0;
@@ -495,6 +553,10 @@ static const struct cfgp_field rule_fields[] = {
 			   .off = offsetof(struct ts_rule, network) },
 	[RULE_OUTBOUND] = { .key = "outbound", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
 			    .off = offsetof(struct ts_rule, outbound_tag) },
+	[RULE_DOMAIN] = { .key = "domain", .kind = CFGP_FN, .fn = f_rule_domain },
+	[RULE_SUFFIX] = { .key = "domain_suffix", .kind = CFGP_FN, .fn = f_rule_suffix },
+	[RULE_KEYWORD] = { .key = "domain_keyword", .kind = CFGP_FN, .fn = f_rule_keyword },
+	[RULE_REGEX] = { .key = "domain_regex", .kind = CFGP_FN, .fn = f_rule_regex },
 };
 static const struct cfgp_table rule_table = CFGP_TABLE(rule_fields, check_rule);
 
@@ -519,6 +581,8 @@ static int f_rules(struct cfgp *p, const cJSON *item, void *target)
 		cfgp_pop(p, mark);
 		if (ret != 0)
 			return ret;
+		if (rt->rules[i].names)
+			rt->has_names = true;
 		i++;
 	}
 	return 0;
@@ -1133,6 +1197,7 @@ void config_fini(struct ts_config *cfg)
 	for (size_t i = 0; i < cfg->route.n_rules; i++) {
 		free(cfg->route.rules[i].cidrs);
 		free(cfg->route.rules[i].ports);
+		domain_set_free(cfg->route.rules[i].names);
 	}
 	free(cfg->route.rules);
 	free(cfg->outbounds);

@@ -174,6 +174,10 @@ struct ts_rule {
 	struct ts_port_range *ports;              /* destination ports */
 	size_t n_ports;                           /* 0 = no port matcher */
 	enum ts_network network;
+	/* domain, domain_suffix, domain_keyword, domain_regex: the destination's name must be in
+	 * this set (core/domain_set.h); NULL = no name matcher. A session without a name never
+	 * matches a rule that has one. */
+	struct domain_set *names;
 	char outbound_tag[TS_TAG_MAX + 1];
 	uint32_t outbound;                        /* index into ts_config.outbounds */
 };
@@ -185,6 +189,7 @@ struct ts_route {
 	uint32_t final;                           /* index into ts_config.outbounds */
 	uint32_t default_mark;                    /* 0: none; else every outbound without its
 						   * own routing_mark gets it */
+	bool has_names;                           /* some rule has a name matcher */
 };
 
 struct ts_dns {

@@ -298,7 +298,7 @@ static int session_start(struct session *s, enum dispatcher_fail *why)
 		*why = DISPATCHER_FAIL_OWN_ADDRESS;
 		return -EINVAL;
 	}
-	s->ob = &cfg->outbounds[route_select(&cfg->route, &s->orig)];
+	s->ob = &cfg->outbounds[route_select(&cfg->route, &s->orig, s->name)];
 	if (s->ob->type == TS_OUT_REJECT) {
 		*why = DISPATCHER_FAIL_REJECT;
 		return -ECONNREFUSED;

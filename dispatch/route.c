@@ -1,6 +1,9 @@
-/* route.c — first-match rule evaluation. Runs once per session (TCP) or per UDP session, never
- * per packet, so a linear scan over the rules is fine. */
+/* route.c — first-match rule evaluation. Runs once per session (TCP) or per UDP destination
+ * change, never per packet, so a linear scan over the rules is fine; a rule's name matcher is
+ * one domain_set lookup. */
 #include "dispatch/route.h"
+
+#include "core/domain_set.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -17,7 +20,7 @@ static bool cidr_match(const struct netaddr_cidr *c, const struct flow_key *k)
 	return netaddr_in_cidr(&a, c);
 }
 
-bool route_rule_match(const struct ts_rule *r, const struct flow_key *k)
+bool route_rule_match(const struct ts_rule *r, const struct flow_key *k, const char *name)
 {
 	if (r->network == TS_NET_TCP && k->proto != IPPROTO_TCP)
 		return false;
@@ -40,13 +43,15 @@ bool route_rule_match(const struct ts_rule *r, const struct flow_key *k)
 		if (i == r->n_cidrs)
 			return false;
 	}
+	if (r->names && (!name || !domain_set_match(r->names, name, strlen(name))))
+		return false;
 	return true;
 }
 
-uint32_t route_select(const struct ts_route *route, const struct flow_key *k)
+uint32_t route_select(const struct ts_route *route, const struct flow_key *k, const char *name)
 {
 	for (size_t i = 0; i < route->n_rules; i++)
-		if (route_rule_match(&route->rules[i], k))
+		if (route_rule_match(&route->rules[i], k, name))
 			return route->rules[i].outbound;
 	return route->final;
 }

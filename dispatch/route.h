@@ -8,11 +8,13 @@
 #include "core/config.h"
 #include "core/flow.h"
 
-/* Does rule r match the flow's destination (address, port) and protocol? A rule matches when
- * every matcher it has matches: any of its CIDRs, any of its port ranges, its network. */
-bool route_rule_match(const struct ts_rule *r, const struct flow_key *k);
+/* Does rule r match the flow's destination (address, port), protocol and name? A rule
+ * matches when every matcher it has matches: any of its CIDRs, any of its port ranges, its
+ * network, its name set (name NULL: a rule with a name matcher does not match). */
+bool route_rule_match(const struct ts_rule *r, const struct flow_key *k, const char *name);
 
-/* The outbound index (into cfg->outbounds) for k: the first matching rule's, else final. */
-uint32_t route_select(const struct ts_route *route, const struct flow_key *k);
+/* The outbound index (into cfg->outbounds) for k and the destination's name (NULL: none): the
+ * first matching rule's, else final. */
+uint32_t route_select(const struct ts_route *route, const struct flow_key *k, const char *name);
 
 #endif

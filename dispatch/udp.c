@@ -800,8 +800,10 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- datagrams from the TUN --------------------------------------------------------------- */
 
+/* The route for v (and the name of its destination, NULL: none), cached for consecutive
+ * datagrams to one place (the name is the namer's answer for that place: cached with it). */
 static uint32_t route_for(const struct ts_config *cfg, struct udp_session *s,
-			  const struct udp_view *v)
+			  const struct udp_view *v, const char *name)
 {
 	struct flow_key fk;
 	uint32_t ob;
@@ -815,7 +817,7 @@ static uint32_t route_for(const struct ts_config *cfg, struct udp_session *s,
 	fk.dport_be = v->dport_be;
 	memcpy(fk.src, v->src, 16);
 	memcpy(fk.dst, v->dst, 16);
-	ob = route_select(&cfg->route, &fk);
+	ob = route_select(&cfg->route, &fk, name);
 	if (s) {
 		s->rc_valid = true;
 		s->rc_port_be = v->dport_be;
@@ -834,7 +836,7 @@ static bool is_ours(const struct ts_config *cfg, const struct udp_view *v)
 /* Decide where v goes under cfg (s's configuration, or the one a new session will hold). 0,
  * or -1 when dropped (counted). */
 static int pick_target(struct udp_path *up, const struct ts_config *cfg, struct udp_session *s,
-		       const struct udp_view *v, struct target *t)
+		       const struct udp_view *v, const char *name, struct target *t)
 {
 	/* Hijack first: it takes precedence over the own-address drop (a resolver on the
 	 * gateway is the common setup). */
@@ -855,7 +857,7 @@ static int pick_target(struct udp_path *up, const struct ts_config *cfg, struct 
 			return -1;
 		}
 		t->dns = false;
-		t->ob = route_for(cfg, s, v);
+		t->ob = route_for(cfg, s, v, name);
 		t->family = v->family;
 		t->tolen = (socklen_t)netaddr_sockaddr(v->family, v->dst, v->dport_be, &t->to);
 	}
@@ -921,6 +923,30 @@ static __attribute__((noinline)) bool name_target(struct udp_path *up, struct ud
 	return true;
 }
 
+/* For rules that match names: v's destination's name into *name (NULL: none), from s's cache
+ * or, before a session exists, from the namer (copied into buf). false: the namer gave a name
+ * outbound_name_valid refuses. */
+static __attribute__((noinline)) bool route_name(struct udp_path *up, struct udp_session *s,
+						 const struct udp_view *v,
+						 char buf[OUTBOUND_NAME_MAX + 1], const char **name)
+{
+	const char *n;
+	bool bad;
+
+	if (s) {
+		*name = udp_name_for(up, s, v, &bad);
+		return !bad;
+	}
+	n = up->namer(up->namer_arg, v->family, v->dst, ntohs(v->dport_be));
+	if (n && !outbound_name_valid(n))
+		return false;
+	if (n) {
+		snprintf(buf, OUTBOUND_NAME_MAX + 1, "%s", n);
+		*name = buf;
+	}
+	return true;
+}
+
 /* A datagram the codec accepted: its session, its target, out. */
 static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 {
@@ -930,6 +956,8 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	struct cfg_gen *gen;
 	struct usock *k;
 	bool fresh = false;
+	char nbuf[OUTBOUND_NAME_MAX + 1];
+	const char *rname = NULL;
 
 	memset(&key, 0, sizeof(key));
 	key.family = v->family;
@@ -942,12 +970,20 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	}
 	/* A new session's target and the session itself must come from one configuration. */
 	gen = s ? s->gen : cfg_gens_hold(&up->gens);
-	if (pick_target(up, gen->cfg, s, v, &t) != 0)
+	/* Rules that match names need the name before the route. */
+	if (__builtin_expect(up->namer != NULL, 0) && gen->cfg->route.has_names &&
+	    !route_name(up, s, v, nbuf, &rname)) {
+		udp_count_drop(up, UDP_DROP_bad_name);
+		goto unhold;
+	}
+	if (pick_target(up, gen->cfg, s, v, rname, &t) != 0)
 		goto unhold;
 	if (!s) {
 		if (!(s = session_new(up, &key, gen, dns_like(v, &t), now_ns)))
 			goto unhold;
 		fresh = true;
+		if (rname)
+			udp_name_seed(up, s, v, rname);
 	} else if (__builtin_expect(s->dns_only, 0) && !dns_like(v, &t)) {
 		session_demote(up, s, now_ns); /* an ordinary session costs this flag test only */
 	}

@@ -257,6 +257,10 @@ bool udp_s5_unwrap(struct udp_path *up, struct usock *k, const struct sockaddr_s
 /* The namer's name for v's destination (cached per session); *bad for a refused name. */
 const char *udp_name_for(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
 			 bool *bad);
+/* A new session's name cache seeded with name (the namer's answer for v's destination, asked
+ * before the session existed). */
+void udp_name_seed(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
+		   const char *name);
 /* v goes direct to name: true with t aimed at the answer; false when v waits or was dropped. */
 bool udp_dname_route(struct udp_path *up, struct udp_session *s, struct target *t,
 		     const struct udp_view *v, const char *name, int64_t now);

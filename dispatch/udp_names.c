@@ -153,6 +153,21 @@ static struct dname *dname_new(struct udp_path *up, struct udp_session *s, uint3
 	return d;
 }
 
+void udp_name_seed(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
+		   const char *name)
+{
+	size_t len = strlen(name);
+
+	if (s->rc_name)
+		budget_mfree(up->b, s->rc_name);
+	if (!(s->rc_name = budget_malloc(up->b, len + 1)))
+		return; /* not cached: the namer is asked again for the next datagram */
+	memcpy(s->rc_name, name, len + 1);
+	s->nc_valid = true;
+	s->nc_port_be = v->dport_be;
+	memcpy(s->nc_dst, v->dst, 16);
+}
+
 /* v goes direct to `name`: true with t pointed at the answer when it is known; false when v
  * waits for it (queued) or was dropped (counted). */
 bool udp_dname_route(struct udp_path *up, struct udp_session *s, struct target *t,

@@ -65,7 +65,9 @@ static void start(const char *mode, uint32_t connect_ms, uint32_t fds)
 		 "  \"outbounds\": [ { \"tag\": \"direct\", \"type\": \"direct\" },"
 		 "                   { \"tag\": \"block\", \"type\": \"reject\" } ],"
 		 "  \"relay\": { \"mode\": \"%s\" },"
-		 "  \"route\": { \"rules\": [ { \"port\": [%d], \"outbound\": \"block\" } ],"
+		 "  \"route\": { \"rules\": [ { \"port\": [%d], \"outbound\": \"block\" },"
+		 "                          { \"domain_suffix\": [\"blocked.test\"],"
+		 "                            \"outbound\": \"block\" } ],"
 		 "               \"final\": \"direct\" } }",
 		 connect_ms, mode, REJECT_PORT);
 	cr_assert_eq(config_load_string(json, &cfg, err, sizeof(err)), 0, "%s", err);
@@ -891,5 +893,20 @@ Test(session, namer_bad_name_is_refused)
 	cr_assert_eq(dispatch(&s, 4, "127.0.0.2", 443), 0);
 	expect_prompt_reset(&s, DISPATCHER_FAIL_BAD_NAME);
 	cr_assert_eq(dns.queries, 0, "nothing looked up");
+	names_stop(&dns, res);
+}
+
+/* Route rules see the name: a name under a blocked suffix goes to the reject outbound. */
+Test(session, namer_name_is_routed_by_name)
+{
+	struct namer_rec n = { .name = "www.Blocked.Test" };
+	struct resolver *res;
+	struct sess s;
+	struct dns dns;
+
+	res = names_start(&dns, &n);
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.2", 443), 0);
+	expect_prompt_reset(&s, DISPATCHER_FAIL_REJECT);
+	cr_assert_eq(dns.queries, 0, "never looked up: rejected by its name");
 	names_stop(&dns, res);
 }

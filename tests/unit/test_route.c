@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <errno.h>
 #include <string.h>
 
 #include "core/config.h"
@@ -33,7 +34,13 @@ static struct flow_key key(const char *dst, uint16_t port, uint8_t proto)
 static uint32_t sel(const char *dst, uint16_t port, uint8_t proto)
 {
 	struct flow_key k = key(dst, port, proto);
-	return route_select(&cfg.route, &k);
+	return route_select(&cfg.route, &k, NULL);
+}
+
+static uint32_t seln(const char *dst, const char *name)
+{
+	struct flow_key k = key(dst, 443, IPPROTO_TCP);
+	return route_select(&cfg.route, &k, name);
 }
 
 Test(route, first_match_wins_and_final)
@@ -64,5 +71,43 @@ Test(route, no_rules_is_final)
 	load("{\"outbounds\":[{\"tag\":\"a\",\"type\":\"direct\"},{\"tag\":\"b\",\"type\":\"reject\"}],"
 	     "\"route\":{\"final\":\"b\"}}");
 	cr_assert_eq(sel("1.2.3.4", 1, IPPROTO_TCP), 1);
+	config_fini(&cfg);
+}
+
+Test(route, name_matchers)
+{
+	load("{\"outbounds\":[{\"tag\":\"d\",\"type\":\"direct\"},{\"tag\":\"r\",\"type\":\"reject\"},"
+	     "{\"tag\":\"d2\",\"type\":\"direct\"}],"
+	     "\"route\":{\"rules\":["
+	     "{\"domain\":[\"exact.example\"],\"domain_keyword\":[\"ads\"],\"outbound\":\"r\"},"
+	     "{\"domain_suffix\":[\"corp.example\"],\"cidr\":[\"10.0.0.0/8\"],\"outbound\":\"d2\"},"
+	     "{\"domain_regex\":[\"^cdn[0-9]+\\\\.\"],\"outbound\":\"r\"}],"
+	     "\"final\":\"d\"}}");
+	cr_assert(cfg.route.has_names);
+	cr_assert_eq(seln("192.0.2.1", "exact.example"), 1);
+	cr_assert_eq(seln("192.0.2.1", "ads.exact.example"), 1, "the keyword, in the same set");
+	cr_assert_eq(seln("192.0.2.1", "a.exact.example"), 0);
+	cr_assert_eq(seln("10.1.2.3", "Host.Corp.Example."), 2, "suffix AND cidr");
+	cr_assert_eq(seln("192.0.2.1", "host.corp.example"), 0, "the cidr does not match");
+	cr_assert_eq(seln("192.0.2.1", "cdn42.example.net"), 1);
+	cr_assert_eq(seln("10.1.2.3", NULL), 0, "no name: no rule with a name matcher matches");
+	config_fini(&cfg);
+}
+
+Test(route, name_matchers_refuse_bad_entries_naming_the_path)
+{
+	char err[TS_ERRLEN];
+
+	config_init(&cfg);
+	cr_assert_eq(config_load_string("{\"route\":{\"rules\":[{\"domain_suffix\":[\"ok.test\","
+					"\"bad name\"],\"outbound\":\"direct\"}]}}",
+					&cfg, err, sizeof(err)), -EINVAL);
+	cr_assert(strstr(err, "$.route.rules[0].domain_suffix[1]"), "%s", err);
+	config_fini(&cfg);
+	config_init(&cfg);
+	cr_assert_eq(config_load_string("{\"route\":{\"rules\":[{\"domain_regex\":[\"(open\"],"
+					"\"outbound\":\"direct\"}]}}",
+					&cfg, err, sizeof(err)), -EINVAL);
+	cr_assert(strstr(err, "$.route.rules[0].domain_regex[0]"), "%s", err);
 	config_fini(&cfg);
 }

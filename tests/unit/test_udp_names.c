@@ -124,9 +124,22 @@ static const char *namer(void *arg, int family, const uint8_t *dst, uint16_t dpo
 	}
 }
 
+static void env_start_json(struct env *e, const char *json);
+
 static void env_start(struct env *e, const char *strategy)
 {
-	char json[512], err[TS_ERRLEN];
+	char json[512];
+
+	snprintf(json, sizeof(json),
+		 "{\"outbounds\":[{\"tag\":\"direct\",\"type\":\"direct\"%s%s%s}]}",
+		 strategy ? ",\"domain_strategy\":\"" : "", strategy ? strategy : "",
+		 strategy ? "\"" : "");
+	env_start_json(e, json);
+}
+
+static void env_start_json(struct env *e, const char *json)
+{
+	char err[TS_ERRLEN];
 	struct resolver_config rc = { 0 };
 
 	memset(e, 0, sizeof(*e));
@@ -136,10 +149,6 @@ static void env_start(struct env *e, const char *strategy)
 	echo_open(e->base, &e->e4, 4, 0);
 	/* The v6 echo on the v4 echo's port: a name of either family reaches "the same" port. */
 	echo_open(e->base, &e->e6, 6, e->e4.port);
-	snprintf(json, sizeof(json),
-		 "{\"outbounds\":[{\"tag\":\"direct\",\"type\":\"direct\"%s%s%s}]}",
-		 strategy ? ",\"domain_strategy\":\"" : "", strategy ? strategy : "",
-		 strategy ? "\"" : "");
 	cr_assert_eq(config_load_string(json, &e->cfg, err, sizeof(err)), 0, "%s", err);
 	rc.servers = e->dns.servers;
 	cr_assert_eq(resolver_new(e->base, &rc, &e->res), 0);
@@ -304,5 +313,30 @@ Test(udp_names, a_name_that_does_not_resolve_drops_and_waits_before_asking_again
 	tun_send(&e, "127.0.0.8", "d", 1);
 	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 3000));
 	check_reply(&e, 0, "127.0.0.8", "d", 1);
+	env_fini(&e);
+}
+
+Test(udp_names, route_rules_see_the_name)
+{
+	struct env e;
+
+	env_start_json(&e, "{\"outbounds\":[{\"tag\":\"direct\",\"type\":\"direct\"},"
+			   "{\"tag\":\"block\",\"type\":\"reject\"}],"
+			   "\"route\":{\"rules\":[{\"domain_suffix\":[\"echo4.test\"],"
+			   "\"outbound\":\"block\"}],\"final\":\"direct\"}}");
+	tun_send(&e, "127.0.0.8", "no", 2);
+	cr_assert_eq(stats(&e).drops[UDP_DROP_rejected], 1, "echo4.test is blocked by name");
+	cr_assert_eq(e.namer_calls, 1);
+	tun_send(&e, "127.0.0.9", "yes", 3);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 3000));
+	check_reply(&e, 0, "127.0.0.9", "yes", 3);
+	cr_assert_eq(e.namer_calls, 2, "a new session's name is asked once, before the route");
+	tun_send(&e, "127.0.0.9", "again", 5);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 2, 3000));
+	cr_assert_eq(e.namer_calls, 2, "and kept for the session's next datagrams");
+	/* The session that went to echo6.test turns to echo4.test: blocked by name too. */
+	tun_send(&e, "127.0.0.8", "no", 2);
+	cr_assert_eq(stats(&e).drops[UDP_DROP_rejected], 2);
+	cr_assert_eq(e.e4.received, 0);
 	env_fini(&e);
 }
