@@ -1,0 +1,434 @@
+/* dns_msg.c — DNS queries and answers parsed with bounded names, and replies built for the
+ * asking client. Contracts: dns_msg.h. */
+#include "core/dns_msg.h"
+
+#include <string.h>
+#include <strings.h>
+
+static inline uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
+
+static inline uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static inline void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+static inline void put32(uint8_t *p, uint32_t v)
+{
+	put16(p, (uint16_t)(v >> 16));
+	put16(p + 2, (uint16_t)v);
+}
+
+static bool ldh(uint8_t c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '-' || c == '_';
+}
+
+/* The name at off: *end is where the name's bytes end at off (after its first pointer, or its
+ * root label). With text (cap DNS_NAME_MAX + 2) the presentation form and *nameable. 0 or
+ * DNS_E_SHORT / DNS_E_NAME. */
+static int read_name(const uint8_t *m, size_t len, size_t off, size_t *end, char *text,
+		     size_t *text_len, bool *nameable)
+{
+	size_t pos = off, wire = 0, t = 0;
+	int jumps = 0;
+	bool ok = true;
+
+	*end = 0;
+	for (;;) {
+		uint8_t l;
+		if (pos >= len)
+			return DNS_E_SHORT;
+		l = m[pos];
+		if ((l & 0xc0) == 0xc0) {
+			size_t target;
+			if (pos + 1 >= len)
+				return DNS_E_SHORT;
+			target = (size_t)(l & 0x3f) << 8 | m[pos + 1];
+			/* Strictly backwards, bounded, never into the header (so a question name,
+			 * the first name, has no pointer): no loop, no forward reference. */
+			if (target >= pos || target < DNS_HDR_LEN || ++jumps > DNS_MAX_JUMPS)
+				return DNS_E_NAME;
+			if (!*end)
+				*end = pos + 2;
+			pos = target;
+			continue;
+		}
+		if (l & 0xc0)
+			return DNS_E_NAME; /* 0x40 / 0x80: reserved label types */
+		if (l == 0) {
+			if (!*end)
+				*end = pos + 1;
+			break;
+		}
+		if (pos + 1 + l > len)
+			return DNS_E_SHORT;
+		if ((wire += 1u + l) + 1 > DNS_WIRE_NAME_MAX)
+			return DNS_E_NAME;
+		if (text) {
+			if (t)
+				text[t++] = '.';
+			for (size_t i = 0; i < l; i++) {
+				uint8_t c = m[pos + 1 + i];
+				ok = ok && ldh(c);
+				text[t++] = ldh(c) ? (char)c : '?';
+			}
+		}
+		pos += 1u + l;
+	}
+	if (text) {
+		text[t] = 0;
+		*text_len = t;
+		*nameable = ok && t > 0 && t <= DNS_NAME_MAX;
+	}
+	return 0;
+}
+
+/* The question at DNS_HDR_LEN into *q; *next after it. */
+static int read_question(const uint8_t *m, size_t len, struct dns_question *q, size_t *next)
+{
+	size_t end;
+	int ret = read_name(m, len, DNS_HDR_LEN, &end, q->name, &q->name_len, &q->nameable);
+
+	if (ret != 0)
+		return ret;
+	if (end + 4 > len)
+		return DNS_E_SHORT;
+	q->qtype = get16(m + end);
+	q->qclass = get16(m + end + 2);
+	q->wire_off = DNS_HDR_LEN;
+	q->wire_len = end + 4 - DNS_HDR_LEN;
+	*next = end + 4;
+	return 0;
+}
+
+/* One RR at off: its type, class, TTL, rdata span; *next after it. */
+struct rr {
+	uint16_t type, rclass;
+	uint32_t ttl;
+	size_t ttl_off, rdata_off, rdlen;
+};
+
+static int read_rr(const uint8_t *m, size_t len, size_t off, struct rr *r, size_t *next)
+{
+	size_t end;
+	int ret = read_name(m, len, off, &end, NULL, NULL, NULL);
+
+	if (ret != 0)
+		return ret;
+	if (end + 10 > len)
+		return DNS_E_SHORT;
+	r->type = get16(m + end);
+	r->rclass = get16(m + end + 2);
+	r->ttl_off = end + 4;
+	r->ttl = get32(m + end + 4);
+	r->rdlen = get16(m + end + 8);
+	r->rdata_off = end + 10;
+	if (r->rdata_off + r->rdlen > len)
+		return DNS_E_SHORT;
+	*next = r->rdata_off + r->rdlen;
+	return 0;
+}
+
+int dns_parse_query(const uint8_t *m, size_t len, struct dns_query *q)
+{
+	size_t off;
+	uint16_t qd, an, ns, ar;
+	int ret;
+
+	memset(q, 0, sizeof(*q));
+	if (len < DNS_HDR_LEN)
+		return DNS_E_SHORT;
+	q->id = get16(m);
+	q->flags = get16(m + 2);
+	qd = get16(m + 4), an = get16(m + 6), ns = get16(m + 8), ar = get16(m + 10);
+	if (q->flags & DNS_F_QR)
+		return DNS_E_QR;
+	if (DNS_OPCODE(q->flags) != 0)
+		return DNS_E_OPCODE;
+	if (qd != 1)
+		return DNS_E_QDCOUNT;
+	if ((ret = read_question(m, len, &q->q, &off)) != 0)
+		return ret;
+	q->udp_size = DNS_UDP_MIN;
+	/* An OPT may follow anything a client puts in the other sections: walk them all. */
+	for (uint32_t i = 0; i < (uint32_t)an + ns + ar; i++) {
+		struct rr r;
+		if ((ret = read_rr(m, len, off, &r, &off)) != 0)
+			return ret;
+		if (i >= (uint32_t)an + ns && r.type == DNS_T_OPT && !q->has_opt) {
+			q->has_opt = true;
+			if (r.rclass > DNS_UDP_MIN)
+				q->udp_size = r.rclass;
+		}
+	}
+	return 0;
+}
+
+bool dns_question_equal(const struct dns_question *x, const struct dns_question *y)
+{
+	return x->qtype == y->qtype && x->qclass == y->qclass && x->name_len == y->name_len &&
+	       strncasecmp(x->name, y->name, x->name_len) == 0;
+}
+
+/* The negative TTL from an SOA in the authority section: min(its TTL, its MINIMUM). */
+static uint32_t soa_negative_ttl(const uint8_t *m, size_t len, const struct rr *r)
+{
+	size_t end, off = r->rdata_off;
+
+	/* MNAME, RNAME, then SERIAL REFRESH RETRY EXPIRE MINIMUM. */
+	for (int i = 0; i < 2; i++) {
+		if (read_name(m, len, off, &end, NULL, NULL, NULL) != 0)
+			return UINT32_MAX;
+		off = end;
+	}
+	if (off + 20 > r->rdata_off + r->rdlen)
+		return UINT32_MAX;
+	uint32_t minimum = get32(m + off + 16);
+	return minimum < r->ttl ? minimum : r->ttl;
+}
+
+int dns_parse_answer(const uint8_t *m, size_t len, uint16_t id, const struct dns_question *asked,
+		     struct dns_answer *a)
+{
+	size_t off;
+	uint32_t total, neg = UINT32_MAX;
+	bool opt_seen = false;
+	int ret;
+
+	memset(a, 0, sizeof(*a));
+	a->min_ttl = UINT32_MAX;
+	if (len < DNS_HDR_LEN)
+		return DNS_E_SHORT;
+	a->id = get16(m);
+	a->flags = get16(m + 2);
+	a->an = get16(m + 6), a->ns = get16(m + 8), a->ar = get16(m + 10);
+	if (!(a->flags & DNS_F_QR))
+		return DNS_E_QR;
+	if (a->id != id || get16(m + 4) != 1 || DNS_OPCODE(a->flags) != 0)
+		return DNS_E_MISMATCH;
+	if ((ret = read_question(m, len, &a->q, &off)) != 0)
+		return ret;
+	if (!dns_question_equal(&a->q, asked))
+		return DNS_E_MISMATCH;
+	a->rr_off = a->keep_end = off;
+	total = (uint32_t)a->an + a->ns + a->ar;
+	for (uint32_t i = 0; i < total; i++) {
+		struct rr r;
+		if ((ret = read_rr(m, len, off, &r, &off)) != 0)
+			return ret;
+		if (i < a->an && r.type != DNS_T_OPT && r.ttl < a->min_ttl)
+			a->min_ttl = r.ttl;
+		if (i >= a->an && i < (uint32_t)a->an + a->ns && r.type == DNS_T_SOA && neg == UINT32_MAX)
+			neg = soa_negative_ttl(m, len, &r);
+		/* Keep every RR before the OPT; the OPT and what follows it are not copied (a
+		 * later RR's names could point into what is left out). */
+		if (opt_seen || r.type == DNS_T_OPT) {
+			opt_seen = true;
+			continue;
+		}
+		a->keep_end = off;
+		if (i < a->an)
+			a->keep_an++;
+		else if (i < (uint32_t)a->an + a->ns)
+			a->keep_ns++;
+		else
+			a->keep_ar++;
+		if (a->n_ttl < DNS_MAX_RRS)
+			a->ttl_off[a->n_ttl++] = (uint16_t)r.ttl_off;
+		else
+			a->n_ttl_overflow = true;
+	}
+	if (a->an == 0)
+		a->min_ttl = neg;
+	return 0;
+}
+
+size_t dns_reply_limit(const struct dns_query *q, bool tcp, size_t mtu_payload)
+{
+	size_t lim;
+
+	if (tcp)
+		return 65535;
+	lim = q->has_opt ? (q->udp_size < DNS_EDNS_SIZE ? q->udp_size : DNS_EDNS_SIZE) : DNS_UDP_MIN;
+	if (lim < DNS_UDP_MIN)
+		lim = DNS_UDP_MIN;
+	return mtu_payload && lim > mtu_payload ? mtu_payload : lim;
+}
+
+static void put_opt(uint8_t *p)
+{
+	p[0] = 0;                     /* the root name */
+	put16(p + 1, DNS_T_OPT);
+	put16(p + 3, DNS_EDNS_SIZE);  /* our payload size */
+	put32(p + 5, 0);              /* extended rcode, version 0, DO clear */
+	put16(p + 9, 0);              /* no options */
+}
+
+/* Header and the client's question; the counts and rcode are the caller's. Returns the
+ * offset after the question, or -ENOSPC. */
+static int start_reply(uint8_t *out, size_t cap, const struct dns_query *q, const uint8_t *qmsg,
+		       uint16_t extra_flags, enum dns_rcode rcode)
+{
+	size_t n = DNS_HDR_LEN + q->q.wire_len;
+	uint16_t flags = (uint16_t)((q->flags & (0x7800 | DNS_F_RD | DNS_F_CD)) | DNS_F_QR |
+				    DNS_F_RA | extra_flags | (rcode & 0xf));
+
+	if (n > cap)
+		return -ENOSPC;
+	put16(out, q->id);
+	put16(out + 2, flags);
+	put16(out + 4, 1);
+	memset(out + 6, 0, 6);
+	memcpy(out + DNS_HDR_LEN, qmsg + q->q.wire_off, q->q.wire_len);
+	return (int)n;
+}
+
+/* TC set, the question and OPT only. */
+static int truncated(uint8_t *out, size_t cap, const struct dns_query *q, const uint8_t *qmsg,
+		     uint16_t flags_keep, enum dns_rcode rcode)
+{
+	int n = start_reply(out, cap, q, qmsg, (uint16_t)(flags_keep | DNS_F_TC), rcode);
+
+	if (n < 0)
+		return n;
+	if (q->has_opt) {
+		if ((size_t)n + DNS_OPT_LEN > cap)
+			return -ENOSPC;
+		put_opt(out + n);
+		put16(out + 10, 1);
+		n += DNS_OPT_LEN;
+	}
+	return n;
+}
+
+int dns_build_from_answer(uint8_t *out, size_t cap, size_t limit, const struct dns_query *q,
+			  const uint8_t *qmsg, const uint8_t *ans, const struct dns_answer *a,
+			  uint32_t age_s)
+{
+	uint16_t keep = a->flags & (DNS_F_AA | DNS_F_AD);
+	size_t rr_len = a->keep_end - a->rr_off, total;
+	int n;
+
+	/* The answer's RRs point into its own header and question: they stay valid only if the
+	 * client's question has the same length (the same name, maybe in another case). */
+	if (a->q.wire_len != q->q.wire_len || a->rr_off != DNS_HDR_LEN + q->q.wire_len)
+		return -EINVAL;
+	total = DNS_HDR_LEN + q->q.wire_len + rr_len + (q->has_opt ? DNS_OPT_LEN : 0);
+	if (total > limit)
+		return truncated(out, cap, q, qmsg, keep, (enum dns_rcode)DNS_RCODE(a->flags));
+	if (total > cap)
+		return -ENOSPC;
+	n = start_reply(out, cap, q, qmsg, keep, (enum dns_rcode)DNS_RCODE(a->flags));
+	if (n < 0)
+		return n;
+	memcpy(out + n, ans + a->rr_off, rr_len);
+	put16(out + 6, a->keep_an);
+	put16(out + 8, a->keep_ns);
+	put16(out + 10, (uint16_t)(a->keep_ar + (q->has_opt ? 1 : 0)));
+	for (size_t i = 0; i < a->n_ttl; i++) {
+		uint8_t *t = out + a->ttl_off[i];
+		uint32_t ttl = get32(t);
+		put32(t, ttl > age_s ? ttl - age_s : 0);
+	}
+	n += (int)rr_len;
+	if (q->has_opt) {
+		put_opt(out + n);
+		n += DNS_OPT_LEN;
+	}
+	return n;
+}
+
+int dns_build_synth(uint8_t *out, size_t cap, size_t limit, const struct dns_query *q,
+		    const uint8_t *qmsg, enum dns_rcode rcode, int family, const uint8_t (*addrs)[16],
+		    size_t n_addrs, uint32_t ttl)
+{
+	size_t alen = family == 4 ? 4 : 16, rr = 12 + alen, total;
+	int n;
+
+	if (rcode != DNS_R_NOERROR)
+		n_addrs = 0;
+	total = DNS_HDR_LEN + q->q.wire_len + n_addrs * rr + (q->has_opt ? DNS_OPT_LEN : 0);
+	if (total > limit)
+		return truncated(out, cap, q, qmsg, 0, rcode);
+	if (total > cap)
+		return -ENOSPC;
+	n = start_reply(out, cap, q, qmsg, 0, rcode);
+	if (n < 0)
+		return n;
+	for (size_t i = 0; i < n_addrs; i++) {
+		uint8_t *p = out + n;
+		put16(p, 0xc000 | DNS_HDR_LEN); /* the question's name */
+		put16(p + 2, family == 4 ? DNS_T_A : DNS_T_AAAA);
+		put16(p + 4, 1);                /* IN */
+		put32(p + 6, ttl);
+		put16(p + 10, (uint16_t)alen);
+		memcpy(p + 12, addrs[i], alen);
+		n += (int)rr;
+	}
+	put16(out + 6, (uint16_t)n_addrs);
+	if (q->has_opt) {
+		put_opt(out + n);
+		put16(out + 10, 1);
+		n += DNS_OPT_LEN;
+	}
+	return n;
+}
+
+int dns_build_header_error(uint8_t *out, size_t cap, const uint8_t *m, size_t len,
+			   enum dns_rcode rcode)
+{
+	uint16_t flags;
+
+	if (len < DNS_HDR_LEN)
+		return DNS_E_SHORT;
+	if (cap < DNS_HDR_LEN)
+		return -ENOSPC;
+	flags = get16(m + 2);
+	put16(out, get16(m));
+	put16(out + 2, (uint16_t)((flags & (0x7800 | DNS_F_RD)) | DNS_F_QR | (rcode & 0xf)));
+	memset(out + 4, 0, 8);
+	return DNS_HDR_LEN;
+}
+
+int dns_build_query(uint8_t *out, size_t cap, uint16_t id, const struct dns_question *q)
+{
+	size_t n = DNS_HDR_LEN, start = 0;
+
+	if (!q->nameable)
+		return -EINVAL;
+	if (DNS_HDR_LEN + q->name_len + 2 + 4 + DNS_OPT_LEN > cap)
+		return -ENOSPC;
+	put16(out, id);
+	put16(out + 2, DNS_F_RD);
+	put16(out + 4, 1);
+	put16(out + 6, 0);
+	put16(out + 8, 0);
+	put16(out + 10, 1); /* our OPT */
+	for (size_t i = 0; i <= q->name_len; i++) {
+		if (i == q->name_len || q->name[i] == '.') {
+			size_t l = i - start;
+			if (l == 0 || l > 63)
+				return -EINVAL;
+			out[n++] = (uint8_t)l;
+			memcpy(out + n, q->name + start, l);
+			n += l;
+			start = i + 1;
+		}
+	}
+	out[n++] = 0;
+	put16(out + n, q->qtype);
+	put16(out + n + 2, q->qclass);
+	n += 4;
+	put_opt(out + n);
+	return (int)(n + DNS_OPT_LEN);
+}
