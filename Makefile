@@ -8,7 +8,7 @@ JOBS ?= 2
 FUZZ_SECONDS ?= 30
 CTEST = ctest --output-on-failure --no-tests=error
 
-.PHONY: all setup build bench test test-release test-asan test-tsan test-fuzz test-long micro clean
+.PHONY: all setup build bench bench-socks5 test test-release test-asan test-tsan test-fuzz test-long micro clean
 
 all: build
 
@@ -57,6 +57,13 @@ test-long: build
 # only, checks the ablation's acceptance targets (~18 minutes, refused over 30).
 bench: build
 	./build/twinstack bench $(BENCH_ARGS)
+
+# Both stacks with their outbound pointed at a SOCKS5 server (dante in the server namespace),
+# next to the same stacks direct and a plain SOCKS5 client without a TUN through the same
+# server: TCP bulk and UDP echo, each stack's ratio to the plain client (~12 minutes;
+# BENCH_ARGS=--quick: ~1 minute). Output in bench-results/socks5/.
+bench-socks5: build
+	./build/twinstack bench --via socks5 --out bench-results/socks5 $(BENCH_ARGS)
 
 micro: build
 	./build/twinstack-micro

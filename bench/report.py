@@ -25,7 +25,8 @@ UNITS = {
     "rps_switches": "switches", "loop_busy_pct": "%",
     "conn_per_s": "conn/s", "latency_p50_us": "us", "latency_p99_us": "us",
     "latency_p999_us": "us", "pps": "packets/s", "loss_pct": "%",
-    "instructions_per_op": "instructions",
+    "instructions_per_op": "instructions", "plain_socks5_fraction": "ratio",
+    "server_cpu_s": "s",
 }
 
 # Chart colours: one hue per stack (and the baselines), darker = faster I/O mode.
@@ -37,8 +38,11 @@ BAR_COLORS = {
     ("lwip", "offload-rx", 1): "#6baed6",
     ("system", "offload-norps", 1): "#bcbd22", ("system", "offload-rps", 1): "#8c564b",
     ("ceiling", "offload", 1): "#222222",
+    ("socks5-client", "offload", 1): "#7f7f7f", ("system", "offload-socks5", 1): "#d62728",
+    ("lwip", "offload-socks5", 1): "#9467bd",
 }
 RSS_SLACK_KB = 1024     # a target: system peak RSS at 64 streams at most 1 MB above 1 stream
+SOCKS5_TARGET = 0.8     # --via socks5: a stack via SOCKS5 over the plain SOCKS5 client
 
 
 # ---- the console: the live table on stdout, progress and notes on stderr --------------------
@@ -173,6 +177,7 @@ class Report:
         self.gw, self.mirror, self.target = addrs
         self.dsamples = {}      # the derived ones (ceiling, fractions), same shape
         self.ablation = meta["mode"] == "ablation"
+        self.socks5 = meta["mode"] == "socks5"
         self.reps = meta["repetitions"]
         self.io_mode = meta["io_mode"]
         self.bulk_cells = [(d, n) for d, n in meta["bulk_cells"]]
@@ -181,10 +186,12 @@ class Report:
         self.notes = meta["notes"]
         self.subjects = [Subject(s["stack"], s["io_mode"], s["queues"], s["label"])
                          for s in meta["subjects"]]
-        self.veth = next(s for s in self.subjects if s.stack == "veth")
-        self.ceiling_ref = next(s for s in self.subjects if s.stack == "reflector" and
-                                s.io_mode == meta["ceiling_io_mode"])
-        self.ceiling = Subject("ceiling", self.ceiling_ref.io_mode, label="ceiling")
+        # --via socks5 runs neither baseline: no ceiling then.
+        self.veth = next((s for s in self.subjects if s.stack == "veth"), None)
+        self.ceiling_ref = next((s for s in self.subjects if s.stack == "reflector" and
+                                 s.io_mode == meta["ceiling_io_mode"]), None)
+        self.ceiling = Subject("ceiling", self.ceiling_ref.io_mode if self.ceiling_ref else
+                               self.io_mode, label="ceiling")
         self.micro = Subject("micro", "n/a", label="micro")
 
     def stack_subjects(self):
@@ -193,6 +200,8 @@ class Report:
     def fraction_subjects(self):
         """Everything measured against the ceiling: the stacks, and (ablation) the reflector
         in the other mode."""
+        if self.ceiling_ref is None:
+            return []
         return [s for s in self.subjects if s.stack != "veth" and s.key != self.ceiling_ref.key]
 
     def find(self, stack, io_mode, queues=1):
@@ -216,7 +225,8 @@ class Report:
         """Per round and cell: the two-hop ceiling 1/(1/reflector + 1/veth) and each subject's
         fraction of it, paired by round (a failed run leaves a gap, never a shifted pair)."""
         self.dsamples = {}
-        for d, n in self.bulk_cells:
+        self.derive_socks5()
+        for d, n in self.bulk_cells if self.ceiling_ref and self.veth else []:
             refl = self.by_round(self.ceiling_ref, "tcp_bulk", d, n, "throughput_gbps")
             veth = self.by_round(self.veth, "tcp_bulk", d, n, "throughput_gbps")
             ceil = {r: 1.0 / (1.0 / refl[r] + 1.0 / veth[r]) for r in sorted(refl)
@@ -230,7 +240,53 @@ class Report:
                 fr = [[r, thr[r] / ceil[r]] for r in sorted(thr) if r in ceil]
                 if fr:
                     self.dsamples[s.key + ("tcp_bulk", d, n, "ceiling_fraction")] = fr
-        self.has_ceiling = bool(self.dsamples)
+        self.has_ceiling = any(k[-1] == "ceiling_fraction" for k in self.dsamples)
+
+    # -- --via socks5
+    def socks5_figures(self):
+        """(workload, direction, streams, metric) of every figure the plain client is
+        compared on: each bulk cell's throughput, then the UDP echo rate."""
+        return [("tcp_bulk", d, n, "throughput_gbps") for d, n in self.bulk_cells] + \
+            [("udp_echo_64B", None, None, "pps")]
+
+    def socks5_pairs(self):
+        """(stack direct, stack via socks5) for each stack of a --via socks5 run."""
+        P = []
+        for s in self.subjects:
+            if s.is_stack and s.io_mode.endswith("-socks5"):
+                P.append((self.find(s.stack, s.io_mode[:-len("-socks5")], s.queues), s))
+        return P
+
+    def derive_socks5(self):
+        """Per round: each stack via SOCKS5 over the plain client (paired by round)."""
+        plain = next((s for s in self.subjects if s.stack == "socks5-client"), None)
+        if plain is None:
+            return
+        for _, via in self.socks5_pairs():
+            for wl, d, n, metric in self.socks5_figures():
+                a = self.by_round(via, wl, d, n, metric)
+                b = self.by_round(plain, wl, d, n, metric)
+                fr = [[r, a[r] / b[r]] for r in sorted(a) if r in b and b[r] > 0]
+                if fr:
+                    self.dsamples[via.key + (wl, d, n, "plain_socks5_fraction")] = fr
+
+    def socks5_targets(self):
+        """Each stack via SOCKS5 at least SOCKS5_TARGET of the plain SOCKS5 client, on the
+        median of the per-round ratios: every bulk cell and the UDP echo rate."""
+        T = []
+        for _, via in self.socks5_pairs():
+            for wl, d, n, metric in self.socks5_figures():
+                st = self.stat(via, wl, d, n, "plain_socks5_fraction")
+                what = "%s: %s over the plain socks5 client" % (
+                    via.label, "TCP bulk %s, %d stream%s" % (d, n, "s" if n > 1 else "")
+                    if wl == "tcp_bulk" else "UDP echo 64 B packets/s")
+                v = st[0] if st else None
+                T.append({"what": what, "value": None if v is None else round(v, 4),
+                          "target": ">= %.1f" % SOCKS5_TARGET,
+                          "verdict": "N/A" if v is None else
+                          ("PASS" if v >= SOCKS5_TARGET else "MISS"),
+                          "shown": "not measured" if v is None else "%.3f" % v})
+        return T
 
     def rows(self):
         rows = []
@@ -323,17 +379,22 @@ class Report:
         rows = self.rows()
         self.rowmap = {(r["stack"], r["io_mode"], r["queues"], r["workload"], r["direction"],
                         r["streams"], r["metric"]): r for r in rows}
-        targets = self.targets() if self.ablation else []
+        targets = self.targets() if self.ablation else \
+            self.socks5_targets() if self.socks5 else []
         if self.ablation:
             self.ablation_charts()
+        elif self.socks5:
+            self.ablation_charts("socks5_throughput", "TCP bulk throughput, direct and via SOCKS5")
         else:
             self.charts()
         meta = self.meta
-        if self.ablation:
+        if self.ablation or self.socks5:
             meta["targets"] = targets
         samples = [{"key": list(k), "values": v} for k, v in self.samples.items()]
         if self.ablation:
             self.write_ablation_report(meta, targets)
+        elif self.socks5:
+            self.write_socks5_report(meta, targets)
         else:
             self.write_report(rows, meta)
         with open(os.path.join(self.out, "results.json"), "w") as f:
@@ -465,23 +526,27 @@ class Report:
             f.write("\n".join(L) + "\n")
 
     def cost_table(self, L):
+        metrics = ["cpu_user_s", "cpu_sys_s", "tun_drops", "retransmits", "rps_switches",
+                   "loop_busy_pct"]
+        heads = ["cpu user s", "cpu sys s", "TUN drops", "retransmits", "steering switches",
+                 "loop busy %"]
+        if self.socks5:
+            metrics.append("server_cpu_s")
+            heads.append("SOCKS5 server cpu s")
         T = []
         for s in self.subjects:
             for d, n in self.bulk_cells:
-                vals = [self.get(s, "tcp_bulk", d, n, m) for m in
-                        ("cpu_user_s", "cpu_sys_s", "tun_drops", "retransmits",
-                         "rps_switches", "loop_busy_pct")]
+                vals = [self.get(s, "tcp_bulk", d, n, m) for m in metrics]
                 if all(v is None for v in vals):
                     continue
                 T.append("| %s | %s | %d | %s |" % (s.label, d, n, " | ".join(
-                    self.cell(v, 2 if i < 2 else 0) for i, v in enumerate(vals))))
+                    self.cell(v, 0 if 2 <= i <= 5 else 2) for i, v in enumerate(vals))))
         if not T:
             return
         L.append("## Cost of the bulk runs (per cell, per run)")
         L.append("")
-        L.append("| subject | direction | streams | cpu user s | cpu sys s | TUN drops | "
-                 "retransmits | steering switches | loop busy % |")
-        L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        L.append("| subject | direction | streams | " + " | ".join(heads) + " |")
+        L.append("|" + " --- |" * (3 + len(heads)))
         L += T + [""]
 
     def write_ablation_report(self, meta, targets):
@@ -575,6 +640,86 @@ class Report:
         with open(os.path.join(self.out, "report.md"), "w") as f:
             f.write("\n".join(L) + "\n")
 
+    def write_socks5_report(self, meta, targets):
+        pairs = self.socks5_pairs()
+        plain = next((s for s in self.subjects if s.stack == "socks5-client"), None)
+        s5 = meta.get("socks5") or {}
+        L = ["# twinstack bench --via socks5 report", ""]
+        L.append("%s, %d round(s), %.0f s, io_mode %s, kernel %s, %d CPUs, %s. SOCKS5 server: "
+                 "%s at %s in the server namespace, no authentication. Interleaved: each round "
+                 "runs every subject once, the order rotated per round. Figures: median [min – "
+                 "max] over the rounds; ratios are per round (paired), then median [min – "
+                 "max]." % (meta["started_utc"], meta["repetitions"], meta["duration_s"],
+                            meta["io_mode"], meta["host"]["kernel"], meta["host"]["cpus"],
+                            cc_text(meta), s5.get("server", "?"), s5.get("address", "?")))
+        L.append("")
+        L.append("## TCP bulk (Gbit/s) and UDP echo (packets/s): direct, via SOCKS5, and the "
+                 "plain SOCKS5 client")
+        L.append("")
+        head = ["figure", plain.label if plain else "plain socks5"]
+        for direct, via in pairs:
+            head += [direct.label if direct else via.stack, via.label,
+                     "%s / plain" % via.label]
+        L.append("| " + " | ".join(head) + " |")
+        L.append("|" + " --- |" * len(head))
+        for wl, d, n, metric in self.socks5_figures():
+            what = "TCP %s, %d stream%s" % (d, n, "s" if n > 1 else "") if wl == "tcp_bulk" \
+                else "UDP echo 64 B, packets/s"
+            digits = 2 if wl == "tcp_bulk" else 0
+            c = [what, fmt_stat(self.stat(plain, wl, d, n, metric), digits)]
+            for direct, via in pairs:
+                c += [fmt_stat(self.stat(direct, wl, d, n, metric), digits),
+                      fmt_stat(self.stat(via, wl, d, n, metric), digits),
+                      fmt_stat(self.stat(via, wl, d, n, "plain_socks5_fraction"), 3)]
+            L.append("| " + " | ".join(c) + " |")
+        L.append("")
+        L.append("## Targets (each stack via SOCKS5 at least %.1f of the plain SOCKS5 client, "
+                 "on the medians of this run)" % SOCKS5_TARGET)
+        L.append("")
+        L.append("```")
+        for t in targets:
+            L.append("%-4s  %s: %s (target %s)" % (t["verdict"], t["what"], t["shown"],
+                                                   t["target"]))
+        L.append("```")
+        L.append("")
+        L.append("## Other figures")
+        L.append("")
+        L.append("| subject | UDP loss % | start-up ms | peak RSS KiB |")
+        L.append("| --- | --- | --- | --- |")
+        for sj in self.subjects:
+            L.append("| %s | %s | %s | %s |" % (
+                sj.label, fmt_stat(self.stat(sj, "udp_echo_64B", None, None, "loss_pct"), 3),
+                fmt_stat(self.stat(sj, "startup", None, None, "startup_ms"), 1),
+                fmt_stat(self.stat(sj, "run", None, None, "peak_rss_kb"), 0)))
+        L.append("")
+        self.cost_table(L)
+        self.tail_sections(L)
+        L.append("## Method")
+        L.append("")
+        L.append("- plain socks5: no TUN. TCP: `%s` to %s on B, so every connect() of iperf3 "
+                 "(its control and data connections) becomes a CONNECT through the server. UDP: "
+                 "`%s`: UDP ASSOCIATE on a TCP control connection, then each datagram to the "
+                 "relay with the RFC 1928 header, each echo back with it." % (
+                     s5.get("tcp_client", "proxychains4 iperf3"), self.target,
+                     s5.get("udp_client", "twinstack load udp --socks5")))
+        L.append("- <stack>: `twinstack run`, outbound direct (the default run's subject). "
+                 "<stack> via socks5: the same with one outbound `{\"type\": \"socks5\", "
+                 "\"server\": \"%s\", \"udp\": true, \"routing_mark\": 1}` and "
+                 "`route.final` pointing at it: TCP by CONNECT, UDP by UDP ASSOCIATE." %
+                 s5.get("address", "?"))
+        L.append("- TCP bulk: iperf3 -J -P N -t %d -O %d (-R for down), the median of the "
+                 "per-second sums after the warm-up. UDP echo: `twinstack load udp --size 64 "
+                 "--duration %s`, at most 64 datagrams outstanding." % (
+                     self.bulk_t, self.bulk_omit, s5.get("udp_seconds", "?")))
+        L.append("- The server runs in the same 2-core budget as everything else: the ratios "
+                 "say what the TUN and the proxy cost on top of a SOCKS5 client that is already "
+                 "limited by the server.")
+        L.append("")
+        L.append("Chart: socks5_throughput.svg / .png (`gnuplot socks5_throughput.gp`). Raw "
+                 "logs and configs: work/.")
+        with open(os.path.join(self.out, "report.md"), "w") as f:
+            f.write("\n".join(L) + "\n")
+
     @staticmethod
     def fmt_pct(st):
         med, _, rng = fmt_stat(st, 1, signed=True).partition(" ")
@@ -588,19 +733,20 @@ class Report:
             return False
         return True
 
-    def ablation_charts(self):
+    def ablation_charts(self, name="ablation_throughput",
+                        title="TCP bulk throughput by stack and TUN I/O mode"):
         """Grouped bars: one group per cell, one bar per subject and the ceiling, with the
         [min – max] of the rounds as error bars. SVG and PNG next to the report."""
         if not shutil.which("gnuplot"):
-            note_once(self.notes, "charts: gnuplot not installed, ablation_throughput not drawn")
+            note_once(self.notes, "charts: gnuplot not installed, %s not drawn" % name)
             return
         cols = [s for s in self.subjects + [self.ceiling] if any(
             self.stat(s, "tcp_bulk", d, n, "throughput_gbps") for d, n in self.bulk_cells)]
         if not cols:
-            note_once(self.notes, "charts: no throughput figures, ablation_throughput not drawn")
+            note_once(self.notes, "charts: no throughput figures, %s not drawn" % name)
             return
         order = [(d, n) for n in (1, 16, 64) for d in ("up", "down") if (d, n) in self.bulk_cells]
-        base = os.path.join(self.out, "ablation_throughput")
+        base = os.path.join(self.out, name)
         with open(base + ".dat", "w") as f:
             f.write("# cell, then median min max per subject: %s\n" % ", ".join(
                 s.label for s in cols))
@@ -614,18 +760,19 @@ class Report:
             base, 2 + 3 * i, 3 + 3 * i, 4 + 3 * i, ":xtic(1)" if i == 0 else "", s.label,
             " lc rgb '%s'" % BAR_COLORS[s.key] if s.key in BAR_COLORS else "")
             for i, s in enumerate(cols))
-        common = ("set title 'TCP bulk throughput by stack and TUN I/O mode (median, bars: "
+        common = ("set title '%s (median, bars: "
                   "min-max of %d rounds)'\n"
                   "set ylabel 'Gbit/s'\nset xlabel 'streams, direction'\n"
                   "set style data histograms\nset style histogram errorbars gap 1 lw 1\n"
                   "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
-                  "set key outside right top\nset grid ytics\nset yrange [0:*]\n" % self.reps)
+                  "set key outside right top\nset grid ytics\nset yrange [0:*]\n" % (
+                      title, self.reps))
         with open(base + ".gp", "w") as f:
             f.write("set terminal svg size 1200,520 dynamic enhanced font 'sans,11' background "
                     "'white'\nset output '%s.svg'\n%splot %s\n" % (base, common, plot))
             f.write("set terminal pngcairo size 1200,520 enhanced font 'sans,10' background "
                     "'white'\nset output '%s.png'\nreplot\n" % base)
-        self.gnuplot(base + ".gp", "ablation_throughput")
+        self.gnuplot(base + ".gp", name)
 
     def charts(self):
         if not shutil.which("gnuplot"):

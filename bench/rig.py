@@ -7,7 +7,9 @@ round, writes a table on stdout, and hands the samples to bench/report.py, which
 results.json, report.md and the charts (gnuplot). `--ablation` instead measures TCP bulk only,
 for every TUN I/O mode (per-packet, offload, offload + 2 queues) of each stack and of the
 reflector, one fresh child per cell, and checks the ablation's acceptance targets
-(docs/benchmarks.md); `--report-from FILE` redraws the report of an earlier run.
+(docs/benchmarks.md); `--via socks5` measures each stack with its outbound pointed at a SOCKS5
+server (dante, in B) next to the same stack direct and a plain SOCKS5 client without a TUN
+through the same server; `--report-from FILE` redraws the report of an earlier run.
 
     ns A (client + proxy)                                   ns B (servers)
     iperf3 -c / load clients                                lo 10.200.1.2/32 (the target)
@@ -18,6 +20,7 @@ reflector, one fresh child per cell, and checks the ablation's acceptance target
       iperf3 -s (reflector baseline: 198.18.1.1 mirrors back to 198.18.0.1)
     outbound sockets SO_MARK 1; ip rule fwmark 1 -> table 100 (default via B)
     veth 10.200.0.1/24 (txqueuelen 10000) <------------> veth 10.200.0.2/24
+                                                            --via socks5: danted 10.200.0.2:1080
 
 Python 3 standard library only. Every wait is bounded; namespaces and processes are torn down
 on exit, on SIGINT/SIGTERM/SIGHUP and on errors. Exit: 0 done, 1 a run failed, 2 cannot run.
@@ -58,6 +61,8 @@ REFL_IPERF_PORT = 5301
 ECHO_PORTS = [7001, 7002, 7003, 7004]
 UDP_PORT = 7007
 MARK = 1
+S5_PORT = 1080          # --via socks5: dante's port on B's veth address
+DANTED = "/usr/sbin/danted"
 
 EXIT_OK, EXIT_FAIL, EXIT_CANNOT = 0, 1, 2
 
@@ -316,6 +321,16 @@ class Subject(report.Subject):
         return self.stack in ("reflector", "system", "lwip")
 
     @property
+    def via_socks5(self):
+        """--via socks5: io_mode "<mode>-socks5" is the stack in that TUN I/O mode with its
+        outbound pointed at the testbed's SOCKS5 server."""
+        return self.io_mode.endswith("-socks5")
+
+    @property
+    def tun_mode(self):
+        return self.io_mode[:-len("-socks5")] if self.via_socks5 else self.io_mode
+
+    @property
     def offload(self):
         """tun.offload for the config: "on", never "auto", so a refusal fails the start
         instead of silently measuring per-packet I/O. io_mode "offload-rx" is offload with
@@ -324,8 +339,8 @@ class Subject(report.Subject):
         always on (tun.rps "off" / "on"; every other subject runs the default "auto", which
         tries steering under load and keeps it where it pays): what steering buys, and what
         trying it buys over either fixed setting."""
-        return "on" if self.io_mode in ("offload", "offload-rx", "offload-norps",
-                                        "offload-rps") else "off"
+        return "on" if self.tun_mode in ("offload", "offload-rx", "offload-norps",
+                                         "offload-rps") else "off"
 
     @property
     def gso_output(self):
@@ -348,7 +363,9 @@ class Rig:
         self.bin = os.path.abspath(args.bin)
         self.ablation = args.ablation
         self.quick = args.quick
-        self.mode = "ablation" if self.ablation else "quick" if self.quick else "full"
+        self.via = getattr(args, "via", None)
+        self.mode = "ablation" if self.ablation else "socks5" if self.via else \
+            "quick" if self.quick else "full"
         self.io_mode = args.io_mode or "offload"
         self.reps = args.reps if args.reps else (1 if args.quick else 3)
         self.stacks = [s for s in args.stacks.split(",") if s]
@@ -365,6 +382,8 @@ class Rig:
         self.cur_round = 0
         self.hold_conns = 1000
         self.load_modes = set()
+        self.load_socks5 = False    # `twinstack load udp --socks5` exists
+        self.dante = None           # --via socks5: the danted process in B
         self.has_reflect = True
         self.time_limit = None
         self.host_meta = None   # --report-from: the host of the earlier run
@@ -399,6 +418,15 @@ class Rig:
             if "lwip" in self.stacks:
                 self.subjects += [Subject("lwip", "per-packet"), Subject("lwip", "offload"),
                                   Subject("lwip", "offload-rx")]
+        elif self.via:
+            # No veth or reflector: the baseline here is the plain SOCKS5 client through the
+            # same server; each stack runs direct (its usual figures) and via the server.
+            m = self.io_mode
+            self.veth = self.ceiling_ref = None
+            self.subjects = [Subject("socks5-client", m, label="plain socks5")]
+            for s in self.stacks:
+                self.subjects += [Subject(s, m, label=s),
+                                  Subject(s, m + "-socks5", label=s + " via socks5")]
         else:
             m = self.io_mode
             self.veth = Subject("veth", m, label="veth")
@@ -425,6 +453,10 @@ class Rig:
                  "; iperf3 -t %d -O %d; TCP congestion control %s" % (
                      self.bulk_t, self.bulk_omit,
                      "of the host" if self.a.cc == "host" else self.a.cc))
+        if self.via:
+            L.append("socks5: danted (dante-server) at %s:%d in B, no authentication; plain "
+                     "client: proxychains4 + iperf3 (TCP), twinstack load udp --socks5 (UDP); "
+                     "UDP echo %d B for %d s" % (B_VETH4, S5_PORT, 64, self.load_s))
         if self.ablation:
             est = self.estimate_s()
             L.append("estimate: %dm%02ds for %d runs (%d round%s x %d cells x %d subjects, "
@@ -453,6 +485,7 @@ class Rig:
             for m in ("serve", "connrate", "latency", "hold", "udp", "udpflows"):
                 if re.search(r"\b%s\b" % m, txt):
                     self.load_modes.add(m)
+            self.load_socks5 = "--socks5" in txt
         micro = os.path.join(os.path.dirname(self.bin), "twinstack-micro")
         self.micro = micro if os.path.exists(micro) else None
 
@@ -502,6 +535,8 @@ class Rig:
             self.serve = tb.spawn(tb.ns_b, [self.bin, "load", "serve", "--bind", TARGET4,
                                             "--tcp-ports", ",".join(map(str, ECHO_PORTS)),
                                             "--udp-port", str(UDP_PORT)], "load-serve.log")
+        if self.via:
+            self.start_dante()
         for p in IPERF_PORTS:
             self.wait_listen(tb.ns_b, "tcp", p)
         self.wait_listen(tb.ns_a, "tcp", REFL_IPERF_PORT)
@@ -514,6 +549,54 @@ class Rig:
                 self.tb.stop(self.serve)
                 self.serve = None
                 self.load_modes = set()
+
+    def start_dante(self):
+        """--via socks5: Debian's dante-server in B on its veth address, in the foreground (no
+        -D), config and pid file in work/, no authentication, CONNECT and UDP ASSOCIATE; and
+        the proxychains4 config that points the plain client's iperf3 at it."""
+        conf = os.path.join(self.work, "danted.conf")
+        with open(conf, "w") as f:
+            f.write("logoutput: stderr\n"
+                    "internal: %s port = %d\n"
+                    "external: %s\n"
+                    "clientmethod: none\n"
+                    "socksmethod: none\n"
+                    "user.privileged: root\n"
+                    "user.unprivileged: nobody\n"
+                    "client pass { from: 0.0.0.0/0 to: 0.0.0.0/0 }\n"
+                    "socks pass { from: 0.0.0.0/0 to: 0.0.0.0/0 "
+                    "command: connect udpassociate udpreply }\n" % (B_VETH4, S5_PORT, B_VETH4))
+        self.dante = self.tb.spawn(self.tb.ns_b, [DANTED, "-f", conf, "-p",
+                                                  os.path.join(self.work, "danted.pid")],
+                                   "danted.log")
+        if not self.wait_listen(self.tb.ns_b, "tcp", S5_PORT, fatal=False):
+            raise RuntimeError("danted did not listen on %s:%d (see %s)" % (
+                B_VETH4, S5_PORT, os.path.join(self.work, "danted.log")))
+        self.pc_conf = os.path.join(self.work, "proxychains.conf")
+        with open(self.pc_conf, "w") as f:
+            f.write("strict_chain\ntcp_read_time_out 15000\ntcp_connect_time_out 8000\n"
+                    "[ProxyList]\nsocks5 %s %d\n" % (B_VETH4, S5_PORT))
+
+    def dante_cpu(self):
+        """--via socks5: CPU seconds of the SOCKS5 server so far: the sum over every danted
+        process in B of its own user + system time and that of its children it has reaped
+        (the server forks negotiator, request and I/O children, which come and go: a child's
+        time moves into its parent's when it is reaped, so the sum only grows)."""
+        r = self.tb.sh(["ip", "netns", "pids", self.tb.ns_b], check=False, timeout=5)
+        tot = 0.0
+        for p in r.stdout.split():
+            try:
+                with open("/proc/%s/comm" % p) as f:
+                    if f.read().strip() != "danted":
+                        continue
+                with open("/proc/%s/stat" % p) as f:
+                    st = f.read()
+            except OSError:
+                continue
+            fields = st[st.rindex(")") + 2:].split()
+            # fields[0] is field 3: utime, stime, cutime, cstime are fields 14-17
+            tot += sum(int(x) for x in fields[11:15]) / CLK_TCK
+        return tot
 
     def wait_listen(self, ns, proto, port, tries=100, fatal=True):
         flag = "-ltnH" if proto == "tcp" else "-lunH"
@@ -546,6 +629,12 @@ class Rig:
             "stats": {"listen": "127.0.0.1:%d" % STATS_PORT},
             "log": {"level": "warn"},
         }
+        if subj.via_socks5:
+            # Everything to the SOCKS5 server: TCP by CONNECT, UDP by UDP ASSOCIATE.
+            cfg["outbounds"] = [{"tag": "s5", "type": "socks5",
+                                 "server": "%s:%d" % (B_VETH4, S5_PORT), "udp": True,
+                                 "routing_mark": MARK}]
+            cfg["route"] = {"final": "s5"}
         with open(path, "w") as f:
             json.dump(cfg, f, indent=2)
 
@@ -697,16 +786,22 @@ class Rig:
             args = ["iperf3", "-c", MIRROR4, "-B", GW4, "-p", str(REFL_IPERF_PORT)]
         else:
             args = ["iperf3", "-c", TARGET4, "-p", str(self.next_iperf_port())]
+        if subj.stack == "socks5-client":
+            # every connect() of iperf3 (control and data) goes to dante as a CONNECT
+            args = ["proxychains4", "-q", "-f", self.pc_conf] + args
         args += ["-P", str(streams), "-t", str(self.bulk_t), "-O", str(self.bulk_omit), "-J",
                  "--connect-timeout", "3000"]
         if direction == "down":
             args.append("-R")
         cpu0 = proc_cpu(pid) if pid else None
+        via = self.via and (subj.via_socks5 or subj.stack == "socks5-client")
+        srv0 = self.dante_cpu() if via else None
         drops0 = self.tun_drops() if subj.has_tun else None
         prof = self.perf_start(subj, direction, streams)
         r = tb.sh(args, ns=tb.ns_a, check=False, timeout=self.bulk_t + self.bulk_omit + 20)
         self.perf_stop(prof)
         cpu1 = proc_cpu(pid) if pid else None
+        srv1 = self.dante_cpu() if via else None
         drops1 = self.tun_drops() if subj.has_tun else None
         try:
             j = json.loads(r.stdout)
@@ -734,6 +829,8 @@ class Rig:
             self.add(subj, wl, direction, streams, "cpu_sys_s", cpu1[1] - cpu0[1])
         if drops0 is not None and drops1 is not None:
             self.add(subj, wl, direction, streams, "tun_drops", drops1 - drops0)
+        if srv0 is not None and srv1 is not None:
+            self.add(subj, wl, direction, streams, "server_cpu_s", srv1 - srv0)
         if subj.is_stack:
             # tun.rps "auto": how often it switched so far (per cell in an ablation: a fresh
             # child per run) and how busy the loop's thread was in its last window.
@@ -791,8 +888,10 @@ class Rig:
 
     def w_udp(self, subject, size):
         d = self.load_s
+        via = ["--socks5", "%s:%d" % (B_VETH4, S5_PORT)] if subject.stack == "socks5-client" \
+            else []
         j = self.load("udp", ["--target", "%s:%d" % (TARGET4, UDP_PORT), "--size", str(size),
-                              "--duration", str(d)], d + 20)
+                              "--duration", str(d)] + via, d + 20)
         wl = "udp_echo_%dB" % size
         self.emit(subject, wl, None, None, "pps", j.get("pps"))
         self.emit(subject, wl, None, None, "loss_pct", j.get("loss_pct"))
@@ -964,6 +1063,61 @@ class Rig:
             except RuntimeError as e:
                 self.fail("%s %s: %s" % (subj.label, mode, e))
 
+    # -- --via socks5: one subject through the bulk cells and the UDP echo, once
+    def run_socks5_subject(self, subj):
+        tb = self.tb
+        child = pid = None
+        try:
+            if subj.stack == "socks5-client":
+                tb.route_target_via_veth()  # unused by its traffic, which goes to dante
+            else:
+                self.tick("%s: start" % subj.label)
+                child, ms = self.start_subject(subj)
+                pid = child.pid
+                self.emit(subj, "startup", None, None, "startup_ms", ms)
+                time.sleep(SETTLE_S)
+            for direction, streams in self.bulk_cells:
+                self.tick("%s: tcp bulk %s, %d stream%s" % (subj.label, direction, streams,
+                                                            "s" if streams > 1 else ""))
+                try:
+                    self.bulk(subj, pid, direction, streams)
+                except RuntimeError as e:
+                    self.fail(str(e))
+                if child is not None and child.poll() is not None:
+                    raise RuntimeError("%s exited (%s) during the bulk workloads" % (
+                        subj.label, child.returncode))
+            self.tick("%s: udp echo" % subj.label)
+            self.socks5_udp(subj)
+            if pid:
+                self.emit(subj, "run", None, None, "peak_rss_kb", proc_kb(pid, "VmHWM"))
+        except RuntimeError as e:
+            self.fail("%s: %s" % (subj.label, e))
+        finally:
+            if child is not None:
+                tb.stop(child)
+
+    def socks5_udp(self, subj):
+        """UDP echo (64 B) of one --via socks5 subject. A stack whose proxy dropped the
+        datagrams says which drop counters of its /stats moved."""
+        if not self.has_load("udp") or (subj.stack == "socks5-client" and not self.load_socks5):
+            self.note_na(subj.label, "udp", "`twinstack load udp%s` not available" % (
+                " --socks5" if subj.stack == "socks5-client" else ""))
+            return
+        try:
+            self.w_udp(subj, 64)
+            if subj.via_socks5:
+                # the proxy's own count: the echoes must have gone through an association
+                n = ((self.stats() or {}).get("udp") or {}).get("assocs_total")
+                if n == 0:
+                    self.fail("%s udp: no UDP association was made (/stats udp.assocs_total 0)"
+                              % subj.label)
+        except RuntimeError as e:
+            drops = ((self.stats() or {}).get("udp") or {}).get("drops") or {} \
+                if subj.is_stack else {}
+            moved = ", ".join("%s %s" % (k, v) for k, v in sorted(drops.items()) if v)
+            self.fail("%s udp: %s%s" % (subj.label, e, "; the proxy's udp drops: " + moved
+                                        if moved else ""))
+
     def fail(self, msg):
         self.failures.append(msg)
         log("FAILED: " + msg)
@@ -971,6 +1125,9 @@ class Rig:
     def count_steps(self):
         if self.ablation:
             return self.reps * len(self.bulk_cells) * len(self.subjects)
+        if self.via:
+            return self.reps * sum(len(self.bulk_cells) + 1 + (1 if s.has_tun else 0)
+                                   for s in self.subjects)
         per = 0
         for s in self.subjects:
             per += len(self.bulk_cells)
@@ -1103,12 +1260,13 @@ class Rig:
         if self.ablation:
             self.run_ablation()
         else:
+            run = self.run_socks5_subject if self.via else self.run_subject
             for rnd in range(self.reps):
                 self.cur_round = rnd + 1
                 # rotate the order each round so no subject always runs first or last
                 k = rnd % len(self.subjects)
                 for subj in self.subjects[k:] + self.subjects[:k]:
-                    self.run_subject(subj)
+                    run(subj)
         tb.teardown()
         if self.mode == "full" and not self.a.no_micro:
             self.micro_rows()
@@ -1128,7 +1286,7 @@ class Rig:
             "repetitions": self.reps, "subjects": [s.to_json() for s in self.subjects],
             "io_mode": "per-packet,offload" if self.ablation else self.io_mode,
             "queues": sorted({s.queues for s in self.subjects}) if self.ablation else 1,
-            "ceiling_io_mode": self.ceiling_ref.io_mode,
+            "ceiling_io_mode": self.ceiling_ref.io_mode if self.ceiling_ref else None,
             "bulk_cells": [[d, n] for d, n in self.bulk_cells],
             "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
                      "machine": platform.machine()},
@@ -1140,9 +1298,26 @@ class Rig:
         }
         if self.ablation:
             meta.update({"time_limit_s": self.time_limit, "estimate_s": round(self.estimate_s())})
+        if self.via:
+            meta["socks5"] = self.socks5_meta()
         if self.host_meta:
             meta["host"] = self.host_meta
         return meta
+
+    def socks5_meta(self):
+        if self.a.report_from:
+            return self.socks5_from
+        ver = None
+        try:
+            r = subprocess.run([DANTED, "-v"], capture_output=True, text=True, timeout=5)
+            m = re.search(r"Dante v(\d+(?:\.\d+)*)", r.stdout + r.stderr)
+            ver = m.group(1) if m else None
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        return {"server": "danted %s" % (ver or "?"), "address": "%s:%d" % (B_VETH4, S5_PORT),
+                "tcp_client": "proxychains4 -q -f FILE iperf3",
+                "udp_client": "twinstack load udp --socks5", "udp_size": 64,
+                "udp_seconds": self.load_s}
 
     def cc_meta(self):
         if self.a.report_from:
@@ -1164,9 +1339,12 @@ class Rig:
         for s in meta["subjects"]:
             self.subjects.append(Subject(s["stack"], s["io_mode"], s.get("queues", 1),
                                          s.get("label")))
-        self.veth = next(s for s in self.subjects if s.stack == "veth")
-        self.ceiling_ref = next(s for s in self.subjects if s.stack == "reflector" and
-                                s.io_mode == meta.get("ceiling_io_mode", "offload"))
+        self.veth = next((s for s in self.subjects if s.stack == "veth"), None)
+        self.ceiling_ref = next((s for s in self.subjects if s.stack == "reflector" and
+                                 s.io_mode == meta.get("ceiling_io_mode", "offload")), None)
+        if not self.via and (self.veth is None or self.ceiling_ref is None):
+            raise ValueError("no veth or no ceiling reflector among meta.subjects")
+        self.socks5_from = meta.get("socks5")
         self.bulk_cells = [(d, n) for d, n in meta["bulk_cells"]]
         self.bulk_t = meta["iperf3"]["seconds"]
         self.bulk_omit = meta["iperf3"]["omit"]
@@ -1196,11 +1374,13 @@ def report_from(a):
     except (OSError, ValueError) as e:
         raise CannotRun("--report-from %s: %s" % (a.report_from, e))
     meta = data.get("meta") if isinstance(data, dict) else None
-    if not isinstance(meta, dict) or meta.get("mode") not in ("full", "quick", "ablation"):
+    if not isinstance(meta, dict) or meta.get("mode") not in ("full", "quick", "ablation",
+                                                              "socks5"):
         raise CannotRun("--report-from %s: not a results.json of this rig (meta.mode)" %
                         a.report_from)
     a.ablation = meta["mode"] == "ablation"
     a.quick = meta["mode"] == "quick"
+    a.via = "socks5" if meta["mode"] == "socks5" else None
     a.io_mode = None if a.ablation else meta.get("io_mode")
     if a.out is None:
         a.out = os.path.dirname(os.path.abspath(a.report_from))
@@ -1230,6 +1410,12 @@ def parse_args(argv):
                     help="TCP bulk 1/16/64 streams up and down for veth, the reflector "
                     "(offload and per-packet), system per-packet/offload/offload+2 queues, lwip "
                     "per-packet/offload; the acceptance targets as PASS/MISS lines (~18 minutes)")
+    ap.add_argument("--via", choices=("socks5",), default=None,
+                    help="socks5: each stack with its outbound pointed at a SOCKS5 server "
+                    "(dante in the server namespace) next to the same stack direct and a plain "
+                    "SOCKS5 client without a TUN (proxychains4 + iperf3, load udp --socks5): "
+                    "TCP bulk and UDP echo, the ratios to the plain client with the >= 0.8 "
+                    "targets (~12 minutes; --quick ~2)")
     ap.add_argument("--stacks", default="system,lwip", help="comma-separated (default %(default)s)")
     ap.add_argument("--out", default=None, help="output directory (default bench-results; "
                     "with --report-from the directory of FILE)")
@@ -1282,6 +1468,7 @@ def parse_args(argv):
         bad("--cc: %r is not a congestion control name (reno, cubic, bbr, ... or host)" % a.cc)
     if a.report_from:
         given = [o for o, v in (("--ablation", a.ablation), ("--quick", a.quick),
+                                ("--via", a.via),
                                 ("--io-mode", a.io_mode), ("--reps", a.reps),
                                 ("--bulk-seconds", a.bulk_seconds),
                                 ("--time-limit", a.time_limit), ("--dry-run", a.dry_run),
@@ -1297,6 +1484,8 @@ def parse_args(argv):
     if a.ablation and a.quick:
         bad("--ablation has its own schedule; shorten it with --reps and --bulk-seconds, not "
             "--quick")
+    if a.via and a.ablation:
+        bad("--via socks5 and --ablation are two different runs")
     if a.ablation and a.io_mode:
         bad("--ablation measures both I/O modes; --io-mode does not apply")
     if a.time_limit and not a.ablation:
@@ -1312,6 +1501,11 @@ def preflight(a):
     missing = [t for t in ("ip", "ss", "sysctl", "iperf3") if not shutil.which(t)]
     if missing:
         raise CannotRun("missing tools: %s (scripts/setup.sh installs them)" % " ".join(missing))
+    if a.via == "socks5":
+        miss = [t for t in (DANTED, "proxychains4") if not shutil.which(t)]
+        if miss:
+            raise CannotRun("--via socks5 needs %s (Debian: dante-server, proxychains4; "
+                            "scripts/setup.sh installs them)" % " and ".join(miss))
     if not os.access(a.bin, os.X_OK):
         raise CannotRun("binary %s not found or not executable (build first)" % a.bin)
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, timeout=10)

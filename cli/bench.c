@@ -28,9 +28,9 @@ static int find_rig(const char *dir, char *rig, size_t len)
 
 void usage_bench(FILE *out)
 {
-	fputs("usage: twinstack bench [--quick | --ablation] [--stacks system,lwip] [--out DIR]\n"
-	      "                       [--reps N] [--io-mode offload|per-packet] [--dry-run]\n"
-	      "                       [--cc NAME|host] [--perf DIR]\n"
+	fputs("usage: twinstack bench [--quick | --ablation | --via socks5] [--stacks system,lwip]\n"
+	      "                       [--out DIR] [--reps N] [--io-mode offload|per-packet]\n"
+	      "                       [--dry-run] [--cc NAME|host] [--perf DIR]\n"
 	      "\n"
 	      "Build a namespace testbed, measure both stacks and two baselines (bare veth, TUN\n"
 	      "reflector) side by side, and write results.json, report.md and SVG charts to DIR\n"
@@ -43,6 +43,12 @@ void usage_bench(FILE *out)
 	      "                      offload + 2 queues (system), per-packet, offload and offload\n"
 	      "                      without GSO output trains (lwip), per-packet and offload\n"
 	      "                      (reflector); the acceptance targets as PASS/MISS (< 30 minutes)\n"
+	      "  --via socks5        each stack with its outbound pointed at a SOCKS5 server\n"
+	      "                      (dante in the server namespace) next to the same stack direct\n"
+	      "                      and a plain SOCKS5 client without a TUN (proxychains4 +\n"
+	      "                      iperf3, load udp --socks5): TCP bulk and UDP echo, each\n"
+	      "                      stack's ratio to the plain client as PASS/MISS (>= 0.8;\n"
+	      "                      ~12 minutes, with --quick ~1)\n"
 	      "  --stacks LIST       stacks to measure (default system,lwip)\n"
 	      "  --out DIR           output directory (default bench-results)\n"
 	      "  --reps N            repetitions per figure (default 3; --quick: 1)\n"

@@ -32,6 +32,8 @@ struct load_opts {
 	unsigned concurrency, req, size, conns, interval_ms, flows;
 	unsigned timeout_ms;            /* udpflows: wait for echoes; connrate: one attempt */
 	uint64_t rate;                  /* udp: datagrams per second, 0 = windowed flat out */
+	struct netaddr_ep socks5;       /* udp --socks5: send through this server's UDP relay */
+	bool has_socks5;
 };
 
 /* ---- helpers shared by the modes (load.c) ----------------------------------------------- */
@@ -67,6 +69,34 @@ void load_samples_fini(struct load_samples *s);
 /* A mode that cannot start still prints its one JSON object: {"error":"<strerror>"}, and the
  * reason on stderr. err is -errno. */
 void load_json_error(const char *mode, int err);
+
+/* ---- a SOCKS5 UDP association (load_socks5.c) --------------------------------------------- */
+
+/* The client side of RFC 1928 section 7 for the udp mode: a TCP control connection to the
+ * server (no authentication), UDP ASSOCIATE, and a UDP socket connected to the relay. Every
+ * datagram to the relay carries the header naming the target; every one from it carries the
+ * header naming its source. The association lives as long as ctl stays open. */
+struct load_s5udp {
+	int ctl;                  /* the control connection, -1 when none */
+	int fd;                   /* UDP, connected to the relay, -1 when none */
+	struct netaddr_ep relay;  /* where fd sends */
+	size_t hdr_len;           /* bytes of header in front of each payload to the target */
+};
+
+/* Associate through o->socks5 for datagrams to o->addr:o->port, within timeout_ms. Returns 0
+ * with *s open, or -errno with *s closed: the server's reply code mapped by
+ * socks5_reply_errno, -EACCES when it wants authentication, -ETIMEDOUT, -ECONNRESET when it
+ * closes early, -EPROTO for a relay given as a name or a broken reply. */
+int load_s5udp_open(const struct load_opts *o, unsigned timeout_ms, struct load_s5udp *s);
+/* Write the header to o's target into buf (at least hdr_len bytes). */
+int load_s5udp_header(const struct load_opts *o, uint8_t *buf, size_t cap);
+/* Is dgram (n bytes from the relay) a datagram from o's target with a payload of exactly size
+ * bytes? Returns the payload, or NULL (a malformed header, another source, another size). */
+const uint8_t *load_s5udp_payload(const struct load_opts *o, const uint8_t *dgram, size_t n,
+				  size_t size);
+/* Did the server close the control connection (which ends the association)? */
+bool load_s5udp_ctl_closed(const struct load_s5udp *s);
+void load_s5udp_close(struct load_s5udp *s);
 
 /* ---- modes --------------------------------------------------------------------------------- */
 int load_serve(const struct load_opts *o);

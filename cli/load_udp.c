@@ -2,7 +2,10 @@
  * udpflows (many concurrent flows, one datagram each).
  *
  * Each datagram carries a 64-bit sequence number (udp) or a 32-bit flow id and a magic
- * (udpflows) in its first bytes, so an echo is matched to what was sent, not merely counted. */
+ * (udpflows) in its first bytes, so an echo is matched to what was sent, not merely counted.
+ * udp --socks5 sends the same payloads through a SOCKS5 UDP relay (load_socks5.c): each
+ * datagram then starts with the RFC 1928 header, built once, and each echo must come back
+ * with the header naming the target. */
 #include "cli/load.h"
 
 #include <errno.h>
@@ -50,14 +53,15 @@ static int udp_connect(const struct load_opts *o, bool big_buffers)
 struct udprun {
 	const struct load_opts *o;
 	int fd;
-	char *msg, *buf;
+	size_t hdr;        /* --socks5: the relay header in front of each payload, else 0 */
+	char *msg, *buf;   /* msg: header + payload */
 	uint64_t sent, received, bad, inflight, send_errors;
 };
 
 static int udp_send_one(struct udprun *u)
 {
-	memcpy(u->msg, &u->sent, sizeof(u->sent));
-	if (send(u->fd, u->msg, u->o->size, 0) < 0) {
+	memcpy(u->msg + u->hdr, &u->sent, sizeof(u->sent));
+	if (send(u->fd, u->msg, u->hdr + u->o->size, 0) < 0) {
 		if (errno == EAGAIN || errno == ENOBUFS)
 			return 0;
 		/* An ICMP error from an earlier datagram surfaces here; through a proxy it can be
@@ -76,13 +80,22 @@ static int udp_send_one(struct udprun *u)
 /* Take every echo that is there; returns how many. */
 static unsigned udp_recv_all(struct udprun *u)
 {
+	const char *payload;
 	unsigned got = 0;
 	uint64_t seq;
 	ssize_t n;
 
 	while ((n = recv(u->fd, u->buf, 65536, MSG_DONTWAIT)) >= 0) {
-		memcpy(&seq, u->buf, sizeof(seq));
-		if ((size_t)n != u->o->size || seq >= u->sent) {
+		if (u->hdr)
+			payload = (const char *)load_s5udp_payload(u->o, (const uint8_t *)u->buf,
+								   (size_t)n, u->o->size);
+		else if ((size_t)n != u->o->size)
+			payload = NULL;
+		else
+			payload = u->buf;
+		if (payload)
+			memcpy(&seq, payload, sizeof(seq));
+		if (!payload || seq >= u->sent) {
 			u->bad++; /* not an echo of ours: counted apart, never as received */
 			continue;
 		}
@@ -153,9 +166,48 @@ static int udp_paced(struct udprun *u, int64_t start, int64_t end)
 	return 0;
 }
 
+/* The socket and the message: straight to the target, or through a SOCKS5 relay (the header
+ * written once in front of the payload). 0 or -errno. */
+static int udp_open(struct udprun *u, struct load_s5udp *s5)
+{
+	const struct load_opts *o = u->o;
+	int ret;
+
+	if (o->has_socks5) {
+		if ((ret = load_s5udp_open(o, o->timeout_ms, s5)) != 0)
+			return ret;
+		u->fd = s5->fd;
+		u->hdr = s5->hdr_len;
+		load_sockbuf(u->fd, UDP_SOCKBUF);
+	} else if ((u->fd = udp_connect(o, true)) < 0) {
+		return u->fd;
+	}
+	if (!(u->msg = calloc(1, u->hdr + o->size)))
+		return -ENOMEM;
+	if (u->hdr && (ret = load_s5udp_header(o, (uint8_t *)u->msg, u->hdr)) < 0)
+		return ret;
+	return 0;
+}
+
+static void udp_print(const struct udprun *u, const struct load_s5udp *s5, int64_t secs_us)
+{
+	char relay[NETADDR_EP_STRLEN];
+
+	printf("{\"pps\":%.1f,\"sent\":%" PRIu64 ",\"received\":%" PRIu64 ",\"loss_pct\":%.3f,"
+	       "\"bad\":%" PRIu64 ",\"send_errors\":%" PRIu64 ",\"size\":%u",
+	       (double)u->received * 1e6 / (double)secs_us, u->sent, u->received,
+	       u->sent ? 100.0 * (double)(u->sent - (u->received < u->sent ? u->received : u->sent)) /
+				 (double)u->sent : 0.0,
+	       u->bad, u->send_errors, u->o->size);
+	if (u->hdr)
+		printf(",\"socks5_relay\":\"%s\"", netaddr_ep_format(&s5->relay, relay, sizeof(relay)));
+	printf("}\n");
+}
+
 int load_udp(const struct load_opts *o)
 {
 	struct udprun u = { .o = o, .fd = -1 };
+	struct load_s5udp s5 = { .ctl = -1, .fd = -1 };
 	int64_t start, end, sent_end;
 	int ret, rc = EXIT_RUNTIME;
 
@@ -163,10 +215,8 @@ int load_udp(const struct load_opts *o)
 		fprintf(stderr, "load udp: --size must be at least 8 (the sequence number)\n");
 		return EXIT_USAGE;
 	}
-	u.msg = calloc(1, o->size);
-	u.buf = malloc(65536);
-	if (!u.msg || !u.buf || (u.fd = udp_connect(o, true)) < 0) {
-		load_json_error("udp", u.fd < 0 ? u.fd : -ENOMEM);
+	if (!(u.buf = malloc(65536)) || (ret = udp_open(&u, &s5)) != 0) {
+		load_json_error("udp", u.buf ? ret : -ENOMEM);
 		goto out;
 	}
 	start = load_now_us();
@@ -179,15 +229,15 @@ int load_udp(const struct load_opts *o)
 		udp_wait(&u, sent_end + UDP_DRAIN_US - now);
 		udp_recv_all(&u);
 	}
-	printf("{\"pps\":%.1f,\"sent\":%" PRIu64 ",\"received\":%" PRIu64 ",\"loss_pct\":%.3f,"
-	       "\"bad\":%" PRIu64 ",\"send_errors\":%" PRIu64 ",\"size\":%u}\n",
-	       (double)u.received * 1e6 / (double)(sent_end - start), u.sent, u.received,
-	       u.sent ? 100.0 * (double)(u.sent - (u.received < u.sent ? u.received : u.sent)) /
-				(double)u.sent : 0.0,
-	       u.bad, u.send_errors, o->size);
+	if (u.hdr && load_s5udp_ctl_closed(&s5))
+		fprintf(stderr, "load udp: the SOCKS5 server closed the control connection (the "
+				"association ended)\n");
+	udp_print(&u, &s5, sent_end - start);
 	rc = ret == 0 && u.received ? EXIT_OK : EXIT_RUNTIME;
 out:
-	if (u.fd >= 0)
+	if (u.hdr)
+		load_s5udp_close(&s5); /* its fd is u.fd */
+	else if (u.fd >= 0)
 		close(u.fd);
 	free(u.msg);
 	free(u.buf);

@@ -5,6 +5,8 @@
 #     run with known figures: the ceiling, the fractions, the differences, the PASS/MISS target
 #     lines, the chart, and results.json rows that `twinstack gate` accepts; redrawn again from
 #     the results.json it wrote, it must come out the same (bench/report.py reads nothing else).
+#     The same for `--via socks5`: its plan, its argument checks, and its report (the ratios to
+#     the plain SOCKS5 client and their PASS/MISS lines) redrawn from a synthetic run.
 #  2. Root: a quick bench run (`twinstack bench --quick`, offload I/O, the default): every stack
 #     and baseline must produce sane figures (throughput > 0, RSS > 0, connections held and
 #     answered); the ratios are printed, never judged (this machine is shared and noisy).
@@ -158,6 +160,95 @@ if "$bin" gate --baseline "$out/synth/results.json" --current "$out/synth/result
 else
 	echo "not ok - twinstack gate on the ablation results"
 	sed 's/^/# /' "$out/synth/gate.txt"
+	fails=$((fails + 1))
+fi
+# --via socks5: its plan and argument checks, and its report redrawn from a synthetic run
+# (plain client 10 Gbit/s and 10,000 packets/s; system via socks5 0.9 and 1.2 of it: PASS;
+# lwip via socks5 0.6 and 0.7: MISS).
+expect_rc 0 --via socks5 --quick --dry-run
+grep -q "lwip via socks5 (lwip/offload-socks5/q1)" "$out/args.txt" &&
+	grep -q "plain socks5 (socks5-client/offload/q1)" "$out/args.txt" ||
+	{ echo "not ok - the --via socks5 plan names its subjects"; fails=$((fails + 1)); }
+expect_rc 2 --via socks5 --ablation
+expect_rc 2 --via socks4 --dry-run
+expect_rc 2 --report-from "$out/none.json" --via socks5
+mkdir -p "$out/s5"
+python3 - "$out/s5/results.json" <<'PY'
+import json, sys
+thr = {("socks5-client", "offload"): 10.0, ("system", "offload"): 12.0,
+       ("system", "offload-socks5"): 9.0, ("lwip", "offload"): 8.0,
+       ("lwip", "offload-socks5"): 6.0}
+pps = {("socks5-client", "offload"): 10000.0, ("system", "offload"): 50000.0,
+       ("system", "offload-socks5"): 12000.0, ("lwip", "offload"): 40000.0,
+       ("lwip", "offload-socks5"): 7000.0}
+samples = []
+for (st, io), v in thr.items():
+    for d, n in (("up", 1), ("up", 16)):
+        samples.append({"key": [st, io, 1, "tcp_bulk", d, n, "throughput_gbps"],
+                        "values": [[1, v * 0.99], [2, v * 1.01]]})
+    samples.append({"key": [st, io, 1, "udp_echo_64B", None, None, "pps"],
+                    "values": [[1, pps[(st, io)] * 0.99], [2, pps[(st, io)] * 1.01]]})
+labels = {"socks5-client": "plain socks5"}
+subjects = [{"stack": st, "io_mode": io, "queues": 1,
+             "label": labels.get(st, st + (" via socks5" if io.endswith("-socks5") else ""))}
+            for st, io in thr]
+meta = {"mode": "socks5", "started_utc": "2026-12-02T00:00:00Z", "duration_s": 1.0,
+        "repetitions": 2, "ceiling_io_mode": None, "io_mode": "offload", "subjects": subjects,
+        "bulk_cells": [["up", 1], ["up", 16]], "iperf3": {"seconds": 3, "omit": 1},
+        "idle_wakeup_window_s": 5, "hold_conns": 1000,
+        "host": {"kernel": "synthetic", "cpus": 2, "machine": "x86_64"},
+        "tcp_congestion": {"testbed": "reno", "host_default": "bbr"},
+        "socks5": {"server": "danted 1.4.2", "address": "10.200.0.2:1080"},
+        "not_measured": [], "failures": [], "notes": []}
+json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w"))
+PY
+if "$bin" bench --report-from "$out/s5/results.json" >"$out/s5/stdout.txt" 2>&1; then
+	echo "ok - bench --report-from a synthetic --via socks5 run exits 0"
+else
+	echo "not ok - bench --report-from a synthetic --via socks5 run"
+	sed 's/^/# /' "$out/s5/stdout.txt"
+	fails=$((fails + 1))
+fi
+python3 - "$out/s5" <<'PY' || fails=$((fails + 1))
+import json, os, sys
+d = sys.argv[1]
+rows = json.load(open(os.path.join(d, "results.json")))["rows"]
+stdout = open(os.path.join(d, "stdout.txt")).read()
+report = open(os.path.join(d, "report.md")).read()
+bad = 0
+def check(name, ok):
+    global bad
+    print(("ok - " if ok else "not ok - ") + name)
+    bad += not ok
+def frac(stack, wl, n):
+    r = [r for r in rows if (r["stack"], r["io_mode"], r["workload"], r["streams"],
+                             r["metric"]) == (stack, "offload-socks5", wl, n,
+                                              "plain_socks5_fraction")]
+    return r[0]["median"] if len(r) == 1 else None
+check("system via socks5 / plain = 0.9 (TCP up 16)", abs((frac("system", "tcp_bulk", 16)
+                                                          or 0) - 0.9) < 1e-9)
+check("lwip via socks5 / plain = 0.7 (UDP)", abs((frac("lwip", "udp_echo_64B", None) or 0)
+                                                   - 0.7) < 1e-9)
+check("no ratio for the direct stacks", not any(
+    r["metric"] == "plain_socks5_fraction" and r["io_mode"] == "offload" for r in rows))
+for w in ("PASS  system via socks5: TCP bulk up, 1 stream over the plain socks5 client: 0.900",
+          "PASS  system via socks5: UDP echo 64 B packets/s over the plain socks5 client: 1.200",
+          "MISS  lwip via socks5: TCP bulk up, 16 streams over the plain socks5 client: 0.600",
+          "MISS  lwip via socks5: UDP echo 64 B packets/s over the plain socks5 client: 0.700"):
+    check("target line: " + w[:40], w in stdout and w in report)
+check("one table row per figure with the ratio columns",
+      "| TCP up, 16 streams | 10.00 [9.90 – 10.10] | 12.00 [11.88 – 12.12] | 9.00 [8.91 – 9.09] "
+      "| 0.900 |" in report and "| UDP echo 64 B, packets/s |" in report)
+sys.exit(1 if bad else 0)
+PY
+mkdir -p "$out/s5b"
+cp "$out/s5/results.json" "$out/s5b/"
+if "$bin" bench --report-from "$out/s5b/results.json" >/dev/null 2>&1 &&
+	cmp -s "$out/s5/results.json" "$out/s5b/results.json" &&
+	cmp -s "$out/s5/report.md" "$out/s5b/report.md"; then
+	echo "ok - a --via socks5 redraw of the redrawn results.json is the same"
+else
+	echo "not ok - a --via socks5 redraw of the redrawn results.json differs"
 	fails=$((fails + 1))
 fi
 if [ "$fails" -ne 0 ]; then

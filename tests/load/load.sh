@@ -6,7 +6,14 @@
 # Each mode must exit 0 and print one JSON object with sane figures: connrate > 100 conn/s,
 # latency 0 < p50 <= p99 <= p99.9, hold of 200 prints "HELD 200" then held=200, udp loss
 # small, udpflows answers all 200 flows; IPv6 is checked once. Bad usage must exit 2.
-# The server is killed on any exit (trap). Takes about 10 s.
+#
+#   udp --socks5 ──TCP control, UDP ASSOCIATE──▶ danted 127.0.0.1:P4 ──UDP──▶ serve :P3
+#
+# With root and Debian's dante-server (/usr/sbin/danted), udp --socks5 goes through a dante
+# started here (no authentication, foreground): the echoes must come back with the relay's
+# header (received, no loss to speak of, the relay endpoint dante named), and a server that is
+# not there must give {"error":...} and exit 1. Without dante that part is skipped (said so).
+# The servers are killed on any exit (trap). Takes about 12 s.
 #
 # usage: load.sh TWINSTACK_BINARY
 set -uo pipefail
@@ -14,8 +21,10 @@ set -uo pipefail
 bin=${1:?usage: load.sh TWINSTACK_BINARY}
 work=$(mktemp -d)
 serve_pid=
+dante_pid=
 cleanup() {
 	[ -n "$serve_pid" ] && kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
+	[ -n "$dante_pid" ] && kill -TERM "$dante_pid" 2>/dev/null && wait "$dante_pid" 2>/dev/null
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -83,6 +92,55 @@ check udp_paced 'j["sent"] >= 4900 and j["loss_pct"] < 1 and 4000 < j["pps"] < 6
 	udp --target "127.0.0.1:$P3" --duration 1 --size 1400 --rate 5000
 check udpflows 'j["flows"] == 200 and j["answered"] == 200' \
 	udpflows --target "127.0.0.1:$P3" --flows 200
+
+# start_dante: danted in the foreground on 127.0.0.1:P4 (P4 next to serve's ports); 1 if it
+# cannot run here.
+start_dante() {
+	[ "$(id -u)" -eq 0 ] && [ -x /usr/sbin/danted ] || return 1
+	P4=$((P3 + 1))
+	cat >"$work/danted.conf" <<-EOF
+		logoutput: stderr
+		internal: 127.0.0.1 port = $P4
+		external: 127.0.0.1
+		clientmethod: none
+		socksmethod: none
+		user.privileged: root
+		user.unprivileged: nobody
+		client pass { from: 0.0.0.0/0 to: 0.0.0.0/0 }
+		socks pass { from: 0.0.0.0/0 to: 0.0.0.0/0 command: connect udpassociate udpreply }
+	EOF
+	/usr/sbin/danted -f "$work/danted.conf" -p "$work/danted.pid" >"$work/danted.log" 2>&1 &
+	dante_pid=$!
+	for _ in $(seq 50); do
+		ss -ltnH "sport = :$P4" | grep -q . && return 0
+		kill -0 "$dante_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "danted did not listen on 127.0.0.1:$P4: $(cat "$work/danted.log")"
+	return 2
+}
+start_dante
+case $? in
+0)
+	relay_ok="j['socks5_relay'].startswith('127.0.0.1:') and j['socks5_relay'] != '127.0.0.1:$P3'"
+	check udp_socks5 "j['received'] > 1000 and j['loss_pct'] < 1 and j['bad'] == 0 and $relay_ok" \
+		udp --target "127.0.0.1:$P3" --duration 1.5 --size 64 --socks5 "127.0.0.1:$P4"
+	check udp_socks5_1400 "j['received'] > 100 and j['loss_pct'] < 1 and j['size'] == 1400" \
+		udp --target "127.0.0.1:$P3" --duration 1 --size 1400 --socks5 "127.0.0.1:$P4"
+	kill -TERM "$dante_pid" && wait "$dante_pid" 2>/dev/null
+	dante_pid=
+	"$bin" load udp --target "127.0.0.1:$P3" --duration 1 --socks5 "127.0.0.1:$P4" \
+		--timeout-ms 500 >"$work/out" 2>/dev/null
+	rc=$?
+	if [ $rc -eq 1 ] && grep -q '"error"' "$work/out"; then
+		ok "udp_socks5 without a server: exit 1, $(cat "$work/out")"
+	else
+		bad "udp_socks5 without a server: exit $rc, $(cat "$work/out")"
+	fi
+	;;
+1) echo "skip udp --socks5: needs root and /usr/sbin/danted (dante-server)" ;;
+*) bad "udp --socks5: dante did not start" ;;
+esac
 if stop_serve && python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j["served_conns"] > 200 and j["udp_datagrams"] > 1000 else 1)' "$work/serve.out"; then
 	ok "serve: $(cat "$work/serve.out")"
 else
@@ -97,7 +155,9 @@ stop_serve
 
 for args in "" "bogus" "latency --target 127.0.0.1 --duration 1" \
 	"hold --target 127.0.0.1:9 --duration 1" "udp --target 127.0.0.1:9 --duration 1 --size 4" \
-	"connrate --target ::1 --ports 9 --duration 1 --source 127.0.0.1"; do
+	"connrate --target ::1 --ports 9 --duration 1 --source 127.0.0.1" \
+	"udpflows --target 127.0.0.1:9 --flows 1 --socks5 127.0.0.1:1080" \
+	"udp --target 127.0.0.1:9 --duration 1 --socks5 127.0.0.1"; do
 	# shellcheck disable=SC2086
 	"$bin" load $args >/dev/null 2>&1
 	rc=$?
