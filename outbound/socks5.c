@@ -90,33 +90,41 @@ static int advance(struct outbound_conn *c, size_t *early)
 	}
 }
 
-/* The handshake state: CONNECT to name (ATYP 3, the server resolves it) or without one to the
- * flow's original destination (ATYP 1 or 4), greeting queued. */
+/* The attempt's SOCKS5 state with cmd to dst as its request, the greeting queued. */
+static int handshake_new(struct outbound_conn *c, const struct ts_outbound *ob, uint8_t cmd,
+			 const struct socks5_addr *dst)
+{
+	int ret;
+
+	if (!(c->s5 = calloc(1, sizeof(*c->s5))))
+		return -ENOMEM;
+	c->s5->link.out = c->s5->out;
+	c->s5->link.in = c->s5->in;
+	c->s5->link.in_cap = sizeof(c->s5->in);
+	ret = socks5_client_start_cmd(&c->s5->cl, cmd, dst, ob->has_auth ? ob->username : NULL,
+				      ob->has_auth ? ob->password : NULL, c->s5->out,
+				      sizeof(c->s5->out));
+	if (ret < 0)
+		return ret;
+	c->s5->link.out_len = (size_t)ret;
+	return 0;
+}
+
+/* CONNECT to name (ATYP 3, the server resolves it) or without one to the flow's original
+ * destination (ATYP 1 or 4). */
 static int prepare(struct outbound_conn *c, const struct ts_outbound *ob,
 		   const struct flow_key *key, const char *name)
 {
 	struct socks5_addr dst;
 	int ret;
 
-	c->s5 = calloc(1, sizeof(*c->s5));
-	if (!c->s5)
-		return -ENOMEM;
-	c->s5->link.out = c->s5->out;
-	c->s5->link.in = c->s5->in;
-	c->s5->link.in_cap = sizeof(c->s5->in);
 	if (name)
 		ret = socks5_addr_domain(&dst, name, strlen(name), ntohs(key->dport_be));
 	else
 		ret = socks5_addr_ip(&dst, key->family, key->dst, ntohs(key->dport_be));
 	if (ret != 0)
 		return ret;
-	ret = socks5_client_start(&c->s5->cl, &dst, ob->has_auth ? ob->username : NULL,
-				  ob->has_auth ? ob->password : NULL, c->s5->out,
-				  sizeof(c->s5->out));
-	if (ret < 0)
-		return ret;
-	c->s5->link.out_len = (size_t)ret;
-	return 0;
+	return handshake_new(c, ob, SOCKS5_CMD_CONNECT, &dst);
 }
 
 int socks5_start(struct outbound_conn *c, const struct ts_outbound *ob,
@@ -193,23 +201,11 @@ int outbound_udp_associate(struct event_base *base, const struct ts_outbound *ob
 	if (!(c = conn_new(base, assoc_finish, NULL)))
 		return -ENOMEM;
 	c->arg = c;
-	if (!(c->s5 = calloc(1, sizeof(*c->s5)))) {
-		ret = -ENOMEM;
+	(void)socks5_addr_ip(&src, 4, any4, 0);
+	if ((ret = handshake_new(c, ob, SOCKS5_CMD_UDP_ASSOCIATE, &src)) != 0)
 		goto fail;
-	}
 	c->s5->assoc_done = done;
 	c->s5->assoc_arg = arg;
-	c->s5->link.out = c->s5->out;
-	c->s5->link.in = c->s5->in;
-	c->s5->link.in_cap = sizeof(c->s5->in);
-	(void)socks5_addr_ip(&src, 4, any4, 0);
-	ret = socks5_client_start_cmd(&c->s5->cl, SOCKS5_CMD_UDP_ASSOCIATE, &src,
-				      ob->has_auth ? ob->username : NULL,
-				      ob->has_auth ? ob->password : NULL, c->s5->out,
-				      sizeof(c->s5->out));
-	if (ret < 0)
-		goto fail;
-	c->s5->link.out_len = (size_t)ret;
 	if ((ret = server_link_start(c, &c->s5->link, ob, advance, timeout_ms)) != 0)
 		goto fail;
 	*out = c;

@@ -24,6 +24,7 @@
 #include "core/pkt.h"
 #include "dispatch/udp.h"
 #include "testutil.h"
+#include "udptest.h"
 
 #define MAX_CAPS 64
 
@@ -207,72 +208,26 @@ static struct udp_path_stats stats(struct env *e)
 	return st;
 }
 
-/* Run the loop until cond holds (true) or timeout_ms passes (false). */
-#define PUMP_UNTIL(e, cond, timeout_ms)                                                        \
-	({                                                                                     \
-		int64_t end_ = ts_now_ns() + MS(timeout_ms);                                   \
-		bool ok_;                                                                      \
-		while (!(ok_ = (cond)) && ts_now_ns() < end_) {                                \
-			event_base_loop((e)->base, EVLOOP_NONBLOCK);                           \
-			usleep(500);                                                           \
-		}                                                                              \
-		ok_;                                                                           \
-	})
+static const char *DEFAULT_CFG = "{}";
 
-/* Run the loop for ms, whatever happens. */
+#define PUMP_UNTIL(e, cond, timeout_ms) UT_PUMP_UNTIL((e)->base, cond, timeout_ms)
+
 static void pump_for(struct env *e, int ms)
 {
-	int64_t end = ts_now_ns() + MS(ms);
-	while (ts_now_ns() < end) {
-		event_base_loop(e->base, EVLOOP_NONBLOCK);
-		usleep(500);
-	}
+	ut_pump_for(e->base, ms);
 }
 
-/* A datagram "from the TUN". */
 static void tun_send(struct env *e, const char *src, uint16_t sport, const char *dst,
 		     uint16_t dport, const void *payload, size_t len)
 {
-	struct tu_spec s;
-	uint8_t pkt[2048];
-	size_t n;
-
-	tu_spec_udp(&s, src, sport, dst, dport);
-	s.payload = payload;
-	s.payload_len = len;
-	n = tu_build(&s, pkt, sizeof(pkt));
-	udp_path_input(e->up, pkt, n, ts_now_ns());
+	ut_tun_send(e->up, src, sport, dst, dport, payload, len);
 }
 
-/* A captured reply is src:sport -> dst:dport carrying payload, with valid checksums. */
 static void check_reply(const struct cap *c, const char *src, uint16_t sport, const char *dst,
 			uint16_t dport, const void *payload, size_t plen)
 {
-	struct tu_layout lo;
-	uint8_t a[16];
-	int family;
-
-	cr_assert(tu_layout(c->buf, c->len, &lo), "reply does not parse");
-	cr_assert_eq(lo.proto, IPPROTO_UDP);
-	cr_assert_eq(lo.len, c->len);
-	family = tu_addr(a, src);
-	cr_assert_eq(lo.family, family);
-	if (family == 4)
-		cr_assert(tu_verify_ip4_header(c->buf), "IPv4 header checksum");
-	cr_assert(tu_verify_l4(c->buf, c->len), "UDP checksum");
-	cr_assert_neq(tu_l4_field(c->buf, c->len), 0, "checksum present");
-	cr_assert_arr_eq(c->buf + (family == 4 ? 12 : 8), a, family == 4 ? 4 : 16,
-			 "reply source is not %s", src);
-	tu_addr(a, dst);
-	cr_assert_arr_eq(c->buf + (family == 4 ? 16 : 24), a, family == 4 ? 4 : 16,
-			 "reply destination is not %s", dst);
-	cr_assert_eq(tu_get16(c->buf + lo.l3_len), sport);
-	cr_assert_eq(tu_get16(c->buf + lo.l3_len + 2), dport);
-	cr_assert_eq(lo.l4_len, plen + 8);
-	cr_assert_arr_eq(c->buf + lo.l3_len + 8, payload, plen, "payload differs");
+	ut_check_reply(c->buf, c->len, src, sport, dst, dport, payload, plen);
 }
-
-static const char *DEFAULT_CFG = "{}";
 
 /* ---- tests -------------------------------------------------------------------------------- */
 

@@ -26,6 +26,7 @@
 #include "fakedns.h"
 #include "outbound/resolver.h"
 #include "testutil.h"
+#include "udptest.h"
 
 #define MAX_CAPS 16
 
@@ -184,45 +185,19 @@ static struct udp_path_stats stats(struct env *e)
 	return st;
 }
 
-#define PUMP_UNTIL(e, cond, timeout_ms)                                                        \
-	({                                                                                     \
-		int64_t end_ = ts_now_ns() + MS(timeout_ms);                                   \
-		bool ok_;                                                                      \
-		while (!(ok_ = (cond)) && ts_now_ns() < end_) {                                \
-			event_base_loop((e)->base, EVLOOP_NONBLOCK);                           \
-			usleep(500);                                                           \
-		}                                                                              \
-		ok_;                                                                           \
-	})
+#define PUMP_UNTIL(e, cond, timeout_ms) UT_PUMP_UNTIL((e)->base, cond, timeout_ms)
 
+/* A datagram from the client 10.0.0.9:5000 to dst at the echo servers' port. */
 static void tun_send(struct env *e, const char *dst, const void *payload, size_t len)
 {
-	struct tu_spec s;
-	uint8_t pkt[2048];
-	size_t n;
-
-	tu_spec_udp(&s, "10.0.0.9", 5000, dst, e->e4.port);
-	s.payload = payload;
-	s.payload_len = len;
-	n = tu_build(&s, pkt, sizeof(pkt));
-	udp_path_input(e->up, pkt, n, ts_now_ns());
+	ut_tun_send(e->up, "10.0.0.9", 5000, dst, e->e4.port, payload, len);
 }
 
-/* Capture i is an IPv4 reply from dst:echo port to the client, carrying payload. */
+/* Capture i is an IPv4 reply (the client's family, whatever the answer's) from src at the
+ * echo port to the client, carrying payload. */
 static void check_reply(struct env *e, int i, const char *src, const void *payload, size_t plen)
 {
-	struct tu_layout lo;
-	uint8_t a[16];
-
-	cr_assert(tu_layout(e->caps[i], e->caplen[i], &lo), "reply does not parse");
-	cr_assert_eq(lo.family, 4, "the client's family, whatever the answer's");
-	cr_assert(tu_verify_l4(e->caps[i], e->caplen[i]), "UDP checksum");
-	tu_addr(a, src);
-	cr_assert_arr_eq(e->caps[i] + 12, a, 4, "reply source is not %s", src);
-	cr_assert_eq(tu_get16(e->caps[i] + lo.l3_len), e->e4.port);
-	cr_assert_eq(tu_get16(e->caps[i] + lo.l3_len + 2), 5000);
-	cr_assert_eq(lo.l4_len, plen + 8);
-	cr_assert_arr_eq(e->caps[i] + lo.l3_len + 8, payload, plen, "payload differs");
+	ut_check_reply(e->caps[i], e->caplen[i], src, e->e4.port, "10.0.0.9", 5000, payload, plen);
 }
 
 Test(udp_names, a_name_goes_to_its_answer_and_replies_come_from_the_address_asked)

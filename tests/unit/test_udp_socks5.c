@@ -25,6 +25,7 @@
 #include "core/config.h"
 #include "dispatch/udp.h"
 #include "testutil.h"
+#include "udptest.h"
 
 #define MAX_CAPS 32
 #define MAX_CONNS 8
@@ -383,71 +384,31 @@ static struct udp_path_stats stats(struct env *e)
 	return st;
 }
 
-#define PUMP_UNTIL(e, cond, timeout_ms)                                                        \
-	({                                                                                     \
-		int64_t end_ = ts_now_ns() + MS(timeout_ms);                                   \
-		bool ok_;                                                                      \
-		while (!(ok_ = (cond)) && ts_now_ns() < end_) {                                \
-			event_base_loop((e)->base, EVLOOP_NONBLOCK);                           \
-			usleep(500);                                                           \
-		}                                                                              \
-		ok_;                                                                           \
-	})
-
-static void pump_for(struct env *e, int ms)
-{
-	int64_t end = ts_now_ns() + MS(ms);
-
-	while (ts_now_ns() < end) {
-		event_base_loop(e->base, EVLOOP_NONBLOCK);
-		usleep(500);
-	}
-}
-
-static void tun_send(struct env *e, const char *src, uint16_t sport, const char *dst,
-		     uint16_t dport, const void *payload, size_t len)
-{
-	struct tu_spec s;
-	uint8_t pkt[2048];
-	size_t n;
-
-	tu_spec_udp(&s, src, sport, dst, dport);
-	s.payload = payload;
-	s.payload_len = len;
-	n = tu_build(&s, pkt, sizeof(pkt));
-	udp_path_input(e->up, pkt, n, ts_now_ns());
-}
-
-/* A captured reply is src:sport -> dst:dport carrying payload, with valid checksums. */
-static void check_reply(const struct cap *c, const char *src, uint16_t sport, const char *dst,
-			uint16_t dport, const void *payload, size_t plen)
-{
-	struct tu_layout lo;
-	uint8_t a[16];
-	int family;
-
-	cr_assert(tu_layout(c->buf, c->len, &lo), "reply does not parse");
-	cr_assert_eq(lo.proto, IPPROTO_UDP);
-	family = tu_addr(a, src);
-	cr_assert_eq(lo.family, family);
-	cr_assert(tu_verify_l4(c->buf, c->len), "UDP checksum");
-	cr_assert_arr_eq(c->buf + (family == 4 ? 12 : 8), a, family == 4 ? 4 : 16,
-			 "reply source is not %s", src);
-	tu_addr(a, dst);
-	cr_assert_arr_eq(c->buf + (family == 4 ? 16 : 24), a, family == 4 ? 4 : 16,
-			 "reply destination is not %s", dst);
-	cr_assert_eq(tu_get16(c->buf + lo.l3_len), sport);
-	cr_assert_eq(tu_get16(c->buf + lo.l3_len + 2), dport);
-	cr_assert_eq(lo.l4_len, plen + 8);
-	cr_assert_arr_eq(c->buf + lo.l3_len + 8, payload, plen, "payload differs");
-}
-
 static void no_drops(struct env *e)
 {
 	struct udp_path_stats st = stats(e);
 
 	for (int i = 0; i < UDP_DROP_MAX; i++)
 		cr_assert_eq(st.drops[i], 0, "drop %s", udp_drop_name((enum udp_drop)i));
+}
+
+#define PUMP_UNTIL(e, cond, timeout_ms) UT_PUMP_UNTIL((e)->base, cond, timeout_ms)
+
+static void pump_for(struct env *e, int ms)
+{
+	ut_pump_for(e->base, ms);
+}
+
+static void tun_send(struct env *e, const char *src, uint16_t sport, const char *dst,
+		     uint16_t dport, const void *payload, size_t len)
+{
+	ut_tun_send(e->up, src, sport, dst, dport, payload, len);
+}
+
+static void check_reply(const struct cap *c, const char *src, uint16_t sport, const char *dst,
+			uint16_t dport, const void *payload, size_t plen)
+{
+	ut_check_reply(c->buf, c->len, src, sport, dst, dport, payload, plen);
 }
 
 /* ---- tests -------------------------------------------------------------------------------- */

@@ -1,0 +1,84 @@
+/* udptest.h — what the UDP path's tests share: turning the loop until a condition holds, a
+ * datagram "from the TUN", and the check of a reply packet the path handed to the TUN.
+ * Header-only (static functions); include it after criterion, testutil.h and dispatch/udp.h.
+ */
+#ifndef TS_TESTS_UDPTEST_H
+#define TS_TESTS_UDPTEST_H
+
+#include <event2/event.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "dispatch/udp.h"
+#include "testutil.h"
+
+/* Run base's loop until cond holds (true) or timeout_ms passes (false). */
+#define UT_PUMP_UNTIL(base, cond, timeout_ms)                                                  \
+	({                                                                                     \
+		int64_t end_ = ts_now_ns() + MS(timeout_ms);                                   \
+		bool ok_;                                                                      \
+		while (!(ok_ = (cond)) && ts_now_ns() < end_) {                                \
+			event_base_loop((base), EVLOOP_NONBLOCK);                              \
+			usleep(500);                                                           \
+		}                                                                              \
+		ok_;                                                                           \
+	})
+
+/* Run base's loop for ms, whatever happens. */
+static inline void ut_pump_for(struct event_base *base, int ms)
+{
+	int64_t end = ts_now_ns() + MS(ms);
+
+	while (ts_now_ns() < end) {
+		event_base_loop(base, EVLOOP_NONBLOCK);
+		usleep(500);
+	}
+}
+
+/* A datagram src:sport -> dst:dport "from the TUN" into up. */
+static inline void ut_tun_send(struct udp_path *up, const char *src, uint16_t sport,
+			       const char *dst, uint16_t dport, const void *payload, size_t len)
+{
+	struct tu_spec s;
+	uint8_t pkt[2048];
+	size_t n;
+
+	tu_spec_udp(&s, src, sport, dst, dport);
+	s.payload = payload;
+	s.payload_len = len;
+	n = tu_build(&s, pkt, sizeof(pkt));
+	udp_path_input(up, pkt, n, ts_now_ns());
+}
+
+/* The reply packet buf (len bytes) is src:sport -> dst:dport carrying payload, with valid
+ * checksums. */
+static inline void ut_check_reply(const uint8_t *buf, size_t len, const char *src, uint16_t sport,
+				  const char *dst, uint16_t dport, const void *payload,
+				  size_t plen)
+{
+	struct tu_layout lo;
+	uint8_t a[16];
+	int family;
+
+	cr_assert(tu_layout(buf, len, &lo), "reply does not parse");
+	cr_assert_eq(lo.proto, IPPROTO_UDP);
+	cr_assert_eq(lo.len, len);
+	family = tu_addr(a, src);
+	cr_assert_eq(lo.family, family);
+	if (family == 4)
+		cr_assert(tu_verify_ip4_header(buf), "IPv4 header checksum");
+	cr_assert(tu_verify_l4(buf, len), "UDP checksum");
+	cr_assert_neq(tu_l4_field(buf, len), 0, "checksum present");
+	cr_assert_arr_eq(buf + (family == 4 ? 12 : 8), a, family == 4 ? 4 : 16,
+			 "reply source is not %s", src);
+	tu_addr(a, dst);
+	cr_assert_arr_eq(buf + (family == 4 ? 16 : 24), a, family == 4 ? 4 : 16,
+			 "reply destination is not %s", dst);
+	cr_assert_eq(tu_get16(buf + lo.l3_len), sport);
+	cr_assert_eq(tu_get16(buf + lo.l3_len + 2), dport);
+	cr_assert_eq(lo.l4_len, plen + 8);
+	cr_assert_arr_eq(buf + lo.l3_len + 8, payload, plen, "payload differs");
+}
+
+#endif
