@@ -613,7 +613,7 @@ static void on_writable(void *arg)
 }
 
 /* The stream's connection is gone (lwIP: the pcb is freed, reads return the error from now
- * on): as a failed write, it only ends the direction into it for now. */
+ * on): like a failed write, it ends only the direction into that stream; the other one goes on. */
 static void on_error(void *arg, int err)
 {
 	struct side *sd = arg;

@@ -303,7 +303,7 @@ static void pend_finish(struct rpend *p)
 	}
 	n = interleave(p->fam[0].addrs, p->fam[0].n, p->fam[1].addrs, p->fam[1].n, addrs);
 	if (n) {
-		/* One family failed for now: keep the half answer only briefly. */
+		/* One family failed temporarily: keep the half answer only briefly. */
 		if ((temp || timeout) && ttl_ms > r->neg_ttl_ms)
 			ttl_ms = r->neg_ttl_ms;
 		cache_put(r, p->name, 0, addrs, (uint8_t)n, ttl_ms);
