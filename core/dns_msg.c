@@ -37,7 +37,7 @@ static bool ldh(uint8_t c)
  * root label). With text (cap DNS_NAME_MAX + 2) the presentation form and *nameable. 0 or
  * DNS_E_SHORT / DNS_E_NAME. */
 static int read_name(const uint8_t *m, size_t len, size_t off, size_t *end, char *text,
-		     size_t *text_len, bool *nameable)
+		     size_t *text_len, bool *nameable, bool allow_ptr)
 {
 	size_t pos = off, wire = 0, t = 0;
 	int jumps = 0;
@@ -56,7 +56,8 @@ static int read_name(const uint8_t *m, size_t len, size_t off, size_t *end, char
 			target = (size_t)(l & 0x3f) << 8 | m[pos + 1];
 			/* Strictly backwards, bounded, never into the header (so a question name,
 			 * the first name, has no pointer): no loop, no forward reference. */
-			if (target >= pos || target < DNS_HDR_LEN || ++jumps > DNS_MAX_JUMPS)
+			if (!allow_ptr || target >= pos || target < DNS_HDR_LEN ||
+			    ++jumps > DNS_MAX_JUMPS)
 				return DNS_E_NAME;
 			if (!*end)
 				*end = pos + 2;
@@ -97,7 +98,10 @@ static int read_name(const uint8_t *m, size_t len, size_t off, size_t *end, char
 static int read_question(const uint8_t *m, size_t len, struct dns_question *q, size_t *next)
 {
 	size_t end;
-	int ret = read_name(m, len, DNS_HDR_LEN, &end, q->name, &q->name_len, &q->nameable);
+	/* The first name has nothing before it to point to but itself: no pointer at all (a
+	 * reply that echoes the question would read other bytes there). */
+	int ret = read_name(m, len, DNS_HDR_LEN, &end, q->name, &q->name_len, &q->nameable,
+			    false);
 
 	if (ret != 0)
 		return ret;
@@ -121,7 +125,7 @@ struct rr {
 static int read_rr(const uint8_t *m, size_t len, size_t off, struct rr *r, size_t *next)
 {
 	size_t end;
-	int ret = read_name(m, len, off, &end, NULL, NULL, NULL);
+	int ret = read_name(m, len, off, &end, NULL, NULL, NULL, true);
 
 	if (ret != 0)
 		return ret;
@@ -187,7 +191,7 @@ static uint32_t soa_negative_ttl(const uint8_t *m, size_t len, const struct rr *
 
 	/* MNAME, RNAME, then SERIAL REFRESH RETRY EXPIRE MINIMUM. */
 	for (int i = 0; i < 2; i++) {
-		if (read_name(m, len, off, &end, NULL, NULL, NULL) != 0)
+		if (read_name(m, len, off, &end, NULL, NULL, NULL, true) != 0)
 			return UINT32_MAX;
 		off = end;
 	}

@@ -10,7 +10,7 @@
  * here reads only inside the given buffer and writes only inside the given capacity.
  *
  * Names: a name is followed through compression pointers that point strictly backwards and
- * past the header (so the question's name has none), at most DNS_MAX_JUMPS times, and must fit 255 wire bytes; labels of 64 bytes or more, or of the
+ * past the header, at most DNS_MAX_JUMPS times (the question's name, the first, may have none), and must fit 255 wire bytes; labels of 64 bytes or more, or of the
  * reserved types (0x40, 0x80), make the message malformed. A question name is "nameable" when
  * every label is non-empty, at most 63 bytes of letters, digits, '-' and '_', and the text is
  * at most DNS_NAME_MAX bytes: only such names may become rule keys or fake-IP mappings (a wire

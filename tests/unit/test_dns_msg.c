@@ -142,6 +142,12 @@ Test(dns_msg, names_are_bounded)
 	hdr(&m, 1, 0, 1, 0, 0, 0);
 	u8(&m, 1), u8(&m, 'a'), u16(&m, 0xc002), u16(&m, 1), u16(&m, 1);
 	cr_assert_eq(dns_parse_query(m.b, m.n, &q), DNS_E_NAME);
+	/* Two labels, then a pointer back into the second one (found by fuzzing: a reply has
+	 * other bytes after the question, so the echoed name would read differently). */
+	hdr(&m, 1, 0, 1, 0, 0, 0);
+	u8(&m, 1), u8(&m, 'a'), u8(&m, 3), u8(&m, 'b'), u8(&m, 0), u8(&m, 'c'), u16(&m, 0xc00f);
+	u16(&m, 1), u16(&m, 1);
+	cr_assert_eq(dns_parse_query(m.b, m.n, &q), DNS_E_NAME);
 	/* 5 labels of 63: 320 wire bytes. */
 	hdr(&m, 1, 0, 1, 0, 0, 0);
 	for (int i = 0; i < 5; i++) {
