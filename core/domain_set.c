@@ -278,6 +278,14 @@ int domain_set_new(struct domain_set **out)
 	return 0;
 }
 
+int domain_set_set_key(struct domain_set *ds, uint64_t key)
+{
+	if (ds->used || ds->nkeywords || ds->nregex)
+		return -EBUSY;
+	ds->key = key ^ 0xcbf29ce484222325ULL;
+	return 0;
+}
+
 void domain_set_free(struct domain_set *ds)
 {
 	if (!ds)

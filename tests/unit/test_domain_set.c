@@ -217,3 +217,16 @@ Test(domain_set, a_large_suffix_set_agrees_with_a_reference)
 	free(text);
 	domain_set_free(ds);
 }
+
+/* A fixed key is only taken by an empty set; a set built with it answers as any other. */
+Test(domain_set, a_fixed_key_only_on_an_empty_set)
+{
+	struct domain_set *ds = set_new();
+
+	cr_assert_eq(domain_set_set_key(ds, 1), 0);
+	add(ds, DOMAIN_SUFFIX, "example.com");
+	cr_assert_eq(domain_set_set_key(ds, 2), -EBUSY, "the entries were placed with key 1");
+	cr_assert(match(ds, "a.example.com"));
+	cr_assert_not(match(ds, "example.net"));
+	domain_set_free(ds);
+}
