@@ -1,0 +1,762 @@
+/* upstream.c — one upstream DNS server asked over UDP or TCP (upstream.h).
+ *
+ * An ask (struct dns_uq) is always in exactly one list of its upstream: udp (a UDP try in
+ * progress), wait (queued for the TCP connection), the link's sent (in flight on it) or done
+ * (finished, its callback about to run). Each ask owns a timer (the try's timeout, or a UDP
+ * try's start error reported from the loop) and, during a UDP try, its socket and read event.
+ *
+ * The TCP connection (struct link, embedded in the upstream) is CLOSED, CONNECTING, UP, or
+ * FAILED (the connect could not start: the error is reported from the loop by the kick event,
+ * like any connection loss). Queries are assigned to it as soon as it exists, their frames
+ * queued in wbuf until the socket is writable.
+ *
+ * Callbacks run only from libevent callbacks, through deliver(), which frees the ask first. A
+ * callback may free the upstream: dns_upstream_free then only drops the asks and marks it
+ * dying, and deliver() finishes the job when the callback returns and tells its caller to stop
+ * touching anything (false).
+ */
+#include "dns/upstream.h"
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "core/flow.h"
+#include "outbound/outbound.h"
+
+#define QUERY_MAX (DNS_HDR_LEN + DNS_WIRE_NAME_MAX + 4 + DNS_OPT_LEN)
+#define FRAME_MAX (2 + QUERY_MAX)
+#define RBUF_LEN (2 + 65535)          /* one frame of the largest message */
+#define WBUF_LEN (DNS_UP_TCP_INFLIGHT * FRAME_MAX)
+/* We advertise DNS_EDNS_SIZE; a datagram longer than this buffer is out of spec (counted bad). */
+#define UDP_BUF_LEN 4096
+#define UDP_READS_PER_EVENT 16        /* a flood of bad datagrams cannot hold the loop */
+
+struct dns_uq;
+
+struct uq_list {
+	struct dns_uq *head, *tail;
+	size_t n;
+};
+
+struct dns_uq {
+	struct dns_upstream *u;
+	struct dns_uq *prev, *next;
+	struct uq_list *list;          /* the list it is in */
+	struct dns_question q;
+	dns_upstream_cb cb;
+	void *arg;
+	struct event *timer;           /* the try's timeout; a UDP start error from the loop */
+	struct event *rev;             /* udp: the try's socket readable */
+	int fd;                        /* udp: the try's socket, -1 between tries */
+	uint16_t id;                   /* the current try's */
+	uint32_t tries_left;
+	bool tcp;                      /* asked over TCP (kind tcp, or a truncated UDP answer) */
+	bool bad_seen;                 /* an answer failed the check */
+	int start_err;                 /* udp: the try could not start (reported by timer) */
+	int transport_err;             /* the last transport error of a try, 0 none */
+	int final_err;                 /* in done: what the callback gets */
+	uint64_t rx_mark;              /* tcp: link rx when the query was assigned */
+};
+
+enum link_state { LINK_CLOSED, LINK_CONNECTING, LINK_UP, LINK_FAILED };
+
+struct link {
+	enum link_state state;
+	int err;                       /* FAILED: why */
+	int fd;                        /* UP: the connection, else -1 */
+	struct outbound_conn *oc;      /* CONNECTING: the attempt */
+	struct event *rev, *wev;       /* UP */
+	uint8_t *rbuf;                 /* RBUF_LEN bytes while not CLOSED */
+	size_t rlen;
+	uint8_t wbuf[WBUF_LEN];        /* frames not written yet */
+	size_t wlen;
+	uint64_t rx;                   /* answers received on this connection */
+	struct uq_list sent;
+};
+
+struct dns_upstream {
+	struct event_base *base;
+	enum dns_up_kind kind;
+	struct ts_outbound ob;
+	struct sockaddr_storage sa;
+	socklen_t salen;
+	struct flow_key key;           /* the TCP destination for outbound_connect */
+	uint32_t timeout_ms, tries, idle_ms;
+	struct uq_list udp, wait, done;
+	size_t asks;
+	unsigned busy;                 /* a callback is running */
+	bool dying;                    /* freed from a callback: destroy when it returns */
+	struct event *idle;            /* closes the idle connection */
+	struct event *kick;            /* reports a FAILED link from the loop */
+	struct link l;
+	struct dns_upstream_stats st;
+	uint8_t ubuf[UDP_BUF_LEN];
+};
+
+static void tcp_pump(struct dns_upstream *u);
+
+/* ---- lists ---- */
+
+static void list_unlink(struct dns_uq *q)
+{
+	struct uq_list *l = q->list;
+
+	if (!l)
+		return;
+	if (q->prev)
+		q->prev->next = q->next;
+	else
+		l->head = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
+	else
+		l->tail = q->prev;
+	l->n--;
+	q->prev = q->next = NULL;
+	q->list = NULL;
+}
+
+static void list_push(struct uq_list *l, struct dns_uq *q, bool head)
+{
+	list_unlink(q);
+	q->list = l;
+	if (head) {
+		q->prev = NULL;
+		q->next = l->head;
+		if (l->head)
+			l->head->prev = q;
+		else
+			l->tail = q;
+		l->head = q;
+	} else {
+		q->next = NULL;
+		q->prev = l->tail;
+		if (l->tail)
+			l->tail->next = q;
+		else
+			l->head = q;
+		l->tail = q;
+	}
+	l->n++;
+}
+
+/* ---- asks ---- */
+
+static struct timeval ms_tv(uint32_t ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+	return tv;
+}
+
+static int rand_id(uint16_t *id)
+{
+	if (getrandom(id, sizeof(*id), 0) != (ssize_t)sizeof(*id))
+		return errno ? -errno : -EIO;
+	return 0;
+}
+
+static void udp_close(struct dns_uq *q)
+{
+	if (q->rev) {
+		event_free(q->rev);
+		q->rev = NULL;
+	}
+	if (q->fd >= 0) {
+		close(q->fd);
+		q->fd = -1;
+	}
+}
+
+static void uq_release(struct dns_uq *q)
+{
+	list_unlink(q);
+	udp_close(q);
+	event_free(q->timer);
+	q->u->asks--;
+	free(q);
+}
+
+static void link_close(struct dns_upstream *u);
+
+static void destroy(struct dns_upstream *u)
+{
+	link_close(u);
+	if (u->idle)
+		event_free(u->idle);
+	if (u->kick)
+		event_free(u->kick);
+	free(u);
+}
+
+/* Run q's callback (q freed first). false: the upstream was freed by it, touch nothing. */
+static bool deliver(struct dns_uq *q, int err, const uint8_t *m, size_t len,
+		    const struct dns_answer *a)
+{
+	struct dns_upstream *u = q->u;
+	dns_upstream_cb cb = q->cb;
+	void *arg = q->arg;
+
+	uq_release(q);
+	u->busy++;
+	cb(arg, err, m, len, a);
+	u->busy--;
+	if (!u->dying)
+		return true;
+	if (u->busy == 0)
+		destroy(u);
+	return false;
+}
+
+/* Deliver every finished ask, then let waiting ones onto the connection. */
+static bool settle(struct dns_upstream *u)
+{
+	while (u->done.head)
+		if (!deliver(u->done.head, u->done.head->final_err, NULL, 0, NULL))
+			return false;
+	tcp_pump(u);
+	return true;
+}
+
+static void udp_try(struct dns_uq *q);
+
+/* A try of q ended without an answer (err: -ETIMEDOUT or a transport error): the next try
+ * (UDP: started; TCP: queued first in line), or q goes to done. The caller settles. */
+static void try_end(struct dns_uq *q, int err)
+{
+	struct dns_upstream *u = q->u;
+
+	evtimer_del(q->timer);
+	if (err == -ETIMEDOUT) {
+		u->st.timeouts++;
+	} else {
+		u->st.errors++;
+		q->transport_err = err;
+	}
+	if (!q->tcp)
+		udp_close(q);
+	if (q->tries_left > 0) {
+		if (q->tcp)
+			list_push(&u->wait, q, true);
+		else
+			udp_try(q);
+		return;
+	}
+	q->final_err = q->transport_err ? q->transport_err : q->bad_seen ? -EPROTO : -ETIMEDOUT;
+	list_push(&u->done, q, false);
+}
+
+/* ---- udp ---- */
+
+static void on_udp_read(evutil_socket_t fd, short what, void *arg)
+{
+	struct dns_uq *q = arg;
+	struct dns_upstream *u = q->u;
+	struct dns_answer a;
+
+	for (int i = 0; i < UDP_READS_PER_EVENT; i++) {
+		ssize_t n = recv(fd, u->ubuf, sizeof(u->ubuf), MSG_TRUNC);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n < 0) {
+			try_end(q, -errno);
+			settle(u);
+			return;
+		}
+		if ((size_t)n > sizeof(u->ubuf) ||
+		    dns_parse_answer(u->ubuf, (size_t)n, q->id, &q->q, &a) != 0) {
+			u->st.bad_answers++;
+			q->bad_seen = true;
+			continue;
+		}
+		if (a.flags & DNS_F_TC) {
+			/* RFC 7766 section 5: the whole answer by TCP, the same server. */
+			u->st.truncated_retried_tcp++;
+			evtimer_del(q->timer);
+			udp_close(q);
+			q->tcp = true;
+			if (q->tries_left == 0)
+				q->tries_left = 1;
+			list_push(&u->wait, q, false);
+			tcp_pump(u);
+			return;
+		}
+		deliver(q, 0, u->ubuf, (size_t)n, &a);
+		return;
+	}
+}
+
+/* A fresh connected socket (a new random source port) and the query with a new id. */
+static int udp_open(struct dns_uq *q)
+{
+	struct dns_upstream *u = q->u;
+	uint8_t msg[QUERY_MAX];
+	int ret, len;
+
+	if ((ret = rand_id(&q->id)) != 0)
+		return ret;
+	if ((len = dns_build_query(msg, sizeof(msg), q->id, &q->q)) < 0)
+		return len;
+	if ((ret = outbound_socket(&u->ob, u->key.family, SOCK_DGRAM, &q->fd)) != 0) {
+		q->fd = -1;
+		return ret;
+	}
+	if (connect(q->fd, (const struct sockaddr *)&u->sa, u->salen) != 0 ||
+	    send(q->fd, msg, (size_t)len, MSG_NOSIGNAL) != len)
+		return errno ? -errno : -EIO;
+	if (!(q->rev = event_new(u->base, q->fd, EV_READ | EV_PERSIST, on_udp_read, q)) ||
+	    event_add(q->rev, NULL) != 0)
+		return -ENOMEM;
+	return 0;
+}
+
+static void udp_try(struct dns_uq *q)
+{
+	struct dns_upstream *u = q->u;
+	struct timeval tv = ms_tv(u->timeout_ms);
+	int err;
+
+	assert(q->tries_left > 0);
+	q->tries_left--;
+	u->st.tries++;
+	list_push(&u->udp, q, false);
+	if ((err = udp_open(q)) != 0) {
+		udp_close(q);
+		/* Reported from the loop: never a callback inside dns_upstream_ask. */
+		q->start_err = err;
+		event_active(q->timer, EV_TIMEOUT, 1);
+		return;
+	}
+	evtimer_add(q->timer, &tv);
+}
+
+/* ---- tcp: the connection ---- */
+
+static void link_close(struct dns_upstream *u)
+{
+	struct link *l = &u->l;
+
+	if (l->oc)
+		outbound_conn_cancel(l->oc);
+	if (l->rev)
+		event_free(l->rev);
+	if (l->wev)
+		event_free(l->wev);
+	if (l->fd >= 0)
+		close(l->fd);
+	free(l->rbuf);
+	l->oc = NULL;
+	l->rev = l->wev = NULL;
+	l->fd = -1;
+	l->rbuf = NULL;
+	l->rlen = l->wlen = 0;
+	l->state = LINK_CLOSED;
+	if (u->idle)
+		evtimer_del(u->idle);
+	if (u->kick)
+		event_del(u->kick);
+}
+
+/* The connection is gone (err): each query it had not answered has its try ended by err. */
+static void link_lost(struct dns_upstream *u, int err)
+{
+	struct link *l = &u->l;
+
+	link_close(u);
+	/* From the tail, each pushed first in line: the queue keeps their order. */
+	while (l->sent.tail)
+		try_end(l->sent.tail, err);
+	settle(u);
+}
+
+/* The connection is taken as dead: its queries go again on a new one, their tries kept. */
+static void link_void(struct dns_upstream *u)
+{
+	struct link *l = &u->l;
+
+	link_close(u);
+	while (l->sent.tail) {
+		struct dns_uq *q = l->sent.tail;
+
+		evtimer_del(q->timer);
+		q->tries_left++;
+		list_push(&u->wait, q, true);
+	}
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+	struct dns_upstream *u = arg;
+
+	link_lost(u, u->l.err);
+}
+
+/* One framed answer m (len bytes): to the query in flight with its id, if any. false: the
+ * upstream was freed by a callback. */
+static bool link_answer(struct dns_upstream *u, const uint8_t *m, size_t len)
+{
+	uint16_t id = (uint16_t)(m[0] << 8 | m[1]);
+	struct dns_answer a;
+	struct dns_uq *q;
+
+	for (q = u->l.sent.head; q && q->id != id; q = q->next)
+		;
+	if (!q) {
+		u->st.late_answers++;
+		return true;
+	}
+	if (dns_parse_answer(m, len, id, &q->q, &a) != 0) {
+		u->st.bad_answers++;
+		q->bad_seen = true;
+		return true;
+	}
+	return deliver(q, 0, m, len, &a);
+}
+
+/* Every complete frame in rbuf. false: the upstream was freed or the connection closed. */
+static bool link_process(struct dns_upstream *u)
+{
+	struct link *l = &u->l;
+	size_t off = 0;
+
+	while (l->rlen - off >= 2) {
+		size_t mlen = (size_t)l->rbuf[off] << 8 | l->rbuf[off + 1];
+
+		/* Shorter than a header is no DNS message: the stream cannot be trusted on. */
+		if (mlen < DNS_HDR_LEN) {
+			link_lost(u, -EPROTO);
+			return false;
+		}
+		if (l->rlen - off < 2 + mlen)
+			break;
+		off += 2 + mlen;
+		l->rx++;
+		if (!link_answer(u, l->rbuf + off - mlen, mlen))
+			return false;
+	}
+	memmove(l->rbuf, l->rbuf + off, l->rlen - off);
+	l->rlen -= off;
+	return true;
+}
+
+static void on_link_read(evutil_socket_t fd, short what, void *arg)
+{
+	struct dns_upstream *u = arg;
+	struct link *l = &u->l;
+	/* rlen < RBUF_LEN: a full buffer always holds a whole frame, and frames are consumed. */
+	ssize_t n = recv(fd, l->rbuf + l->rlen, RBUF_LEN - l->rlen, 0);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (n <= 0) {
+		if (n == 0 && l->sent.n == 0) {
+			link_close(u);  /* the server closed an idle connection (RFC 7766 6.2.3) */
+			tcp_pump(u);
+			return;
+		}
+		link_lost(u, n == 0 ? -ECONNRESET : -errno);
+		return;
+	}
+	l->rlen += (size_t)n;
+	if (link_process(u))
+		tcp_pump(u);
+}
+
+static void on_link_write(evutil_socket_t fd, short what, void *arg)
+{
+	struct dns_upstream *u = arg;
+	struct link *l = &u->l;
+	ssize_t n = send(fd, l->wbuf, l->wlen, MSG_NOSIGNAL);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (n < 0) {
+		link_lost(u, -errno);
+		return;
+	}
+	memmove(l->wbuf, l->wbuf + n, l->wlen - (size_t)n);
+	l->wlen -= (size_t)n;
+	if (l->wlen == 0)
+		event_del(l->wev);
+	tcp_pump(u);
+}
+
+static void on_connected(void *arg, int err, int fd, const uint8_t *early, size_t early_len)
+{
+	struct dns_upstream *u = arg;
+	struct link *l = &u->l;
+
+	l->oc = NULL;
+	if (err != 0) {
+		link_lost(u, err);
+		return;
+	}
+	l->fd = fd;
+	l->state = LINK_UP;
+	if (!(l->rev = event_new(u->base, fd, EV_READ | EV_PERSIST, on_link_read, u)) ||
+	    !(l->wev = event_new(u->base, fd, EV_WRITE | EV_PERSIST, on_link_write, u)) ||
+	    event_add(l->rev, NULL) != 0) {
+		link_lost(u, -ENOMEM);
+		return;
+	}
+	/* Bytes a proxy sent past its handshake answer nothing we sent: framed like the rest. */
+	if (early_len > RBUF_LEN) {
+		link_lost(u, -EPROTO);
+		return;
+	}
+	if (early_len)
+		memcpy(l->rbuf, early, early_len);
+	l->rlen = early_len;
+	if (link_process(u))
+		tcp_pump(u);
+}
+
+static void link_open(struct dns_upstream *u)
+{
+	struct link *l = &u->l;
+	int err = -ENOMEM;
+
+	l->state = LINK_CONNECTING;
+	l->rx = 0;
+	if ((l->rbuf = malloc(RBUF_LEN)) &&
+	    (err = outbound_connect(u->base, &u->ob, &u->key, u->timeout_ms, on_connected, u,
+				    &l->oc)) == 0) {
+		u->st.tcp_connects++;
+		return;
+	}
+	l->state = LINK_FAILED;
+	l->err = err;
+	event_active(u->kick, EV_TIMEOUT, 1);
+}
+
+/* ---- tcp: queries on the connection ---- */
+
+/* Put q on the connection: a new id (unique among those in flight), its frame, its timer. */
+static void tcp_assign(struct dns_upstream *u, struct dns_uq *q)
+{
+	struct link *l = &u->l;
+	struct timeval tv = ms_tv(u->timeout_ms);
+	struct dns_uq *o;
+	int len;
+
+	assert(q->tries_left > 0);
+	q->tries_left--;
+	u->st.tries++;
+	list_push(&l->sent, q, false);
+	q->rx_mark = l->rx;
+	evtimer_add(q->timer, &tv);
+	do {
+		if (rand_id(&q->id) != 0)
+			return;  /* nothing sent: the try times out */
+		for (o = l->sent.head; o && (o == q || o->id != q->id); o = o->next)
+			;
+	} while (o);
+	len = dns_build_query(l->wbuf + l->wlen + 2, QUERY_MAX, q->id, &q->q);
+	if (len < 0)
+		return;  /* cannot happen for a question dns_upstream_ask accepted */
+	l->wbuf[l->wlen] = (uint8_t)(len >> 8);
+	l->wbuf[l->wlen + 1] = (uint8_t)len;
+	l->wlen += 2 + (size_t)len;
+}
+
+/* Waiting queries onto the connection (opened if needed) while it has room; the idle timer
+ * runs only while nothing is in flight or waiting. */
+static void tcp_pump(struct dns_upstream *u)
+{
+	struct link *l = &u->l;
+	struct timeval tv = ms_tv(u->idle_ms);
+
+	if (u->dying)
+		return;
+	if (u->wait.head && l->state == LINK_CLOSED)
+		link_open(u);
+	while (u->wait.head && l->sent.n < DNS_UP_TCP_INFLIGHT && l->wlen + FRAME_MAX <= WBUF_LEN)
+		tcp_assign(u, u->wait.head);
+	if (l->state == LINK_UP && l->wlen)
+		event_add(l->wev, NULL);
+	if (l->state != LINK_UP || l->sent.n || u->wait.head)
+		evtimer_del(u->idle);
+	else if (!evtimer_pending(u->idle, NULL))
+		evtimer_add(u->idle, &tv);
+}
+
+static void on_idle(evutil_socket_t fd, short what, void *arg)
+{
+	struct dns_upstream *u = arg;
+
+	if (u->l.sent.n == 0 && !u->wait.head)
+		link_close(u);
+}
+
+/* ---- timers ---- */
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct dns_uq *q = arg;
+	struct dns_upstream *u = q->u;
+	bool dead;
+
+	if (q->start_err) {
+		int err = q->start_err;
+
+		q->start_err = 0;
+		try_end(q, err);
+	} else if (!q->tcp) {
+		try_end(q, -ETIMEDOUT);
+	} else {
+		/* Nothing at all came back since this query went out: the connection is dead. */
+		dead = u->l.rx == q->rx_mark && u->l.state != LINK_CLOSED;
+		try_end(q, -ETIMEDOUT);
+		if (dead)
+			link_void(u);
+	}
+	settle(u);
+}
+
+/* ---- the API ---- */
+
+static int set_server(struct dns_upstream *u, const struct netaddr_ep *ep)
+{
+	struct sockaddr_in *s4 = (struct sockaddr_in *)&u->sa;
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&u->sa;
+
+	if ((ep->addr.family != 4 && ep->addr.family != 6) || ep->port == 0)
+		return -EINVAL;
+	memset(&u->sa, 0, sizeof(u->sa));
+	if (ep->addr.family == 4) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons(ep->port);
+		memcpy(&s4->sin_addr, ep->addr.a, 4);
+		u->salen = sizeof(*s4);
+	} else {
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons(ep->port);
+		memcpy(&s6->sin6_addr, ep->addr.a, 16);
+		u->salen = sizeof(*s6);
+	}
+	memset(&u->key, 0, sizeof(u->key));
+	u->key.family = ep->addr.family;
+	u->key.proto = IPPROTO_TCP;
+	u->key.dport_be = htons(ep->port);
+	memcpy(u->key.dst, ep->addr.a, 16);
+	return 0;
+}
+
+int dns_upstream_new(struct event_base *base, const struct dns_upstream_config *cfg,
+		     struct dns_upstream **out)
+{
+	struct dns_upstream *u;
+	int ret;
+
+	if (!base || !cfg || !out || (cfg->kind != DNS_UP_UDP && cfg->kind != DNS_UP_TCP))
+		return -EINVAL;
+	if (cfg->kind == DNS_UP_UDP && cfg->detour && cfg->detour->type != TS_OUT_DIRECT)
+		return -EINVAL;
+	if (!(u = calloc(1, sizeof(*u))))
+		return -ENOMEM;
+	u->base = base;
+	u->kind = cfg->kind;
+	u->l.fd = -1;
+	if (cfg->detour)
+		u->ob = *cfg->detour;
+	else
+		u->ob.type = TS_OUT_DIRECT;  /* zeroed: no mark, interface, hook or guard */
+	u->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : DNS_UP_TIMEOUT_MS;
+	u->tries = cfg->tries ? cfg->tries : DNS_UP_TRIES;
+	u->idle_ms = cfg->idle_ms ? cfg->idle_ms : DNS_UP_IDLE_MS;
+	if ((ret = set_server(u, &cfg->server)) != 0)
+		goto fail;
+	ret = -ENOMEM;
+	if (!(u->idle = evtimer_new(base, on_idle, u)) ||
+	    !(u->kick = event_new(base, -1, 0, on_kick, u)))
+		goto fail;
+	*out = u;
+	return 0;
+fail:
+	destroy(u);
+	return ret;
+}
+
+static void drop_all(struct uq_list *l)
+{
+	while (l->head)
+		uq_release(l->head);
+}
+
+void dns_upstream_free(struct dns_upstream *u)
+{
+	if (!u)
+		return;
+	drop_all(&u->udp);
+	drop_all(&u->wait);
+	drop_all(&u->l.sent);
+	drop_all(&u->done);
+	if (u->busy) {
+		/* Inside a callback: the answer it got may live in our buffers until it returns. */
+		u->dying = true;
+		return;
+	}
+	destroy(u);
+}
+
+int dns_upstream_ask(struct dns_upstream *u, const struct dns_question *q, dns_upstream_cb cb,
+		     void *arg, struct dns_uq **h)
+{
+	uint8_t probe[QUERY_MAX];
+	struct dns_uq *x;
+
+	if (!u || !q || !cb || !h || u->dying || !q->nameable ||
+	    dns_build_query(probe, sizeof(probe), 0, q) < 0)
+		return -EINVAL;
+	if (u->asks >= DNS_UP_MAX_ASKS)
+		return -ENOBUFS;
+	if (!(x = calloc(1, sizeof(*x))))
+		return -ENOMEM;
+	if (!(x->timer = evtimer_new(u->base, on_timer, x))) {
+		free(x);
+		return -ENOMEM;
+	}
+	x->u = u;
+	x->fd = -1;
+	x->q = *q;
+	x->cb = cb;
+	x->arg = arg;
+	x->tries_left = u->tries;
+	x->tcp = u->kind == DNS_UP_TCP;
+	u->asks++;
+	u->st.queries++;
+	if (x->tcp) {
+		list_push(&u->wait, x, false);
+		tcp_pump(u);
+	} else {
+		udp_try(x);
+	}
+	*h = x;
+	return 0;
+}
+
+void dns_upstream_cancel(struct dns_upstream *u, struct dns_uq *h)
+{
+	if (!u || !h)
+		return;
+	uq_release(h);
+	tcp_pump(u);
+}
+
+void dns_upstream_get_stats(const struct dns_upstream *u, struct dns_upstream_stats *out)
+{
+	*out = u->st;
+	out->inflight = u->asks;
+}
