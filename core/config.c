@@ -13,6 +13,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/config_dns.h"
+#include "core/config_names.h"
 #include "core/config_parse.h"
 #include "core/domain_set.h"
 
@@ -348,11 +350,6 @@ static int parse_ep(struct cfgp *p, const cJSON *item, struct netaddr_ep *out)
 	return 0;
 }
 
-static int f_dns_upstream(struct cfgp *p, const cJSON *item, void *target)
-{
-	return parse_ep(p, item, &((struct ts_dns *)target)->upstream);
-}
-
 static int f_stats_listen(struct cfgp *p, const cJSON *item, void *target)
 {
 	struct ts_stats *st = target;
@@ -477,70 +474,45 @@ static int f_rule_port(struct cfgp *p, const cJSON *item, void *target)
 	return 0;
 }
 
-/* domain, domain_suffix, domain_keyword, domain_regex: arrays of strings into r->names. */
-static int rule_names(struct cfgp *p, const cJSON *item, struct ts_rule *r, enum domain_kind kind)
-{
-	const cJSON *e;
-	size_t n, i = 0;
-	char err[160];
-	int ret;
-
-	if ((ret = cfgp_array(p, item, TS_MAX_RULE_ITEMS, false, &n)) != 0)
-		return ret;
-	if (!r->names && domain_set_new(&r->names) != 0)
-		return cfgp_nomem(p);
-	cJSON_ArrayForEach(e, item)
-	{
-		size_t mark = cfgp_push_index(p, i++);
-		if (!cJSON_IsString(e)) {
-			ret = cfgp_fail(p, "expected a string, got %s", cfgp_type_name(e));
-		} else {
-			err[0] = 0;
-			ret = domain_set_add(r->names, kind, e->valuestring, strlen(e->valuestring),
-					     NULL, err, sizeof(err));
-			if (ret == -ENOMEM)
-				ret = cfgp_nomem(p);
-			else if (ret != 0)
-				ret = cfgp_fail(p, "%s", err);
-		}
-		cfgp_pop(p, mark);
-		if (ret != 0)
-			return ret;
-	}
-	return 0;
-}
-
+/* domain, domain_suffix, domain_keyword, domain_regex, rule_set: into r->names. */
 static int f_rule_domain(struct cfgp *p, const cJSON *item, void *target)
 {
-	return rule_names(p, item, target, DOMAIN_EXACT);
+	return config_names_parse(p, item, CONFIG_NAMES_DOMAIN, &((struct ts_rule *)target)->names);
 }
 
 static int f_rule_suffix(struct cfgp *p, const cJSON *item, void *target)
 {
-	return rule_names(p, item, target, DOMAIN_SUFFIX);
+	return config_names_parse(p, item, CONFIG_NAMES_SUFFIX, &((struct ts_rule *)target)->names);
 }
 
 static int f_rule_keyword(struct cfgp *p, const cJSON *item, void *target)
 {
-	return rule_names(p, item, target, DOMAIN_KEYWORD);
+	return config_names_parse(p, item, CONFIG_NAMES_KEYWORD,
+				  &((struct ts_rule *)target)->names);
 }
 
 static int f_rule_regex(struct cfgp *p, const cJSON *item, void *target)
 {
-	return rule_names(p, item, target, DOMAIN_REGEX);
+	return config_names_parse(p, item, CONFIG_NAMES_REGEX, &((struct ts_rule *)target)->names);
+}
+
+static int f_rule_set(struct cfgp *p, const cJSON *item, void *target)
+{
+	return config_names_parse(p, item, CONFIG_NAMES_RULE_SET,
+				  &((struct ts_rule *)target)->names);
 }
 
 enum { RULE_CIDR, RULE_PORT, RULE_NETWORK, RULE_OUTBOUND, RULE_DOMAIN, RULE_SUFFIX, RULE_KEYWORD,
-       RULE_REGEX };
+       RULE_REGEX, RULE_RULE_SET };
 
 static int check_rule(struct cfgp *p, void *target, uint32_t present)
 {
 	(void)target;
 	if (!(present & ((1u << RULE_CIDR) | (1u << RULE_PORT) | (1u << RULE_NETWORK) |
 			 (1u << RULE_DOMAIN) | (1u << RULE_SUFFIX) | (1u << RULE_KEYWORD) |
-			 (1u << RULE_REGEX))))
-		return cfgp_fail(p, "a rule needs at least one matcher (cidr, port, network, domain, "
-				    "domain_suffix, domain_keyword or domain_regex)");
+			 (1u << RULE_REGEX) | (1u << RULE_RULE_SET))))
+		return cfgp_fail(p, "a rule needs at least one matcher (cidr, port, network, "
+				    CONFIG_NAMES_KEYS ")");
 	if (!CFGP_PRESENT(present, RULE_OUTBOUND))
 		return cfgp_fail_key(p, "outbound", "required: the tag of the outbound to use");
 	return 0;
@@ -557,6 +529,7 @@ static const struct cfgp_field rule_fields[] = {
 	[RULE_SUFFIX] = { .key = "domain_suffix", .kind = CFGP_FN, .fn = f_rule_suffix },
 	[RULE_KEYWORD] = { .key = "domain_keyword", .kind = CFGP_FN, .fn = f_rule_keyword },
 	[RULE_REGEX] = { .key = "domain_regex", .kind = CFGP_FN, .fn = f_rule_regex },
+	[RULE_RULE_SET] = { .key = "rule_set", .kind = CFGP_FN, .fn = f_rule_set },
 };
 static const struct cfgp_table rule_table = CFGP_TABLE(rule_fields, check_rule);
 
@@ -581,7 +554,7 @@ static int f_rules(struct cfgp *p, const cJSON *item, void *target)
 		cfgp_pop(p, mark);
 		if (ret != 0)
 			return ret;
-		if (rt->rules[i].names)
+		if (!config_names_empty(&rt->rules[i].names))
 			rt->has_names = true;
 		i++;
 	}
@@ -900,21 +873,6 @@ static const struct cfgp_field route_fields[] = {
 };
 static const struct cfgp_table route_table = CFGP_TABLE(route_fields, NULL);
 
-static int check_dns(struct cfgp *p, void *target, uint32_t present)
-{
-	struct ts_dns *d = target;
-
-	if (d->hijack && !d->has_upstream)
-		return cfgp_fail_key(p, "upstream", "required when hijack is true");
-	return 0;
-}
-
-static const struct cfgp_field dns_fields[] = {
-	{ .key = "hijack", .kind = CFGP_BOOL, .off = offsetof(struct ts_dns, hijack) },
-	{ .key = "upstream", .kind = CFGP_FN, .fn = f_dns_upstream,
-	  .has_off = offsetof(struct ts_dns, has_upstream) + 1 },
-};
-static const struct cfgp_table dns_table = CFGP_TABLE(dns_fields, check_dns);
 
 static const struct cfgp_field stats_fields[] = {
 	{ .key = "listen", .kind = CFGP_FN, .fn = f_stats_listen,
@@ -991,7 +949,8 @@ static const struct cfgp_table budgets_table = CFGP_TABLE(budgets_fields, check_
 /* ---- the root ----------------------------------------------------------------------------- */
 
 /* Table order is parse order: outbounds before route (rules name outbound tags, resolved in
- * validate() anyway), profile before overrides inside budgets. */
+ * validate() anyway), profile before overrides inside budgets. rule_sets are read and loaded
+ * as they are parsed; the rules' rule_set tags are resolved in validate(). */
 static const struct cfgp_field root_fields[] = {
 	{ .key = "stack", .kind = CFGP_ENUM, .names = stack_names,
 	  .off = offsetof(struct ts_config, stack) },
@@ -1001,9 +960,10 @@ static const struct cfgp_field root_fields[] = {
 	  .off = offsetof(struct ts_config, timeouts) },
 	{ .key = "outbounds", .kind = CFGP_FN, .fn = f_outbounds },
 	{ .key = "relay", .kind = CFGP_OBJ, .sub = &relay_table, .off = 0 },
+	{ .key = "rule_sets", .kind = CFGP_FN, .fn = config_rule_sets_parse },
 	{ .key = "route", .kind = CFGP_OBJ, .sub = &route_table,
 	  .off = offsetof(struct ts_config, route) },
-	{ .key = "dns", .kind = CFGP_OBJ, .sub = &dns_table, .off = offsetof(struct ts_config, dns) },
+	{ .key = "dns", .kind = CFGP_FN, .fn = config_dns_parse },
 	{ .key = "budgets", .kind = CFGP_OBJ, .sub = &budgets_table, .off = 0 },
 	{ .key = "stats", .kind = CFGP_OBJ, .sub = &stats_table,
 	  .off = offsetof(struct ts_config, stats) },
@@ -1044,18 +1004,21 @@ static int validate_roles(struct cfgp *p, struct ts_config *cfg)
 static int resolve_tags(struct cfgp *p, struct ts_config *cfg)
 {
 	struct ts_route *rt = &cfg->route;
-	int idx;
+	int idx, ret;
 
 	for (size_t i = 0; i < rt->n_rules; i++) {
 		struct ts_rule *r = &rt->rules[i];
-		if ((idx = config_outbound_index(cfg, r->outbound_tag)) < 0) {
-			cfgp_set_path(p, ".route.rules");
-			cfgp_push_index(p, i);
+		cfgp_set_path(p, ".route.rules");
+		cfgp_push_index(p, i);
+		if ((idx = config_outbound_index(cfg, r->outbound_tag)) < 0)
 			return cfgp_fail_key(p, "outbound", "no outbound is tagged \"%s\"",
 					     r->outbound_tag);
-		}
 		r->outbound = (uint32_t)idx;
+		if ((ret = config_names_resolve(p, cfg, &r->names)) != 0)
+			return ret;
 	}
+	cfgp_set_path(p, "");
+	rt->rule_sets = cfg->rule_sets;
 	if (rt->final_tag[0] == '\0') {
 		memcpy(rt->final_tag, cfg->outbounds[0].tag, sizeof(rt->final_tag));
 		rt->final = 0;
@@ -1085,6 +1048,16 @@ static int validate_loops(struct cfgp *p, struct ts_config *cfg)
 				    "%s is one of the TUN's own addresses (gateway or NAT): "
 				    "queries would loop",
 				    netaddr_format(&cfg->dns.upstream.addr, buf, sizeof(buf)));
+	for (size_t i = 0; i < cfg->dns.n_servers; i++) {
+		if (!is_ours(cfg, &cfg->dns.servers[i].addr.addr))
+			continue;
+		cfgp_set_path(p, ".dns.servers");
+		cfgp_push_index(p, i);
+		return cfgp_fail_key(p, "address",
+				     "%s is one of the TUN's own addresses (gateway or NAT): "
+				     "queries would loop",
+				     netaddr_format(&cfg->dns.servers[i].addr.addr, buf, sizeof(buf)));
+	}
 	for (size_t i = 0; i < cfg->n_outbounds; i++) {
 		const struct ts_outbound *ob = &cfg->outbounds[i];
 		if (ob->has_server && ob->server.is_addr && is_ours(cfg, &ob->server.addr)) {
@@ -1147,6 +1120,8 @@ static int validate(struct cfgp *p, struct load *ld)
 		return ret;
 	if ((ret = validate_loops(p, cfg)) != 0)
 		return ret;
+	if ((ret = config_dns_validate(p, cfg)) != 0)
+		return ret;
 	apply_default_mark(cfg);
 	/* lwIP keeps process-global state (pcb lists, timers, memory pools) and is not
 	 * thread-safe: one loop, so one TUN queue. */
@@ -1197,9 +1172,11 @@ void config_fini(struct ts_config *cfg)
 	for (size_t i = 0; i < cfg->route.n_rules; i++) {
 		free(cfg->route.rules[i].cidrs);
 		free(cfg->route.rules[i].ports);
-		domain_set_free(cfg->route.rules[i].names);
+		config_names_fini(&cfg->route.rules[i].names);
 	}
 	free(cfg->route.rules);
+	config_rule_sets_fini(cfg);
+	config_dns_fini(&cfg->dns);
 	free(cfg->outbounds);
 	free(cfg->tun.route_address);
 	free(cfg->tun.route_exclude_address);
@@ -1413,9 +1390,11 @@ char *config_summary(const struct ts_config *cfg, char *buf, size_t len)
 		roles_summary(&cfg->roles6, nat6, sizeof(nat6));
 		snprintf(v6, sizeof(v6), " tun6=%s nat6=%s", tun6, nat6);
 	}
-	snprintf(buf, len, "stack=%s tun=%s %s nat=%s%s outbounds=%zu rules=%zu",
-		 config_stack_name(cfg->stack), cfg->tun.name, tun, nat, v6, cfg->n_outbounds,
-		 cfg->route.n_rules);
+	int n = snprintf(buf, len, "stack=%s tun=%s %s nat=%s%s outbounds=%zu rules=%zu",
+			 config_stack_name(cfg->stack), cfg->tun.name, tun, nat, v6,
+			 cfg->n_outbounds, cfg->route.n_rules);
+	if (n > 0 && (size_t)n < len)
+		config_rule_sets_summary(cfg, buf + n, len - (size_t)n);
 	return buf;
 }
 

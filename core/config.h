@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "core/budget.h"
+#include "core/domain_set.h"
 #include "core/log.h"
 #include "core/netaddr.h"
 
@@ -41,6 +42,9 @@ struct loopguard;
 #define TS_ERRLEN 512         /* a good size for the caller's error buffer */
 #define TS_USER_MAX 64        /* "user": a user name or a numeric uid */
 #define TS_ROUTE_LIST_MAX 4096 /* entries of a tun route/uid/interface list */
+#define TS_MAX_RULE_SETS 64    /* rule_sets */
+#define TS_RULE_SET_FILE_MAX (64u << 20) /* bytes of one rule-set file */
+#define TS_PATH_MAX 4095       /* a rule-set file's path, bytes */
 /* route.default_mark when the key is absent: bit pattern 0x74 in the top byte, clear of
  * wg-quick's 51820 (0xca6c) and Tailscale's 0xff0000 bits. auto_route's rule matches it under
  * TS_DEFAULT_MARK_MASK, so other software may use the lower 24 bits of a marked packet. */
@@ -167,6 +171,29 @@ struct ts_port_range {
 	uint16_t lo, hi;                          /* inclusive, 1 <= lo <= hi */
 };
 
+/* A rule set ("rule_sets"): a file of names in one of core/domain_set.h's formats, read and
+ * loaded into a domain set when the configuration is loaded (so again at every reload). */
+struct ts_rule_set {
+	char tag[TS_TAG_MAX + 1];
+	enum domain_format format;
+	char *path;                               /* as written (owned) */
+	struct domain_set *set;                   /* owned; only read once loaded */
+	struct domain_load_stats stats;           /* stats.added: its entries; stats.bad: lines
+						   * skipped */
+	uint32_t load_ms;                         /* reading and loading the file */
+};
+
+/* A name matcher: the keys domain, domain_suffix, domain_keyword and domain_regex (own) and
+ * rule_set (sets). A name matches when it is in own or in any of the sets. Empty (the rule
+ * has no name key): own NULL and n_sets 0 (config_names_empty). */
+struct ts_names {
+	struct domain_set *own;
+	char (*set_tags)[TS_TAG_MAX + 1];         /* rule_set, as written */
+	uint32_t *sets;                           /* the same, indices into ts_config.rule_sets
+						   * (resolved by validation) */
+	size_t n_sets;
+};
+
 /* A route rule matches when every matcher it has matches (a list matches if any entry does). */
 struct ts_rule {
 	struct netaddr_cidr *cidrs;               /* destination networks (host bits cleared) */
@@ -174,10 +201,10 @@ struct ts_rule {
 	struct ts_port_range *ports;              /* destination ports */
 	size_t n_ports;                           /* 0 = no port matcher */
 	enum ts_network network;
-	/* domain, domain_suffix, domain_keyword, domain_regex: the destination's name must be in
-	 * this set (core/domain_set.h); NULL = no name matcher. A session without a name never
-	 * matches a rule that has one. */
-	struct domain_set *names;
+	/* domain, domain_suffix, domain_keyword, domain_regex, rule_set: the destination's name
+	 * must match (config_names_match); empty = no name matcher. A session without a name
+	 * never matches a rule that has one. */
+	struct ts_names names;
 	char outbound_tag[TS_TAG_MAX + 1];
 	uint32_t outbound;                        /* index into ts_config.outbounds */
 };
@@ -190,12 +217,74 @@ struct ts_route {
 	uint32_t default_mark;                    /* 0: none; else every outbound without its
 						   * own routing_mark gets it */
 	bool has_names;                           /* some rule has a name matcher */
+	/* Borrowed: ts_config.rule_sets (set by validation; the array never moves), which the
+	 * rules' rule_set matchers index. */
+	const struct ts_rule_set *rule_sets;
+};
+
+/* The proxy's own DNS resolver (dns.servers given): hijacked queries are answered here. */
+#define TS_DNS_MAX_SERVERS 32
+#define TS_DNS_MAX_HOSTS 4096
+#define TS_DNS_HOST_ADDRS 8
+
+enum ts_dns_transport { TS_DNS_UDP, TS_DNS_TCP };
+enum ts_dns_action { TS_DNS_ACT_SERVER, TS_DNS_ACT_REFUSE, TS_DNS_ACT_EMPTY };
+enum ts_dns_ipv6 { TS_DNS_IPV6_ANSWER, TS_DNS_IPV6_EMPTY };
+
+struct ts_dns_server {
+	char tag[TS_TAG_MAX + 1];
+	enum ts_dns_transport transport;
+	struct netaddr_ep addr;
+	char detour_tag[TS_TAG_MAX + 1];          /* "": route.final's outbound */
+	uint32_t detour;                          /* index into ts_config.outbounds */
+};
+
+struct ts_dns_rule {
+	struct ts_names names;                    /* the question's name must match */
+	enum ts_dns_action action;
+	char server_tag[TS_TAG_MAX + 1];          /* TS_DNS_ACT_SERVER */
+	uint32_t server;                          /* index into ts_dns.servers */
+};
+
+struct ts_dns_host {
+	char name[254];                           /* lower case, no trailing dot */
+	uint8_t n4, n6;
+	uint8_t a4[TS_DNS_HOST_ADDRS][4];
+	uint8_t a6[TS_DNS_HOST_ADDRS][16];
+};
+
+/* dns.fakeip: A/AAAA answers from a range of addresses that stand for names. */
+struct ts_fakeip {
+	bool enabled;
+	struct netaddr_cidr range4;               /* family 0: none */
+	struct netaddr_cidr range6;               /* family 0: none (AAAA answered empty) */
+	uint32_t max_mappings;
+	uint32_t reuse_after_s;                   /* a mapping idle this long may be reused */
+	struct ts_names exclude;                  /* names that get real answers (with the
+						   * built-in list, dns/server.c) */
+	char *persist;                            /* a file the mappings survive a restart in,
+						   * or NULL (owned) */
 };
 
 struct ts_dns {
 	bool hijack;
 	bool has_upstream;
-	struct netaddr_ep upstream;
+	struct netaddr_ep upstream;               /* forwarder mode: queries relayed as they are */
+	struct ts_dns_server *servers;            /* resolver mode when n_servers > 0 */
+	size_t n_servers;
+	struct ts_dns_rule *rules;
+	size_t n_rules;
+	char final_tag[TS_TAG_MAX + 1];           /* "": the first server */
+	uint32_t final;                           /* index into servers */
+	struct ts_dns_host *hosts;                /* sorted by name */
+	size_t n_hosts;
+	enum ts_dns_ipv6 ipv6;
+	uint32_t cache_size;                      /* entries; 0: no cache */
+	uint32_t cache_max_ttl_s;
+	struct ts_fakeip fakeip;
+	uint64_t resolver_sig;                    /* a hash of the resolver's keys as written
+						   * (servers, rules, final, hosts, ipv6, cache):
+						   * a reload tells whether they changed */
 };
 
 struct ts_stats {
@@ -213,6 +302,8 @@ struct ts_config {
 	enum ts_relay_mode relay_mode;
 	uint32_t relay_buffer_bytes;              /* a copy relay's buffer per direction */
 	uint32_t relay_pipe_bytes;                /* a splice relay's pipe size */
+	struct ts_rule_set *rule_sets;            /* rule_sets, loaded */
+	size_t n_rule_sets;
 	struct ts_route route;
 	struct ts_dns dns;
 	enum budget_profile budget_profile;
@@ -257,6 +348,24 @@ char *config_summary(const struct ts_config *cfg, char *buf, size_t len);
 
 /* Index of the outbound tagged tag, or -1. */
 int config_outbound_index(const struct ts_config *cfg, const char *tag);
+
+/* Index of the rule set tagged tag, or -1. */
+int config_rule_set_index(const struct ts_config *cfg, const char *tag);
+
+static inline bool config_names_empty(const struct ts_names *m)
+{
+	return !m->own && m->n_sets == 0;
+}
+
+/* Does the name (len bytes, any case, a trailing dot allowed) match m: is it in m->own or in
+ * one of m's rule sets? sets is the configuration's rule_sets array (ts_config.rule_sets,
+ * ts_route.rule_sets) that m's indices point into. An empty m matches nothing. Only reads:
+ * any number of threads at once. */
+bool config_names_match(const struct ts_rule_set *sets, const struct ts_names *m,
+			const char *name, size_t len);
+
+/* One info line per rule set: tag, format, entries, bad lines, load time, path. */
+void config_log_rule_sets(const struct ts_config *cfg, struct log *log);
 
 const char *config_stack_name(enum ts_stack s);
 const char *config_outbound_type_name(enum ts_outbound_type t);

@@ -111,6 +111,11 @@ static int normalize(const char *s, size_t len, bool lead_dot_ok, char out[DOMAI
 	return (int)n;
 }
 
+int domain_name_normalize(const char *s, size_t len, char *out)
+{
+	return normalize(s, len, false, out);
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static struct slot *probe(const struct domain_set *ds, uint64_t h, const char *s, size_t len)

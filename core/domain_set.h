@@ -71,6 +71,11 @@ int domain_set_add(struct domain_set *ds, enum domain_kind kind, const char *s, 
 int domain_set_load(struct domain_set *ds, enum domain_format fmt, const char *buf, size_t len,
 		    struct domain_load_stats *st) __attribute__((warn_unused_result));
 
+/* The name s (len bytes) in the form the set keeps: lower case, no trailing dot, letters,
+ * digits, '-', '_' and '.' only, no empty label, labels of at most 63 bytes. Its length, or -1
+ * if it is not such a name. out holds DOMAIN_NAME_MAX + 1 bytes. */
+int domain_name_normalize(const char *s, size_t len, char *out);
+
 /* Does the name (len bytes, any case, a trailing dot allowed) match an entry? A name that is
  * empty or longer than DOMAIN_NAME_MAX + 1 bytes matches nothing. */
 bool domain_set_match(const struct domain_set *ds, const char *name, size_t len);

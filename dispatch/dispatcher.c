@@ -27,6 +27,7 @@
 #include "core/log.h"
 #include "core/netaddr.h"
 #include "dispatch/cfg_gen.h"
+#include "dispatch/dns_tcp.h"
 #include "dispatch/pipepool.h"
 #include "dispatch/route.h"
 #include "outbound/outbound.h"
@@ -35,6 +36,7 @@ enum session_state {
 	S_CONNECTING, /* conn != NULL */
 	S_RELAYING,   /* relay != NULL */
 	S_FAILING,    /* on d->failing, waiting for fail_ev */
+	S_DNS,        /* dns != NULL: answered by the proxy's resolver (dns_tcp.h) */
 };
 
 struct session {
@@ -49,6 +51,7 @@ struct session {
 	struct stream *client;
 	struct outbound_conn *conn;
 	struct relay *relay;
+	struct dns_tcp *dns;
 	bool fd_reserved;             /* one budget fd for the outbound socket */
 	void (*on_end)(void *arg);
 	void *end_arg;
@@ -66,6 +69,10 @@ struct dispatcher {
 	dispatcher_namer_fn namer;    /* NULL: sessions go by address */
 	void *namer_arg;
 	struct log *log;              /* refusals at debug level; NULL: none */
+	bool dns_on;                  /* new TCP/53 sessions go to dns_res (with dns.hijack) */
+	struct dns_tcp_resolver dns_res; /* kept while DNS sessions live, even after off */
+	uint64_t dns_live;            /* sessions in S_DNS */
+	struct dns_tcp_counters dns_ctr;
 	LIST_HEAD(, session) sessions;
 	TAILQ_HEAD(, session) failing;
 	bool closing;
@@ -88,6 +95,7 @@ static const char *const fail_names[DISPATCHER_FAIL_MAX] = {
 	[DISPATCHER_FAIL_RESOURCE] = "resource",
 	[DISPATCHER_FAIL_RESOLVE] = "resolve",
 	[DISPATCHER_FAIL_BAD_NAME] = "bad_name",
+	[DISPATCHER_FAIL_FAKE_UNMAPPED] = "fake_unmapped",
 	[DISPATCHER_FAIL_OTHER] = "other",
 };
 
@@ -146,7 +154,7 @@ static void session_end(struct session *s)
 	void (*on_end)(void *) = s->on_end;
 	void *arg = s->end_arg;
 
-	assert(!s->conn && !s->relay && !s->fd_reserved);
+	assert(!s->conn && !s->relay && !s->dns && !s->fd_reserved);
 	LIST_REMOVE(s, link);
 	d->active--;
 	cfg_gen_put(&d->gens, s->gen);
@@ -195,6 +203,45 @@ static void on_relay_done(void *arg, enum relay_end reason, const struct relay_s
 	s->client = NULL;
 	release_fd(s);
 	session_end(s);
+}
+
+static void on_dns_done(void *arg)
+{
+	struct session *s = arg;
+
+	/* dns_tcp closed or aborted the client and cancelled its tickets. */
+	s->dns = NULL;
+	s->client = NULL;
+	s->d->dns_live--;
+	session_end(s);
+}
+
+/* A TCP/53 session while hijacking: answered here, never connected out. The address may be
+ * our own (the gateway as the apps' resolver is the common setup). */
+static bool is_dns(struct dispatcher *d, const struct flow_key *k)
+{
+	return d->dns_on && k->dport_be == htons(53) && cfg_gens_current(&d->gens)->dns.hijack;
+}
+
+static int session_start_dns(struct session *s, enum dispatcher_fail *why)
+{
+	struct dispatcher *d = s->d;
+	struct dns_tcp_params p = {
+		.resolver = &d->dns_res,
+		.budget = d->budget,
+		.idle_ms = DNS_TCP_IDLE_MS,
+		.counters = &d->dns_ctr,
+	};
+	int ret;
+
+	if ((ret = dns_tcp_new(d->base, s->client, &p, on_dns_done, s, &s->dns)) != 0) {
+		s->dns = NULL;
+		*why = classify(ret);
+		return ret;
+	}
+	s->state = S_DNS;
+	d->dns_live++;
+	return 0;
 }
 
 /* ---- connecting ---------------------------------------------------------------------------- */
@@ -320,20 +367,20 @@ static int session_start(struct session *s, enum dispatcher_fail *why)
 	return 0;
 }
 
-/* A zeroed session with room for the namer's name, copied in if it is valid (else *bad_name).
- * NULL when out of memory. */
+/* A zeroed session with room for the namer's name, copied in if it is valid (else *bad: the
+ * failure, DISPATCHER_FAIL_MAX when none). NULL when out of memory. */
 static struct session *session_alloc(struct dispatcher *d, const struct flow_key *orig,
-				     bool *bad_name)
+				     bool dns, enum dispatcher_fail *bad)
 {
 	const char *name = NULL;
 	size_t room = 0;
 	struct session *s;
 
-	*bad_name = false;
-	if (d->namer) {
+	*bad = DISPATCHER_FAIL_MAX;
+	if (d->namer && !dns) {
 		name = d->namer(d->namer_arg, orig->family, orig->dst, ntohs(orig->dport_be));
 		if (name && !outbound_name_valid(name)) {
-			*bad_name = true;
+			*bad = *name ? DISPATCHER_FAIL_BAD_NAME : DISPATCHER_FAIL_FAKE_UNMAPPED;
 			name = NULL;
 		}
 		room = name ? strlen(name) + 1 : 0; /* at most OUTBOUND_NAME_MAX + 1: valid */
@@ -351,11 +398,11 @@ int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, stru
 		 void (*on_end)(void *arg), void *end_arg)
 {
 	static const struct stream_cbs client_cbs = { NULL, NULL, on_client_error };
-	enum dispatcher_fail why;
+	enum dispatcher_fail why, bad = DISPATCHER_FAIL_MAX;
 	struct session *s;
-	bool bad_name = false;
+	bool dns = !d->closing && is_dns(d, orig);
 
-	s = d->closing ? NULL : session_alloc(d, orig, &bad_name);
+	s = d->closing ? NULL : session_alloc(d, orig, dns, &bad);
 	if (!s) {
 		/* Nothing to defer with: end it here, as the contract allows for this case. */
 		stream_abort(client);
@@ -375,9 +422,9 @@ int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, stru
 	LIST_INSERT_HEAD(&d->sessions, s, link);
 	d->active++;
 	d->total++;
-	if (bad_name)
-		session_fail_later(s, DISPATCHER_FAIL_BAD_NAME);
-	else if (session_start(s, &why) != 0)
+	if (bad != DISPATCHER_FAIL_MAX)
+		session_fail_later(s, bad);
+	else if (dns ? session_start_dns(s, &why) != 0 : session_start(s, &why) != 0)
 		session_fail_later(s, why);
 	return 0;
 }
@@ -391,6 +438,19 @@ void dispatcher_set_namer(struct dispatcher *d, dispatcher_namer_fn fn, void *ar
 {
 	d->namer = fn;
 	d->namer_arg = arg;
+}
+
+void dispatcher_set_dns(struct dispatcher *d, const struct dns_tcp_resolver *r)
+{
+	if (!r) {
+		d->dns_on = false;
+		return;
+	}
+	/* Live sessions borrow d->dns_res: only the same resolver may be set again under them. */
+	assert(d->dns_live == 0 || (d->dns_res.query == r->query &&
+				    d->dns_res.cancel == r->cancel && d->dns_res.ctx == r->ctx));
+	d->dns_res = *r;
+	d->dns_on = true;
 }
 
 /* ---- the dispatcher ------------------------------------------------------------------------ */
@@ -470,6 +530,9 @@ static void session_kill(struct session *s)
 		TAILQ_REMOVE(&d->failing, s, fail_link);
 		session_fail_now(s, s->fail);
 		break;
+	case S_DNS:
+		dns_tcp_cancel(s->dns); /* -> on_dns_done -> session_end */
+		break;
 	}
 }
 
@@ -527,6 +590,7 @@ void dispatcher_get_stats(const struct dispatcher *d, struct dispatcher_stats *o
 		out->pipes_idle = ps.idle;
 		out->pipe_bytes = ps.pipe_bytes;
 	}
+	dns_tcp_counters_read(&d->dns_ctr, &out->dns_tcp);
 	bufpool_get_stats(d->bufs, &bs);
 	out->buffer_bytes_in_use = bs.bytes_in_use;
 	out->buffer_bytes_peak = bs.bytes_peak;

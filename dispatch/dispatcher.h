@@ -11,6 +11,8 @@
  *                              │   └──outbound failed / client reset──> abort client (RST), on_end
  *                              └── refused before connecting (reject, fd budget, own address):
  *                                  deferred to the loop, then abort client (RST), on_end
+ *   dispatcher_start_tcp (port 53, DNS hijack: dispatcher_set_dns) ──> DNS (dispatch/dns_tcp.h:
+ *                              answered by the proxy's resolver) ──connection over──> on_end
  *
  * on_end is the stack's guard (mark the NAT entry Closing, release the admission permit and the
  * client's fd reservation): it runs exactly once per accepted session however the session ends,
@@ -31,6 +33,7 @@
 #include "core/budget.h"
 #include "core/config.h"
 #include "core/flow.h"
+#include "dispatch/dns_tcp.h"
 #include "dispatch/relay.h"
 #include "dispatch/stream.h"
 
@@ -54,6 +57,8 @@ enum dispatcher_fail {
 	DISPATCHER_FAIL_RESOLVE,     /* a name did not resolve: ENXIO (no such name or no address
 				      * of the allowed families), EAGAIN (temporary failure) */
 	DISPATCHER_FAIL_BAD_NAME,    /* the namer gave a name that is not outbound_name_valid */
+	DISPATCHER_FAIL_FAKE_UNMAPPED, /* the namer gave "": a fake-IP address that stands for no
+				      * name any more (never connected to) */
 	DISPATCHER_FAIL_OTHER,       /* anything else (e.g. EPERM setting SO_MARK) */
 	DISPATCHER_FAIL_MAX
 };
@@ -79,7 +84,8 @@ void dispatcher_free(struct dispatcher *d);
  * inside this call); or, when no session could even be created (-ENOMEM, or -ESHUTDOWN while
  * dispatcher_free runs), client was aborted and on_end already ran before the return: the
  * value is informational, the caller's cleanup is the same either way. orig must not be
- * addressed to one of our own addresses (asserted; refused as own_address in release). */
+ * addressed to one of our own addresses (asserted; refused as own_address in release), except
+ * a DNS session (dispatcher_set_dns). */
 int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, struct stream *client,
 		 void (*on_end)(void *arg), void *end_arg);
 
@@ -88,7 +94,8 @@ int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, stru
  * 6, dst its 4 or 16 bytes (network order), dport in host order. Returns the name (borrowed:
  * read before the call returns, copied into the session) or NULL for none. A name that is not
  * outbound_name_valid (outbound/outbound.h: at most 255 bytes of letters, digits, '-', '_',
- * '.') refuses the session with a prompt RST, counted as bad_name. Runs on the loop's thread;
+ * '.') refuses the session with a prompt RST, counted as bad_name ("" as fake_unmapped: the
+ * address stands for a name no more). Runs on the loop's thread;
  * it must not call into the dispatcher. */
 typedef const char *(*dispatcher_namer_fn)(void *arg, int family, const uint8_t *dst,
 					   uint16_t dport);
@@ -100,6 +107,19 @@ void dispatcher_set_log(struct dispatcher *d, struct log *lg);
 
 /* Install the namer (fn NULL: none, the default) for sessions started from now on. */
 void dispatcher_set_namer(struct dispatcher *d, dispatcher_namer_fn fn, void *arg);
+
+/* Hijacked DNS over TCP (dispatch/dns_tcp.h). With a resolver set and dns.hijack on in the
+ * current configuration, a session started from now on whose destination port is 53 (any
+ * address, our gateway included) is not routed or connected out: the proxy answers its
+ * queries with r. It is admitted like every session (the stack's TCP permit and the client's
+ * fd reservation; no outbound fd) and ends likewise: on_end once, after the client stream was
+ * closed (the app's FIN and every reply written, or idle) or aborted (a reset, a bad length,
+ * dispatcher_free), every outstanding ticket cancelled. The namer is not asked for it.
+ * r is copied; what it points to must outlive every DNS session. NULL: off for new sessions
+ * (live ones finish with the resolver they have). Another resolver only while no DNS session
+ * lives (asserted). The stack must let TCP to gateway:53 in (netstack_env.dns_tcp) exactly
+ * when this is set. */
+void dispatcher_set_dns(struct dispatcher *d, const struct dns_tcp_resolver *r);
 
 /* Reload: sessions started from now on use cfg (route rules, outbounds, timeouts.connect_ms
  * and timeouts.relay_idle_ms). Live sessions are untouched: each keeps the configuration it
@@ -129,7 +149,7 @@ void dispatcher_set_config(struct dispatcher *d, const struct ts_config *cfg,
 
 /* Everything the stats endpoint shows about sessions, relays, pipes and relay buffers. */
 struct dispatcher_stats {
-	uint64_t sessions_active;      /* connecting + relaying */
+	uint64_t sessions_active;      /* connecting + relaying + DNS (dns_tcp.live) */
 	uint64_t sessions_connecting;
 	uint64_t sessions_total;       /* accepted by dispatcher_start_tcp since start */
 	uint64_t sessions_refused;     /* sum of fail[] */
@@ -143,6 +163,7 @@ struct dispatcher_stats {
 	uint64_t pipe_bytes_inflight;  /* bytes now inside pipes */
 	uint64_t buffer_bytes_in_use, buffer_bytes_peak, buffer_bytes_cached; /* relay bufpool */
 	uint64_t buffer_bytes_inflight; /* bytes now inside relay buffers (+ early bytes) */
+	struct dns_tcp_stats dns_tcp;  /* TCP/53 sessions answered by the resolver */
 };
 void dispatcher_get_stats(const struct dispatcher *d, struct dispatcher_stats *out);
 

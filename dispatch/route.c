@@ -1,9 +1,7 @@
 /* route.c — first-match rule evaluation. Runs once per session (TCP) or per UDP destination
  * change, never per packet, so a linear scan over the rules is fine; a rule's name matcher is
- * one domain_set lookup. */
+ * one domain_set lookup for its own names plus one per rule set it names. */
 #include "dispatch/route.h"
-
-#include "core/domain_set.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -20,7 +18,8 @@ static bool cidr_match(const struct netaddr_cidr *c, const struct flow_key *k)
 	return netaddr_in_cidr(&a, c);
 }
 
-bool route_rule_match(const struct ts_rule *r, const struct flow_key *k, const char *name)
+bool route_rule_match(const struct ts_route *route, const struct ts_rule *r,
+		      const struct flow_key *k, const char *name)
 {
 	if (r->network == TS_NET_TCP && k->proto != IPPROTO_TCP)
 		return false;
@@ -43,7 +42,8 @@ bool route_rule_match(const struct ts_rule *r, const struct flow_key *k, const c
 		if (i == r->n_cidrs)
 			return false;
 	}
-	if (r->names && (!name || !domain_set_match(r->names, name, strlen(name))))
+	if (!config_names_empty(&r->names) &&
+	    (!name || !config_names_match(route->rule_sets, &r->names, name, strlen(name))))
 		return false;
 	return true;
 }
@@ -51,7 +51,7 @@ bool route_rule_match(const struct ts_rule *r, const struct flow_key *k, const c
 uint32_t route_select(const struct ts_route *route, const struct flow_key *k, const char *name)
 {
 	for (size_t i = 0; i < route->n_rules; i++)
-		if (route_rule_match(&route->rules[i], k, name))
+		if (route_rule_match(route, &route->rules[i], k, name))
 			return route->rules[i].outbound;
 	return route->final;
 }

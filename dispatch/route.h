@@ -8,10 +8,12 @@
 #include "core/config.h"
 #include "core/flow.h"
 
-/* Does rule r match the flow's destination (address, port), protocol and name? A rule
- * matches when every matcher it has matches: any of its CIDRs, any of its port ranges, its
- * network, its name set (name NULL: a rule with a name matcher does not match). */
-bool route_rule_match(const struct ts_rule *r, const struct flow_key *k, const char *name);
+/* Does rule r (one of route's) match the flow's destination (address, port), protocol and
+ * name? A rule matches when every matcher it has matches: any of its CIDRs, any of its port
+ * ranges, its network, its name matcher (its own names or any of its rule sets; name NULL: a
+ * rule with a name matcher does not match). */
+bool route_rule_match(const struct ts_route *route, const struct ts_rule *r,
+		      const struct flow_key *k, const char *name);
 
 /* The outbound index (into cfg->outbounds) for k and the destination's name (NULL: none): the
  * first matching rule's, else final. */

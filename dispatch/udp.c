@@ -903,13 +903,13 @@ static __attribute__((noinline)) bool name_target(struct udp_path *up, struct ud
 						  bool fresh, int64_t now)
 {
 	const char *name;
-	bool bad;
+	int bad;
 
 	if (!t->s5 && s->gen->cfg->outbounds[t->ob].type != TS_OUT_DIRECT)
 		return true;
 	name = udp_name_for(up, s, v, &bad);
 	if (bad) {
-		udp_count_drop(up, UDP_DROP_bad_name);
+		udp_count_drop(up, (enum udp_drop)bad);
 		if (fresh)
 			udp_session_free(up, s);
 		return false;
@@ -924,27 +924,27 @@ static __attribute__((noinline)) bool name_target(struct udp_path *up, struct ud
 }
 
 /* For rules that match names: v's destination's name into *name (NULL: none), from s's cache
- * or, before a session exists, from the namer (copied into buf). false: the namer gave a name
- * outbound_name_valid refuses. */
-static __attribute__((noinline)) bool route_name(struct udp_path *up, struct udp_session *s,
-						 const struct udp_view *v,
-						 char buf[OUTBOUND_NAME_MAX + 1], const char **name)
+ * or, before a session exists, from the namer (copied into buf). 0, or the drop reason of a name
+ * outbound_name_valid refuses (udp_name_for). */
+static __attribute__((noinline)) int route_name(struct udp_path *up, struct udp_session *s,
+						const struct udp_view *v,
+						char buf[OUTBOUND_NAME_MAX + 1], const char **name)
 {
 	const char *n;
-	bool bad;
+	int bad;
 
 	if (s) {
 		*name = udp_name_for(up, s, v, &bad);
-		return !bad;
+		return bad;
 	}
 	n = up->namer(up->namer_arg, v->family, v->dst, ntohs(v->dport_be));
 	if (n && !outbound_name_valid(n))
-		return false;
+		return *n ? UDP_DROP_bad_name : UDP_DROP_fake_unmapped;
 	if (n) {
 		snprintf(buf, OUTBOUND_NAME_MAX + 1, "%s", n);
 		*name = buf;
 	}
-	return true;
+	return 0;
 }
 
 /* A datagram the codec accepted: its session, its target, out. */
@@ -958,11 +958,20 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	bool fresh = false;
 	char nbuf[OUTBOUND_NAME_MAX + 1];
 	const char *rname = NULL;
+	int bad;
 
 	memset(&key, 0, sizeof(key));
 	key.family = v->family;
 	key.port_be = v->sport_be;
 	memcpy(key.addr, v->src, 16);
+	/* The proxy's own resolver answers hijacked queries: no session. */
+	if (__builtin_expect(up->dns != NULL, 0) && v->dport_be == htons(DNS_PORT)) {
+		if (up->loopguard && from_self(up, v))
+			udp_count_drop(up, UDP_DROP_loop);
+		else
+			udp_dns_input(up, v);
+		return;
+	}
 	s = session_lookup(up, &key);
 	if (!s && up->loopguard && from_self(up, v)) {
 		udp_count_drop(up, UDP_DROP_loop);
@@ -972,8 +981,8 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	gen = s ? s->gen : cfg_gens_hold(&up->gens);
 	/* Rules that match names need the name before the route. */
 	if (__builtin_expect(up->namer != NULL, 0) && gen->cfg->route.has_names &&
-	    !route_name(up, s, v, nbuf, &rname)) {
-		udp_count_drop(up, UDP_DROP_bad_name);
+	    (bad = route_name(up, s, v, nbuf, &rname)) != 0) {
+		udp_count_drop(up, (enum udp_drop)bad);
 		goto unhold;
 	}
 	if (pick_target(up, gen->cfg, s, v, rname, &t) != 0)
@@ -1048,6 +1057,7 @@ static int path_alloc(struct udp_path *up, const struct ts_config *cfg)
 	/* A queued datagram is at most one TUN packet (up) or one reply of that size (down);
 	 * anything larger is not worth pinning a buffer for (no_buffer). */
 	up->qcap = (size_t)cfg->tun.mtu + 48;
+	up->mtu = cfg->tun.mtu;
 	ret = bufpool_new(up->b, "udp", sizeof(struct qdgram) + up->qcap + OUTBOUND_NAME_MAX + 1,
 			  (uint32_t)(bufs < UDP_QUEUE_BUFS_MAX ? bufs : UDP_QUEUE_BUFS_MAX),
 			  &up->pool);
@@ -1129,6 +1139,7 @@ void udp_path_free(struct udp_path *up)
 
 	if (!up)
 		return;
+	udp_dns_cancel_all(up);
 	for (int i = 0; i < 2; i++) {
 		while ((s = TAILQ_FIRST(&up->exp[i].list)))
 			udp_session_free(up, s);

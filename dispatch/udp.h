@@ -121,7 +121,9 @@ struct udp_path;
 	X(s5_family)            /* from the relay: a source of the other family than the client's */ \
 	X(s5_unknown_name)      /* from the relay: a source name this association never sent to */ \
 	X(bad_name)             /* the namer gave a name outbound_name_valid refuses */         \
-	X(resolve_failed)       /* direct to a name that did not resolve (or in the retry wait) */
+	X(resolve_failed)       /* direct to a name that did not resolve (or in the retry wait) */ \
+	X(dns_busy)             /* hijacked query the resolver refused: too many wait, no memory */ \
+	X(fake_unmapped)        /* to a fake-IP address that stands for no name (never sent) */
 
 enum udp_drop {
 #define UDP_DROP_ENUM(name) UDP_DROP_##name,
@@ -250,5 +252,13 @@ void udp_path_set_log(struct udp_path *up, struct log *lg);
  * Hijacked DNS goes to the upstream as always. NULL fn: none (the default). */
 typedef const char *(*udp_namer_fn)(void *arg, int family, const uint8_t *dst, uint16_t dport);
 void udp_path_set_namer(struct udp_path *up, udp_namer_fn fn, void *arg);
+
+/* Hijacked DNS answered by the proxy's own resolver (dns/server.h): with a server set, every
+ * datagram to port 53 from the TUN (any destination) is a query for it, never a session; the
+ * reply goes back from the address and port the client asked. NULL: hijacked queries are
+ * forwarded to dns.upstream (when hijack is on). The server must outlive the path, or be
+ * unset first; queries still waiting are cancelled by unsetting it or by udp_path_free. */
+struct dns_server;
+void udp_path_set_dns(struct udp_path *up, struct dns_server *dns);
 
 #endif

@@ -182,6 +182,9 @@ struct udp_path {
 	udp_namer_fn namer;                /* destination names, or NULL */
 	void *namer_arg;
 	struct resolver *own_resolver;     /* for outbounds without ob->resolver; made on use */
+	struct dns_server *dns;            /* hijacked queries answered here, or NULL */
+	struct udp_dnsq *dnsq;             /* queries waiting for it */
+	size_t mtu;                        /* the TUN's */
 
 	struct udp_session **buckets;      /* chained hash on skey; power-of-two size */
 	size_t nbuckets;
@@ -252,11 +255,20 @@ int udp_s5_wrap(struct udp_path *up, struct usock *k, const void *buf, size_t le
 bool udp_s5_unwrap(struct udp_path *up, struct usock *k, const struct sockaddr_storage *from,
 		   size_t *n, struct udp_codec_hdr *h);
 
+/* ---- udp_dns.c: hijacked queries to the proxy's resolver -------------------------------- */
+
+struct udp_dnsq;
+/* v (to port 53) handed to up->dns; its reply, if any, sent from where v went. */
+void udp_dns_input(struct udp_path *up, const struct udp_view *v);
+/* Cancel every waiting query (the path or the server goes). */
+void udp_dns_cancel_all(struct udp_path *up);
+
 /* ---- udp_names.c: destinations by name ---------------------------------------------------- */
 
-/* The namer's name for v's destination (cached per session); *bad for a refused name. */
+/* The namer's name for v's destination (cached per session); *bad: 0, or the drop reason of a
+ * refused name (bad_name; fake_unmapped for "", an address that stands for no name). */
 const char *udp_name_for(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
-			 bool *bad);
+			 int *bad);
 /* A new session's name cache seeded with name (the namer's answer for v's destination, asked
  * before the session existed). */
 void udp_name_seed(struct udp_path *up, struct udp_session *s, const struct udp_view *v,

@@ -233,17 +233,17 @@ bool udp_dname_unmap(const struct udp_session *s, int family, struct udp_codec_h
  * place. NULL: no name (or no memory to keep it: then by address). *bad: the namer gave a
  * name outbound_name_valid refuses. */
 const char *udp_name_for(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
-			    bool *bad)
+			 int *bad)
 {
 	const char *n;
 	size_t len;
 
-	*bad = false;
+	*bad = 0;
 	if (s->nc_valid && s->nc_port_be == v->dport_be && !memcmp(s->nc_dst, v->dst, 16))
 		return s->rc_name;
 	n = up->namer(up->namer_arg, v->family, v->dst, ntohs(v->dport_be));
 	if (n && !outbound_name_valid(n)) {
-		*bad = true;
+		*bad = *n ? UDP_DROP_bad_name : UDP_DROP_fake_unmapped;
 		return NULL;
 	}
 	if (s->rc_name)

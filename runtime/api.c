@@ -449,6 +449,7 @@ int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen)
 	}
 	/* From here the loop thread owns the state: it may already have stopped. */
 	log_info(&p->log, "proxy: ready: %s", config_summary(&p->cfg, summary, sizeof(summary)));
+	config_log_rule_sets(&p->cfg, &p->log);
 	return 0;
 }
 

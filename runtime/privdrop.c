@@ -285,7 +285,12 @@ int privdrop_apply(const struct privdrop_opts *o, char *err, size_t errlen)
 		return fail(err, errlen, -errno, "prctl: %s", strerror(errno));
 	if ((ret = verify(keep, nkeep, sw, bnd, err, errlen)) != 0)
 		return ret;
-	return o->config_path ? check_config(o->config_path, err, errlen) : 0;
+	if (o->config_path && (ret = check_config(o->config_path, err, errlen)) != 0)
+		return ret;
+	for (size_t i = 0; o->config_path && i < o->n_more_paths; i++)
+		if ((ret = check_config(o->more_paths[i], err, errlen)) != 0)
+			return ret;
+	return 0;
 }
 
 void privdrop_raise_effective(void)

@@ -28,6 +28,8 @@ struct privdrop_opts {
 	const char *user;        /* name or numeric uid; NULL or "" = keep the uid */
 	bool keep_bind_service;  /* also keep CAP_NET_BIND_SERVICE (stats port < 1024) */
 	const char *config_path; /* NULL: none; else must be readable after the drop (reload) */
+	const char *const *more_paths; /* files the config names (rule sets): the same check */
+	size_t n_more_paths;
 };
 
 /* Look user up (a name, or a decimal uid) in the passwd database: its uid and primary gid.

@@ -23,6 +23,9 @@
 #include "core/tun.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/udp.h"
+#include "dns/fakeip.h"
+#include "dns/local.h"
+#include "dns/server.h"
 #include "outbound/resolver.h"
 #include "runtime/privdrop.h"
 #include "runtime/proxy.h"
@@ -66,6 +69,12 @@ void proxy_close(struct ts_proxy *p)
 	p->ns = NULL;
 	udp_path_free(p->udp);
 	p->udp = NULL;
+	resolver_free(p->dns_resolver);
+	p->dns_resolver = NULL;
+	dns_local_free(p->dns_local);
+	p->dns_local = NULL;
+	dns_server_free(p->dns); /* after its users: each cancelled what it waited for */
+	p->dns = NULL;
 	reload_fini(p); /* the dispatcher and the UDP path have released what they held */
 	resolver_free(p->resolver); /* no connection attempt is left to ask it */
 	p->resolver = NULL;
@@ -212,6 +221,7 @@ static int start_stack(struct ts_proxy *p, char *err, size_t errlen)
 		.tun_name = tun_name(p->tun),
 		.fatal = on_fatal,
 		.fatal_arg = p,
+		.dns_tcp = p->dns != NULL, /* TCP to gateway:53 is the dispatcher's to answer */
 	};
 	return p->ops->start(&env, &p->ns, err, errlen);
 }
@@ -230,22 +240,105 @@ static int make_resolver(struct ts_proxy *p, char *err, size_t errlen)
 		snprintf(err, errlen, "proxy: resolver: %s", strerror(-ret));
 		return ret;
 	}
-	for (size_t i = 0; i < p->cfg.n_outbounds; i++) {
-		p->cfg.outbounds[i].resolver = p->resolver;
+	for (size_t i = 0; i < p->cfg.n_outbounds; i++)
 		p->cfg.outbounds[i].log = &p->log;
-	}
+	proxy_assign_resolvers(p, &p->cfg);
 	return 0;
+}
+
+void proxy_assign_resolvers(struct ts_proxy *p, struct ts_config *cfg)
+{
+	for (size_t i = 0; i < cfg->n_outbounds; i++) {
+		struct ts_outbound *ob = &cfg->outbounds[i];
+		ob->resolver = ob->type == TS_OUT_DIRECT && p->dns_resolver ? p->dns_resolver
+									    : p->resolver;
+	}
+}
+
+/* Names with fake-IP on: a fake address stands for its name ("" when it stands for none any
+ * more: the session is refused, never connected to the fake address); any other address is
+ * the embedder's namer's to name. Main loop only (the dispatcher and the UDP path). */
+static const char *fake_namer(void *arg, int family, const uint8_t *dst, uint16_t port)
+{
+	struct ts_proxy *p = arg;
+	int n = dns_server_fake_name(p->dns, family, dst, p->fake_name, sizeof(p->fake_name));
+
+	if (n > 0)
+		return p->fake_name;
+	if (n == 0)
+		return "";
+	return p->namer ? p->namer(p->namer_arg, family, dst, port) : NULL;
+}
+
+/* The direct outbounds resolve names through the own resolver (its rules, hosts, cache and
+ * upstreams), offered on 127.0.0.1: never through /etc/resolv.conf, whose server may be the
+ * TUN itself. */
+static int start_dns_local(struct ts_proxy *p, char *err, size_t errlen)
+{
+	struct resolver_config rc = { 0 };
+	char servers[32];
+	uint16_t port;
+	int ret;
+
+	if ((ret = dns_local_new(p->base, p->dns, &p->dns_local, &port)) != 0) {
+		snprintf(err, errlen, "proxy: DNS resolver on 127.0.0.1: %s", strerror(-ret));
+		return ret;
+	}
+	snprintf(servers, sizeof(servers), "127.0.0.1:%u", port);
+	rc.servers = servers;
+	rc.max_ttl_s = 1; /* the resolver's cache already holds the answers */
+	rc.neg_ttl_s = 1;
+	if ((ret = resolver_new(p->base, &rc, &p->dns_resolver)) != 0) {
+		snprintf(err, errlen, "proxy: resolver: %s", strerror(-ret));
+		return ret;
+	}
+	proxy_assign_resolvers(p, &p->cfg);
+	return 0;
+}
+
+/* The own resolver, when dns.hijack has dns.servers: hijacked queries go to it, fake-IP's
+ * mappings are read back from dns.fakeip.persist. */
+static int start_dns(struct ts_proxy *p, char *err, size_t errlen)
+{
+	struct fakeip_load_stats ls;
+	int ret;
+
+	if (!p->cfg.dns.hijack || !p->cfg.dns.n_servers)
+		return 0;
+	if ((ret = dns_server_new(p->base, &p->cfg, p->budget, &p->dns)) != 0) {
+		snprintf(err, errlen, "proxy: DNS resolver: %s", strerror(-ret));
+		return ret;
+	}
+	dns_server_set_log(p->dns, &p->log);
+	if ((ret = dns_server_fake_restore(p->dns, &ls)) != 0) {
+		snprintf(err, errlen, "config: $.dns.fakeip.persist: cannot read %s: %s",
+			 p->cfg.dns.fakeip.persist, strerror(-ret));
+		return ret;
+	}
+	if (p->cfg.dns.fakeip.persist)
+		log_info(&p->log, "dns: fakeip: %llu mappings read back from %s (%llu bad lines, "
+			 "%llu outside the ranges, %llu duplicates, %llu past max_mappings)",
+			 (unsigned long long)ls.loaded, p->cfg.dns.fakeip.persist,
+			 (unsigned long long)ls.bad, (unsigned long long)ls.outside,
+			 (unsigned long long)ls.duplicates, (unsigned long long)ls.full);
+	return start_dns_local(p, err, errlen);
 }
 
 /* Least privilege: only the capabilities a running proxy uses, as "user" if given. */
 static int drop_privileges(struct ts_proxy *p, char *err, size_t errlen)
 {
+	const char *sets[TS_MAX_RULE_SETS];
 	struct privdrop_opts o = {
 		.user = p->cfg.user,
 		.keep_bind_service = p->cfg.stats.enabled && p->cfg.stats.listen.port < 1024,
 		.config_path = p->config_path,
+		.more_paths = sets,
+		.n_more_paths = p->cfg.n_rule_sets,
 	};
 	int ret;
+
+	for (size_t i = 0; i < p->cfg.n_rule_sets; i++)
+		sets[i] = p->cfg.rule_sets[i].path;
 
 	if (!p->least_privilege && !p->cfg.user[0])
 		return 0;
@@ -290,6 +383,8 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 	}
 	if ((ret = make_resolver(p, err, errlen)) != 0)
 		return ret;
+	if ((ret = start_dns(p, err, errlen)) != 0)
+		return ret;
 	if ((ret = open_tun(p, err, errlen)) != 0)
 		return ret;
 	if ((ret = routing_start(p, err, errlen)) != 0)
@@ -305,9 +400,17 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 		return ret;
 	}
 	udp_path_set_loopguard(p->udp, p->loopguard);
+	if (p->dns) {
+		udp_path_set_dns(p->udp, p->dns);
+		dns_tcp_resolver_server(&p->dns_tcp, p->dns);
+		dispatcher_set_dns(p->disp, &p->dns_tcp);
+	}
 	dispatcher_set_log(p->disp, &p->log);
 	udp_path_set_log(p->udp, &p->log);
-	if (p->namer) {
+	if (p->dns && p->cfg.dns.fakeip.enabled) {
+		dispatcher_set_namer(p->disp, fake_namer, p);
+		udp_path_set_namer(p->udp, fake_namer, p);
+	} else if (p->namer) {
 		dispatcher_set_namer(p->disp, p->namer, p->namer_arg);
 		udp_path_set_namer(p->udp, p->namer, p->namer_arg);
 	}

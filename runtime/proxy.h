@@ -20,11 +20,14 @@
 #include "core/counter.h"
 #include "core/log.h"
 #include "core/netlink.h"
+#include "dispatch/dns_tcp.h"
 #include "runtime/routecheck.h"
 #include "runtime/rps_auto.h"
 #include "stacks/netstack.h"
 
 struct ts_proxy;
+struct dns_server;
+struct dns_local;
 struct stats_doc;
 struct worker;
 
@@ -47,6 +50,7 @@ struct ts_proxy {
 	/* destination names (ts_proxy_set_namer), or NULL */
 	const char *(*namer)(void *arg, int family, const uint8_t *dst, uint16_t port);
 	void *namer_arg;
+	char fake_name[256];         /* the fake-IP namer's answer (main loop) */
 	int caller_fd;               /* a caller's TUN fd, or -1: open the config's TUN */
 	bool least_privilege;        /* drop to the kept capabilities (and "user") at start */
 	char *config_path;           /* the file the config came from (reload), or NULL */
@@ -70,6 +74,10 @@ struct ts_proxy {
 	struct budget_limits budget_loaded; /* cfg.budget as the config gave it (fds not fitted) */
 	struct loopguard *loopguard; /* the ports of our own outbound sockets */
 	struct resolver *resolver;   /* proxy server names not pinned (outbound/resolver.h) */
+	struct dns_server *dns;      /* the own resolver (dns.servers with hijack), or NULL */
+	struct dns_local *dns_local; /* it on 127.0.0.1, for dns_resolver */
+	struct dns_tcp_resolver dns_tcp; /* it for the dispatcher's TCP/53 sessions */
+	struct resolver *dns_resolver; /* direct outbounds' names, through dns_local, or NULL */
 	/* Routing (runtime/routing.h; main loop once started). */
 	struct netlink nl;
 	bool nl_open;
@@ -149,5 +157,9 @@ void proxy_stats_stop(struct ts_proxy *p);
 /* The document as JSON (malloc'd, NUL-terminated): 0 or -ENOMEM. Any thread that may read
  * p's running parts (the loop thread, or any thread before start / after stop). */
 int proxy_stats_json(struct ts_proxy *p, char **out, size_t *len);
+
+/* Each outbound's resolver: direct ones the own resolver's (dns_resolver) when there is one,
+ * the others (proxy servers given by name) the system's. */
+void proxy_assign_resolvers(struct ts_proxy *p, struct ts_config *cfg);
 
 #endif

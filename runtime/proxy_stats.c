@@ -16,6 +16,7 @@
 #include "core/tun.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/udp.h"
+#include "dns/server.h"
 #include "runtime/proxy.h"
 #include "runtime/reload.h"
 #include "runtime/routing.h"
@@ -189,6 +190,51 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_counter(d, "relay.copy_bytes", ds->copy_bytes);
 }
 
+/* The own resolver (dns/server.h); zeros without one, so the keys never change. */
+static void add_dns(struct ts_proxy *p, struct stats_doc *d, const struct dns_tcp_stats *t)
+{
+	struct dns_server_stats st = { 0 };
+	uint64_t looked;
+
+	if (p->dns)
+		dns_server_get_stats(p->dns, &st);
+	stats_doc_add_u64(d, "dns.tcp.connections", STATS_GAUGE, t->live);
+	stats_doc_counter(d, "dns.tcp.connections_total", t->connections);
+	stats_doc_counter(d, "dns.tcp.replies", t->replies);
+	stats_doc_counter(d, "dns.tcp.refused", t->queries_refused);
+	stats_doc_counter(d, "dns.tcp.closed_idle", t->closed_idle);
+	stats_doc_counter(d, "dns.tcp.closed_bad_length", t->closed_bad_length);
+	stats_doc_counter(d, "dns.tcp.closed_reset", t->closed_reset);
+	stats_doc_counter(d, "dns.tcp.closed_nomem", t->closed_nomem);
+	looked = st.cache_hits + st.cache_misses;
+	stats_doc_counter(d, "dns.queries", st.queries);
+	stats_doc_counter(d, "dns.queries_tcp", st.queries_tcp);
+	stats_doc_counter(d, "dns.answered.hosts", st.answered_hosts);
+	stats_doc_counter(d, "dns.answered.fake", st.answered_fake);
+	stats_doc_counter(d, "dns.answered.cache", st.answered_cache);
+	stats_doc_counter(d, "dns.answered.upstream", st.answered_upstream);
+	stats_doc_counter(d, "dns.answered.refused", st.answered_refused);
+	stats_doc_counter(d, "dns.answered.empty", st.answered_empty);
+	stats_doc_counter(d, "dns.answered.servfail", st.answered_servfail);
+	stats_doc_counter(d, "dns.drops.malformed", st.drops_malformed);
+	stats_doc_counter(d, "dns.drops.busy", st.drops_busy);
+	stats_doc_counter(d, "dns.coalesced", st.coalesced);
+	stats_doc_add_u64(d, "dns.pending", STATS_GAUGE, st.pending);
+	stats_doc_counter(d, "dns.cache.hits", st.cache_hits);
+	stats_doc_counter(d, "dns.cache.misses", st.cache_misses);
+	stats_doc_add_u64(d, "dns.cache.entries", STATS_GAUGE, st.cache_entries);
+	stats_doc_counter(d, "dns.cache.evictions", st.cache_evictions);
+	stats_doc_add_u64(d, "dns.cache.hit_rate_pct", STATS_GAUGE,
+			  looked ? st.cache_hits * 100 / looked : 0);
+	stats_doc_counter(d, "dns.upstream.queries", st.upstream_queries);
+	stats_doc_counter(d, "dns.upstream.timeouts", st.upstream_timeouts);
+	stats_doc_counter(d, "dns.upstream.errors", st.upstream_errors);
+	stats_doc_counter(d, "dns.upstream.bad_answers", st.upstream_bad_answers);
+	stats_doc_add_u64(d, "dns.fakeip.mappings", STATS_GAUGE, st.fake_mappings);
+	stats_doc_counter(d, "dns.fakeip.exhausted", st.fake_exhausted);
+	stats_doc_counter(d, "dns.fakeip.unmapped", st.fake_unmapped);
+}
+
 /* The endpoint's own bounds (core/stats_http.h); 0 without an endpoint. */
 static void add_stats_http(struct ts_proxy *p, struct stats_doc *d)
 {
@@ -222,6 +268,7 @@ void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d)
 	add_tun(p, d, &ns, &dc);
 	add_drops(d, &ns, &us);
 	add_sessions(p, d, &ns, &us, &ds);
+	add_dns(p, d, &ds.dns_tcp);
 	add_stats_http(p, d);
 	routing_stats(p, d);
 	reload_stats(p, d);

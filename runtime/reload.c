@@ -108,6 +108,9 @@ static void keep_fixed(const struct ts_config *old, const struct budget_limits *
 	n->budget = old->budget;
 	KEEP(&k, old, n, stats, "stats.listen");
 	KEEP(&k, old, n, dns.hijack, "dns.hijack");
+	/* The resolver is built once from the start configuration (its servers, rules, hosts and
+	 * cache live as long as the proxy): its keys change only with a restart. */
+	note_kept(&k, old->dns.resolver_sig != n->dns.resolver_sig, "dns.resolver");
 	KEEP(&k, old, n, user, "user");
 	/* Derived from the TUN and nat sections, which are now the running ones. */
 	n->roles4 = old->roles4;
@@ -176,9 +179,9 @@ int reload_prepare(struct ts_proxy *p, const char *json, size_t len, struct relo
 	for (size_t i = 0; i < r->g->cfg.n_outbounds; i++) {
 		r->g->cfg.outbounds[i].sock_hook = p->sock_hook;
 		r->g->cfg.outbounds[i].loopguard = p->loopguard;
-		r->g->cfg.outbounds[i].resolver = p->resolver;
 		r->g->cfg.outbounds[i].log = &p->log;
 	}
+	proxy_assign_resolvers(p, &r->g->cfg);
 	if ((ret = routecheck_init(&r->rc, &r->g->cfg, tun_ifindex(p->tun), err, errlen)) != 0) {
 		config_fini(&r->g->cfg);
 		free(r->g);
@@ -248,6 +251,7 @@ int proxy_reload(struct ts_proxy *p, struct reload_prep *r, int prep_ret, const 
 			 r->kept);
 	log_info(&p->log, "reload: configuration %llu in use (live sessions keep theirs)",
 		 (unsigned long long)p->generation);
+	config_log_rule_sets(p->live, &p->log);
 out:
 	reload_prep_free(r);
 	finish(p, ret, err);

@@ -35,6 +35,9 @@ struct netstack_env {
 	struct dispatcher *dispatcher;
 	struct log *log;
 	struct loopguard *loopguard; /* the proxy's own ports: the policy's loop check (or NULL) */
+	/* Let TCP to the gateway's port 53 in (with dns.hijack): the dispatcher answers it
+	 * itself. Set exactly when the dispatcher has a DNS resolver (dispatcher_set_dns). */
+	bool dns_tcp;
 	tun_tx_fn tx;       /* packets the stack builds itself (plain, fully checksummed) */
 	void *tx_arg;
 	/* With TUN offload: send a packet with offload metadata (a GSO super-packet), arg tx_arg.

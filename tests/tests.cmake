@@ -110,6 +110,20 @@ if(TS_SANITIZE STREQUAL "")
               --count 5000 --seconds 10 --bin $<TARGET_FILE:twinstack>)
     set_tests_properties(integration_dnsflood_${stack} PROPERTIES
       LABELS integration TIMEOUT 90 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+    # The same 5,000 queries answered by the proxy's own resolver (dns.servers), TCP/53 hijack on.
+    add_test(NAME integration_dnsflood_resolver_${stack}
+      COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/flood.sh --stack ${stack} --mode dns
+              --resolver --count 5000 --seconds 10 --bin $<TARGET_FILE:twinstack>)
+    set_tests_properties(integration_dnsflood_resolver_${stack} PROPERTIES
+      LABELS integration TIMEOUT 90 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+    # Routing by name (tests/integration/names.sh): the own resolver over UDP and TCP with
+    # dnsmasq upstream, its cache, hosts, rules and malformed queries; fake-IP end to end through
+    # dante (the name, not the address) and the direct outbound; about 10 s each.
+    add_test(NAME integration_names_${stack}
+      COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/names.sh --stack ${stack}
+              --bin $<TARGET_FILE:twinstack>)
+    set_tests_properties(integration_names_${stack} PROPERTIES
+      LABELS integration TIMEOUT 90 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
     # The proxy outbounds against real servers (tests/integration/proxies.sh): HTTP CONNECT
     # through tinyproxy, SOCKS5 UDP ASSOCIATE through dante-server and a misbehaving server;
     # about 25 s each.

@@ -105,6 +105,7 @@ int l3policy_init(struct l3policy *p, const struct l3policy_config *cfg)
 		return -EINVAL;
 	p->n_addrs = cfg->n_addrs;
 	p->dns_hijack = cfg->dns_hijack;
+	p->dns_tcp = cfg->dns_hijack && cfg->dns_tcp;
 	p->loopguard = cfg->loopguard;
 	if ((ret = family_init(&p->f4, cfg->has4, cfg->gateway4, 4, cfg->n_addrs)) != 0 ||
 	    (ret = family_init(&p->f6, cfg->has6, cfg->gateway6, 16, cfg->n_addrs)) != 0) {
@@ -142,7 +143,9 @@ enum l3policy_verdict l3policy_tcp_dst6(const struct l3policy *p, const struct p
 
 	if (d > p->n_addrs)
 		return L3POLICY_TCP;
-	if (d == 0 || l3policy_offset6(f, v->ip + PKT_V6_SRC) != 0)
+	if (d == 0)
+		return l3policy_gateway_tcp(p, v);
+	if (l3policy_offset6(f, v->ip + PKT_V6_SRC) != 0)
 		return L3POLICY_DROP_own_address;
 	return l3policy_listener_reply(f, d, v->sport_be, reply);
 }

@@ -14,6 +14,8 @@
  *           to our gateway or a NAT address: dropped, except the reply of one of
  *           the stack's own listeners, gateway:listener port -> NAT address (the
  *           system stack's downlink; lwIP has no listener ports, so none)          TCP_REPLY
+ *           and, with DNS over TCP on (the proxy's resolver answers TCP/53), to
+ *           the gateway's port 53: a resolver on the gateway is the common setup    TCP
  *   UDP     to port 53 with DNS hijack on, whatever the destination: hijacked
  *           (it wins over the own-address drop: a resolver on the gateway is
  *           the common setup)                                                      DNS
@@ -145,6 +147,7 @@ struct l3policy {
 	struct l3policy_family f4;
 	uint32_t n_addrs;    /* NAT addresses per family, >= 1 */
 	bool dns_hijack;
+	bool dns_tcp;        /* TCP to gateway:53 is the stack's TCP path */
 	struct l3policy_family f6;
 	struct loopguard *loopguard; /* NULL: no loop check */
 	uint8_t special_first[256];  /* L3POLICY_SPECIAL4/6 by first byte (l3policy_init) */
@@ -156,6 +159,8 @@ struct l3policy_config {
 	uint8_t gateway6[16];
 	uint32_t n_addrs;         /* NAT addresses per family: gateway+1 .. gateway+n_addrs */
 	bool dns_hijack;          /* UDP/53 goes to the UDP path whatever its destination */
+	bool dns_tcp;             /* TCP to gateway:53 is let in: the dispatcher answers it
+				   * (dispatcher_set_dns); only with dns_hijack */
 	struct loopguard *loopguard; /* the proxy's own ports, or NULL */
 };
 
@@ -204,6 +209,14 @@ static inline uint32_t l3policy_offset6(const struct l3policy_family *f, const u
 /* Our gateway or one of our NAT addresses? (addr: 4 or 16 bytes of family; false for a
  * family not served) */
 bool l3policy_is_own(const struct l3policy *p, int family, const uint8_t *addr);
+
+/* TCP to our gateway: only to its port 53 with DNS over TCP on (the dispatcher answers it;
+ * only this own-address branch pays for the test). */
+static inline enum l3policy_verdict l3policy_gateway_tcp(const struct l3policy *p,
+							 const struct pkt_view *v)
+{
+	return p->dns_tcp && v->dport_be == htons(53) ? L3POLICY_TCP : L3POLICY_DROP_own_address;
+}
 
 /* TCP to our own address at offset d (0: the gateway): a reply from one of the gateway's
  * listener ports to a NAT address is TCP_REPLY (*reply filled); anything else is ours to
@@ -260,7 +273,9 @@ static inline enum l3policy_verdict l3policy_tcp_dst(const struct l3policy *p,
 	uint32_t d = l3policy_offset4(f, v->ip + PKT_V4_DST);
 	if (d > p->n_addrs)
 		return L3POLICY_TCP;
-	if (d == 0 || l3policy_offset4(f, v->ip + PKT_V4_SRC) != 0)
+	if (d == 0)
+		return l3policy_gateway_tcp(p, v);
+	if (l3policy_offset4(f, v->ip + PKT_V4_SRC) != 0)
 		return L3POLICY_DROP_own_address;
 	return l3policy_listener_reply(f, d, v->sport_be, reply);
 }

@@ -719,6 +719,7 @@ static int policy_init(struct l3policy *pol, const struct netstack_env *env)
 		.has6 = cfg->tun.has_addr6,
 		.n_addrs = cfg->nat.addresses,
 		.dns_hijack = cfg->dns.hijack,
+		.dns_tcp = env->dns_tcp,
 		.loopguard = env->loopguard,
 	};
 

@@ -521,6 +521,7 @@ static int build_proc(struct sys_stack *st, const uint16_t ports[2][NAT_MAX_LIST
 	pc.n_addrs = cfg->nat.addresses;
 	pc.n_listeners = cfg->nat.listeners;
 	pc.dns_hijack = cfg->dns.hijack;
+	pc.dns_tcp = st->env.dns_tcp;
 	pc.loopguard = st->env.loopguard;
 	pc.v4.enabled = true;
 	memcpy(pc.v4.gateway, cfg->roles4.gateway.a, 4);

@@ -57,6 +57,7 @@ static int policy_init(struct l3policy *pol, const struct sysproc_config *cfg)
 		.has6 = cfg->v6.enabled,
 		.n_addrs = cfg->n_addrs,
 		.dns_hijack = cfg->dns_hijack,
+		.dns_tcp = cfg->dns_tcp,
 		.loopguard = cfg->loopguard,
 	};
 

@@ -78,6 +78,7 @@ struct sysproc_config {
 	uint32_t n_addrs;     /* NAT addresses per family (== nat_config.n_addrs) */
 	uint32_t n_listeners; /* listeners per family (== nat_config.n_listeners) */
 	bool dns_hijack;      /* UDP/53 to our own addresses goes to the UDP path */
+	bool dns_tcp;         /* TCP to gateway:53 is let in (l3policy_config.dns_tcp) */
 	struct loopguard *loopguard; /* the proxy's own ports (l3policy's loop check), or NULL */
 };
 

@@ -57,6 +57,8 @@ def main():
     ap.add_argument("--server", required=True, help="resolver address the queries are sent to")
     ap.add_argument("--port", type=int, default=53)
     ap.add_argument("--name", default="test.twinstack")
+    ap.add_argument("--unique", action="store_true",
+                    help="query i asks q<i>.<name>: every question is new (no cache hit)")
     ap.add_argument("--expect", required=True, help="the A record every answer must carry")
     ap.add_argument("--count", type=int, default=5000)
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -86,7 +88,8 @@ def main():
             try:
                 s.bind(("0.0.0.0", a.base_port + sent))
                 qid = random.getrandbits(16)
-                s.sendto(query(qid, a.name), (a.server, a.port))
+                name = f"q{sent}.{a.name}" if a.unique else a.name
+                s.sendto(query(qid, name), (a.server, a.port))
             except OSError:
                 send_errors += 1
                 s.close()

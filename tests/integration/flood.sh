@@ -22,8 +22,12 @@
 #   blackhole 10.250.0.0/20 (the spoofed sources)          route 198.18.0.0/15 via D
 #                                                          dnsmasq 10.202.0.2:53 (--mode dns)
 #
-# usage: flood.sh [--stack system|lwip] [--bin PATH] [--mode syn|dns] [--rate N] [--count N]
-#                 [--seconds S] [--keep] [-v]
+# --resolver (with --mode dns): the queries are answered by the proxy's own resolver
+# (dns.servers, with TCP/53 hijack on) instead of being forwarded: no UDP session at all, and
+# the resolver's waiting queries (dns.pending) stay bounded.
+#
+# usage: flood.sh [--stack system|lwip] [--bin PATH] [--mode syn|dns] [--resolver] [--rate N]
+#                 [--count N] [--seconds S] [--keep] [-v]
 # Output: 'ok - NAME' / 'not ok - NAME: REASON' lines, then 'N passed, N failed'.
 # Exit: 0 all passed, 77 skipped (not root, no /dev/net/tun), 1 otherwise.
 set -uo pipefail
@@ -38,6 +42,7 @@ COUNT=5000
 SECONDS_FLOOD=4
 KEEP_TMP=0
 VERBOSE=0
+RESOLVER=0
 
 usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
 # shellcheck disable=SC2034 # KEEP_TMP and VERBOSE are read by lib.sh
@@ -46,6 +51,7 @@ while [ $# -gt 0 ]; do
 	--stack) STACK=${2:?}; shift 2 ;;
 	--bin) BIN=${2:?}; shift 2 ;;
 	--mode) MODE=${2:?}; shift 2 ;;
+	--resolver) RESOLVER=1; shift ;;
 	--rate) RATE=${2:?}; shift 2 ;;
 	--count) COUNT=${2:?}; shift 2 ;;
 	--seconds) SECONDS_FLOOD=${2:?}; shift 2 ;;
@@ -104,10 +110,12 @@ if [ "$MODE" = dns ]; then
 		--bind-interfaces -p 53 --pid-file="$TMP/dnsmasq.pid" --user=root --dns-forward-max=1000
 	wait_listen "$NS_S" udp 53 100 || { not_ok setup "no dnsmasq"; exit 1; }
 fi
-jq -n --arg s "$STACK" --arg t "$TUN" --arg l "127.0.0.1:$P_STATS" --arg m "$MODE" \
+jq -n --arg s "$STACK" --arg t "$TUN" --arg l "127.0.0.1:$P_STATS" --arg m "$MODE" --arg r "$RESOLVER" \
 	'{stack: $s, tun: {name: $t, auto_route: true}, stats: {listen: $l},
 	  log: {level: "warn"}}
-	 + (if $m == "dns" then {dns: {hijack: true, upstream: "10.202.0.2:53"}} else {} end)' \
+	 + (if $m != "dns" then {}
+	    elif $r == "1" then {dns: {hijack: true, servers: [{tag: "s", address: "10.202.0.2"}]}}
+	    else {dns: {hijack: true, upstream: "10.202.0.2:53"}} end)' \
 	>"$TMP/cfg.json"
 spawn "$NS_D" "$TMP/twinstack.log" "$BIN" run --config "$TMP/cfg.json"
 TS_PID=$SPAWNED
@@ -156,18 +164,23 @@ syn_flood() {
 
 # dns_flood: the queries, sampling the proxy's UDP sessions and fds every 200 ms.
 dns_flood() {
-	local before after sent answered correct oks fails s u f max_u=0 max_f=0 fd0 done0 done1
+	local before after sent answered correct oks fails s u f p max_u=0 max_f=0 max_p=0 fd0 done0
+	local done1 unique=()
 	before=$(stats)
 	fd0=$(jq '.fds // 0' <<<"$before")
+	# The resolver would answer one name from its cache: every question is new instead.
+	[ "$RESOLVER" = 1 ] && unique=(--unique)
 	inD "$PY" "$HERE/dnsflood.py" --server "$SRV" --expect 10.9.8.7 --count "$COUNT" \
-		--seconds "$SECONDS_FLOOD" >"$TMP/flood.json" 2>"$TMP/flood.err" &
+		--seconds "$SECONDS_FLOOD" "${unique[@]}" >"$TMP/flood.json" 2>"$TMP/flood.err" &
 	FLOOD_PID=$!
 	while kill -0 "$FLOOD_PID" 2>/dev/null; do
 		s=$(stats)
 		u=$(jq '.udp.sessions // 0' <<<"$s" 2>/dev/null)
 		f=$(jq '.fds // 0' <<<"$s" 2>/dev/null)
+		p=$(jq '.dns.pending // 0' <<<"$s" 2>/dev/null)
 		[ "${u:-0}" -gt "$max_u" ] && max_u=$u
 		[ "${f:-0}" -gt "$max_f" ] && max_f=$f
+		[ "${p:-0}" -gt "$max_p" ] && max_p=$p
 		sleep 0.2
 	done
 	wait "$FLOOD_PID"
@@ -195,8 +208,16 @@ dns_flood() {
 	else not_ok "UDP sessions stay bounded" "max $max_u > $((COUNT / 20))"; fi
 	if [ "$max_f" -le $((fd0 + COUNT / 20)) ]; then ok "the proxy's fds stay bounded" "max $max_f, $fd0 before"
 	else not_ok "the proxy's fds stay bounded" "max $max_f > $fd0 + $((COUNT / 20))"; fi
-	check "each answered query closed its session (udp.dns_done)" \
-		test $((done1 - done0)) -ge "$answered"
+	if [ "$RESOLVER" = 1 ]; then
+		note "resolver: dns.pending max $max_p; $(jq -c '.dns | {answered, drops, upstream, cache: {entries: .cache.entries, evictions: .cache.evictions}}' <<<"$after")"
+		check "no UDP session for a query the resolver answers" test "$max_u" -eq 0
+		check "the resolver answered each one from upstream (dns.answered.upstream)" \
+			test $(($(jq '.dns.answered.upstream' <<<"$after") - $(jq '.dns.answered.upstream' <<<"$before"))) -ge "$answered"
+		check "its waiting queries stay bounded (dns.pending max $max_p)" test "$max_p" -le 1024
+	else
+		check "each answered query closed its session (udp.dns_done)" \
+			test $((done1 - done0)) -ge "$answered"
+	fi
 }
 
 # The application: a fetch every 100 ms for the whole flood and a second after it.

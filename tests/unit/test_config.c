@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/config_dns.h"
 #include "testutil.h"
 
 static char *dq(const char *s)
@@ -830,14 +831,14 @@ Test(config, dns_stats_log)
 	static const struct bad b[] = {
 		{ "{'dns':{'hijack':'yes'}}", "$.dns.hijack", "expected true or false, got a string" },
 		{ "{'dns':{'hijack':1}}", "$.dns.hijack", "expected true or false" },
-		{ "{'dns':{'hijack':true}}", "$.dns.upstream", "required when hijack is true" },
+		{ "{'dns':{'hijack':true}}", "$.dns.servers", "required when hijack is true" },
 		{ "{'dns':{'upstream':'dns.google:53'}}", "$.dns.upstream", "expected \"ip:port\"" },
 		{ "{'dns':{'upstream':'8.8.8.8'}}", "$.dns.upstream", "expected \"ip:port\"" },
 		{ "{'dns':{'upstream':'::1:53'}}", "$.dns.upstream", "expected \"ip:port\"" },
 		{ "{'dns':{'hijack':true,'upstream':'198.18.0.1:53'}}", "$.dns.upstream",
 		  "one of the TUN's own addresses" },
 		{ "{'dns':{'upstream':'198.18.0.2:53'}}", "$.dns.upstream", "own addresses" },
-		{ "{'dns':{'servers':[]}}", "$.dns.servers", "unknown key" },
+		{ "{'dns':{'servers':[]}}", "$.dns.servers", "must not be empty" },
 		{ "{'stats':{'listen':'0.0.0.0:9090'}}", "$.stats.listen", "not a loopback address" },
 		{ "{'stats':{'listen':'10.0.0.1:80'}}", "$.stats.listen", "not a loopback address" },
 		{ "{'stats':{'listen':'[::]:9090'}}", "$.stats.listen", "not a loopback address" },
@@ -851,6 +852,157 @@ Test(config, dns_stats_log)
 		{ "{'log':{'file':'x'}}", "$.log.file", "unknown key" },
 	};
 	BAD_TABLE(b);
+}
+
+/* The proxy's own resolver: servers, rules, final, hosts, ipv6, cache. */
+Test(config, dns_resolver)
+{
+	struct ts_config cfg;
+	char err[256];
+
+	config_init(&cfg);
+	cr_assert_eq(config_load_string(
+			     "{\"outbounds\":[{\"tag\":\"d\",\"type\":\"direct\"},"
+			     "{\"tag\":\"p\",\"type\":\"socks5\",\"server\":\"127.0.0.1:1080\"}],"
+			     "\"route\":{\"final\":\"p\"},"
+			     "\"dns\":{\"hijack\":true,\"servers\":["
+			     "{\"tag\":\"local\",\"address\":\"10.9.0.53\",\"detour\":\"d\"},"
+			     "{\"tag\":\"remote\",\"address\":\"tcp://[2001:db8::53]:5353\"}],"
+			     "\"rules\":[{\"domain_suffix\":[\"corp.example\"],\"server\":\"local\"},"
+			     "{\"domain_keyword\":[\"ads\"],\"action\":\"refuse\"}],"
+			     "\"final\":\"remote\",\"ipv6\":\"empty\","
+			     "\"hosts\":{\"Printer.LAN.\":[\"10.9.0.9\",\"fd00::9\"],\"nas.lan\":\"10.9.0.10\"},"
+			     "\"cache\":{\"size\":100,\"max_ttl_s\":600}}}",
+			     &cfg, err, sizeof(err)),
+		     0, "%s", err);
+	cr_assert_eq(cfg.dns.n_servers, 2);
+	cr_assert_eq(cfg.dns.servers[0].transport, TS_DNS_UDP);
+	cr_assert_eq(cfg.dns.servers[0].addr.port, 53, "the port defaults to 53");
+	cr_assert_eq(cfg.dns.servers[0].detour, 0);
+	cr_assert_eq(cfg.dns.servers[1].transport, TS_DNS_TCP);
+	cr_assert_eq(cfg.dns.servers[1].addr.port, 5353);
+	cr_assert_eq(cfg.dns.servers[1].detour, 1, "no detour: route.final's outbound");
+	cr_assert_eq(cfg.dns.n_rules, 2);
+	cr_assert_eq(cfg.dns.rules[0].action, TS_DNS_ACT_SERVER);
+	cr_assert_eq(cfg.dns.rules[0].server, 0);
+	cr_assert_eq(cfg.dns.rules[1].action, TS_DNS_ACT_REFUSE);
+	cr_assert_eq(cfg.dns.final, 1);
+	cr_assert_eq(cfg.dns.ipv6, TS_DNS_IPV6_EMPTY);
+	cr_assert_eq(cfg.dns.cache_size, 100);
+	cr_assert_eq(cfg.dns.cache_max_ttl_s, 600);
+	cr_assert_eq(cfg.dns.n_hosts, 2);
+	const struct ts_dns_host *h = config_dns_host(&cfg.dns, "PRINTER.lan", 11);
+	cr_assert_not_null(h, "names are kept in lower case without the trailing dot");
+	cr_assert_eq(h->n4, 1);
+	cr_assert_eq(h->n6, 1);
+	cr_assert_null(config_dns_host(&cfg.dns, "printer", 7));
+	config_fini(&cfg);
+
+	config_init(&cfg);
+	cr_assert_eq(config_load_string("{\"dns\":{\"hijack\":true,\"servers\":["
+					"{\"tag\":\"a\",\"address\":\"udp://192.0.2.53:53\"}]}}",
+					&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(cfg.dns.final, 0, "no final: the first server");
+	cr_assert_eq(cfg.dns.cache_size, 4096, "the cache is on by default");
+	config_fini(&cfg);
+
+	static const struct bad b[] = {
+		{ "{'dns':{'servers':[{'address':'1.2.3.4'}]}}", "$.dns.servers[0].tag", "required" },
+		{ "{'dns':{'servers':[{'tag':'a'}]}}", "$.dns.servers[0].address", "required" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'tls://1.2.3.4'}]}}",
+		  "$.dns.servers[0].address", "the transports are udp:// and tcp://" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'dns.google'}]}}",
+		  "$.dns.servers[0].address", "expected \"udp://ip[:port]\"" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'},{'tag':'a','address':'1.2.3.5'}]}}",
+		  "$.dns.servers[1].tag", "already the tag of servers[0]" },
+		{ "{'dns':{'upstream':'1.2.3.4:53','servers':[{'tag':'a','address':'1.2.3.4'}]}}",
+		  "$.dns.upstream", "not both" },
+		{ "{'dns':{'rules':[]}}", "$.dns.rules", "needs servers" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'198.18.0.1'}]}}",
+		  "$.dns.servers[0].address", "own addresses" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4','detour':'nope'}]}}",
+		  "$.dns.servers[0].detour", "no outbound is tagged \"nope\"" },
+		{ "{'outbounds':[{'tag':'p','type':'socks5','server':'127.0.0.1:1080'}],"
+		  "'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}]}}",
+		  "$.dns.servers[0].detour", "use \"tcp://\" for this server" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'final':'b'}}", "$.dns.final",
+		  "no server is tagged \"b\"" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'rules':[{'domain':['x.y']}]}}",
+		  "$.dns.rules[0]", "one of \"server\"" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'rules':[{'server':'a'}]}}",
+		  "$.dns.rules[0]", "needs a name matcher" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		  "'rules':[{'domain':['x.y'],'server':'z'}]}}", "$.dns.rules[0].server",
+		  "no server is tagged \"z\"" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		  "'rules':[{'domain':['x.y'],'action':'drop'}]}}", "$.dns.rules[0].action",
+		  "expected one of" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'hosts':{'a b':'1.2.3.4'}}}",
+		  "$.dns.hosts.a b", "not a host name" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'hosts':{'x':'nope'}}}",
+		  "$.dns.hosts.x", "not an IPv4 or IPv6 address" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'hosts':{'x':'1.1.1.1','X':'1.1.1.2'}}}",
+		  "$.dns.hosts", "listed twice" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'ipv6':'no'}}", "$.dns.ipv6",
+		  "expected one of" },
+	};
+	BAD_TABLE(b);
+}
+
+/* dns.fakeip: default ranges (the upper half of each TUN prefix) and the start checks. */
+Test(config, dns_fakeip)
+{
+	struct ts_config cfg;
+	char err[256], buf[NETADDR_CIDR_STRLEN];
+
+	config_init(&cfg);
+	cr_assert_eq(config_load_string("{\"tun\":{\"address6\":\"fd00:7f::1/64\"},\"dns\":{"
+					"\"hijack\":true,\"servers\":[{\"tag\":\"a\",\"address\":"
+					"\"192.0.2.53\"}],\"fakeip\":{\"exclude\":{\"domain_suffix\":"
+					"[\"home.arpa\"]}}}}", &cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert(cfg.dns.fakeip.enabled, "writing the object turns it on");
+	cr_assert_str_eq(netaddr_cidr_format(&cfg.dns.fakeip.range4, buf, sizeof(buf)),
+			 "198.19.0.0/16");
+	cr_assert_str_eq(netaddr_cidr_format(&cfg.dns.fakeip.range6, buf, sizeof(buf)),
+			 "fd00:7f:0:0:8000::/65");
+	cr_assert_eq(cfg.dns.fakeip.max_mappings, 65536);
+	cr_assert_eq(cfg.dns.fakeip.reuse_after_s, 600);
+	config_fini(&cfg);
+
+	static const struct bad b[] = {
+		{ "{'dns':{'fakeip':{}}}", "$.dns.fakeip", "needs servers" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		  "'fakeip':{'inet4_range':'198.18.0.0/24'}}}", "$.dns.fakeip.inet4_range",
+		  "holds 198.18.0.1, the TUN's gateway address" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		  "'fakeip':{'inet4_range':'198.18.0.4/30'}}}", "$.dns.fakeip.inet4_range",
+		  "the TUN's NAT address" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		  "'fakeip':{'inet4_range':'100.64.0.0/16'}}}", "$.dns.fakeip.inet4_range",
+		  "outside the TUN's prefix" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		  "'fakeip':{'inet4_range':'198.19.0.0/31'}}}", "$.dns.fakeip.inet4_range",
+		  "too few addresses" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		  "'fakeip':{'inet6_range':'fd00:1::/64'}}}", "$.dns.fakeip.inet6_range",
+		  "needs tun.address6" },
+		{ "{'tun':{'auto_route':true,'route_exclude_address':['198.19.1.0/24']},"
+		  "'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'fakeip':{}}}",
+		  "$.dns.fakeip.inet4_range", "overlaps tun.route_exclude_address" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		  "'fakeip':{'persist':'relative.txt'}}}", "$.dns.fakeip.persist", "an absolute path" },
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		  "'fakeip':{'exclude':{'rule_set':['x']}}}}", "$.dns.fakeip.exclude.rule_set[0]",
+		  "no rule set is tagged" },
+	};
+	BAD_TABLE(b);
+	config_init(&cfg);
+	cr_assert_eq(config_load_string("{\"tun\":{\"auto_route\":true},\"dns\":{"
+					"\"servers\":[{\"tag\":\"a\",\"address\":\"192.0.2.53\"}],"
+					"\"fakeip\":{\"inet4_range\":\"100.64.0.0/16\"}}}",
+					&cfg, err, sizeof(err)), 0,
+		     "outside the prefix with auto_route's default route: %s", err);
+	config_fini(&cfg);
 }
 
 /* ---- budgets ------------------------------------------------------------------------------ */

@@ -4,7 +4,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/config.h"
 #include "dispatch/route.h"
@@ -110,4 +113,50 @@ Test(route, name_matchers_refuse_bad_entries_naming_the_path)
 					&cfg, err, sizeof(err)), -EINVAL);
 	cr_assert(strstr(err, "$.route.rules[0].domain_regex[0]"), "%s", err);
 	config_fini(&cfg);
+}
+
+/* A rule with rule_set matches a name in any of its sets or in its own names; its other
+ * matchers still AND. */
+Test(route, rule_set_matcher)
+{
+	char dir[] = "/tmp/test_route_XXXXXX", ads[300], cn[300], json[1024];
+	FILE *f;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(ads, sizeof(ads), "%s/ads.txt", dir);
+	snprintf(cn, sizeof(cn), "%s/cn.txt", dir);
+	cr_assert_not_null(f = fopen(ads, "w"));
+	fputs("0.0.0.0 ads.example\n0.0.0.0 pixel.example\n", f);
+	fclose(f);
+	cr_assert_not_null(f = fopen(cn, "w"));
+	fputs("cn.example\nfull:only.example\n", f);
+	fclose(f);
+	snprintf(json, sizeof(json),
+		 "{\"outbounds\":[{\"tag\":\"d\",\"type\":\"direct\"},{\"tag\":\"r\",\"type\":\"reject\"},"
+		 "{\"tag\":\"d2\",\"type\":\"direct\"}],"
+		 "\"rule_sets\":[{\"tag\":\"ads\",\"format\":\"hosts\",\"path\":\"%s\"},"
+		 "{\"tag\":\"cn\",\"format\":\"v2fly\",\"path\":\"%s\"}],"
+		 "\"route\":{\"rules\":["
+		 "{\"rule_set\":[\"ads\"],\"domain\":[\"own.example\"],\"outbound\":\"r\"},"
+		 "{\"rule_set\":[\"cn\"],\"network\":\"tcp\",\"cidr\":[\"10.0.0.0/8\"],"
+		 "\"outbound\":\"d2\"}],"
+		 "\"final\":\"d\"}}",
+		 ads, cn);
+	load(json);
+	cr_assert(cfg.route.has_names);
+	cr_assert_eq(seln("192.0.2.1", "ads.example"), 1, "in the hosts set");
+	cr_assert_eq(seln("192.0.2.1", "Pixel.Example."), 1);
+	cr_assert_eq(seln("192.0.2.1", "x.ads.example"), 0, "hosts entries are exact");
+	cr_assert_eq(seln("192.0.2.1", "own.example"), 1, "the rule's own names still match");
+	cr_assert_eq(seln("10.1.2.3", "www.cn.example"), 2, "suffix AND cidr AND tcp");
+	cr_assert_eq(seln("192.0.2.1", "www.cn.example"), 0, "the cidr does not match");
+	cr_assert_eq(seln("10.1.2.3", "only.example"), 2);
+	cr_assert_eq(seln("10.1.2.3", "a.only.example"), 0, "full: is exact");
+	cr_assert_eq(seln("10.1.2.3", NULL), 0, "no name: a rule_set rule does not match");
+	struct flow_key k = key("10.1.2.3", 443, IPPROTO_UDP);
+	cr_assert_eq(route_select(&cfg.route, &k, "www.cn.example"), 0, "network still ANDs");
+	config_fini(&cfg);
+	unlink(ads);
+	unlink(cn);
+	rmdir(dir);
 }

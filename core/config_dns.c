@@ -1,0 +1,734 @@
+/* config_dns.c — the "dns" section of the configuration: hijack, the forwarder's single
+ * upstream, and the proxy's own resolver (servers, rules, final, hosts, ipv6, cache), with the
+ * cross-checks that need the outbounds (a server's detour) done at validation.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/config_dns.h"
+#include "core/config_names.h"
+#include "core/domain_set.h"
+
+#define DNS_PORT 53
+#define CACHE_SIZE_DEFAULT 4096
+#define CACHE_MAX_TTL_DEFAULT 3600
+
+static const char *const ipv6_names[] = { "answer", "empty", NULL };
+static const char *const action_names[] = { "refuse", "empty", NULL };
+
+/* ---- servers ------------------------------------------------------------------------------ */
+
+/* "udp://ADDR[:PORT]", "tcp://ADDR[:PORT]" or "ADDR[:PORT]" (udp); IPv6 in brackets with a
+ * port; the port defaults to 53. */
+static int parse_server_address(const char *s, struct ts_dns_server *sv)
+{
+	char buf[NETADDR_EP_STRLEN + 8];
+
+	sv->transport = TS_DNS_UDP;
+	if (strncmp(s, "udp://", 6) == 0) {
+		s += 6;
+	} else if (strncmp(s, "tcp://", 6) == 0) {
+		sv->transport = TS_DNS_TCP;
+		s += 6;
+	} else if (strstr(s, "://")) {
+		return -EPROTONOSUPPORT;
+	}
+	if (netaddr_parse_ep(s, &sv->addr) == 0)
+		return 0;
+	if (netaddr_parse(s, &sv->addr.addr) != 0) {
+		/* "[v6]" without a port */
+		size_t n = strlen(s);
+		if (n < 3 || s[0] != '[' || s[n - 1] != ']' || n - 2 >= sizeof(buf))
+			return -EINVAL;
+		memcpy(buf, s + 1, n - 2);
+		buf[n - 2] = 0;
+		if (netaddr_parse(buf, &sv->addr.addr) != 0 || sv->addr.addr.family != 6)
+			return -EINVAL;
+	}
+	sv->addr.port = DNS_PORT;
+	return 0;
+}
+
+static int f_server_address(struct cfgp *p, const cJSON *item, void *target)
+{
+	const char *s;
+	char q[64];
+	int ret;
+
+	if ((ret = cfgp_string(p, item, 1, NETADDR_EP_STRLEN + 8, &s)) != 0)
+		return ret;
+	ret = parse_server_address(s, target);
+	if (ret == -EPROTONOSUPPORT)
+		return cfgp_fail(p, "\"%s\": the transports are udp:// and tcp://",
+				 cfgp_quote(s, q, sizeof(q)));
+	if (ret != 0)
+		return cfgp_fail(p, "expected \"udp://ip[:port]\", \"tcp://ip[:port]\" or "
+				    "\"ip[:port]\" (IPv6 in brackets), got \"%s\"",
+				 cfgp_quote(s, q, sizeof(q)));
+	return 0;
+}
+
+enum { SV_TAG, SV_ADDRESS, SV_DETOUR };
+
+static int check_server(struct cfgp *p, void *target, uint32_t present)
+{
+	(void)target;
+	if (!CFGP_PRESENT(present, SV_TAG))
+		return cfgp_fail_key(p, "tag", "required: the name rules and final use");
+	if (!CFGP_PRESENT(present, SV_ADDRESS))
+		return cfgp_fail_key(p, "address", "required, e.g. \"udp://192.0.2.53\"");
+	return 0;
+}
+
+static const struct cfgp_field server_fields[] = {
+	[SV_TAG] = { .key = "tag", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
+		     .off = offsetof(struct ts_dns_server, tag) },
+	[SV_ADDRESS] = { .key = "address", .kind = CFGP_FN, .fn = f_server_address },
+	[SV_DETOUR] = { .key = "detour", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
+			.off = offsetof(struct ts_dns_server, detour_tag) },
+};
+static const struct cfgp_table server_table = CFGP_TABLE(server_fields, check_server);
+
+static int f_servers(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_dns *d = target;
+	const cJSON *e;
+	size_t n, i = 0;
+	int ret;
+
+	if ((ret = cfgp_array(p, item, TS_DNS_MAX_SERVERS, false, &n)) != 0)
+		return ret;
+	if (!(d->servers = calloc(n, sizeof(*d->servers))))
+		return cfgp_nomem(p);
+	cJSON_ArrayForEach(e, item)
+	{
+		size_t mark = cfgp_push_index(p, i);
+		d->n_servers = i + 1;
+		ret = cfgp_object(p, e, &server_table, &d->servers[i], NULL);
+		for (size_t j = 0; ret == 0 && j < i; j++)
+			if (strcmp(d->servers[j].tag, d->servers[i].tag) == 0)
+				ret = cfgp_fail_key(p, "tag", "\"%s\" is already the tag of servers[%zu]",
+						    d->servers[i].tag, j);
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			return ret;
+		i++;
+	}
+	return 0;
+}
+
+/* ---- rules -------------------------------------------------------------------------------- */
+
+static int f_domain(struct cfgp *p, const cJSON *item, void *target)
+{
+	return config_names_parse(p, item, CONFIG_NAMES_DOMAIN, &((struct ts_dns_rule *)target)->names);
+}
+
+static int f_suffix(struct cfgp *p, const cJSON *item, void *target)
+{
+	return config_names_parse(p, item, CONFIG_NAMES_SUFFIX, &((struct ts_dns_rule *)target)->names);
+}
+
+static int f_keyword(struct cfgp *p, const cJSON *item, void *target)
+{
+	return config_names_parse(p, item, CONFIG_NAMES_KEYWORD,
+				  &((struct ts_dns_rule *)target)->names);
+}
+
+static int f_regex(struct cfgp *p, const cJSON *item, void *target)
+{
+	return config_names_parse(p, item, CONFIG_NAMES_REGEX, &((struct ts_dns_rule *)target)->names);
+}
+
+static int f_rule_set(struct cfgp *p, const cJSON *item, void *target)
+{
+	return config_names_parse(p, item, CONFIG_NAMES_RULE_SET,
+				  &((struct ts_dns_rule *)target)->names);
+}
+
+static int f_action(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_dns_rule *r = target;
+	int idx, ret;
+
+	if ((ret = cfgp_enum(p, item, action_names, &idx)) != 0)
+		return ret;
+	r->action = idx == 0 ? TS_DNS_ACT_REFUSE : TS_DNS_ACT_EMPTY;
+	return 0;
+}
+
+enum { DR_DOMAIN, DR_SUFFIX, DR_KEYWORD, DR_REGEX, DR_RULE_SET, DR_SERVER, DR_ACTION };
+
+static int check_dns_rule(struct cfgp *p, void *target, uint32_t present)
+{
+	(void)target;
+	if (!(present & ((1u << DR_DOMAIN) | (1u << DR_SUFFIX) | (1u << DR_KEYWORD) |
+			 (1u << DR_REGEX) | (1u << DR_RULE_SET))))
+		return cfgp_fail(p, "a rule needs a name matcher (" CONFIG_NAMES_KEYS ")");
+	if (CFGP_PRESENT(present, DR_SERVER) == CFGP_PRESENT(present, DR_ACTION))
+		return cfgp_fail(p, "a rule needs one of \"server\" (a server's tag) or "
+				    "\"action\" (\"refuse\" or \"empty\")");
+	return 0;
+}
+
+static const struct cfgp_field dns_rule_fields[] = {
+	[DR_DOMAIN] = { .key = "domain", .kind = CFGP_FN, .fn = f_domain },
+	[DR_SUFFIX] = { .key = "domain_suffix", .kind = CFGP_FN, .fn = f_suffix },
+	[DR_KEYWORD] = { .key = "domain_keyword", .kind = CFGP_FN, .fn = f_keyword },
+	[DR_REGEX] = { .key = "domain_regex", .kind = CFGP_FN, .fn = f_regex },
+	[DR_RULE_SET] = { .key = "rule_set", .kind = CFGP_FN, .fn = f_rule_set },
+	[DR_SERVER] = { .key = "server", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
+			.off = offsetof(struct ts_dns_rule, server_tag) },
+	[DR_ACTION] = { .key = "action", .kind = CFGP_FN, .fn = f_action },
+};
+static const struct cfgp_table dns_rule_table = CFGP_TABLE(dns_rule_fields, check_dns_rule);
+
+static int f_dns_rules(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_dns *d = target;
+	const cJSON *e;
+	size_t n, i = 0;
+	int ret;
+
+	if ((ret = cfgp_array(p, item, TS_MAX_RULES, true, &n)) != 0)
+		return ret;
+	if (n == 0)
+		return 0;
+	if (!(d->rules = calloc(n, sizeof(*d->rules))))
+		return cfgp_nomem(p);
+	cJSON_ArrayForEach(e, item)
+	{
+		size_t mark = cfgp_push_index(p, i);
+		d->n_rules = i + 1;
+		ret = cfgp_object(p, e, &dns_rule_table, &d->rules[i], NULL);
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			return ret;
+		i++;
+	}
+	return 0;
+}
+
+/* ---- hosts -------------------------------------------------------------------------------- */
+
+static int host_addr(struct cfgp *p, const cJSON *e, struct ts_dns_host *h)
+{
+	struct netaddr a;
+	char q[64];
+
+	if (!cJSON_IsString(e))
+		return cfgp_fail(p, "expected an IP address string, got %s", cfgp_type_name(e));
+	if (netaddr_parse(e->valuestring, &a) != 0)
+		return cfgp_fail(p, "\"%s\" is not an IPv4 or IPv6 address",
+				 cfgp_quote(e->valuestring, q, sizeof(q)));
+	if (a.family == 4) {
+		if (h->n4 == TS_DNS_HOST_ADDRS)
+			return cfgp_fail(p, "at most %d IPv4 addresses a name", TS_DNS_HOST_ADDRS);
+		memcpy(h->a4[h->n4++], a.a, 4);
+	} else {
+		if (h->n6 == TS_DNS_HOST_ADDRS)
+			return cfgp_fail(p, "at most %d IPv6 addresses a name", TS_DNS_HOST_ADDRS);
+		memcpy(h->a6[h->n6++], a.a, 16);
+	}
+	return 0;
+}
+
+/* One "name": "addr" or "name": ["addr", ...] entry into h. */
+static int host_entry(struct cfgp *p, const cJSON *e, struct ts_dns_host *h)
+{
+	char q[64];
+	size_t i = 0;
+	const cJSON *a;
+	int ret = 0;
+
+	_Static_assert(sizeof(h->name) == DOMAIN_NAME_MAX + 1, "a host name is a set's name");
+	if (domain_name_normalize(e->string, strlen(e->string), h->name) < 0)
+		return cfgp_fail(p, "\"%s\" is not a host name (letters, digits, '-', '_' and "
+				    "dots; labels of 1 to 63 bytes)", cfgp_quote(e->string, q, sizeof(q)));
+	if (cJSON_IsString(e))
+		return host_addr(p, e, h);
+	if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) == 0)
+		return cfgp_fail(p, "expected an address or a non-empty array of addresses, got %s",
+				 cfgp_type_name(e));
+	cJSON_ArrayForEach(a, e)
+	{
+		size_t mark = cfgp_push_index(p, i++);
+		ret = host_addr(p, a, h);
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			break;
+	}
+	return ret;
+}
+
+static int host_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct ts_dns_host *)a)->name, ((const struct ts_dns_host *)b)->name);
+}
+
+static int f_hosts(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_dns *d = target;
+	const cJSON *e;
+	size_t n;
+	int ret = 0;
+
+	if (!cJSON_IsObject(item))
+		return cfgp_fail(p, "expected an object of name: address(es), got %s",
+				 cfgp_type_name(item));
+	n = (size_t)cJSON_GetArraySize(item);
+	if (n > TS_DNS_MAX_HOSTS)
+		return cfgp_fail(p, "%zu names: at most %d", n, TS_DNS_MAX_HOSTS);
+	if (n == 0)
+		return 0;
+	if (!(d->hosts = calloc(n, sizeof(*d->hosts))))
+		return cfgp_nomem(p);
+	cJSON_ArrayForEach(e, item)
+	{
+		size_t mark = cfgp_push_key(p, e->string);
+		ret = host_entry(p, e, &d->hosts[d->n_hosts]);
+		cfgp_pop(p, mark);
+		if (ret != 0)
+			return ret;
+		d->n_hosts++;
+	}
+	qsort(d->hosts, d->n_hosts, sizeof(*d->hosts), host_cmp);
+	for (size_t i = 1; i < d->n_hosts; i++)
+		if (strcmp(d->hosts[i - 1].name, d->hosts[i].name) == 0)
+			return cfgp_fail(p, "\"%s\" is listed twice (names are not case-sensitive)",
+					 d->hosts[i].name);
+	return 0;
+}
+
+/* ---- the section -------------------------------------------------------------------------- */
+
+static int f_upstream(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_dns *d = target;
+	const char *s;
+	char q[64];
+	int ret;
+
+	if ((ret = cfgp_string(p, item, 1, NETADDR_EP_STRLEN, &s)) != 0)
+		return ret;
+	if (netaddr_parse_ep(s, &d->upstream) != 0)
+		return cfgp_fail(p, "expected \"ip:port\" (IPv4 or [IPv6]; port 1-65535), got \"%s\"",
+				 cfgp_quote(s, q, sizeof(q)));
+	return 0;
+}
+
+static const struct cfgp_field cache_fields[] = {
+	{ .key = "size", .kind = CFGP_U32, .min = 0, .max = 1u << 20,
+	  .off = offsetof(struct ts_dns, cache_size) },
+	{ .key = "max_ttl_s", .kind = CFGP_U32, .min = 1, .max = 7 * 86400,
+	  .off = offsetof(struct ts_dns, cache_max_ttl_s) },
+};
+static const struct cfgp_table cache_table = CFGP_TABLE(cache_fields, NULL);
+
+/* ---- fakeip ------------------------------------------------------------------------------- */
+
+static int fake_range(struct cfgp *p, const cJSON *item, struct netaddr_cidr *c, int family)
+{
+	const char *s;
+	char q[64];
+	int ret;
+
+	if ((ret = cfgp_string(p, item, 1, NETADDR_CIDR_STRLEN, &s)) != 0)
+		return ret;
+	if (netaddr_parse_cidr(s, c) != 0 || c->addr.family != family)
+		return cfgp_fail(p, "expected an IPv%d prefix (\"%s\"), got \"%s\"", family,
+				 family == 4 ? "198.19.0.0/16" : "fd00:7f::8000:0:0:0/65",
+				 cfgp_quote(s, q, sizeof(q)));
+	netaddr_cidr_normalize(c);
+	if ((family == 4 && c->prefix > 30) || (family == 6 && c->prefix > 126))
+		return cfgp_fail(p, "/%u holds too few addresses (at most /%d)", c->prefix,
+				 family == 4 ? 30 : 126);
+	return 0;
+}
+
+static int f_range4(struct cfgp *p, const cJSON *item, void *target)
+{
+	return fake_range(p, item, &((struct ts_fakeip *)target)->range4, 4);
+}
+
+static int f_range6(struct cfgp *p, const cJSON *item, void *target)
+{
+	return fake_range(p, item, &((struct ts_fakeip *)target)->range6, 6);
+}
+
+static int f_persist(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_fakeip *f = target;
+	const char *s;
+	int ret;
+
+	if ((ret = cfgp_string(p, item, 1, 4096, &s)) != 0)
+		return ret;
+	if (s[0] != '/')
+		return cfgp_fail(p, "an absolute path, got \"%s\"", s);
+	free(f->persist);
+	if (!(f->persist = strdup(s)))
+		return cfgp_nomem(p);
+	return 0;
+}
+
+static int fake_exclude_key(struct cfgp *p, const cJSON *item, void *target,
+			    enum config_names_key key)
+{
+	return config_names_parse(p, item, key, &((struct ts_fakeip *)target)->exclude);
+}
+
+static int f_ex_domain(struct cfgp *p, const cJSON *item, void *target)
+{
+	return fake_exclude_key(p, item, target, CONFIG_NAMES_DOMAIN);
+}
+
+static int f_ex_suffix(struct cfgp *p, const cJSON *item, void *target)
+{
+	return fake_exclude_key(p, item, target, CONFIG_NAMES_SUFFIX);
+}
+
+static int f_ex_keyword(struct cfgp *p, const cJSON *item, void *target)
+{
+	return fake_exclude_key(p, item, target, CONFIG_NAMES_KEYWORD);
+}
+
+static int f_ex_regex(struct cfgp *p, const cJSON *item, void *target)
+{
+	return fake_exclude_key(p, item, target, CONFIG_NAMES_REGEX);
+}
+
+static int f_ex_rule_set(struct cfgp *p, const cJSON *item, void *target)
+{
+	return fake_exclude_key(p, item, target, CONFIG_NAMES_RULE_SET);
+}
+
+static const struct cfgp_field exclude_fields[] = {
+	{ .key = "domain", .kind = CFGP_FN, .fn = f_ex_domain },
+	{ .key = "domain_suffix", .kind = CFGP_FN, .fn = f_ex_suffix },
+	{ .key = "domain_keyword", .kind = CFGP_FN, .fn = f_ex_keyword },
+	{ .key = "domain_regex", .kind = CFGP_FN, .fn = f_ex_regex },
+	{ .key = "rule_set", .kind = CFGP_FN, .fn = f_ex_rule_set },
+};
+static const struct cfgp_table exclude_table = CFGP_TABLE(exclude_fields, NULL);
+
+static int f_exclude(struct cfgp *p, const cJSON *item, void *target)
+{
+	return cfgp_object(p, item, &exclude_table, target, NULL);
+}
+
+enum { FK_ENABLED, FK_R4, FK_R6, FK_MAX, FK_REUSE, FK_EXCLUDE, FK_PERSIST };
+
+static int check_fakeip(struct cfgp *p, void *target, uint32_t present)
+{
+	struct ts_fakeip *f = target;
+
+	if (!CFGP_PRESENT(present, FK_ENABLED))
+		f->enabled = true; /* writing the object is asking for it */
+	if (!CFGP_PRESENT(present, FK_MAX))
+		f->max_mappings = 65536;
+	if (!CFGP_PRESENT(present, FK_REUSE))
+		f->reuse_after_s = 600;
+	return 0;
+}
+
+static const struct cfgp_field fakeip_fields[] = {
+	[FK_ENABLED] = { .key = "enabled", .kind = CFGP_BOOL, .off = offsetof(struct ts_fakeip, enabled) },
+	[FK_R4] = { .key = "inet4_range", .kind = CFGP_FN, .fn = f_range4 },
+	[FK_R6] = { .key = "inet6_range", .kind = CFGP_FN, .fn = f_range6 },
+	[FK_MAX] = { .key = "max_mappings", .kind = CFGP_U32, .min = 1, .max = 1u << 22,
+		     .off = offsetof(struct ts_fakeip, max_mappings) },
+	[FK_REUSE] = { .key = "reuse_after_s", .kind = CFGP_U32, .min = 0, .max = 7 * 86400,
+		       .off = offsetof(struct ts_fakeip, reuse_after_s) },
+	[FK_EXCLUDE] = { .key = "exclude", .kind = CFGP_FN, .fn = f_exclude },
+	[FK_PERSIST] = { .key = "persist", .kind = CFGP_FN, .fn = f_persist },
+};
+static const struct cfgp_table fakeip_table = CFGP_TABLE(fakeip_fields, check_fakeip);
+
+static int f_fakeip(struct cfgp *p, const cJSON *item, void *target)
+{
+	return cfgp_object(p, item, &fakeip_table, &((struct ts_dns *)target)->fakeip, NULL);
+}
+
+enum { DNS_HIJACK, DNS_UPSTREAM, DNS_SERVERS, DNS_RULES, DNS_FINAL, DNS_HOSTS, DNS_IPV6,
+       DNS_CACHE, DNS_FAKEIP };
+
+static const char *const dns_fields_keys[] = { "hijack", "upstream", "servers", "rules", "final",
+					       "hosts", "ipv6", "cache", "fakeip" };
+
+static int check_dns(struct cfgp *p, void *target, uint32_t present)
+{
+	struct ts_dns *d = target;
+
+	if (d->has_upstream && d->n_servers)
+		return cfgp_fail_key(p, "upstream", "give either upstream (queries forwarded as "
+				     "they are) or servers (the proxy answers itself), not both");
+	if (d->hijack && !d->has_upstream && !d->n_servers)
+		return cfgp_fail_key(p, "servers", "required when hijack is true (or upstream)");
+	for (int k = DNS_RULES; k <= DNS_FAKEIP; k++)
+		if (CFGP_PRESENT(present, k) && !d->n_servers)
+			return cfgp_fail_key(p, dns_fields_keys[k], "needs servers (the proxy's own "
+					     "resolver)");
+	if (!CFGP_PRESENT(present, DNS_CACHE)) {
+		d->cache_size = CACHE_SIZE_DEFAULT;
+		d->cache_max_ttl_s = CACHE_MAX_TTL_DEFAULT;
+	} else if (!d->cache_max_ttl_s) {
+		d->cache_max_ttl_s = CACHE_MAX_TTL_DEFAULT;
+	}
+	return 0;
+}
+
+static const struct cfgp_field dns_fields[] = {
+	[DNS_HIJACK] = { .key = "hijack", .kind = CFGP_BOOL, .off = offsetof(struct ts_dns, hijack) },
+	[DNS_UPSTREAM] = { .key = "upstream", .kind = CFGP_FN, .fn = f_upstream,
+			   .has_off = offsetof(struct ts_dns, has_upstream) + 1 },
+	[DNS_SERVERS] = { .key = "servers", .kind = CFGP_FN, .fn = f_servers },
+	[DNS_RULES] = { .key = "rules", .kind = CFGP_FN, .fn = f_dns_rules },
+	[DNS_FINAL] = { .key = "final", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
+			.off = offsetof(struct ts_dns, final_tag) },
+	[DNS_HOSTS] = { .key = "hosts", .kind = CFGP_FN, .fn = f_hosts },
+	[DNS_IPV6] = { .key = "ipv6", .kind = CFGP_ENUM, .names = ipv6_names,
+		       .off = offsetof(struct ts_dns, ipv6) },
+	[DNS_CACHE] = { .key = "cache", .kind = CFGP_OBJ, .sub = &cache_table, .off = 0 },
+	[DNS_FAKEIP] = { .key = "fakeip", .kind = CFGP_FN, .fn = f_fakeip },
+};
+static const struct cfgp_table dns_table = CFGP_TABLE(dns_fields, check_dns);
+
+/* FNV-1a over the resolver's keys as cJSON prints them (key order as written). */
+static uint64_t resolver_sig(const cJSON *item)
+{
+	static const char *const keys[] = { "servers", "rules", "final", "hosts", "ipv6", "cache",
+					    "fakeip" };
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		const cJSON *e = cJSON_GetObjectItemCaseSensitive(item, keys[i]);
+		char *text = e ? cJSON_PrintUnformatted(e) : NULL;
+		for (const char *c = text ? text : "-"; *c; c++)
+			h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
+		h = (h ^ '|') * 0x100000001b3ULL;
+		cJSON_free(text);
+	}
+	return h;
+}
+
+int config_dns_parse(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_dns *d = &((struct ts_config *)target)->dns;
+	int ret = cfgp_object(p, item, &dns_table, d, NULL);
+
+	if (ret == 0)
+		d->resolver_sig = resolver_sig(item);
+	return ret;
+}
+
+static int server_index(const struct ts_dns *d, const char *tag)
+{
+	for (size_t i = 0; i < d->n_servers; i++)
+		if (strcmp(d->servers[i].tag, tag) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* ---- fakeip validation --------------------------------------------------------------------- */
+
+static bool cidr_overlap(const struct netaddr_cidr *a, const struct netaddr_cidr *b)
+{
+	return a->addr.family == b->addr.family &&
+	       (netaddr_in_cidr(&a->addr, b) || netaddr_in_cidr(&b->addr, a));
+}
+
+/* The upper half of the TUN's prefix (198.18.0.1/15: 198.19.0.0/16), clear of the gateway and
+ * the NAT addresses at the bottom. */
+static int upper_half(const struct netaddr_cidr *tun, struct netaddr_cidr *out)
+{
+	int bits = tun->addr.family == 4 ? 32 : 128;
+	size_t byte = tun->prefix / 8;
+
+	if (tun->prefix + 3 > bits)
+		return -EINVAL;
+	*out = *tun;
+	netaddr_cidr_normalize(out);
+	out->addr.a[byte] |= (uint8_t)(0x80 >> (tun->prefix % 8));
+	out->prefix = (uint8_t)(tun->prefix + 1);
+	return 0;
+}
+
+/* The range's network and last address are never handed out (dns/fakeip.h). */
+static bool range_hands_out(const struct netaddr_cidr *r, const struct netaddr *a)
+{
+	struct netaddr_cidr c = *r;
+	int bits = r->addr.family == 4 ? 32 : 128;
+	bool last = true;
+
+	if (!netaddr_in_cidr(a, r))
+		return false;
+	netaddr_cidr_normalize(&c);
+	if (netaddr_eq(a, &c.addr))
+		return false;
+	for (int i = r->prefix; i < bits; i++)
+		if (!(a->a[i / 8] & (0x80 >> (i % 8))))
+			last = false;
+	return !last || r->addr.family == 6;
+}
+
+static int check_range(struct cfgp *p, const struct ts_config *cfg, const struct netaddr_cidr *r,
+		       const char *path)
+{
+	const struct netaddr_roles *roles = r->addr.family == 4 ? &cfg->roles4 : &cfg->roles6;
+	const struct netaddr_cidr *tun = r->addr.family == 4 ? &cfg->tun.addr4 : &cfg->tun.addr6;
+	const struct ts_tun *t = &cfg->tun;
+	struct netaddr_cidr net = *tun;
+	struct netaddr a;
+	char buf[NETADDR_CIDR_STRLEN];
+
+	netaddr_cidr_normalize(&net);
+	if (roles->family == r->addr.family) {
+		for (uint32_t k = 0; k <= roles->n_nat; k++) {
+			if (k == 0)
+				a = roles->gateway;
+			else
+				netaddr_roles_nat(roles, k, &a);
+			if (netaddr_in_cidr(&a, r))
+				return cfgp_fail_at(p, path, "holds %s, the TUN's %s address",
+						    netaddr_format(&a, buf, sizeof(buf)),
+						    k ? "NAT" : "gateway");
+		}
+		if (range_hands_out(r, &net.addr))
+			return cfgp_fail_at(p, path, "would hand out the TUN prefix's network address");
+	}
+	for (size_t i = 0; i < t->n_route_exclude_address; i++)
+		if (cidr_overlap(r, &t->route_exclude_address[i]))
+			return cfgp_fail_at(p, path, "overlaps tun.route_exclude_address %s: fake "
+					    "addresses would not reach the TUN", netaddr_cidr_format(
+					    &t->route_exclude_address[i], buf, sizeof(buf)));
+	if (roles->family == r->addr.family && r->prefix >= net.prefix &&
+	    netaddr_in_cidr(&r->addr, &net))
+		return 0; /* inside the TUN's prefix: routed to it already */
+	if (!t->auto_route)
+		return cfgp_fail_at(p, path, "is outside the TUN's prefix: use a range inside it, or "
+				    "tun.auto_route to route it into the TUN");
+	if (t->n_route_address) {
+		for (size_t i = 0; i < t->n_route_address; i++)
+			if (r->prefix >= t->route_address[i].prefix &&
+			    netaddr_in_cidr(&r->addr, &t->route_address[i]))
+				return 0;
+		return cfgp_fail_at(p, path, "is outside the TUN's prefix and outside every "
+				    "tun.route_address: add it there");
+	}
+	return 0;
+}
+
+static int validate_fakeip(struct cfgp *p, struct ts_config *cfg)
+{
+	struct ts_fakeip *f = &cfg->dns.fakeip;
+	int ret;
+
+	if (!f->enabled)
+		return 0;
+	if (!f->range4.addr.family && upper_half(&cfg->tun.addr4, &f->range4) != 0)
+		return cfgp_fail_at(p, "$.dns.fakeip.inet4_range", "required: the TUN's prefix is too "
+				    "small to give half of it");
+	if (!f->range6.addr.family && cfg->tun.has_addr6 &&
+	    upper_half(&cfg->tun.addr6, &f->range6) != 0)
+		return cfgp_fail_at(p, "$.dns.fakeip.inet6_range", "required: the TUN's IPv6 prefix is "
+				    "too small to give half of it");
+	if ((ret = check_range(p, cfg, &f->range4, "$.dns.fakeip.inet4_range")) != 0)
+		return ret;
+	if (f->range6.addr.family && !cfg->tun.has_addr6)
+		return cfgp_fail_at(p, "$.dns.fakeip.inet6_range", "needs tun.address6 (IPv6 to "
+				    "reach the TUN)");
+	if (f->range6.addr.family &&
+	    (ret = check_range(p, cfg, &f->range6, "$.dns.fakeip.inet6_range")) != 0)
+		return ret;
+	cfgp_set_path(p, ".dns.fakeip.exclude");
+	return config_names_resolve(p, cfg, &f->exclude);
+}
+
+/* Tags to indices; a UDP server's detour must be a direct outbound (a datagram socket of
+ * its own; TCP goes through any outbound). */
+int config_dns_validate(struct cfgp *p, struct ts_config *cfg)
+{
+	struct ts_dns *d = &cfg->dns;
+	char path[96];
+	int idx;
+
+	for (size_t i = 0; i < d->n_servers; i++) {
+		struct ts_dns_server *sv = &d->servers[i];
+		snprintf(path, sizeof(path), "$.dns.servers[%zu].detour", i);
+		if (!sv->detour_tag[0])
+			sv->detour = cfg->route.final;
+		else if ((idx = config_outbound_index(cfg, sv->detour_tag)) < 0)
+			return cfgp_fail_at(p, path, "no outbound is tagged \"%s\"", sv->detour_tag);
+		else
+			sv->detour = (uint32_t)idx;
+		const struct ts_outbound *ob = &cfg->outbounds[sv->detour];
+		if (ob->type == TS_OUT_REJECT)
+			return cfgp_fail_at(p, path, "outbound \"%s\" rejects everything", ob->tag);
+		if (sv->transport == TS_DNS_UDP && ob->type != TS_OUT_DIRECT)
+			return cfgp_fail_at(p, path, "outbound \"%s\" (%s) carries TCP only here: use "
+					    "\"tcp://\" for this server, or a direct detour%s", ob->tag,
+					    ob->type == TS_OUT_SOCKS5 ? "socks5" : "http",
+					    sv->detour_tag[0] ? "" : " (the default is route.final)");
+	}
+	for (size_t i = 0; i < d->n_rules; i++) {
+		struct ts_dns_rule *r = &d->rules[i];
+		int ret;
+		cfgp_set_path(p, ".dns.rules");
+		cfgp_push_index(p, i);
+		if ((ret = config_names_resolve(p, cfg, &r->names)) != 0)
+			return ret;
+		if (r->action != TS_DNS_ACT_SERVER)
+			continue;
+		if ((idx = server_index(d, r->server_tag)) < 0) {
+			snprintf(path, sizeof(path), "$.dns.rules[%zu].server", i);
+			return cfgp_fail_at(p, path, "no server is tagged \"%s\"", r->server_tag);
+		}
+		r->server = (uint32_t)idx;
+	}
+	if (d->final_tag[0]) {
+		if ((idx = server_index(d, d->final_tag)) < 0)
+			return cfgp_fail_at(p, "$.dns.final", "no server is tagged \"%s\"", d->final_tag);
+		d->final = (uint32_t)idx;
+	}
+	return validate_fakeip(p, cfg);
+}
+
+void config_dns_fini(struct ts_dns *d)
+{
+	for (size_t i = 0; i < d->n_rules; i++)
+		config_names_fini(&d->rules[i].names);
+	free(d->rules);
+	config_names_fini(&d->fakeip.exclude);
+	free(d->fakeip.persist);
+	free(d->servers);
+	free(d->hosts);
+}
+
+const struct ts_dns_host *config_dns_host(const struct ts_dns *d, const char *name, size_t len)
+{
+	size_t lo = 0, hi = d->n_hosts;
+	char key[254];
+
+	if (len == 0 || len > 253)
+		return NULL;
+	for (size_t i = 0; i < len; i++)
+		key[i] = (char)tolower((unsigned char)name[i]);
+	key[len] = 0;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(key, d->hosts[mid].name);
+		if (c == 0)
+			return &d->hosts[mid];
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}

@@ -1,0 +1,689 @@
+/* server.c — the proxy's own DNS resolver front (dns/server.h): hosts, rules, the AAAA
+ * policy, the cache, coalescing of identical questions, and the upstreams.
+ *
+ * A client query that must wait is a ticket (its bytes copied, so the reply can be rebuilt for
+ * it); tickets asking the same question of the same server wait on one flight, which holds the
+ * one upstream ask. When the ask ends, every ticket of the flight gets its reply built from the
+ * one answer (its own id, question bytes and size limit), then the flight goes.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/budget.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/config_dns.h"
+#include "core/counter.h"
+#include "core/dns_msg.h"
+#include "core/domain_set.h"
+#include "core/log.h"
+#include "dns/cache.h"
+#include "dns/fakeip.h"
+#include "dns/server.h"
+#include "dns/upstream.h"
+
+#define HOSTS_TTL 10           /* seconds: static answers are cheap to ask again */
+#define SYNTH_TTL 10           /* empty and refused answers made here */
+#define NEG_TTL_MAX 300        /* RFC 2308 section 5's advice for negative answers */
+#define OUT_CAP 65535
+#define FAKE_TTL 1             /* seconds: apps ask again soon, and the mapping stays fresh */
+#define FAKE_SAVE_S 60         /* the mappings written to dns.fakeip.persist this often when
+				* they changed */
+
+/* Names that always get real answers under fake-IP: local names, time servers, captive-portal
+ * probes (an OS that sees a fake address there thinks it is behind a portal). */
+static const char *const fake_exclude_builtin[] = {
+	"local", "lan", "localhost", "home.arpa", "internal",
+	"ntp.org", "time.windows.com", "time.apple.com", "time.google.com", "time.cloudflare.com",
+	"time.nist.gov", "captive.apple.com", "connectivitycheck.gstatic.com",
+	"connectivitycheck.android.com", "clients3.google.com", "detectportal.firefox.com",
+	"msftconnecttest.com", "msftncsi.com", "nmcheck.gnome.org", "network-test.debian.org",
+	NULL,
+};
+
+struct flight;
+
+struct dns_ticket {
+	struct dns_server *s;
+	struct flight *f;
+	struct dns_ticket *next, *prev;   /* the flight's waiters */
+	dns_reply_fn fn;
+	void *arg;
+	size_t limit;
+	struct dns_query q;
+	size_t len;
+	uint8_t msg[];
+};
+
+struct flight {
+	struct dns_server *s;
+	uint32_t server;
+	struct dns_question q;
+	struct dns_uq *uq;                /* NULL once the ask ended */
+	struct dns_ticket *waiters;
+	struct flight *next, *prev;
+};
+
+struct dns_server {
+	struct event_base *base;
+	const struct ts_config *cfg;
+	struct budget *b;                 /* tickets and flights are drawn from it */
+	struct dns_upstream **ups;        /* one per dns.servers entry */
+	size_t n_ups;
+	struct dns_cache *cache;          /* NULL: dns.cache.size 0 */
+	struct fakeip *fake;              /* NULL: no dns.fakeip */
+	struct domain_set *fake_builtin;  /* fake_exclude_builtin */
+	struct event *save_ev;            /* dns.fakeip.persist */
+	uint64_t saved_changes;           /* created + reused at the last save */
+	struct log *log;
+	struct flight *flights;
+	size_t pending;
+	struct {
+		ctr_t queries, queries_tcp;
+		ctr_t hosts, fake, cache, upstream, refused, empty, servfail;
+		ctr_t malformed, busy, coalesced;
+	} ctr;
+	uint8_t out[OUT_CAP];
+};
+
+/* ---- replies made here -------------------------------------------------------------------- */
+
+static void reply_synth(struct dns_server *s, const struct dns_query *q, const uint8_t *m,
+			size_t limit, enum dns_rcode rcode, int family, const uint8_t (*addrs)[16],
+			size_t n, uint32_t ttl, dns_reply_fn fn, void *arg)
+{
+	int len = dns_build_synth(s->out, sizeof(s->out), limit, q, m, rcode, family, addrs, n,
+				  ttl);
+
+	fn(arg, s->out, len > 0 ? (size_t)len : 0);
+}
+
+static void reply_hosts(struct dns_server *s, const struct ts_dns_host *h,
+			const struct dns_query *q, const uint8_t *m, size_t limit,
+			dns_reply_fn fn, void *arg)
+{
+	uint8_t addrs[TS_DNS_HOST_ADDRS][16];
+	size_t n = 0;
+	int family = 0;
+
+	if (q->q.qtype == DNS_T_A) {
+		family = 4;
+		for (n = 0; n < h->n4; n++)
+			memcpy(addrs[n], h->a4[n], 4);
+	} else if (q->q.qtype == DNS_T_AAAA) {
+		family = 6;
+		for (n = 0; n < h->n6; n++)
+			memcpy(addrs[n], h->a6[n], 16);
+	}
+	ctr_inc(&s->ctr.hosts);
+	reply_synth(s, q, m, limit, DNS_R_NOERROR, family, (const uint8_t (*)[16])addrs, n,
+		    HOSTS_TTL, fn, arg);
+}
+
+/* A query that cannot be answered normally: dropped (fn gets nothing) or a header error. */
+static void reply_bad(struct dns_server *s, int err, const uint8_t *m, size_t len,
+		      dns_reply_fn fn, void *arg)
+{
+	int n = -1;
+
+	if (err == DNS_E_OPCODE)
+		n = dns_build_header_error(s->out, sizeof(s->out), m, len, DNS_R_NOTIMP);
+	else if (err == DNS_E_QDCOUNT)
+		n = dns_build_header_error(s->out, sizeof(s->out), m, len, DNS_R_FORMERR);
+	if (n > 0) {
+		ctr_inc(&s->ctr.refused);
+		fn(arg, s->out, (size_t)n);
+		return;
+	}
+	ctr_inc(&s->ctr.malformed);
+	fn(arg, NULL, 0);
+}
+
+/* ---- flights ------------------------------------------------------------------------------ */
+
+static void waiter_unlink(struct flight *f, struct dns_ticket *t)
+{
+	if (t->prev)
+		t->prev->next = t->next;
+	else
+		f->waiters = t->next;
+	if (t->next)
+		t->next->prev = t->prev;
+	t->next = t->prev = NULL;
+	t->f = NULL;
+}
+
+static void flight_unlink(struct dns_server *s, struct flight *f)
+{
+	if (f->prev)
+		f->prev->next = f->next;
+	else
+		s->flights = f->next;
+	if (f->next)
+		f->next->prev = f->prev;
+	f->next = f->prev = NULL;
+}
+
+static void ticket_done(struct dns_server *s, struct dns_ticket *t)
+{
+	s->pending--;
+	budget_mfree(s->b, t);
+}
+
+/* The ask ended: err 0 with the answer, else SERVFAIL for everyone waiting. */
+static void up_done(void *arg, int err, const uint8_t *msg, size_t len,
+		    const struct dns_answer *a)
+{
+	struct flight *f = arg;
+	struct dns_server *s = f->s;
+	struct dns_ticket *t;
+
+	f->uq = NULL;
+	flight_unlink(s, f);
+	if (err == 0 && s->cache)
+		(void)dns_cache_put(s->cache, f->server, msg, len, a, ts_now_ns());
+	/* One at a time from the head: a reply callback may cancel another waiter. */
+	while ((t = f->waiters)) {
+		int n = -1;
+		waiter_unlink(f, t);
+		if (err == 0)
+			n = dns_build_from_answer(s->out, sizeof(s->out), t->limit, &t->q, t->msg, msg,
+						  a, 0);
+		if (n > 0) {
+			ctr_inc(&s->ctr.upstream);
+			t->fn(t->arg, s->out, (size_t)n);
+		} else {
+			ctr_inc(&s->ctr.servfail);
+			reply_synth(s, &t->q, t->msg, t->limit, DNS_R_SERVFAIL, 0, NULL, 0, 0, t->fn,
+				    t->arg);
+		}
+		ticket_done(s, t);
+	}
+	budget_mfree(s->b, f);
+}
+
+static struct flight *flight_find(struct dns_server *s, uint32_t server,
+				  const struct dns_question *q)
+{
+	for (struct flight *f = s->flights; f; f = f->next)
+		if (f->server == server && f->q.qtype == q->qtype &&
+		    f->q.name_len == q->name_len && dns_question_equal(&f->q, q))
+			return f;
+	return NULL;
+}
+
+static int flight_new(struct dns_server *s, uint32_t server, const struct dns_question *q,
+		      struct flight **out)
+{
+	struct flight *f = budget_calloc(s->b, 1, sizeof(*f));
+	int ret;
+
+	if (!f)
+		return -ENOBUFS;
+	f->s = s;
+	f->server = server;
+	f->q = *q;
+	if ((ret = dns_upstream_ask(s->ups[server], q, up_done, f, &f->uq)) != 0) {
+		budget_mfree(s->b, f);
+		return ret;
+	}
+	f->next = s->flights;
+	if (s->flights)
+		s->flights->prev = f;
+	s->flights = f;
+	*out = f;
+	return 0;
+}
+
+/* Wait for server's answer to q: join a flight or start one. */
+static int wait_upstream(struct dns_server *s, uint32_t server, const struct dns_query *q,
+			 const uint8_t *m, size_t len, size_t limit, dns_reply_fn fn, void *arg,
+			 struct dns_ticket **ticket)
+{
+	struct flight *f = flight_find(s, server, &q->q);
+	struct dns_ticket *t;
+	int ret;
+
+	if (s->pending >= DNS_SERVER_MAX_PENDING) {
+		ctr_inc(&s->ctr.busy);
+		return -ENOBUFS;
+	}
+	if (!(t = budget_malloc(s->b, sizeof(*t) + len))) {
+		ctr_inc(&s->ctr.busy);
+		return -ENOBUFS;
+	}
+	if (f) {
+		ctr_inc(&s->ctr.coalesced);
+	} else if ((ret = flight_new(s, server, &q->q, &f)) != 0) {
+		budget_mfree(s->b, t);
+		if (ret == -ENOBUFS)
+			ctr_inc(&s->ctr.busy);
+		return ret;
+	}
+	*t = (struct dns_ticket){ .s = s, .f = f, .fn = fn, .arg = arg, .limit = limit, .q = *q,
+				  .len = len };
+	memcpy(t->msg, m, len);
+	t->next = f->waiters;
+	if (f->waiters)
+		f->waiters->prev = t;
+	f->waiters = t;
+	s->pending++;
+	*ticket = t;
+	return 0;
+}
+
+void dns_server_cancel(struct dns_server *s, struct dns_ticket *t)
+{
+	struct flight *f;
+
+	if (!t)
+		return;
+	f = t->f;
+	if (f) {
+		waiter_unlink(f, t);
+		/* Nobody waits any more: the ask goes too (not while its answer is delivered). */
+		if (!f->waiters && f->uq) {
+			dns_upstream_cancel(s->ups[f->server], f->uq);
+			flight_unlink(s, f);
+			budget_mfree(s->b, f);
+		}
+	}
+	ticket_done(s, t);
+}
+
+/* ---- the pipeline ------------------------------------------------------------------------- */
+
+/* dns.rules: the first rule whose names hold the question's name. NULL: none. */
+static const struct ts_dns_rule *rule_for(const struct ts_config *cfg,
+					  const struct dns_question *q)
+{
+	const struct ts_dns *d = &cfg->dns;
+
+	if (!q->nameable)
+		return NULL;
+	for (size_t i = 0; i < d->n_rules; i++)
+		if (config_names_match(cfg->rule_sets, &d->rules[i].names, q->name, q->name_len))
+			return &d->rules[i];
+	return NULL;
+}
+
+/* ---- fake-IP ------------------------------------------------------------------------------ */
+
+static bool fake_excluded(const struct dns_server *s, const struct dns_question *q)
+{
+	return domain_set_match(s->fake_builtin, q->name, q->name_len) ||
+	       config_names_match(s->cfg->rule_sets, &s->cfg->dns.fakeip.exclude, q->name,
+				  q->name_len);
+}
+
+/* A/AAAA of a name no rule sent elsewhere: a fake address (AAAA without an IPv6 range:
+ * empty); HTTPS and SVCB of it: empty, since their address hints would bypass the fake
+ * answer. false: not a fake-IP question (answered the usual way). */
+static bool fake_answer(struct dns_server *s, const struct dns_query *q, const uint8_t *m,
+			size_t limit, dns_reply_fn fn, void *arg)
+{
+	const struct ts_fakeip *fc = &s->cfg->dns.fakeip;
+	uint16_t t = q->q.qtype;
+	uint8_t addr[1][16];
+	int family, ret;
+
+	if (t != DNS_T_A && t != DNS_T_AAAA && t != DNS_T_HTTPS && t != DNS_T_SVCB)
+		return false;
+	if (fake_excluded(s, &q->q))
+		return false;
+	ctr_inc(&s->ctr.fake);
+	family = t == DNS_T_A ? 4 : 6;
+	if (t == DNS_T_HTTPS || t == DNS_T_SVCB || (family == 6 && !fc->range6.addr.family)) {
+		reply_synth(s, q, m, limit, DNS_R_NOERROR, 0, NULL, 0, FAKE_TTL, fn, arg);
+		return true;
+	}
+	memset(addr, 0, sizeof(addr));
+	ret = fakeip_address(s->fake, q->q.name, q->q.name_len, family, ts_now_ns() / TS_NS_PER_SEC,
+			     addr[0]);
+	if (ret != 0) {
+		/* Every mapping held or cooling down (-ENOSPC), or a name fake-IP refuses. */
+		ctr_inc(&s->ctr.servfail);
+		reply_synth(s, q, m, limit, DNS_R_SERVFAIL, 0, NULL, 0, 0, fn, arg);
+		return true;
+	}
+	reply_synth(s, q, m, limit, DNS_R_NOERROR, family, (const uint8_t (*)[16])addr, 1, FAKE_TTL,
+		    fn, arg);
+	return true;
+}
+
+int dns_server_fake_name(struct dns_server *s, int family, const uint8_t *addr, char *buf,
+			 size_t cap)
+{
+	uint8_t a[16] = { 0 };
+
+	if (!s->fake)
+		return -ENOENT;
+	memcpy(a, addr, family == 4 ? 4 : 16);
+	return fakeip_name(s->fake, family, a, ts_now_ns() / TS_NS_PER_SEC, buf, cap);
+}
+
+static int save_line(void *arg, const char *line, size_t len)
+{
+	return fwrite(line, 1, len, arg) == len ? 0 : -EIO;
+}
+
+/* Written to a temporary file, flushed, then renamed over the old one: a crash leaves the old
+ * file or the new one, never half of one. */
+int dns_server_fake_save(struct dns_server *s)
+{
+	const char *path = s->cfg->dns.fakeip.persist;
+	char tmp[4200];
+	struct fakeip_stats st;
+	FILE *f;
+	int fd, ret;
+
+	if (!s->fake || !path)
+		return 0;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+		return -errno;
+	if (!(f = fdopen(fd, "w"))) {
+		ret = -errno;
+		close(fd);
+		goto fail;
+	}
+	ret = fakeip_dump(s->fake, save_line, f);
+	if (ret == 0 && (fflush(f) != 0 || fsync(fd) != 0))
+		ret = -errno;
+	if (fclose(f) != 0 && ret == 0)
+		ret = -errno;
+	if (ret == 0 && rename(tmp, path) != 0)
+		ret = -errno;
+	if (ret == 0) {
+		fakeip_get_stats(s->fake, &st);
+		s->saved_changes = st.created + st.reused;
+		return 0;
+	}
+fail:
+	unlink(tmp);
+	return ret;
+}
+
+int dns_server_fake_restore(struct dns_server *s, struct fakeip_load_stats *st)
+{
+	const char *path = s->cfg->dns.fakeip.persist;
+	char *text = NULL;
+	size_t len = 0, cap = 0;
+	FILE *f;
+	int ret = 0;
+
+	memset(st, 0, sizeof(*st));
+	if (!s->fake || !path)
+		return 0;
+	if (!(f = fopen(path, "re")))
+		return errno == ENOENT ? 0 : -errno; /* the first start: nothing saved yet */
+	for (;;) {
+		if (len == cap) {
+			char *n = cap < (64u << 20) ? realloc(text, cap ? cap * 2 : 65536) : NULL;
+			if (!n) {
+				ret = -ENOMEM;
+				break;
+			}
+			text = n;
+			cap = cap ? cap * 2 : 65536;
+		}
+		size_t got = fread(text + len, 1, cap - len, f);
+		len += got;
+		if (got == 0) {
+			if (ferror(f))
+				ret = -EIO;
+			break;
+		}
+	}
+	fclose(f);
+	if (ret == 0)
+		fakeip_load(s->fake, text, len, ts_now_ns() / TS_NS_PER_SEC, st);
+	free(text);
+	return ret;
+}
+
+static void save_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct dns_server *s = arg;
+	struct fakeip_stats st;
+	int ret;
+
+	(void)fd;
+	(void)what;
+	fakeip_get_stats(s->fake, &st);
+	if (st.created + st.reused == s->saved_changes)
+		return;
+	if ((ret = dns_server_fake_save(s)) != 0 && s->log)
+		log_warn(s->log, "dns: fakeip: cannot write %s: %s", s->cfg->dns.fakeip.persist,
+			 strerror(-ret));
+}
+
+void dns_server_set_log(struct dns_server *s, struct log *lg)
+{
+	s->log = lg;
+}
+
+static int fake_new(struct dns_server *s)
+{
+	const struct ts_fakeip *fc = &s->cfg->dns.fakeip;
+	struct fakeip_config c = { .range4 = fc->range4, .range6 = fc->range6,
+				   .max_mappings = fc->max_mappings,
+				   .cooldown_s = fc->reuse_after_s };
+	struct timeval tv = { FAKE_SAVE_S, 0 };
+	int ret;
+
+	if ((ret = fakeip_new(&c, &s->fake)) != 0 || (ret = domain_set_new(&s->fake_builtin)) != 0)
+		return ret;
+	for (size_t i = 0; fake_exclude_builtin[i]; i++)
+		if ((ret = domain_set_add(s->fake_builtin, DOMAIN_SUFFIX, fake_exclude_builtin[i],
+					  strlen(fake_exclude_builtin[i]), NULL, NULL, 0)) != 0)
+			return ret;
+	if (!fc->persist)
+		return 0;
+	if (!(s->save_ev = event_new(s->base, -1, EV_PERSIST, save_cb, s)))
+		return -ENOMEM;
+	return event_add(s->save_ev, &tv) == 0 ? 0 : -ENOMEM;
+}
+
+static int query(struct dns_server *s, const uint8_t *m, size_t len, bool tcp, size_t mtu_payload,
+		 bool real, dns_reply_fn fn, void *arg, struct dns_ticket **ticket);
+
+int dns_server_query(struct dns_server *s, const uint8_t *m, size_t len, bool tcp,
+		     size_t mtu_payload, dns_reply_fn fn, void *arg, struct dns_ticket **ticket)
+{
+	return query(s, m, len, tcp, mtu_payload, false, fn, arg, ticket);
+}
+
+int dns_server_query_real(struct dns_server *s, const uint8_t *m, size_t len, dns_reply_fn fn,
+			  void *arg, struct dns_ticket **ticket)
+{
+	return query(s, m, len, true, 0, true, fn, arg, ticket);
+}
+
+static int query(struct dns_server *s, const uint8_t *m, size_t len, bool tcp, size_t mtu_payload,
+		 bool real, dns_reply_fn fn, void *arg, struct dns_ticket **ticket)
+{
+	const struct ts_dns *d = &s->cfg->dns;
+	const struct ts_dns_host *h;
+	const struct ts_dns_rule *r;
+	struct dns_query q;
+	uint32_t server = d->final, age;
+	const uint8_t *cm;
+	const struct dns_answer *ca;
+	size_t clen, limit;
+	int ret;
+
+	*ticket = NULL;
+	ctr_inc(&s->ctr.queries);
+	if (tcp)
+		ctr_inc(&s->ctr.queries_tcp);
+	if ((ret = dns_parse_query(m, len, &q)) != 0) {
+		reply_bad(s, ret, m, len, fn, arg);
+		return 0;
+	}
+	limit = dns_reply_limit(&q, tcp, mtu_payload);
+	if (!q.q.nameable) {
+		/* A name with bytes a name cannot hold: no server is asked for it. */
+		ctr_inc(&s->ctr.refused);
+		reply_synth(s, &q, m, limit, DNS_R_REFUSED, 0, NULL, 0, 0, fn, arg);
+		return 0;
+	}
+	if (q.q.qclass == 1 && (h = config_dns_host(d, q.q.name, q.q.name_len))) {
+		reply_hosts(s, h, &q, m, limit, fn, arg);
+		return 0;
+	}
+	if ((r = rule_for(s->cfg, &q.q))) {
+		if (r->action == TS_DNS_ACT_REFUSE || r->action == TS_DNS_ACT_EMPTY) {
+			bool refuse = r->action == TS_DNS_ACT_REFUSE;
+			ctr_inc(refuse ? &s->ctr.refused : &s->ctr.empty);
+			reply_synth(s, &q, m, limit, refuse ? DNS_R_REFUSED : DNS_R_NOERROR, 0, NULL,
+				    0, SYNTH_TTL, fn, arg);
+			return 0;
+		}
+		server = r->server;
+	}
+	if (!r && !real && s->fake && q.q.qclass == 1 && fake_answer(s, &q, m, limit, fn, arg))
+		return 0;
+	if (q.q.qtype == DNS_T_AAAA && d->ipv6 == TS_DNS_IPV6_EMPTY) {
+		ctr_inc(&s->ctr.empty);
+		reply_synth(s, &q, m, limit, DNS_R_NOERROR, 0, NULL, 0, SYNTH_TTL, fn, arg);
+		return 0;
+	}
+	if (s->cache && dns_cache_get(s->cache, server, &q.q, ts_now_ns(), &cm, &clen, &ca, &age)) {
+		int n = dns_build_from_answer(s->out, sizeof(s->out), limit, &q, m, cm, ca, age);
+		if (n > 0) {
+			ctr_inc(&s->ctr.cache);
+			fn(arg, s->out, (size_t)n);
+			return 0;
+		}
+	}
+	return wait_upstream(s, server, &q, m, len, limit, fn, arg, ticket);
+}
+
+/* ---- life --------------------------------------------------------------------------------- */
+
+int dns_server_new(struct event_base *base, const struct ts_config *cfg, struct budget *b,
+		   struct dns_server **out)
+{
+	const struct ts_dns *d = &cfg->dns;
+	struct dns_server *s;
+	int ret = -ENOMEM;
+
+	if (d->n_servers == 0 || !b)
+		return -EINVAL;
+	if (!(s = calloc(1, sizeof(*s))))
+		return -ENOMEM;
+	s->base = base;
+	s->cfg = cfg;
+	s->b = b;
+	if (!(s->ups = calloc(d->n_servers, sizeof(*s->ups))))
+		goto fail;
+	for (size_t i = 0; i < d->n_servers; i++) {
+		const struct ts_dns_server *sv = &d->servers[i];
+		struct dns_upstream_config uc = {
+			.kind = sv->transport == TS_DNS_TCP ? DNS_UP_TCP : DNS_UP_UDP,
+			.server = sv->addr,
+			.detour = &cfg->outbounds[sv->detour],
+		};
+		if ((ret = dns_upstream_new(base, &uc, &s->ups[i])) != 0)
+			goto fail;
+		s->n_ups = i + 1;
+	}
+	if (d->fakeip.enabled && (ret = fake_new(s)) != 0)
+		goto fail;
+	if (d->cache_size) {
+		struct dns_cache_config cc = { .max_entries = d->cache_size,
+					       .max_ttl_s = d->cache_max_ttl_s,
+					       .neg_ttl_max_s = NEG_TTL_MAX };
+		if ((ret = dns_cache_new(&cc, &s->cache)) != 0)
+			goto fail;
+	}
+	*out = s;
+	return 0;
+fail:
+	dns_server_free(s);
+	return ret;
+}
+
+/* Every query still waiting gets fn(arg, NULL, 0), so its owner can let go of it. */
+void dns_server_free(struct dns_server *s)
+{
+	struct flight *f;
+	struct dns_ticket *t;
+
+	if (!s)
+		return;
+	if (s->fake && s->cfg->dns.fakeip.persist) {
+		int ret = dns_server_fake_save(s);
+		if (ret != 0 && s->log)
+			log_warn(s->log, "dns: fakeip: cannot write %s: %s",
+				 s->cfg->dns.fakeip.persist, strerror(-ret));
+	}
+	while ((f = s->flights)) {
+		flight_unlink(s, f);
+		if (f->uq)
+			dns_upstream_cancel(s->ups[f->server], f->uq);
+		while ((t = f->waiters)) {
+			waiter_unlink(f, t);
+			t->fn(t->arg, NULL, 0);
+			ticket_done(s, t);
+		}
+		budget_mfree(s->b, f);
+	}
+	for (size_t i = 0; i < s->n_ups; i++)
+		dns_upstream_free(s->ups[i]);
+	free(s->ups);
+	dns_cache_free(s->cache);
+	if (s->save_ev)
+		event_free(s->save_ev);
+	fakeip_free(s->fake);
+	domain_set_free(s->fake_builtin);
+	free(s);
+}
+
+void dns_server_get_stats(const struct dns_server *s, struct dns_server_stats *o)
+{
+	struct dns_cache_stats cs = { 0 };
+
+	memset(o, 0, sizeof(*o));
+	o->queries = ctr_get(&s->ctr.queries);
+	o->queries_tcp = ctr_get(&s->ctr.queries_tcp);
+	o->answered_hosts = ctr_get(&s->ctr.hosts);
+	o->answered_fake = ctr_get(&s->ctr.fake);
+	o->answered_cache = ctr_get(&s->ctr.cache);
+	o->answered_upstream = ctr_get(&s->ctr.upstream);
+	o->answered_refused = ctr_get(&s->ctr.refused);
+	o->answered_empty = ctr_get(&s->ctr.empty);
+	o->answered_servfail = ctr_get(&s->ctr.servfail);
+	o->drops_malformed = ctr_get(&s->ctr.malformed);
+	o->drops_busy = ctr_get(&s->ctr.busy);
+	o->coalesced = ctr_get(&s->ctr.coalesced);
+	o->pending = s->pending;
+	if (s->cache) {
+		dns_cache_get_stats(s->cache, &cs);
+		o->cache_hits = cs.hits;
+		o->cache_misses = cs.misses;
+		o->cache_entries = cs.entries;
+		o->cache_evictions = cs.evictions;
+	}
+	if (s->fake) {
+		struct fakeip_stats fs;
+		fakeip_get_stats(s->fake, &fs);
+		o->fake_mappings = fs.mappings;
+		o->fake_exhausted = fs.exhausted;
+		o->fake_unmapped = fs.unmapped;
+	}
+	for (size_t i = 0; i < s->n_ups; i++) {
+		struct dns_upstream_stats us;
+		dns_upstream_get_stats(s->ups[i], &us);
+		o->upstream_queries += us.queries;
+		o->upstream_timeouts += us.timeouts;
+		o->upstream_errors += us.errors;
+		o->upstream_bad_answers += us.bad_answers;
+	}
+}

@@ -1,0 +1,354 @@
+/* test_dns_server.c — dns/server.c, the proxy's own resolver front, against a fake upstream on
+ * 127.0.0.1 (fakedns.h) driven by the test's loop: hosts, rules (server, refuse, empty), the
+ * AAAA policy, the cache (a second query never reaches the upstream), coalescing (two clients,
+ * one upstream query), SERVFAIL when the upstream is gone, malformed and header-error queries,
+ * the size limit (TC), cancellation, and the pending bound.
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "core/budget.h"
+#include "core/config.h"
+#include "core/dns_msg.h"
+#include "dns/server.h"
+#include "fakedns.h"
+#include "testutil.h"
+
+static const struct rr table[] = {
+	{ .name = "a.test", .ttl = 300, .a = { "192.0.2.1" }, .aaaa = { "2001:db8::1" } },
+	{ .name = "big.test", .ttl = 300,
+	  .a = { "192.0.2.11", "192.0.2.12", "192.0.2.13", "192.0.2.14" } },
+	{ .name = "slow.test", .silent = true },
+	{ .name = "corp.example", .ttl = 60, .a = { "10.1.1.1" } },
+	{ 0 },
+};
+
+struct fix {
+	struct event_base *base;
+	struct budget *b;
+	struct ts_config cfg;
+	struct dns_server *s;
+	struct dns up, up2;
+};
+
+/* Run base for about ms milliseconds. */
+static void loop_ms(struct event_base *base, int ms)
+{
+	struct timeval tv = { 0, ms * 1000 };
+
+	event_base_loopexit(base, &tv);
+	event_base_dispatch(base);
+}
+
+struct got {
+	int calls;
+	uint8_t msg[2048];
+	size_t len;
+};
+
+static void on_reply(void *arg, const uint8_t *msg, size_t len)
+{
+	struct got *g = arg;
+
+	g->calls++;
+	g->len = len;
+	if (len)
+		memcpy(g->msg, msg, len < sizeof(g->msg) ? len : sizeof(g->msg));
+}
+
+/* A client query: id, RD, one question for name/type, optionally an OPT of udp_size. */
+static size_t mkq(uint8_t *b, uint16_t id, const char *name, uint16_t type, uint16_t udp_size)
+{
+	size_t n = 12;
+	const char *p = name;
+
+	memset(b, 0, 12);
+	tu_put16(b, id);
+	tu_put16(b + 2, 0x0100);
+	tu_put16(b + 4, 1);
+	while (*p) {
+		const char *dot = strchr(p, '.');
+		size_t l = dot ? (size_t)(dot - p) : strlen(p);
+		b[n++] = (uint8_t)l;
+		memcpy(b + n, p, l);
+		n += l;
+		p += l + (dot ? 1 : 0);
+	}
+	b[n++] = 0;
+	tu_put16(b + n, type);
+	tu_put16(b + n + 2, 1);
+	n += 4;
+	if (udp_size) {
+		tu_put16(b + 10, 1);
+		b[n] = 0;
+		tu_put16(b + n + 1, 41);
+		tu_put16(b + n + 3, udp_size);
+		memset(b + n + 5, 0, 6);
+		n += 11;
+	}
+	return n;
+}
+
+static void setup(struct fix *f, const char *dns_json_fmt)
+{
+	struct budget_limits l;
+	char json[2048], err[256];
+
+	memset(f, 0, sizeof(*f));
+	cr_assert_not_null(f->base = event_base_new());
+	budget_limits_profile(&l, BUDGET_PROFILE_DESKTOP);
+	cr_assert_eq(budget_new(&l, &f->b), 0);
+	dns_start(&f->up, f->base, table);
+	dns_start(&f->up2, f->base, table);
+	snprintf(json, sizeof(json), dns_json_fmt, f->up.port, f->up2.port);
+	config_init(&f->cfg);
+	cr_assert_eq(config_load_string(json, &f->cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(dns_server_new(f->base, &f->cfg, f->b, &f->s), 0);
+}
+
+static void teardown(struct fix *f)
+{
+	dns_server_free(f->s);
+	config_fini(&f->cfg);
+	dns_stop(&f->up);
+	dns_stop(&f->up2);
+	budget_free(f->b);
+	event_base_free(f->base);
+}
+
+static const char *basic =
+	"{\"dns\":{\"hijack\":true,\"servers\":[{\"tag\":\"u\",\"address\":\"udp://127.0.0.1:%u\"},"
+	"{\"tag\":\"corp\",\"address\":\"127.0.0.1:%u\"}],"
+	"\"rules\":[{\"domain_suffix\":[\"corp.example\"],\"server\":\"corp\"},"
+	"{\"domain\":[\"ads.test\"],\"action\":\"refuse\"},"
+	"{\"domain_keyword\":[\"tracker\"],\"action\":\"empty\"}],"
+	"\"hosts\":{\"printer.lan\":[\"10.0.0.9\",\"fd00::9\"]},\"cache\":{\"size\":64}}}";
+
+/* Ask and run the loop until the reply came (bounded). */
+static void ask(struct fix *f, const uint8_t *q, size_t n, bool tcp, struct got *g)
+{
+	struct dns_ticket *t;
+
+	cr_assert_eq(dns_server_query(f->s, q, n, tcp, 1472, on_reply, g, &t), 0);
+	for (int i = 0; i < 300 && g->calls == 0; i++)
+		loop_ms(f->base, 10);
+	cr_assert_eq(g->calls, 1, "one reply");
+}
+
+static uint16_t rcode(const struct got *g)
+{
+	return tu_get16(g->msg + 2) & 0xf;
+}
+
+static uint16_t ancount(const struct got *g)
+{
+	return tu_get16(g->msg + 6);
+}
+
+Test(dns_server, upstream_answer_then_cache_hit)
+{
+	struct fix f;
+	struct got g1 = { 0 }, g2 = { 0 };
+	struct dns_server_stats st;
+	uint8_t q[512];
+	size_t n;
+
+	setup(&f, basic);
+	n = mkq(q, 0x1234, "A.Test", DNS_T_A, 0);
+	ask(&f, q, n, false, &g1);
+	cr_assert_eq(tu_get16(g1.msg), 0x1234, "the client's id");
+	cr_assert_eq(rcode(&g1), 0);
+	cr_assert_eq(ancount(&g1), 1);
+	cr_assert_eq(memcmp(g1.msg + 12, q + 12, n - 12), 0, "the client's question bytes and case");
+	cr_assert_eq(f.up.queries, 1);
+	n = mkq(q, 0x4321, "a.test", DNS_T_A, 0);
+	ask(&f, q, n, false, &g2);
+	cr_assert_eq(tu_get16(g2.msg), 0x4321);
+	cr_assert_eq(ancount(&g2), 1);
+	cr_assert_eq(f.up.queries, 1, "the second answer came from the cache");
+	dns_server_get_stats(f.s, &st);
+	cr_assert_eq(st.queries, 2);
+	cr_assert_eq(st.answered_upstream, 1);
+	cr_assert_eq(st.answered_cache, 1);
+	cr_assert_eq(st.cache_hits, 1);
+	cr_assert_eq(st.cache_entries, 1);
+	cr_assert_eq(st.pending, 0);
+	teardown(&f);
+}
+
+Test(dns_server, hosts_rules_and_policies)
+{
+	struct fix f;
+	uint8_t q[512];
+	size_t n;
+	struct dns_server_stats st;
+
+	setup(&f, basic);
+	struct got g = { 0 };
+	n = mkq(q, 1, "Printer.LAN", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(ancount(&g), 1);
+	cr_assert_eq(memcmp(g.msg + g.len - 4, "\x0a\x00\x00\x09", 4), 0, "10.0.0.9");
+	memset(&g, 0, sizeof(g));
+	n = mkq(q, 2, "printer.lan", DNS_T_AAAA, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(ancount(&g), 1);
+	memset(&g, 0, sizeof(g));
+	n = mkq(q, 3, "printer.lan", DNS_T_HTTPS, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(rcode(&g), 0);
+	cr_assert_eq(ancount(&g), 0, "other types of a hosts name: empty");
+	memset(&g, 0, sizeof(g));
+	n = mkq(q, 4, "ads.test", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(rcode(&g), DNS_R_REFUSED);
+	memset(&g, 0, sizeof(g));
+	n = mkq(q, 5, "x.tracker.test", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(rcode(&g), 0);
+	cr_assert_eq(ancount(&g), 0);
+	memset(&g, 0, sizeof(g));
+	n = mkq(q, 6, "www.corp.example", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(f.up.queries, 0, "nothing reached the final server");
+	cr_assert_eq(f.up2.queries, 1, "the rule's server was asked");
+	dns_server_get_stats(f.s, &st);
+	cr_assert_eq(st.answered_hosts, 3);
+	cr_assert_eq(st.answered_refused, 1);
+	cr_assert_eq(st.answered_empty, 1);
+	cr_assert_eq(st.answered_upstream, 1, "www.corp.example: NXDOMAIN from its server");
+	teardown(&f);
+}
+
+Test(dns_server, ipv6_empty)
+{
+	struct fix f;
+	struct got g = { 0 };
+	uint8_t q[512];
+	size_t n;
+
+	setup(&f, "{\"dns\":{\"hijack\":true,\"servers\":[{\"tag\":\"u\",\"address\":"
+		  "\"127.0.0.1:%u\"},{\"tag\":\"v\",\"address\":\"127.0.0.1:%u\"}],\"ipv6\":\"empty\"}}");
+	n = mkq(q, 7, "a.test", DNS_T_AAAA, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(rcode(&g), 0);
+	cr_assert_eq(ancount(&g), 0);
+	cr_assert_eq(f.up.queries, 0, "never asked upstream");
+	teardown(&f);
+}
+
+Test(dns_server, coalescing_and_cancel)
+{
+	struct fix f;
+	struct got g1 = { 0 }, g2 = { 0 }, g3 = { 0 };
+	struct dns_ticket *t1, *t2, *t3;
+	struct dns_server_stats st;
+	uint8_t q[512];
+	size_t n;
+
+	setup(&f, basic);
+	n = mkq(q, 10, "a.test", DNS_T_A, 0);
+	cr_assert_eq(dns_server_query(f.s, q, n, false, 1472, on_reply, &g1, &t1), 0);
+	tu_put16(q, 11);
+	cr_assert_eq(dns_server_query(f.s, q, n, false, 1472, on_reply, &g2, &t2), 0);
+	tu_put16(q, 12);
+	cr_assert_eq(dns_server_query(f.s, q, n, false, 1472, on_reply, &g3, &t3), 0);
+	cr_assert_not_null(t1);
+	cr_assert_not_null(t2);
+	dns_server_cancel(f.s, t3);
+	for (int i = 0; i < 300 && (g1.calls == 0 || g2.calls == 0); i++)
+		loop_ms(f.base, 10);
+	cr_assert_eq(g1.calls, 1);
+	cr_assert_eq(g2.calls, 1);
+	cr_assert_eq(g3.calls, 0, "a cancelled query gets nothing");
+	cr_assert_eq(tu_get16(g1.msg), 10);
+	cr_assert_eq(tu_get16(g2.msg), 11);
+	cr_assert_eq(f.up.queries, 1, "three clients, one upstream query");
+	dns_server_get_stats(f.s, &st);
+	cr_assert_eq(st.coalesced, 2);
+	cr_assert_eq(st.pending, 0);
+	teardown(&f);
+}
+
+Test(dns_server, servfail_and_bad_queries)
+{
+	struct fix f;
+	struct got g = { 0 };
+	struct dns_server_stats st;
+	struct dns_ticket *t;
+	uint8_t q[512];
+	size_t n;
+
+	setup(&f, basic);
+	/* The upstream's socket goes: the ask fails (refused) and the client gets SERVFAIL. */
+	event_del(f.up.ev);
+	close(f.up.fd);
+	f.up.fd = socket(AF_INET, SOCK_DGRAM, 0); /* for dns_stop */
+	n = mkq(q, 20, "gone.test", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(rcode(&g), DNS_R_SERVFAIL);
+	/* Malformed: dropped (a call with nothing to send). */
+	memset(&g, 0, sizeof(g));
+	cr_assert_eq(dns_server_query(f.s, q, 7, false, 1472, on_reply, &g, &t), 0);
+	cr_assert_eq(g.calls, 1);
+	cr_assert_eq(g.len, 0);
+	/* Two questions: FORMERR, header only. */
+	memset(&g, 0, sizeof(g));
+	tu_put16(q + 4, 2);
+	cr_assert_eq(dns_server_query(f.s, q, n, false, 1472, on_reply, &g, &t), 0);
+	cr_assert_eq(g.len, DNS_HDR_LEN);
+	cr_assert_eq(rcode(&g), DNS_R_FORMERR);
+	dns_server_get_stats(f.s, &st);
+	cr_assert_eq(st.answered_servfail, 1);
+	cr_assert_eq(st.drops_malformed, 1);
+	teardown(&f);
+}
+
+Test(dns_server, udp_limit_truncates)
+{
+	struct fix f;
+	struct got g = { 0 };
+	uint8_t q[512];
+	size_t n;
+
+	setup(&f, basic);
+	/* 4 A records fit 512 bytes easily: make the path MTU the limit instead. */
+	n = mkq(q, 30, "big.test", DNS_T_A, 0);
+	struct dns_ticket *t;
+	cr_assert_eq(dns_server_query(f.s, q, n, false, 60, on_reply, &g, &t), 0);
+	for (int i = 0; i < 300 && g.calls == 0; i++)
+		loop_ms(f.base, 10);
+	cr_assert_eq(g.calls, 1);
+	cr_assert(g.len <= 512, "at most 512 bytes without EDNS");
+	/* Over TCP the whole answer. */
+	memset(&g, 0, sizeof(g));
+	ask(&f, q, n, true, &g);
+	cr_assert_eq(ancount(&g), 4);
+	cr_assert_eq(tu_get16(g.msg + 2) & DNS_F_TC, 0);
+	teardown(&f);
+}
+
+Test(dns_server, free_with_waiting_queries_tells_their_owners)
+{
+	struct fix f;
+	struct got g = { 0 };
+	struct dns_ticket *t;
+	uint8_t q[512];
+	size_t n;
+
+	setup(&f, basic);
+	n = mkq(q, 40, "slow.test", DNS_T_A, 0);
+	cr_assert_eq(dns_server_query(f.s, q, n, false, 1472, on_reply, &g, &t), 0);
+	cr_assert_not_null(t);
+	loop_ms(f.base, 20);
+	dns_server_free(f.s);
+	f.s = NULL;
+	cr_assert_eq(g.calls, 1);
+	cr_assert_eq(g.len, 0);
+	teardown(&f);
+}
