@@ -15,6 +15,7 @@
 #include "core/domain_set.h"
 
 #define DNS_PORT 53
+#define DOT_PORT 853                 /* RFC 7858 section 3.1 */
 #define CACHE_SIZE_DEFAULT 4096
 #define CACHE_MAX_TTL_DEFAULT 3600
 
@@ -23,8 +24,8 @@ static const char *const action_names[] = { "refuse", "empty", NULL };
 
 /* ---- servers ------------------------------------------------------------------------------ */
 
-/* "udp://ADDR[:PORT]", "tcp://ADDR[:PORT]" or "ADDR[:PORT]" (udp); IPv6 in brackets with a
- * port; the port defaults to 53. */
+/* "udp://ADDR[:PORT]", "tcp://ADDR[:PORT]", "tls://ADDR[:PORT]" or "ADDR[:PORT]" (udp); IPv6
+ * in brackets with a port; the port defaults to 53 (tls: 853). */
 static int parse_server_address(const char *s, struct ts_dns_server *sv)
 {
 	char buf[NETADDR_EP_STRLEN + 8];
@@ -34,6 +35,9 @@ static int parse_server_address(const char *s, struct ts_dns_server *sv)
 		s += 6;
 	} else if (strncmp(s, "tcp://", 6) == 0) {
 		sv->transport = TS_DNS_TCP;
+		s += 6;
+	} else if (strncmp(s, "tls://", 6) == 0) {
+		sv->transport = TS_DNS_TLS;
 		s += 6;
 	} else if (strstr(s, "://")) {
 		return -EPROTONOSUPPORT;
@@ -50,7 +54,7 @@ static int parse_server_address(const char *s, struct ts_dns_server *sv)
 		if (netaddr_parse(buf, &sv->addr.addr) != 0 || sv->addr.addr.family != 6)
 			return -EINVAL;
 	}
-	sv->addr.port = DNS_PORT;
+	sv->addr.port = sv->transport == TS_DNS_TLS ? DOT_PORT : DNS_PORT;
 	return 0;
 }
 
@@ -64,24 +68,72 @@ static int f_server_address(struct cfgp *p, const cJSON *item, void *target)
 		return ret;
 	ret = parse_server_address(s, target);
 	if (ret == -EPROTONOSUPPORT)
-		return cfgp_fail(p, "\"%s\": the transports are udp:// and tcp://",
+		return cfgp_fail(p, "\"%s\": the transports are udp://, tcp:// and tls://",
 				 cfgp_quote(s, q, sizeof(q)));
 	if (ret != 0)
-		return cfgp_fail(p, "expected \"udp://ip[:port]\", \"tcp://ip[:port]\" or "
-				    "\"ip[:port]\" (IPv6 in brackets), got \"%s\"",
+		return cfgp_fail(p, "expected \"udp://ip[:port]\", \"tcp://ip[:port]\", "
+				    "\"tls://ip[:port]\" or \"ip[:port]\" (IPv6 in brackets), "
+				    "got \"%s\"",
 				 cfgp_quote(s, q, sizeof(q)));
 	return 0;
 }
 
-enum { SV_TAG, SV_ADDRESS, SV_DETOUR };
+/* A host name the certificate is checked against: letters, digits, '-' and '.', no empty
+ * label (an IP address is no SNI: RFC 6066 section 3). */
+static int f_sni(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_dns_server *sv = target;
+	const char *s;
+	size_t n;
+	int ret;
+
+	if ((ret = cfgp_string(p, item, 1, sizeof(sv->sni) - 1, &s)) != 0)
+		return ret;
+	n = strlen(s);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (!(isalnum(c) || c == '-' || (c == '.' && i > 0 && s[i - 1] != '.')))
+			return cfgp_fail(p, "a host name (letters, digits, '-', '.'), got \"%s\"", s);
+	}
+	if (s[n - 1] == '.')
+		return cfgp_fail(p, "a host name without the trailing dot, got \"%s\"", s);
+	memcpy(sv->sni, s, n + 1);
+	return 0;
+}
+
+static int f_ca(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_dns_server *sv = target;
+	const char *s;
+	int ret;
+
+	if ((ret = cfgp_string(p, item, 1, 4096, &s)) != 0)
+		return ret;
+	free(sv->ca);
+	if (!(sv->ca = strdup(s)))
+		return cfgp_nomem(p);
+	return 0;
+}
+
+enum { SV_TAG, SV_ADDRESS, SV_DETOUR, SV_SNI, SV_CA };
 
 static int check_server(struct cfgp *p, void *target, uint32_t present)
 {
-	(void)target;
+	const struct ts_dns_server *sv = target;
+	bool tls;
+
 	if (!CFGP_PRESENT(present, SV_TAG))
 		return cfgp_fail_key(p, "tag", "required: the name rules and final use");
 	if (!CFGP_PRESENT(present, SV_ADDRESS))
 		return cfgp_fail_key(p, "address", "required, e.g. \"udp://192.0.2.53\"");
+	tls = sv->transport == TS_DNS_TLS;
+	if (tls && !CFGP_PRESENT(present, SV_SNI))
+		return cfgp_fail_key(p, "sni", "required for tls://: the name the server's "
+				     "certificate must carry, e.g. \"dns.example\"");
+	if (!tls && CFGP_PRESENT(present, SV_SNI))
+		return cfgp_fail_key(p, "sni", "only for a tls:// address");
+	if (!tls && CFGP_PRESENT(present, SV_CA))
+		return cfgp_fail_key(p, "ca", "only for a tls:// address");
 	return 0;
 }
 
@@ -91,6 +143,8 @@ static const struct cfgp_field server_fields[] = {
 	[SV_ADDRESS] = { .key = "address", .kind = CFGP_FN, .fn = f_server_address },
 	[SV_DETOUR] = { .key = "detour", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
 			.off = offsetof(struct ts_dns_server, detour_tag) },
+	[SV_SNI] = { .key = "sni", .kind = CFGP_FN, .fn = f_sni },
+	[SV_CA] = { .key = "ca", .kind = CFGP_FN, .fn = f_ca },
 };
 static const struct cfgp_table server_table = CFGP_TABLE(server_fields, check_server);
 
@@ -706,6 +760,8 @@ void config_dns_fini(struct ts_dns *d)
 	free(d->rules);
 	config_names_fini(&d->fakeip.exclude);
 	free(d->fakeip.persist);
+	for (size_t i = 0; i < d->n_servers; i++)
+		free(d->servers[i].ca);
 	free(d->servers);
 	free(d->hosts);
 }

@@ -322,7 +322,7 @@ static void plan_selectors(struct plan *p, uint8_t fam)
 		snprintf(s.rule.iifname, sizeof(s.rule.iifname), "%s", o->exclude_interface[i]);
 		push(p, &s);
 	}
-	if (o->strict && o->dns_hijack) {
+	if ((o->strict || o->dns_capture) && o->dns_hijack) {
 		static const uint8_t protos[2] = { IPPROTO_UDP_NUM, IPPROTO_TCP_NUM };
 		for (i = 0; i < 2; i++) {
 			s = rule_step(p, fam, 3, NETLINK_RULE_LOOKUP);

@@ -59,7 +59,8 @@ struct autoroute_opts {
 	const char *tun_name;
 	bool has_addr4, has_addr6;   /* the TUN's addresses */
 	bool strict;                 /* strict_route */
-	bool dns_hijack;             /* with strict: the P+3 DNS rules */
+	bool dns_hijack;             /* with strict or dns_capture: the P+3 DNS rules */
+	bool dns_capture;            /* the own resolver answers DNS: P+3 without strict too */
 	uint32_t table;              /* 0 = AUTOROUTE_DEFAULT_TABLE */
 	uint32_t priority;           /* 0 = AUTOROUTE_DEFAULT_PRIORITY */
 	const struct netaddr_cidr *route_address; /* n = 0: 0.0.0.0/0 and ::/0 */

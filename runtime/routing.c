@@ -83,6 +83,7 @@ static int start_auto_route(struct ts_proxy *p, const struct ts_config *cfg,
 		.has_addr6 = t->has_addr6,
 		.strict = t->strict_route,
 		.dns_hijack = cfg->dns.hijack,
+		.dns_capture = p->dns != NULL, /* the resolver runs from the start configuration */
 		.table = t->route_table,
 		.priority = t->route_rule_priority,
 		.route_address = t->route_address,

@@ -11,9 +11,9 @@ deps="$top/build/deps"
 export DEBIAN_FRONTEND=noninteractive
 
 pkgs=(
-	build-essential cmake pkg-config libevent-dev libcjson-dev libcriterion-dev libcap-dev libc-ares-dev libpcre2-dev dpkg-dev
+	build-essential cmake pkg-config libevent-dev libcjson-dev libcriterion-dev libcap-dev libc-ares-dev libpcre2-dev libnghttp2-dev libssl-dev dpkg-dev
 	clang libclang-rt-14-dev
-	iperf3 curl socat jq python3 python3-prometheus-client dnsmasq-base bind9-dnsutils
+	iperf3 curl socat jq python3 python3-prometheus-client dnsmasq-base unbound bind9-dnsutils
 	microsocks dante-server tinyproxy proxychains4 iputils-ping iproute2 ethtool gnuplot-nox
 	valgrind
 )
@@ -33,7 +33,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	# iperf3 asks whether to start a daemon; answer no.
 	echo 'iperf3 iperf3/start_daemon boolean false' | debconf-set-selections
 	apt-get update -qq
-	# The test servers (dante-server, tinyproxy) run only inside the tests' namespaces: keep
+	# The test servers (dante-server, tinyproxy, unbound) run only inside the tests' namespaces: keep
 	# their packages from starting system services at install (policy-rc.d 101: refused).
 	policy=/usr/sbin/policy-rc.d
 	had_policy=0

@@ -141,6 +141,13 @@ Test(autoroute_plan, strict_dns_exclusions_gateways)
 	plan_text(&o, gw, 2, got, sizeof(got));
 	cr_assert_null(strstr(got, "dport 53"), "%s", got);
 	cr_assert_not_null(strstr(got, "suppress_prefixlength 0"), "%s", got);
+	/* ...unless the proxy's own resolver answers it (fake-IP needs every query): captured
+	 * before the suppress rule sends a LAN resolver's traffic to main. */
+	o.dns_capture = true;
+	plan_text(&o, gw, 2, got, sizeof(got));
+	cr_assert_not_null(strstr(got, "ipv4 rule 5003: ipproto 17 dport 53 lookup 100\n"
+				       "ipv4 rule 5003: ipproto 6 dport 53 lookup 100\n"), "%s", got);
+	cr_assert(strstr(got, "dport 53") < strstr(got, "suppress_prefixlength 0"), "%s", got);
 }
 
 Test(autoroute_plan, uids_and_interfaces)
