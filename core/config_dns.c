@@ -524,6 +524,9 @@ static int check_dns(struct cfgp *p, void *target, uint32_t present)
 				     "they are) or servers (the proxy answers itself), not both");
 	if (d->hijack && !d->has_upstream && !d->n_servers)
 		return cfgp_fail_key(p, "servers", "required when hijack is true (or upstream)");
+	if (d->n_servers && !d->hijack)
+		return cfgp_fail_key(p, "hijack", "must be true with servers: the resolver answers the "
+				     "queries the TUN hijacks");
 	for (int k = DNS_RULES; k <= DNS_FAKEIP; k++)
 		if (CFGP_PRESENT(present, k) && !d->n_servers)
 			return cfgp_fail_key(p, dns_fields_keys[k], "needs servers (the proxy's own "

@@ -68,6 +68,7 @@ struct dispatcher {
 	struct event *fail_ev;
 	dispatcher_namer_fn namer;    /* NULL: sessions go by address */
 	void *namer_arg;
+	dispatcher_pin_fn pin, unpin; /* a named session holds its name (fake-IP), or NULL */
 	struct log *log;              /* refusals at debug level; NULL: none */
 	bool dns_on;                  /* new TCP/53 sessions go to dns_res (with dns.hijack) */
 	struct dns_tcp_resolver dns_res; /* kept while DNS sessions live, even after off */
@@ -155,6 +156,8 @@ static void session_end(struct session *s)
 	void *arg = s->end_arg;
 
 	assert(!s->conn && !s->relay && !s->dns && !s->fd_reserved);
+	if (s->name && d->unpin)
+		d->unpin(d->namer_arg, s->orig.family, s->orig.dst);
 	LIST_REMOVE(s, link);
 	d->active--;
 	cfg_gen_put(&d->gens, s->gen);
@@ -390,6 +393,8 @@ static struct session *session_alloc(struct dispatcher *d, const struct flow_key
 	if (name) {
 		memcpy(s->name_buf, name, room);
 		s->name = s->name_buf;
+		if (d->pin)
+			d->pin(d->namer_arg, orig->family, orig->dst);
 	}
 	return s;
 }
@@ -432,6 +437,12 @@ int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, stru
 void dispatcher_set_log(struct dispatcher *d, struct log *lg)
 {
 	d->log = lg;
+}
+
+void dispatcher_set_name_pins(struct dispatcher *d, dispatcher_pin_fn pin, dispatcher_pin_fn unpin)
+{
+	d->pin = pin;
+	d->unpin = unpin;
 }
 
 void dispatcher_set_namer(struct dispatcher *d, dispatcher_namer_fn fn, void *arg)

@@ -4,7 +4,7 @@
  * A session = the original 5-tuple + the stack-side stream (a kernel socket for the system
  * stack, an lwIP tcp_pcb for the lwIP stack) + optionally the destination's name, from the
  * namer the embedder installed (dispatcher_set_namer): the outbound then connects to the name
- * instead of the address (outbound_connect_name); the route is still chosen by address. Its
+ * instead of the address (outbound_connect_name), and the route sees the name too. Its
  * life:
  *
  *   dispatcher_start_tcp ──> CONNECTING ──outbound ok──> RELAYING ──relay done──> ended, on_end
@@ -107,6 +107,12 @@ void dispatcher_set_log(struct dispatcher *d, struct log *lg);
 
 /* Install the namer (fn NULL: none, the default) for sessions started from now on. */
 void dispatcher_set_namer(struct dispatcher *d, dispatcher_namer_fn fn, void *arg);
+
+/* A session that took a name from the namer holds it while it lives: pin(arg, family, dst) once
+ * the name is kept, unpin at the session's end (arg: the namer's). Fake-IP uses it so that an
+ * address a live session stands on is never handed to another name. NULL: none. */
+typedef void (*dispatcher_pin_fn)(void *arg, int family, const uint8_t *dst);
+void dispatcher_set_name_pins(struct dispatcher *d, dispatcher_pin_fn pin, dispatcher_pin_fn unpin);
 
 /* Hijacked DNS over TCP (dispatch/dns_tcp.h). With a resolver set and dns.hijack on in the
  * current configuration, a session started from now on whose destination port is 53 (any

@@ -601,8 +601,7 @@ void udp_session_free(struct udp_path *up, struct udp_session *s)
 	}
 	qlist_drain(up, &s->dq, &up->ctr.down_queued);
 	cfg_gen_put(&up->gens, s->gen);
-	if (s->rc_name)
-		budget_mfree(up->b, s->rc_name);
+	udp_name_forget(up, s);
 	budget_mfree(up->b, s);
 	budget_udp_release(up->b);
 	udp_gauge_dec(&up->ctr.sessions);
@@ -1212,6 +1211,12 @@ void udp_path_set_loopguard(struct udp_path *up, struct loopguard *lg)
 void udp_path_set_log(struct udp_path *up, struct log *lg)
 {
 	up->log = lg;
+}
+
+void udp_path_set_name_pins(struct udp_path *up, udp_pin_fn pin, udp_pin_fn unpin)
+{
+	up->pin = pin;
+	up->unpin = unpin;
 }
 
 void udp_path_set_namer(struct udp_path *up, udp_namer_fn fn, void *arg)

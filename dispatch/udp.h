@@ -252,6 +252,11 @@ void udp_path_set_log(struct udp_path *up, struct log *lg);
  * Hijacked DNS goes to the upstream as always. NULL fn: none (the default). */
 typedef const char *(*udp_namer_fn)(void *arg, int family, const uint8_t *dst, uint16_t dport);
 void udp_path_set_namer(struct udp_path *up, udp_namer_fn fn, void *arg);
+/* A session holds the name of the destination it last sent to (its name cache): pin(arg,
+ * family, dst) when the name is kept, unpin when the session moves on to another destination
+ * or ends (arg: the namer's). NULL: none. */
+typedef void (*udp_pin_fn)(void *arg, int family, const uint8_t *dst);
+void udp_path_set_name_pins(struct udp_path *up, udp_pin_fn pin, udp_pin_fn unpin);
 
 /* Hijacked DNS answered by the proxy's own resolver (dns/server.h): with a server set, every
  * datagram to port 53 from the TUN (any destination) is a query for it, never a session; the

@@ -181,6 +181,7 @@ struct udp_path {
 	struct log *log;                   /* association and name failures at debug, or NULL */
 	udp_namer_fn namer;                /* destination names, or NULL */
 	void *namer_arg;
+	udp_pin_fn pin, unpin;             /* a session's cached name held (fake-IP), or NULL */
 	struct resolver *own_resolver;     /* for outbounds without ob->resolver; made on use */
 	struct dns_server *dns;            /* hijacked queries answered here, or NULL */
 	struct udp_dnsq *dnsq;             /* queries waiting for it */
@@ -266,7 +267,8 @@ void udp_dns_cancel_all(struct udp_path *up);
 /* ---- udp_names.c: destinations by name ---------------------------------------------------- */
 
 /* The namer's name for v's destination (cached per session); *bad: 0, or the drop reason of a
- * refused name (bad_name; fake_unmapped for "", an address that stands for no name). */
+ * refused name (bad_name; fake_unmapped for "", an address that stands for no name; no_buffer
+ * when it cannot be kept). */
 const char *udp_name_for(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
 			 int *bad);
 /* A new session's name cache seeded with name (the namer's answer for v's destination, asked
@@ -279,5 +281,7 @@ bool udp_dname_route(struct udp_path *up, struct udp_session *s, struct target *
 /* A reply from a named destination's answer: h->src becomes the address the client used. */
 bool udp_dname_unmap(const struct udp_session *s, int family, struct udp_codec_hdr *h);
 void udp_dname_free(struct udp_path *up, struct dname *d, enum udp_drop why);
+/* s's name cache emptied (its name let go: unpin). */
+void udp_name_forget(struct udp_path *up, struct udp_session *s);
 
 #endif

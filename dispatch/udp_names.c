@@ -153,19 +153,43 @@ static struct dname *dname_new(struct udp_path *up, struct udp_session *s, uint3
 	return d;
 }
 
-void udp_name_seed(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
-		   const char *name)
+void udp_name_forget(struct udp_path *up, struct udp_session *s)
 {
-	size_t len = strlen(name);
-
-	if (s->rc_name)
+	if (s->rc_name) {
+		if (up->unpin)
+			up->unpin(up->namer_arg, s->key.family, s->nc_dst);
 		budget_mfree(up->b, s->rc_name);
-	if (!(s->rc_name = budget_malloc(up->b, len + 1)))
-		return; /* not cached: the namer is asked again for the next datagram */
-	memcpy(s->rc_name, name, len + 1);
+		s->rc_name = NULL;
+	}
+	s->nc_valid = false;
+}
+
+/* name (a valid one, or NULL) as s's cached name for v's destination, held while cached.
+ * -ENOMEM: nothing cached (the namer is asked again for the next datagram). */
+static int name_keep(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
+		     const char *name)
+{
+	size_t len;
+
+	udp_name_forget(up, s);
+	if (name) {
+		len = strlen(name);
+		if (!(s->rc_name = budget_malloc(up->b, len + 1)))
+			return -ENOMEM;
+		memcpy(s->rc_name, name, len + 1);
+	}
 	s->nc_valid = true;
 	s->nc_port_be = v->dport_be;
 	memcpy(s->nc_dst, v->dst, 16);
+	if (name && up->pin)
+		up->pin(up->namer_arg, s->key.family, s->nc_dst);
+	return 0;
+}
+
+void udp_name_seed(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
+		   const char *name)
+{
+	(void)name_keep(up, s, v, name);
 }
 
 /* v goes direct to `name`: true with t pointed at the answer when it is known; false when v
@@ -230,13 +254,13 @@ bool udp_dname_unmap(const struct udp_session *s, int family, struct udp_codec_h
 }
 
 /* The namer's name for v's destination, cached per session for consecutive datagrams to one
- * place. NULL: no name (or no memory to keep it: then by address). *bad: the namer gave a
- * name outbound_name_valid refuses. */
+ * place (and held: udp_path_set_name_pins). NULL: no name. *bad (a drop reason, else 0): the
+ * namer gave a name outbound_name_valid refuses (bad_name, or fake_unmapped for ""), or no
+ * memory to keep it (no_buffer: the datagram must not go by address instead). */
 const char *udp_name_for(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
 			 int *bad)
 {
 	const char *n;
-	size_t len;
 
 	*bad = 0;
 	if (s->nc_valid && s->nc_port_be == v->dport_be && !memcmp(s->nc_dst, v->dst, 16))
@@ -246,13 +270,10 @@ const char *udp_name_for(struct udp_path *up, struct udp_session *s, const struc
 		*bad = *n ? UDP_DROP_bad_name : UDP_DROP_fake_unmapped;
 		return NULL;
 	}
-	if (s->rc_name)
-		budget_mfree(up->b, s->rc_name);
-	s->rc_name = NULL;
-	if (n && (s->rc_name = budget_malloc(up->b, (len = strlen(n)) + 1)))
-		memcpy(s->rc_name, n, len + 1);
-	s->nc_valid = true;
-	s->nc_port_be = v->dport_be;
-	memcpy(s->nc_dst, v->dst, 16);
+	/* Without its name a datagram would go to the address: never to a fake one. */
+	if (name_keep(up, s, v, n) != 0) {
+		*bad = UDP_DROP_no_buffer;
+		return NULL;
+	}
 	return s->rc_name;
 }

@@ -367,6 +367,19 @@ int dns_server_fake_name(struct dns_server *s, int family, const uint8_t *addr, 
 	return fakeip_name(s->fake, family, a, ts_now_ns() / TS_NS_PER_SEC, buf, cap);
 }
 
+void dns_server_fake_pin(struct dns_server *s, int family, const uint8_t *addr, bool pin)
+{
+	uint8_t a[16] = { 0 };
+
+	if (!s->fake)
+		return;
+	memcpy(a, addr, family == 4 ? 4 : 16);
+	if (pin)
+		fakeip_pin(s->fake, family, a);
+	else
+		fakeip_unpin(s->fake, family, a, ts_now_ns() / TS_NS_PER_SEC);
+}
+
 static int save_line(void *arg, const char *line, size_t len)
 {
 	return fwrite(line, 1, len, arg) == len ? 0 : -EIO;
@@ -586,9 +599,12 @@ int dns_server_new(struct event_base *base, const struct ts_config *cfg, struct 
 	for (size_t i = 0; i < d->n_servers; i++) {
 		const struct ts_dns_server *sv = &d->servers[i];
 		struct dns_upstream_config uc = {
-			.kind = sv->transport == TS_DNS_TCP ? DNS_UP_TCP : DNS_UP_UDP,
+			.kind = sv->transport == TS_DNS_TCP   ? DNS_UP_TCP :
+				sv->transport == TS_DNS_TLS ? DNS_UP_TLS : DNS_UP_UDP,
 			.server = sv->addr,
 			.detour = &cfg->outbounds[sv->detour],
+			.sni = sv->sni,
+			.ca = sv->ca,
 		};
 		if ((ret = dns_upstream_new(base, &uc, &s->ups[i])) != 0)
 			goto fail;
@@ -675,6 +691,7 @@ void dns_server_get_stats(const struct dns_server *s, struct dns_server_stats *o
 		struct fakeip_stats fs;
 		fakeip_get_stats(s->fake, &fs);
 		o->fake_mappings = fs.mappings;
+		o->fake_pinned = fs.pinned;
 		o->fake_exhausted = fs.exhausted;
 		o->fake_unmapped = fs.unmapped;
 	}

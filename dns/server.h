@@ -76,6 +76,9 @@ void dns_server_cancel(struct dns_server *s, struct dns_ticket *ticket);
  * -ENOENT when it is not a fake address (or fake-IP is off). */
 int dns_server_fake_name(struct dns_server *s, int family, const uint8_t *addr, char *buf,
 			 size_t cap);
+/* A session holds (pin) or lets go of (unpin) the fake address addr: while held, its mapping
+ * is never handed to another name. Other addresses are ignored. */
+void dns_server_fake_pin(struct dns_server *s, int family, const uint8_t *addr, bool pin);
 /* dns.fakeip.persist: the mappings read back (at start; a missing file is no error) and
  * written (atomically: a temporary file renamed over it; also every minute while they change,
  * and at dns_server_free). 0 or -errno; nothing to do without persist. */
@@ -96,7 +99,7 @@ struct dns_server_stats {
 	uint64_t upstream_queries, upstream_timeouts, upstream_errors, upstream_bad_answers;
 	uint64_t coalesced;
 	uint64_t pending;                       /* gauge */
-	uint64_t fake_mappings;                 /* gauge */
+	uint64_t fake_mappings, fake_pinned;    /* gauges */
 	uint64_t fake_exhausted, fake_unmapped;
 };
 void dns_server_get_stats(const struct dns_server *s, struct dns_server_stats *out);

@@ -296,6 +296,17 @@ static int start_dns_local(struct ts_proxy *p, char *err, size_t errlen)
 	return 0;
 }
 
+/* A live session holds its fake address: it is never handed to another name meanwhile. */
+static void fake_pin(void *arg, int family, const uint8_t *dst)
+{
+	dns_server_fake_pin(((struct ts_proxy *)arg)->dns, family, dst, true);
+}
+
+static void fake_unpin(void *arg, int family, const uint8_t *dst)
+{
+	dns_server_fake_pin(((struct ts_proxy *)arg)->dns, family, dst, false);
+}
+
 /* The own resolver, when dns.hijack has dns.servers: hijacked queries go to it, fake-IP's
  * mappings are read back from dns.fakeip.persist. */
 static int start_dns(struct ts_proxy *p, char *err, size_t errlen)
@@ -409,7 +420,9 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 	udp_path_set_log(p->udp, &p->log);
 	if (p->dns && p->cfg.dns.fakeip.enabled) {
 		dispatcher_set_namer(p->disp, fake_namer, p);
+		dispatcher_set_name_pins(p->disp, fake_pin, fake_unpin);
 		udp_path_set_namer(p->udp, fake_namer, p);
+		udp_path_set_name_pins(p->udp, fake_pin, fake_unpin);
 	} else if (p->namer) {
 		dispatcher_set_namer(p->disp, p->namer, p->namer_arg);
 		udp_path_set_namer(p->udp, p->namer, p->namer_arg);
