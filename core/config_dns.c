@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/config.h"
 #include "core/config_dns.h"
@@ -97,6 +98,9 @@ static int f_sni(struct cfgp *p, const cJSON *item, void *target)
 	}
 	if (s[n - 1] == '.')
 		return cfgp_fail(p, "a host name without the trailing dot, got \"%s\"", s);
+	if (netaddr_parse(s, &(struct netaddr){ 0 }) == 0)
+		return cfgp_fail(p, "a host name, not an address (a TLS server name cannot be one), "
+				    "got \"%s\"", s);
 	memcpy(sv->sni, s, n + 1);
 	return 0;
 }
@@ -109,6 +113,10 @@ static int f_ca(struct cfgp *p, const cJSON *item, void *target)
 
 	if ((ret = cfgp_string(p, item, 1, 4096, &s)) != 0)
 		return ret;
+	/* Its certificates are loaded at start (dns/upstream.c); a path that cannot be read is
+	 * refused here, where the message can name the field. */
+	if (access(s, R_OK) != 0)
+		return cfgp_fail(p, "cannot read %s: %s", s, strerror(errno));
 	free(sv->ca);
 	if (!(sv->ca = strdup(s)))
 		return cfgp_nomem(p);
@@ -664,20 +672,8 @@ static int check_range(struct cfgp *p, const struct ts_config *cfg, const struct
 			return cfgp_fail_at(p, path, "overlaps tun.route_exclude_address %s: fake "
 					    "addresses would not reach the TUN", netaddr_cidr_format(
 					    &t->route_exclude_address[i], buf, sizeof(buf)));
-	if (roles->family == r->addr.family && r->prefix >= net.prefix &&
-	    netaddr_in_cidr(&r->addr, &net))
-		return 0; /* inside the TUN's prefix: routed to it already */
-	if (!t->auto_route)
-		return cfgp_fail_at(p, path, "is outside the TUN's prefix: use a range inside it, or "
-				    "tun.auto_route to route it into the TUN");
-	if (t->n_route_address) {
-		for (size_t i = 0; i < t->n_route_address; i++)
-			if (r->prefix >= t->route_address[i].prefix &&
-			    netaddr_in_cidr(&r->addr, &t->route_address[i]))
-				return 0;
-		return cfgp_fail_at(p, path, "is outside the TUN's prefix and outside every "
-				    "tun.route_address: add it there");
-	}
+	/* Outside the TUN's prefix: auto_route adds it to its routes; without auto_route the
+	 * start checks that a route lookup leads into the TUN (runtime/routing.c). */
 	return 0;
 }
 

@@ -702,5 +702,6 @@ void dns_server_get_stats(const struct dns_server *s, struct dns_server_stats *o
 		o->upstream_timeouts += us.timeouts;
 		o->upstream_errors += us.errors;
 		o->upstream_bad_answers += us.bad_answers;
+		o->upstream_tls_failures += us.tls_failures;
 	}
 }

@@ -97,6 +97,7 @@ struct dns_server_stats {
 	uint64_t drops_malformed, drops_busy;
 	uint64_t cache_hits, cache_misses, cache_entries, cache_evictions;
 	uint64_t upstream_queries, upstream_timeouts, upstream_errors, upstream_bad_answers;
+	uint64_t upstream_tls_failures;         /* tls:// servers' failed handshakes */
 	uint64_t coalesced;
 	uint64_t pending;                       /* gauge */
 	uint64_t fake_mappings, fake_pinned;    /* gauges */

@@ -1,14 +1,20 @@
-/* upstream.c — one upstream DNS server asked over UDP or TCP (upstream.h).
+/* upstream.c — one upstream DNS server asked over UDP, TCP or TLS (upstream.h).
  *
  * An ask (struct dns_uq) is always in exactly one list of its upstream: udp (a UDP try in
  * progress), wait (queued for the TCP connection), the link's sent (in flight on it) or done
  * (finished, its callback about to run). Each ask owns a timer (the try's timeout, or a UDP
  * try's start error reported from the loop) and, during a UDP try, its socket and read event.
  *
- * The TCP connection (struct link, embedded in the upstream) is CLOSED, CONNECTING, UP, or
- * FAILED (the connect could not start: the error is reported from the loop by the kick event,
- * like any connection loss). Queries are assigned to it as soon as it exists, their frames
- * queued in wbuf until the socket is writable.
+ * The TCP connection (struct link, embedded in the upstream) is CLOSED, CONNECTING, HANDSHAKE
+ * (tls: connected, the TLS handshake under way), UP, or FAILED (the connect could not start:
+ * the error is reported from the loop by the kick event, like any connection loss). Queries are
+ * assigned to it as soon as it exists, their frames queued in wbuf until it can take them.
+ *
+ * tls: OpenSSL on the connected socket through a small BIO of our own (send with MSG_NOSIGNAL:
+ * a server gone away is an error, never a SIGPIPE). One callback serves both the read and the
+ * write event: it drives the handshake, writes wbuf, reads what it can, and keeps the write
+ * event armed while there are frames to write or OpenSSL asked to write (WANT_WRITE); the read
+ * event is always armed, so a WANT_READ is served when bytes come.
  *
  * Callbacks run only from libevent callbacks, through deliver(), which frees the ask first. A
  * callback may free the upstream: dns_upstream_free then only drops the asks and marks it
@@ -22,6 +28,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -29,6 +36,9 @@
 #include <unistd.h>
 
 #include <event2/event.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 
 #include "core/flow.h"
 #include "outbound/outbound.h"
@@ -68,14 +78,15 @@ struct dns_uq {
 	uint64_t rx_mark;              /* tcp: link rx when the query was assigned */
 };
 
-enum link_state { LINK_CLOSED, LINK_CONNECTING, LINK_UP, LINK_FAILED };
+enum link_state { LINK_CLOSED, LINK_CONNECTING, LINK_HANDSHAKE, LINK_UP, LINK_FAILED };
 
 struct link {
 	enum link_state state;
 	int err;                       /* FAILED: why */
 	int fd;                        /* UP: the connection, else -1 */
 	struct outbound_conn *oc;      /* CONNECTING: the attempt */
-	struct event *rev, *wev;       /* UP */
+	struct event *rev, *wev;       /* HANDSHAKE, UP */
+	SSL *ssl;                      /* tls: HANDSHAKE, UP */
 	uint8_t *rbuf;                 /* RBUF_LEN bytes while not CLOSED */
 	size_t rlen;
 	uint8_t wbuf[WBUF_LEN];        /* frames not written yet */
@@ -99,6 +110,9 @@ struct dns_upstream {
 	struct event *idle;            /* closes the idle connection */
 	struct event *kick;            /* reports a FAILED link from the loop */
 	struct link l;
+	SSL_CTX *tls;                  /* tls: certificates checked against ca or the system's */
+	BIO_METHOD *bio;               /* tls: our socket BIO */
+	char sni[254];
 	struct dns_upstream_stats st;
 	uint8_t ubuf[UDP_BUF_LEN];
 };
@@ -195,6 +209,8 @@ static void destroy(struct dns_upstream *u)
 		event_free(u->idle);
 	if (u->kick)
 		event_free(u->kick);
+	SSL_CTX_free(u->tls);
+	BIO_meth_free(u->bio);
 	free(u);
 }
 
@@ -354,11 +370,18 @@ static void link_close(struct dns_upstream *u)
 		event_free(l->rev);
 	if (l->wev)
 		event_free(l->wev);
+	if (l->ssl) {
+		if (l->state == LINK_UP)
+			SSL_shutdown(l->ssl);  /* close_notify, best effort: nothing waits for it */
+		SSL_free(l->ssl);
+		ERR_clear_error();
+	}
 	if (l->fd >= 0)
 		close(l->fd);
 	free(l->rbuf);
 	l->oc = NULL;
 	l->rev = l->wev = NULL;
+	l->ssl = NULL;
 	l->fd = -1;
 	l->rbuf = NULL;
 	l->rlen = l->wlen = 0;
@@ -493,10 +516,199 @@ static void on_link_write(evutil_socket_t fd, short what, void *arg)
 	tcp_pump(u);
 }
 
+/* ---- tls: the layer under the framing ---- */
+
+static int bio_fd(BIO *b)
+{
+	return (int)(intptr_t)BIO_get_data(b);
+}
+
+static int on_bio_write(BIO *b, const char *buf, int len)
+{
+	ssize_t n = send(bio_fd(b), buf, (size_t)len, MSG_NOSIGNAL);
+
+	BIO_clear_retry_flags(b);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		BIO_set_retry_write(b);
+	return (int)n;
+}
+
+static int on_bio_read(BIO *b, char *buf, int len)
+{
+	ssize_t n = recv(bio_fd(b), buf, (size_t)len, 0);
+
+	BIO_clear_retry_flags(b);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		BIO_set_retry_read(b);
+	return (int)n;
+}
+
+static long on_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	return cmd == BIO_CTRL_FLUSH;  /* nothing buffered here; no other control applies */
+}
+
+/* The upstream's SSL_CTX (peer verified, TLS 1.2 at least, trust anchors from ca or the
+ * system's store) and BIO method. */
+static int tls_setup(struct dns_upstream *u, const struct dns_upstream_config *cfg)
+{
+	size_t n = cfg->sni ? strlen(cfg->sni) : 0;
+
+	if (n == 0 || n >= sizeof(u->sni))
+		return -EINVAL;
+	memcpy(u->sni, cfg->sni, n + 1);
+	if (cfg->ca && access(cfg->ca, R_OK) != 0)
+		return -errno;
+	if (!(u->tls = SSL_CTX_new(TLS_client_method())) ||
+	    !(u->bio = BIO_meth_new(BIO_TYPE_SOURCE_SINK, "twinstack dns")) ||
+	    BIO_meth_set_write(u->bio, on_bio_write) != 1 ||
+	    BIO_meth_set_read(u->bio, on_bio_read) != 1 ||
+	    BIO_meth_set_ctrl(u->bio, on_bio_ctrl) != 1 ||
+	    SSL_CTX_set_min_proto_version(u->tls, TLS1_2_VERSION) != 1)
+		goto nomem;
+	SSL_CTX_set_verify(u->tls, SSL_VERIFY_PEER, NULL);
+	/* wbuf moves (memmove) and grows between a WANT_WRITE and the retry. */
+	SSL_CTX_set_mode(u->tls, SSL_MODE_ENABLE_PARTIAL_WRITE |
+			 SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+	/* A close without close_notify is a close: the framing shows a cut answer anyway. */
+	SSL_CTX_set_options(u->tls, SSL_OP_IGNORE_UNEXPECTED_EOF);
+#endif
+	if (cfg->ca ? SSL_CTX_load_verify_locations(u->tls, cfg->ca, NULL) != 1 :
+		      SSL_CTX_set_default_verify_paths(u->tls) != 1) {
+		ERR_clear_error();
+		return -EINVAL;  /* readable, but not a PEM file with a certificate */
+	}
+	return 0;
+nomem:
+	ERR_clear_error();
+	return -ENOMEM;
+}
+
+/* The connection's SSL, a client with SNI and the certificate's name to check. */
+static int tls_start(struct dns_upstream *u)
+{
+	struct link *l = &u->l;
+	BIO *b;
+
+	if (!(l->ssl = SSL_new(u->tls)))
+		goto nomem;
+	if (!(b = BIO_new(u->bio)))
+		goto nomem;
+	BIO_set_data(b, (void *)(intptr_t)l->fd);
+	BIO_set_init(b, 1);
+	SSL_set_bio(l->ssl, b, b);
+	if (SSL_set_tlsext_host_name(l->ssl, u->sni) != 1 || SSL_set1_host(l->ssl, u->sni) != 1)
+		goto nomem;
+	SSL_set_connect_state(l->ssl);
+	l->state = LINK_HANDSHAKE;
+	return 0;
+nomem:
+	ERR_clear_error();
+	return -ENOMEM;
+}
+
+/* What a failed SSL call (its return r) means: 0 and *want_write for a WANT_*, else -errno. */
+static int tls_err(struct link *l, int r, bool *want_write)
+{
+	int e = SSL_get_error(l->ssl, r);
+
+	ERR_clear_error();
+	if (e == SSL_ERROR_WANT_READ)
+		return 0;
+	if (e == SSL_ERROR_WANT_WRITE) {
+		*want_write = true;
+		return 0;
+	}
+	if (l->state == LINK_HANDSHAKE && SSL_get_verify_result(l->ssl) != X509_V_OK)
+		return -EKEYREJECTED;
+	return e == SSL_ERROR_SYSCALL || e == SSL_ERROR_ZERO_RETURN ? -ECONNRESET : -EPROTO;
+}
+
+/* Frames from wbuf into TLS records while it takes them. */
+static int tls_write(struct link *l, bool *want_write)
+{
+	while (l->wlen) {
+		int n = SSL_write(l->ssl, l->wbuf, (int)l->wlen);
+
+		if (n <= 0)
+			return tls_err(l, n, want_write);
+		memmove(l->wbuf, l->wbuf + n, l->wlen - (size_t)n);
+		l->wlen -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Everything readable, its frames answered. false: the upstream was freed or the connection
+ * closed. */
+static bool tls_read(struct dns_upstream *u, bool *want_write)
+{
+	struct link *l = &u->l;
+	int n, err;
+
+	for (;;) {
+		/* rlen < RBUF_LEN: as in on_link_read. */
+		n = SSL_read(l->ssl, l->rbuf + l->rlen, (int)(RBUF_LEN - l->rlen));
+		if (n <= 0)
+			break;
+		l->rlen += (size_t)n;
+		if (!link_process(u))
+			return false;
+	}
+	if ((err = tls_err(l, n, want_write)) == 0)
+		return true;
+	if (l->sent.n == 0) {
+		link_close(u);  /* closed by the server while idle (RFC 7858 section 3.4) */
+		tcp_pump(u);
+		return false;
+	}
+	link_lost(u, err);
+	return false;
+}
+
+/* Both events of a tls connection: the handshake, then writes and reads. */
+static void on_tls_io(evutil_socket_t fd, short what, void *arg)
+{
+	struct dns_upstream *u = arg;
+	struct link *l = &u->l;
+	bool want_write = false;
+	int err;
+
+	if (l->state == LINK_HANDSHAKE) {
+		int r = SSL_do_handshake(l->ssl);
+
+		if (r == 1) {
+			l->state = LINK_UP;
+		} else if ((err = tls_err(l, r, &want_write)) != 0) {
+			u->st.tls_failures++;
+			link_lost(u, err);
+			return;
+		} else {
+			if (want_write)
+				event_add(l->wev, NULL);
+			else
+				event_del(l->wev);
+			return;
+		}
+	}
+	if ((err = tls_write(l, &want_write)) != 0) {
+		link_lost(u, err);
+		return;
+	}
+	if (!tls_read(u, &want_write))
+		return;
+	if (want_write || l->wlen)
+		event_add(l->wev, NULL);
+	else
+		event_del(l->wev);
+	tcp_pump(u);
+}
+
 static void on_connected(void *arg, int err, int fd, const uint8_t *early, size_t early_len)
 {
 	struct dns_upstream *u = arg;
 	struct link *l = &u->l;
+	bool tls = u->kind == DNS_UP_TLS;
 
 	l->oc = NULL;
 	if (err != 0) {
@@ -504,11 +716,25 @@ static void on_connected(void *arg, int err, int fd, const uint8_t *early, size_
 		return;
 	}
 	l->fd = fd;
-	l->state = LINK_UP;
-	if (!(l->rev = event_new(u->base, fd, EV_READ | EV_PERSIST, on_link_read, u)) ||
-	    !(l->wev = event_new(u->base, fd, EV_WRITE | EV_PERSIST, on_link_write, u)) ||
+	l->state = tls ? LINK_HANDSHAKE : LINK_UP;
+	if (!(l->rev = event_new(u->base, fd, EV_READ | EV_PERSIST, tls ? on_tls_io : on_link_read,
+				 u)) ||
+	    !(l->wev = event_new(u->base, fd, EV_WRITE | EV_PERSIST,
+				 tls ? on_tls_io : on_link_write, u)) ||
 	    event_add(l->rev, NULL) != 0) {
 		link_lost(u, -ENOMEM);
+		return;
+	}
+	if (tls) {
+		/* Nothing the server sends can come before our ClientHello. */
+		if (early_len) {
+			u->st.tls_failures++;
+			link_lost(u, -EPROTO);
+		} else if ((err = tls_start(u)) != 0) {
+			link_lost(u, err);
+		} else {
+			event_add(l->wev, NULL);  /* the ClientHello goes when writable */
+		}
 		return;
 	}
 	/* Bytes a proxy sent past its handshake answer nothing we sent: framed like the rest. */
@@ -660,7 +886,8 @@ int dns_upstream_new(struct event_base *base, const struct dns_upstream_config *
 	struct dns_upstream *u;
 	int ret;
 
-	if (!base || !cfg || !out || (cfg->kind != DNS_UP_UDP && cfg->kind != DNS_UP_TCP))
+	if (!base || !cfg || !out ||
+	    (cfg->kind != DNS_UP_UDP && cfg->kind != DNS_UP_TCP && cfg->kind != DNS_UP_TLS))
 		return -EINVAL;
 	if (cfg->kind == DNS_UP_UDP && cfg->detour && cfg->detour->type != TS_OUT_DIRECT)
 		return -EINVAL;
@@ -677,6 +904,8 @@ int dns_upstream_new(struct event_base *base, const struct dns_upstream_config *
 	u->tries = cfg->tries ? cfg->tries : DNS_UP_TRIES;
 	u->idle_ms = cfg->idle_ms ? cfg->idle_ms : DNS_UP_IDLE_MS;
 	if ((ret = set_server(u, &cfg->server)) != 0)
+		goto fail;
+	if (u->kind == DNS_UP_TLS && (ret = tls_setup(u, cfg)) != 0)
 		goto fail;
 	ret = -ENOMEM;
 	if (!(u->idle = evtimer_new(base, on_idle, u)) ||
@@ -734,7 +963,7 @@ int dns_upstream_ask(struct dns_upstream *u, const struct dns_question *q, dns_u
 	x->cb = cb;
 	x->arg = arg;
 	x->tries_left = u->tries;
-	x->tcp = u->kind == DNS_UP_TCP;
+	x->tcp = u->kind != DNS_UP_UDP;
 	u->asks++;
 	u->st.queries++;
 	if (x->tcp) {

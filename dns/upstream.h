@@ -1,5 +1,5 @@
 /* upstream.h — the transports the proxy's own DNS resolver (dns/server.h) uses to ask one
- * upstream server a question: UDP and TCP.
+ * upstream server a question: UDP, TCP and TLS.
  *
  * Every ask sends a query built here (dns_build_query: a random id from getrandom per try, RD,
  * the question, our OPT) and accepts only an answer that passes dns_parse_answer against that
@@ -24,8 +24,17 @@
  *      query in flight (a try that timed out, a cancelled ask) are counted as late_answers.
  *      The same connection serves a udp upstream's truncated answers.
  *
- * A later DNS over TLS kind (RFC 7858) is this tcp link with a TLS layer under the framing; DNS
- * over HTTPS (RFC 8484) a link of its own: dns_up_kind leaves room for both.
+ * tls: DNS over TLS (RFC 7858): the tcp link with a TLS layer under the framing. Once the
+ *      connection is made, a TLS client handshake (TLS 1.2 at least; SNI and the certificate's
+ *      name checked against sni; the chain against ca, or the system's trust store), then the
+ *      same pipelined framing inside TLS. The handshake counts inside the try's timeout. A
+ *      handshake that fails ends the tries in flight on it with -EKEYREJECTED (the certificate
+ *      did not verify: untrusted chain, wrong name, expired), -ECONNRESET (closed by the
+ *      server) or -EPROTO (anything else: not a TLS server, no common version) and is counted
+ *      in tls_failures (a handshake cut short by the try's timeout counts as a timeout); there
+ *      is never a fallback to plain DNS. Bytes a proxy outbound passed on before our ClientHello cannot be
+ *      the server's TLS records: such a connection fails with -EPROTO (counted the same).
+ *      DNS over HTTPS (RFC 8484) would be a link of its own: dns_up_kind leaves room for it.
  *
  * The sockets: udp through outbound_socket(detour) (mark, interface, socket hook, loop guard;
  * only a direct outbound can carry it); tcp through outbound_connect(detour) to the server's
@@ -54,7 +63,7 @@ struct event_base;
 #define DNS_UP_TRIES 2               /* when the config says 0 */
 #define DNS_UP_IDLE_MS 10000         /* an idle TCP connection closed, when the config says 0 */
 
-enum dns_up_kind { DNS_UP_UDP, DNS_UP_TCP };
+enum dns_up_kind { DNS_UP_UDP, DNS_UP_TCP, DNS_UP_TLS };
 
 struct dns_upstream_config {
 	enum dns_up_kind kind;
@@ -66,6 +75,11 @@ struct dns_upstream_config {
 	uint32_t timeout_ms;                 /* per try (TCP: the connect included); 0: 5000 */
 	uint32_t tries;                      /* 0: 2 */
 	uint32_t idle_ms;                    /* TCP connection idle close; 0: 10000 */
+	/* tls only (copied): the name the server's certificate must carry, also sent as SNI
+	 * (required); a PEM file of trust anchors, read by dns_upstream_new (NULL: the system's
+	 * default store). */
+	const char *sni;
+	const char *ca;
 };
 
 struct dns_upstream;
@@ -77,12 +91,14 @@ struct dns_uq;
  *   -ETIMEDOUT     every try timed out;
  *   -ECONNREFUSED, -ECONNRESET, -EPROTO (a TCP framing violation) or another -errno of the
  *                  transport (of the outbound: outbound.h): the last transport error of any try;
+ *   -EKEYREJECTED  tls: the server's certificate did not verify (the last try's error);
  *   -EPROTO        no transport error, and answers came but none passed the check.
  * The ask's handle is invalid once the callback starts. */
 typedef void (*dns_upstream_cb)(void *arg, int err, const uint8_t *msg, size_t len,
 				const struct dns_answer *a);
 
-/* 0 and *out, or -EINVAL (bad kind, address, detour), -ENOMEM. */
+/* 0 and *out, or -EINVAL (bad kind, address, detour, sni; a ca file without a certificate),
+ * -errno of opening the ca file, -ENOMEM. */
 int dns_upstream_new(struct event_base *base, const struct dns_upstream_config *cfg,
 		     struct dns_upstream **out) __attribute__((warn_unused_result));
 /* Outstanding asks are dropped silently (callbacks not called); sockets closed. NULL: nothing. */
@@ -105,7 +121,8 @@ struct dns_upstream_stats {
 	uint64_t bad_answers;           /* messages that failed the check against the question */
 	uint64_t late_answers;          /* TCP answers to no query in flight on the connection */
 	uint64_t truncated_retried_tcp; /* UDP answers with TC set, asked again over TCP */
-	uint64_t tcp_connects;          /* TCP connections started */
+	uint64_t tcp_connects;          /* TCP connections started (tls: each with a handshake) */
+	uint64_t tls_failures;          /* TLS handshakes that failed (verification included) */
 	uint64_t inflight;              /* gauge: asks whose callback is still to come */
 };
 void dns_upstream_get_stats(const struct dns_upstream *u, struct dns_upstream_stats *out);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <linux/rtnetlink.h>
 
 #include "core/stats_doc.h"
 #include "core/tun.h"
@@ -54,6 +55,44 @@ static size_t collect_marks(const struct ts_config *cfg, struct autoroute_mark *
 	return n;
 }
 
+/* Is the fake-IP range r outside the TUN's own prefix (so routed into the TUN by nothing but
+ * routes of ours or the user's)? */
+static bool fake_outside(const struct ts_proxy *p, const struct netaddr_cidr *r)
+{
+	const struct ts_tun *t = &p->cfg.tun;
+	struct netaddr_cidr net = r->addr.family == 4 ? t->addr4 : t->addr6;
+
+	if (!p->dns || !p->cfg.dns.fakeip.enabled || !r->addr.family ||
+	    (r->addr.family == 6 && !t->has_addr6))
+		return false;
+	netaddr_cidr_normalize(&net);
+	return !(r->prefix >= net.prefix && netaddr_in_cidr(&r->addr, &net));
+}
+
+/* auto_route's captured prefixes: tun.route_address, and with it the fake-IP ranges outside
+ * the TUN's prefix (without route_address everything is captured already). *out: t's own
+ * list, or an allocated one (*owned). */
+static int route_list(const struct ts_proxy *p, const struct ts_tun *t,
+		      const struct netaddr_cidr **out, size_t *n, struct netaddr_cidr **owned)
+{
+	const struct netaddr_cidr *fr[2] = { &p->cfg.dns.fakeip.range4, &p->cfg.dns.fakeip.range6 };
+	struct netaddr_cidr *l;
+
+	*out = t->route_address;
+	*n = t->n_route_address;
+	*owned = NULL;
+	if (!t->n_route_address || (!fake_outside(p, fr[0]) && !fake_outside(p, fr[1])))
+		return 0;
+	if (!(l = calloc(t->n_route_address + 2, sizeof(*l))))
+		return -ENOMEM;
+	memcpy(l, t->route_address, t->n_route_address * sizeof(*l));
+	for (int i = 0; i < 2; i++)
+		if (fake_outside(p, fr[i]))
+			l[(*n)++] = *fr[i];
+	*out = *owned = l;
+	return 0;
+}
+
 static int start_auto_route(struct ts_proxy *p, const struct ts_config *cfg,
 			    const struct routecheck *rc, char *err, size_t errlen)
 {
@@ -62,9 +101,13 @@ static int start_auto_route(struct ts_proxy *p, const struct ts_config *cfg,
 	struct netaddr servers[SERVERS_MAX];
 	struct autoroute_uid_range *inc = NULL, *exc = NULL;
 	const char **ifs = NULL;
+	const struct netaddr_cidr *ra;
+	struct netaddr_cidr *ra_owned = NULL;
+	size_t n_ra;
 	int ret = -ENOMEM;
 
-	if ((t->n_include_uid && !(inc = calloc(t->n_include_uid, sizeof(*inc)))) ||
+	if (route_list(p, t, &ra, &n_ra, &ra_owned) != 0 ||
+	    (t->n_include_uid && !(inc = calloc(t->n_include_uid, sizeof(*inc)))) ||
 	    (t->n_exclude_uid && !(exc = calloc(t->n_exclude_uid, sizeof(*exc)))) ||
 	    (t->n_exclude_interface && !(ifs = calloc(t->n_exclude_interface, sizeof(*ifs))))) {
 		snprintf(err, errlen, "auto_route: out of memory");
@@ -86,8 +129,8 @@ static int start_auto_route(struct ts_proxy *p, const struct ts_config *cfg,
 		.dns_capture = p->dns != NULL, /* the resolver runs from the start configuration */
 		.table = t->route_table,
 		.priority = t->route_rule_priority,
-		.route_address = t->route_address,
-		.n_route_address = t->n_route_address,
+		.route_address = ra,
+		.n_route_address = n_ra,
 		.exclude = t->route_exclude_address,
 		.n_exclude = t->n_route_exclude_address,
 		.include_uid = inc,
@@ -105,10 +148,39 @@ static int start_auto_route(struct ts_proxy *p, const struct ts_config *cfg,
 	};
 	ret = autoroute_new(&o, &p->log, &p->ar, err, errlen);
 out:
+	free(ra_owned);
 	free(inc);
 	free(exc);
 	free(ifs);
 	return ret;
+}
+
+/* A fake-IP range outside the TUN's prefix must be routed into the TUN (auto_route adds it;
+ * without auto_route, the user's routes must): else connections to fake addresses would leave
+ * by another interface. One route lookup per range, of its first address. */
+static int check_fake_routes(struct ts_proxy *p, char *err, size_t errlen)
+{
+	const struct netaddr_cidr *fr[2] = { &p->cfg.dns.fakeip.range4, &p->cfg.dns.fakeip.range6 };
+	char a[NETADDR_CIDR_STRLEN];
+
+	for (int i = 0; i < 2; i++) {
+		struct netlink_route r;
+		struct netaddr first;
+		int ret;
+		if (!fake_outside(p, fr[i]))
+			continue;
+		if (netaddr_add(&fr[i]->addr, 1, &first) != 0)
+			continue;
+		ret = netlink_route_get_ex(&p->nl, &first, 0, 0, &r);
+		if (ret == 0 && r.type == RTN_UNICAST && r.oif == tun_ifindex(p->tun))
+			continue;
+		snprintf(err, errlen, "config: $.dns.fakeip.inet%d_range: %s is not routed into the TUN "
+			 "(%s): route it there, or use tun.auto_route", i ? 6 : 4,
+			 netaddr_cidr_format(fr[i], a, sizeof(a)),
+			 ret ? strerror(-ret) : "a route lookup leaves by another interface");
+		return -EINVAL;
+	}
+	return 0;
 }
 
 int routing_start(struct ts_proxy *p, char *err, size_t errlen)
@@ -128,6 +200,8 @@ int routing_start(struct ts_proxy *p, char *err, size_t errlen)
 	if (p->cfg.tun.auto_route && (ret = start_auto_route(p, &p->cfg, &p->rc, err, errlen)) != 0)
 		return ret;
 	if ((ret = routecheck_scan(&p->rc, &p->nl, &p->log, true, err, errlen)) < 0)
+		return ret;
+	if ((ret = check_fake_routes(p, err, errlen)) != 0)
 		return ret;
 	if ((ret = routewatch_new(p->base, on_routes_changed, p, &p->rw)) != 0) {
 		snprintf(err, errlen, "proxy: routing watch: %s", strerror(-ret));

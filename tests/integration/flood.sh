@@ -119,7 +119,7 @@ jq -n --arg s "$STACK" --arg t "$TUN" --arg l "127.0.0.1:$P_STATS" --arg m "$MOD
 	>"$TMP/cfg.json"
 spawn "$NS_D" "$TMP/twinstack.log" "$BIN" run --config "$TMP/cfg.json"
 TS_PID=$SPAWNED
-wait_until 100 stats >/dev/null || { not_ok start "no stats: $(tail -n 3 "$TMP/twinstack.log")"; exit 1; }
+wait_until 100 0.1 stats >/dev/null || { not_ok start "no stats: $(tail -n 3 "$TMP/twinstack.log")"; exit 1; }
 entries=
 for _ in 1 2 3 4 5; do
 	entries=$(stats | jq '.budgets.nat_entries // 65536' 2>/dev/null)

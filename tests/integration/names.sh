@@ -113,7 +113,7 @@ jq -n --arg s "$STACK" --arg t "$TUN" --arg l "127.0.0.1:$P_STATS" \
 		hosts: {"printer.lan": ["10.0.0.9"]}}}' >"$TMP/cfg.json"
 spawn "$NS_D" "$TMP/twinstack.log" "$BIN" run --config "$TMP/cfg.json"
 TS_PID=$SPAWNED
-wait_until 100 stats >/dev/null || { not_ok start "no stats: $(tail -n 3 "$TMP/twinstack.log")"; exit 1; }
+wait_until 100 0.1 stats >/dev/null || { not_ok start "no stats: $(tail -n 3 "$TMP/twinstack.log")"; exit 1; }
 ok "start (stack $STACK)" "pid $TS_PID"
 
 # 1. UDP to an address with no resolver, then the same name again: the cache answers.
@@ -182,6 +182,27 @@ if kill -0 "$TS_PID" 2>/dev/null; then ok "the proxy is alive"; else not_ok "the
 [ "$VERBOSE" -eq 1 ] && stats | jq -c '.dns'
 stop_pid "$TS_PID" 3
 
+# A fake-IP range outside the TUN's prefix: auto_route with route_address adds it to its routes;
+# without auto_route, a start whose routes do not lead it into the TUN is refused.
+jq '.tun.route_address = ["10.203.0.0/16"] | .dns.fakeip = {inet4_range: "100.64.0.0/16"}' \
+	"$TMP/cfg.json" >"$TMP/outside.json"
+spawn "$NS_D" "$TMP/twinstack-outside.log" "$BIN" run --config "$TMP/outside.json"
+TS_PID=$SPAWNED
+if wait_until 100 0.1 stats >/dev/null; then
+	check "4b. auto_route routes a fake range outside the prefix into the TUN" \
+		wait_until 30 0.1 sh -c "ip -n '$NS_D' route get 100.64.0.1 | grep -q 'dev $TUN'"
+else
+	not_ok "4b. start with a fake range outside the prefix" "$(tail -n 2 "$TMP/twinstack-outside.log")"
+fi
+stop_pid "$TS_PID" 3
+jq '.tun.auto_route = false | .dns.fakeip = {inet4_range: "100.64.0.0/16"}' \
+	"$TMP/cfg.json" >"$TMP/outside2.json"
+ip netns exec "$NS_D" timeout 10 "$BIN" run --config "$TMP/outside2.json" >"$TMP/outside2.log" 2>&1
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q 'dns.fakeip.inet4_range: 100.64.0.0/16 is not routed into the TUN' "$TMP/outside2.log"
+then ok "4b. without auto_route an unrouted fake range stops the start" "exit $rc"
+else not_ok "4b. without auto_route an unrouted fake range stops the start" "exit $rc: $(tail -n 1 "$TMP/outside2.log")"; fi
+
 # 5. Fake-IP: a name gets a fake address; a connection to it carries the name, the route rule
 # for *.web.twinstack picks the SOCKS5 outbound (dante resolves the name: the fake address
 # itself leads nowhere), *.direct.twinstack the direct outbound (which resolves the name
@@ -232,7 +253,7 @@ wait_listen "$NS_S" tcp 80 100 && wait_listen "$NS_S" tcp 1080 100 ||
 fakecfg "$TMP/fake.json"
 spawn "$NS_D" "$TMP/twinstack-fake.log" "$BIN" run --config "$TMP/fake.json"
 TS_PID=$SPAWNED
-wait_until 100 stats >/dev/null || { not_ok "5. start" "$(tail -n 3 "$TMP/twinstack-fake.log")"; exit 1; }
+wait_until 100 0.1 stats >/dev/null || { not_ok "5. start" "$(tail -n 3 "$TMP/twinstack-fake.log")"; exit 1; }
 f0=$(stats)
 fake=$(q @"$NORES" www.web.twinstack A)
 case $fake in 198.19.*) ok "5. a name gets a fake address" "$fake" ;;
@@ -268,7 +289,7 @@ stop_pid "$TS_PID" 3
 # Restarted without persistence: the old address stands for nothing and is refused at once.
 spawn "$NS_D" "$TMP/twinstack-fake2.log" "$BIN" run --config "$TMP/fake.json"
 TS_PID=$SPAWNED
-wait_until 100 stats >/dev/null || { not_ok "5. restart" "$(tail -n 3 "$TMP/twinstack-fake2.log")"; exit 1; }
+wait_until 100 0.1 stats >/dev/null || { not_ok "5. restart" "$(tail -n 3 "$TMP/twinstack-fake2.log")"; exit 1; }
 r0=$(stats)
 t0=$(date +%s%N)
 fetch www.web.twinstack "$fake"
@@ -285,13 +306,13 @@ stop_pid "$TS_PID" 3
 fakecfg "$TMP/fakep.json" "$TMP/fakeip.txt"
 spawn "$NS_D" "$TMP/twinstack-fake3.log" "$BIN" run --config "$TMP/fakep.json"
 TS_PID=$SPAWNED
-wait_until 100 stats >/dev/null || { not_ok "5. start (persist)" "$(tail -n 3 "$TMP/twinstack-fake3.log")"; exit 1; }
+wait_until 100 0.1 stats >/dev/null || { not_ok "5. start (persist)" "$(tail -n 3 "$TMP/twinstack-fake3.log")"; exit 1; }
 pfake=$(q @"$NORES" www.web.twinstack A)
 stop_pid "$TS_PID" 3
 check "5. the mappings were written at the stop" grep -q "www.web.twinstack" "$TMP/fakeip.txt"
 spawn "$NS_D" "$TMP/twinstack-fake4.log" "$BIN" run --config "$TMP/fakep.json"
 TS_PID=$SPAWNED
-wait_until 100 stats >/dev/null || { not_ok "5. restart (persist)" "$(tail -n 3 "$TMP/twinstack-fake4.log")"; exit 1; }
+wait_until 100 0.1 stats >/dev/null || { not_ok "5. restart (persist)" "$(tail -n 3 "$TMP/twinstack-fake4.log")"; exit 1; }
 rm -f "$TMP/body"
 fetch www.web.twinstack "$pfake"
 check "5. with persist, the old fake address still works after a restart" cmp -s "$TMP/body" "$TMP/index.html"

@@ -838,7 +838,7 @@ Test(config, dns_stats_log)
 		{ "{'dns':{'hijack':true,'upstream':'198.18.0.1:53'}}", "$.dns.upstream",
 		  "one of the TUN's own addresses" },
 		{ "{'dns':{'upstream':'198.18.0.2:53'}}", "$.dns.upstream", "own addresses" },
-		{ "{'dns':{'servers':[]}}", "$.dns.servers", "must not be empty" },
+		{ "{'dns':{'hijack':true,'servers':[]}}", "$.dns.servers", "must not be empty" },
 		{ "{'stats':{'listen':'0.0.0.0:9090'}}", "$.stats.listen", "not a loopback address" },
 		{ "{'stats':{'listen':'10.0.0.1:80'}}", "$.stats.listen", "not a loopback address" },
 		{ "{'stats':{'listen':'[::]:9090'}}", "$.stats.listen", "not a loopback address" },
@@ -906,44 +906,85 @@ Test(config, dns_resolver)
 	cr_assert_eq(cfg.dns.cache_size, 4096, "the cache is on by default");
 	config_fini(&cfg);
 
+	config_init(&cfg);
+	cr_assert_eq(config_load_string("{\"dns\":{\"hijack\":true,\"servers\":["
+					"{\"tag\":\"a\",\"address\":\"tls://192.0.2.53\","
+					"\"sni\":\"dns.example\",\"ca\":\"/dev/null\"},"
+					"{\"tag\":\"b\",\"address\":\"tls://[2001:db8::53]:8853\","
+					"\"sni\":\"dns-2.example\"}]}}",
+					&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(cfg.dns.servers[0].transport, TS_DNS_TLS);
+	cr_assert_eq(cfg.dns.servers[0].addr.port, 853, "tls: the port defaults to 853");
+	cr_assert_str_eq(cfg.dns.servers[0].sni, "dns.example");
+	cr_assert_str_eq(cfg.dns.servers[0].ca, "/dev/null",
+			 "a readable file: its certificates are loaded at start");
+	cr_assert_eq(cfg.dns.servers[1].transport, TS_DNS_TLS);
+	cr_assert_eq(cfg.dns.servers[1].addr.port, 8853);
+	cr_assert_str_eq(cfg.dns.servers[1].sni, "dns-2.example");
+	cr_assert_null(cfg.dns.servers[1].ca, "no ca: the system's trust store");
+	config_fini(&cfg);
+
 	static const struct bad b[] = {
-		{ "{'dns':{'servers':[{'address':'1.2.3.4'}]}}", "$.dns.servers[0].tag", "required" },
-		{ "{'dns':{'servers':[{'tag':'a'}]}}", "$.dns.servers[0].address", "required" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'tls://1.2.3.4'}]}}",
-		  "$.dns.servers[0].address", "the transports are udp:// and tcp://" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'dns.google'}]}}",
+		{ "{'dns':{'hijack':true,'servers':[{'address':'1.2.3.4'}]}}", "$.dns.servers[0].tag", "required" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a'}]}}", "$.dns.servers[0].address", "required" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'quic://1.2.3.4'}]}}",
+		  "$.dns.servers[0].address", "the transports are udp://, tcp://" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4'}]}}",
+		  "$.dns.servers[0].sni", "required for tls://: the name the server's certificate" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'a b'}]}}",
+		  "$.dns.servers[0].sni", "a host name (letters, digits" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'a..b'}]}}",
+		  "$.dns.servers[0].sni", "a host name (letters, digits" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'x.'}]}}",
+		  "$.dns.servers[0].sni", "without the trailing dot" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'1.2.3.4'}]}}",
+		  "$.dns.servers[0].sni", "a host name, not an address" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':''}]}}",
+		  "$.dns.servers[0].sni", "must be 1 to 253 bytes long, got 0" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tcp://1.2.3.4','sni':'x.y'}]}}",
+		  "$.dns.servers[0].sni", "only for a tls:// address" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4','ca':'/dev/null'}]}}",
+		  "$.dns.servers[0].ca", "only for a tls:// address" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'x.y','ca':''}]}}",
+		  "$.dns.servers[0].ca", "must be 1 to 4096 bytes long, got 0" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'x.y',"
+		  "'ca':'/nonexistent/ca.pem'}]}}",
+		  "$.dns.servers[0].ca", "cannot read /nonexistent/ca.pem: No such file or directory" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'dns.google'}]}}",
 		  "$.dns.servers[0].address", "expected \"udp://ip[:port]\"" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'},{'tag':'a','address':'1.2.3.5'}]}}",
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'},{'tag':'a','address':'1.2.3.5'}]}}",
 		  "$.dns.servers[1].tag", "already the tag of servers[0]" },
 		{ "{'dns':{'upstream':'1.2.3.4:53','servers':[{'tag':'a','address':'1.2.3.4'}]}}",
 		  "$.dns.upstream", "not both" },
 		{ "{'dns':{'rules':[]}}", "$.dns.rules", "needs servers" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'198.18.0.1'}]}}",
+		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}]}}", "$.dns.hijack",
+		  "must be true with servers" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'198.18.0.1'}]}}",
 		  "$.dns.servers[0].address", "own addresses" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4','detour':'nope'}]}}",
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4','detour':'nope'}]}}",
 		  "$.dns.servers[0].detour", "no outbound is tagged \"nope\"" },
 		{ "{'outbounds':[{'tag':'p','type':'socks5','server':'127.0.0.1:1080'}],"
-		  "'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}]}}",
+		  "'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}]}}",
 		  "$.dns.servers[0].detour", "use \"tcp://\" for this server" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'final':'b'}}", "$.dns.final",
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],'final':'b'}}", "$.dns.final",
 		  "no server is tagged \"b\"" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'rules':[{'domain':['x.y']}]}}",
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],'rules':[{'domain':['x.y']}]}}",
 		  "$.dns.rules[0]", "one of \"server\"" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'rules':[{'server':'a'}]}}",
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],'rules':[{'server':'a'}]}}",
 		  "$.dns.rules[0]", "needs a name matcher" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],"
 		  "'rules':[{'domain':['x.y'],'server':'z'}]}}", "$.dns.rules[0].server",
 		  "no server is tagged \"z\"" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],"
 		  "'rules':[{'domain':['x.y'],'action':'drop'}]}}", "$.dns.rules[0].action",
 		  "expected one of" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'hosts':{'a b':'1.2.3.4'}}}",
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],'hosts':{'a b':'1.2.3.4'}}}",
 		  "$.dns.hosts.a b", "not a host name" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'hosts':{'x':'nope'}}}",
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],'hosts':{'x':'nope'}}}",
 		  "$.dns.hosts.x", "not an IPv4 or IPv6 address" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'hosts':{'x':'1.1.1.1','X':'1.1.1.2'}}}",
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],'hosts':{'x':'1.1.1.1','X':'1.1.1.2'}}}",
 		  "$.dns.hosts", "listed twice" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'ipv6':'no'}}", "$.dns.ipv6",
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],'ipv6':'no'}}", "$.dns.ipv6",
 		  "expected one of" },
 	};
 	BAD_TABLE(b);
@@ -971,33 +1012,30 @@ Test(config, dns_fakeip)
 
 	static const struct bad b[] = {
 		{ "{'dns':{'fakeip':{}}}", "$.dns.fakeip", "needs servers" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],"
 		  "'fakeip':{'inet4_range':'198.18.0.0/24'}}}", "$.dns.fakeip.inet4_range",
 		  "holds 198.18.0.1, the TUN's gateway address" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],"
 		  "'fakeip':{'inet4_range':'198.18.0.4/30'}}}", "$.dns.fakeip.inet4_range",
 		  "the TUN's NAT address" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
-		  "'fakeip':{'inet4_range':'100.64.0.0/16'}}}", "$.dns.fakeip.inet4_range",
-		  "outside the TUN's prefix" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],"
 		  "'fakeip':{'inet4_range':'198.19.0.0/31'}}}", "$.dns.fakeip.inet4_range",
 		  "too few addresses" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],"
 		  "'fakeip':{'inet6_range':'fd00:1::/64'}}}", "$.dns.fakeip.inet6_range",
 		  "needs tun.address6" },
 		{ "{'tun':{'auto_route':true,'route_exclude_address':['198.19.1.0/24']},"
-		  "'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],'fakeip':{}}}",
+		  "'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],'fakeip':{}}}",
 		  "$.dns.fakeip.inet4_range", "overlaps tun.route_exclude_address" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],"
 		  "'fakeip':{'persist':'relative.txt'}}}", "$.dns.fakeip.persist", "an absolute path" },
-		{ "{'dns':{'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],"
 		  "'fakeip':{'exclude':{'rule_set':['x']}}}}", "$.dns.fakeip.exclude.rule_set[0]",
 		  "no rule set is tagged" },
 	};
 	BAD_TABLE(b);
 	config_init(&cfg);
-	cr_assert_eq(config_load_string("{\"tun\":{\"auto_route\":true},\"dns\":{"
+	cr_assert_eq(config_load_string("{\"tun\":{\"auto_route\":true},\"dns\":{\"hijack\":true,"
 					"\"servers\":[{\"tag\":\"a\",\"address\":\"192.0.2.53\"}],"
 					"\"fakeip\":{\"inet4_range\":\"100.64.0.0/16\"}}}",
 					&cfg, err, sizeof(err)), 0,
