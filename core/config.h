@@ -227,7 +227,7 @@ struct ts_route {
 #define TS_DNS_MAX_HOSTS 4096
 #define TS_DNS_HOST_ADDRS 8
 
-enum ts_dns_transport { TS_DNS_UDP, TS_DNS_TCP, TS_DNS_TLS };
+enum ts_dns_transport { TS_DNS_UDP, TS_DNS_TCP, TS_DNS_TLS, TS_DNS_HTTPS };
 enum ts_dns_action { TS_DNS_ACT_SERVER, TS_DNS_ACT_REFUSE, TS_DNS_ACT_EMPTY };
 enum ts_dns_ipv6 { TS_DNS_IPV6_ANSWER, TS_DNS_IPV6_EMPTY };
 
@@ -237,9 +237,12 @@ struct ts_dns_server {
 	struct netaddr_ep addr;
 	char detour_tag[TS_TAG_MAX + 1];          /* "": route.final's outbound */
 	uint32_t detour;                          /* index into ts_config.outbounds */
-	char sni[254];                            /* tls: the name its certificate must carry */
-	char *ca;                                 /* tls: a PEM file of trust anchors, NULL: the
-						   * system store (owned) */
+	char sni[254];                            /* tls: the name its certificate must carry;
+						   * https: the URL's host (a name or an address) */
+	char path[256];                           /* https: the URL's path */
+	bool host_is_addr;                        /* https: the URL's host is addr itself */
+	char *ca;                                 /* tls, https: a PEM file of trust anchors,
+						   * NULL: the system store (owned) */
 };
 
 struct ts_dns_rule {

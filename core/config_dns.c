@@ -17,6 +17,7 @@
 
 #define DNS_PORT 53
 #define DOT_PORT 853                 /* RFC 7858 section 3.1 */
+#define DOH_PORT 443
 #define CACHE_SIZE_DEFAULT 4096
 #define CACHE_MAX_TTL_DEFAULT 3600
 
@@ -25,12 +26,76 @@ static const char *const action_names[] = { "refuse", "empty", NULL };
 
 /* ---- servers ------------------------------------------------------------------------------ */
 
-/* "udp://ADDR[:PORT]", "tcp://ADDR[:PORT]", "tls://ADDR[:PORT]" or "ADDR[:PORT]" (udp); IPv6
- * in brackets with a port; the port defaults to 53 (tls: 853). */
+/* A host name a certificate is checked against: letters, digits, '-' and '.', no empty
+ * label, no trailing dot. */
+static bool host_name_ok(const char *s, size_t n)
+{
+	if (n == 0 || n > 253 || s[n - 1] == '.')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (!(isalnum(c) || c == '-' || (c == '.' && i > 0 && s[i - 1] != '.')))
+			return false;
+	}
+	return true;
+}
+
+/* "https://HOST[:PORT][/PATH]": HOST a name or an address ([IPv6]); port 443, path
+ * "/dns-query" by default. A host that is an address is also where to connect. */
+static int parse_https(const char *s, struct ts_dns_server *sv)
+{
+	const char *slash = strchr(s, '/'), *end = slash ? slash : s + strlen(s), *hend, *colon;
+	char host[256];
+	size_t hl;
+
+	sv->transport = TS_DNS_HTTPS;
+	sv->addr.port = DOH_PORT;
+	if (s[0] == '[') {
+		if (!(hend = memchr(s, ']', (size_t)(end - s))))
+			return -EINVAL;
+		s++;
+		colon = hend + 1 < end && hend[1] == ':' ? hend + 1 : NULL;
+		if (hend + 1 < end && !colon)
+			return -EINVAL;
+	} else {
+		colon = memchr(s, ':', (size_t)(end - s));
+		hend = colon ? colon : end;
+	}
+	if ((hl = (size_t)(hend - s)) == 0 || hl >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, s, hl);
+	host[hl] = 0;
+	if (colon) {
+		char port[8];
+		size_t pl = (size_t)(end - colon - 1);
+		if (pl == 0 || pl >= sizeof(port))
+			return -EINVAL;
+		memcpy(port, colon + 1, pl);
+		port[pl] = 0;
+		if (netaddr_parse_port(port, &sv->addr.port) != 0)
+			return -EINVAL;
+	}
+	if (netaddr_parse(host, &sv->addr.addr) == 0)
+		sv->host_is_addr = true;
+	else if (!host_name_ok(host, hl))
+		return -EINVAL;
+	memcpy(sv->sni, host, hl + 1);
+	snprintf(sv->path, sizeof(sv->path), "%s", slash ? slash : "/dns-query");
+	for (const char *c = sv->path; *c; c++)
+		if ((unsigned char)*c <= ' ' || *c == 0x7f)
+			return -EINVAL;
+	return 0;
+}
+
+/* "udp://ADDR[:PORT]", "tcp://ADDR[:PORT]", "tls://ADDR[:PORT]", "https://HOST[:PORT][/PATH]"
+ * or "ADDR[:PORT]" (udp); IPv6 in brackets with a port; the port defaults to 53 (tls: 853,
+ * https: 443). */
 static int parse_server_address(const char *s, struct ts_dns_server *sv)
 {
 	char buf[NETADDR_EP_STRLEN + 8];
 
+	if (strncmp(s, "https://", 8) == 0)
+		return strlen(s + 8) < 520 ? parse_https(s + 8, sv) : -EINVAL;
 	sv->transport = TS_DNS_UDP;
 	if (strncmp(s, "udp://", 6) == 0) {
 		s += 6;
@@ -65,16 +130,16 @@ static int f_server_address(struct cfgp *p, const cJSON *item, void *target)
 	char q[64];
 	int ret;
 
-	if ((ret = cfgp_string(p, item, 1, NETADDR_EP_STRLEN + 8, &s)) != 0)
+	if ((ret = cfgp_string(p, item, 1, 600, &s)) != 0)
 		return ret;
 	ret = parse_server_address(s, target);
 	if (ret == -EPROTONOSUPPORT)
-		return cfgp_fail(p, "\"%s\": the transports are udp://, tcp:// and tls://",
+		return cfgp_fail(p, "\"%s\": the transports are udp://, tcp://, tls:// and https://",
 				 cfgp_quote(s, q, sizeof(q)));
 	if (ret != 0)
 		return cfgp_fail(p, "expected \"udp://ip[:port]\", \"tcp://ip[:port]\", "
-				    "\"tls://ip[:port]\" or \"ip[:port]\" (IPv6 in brackets), "
-				    "got \"%s\"",
+				    "\"tls://ip[:port]\", \"https://host[:port][/path]\" or \"ip[:port]\" "
+				    "(IPv6 in brackets), got \"%s\"",
 				 cfgp_quote(s, q, sizeof(q)));
 	return 0;
 }
@@ -91,13 +156,9 @@ static int f_sni(struct cfgp *p, const cJSON *item, void *target)
 	if ((ret = cfgp_string(p, item, 1, sizeof(sv->sni) - 1, &s)) != 0)
 		return ret;
 	n = strlen(s);
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (!(isalnum(c) || c == '-' || (c == '.' && i > 0 && s[i - 1] != '.')))
-			return cfgp_fail(p, "a host name (letters, digits, '-', '.'), got \"%s\"", s);
-	}
-	if (s[n - 1] == '.')
-		return cfgp_fail(p, "a host name without the trailing dot, got \"%s\"", s);
+	if (!host_name_ok(s, n))
+		return cfgp_fail(p, "a host name (letters, digits, '-', '.'; no trailing dot), got "
+				    "\"%s\"", s);
 	if (netaddr_parse(s, &(struct netaddr){ 0 }) == 0)
 		return cfgp_fail(p, "a host name, not an address (a TLS server name cannot be one), "
 				    "got \"%s\"", s);
@@ -123,25 +184,49 @@ static int f_ca(struct cfgp *p, const cJSON *item, void *target)
 	return 0;
 }
 
-enum { SV_TAG, SV_ADDRESS, SV_DETOUR, SV_SNI, SV_CA };
+/* https with a host name: the address to connect to (names are not resolved at start, and a
+ * resolver's name must not need the resolver). */
+static int f_address_ip(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_dns_server *sv = target;
+	const char *s;
+	char q[64];
+	int ret;
+
+	if ((ret = cfgp_string(p, item, 1, NETADDR_STRLEN, &s)) != 0)
+		return ret;
+	if (netaddr_parse(s, &sv->addr.addr) != 0)
+		return cfgp_fail(p, "expected an IPv4 or IPv6 address, got \"%s\"",
+				 cfgp_quote(s, q, sizeof(q)));
+	return 0;
+}
+
+enum { SV_TAG, SV_ADDRESS, SV_DETOUR, SV_SNI, SV_CA, SV_ADDRESS_IP };
 
 static int check_server(struct cfgp *p, void *target, uint32_t present)
 {
 	const struct ts_dns_server *sv = target;
-	bool tls;
+	bool tls, https;
 
 	if (!CFGP_PRESENT(present, SV_TAG))
 		return cfgp_fail_key(p, "tag", "required: the name rules and final use");
 	if (!CFGP_PRESENT(present, SV_ADDRESS))
 		return cfgp_fail_key(p, "address", "required, e.g. \"udp://192.0.2.53\"");
 	tls = sv->transport == TS_DNS_TLS;
+	https = sv->transport == TS_DNS_HTTPS;
 	if (tls && !CFGP_PRESENT(present, SV_SNI))
 		return cfgp_fail_key(p, "sni", "required for tls://: the name the server's "
 				     "certificate must carry, e.g. \"dns.example\"");
 	if (!tls && CFGP_PRESENT(present, SV_SNI))
-		return cfgp_fail_key(p, "sni", "only for a tls:// address");
-	if (!tls && CFGP_PRESENT(present, SV_CA))
-		return cfgp_fail_key(p, "ca", "only for a tls:// address");
+		return cfgp_fail_key(p, "sni", https ? "not for https://: the URL's host is the name"
+				     : "only for a tls:// address");
+	if (!tls && !https && CFGP_PRESENT(present, SV_CA))
+		return cfgp_fail_key(p, "ca", "only for a tls:// or https:// address");
+	if (https && !sv->host_is_addr && !CFGP_PRESENT(present, SV_ADDRESS_IP))
+		return cfgp_fail_key(p, "address_ip", "required for https:// with a host name: the "
+				     "address to connect to (names are not resolved at start)");
+	if ((!https || sv->host_is_addr) && CFGP_PRESENT(present, SV_ADDRESS_IP))
+		return cfgp_fail_key(p, "address_ip", "only for https:// with a host name");
 	return 0;
 }
 
@@ -153,6 +238,7 @@ static const struct cfgp_field server_fields[] = {
 			.off = offsetof(struct ts_dns_server, detour_tag) },
 	[SV_SNI] = { .key = "sni", .kind = CFGP_FN, .fn = f_sni },
 	[SV_CA] = { .key = "ca", .kind = CFGP_FN, .fn = f_ca },
+	[SV_ADDRESS_IP] = { .key = "address_ip", .kind = CFGP_FN, .fn = f_address_ip },
 };
 static const struct cfgp_table server_table = CFGP_TABLE(server_fields, check_server);
 
@@ -677,6 +763,42 @@ static int check_range(struct cfgp *p, const struct ts_config *cfg, const struct
 	return 0;
 }
 
+/* A server inside the TUN's prefix or a fake range would be asked through the TUN itself (a
+ * loop, or a fake address); a hosts address in a fake range would stand for two names. */
+static int check_addresses(struct cfgp *p, const struct ts_config *cfg)
+{
+	const struct ts_dns *d = &cfg->dns;
+	struct netaddr_cidr tun4 = cfg->tun.addr4, tun6 = cfg->tun.addr6;
+	const struct netaddr_cidr *in[4] = { &tun4, cfg->tun.has_addr6 ? &tun6 : NULL,
+					     &d->fakeip.range4, &d->fakeip.range6 };
+	char path[320];
+
+	netaddr_cidr_normalize(&tun4);
+	netaddr_cidr_normalize(&tun6);
+	for (size_t i = 0; i < d->n_servers; i++)
+		for (int k = 0; k < 4; k++) {
+			if (!in[k] || !in[k]->addr.family || (k >= 2 && !d->fakeip.enabled) ||
+			    !netaddr_in_cidr(&d->servers[i].addr.addr, in[k]))
+				continue;
+			snprintf(path, sizeof(path), "$.dns.servers[%zu].address", i);
+			return cfgp_fail_at(p, path, "inside %s: queries would be sent into the TUN",
+					    k < 2 ? "the TUN's prefix" : "the fake-IP range");
+		}
+	for (size_t i = 0; d->fakeip.enabled && i < d->n_hosts; i++) {
+		const struct ts_dns_host *h = &d->hosts[i];
+		for (unsigned j = 0; j < h->n4 + h->n6; j++) {
+			struct netaddr a = { .family = j < h->n4 ? 4 : 6 };
+			memcpy(a.a, j < h->n4 ? h->a4[j] : h->a6[j - h->n4], j < h->n4 ? 4 : 16);
+			if (!netaddr_in_cidr(&a, &d->fakeip.range4) &&
+			    !netaddr_in_cidr(&a, &d->fakeip.range6))
+				continue;
+			snprintf(path, sizeof(path), "$.dns.hosts.%s", h->name);
+			return cfgp_fail_at(p, path, "an address inside the fake-IP range");
+		}
+	}
+	return 0;
+}
+
 static int validate_fakeip(struct cfgp *p, struct ts_config *cfg)
 {
 	struct ts_fakeip *f = &cfg->dns.fakeip;
@@ -709,7 +831,7 @@ int config_dns_validate(struct cfgp *p, struct ts_config *cfg)
 {
 	struct ts_dns *d = &cfg->dns;
 	char path[96];
-	int idx;
+	int idx, ret;
 
 	for (size_t i = 0; i < d->n_servers; i++) {
 		struct ts_dns_server *sv = &d->servers[i];
@@ -731,7 +853,6 @@ int config_dns_validate(struct cfgp *p, struct ts_config *cfg)
 	}
 	for (size_t i = 0; i < d->n_rules; i++) {
 		struct ts_dns_rule *r = &d->rules[i];
-		int ret;
 		cfgp_set_path(p, ".dns.rules");
 		cfgp_push_index(p, i);
 		if ((ret = config_names_resolve(p, cfg, &r->names)) != 0)
@@ -749,7 +870,9 @@ int config_dns_validate(struct cfgp *p, struct ts_config *cfg)
 			return cfgp_fail_at(p, "$.dns.final", "no server is tagged \"%s\"", d->final_tag);
 		d->final = (uint32_t)idx;
 	}
-	return validate_fakeip(p, cfg);
+	if ((ret = validate_fakeip(p, cfg)) != 0)
+		return ret;
+	return check_addresses(p, cfg);
 }
 
 void config_dns_fini(struct ts_dns *d)

@@ -23,14 +23,18 @@
 #include "core/domain_set.h"
 #include "core/log.h"
 #include "dns/cache.h"
+#include "dns/doh.h"
 #include "dns/fakeip.h"
 #include "dns/server.h"
 #include "dns/upstream.h"
 
 #define HOSTS_TTL 10           /* seconds: static answers are cheap to ask again */
 #define SYNTH_TTL 10           /* empty and refused answers made here */
-#define NEG_TTL_MAX 300        /* RFC 2308 section 5's advice for negative answers */
+#define NEG_TTL_MAX 300
+#define CACHE_ANSWER_MAX 4096  /* bytes of an answer the cache keeps */
+#define UPSTREAM_TRY_MS 2000   /* per try; two tries */        /* RFC 2308 section 5's advice for negative answers */
 #define OUT_CAP 65535
+#define FAKE_LINE_MAX 300     /* "ADDRESS NAME\n" in dns.fakeip.persist */
 #define FAKE_TTL 1             /* seconds: apps ask again soon, and the mapping stays fresh */
 #define FAKE_SAVE_S 60         /* the mappings written to dns.fakeip.persist this often when
 				* they changed */
@@ -64,7 +68,8 @@ struct flight {
 	struct dns_server *s;
 	uint32_t server;
 	struct dns_question q;
-	struct dns_uq *uq;                /* NULL once the ask ended */
+	struct dns_uq *uq;                /* the ask (udp, tcp, tls): NULL once it ended */
+	struct dns_doh_q *dq;             /* the ask (https): NULL once it ended */
 	struct dns_ticket *waiters;
 	struct flight *next, *prev;
 };
@@ -73,7 +78,8 @@ struct dns_server {
 	struct event_base *base;
 	const struct ts_config *cfg;
 	struct budget *b;                 /* tickets and flights are drawn from it */
-	struct dns_upstream **ups;        /* one per dns.servers entry */
+	struct dns_upstream **ups;        /* one per dns.servers entry (NULL for https) */
+	struct dns_doh **dohs;            /* one per https:// entry, else NULL */
 	size_t n_ups;
 	struct dns_cache *cache;          /* NULL: dns.cache.size 0 */
 	struct fakeip *fake;              /* NULL: no dns.fakeip */
@@ -146,6 +152,17 @@ static void reply_bad(struct dns_server *s, int err, const uint8_t *m, size_t le
 
 /* ---- flights ------------------------------------------------------------------------------ */
 
+/* The flight's ask, if still running, abandoned (its callback will not come). */
+static void ask_cancel(struct dns_server *s, struct flight *f)
+{
+	if (f->uq)
+		dns_upstream_cancel(s->ups[f->server], f->uq);
+	if (f->dq)
+		dns_doh_cancel(s->dohs[f->server], f->dq);
+	f->uq = NULL;
+	f->dq = NULL;
+}
+
 static void waiter_unlink(struct flight *f, struct dns_ticket *t)
 {
 	if (t->prev)
@@ -184,8 +201,11 @@ static void up_done(void *arg, int err, const uint8_t *msg, size_t len,
 	struct dns_ticket *t;
 
 	f->uq = NULL;
+	f->dq = NULL;
 	flight_unlink(s, f);
-	if (err == 0 && s->cache)
+	/* Larger answers (rare: over TCP) are not kept: the cache's bytes stay bounded by its
+	 * entries times CACHE_ANSWER_MAX. */
+	if (err == 0 && s->cache && len <= CACHE_ANSWER_MAX)
 		(void)dns_cache_put(s->cache, f->server, msg, len, a, ts_now_ns());
 	/* One at a time from the head: a reply callback may cancel another waiter. */
 	while ((t = f->waiters)) {
@@ -228,7 +248,9 @@ static int flight_new(struct dns_server *s, uint32_t server, const struct dns_qu
 	f->s = s;
 	f->server = server;
 	f->q = *q;
-	if ((ret = dns_upstream_ask(s->ups[server], q, up_done, f, &f->uq)) != 0) {
+	ret = s->dohs[server] ? dns_doh_ask(s->dohs[server], q, up_done, f, &f->dq)
+			      : dns_upstream_ask(s->ups[server], q, up_done, f, &f->uq);
+	if (ret != 0) {
 		budget_mfree(s->b, f);
 		return ret;
 	}
@@ -287,8 +309,8 @@ void dns_server_cancel(struct dns_server *s, struct dns_ticket *t)
 	if (f) {
 		waiter_unlink(f, t);
 		/* Nobody waits any more: the ask goes too (not while its answer is delivered). */
-		if (!f->waiters && f->uq) {
-			dns_upstream_cancel(s->ups[f->server], f->uq);
+		if (!f->waiters && (f->uq || f->dq)) {
+			ask_cancel(s, f);
 			flight_unlink(s, f);
 			budget_mfree(s->b, f);
 		}
@@ -336,9 +358,9 @@ static bool fake_answer(struct dns_server *s, const struct dns_query *q, const u
 		return false;
 	if (fake_excluded(s, &q->q))
 		return false;
-	ctr_inc(&s->ctr.fake);
 	family = t == DNS_T_A ? 4 : 6;
 	if (t == DNS_T_HTTPS || t == DNS_T_SVCB || (family == 6 && !fc->range6.addr.family)) {
+		ctr_inc(&s->ctr.empty);
 		reply_synth(s, q, m, limit, DNS_R_NOERROR, 0, NULL, 0, FAKE_TTL, fn, arg);
 		return true;
 	}
@@ -351,6 +373,7 @@ static bool fake_answer(struct dns_server *s, const struct dns_query *q, const u
 		reply_synth(s, q, m, limit, DNS_R_SERVFAIL, 0, NULL, 0, 0, fn, arg);
 		return true;
 	}
+	ctr_inc(&s->ctr.fake);
 	reply_synth(s, q, m, limit, DNS_R_NOERROR, family, (const uint8_t (*)[16])addr, 1, FAKE_TTL,
 		    fn, arg);
 	return true;
@@ -397,8 +420,9 @@ int dns_server_fake_save(struct dns_server *s)
 
 	if (!s->fake || !path)
 		return 0;
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+	/* A fresh name of our own (never a file someone put there, a symlink included). */
+	snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path);
+	if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
 		return -errno;
 	if (!(f = fdopen(fd, "w"))) {
 		ret = -errno;
@@ -427,6 +451,8 @@ int dns_server_fake_restore(struct dns_server *s, struct fakeip_load_stats *st)
 	const char *path = s->cfg->dns.fakeip.persist;
 	char *text = NULL;
 	size_t len = 0, cap = 0;
+	/* A line is an address and a name: at most FAKE_LINE_MAX bytes each. */
+	size_t limit = (size_t)s->cfg->dns.fakeip.max_mappings * FAKE_LINE_MAX + 65536;
 	FILE *f;
 	int ret = 0;
 
@@ -437,7 +463,7 @@ int dns_server_fake_restore(struct dns_server *s, struct fakeip_load_stats *st)
 		return errno == ENOENT ? 0 : -errno; /* the first start: nothing saved yet */
 	for (;;) {
 		if (len == cap) {
-			char *n = cap < (64u << 20) ? realloc(text, cap ? cap * 2 : 65536) : NULL;
+			char *n = cap < limit ? realloc(text, cap ? cap * 2 : 65536) : NULL;
 			if (!n) {
 				ret = -ENOMEM;
 				break;
@@ -560,13 +586,14 @@ static int query(struct dns_server *s, const uint8_t *m, size_t len, bool tcp, s
 		}
 		server = r->server;
 	}
-	if (!r && !real && s->fake && q.q.qclass == 1 && fake_answer(s, &q, m, limit, fn, arg))
-		return 0;
+	/* "No IPv6" wins over fake-IP: a fake IPv6 address is still IPv6. */
 	if (q.q.qtype == DNS_T_AAAA && d->ipv6 == TS_DNS_IPV6_EMPTY) {
 		ctr_inc(&s->ctr.empty);
 		reply_synth(s, &q, m, limit, DNS_R_NOERROR, 0, NULL, 0, SYNTH_TTL, fn, arg);
 		return 0;
 	}
+	if (!r && !real && s->fake && q.q.qclass == 1 && fake_answer(s, &q, m, limit, fn, arg))
+		return 0;
 	if (s->cache && dns_cache_get(s->cache, server, &q.q, ts_now_ns(), &cm, &clen, &ca, &age)) {
 		int n = dns_build_from_answer(s->out, sizeof(s->out), limit, &q, m, cm, ca, age);
 		if (n > 0) {
@@ -579,6 +606,21 @@ static int query(struct dns_server *s, const uint8_t *m, size_t len, bool tcp, s
 }
 
 /* ---- life --------------------------------------------------------------------------------- */
+
+/* An https:// server: DNS over HTTPS (dns/doh.h). */
+static int doh_new(struct dns_server *s, const struct ts_dns_server *sv, struct dns_doh **out)
+{
+	struct dns_doh_config dc = {
+		.server = sv->addr,
+		.ca = sv->ca,
+		.detour = &s->cfg->outbounds[sv->detour],
+		.timeout_ms = UPSTREAM_TRY_MS,
+	};
+
+	snprintf(dc.host, sizeof(dc.host), "%s", sv->sni);
+	snprintf(dc.path, sizeof(dc.path), "%s", sv->path);
+	return dns_doh_new(s->base, &dc, out);
+}
 
 int dns_server_new(struct event_base *base, const struct ts_config *cfg, struct budget *b,
 		   struct dns_server **out)
@@ -594,10 +636,17 @@ int dns_server_new(struct event_base *base, const struct ts_config *cfg, struct 
 	s->base = base;
 	s->cfg = cfg;
 	s->b = b;
-	if (!(s->ups = calloc(d->n_servers, sizeof(*s->ups))))
+	if (!(s->ups = calloc(d->n_servers, sizeof(*s->ups))) ||
+	    !(s->dohs = calloc(d->n_servers, sizeof(*s->dohs))))
 		goto fail;
 	for (size_t i = 0; i < d->n_servers; i++) {
 		const struct ts_dns_server *sv = &d->servers[i];
+		s->n_ups = i + 1;
+		if (sv->transport == TS_DNS_HTTPS) {
+			if ((ret = doh_new(s, sv, &s->dohs[i])) != 0)
+				goto fail;
+			continue;
+		}
 		struct dns_upstream_config uc = {
 			.kind = sv->transport == TS_DNS_TCP   ? DNS_UP_TCP :
 				sv->transport == TS_DNS_TLS ? DNS_UP_TLS : DNS_UP_UDP,
@@ -605,10 +654,11 @@ int dns_server_new(struct event_base *base, const struct ts_config *cfg, struct 
 			.detour = &cfg->outbounds[sv->detour],
 			.sni = sv->sni,
 			.ca = sv->ca,
+			/* Two tries within a stub resolver's usual 5 s: SERVFAIL before it gives up. */
+			.timeout_ms = UPSTREAM_TRY_MS,
 		};
 		if ((ret = dns_upstream_new(base, &uc, &s->ups[i])) != 0)
 			goto fail;
-		s->n_ups = i + 1;
 	}
 	if (d->fakeip.enabled && (ret = fake_new(s)) != 0)
 		goto fail;
@@ -642,8 +692,7 @@ void dns_server_free(struct dns_server *s)
 	}
 	while ((f = s->flights)) {
 		flight_unlink(s, f);
-		if (f->uq)
-			dns_upstream_cancel(s->ups[f->server], f->uq);
+		ask_cancel(s, f);
 		while ((t = f->waiters)) {
 			waiter_unlink(f, t);
 			t->fn(t->arg, NULL, 0);
@@ -651,9 +700,13 @@ void dns_server_free(struct dns_server *s)
 		}
 		budget_mfree(s->b, f);
 	}
-	for (size_t i = 0; i < s->n_ups; i++)
+	for (size_t i = 0; i < s->n_ups; i++) {
 		dns_upstream_free(s->ups[i]);
+		if (s->dohs)
+			dns_doh_free(s->dohs[i]);
+	}
 	free(s->ups);
+	free(s->dohs);
 	dns_cache_free(s->cache);
 	if (s->save_ev)
 		event_free(s->save_ev);
@@ -697,6 +750,17 @@ void dns_server_get_stats(const struct dns_server *s, struct dns_server_stats *o
 	}
 	for (size_t i = 0; i < s->n_ups; i++) {
 		struct dns_upstream_stats us;
+		struct dns_doh_stats ds;
+		if (s->dohs[i]) {
+			dns_doh_get_stats(s->dohs[i], &ds);
+			o->upstream_queries += ds.queries;
+			o->upstream_timeouts += ds.timeouts;
+			o->upstream_errors += ds.errors;
+			o->upstream_bad_answers += ds.bad_answers;
+			o->upstream_tls_failures += ds.tls_failures;
+			o->upstream_http_errors += ds.http_errors;
+			continue;
+		}
 		dns_upstream_get_stats(s->ups[i], &us);
 		o->upstream_queries += us.queries;
 		o->upstream_timeouts += us.timeouts;

@@ -7,15 +7,16 @@
  *   2. dns.hosts: static addresses (A/AAAA of a listed name; other types of it: empty);
  *   3. dns.rules: the first rule whose name matchers hit gives the action: "refuse" (REFUSED),
  *      "empty" (NOERROR, no records), or a server tag; no rule: dns.final;
- *   4. fake-IP (dns.fakeip), for names no rule matched and not excluded (dns.fakeip.exclude
+ *   4. dns.ipv6 "empty": AAAA answered empty;
+ *   5. fake-IP (dns.fakeip), for names no rule matched and not excluded (dns.fakeip.exclude
  *      and a built-in list of local names, time servers and captive-portal probes): A and
  *      AAAA answered with an address of the range (TTL 1 s; AAAA empty without an IPv6
  *      range), HTTPS and SVCB answered empty (their address hints would bypass it);
- *   5. dns.ipv6 "empty": AAAA answered empty (for names that reach here);
  *   6. the cache (dns/cache.h), keyed by (name, type, class) per server;
  *   7. an identical question to the same server already in flight: wait for its answer;
- *   8. the upstream server (dns/upstream.h): a fresh query of our own (our id, the question,
- *      our OPT), the answer checked against it, cached, and rebuilt for each asking client.
+ *   8. the upstream server (dns/upstream.h: udp, tcp, tls; dns/doh.h: https): a fresh query
+ *      of our own (our id, the question, our OPT), the answer checked against it, cached,
+ *      and rebuilt for each asking client.
  * Failures answer SERVFAIL (counted by reason); a reply is never larger than the client's
  * limit (dns_reply_limit: its EDNS size or 512 over UDP): longer answers are truncated (TC) so
  * that the client retries over TCP.
@@ -42,7 +43,8 @@ struct dns_ticket;
 
 /* The reply to one query: msg (len bytes, borrowed for the call) to be sent to the client as
  * it is; len 0: send nothing (the query was dropped). Called exactly once per accepted query,
- * possibly from inside dns_server_query, unless the ticket was cancelled first. */
+ * possibly from inside dns_server_query, unless the ticket was cancelled first. The ticket is
+ * gone once fn starts: never cancel it after (or from inside) its own reply. */
 typedef void (*dns_reply_fn)(void *arg, const uint8_t *msg, size_t len);
 
 /* A server for cfg->dns (dns.servers, rules, final, hosts, ipv6, cache) and the rule sets its
@@ -98,6 +100,7 @@ struct dns_server_stats {
 	uint64_t cache_hits, cache_misses, cache_entries, cache_evictions;
 	uint64_t upstream_queries, upstream_timeouts, upstream_errors, upstream_bad_answers;
 	uint64_t upstream_tls_failures;         /* tls:// servers' failed handshakes */
+	uint64_t upstream_http_errors;          /* https:// servers' answers not 200 dns-message */
 	uint64_t coalesced;
 	uint64_t pending;                       /* gauge */
 	uint64_t fake_mappings, fake_pinned;    /* gauges */

@@ -231,6 +231,7 @@ static void add_dns(struct ts_proxy *p, struct stats_doc *d, const struct dns_tc
 	stats_doc_counter(d, "dns.upstream.errors", st.upstream_errors);
 	stats_doc_counter(d, "dns.upstream.bad_answers", st.upstream_bad_answers);
 	stats_doc_counter(d, "dns.upstream.tls_failures", st.upstream_tls_failures);
+	stats_doc_counter(d, "dns.upstream.http_errors", st.upstream_http_errors);
 	stats_doc_add_u64(d, "dns.fakeip.mappings", STATS_GAUGE, st.fake_mappings);
 	stats_doc_add_u64(d, "dns.fakeip.pinned", STATS_GAUGE, st.fake_pinned);
 	stats_doc_counter(d, "dns.fakeip.exhausted", st.fake_exhausted);

@@ -936,7 +936,7 @@ Test(config, dns_resolver)
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'a..b'}]}}",
 		  "$.dns.servers[0].sni", "a host name (letters, digits" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'x.'}]}}",
-		  "$.dns.servers[0].sni", "without the trailing dot" },
+		  "$.dns.servers[0].sni", "no trailing dot" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'1.2.3.4'}]}}",
 		  "$.dns.servers[0].sni", "a host name, not an address" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':''}]}}",
@@ -944,7 +944,7 @@ Test(config, dns_resolver)
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tcp://1.2.3.4','sni':'x.y'}]}}",
 		  "$.dns.servers[0].sni", "only for a tls:// address" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4','ca':'/dev/null'}]}}",
-		  "$.dns.servers[0].ca", "only for a tls:// address" },
+		  "$.dns.servers[0].ca", "only for a tls:// or https://" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'x.y','ca':''}]}}",
 		  "$.dns.servers[0].ca", "must be 1 to 4096 bytes long, got 0" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'x.y',"
@@ -991,6 +991,46 @@ Test(config, dns_resolver)
 }
 
 /* dns.fakeip: default ranges (the upper half of each TUN prefix) and the start checks. */
+/* dns.servers with https:// (DNS over HTTPS): host, port, path, address_ip. */
+Test(config, dns_https_servers)
+{
+	struct ts_config cfg;
+	char err[256], buf[NETADDR_EP_STRLEN];
+
+	config_init(&cfg);
+	cr_assert_eq(config_load_string("{\"dns\":{\"hijack\":true,\"servers\":["
+					"{\"tag\":\"a\",\"address\":\"https://dns.example/q\","
+					"\"address_ip\":\"192.0.2.10\"},"
+					"{\"tag\":\"b\",\"address\":\"https://[2001:db8::53]:8443\"}]}}",
+					&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(cfg.dns.servers[0].transport, TS_DNS_HTTPS);
+	cr_assert_str_eq(cfg.dns.servers[0].sni, "dns.example");
+	cr_assert_str_eq(cfg.dns.servers[0].path, "/q");
+	cr_assert_str_eq(netaddr_ep_format(&cfg.dns.servers[0].addr, buf, sizeof(buf)),
+			 "192.0.2.10:443");
+	cr_assert_str_eq(cfg.dns.servers[1].sni, "2001:db8::53", "an address host: no brackets");
+	cr_assert_str_eq(cfg.dns.servers[1].path, "/dns-query", "the RFC 8484 default path");
+	cr_assert_eq(cfg.dns.servers[1].addr.port, 8443);
+	cr_assert(cfg.dns.servers[1].host_is_addr);
+	config_fini(&cfg);
+
+	static const struct bad b[] = {
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://dns.example'}]}}",
+		  "$.dns.servers[0].address_ip", "required for https:// with a host name" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://192.0.2.1',"
+		  "'address_ip':'192.0.2.2'}]}}", "$.dns.servers[0].address_ip",
+		  "only for https:// with a host name" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://bad host/'}]}}",
+		  "$.dns.servers[0].address", "https://host[:port][/path]" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://d.example:0',"
+		  "'address_ip':'192.0.2.2'}]}}", "$.dns.servers[0].address", "expected" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://d.example',"
+		  "'address_ip':'192.0.2.2','sni':'x.example'}]}}", "$.dns.servers[0].sni",
+		  "not for https://" },
+	};
+	BAD_TABLE(b);
+}
+
 Test(config, dns_fakeip)
 {
 	struct ts_config cfg;
@@ -1029,6 +1069,14 @@ Test(config, dns_fakeip)
 		  "$.dns.fakeip.inet4_range", "overlaps tun.route_exclude_address" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],"
 		  "'fakeip':{'persist':'relative.txt'}}}", "$.dns.fakeip.persist", "an absolute path" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'198.19.0.53'}]}}",
+		  "$.dns.servers[0].address", "inside the TUN's prefix" },
+		{ "{'tun':{'auto_route':true},'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		  "'100.64.0.53'}],'fakeip':{'inet4_range':'100.64.0.0/16'}}}",
+		  "$.dns.servers[0].address", "inside the fake-IP range" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],"
+		  "'hosts':{'x.lan':'198.19.0.9'},'fakeip':{}}}", "$.dns.hosts.x.lan",
+		  "an address inside the fake-IP range" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'}],"
 		  "'fakeip':{'exclude':{'rule_set':['x']}}}}", "$.dns.fakeip.exclude.rule_set[0]",
 		  "no rule set is tagged" },

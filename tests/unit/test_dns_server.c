@@ -324,7 +324,9 @@ Test(dns_server, udp_limit_truncates)
 	for (int i = 0; i < 300 && g.calls == 0; i++)
 		loop_ms(f.base, 10);
 	cr_assert_eq(g.calls, 1);
-	cr_assert(g.len <= 512, "at most 512 bytes without EDNS");
+	cr_assert(g.len <= 60, "within the path's limit: %zu bytes", g.len);
+	cr_assert(tu_get16(g.msg + 2) & DNS_F_TC, "truncated, so the client asks over TCP");
+	cr_assert_eq(ancount(&g), 0);
 	/* Over TCP the whole answer. */
 	memset(&g, 0, sizeof(g));
 	ask(&f, q, n, true, &g);
@@ -350,5 +352,125 @@ Test(dns_server, free_with_waiting_queries_tells_their_owners)
 	f.s = NULL;
 	cr_assert_eq(g.calls, 1);
 	cr_assert_eq(g.len, 0);
+	teardown(&f);
+}
+
+/* ---- fake-IP ---- */
+
+static const char *fake_cfg =
+	"{\"tun\":{\"address6\":\"fd00:7f::1/64\"},\"dns\":{\"hijack\":true,\"servers\":["
+	"{\"tag\":\"u\",\"address\":\"udp://127.0.0.1:%u\"},"
+	"{\"tag\":\"corp\",\"address\":\"127.0.0.1:%u\"}],"
+	"\"rules\":[{\"domain_suffix\":[\"corp.example\"],\"server\":\"corp\"}],"
+	"\"fakeip\":{\"exclude\":{\"domain\":[\"a.test\"]}}}}";
+
+/* The answer's one address (A or AAAA, the last RR of the reply). */
+static void last_addr(const struct got *g, int family, uint8_t out[16])
+{
+	memset(out, 0, 16);
+	memcpy(out, g->msg + g->len - (family == 4 ? 4 : 16), family == 4 ? 4 : 16);
+}
+
+Test(dns_server, fakeip_answers_and_names)
+{
+	struct fix f;
+	struct got g = { 0 }, g2 = { 0 };
+	struct dns_server_stats st;
+	uint8_t q[512], a4[16], a6[16], other[16] = { 198, 19, 200, 200 };
+	char name[256];
+	size_t n;
+
+	setup(&f, fake_cfg);
+	n = mkq(q, 1, "www.Example.org", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(ancount(&g), 1);
+	cr_assert_eq(tu_get32(g.msg + g.len - 10), 1, "TTL 1 s");
+	last_addr(&g, 4, a4);
+	cr_assert(a4[0] == 198 && a4[1] == 19, "from 198.19.0.0/16");
+	n = mkq(q, 2, "www.example.org", DNS_T_A, 0);
+	ask(&f, q, n, false, &g2);
+	cr_assert_eq(memcmp(g2.msg + g2.len - 4, a4, 4), 0, "the same name, the same address");
+	cr_assert_eq(dns_server_fake_name(f.s, 4, a4, name, sizeof(name)), 15);
+	cr_assert_str_eq(name, "www.example.org", "stored in lower case");
+	cr_assert_eq(dns_server_fake_name(f.s, 4, other, name, sizeof(name)), 0,
+		     "in the range, mapped to nothing: refuse");
+	cr_assert_eq(dns_server_fake_name(f.s, 4, (const uint8_t[16]){ 192, 0, 2, 1 }, name,
+					  sizeof(name)), -ENOENT, "not a fake address");
+	memset(&g, 0, sizeof(g));
+	n = mkq(q, 3, "www.example.org", DNS_T_AAAA, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(ancount(&g), 1);
+	last_addr(&g, 6, a6);
+	cr_assert(a6[0] == 0xfd && a6[8] & 0x80, "from the upper half of fd00:7f::/64");
+	memset(&g, 0, sizeof(g));
+	n = mkq(q, 4, "www.example.org", DNS_T_HTTPS, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(rcode(&g), 0);
+	cr_assert_eq(ancount(&g), 0, "HTTPS of a fake name: empty");
+	cr_assert_eq(f.up.queries, 0, "nothing above reached an upstream");
+	dns_server_get_stats(f.s, &st);
+	cr_assert_eq(st.answered_fake, 3);
+	cr_assert_eq(st.fake_mappings, 2, "one name, one address per family");
+	teardown(&f);
+}
+
+Test(dns_server, fakeip_exclusions_rules_and_real_lookups)
+{
+	struct fix f;
+	struct got g = { 0 };
+	struct dns_ticket *t;
+	uint8_t q[512];
+	size_t n;
+
+	setup(&f, fake_cfg);
+	n = mkq(q, 1, "a.test", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(memcmp(g.msg + g.len - 4, "\xc0\x00\x02\x01", 4), 0, "excluded: the real 192.0.2.1");
+	memset(&g, 0, sizeof(g));
+	n = mkq(q, 2, "captive.apple.com", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(f.up.queries, 2, "a built-in exclusion goes upstream (NXDOMAIN there)");
+	cr_assert_eq(rcode(&g), DNS_R_NXDOMAIN);
+	memset(&g, 0, sizeof(g));
+	n = mkq(q, 3, "corp.example", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(memcmp(g.msg + g.len - 4, "\x0a\x01\x01\x01", 4), 0,
+		     "a name a rule sends to a server gets that server's real answer");
+	cr_assert_eq(f.up2.queries, 1);
+	/* The proxy's own lookups never get fake answers. */
+	memset(&g, 0, sizeof(g));
+	n = mkq(q, 4, "big.test", DNS_T_A, 0);
+	cr_assert_eq(dns_server_query_real(f.s, q, n, on_reply, &g, &t), 0);
+	for (int i = 0; i < 300 && g.calls == 0; i++)
+		loop_ms(f.base, 10);
+	cr_assert_eq(ancount(&g), 4, "the upstream's four real addresses");
+	teardown(&f);
+}
+
+Test(dns_server, fakeip_without_ipv6_and_with_ipv6_empty)
+{
+	struct fix f;
+	struct got g = { 0 };
+	uint8_t q[512];
+	size_t n;
+
+	/* No tun.address6: AAAA of a fake name is empty. */
+	setup(&f, "{\"dns\":{\"hijack\":true,\"servers\":[{\"tag\":\"u\",\"address\":"
+		  "\"127.0.0.1:%u\"},{\"tag\":\"v\",\"address\":\"127.0.0.1:%u\"}],\"fakeip\":{}}}");
+	n = mkq(q, 1, "www.example.org", DNS_T_AAAA, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(rcode(&g), 0);
+	cr_assert_eq(ancount(&g), 0);
+	teardown(&f);
+	/* ipv6 "empty" wins over an IPv6 fake range. */
+	memset(&g, 0, sizeof(g));
+	setup(&f, "{\"tun\":{\"address6\":\"fd00:7f::1/64\"},\"dns\":{\"hijack\":true,"
+		  "\"servers\":[{\"tag\":\"u\",\"address\":\"127.0.0.1:%u\"},{\"tag\":\"v\","
+		  "\"address\":\"127.0.0.1:%u\"}],\"ipv6\":\"empty\",\"fakeip\":{}}}");
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(ancount(&g), 0);
+	struct dns_server_stats st;
+	dns_server_get_stats(f.s, &st);
+	cr_assert_eq(st.fake_mappings, 0, "no IPv6 mapping was made");
 	teardown(&f);
 }
