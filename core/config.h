@@ -288,9 +288,10 @@ struct ts_dns {
 	uint32_t cache_size;                      /* entries; 0: no cache */
 	uint32_t cache_max_ttl_s;
 	struct ts_fakeip fakeip;
-	uint64_t resolver_sig;                    /* a hash of the resolver's keys as written
-						   * (servers, rules, final, hosts, ipv6, cache):
-						   * a reload tells whether they changed */
+	uint64_t resolver_sig;                    /* a hash of what the running resolver is
+						   * built from (servers, cache, fakeip but its
+						   * exclude): equal, a reload may hand it the
+						   * new rules, final, hosts, ipv6, exclude */
 };
 
 struct ts_stats {

@@ -650,21 +650,35 @@ static const struct cfgp_field dns_fields[] = {
 };
 static const struct cfgp_table dns_table = CFGP_TABLE(dns_fields, check_dns);
 
-/* FNV-1a over the resolver's keys as cJSON prints them (key order as written). */
+static uint64_t fnv_text(uint64_t h, const cJSON *e)
+{
+	char *text = e ? cJSON_PrintUnformatted(e) : NULL;
+
+	for (const char *c = text ? text : "-"; *c; c++)
+		h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
+	cJSON_free(text);
+	return (h ^ '|') * 0x100000001b3ULL;
+}
+
+/* FNV-1a over what the running resolver is built from and cannot change (its servers, its
+ * cache, the fake-IP pool: everything but fakeip.exclude), as cJSON prints it. */
 static uint64_t resolver_sig(const cJSON *item)
 {
-	static const char *const keys[] = { "servers", "rules", "final", "hosts", "ipv6", "cache",
-					    "fakeip" };
+	const cJSON *fake = cJSON_GetObjectItemCaseSensitive(item, "fakeip"), *e;
 	uint64_t h = 0xcbf29ce484222325ULL;
 
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-		const cJSON *e = cJSON_GetObjectItemCaseSensitive(item, keys[i]);
-		char *text = e ? cJSON_PrintUnformatted(e) : NULL;
-		for (const char *c = text ? text : "-"; *c; c++)
-			h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
-		h = (h ^ '|') * 0x100000001b3ULL;
-		cJSON_free(text);
-	}
+	h = fnv_text(h, cJSON_GetObjectItemCaseSensitive(item, "servers"));
+	h = fnv_text(h, cJSON_GetObjectItemCaseSensitive(item, "cache"));
+	h = fnv_text(h, cJSON_GetObjectItemCaseSensitive(item, "hijack"));
+	if (!fake)
+		return h;
+	h = (h ^ 'F') * 0x100000001b3ULL; /* an empty fakeip object is not an absent one */
+	cJSON_ArrayForEach(e, fake)
+		if (strcmp(e->string, "exclude") != 0) {
+			for (const char *c = e->string; *c; c++)
+				h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
+			h = fnv_text(h, e);
+		}
 	return h;
 }
 

@@ -676,6 +676,20 @@ fail:
 	return ret;
 }
 
+int dns_server_reconfigure(struct dns_server *s, const struct ts_config *cfg)
+{
+	if (cfg->dns.resolver_sig != s->cfg->dns.resolver_sig ||
+	    cfg->dns.n_servers != s->cfg->dns.n_servers)
+		return -EBUSY;
+	s->cfg = cfg;
+	return 0;
+}
+
+const struct ts_config *dns_server_config(const struct dns_server *s)
+{
+	return s->cfg;
+}
+
 /* Every query still waiting gets fn(arg, NULL, 0), so its owner can let go of it. */
 void dns_server_free(struct dns_server *s)
 {

@@ -52,6 +52,14 @@ typedef void (*dns_reply_fn)(void *arg, const uint8_t *msg, size_t len);
  * 0 and *out, or -EINVAL (no servers, no budget), -ENOMEM, an upstream's -errno. */
 int dns_server_new(struct event_base *base, const struct ts_config *cfg, struct budget *b,
 		   struct dns_server **out) __attribute__((warn_unused_result));
+/* Reload: the resolver reads its rules, final, hosts, ipv6 and fake-IP exclusions (and the
+ * rule sets they name) from cfg from now on, if cfg's servers, cache and fake-IP pool are the
+ * ones it runs (resolver_sig equal): 0. Else -EBUSY and nothing changes (a restart applies
+ * them). cfg must outlive its use: until the next successful call or dns_server_free. */
+int dns_server_reconfigure(struct dns_server *s, const struct ts_config *cfg);
+/* The configuration the resolver reads now. */
+const struct ts_config *dns_server_config(const struct dns_server *s);
+
 /* Every query still waiting gets its fn with len 0 (nothing to send), so that its owner lets
  * go of it. */
 void dns_server_free(struct dns_server *s);

@@ -12,6 +12,7 @@
 #include "dispatch/dispatcher.h"
 #include "dispatch/udp.h"
 #include "runtime/privdrop.h"
+#include "dns/server.h"
 #include "runtime/proxy.h"
 #include "runtime/routing.h"
 
@@ -19,7 +20,7 @@
  * (as its current one) still use it. */
 struct cfg_gen {
 	struct ts_config cfg;  /* first: a struct ts_config * converts back */
-	int users;             /* dispatcher + UDP path that have not released it */
+	int users;             /* dispatcher + UDP path (+ the resolver) that have not released it */
 	struct cfg_gen *next;
 };
 
@@ -108,8 +109,8 @@ static void keep_fixed(const struct ts_config *old, const struct budget_limits *
 	n->budget = old->budget;
 	KEEP(&k, old, n, stats, "stats.listen");
 	KEEP(&k, old, n, dns.hijack, "dns.hijack");
-	/* The resolver is built once from the start configuration (its servers, rules, hosts and
-	 * cache live as long as the proxy): its keys change only with a restart. */
+	/* The resolver's servers, cache and fake-IP pool live as long as the proxy: when they
+	 * differ it keeps running as it is, rules and hosts included (proxy_reload). */
 	note_kept(&k, old->dns.resolver_sig != n->dns.resolver_sig, "dns.resolver");
 	KEEP(&k, old, n, user, "user");
 	/* Derived from the TUN and nat sections, which are now the running ones. */
@@ -245,6 +246,15 @@ int proxy_reload(struct ts_proxy *p, struct reload_prep *r, int prep_ret, const 
 	p->generation++;
 	dispatcher_set_config(p->disp, &g->cfg, on_release, p);
 	udp_path_set_config(p->udp, &g->cfg, on_release, p);
+	/* The resolver takes the new rules and hosts when it can; it holds the configuration it
+	 * reads like the other users. */
+	if (p->dns) {
+		const struct ts_config *was = dns_server_config(p->dns);
+		if (dns_server_reconfigure(p->dns, &g->cfg) == 0) {
+			g->users++;
+			on_release(p, was);
+		}
+	}
 	snprintf(p->reload_kept, sizeof(p->reload_kept), "%s", r->kept);
 	if (r->kept[0])
 		log_warn(&p->log, "reload: kept as they run (they change only with a restart): %s",

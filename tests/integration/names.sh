@@ -147,6 +147,27 @@ check "3. dnsmasq was asked for it over TCP" grep -q "query\[A\] x.corp.twinstac
 check "3. AAAA answered empty (ipv6: empty)" test "$(status @"$NORES" v6.twinstack AAAA)" = NOERROR
 check "3. and dnsmasq never asked for it" test "$(upstream_queries AAAA v6.twinstack)" -eq 0
 
+# 3b. SIGHUP: new dns.rules apply to the running resolver; new servers do not (kept, reported).
+gen_above() { [ "$(stat config.generation "$(stats)")" -gt "$1" ] 2>/dev/null; }
+g0=$(stat config.generation "$(stats)")
+jq '.dns.rules += [{domain: ["late.test.twinstack"], action: "refuse"}]' "$TMP/cfg.json" \
+	>"$TMP/cfg.new" && cp "$TMP/cfg.new" "$TMP/cfg.json"
+kill -HUP "$TS_PID"
+wait_until 50 0.1 gen_above "$g0"
+check "3b. after SIGHUP a new dns rule refuses its name" \
+	test "$(status @"$NORES" late.test.twinstack A)" = REFUSED
+jq '.dns.servers[0].address = "udp://10.202.0.2:5353"' "$TMP/cfg.json" >"$TMP/cfg.new" &&
+	cp "$TMP/cfg.new" "$TMP/cfg.json"
+kill -HUP "$TS_PID"
+wait_until 50 0.1 gen_above $((g0 + 1))
+kept=$(stat reload.kept "$(stats)")
+case $kept in *dns.resolver*) ok "3b. a server change is kept for a restart (reload.kept: $kept)" ;;
+*) not_ok "3b. a server change is kept for a restart" "reload.kept: '$kept'" ;; esac
+check "3b. and the running resolver still answers through its server" \
+	test "$(q @"$NORES" late2.test.twinstack A)" = 10.9.8.7
+check "3b. with its rules as they were (the late rule still refuses)" \
+	test "$(status @"$NORES" late.test.twinstack A)" = REFUSED
+
 # 4. Malformed queries: dropped and counted, the resolver keeps answering.
 s3=$(stats)
 inD "$PY" - "$NORES" >"$TMP/bad.json" <<'EOF'

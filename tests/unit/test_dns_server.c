@@ -474,3 +474,42 @@ Test(dns_server, fakeip_without_ipv6_and_with_ipv6_empty)
 	cr_assert_eq(st.fake_mappings, 0, "no IPv6 mapping was made");
 	teardown(&f);
 }
+
+/* Reload: new rules are taken when the servers, cache and fake pool are the running ones. */
+Test(dns_server, reconfigure_takes_rules_but_not_servers)
+{
+	struct fix f;
+	struct ts_config c2, c3;
+	struct got g = { 0 };
+	char json[2048], err[256];
+	uint8_t q[512];
+	size_t n;
+
+	setup(&f, basic);
+	snprintf(json, sizeof(json),
+		 "{\"dns\":{\"hijack\":true,\"servers\":[{\"tag\":\"u\",\"address\":\"udp://127.0.0.1:%u\"},"
+		 "{\"tag\":\"corp\",\"address\":\"127.0.0.1:%u\"}],"
+		 "\"rules\":[{\"domain\":[\"a.test\"],\"action\":\"refuse\"}],\"cache\":{\"size\":64}}}",
+		 f.up.port, f.up2.port);
+	config_init(&c2);
+	cr_assert_eq(config_load_string(json, &c2, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(dns_server_reconfigure(f.s, &c2), 0);
+	cr_assert_eq(dns_server_config(f.s), &c2);
+	n = mkq(q, 1, "a.test", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(rcode(&g), DNS_R_REFUSED, "the new rule");
+	memset(&g, 0, sizeof(g));
+	n = mkq(q, 2, "printer.lan", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(ancount(&g), 0, "the old hosts are gone with the old configuration");
+	snprintf(json, sizeof(json),
+		 "{\"dns\":{\"hijack\":true,\"servers\":[{\"tag\":\"u\",\"address\":\"udp://127.0.0.1:%u\"}]}}",
+		 f.up.port);
+	config_init(&c3);
+	cr_assert_eq(config_load_string(json, &c3, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(dns_server_reconfigure(f.s, &c3), -EBUSY, "other servers: a restart");
+	cr_assert_eq(dns_server_config(f.s), &c2, "nothing changed");
+	teardown(&f);
+	config_fini(&c2);
+	config_fini(&c3);
+}
