@@ -349,6 +349,11 @@ int dns_build_from_answer(uint8_t *out, size_t cap, size_t limit, const struct d
 		put_opt(out + n);
 		n += DNS_OPT_LEN;
 	}
+	/* A name may point into bytes of another RR's TTL (a forged answer can make one do so):
+	 * aged, they would read as another name or length. The reply must parse as it was. */
+	struct dns_answer chk;
+	if (a->n_ttl && dns_parse_answer(out, (size_t)n, q->id, &q->q, &chk) != 0)
+		return -EBADMSG;
 	return n;
 }
 

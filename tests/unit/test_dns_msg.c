@@ -384,3 +384,36 @@ Test(dns_msg, the_upstream_query_round_trips)
 	cq.q.nameable = true;
 	cr_assert_eq(dns_build_query(out, 20, 1, &cq.q), -ENOSPC);
 }
+
+/* An answer whose second RR's name points into the first RR's TTL bytes: with the TTL aged,
+ * that name would read as another one. The rebuilt reply is refused (the caller answers
+ * SERVFAIL); unaged, it is the answer as it parsed. */
+Test(dns_msg, a_name_pointing_into_a_ttl_is_not_rebuilt_aged)
+{
+	struct msg q, ans;
+	struct dns_query cq;
+	struct dns_answer a, back;
+	uint8_t out[1024];
+	size_t ttl_at;
+	int n;
+
+	hdr(&q, 0x0101, DNS_F_RD, 1, 0, 0, 0);
+	question(&q, "x.test", DNS_T_A);
+	cq = parse_q(&q);
+	hdr(&ans, 0x0202, DNS_F_QR | DNS_F_RD | DNS_F_RA, 1, 2, 0, 0);
+	question(&ans, "x.test", DNS_T_A);
+	/* RR 1: x.test A, TTL 0x00010100: its bytes 01 01 00 read as the name "\x01" then root. */
+	u16(&ans, 0xc00c), u16(&ans, DNS_T_A), u16(&ans, 1);
+	ttl_at = ans.n;
+	u32(&ans, 0x00010100), u16(&ans, 4), u8(&ans, 192), u8(&ans, 0), u8(&ans, 2), u8(&ans, 1);
+	/* RR 2: its name is a pointer to the TTL's second byte: the label "\x01" "\x00"... */
+	u16(&ans, (uint16_t)(0xc000 | (ttl_at + 1))), u16(&ans, DNS_T_A), u16(&ans, 1);
+	u32(&ans, 60), u16(&ans, 4), u8(&ans, 192), u8(&ans, 0), u8(&ans, 2), u8(&ans, 2);
+	cr_assert_eq(dns_parse_answer(ans.b, ans.n, 0x0202, &cq.q, &a), 0, "it parses as sent");
+	n = dns_build_from_answer(out, sizeof(out), 512, &cq, q.b, ans.b, &a, 0);
+	cr_assert_gt(n, 0, "unaged: the same bytes");
+	cr_assert_eq(dns_parse_answer(out, (size_t)n, 0x0101, &cq.q, &back), 0);
+	/* Aged by 2 s: the TTL becomes 0x000100fe, its byte 01 00 fe: a label of length 0xfe. */
+	n = dns_build_from_answer(out, sizeof(out), 512, &cq, q.b, ans.b, &a, 2);
+	cr_assert_eq(n, -EBADMSG);
+}
