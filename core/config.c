@@ -474,34 +474,6 @@ static int f_rule_port(struct cfgp *p, const cJSON *item, void *target)
 	return 0;
 }
 
-/* domain, domain_suffix, domain_keyword, domain_regex, rule_set: into r->names. */
-static int f_rule_domain(struct cfgp *p, const cJSON *item, void *target)
-{
-	return config_names_parse(p, item, CONFIG_NAMES_DOMAIN, &((struct ts_rule *)target)->names);
-}
-
-static int f_rule_suffix(struct cfgp *p, const cJSON *item, void *target)
-{
-	return config_names_parse(p, item, CONFIG_NAMES_SUFFIX, &((struct ts_rule *)target)->names);
-}
-
-static int f_rule_keyword(struct cfgp *p, const cJSON *item, void *target)
-{
-	return config_names_parse(p, item, CONFIG_NAMES_KEYWORD,
-				  &((struct ts_rule *)target)->names);
-}
-
-static int f_rule_regex(struct cfgp *p, const cJSON *item, void *target)
-{
-	return config_names_parse(p, item, CONFIG_NAMES_REGEX, &((struct ts_rule *)target)->names);
-}
-
-static int f_rule_set(struct cfgp *p, const cJSON *item, void *target)
-{
-	return config_names_parse(p, item, CONFIG_NAMES_RULE_SET,
-				  &((struct ts_rule *)target)->names);
-}
-
 enum { RULE_CIDR, RULE_PORT, RULE_NETWORK, RULE_OUTBOUND, RULE_DOMAIN, RULE_SUFFIX, RULE_KEYWORD,
        RULE_REGEX, RULE_RULE_SET };
 
@@ -525,11 +497,11 @@ static const struct cfgp_field rule_fields[] = {
 			   .off = offsetof(struct ts_rule, network) },
 	[RULE_OUTBOUND] = { .key = "outbound", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
 			    .off = offsetof(struct ts_rule, outbound_tag) },
-	[RULE_DOMAIN] = { .key = "domain", .kind = CFGP_FN, .fn = f_rule_domain },
-	[RULE_SUFFIX] = { .key = "domain_suffix", .kind = CFGP_FN, .fn = f_rule_suffix },
-	[RULE_KEYWORD] = { .key = "domain_keyword", .kind = CFGP_FN, .fn = f_rule_keyword },
-	[RULE_REGEX] = { .key = "domain_regex", .kind = CFGP_FN, .fn = f_rule_regex },
-	[RULE_RULE_SET] = { .key = "rule_set", .kind = CFGP_FN, .fn = f_rule_set },
+	[RULE_DOMAIN] = { .key = "domain", .kind = CFGP_FN, .fn = config_names_f_domain },
+	[RULE_SUFFIX] = { .key = "domain_suffix", .kind = CFGP_FN, .fn = config_names_f_suffix },
+	[RULE_KEYWORD] = { .key = "domain_keyword", .kind = CFGP_FN, .fn = config_names_f_keyword },
+	[RULE_REGEX] = { .key = "domain_regex", .kind = CFGP_FN, .fn = config_names_f_regex },
+	[RULE_RULE_SET] = { .key = "rule_set", .kind = CFGP_FN, .fn = config_names_f_rule_set },
 };
 static const struct cfgp_table rule_table = CFGP_TABLE(rule_fields, check_rule);
 

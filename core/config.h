@@ -196,15 +196,16 @@ struct ts_names {
 
 /* A route rule matches when every matcher it has matches (a list matches if any entry does). */
 struct ts_rule {
+	/* domain, domain_suffix, domain_keyword, domain_regex, rule_set: the destination's name
+	 * must match (config_names_match); empty = no name matcher. A session without a name
+	 * never matches a rule that has one. First: the name keys' parsers take the rule as
+	 * its names (config_names.h). */
+	struct ts_names names;
 	struct netaddr_cidr *cidrs;               /* destination networks (host bits cleared) */
 	size_t n_cidrs;                           /* 0 = no cidr matcher */
 	struct ts_port_range *ports;              /* destination ports */
 	size_t n_ports;                           /* 0 = no port matcher */
 	enum ts_network network;
-	/* domain, domain_suffix, domain_keyword, domain_regex, rule_set: the destination's name
-	 * must match (config_names_match); empty = no name matcher. A session without a name
-	 * never matches a rule that has one. */
-	struct ts_names names;
 	char outbound_tag[TS_TAG_MAX + 1];
 	uint32_t outbound;                        /* index into ts_config.outbounds */
 };
@@ -246,7 +247,8 @@ struct ts_dns_server {
 };
 
 struct ts_dns_rule {
-	struct ts_names names;                    /* the question's name must match */
+	struct ts_names names;                    /* the question's name must match (first: as
+						   * in ts_rule) */
 	enum ts_dns_action action;
 	char server_tag[TS_TAG_MAX + 1];          /* TS_DNS_ACT_SERVER */
 	uint32_t server;                          /* index into ts_dns.servers */

@@ -272,33 +272,6 @@ static int f_servers(struct cfgp *p, const cJSON *item, void *target)
 
 /* ---- rules -------------------------------------------------------------------------------- */
 
-static int f_domain(struct cfgp *p, const cJSON *item, void *target)
-{
-	return config_names_parse(p, item, CONFIG_NAMES_DOMAIN, &((struct ts_dns_rule *)target)->names);
-}
-
-static int f_suffix(struct cfgp *p, const cJSON *item, void *target)
-{
-	return config_names_parse(p, item, CONFIG_NAMES_SUFFIX, &((struct ts_dns_rule *)target)->names);
-}
-
-static int f_keyword(struct cfgp *p, const cJSON *item, void *target)
-{
-	return config_names_parse(p, item, CONFIG_NAMES_KEYWORD,
-				  &((struct ts_dns_rule *)target)->names);
-}
-
-static int f_regex(struct cfgp *p, const cJSON *item, void *target)
-{
-	return config_names_parse(p, item, CONFIG_NAMES_REGEX, &((struct ts_dns_rule *)target)->names);
-}
-
-static int f_rule_set(struct cfgp *p, const cJSON *item, void *target)
-{
-	return config_names_parse(p, item, CONFIG_NAMES_RULE_SET,
-				  &((struct ts_dns_rule *)target)->names);
-}
-
 static int f_action(struct cfgp *p, const cJSON *item, void *target)
 {
 	struct ts_dns_rule *r = target;
@@ -325,11 +298,11 @@ static int check_dns_rule(struct cfgp *p, void *target, uint32_t present)
 }
 
 static const struct cfgp_field dns_rule_fields[] = {
-	[DR_DOMAIN] = { .key = "domain", .kind = CFGP_FN, .fn = f_domain },
-	[DR_SUFFIX] = { .key = "domain_suffix", .kind = CFGP_FN, .fn = f_suffix },
-	[DR_KEYWORD] = { .key = "domain_keyword", .kind = CFGP_FN, .fn = f_keyword },
-	[DR_REGEX] = { .key = "domain_regex", .kind = CFGP_FN, .fn = f_regex },
-	[DR_RULE_SET] = { .key = "rule_set", .kind = CFGP_FN, .fn = f_rule_set },
+	[DR_DOMAIN] = { .key = "domain", .kind = CFGP_FN, .fn = config_names_f_domain },
+	[DR_SUFFIX] = { .key = "domain_suffix", .kind = CFGP_FN, .fn = config_names_f_suffix },
+	[DR_KEYWORD] = { .key = "domain_keyword", .kind = CFGP_FN, .fn = config_names_f_keyword },
+	[DR_REGEX] = { .key = "domain_regex", .kind = CFGP_FN, .fn = config_names_f_regex },
+	[DR_RULE_SET] = { .key = "rule_set", .kind = CFGP_FN, .fn = config_names_f_rule_set },
 	[DR_SERVER] = { .key = "server", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
 			.off = offsetof(struct ts_dns_rule, server_tag) },
 	[DR_ACTION] = { .key = "action", .kind = CFGP_FN, .fn = f_action },
@@ -525,49 +498,18 @@ static int f_persist(struct cfgp *p, const cJSON *item, void *target)
 	return 0;
 }
 
-static int fake_exclude_key(struct cfgp *p, const cJSON *item, void *target,
-			    enum config_names_key key)
-{
-	return config_names_parse(p, item, key, &((struct ts_fakeip *)target)->exclude);
-}
-
-static int f_ex_domain(struct cfgp *p, const cJSON *item, void *target)
-{
-	return fake_exclude_key(p, item, target, CONFIG_NAMES_DOMAIN);
-}
-
-static int f_ex_suffix(struct cfgp *p, const cJSON *item, void *target)
-{
-	return fake_exclude_key(p, item, target, CONFIG_NAMES_SUFFIX);
-}
-
-static int f_ex_keyword(struct cfgp *p, const cJSON *item, void *target)
-{
-	return fake_exclude_key(p, item, target, CONFIG_NAMES_KEYWORD);
-}
-
-static int f_ex_regex(struct cfgp *p, const cJSON *item, void *target)
-{
-	return fake_exclude_key(p, item, target, CONFIG_NAMES_REGEX);
-}
-
-static int f_ex_rule_set(struct cfgp *p, const cJSON *item, void *target)
-{
-	return fake_exclude_key(p, item, target, CONFIG_NAMES_RULE_SET);
-}
-
 static const struct cfgp_field exclude_fields[] = {
-	{ .key = "domain", .kind = CFGP_FN, .fn = f_ex_domain },
-	{ .key = "domain_suffix", .kind = CFGP_FN, .fn = f_ex_suffix },
-	{ .key = "domain_keyword", .kind = CFGP_FN, .fn = f_ex_keyword },
-	{ .key = "domain_regex", .kind = CFGP_FN, .fn = f_ex_regex },
-	{ .key = "rule_set", .kind = CFGP_FN, .fn = f_ex_rule_set },
+	{ .key = "domain", .kind = CFGP_FN, .fn = config_names_f_domain },
+	{ .key = "domain_suffix", .kind = CFGP_FN, .fn = config_names_f_suffix },
+	{ .key = "domain_keyword", .kind = CFGP_FN, .fn = config_names_f_keyword },
+	{ .key = "domain_regex", .kind = CFGP_FN, .fn = config_names_f_regex },
+	{ .key = "rule_set", .kind = CFGP_FN, .fn = config_names_f_rule_set },
 };
 static const struct cfgp_table exclude_table = CFGP_TABLE(exclude_fields, NULL);
 
 static int f_exclude(struct cfgp *p, const cJSON *item, void *target)
 {
-	return cfgp_object(p, item, &exclude_table, target, NULL);
+	return cfgp_object(p, item, &exclude_table, &((struct ts_fakeip *)target)->exclude, NULL);
 }
 
 enum { FK_ENABLED, FK_R4, FK_R6, FK_MAX, FK_REUSE, FK_EXCLUDE, FK_PERSIST };

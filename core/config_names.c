@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,4 +350,32 @@ void config_rule_sets_summary(const struct ts_config *cfg, char *buf, size_t len
 	}
 	if (used < len)
 		snprintf(buf + used, len - used, "]");
+}
+
+_Static_assert(offsetof(struct ts_rule, names) == 0, "the name parsers take a rule as its names");
+_Static_assert(offsetof(struct ts_dns_rule, names) == 0, "the name parsers take a rule as its names");
+
+int config_names_f_domain(struct cfgp *p, const cJSON *item, void *target)
+{
+	return config_names_parse(p, item, CONFIG_NAMES_DOMAIN, target);
+}
+
+int config_names_f_suffix(struct cfgp *p, const cJSON *item, void *target)
+{
+	return config_names_parse(p, item, CONFIG_NAMES_SUFFIX, target);
+}
+
+int config_names_f_keyword(struct cfgp *p, const cJSON *item, void *target)
+{
+	return config_names_parse(p, item, CONFIG_NAMES_KEYWORD, target);
+}
+
+int config_names_f_regex(struct cfgp *p, const cJSON *item, void *target)
+{
+	return config_names_parse(p, item, CONFIG_NAMES_REGEX, target);
+}
+
+int config_names_f_rule_set(struct cfgp *p, const cJSON *item, void *target)
+{
+	return config_names_parse(p, item, CONFIG_NAMES_RULE_SET, target);
 }

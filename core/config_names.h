@@ -37,6 +37,14 @@ void config_rule_sets_summary(const struct ts_config *cfg, char *buf, size_t len
 /* One name key's value (a non-empty array of strings) into m. */
 int config_names_parse(struct cfgp *p, const cJSON *item, enum config_names_key key,
 		       struct ts_names *m);
+/* The name keys as CFGP_FN fields: target is a struct ts_names, or a rule whose first member
+ * is its struct ts_names (struct ts_rule, struct ts_dns_rule). */
+int config_names_f_domain(struct cfgp *p, const cJSON *item, void *target);
+int config_names_f_suffix(struct cfgp *p, const cJSON *item, void *target);
+int config_names_f_keyword(struct cfgp *p, const cJSON *item, void *target);
+int config_names_f_regex(struct cfgp *p, const cJSON *item, void *target);
+int config_names_f_rule_set(struct cfgp *p, const cJSON *item, void *target);
+
 /* Resolve m's rule_set tags; p's path is the rule object ("$.route.rules[3]"). */
 int config_names_resolve(struct cfgp *p, const struct ts_config *cfg, struct ts_names *m);
 void config_names_fini(struct ts_names *m);
