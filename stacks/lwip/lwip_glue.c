@@ -8,7 +8,18 @@
  * free, sys_now) take no context argument. Everything that does get a context
  * (netif output and input hooks: netif->state; pcb callbacks: tcp_arg) finds its stack through
  * it, in stacks/lwip/lwip_stack.c. Each block records the budget it was charged to, so a block
- * freed after the claim moved on is released to the right one. */
+ * freed after the claim moved on is released to the right one.
+ *
+ * Large blocks are kept for reuse. lwIP allocates every input segment, an offloaded receive of
+ * up to 64 KiB included, with mem_malloc and frees it when the relay has taken its bytes. Given
+ * straight to glibc, that churn keeps pushing the heap's free top past glibc's trim threshold
+ * (128 KiB unless tuned), and every such free hands the pages back (madvise(MADV_DONTNEED) in a
+ * thread's arena, with a TLB shootdown across CPUs; brk in the main one) only for the next
+ * receive to fault them in again. So blocks of more than 4 KiB are rounded up to a power of two
+ * (8 to 128 KiB) and, when freed, kept on a per-size free list, up to LW_CACHE_CLASS_BYTES per
+ * size and LW_CACHE_BYTES in all. A block is charged to the budget at its rounded size (what it
+ * occupies); a cached block is not in use and is charged to nothing. lwip_glue_trim empties the
+ * lists, as the stack does when its last pcb is gone. */
 #include "stacks/lwip/lwip_glue.h"
 
 #include <errno.h>
@@ -26,10 +37,27 @@
 #include "core/budget.h"
 #include "core/clock.h"
 
+/* 16 bytes, so the block's payload keeps malloc's alignment. */
 struct blk {
-	uint64_t size;
+	uint32_t size; /* bytes charged to budget and to lwip_bytes */
+	uint32_t cls;  /* 1 + the size class, 0: not rounded, given back to glibc when freed */
 	struct budget *budget;
 };
+
+#define LW_CLASS_MIN_SHIFT 13 /* 8 KiB: smaller blocks are malloc's own business */
+#define LW_CLASS_MAX_SHIFT 17 /* 128 KiB: a 64 KiB offloaded receive and its pbuf fit */
+#define LW_CLASSES (LW_CLASS_MAX_SHIFT - LW_CLASS_MIN_SHIFT + 1)
+#define LW_CACHE_CLASS_BYTES (1u << 20)
+#define LW_CACHE_BYTES (2u << 20)
+
+/* A cached block's payload holds the link. Touched by the owner's thread only (lwIP is called
+ * from one thread; see lwip_glue_claim); lwip_cached is also read by stats. */
+struct cached {
+	struct cached *next;
+};
+static struct cached *lw_cache[LW_CLASSES];
+static uint32_t lw_cache_bytes_class[LW_CLASSES];
+static _Atomic uint64_t lwip_cached;
 
 /* Set while an lwIP stack owns lwIP (lwip_glue_claim .. lwip_glue_release): lwIP's pcb lists and
  * netif cannot serve two stacks. Atomic, so two proxies starting on two threads cannot both
@@ -58,6 +86,7 @@ int lwip_glue_claim(struct budget *b)
 
 void lwip_glue_release(void)
 {
+	lwip_glue_trim();
 	lwip_budget = NULL;
 	atomic_store_explicit(&lwip_claimed, false, memory_order_release);
 }
@@ -72,21 +101,86 @@ uint64_t lwip_glue_mem_bytes(void)
 	return atomic_load_explicit(&lwip_bytes, memory_order_relaxed);
 }
 
+/* The size class of a block of total bytes (header included): 1 + index, or 0 for none. */
+static uint32_t size_class(size_t total)
+{
+	uint32_t shift = LW_CLASS_MIN_SHIFT;
+
+	if (total <= (1u << (LW_CLASS_MIN_SHIFT - 1)) || total > (1u << LW_CLASS_MAX_SHIFT))
+		return 0;
+	while ((1u << shift) < total)
+		shift++;
+	return shift - LW_CLASS_MIN_SHIFT + 1;
+}
+
+static struct blk *cache_pop(uint32_t cls)
+{
+	struct cached *c = lw_cache[cls - 1];
+
+	if (!c)
+		return NULL;
+	lw_cache[cls - 1] = c->next;
+	lw_cache_bytes_class[cls - 1] -= 1u << (LW_CLASS_MIN_SHIFT + cls - 1);
+	atomic_fetch_sub_explicit(&lwip_cached, 1u << (LW_CLASS_MIN_SHIFT + cls - 1),
+				  memory_order_relaxed);
+	return (struct blk *)c;
+}
+
+/* Keep h for reuse if its class has room and lwIP is owned; false: the caller frees it. */
+static bool cache_push(struct blk *h)
+{
+	uint32_t bytes = 1u << (LW_CLASS_MIN_SHIFT + h->cls - 1);
+	struct cached *c = (struct cached *)h;
+
+	if (!lwip_budget || lw_cache_bytes_class[h->cls - 1] + bytes > LW_CACHE_CLASS_BYTES ||
+	    atomic_load_explicit(&lwip_cached, memory_order_relaxed) + bytes > LW_CACHE_BYTES)
+		return false;
+	c->next = lw_cache[h->cls - 1];
+	lw_cache[h->cls - 1] = c;
+	lw_cache_bytes_class[h->cls - 1] += bytes;
+	atomic_fetch_add_explicit(&lwip_cached, bytes, memory_order_relaxed);
+	return true;
+}
+
+void lwip_glue_trim(void)
+{
+	for (uint32_t cls = 1; cls <= LW_CLASSES; cls++) {
+		struct blk *h;
+
+		while ((h = cache_pop(cls)))
+			free(h);
+	}
+}
+
+uint64_t lwip_glue_cached_bytes(void)
+{
+	return atomic_load_explicit(&lwip_cached, memory_order_relaxed);
+}
+
 void *ts_lwip_malloc(size_t size)
 {
-	struct blk *h;
+	struct blk *h = NULL;
+	uint32_t cls, charged;
 
-	if (lwip_budget && budget_bytes_reserve(lwip_budget, size) != 0)
+	if (size > UINT32_MAX - sizeof(*h))
+		return NULL;
+	cls = size_class(sizeof(*h) + size);
+	charged = cls ? 1u << (LW_CLASS_MIN_SHIFT + cls - 1) : (uint32_t)size;
+	if (lwip_budget && budget_bytes_reserve(lwip_budget, charged) != 0)
 		return NULL; /* lwIP handles a failed allocation: drops, smaller windows, ERR_MEM */
-	h = malloc(sizeof(*h) + size);
+	if (cls)
+		h = cache_pop(cls);
+	if (!h)
+		h = malloc(cls ? charged : sizeof(*h) + size);
 	if (!h) {
 		if (lwip_budget)
-			budget_bytes_release(lwip_budget, size);
+			budget_bytes_release(lwip_budget, charged);
 		return NULL;
 	}
-	h->size = size;
+	h->size = charged;
+	h->cls = cls;
 	h->budget = lwip_budget;
-	atomic_fetch_add_explicit(&lwip_bytes, size, memory_order_relaxed);
+	atomic_fetch_add_explicit(&lwip_bytes, charged, memory_order_relaxed);
 	return h + 1;
 }
 
@@ -110,7 +204,8 @@ void ts_lwip_free(void *p)
 	atomic_fetch_sub_explicit(&lwip_bytes, h->size, memory_order_relaxed);
 	if (h->budget)
 		budget_bytes_release(h->budget, h->size);
-	free(h);
+	if (!h->cls || !cache_push(h))
+		free(h);
 }
 
 u32_t sys_now(void)

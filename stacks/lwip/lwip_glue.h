@@ -5,6 +5,7 @@
 #define TS_STACKS_LWIP_GLUE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct budget;
@@ -18,7 +19,15 @@ void lwip_glue_release(void);
 /* Is lwIP owned now? A snapshot (any thread): a start may still race; the claim decides. */
 bool lwip_glue_claimed(void);
 
-/* The bytes lwIP holds now (any thread). */
+/* The bytes lwIP holds now (any thread); a block kept for reuse is not held. */
 uint64_t lwip_glue_mem_bytes(void);
+/* The bytes of freed blocks kept for reuse (any thread), at most 2 MiB. */
+uint64_t lwip_glue_cached_bytes(void);
+/* lwIP's allocator, as lwIP calls it through include/arch/cc.h (declared here too for tests):
+ * charged to the owner's budget; NULL when over budget or out of memory. */
+void *ts_lwip_malloc(size_t size);
+void ts_lwip_free(void *p);
+/* Give the blocks kept for reuse back to the system (the owner's thread; release does it). */
+void lwip_glue_trim(void);
 
 #endif

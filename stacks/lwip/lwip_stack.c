@@ -144,8 +144,10 @@ static void on_tmr(evutil_socket_t fd, short what, void *arg)
 	/* The last pcb is gone: give lwIP's freed windows and segments back to the system (glibc
 	 * keeps freed heap otherwise, and an idle proxy would sit at its peak RSS). Once per
 	 * busy-to-idle transition, never on a timer of its own. */
-	if (!st->tmr_armed)
+	if (!st->tmr_armed) {
+		lwip_glue_trim();
 		malloc_trim(0);
+	}
 }
 
 static void pcbs_changed(void *arg)
@@ -871,6 +873,7 @@ static void lw_counters(struct netstack *ns,
 		fn(arg, name, ctr_get(&st->ctr.drop_parse[r]));
 	}
 	fn(arg, "lwip_mem_bytes", lwip_glue_mem_bytes());
+	fn(arg, "lwip_mem_cached_bytes", lwip_glue_cached_bytes());
 	if (st->train) {
 		const struct gso_stats *g = gso_train_stats(st->train);
 		fn(arg, "gso_trains", ctr_get(&g->trains));
