@@ -16,10 +16,13 @@
  * (128 KiB unless tuned), and every such free hands the pages back (madvise(MADV_DONTNEED) in a
  * thread's arena, with a TLB shootdown across CPUs; brk in the main one) only for the next
  * receive to fault them in again. So blocks of more than 4 KiB are rounded up to a power of two
- * (8 to 128 KiB) and, when freed, kept on a per-size free list, up to LW_CACHE_CLASS_BYTES per
- * size and LW_CACHE_BYTES in all. A block is charged to the budget at its rounded size (what it
- * occupies); a cached block is not in use and is charged to nothing. lwip_glue_trim empties the
- * lists, as the stack does when its last pcb is gone. */
+ * (8 to 128 KiB) and, when freed, kept on a per-size free list, up to an eighth of the budget's
+ * buffer bytes and never more than LW_CACHE_MAX_BYTES in all (16 uploads with full 256 KiB
+ * windows free 4 MiB in a burst when the relay drains them), and only while the budget's
+ * pressure tier is normal. A block is charged to the budget at its rounded size (what it
+ * occupies); a kept block is not in use and is charged to nothing. Kept blocks never raise the
+ * peak: they are bytes lwIP held a moment before. lwip_glue_trim empties the lists, as the
+ * stack does when its last pcb is gone. */
 #include "stacks/lwip/lwip_glue.h"
 
 #include <errno.h>
@@ -47,8 +50,7 @@ struct blk {
 #define LW_CLASS_MIN_SHIFT 13 /* 8 KiB: smaller blocks are malloc's own business */
 #define LW_CLASS_MAX_SHIFT 17 /* 128 KiB: a 64 KiB offloaded receive and its pbuf fit */
 #define LW_CLASSES (LW_CLASS_MAX_SHIFT - LW_CLASS_MIN_SHIFT + 1)
-#define LW_CACHE_CLASS_BYTES (1u << 20)
-#define LW_CACHE_BYTES (2u << 20)
+#define LW_CACHE_MAX_BYTES (8u << 20)
 
 /* A cached block's payload holds the link. Touched by the owner's thread only (lwIP is called
  * from one thread; see lwip_glue_claim); lwip_cached is also read by stats. */
@@ -56,7 +58,7 @@ struct cached {
 	struct cached *next;
 };
 static struct cached *lw_cache[LW_CLASSES];
-static uint32_t lw_cache_bytes_class[LW_CLASSES];
+static uint64_t lw_cache_cap; /* set at claim from the owner's budget */
 static _Atomic uint64_t lwip_cached;
 
 /* Set while an lwIP stack owns lwIP (lwip_glue_claim .. lwip_glue_release): lwIP's pcb lists and
@@ -77,6 +79,9 @@ int lwip_glue_claim(struct budget *b)
 	if (atomic_exchange_explicit(&lwip_claimed, true, memory_order_acquire))
 		return -EBUSY;
 	lwip_budget = b;
+	lw_cache_cap = b ? budget_get_limits(b)->buffer_bytes / 8 : 0;
+	if (lw_cache_cap > LW_CACHE_MAX_BYTES)
+		lw_cache_cap = LW_CACHE_MAX_BYTES;
 	if (!lwip_initialised) {
 		lwip_init();
 		lwip_initialised = true;
@@ -120,24 +125,24 @@ static struct blk *cache_pop(uint32_t cls)
 	if (!c)
 		return NULL;
 	lw_cache[cls - 1] = c->next;
-	lw_cache_bytes_class[cls - 1] -= 1u << (LW_CLASS_MIN_SHIFT + cls - 1);
 	atomic_fetch_sub_explicit(&lwip_cached, 1u << (LW_CLASS_MIN_SHIFT + cls - 1),
 				  memory_order_relaxed);
 	return (struct blk *)c;
 }
 
-/* Keep h for reuse if its class has room and lwIP is owned; false: the caller frees it. */
+/* Keep h for reuse if lwIP is owned, the cache has room and the budget is not under pressure;
+ * false: the caller frees it. */
 static bool cache_push(struct blk *h)
 {
 	uint32_t bytes = 1u << (LW_CLASS_MIN_SHIFT + h->cls - 1);
 	struct cached *c = (struct cached *)h;
 
-	if (!lwip_budget || lw_cache_bytes_class[h->cls - 1] + bytes > LW_CACHE_CLASS_BYTES ||
-	    atomic_load_explicit(&lwip_cached, memory_order_relaxed) + bytes > LW_CACHE_BYTES)
+	if (!lwip_budget || h->budget != lwip_budget ||
+	    atomic_load_explicit(&lwip_cached, memory_order_relaxed) + bytes > lw_cache_cap ||
+	    budget_get_tier(lwip_budget) != BUDGET_NORMAL)
 		return false;
 	c->next = lw_cache[h->cls - 1];
 	lw_cache[h->cls - 1] = c;
-	lw_cache_bytes_class[h->cls - 1] += bytes;
 	atomic_fetch_add_explicit(&lwip_cached, bytes, memory_order_relaxed);
 	return true;
 }

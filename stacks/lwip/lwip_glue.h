@@ -21,7 +21,8 @@ bool lwip_glue_claimed(void);
 
 /* The bytes lwIP holds now (any thread); a block kept for reuse is not held. */
 uint64_t lwip_glue_mem_bytes(void);
-/* The bytes of freed blocks kept for reuse (any thread), at most 2 MiB. */
+/* The bytes of freed blocks kept for reuse (any thread): at most an eighth of the owner's
+ * buffer bytes, and 8 MiB. */
 uint64_t lwip_glue_cached_bytes(void);
 /* lwIP's allocator, as lwIP calls it through include/arch/cc.h (declared here too for tests):
  * charged to the owner's budget; NULL when over budget or out of memory. */

@@ -1,6 +1,6 @@
 /* test_lwip_glue.c — lwIP's allocator (stacks/lwip/lwip_glue.c): blocks of more than 4 KiB are
- * rounded up to a power of two, charged at that size, and kept for reuse when freed (up to
- * 1 MiB per size and 2 MiB in all) instead of being handed back to glibc, whose heap trimming
+ * rounded up to a power of two, charged at that size, and kept for reuse when freed (up to an
+ * eighth of the budget's buffer bytes and 8 MiB, only while the pressure tier is normal) instead of being handed back to glibc, whose heap trimming
  * would otherwise return and re-fault the pages of every large receive; smaller blocks are
  * charged exactly and freed; trimming and release empty the lists. */
 #include <criterion/criterion.h>
@@ -65,10 +65,11 @@ Test(lwip_glue, large_block_reused_small_block_freed)
 	cr_assert_eq(lwip_glue_mem_bytes(), 0);
 }
 
-Test(lwip_glue, kept_blocks_are_bounded)
+Test(lwip_glue, kept_blocks_are_bounded_by_an_eighth_of_the_budget)
 {
 	void *b64[40], *b128[40];
 
+	/* 8 MiB of buffer bytes: at most 1 MiB kept. */
 	for (int i = 0; i < 40; i++) {
 		cr_assert_not_null(b64[i] = ts_lwip_malloc(60000));
 		cr_assert_not_null(b128[i] = ts_lwip_malloc(100000));
@@ -76,17 +77,47 @@ Test(lwip_glue, kept_blocks_are_bounded)
 	cr_assert_eq(lwip_glue_mem_bytes(), 40u * (65536 + 131072));
 	for (int i = 0; i < 40; i++)
 		ts_lwip_free(b64[i]);
-	cr_assert_eq(lwip_glue_cached_bytes(), 1u << 20, "at most 1 MiB per size");
+	cr_assert_eq(lwip_glue_cached_bytes(), 1u << 20);
 	for (int i = 0; i < 40; i++)
 		ts_lwip_free(b128[i]);
-	cr_assert_eq(lwip_glue_cached_bytes(), 2u << 20, "at most 2 MiB in all");
-	void *c = ts_lwip_malloc(20000);
-	ts_lwip_free(c);
-	cr_assert_eq(lwip_glue_cached_bytes(), 2u << 20, "a full cache keeps nothing more");
+	cr_assert_eq(lwip_glue_cached_bytes(), 1u << 20, "a full cache keeps nothing more");
 	cr_assert_eq(lwip_glue_mem_bytes(), 0);
 	cr_assert_eq(budget_in_use(), 0);
 	lwip_glue_trim();
 	cr_assert_eq(lwip_glue_cached_bytes(), 0, "trim gives every kept block back");
+}
+
+Test(lwip_glue, kept_blocks_never_exceed_8_mib)
+{
+	struct budget_limits l;
+	struct budget *big;
+	static void *held[200];
+
+	lwip_glue_release();
+	budget_limits_profile(&l, BUDGET_PROFILE_DESKTOP); /* 256 MiB: an eighth would be 32 */
+	cr_assert_eq(budget_new(&l, &big), 0);
+	cr_assert_eq(lwip_glue_claim(big), 0);
+	for (int i = 0; i < 200; i++)
+		cr_assert_not_null(held[i] = ts_lwip_malloc(60000));
+	for (int i = 0; i < 200; i++)
+		ts_lwip_free(held[i]);
+	cr_assert_eq(lwip_glue_cached_bytes(), 8u << 20);
+	lwip_glue_release();
+	cr_assert_eq(lwip_glue_cached_bytes(), 0);
+	budget_free(big);
+}
+
+Test(lwip_glue, nothing_kept_under_memory_pressure)
+{
+	void *p = ts_lwip_malloc(60000);
+
+	budget_force_tier(bud, BUDGET_ELEVATED);
+	ts_lwip_free(p);
+	cr_assert_eq(lwip_glue_cached_bytes(), 0, "an elevated tier gives freed blocks back");
+	budget_force_tier(bud, BUDGET_NORMAL);
+	p = ts_lwip_malloc(60000);
+	ts_lwip_free(p);
+	cr_assert_eq(lwip_glue_cached_bytes(), 65536);
 }
 
 Test(lwip_glue, over_budget_refused_at_rounded_size)
