@@ -134,15 +134,17 @@ static struct blk *cache_pop(uint32_t cls)
  * false: the caller frees it. */
 static bool cache_push(struct blk *h)
 {
-	uint32_t bytes = 1u << (LW_CLASS_MIN_SHIFT + h->cls - 1);
-	struct cached *c = (struct cached *)h;
+	uint32_t idx = h->cls - 1, bytes = 1u << (LW_CLASS_MIN_SHIFT + idx);
+	struct cached *c;
 
 	if (!lwip_budget || h->budget != lwip_budget ||
 	    atomic_load_explicit(&lwip_cached, memory_order_relaxed) + bytes > lw_cache_cap ||
 	    budget_get_tier(lwip_budget) != BUDGET_NORMAL)
 		return false;
-	c->next = lw_cache[h->cls - 1];
-	lw_cache[h->cls - 1] = c;
+	/* The link overwrites the header: everything needed from it is read above. */
+	c = (struct cached *)h;
+	c->next = lw_cache[idx];
+	lw_cache[idx] = c;
 	atomic_fetch_add_explicit(&lwip_cached, bytes, memory_order_relaxed);
 	return true;
 }
