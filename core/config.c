@@ -836,7 +836,47 @@ static const struct cfgp_field relay_fields[] = {
 };
 static const struct cfgp_table relay_table = CFGP_TABLE(relay_fields, NULL);
 
+static const char *const sniff_proto_names[] = { "tls", "http", "quic", NULL };
+
+static int f_sniff_protocols(struct cfgp *p, const cJSON *item, void *target)
+{
+	struct ts_sniff *sn = target;
+	const cJSON *e;
+	size_t n, i = 0;
+	int idx, ret;
+
+	if ((ret = cfgp_array(p, item, 3, true, &n)) != 0)
+		return ret;
+	sn->protocols = 0;
+	cJSON_ArrayForEach(e, item) {
+		size_t mark = cfgp_push_index(p, i++);
+
+		if ((ret = cfgp_enum(p, e, sniff_proto_names, &idx)) != 0)
+			return ret;
+		if (sn->protocols & (1u << idx))
+			return cfgp_fail(p, "\"%s\" is listed twice", sniff_proto_names[idx]);
+		sn->protocols |= 1u << idx;
+		cfgp_pop(p, mark);
+	}
+	return 0;
+}
+
+static const struct cfgp_field sniff_fields[] = {
+	{ .key = "enabled", .kind = CFGP_BOOL, .off = offsetof(struct ts_sniff, enabled) },
+	{ .key = "override_destination", .kind = CFGP_BOOL,
+	  .off = offsetof(struct ts_sniff, override_destination) },
+	{ .key = "protocols", .kind = CFGP_FN, .fn = f_sniff_protocols },
+	{ .key = "timeout_ms", .kind = CFGP_U32, .min = 1, .max = 10000,
+	  .off = offsetof(struct ts_sniff, timeout_ms) },
+	{ .key = "max_bytes", .kind = CFGP_U32, .min = 64, .max = TS_SNIFF_MAX_BYTES,
+	  .off = offsetof(struct ts_sniff, max_bytes) },
+};
+static const struct cfgp_table sniff_table = CFGP_TABLE(sniff_fields, NULL);
+
 static const struct cfgp_field route_fields[] = {
+	{ .key = "sniff", .kind = CFGP_OBJ, .sub = &sniff_table,
+	  .off = offsetof(struct ts_route, sniff),
+	  .has_off = offsetof(struct ts_route, sniff) + offsetof(struct ts_sniff, present) + 1 },
 	{ .key = "rules", .kind = CFGP_FN, .fn = f_rules },
 	{ .key = "final", .kind = CFGP_STR, .min = 1, .max = TS_TAG_MAX,
 	  .off = offsetof(struct ts_route, final_tag) },
@@ -1121,6 +1161,10 @@ void config_init(struct ts_config *cfg)
 	cfg->tun.route_table = TS_ROUTE_TABLE_DEFAULT;
 	cfg->tun.route_rule_priority = TS_ROUTE_PRIORITY_DEFAULT;
 	cfg->route.default_mark = TS_DEFAULT_MARK;
+	cfg->route.sniff.enabled = true; /* once route.sniff is given */
+	cfg->route.sniff.protocols = TS_SNIFF_TLS | TS_SNIFF_HTTP | TS_SNIFF_QUIC;
+	cfg->route.sniff.timeout_ms = 300;
+	cfg->route.sniff.max_bytes = 4096;
 	cfg->nat.addresses = 4;
 	cfg->nat.listeners = 2;
 	cfg->nat.linger_ms = 10000;

@@ -210,7 +210,29 @@ struct ts_rule {
 	uint32_t outbound;                        /* index into ts_config.outbounds */
 };
 
+/* route.sniff: read the name a connection announces (TLS SNI, HTTP Host, QUIC Initial SNI)
+ * before the route is chosen. Only flows whose route a name could change are looked at,
+ * unless override_destination asks for every flow's name. */
+#define TS_SNIFF_TLS (1u << 0)
+#define TS_SNIFF_HTTP (1u << 1)
+#define TS_SNIFF_QUIC (1u << 2)
+#define TS_SNIFF_MAX_BYTES (16384 + 5) /* one whole TLS record */
+struct ts_sniff {
+	bool present;                 /* route.sniff given */
+	bool enabled;                 /* default true once given */
+	bool override_destination;    /* a sniffed name replaces the address for the outbound */
+	uint32_t protocols;           /* TS_SNIFF_* (default all) */
+	uint32_t timeout_ms;          /* the longest a flow waits for its first bytes */
+	uint32_t max_bytes;           /* the most bytes of a TCP stream looked at */
+};
+
+static inline bool ts_sniff_on(const struct ts_sniff *sn, uint32_t proto)
+{
+	return sn->present && sn->enabled && (sn->protocols & proto);
+}
+
 struct ts_route {
+	struct ts_sniff sniff;
 	struct ts_rule *rules;
 	size_t n_rules;
 	char final_tag[TS_TAG_MAX + 1];

@@ -8,8 +8,16 @@
  * Every session holds the configuration generation it was created under (dispatch/cfg_gen.h)
  * over the same span: a reload never changes a live session's outbound or timeouts.
  *
- * A session's name (the namer's answer) lives in the session's own allocation, after the
- * struct, so a session without one costs nothing more.
+ * A session's name (the namer's answer, or the name it announced: route.sniff) lives in the
+ * session's own allocation, after the struct, so a session without one costs nothing more.
+ *
+ * Sniffing (route.sniff) happens before the route is chosen, only for flows whose route a name
+ * could change (route_name_matters) or with override_destination: the app's first bytes are
+ * looked at with the stream's peek (MSG_PEEK on the accepted socket, the queued pbufs with
+ * lwIP), never taken, so the relay later moves them untouched; between looks the stream's
+ * low-water mark is raised past what was seen, so the loop is woken for more bytes only. A
+ * timer bounds the wait: a client that speaks only after the server (SMTP, SSH servers' banners)
+ * is routed by address after route.sniff.timeout_ms. One look buffer serves every session.
  */
 #include "dispatch/dispatcher.h"
 
@@ -31,12 +39,14 @@
 #include "dispatch/pipepool.h"
 #include "dispatch/route.h"
 #include "outbound/outbound.h"
+#include "sniff/sniff.h"
 
 enum session_state {
 	S_CONNECTING, /* conn != NULL */
 	S_RELAYING,   /* relay != NULL */
 	S_FAILING,    /* on d->failing, waiting for fail_ev */
 	S_DNS,        /* dns != NULL: answered by the proxy's resolver (dns_tcp.h) */
+	S_SNIFFING,   /* sniff_ev != NULL: waiting for the app's first bytes (route.sniff) */
 };
 
 struct session {
@@ -52,10 +62,14 @@ struct session {
 	struct outbound_conn *conn;
 	struct relay *relay;
 	struct dns_tcp *dns;
+	struct event *sniff_ev;       /* S_SNIFFING: the time limit */
+	size_t sniff_seen;            /* S_SNIFFING: bytes the last look saw */
 	bool fd_reserved;             /* one budget fd for the outbound socket */
+	bool pinned;                  /* holds the namer's pin on orig.dst (fake-IP) */
 	void (*on_end)(void *arg);
 	void *end_arg;
-	const char *name;             /* the destination's name (into name_buf), or NULL */
+	const char *name;             /* the destination's name for the outbound, or NULL */
+	const char *route_name;       /* the name the route is chosen by, or NULL */
 	char name_buf[];              /* the name's copy, sized at allocation */
 };
 
@@ -74,6 +88,8 @@ struct dispatcher {
 	struct dns_tcp_resolver dns_res; /* kept while DNS sessions live, even after off */
 	uint64_t dns_live;            /* sessions in S_DNS */
 	struct dns_tcp_counters dns_ctr;
+	uint8_t *sniff_buf;           /* TS_SNIFF_MAX_BYTES, allocated at the first sniff */
+	struct dispatcher_sniff_stats sniff;
 	LIST_HEAD(, session) sessions;
 	TAILQ_HEAD(, session) failing;
 	bool closing;
@@ -155,8 +171,8 @@ static void session_end(struct session *s)
 	void (*on_end)(void *) = s->on_end;
 	void *arg = s->end_arg;
 
-	assert(!s->conn && !s->relay && !s->dns && !s->fd_reserved);
-	if (s->name && d->unpin)
+	assert(!s->conn && !s->relay && !s->dns && !s->fd_reserved && !s->sniff_ev);
+	if (s->pinned)
 		d->unpin(d->namer_arg, s->orig.family, s->orig.dst);
 	LIST_REMOVE(s, link);
 	d->active--;
@@ -257,10 +273,17 @@ static void connecting_done(struct session *s)
 }
 
 /* The app's side died while we were connecting (an lwIP pcb can; a socket reports nothing). */
+static void sniff_stop(struct session *s);
+
 static void on_client_error(void *arg, int err)
 {
 	struct session *s = arg;
 
+	if (s->state == S_SNIFFING) {
+		sniff_stop(s);
+		session_fail_now(s, DISPATCHER_FAIL_CLIENT);
+		return;
+	}
 	if (s->state != S_CONNECTING)
 		return;
 	outbound_conn_cancel(s->conn);
@@ -348,7 +371,7 @@ static int session_start(struct session *s, enum dispatcher_fail *why)
 		*why = DISPATCHER_FAIL_OWN_ADDRESS;
 		return -EINVAL;
 	}
-	s->ob = &cfg->outbounds[route_select(&cfg->route, &s->orig, s->name)];
+	s->ob = &cfg->outbounds[route_select(&cfg->route, &s->orig, s->route_name)];
 	if (s->ob->type == TS_OUT_REJECT) {
 		*why = DISPATCHER_FAIL_REJECT;
 		return -ECONNREFUSED;
@@ -371,9 +394,10 @@ static int session_start(struct session *s, enum dispatcher_fail *why)
 }
 
 /* A zeroed session with room for the namer's name, copied in if it is valid (else *bad: the
- * failure, DISPATCHER_FAIL_MAX when none). NULL when out of memory. */
+ * failure, DISPATCHER_FAIL_MAX when none), or, when *sniff asks for it and the namer gave no
+ * name, room for a sniffed one (*sniff false otherwise). NULL when out of memory. */
 static struct session *session_alloc(struct dispatcher *d, const struct flow_key *orig,
-				     bool dns, enum dispatcher_fail *bad)
+				     bool dns, bool *sniff, enum dispatcher_fail *bad)
 {
 	const char *name = NULL;
 	size_t room = 0;
@@ -388,26 +412,153 @@ static struct session *session_alloc(struct dispatcher *d, const struct flow_key
 		}
 		room = name ? strlen(name) + 1 : 0; /* at most OUTBOUND_NAME_MAX + 1: valid */
 	}
+	*sniff = *sniff && !dns && !name && *bad == DISPATCHER_FAIL_MAX;
+	if (*sniff)
+		room = SNIFF_NAME_MAX + 1;
 	if (!(s = calloc(1, sizeof(*s) + room)))
 		return NULL;
 	if (name) {
 		memcpy(s->name_buf, name, room);
-		s->name = s->name_buf;
-		if (d->pin)
+		s->name = s->route_name = s->name_buf;
+		if (d->pin) {
 			d->pin(d->namer_arg, orig->family, orig->dst);
+			s->pinned = true;
+		}
 	}
 	return s;
+}
+
+/* ---- sniffing ------------------------------------------------------------------------------ */
+
+static const struct stream_cbs client_cbs = { NULL, NULL, on_client_error };
+
+/* Is a look at k's first bytes worth its wait? Only when a name could change the route, or
+ * the name is to replace the address. */
+static bool want_sniff(const struct ts_config *cfg, const struct flow_key *k,
+		       const struct stream *client)
+{
+	const struct ts_sniff *sn = &cfg->route.sniff;
+
+	return ts_sniff_on(sn, TS_SNIFF_TLS | TS_SNIFF_HTTP) && stream_can_peek(client) &&
+	       (sn->override_destination || route_name_matters(&cfg->route, k));
+}
+
+static uint32_t proto_flag(enum sniff_proto p)
+{
+	return p == SNIFF_PROTO_TLS ? TS_SNIFF_TLS : p == SNIFF_PROTO_HTTP ? TS_SNIFF_HTTP : 0;
+}
+
+/* Leave S_SNIFFING: the timer goes, the stream is back to its normal level, no interest. */
+static void sniff_stop(struct session *s)
+{
+	event_free(s->sniff_ev);
+	s->sniff_ev = NULL;
+	s->d->sniff.active--;
+	stream_set_interest(s->client, false, false);
+	stream_set_lowat(s->client, 1);
+	stream_set_callbacks(s->client, &client_cbs, s);
+}
+
+/* The look is over: take the name (NULL: none) and go on as any session. */
+static void sniff_done(struct session *s, const char *name, enum sniff_proto proto)
+{
+	struct dispatcher *d = s->d;
+	const struct ts_route *rt = &s->gen->cfg->route;
+	enum dispatcher_fail why;
+
+	sniff_stop(s);
+	if (name && outbound_name_valid(name)) {
+		d->sniff.found[proto == SNIFF_PROTO_TLS ? 0 : 1]++;
+		memcpy(s->name_buf, name, strlen(name) + 1); /* room: SNIFF_NAME_MAX + 1 */
+		s->route_name = s->name_buf;
+		if (route_select(rt, &s->orig, NULL) != route_select(rt, &s->orig, s->route_name))
+			d->sniff.route_changed++;
+		if (rt->sniff.override_destination) {
+			s->name = s->name_buf;
+			d->sniff.overridden++;
+		}
+	} else {
+		d->sniff.no_name++;
+	}
+	if (session_start(s, &why) != 0)
+		session_fail_now(s, why);
+}
+
+static void on_sniff_readable(void *arg)
+{
+	struct session *s = arg;
+	const struct ts_sniff *sn = &s->gen->cfg->route.sniff;
+	enum sniff_proto proto = SNIFF_PROTO_NONE;
+	char name[SNIFF_NAME_MAX + 1];
+	enum sniff_result r;
+	ssize_t n;
+
+	n = stream_peek(s->client, s->d->sniff_buf, sn->max_bytes);
+	if (n == -EAGAIN)
+		return;
+	if (n < 0) {
+		sniff_stop(s);
+		session_fail_now(s, DISPATCHER_FAIL_CLIENT);
+		return;
+	}
+	/* No byte more than last time: the app finished sending (its FIN wakes us with the same
+	 * bytes queued) and will send no more before an answer. */
+	r = n == 0 || (size_t)n <= s->sniff_seen ? SNIFF_NONE
+						: sniff_stream(s->d->sniff_buf, (size_t)n, name, &proto);
+	if (r == SNIFF_NEED_MORE && (size_t)n < sn->max_bytes) {
+		s->sniff_seen = (size_t)n;
+		stream_set_lowat(s->client, (size_t)n + 1);
+		return;
+	}
+	if (r == SNIFF_FOUND && !(sn->protocols & proto_flag(proto)))
+		r = SNIFF_NONE;
+	sniff_done(s, r == SNIFF_FOUND ? name : NULL, proto);
+}
+
+static void on_sniff_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct session *s = arg;
+
+	(void)fd;
+	(void)what;
+	s->d->sniff.timeouts++;
+	sniff_done(s, NULL, SNIFF_PROTO_NONE);
+}
+
+/* Wait for the app's first bytes; -ENOMEM: the caller routes by address instead. */
+static int session_start_sniff(struct session *s)
+{
+	static const struct stream_cbs sniff_cbs = { on_sniff_readable, NULL, on_client_error };
+	struct dispatcher *d = s->d;
+	uint32_t ms = s->gen->cfg->route.sniff.timeout_ms;
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	if (!d->sniff_buf && !(d->sniff_buf = malloc(TS_SNIFF_MAX_BYTES)))
+		return -ENOMEM;
+	if (!(s->sniff_ev = evtimer_new(d->base, on_sniff_timeout, s)) ||
+	    evtimer_add(s->sniff_ev, &tv) != 0) {
+		if (s->sniff_ev)
+			event_free(s->sniff_ev);
+		s->sniff_ev = NULL;
+		return -ENOMEM;
+	}
+	s->state = S_SNIFFING;
+	d->sniff.active++;
+	d->sniff.started++;
+	stream_set_callbacks(s->client, &sniff_cbs, s);
+	stream_set_interest(s->client, true, false);
+	return 0;
 }
 
 int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, struct stream *client,
 		 void (*on_end)(void *arg), void *end_arg)
 {
-	static const struct stream_cbs client_cbs = { NULL, NULL, on_client_error };
 	enum dispatcher_fail why, bad = DISPATCHER_FAIL_MAX;
 	struct session *s;
 	bool dns = !d->closing && is_dns(d, orig);
+	bool sniff = !d->closing && want_sniff(cfg_gens_current(&d->gens), orig, client);
 
-	s = d->closing ? NULL : session_alloc(d, orig, dns, &bad);
+	s = d->closing ? NULL : session_alloc(d, orig, dns, &sniff, &bad);
 	if (!s) {
 		/* Nothing to defer with: end it here, as the contract allows for this case. */
 		stream_abort(client);
@@ -429,6 +580,8 @@ int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, stru
 	d->total++;
 	if (bad != DISPATCHER_FAIL_MAX)
 		session_fail_later(s, bad);
+	else if (sniff && session_start_sniff(s) == 0)
+		return 0;
 	else if (dns ? session_start_dns(s, &why) != 0 : session_start(s, &why) != 0)
 		session_fail_later(s, why);
 	return 0;
@@ -544,6 +697,12 @@ static void session_kill(struct session *s)
 	case S_DNS:
 		dns_tcp_cancel(s->dns); /* -> on_dns_done -> session_end */
 		break;
+	case S_SNIFFING:
+		sniff_stop(s);
+		stream_abort(s->client);
+		s->client = NULL;
+		session_end(s);
+		break;
 	}
 }
 
@@ -560,6 +719,7 @@ void dispatcher_free(struct dispatcher *d)
 		event_free(d->fail_ev);
 	pipepool_free(d->pipes);
 	bufpool_free(d->bufs);
+	free(d->sniff_buf);
 	cfg_gens_fini(&d->gens); /* after the last session: releases what was replaced */
 	free(d);
 }
@@ -602,6 +762,7 @@ void dispatcher_get_stats(const struct dispatcher *d, struct dispatcher_stats *o
 		out->pipe_bytes = ps.pipe_bytes;
 	}
 	dns_tcp_counters_read(&d->dns_ctr, &out->dns_tcp);
+	out->sniff = d->sniff;
 	bufpool_get_stats(d->bufs, &bs);
 	out->buffer_bytes_in_use = bs.bytes_in_use;
 	out->buffer_bytes_peak = bs.bytes_peak;

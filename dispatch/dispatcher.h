@@ -154,6 +154,17 @@ void dispatcher_set_config(struct dispatcher *d, const struct ts_config *cfg,
 			   void (*release)(void *arg, const struct ts_config *old), void *arg);
 
 /* Everything the stats endpoint shows about sessions, relays, pipes and relay buffers. */
+/* route.sniff on TCP sessions. */
+struct dispatcher_sniff_stats {
+	uint64_t active;         /* sessions waiting for their first bytes now */
+	uint64_t started;        /* sessions looked at */
+	uint64_t found[2];       /* names found: [0] TLS SNI, [1] HTTP Host */
+	uint64_t no_name;        /* looked at, no name: another protocol, no SNI, EOF, too long */
+	uint64_t timeouts;       /* no decision within timeout_ms: routed by address */
+	uint64_t route_changed;  /* the name chose another outbound than the address alone */
+	uint64_t overridden;     /* override_destination: the name went to the outbound */
+};
+
 struct dispatcher_stats {
 	uint64_t sessions_active;      /* connecting + relaying + DNS (dns_tcp.live) */
 	uint64_t sessions_connecting;
@@ -170,6 +181,7 @@ struct dispatcher_stats {
 	uint64_t buffer_bytes_in_use, buffer_bytes_peak, buffer_bytes_cached; /* relay bufpool */
 	uint64_t buffer_bytes_inflight; /* bytes now inside relay buffers (+ early bytes) */
 	struct dns_tcp_stats dns_tcp;  /* TCP/53 sessions answered by the resolver */
+	struct dispatcher_sniff_stats sniff;
 };
 void dispatcher_get_stats(const struct dispatcher *d, struct dispatcher_stats *out);
 

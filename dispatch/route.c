@@ -18,8 +18,8 @@ static bool cidr_match(const struct netaddr_cidr *c, const struct flow_key *k)
 	return netaddr_in_cidr(&a, c);
 }
 
-bool route_rule_match(const struct ts_route *route, const struct ts_rule *r,
-		      const struct flow_key *k, const char *name)
+/* Every matcher of r but the name matcher. */
+static bool match_addr(const struct ts_rule *r, const struct flow_key *k)
 {
 	if (r->network == TS_NET_TCP && k->proto != IPPROTO_TCP)
 		return false;
@@ -42,6 +42,14 @@ bool route_rule_match(const struct ts_route *route, const struct ts_rule *r,
 		if (i == r->n_cidrs)
 			return false;
 	}
+	return true;
+}
+
+bool route_rule_match(const struct ts_route *route, const struct ts_rule *r,
+		      const struct flow_key *k, const char *name)
+{
+	if (!match_addr(r, k))
+		return false;
 	if (!config_names_empty(&r->names) &&
 	    (!name || !config_names_match(route->rule_sets, &r->names, name, strlen(name))))
 		return false;
@@ -54,4 +62,20 @@ uint32_t route_select(const struct ts_route *route, const struct flow_key *k, co
 		if (route_rule_match(route, &route->rules[i], k, name))
 			return route->rules[i].outbound;
 	return route->final;
+}
+
+bool route_name_matters(const struct ts_route *route, const struct flow_key *k)
+{
+	if (!route->has_names)
+		return false;
+	for (size_t i = 0; i < route->n_rules; i++) {
+		const struct ts_rule *r = &route->rules[i];
+
+		if (!match_addr(r, k))
+			continue;
+		if (!config_names_empty(&r->names))
+			return true;
+		return false; /* matches whatever the name: the route is decided */
+	}
+	return false;
 }

@@ -19,4 +19,11 @@ bool route_rule_match(const struct ts_route *route, const struct ts_rule *r,
  * first matching rule's, else final. */
 uint32_t route_select(const struct ts_route *route, const struct flow_key *k, const char *name);
 
+/* Could a name change route_select's answer for k? True when, in rule order, a rule with a
+ * name matcher whose other matchers (network, ports, CIDRs) match k comes before the first
+ * rule without one that matches k. False decides the route from the address alone: such a
+ * flow has nothing to gain from sniffing (a port no domain rule covers, rules without any
+ * name matcher). */
+bool route_name_matters(const struct ts_route *route, const struct flow_key *k);
+
 #endif

@@ -78,6 +78,15 @@ struct stream_ops {
 	 * unread input, or receiving more after close, answers with RST and discards what it
 	 * had not yet delivered. */
 	ssize_t (*unacked)(const struct stream *s);
+	/* Copy up to n of the bytes read() would return next without taking them: > 0 bytes,
+	 * 0 at EOF with nothing queued, -EAGAIN when nothing has arrived, or -errno. May be NULL
+	 * (the stream cannot be looked into: nothing is sniffed). */
+	ssize_t (*peek)(struct stream *s, void *buf, size_t n);
+	/* readable fires only once at least lowat bytes are queued (or at EOF or an error);
+	 * 1 is the normal behaviour, and what the relay expects. Lets an owner that peeked
+	 * k bytes wait for more without being woken for the same k (SO_RCVLOWAT on a socket).
+	 * May be NULL when peek is. */
+	void (*set_lowat)(struct stream *s, size_t lowat);
 };
 
 /* The common head of every implementation; implementations embed it first. */
@@ -127,6 +136,21 @@ static inline void stream_abort(struct stream *s)
 static inline void stream_close(struct stream *s)
 {
 	s->ops->close(s);
+}
+
+static inline bool stream_can_peek(const struct stream *s)
+{
+	return s->ops->peek && s->ops->set_lowat;
+}
+
+static inline ssize_t stream_peek(struct stream *s, void *buf, size_t n)
+{
+	return s->ops->peek(s, buf, n);
+}
+
+static inline void stream_set_lowat(struct stream *s, size_t lowat)
+{
+	s->ops->set_lowat(s, lowat);
 }
 
 static inline ssize_t stream_unacked(const struct stream *s)

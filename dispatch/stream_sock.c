@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/sockios.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
@@ -123,6 +124,28 @@ static ssize_t ss_unacked(const struct stream *s)
 	return n;
 }
 
+static ssize_t ss_peek(struct stream *s, void *buf, size_t n)
+{
+	ssize_t r;
+
+	do
+		r = recv(ss_of(s)->fd, buf, n, MSG_PEEK | MSG_DONTWAIT);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	return r;
+}
+
+/* TCP's poll reports the socket readable only with SO_RCVLOWAT bytes queued (or at FIN or an
+ * error): tcp_poll, net/ipv4/tcp.c. A failure leaves the level at 1: at worst the owner is
+ * woken for bytes it has seen, and it bounds its wait with its own timer. */
+static void ss_set_lowat(struct stream *s, size_t lowat)
+{
+	int v = lowat > INT_MAX ? INT_MAX : (int)lowat;
+
+	(void)setsockopt(ss_of(s)->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v));
+}
+
 static const struct stream_ops sock_ops = {
 	.read = ss_read,
 	.write = ss_write,
@@ -132,6 +155,8 @@ static const struct stream_ops sock_ops = {
 	.abort = ss_abort,
 	.close = ss_close,
 	.unacked = ss_unacked,
+	.peek = ss_peek,
+	.set_lowat = ss_set_lowat,
 };
 
 static void on_read(evutil_socket_t fd, short what, void *arg)

@@ -600,6 +600,7 @@ void udp_session_free(struct udp_path *up, struct udp_session *s)
 		sock_close(up, k);
 	}
 	qlist_drain(up, &s->dq, &up->ctr.down_queued);
+	udp_sniff_free(up, s);
 	cfg_gen_put(&up->gens, s->gen);
 	udp_name_forget(up, s);
 	budget_mfree(up->b, s);
@@ -946,6 +947,80 @@ static __attribute__((noinline)) int route_name(struct udp_path *up, struct udp_
 	return 0;
 }
 
+#define QUIC_PORT 443
+
+/* The name of a datagram's destination before its route, and what became of it. */
+struct name_res {
+	int rc;                  /* 0: go on; 1: v waits for a look at its QUIC flow, or was
+				  * dropped; -1: dropped (counted) before a session took gen */
+	struct udp_session *s;   /* the session (made here when a look starts: it holds what
+				  * waits), or NULL */
+	const char *name;        /* the namer's name, or the one the QUIC flow announced */
+	bool fresh;              /* s was made here and holds no socket yet */
+};
+
+/* The namer's name for v's destination (when rules match names), else, for a QUIC client
+ * Initial to port 443 under route.sniff, the name its flow announces. Returned by value, so
+ * that none of input's variables has its address taken. */
+static __attribute__((noinline)) struct name_res names_before_route(struct udp_path *up,
+								    struct udp_session *s,
+								    struct cfg_gen *gen,
+								    const struct skey *key,
+								    const struct udp_view *v,
+								    int64_t now,
+								    char nbuf[OUTBOUND_NAME_MAX + 1])
+{
+	struct name_res r = { .s = s };
+	bool wanted;
+	int bad;
+
+	if (up->namer && gen->cfg->route.has_names &&
+	    (bad = route_name(up, s, v, nbuf, &r.name)) != 0) {
+		udp_count_drop(up, (enum udp_drop)bad);
+		r.rc = -1;
+		return r;
+	}
+	if (!up->sniff_quic || r.name || v->dport_be != htons(QUIC_PORT))
+		return r;
+	wanted = udp_sniff_wanted(gen->cfg, v);
+	if (!s && !wanted)
+		return r;
+	if (!s) {
+		if (!(r.s = session_new(up, key, gen, false, now))) {
+			r.rc = -1;
+			return r;
+		}
+		r.fresh = true;
+	}
+	r.rc = udp_sniff_input(up, r.s, v, now, wanted, &r.name);
+	if (r.rc == 0 && r.s->up_queued == 0 && !SLIST_EMPTY(&r.s->socks))
+		r.fresh = false; /* what waited went out: the session holds sockets now */
+	return r;
+}
+
+/* t aimed at the name of v's destination where the name replaces the address: the namer's
+ * (name_target), or a sniffed one under override_destination. false when v is done with. */
+static __attribute__((noinline)) bool names_after_route(struct udp_path *up,
+							struct udp_session *s, struct target *t,
+							const struct udp_view *v, bool fresh,
+							int64_t now)
+{
+	const char *name = udp_sniff_name(s, v);
+
+	if (!name)
+		return !up->namer || name_target(up, s, t, v, fresh, now);
+	if (!udp_sniff_override(s))
+		return true;
+	if (t->s5) {
+		t->name = name;
+	} else if (s->gen->cfg->outbounds[t->ob].type == TS_OUT_DIRECT &&
+		   !udp_dname_route(up, s, t, v, name, now)) {
+		session_touch(up, s, now); /* waits for the answer, or dropped */
+		return false;
+	}
+	return true;
+}
+
 /* A datagram the codec accepted: its session, its target, out. */
 static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 {
@@ -957,7 +1032,6 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	bool fresh = false;
 	char nbuf[OUTBOUND_NAME_MAX + 1];
 	const char *rname = NULL;
-	int bad;
 
 	memset(&key, 0, sizeof(key));
 	key.family = v->family;
@@ -978,14 +1052,26 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	}
 	/* A new session's target and the session itself must come from one configuration. */
 	gen = s ? s->gen : cfg_gens_hold(&up->gens);
-	/* Rules that match names need the name before the route. */
-	if (__builtin_expect(up->namer != NULL, 0) && gen->cfg->route.has_names &&
-	    (bad = route_name(up, s, v, nbuf, &rname)) != 0) {
-		udp_count_drop(up, (enum udp_drop)bad);
+	/* Rules that match names need the name before the route (the namer's, or the one a QUIC
+	 * flow announced): one test when neither is configured. */
+	if (__builtin_expect(up->name_work, 0)) {
+		struct name_res r = names_before_route(up, s, gen, &key, v, now_ns, nbuf);
+
+		if (r.rc < 0)
+			goto unhold;
+		s = r.s;
+		if (r.rc > 0) {
+			session_touch(up, s, now_ns);
+			return;
+		}
+		rname = r.name;
+		fresh = r.fresh;
+	}
+	if (pick_target(up, gen->cfg, s, v, rname, &t) != 0) {
+		if (fresh)
+			udp_session_free(up, s); /* made for a look that decided at once */
 		goto unhold;
 	}
-	if (pick_target(up, gen->cfg, s, v, rname, &t) != 0)
-		goto unhold;
 	if (!s) {
 		if (!(s = session_new(up, &key, gen, dns_like(v, &t), now_ns)))
 			goto unhold;
@@ -995,8 +1081,8 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 	} else if (__builtin_expect(s->dns_only, 0) && !dns_like(v, &t)) {
 		session_demote(up, s, now_ns); /* an ordinary session costs this flag test only */
 	}
-	if (__builtin_expect(up->namer != NULL, 0) && !t.dns &&
-	    !name_target(up, s, &t, v, fresh, now_ns))
+	if (__builtin_expect(up->name_work, 0) && !t.dns &&
+	    !names_after_route(up, s, &t, v, fresh, now_ns))
 		return;
 	k = sock_get(up, s, &t, now_ns);
 	if (!k) {
@@ -1013,6 +1099,12 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 unhold:
 	if (!s)
 		cfg_gen_put(&up->gens, gen);
+}
+
+/* Out of line for the datagrams a look held (udp_sniff.c); input stays inlined in the entries. */
+void udp_input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
+{
+	input(up, v, now_ns);
 }
 
 void udp_path_input_view(struct udp_path *up, const struct pkt_view *pv, int64_t now_ns)
@@ -1115,6 +1207,8 @@ int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct bu
 	up->tx_arg = tx_arg;
 	up->dns_timeout_ns = (int64_t)UDP_DNS_TIMEOUT_MS * TS_NS_PER_MS;
 	set_timeouts(up, cfg);
+	up->sniff_quic = ts_sniff_on(&cfg->route.sniff, TS_SNIFF_QUIC);
+	up->name_work = up->namer || up->sniff_quic;
 	up->up_limit = l->udp_up_queue;
 	up->down_limit = l->udp_down_queue;
 	TAILQ_INIT(&up->exp[0].list);
@@ -1162,6 +1256,8 @@ void udp_path_set_config(struct udp_path *up, const struct ts_config *cfg,
 {
 	assert(cfg && cfg->n_outbounds > 0);
 	cfg_gens_set(&up->gens, cfg, release, arg);
+	up->sniff_quic = ts_sniff_on(&cfg->route.sniff, TS_SNIFF_QUIC);
+	up->name_work = up->namer || up->sniff_quic;
 	/* One timeout per list for all its sessions: each list stays ordered by expiry. */
 	set_timeouts(up, cfg);
 	rearm(up);
@@ -1192,6 +1288,12 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
 	out->assoc_failures = ctr_get(&c->assoc_failures);
 	out->assoc_control_closed = ctr_get(&c->assoc_control_closed);
 	out->resolve_failures = ctr_get(&c->resolve_failures);
+	out->sniff_started = ctr_get(&c->sniff_started);
+	out->sniff_quic = ctr_get(&c->sniff_quic);
+	out->sniff_no_name = ctr_get(&c->sniff_no_name);
+	out->sniff_timeouts = ctr_get(&c->sniff_timeouts);
+	out->sniff_route_changed = ctr_get(&c->sniff_route_changed);
+	out->sniff_overridden = ctr_get(&c->sniff_overridden);
 	for (int i = 0; i < UDP_DROP_MAX; i++)
 		out->drops[i] = ctr_get(&c->drops[i]);
 	out->queue_drops = out->drops[UDP_DROP_queue_full];
@@ -1223,6 +1325,7 @@ void udp_path_set_namer(struct udp_path *up, udp_namer_fn fn, void *arg)
 {
 	up->namer = fn;
 	up->namer_arg = arg;
+	up->name_work = up->namer || up->sniff_quic;
 }
 
 void udp_path_set_dns_timeout(struct udp_path *up, uint32_t ms)

@@ -153,6 +153,11 @@ struct udp_path_stats {
 	uint64_t assoc_failures;    /* association attempts that failed (connect, auth, reply) */
 	uint64_t assoc_control_closed; /* sessions ended because their control connection did */
 	uint64_t resolve_failures;  /* names of direct destinations that did not resolve */
+	/* route.sniff on QUIC flows: looks started, names found, looks without a name, looks
+	 * that ran out of time, names that chose another outbound, names sent in the address's
+	 * place (override_destination). */
+	uint64_t sniff_started, sniff_quic, sniff_no_name, sniff_timeouts, sniff_route_changed,
+		sniff_overridden;
 	uint64_t drops[UDP_DROP_MAX];
 	uint64_t queue_drops;       /* drops[queue_full] (stats key udp.queue_drops) */
 };

@@ -54,6 +54,7 @@ struct dns_pending {
 };
 
 struct udp_session;
+struct usniff;
 
 /* A destination known by name through a direct outbound: the name resolved (outbound/
  * resolver.h), datagrams to it waiting meanwhile, then sent to the answer; replies from the
@@ -151,6 +152,7 @@ struct udp_session {
 	 * is on the DNS list (short timeout) and closes when dns_waiting drops to 0. Cleared for
 	 * good by anything else (then on the idle list). */
 	bool dns_only;
+	struct usniff *sniff;              /* route.sniff's look at a QUIC flow, or NULL */
 };
 TAILQ_HEAD(session_list, udp_session);
 
@@ -166,6 +168,8 @@ struct udp_counters {
 	ctr_t up_datagrams, up_bytes, down_datagrams, down_bytes;
 	ctr_t dns_queries, dns_answers, dns_done, dns_expired, recv_errors;
 	ctr_t assocs, assocs_total, assoc_failures, assoc_control_closed, resolve_failures;
+	ctr_t sniff_started, sniff_quic, sniff_no_name, sniff_timeouts, sniff_route_changed,
+		sniff_overridden;
 	ctr_t drops[UDP_DROP_MAX];
 };
 
@@ -208,6 +212,8 @@ struct udp_path {
 	                                    * allocated with the first association */
 	size_t s5cap;
 	uint16_t ip_id;
+	bool sniff_quic;                   /* the newest configuration sniffs QUIC (route.sniff) */
+	bool name_work;                    /* namer or sniff_quic: names before the route */
 	struct udp_counters ctr;
 };
 
@@ -240,6 +246,8 @@ void udp_sock_send(struct udp_path *up, struct usock *k, const struct target *t,
 /* Send what waits in k's queue until the kernel says EAGAIN. */
 void udp_sock_flush(struct udp_path *up, struct usock *k);
 void udp_session_free(struct udp_path *up, struct udp_session *s);
+/* A datagram the codec accepted: its session, its target, out. */
+void udp_input(struct udp_path *up, const struct udp_view *v, int64_t now_ns);
 
 /* ---- udp_assoc.c: SOCKS5 associations --------------------------------------------------- */
 
@@ -263,6 +271,24 @@ struct udp_dnsq;
 void udp_dns_input(struct udp_path *up, const struct udp_view *v);
 /* Cancel every waiting query (the path or the server goes). */
 void udp_dns_cancel_all(struct udp_path *up);
+
+/* ---- udp_sniff.c: route.sniff for QUIC ---------------------------------------------------- */
+
+/* Is v (to port 443) a client Initial whose flow a look is worth under cfg (QUIC sniffing on,
+ * and a name could change the route, or override_destination)? */
+bool udp_sniff_wanted(const struct ts_config *cfg, const struct udp_view *v);
+/* v of s, to port 443 (wanted: udp_sniff_wanted said so). 0: route v now, *name the name its
+ * flow announced (NULL: none, or not looked at); 1: v waits for the look's decision, or was
+ * dropped (counted). Datagrams that waited go out (through udp_input) before 0 is returned for
+ * the one that decided. */
+int udp_sniff_input(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
+		    int64_t now, bool wanted, const char **name);
+/* The name v's flow announced, if s looked at that flow and found one; else NULL. */
+const char *udp_sniff_name(const struct udp_session *s, const struct udp_view *v);
+/* Does a sniffed name replace s's destination address (route.sniff.override_destination)? */
+bool udp_sniff_override(const struct udp_session *s);
+/* s's look ended: what waited is dropped (session_closed). */
+void udp_sniff_free(struct udp_path *up, struct udp_session *s);
 
 /* ---- udp_names.c: destinations by name ---------------------------------------------------- */
 

@@ -188,6 +188,17 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_counter(d, "relay.bytes_down", ds->bytes_down);
 	stats_doc_counter(d, "relay.splice_bytes", ds->splice_bytes);
 	stats_doc_counter(d, "relay.copy_bytes", ds->copy_bytes);
+	/* route.sniff: TCP sessions (the dispatcher) and QUIC flows (the UDP path) together. */
+	stats_doc_add_u64(d, "sniff.active", STATS_GAUGE, ds->sniff.active);
+	stats_doc_counter(d, "sniff.started", ds->sniff.started + us->sniff_started);
+	stats_doc_counter(d, "sniff.tls", ds->sniff.found[0]);
+	stats_doc_counter(d, "sniff.http", ds->sniff.found[1]);
+	stats_doc_counter(d, "sniff.quic", us->sniff_quic);
+	stats_doc_counter(d, "sniff.no_name", ds->sniff.no_name + us->sniff_no_name);
+	stats_doc_counter(d, "sniff.timeouts", ds->sniff.timeouts + us->sniff_timeouts);
+	stats_doc_counter(d, "sniff.route_changed",
+			  ds->sniff.route_changed + us->sniff_route_changed);
+	stats_doc_counter(d, "sniff.overridden", ds->sniff.overridden + us->sniff_overridden);
 }
 
 /* The own resolver (dns/server.h); zeros without one, so the keys never change. */

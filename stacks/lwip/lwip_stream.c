@@ -30,6 +30,7 @@ struct lwip_stream {
 	struct pbuf *head, *tail;   /* received, not yet read; tail is the last pbuf */
 	size_t off;                 /* bytes of head already copied out */
 	size_t queued;              /* unread bytes in the queue */
+	size_t lowat;               /* readable needs this many queued bytes (or EOF/error) */
 	int err;                    /* -errno lwIP reported; read/write return it */
 	bool err_told;              /* the error callback ran */
 	bool eof;                   /* the peer's FIN arrived (it follows the queued bytes) */
@@ -113,7 +114,7 @@ static size_t queue_take(struct lwip_stream *ls, uint8_t *buf, size_t n)
 /* read() would return something other than -EAGAIN. */
 static bool can_read(const struct lwip_stream *ls)
 {
-	return ls->queued > 0 || ls->eof || ls->err;
+	return ls->queued >= ls->lowat || ls->eof || ls->err;
 }
 
 /* write() would accept a byte or fail. snd_buf is read directly: tcp_sndbuf() caps at 0xFFFF. */
@@ -471,6 +472,35 @@ static ssize_t ls_unacked(const struct stream *s)
 	return n > 0 ? (ssize_t)n : 1;
 }
 
+/* Copy up to n queued bytes without taking them (no window update: nothing was read). */
+static ssize_t ls_peek(struct stream *s, void *buf, size_t n)
+{
+	struct lwip_stream *ls = ls_of(s);
+	size_t done = 0, off = ls->off;
+
+	if (ls->err)
+		return ls->err;
+	if (ls->queued == 0)
+		return ls->eof ? 0 : -EAGAIN;
+	for (const struct pbuf *q = ls->head; q && done < n; q = q->next, off = 0) {
+		size_t c = q->len - off;
+
+		if (c > n - done)
+			c = n - done;
+		memcpy((uint8_t *)buf + done, (const uint8_t *)q->payload + off, c);
+		done += c;
+	}
+	return (ssize_t)done;
+}
+
+static void ls_set_lowat(struct stream *s, size_t lowat)
+{
+	struct lwip_stream *ls = ls_of(s);
+
+	ls->lowat = lowat ? lowat : 1;
+	notify(ls, EV_READ); /* a lower level may make queued bytes readable now */
+}
+
 static const struct stream_ops lwip_ops = {
 	.read = ls_read,
 	.write = ls_write,
@@ -480,6 +510,8 @@ static const struct stream_ops lwip_ops = {
 	.abort = ls_abort,
 	.close = ls_close,
 	.unacked = ls_unacked,
+	.peek = ls_peek,
+	.set_lowat = ls_set_lowat,
 };
 
 int lwip_stream_new(struct event_base *base, struct tcp_pcb *pcb,
@@ -500,6 +532,7 @@ int lwip_stream_new(struct event_base *base, struct tcp_pcb *pcb,
 		return -ENOMEM;
 	}
 	ls->s.ops = &lwip_ops;
+	ls->lowat = 1;
 	ls->pcb = pcb;
 	if (h)
 		ls->hooks = *h;

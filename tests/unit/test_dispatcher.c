@@ -39,6 +39,8 @@ static struct ts_config cfg;
 static struct budget *budget;
 static struct dispatcher *disp;
 static struct event *tick;
+/* route.sniff for the next start(), with its trailing comma; "" for none. */
+static const char *sniff_json = "";
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -56,7 +58,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 static void start(const char *mode, uint32_t connect_ms, uint32_t fds)
 {
-	char json[1024], err[TS_ERRLEN];
+	char json[1536], err[TS_ERRLEN];
 	struct timeval tv = { 0, 5000 };
 
 	signal(SIGPIPE, SIG_IGN);
@@ -65,11 +67,11 @@ static void start(const char *mode, uint32_t connect_ms, uint32_t fds)
 		 "  \"outbounds\": [ { \"tag\": \"direct\", \"type\": \"direct\" },"
 		 "                   { \"tag\": \"block\", \"type\": \"reject\" } ],"
 		 "  \"relay\": { \"mode\": \"%s\" },"
-		 "  \"route\": { \"rules\": [ { \"port\": [%d], \"outbound\": \"block\" },"
+		 "  \"route\": { %s \"rules\": [ { \"port\": [%d], \"outbound\": \"block\" },"
 		 "                          { \"domain_suffix\": [\"blocked.test\"],"
 		 "                            \"outbound\": \"block\" } ],"
 		 "               \"final\": \"direct\" } }",
-		 connect_ms, mode, REJECT_PORT);
+		 connect_ms, mode, sniff_json, REJECT_PORT);
 	cr_assert_eq(config_load_string(json, &cfg, err, sizeof(err)), 0, "%s", err);
 	cfg.budget.fds = fds;
 	base = event_base_new();
@@ -909,4 +911,196 @@ Test(session, namer_name_is_routed_by_name)
 	expect_prompt_reset(&s, DISPATCHER_FAIL_REJECT);
 	cr_assert_eq(dns.queries, 0, "never looked up: rejected by its name");
 	names_stop(&dns, res);
+}
+
+/* ---- route.sniff: the name the app announces, looked at without taking a byte -------------- */
+
+/* A minimal TLS 1.2 record holding a ClientHello whose only extension is server_name. */
+static size_t client_hello(uint8_t *b, const char *name)
+{
+	size_t n = strlen(name), ext = 2 + 2 + 2 + 1 + 2 + n, body = 2 + 32 + 1 + 4 + 2 + 2 + ext;
+	size_t i = 0;
+
+	b[i++] = 22, b[i++] = 3, b[i++] = 1;                     /* handshake, TLS 1.0 record */
+	b[i++] = (uint8_t)((body + 4) >> 8), b[i++] = (uint8_t)(body + 4);
+	b[i++] = 1, b[i++] = 0;                                  /* ClientHello */
+	b[i++] = (uint8_t)(body >> 8), b[i++] = (uint8_t)body;
+	b[i++] = 3, b[i++] = 3;                                  /* TLS 1.2 */
+	memset(b + i, 0x5a, 32), i += 32;                        /* random */
+	b[i++] = 0;                                              /* no session id */
+	b[i++] = 0, b[i++] = 2, b[i++] = 0x13, b[i++] = 0x01;   /* one cipher suite */
+	b[i++] = 1, b[i++] = 0;                                  /* null compression */
+	b[i++] = (uint8_t)(ext >> 8), b[i++] = (uint8_t)ext;     /* extensions */
+	b[i++] = 0, b[i++] = 0;                                  /* server_name */
+	b[i++] = (uint8_t)((ext - 4) >> 8), b[i++] = (uint8_t)(ext - 4);
+	b[i++] = (uint8_t)((n + 3) >> 8), b[i++] = (uint8_t)(n + 3);
+	b[i++] = 0;                                              /* host_name */
+	b[i++] = (uint8_t)(n >> 8), b[i++] = (uint8_t)n;
+	memcpy(b + i, name, n);
+	return i + n;
+}
+
+/* Send buf from the app in parts of part bytes, turning the loop for gap_ms between them;
+ * then read the echo back: true if it is buf, byte for byte. */
+static bool send_parts_echoed(struct sess *s, const uint8_t *buf, size_t len, size_t part,
+			      int gap_ms)
+{
+	uint8_t rx[1024];
+	size_t got = 0;
+	int64_t end;
+
+	cr_assert_leq(len, sizeof(rx));
+	for (size_t off = 0; off < len; off += part) {
+		size_t c = len - off < part ? len - off : part;
+
+		cr_assert_eq(send(s->app, buf + off, c, MSG_NOSIGNAL), (ssize_t)c);
+		end = mono_ms() + gap_ms;
+		while (off + c < len && mono_ms() < end)
+			event_base_loop(base, EVLOOP_NONBLOCK);
+	}
+	end = mono_ms() + 5000;
+	while (got < len && mono_ms() < end) {
+		ssize_t k = recv(s->app, rx + got, len - got, 0);
+
+		if (k > 0)
+			got += (size_t)k;
+		else if (k == 0 || errno != EAGAIN)
+			break;
+		event_base_loop(base, EVLOOP_NONBLOCK);
+	}
+	return got == len && memcmp(rx, buf, len) == 0;
+}
+
+static bool connected(void *arg)
+{
+	(void)arg;
+	return dstats().sessions_connecting == 0 && dstats().sniff.active == 0;
+}
+
+#define SNIFF_ON "\"sniff\": { \"timeout_ms\": 200 },"
+
+Test(session, sniff_tls_name_changes_the_route)
+{
+	uint8_t hello[512];
+	size_t n = client_hello(hello, "www.blocked.test");
+	struct dispatcher_stats st;
+	struct sess s;
+
+	sniff_json = SNIFF_ON;
+	start("splice", 2000, 1000);
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", 4433), 0);
+	cr_assert_eq(dstats().sniff.active, 1, "waits for the first bytes");
+	cr_assert_eq(send(s.app, hello, n, MSG_NOSIGNAL), (ssize_t)n);
+	expect_prompt_reset(&s, DISPATCHER_FAIL_REJECT);
+	st = dstats();
+	cr_assert_eq(st.sniff.started, 1);
+	cr_assert_eq(st.sniff.found[0], 1, "one TLS name");
+	cr_assert_eq(st.sniff.route_changed, 1);
+	cr_assert_eq(st.sniff.timeouts, 0);
+	cr_assert_eq(st.sniff.active, 0);
+}
+
+Test(session, sniff_hello_in_three_parts_arrives_intact)
+{
+	uint8_t hello[512];
+	size_t n = client_hello(hello, "Mixed.Case.Example");
+	struct dispatcher_stats st;
+	struct echo e;
+	struct sess s;
+
+	sniff_json = SNIFF_ON;
+	start("splice", 2000, 1000);
+	echo_start(&e, 4);
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", e.port), 0);
+	/* Three segments 30 ms apart: two looks find a prefix, the third the name. */
+	cr_assert(send_parts_echoed(&s, hello, n, n / 3 + 1, 30), "the echo differs");
+	cr_assert(roundtrip(&s, 64 << 10), "the relay after the look differs");
+	st = dstats();
+	cr_assert_eq(st.sniff.found[0], 1);
+	cr_assert_eq(st.sniff.route_changed, 0, "a name no rule names keeps the route");
+	cr_assert_eq(st.sniff.timeouts, 0);
+	cr_assert_eq(st.bytes_up, n + (64 << 10));
+	finish(&s);
+	evconnlistener_free(e.l);
+}
+
+Test(session, sniff_http_host_and_no_name)
+{
+	static const char req[] = "GET /x HTTP/1.1\r\nHost: site.test:8080\r\nAccept: */*\r\n\r\n";
+	static const char ssh[] = "SSH-2.0-OpenSSH_9.2\r\n";
+	struct dispatcher_stats st;
+	struct echo e;
+	struct sess a, b;
+
+	sniff_json = SNIFF_ON;
+	start("copy", 2000, 1000);
+	echo_start(&e, 4);
+	cr_assert_eq(dispatch(&a, 4, "127.0.0.1", e.port), 0);
+	cr_assert(send_parts_echoed(&a, (const uint8_t *)req, strlen(req), strlen(req), 0));
+	cr_assert_eq(dispatch(&b, 4, "127.0.0.1", e.port), 0);
+	cr_assert(send_parts_echoed(&b, (const uint8_t *)ssh, strlen(ssh), strlen(ssh), 0));
+	st = dstats();
+	cr_assert_eq(st.sniff.started, 2);
+	cr_assert_eq(st.sniff.found[1], 1, "one HTTP name");
+	cr_assert_eq(st.sniff.no_name, 1, "SSH names nothing");
+	cr_assert_eq(st.sniff.timeouts, 0, "decided on the first bytes, no wait");
+	finish(&a);
+	finish(&b);
+	evconnlistener_free(e.l);
+}
+
+Test(session, sniff_silent_client_waits_only_the_timeout)
+{
+	struct dispatcher_stats st;
+	struct echo e;
+	struct sess s;
+	int64_t t0 = mono_ms(), took;
+
+	sniff_json = SNIFF_ON;
+	start("splice", 2000, 1000);
+	echo_start(&e, 4);
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", e.port), 0);
+	cr_assert(run_until(connected, NULL, 3000));
+	took = mono_ms() - t0;
+	cr_assert(took >= 190 && took < 1200, "connected after %lld ms (timeout 200)",
+		  (long long)took);
+	st = dstats();
+	cr_assert_eq(st.sniff.timeouts, 1);
+	cr_assert(roundtrip(&s, 4096));
+	finish(&s);
+	evconnlistener_free(e.l);
+}
+
+Test(session, sniff_skips_flows_no_name_can_route)
+{
+	struct sess s;
+
+	/* Port 9 goes to "block" by a rule without names before any name rule: nothing to learn. */
+	sniff_json = SNIFF_ON;
+	start("splice", 2000, 1000);
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", REJECT_PORT), 0);
+	expect_prompt_reset(&s, DISPATCHER_FAIL_REJECT);
+	cr_assert_eq(dstats().sniff.started, 0);
+}
+
+Test(session, sniff_app_closing_early_is_routed_by_address)
+{
+	uint8_t hello[512];
+	size_t n = client_hello(hello, "www.blocked.test");
+	struct sess s;
+	struct app_wait w;
+
+	/* Half a ClientHello, then FIN: the look ends without a name and without waiting out
+	 * the timeout (the FIN wakes it with no new byte). */
+	sniff_json = "\"sniff\": { \"timeout_ms\": 5000 },";
+	start("splice", 2000, 1000);
+	cr_assert_eq(dispatch(&s, 4, "127.0.0.1", 1), 0); /* port 1: refused by the kernel */
+	cr_assert_eq(send(s.app, hello, n / 2, MSG_NOSIGNAL), (ssize_t)(n / 2));
+	shutdown(s.app, SHUT_WR);
+	w = (struct app_wait){ .fd = s.app };
+	cr_assert(run_until(app_closed, &w, 2000), "ended long before the 5 s timeout");
+	cr_assert_eq(dstats().sniff.no_name, 1);
+	cr_assert_eq(dstats().sniff.timeouts, 0);
+	cr_assert(run_until(ended, &s, 1000));
+	close(s.app);
 }

@@ -1261,7 +1261,7 @@ static ssize_t nofd_unacked(const struct stream *s)
 
 static const struct stream_ops nofd_ops = {
 	nofd_read, nofd_write, nofd_shutdown, nofd_interest, nofd_fd, nofd_abort, nofd_close,
-	nofd_unacked,
+	nofd_unacked, NULL, NULL, /* no peek: never sniffed */
 };
 
 static struct stream *nofd_wrap(struct stream *inner)

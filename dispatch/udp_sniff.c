@@ -1,0 +1,251 @@
+/* udp_sniff.c — route.sniff for QUIC: the server name in a client's Initial chooses the route
+ * of its flow (udp.c hands over datagrams to port 443 while route.sniff covers QUIC).
+ *
+ * A session looks at one QUIC flow (destination address and port) at a time. Its datagrams to
+ * that destination wait, in order, in pool buffers counted in the session's up queue, while
+ * the Initial is decrypted (sniff/sniff.h) — until the name is found, until no name can come
+ * (not an Initial after all, a decryption failure, SNIFF_QUIC_MAX_DGRAMS datagrams without
+ * the whole ClientHello), or until route.sniff.timeout_ms has passed. Then they go out, in
+ * order, along the route the name (or the address alone) chooses, and every later datagram to
+ * that destination goes by the same name without another look. Datagrams to another
+ * destination meanwhile go by address. A datagram that does not look like a client Initial
+ * never starts a look, and a flow whose route no name could change is never looked at.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <event2/event.h>
+
+#include "core/bufpool.h"
+#include "core/clock.h"
+#include "dispatch/route.h"
+#include "dispatch/udp_int.h"
+#include "sniff/sniff.h"
+
+struct usniff {
+	struct udp_path *up;
+	struct udp_session *s;
+	struct event *ev;              /* the time limit, while looking */
+	struct sniff_quic *q;          /* while looking; NULL once decided */
+	uint8_t dst[16];
+	uint16_t dport_be;
+	struct qdgram_list held;       /* waiting for the decision, counted in s->up_queued */
+	uint32_t nheld;
+	char name[SNIFF_NAME_MAX + 1]; /* decided: the name, "" for none */
+};
+
+static void flow_of(const struct udp_session *s, const uint8_t *dst, uint16_t dport_be,
+		    struct flow_key *fk)
+{
+	memset(fk, 0, sizeof(*fk));
+	fk->family = s->key.family;
+	fk->proto = IPPROTO_UDP;
+	fk->sport_be = s->key.port_be;
+	fk->dport_be = dport_be;
+	memcpy(fk->src, s->key.addr, 16);
+	memcpy(fk->dst, dst, 16);
+}
+
+bool udp_sniff_wanted(const struct ts_config *cfg, const struct udp_view *v)
+{
+	const struct ts_sniff *sn = &cfg->route.sniff;
+	struct flow_key fk;
+
+	if (!ts_sniff_on(sn, TS_SNIFF_QUIC) || !sniff_quic_is_initial(v->payload, v->payload_len))
+		return false;
+	if (sn->override_destination)
+		return true;
+	memset(&fk, 0, sizeof(fk));
+	fk.family = v->family;
+	fk.proto = IPPROTO_UDP;
+	fk.sport_be = v->sport_be;
+	fk.dport_be = v->dport_be;
+	memcpy(fk.src, v->src, 16);
+	memcpy(fk.dst, v->dst, 16);
+	return route_name_matters(&cfg->route, &fk);
+}
+
+static bool same_flow(const struct usniff *x, const struct udp_view *v)
+{
+	return x->dport_be == v->dport_be && memcmp(x->dst, v->dst, 16) == 0;
+}
+
+static void release_held(struct udp_path *up, struct usniff *x, struct qdgram *q)
+{
+	STAILQ_REMOVE_HEAD(&x->held, link);
+	x->nheld--;
+	x->s->up_queued--;
+	udp_gauge_dec(&up->ctr.up_queued);
+	bufpool_put(up->pool, q);
+}
+
+static void hold(struct udp_path *up, struct usniff *x, const struct udp_view *v)
+{
+	struct qdgram *q;
+
+	if (x->s->up_queued >= up->up_limit) {
+		udp_count_drop(up, UDP_DROP_queue_full);
+		return;
+	}
+	if (v->payload_len > up->qcap || !(q = bufpool_get(up->pool))) {
+		udp_count_drop(up, UDP_DROP_no_buffer);
+		return;
+	}
+	memset(q, 0, sizeof(*q));
+	q->len = (uint32_t)v->payload_len;
+	memcpy(qdata(q), v->payload, v->payload_len);
+	STAILQ_INSERT_TAIL(&x->held, q, link);
+	x->nheld++;
+	x->s->up_queued++;
+	ctr_inc(&up->ctr.up_queued);
+}
+
+/* The look is over: name (NULL: none) is the flow's from now on; counted by why. */
+static void decide(struct udp_path *up, struct usniff *x, const char *name, bool timeout)
+{
+	const struct ts_route *rt = &x->s->gen->cfg->route;
+
+	sniff_quic_free(x->q);
+	x->q = NULL;
+	event_del(x->ev);
+	if (name && outbound_name_valid(name)) {
+		struct flow_key fk;
+
+		snprintf(x->name, sizeof(x->name), "%s", name);
+		ctr_inc(&up->ctr.sniff_quic);
+		flow_of(x->s, x->dst, x->dport_be, &fk);
+		if (route_select(rt, &fk, NULL) != route_select(rt, &fk, x->name))
+			ctr_inc(&up->ctr.sniff_route_changed);
+		if (rt->sniff.override_destination)
+			ctr_inc(&up->ctr.sniff_overridden);
+	} else {
+		x->name[0] = '\0';
+		ctr_inc(timeout ? &up->ctr.sniff_timeouts : &up->ctr.sniff_no_name);
+	}
+	/* The session is routed again from scratch: its last route was cached without the name. */
+	x->s->rc_valid = false;
+}
+
+/* Send what waited, oldest first, through the path's input: each is routed by the decision. */
+static void replay(struct udp_path *up, struct usniff *x, int64_t now)
+{
+	struct udp_session *s = x->s;
+	struct udp_view v;
+	struct qdgram *q;
+
+	memset(&v, 0, sizeof(v));
+	v.family = s->key.family;
+	memcpy(v.src, s->key.addr, 16);
+	v.sport_be = s->key.port_be;
+	memcpy(v.dst, x->dst, 16);
+	v.dport_be = x->dport_be;
+	while ((q = STAILQ_FIRST(&x->held))) {
+		STAILQ_REMOVE_HEAD(&x->held, link);
+		x->nheld--;
+		s->up_queued--;
+		udp_gauge_dec(&up->ctr.up_queued);
+		v.payload = qdata(q);
+		v.payload_len = q->len;
+		udp_input(up, &v, now);
+		bufpool_put(up->pool, q);
+	}
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct usniff *x = arg;
+
+	(void)fd;
+	(void)what;
+	if (!x->q)
+		return;
+	decide(x->up, x, NULL, true);
+	replay(x->up, x, ts_now_ns());
+}
+
+/* Feed v to the look: 1 when v waits (or was dropped), 0 when the look decided with v and the
+ * datagrams before it went out (v goes next, *name its name). */
+static int look(struct udp_path *up, struct usniff *x, const struct udp_view *v, int64_t now,
+		const char **name)
+{
+	char found[SNIFF_NAME_MAX + 1];
+	enum sniff_result r = sniff_quic_feed(x->q, v->payload, v->payload_len, found);
+
+	if (r == SNIFF_NEED_MORE) {
+		hold(up, x, v);
+		return 1;
+	}
+	decide(up, x, r == SNIFF_FOUND ? found : NULL, false);
+	replay(up, x, now);
+	*name = x->name[0] ? x->name : NULL;
+	return 0;
+}
+
+int udp_sniff_input(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
+		    int64_t now, bool wanted, const char **name)
+{
+	const struct ts_sniff *sn = &s->gen->cfg->route.sniff;
+	struct usniff *x = s->sniff;
+	struct timeval tv = { .tv_sec = sn->timeout_ms / 1000,
+			      .tv_usec = (sn->timeout_ms % 1000) * 1000 };
+
+	*name = NULL;
+	if (x && same_flow(x, v)) {
+		if (x->q)
+			return look(up, x, v, now, name);
+		*name = x->name[0] ? x->name : NULL;
+		return 0;
+	}
+	if (!wanted || (x && x->q))
+		return 0; /* not worth a look, or looking at another flow: by address */
+	if (!x) {
+		if (!(x = budget_calloc(up->b, 1, sizeof(*x))))
+			return 0;
+		if (!(x->ev = evtimer_new(up->base, on_timeout, x))) {
+			budget_mfree(up->b, x);
+			return 0;
+		}
+		x->up = up;
+		x->s = s;
+		STAILQ_INIT(&x->held);
+		s->sniff = x;
+	}
+	if (sniff_quic_new(&x->q) != 0)
+		return 0;
+	memcpy(x->dst, v->dst, 16);
+	x->dport_be = v->dport_be;
+	x->name[0] = '\0';
+	evtimer_add(x->ev, &tv);
+	ctr_inc(&up->ctr.sniff_started);
+	return look(up, x, v, now, name);
+}
+
+const char *udp_sniff_name(const struct udp_session *s, const struct udp_view *v)
+{
+	const struct usniff *x = s->sniff;
+
+	return x && !x->q && x->name[0] && same_flow(x, v) ? x->name : NULL;
+}
+
+bool udp_sniff_override(const struct udp_session *s)
+{
+	return s->gen->cfg->route.sniff.override_destination;
+}
+
+void udp_sniff_free(struct udp_path *up, struct udp_session *s)
+{
+	struct usniff *x = s->sniff;
+	struct qdgram *q;
+
+	if (!x)
+		return;
+	while ((q = STAILQ_FIRST(&x->held))) {
+		release_held(up, x, q);
+		udp_count_drop(up, UDP_DROP_session_closed);
+	}
+	sniff_quic_free(x->q);
+	event_free(x->ev);
+	budget_mfree(up->b, x);
+	s->sniff = NULL;
+}

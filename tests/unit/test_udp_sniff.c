@@ -1,0 +1,284 @@
+/* test_udp_sniff.c — route.sniff on the UDP path: the SNI in a client's QUIC Initial chooses the
+ * route of its flow. Initials are built and protected here (RFC 9001 §5, quic_initial_seal)
+ * around a ClientHello; a UDP server on 127.0.0.N:443 (N of each test's own, so that tests run
+ * in parallel never share it) records what the path sends, in order.
+ * Cases: a name a reject rule names drops the flow; a ClientHello split over two Initials
+ * holds the first until the second decides, then both go out in order, and later packets of
+ * the flow follow without a look; an Initial that never completes goes by address after the
+ * timeout; other datagrams to port 443 are never looked at; a path freed while datagrams wait
+ * gives every buffer back.
+ */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/budget.h"
+#include "core/config.h"
+#include "dispatch/udp.h"
+#include "sniff/quic_initial.h"
+#include "testutil.h"
+#include "udptest.h"
+
+#define MAX_GOT 16
+
+struct env {
+	struct event_base *base;
+	struct ts_config cfg;
+	struct budget *b;
+	struct udp_path *up;
+	int srv;
+	struct event *srv_ev;
+	char server[16];
+	int got;
+	size_t got_len[MAX_GOT];
+	uint8_t got_first[MAX_GOT][16];
+};
+
+static int no_tx(void *arg, const uint8_t *pkt, size_t len)
+{
+	(void)arg;
+	(void)pkt;
+	(void)len;
+	return 0;
+}
+
+static void srv_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct env *e = arg;
+	uint8_t buf[2048];
+	ssize_t n;
+
+	(void)what;
+	while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+		cr_assert_lt(e->got, MAX_GOT);
+		e->got_len[e->got] = (size_t)n;
+		memcpy(e->got_first[e->got], buf, 16);
+		e->got++;
+	}
+}
+
+static void env_start(struct env *e, uint32_t timeout_ms, int n)
+{
+	char json[1024], err[TS_ERRLEN];
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(443) };
+
+	memset(e, 0, sizeof(*e));
+	snprintf(e->server, sizeof(e->server), "127.0.0.%d", n);
+	snprintf(json, sizeof(json),
+		 "{\"outbounds\":[{\"tag\":\"direct\",\"type\":\"direct\"},"
+		 "{\"tag\":\"block\",\"type\":\"reject\"}],"
+		 "\"route\":{\"sniff\":{\"timeout_ms\":%u},"
+		 "\"rules\":[{\"domain_suffix\":[\"blocked.test\"],\"outbound\":\"block\"}],"
+		 "\"final\":\"direct\"}}",
+		 timeout_ms);
+	cr_assert_eq(config_load_string(json, &e->cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_not_null(e->base = event_base_new());
+	cr_assert_eq(budget_new(&e->cfg.budget, &e->b), 0);
+	cr_assert_eq(udp_path_new(e->base, &e->cfg, e->b, no_tx, e, &e->up), 0);
+	e->srv = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	cr_assert_geq(e->srv, 0);
+	inet_pton(AF_INET, e->server, &sin.sin_addr);
+	cr_assert_eq(bind(e->srv, (struct sockaddr *)&sin, sizeof(sin)), 0, "bind %s:443: %s",
+		     e->server, strerror(errno));
+	e->srv_ev = event_new(e->base, e->srv, EV_READ | EV_PERSIST, srv_cb, e);
+	cr_assert_eq(event_add(e->srv_ev, NULL), 0);
+}
+
+static void env_fini(struct env *e)
+{
+	struct budget_stats bs;
+
+	udp_path_free(e->up);
+	budget_get_stats(e->b, &bs);
+	cr_assert_eq(bs.udp_in_use, 0, "sessions leaked");
+	cr_assert_eq(bs.fds_in_use, 0, "fds leaked");
+	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes leaked");
+	event_free(e->srv_ev);
+	close(e->srv);
+	budget_free(e->b);
+	config_fini(&e->cfg);
+	event_base_free(e->base);
+}
+
+static struct udp_path_stats stats(struct env *e)
+{
+	struct udp_path_stats st;
+
+	udp_path_stats(e->up, &st);
+	return st;
+}
+
+/* A TLS ClientHello handshake message (no record layer) with one extension, server_name. */
+static size_t hello_msg(uint8_t *b, const char *name)
+{
+	size_t n = strlen(name), ext = 2 + 2 + 2 + 1 + 2 + n, body = 2 + 32 + 1 + 4 + 2 + 2 + ext;
+	size_t i = 0;
+
+	b[i++] = 1, b[i++] = 0, b[i++] = (uint8_t)(body >> 8), b[i++] = (uint8_t)body;
+	b[i++] = 3, b[i++] = 3;
+	memset(b + i, 0x33, 32), i += 32;
+	b[i++] = 0;
+	b[i++] = 0, b[i++] = 2, b[i++] = 0x13, b[i++] = 0x01;
+	b[i++] = 1, b[i++] = 0;
+	b[i++] = (uint8_t)(ext >> 8), b[i++] = (uint8_t)ext;
+	b[i++] = 0, b[i++] = 0;
+	b[i++] = (uint8_t)((ext - 4) >> 8), b[i++] = (uint8_t)(ext - 4);
+	b[i++] = (uint8_t)((n + 3) >> 8), b[i++] = (uint8_t)(n + 3);
+	b[i++] = 0;
+	b[i++] = (uint8_t)(n >> 8), b[i++] = (uint8_t)n;
+	memcpy(b + i, name, n);
+	return i + n;
+}
+
+/* A protected client Initial whose payload is one CRYPTO frame (data at offset off) padded to
+ * 1100 bytes of frames. */
+static size_t initial(uint8_t *out, size_t cap, uint32_t pn, uint64_t off, const uint8_t *data,
+		      size_t len)
+{
+	static const uint8_t dcid[8] = { 0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08 };
+	uint8_t frames[1100];
+	size_t i = 0, out_len = 0;
+
+	memset(frames, 0, sizeof(frames)); /* PADDING */
+	frames[i++] = 0x06;
+	frames[i++] = (uint8_t)(0x40 | (off >> 8)), frames[i++] = (uint8_t)off;
+	frames[i++] = (uint8_t)(0x40 | (len >> 8)), frames[i++] = (uint8_t)len;
+	cr_assert_leq(i + len, sizeof(frames));
+	memcpy(frames + i, data, len);
+	cr_assert_eq(quic_initial_seal(QUIC_V1, dcid, sizeof(dcid), NULL, 0, pn, frames,
+				       sizeof(frames), out, cap, &out_len), 0);
+	return out_len;
+}
+
+static void send_to_443(struct env *e, uint16_t sport, const uint8_t *p, size_t len)
+{
+	ut_tun_send(e->up, "10.0.0.9", sport, e->server, 443, p, len);
+}
+
+Test(udp_sniff, a_named_flow_takes_the_names_route)
+{
+	struct env e;
+	uint8_t msg[256], pkt[1500];
+	size_t n;
+
+	env_start(&e, 300, 72);
+	n = initial(pkt, sizeof(pkt), 0, 0, msg, hello_msg(msg, "video.blocked.test"));
+	send_to_443(&e, 5000, pkt, n);
+	ut_pump_for(e.base, 30);
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.sniff_started, 1);
+	cr_assert_eq(st.sniff_quic, 1);
+	cr_assert_eq(st.sniff_route_changed, 1);
+	cr_assert_eq(st.drops[UDP_DROP_rejected], 1, "the reject rule named it");
+	cr_assert_eq(e.got, 0, "nothing reached the server");
+	cr_assert_eq(st.sessions, 0, "a dropped flow holds no session");
+	/* The client's retransmission is looked at again, and dropped again. */
+	send_to_443(&e, 5000, pkt, n);
+	ut_pump_for(e.base, 30);
+	st = stats(&e);
+	cr_assert_eq(st.drops[UDP_DROP_rejected], 2);
+	cr_assert_eq(st.sniff_started, 2);
+	cr_assert_eq(e.got, 0);
+	env_fini(&e);
+}
+
+Test(udp_sniff, a_hello_over_two_initials_holds_the_first_then_sends_both_in_order)
+{
+	struct env e;
+	uint8_t msg[256], p1[1500], p2[1500];
+	size_t len = hello_msg(msg, "www.example.test"), half = len / 2, n1, n2;
+
+	env_start(&e, 2000, 73);
+	n1 = initial(p1, sizeof(p1), 0, 0, msg, half);
+	n2 = initial(p2, sizeof(p2), 1, half, msg + half, len - half);
+	send_to_443(&e, 5001, p1, n1);
+	ut_pump_for(e.base, 30);
+	cr_assert_eq(e.got, 0, "the first Initial waits");
+	cr_assert_eq(stats(&e).up_queued, 1);
+	cr_assert_eq(stats(&e).sessions, 1);
+	send_to_443(&e, 5001, p2, n2);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 2, 2000), "got %d", e.got);
+	cr_assert_eq(e.got_len[0], n1);
+	cr_assert_eq(memcmp(e.got_first[0], p1, 16), 0, "the first went first");
+	cr_assert_eq(e.got_len[1], n2);
+	cr_assert_eq(memcmp(e.got_first[1], p2, 16), 0);
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.sniff_quic, 1);
+	cr_assert_eq(st.sniff_route_changed, 0, "no rule names it: the address's route");
+	cr_assert_eq(st.up_queued, 0);
+	cr_assert_eq(st.up_datagrams, 2);
+	send_to_443(&e, 5001, (const uint8_t *)"\x40short-header", 13);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 3, 2000));
+	cr_assert_eq(stats(&e).sniff_started, 1);
+	env_fini(&e);
+}
+
+Test(udp_sniff, a_blocked_name_over_two_initials_drops_both)
+{
+	struct env e;
+	uint8_t msg[256], p1[1500], p2[1500];
+	size_t len = hello_msg(msg, "ads.blocked.test"), half = len / 2, n1, n2;
+
+	env_start(&e, 2000, 74);
+	n1 = initial(p1, sizeof(p1), 0, 0, msg, half);
+	n2 = initial(p2, sizeof(p2), 1, half, msg + half, len - half);
+	send_to_443(&e, 5002, p1, n1);
+	send_to_443(&e, 5002, p2, n2);
+	ut_pump_for(e.base, 30);
+	cr_assert_eq(stats(&e).drops[UDP_DROP_rejected], 2);
+	cr_assert_eq(e.got, 0);
+	env_fini(&e);
+}
+
+Test(udp_sniff, an_unfinished_hello_goes_by_address_after_the_timeout)
+{
+	struct env e;
+	uint8_t msg[256], p1[1500];
+	size_t len = hello_msg(msg, "ads.blocked.test"), n1;
+	int64_t t0;
+
+	env_start(&e, 150, 75);
+	n1 = initial(p1, sizeof(p1), 0, 0, msg, len / 2);
+	t0 = ts_now_ns();
+	send_to_443(&e, 5003, p1, n1);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 1, 2000), "never sent");
+	struct udp_path_stats st = stats(&e);
+	cr_assert_geq(ts_now_ns() - t0, MS(140), "sent before the timeout (%lld ms, %lu timeouts, %lu no name)",
+		      (long long)((ts_now_ns() - t0) / 1000000), (unsigned long)st.sniff_timeouts,
+		      (unsigned long)st.sniff_no_name);
+	cr_assert_eq(st.sniff_timeouts, 1);
+	cr_assert_eq(st.sniff_quic, 0);
+	cr_assert_eq(st.up_queued, 0);
+	env_fini(&e);
+}
+
+Test(udp_sniff, other_datagrams_to_443_are_not_looked_at)
+{
+	struct env e;
+
+	env_start(&e, 300, 76);
+	send_to_443(&e, 5004, (const uint8_t *)"plain udp", 9);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 1, 2000));
+	cr_assert_eq(stats(&e).sniff_started, 0);
+	env_fini(&e);
+}
+
+Test(udp_sniff, freeing_the_path_while_datagrams_wait_gives_everything_back)
+{
+	struct env e;
+	uint8_t msg[256], p1[1500];
+	size_t n1;
+
+	env_start(&e, 5000, 77);
+	n1 = initial(p1, sizeof(p1), 0, 0, msg, hello_msg(msg, "www.example.test") / 2);
+	send_to_443(&e, 5005, p1, n1);
+	send_to_443(&e, 5006, p1, n1);
+	ut_pump_for(e.base, 20);
+	cr_assert_eq(stats(&e).up_queued, 2);
+	env_fini(&e); /* asserts no session, fd or buffer byte left */
+}
