@@ -124,6 +124,14 @@ if(TS_SANITIZE STREQUAL "")
               --bin $<TARGET_FILE:twinstack>)
     set_tests_properties(integration_names_${stack} PROPERTIES
       LABELS integration TIMEOUT 90 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+    # Routing by what the connection says (tests/integration/sniff.sh): TLS SNI, HTTP Host and a
+    # ClientHello in three segments through dante and direct, a server that speaks first;
+    # about 6 s each.
+    add_test(NAME integration_sniff_${stack}
+      COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/sniff.sh --stack ${stack}
+              --bin $<TARGET_FILE:twinstack>)
+    set_tests_properties(integration_sniff_${stack} PROPERTIES
+      LABELS integration TIMEOUT 90 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
     # The proxy outbounds against real servers (tests/integration/proxies.sh): HTTP CONNECT
     # through tinyproxy, SOCKS5 UDP ASSOCIATE through dante-server and a misbehaving server;
     # about 25 s each.
