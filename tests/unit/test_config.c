@@ -1305,3 +1305,58 @@ Test(config, direct_domain_strategy_rejects)
 	};
 	BAD_TABLE(b);
 }
+
+/* ---- route.sniff -------------------------------------------------------------------------- */
+
+Test(config, route_sniff)
+{
+	struct ts_config cfg;
+	static const struct bad b[] = {
+		{ "{'route':{'sniff':true}}", "$.route.sniff", "expected an object" },
+		{ "{'route':{'sniff':{'timeout_ms':0}}}", "$.route.sniff.timeout_ms", "" },
+		{ "{'route':{'sniff':{'timeout_ms':10001}}}", "$.route.sniff.timeout_ms", "" },
+		{ "{'route':{'sniff':{'max_bytes':63}}}", "$.route.sniff.max_bytes", "" },
+		{ "{'route':{'sniff':{'max_bytes':16390}}}", "$.route.sniff.max_bytes", "" },
+		{ "{'route':{'sniff':{'protocols':['tls','smtp']}}}", "$.route.sniff.protocols[1]",
+		  "smtp" },
+		{ "{'route':{'sniff':{'protocols':['quic','quic']}}}", "$.route.sniff.protocols[1]",
+		  "listed twice" },
+		{ "{'route':{'sniff':{'protocols':'tls'}}}", "$.route.sniff.protocols",
+		  "expected an array" },
+		{ "{'route':{'sniff':{'override_destination':1}}}",
+		  "$.route.sniff.override_destination", "" },
+		{ "{'route':{'sniff':{'timeout':300}}}", "$.route.sniff.timeout", "unknown key" },
+	};
+
+	load_ok("{}", &cfg);
+	cr_assert_not(cfg.route.sniff.present);
+	cr_assert_not(ts_sniff_on(&cfg.route.sniff, TS_SNIFF_TLS), "absent: nothing is sniffed");
+	config_fini(&cfg);
+
+	load_ok("{'route':{'sniff':{}}}", &cfg);
+	cr_assert(ts_sniff_on(&cfg.route.sniff, TS_SNIFF_TLS));
+	cr_assert(ts_sniff_on(&cfg.route.sniff, TS_SNIFF_HTTP));
+	cr_assert(ts_sniff_on(&cfg.route.sniff, TS_SNIFF_QUIC));
+	cr_assert_eq(cfg.route.sniff.timeout_ms, 300);
+	cr_assert_eq(cfg.route.sniff.max_bytes, 4096);
+	cr_assert_not(cfg.route.sniff.override_destination);
+	config_fini(&cfg);
+
+	load_ok("{'route':{'sniff':{'protocols':['quic'],'timeout_ms':50,'max_bytes':16389,"
+		"'override_destination':true}}}",
+		&cfg);
+	cr_assert_not(ts_sniff_on(&cfg.route.sniff, TS_SNIFF_TLS | TS_SNIFF_HTTP));
+	cr_assert(ts_sniff_on(&cfg.route.sniff, TS_SNIFF_QUIC));
+	cr_assert_eq(cfg.route.sniff.timeout_ms, 50);
+	cr_assert_eq(cfg.route.sniff.max_bytes, 16389);
+	cr_assert(cfg.route.sniff.override_destination);
+	config_fini(&cfg);
+
+	load_ok("{'route':{'sniff':{'enabled':false}}}", &cfg);
+	cr_assert_not(ts_sniff_on(&cfg.route.sniff, TS_SNIFF_TLS | TS_SNIFF_HTTP | TS_SNIFF_QUIC));
+	config_fini(&cfg);
+	load_ok("{'route':{'sniff':{'protocols':[]}}}", &cfg);
+	cr_assert_not(ts_sniff_on(&cfg.route.sniff, TS_SNIFF_TLS | TS_SNIFF_HTTP | TS_SNIFF_QUIC));
+	config_fini(&cfg);
+	BAD_TABLE(b);
+}

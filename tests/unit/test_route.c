@@ -160,3 +160,33 @@ Test(route, rule_set_matcher)
 	unlink(cn);
 	rmdir(dir);
 }
+
+static bool matters(const char *dst, uint16_t port, uint8_t proto)
+{
+	struct flow_key k = key(dst, port, proto);
+	return route_name_matters(&cfg.route, &k);
+}
+
+/* Whether a flow is worth sniffing: only when a rule with names could match it before a rule
+ * without names decides it. */
+Test(route, name_matters_only_where_a_name_rule_comes_first)
+{
+	load("{\"outbounds\":[{\"tag\":\"d\",\"type\":\"direct\"},{\"tag\":\"b\",\"type\":\"reject\"}],"
+	     "\"route\":{\"rules\":["
+	     "{\"port\":[53],\"outbound\":\"b\"},"
+	     "{\"cidr\":[\"10.1.0.0/16\"],\"outbound\":\"d\"},"
+	     "{\"domain_suffix\":[\"ads.test\"],\"port\":[443],\"network\":\"tcp\",\"outbound\":\"b\"},"
+	     "{\"domain\":[\"x.test\"],\"cidr\":[\"192.0.2.0/24\"],\"outbound\":\"b\"}],"
+	     "\"final\":\"d\"}}");
+	cr_assert(matters("10.2.0.1", 443, IPPROTO_TCP), "the suffix rule covers it");
+	cr_assert_not(matters("10.2.0.1", 443, IPPROTO_UDP), "the suffix rule is TCP only");
+	cr_assert_not(matters("10.2.0.1", 53, IPPROTO_TCP), "port 53 is decided first");
+	cr_assert_not(matters("10.1.0.1", 443, IPPROTO_TCP), "the CIDR rule decides first");
+	cr_assert_not(matters("10.2.0.1", 80, IPPROTO_TCP), "no name rule covers port 80");
+	cr_assert(matters("192.0.2.7", 80, IPPROTO_UDP), "the last rule covers that network");
+	config_fini(&cfg);
+
+	load("{\"route\":{\"rules\":[{\"port\":[1],\"outbound\":\"direct\"}]}}");
+	cr_assert_not(matters("10.2.0.1", 443, IPPROTO_TCP), "no rule has names");
+	config_fini(&cfg);
+}
