@@ -178,6 +178,7 @@ class Report:
         self.dsamples = {}      # the derived ones (ceiling, fractions), same shape
         self.ablation = meta["mode"] == "ablation"
         self.socks5 = meta["mode"] == "socks5"
+        self.sniff = meta["mode"] == "sniff"
         self.reps = meta["repetitions"]
         self.io_mode = meta["io_mode"]
         self.bulk_cells = [(d, n) for d, n in meta["bulk_cells"]]
@@ -385,7 +386,7 @@ class Report:
             self.ablation_charts()
         elif self.socks5:
             self.ablation_charts("socks5_throughput", "TCP bulk throughput, direct and via SOCKS5")
-        else:
+        elif not self.sniff:
             self.charts()
         meta = self.meta
         if self.ablation or self.socks5:
@@ -395,6 +396,8 @@ class Report:
             self.write_ablation_report(meta, targets)
         elif self.socks5:
             self.write_socks5_report(meta, targets)
+        elif self.sniff:
+            self.write_sniff_report(meta)
         else:
             self.write_report(rows, meta)
         with open(os.path.join(self.out, "results.json"), "w") as f:
@@ -717,6 +720,65 @@ class Report:
         L.append("")
         L.append("Chart: socks5_throughput.svg / .png (`gnuplot socks5_throughput.gp`). Raw "
                  "logs and configs: work/.")
+        with open(os.path.join(self.out, "report.md"), "w") as f:
+            f.write("\n".join(L) + "\n")
+
+    # -- --sniff
+    SNIFF_FIGURES = (("connrate", "conn_per_s", "connections/s", 0),
+                     ("latency_64B", "latency_p50_us", "latency p50 µs", 0),
+                     ("latency_64B", "latency_p99_us", "latency p99 µs", 0))
+
+    def sniff_ratio(self, base, subj, wl, metric):
+        """subj's figure over base's, paired by round: median [min – max]."""
+        a = self.by_round(subj, wl, None, None, metric)
+        b = self.by_round(base, wl, None, None, metric)
+        return summary([a[r] / b[r] for r in sorted(a) if r in b and b[r]])
+
+    def write_sniff_report(self, meta):
+        L = ["# twinstack bench --sniff report", ""]
+        L.append("%s, %d round(s), %.0f s, io_mode %s, kernel %s, %d CPUs, %s. Interleaved: "
+                 "each round runs every subject once, the order rotated per round. Figures: "
+                 "median [min – max] over the rounds; ratios to the same stack without "
+                 "sniffing are per round (paired), then median [min – max]." % (
+                     meta["started_utc"], meta["repetitions"], meta["duration_s"],
+                     meta["io_mode"], meta["host"]["kernel"], meta["host"]["cpus"],
+                     cc_text(meta)))
+        L.append("")
+        head = ["subject"]
+        for _, _, what, _ in self.SNIFF_FIGURES:
+            head += [what, "ratio"]
+        head += ["connections looked at", "look timeouts"]
+        L.append("| " + " | ".join(head) + " |")
+        L.append("|" + " --- |" * len(head))
+        for sj in self.subjects:
+            base = self.find(sj.stack, sj.io_mode.split("-sniff")[0], sj.queues)
+            c = [sj.label]
+            for wl, metric, _, digits in self.SNIFF_FIGURES:
+                c.append(fmt_stat(self.stat(sj, wl, None, None, metric), digits))
+                c.append("1" if sj is base else
+                         fmt_stat(self.sniff_ratio(base, sj, wl, metric), 3))
+            c.append(fmt_stat(self.stat(sj, "sniff", None, None, "sniff_started"), 0))
+            c.append(fmt_stat(self.stat(sj, "sniff", None, None, "sniff_timeouts"), 0))
+            L.append("| " + " | ".join(c) + " |")
+        L.append("")
+        self.tail_sections(L)
+        L.append("## Method")
+        L.append("")
+        L.append("- <stack>: `twinstack run`, outbound direct, no rules. <stack> sniff idle: "
+                 "`route.sniff` on (timeout 300 ms) with one name rule (to a reject "
+                 "outbound, for a name nobody sends) for port 443 only: the "
+                 "workloads' ports are covered by no name rule, so no connection is looked at "
+                 "(what sniffing costs a flow it does not concern). <stack> sniff look: the same "
+                 "rule without a port: every connection waits for its first bytes and is "
+                 "looked at (they name nothing, so the route stays the same).")
+        L.append("- Connection rate: `twinstack load connrate` (connect, a short request, its "
+                 "echo, close; %s connections in flight). Latency: `twinstack load latency` "
+                 "(64 B request/response on one connection). %s s each." % (
+                     "16" if meta["mode"] == "quick" else "16 (--quick) or 32",
+                     meta.get("load_seconds", "?")))
+        L.append("- \"connections looked at\" and \"look timeouts\" are the proxy's "
+                 "`sniff.started` and `sniff.timeouts` after the workloads.")
+        L.append("")
         with open(os.path.join(self.out, "report.md"), "w") as f:
             f.write("\n".join(L) + "\n")
 

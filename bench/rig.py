@@ -327,8 +327,23 @@ class Subject(report.Subject):
         return self.io_mode.endswith("-socks5")
 
     @property
+    def sniff(self):
+        """--sniff: io_mode "<mode>-sniffidle" is the stack with route.sniff on and a name rule
+        that covers no port the workloads use (no flow is looked at: what sniffing costs when
+        it does nothing); "<mode>-snifflook" with a name rule that covers every port (every
+        connection waits for its first bytes and is looked at)."""
+        for m in ("idle", "look"):
+            if self.io_mode.endswith("-sniff" + m):
+                return m
+        return None
+
+    @property
     def tun_mode(self):
-        return self.io_mode[:-len("-socks5")] if self.via_socks5 else self.io_mode
+        if self.via_socks5:
+            return self.io_mode[:-len("-socks5")]
+        if self.sniff:
+            return self.io_mode[:-len("-sniff" + self.sniff)]
+        return self.io_mode
 
     @property
     def offload(self):
@@ -364,8 +379,9 @@ class Rig:
         self.ablation = args.ablation
         self.quick = args.quick
         self.via = getattr(args, "via", None)
+        self.sniff = getattr(args, "sniff", False)
         self.mode = "ablation" if self.ablation else "socks5" if self.via else \
-            "quick" if self.quick else "full"
+            "sniff" if self.sniff else "quick" if self.quick else "full"
         self.io_mode = args.io_mode or "offload"
         self.reps = args.reps if args.reps else (1 if args.quick else 3)
         self.stacks = [s for s in args.stacks.split(",") if s]
@@ -427,6 +443,16 @@ class Rig:
             for s in self.stacks:
                 self.subjects += [Subject(s, m, label=s),
                                   Subject(s, m + "-socks5", label=s + " via socks5")]
+        elif self.sniff:
+            # Each stack three ways, no baselines: the figures are ratios to the same stack
+            # with sniffing off.
+            m = self.io_mode
+            self.veth = self.ceiling_ref = None
+            self.subjects = []
+            for s in self.stacks:
+                self.subjects += [Subject(s, m, label=s),
+                                  Subject(s, m + "-sniffidle", label=s + " sniff idle"),
+                                  Subject(s, m + "-snifflook", label=s + " sniff look")]
         else:
             m = self.io_mode
             self.veth = Subject("veth", m, label="veth")
@@ -635,6 +661,14 @@ class Rig:
                                  "server": "%s:%d" % (B_VETH4, S5_PORT), "udp": True,
                                  "routing_mark": MARK}]
             cfg["route"] = {"final": "s5"}
+        if subj.sniff:
+            # A name rule to another outbound, for a name nobody sends: a connection it covers
+            # is looked at (its name could change the route), and then goes direct as before.
+            rule = {"domain_suffix": ["sniff.invalid"], "outbound": "block"}
+            if subj.sniff == "idle":
+                rule["port"] = [443]
+            cfg["outbounds"].append({"tag": "block", "type": "reject"})
+            cfg["route"] = {"final": "direct", "sniff": {"timeout_ms": 300}, "rules": [rule]}
         with open(path, "w") as f:
             json.dump(cfg, f, indent=2)
 
@@ -1063,6 +1097,43 @@ class Rig:
             except RuntimeError as e:
                 self.fail("%s %s: %s" % (subj.label, mode, e))
 
+    # -- --sniff: one subject through the connection rate and the latency, once
+    def run_sniff_subject(self, subj):
+        child = None
+        try:
+            self.tick("%s: start" % subj.label)
+            child, ms = self.start_subject(subj)
+            self.emit(subj, "startup", None, None, "startup_ms", ms)
+            time.sleep(SETTLE_S)
+            for mode, fn in (("connrate", lambda: self.w_connrate(subj)),
+                             ("latency", lambda: self.w_latency(subj))):
+                self.tick("%s: %s" % (subj.label, mode))
+                if not self.has_load(mode):
+                    self.note_na(subj.label, mode, "`twinstack load %s` not available" % mode)
+                    continue
+                try:
+                    fn()
+                except RuntimeError as e:
+                    self.fail("%s %s: %s" % (subj.label, mode, e))
+            if child.poll() is None:
+                self.sniff_counters(subj)
+        except RuntimeError as e:
+            self.fail("%s: %s" % (subj.label, e))
+        finally:
+            if child is not None:
+                self.tb.stop(child)
+
+    def sniff_counters(self, subj):
+        """The look counters after the workloads: proof that "idle" looked at nothing and
+        "look" at every connection."""
+        doc = self.stats()
+        if doc is None:
+            self.fail("%s: /stats unreachable after the workloads" % subj.label)
+            return
+        sn = doc.get("sniff") or {}
+        self.emit(subj, "sniff", None, None, "sniff_started", sn.get("started"))
+        self.emit(subj, "sniff", None, None, "sniff_timeouts", sn.get("timeouts"))
+
     # -- --via socks5: one subject through the bulk cells and the UDP echo, once
     def run_socks5_subject(self, subj):
         tb = self.tb
@@ -1128,6 +1199,8 @@ class Rig:
         if self.via:
             return self.reps * sum(len(self.bulk_cells) + 1 + (1 if s.has_tun else 0)
                                    for s in self.subjects)
+        if self.sniff:
+            return self.reps * 3 * len(self.subjects)
         per = 0
         for s in self.subjects:
             per += len(self.bulk_cells)
@@ -1260,7 +1333,8 @@ class Rig:
         if self.ablation:
             self.run_ablation()
         else:
-            run = self.run_socks5_subject if self.via else self.run_subject
+            run = self.run_socks5_subject if self.via else \
+                self.run_sniff_subject if self.sniff else self.run_subject
             for rnd in range(self.reps):
                 self.cur_round = rnd + 1
                 # rotate the order each round so no subject always runs first or last
@@ -1293,6 +1367,7 @@ class Rig:
             "iperf3": {"seconds": self.bulk_t, "omit": self.bulk_omit},
             "tcp_congestion": self.cc_meta(),
             "idle_wakeup_window_s": self.idle_s, "hold_conns": self.hold_conns,
+            "load_seconds": self.load_s,
             "not_measured": [{"subject": s, "workload": w, "reason": r} for s, w, r in self.na],
             "failures": self.failures, "notes": self.notes,
         }
@@ -1342,7 +1417,7 @@ class Rig:
         self.veth = next((s for s in self.subjects if s.stack == "veth"), None)
         self.ceiling_ref = next((s for s in self.subjects if s.stack == "reflector" and
                                  s.io_mode == meta.get("ceiling_io_mode", "offload")), None)
-        if not self.via and (self.veth is None or self.ceiling_ref is None):
+        if not self.via and not self.sniff and (self.veth is None or self.ceiling_ref is None):
             raise ValueError("no veth or no ceiling reflector among meta.subjects")
         self.socks5_from = meta.get("socks5")
         self.bulk_cells = [(d, n) for d, n in meta["bulk_cells"]]
@@ -1375,12 +1450,13 @@ def report_from(a):
         raise CannotRun("--report-from %s: %s" % (a.report_from, e))
     meta = data.get("meta") if isinstance(data, dict) else None
     if not isinstance(meta, dict) or meta.get("mode") not in ("full", "quick", "ablation",
-                                                              "socks5"):
+                                                              "socks5", "sniff"):
         raise CannotRun("--report-from %s: not a results.json of this rig (meta.mode)" %
                         a.report_from)
     a.ablation = meta["mode"] == "ablation"
     a.quick = meta["mode"] == "quick"
     a.via = "socks5" if meta["mode"] == "socks5" else None
+    a.sniff = meta["mode"] == "sniff"
     a.io_mode = None if a.ablation else meta.get("io_mode")
     if a.out is None:
         a.out = os.path.dirname(os.path.abspath(a.report_from))
@@ -1416,6 +1492,11 @@ def parse_args(argv):
                     "SOCKS5 client without a TUN (proxychains4 + iperf3, load udp --socks5): "
                     "TCP bulk and UDP echo, the ratios to the plain client with the >= 0.8 "
                     "targets (~12 minutes; --quick ~2)")
+    ap.add_argument("--sniff", action="store_true",
+                    help="each stack with route.sniff off, on with no flow looked at (a name "
+                    "rule for port 443 only: \"sniff idle\") and on with every connection looked "
+                    "at (\"sniff look\"): connection rate and 64 B latency, the ratios to the "
+                    "same stack without sniffing (~4 minutes; --quick ~1)")
     ap.add_argument("--stacks", default="system,lwip", help="comma-separated (default %(default)s)")
     ap.add_argument("--out", default=None, help="output directory (default bench-results; "
                     "with --report-from the directory of FILE)")
@@ -1468,7 +1549,7 @@ def parse_args(argv):
         bad("--cc: %r is not a congestion control name (reno, cubic, bbr, ... or host)" % a.cc)
     if a.report_from:
         given = [o for o, v in (("--ablation", a.ablation), ("--quick", a.quick),
-                                ("--via", a.via),
+                                ("--via", a.via), ("--sniff", a.sniff),
                                 ("--io-mode", a.io_mode), ("--reps", a.reps),
                                 ("--bulk-seconds", a.bulk_seconds),
                                 ("--time-limit", a.time_limit), ("--dry-run", a.dry_run),
@@ -1486,6 +1567,8 @@ def parse_args(argv):
             "--quick")
     if a.via and a.ablation:
         bad("--via socks5 and --ablation are two different runs")
+    if a.sniff and (a.via or a.ablation):
+        bad("--sniff is a run of its own, not with --via or --ablation")
     if a.ablation and a.io_mode:
         bad("--ablation measures both I/O modes; --io-mode does not apply")
     if a.time_limit and not a.ablation:

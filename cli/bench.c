@@ -28,7 +28,8 @@ static int find_rig(const char *dir, char *rig, size_t len)
 
 void usage_bench(FILE *out)
 {
-	fputs("usage: twinstack bench [--quick | --ablation | --via socks5] [--stacks system,lwip]\n"
+	fputs("usage: twinstack bench [--quick | --ablation | --via socks5 | --sniff]\n"
+	      "                       [--stacks system,lwip]\n"
 	      "                       [--out DIR] [--reps N] [--io-mode offload|per-packet]\n"
 	      "                       [--dry-run] [--cc NAME|host] [--perf DIR]\n"
 	      "\n"
@@ -49,6 +50,10 @@ void usage_bench(FILE *out)
 	      "                      iperf3, load udp --socks5): TCP bulk and UDP echo, each\n"
 	      "                      stack's ratio to the plain client as PASS/MISS (>= 0.8;\n"
 	      "                      ~12 minutes, with --quick ~1)\n"
+	      "  --sniff             each stack with route.sniff off, on with no flow looked at\n"
+	      "                      and on with every connection looked at: connection rate\n"
+	      "                      and latency, the ratios to the stack without sniffing\n"
+	      "                      (~4 minutes, with --quick ~1)\n"
 	      "  --stacks LIST       stacks to measure (default system,lwip)\n"
 	      "  --out DIR           output directory (default bench-results)\n"
 	      "  --reps N            repetitions per figure (default 3; --quick: 1)\n"

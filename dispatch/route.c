@@ -66,16 +66,20 @@ uint32_t route_select(const struct ts_route *route, const struct flow_key *k, co
 
 bool route_name_matters(const struct ts_route *route, const struct flow_key *k)
 {
+	uint32_t by_addr;
+
 	if (!route->has_names)
 		return false;
+	by_addr = route_select(route, k, NULL);
 	for (size_t i = 0; i < route->n_rules; i++) {
 		const struct ts_rule *r = &route->rules[i];
 
 		if (!match_addr(r, k))
 			continue;
-		if (!config_names_empty(&r->names))
-			return true;
-		return false; /* matches whatever the name: the route is decided */
+		if (config_names_empty(&r->names))
+			return false; /* matches whatever the name: the route is decided */
+		if (r->outbound != by_addr)
+			return true;  /* a name it matches would go elsewhere */
 	}
 	return false;
 }

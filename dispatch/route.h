@@ -20,10 +20,11 @@ bool route_rule_match(const struct ts_route *route, const struct ts_rule *r,
 uint32_t route_select(const struct ts_route *route, const struct flow_key *k, const char *name);
 
 /* Could a name change route_select's answer for k? True when, in rule order, a rule with a
- * name matcher whose other matchers (network, ports, CIDRs) match k comes before the first
- * rule without one that matches k. False decides the route from the address alone: such a
- * flow has nothing to gain from sniffing (a port no domain rule covers, rules without any
- * name matcher). */
+ * name matcher whose other matchers (network, ports, CIDRs) match k, and whose outbound is not
+ * the one k gets without a name, comes before the first rule without a name matcher that
+ * matches k. False decides the route from the address alone: such a flow has nothing to gain
+ * from sniffing (a port no domain rule covers, name rules that lead where the address does,
+ * rules without any name matcher). */
 bool route_name_matters(const struct ts_route *route, const struct flow_key *k);
 
 #endif

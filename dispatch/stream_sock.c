@@ -136,9 +136,10 @@ static ssize_t ss_peek(struct stream *s, void *buf, size_t n)
 	return r;
 }
 
-/* TCP's poll reports the socket readable only with SO_RCVLOWAT bytes queued (or at FIN or an
- * error): tcp_poll, net/ipv4/tcp.c. A failure leaves the level at 1: at worst the owner is
- * woken for bytes it has seen, and it bounds its wait with its own timer. */
+/* TCP's poll reports the socket readable only with SO_RCVLOWAT bytes queued (or at FIN, an
+ * error, or under TCP memory pressure): tcp_poll, net/ipv4/tcp.c. A failure leaves the level
+ * at 1, and the owner is woken for bytes it has seen: the dispatcher takes such a wake as the
+ * app's last word (as after a FIN) and routes by what it saw. */
 static void ss_set_lowat(struct stream *s, size_t lowat)
 {
 	int v = lowat > INT_MAX ? INT_MAX : (int)lowat;

@@ -971,7 +971,7 @@ static __attribute__((noinline)) struct name_res names_before_route(struct udp_p
 								    char nbuf[OUTBOUND_NAME_MAX + 1])
 {
 	struct name_res r = { .s = s };
-	bool wanted;
+	bool wanted, looking;
 	int bad;
 
 	if (up->namer && gen->cfg->route.has_names &&
@@ -980,7 +980,9 @@ static __attribute__((noinline)) struct name_res names_before_route(struct udp_p
 		r.rc = -1;
 		return r;
 	}
-	if (!up->sniff_quic || r.name || v->dport_be != htons(QUIC_PORT))
+	/* The session's own configuration decides (a reload leaves its looks and names alone). */
+	if (r.name || v->dport_be != htons(QUIC_PORT) ||
+	    (!(s && s->sniff) && !ts_sniff_on(&gen->cfg->route.sniff, TS_SNIFF_QUIC)))
 		return r;
 	wanted = udp_sniff_wanted(gen->cfg, v);
 	if (!s && !wanted)
@@ -992,9 +994,14 @@ static __attribute__((noinline)) struct name_res names_before_route(struct udp_p
 		}
 		r.fresh = true;
 	}
+	looking = udp_sniff_looking(r.s);
 	r.rc = udp_sniff_input(up, r.s, v, now, wanted, &r.name);
-	if (r.rc == 0 && r.s->up_queued == 0 && !SLIST_EMPTY(&r.s->socks))
-		r.fresh = false; /* what waited went out: the session holds sockets now */
+	if (r.rc != 0)
+		return r;
+	/* A session that holds nothing after the look decided (its held datagrams refused, or
+	 * none) is as good as new: freed if this datagram is refused too. */
+	r.fresh = (r.fresh || looking) && SLIST_EMPTY(&r.s->socks) &&
+		  TAILQ_EMPTY(&r.s->dnames) && r.s->up_queued == 0 && STAILQ_EMPTY(&r.s->dq);
 	return r;
 }
 
@@ -1099,6 +1106,11 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 unhold:
 	if (!s)
 		cfg_gen_put(&up->gens, gen);
+}
+
+void udp_name_work_update(struct udp_path *up)
+{
+	up->name_work = up->namer || up->sniff_quic || up->sniff_live > 0;
 }
 
 /* Out of line for the datagrams a look held (udp_sniff.c); input stays inlined in the entries. */
@@ -1208,7 +1220,7 @@ int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct bu
 	up->dns_timeout_ns = (int64_t)UDP_DNS_TIMEOUT_MS * TS_NS_PER_MS;
 	set_timeouts(up, cfg);
 	up->sniff_quic = ts_sniff_on(&cfg->route.sniff, TS_SNIFF_QUIC);
-	up->name_work = up->namer || up->sniff_quic;
+	udp_name_work_update(up);
 	up->up_limit = l->udp_up_queue;
 	up->down_limit = l->udp_down_queue;
 	TAILQ_INIT(&up->exp[0].list);
@@ -1257,7 +1269,7 @@ void udp_path_set_config(struct udp_path *up, const struct ts_config *cfg,
 	assert(cfg && cfg->n_outbounds > 0);
 	cfg_gens_set(&up->gens, cfg, release, arg);
 	up->sniff_quic = ts_sniff_on(&cfg->route.sniff, TS_SNIFF_QUIC);
-	up->name_work = up->namer || up->sniff_quic;
+	udp_name_work_update(up);
 	/* One timeout per list for all its sessions: each list stays ordered by expiry. */
 	set_timeouts(up, cfg);
 	rearm(up);
@@ -1294,6 +1306,7 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
 	out->sniff_timeouts = ctr_get(&c->sniff_timeouts);
 	out->sniff_route_changed = ctr_get(&c->sniff_route_changed);
 	out->sniff_overridden = ctr_get(&c->sniff_overridden);
+	out->sniff_active = ctr_get(&c->sniff_active);
 	for (int i = 0; i < UDP_DROP_MAX; i++)
 		out->drops[i] = ctr_get(&c->drops[i]);
 	out->queue_drops = out->drops[UDP_DROP_queue_full];
@@ -1325,7 +1338,7 @@ void udp_path_set_namer(struct udp_path *up, udp_namer_fn fn, void *arg)
 {
 	up->namer = fn;
 	up->namer_arg = arg;
-	up->name_work = up->namer || up->sniff_quic;
+	udp_name_work_update(up);
 }
 
 void udp_path_set_dns_timeout(struct udp_path *up, uint32_t ms)

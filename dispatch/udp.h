@@ -158,6 +158,7 @@ struct udp_path_stats {
 	 * place (override_destination). */
 	uint64_t sniff_started, sniff_quic, sniff_no_name, sniff_timeouts, sniff_route_changed,
 		sniff_overridden;
+	uint64_t sniff_active;      /* gauge: looks running (datagrams may be held) */
 	uint64_t drops[UDP_DROP_MAX];
 	uint64_t queue_drops;       /* drops[queue_full] (stats key udp.queue_drops) */
 };

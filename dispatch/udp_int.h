@@ -169,7 +169,7 @@ struct udp_counters {
 	ctr_t dns_queries, dns_answers, dns_done, dns_expired, recv_errors;
 	ctr_t assocs, assocs_total, assoc_failures, assoc_control_closed, resolve_failures;
 	ctr_t sniff_started, sniff_quic, sniff_no_name, sniff_timeouts, sniff_route_changed,
-		sniff_overridden;
+		sniff_overridden, sniff_active;
 	ctr_t drops[UDP_DROP_MAX];
 };
 
@@ -213,7 +213,9 @@ struct udp_path {
 	size_t s5cap;
 	uint16_t ip_id;
 	bool sniff_quic;                   /* the newest configuration sniffs QUIC (route.sniff) */
-	bool name_work;                    /* namer or sniff_quic: names before the route */
+	bool name_work;                    /* namer, sniff_quic or sniff_live: names before the
+	                                    * route (udp_name_work_update) */
+	uint32_t sniff_live;               /* sessions with a look's state (udp_sniff.c) */
 	struct udp_counters ctr;
 };
 
@@ -246,6 +248,8 @@ void udp_sock_send(struct udp_path *up, struct usock *k, const struct target *t,
 /* Send what waits in k's queue until the kernel says EAGAIN. */
 void udp_sock_flush(struct udp_path *up, struct usock *k);
 void udp_session_free(struct udp_path *up, struct udp_session *s);
+/* name_work again after the namer, the configuration or sniff_live changed. */
+void udp_name_work_update(struct udp_path *up);
 /* A datagram the codec accepted: its session, its target, out. */
 void udp_input(struct udp_path *up, const struct udp_view *v, int64_t now_ns);
 
@@ -283,6 +287,8 @@ bool udp_sniff_wanted(const struct ts_config *cfg, const struct udp_view *v);
  * the one that decided. */
 int udp_sniff_input(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
 		    int64_t now, bool wanted, const char **name);
+/* Is a look of s running (datagrams may be held)? */
+bool udp_sniff_looking(const struct udp_session *s);
 /* The name v's flow announced, if s looked at that flow and found one; else NULL. */
 const char *udp_sniff_name(const struct udp_session *s, const struct udp_view *v);
 /* Does a sniffed name replace s's destination address (route.sniff.override_destination)? */

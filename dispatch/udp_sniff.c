@@ -7,9 +7,16 @@
  * (not an Initial after all, a decryption failure, SNIFF_QUIC_MAX_DGRAMS datagrams without
  * the whole ClientHello), or until route.sniff.timeout_ms has passed. Then they go out, in
  * order, along the route the name (or the address alone) chooses, and every later datagram to
- * that destination goes by the same name without another look. Datagrams to another
- * destination meanwhile go by address. A datagram that does not look like a client Initial
- * never starts a look, and a flow whose route no name could change is never looked at.
+ * that destination goes by the same name without another look. A session keeps one flow's
+ * name: datagrams to another destination go by address while a look runs or once a name was
+ * found (a second look would take the first flow's name away in mid-connection). A datagram
+ * that does not look like a client Initial never starts a look, and a flow whose route no
+ * name could change is never looked at.
+ *
+ * A look holds about 24 KiB (the decryption state and the reassembled CRYPTO stream): each is
+ * charged to the budget's buffer bytes while it runs, and at most UDP_SNIFF_LOOKS run at once
+ * (beyond that, flows go by address), so Initials from many source ports cannot pin memory
+ * the budget does not see.
  */
 #include <errno.h>
 #include <string.h>
@@ -22,6 +29,9 @@
 #include "dispatch/route.h"
 #include "dispatch/udp_int.h"
 #include "sniff/sniff.h"
+
+#define UDP_SNIFF_LOOKS 256
+#define LOOK_BYTES (24u << 10)
 
 struct usniff {
 	struct udp_path *up;
@@ -101,14 +111,22 @@ static void hold(struct udp_path *up, struct usniff *x, const struct udp_view *v
 	ctr_inc(&up->ctr.up_queued);
 }
 
+/* A look's state goes: its memory back to the budget, its timer stopped. */
+static void look_end(struct udp_path *up, struct usniff *x)
+{
+	sniff_quic_free(x->q);
+	x->q = NULL;
+	event_del(x->ev);
+	budget_bytes_release(up->b, LOOK_BYTES);
+	udp_gauge_dec(&up->ctr.sniff_active);
+}
+
 /* The look is over: name (NULL: none) is the flow's from now on; counted by why. */
 static void decide(struct udp_path *up, struct usniff *x, const char *name, bool timeout)
 {
 	const struct ts_route *rt = &x->s->gen->cfg->route;
 
-	sniff_quic_free(x->q);
-	x->q = NULL;
-	event_del(x->ev);
+	look_end(up, x);
 	if (name && outbound_name_valid(name)) {
 		struct flow_key fk;
 
@@ -197,8 +215,10 @@ int udp_sniff_input(struct udp_path *up, struct udp_session *s, const struct udp
 		*name = x->name[0] ? x->name : NULL;
 		return 0;
 	}
-	if (!wanted || (x && x->q))
-		return 0; /* not worth a look, or looking at another flow: by address */
+	/* Not worth a look; or the session looks at, or knows the name of, another flow. */
+	if (!wanted || (x && (x->q || x->name[0])) ||
+	    ctr_get(&up->ctr.sniff_active) >= UDP_SNIFF_LOOKS)
+		return 0;
 	if (!x) {
 		if (!(x = budget_calloc(up->b, 1, sizeof(*x))))
 			return 0;
@@ -210,15 +230,27 @@ int udp_sniff_input(struct udp_path *up, struct udp_session *s, const struct udp
 		x->s = s;
 		STAILQ_INIT(&x->held);
 		s->sniff = x;
+		up->sniff_live++;
+		udp_name_work_update(up);
 	}
-	if (sniff_quic_new(&x->q) != 0)
+	if (budget_bytes_reserve(up->b, LOOK_BYTES) != 0)
 		return 0;
+	if (sniff_quic_new(&x->q) != 0) {
+		budget_bytes_release(up->b, LOOK_BYTES);
+		return 0;
+	}
+	ctr_inc(&up->ctr.sniff_active);
 	memcpy(x->dst, v->dst, 16);
 	x->dport_be = v->dport_be;
 	x->name[0] = '\0';
 	evtimer_add(x->ev, &tv);
 	ctr_inc(&up->ctr.sniff_started);
 	return look(up, x, v, now, name);
+}
+
+bool udp_sniff_looking(const struct udp_session *s)
+{
+	return s->sniff && s->sniff->q;
 }
 
 const char *udp_sniff_name(const struct udp_session *s, const struct udp_view *v)
@@ -244,8 +276,11 @@ void udp_sniff_free(struct udp_path *up, struct udp_session *s)
 		release_held(up, x, q);
 		udp_count_drop(up, UDP_DROP_session_closed);
 	}
-	sniff_quic_free(x->q);
+	if (x->q)
+		look_end(up, x);
 	event_free(x->ev);
 	budget_mfree(up->b, x);
 	s->sniff = NULL;
+	up->sniff_live--;
+	udp_name_work_update(up);
 }

@@ -189,7 +189,7 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_counter(d, "relay.splice_bytes", ds->splice_bytes);
 	stats_doc_counter(d, "relay.copy_bytes", ds->copy_bytes);
 	/* route.sniff: TCP sessions (the dispatcher) and QUIC flows (the UDP path) together. */
-	stats_doc_add_u64(d, "sniff.active", STATS_GAUGE, ds->sniff.active);
+	stats_doc_add_u64(d, "sniff.active", STATS_GAUGE, ds->sniff.active + us->sniff_active);
 	stats_doc_counter(d, "sniff.started", ds->sniff.started + us->sniff_started);
 	stats_doc_counter(d, "sniff.tls", ds->sniff.found[0]);
 	stats_doc_counter(d, "sniff.http", ds->sniff.found[1]);

@@ -189,4 +189,12 @@ Test(route, name_matters_only_where_a_name_rule_comes_first)
 	load("{\"route\":{\"rules\":[{\"port\":[1],\"outbound\":\"direct\"}]}}");
 	cr_assert_not(matters("10.2.0.1", 443, IPPROTO_TCP), "no rule has names");
 	config_fini(&cfg);
+
+	/* A name rule that leads where the address does changes nothing. */
+	load("{\"outbounds\":[{\"tag\":\"d\",\"type\":\"direct\"},{\"tag\":\"p\",\"type\":\"reject\"}],"
+	     "\"route\":{\"rules\":[{\"domain_suffix\":[\"cn.test\"],\"outbound\":\"d\"},"
+	     "{\"cidr\":[\"1.2.3.0/24\"],\"outbound\":\"d\"}],\"final\":\"p\"}}");
+	cr_assert_not(matters("1.2.3.4", 22, IPPROTO_TCP), "every name leads to d, as the address");
+	cr_assert(matters("1.2.4.4", 22, IPPROTO_TCP), "the name would lead to d, the address to p");
+	config_fini(&cfg);
 }

@@ -232,6 +232,7 @@ Test(udp_sniff, a_blocked_name_over_two_initials_drops_both)
 	ut_pump_for(e.base, 30);
 	cr_assert_eq(stats(&e).drops[UDP_DROP_rejected], 2);
 	cr_assert_eq(e.got, 0);
+	cr_assert_eq(stats(&e).sessions, 0, "a refused flow keeps no session slot");
 	env_fini(&e);
 }
 
@@ -281,4 +282,56 @@ Test(udp_sniff, freeing_the_path_while_datagrams_wait_gives_everything_back)
 	ut_pump_for(e.base, 20);
 	cr_assert_eq(stats(&e).up_queued, 2);
 	env_fini(&e); /* asserts no session, fd or buffer byte left */
+}
+
+Test(udp_sniff, a_second_flow_leaves_the_first_flows_name_alone)
+{
+	struct env e;
+	uint8_t msg[256], pkt[1500];
+	size_t n;
+
+	env_start(&e, 300, 78);
+	n = initial(pkt, sizeof(pkt), 0, 0, msg, hello_msg(msg, "www.example.test"));
+	send_to_443(&e, 5007, pkt, n);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 1, 2000));
+	/* Another destination from the same source: by address, no second look. */
+	ut_tun_send(e.up, "10.0.0.9", 5007, "127.0.0.79", 443, pkt, n);
+	send_to_443(&e, 5007, (const uint8_t *)"\x40short-header", 13);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 2, 2000));
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.sniff_started, 1, "one look per session");
+	cr_assert_eq(st.sniff_quic, 1);
+	cr_assert_eq(st.sniff_active, 0);
+	env_fini(&e);
+}
+
+static void no_release(void *arg, const struct ts_config *old)
+{
+	(void)arg;
+	(void)old;
+}
+
+/* A reload that turns sniffing off leaves a running look alone: the flow's next datagram
+ * still goes after the one held, and the session keeps its configuration. */
+Test(udp_sniff, a_reload_keeps_a_running_look_and_the_order)
+{
+	struct env e;
+	struct ts_config off;
+	char err[TS_ERRLEN];
+	uint8_t msg[256], p1[1500];
+	size_t n1;
+
+	env_start(&e, 2000, 80);
+	n1 = initial(p1, sizeof(p1), 0, 0, msg, hello_msg(msg, "www.example.test") / 2);
+	send_to_443(&e, 5008, p1, n1);
+	ut_pump_for(e.base, 20);
+	cr_assert_eq(stats(&e).up_queued, 1);
+	cr_assert_eq(config_load_string("{}", &off, err, sizeof(err)), 0, "%s", err);
+	udp_path_set_config(e.up, &off, no_release, NULL);
+	send_to_443(&e, 5008, (const uint8_t *)"\x40short-header", 13);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 2, 3000), "got %d", e.got);
+	cr_assert_eq(e.got_len[0], n1, "the held Initial went first");
+	cr_assert_eq(e.got_len[1], 13);
+	env_fini(&e);
+	config_fini(&off);
 }
