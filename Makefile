@@ -5,7 +5,7 @@
 #   build-fuzz/  clang + libFuzzer, each fuzz target for FUZZ_SECONDS from its seed corpus, JOBS
 #                targets at a time (each is single-threaded: one core apiece)
 JOBS ?= 2
-FUZZ_SECONDS ?= 24
+FUZZ_SECONDS ?= 20
 CTEST = ctest --output-on-failure --no-tests=error
 
 .PHONY: all setup build bench bench-socks5 test test-release test-asan test-tsan test-fuzz test-long micro clean

@@ -4,7 +4,7 @@
 # Fuzz targets (tests/fuzz/fuzz_*.c) are built only with TS_FUZZ=ON (clang), each run for
 # TS_FUZZ_SECONDS from its committed seed corpus tests/fuzz/corpus/<name>/.
 
-set(TS_FUZZ_SECONDS 24 CACHE STRING "Seconds each fuzz target runs under ctest")
+set(TS_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzz target runs under ctest")
 
 if(TS_FUZZ)
   file(GLOB TS_FUZZ_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_*.c)

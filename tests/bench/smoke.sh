@@ -46,6 +46,11 @@ expect_rc 2 --report-from "$out/none.json" --ablation
 expect_rc 2 --report-from "$out/none.json" --cc bbr  # a redraw keeps the run's own
 expect_rc 2 --cc 'Bad!' --dry-run
 expect_rc 2 --cc abcdefghijklmnop --dry-run  # 16 characters: over the kernel's name limit
+expect_rc 0 --sniff --quick --dry-run
+grep -q "lwip sniff look (lwip/offload-snifflook/q1)" "$out/args.txt" ||
+	{ echo "not ok - the --sniff plan names its subjects"; fails=$((fails + 1)); }
+expect_rc 2 --sniff --via socks5
+expect_rc 2 --sniff --ablation
 expect_rc 0 --quick --dry-run
 grep -q "TCP congestion control reno$" "$out/args.txt" ||
 	{ echo "not ok - the plan names the pinned congestion control (reno)"; fails=$((fails + 1)); }
@@ -258,7 +263,8 @@ fi
 
 # ---- 2. a quick run (root) ----
 [ "$(id -u)" -eq 0 ] && [ -c /dev/net/tun ] || { echo "smoke: needs root and /dev/net/tun: quick run skipped"; exit 77; }
-"$bin" bench --quick --no-micro --out "$out" >"$out/stdout.txt" 2>"$out/stderr.txt"
+# iperf3 -t 1 after its 1 s warm-up: the figures only have to be sane here.
+"$bin" bench --quick --bulk-seconds 1 --no-micro --out "$out" >"$out/stdout.txt" 2>"$out/stderr.txt"
 rc=$?
 if [ "$rc" -ne 0 ]; then
 	tail -n 30 "$out/stderr.txt"
