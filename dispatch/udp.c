@@ -802,6 +802,17 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 
 /* The route for v (and the name of its destination, NULL: none), cached for consecutive
  * datagrams to one place (the name is the namer's answer for that place: cached with it). */
+void udp_flow_key(const struct udp_view *v, struct flow_key *fk)
+{
+	memset(fk, 0, sizeof(*fk));
+	fk->family = v->family;
+	fk->proto = IPPROTO_UDP;
+	fk->sport_be = v->sport_be;
+	fk->dport_be = v->dport_be;
+	memcpy(fk->src, v->src, 16);
+	memcpy(fk->dst, v->dst, 16);
+}
+
 static uint32_t route_for(const struct ts_config *cfg, struct udp_session *s,
 			  const struct udp_view *v, const char *name)
 {
@@ -810,13 +821,7 @@ static uint32_t route_for(const struct ts_config *cfg, struct udp_session *s,
 
 	if (s && s->rc_valid && s->rc_port_be == v->dport_be && !memcmp(s->rc_dst, v->dst, 16))
 		return s->rc_ob;
-	memset(&fk, 0, sizeof(fk));
-	fk.family = v->family;
-	fk.proto = IPPROTO_UDP;
-	fk.sport_be = v->sport_be;
-	fk.dport_be = v->dport_be;
-	memcpy(fk.src, v->src, 16);
-	memcpy(fk.dst, v->dst, 16);
+	udp_flow_key(v, &fk);
 	ob = route_select(&cfg->route, &fk, name);
 	if (s) {
 		s->rc_valid = true;

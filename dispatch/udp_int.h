@@ -250,6 +250,8 @@ void udp_sock_flush(struct udp_path *up, struct usock *k);
 void udp_session_free(struct udp_path *up, struct udp_session *s);
 /* name_work again after the namer, the configuration or sniff_live changed. */
 void udp_name_work_update(struct udp_path *up);
+/* v's flow as the route sees it. */
+void udp_flow_key(const struct udp_view *v, struct flow_key *fk);
 /* A datagram the codec accepted: its session, its target, out. */
 void udp_input(struct udp_path *up, const struct udp_view *v, int64_t now_ns);
 

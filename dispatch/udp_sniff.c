@@ -45,16 +45,17 @@ struct usniff {
 	char name[SNIFF_NAME_MAX + 1]; /* decided: the name, "" for none */
 };
 
-static void flow_of(const struct udp_session *s, const uint8_t *dst, uint16_t dport_be,
-		    struct flow_key *fk)
+/* A datagram of the flow x looks at (no payload): what replays and routes are built from. */
+static void flow_view(const struct usniff *x, struct udp_view *v)
 {
-	memset(fk, 0, sizeof(*fk));
-	fk->family = s->key.family;
-	fk->proto = IPPROTO_UDP;
-	fk->sport_be = s->key.port_be;
-	fk->dport_be = dport_be;
-	memcpy(fk->src, s->key.addr, 16);
-	memcpy(fk->dst, dst, 16);
+	const struct udp_session *s = x->s;
+
+	memset(v, 0, sizeof(*v));
+	v->family = s->key.family;
+	memcpy(v->src, s->key.addr, 16);
+	v->sport_be = s->key.port_be;
+	memcpy(v->dst, x->dst, 16);
+	v->dport_be = x->dport_be;
 }
 
 bool udp_sniff_wanted(const struct ts_config *cfg, const struct udp_view *v)
@@ -66,13 +67,7 @@ bool udp_sniff_wanted(const struct ts_config *cfg, const struct udp_view *v)
 		return false;
 	if (sn->override_destination)
 		return true;
-	memset(&fk, 0, sizeof(fk));
-	fk.family = v->family;
-	fk.proto = IPPROTO_UDP;
-	fk.sport_be = v->sport_be;
-	fk.dport_be = v->dport_be;
-	memcpy(fk.src, v->src, 16);
-	memcpy(fk.dst, v->dst, 16);
+	udp_flow_key(v, &fk);
 	return route_name_matters(&cfg->route, &fk);
 }
 
@@ -81,13 +76,19 @@ static bool same_flow(const struct usniff *x, const struct udp_view *v)
 	return x->dport_be == v->dport_be && memcmp(x->dst, v->dst, 16) == 0;
 }
 
-static void release_held(struct udp_path *up, struct usniff *x, struct qdgram *q)
+/* The oldest datagram held, taken off the list and out of the queue counts (the caller puts
+ * its buffer back), or NULL. */
+static struct qdgram *unhold(struct udp_path *up, struct usniff *x)
 {
+	struct qdgram *q = STAILQ_FIRST(&x->held);
+
+	if (!q)
+		return NULL;
 	STAILQ_REMOVE_HEAD(&x->held, link);
 	x->nheld--;
 	x->s->up_queued--;
 	udp_gauge_dec(&up->ctr.up_queued);
-	bufpool_put(up->pool, q);
+	return q;
 }
 
 static void hold(struct udp_path *up, struct usniff *x, const struct udp_view *v)
@@ -129,10 +130,12 @@ static void decide(struct udp_path *up, struct usniff *x, const char *name, bool
 	look_end(up, x);
 	if (name && outbound_name_valid(name)) {
 		struct flow_key fk;
+		struct udp_view v;
 
 		snprintf(x->name, sizeof(x->name), "%s", name);
 		ctr_inc(&up->ctr.sniff_quic);
-		flow_of(x->s, x->dst, x->dport_be, &fk);
+		flow_view(x, &v);
+		udp_flow_key(&v, &fk);
 		if (route_select(rt, &fk, NULL) != route_select(rt, &fk, x->name))
 			ctr_inc(&up->ctr.sniff_route_changed);
 		if (rt->sniff.override_destination)
@@ -148,21 +151,11 @@ static void decide(struct udp_path *up, struct usniff *x, const char *name, bool
 /* Send what waited, oldest first, through the path's input: each is routed by the decision. */
 static void replay(struct udp_path *up, struct usniff *x, int64_t now)
 {
-	struct udp_session *s = x->s;
 	struct udp_view v;
 	struct qdgram *q;
 
-	memset(&v, 0, sizeof(v));
-	v.family = s->key.family;
-	memcpy(v.src, s->key.addr, 16);
-	v.sport_be = s->key.port_be;
-	memcpy(v.dst, x->dst, 16);
-	v.dport_be = x->dport_be;
-	while ((q = STAILQ_FIRST(&x->held))) {
-		STAILQ_REMOVE_HEAD(&x->held, link);
-		x->nheld--;
-		s->up_queued--;
-		udp_gauge_dec(&up->ctr.up_queued);
+	flow_view(x, &v);
+	while ((q = unhold(up, x))) {
 		v.payload = qdata(q);
 		v.payload_len = q->len;
 		udp_input(up, &v, now);
@@ -272,8 +265,8 @@ void udp_sniff_free(struct udp_path *up, struct udp_session *s)
 
 	if (!x)
 		return;
-	while ((q = STAILQ_FIRST(&x->held))) {
-		release_held(up, x, q);
+	while ((q = unhold(up, x))) {
+		bufpool_put(up->pool, q);
 		udp_count_drop(up, UDP_DROP_session_closed);
 	}
 	if (x->q)

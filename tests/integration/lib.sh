@@ -91,6 +91,27 @@ cleanup() {
 	fi
 }
 
+# --- the proxy's /stats (a suite that uses these defines inD and P_STATS) ------------------
+
+# stats: the document, asked up to three times (a busy machine may miss one 2 s window).
+stats() {
+	local out i
+	for i in 1 2 3; do
+		out=$(inD curl -s --max-time 2 "http://127.0.0.1:$P_STATS/stats") && [ -n "$out" ] &&
+			{ echo "$out"; return 0; }
+		sleep 0.2
+	done
+	return 1
+}
+# stat_key KEY DOC: a dotted key's value, "missing" when the document has none.
+stat_key() { jq -r ".$1 // \"missing\"" <<<"$2" 2>/dev/null || echo missing; }
+# delta KEY BEFORE AFTER: how much KEY grew, or "invalid" (so that a check fails, never skips).
+delta() {
+	local a b
+	a=$(stat_key "$1" "$2") b=$(stat_key "$1" "$3")
+	case "$a$b" in '' | *[!0-9]*) echo invalid ;; *) echo $((b - a)) ;; esac
+}
+
 # --- bounded waits ------------------------------------------------------------------------
 
 # wait_listen NS tcp|udp PORT [TRIES]: until something in NS listens on PORT (0.1 s a try).

@@ -57,23 +57,6 @@ trap 'exit 143' TERM
 NS_D=tsnD-$TOK NS_S=tsnS-$TOK V_DS=tsnds$TOK V_SD=tsnsd$TOK TUN=tsnt$TOK
 P_STATS=9192 NORES=10.202.9.2 INPFX=198.19.0.53
 inD() { ip netns exec "$NS_D" "$@"; }
-# /stats, asked up to three times (a busy machine may miss one 2 s window).
-stats() {
-	local out i
-	for i in 1 2 3; do
-		out=$(inD curl -s --max-time 2 "http://127.0.0.1:$P_STATS/stats") && [ -n "$out" ] &&
-			{ echo "$out"; return 0; }
-		sleep 0.2
-	done
-	return 1
-}
-stat() { jq -r ".$1 // \"missing\"" <<<"$2" 2>/dev/null || echo missing; }
-# delta KEY BEFORE AFTER: how much KEY grew, or "invalid" (so that a check fails, never skips).
-delta() {
-	local a b
-	a=$(stat "$1" "$2") b=$(stat "$1" "$3")
-	case "$a$b" in '' | *[!0-9]*) echo invalid ;; *) echo $((b - a)) ;; esac
-}
 # dig in D: the answer section's first address (or the status with +status), bounded.
 q() { inD dig +time=2 +tries=1 +short "$@" 2>/dev/null | head -n 1; }
 status() { inD dig +time=2 +tries=1 "$@" 2>/dev/null | sed -n 's/.*status: \([A-Z]*\).*/\1/p' | head -n 1; }
@@ -127,7 +110,7 @@ s1=$(stats)
 check "1. dns.cache.hits +1" test "$(delta dns.cache.hits "$s0" "$s1")" = 1
 check "1. dns.answered.upstream +1" \
 	test "$(delta dns.answered.upstream "$s0" "$s1")" = 1
-check "1. no UDP session for hijacked queries" test "$(stat udp.sessions "$s1")" -eq 0
+check "1. no UDP session for hijacked queries" test "$(stat_key udp.sessions "$s1")" -eq 0
 
 # 2. To an address inside the TUN's prefix, UDP and TCP; TCP to the other one too.
 a=$(q @"$INPFX" b.test.twinstack A)
@@ -148,8 +131,8 @@ check "3. AAAA answered empty (ipv6: empty)" test "$(status @"$NORES" v6.twinsta
 check "3. and dnsmasq never asked for it" test "$(upstream_queries AAAA v6.twinstack)" -eq 0
 
 # 3b. SIGHUP: new dns.rules apply to the running resolver; new servers do not (kept, reported).
-gen_above() { [ "$(stat config.generation "$(stats)")" -gt "$1" ] 2>/dev/null; }
-g0=$(stat config.generation "$(stats)")
+gen_above() { [ "$(stat_key config.generation "$(stats)")" -gt "$1" ] 2>/dev/null; }
+g0=$(stat_key config.generation "$(stats)")
 jq '.dns.rules += [{domain: ["late.test.twinstack"], action: "refuse"}]' "$TMP/cfg.json" \
 	>"$TMP/cfg.new" && cp "$TMP/cfg.new" "$TMP/cfg.json"
 kill -HUP "$TS_PID"
@@ -160,7 +143,7 @@ jq '.dns.servers[0].address = "udp://10.202.0.2:5353"' "$TMP/cfg.json" >"$TMP/cf
 	cp "$TMP/cfg.new" "$TMP/cfg.json"
 kill -HUP "$TS_PID"
 wait_until 50 0.1 gen_above $((g0 + 1))
-kept=$(stat reload.kept "$(stats)")
+kept=$(stat_key reload.kept "$(stats)")
 case $kept in *dns.resolver*) ok "3b. a server change is kept for a restart (reload.kept: $kept)" ;;
 *) not_ok "3b. a server change is kept for a restart" "reload.kept: '$kept'" ;; esac
 check "3b. and the running resolver still answers through its server" \
@@ -292,11 +275,11 @@ check "5. dante was asked for the name (it resolved it through dnsmasq)" \
 inD "$PY" -c 'import socket,sys,time; s=socket.create_connection((sys.argv[1],80),3); time.sleep(1.5); s.close()' "$fake" &
 HOLD=$!
 sleep 0.7
-pinned=$(stat dns.fakeip.pinned "$(stats)")
+pinned=$(stat_key dns.fakeip.pinned "$(stats)")
 wait "$HOLD"
 sleep 0.3
 check "5. a live connection pins its fake address (dns.fakeip.pinned $pinned)" test "$pinned" -ge 1
-check "5. and lets it go when it ends" test "$(stat dns.fakeip.pinned "$(stats)")" -eq 0
+check "5. and lets it go when it ends" test "$(stat_key dns.fakeip.pinned "$(stats)")" -eq 0
 dfake=$(q @"$NORES" www.direct.twinstack A)
 fetch www.direct.twinstack "$dfake"
 check "5. direct: the name resolved through the resolver, the page arrives" \

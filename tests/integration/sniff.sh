@@ -66,21 +66,6 @@ trap 'exit 143' TERM
 NS_D=tssD-$TOK NS_S=tssS-$TOK V_DS=tssds$TOK V_SD=tsssd$TOK TUN=tsst$TOK
 P_STATS=9193 WEB=10.202.9.80 SNIFF_MS=300
 inD() { ip netns exec "$NS_D" "$@"; }
-stats() {
-	local out i
-	for i in 1 2 3; do
-		out=$(inD curl -s --max-time 2 "http://127.0.0.1:$P_STATS/stats") && [ -n "$out" ] &&
-			{ echo "$out"; return 0; }
-		sleep 0.2
-	done
-	return 1
-}
-stat() { jq -r ".$1 // \"missing\"" <<<"$2" 2>/dev/null || echo missing; }
-delta() {
-	local a b
-	a=$(stat "$1" "$2") b=$(stat "$1" "$3")
-	case "$a$b" in '' | *[!0-9]*) echo invalid ;; *) echo $((b - a)) ;; esac
-}
 # asked NAME FROM: how many A queries for NAME dnsmasq got from address FROM.
 asked() { grep -c "query\[A\] $1 from $2\$" "$TMP/dnsmasq.log"; }
 https() { # NAME -> curl's status; the body in $TMP/body
@@ -226,7 +211,7 @@ check "7. sniff.quic +1" expect sniff.quic 1 "$s6" "$s7"
 check "7. through a SOCKS5 association" test "$(delta udp.assocs_total "$s6" "$s7")" -ge 1
 check "7. dante was asked for quic.via.sniff.test" test "$(asked quic.via.sniff.test 10.202.0.2)" -ge 1
 check "5. no session refused, none left waiting" \
-	test "$(stat sessions.refused "$s5")" = 0 -a "$(stat sniff.active "$s5")" = 0
+	test "$(stat_key sessions.refused "$s5")" = 0 -a "$(stat_key sniff.active "$s5")" = 0
 stop_pid "$TS_PID" 3
 
 conf "$TMP/cfg2.json" false

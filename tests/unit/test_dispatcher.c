@@ -915,31 +915,6 @@ Test(session, namer_name_is_routed_by_name)
 
 /* ---- route.sniff: the name the app announces, looked at without taking a byte -------------- */
 
-/* A minimal TLS 1.2 record holding a ClientHello whose only extension is server_name. */
-static size_t client_hello(uint8_t *b, const char *name)
-{
-	size_t n = strlen(name), ext = 2 + 2 + 2 + 1 + 2 + n, body = 2 + 32 + 1 + 4 + 2 + 2 + ext;
-	size_t i = 0;
-
-	b[i++] = 22, b[i++] = 3, b[i++] = 1;                     /* handshake, TLS 1.0 record */
-	b[i++] = (uint8_t)((body + 4) >> 8), b[i++] = (uint8_t)(body + 4);
-	b[i++] = 1, b[i++] = 0;                                  /* ClientHello */
-	b[i++] = (uint8_t)(body >> 8), b[i++] = (uint8_t)body;
-	b[i++] = 3, b[i++] = 3;                                  /* TLS 1.2 */
-	memset(b + i, 0x5a, 32), i += 32;                        /* random */
-	b[i++] = 0;                                              /* no session id */
-	b[i++] = 0, b[i++] = 2, b[i++] = 0x13, b[i++] = 0x01;   /* one cipher suite */
-	b[i++] = 1, b[i++] = 0;                                  /* null compression */
-	b[i++] = (uint8_t)(ext >> 8), b[i++] = (uint8_t)ext;     /* extensions */
-	b[i++] = 0, b[i++] = 0;                                  /* server_name */
-	b[i++] = (uint8_t)((ext - 4) >> 8), b[i++] = (uint8_t)(ext - 4);
-	b[i++] = (uint8_t)((n + 3) >> 8), b[i++] = (uint8_t)(n + 3);
-	b[i++] = 0;                                              /* host_name */
-	b[i++] = (uint8_t)(n >> 8), b[i++] = (uint8_t)n;
-	memcpy(b + i, name, n);
-	return i + n;
-}
-
 /* Send buf from the app in parts of part bytes, turning the loop for gap_ms between them;
  * then read the echo back: true if it is buf, byte for byte. */
 static bool send_parts_echoed(struct sess *s, const uint8_t *buf, size_t len, size_t part,
@@ -982,7 +957,7 @@ static bool connected(void *arg)
 Test(session, sniff_tls_name_changes_the_route)
 {
 	uint8_t hello[512];
-	size_t n = client_hello(hello, "www.blocked.test");
+	size_t n = tu_client_hello(hello, "www.blocked.test", true);
 	struct dispatcher_stats st;
 	struct sess s;
 
@@ -1003,7 +978,7 @@ Test(session, sniff_tls_name_changes_the_route)
 Test(session, sniff_hello_in_three_parts_arrives_intact)
 {
 	uint8_t hello[512];
-	size_t n = client_hello(hello, "Mixed.Case.Example");
+	size_t n = tu_client_hello(hello, "Mixed.Case.Example", true);
 	struct dispatcher_stats st;
 	struct echo e;
 	struct sess s;
@@ -1086,7 +1061,7 @@ Test(session, sniff_skips_flows_no_name_can_route)
 Test(session, sniff_app_closing_early_is_routed_by_address)
 {
 	uint8_t hello[512];
-	size_t n = client_hello(hello, "www.blocked.test");
+	size_t n = tu_client_hello(hello, "www.blocked.test", true);
 	struct sess s;
 	struct app_wait w;
 

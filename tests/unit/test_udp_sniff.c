@@ -113,28 +113,6 @@ static struct udp_path_stats stats(struct env *e)
 	return st;
 }
 
-/* A TLS ClientHello handshake message (no record layer) with one extension, server_name. */
-static size_t hello_msg(uint8_t *b, const char *name)
-{
-	size_t n = strlen(name), ext = 2 + 2 + 2 + 1 + 2 + n, body = 2 + 32 + 1 + 4 + 2 + 2 + ext;
-	size_t i = 0;
-
-	b[i++] = 1, b[i++] = 0, b[i++] = (uint8_t)(body >> 8), b[i++] = (uint8_t)body;
-	b[i++] = 3, b[i++] = 3;
-	memset(b + i, 0x33, 32), i += 32;
-	b[i++] = 0;
-	b[i++] = 0, b[i++] = 2, b[i++] = 0x13, b[i++] = 0x01;
-	b[i++] = 1, b[i++] = 0;
-	b[i++] = (uint8_t)(ext >> 8), b[i++] = (uint8_t)ext;
-	b[i++] = 0, b[i++] = 0;
-	b[i++] = (uint8_t)((ext - 4) >> 8), b[i++] = (uint8_t)(ext - 4);
-	b[i++] = (uint8_t)((n + 3) >> 8), b[i++] = (uint8_t)(n + 3);
-	b[i++] = 0;
-	b[i++] = (uint8_t)(n >> 8), b[i++] = (uint8_t)n;
-	memcpy(b + i, name, n);
-	return i + n;
-}
-
 /* A protected client Initial whose payload is one CRYPTO frame (data at offset off) padded to
  * 1100 bytes of frames. */
 static size_t initial(uint8_t *out, size_t cap, uint32_t pn, uint64_t off, const uint8_t *data,
@@ -167,7 +145,8 @@ Test(udp_sniff, a_named_flow_takes_the_names_route)
 	size_t n;
 
 	env_start(&e, 300, 72);
-	n = initial(pkt, sizeof(pkt), 0, 0, msg, hello_msg(msg, "video.blocked.test"));
+	n = initial(pkt, sizeof(pkt), 0, 0, msg,
+		    tu_client_hello(msg, "video.blocked.test", false));
 	send_to_443(&e, 5000, pkt, n);
 	ut_pump_for(e.base, 30);
 	struct udp_path_stats st = stats(&e);
@@ -191,7 +170,7 @@ Test(udp_sniff, a_hello_over_two_initials_holds_the_first_then_sends_both_in_ord
 {
 	struct env e;
 	uint8_t msg[256], p1[1500], p2[1500];
-	size_t len = hello_msg(msg, "www.example.test"), half = len / 2, n1, n2;
+	size_t len = tu_client_hello(msg, "www.example.test", false), half = len / 2, n1, n2;
 
 	env_start(&e, 2000, 73);
 	n1 = initial(p1, sizeof(p1), 0, 0, msg, half);
@@ -222,7 +201,7 @@ Test(udp_sniff, a_blocked_name_over_two_initials_drops_both)
 {
 	struct env e;
 	uint8_t msg[256], p1[1500], p2[1500];
-	size_t len = hello_msg(msg, "ads.blocked.test"), half = len / 2, n1, n2;
+	size_t len = tu_client_hello(msg, "ads.blocked.test", false), half = len / 2, n1, n2;
 
 	env_start(&e, 2000, 74);
 	n1 = initial(p1, sizeof(p1), 0, 0, msg, half);
@@ -240,7 +219,7 @@ Test(udp_sniff, an_unfinished_hello_goes_by_address_after_the_timeout)
 {
 	struct env e;
 	uint8_t msg[256], p1[1500];
-	size_t len = hello_msg(msg, "ads.blocked.test"), n1;
+	size_t len = tu_client_hello(msg, "ads.blocked.test", false), n1;
 	int64_t t0;
 
 	env_start(&e, 150, 75);
@@ -276,7 +255,7 @@ Test(udp_sniff, freeing_the_path_while_datagrams_wait_gives_everything_back)
 	size_t n1;
 
 	env_start(&e, 5000, 77);
-	n1 = initial(p1, sizeof(p1), 0, 0, msg, hello_msg(msg, "www.example.test") / 2);
+	n1 = initial(p1, sizeof(p1), 0, 0, msg, tu_client_hello(msg, "www.example.test", false) / 2);
 	send_to_443(&e, 5005, p1, n1);
 	send_to_443(&e, 5006, p1, n1);
 	ut_pump_for(e.base, 20);
@@ -291,7 +270,7 @@ Test(udp_sniff, a_second_flow_leaves_the_first_flows_name_alone)
 	size_t n;
 
 	env_start(&e, 300, 78);
-	n = initial(pkt, sizeof(pkt), 0, 0, msg, hello_msg(msg, "www.example.test"));
+	n = initial(pkt, sizeof(pkt), 0, 0, msg, tu_client_hello(msg, "www.example.test", false));
 	send_to_443(&e, 5007, pkt, n);
 	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 1, 2000));
 	/* Another destination from the same source: by address, no second look. */
@@ -322,7 +301,7 @@ Test(udp_sniff, a_reload_keeps_a_running_look_and_the_order)
 	size_t n1;
 
 	env_start(&e, 2000, 80);
-	n1 = initial(p1, sizeof(p1), 0, 0, msg, hello_msg(msg, "www.example.test") / 2);
+	n1 = initial(p1, sizeof(p1), 0, 0, msg, tu_client_hello(msg, "www.example.test", false) / 2);
 	send_to_443(&e, 5008, p1, n1);
 	ut_pump_for(e.base, 20);
 	cr_assert_eq(stats(&e).up_queued, 1);

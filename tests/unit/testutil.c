@@ -852,3 +852,29 @@ void tu_fill_pattern(uint8_t *p, size_t n, uint32_t seed)
 	for (size_t i = 0; i < n; i++)
 		p[i] = tu_pattern_byte(seed, i);
 }
+
+size_t tu_client_hello(uint8_t *b, const char *name, bool record)
+{
+	size_t n = strlen(name), ext = 2 + 2 + 2 + 1 + 2 + n, body = 2 + 32 + 1 + 4 + 2 + 2 + ext;
+	size_t i = 0;
+
+	if (record) {
+		b[i++] = 22, b[i++] = 3, b[i++] = 1;             /* handshake, TLS 1.0 record */
+		tu_put16(b + i, (uint16_t)(body + 4)), i += 2;
+	}
+	b[i++] = 1, b[i++] = 0;                                  /* ClientHello */
+	tu_put16(b + i, (uint16_t)body), i += 2;
+	b[i++] = 3, b[i++] = 3;                                  /* TLS 1.2 */
+	memset(b + i, 0x5a, 32), i += 32;                        /* random */
+	b[i++] = 0;                                              /* no session id */
+	b[i++] = 0, b[i++] = 2, b[i++] = 0x13, b[i++] = 0x01;   /* one cipher suite */
+	b[i++] = 1, b[i++] = 0;                                  /* null compression */
+	tu_put16(b + i, (uint16_t)ext), i += 2;                  /* extensions */
+	b[i++] = 0, b[i++] = 0;                                  /* server_name */
+	tu_put16(b + i, (uint16_t)(ext - 4)), i += 2;
+	tu_put16(b + i, (uint16_t)(n + 3)), i += 2;
+	b[i++] = 0;                                              /* host_name */
+	tu_put16(b + i, (uint16_t)n), i += 2;
+	memcpy(b + i, name, n);
+	return i + n;
+}

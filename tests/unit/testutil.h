@@ -66,6 +66,11 @@ int tu_addr(uint8_t out[16], const char *text);
  * put at the wrong offset is caught: byte i of the stream seed, and n bytes of it from 0. */
 uint8_t tu_pattern_byte(uint32_t seed, size_t i);
 void tu_fill_pattern(uint8_t *p, size_t n, uint32_t seed);
+/* A minimal TLS 1.2 ClientHello whose only extension is server_name = name, into b: with
+ * record true in a TLS handshake record (what a TCP client sends), else the bare handshake
+ * message (what a QUIC Initial's CRYPTO frames carry). Returns its length; b needs
+ * 64 + strlen(name) bytes. */
+size_t tu_client_hello(uint8_t *b, const char *name, bool record);
 /* Print buf as hex to stderr under a label (for failure diagnostics). */
 void tu_dump(const char *label, const uint8_t *buf, size_t len);
 
