@@ -7,7 +7,8 @@ reads nothing but what results.json holds (its meta and its raw samples), so the
 the end of a run and a later `rig.py --report-from` redraw of its results.json are the same.
 Also here: the console helpers both halves print through, and the number formats.
 
-Python 3 standard library only; imported by rig.py (same directory), not run on its own.
+Python 3 standard library only; imported by the rig's modules (same directory), not run on
+its own.
 """
 
 import json
@@ -138,7 +139,8 @@ def cc_text(meta):
 
 class Subject:
     """A subject as results.json names it: (stack, io_mode, queues) is its identity in the
-    samples and the rows, label its name in the tables. rig.py's Subject adds how to run it."""
+    samples and the rows, label its name in the tables. bench/subjects.py's Subject names
+    itself the same way and adds how to run it."""
 
     def __init__(self, stack, io_mode, queues=1, label=None):
         self.stack, self.io_mode, self.queues = stack, io_mode, queues

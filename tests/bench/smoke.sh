@@ -6,7 +6,8 @@
 #     lines, the chart, and results.json rows that `twinstack gate` accepts; redrawn again from
 #     the results.json it wrote, it must come out the same (bench/report.py reads nothing else).
 #     The same for `--via socks5`: its plan, its argument checks, and its report (the ratios to
-#     the plain SOCKS5 client and their PASS/MISS lines) redrawn from a synthetic run.
+#     the plain SOCKS5 client and their PASS/MISS lines) redrawn from a synthetic run. And the
+#     subjects of each mode: their names, and each setting in the configuration it starts with.
 #  2. Root: a quick bench run (`twinstack bench --quick`, offload I/O, the default): every stack
 #     and baseline must produce sane figures (throughput > 0, RSS > 0, connections held and
 #     answered); the ratios are printed, never judged (this machine is shared and noisy).
@@ -57,6 +58,56 @@ grep -q "TCP congestion control reno$" "$out/args.txt" ||
 expect_rc 0 --quick --cc host --dry-run
 grep -q "TCP congestion control of the host$" "$out/args.txt" ||
 	{ echo "not ok - --cc host: the plan says the host's"; fails=$((fails + 1)); }
+
+# Subjects are data: each one's settings must reach the configuration its child is started
+# with (bench/launch.py), under the names results.json has always used (bench/subjects.py).
+python3 - "$(dirname "$0")/../../bench" "$out" <<'PY' || fails=$((fails + 1))
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+sys.dont_write_bytecode = True
+import subjects
+from launch import Launcher
+class Tb:
+    tun = "tsbtX"
+bad = 0
+def check(name, ok):
+    global bad
+    print(("ok - " if ok else "not ok - ") + name)
+    bad += not ok
+def config(subj):
+    path = os.path.join(sys.argv[2], "cfg.json")
+    Launcher(Tb(), None, sys.argv[2], None).write_config(subj, path)
+    return json.load(open(path))
+want = {  # io_mode: (tun.offload, tun.rps, tun.gso_output)
+    "per-packet": ("off", "auto", True), "offload": ("on", "auto", True),
+    "offload-norps": ("on", "off", True), "offload-rps": ("on", "on", True),
+    "offload-rx": ("on", "auto", False)}
+subs, veth, ceiling = subjects.plan("ablation", ["system", "lwip"], None)
+check("the ablation's subjects and names", [s.label for s in subs] == [
+    "veth", "reflector offload", "reflector per-packet", "system per-packet", "system offload",
+    "system offload-norps", "system offload-rps", "system offload 2q", "lwip per-packet",
+    "lwip offload", "lwip offload-rx"] and (veth.key, ceiling.key) == (
+    ("veth", "offload", 1), ("reflector", "offload", 1)))
+for s in subs:
+    if s.is_stack:
+        t = config(s)["tun"]
+        check("%s: tun offload/rps/gso_output/queues" % s.label,
+              (t["offload"], t["rps"], t["gso_output"], t["queues"]) == want[s.io_mode] +
+              (s.queues,))
+subs, _, _ = subjects.plan("socks5", ["lwip"], "per-packet")
+c = config(subs[2])
+check("via socks5: io_mode per-packet-socks5, the only outbound the SOCKS5 server, offload off",
+      subs[2].io_mode == "per-packet-socks5" and subs[0].key == ("socks5-client", "per-packet", 1)
+      and [o["type"] for o in c["outbounds"]] == ["socks5"] and c["route"]["final"] == "s5"
+      and c["tun"]["offload"] == "off")
+subs, _, _ = subjects.plan("sniff", ["system"], "offload")
+idle, look = config(subs[1])["route"], config(subs[2])["route"]
+check("sniff idle / look: a name rule for port 443 only / for every port",
+      [s.io_mode for s in subs] == ["offload", "offload-sniffidle", "offload-snifflook"]
+      and idle["rules"][0].get("port") == [443] and "port" not in look["rules"][0]
+      and "sniff" in idle and "sniff" not in config(subs[0])["route"])
+sys.exit(1 if bad else 0)
+PY
 
 mkdir -p "$out/synth"
 python3 - "$out/synth/results.json" <<'PY'

@@ -1,0 +1,114 @@
+"""plan.py — what one run of the comparison rig will do, before anything runs: its mode, the
+subjects (bench/subjects.py), the TCP bulk cells, the repetitions and the workload lengths;
+the plan text (--dry-run and the head of every run), the ablation's time estimate and the
+step count the progress line counts down. Pure: no process, no file, no clock.
+
+Python 3 standard library only.
+"""
+
+import os
+
+import subjects as subjects_mod
+from rigtb import B_VETH4, S5_PORT
+
+# --ablation: the cells in table order (stream count, then direction), the iperf3 run length,
+# the default time limit, and what the estimate adds per iperf3 run (connect, stream set-up,
+# JSON) and per child start (TUN, ready byte, the offload check, settling).
+ABLATION_CELLS = [(d, n) for n in (1, 16, 64) for d in ("up", "down")]
+ABLATION_BULK_S = 5
+ABLATION_LIMIT_S = 1800
+RUN_OVERHEAD_S = 0.5    # the measured overhead (docs/benchmarks.md), with margin
+START_OVERHEAD_S = 0.8  # SETTLE_S + ~0.15 s start and checks, with margin
+
+
+class Plan:
+    """A run's plan from its parsed arguments (bench/rig.py parse_args). A --report-from
+    redraw replaces the recorded parts with the earlier run's (bench/results.py)."""
+
+    def __init__(self, args):
+        self.bin = os.path.abspath(args.bin)
+        self.ablation = args.ablation
+        self.quick = args.quick
+        self.via = getattr(args, "via", None)
+        self.sniff = getattr(args, "sniff", False)
+        self.mode = "ablation" if self.ablation else "socks5" if self.via else \
+            "sniff" if self.sniff else "quick" if self.quick else "full"
+        self.io_mode = args.io_mode or "offload"
+        self.reps = args.reps if args.reps else (1 if args.quick else 3)
+        self.stacks = [s for s in args.stacks.split(",") if s]
+        self.out = os.path.abspath(args.out)
+        self.cc = args.cc
+        self.perf = args.perf
+        self.no_micro = args.no_micro
+        self.verbose = args.verbose
+        self.report_from = args.report_from
+        self.hold_conns = 1000
+        self.time_limit = None
+        self.idle_s, self.load_s = 20, 5
+        if self.ablation:
+            self.bulk_cells = list(ABLATION_CELLS)
+            self.bulk_t, self.bulk_omit = ABLATION_BULK_S, 1
+            self.time_limit = args.time_limit or ABLATION_LIMIT_S
+        elif self.quick:
+            self.bulk_cells = [("up", 1), ("up", 16)]
+            self.bulk_t, self.bulk_omit = 3, 1
+            self.idle_s, self.load_s = 5, 3
+        else:
+            self.bulk_cells = [(d, n) for d in ("up", "down") for n in (1, 16, 64)]
+            self.bulk_t, self.bulk_omit = 5, 1
+        if args.bulk_seconds:
+            self.bulk_t = args.bulk_seconds
+        self.subjects, self.veth, self.ceiling_ref = subjects_mod.plan(self.mode, self.stacks,
+                                                                       self.io_mode)
+
+    def estimate_s(self):
+        """Seconds an ablation takes: every subject through every cell, each round."""
+        per_run = self.bulk_t + self.bulk_omit + RUN_OVERHEAD_S
+        tun = sum(1 for s in self.subjects if s.has_tun)
+        return 15 + self.reps * len(self.bulk_cells) * (len(self.subjects) * per_run +
+                                                        tun * START_OVERHEAD_S)
+
+    def plan_text(self):
+        L = ["twinstack bench: %s, %d repetition%s, io_mode %s, out %s" % (
+            self.mode, self.reps, "s" if self.reps > 1 else "",
+            "per-packet,offload" if self.ablation else self.io_mode, self.out)]
+        L.append("subjects: " + ", ".join(
+            "%s (%s/%s/q%d)" % (s.label, s.stack, s.io_mode, s.queues) for s in self.subjects))
+        L.append("tcp bulk cells: " + ", ".join("%s x%d" % c for c in self.bulk_cells) +
+                 "; iperf3 -t %d -O %d; TCP congestion control %s" % (
+                     self.bulk_t, self.bulk_omit,
+                     "of the host" if self.cc == "host" else self.cc))
+        if self.via:
+            L.append("socks5: danted (dante-server) at %s:%d in B, no authentication; plain "
+                     "client: proxychains4 + iperf3 (TCP), twinstack load udp --socks5 (UDP); "
+                     "UDP echo %d B for %d s" % (B_VETH4, S5_PORT, 64, self.load_s))
+        if self.ablation:
+            est = self.estimate_s()
+            L.append("estimate: %dm%02ds for %d runs (%d round%s x %d cells x %d subjects, "
+                     "a fresh child per TUN run); time limit %dm%02ds" % (
+                         est // 60, est % 60, self.reps * len(self.bulk_cells) *
+                         len(self.subjects), self.reps, "s" if self.reps > 1 else "",
+                         len(self.bulk_cells),
+                         len(self.subjects), self.time_limit // 60, self.time_limit % 60))
+        return "\n".join(L)
+
+    def count_steps(self):
+        """The progress line's steps: one per tick of the run (bench/runner.py,
+        bench/ablation.py)."""
+        if self.ablation:
+            return self.reps * len(self.bulk_cells) * len(self.subjects)
+        if self.via:
+            return self.reps * sum(len(self.bulk_cells) + 1 + (1 if s.has_child else 0)
+                                   for s in self.subjects)
+        if self.sniff:
+            return self.reps * 3 * len(self.subjects)
+        per = 0
+        for s in self.subjects:
+            per += len(self.bulk_cells)
+            if s.has_child:
+                per += 1  # start
+            if s.is_stack:
+                per += 2  # idle + idle rss
+            if not s.is_mirror:
+                per += 1 + (1 if s.has_child else 0) + (0 if self.quick else 4)
+        return per * self.reps

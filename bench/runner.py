@@ -1,0 +1,227 @@
+"""runner.py — one run of the comparison rig: the testbed built (bench/rigtb.py), the servers
+started (bench/servers.py), then every subject of the plan (bench/plan.py) through the
+workloads of the run's mode, interleaved per repetition round: a full or --quick run, --sniff
+and --via socks5 here, --ablation in bench/ablation.py; subjects are started and stopped per
+kind by bench/launch.py. At the end the report (bench/results.py). The testbed is torn down
+on exit, on SIGINT/SIGTERM/SIGHUP and on errors.
+
+Python 3 standard library only.
+"""
+
+import atexit
+import datetime
+import os
+import shutil
+import signal
+import sys
+import time
+
+import ablation
+from launch import SETTLE_S, Launcher
+from report import clear_progress, log, out, progress
+from results import Results
+from rigtb import EXIT_FAIL, EXIT_OK, CannotRun, Testbed, proc_ctxt, proc_kb
+from servers import Binary, Servers
+from workloads import Workloads
+
+
+class Rig:
+    def __init__(self, plan):
+        self.plan = plan
+        self.results = Results()
+        self.tb = None          # the testbed, once run() builds it
+        self.step = 0
+        self.total_steps = 1
+        self.t0 = time.monotonic()
+
+    def tick(self, what):
+        """The progress line: round, step, elapsed, an estimate of what is left, and what."""
+        self.step += 1
+        el = time.monotonic() - self.t0
+        left = ""
+        if self.step > 1:
+            rem = el / (self.step - 1) * max(0, self.total_steps - self.step + 1)
+            left = ", ~%dm%02ds left" % (rem // 60, rem % 60)
+        progress("[round %d/%d, step %d/%d, %dm%02ds elapsed%s] %s" % (
+            self.results.cur_round, self.plan.reps, self.step, self.total_steps, el // 60,
+            el % 60, left, what))
+
+    # -- main
+    def run(self):
+        plan, res = self.plan, self.results
+        self.binary = binary = Binary(plan.bin, plan.ablation)
+        if not binary.has_run:
+            raise CannotRun("%s has no `run` subcommand" % plan.bin)
+        os.makedirs(plan.out, exist_ok=True)
+        work = os.path.join(plan.out, "work")
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        tok = os.urandom(3).hex()
+        self.tb = tb = Testbed(tok, work, plan.cc, plan.verbose)
+        atexit.register(tb.teardown)
+
+        def on_signal(signum, frame):
+            clear_progress()
+            sys.stderr.write("\ninterrupted (signal %d): tearing the testbed down\n" % signum)
+            tb.teardown()
+            os._exit(128 + signum)
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, on_signal)
+
+        self.total_steps = plan.count_steps()
+        started = datetime.datetime.now(datetime.timezone.utc)
+        log(plan.plan_text())
+        if not binary.has_reflect:
+            log("note: `twinstack reflect` missing: reflector baseline and ceiling are n/a")
+        missing = [m for m in ("serve", "connrate", "hold", "latency", "udp", "udpflows")
+                   if m not in binary.load_modes]
+        if missing and not plan.ablation:
+            log("note: `twinstack load` modes missing (%s): those workloads are n/a" %
+                ",".join(missing))
+        progress("building the testbed (namespaces %s, %s)" % (tb.ns_a, tb.ns_b))
+        tb.build()
+        self.servers = Servers(tb, binary, work, plan.via)
+        self.servers.start()
+        self.launcher = Launcher(tb, binary, work, res)
+        self.wl = Workloads(plan, tb, binary, self.servers, res, work)
+        out("%-20s %-16s %-5s %4s  %-20s %10s %s" % ("subject", "workload", "dir", "n",
+                                                       "metric", "value", "unit"))
+        if plan.ablation:
+            ablation.run(self)
+        else:
+            run = {"socks5": self.run_socks5_subject,
+                   "sniff": self.run_sniff_subject}.get(plan.mode, self.run_subject)
+            for rnd in range(plan.reps):
+                res.cur_round = rnd + 1
+                # rotate the order each round so no subject always runs first or last
+                k = rnd % len(plan.subjects)
+                for subj in plan.subjects[k:] + plan.subjects[:k]:
+                    run(subj)
+        tb.teardown()
+        if plan.mode == "full" and not plan.no_micro:
+            self.wl.micro_rows()
+        clear_progress()
+        duration = time.monotonic() - self.t0
+        res.finish(plan, started.strftime("%Y-%m-%dT%H:%M:%SZ"), duration, tb.host_cc)
+        log("done in %dm%02ds: %s" % (duration // 60, duration % 60, plan.out))
+        return EXIT_FAIL if res.failures else EXIT_OK
+
+    # -- shared steps
+    def start(self, subj):
+        """Start subj (a progress step for a subject with a child); its startup time is
+        recorded for a stack."""
+        if subj.has_child:
+            self.tick("%s: start" % subj.label)
+        running = self.launcher.start(subj)
+        if subj.is_stack:
+            self.results.emit(subj, "startup", None, None, "startup_ms", running.startup_ms)
+        return running
+
+    def bulk_cells(self, running):
+        """subj through every TCP bulk cell once; a cell's failure is recorded and the next
+        runs, a child that exited ends the subject's round."""
+        subj = running.subj
+        for direction, streams in self.plan.bulk_cells:
+            self.tick("%s: tcp bulk %s, %d stream%s" % (subj.label, direction, streams,
+                                                        "s" if streams > 1 else ""))
+            try:
+                self.wl.bulk(subj, running.pid, direction, streams)
+            except RuntimeError as e:
+                self.results.fail(str(e))
+            if running.exited() is not None:
+                raise RuntimeError("%s exited (%s) during the bulk workloads" % (
+                    subj.label, running.exited()))
+
+    def load_modes(self, subj, wl):
+        """The `twinstack load` workloads wl, [(mode, fn)], each a progress step; n/a where
+        the binary lacks the mode, a failure recorded and the next one run."""
+        for mode, fn in wl:
+            self.tick("%s: %s" % (subj.label, mode))
+            if not self.binary.has_load(mode):
+                self.results.note_na(subj.label, mode,
+                                     "`twinstack load %s` not available" % mode)
+                continue
+            try:
+                fn()
+            except RuntimeError as e:
+                self.results.fail("%s %s: %s" % (subj.label, mode, e))
+
+    # -- one subject through every workload, once (full and --quick runs)
+    def run_subject(self, subj):
+        res = self.results
+        running = None
+        why = self.launcher.missing(subj)
+        if why:
+            res.note_na(subj.label, "all", why)
+            return
+        try:
+            running = self.start(subj)
+            pid = running.pid
+            if subj.is_stack:
+                time.sleep(1.0)
+                idle_s = self.plan.idle_s
+                self.tick("%s: idle wakeups over %d s" % (subj.label, idle_s))
+                c0 = proc_ctxt(pid)
+                time.sleep(idle_s)
+                c1 = proc_ctxt(pid)
+                if c0 is not None and c1 is not None:
+                    res.emit(subj, "idle", None, None, "idle_wakeups_20s", c1 - c0,
+                             "over %d s" % idle_s if idle_s != 20 else "")
+            self.bulk_cells(running)
+            if not subj.is_mirror:
+                self.load_workloads(subj, pid)
+            if pid:
+                res.emit(subj, "run", None, None, "peak_rss_kb", proc_kb(pid, "VmHWM"))
+                if not subj.is_mirror:
+                    self.tick("%s: RSS after 5 s idle" % subj.label)
+                    time.sleep(5)
+                    res.emit(subj, "run", None, None, "idle_rss_kb", proc_kb(pid, "VmRSS"))
+        except RuntimeError as e:
+            res.fail("%s: %s" % (subj.label, e))
+        finally:
+            self.launcher.stop(running)
+
+    def load_workloads(self, subj, pid):
+        wl = self.wl
+        modes = [("connrate", lambda: wl.connrate(subj))]
+        if subj.has_child:
+            modes.append(("hold", lambda: wl.hold(subj, pid)))
+        if not self.plan.quick:
+            modes += [("latency", lambda: wl.latency(subj)),
+                      ("udp", lambda: wl.udp(subj, 64)),
+                      ("udp", lambda: wl.udp(subj, 1400)),
+                      ("udpflows", lambda: wl.udpflows(subj))]
+        self.load_modes(subj, modes)
+
+    # -- --sniff: one subject through the connection rate and the latency, once
+    def run_sniff_subject(self, subj):
+        running = None
+        try:
+            running = self.start(subj)
+            time.sleep(SETTLE_S)
+            self.load_modes(subj, [("connrate", lambda: self.wl.connrate(subj)),
+                                   ("latency", lambda: self.wl.latency(subj))])
+            if running.exited() is None:
+                self.wl.sniff_counters(subj)
+        except RuntimeError as e:
+            self.results.fail("%s: %s" % (subj.label, e))
+        finally:
+            self.launcher.stop(running)
+
+    # -- --via socks5: one subject through the bulk cells and the UDP echo, once
+    def run_socks5_subject(self, subj):
+        running = None
+        try:
+            running = self.start(subj)
+            if subj.has_child:
+                time.sleep(SETTLE_S)
+            self.bulk_cells(running)
+            self.tick("%s: udp echo" % subj.label)
+            self.wl.socks5_udp(subj)
+            if running.pid:
+                self.results.emit(subj, "run", None, None, "peak_rss_kb",
+                                  proc_kb(running.pid, "VmHWM"))
+        except RuntimeError as e:
+            self.results.fail("%s: %s" % (subj.label, e))
+        finally:
+            self.launcher.stop(running)

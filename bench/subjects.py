@@ -1,0 +1,213 @@
+"""subjects.py — what the comparison rig measures: the Subject type and the subjects of each
+kind of run.
+
+A Subject is data. Its kind says how it is started (bench/launch.py picks the start per kind)
+and which workloads apply; its fields say how it is configured: the TUN I/O mode (offload or
+per-packet), the queue count, receive packet steering, the lwip stack's GSO output trains,
+the outbound (direct or the testbed's SOCKS5 server) and route.sniff. Its identity in
+results.json, (stack, io_mode, queues) and its label, is named from those fields here, once,
+in the form results.json has always used (bench/report.py, `twinstack gate` and the committed
+baselines read it): io_mode is the TUN I/O mode with a suffix for the one setting that
+differs from the default ("offload-rx", "offload-norps", "offload-rps", "offload-socks5",
+"offload-sniffidle", "offload-snifflook").
+
+Python 3 standard library only.
+"""
+
+import dataclasses
+from typing import Optional
+
+import report
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """What a kind of subject is. tun: its traffic goes through the testbed's TUN; child:
+    the rig starts a process for it (measured: CPU, RSS) and stops it after; stack: a
+    twinstack proxy stack (`twinstack run`: /stats, startup time, idle wakeups, memory per
+    connection); mirror: it answers the traffic itself (the reflector: no servers behind it,
+    so only TCP bulk applies)."""
+    tun: bool
+    child: bool
+    stack: bool = False
+    mirror: bool = False
+
+
+# A new kind of subject is a row here, its start and stop in bench/launch.py (Launcher.kinds)
+# and the plan of the runs that measure it (below).
+KINDS = {
+    "veth": Kind(tun=False, child=False),           # the bare veth: the target routed over it
+    "reflector": Kind(tun=True, child=True, mirror=True),   # `twinstack reflect`
+    "stack": Kind(tun=True, child=True, stack=True),        # `twinstack run`, one stack
+    "socks5-client": Kind(tun=False, child=False),  # --via socks5: a plain client, no TUN
+    # --report-from: a subject of an earlier run of a kind this rig does not know (its rows
+    # are redrawn; it is never started)
+    "recorded": Kind(tun=False, child=False),
+}
+
+STACKS = ("system", "lwip")
+
+
+def io_mode_name(offload, rps="auto", gso_output=True, via_socks5=False, sniff=None):
+    """The io_mode results.json names a subject by (see the file comment)."""
+    name = "offload" if offload else "per-packet"
+    if not gso_output:
+        return name + "-rx"
+    if rps != "auto":
+        return name + ("-rps" if rps == "on" else "-norps")
+    if via_socks5:
+        return name + "-socks5"
+    if sniff:
+        return name + "-sniff" + sniff
+    return name
+
+
+@dataclasses.dataclass(eq=False)
+class Subject:
+    """One measured thing. kind: a key of KINDS. stack: its name in results.json (the kind's
+    name, or "system" / "lwip" for a stack). offload: tun.offload "on" (never "auto", so a
+    refusal fails the start instead of silently measuring per-packet I/O) or "off"; for a
+    subject without a TUN, the run's I/O mode, recorded so every row of a run carries it.
+    queues: tun.queues. rps: tun.rps, "auto" (tries steering under load, keeps it where it
+    pays) or fixed "off" / "on" (--ablation: what steering buys, and what trying it buys over
+    either fixed setting). gso_output: the lwip stack's GSO output trains (tun.gso_output;
+    --ablation turns them off once: what they buy). via_socks5: the outbound is the testbed's
+    SOCKS5 server (TCP by CONNECT, UDP by UDP ASSOCIATE) instead of direct. sniff: route.sniff
+    on, None (off), "idle" (a name rule that covers no port the workloads use: what sniffing
+    costs when it looks at nothing) or "look" (one that covers every port: every connection
+    waits for its first bytes and is looked at). io_mode and label default to the names
+    derived from these fields; given, they are kept as they are (a recorded run)."""
+    kind: str
+    stack: str
+    offload: bool = True
+    queues: int = 1
+    rps: str = "auto"
+    gso_output: bool = True
+    via_socks5: bool = False
+    sniff: Optional[str] = None
+    label: Optional[str] = None
+    io_mode: Optional[str] = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError("unknown subject kind %r" % self.kind)
+        if self.io_mode is None:
+            self.io_mode = io_mode_name(self.offload, self.rps, self.gso_output,
+                                        self.via_socks5, self.sniff)
+        if self.label is None:
+            self.label = report.Subject(self.stack, self.io_mode, self.queues).label
+
+    @classmethod
+    def recorded(cls, stack, io_mode, queues=1, label=None):
+        """A subject of an earlier run, from its results.json identity (--report-from: its
+        rows are redrawn, it is never started, so only its kind and names matter)."""
+        kind = "stack" if stack in STACKS else stack if stack in KINDS else "recorded"
+        return cls(kind, stack, queues=queues, label=label, io_mode=io_mode)
+
+    @property
+    def key(self):
+        return (self.stack, self.io_mode, self.queues)
+
+    @property
+    def slug(self):
+        return self.label.replace(" ", "-")
+
+    @property
+    def has_tun(self):
+        return KINDS[self.kind].tun
+
+    @property
+    def has_child(self):
+        return KINDS[self.kind].child
+
+    @property
+    def is_stack(self):
+        return KINDS[self.kind].stack
+
+    @property
+    def is_mirror(self):
+        return KINDS[self.kind].mirror
+
+    @property
+    def tun_offload(self):
+        """tun.offload for the config."""
+        return "on" if self.offload else "off"
+
+    def to_json(self):
+        return {"stack": self.stack, "io_mode": self.io_mode, "queues": self.queues,
+                "label": self.label}
+
+
+# ---- the subjects of each kind of run -------------------------------------------------------
+
+def veth_subject(offload, label=None):
+    return Subject("veth", "veth", offload, label=label)
+
+
+def reflector_subject(offload, label=None):
+    return Subject("reflector", "reflector", offload, label=label)
+
+
+def stack_subject(name, offload, label=None, **settings):
+    """A stack ("system" or "lwip"); settings: the Subject fields that differ from the
+    defaults (queues, rps, gso_output, via_socks5, sniff)."""
+    return Subject("stack", name, offload, label=label, **settings)
+
+
+def plan_ablation(stacks):
+    """--ablation: both baselines, the reflector in both I/O modes, and every TUN I/O mode of
+    each stack. Returns (subjects, veth, ceiling reflector)."""
+    v, ceiling = veth_subject(True), reflector_subject(True)
+    subjects = [v, ceiling, reflector_subject(False)]
+    if "system" in stacks:
+        subjects += [stack_subject("system", False), stack_subject("system", True),
+                     stack_subject("system", True, rps="off"),
+                     stack_subject("system", True, rps="on"),
+                     stack_subject("system", True, queues=2)]
+    if "lwip" in stacks:
+        subjects += [stack_subject("lwip", False), stack_subject("lwip", True),
+                     stack_subject("lwip", True, gso_output=False)]
+    return subjects, v, ceiling
+
+
+def plan_socks5(stacks, offload):
+    """--via socks5: no veth or reflector: the baseline here is the plain SOCKS5 client
+    through the same server; each stack runs direct (its usual figures) and via the
+    server."""
+    subjects = [Subject("socks5-client", "socks5-client", offload, label="plain socks5")]
+    for s in stacks:
+        subjects += [stack_subject(s, offload, label=s),
+                     stack_subject(s, offload, label=s + " via socks5", via_socks5=True)]
+    return subjects, None, None
+
+
+def plan_sniff(stacks, offload):
+    """--sniff: each stack three ways, no baselines: the figures are ratios to the same stack
+    with sniffing off."""
+    subjects = []
+    for s in stacks:
+        subjects += [stack_subject(s, offload, label=s),
+                     stack_subject(s, offload, label=s + " sniff idle", sniff="idle"),
+                     stack_subject(s, offload, label=s + " sniff look", sniff="look")]
+    return subjects, None, None
+
+
+def plan_compare(stacks, offload):
+    """A full or --quick run: both baselines and each stack, all in one I/O mode."""
+    v = veth_subject(offload, label="veth")
+    ceiling = reflector_subject(offload, label="reflector")
+    return [v, ceiling] + [stack_subject(s, offload, label=s) for s in stacks], v, ceiling
+
+
+def plan(mode, stacks, io_mode):
+    """The subjects of a run of this mode, in table order: (subjects, veth, the reflector
+    the two-hop ceiling is computed from); the last two None where the run has no
+    baselines."""
+    offload = io_mode == "offload"
+    if mode == "ablation":
+        return plan_ablation(stacks)
+    if mode == "socks5":
+        return plan_socks5(stacks, offload)
+    if mode == "sniff":
+        return plan_sniff(stacks, offload)
+    return plan_compare(stacks, offload)

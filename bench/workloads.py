@@ -1,0 +1,276 @@
+"""workloads.py — what the comparison rig measures a started subject with: TCP bulk (iperf3,
+with the subject's CPU time, the TUN's drops, the SOCKS5 server's CPU and an optional perf
+profile), the `twinstack load` workloads (connection rate, latency, UDP echo, UDP flows,
+connections held and the memory each costs), the look counters of --sniff, the UDP echo of
+--via socks5, and the callgrind instruction counts of the micro-benchmarks. Every figure goes
+through Results.emit/add (bench/results.py).
+
+Python 3 standard library only.
+"""
+
+import json
+import os
+import re
+import selectors
+import shutil
+import statistics
+import subprocess
+import time
+
+import report
+from report import progress
+from rigtb import (B_VETH4, ECHO_PORTS, GW4, MIRROR4, REFL_IPERF_PORT, S5_PORT, TARGET4,
+                   UDP_PORT, last_json, proc_cpu)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STALL_GBPS = 0.01       # a bulk run below 10 Mbit/s stalled: recorded, and a failure
+
+
+class Workloads:
+    """The workloads of one run: plan (bench/plan.py), testbed tb, binary and servers
+    (bench/servers.py), results (bench/results.py); work: the run's scratch directory."""
+
+    def __init__(self, plan, tb, binary, servers, results, work):
+        self.plan, self.tb, self.binary, self.servers = plan, tb, binary, servers
+        self.results, self.work = results, work
+        self.emit, self.add, self.fail = results.emit, results.add, results.fail
+
+    # -- TCP bulk
+    def bulk(self, subj, pid, direction, streams):
+        """One iperf3 run of subj (its child's pid, or None) in one cell; returns Gbit/s."""
+        tb, plan = self.tb, self.plan
+        if subj.is_mirror:
+            args = ["iperf3", "-c", MIRROR4, "-B", GW4, "-p", str(REFL_IPERF_PORT)]
+        else:
+            args = ["iperf3", "-c", TARGET4, "-p", str(self.servers.next_iperf_port())]
+        if subj.kind == "socks5-client":
+            # every connect() of iperf3 (control and data) goes to dante as a CONNECT
+            args = ["proxychains4", "-q", "-f", self.servers.pc_conf] + args
+        args += ["-P", str(streams), "-t", str(plan.bulk_t), "-O", str(plan.bulk_omit), "-J",
+                 "--connect-timeout", "3000"]
+        if direction == "down":
+            args.append("-R")
+        cpu0 = proc_cpu(pid) if pid else None
+        via = plan.via and (subj.via_socks5 or subj.kind == "socks5-client")
+        srv0 = self.servers.dante_cpu() if via else None
+        drops0 = tb.tun_drops() if subj.has_tun else None
+        prof = self.perf_start(subj, direction, streams)
+        r = tb.sh(args, ns=tb.ns_a, check=False, timeout=plan.bulk_t + plan.bulk_omit + 20)
+        self.perf_stop(prof)
+        cpu1 = proc_cpu(pid) if pid else None
+        srv1 = self.servers.dante_cpu() if via else None
+        drops1 = tb.tun_drops() if subj.has_tun else None
+        try:
+            j = json.loads(r.stdout)
+        except ValueError:
+            j = None
+        if not j or "error" in j or not j.get("intervals"):
+            err = (j or {}).get("error") or (r.stderr or "").strip()[:200] or "no JSON"
+            raise RuntimeError("iperf3 %s %s x%d: %s" % (subj.label, direction, streams, err))
+        bps = [iv["sum"]["bits_per_second"] for iv in j["intervals"]
+               if not iv["sum"].get("omitted")]
+        if not bps:
+            raise RuntimeError("iperf3 %s %s x%d: no intervals after warm-up" % (
+                subj.label, direction, streams))
+        gbps = statistics.median(bps) / 1e9
+        wl = "tcp_bulk"
+        self.emit(subj, wl, direction, streams, "throughput_gbps", gbps)
+        if gbps < STALL_GBPS:
+            self.fail("iperf3 %s %s x%d: stalled (%.6f Gbit/s; recorded)" % (
+                subj.label, direction, streams, gbps))
+        retr = j.get("end", {}).get("sum_sent", {}).get("retransmits")
+        if retr is not None:
+            self.add(subj, wl, direction, streams, "retransmits", retr)
+        if cpu0 and cpu1:
+            self.add(subj, wl, direction, streams, "cpu_user_s", cpu1[0] - cpu0[0])
+            self.add(subj, wl, direction, streams, "cpu_sys_s", cpu1[1] - cpu0[1])
+        if drops0 is not None and drops1 is not None:
+            self.add(subj, wl, direction, streams, "tun_drops", drops1 - drops0)
+        if srv0 is not None and srv1 is not None:
+            self.add(subj, wl, direction, streams, "server_cpu_s", srv1 - srv0)
+        if subj.is_stack:
+            # tun.rps "auto": how often it switched so far (per cell in an ablation: a fresh
+            # child per run) and how busy the loop's thread was in its last window.
+            st = (tb.stats() or {}).get("tun", {})
+            for key, metric in (("rps_switches", "rps_switches"),
+                                ("loop_busy_pct", "loop_busy_pct")):
+                if isinstance(st.get(key), (int, float)) and st.get("rps_auto"):
+                    self.add(subj, wl, direction, streams, metric, st[key])
+        return gbps
+
+    def perf_start(self, subj, direction, streams):
+        """--perf DIR: a system-wide call-graph profile of this bulk run (all CPUs: the
+        kernel work of a TUN proxy runs in iperf3's and softirq context as much as in the
+        proxy's), DIR/<subject>-<dir>-<streams>-r<round>.data; read it with perf report."""
+        if not self.plan.perf:
+            return None
+        os.makedirs(self.plan.perf, exist_ok=True)
+        path = os.path.join(self.plan.perf, "%s-%s-%d-r%d.data" % (
+            subj.slug, direction, streams, self.results.cur_round))
+        with open(path + ".log", "w") as lf:
+            return subprocess.Popen(["perf", "record", "-a", "-g", "-F", "499", "-o", path,
+                                     "--", "sleep", str(self.plan.bulk_t + self.plan.bulk_omit)],
+                                    stdout=lf, stderr=subprocess.STDOUT)
+
+    def perf_stop(self, prof):
+        if prof is not None:
+            try:
+                prof.wait(timeout=self.plan.bulk_t + self.plan.bulk_omit + 20)
+            except subprocess.TimeoutExpired:
+                prof.kill()
+                prof.wait()
+
+    # -- twinstack load
+    def load(self, mode, args, timeout):
+        r = self.tb.sh([self.binary.path, "load", mode] + args, ns=self.tb.ns_a, check=False,
+                       timeout=timeout)
+        j = last_json(r.stdout)
+        if r.returncode != 0 or j is None:
+            raise RuntimeError("load %s: exit %d: %s" % (mode, r.returncode,
+                                                        (r.stderr or r.stdout).strip()[-200:]))
+        return j
+
+    def connrate(self, subject):
+        d = self.plan.load_s
+        j = self.load("connrate", ["--target", TARGET4, "--ports",
+                                   ",".join(map(str, ECHO_PORTS)), "--duration", str(d),
+                                   "--concurrency", "16" if self.plan.quick else "32"], d + 20)
+        self.emit(subject, "connrate", None, None, "conn_per_s", j.get("conn_per_s"))
+
+    def latency(self, subject):
+        d = self.plan.load_s
+        j = self.load("latency", ["--target", "%s:%d" % (TARGET4, ECHO_PORTS[0]), "--duration",
+                                  str(d), "--size", "64"], d + 20)
+        for k in ("latency_p50_us", "latency_p99_us", "latency_p999_us"):
+            self.emit(subject, "latency_64B", None, None, k, j.get(k))
+
+    def udp(self, subject, size):
+        d = self.plan.load_s
+        via = ["--socks5", "%s:%d" % (B_VETH4, S5_PORT)] \
+            if subject.kind == "socks5-client" else []
+        j = self.load("udp", ["--target", "%s:%d" % (TARGET4, UDP_PORT), "--size", str(size),
+                              "--duration", str(d)] + via, d + 20)
+        wl = "udp_echo_%dB" % size
+        self.emit(subject, wl, None, None, "pps", j.get("pps"))
+        self.emit(subject, wl, None, None, "loss_pct", j.get("loss_pct"))
+
+    def udpflows(self, subject):
+        j = self.load("udpflows", ["--target", "%s:%d" % (TARGET4, UDP_PORT), "--flows", "1000"],
+                      60)
+        self.emit(subject, "udp_flows", None, None, "udp_flows_answered",
+                  j.get("answered", j.get("udp_flows_answered")))
+
+    def hold(self, subject, pid):
+        """Hold N connections through the proxy; measure userspace and kernel memory per conn."""
+        n = self.plan.hold_conns
+        dur = 8 if self.plan.quick else 12
+        tb = self.tb
+        p = tb.spawn(tb.ns_a, [self.binary.path, "load", "hold", "--target",
+                               "%s:%d" % (TARGET4, ECHO_PORTS[1]), "--conns", str(n),
+                               "--duration", str(dur)], "load-hold.log", stdout=subprocess.PIPE)
+        sel = selectors.DefaultSelector()
+        sel.register(p.stdout, selectors.EVENT_READ)
+        held, buf, deadline = None, b"", time.monotonic() + dur + 5
+        try:
+            while held is None and time.monotonic() < deadline:
+                if not sel.select(timeout=0.5):
+                    if p.poll() is not None:
+                        break
+                    continue
+                chunk = os.read(p.stdout.fileno(), 4096)
+                if not chunk:
+                    break
+                buf += chunk
+                m = re.search(rb"HELD\s+(\d+)", buf)
+                if m:
+                    held = int(m.group(1))
+            if held is None:
+                raise RuntimeError("load hold: no 'HELD n' line within %d s" % (dur + 5))
+            time.sleep(0.5)
+            st = tb.stats()
+            kern = tb.socket_bytes(pid)
+        finally:
+            sel.close()
+            try:
+                rest, _ = p.communicate(timeout=dur + 10)
+                buf += rest or b""
+            except subprocess.TimeoutExpired:
+                tb.stop(p)
+            if p in tb.procs:
+                tb.procs.remove(p)
+        extra = "held %d" % held
+        if st:
+            per = (st.get("buffers") or {}).get("per_session_bytes")
+            if per is None and (st.get("buffers") or {}).get("in_use_bytes") is not None:
+                per = st["buffers"]["in_use_bytes"] / max(1, held)
+            self.emit(subject, "hold_1000", None, n, "user_bytes_per_conn", per, extra)
+            pipe = (st.get("splice") or {}).get("pipe_bytes") or 0
+        else:
+            pipe = 0
+            self.results.notes.append("hold: /stats unreachable for %s; user bytes per "
+                                      "connection missing" % subject.label)
+        if kern is not None:
+            kbytes, sockets = kern
+            self.emit(subject, "hold_1000", None, n, "kernel_kb_per_conn",
+                      (kbytes + pipe) / 1024.0 / max(1, held),
+                      "%s, %d sockets of the proxy, pipes %d B" % (extra, sockets, pipe))
+
+    # -- --sniff and --via socks5
+    def sniff_counters(self, subj):
+        """The look counters after the workloads: proof that "idle" looked at nothing and
+        "look" at every connection."""
+        doc = self.tb.stats()
+        if doc is None:
+            self.fail("%s: /stats unreachable after the workloads" % subj.label)
+            return
+        sn = doc.get("sniff") or {}
+        self.emit(subj, "sniff", None, None, "sniff_started", sn.get("started"))
+        self.emit(subj, "sniff", None, None, "sniff_timeouts", sn.get("timeouts"))
+
+    def socks5_udp(self, subj):
+        """UDP echo (64 B) of one --via socks5 subject. A stack whose proxy dropped the
+        datagrams says which drop counters of its /stats moved."""
+        plain = subj.kind == "socks5-client"
+        if not self.binary.has_load("udp") or (plain and not self.binary.load_socks5):
+            self.results.note_na(subj.label, "udp", "`twinstack load udp%s` not available" % (
+                " --socks5" if plain else ""))
+            return
+        try:
+            self.udp(subj, 64)
+            if subj.via_socks5:
+                # the proxy's own count: the echoes must have gone through an association
+                n = ((self.tb.stats() or {}).get("udp") or {}).get("assocs_total")
+                if n == 0:
+                    self.fail("%s udp: no UDP association was made (/stats udp.assocs_total 0)"
+                              % subj.label)
+        except RuntimeError as e:
+            drops = ((self.tb.stats() or {}).get("udp") or {}).get("drops") or {} \
+                if subj.is_stack else {}
+            moved = ", ".join("%s %s" % (k, v) for k, v in sorted(drops.items()) if v)
+            self.fail("%s udp: %s%s" % (subj.label, e, "; the proxy's udp drops: " + moved
+                                        if moved else ""))
+
+    # -- the micro-benchmarks (full runs)
+    def micro_rows(self):
+        micro = self.binary.micro
+        if not micro or not shutil.which("valgrind"):
+            self.results.notes.append("instructions_per_op: skipped (%s)" % (
+                "no twinstack-micro next to the binary" if not micro else
+                "valgrind not installed"))
+            return
+        jpath = os.path.join(self.work, "callgrind.json")
+        progress("micro: callgrind instruction counts (bench/callgrind.sh)")
+        try:
+            r = subprocess.run(["bash", os.path.join(HERE, "callgrind.sh"), "--json", jpath,
+                                micro], capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            self.fail("callgrind.sh timed out")
+            return
+        if r.returncode not in (0, 1) or not os.path.exists(jpath):
+            self.fail("callgrind.sh: exit %d: %s" % (r.returncode, r.stderr.strip()[-200:]))
+            return
+        with open(jpath) as f:
+            j = json.load(f)
+        subj = report.Subject("micro", "n/a", label="micro")
+        for case, v in sorted(j.get("callgrind", {}).items()):
+            self.emit(subj, case, None, None, "instructions_per_op", v["instructions"])
