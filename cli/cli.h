@@ -22,5 +22,7 @@ int cmd_reflect(int argc, char **argv);
 void usage_reflect(FILE *out);
 int cmd_gate(int argc, char **argv);
 void usage_gate(FILE *out);
+int cmd_redirect(int argc, char **argv);
+void usage_redirect(FILE *out);
 
 #endif

@@ -32,18 +32,30 @@ void usage_load(FILE *out)
 	      "            TCP and UDP echo until SIGTERM/SIGINT (or S seconds)\n"
 	      "            -> {\"served_conns\",\"udp_datagrams\"}\n"
 	      "  connrate  --target ADDR --ports P[,P...] --duration S --concurrency C\n"
-	      "            [--req BYTES (64)] [--source ADDR] [--timeout-ms MS (2000)]\n"
-	      "            connect, send, read the echo, close; C at a time; an attempt\n"
-	      "            older than MS is abandoned and counted in errors and timeouts\n"
+	      "            [--req BYTES (64)] [--count N] [--source ADDR]\n"
+	      "            [--timeout-ms MS (2000)]\n"
+	      "            connect, send, read the echo, close; C at a time, the ports in turn;\n"
+	      "            N: stop after N completed connections (S still bounds the run); an\n"
+	      "            attempt older than MS is abandoned (a timeout). Each request is its\n"
+	      "            connection's own byte pattern and every echoed byte is checked\n"
 	      "            -> {\"conn_per_s\",\"completed\",\"errors\",\"timeouts\",\n"
-	      "                \"p50_connect_us\",\"p99_connect_us\",\"duration_s\"}\n"
+	      "                \"p50_connect_us\",\"p99_connect_us\",\"duration_s\",\"attempts\",\n"
+	      "                \"error_causes\":{\"addrnotavail\",\"reset\",\"refused\",\"timeout\",\n"
+	      "                \"mismatch\",\"other\"}}  (errors: their sum; timeouts: timeout)\n"
 	      "  latency   --target ADDR:PORT --duration S [--size BYTES (64)] [--conns N (1)]\n"
 	      "            ping-pong on persistent connections\n"
 	      "            -> {\"latency_p50_us\",\"latency_p99_us\",\"latency_p999_us\",\"samples\",\n"
 	      "                \"errors\"}\n"
 	      "  hold      --target ADDR:PORT --conns N --duration S [--interval-ms MS (1000)]\n"
-	      "            [--size BYTES (16)]; prints \"HELD n\" on stdout once connected\n"
-	      "            -> {\"held\",\"failed\",\"echo_errors\",\"alive\"}\n"
+	      "            [--size BYTES (16)]; prints \"HELD n\" on stdout once connected;\n"
+	      "            every interval BYTES of the connection's own pattern go out on each\n"
+	      "            and the echo is checked byte for byte; at the end the owed echoes\n"
+	      "            are awaited (10 s at most), then all are closed\n"
+	      "            -> {\"held\",\"failed\",\"echo_errors\",\"alive\",\"echoed\",\n"
+	      "                \"mismatch\",\"late\",\"unanswered\",\"bytes_verified\"}  (echoed:\n"
+	      "                connections with a whole round checked; in echo_errors: mismatch,\n"
+	      "                reads that differ; late, rounds that found the previous echo still\n"
+	      "                owed; unanswered, connections still owed one at the end)\n"
 	      "  udp       --target ADDR:PORT --duration S [--size BYTES (64)] [--rate PPS (0)]\n"
 	      "            [--socks5 ADDR:PORT [--timeout-ms MS (2000)]]\n"
 	      "            rate 0: as fast as possible with at most 64 datagrams outstanding;\n"
@@ -193,6 +205,41 @@ void load_samples_fini(struct load_samples *s)
 	s->n = s->cap = 0;
 }
 
+/* splitmix64's finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number
+ * generators", OOPSLA 2014): every input bit changes about half the output bits. */
+static uint64_t pattern_word(uint64_t idx, uint64_t word)
+{
+	uint64_t z = idx * 0x9e3779b97f4a7c15ULL + word * 0xd1b54a32d192ed03ULL + 1;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+void load_pattern_fill(uint64_t idx, uint64_t off, uint8_t *buf, size_t n)
+{
+	uint64_t w = pattern_word(idx, off / 8);
+
+	for (size_t i = 0; i < n; i++, off++) {
+		if (i && off % 8 == 0)
+			w = pattern_word(idx, off / 8);
+		buf[i] = (uint8_t)(w >> (off % 8 * 8));
+	}
+}
+
+bool load_pattern_ok(uint64_t idx, uint64_t off, const uint8_t *buf, size_t n)
+{
+	uint64_t w = pattern_word(idx, off / 8);
+
+	for (size_t i = 0; i < n; i++, off++) {
+		if (i && off % 8 == 0)
+			w = pattern_word(idx, off / 8);
+		if (buf[i] != (uint8_t)(w >> (off % 8 * 8)))
+			return false;
+	}
+	return true;
+}
+
 /* ---- options ------------------------------------------------------------------------------- */
 
 enum opt_kind {
@@ -221,6 +268,7 @@ static const struct opt_spec opt_specs[] = {
 	{ "--flows", OPT_UINT, offsetof(struct load_opts, flows) },
 	{ "--timeout-ms", OPT_UINT, offsetof(struct load_opts, timeout_ms) },
 	{ "--rate", OPT_U64, offsetof(struct load_opts, rate) },
+	{ "--count", OPT_U64, offsetof(struct load_opts, count) },
 	{ "--socks5", OPT_SOCKS5, offsetof(struct load_opts, socks5) },
 };
 
@@ -394,6 +442,8 @@ static const char *missing(const struct load_mode *m, const struct load_opts *o)
 		return "--concurrency and --req > 0";
 	if (o->size > 65000)
 		return "--size at most 65000";
+	if (o->count && strcmp(m->name, "connrate") != 0)
+		return "no --count (only the connrate mode takes it)";
 	if (o->has_socks5 && strcmp(m->name, "udp") != 0)
 		return "no --socks5 (only the udp mode takes it)";
 	if (o->has_socks5 && o->size > 65000 - SOCKS5_UDP_HDR_MAX)

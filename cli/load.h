@@ -31,6 +31,7 @@ struct load_opts {
 	double duration_s;              /* 0 = serve until a signal */
 	unsigned concurrency, req, size, conns, interval_ms, flows;
 	unsigned timeout_ms;            /* udpflows: wait for echoes; connrate: one attempt */
+	uint64_t count;                 /* connrate: stop after this many completed; 0 = none */
 	uint64_t rate;                  /* udp: datagrams per second, 0 = windowed flat out */
 	struct netaddr_ep socks5;       /* udp --socks5: send through this server's UDP relay */
 	bool has_socks5;
@@ -57,6 +58,14 @@ int64_t load_now_us(void);
 /* Sort v[0..n) in place, then v[ceil(q*n)-1] (nearest rank); 0 if n is 0. */
 uint32_t load_percentile_sorted(const uint32_t *v, size_t n, double q);
 void load_sort_u32(uint32_t *v, size_t n);
+
+/* The payload a TCP client sends on connection idx (its number in the run): byte off of the
+ * stream is byte off % 8 of a 64-bit mix of (idx, off / 8), so a byte of another connection,
+ * another offset or a lost stretch differs from the expected one (but for chance: 1 in 256
+ * per byte). The echo is checked against the same function. */
+void load_pattern_fill(uint64_t idx, uint64_t off, uint8_t *buf, size_t n);
+/* Is buf[0..n) connection idx's payload from stream offset off? */
+bool load_pattern_ok(uint64_t idx, uint64_t off, const uint8_t *buf, size_t n);
 
 /* A growable array of samples (microseconds). */
 struct load_samples {

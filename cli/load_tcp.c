@@ -2,7 +2,8 @@
  *
  * Each is one epoll loop over non-blocking sockets; a connection is a small state machine
  * indexed by epoll's data.u64. The clock is read once per loop turn. Requests are at most
- * 65000 bytes, so one read buffer per loop serves every connection. */
+ * 65000 bytes, so one read buffer per loop serves every connection. connrate and hold send
+ * each connection its own byte pattern (load_pattern_fill) and check every echoed byte. */
 #include "cli/load.h"
 
 #include <errno.h>
@@ -20,15 +21,19 @@
 
 #define TCP_BUF 65536
 #define HOLD_INFLIGHT 256 /* connects in flight at once: a SYN burst must not overflow backlogs */
+#define HOLD_DRAIN_US 10000000 /* after the last round: how long owed echoes may take */
 
 enum tc_state { TC_IDLE, TC_CONNECT, TC_WRITE, TC_READ, TC_HELD };
 
 struct tconn {
 	int fd; /* -1 when idle */
 	enum tc_state st;
+	bool bad;           /* hold: an echoed byte differed from what was sent */
 	size_t done;        /* bytes of the current request written, then read back */
 	uint64_t expect;    /* hold: echo bytes owed by the server */
 	int64_t t0;         /* when the current connect or request started (us) */
+	uint64_t idx;       /* the connection's number in the run: which pattern it carries */
+	uint64_t sent, got; /* hold: pattern bytes written, and echoed back, so far */
 };
 
 /* Start a non-blocking connect to o->addr:port (from o->source if set, port chosen by the
@@ -115,6 +120,35 @@ static int64_t end_of(const struct load_opts *o, int64_t start)
 
 /* ---- connrate ------------------------------------------------------------------------------ */
 
+/* Why an attempt failed, as the JSON's error_causes reports it. */
+enum cr_cause { CR_ADDRNOTAVAIL, CR_RESET, CR_REFUSED, CR_TIMEOUT, CR_MISMATCH, CR_OTHER, CR_MAX };
+
+static const char *const cr_cause_names[CR_MAX] = {
+	[CR_ADDRNOTAVAIL] = "addrnotavail", [CR_RESET] = "reset",       [CR_REFUSED] = "refused",
+	[CR_TIMEOUT] = "timeout",           [CR_MISMATCH] = "mismatch", [CR_OTHER] = "other",
+};
+
+/* err is -errno; -EBADMSG is an echo that differs from the request, -EPIPE an EOF before the
+ * whole echo (the peer closed early: counted with the resets). */
+static enum cr_cause cr_cause_of(int err)
+{
+	switch (-err) {
+	case EADDRNOTAVAIL:
+		return CR_ADDRNOTAVAIL;
+	case ECONNRESET:
+	case EPIPE:
+		return CR_RESET;
+	case ECONNREFUSED:
+		return CR_REFUSED;
+	case ETIMEDOUT:
+		return CR_TIMEOUT;
+	case EBADMSG:
+		return CR_MISMATCH;
+	default:
+		return CR_OTHER;
+	}
+}
+
 struct connrate {
 	const struct load_opts *o;
 	int ep;
@@ -122,28 +156,42 @@ struct connrate {
 	char *req, *buf;
 	unsigned next_port;
 	int64_t start, now;
-	uint64_t completed, errors, timeouts;
+	uint64_t attempts, completed, inflight;
+	uint64_t causes[CR_MAX];
 	uint64_t *per_sec; /* completions in second k after start */
 	size_t n_sec;
 	struct load_samples connect_us;
 };
 
+static void cr_fail(struct connrate *cr, int err)
+{
+	cr->causes[cr_cause_of(err)]++;
+}
+
 static void cr_start(struct connrate *cr, size_t i)
 {
 	struct tconn *c = &cr->w[i];
 	uint16_t port = cr->o->ports[cr->next_port++ % cr->o->n_ports];
-	int fd = connect_start(cr->o, port);
+	int fd = connect_start(cr->o, port), ret;
 
-	if (fd < 0 || ep_set(cr->ep, EPOLL_CTL_ADD, fd, EPOLLOUT, i) != 0) {
+	c->idx = cr->attempts++;
+	if (fd < 0 || (ret = ep_set(cr->ep, EPOLL_CTL_ADD, fd, EPOLLOUT, i)) != 0) {
 		if (fd >= 0)
 			close(fd);
-		cr->errors++;
+		cr_fail(cr, fd < 0 ? fd : ret);
 		return; /* stays idle; cr_refill retries it next turn */
 	}
 	c->fd = fd;
 	c->st = TC_CONNECT;
 	c->done = 0;
 	c->t0 = cr->now;
+	cr->inflight++;
+}
+
+static void cr_close(struct connrate *cr, struct tconn *c)
+{
+	tc_close(c);
+	cr->inflight--;
 }
 
 static void cr_complete(struct connrate *cr, struct tconn *c)
@@ -153,7 +201,37 @@ static void cr_complete(struct connrate *cr, struct tconn *c)
 	cr->completed++;
 	if (sec < cr->n_sec)
 		cr->per_sec[sec]++;
-	tc_close(c);
+	cr_close(cr, c);
+}
+
+/* Write what the socket takes of c's request (its pattern from c->done on); 1 when all is
+ * written, 0 for more later, -errno on failure. */
+static int cr_write(struct connrate *cr, struct tconn *c)
+{
+	size_t left = cr->o->req - c->done;
+	ssize_t n;
+
+	load_pattern_fill(c->idx, c->done, (uint8_t *)cr->req, left);
+	if ((n = write(c->fd, cr->req, left)) < 0)
+		return errno == EAGAIN ? 0 : -errno;
+	c->done += (size_t)n;
+	return c->done == cr->o->req;
+}
+
+/* Read and check the echo of c's request; 1 when all of it came back right, 0 for more later,
+ * -EBADMSG for a byte that differs, -EPIPE for an early EOF, -errno on failure. */
+static int cr_read(struct connrate *cr, struct tconn *c)
+{
+	ssize_t n = read(c->fd, cr->buf, cr->o->req - c->done);
+
+	if (n == 0)
+		return -EPIPE;
+	if (n < 0)
+		return errno == EAGAIN ? 0 : -errno;
+	if (!load_pattern_ok(c->idx, c->done, (const uint8_t *)cr->buf, (size_t)n))
+		return -EBADMSG;
+	c->done += (size_t)n;
+	return c->done == cr->o->req;
 }
 
 /* One event on worker i; returns -errno when the attempt failed. */
@@ -172,19 +250,25 @@ static int cr_step(struct connrate *cr, size_t i)
 		/* The socket is writable now: send the request without another epoll turn. */
 		/* fall through */
 	case TC_WRITE:
-		if ((ret = tc_write(c, cr->req, cr->o->req)) <= 0)
+		if ((ret = cr_write(cr, c)) <= 0)
 			return ret;
 		c->st = TC_READ;
 		c->done = 0;
 		return ep_set(cr->ep, EPOLL_CTL_MOD, c->fd, EPOLLIN, i);
 	case TC_READ:
-		if ((ret = tc_read(c, cr->buf, cr->o->req)) <= 0)
+		if ((ret = cr_read(cr, c)) <= 0)
 			return ret;
 		cr_complete(cr, c);
 		return 0;
 	default:
 		return 0;
 	}
+}
+
+/* With --count: every connection still wanted has an attempt under way. */
+static bool cr_enough(const struct connrate *cr)
+{
+	return cr->o->count && cr->completed + cr->inflight >= cr->o->count;
 }
 
 /* Restart idle workers, and abandon attempts older than --timeout-ms: a dropped SYN or a lost
@@ -197,12 +281,17 @@ static void cr_refill(struct connrate *cr)
 		struct tconn *c = &cr->w[i];
 
 		if (c->fd >= 0 && timeout_us && cr->now - c->t0 > timeout_us) {
-			cr->timeouts++;
-			tc_close(c);
+			cr_fail(cr, -ETIMEDOUT);
+			cr_close(cr, c);
 		}
-		if (c->fd < 0 && !load_stopping())
+		if (c->fd < 0 && !load_stopping() && !cr_enough(cr))
 			cr_start(cr, i);
 	}
+}
+
+static bool cr_done(const struct connrate *cr)
+{
+	return cr->o->count && cr->completed >= cr->o->count;
 }
 
 static void cr_run(struct connrate *cr)
@@ -210,17 +299,18 @@ static void cr_run(struct connrate *cr)
 	struct epoll_event evs[256];
 	int64_t end = end_of(cr->o, cr->start);
 
-	for (cr->now = load_now_us(); cr->now < end && !load_stopping(); cr->now = load_now_us()) {
-		int n;
+	for (cr->now = load_now_us(); cr->now < end && !load_stopping() && !cr_done(cr);
+	     cr->now = load_now_us()) {
+		int n, ret;
 
 		cr_refill(cr);
 		n = epoll_wait(cr->ep, evs, 256, 50);
 		cr->now = load_now_us();
 		for (int k = 0; k < n; k++) {
 			size_t i = (size_t)evs[k].data.u64;
-			if (cr_step(cr, i) != 0) {
-				cr->errors++;
-				tc_close(&cr->w[i]);
+			if ((ret = cr_step(cr, i)) != 0) {
+				cr_fail(cr, ret);
+				cr_close(cr, &cr->w[i]);
 			}
 		}
 	}
@@ -249,14 +339,20 @@ static void cr_report(struct connrate *cr)
 {
 	int64_t elapsed = cr->now - cr->start;
 	struct load_samples *s = &cr->connect_us;
+	uint64_t errors = 0;
 
+	for (int k = 0; k < CR_MAX; k++)
+		errors += cr->causes[k];
 	load_sort_u32(s->v, s->n);
 	printf("{\"conn_per_s\":%.1f,\"completed\":%" PRIu64 ",\"errors\":%" PRIu64
 	       ",\"timeouts\":%" PRIu64 ",\"p50_connect_us\":%u,\"p99_connect_us\":%u,"
-	       "\"duration_s\":%.3f}\n",
-	       cr_rate(cr, elapsed), cr->completed, cr->errors + cr->timeouts, cr->timeouts,
+	       "\"duration_s\":%.3f,\"attempts\":%" PRIu64 ",\"error_causes\":{",
+	       cr_rate(cr, elapsed), cr->completed, errors, cr->causes[CR_TIMEOUT],
 	       load_percentile_sorted(s->v, s->n, 0.50), load_percentile_sorted(s->v, s->n, 0.99),
-	       (double)elapsed / 1e6);
+	       (double)elapsed / 1e6, cr->attempts);
+	for (int k = 0; k < CR_MAX; k++)
+		printf("%s\"%s\":%" PRIu64, k ? "," : "", cr_cause_names[k], cr->causes[k]);
+	printf("}}\n");
 }
 
 int load_connrate(const struct load_opts *o)
@@ -275,7 +371,6 @@ int load_connrate(const struct load_opts *o)
 		load_json_error("connrate", -errno);
 		goto out;
 	}
-	memset(cr.req, 'r', o->req);
 	for (unsigned i = 0; i < o->concurrency; i++)
 		cr.w[i].fd = -1;
 	cr.start = load_now_us();
@@ -424,7 +519,8 @@ struct hold {
 	struct tconn *c;
 	char *msg, *buf;
 	unsigned started, inflight, held, alive;
-	uint64_t failed, echo_errors;
+	uint64_t failed, echo_errors, late, mismatch, unanswered, bytes_verified;
+	unsigned owed; /* held connections with echo bytes still owed */
 	int first_err; /* -errno of the first failed connect, for the stderr line */
 	int64_t end;
 };
@@ -468,6 +564,7 @@ static void hold_open(struct hold *h)
 			}
 			h->c[i].fd = fd;
 			h->c[i].st = TC_CONNECT;
+			h->c[i].idx = i;
 			h->inflight++;
 		}
 		int n = epoll_wait(h->ep, evs, 256, 100);
@@ -477,8 +574,9 @@ static void hold_open(struct hold *h)
 	}
 }
 
-/* One round of light traffic: size bytes on every live connection. An echo still owed from
- * the previous round is an error (the proxy stalled that connection for a whole interval). */
+/* One round of light traffic: size bytes of each live connection's pattern, continuing its
+ * stream. An echo still owed from the previous round is an error (the proxy stalled that
+ * connection for a whole interval). */
 static void hold_tick(struct hold *h)
 {
 	for (unsigned i = 0; i < h->o->conns; i++) {
@@ -487,16 +585,23 @@ static void hold_tick(struct hold *h)
 
 		if (c->st != TC_HELD)
 			continue;
-		if (c->expect)
+		if (c->expect) {
 			h->echo_errors++;
+			h->late++;
+		}
+		load_pattern_fill(c->idx, c->sent, (uint8_t *)h->msg, h->o->size);
 		n = write(c->fd, h->msg, h->o->size);
 		if (n != (ssize_t)h->o->size)
 			h->echo_errors++;
-		if (n > 0)
+		if (n > 0) {
+			h->owed += !c->expect;
 			c->expect += (uint64_t)n;
+			c->sent += (uint64_t)n;
+		}
 	}
 }
 
+/* The echo must be the connection's own pattern from where its echo stands. */
 static void hold_read(struct hold *h, struct tconn *c)
 {
 	ssize_t n = read(c->fd, h->buf, TCP_BUF);
@@ -506,15 +611,38 @@ static void hold_read(struct hold *h, struct tconn *c)
 	if (n <= 0) { /* the proxy or server dropped a connection we hold */
 		h->echo_errors++;
 		h->alive--;
+		h->owed -= c->expect != 0;
 		tc_close(c);
 		return;
 	}
 	if ((uint64_t)n > c->expect) { /* bytes nobody sent: count, then resynchronise */
 		h->echo_errors++;
+		h->owed -= c->expect != 0;
+		c->bad = true;
 		c->expect = 0;
-	} else {
-		c->expect -= (uint64_t)n;
+		c->got = c->sent;
+		return;
 	}
+	if (load_pattern_ok(c->idx, c->got, (const uint8_t *)h->buf, (size_t)n)) {
+		h->bytes_verified += (uint64_t)n;
+	} else {
+		h->mismatch++;
+		h->echo_errors++;
+		c->bad = true;
+	}
+	c->expect -= (uint64_t)n;
+	c->got += (uint64_t)n;
+	h->owed -= c->expect == 0;
+}
+
+/* Connections that got at least one whole round back, every byte as sent. */
+static unsigned hold_echoed(const struct hold *h)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < h->o->conns; i++)
+		n += !h->c[i].bad && h->o->size && h->c[i].got >= h->o->size;
+	return n;
 }
 
 /* Phase 2: light traffic every interval until the end or a signal. */
@@ -542,6 +670,24 @@ static void hold_traffic(struct hold *h)
 	}
 }
 
+/* After the last round the echoes still owed come back before the connections close (a close
+ * with unread bytes would reset them), within HOLD_DRAIN_US; one still owed then is an error. */
+static void hold_drain(struct hold *h)
+{
+	struct epoll_event evs[256];
+	int64_t end = load_now_us() + HOLD_DRAIN_US, now;
+
+	while (h->owed && (now = load_now_us()) < end) {
+		int n = epoll_wait(h->ep, evs, 256, (int)((end - now) / 1000) + 1);
+
+		for (int k = 0; k < n; k++)
+			if (h->c[evs[k].data.u64].st == TC_HELD)
+				hold_read(h, &h->c[evs[k].data.u64]);
+	}
+	h->unanswered = h->owed;
+	h->echo_errors += h->owed;
+}
+
 int load_hold(const struct load_opts *o)
 {
 	struct hold h = { .o = o, .ep = -1 };
@@ -558,7 +704,6 @@ int load_hold(const struct load_opts *o)
 		load_json_error("hold", -errno);
 		goto out;
 	}
-	memset(h.msg, 'h', o->size);
 	for (unsigned i = 0; i < o->conns; i++)
 		h.c[i].fd = -1;
 	h.end = end_of(o, load_now_us());
@@ -569,8 +714,12 @@ int load_hold(const struct load_opts *o)
 	fprintf(stderr, "load hold: %u held, %u failed%s%s\n", h.held, o->conns - h.held,
 		h.first_err ? ", first: " : "", h.first_err ? strerror(-h.first_err) : "");
 	hold_traffic(&h);
-	printf("{\"held\":%u,\"failed\":%" PRIu64 ",\"echo_errors\":%" PRIu64 ",\"alive\":%u}\n",
-	       h.held, (uint64_t)(o->conns - h.held), h.echo_errors, h.alive);
+	hold_drain(&h);
+	printf("{\"held\":%u,\"failed\":%" PRIu64 ",\"echo_errors\":%" PRIu64 ",\"alive\":%u,"
+	       "\"echoed\":%u,\"mismatch\":%" PRIu64 ",\"late\":%" PRIu64
+	       ",\"unanswered\":%" PRIu64 ",\"bytes_verified\":%" PRIu64 "}\n",
+	       h.held, (uint64_t)(o->conns - h.held), h.echo_errors, h.alive, hold_echoed(&h),
+	       h.mismatch, h.late, h.unanswered, h.bytes_verified);
 	rc = h.held ? EXIT_OK : EXIT_RUNTIME;
 out:
 	for (unsigned i = 0; h.c && i < o->conns; i++)

@@ -107,6 +107,8 @@ static const struct subcommand subcommands[] = {
 	  usage_reflect },
 	{ "gate", "compare results against a baseline; exit 1 on a regression", cmd_gate,
 	  usage_gate },
+	{ "redirect", "nftables-redirect baseline: kernel listener, dispatcher, relay",
+	  cmd_redirect, usage_redirect },
 };
 
 #define N_SUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))

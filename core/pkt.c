@@ -57,27 +57,29 @@ static enum pkt_reason parse_l4(struct pkt_view *v)
 	}
 }
 
-/* IPv4 options: is there a loose or strict source route (RFC 791 types 131, 137)?
- * Malformed option lists stop the scan (the kernel drops those itself). */
-static bool has_source_route(const uint8_t *o, uint32_t n)
+/* IPv4 options (RFC 791): PKT_OK, PKT_V4_SOURCE_ROUTE for a loose or strict source route
+ * (types 131, 137), or PKT_V4_BAD_OPTIONS for a list that does not add up: an option other
+ * than End and NOP (the only one-byte kinds) without room for its length byte, or whose length
+ * is below 2 or runs past the header's end. */
+static enum pkt_reason scan_options(const uint8_t *o, uint32_t n)
 {
 	uint32_t i = 0;
 
 	while (i < n) {
 		uint8_t type = o[i];
 		if (type == 0) /* end of option list */
-			return false;
+			return PKT_OK;
 		if (type == 1) { /* NOP */
 			i++;
 			continue;
 		}
+		if (i + 1 >= n || o[i + 1] < 2 || o[i + 1] > n - i)
+			return PKT_V4_BAD_OPTIONS;
 		if (type == 131 || type == 137)
-			return true;
-		if (i + 1 >= n || o[i + 1] < 2)
-			return false;
+			return PKT_V4_SOURCE_ROUTE;
 		i += o[i + 1];
 	}
-	return false;
+	return PKT_OK;
 }
 
 static enum pkt_reason parse_v4(struct pkt_view *v, uint8_t *b, size_t buflen)
@@ -93,8 +95,11 @@ static enum pkt_reason parse_v4(struct pkt_view *v, uint8_t *b, size_t buflen)
 	/* MF set or a non-zero fragment offset: a fragment. */
 	if ((b[6] & 0x3f) | b[7])
 		return PKT_V4_FRAGMENT;
-	if (ihl > 20 && has_source_route(b + 20, ihl - 20))
-		return PKT_V4_SOURCE_ROUTE;
+	if (ihl > 20) {
+		enum pkt_reason r = scan_options(b + 20, ihl - 20);
+		if (r != PKT_OK)
+			return r;
+	}
 	v->family = 4;
 	v->proto = b[9];
 	v->len = tot;

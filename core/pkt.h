@@ -7,16 +7,23 @@
  * units), Fragment (44) and ESP (50) rejected (a fragment needs reassembly, ESP hides the ports).
  * Source routing is rejected too (IPv4 LSRR/SSRR options, an IPv6 Routing header with Segments
  * Left > 0): there the TCP/UDP pseudo-header uses the final destination, not the header's, so an
- * in-place rewrite could not keep the checksum right.
+ * in-place rewrite could not keep the checksum right. So is an IPv4 option list that does not
+ * add up (an option whose length is below 2 or passes the header's end): the kernel would drop
+ * it after the rewrite, and lwIP would take it.
+ *
+ * The IPv4 header checksum is not the parser's: pkt_v4_csum_ok (below) checks it where the
+ * stacks need it (PKT_V4_BAD_CSUM).
  */
 #ifndef TS_CORE_PKT_H
 #define TS_CORE_PKT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <arpa/inet.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "core/csum.h"
 #include "core/flow.h"
 
 #define PKT_REASONS(X)                                                                         \
@@ -28,6 +35,8 @@
 	X(V4_BAD_TOTLEN, "v4_bad_total_length")                                                \
 	X(V4_FRAGMENT, "v4_fragment")                                                          \
 	X(V4_SOURCE_ROUTE, "v4_source_route")                                                  \
+	X(V4_BAD_OPTIONS, "v4_bad_options")                                                    \
+	X(V4_BAD_CSUM, "v4_bad_checksum")     /* pkt_v4_csum_ok, not pkt_parse */              \
 	X(V6_TRUNCATED, "v6_truncated")                                                        \
 	X(V6_BAD_PAYLEN, "v6_bad_payload_length")                                              \
 	X(V6_EXT_TRUNCATED, "v6_ext_truncated")                                                \
@@ -129,6 +138,34 @@ static inline enum pkt_reason pkt_parse(struct pkt_view *v, uint8_t *buf, size_t
 		}
 	}
 	return pkt_parse_slow(v, buf, buflen);
+}
+
+/* Is the header checksum of a parsed IPv4 packet right (RFC 791; RFC 1122 3.2.1.2 has a host
+ * discard a datagram whose checksum is not)? pkt_parse does not look at it: the system stack
+ * rewrites a mapped segment's checksum incrementally (RFC 1624), which keeps a wrong sum wrong,
+ * and the kernel then drops the segment. The stacks check it where no kernel will: a datagram
+ * for the UDP path (its header is not sent on), a segment for lwIP (in place of lwIP's own
+ * check, which counted nothing), and a system-stack segment that would make a NAT entry or be
+ * answered with a RST. About a dozen instructions for a 20-byte header. */
+static inline bool pkt_v4_csum_ok(const struct pkt_view *v)
+{
+	const uint8_t *h = v->ip;
+	uint32_t w0, w1, w2, w3, w4;
+	uint64_t s;
+
+	/* Five 32-bit words (with options, up to 15) sum to less than 2^36: no carry is lost. A
+	 * word is hi * 65536 + lo, and 65536 = 1 (mod 65535), so s is congruent to the 16-bit
+	 * words' sum modulo 65535, whose one's complement fold is 0xffff, the only folded value
+	 * congruent to 0, exactly when the checksum is right (s is never 0: the version nibble). */
+	memcpy(&w0, h, 4);
+	memcpy(&w1, h + 4, 4);
+	memcpy(&w2, h + 8, 4);
+	memcpy(&w3, h + 12, 4);
+	memcpy(&w4, h + 16, 4);
+	s = (uint64_t)w0 + w1 + w2 + w3 + w4;
+	if (__builtin_expect(v->l3_len > 20, 0)) /* options */
+		s = csum_partial(h + 20, v->l3_len - 20u, s);
+	return s % 0xffff == 0;
 }
 
 /* The TCP MSS option of a parsed TCP packet, or 0 when absent or malformed. */

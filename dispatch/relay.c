@@ -633,9 +633,13 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	relay_sync(r);
 }
 
+/* In whole milliseconds, rounded up: the remainder is measured on the coarse clock, which moves
+ * only once per tick, so a delay rounded down to nothing would make the timer due at once and
+ * fire again and again, finding the same remainder, until that clock moved (a busy loop). */
 static void arm_idle(struct relay *r, int64_t delay_ns)
 {
-	struct timeval tv = { delay_ns / 1000000000LL, (delay_ns % 1000000000LL) / 1000 };
+	int64_t ms = (delay_ns + 999999) / 1000000;
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
 
 	evtimer_add(r->idle_ev, &tv);
 }

@@ -249,6 +249,32 @@ static void add_dns(struct ts_proxy *p, struct stats_doc *d, const struct dns_tc
 	stats_doc_counter(d, "dns.fakeip.unmapped", st.fake_unmapped);
 }
 
+/* The budget's permits and descriptors in use next to their limits (the TCP one of the tier
+ * in force; the descriptors as fitted under RLIMIT_NOFILE at start) and every refusal. */
+static void add_budget(struct ts_proxy *p, struct stats_doc *d)
+{
+	const struct budget_limits *l = p->budget ? budget_get_limits(p->budget) : NULL;
+	struct budget_stats bs;
+	uint64_t tcp_refused = 0;
+
+	memset(&bs, 0, sizeof(bs));
+	if (p->budget)
+		budget_get_stats(p->budget, &bs);
+	for (int i = 0; i < BUDGET_TIER_MAX; i++)
+		tcp_refused += bs.tcp_refused[i];
+	stats_doc_add_u64(d, "budget.tcp_in_use", STATS_GAUGE, bs.tcp_in_use);
+	stats_doc_add_u64(d, "budget.tcp_peak", STATS_GAUGE, bs.tcp_peak);
+	stats_doc_add_u64(d, "budget.tcp_limit", STATS_GAUGE, l ? l->tcp_sessions[bs.tier] : 0);
+	stats_doc_counter(d, "budget.tcp_refused", tcp_refused);
+	stats_doc_add_u64(d, "budget.udp_in_use", STATS_GAUGE, bs.udp_in_use);
+	stats_doc_counter(d, "budget.udp_refused", bs.udp_refused);
+	stats_doc_add_u64(d, "budget.fds_in_use", STATS_GAUGE, bs.fds_in_use);
+	stats_doc_add_u64(d, "budget.fds_peak", STATS_GAUGE, bs.fds_peak);
+	stats_doc_add_u64(d, "budget.fds_limit", STATS_GAUGE, l ? l->fds : 0);
+	stats_doc_counter(d, "budget.fd_refused", bs.fd_refused);
+	stats_doc_counter(d, "budget.buffer_refused", bs.buffer_refused);
+}
+
 /* The endpoint's own bounds (core/stats_http.h); 0 without an endpoint. */
 static void add_stats_http(struct ts_proxy *p, struct stats_doc *d)
 {
@@ -282,6 +308,7 @@ void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d)
 	add_tun(p, d, &ns, &dc);
 	add_drops(d, &ns, &us);
 	add_sessions(p, d, &ns, &us, &ds);
+	add_budget(p, d);
 	add_dns(p, d, &ds.dns_tcp);
 	add_stats_http(p, d);
 	routing_stats(p, d);

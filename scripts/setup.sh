@@ -15,7 +15,7 @@ pkgs=(
 	clang libclang-rt-14-dev
 	iperf3 curl socat jq python3 python3-prometheus-client dnsmasq-base unbound bind9-dnsutils
 	microsocks dante-server tinyproxy proxychains4 iputils-ping iproute2 ethtool gnuplot-nox
-	ngtcp2-client ngtcp2-server
+	ngtcp2-client ngtcp2-server nftables
 	valgrind
 )
 

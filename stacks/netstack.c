@@ -48,7 +48,8 @@ void netstack_policy_drops(const struct l3policy_counters *c, struct netstack_st
 {
 	o->drops_malformed += ctr_get(&c->drop_family);
 	o->drops_icmp += ctr_get(&c->drop_icmp);
-	o->drops_own_address += ctr_get(&c->drop_own_address);
+	o->drops_own_address += ctr_get(&c->drop_own_address) + ctr_get(&c->drop_nat_address) +
+				ctr_get(&c->drop_from_nat_address);
 	o->drops_loop += ctr_get(&c->drop_loop);
 	o->drops_special_destination += ctr_get(&c->drop_special_destination);
 }

@@ -98,9 +98,10 @@ struct netstack_ops {
  * with core/pkt.c): fragments and ESP on their own, every other reason as malformed. */
 void netstack_parse_drops(const ctr_t drops[PKT_REASON_MAX], struct netstack_stats *o);
 /* Add the policy-drop figures from the shared policy's counters (both stacks filter with
- * stacks/common/l3policy.h): own_address, icmp, loop and special_destination on their own,
- * family as malformed; proto drops have no figure of their own (see the detailed counters).
- * Call after netstack_parse_drops, which sets drops_malformed. */
+ * stacks/common/l3policy.h): icmp, loop and special_destination on their own, own_address,
+ * nat_address and from_nat_address together as own_address, family as malformed; proto
+ * drops have no figure of their own (see the detailed counters). Call after
+ * netstack_parse_drops, which sets drops_malformed. */
 void netstack_policy_drops(const struct l3policy_counters *c, struct netstack_stats *o);
 
 /* The stack named name ("system", "lwip"), or NULL if this build has none by that name. */

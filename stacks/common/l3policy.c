@@ -146,7 +146,7 @@ enum l3policy_verdict l3policy_tcp_dst6(const struct l3policy *p, const struct p
 	if (d == 0)
 		return l3policy_gateway_tcp(p, v);
 	if (l3policy_offset6(f, v->ip + PKT_V6_SRC) != 0)
-		return L3POLICY_DROP_own_address;
+		return L3POLICY_DROP_nat_address;
 	return l3policy_listener_reply(f, d, v->sport_be, reply);
 }
 

@@ -7,19 +7,25 @@
  *           a first SYN to a special destination (below): the stack answers
  *           it with a RST so the app fails at once (none to multicast or
  *           broadcast)                                                 drop special_destination
- *           from one of our NAT addresses: nothing legitimate comes from there   drop own_address
+ *           from one of our NAT addresses: nothing legitimate comes from there
+ *           (the kernel never sends from them; only the system stack's
+ *           rewritten segments carry them, toward the kernel)       drop from_nat_address
  *           a first SYN from our gateway and a port of one of the proxy's own
  *           outbound sockets: its own traffic routed back into the TUN; the
  *           stack answers it with a RST so the socket fails at once              drop loop
- *           to our gateway or a NAT address: dropped, except the reply of one of
- *           the stack's own listeners, gateway:listener port -> NAT address (the
- *           system stack's downlink; lwIP has no listener ports, so none)          TCP_REPLY
- *           and, with DNS over TCP on (the proxy's resolver answers TCP/53), to
+ *           to our gateway: dropped                                          drop own_address
+ *           except, with DNS over TCP on (the proxy's resolver answers TCP/53), to
  *           the gateway's port 53: a resolver on the gateway is the common setup    TCP
- *   UDP     to port 53 with DNS hijack on, whatever the destination: hijacked
- *           (it wins over the own-address drop: a resolver on the gateway is
+ *           to a NAT address: dropped                                       drop nat_address
+ *           except the reply of one of the stack's own listeners, gateway:listener
+ *           port -> NAT address (the system stack's downlink; lwIP has no listener
+ *           ports, so none)                                                   TCP_REPLY
+ *   UDP     from one of our NAT addresses: dropped (as TCP)               drop from_nat_address
+ *           to port 53 with DNS hijack on, whatever the destination: hijacked
+ *           (it wins over the own-address drops: a resolver on the gateway is
  *           the common setup)                                                      DNS
- *           to our gateway or a NAT address otherwise: dropped                    drop own_address
+ *           to our gateway otherwise: dropped                                drop own_address
+ *           to a NAT address otherwise: dropped                              drop nat_address
  *           to a special destination (below): dropped                  drop special_destination
  *           anything else: the shared UDP path (which also drops the proxy's own
  *           datagrams come back, once per would-be session: dispatch/udp.h)         UDP
@@ -72,9 +78,12 @@
 /* Listener ports a stack may declare per family (the system stack's nat.listeners). */
 #define L3POLICY_MAX_LISTENERS 16
 
-/* Drop reasons, one counter each (visited as "drop_<reason>"). */
+/* Drop reasons, one counter each (visited as "drop_<reason>"). own_address, nat_address and
+ * from_nat_address together are /stats' drops.own_address. */
 #define L3POLICY_DROPS(X)                                                                     \
-	X(own_address) /* to our gateway or a NAT address (see above); TCP from a NAT address */ \
+	X(own_address) /* to our gateway (see above) */                                          \
+	X(nat_address) /* to a NAT address, but a listener's reply (a downlink look-alike) */   \
+	X(from_nat_address) /* from a NAT address */                                             \
 	X(icmp)        /* ICMP other than an echo request to the gateway */                     \
 	X(proto)       /* neither TCP, UDP nor the family's ICMP */                              \
 	X(family)      /* a family the TUN has no address for */                                \
@@ -218,9 +227,8 @@ static inline enum l3policy_verdict l3policy_gateway_tcp(const struct l3policy *
 	return p->dns_tcp && v->dport_be == htons(53) ? L3POLICY_TCP : L3POLICY_DROP_own_address;
 }
 
-/* TCP to our own address at offset d (0: the gateway): a reply from one of the gateway's
- * listener ports to a NAT address is TCP_REPLY (*reply filled); anything else is ours to
- * drop. */
+/* TCP from the gateway to the NAT address at offset d (1..n): a reply from one of its
+ * listener ports is TCP_REPLY (*reply filled); anything else is ours to drop. */
 static inline enum l3policy_verdict l3policy_listener_reply(const struct l3policy_family *f,
 							    uint32_t d, uint16_t sport_be,
 							    struct l3policy_reply *reply)
@@ -232,7 +240,7 @@ static inline enum l3policy_verdict l3policy_listener_reply(const struct l3polic
 			return L3POLICY_TCP_REPLY;
 		}
 	}
-	return L3POLICY_DROP_own_address;
+	return L3POLICY_DROP_nat_address;
 }
 
 /* Is addr (4 or 16 bytes of family) a special destination? The exact test, for any address. */
@@ -257,8 +265,8 @@ static inline bool l3policy_special_dst6(const struct l3policy *p, const struct 
 }
 
 /* The TCP rules by destination for a served family (v->proto is TCP): TCP, TCP_REPLY (*reply
- * filled) or DROP_own_address. Counts nothing, and leaves the source to l3policy_tcp; the
- * system stack's TCP classifier is this. IPv4 inline, IPv6 out of line. */
+ * filled), DROP_own_address or DROP_nat_address. Counts nothing, and leaves the source to
+ * l3policy_tcp; the system stack's TCP classifier is this. IPv4 inline, IPv6 out of line. */
 enum l3policy_verdict l3policy_tcp_dst6(const struct l3policy *p, const struct pkt_view *v,
 				    struct l3policy_reply *reply);
 
@@ -276,7 +284,7 @@ static inline enum l3policy_verdict l3policy_tcp_dst(const struct l3policy *p,
 	if (d == 0)
 		return l3policy_gateway_tcp(p, v);
 	if (l3policy_offset4(f, v->ip + PKT_V4_SRC) != 0)
-		return L3POLICY_DROP_own_address;
+		return L3POLICY_DROP_nat_address;
 	return l3policy_listener_reply(f, d, v->sport_be, reply);
 }
 
@@ -338,23 +346,44 @@ static inline enum l3policy_verdict l3policy_tcp(const struct l3policy *p,
 		s = l3policy_offset6(&p->f6, v->ip + PKT_V6_SRC);
 	}
 	if (s - 1 < p->n_addrs)
-		return L3POLICY_DROP_own_address;
+		return L3POLICY_DROP_from_nat_address;
 	/* Only a connection's first segment is checked: a looping one never gets further. */
 	if (s == 0 && (v->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN && l3policy_from_self(p, v, s))
 		return L3POLICY_DROP_loop;
 	return vd;
 }
 
-/* The UDP rules for a served family (v->proto is UDP): DNS, UDP, DROP_own_address or
- * DROP_special_destination. Counts nothing. One function per family, so that a caller that
- * already branched on the family tests it once. */
+/* Is v's source one of our NAT addresses? The low 32 bits decide first (an application's
+ * source is the gateway or a foreign address: one subtraction and compare), the IPv6 prefix
+ * only for the rare packet whose low bits match. */
+static inline bool l3policy_from_nat4(const struct l3policy *p, const struct pkt_view *v)
+{
+	return l3policy_offset4(&p->f4, v->ip + PKT_V4_SRC) - 1 < p->n_addrs;
+}
+
+static inline bool l3policy_from_nat6(const struct l3policy *p, const struct pkt_view *v)
+{
+	const uint8_t *src = v->ip + PKT_V6_SRC;
+	uint32_t lo;
+
+	memcpy(&lo, src + 12, 4);
+	return ntohl(lo) - p->f6.gw_low - 1 < p->n_addrs && l3policy_prefix6(&p->f6, src);
+}
+
+/* The UDP rules for a served family (v->proto is UDP): DNS, UDP, DROP_from_nat_address,
+ * DROP_own_address, DROP_nat_address or DROP_special_destination. Counts nothing. One
+ * function per family, so that a caller that already branched on the family tests it once. */
 static inline enum l3policy_verdict l3policy_udp4(const struct l3policy *p,
 						  const struct pkt_view *v)
 {
+	uint32_t d;
+
+	if (l3policy_from_nat4(p, v))
+		return L3POLICY_DROP_from_nat_address;
 	if (p->dns_hijack && v->dport_be == htons(53))
 		return L3POLICY_DNS;
-	if (l3policy_offset4(&p->f4, v->ip + PKT_V4_DST) <= p->n_addrs)
-		return L3POLICY_DROP_own_address;
+	if ((d = l3policy_offset4(&p->f4, v->ip + PKT_V4_DST)) <= p->n_addrs)
+		return d == 0 ? L3POLICY_DROP_own_address : L3POLICY_DROP_nat_address;
 	return l3policy_special_dst4(p, v) ? L3POLICY_DROP_special_destination : L3POLICY_UDP;
 }
 
@@ -362,12 +391,15 @@ static inline enum l3policy_verdict l3policy_udp6(const struct l3policy *p,
 						  const struct pkt_view *v)
 {
 	const uint8_t *dst = v->ip + PKT_V6_DST;
+	uint32_t d;
 
+	if (l3policy_from_nat6(p, v))
+		return L3POLICY_DROP_from_nat_address;
 	if (p->dns_hijack && v->dport_be == htons(53))
 		return L3POLICY_DNS;
 	/* Another prefix (most datagrams) goes straight to the special check. */
-	if (l3policy_prefix6(&p->f6, dst) && l3policy_offset6(&p->f6, dst) <= p->n_addrs)
-		return L3POLICY_DROP_own_address;
+	if (l3policy_prefix6(&p->f6, dst) && (d = l3policy_offset6(&p->f6, dst)) <= p->n_addrs)
+		return d == 0 ? L3POLICY_DROP_own_address : L3POLICY_DROP_nat_address;
 	return l3policy_special_dst6(p, v) ? L3POLICY_DROP_special_destination : L3POLICY_UDP;
 }
 

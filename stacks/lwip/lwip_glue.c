@@ -22,7 +22,16 @@
  * pressure tier is normal. A block is charged to the budget at its rounded size (what it
  * occupies); a kept block is not in use and is charged to nothing. Kept blocks never raise the
  * peak: they are bytes lwIP held a moment before. lwip_glue_trim empties the lists, as the
- * stack does when its last pcb is gone. */
+ * stack does when its last pcb is gone.
+ *
+ * Blocks of 4 KiB and less (an output segment of MSS + headers, its struct tcp_seg, a pure
+ * ACK) are left to glibc on purpose. Downloads churn them without trimming: glibc reuses a
+ * drained window's chunks for the next one before its top grows, so a free hands pages back
+ * rarely, not per window. Keeping them on free lists of fine size classes (16-byte steps, then
+ * 16 per doubling) was tried and measured: there was no trimming to remove, and it cost more
+ * CPU per byte, the extra time in lwIP's walks of its segment lists, which touch one block per
+ * segment (tcp_output walks the unacked queue to its tail on every call,
+ * tcp_free_acked_segments walks what an ACK frees). docs/benchmarks.md has the figures. */
 #include "stacks/lwip/lwip_glue.h"
 
 #include <errno.h>

@@ -115,6 +115,15 @@ uint32_t lwip_isn_get(const struct lwip_isn *isn, int family, const uint8_t *loc
 	       (uint32_t)lwip_siphash24(isn->k0, isn->k1, m, 2 * alen + 4);
 }
 
+int64_t lwip_isn_age_ns(const struct lwip_isn *isn, int family, const uint8_t *local,
+			uint16_t lport, const uint8_t *remote, uint16_t rport, uint32_t iss,
+			int64_t now_ns)
+{
+	uint32_t ticks = lwip_isn_get(isn, family, local, lport, remote, rport, now_ns) - iss;
+
+	return (int64_t)ticks * ISN_TICK_NS;
+}
+
 uint32_t lwip_isn_rand32(void)
 {
 	uint32_t r;

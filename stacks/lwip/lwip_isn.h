@@ -24,6 +24,14 @@ int lwip_isn_init(struct lwip_isn *isn) __attribute__((warn_unused_result));
 uint32_t lwip_isn_get(const struct lwip_isn *isn, int family, const uint8_t *local,
 		      uint16_t lport, const uint8_t *remote, uint16_t rport, int64_t now_ns);
 
+/* How long ago iss was handed out to this tuple, at now_ns: the ISN the tuple would get now
+ * less iss is the timer's advance since (RFC 6528: F is the same for the same tuple and key).
+ * Exact to 4 microseconds for ages under 2^32 ticks (about 4.8 hours); what a wrapped timer
+ * says beyond that is meaningless. */
+int64_t lwip_isn_age_ns(const struct lwip_isn *isn, int family, const uint8_t *local,
+			uint16_t lport, const uint8_t *remote, uint16_t rport, uint32_t iss,
+			int64_t now_ns);
+
 /* A keyed hash of len bytes (SipHash-2-4, "SipHash: a fast short-input PRF", Aumasson and
  * Bernstein, https://www.aumasson.jp/siphash/siphash.pdf). Exposed for its test vectors. */
 uint64_t lwip_siphash24(uint64_t k0, uint64_t k1, const uint8_t *m, size_t len);

@@ -60,7 +60,7 @@
 	X(admission_refused)                                                                   \
 	X(session_setup_failed)                                                                \
 	X(syn_rcvd_evicted)   /* half-open connections dropped to let new SYNs in (flood) */ \
-	X(drop_backlog_full)  /* a SYN lwIP's full backlog refuses (nothing to evict) */
+	X(drop_backlog_full)  /* a SYN the full backlog refuses (nothing old enough to evict) */
 
 struct lwip_counters {
 #define LWIP_CTR_FIELD(name) ctr_t name;
@@ -94,15 +94,17 @@ struct lwip_stack {
 	struct gso_train *train;
 	struct event *flush_ev;
 	bool flush_armed;
-	/* The netif's checksum control: everything, but with a train lwIP leaves the TCP
-	 * checksum to it (a segment that joins a train needs only the partial sum the train
-	 * writes; the train fills in the full one for what goes out alone). */
+	/* The netif's checksum control: everything but the input IPv4 header check (ours, counted,
+	 * in tcp_in); with a train lwIP also leaves the TCP checksum to it (a segment that joins a
+	 * train needs only the partial sum the train writes; the train fills in the full one for
+	 * what goes out alone). */
 	u16_t csum_ctrl;
 	/* The packet now inside netif->input, as our parser saw it (read by the hooks). */
 	const struct pkt_view *cur;
 	bool cur_gso;                 /* ... and it is an offload super-packet */
 	int64_t now_ns;               /* the driver's clock for this packet: RFC 6528's M */
 	struct lwip_isn isn;          /* the ISN key, drawn at start */
+	int64_t evict_after_ns;       /* no half-open connection is old enough to evict before */
 	/* When the budget refuses an input segment's memory, a segment that occupies no
 	 * sequence space (a pure ACK or RST, or the header of one whose payload is dropped) goes
 	 * to lwIP in this buffer: lwIP frees such a segment before tcp_input returns (it keeps
@@ -525,12 +527,25 @@ static struct pbuf *input_pbuf(struct lwip_stack *st, const struct pkt_view *v, 
 /* lwIP counts half-open connections (SYN_RCVD) against the listener's backlog (at most 255)
  * and drops every SYN while it is full: 255 spoofed SYNs, which never complete, would lock
  * every application out until they time out (lwIP's TCP_SYN_RCVD_TIMEOUT, 20 s). When a SYN
- * finds the backlog full, the older half of the half-open connections goes, without a RST
- * (their sources may be spoofed). lwIP keeps new pcbs at the front of its active list, so the
- * older ones are the last found. A real handshake completes within a round trip on this hop;
- * even at 20,000 spoofed SYNs a second a new connection keeps its place for about 255 SYNs
- * (about 12 ms), and one scan of the list serves 128 SYNs. */
+ * finds the backlog full, the older half of the evictable half-open connections goes, without
+ * a RST (their sources may be spoofed). lwIP keeps new pcbs at the front of its active list, so
+ * the older ones are the last found. A real handshake completes within a round trip on this
+ * hop; even at 20,000 spoofed SYNs a second from many sources a new connection keeps its place
+ * for about 255 SYNs (about 12 ms), and one scan of the list serves 128 SYNs.
+ * Evictable: a handshake open SYN_RCVD_STALE_NS, or one open SYN_RCVD_YOUNG_NS whose source
+ * address has fewer than SYN_RCVD_HOST_MAX of the backlog. Everything behind a TUN comes from a
+ * handful of addresses, and one application may open hundreds of connections together: their
+ * SYNs arrive in a few reads of the TUN and their ACKs only after all of them, and every client
+ * already holds its SYN-ACK, so an evicted one would take the RST to its ACK for a broken
+ * connection. Such a burst is left alone and the SYN that finds no room is dropped (counted;
+ * its client retransmits it). A flood from spread sources is evicted as before; one from a
+ * single source fills the backlog for at most SYN_RCVD_STALE_NS at a time. No SYN scans again
+ * before the next half-open connection becomes evictable. A connection's age comes from its
+ * ISN (lwip_isn_age_ns). */
 #define SYN_RCVD_SCAN_MAX 256
+#define SYN_RCVD_YOUNG_NS 2000000LL     /* 2 ms: a few of the loop's turns */
+#define SYN_RCVD_STALE_NS 3000000000LL  /* 3 s: the client's second SYN retransmission */
+#define SYN_RCVD_HOST_MAX 16
 
 static bool backlog_full(const struct lwip_stack *st)
 {
@@ -539,18 +554,102 @@ static bool backlog_full(const struct lwip_stack *st)
 	return l->accepts_pending >= l->backlog;
 }
 
+/* How long ago pcb's handshake began: lwIP sets lastack to the ISN when it answers the SYN and
+ * moves it only once the SYN-ACK is acknowledged. */
+static int64_t handshake_age(const struct lwip_stack *st, const struct tcp_pcb *pcb)
+{
+	if (IP_IS_V6(&pcb->local_ip))
+		return lwip_isn_age_ns(&st->isn, 6, (const uint8_t *)ip_2_ip6(&pcb->local_ip)->addr,
+				       pcb->local_port,
+				       (const uint8_t *)ip_2_ip6(&pcb->remote_ip)->addr,
+				       pcb->remote_port, pcb->lastack, st->now_ns);
+	return lwip_isn_age_ns(&st->isn, 4, (const uint8_t *)&ip_2_ip4(&pcb->local_ip)->addr,
+			       pcb->local_port, (const uint8_t *)&ip_2_ip4(&pcb->remote_ip)->addr,
+			       pcb->remote_port, pcb->lastack, st->now_ns);
+}
+
+/* A hash of pcb's remote address: the key that counts its source's half-open connections. */
+static uint64_t source_key(const struct tcp_pcb *pcb)
+{
+	uint64_t k = 0, w;
+
+	if (!IP_IS_V6(&pcb->remote_ip))
+		return ip_2_ip4(&pcb->remote_ip)->addr;
+	for (int i = 0; i < 4; i++) {
+		w = ip_2_ip6(&pcb->remote_ip)->addr[i];
+		k = (k ^ w) * 0x9e3779b97f4a7c15ULL;
+	}
+	return k | 1ULL << 63; /* never an IPv4 key */
+}
+
+struct syn_rcvd {
+	struct tcp_pcb *pcb;
+	int64_t age;
+	uint64_t src;
+	uint32_t order; /* position in the active list: 0 is the newest */
+};
+
+static int by_source(const void *a, const void *b)
+{
+	const struct syn_rcvd *x = a, *y = b;
+
+	if (x->src != y->src)
+		return x->src < y->src ? -1 : 1;
+	return (x->order > y->order) - (x->order < y->order);
+}
+
+static int by_order(const void *a, const void *b)
+{
+	const struct syn_rcvd *x = a, *y = b;
+
+	return (x->order > y->order) - (x->order < y->order);
+}
+
+/* Keep in c[0..n) the evictable half-open connections, newest first; returns how many. Sets
+ * *wait to how long until the next one of the others becomes evictable. */
+static size_t evictable(struct syn_rcvd *c, size_t n, int64_t *wait)
+{
+	size_t kept = 0;
+
+	qsort(c, n, sizeof(*c), by_source);
+	*wait = SYN_RCVD_STALE_NS;
+	for (size_t i = 0, run; i < n; i += run) {
+		for (run = 1; i + run < n && c[i + run].src == c[i].src; run++)
+			;
+		for (size_t j = i; j < i + run; j++) {
+			int64_t need = run < SYN_RCVD_HOST_MAX ? SYN_RCVD_YOUNG_NS : SYN_RCVD_STALE_NS;
+
+			if (c[j].age >= need)
+				c[kept++] = c[j];
+			else if (need - c[j].age < *wait)
+				*wait = need - c[j].age;
+		}
+	}
+	qsort(c, kept, sizeof(*c), by_order);
+	return kept;
+}
+
 static void evict_syn_rcvd(struct lwip_stack *st)
 {
-	struct tcp_pcb *found[SYN_RCVD_SCAN_MAX];
+	struct syn_rcvd c[SYN_RCVD_SCAN_MAX];
 	struct tcp_pcb_listen *lpcb = (struct tcp_pcb_listen *)st->listener;
 	size_t n = 0;
+	int64_t wait;
 
+	if (st->now_ns < st->evict_after_ns)
+		return;
 	for (struct tcp_pcb *pcb = tcp_active_pcbs; pcb && n < SYN_RCVD_SCAN_MAX; pcb = pcb->next) {
-		if (pcb->state == SYN_RCVD && pcb->listener == lpcb)
-			found[n++] = pcb;
+		if (pcb->state != SYN_RCVD || pcb->listener != lpcb)
+			continue;
+		c[n] = (struct syn_rcvd){ pcb, handshake_age(st, pcb), source_key(pcb), (uint32_t)n };
+		n++;
+	}
+	if ((n = evictable(c, n, &wait)) == 0) {
+		st->evict_after_ns = st->now_ns + wait;
+		return;
 	}
 	for (size_t i = n / 2; i < n; i++) {
-		tcp_abandon(found[i], 0);
+		tcp_abandon(c[i].pcb, 0);
 		ctr_inc(&st->ctr.syn_rcvd_evicted);
 	}
 }
@@ -561,6 +660,9 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 	struct pbuf *p;
 	uint32_t len = v->family == 6 ? 40 + v->l4_len : v->len;
 
+	/* lwIP's own IPv4 header check is off (csum_ctrl): it dropped without a count. */
+	if (v->family == 4 && !pkt_v4_csum_ok(v))
+		return drop(&st->ctr.drop_parse[PKT_V4_BAD_CSUM]);
 	/* Admission is decided at the SYN, as the system stack's app sees it: lwIP would
 	 * complete the handshake before its accept callback could refuse. The permit itself is
 	 * taken at accept (a handshake that never completes holds none). */
@@ -625,6 +727,9 @@ static enum driver_verdict lw_input(struct netstack *ns, unsigned q, uint8_t *bu
 		return tcp_in(st, v, meta, out_len, plain);
 	case L3POLICY_UDP:
 	case L3POLICY_DNS:
+		/* The UDP path sends the payload on: no stack sees this header. */
+		if (v->family == 4 && !pkt_v4_csum_ok(v))
+			return drop(&st->ctr.drop_parse[PKT_V4_BAD_CSUM]);
 		ctr_inc(&st->ctr.udp);
 		return DRIVER_UDP; /* with *v: the UDP path takes the packet as parsed here */
 	case L3POLICY_ECHO:
@@ -768,13 +873,14 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	st->accept_ev = event_new(env->base, -1, 0, on_accepted, st);
 	if (!st->txbuf || !st->tmr_ev || !st->accept_ev)
 		goto fail;
-	st->csum_ctrl = NETIF_CHECKSUM_ENABLE_ALL;
+	/* The IPv4 header checksum is checked before lwIP, where the drop is counted (tcp_in). */
+	st->csum_ctrl = NETIF_CHECKSUM_ENABLE_ALL & ~NETIF_CHECKSUM_CHECK_IP;
 	if (env->tx_meta && env->cfg->tun.gso_output) {
 		if (gso_train_new(env->budget, train_emit, st, &st->train) != 0 ||
 		    !(st->flush_ev = event_new(env->base, -1, 0, on_flush, st)))
 			goto fail;
 		gso_train_fill_csum(st->train, 1);
-		st->csum_ctrl = NETIF_CHECKSUM_ENABLE_ALL & ~NETIF_CHECKSUM_GEN_TCP;
+		st->csum_ctrl &= (u16_t)~NETIF_CHECKSUM_GEN_TCP;
 	}
 	if ((ret = netif_start(st)) != 0 || (ret = listener_start(st)) != 0)
 		goto fail;

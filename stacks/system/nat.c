@@ -14,10 +14,11 @@
  *  - a HALF_OPEN or CLOSING entry is in its shard's heap, or exactly one outstanding candidate
  *    of nat_collect_expired carries its current generation (phase 2 re-arms or removes it);
  *  - a heap node's deadline is <= the entry's real deadline (packets only move last_seen on);
- *  - a tuple's owner byte is OWNED|fshard while it is mapped or quarantined (the claim is an
- *    atomic test-and-set of that byte; fshard is the forward shard of the entry that claimed
- *    it, a lock-free hint for operations that start from a tuple); only the quarantine
- *    release clears it.
+ *  - a tuple's owner byte is OWNED|fshard while it is mapped, OWNED|RESTING|fshard while it
+ *    is quarantined (the claim is an atomic test-and-set of that byte; fshard is the forward
+ *    shard of the entry that claimed it, a lock-free hint for operations that start from a
+ *    tuple); only the quarantine release clears it, and only a RESTING one: a release that
+ *    finds its tuple claimed anew counts quarantine_reuse and leaves the new claim alone.
  */
 #include "stacks/system/nat.h"
 
@@ -47,8 +48,10 @@ _Static_assert(sizeof(struct flow_key) == 40, "flow_key is hashed as five 64-bit
 #define PURGE_BATCH 64         /* candidates per collect/remove round in nat_purge */
 #define Q_EMPTY UINT64_MAX     /* q_head when the quarantine is empty */
 #define OWNED 0x80             /* owner byte: claimed (mapped or quarantined); low bits fshard */
+#define RESTING 0x40           /* owner byte: with OWNED, the tuple is in the quarantine ring */
 #define Q_TICK_SHIFT 20
 _Static_assert(NAT_QUARANTINE_TICK_NS == 1 << Q_TICK_SHIFT, "tick and shift agree");
+_Static_assert((SHARD_MASK & (OWNED | RESTING)) == 0, "the owner byte's flags and fshard");
 
 struct nat_entry {
 	uint64_t kw[5];              /* the flow_key as words: hashed and compared */
@@ -804,8 +807,9 @@ static void q_publish(struct nat_table *t)
 	atomic_store_explicit(&t->q_count, t->q_len, memory_order_relaxed);
 }
 
-/* The n tuples rest until now + quarantine_ns (rounded up to a tick), in one lock hold. If the
- * ring cannot grow, a tuple stays claimed for good: lost to the space, never reused too early. */
+/* The n tuples rest until now + quarantine_ns (rounded up to a tick), in one lock hold, their
+ * owner bytes marked RESTING. If the ring cannot grow, a tuple stays claimed for good: lost to
+ * the space, never reused too early. */
 static void quarantine_push(struct nat_table *t, const uint64_t *tkeys, size_t n, int64_t now_ns)
 {
 	uint64_t due = now_tick(sat_add(sat_add(now_ns, t->cfg.quarantine_ns),
@@ -815,10 +819,18 @@ static void quarantine_push(struct nat_table *t, const uint64_t *tkeys, size_t n
 	for (size_t i = 0; i < n; i++) {
 		if (t->q_len > t->q_mask && ring_grow(t) != 0)
 			break;
+		uint32_t idx = index_of(t, tkeys[i]);
+		int fam = fam_of(tkeys[i]);
+
 		t->ring[(t->q_head + t->q_len++) & t->q_mask] = (struct qrec){
 			.due = due,
-			.slot = index_of(t, tkeys[i]) | (uint32_t)fam_of(tkeys[i]) << 31,
+			.slot = idx | (uint32_t)fam << 31,
 		};
+		/* A claimed byte is written only under qlock (a claim writes a zero one). */
+		atomic_store_explicit(&t->owner[fam][idx],
+				      atomic_load_explicit(&t->owner[fam][idx], memory_order_relaxed) |
+					      RESTING,
+				      memory_order_relaxed);
 	}
 	q_publish(t);
 	pthread_mutex_unlock(&t->qlock);
@@ -839,24 +851,32 @@ HOT size_t quarantine_release(struct nat_table *t, int64_t now_ns, size_t max)
 	return release_locked(t, tick, max);
 }
 
+/* The RESTING mark is set and cleared only under qlock, and a claim needs a zero byte. So a
+ * record whose tuple is not RESTING means the tuple was freed and picked again while this
+ * record still held it in quarantine; its byte belongs to that new claim and is left alone. */
 __attribute__((noinline)) static size_t release_locked(struct nat_table *t, uint64_t tick,
 						       size_t max)
 {
-	size_t n = 0;
+	size_t n = 0, reused = 0;
 
 	pthread_mutex_lock(&t->qlock);
 	while (n < max && t->q_len && tick_due(tick, t->ring[t->q_head].due)) {
 		struct qrec r = t->ring[t->q_head];
+		_Atomic uint8_t *own = &t->owner[r.slot >> 31][r.slot & 0x7fffffffu];
 
-		atomic_store_explicit(&t->owner[r.slot >> 31][r.slot & 0x7fffffffu], 0,
-				      memory_order_release);
+		if (atomic_load_explicit(own, memory_order_relaxed) & RESTING)
+			atomic_store_explicit(own, 0, memory_order_release);
+		else
+			reused++;
 		t->q_head = (t->q_head + 1) & t->q_mask;
 		t->q_len--;
 		n++;
 	}
 	q_publish(t);
 	pthread_mutex_unlock(&t->qlock);
-	ctr_add_shared(&t->ctr.released, n);
+	ctr_add_shared(&t->ctr.released, n - reused);
+	if (__builtin_expect(reused != 0, 0))
+		ctr_add_shared(&t->ctr.quarantine_reuse, reused);
 	return n;
 }
 

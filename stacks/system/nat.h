@@ -96,7 +96,8 @@ void nat_config_default(struct nat_config *c);
 void nat_config_half_open_limits(struct nat_config *c);
 
 /* Counters of table operations and refusals (all monotonic). `created` includes replacements,
- * so live entries = created - replaced - expired and quarantine = quarantined - released. */
+ * so live entries = created - replaced - expired and quarantine = quarantined - released -
+ * quarantine_reuse. */
 #define NAT_COUNTERS(X)                                                                        \
 	X(created)           /* new HALF_OPEN entries */                                       \
 	X(replaced)          /* pure SYN on a CLOSING mapping: replaced by a new tuple */       \
@@ -106,6 +107,8 @@ void nat_config_half_open_limits(struct nat_config *c);
 	X(expiry_saved)      /* collected as expired, found refreshed on re-check: kept */      \
 	X(quarantined)       /* tuples put into quarantine */                                   \
 	X(released)          /* tuples out of quarantine, free again */                         \
+	X(quarantine_reuse)  /* a tuple picked again while still in quarantine (its release     \
+	                        found it claimed anew; never by design: a broken invariant) */  \
 	X(uplink_miss)       /* uplink lookup without mapping, not allowed to create */         \
 	X(downlink_miss)     /* downlink tuple without mapping */                               \
 	X(accept_miss)       /* accept for a tuple without a HALF_OPEN mapping */               \

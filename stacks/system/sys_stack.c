@@ -740,12 +740,17 @@ static void sys_counters(struct netstack *ns,
 {
 	struct sys_stack *st = as_sys(ns);
 	struct sys_counters sum;
+	const struct nat_counters *nc = nat_get_counters(st->nat);
 
 	pctr_sum(st, &sum);
 	sysproc_counters_foreach(&sum, fn, arg);
 #define STACK_CTR_VISIT(name) fn(arg, #name, ctr_get(&st->ctr.name));
 	STACK_COUNTERS(STACK_CTR_VISIT)
 #undef STACK_CTR_VISIT
+	/* The NAT table's own operations and refusals, as nat_<name>. */
+#define NAT_CTR_VISIT(name) fn(arg, "nat_" #name, ctr_get(&nc->name));
+	NAT_COUNTERS(NAT_CTR_VISIT)
+#undef NAT_CTR_VISIT
 }
 
 const struct netstack_ops sys_stack_ops = {

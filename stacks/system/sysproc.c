@@ -154,11 +154,18 @@ static struct sys_disp tcp_uplink(struct sysproc *p, const struct pkt_view *v, b
 	struct nat_tuple t;
 	bool pure_syn = (v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN;
 
+	/* A mapped segment's header goes on to the kernel, which checks its checksum (the
+	 * rewrite keeps a wrong one wrong); a SYN would make a NAT entry first. */
+	if (pure_syn && v->family == 4 && !pkt_v4_csum_ok(v))
+		return drop(&c->drop_parse[PKT_V4_BAD_CSUM]);
 	pkt_flow_key(v, &k);
 	int ret = nat_uplink(p->nat, &k, pure_syn, now, &t);
 	if (ret == -ENOENT) {
 		/* No mapping and not a new connection: never allocate; answer with a RST
-		 * so the app gives up at once — unless it is a RST itself (RFC 793). */
+		 * so the app gives up at once — unless it is a RST itself (RFC 793), or its
+		 * header is damaged (nothing to answer). */
+		if (v->family == 4 && !pkt_v4_csum_ok(v))
+			return drop(&c->drop_parse[PKT_V4_BAD_CSUM]);
 		if (v->tcp_flags & TCP_RST)
 			return drop(&c->drop_rst_no_mapping);
 		ctr_inc(&c->rst_sent);
@@ -216,6 +223,9 @@ struct sys_disp sysproc_process(struct sysproc *p, uint8_t *buf, size_t len,
 		return tcp(p, v, vd, &reply, meta, now_ns, c);
 	case L3POLICY_UDP:
 	case L3POLICY_DNS:
+		/* The UDP path sends the payload on: no kernel sees this header. */
+		if (v->family == 4 && !pkt_v4_csum_ok(v))
+			return drop(&c->drop_parse[PKT_V4_BAD_CSUM]);
 		ctr_inc(&c->udp);
 		return (struct sys_disp){ .action = SYS_UDP, .len = v->len };
 	case L3POLICY_ECHO:

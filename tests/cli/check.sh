@@ -10,7 +10,7 @@
 #   name encodes the path: "<path without the leading $.>__<what>.json", "root" meaning "$"
 #   (outbounds[1].server__missing_port.json expects "config: $.outbounds[1].server: ");
 # - --help/--version exit 0; bad usage (no args, unknown command, missing --config, unreadable
-#   file) exits 2.
+#   file) exits 2; so does `twinstack redirect` with a missing or bad option, naming it.
 set -uo pipefail
 
 bin=${1:?usage: check.sh TWINSTACK_BINARY SOURCE_DIR}
@@ -132,6 +132,34 @@ expect_rc 2 "missing config file"
 [[ "$err" == *"No such file or directory"* ]] && ok "missing file named: $err" || bad "$err"
 run check --config "$work"
 expect_rc 2 "config path is a directory"
+
+# --- redirect: bad usage exits 2 naming the flag, before anything is opened ------------------
+run redirect --help
+expect_rc 0 "redirect --help"
+[[ "$out" == *"meta mark N return"* ]] && ok "redirect --help shows the rule set" || bad "redirect --help: $out"
+# redirect_bad FLAG ARGS...: exit 2 and FLAG named in the message (stderr's first line: the
+# usage text after it names every flag).
+redirect_bad() {
+	local flag=$1 first
+	shift
+	run redirect "$@"
+	expect_rc 2 "redirect $*"
+	first=$(head -n 1 <<<"$err")
+	[[ "$first" == *"$flag"* ]] && ok "redirect $*: $first" || bad "redirect $*: $first"
+}
+redirect_bad --listen
+redirect_bad --mark --listen :15001
+redirect_bad --mark --listen6 :15001
+redirect_bad --listen --listen :0 --mark 1
+redirect_bad --listen --listen "[::1]:15001" --mark 1
+redirect_bad --listen6 --listen6 127.0.0.1:15001 --mark 1
+redirect_bad --mark --listen :15001 --mark 0
+redirect_bad --mark --listen :15001 --mark -1
+redirect_bad --mark --listen :15001 --mark 4294967296
+redirect_bad --relay --listen :15001 --mark 1 --relay zero-copy
+redirect_bad --relay --listen :15001 --mark 1 --relay
+redirect_bad --stats --listen :15001 --mark 1 --stats 10.0.0.1:9194
+redirect_bad "'extra'" --listen :15001 --mark 1 extra
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

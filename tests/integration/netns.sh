@@ -511,12 +511,14 @@ download() {
 	awk -v ms="$ms" -v b="$FILE_BYTES" 'BEGIN { printf "sha256 equal, %.0f ms, %.2f Gbit/s\n", ms, b * 8 / (ms / 1000) / 1e9 }'
 }
 
-# iperf NS HOST STREAMS: iperf3 for 5 s; sets IPERF_GBPS; prints Gbit/s and retransmits.
+# iperf NS HOST STREAMS: iperf3 for IPERF_S seconds (environment, default 2: the suite checks that
+# bytes flow, the rig measures); sets IPERF_GBPS; prints Gbit/s and retransmits.
+IPERF_S=${IPERF_S:-2}
 IPERF_GBPS=0
 iperf() {
 	local ns=$1 host=$2 n=$3 out=$TMP/iperf.json bps err
 	IPERF_GBPS=0
-	ip netns exec "$ns" timeout -k 1 20 iperf3 -c "$host" -p "$P_IPERF" -t 5 -P "$n" -J \
+	ip netns exec "$ns" timeout -k 1 $((IPERF_S + 15)) iperf3 -c "$host" -p "$P_IPERF" -t "$IPERF_S" -P "$n" -J \
 		--connect-timeout 3000 >"$out" 2>"$TMP/iperf.err"
 	err=$(jq -r '.error // empty' "$out" 2>/dev/null)
 	bps=$(jq -r '.end.sum_received.bits_per_second // 0' "$out" 2>/dev/null)
@@ -719,10 +721,10 @@ full_suite() {
 
 	# iperf3: the bare veth (B's veth address, never through the TUN) next to the path under test.
 	for n in 1 8; do
-		check "iperf3 bare veth, $n stream(s), 5 s" iperf "$NS_A" "$B_A4" "$n"
+		check "iperf3 bare veth, $n stream(s), ${IPERF_S} s" iperf "$NS_A" "$B_A4" "$n"
 		GBPS[veth$n]=$IPERF_GBPS
 		if [ "$BYPASS" -eq 0 ]; then
-			check "iperf3 through twinstack ($STACK), $n stream(s), 5 s" iperf "$NS_A" "$SRV4" "$n"
+			check "iperf3 through twinstack ($STACK), $n stream(s), ${IPERF_S} s" iperf "$NS_A" "$SRV4" "$n"
 			GBPS[stack$n]=$IPERF_GBPS
 		fi
 	done
@@ -779,7 +781,7 @@ fi
 
 # --- summary ---------------------------------------------------------------------------------
 [ "$SUBSET" -eq 0 ] &&
-	note "iperf3, 5 s, A -> B, Gbit/s (one run)   1 stream   8 streams    (relay ${RELAY:-default}, offload $OFFLOAD, $QUEUES queue(s))" &&
+	note "iperf3, ${IPERF_S} s, A -> B, Gbit/s (one run)   1 stream   8 streams    (relay ${RELAY:-default}, offload $OFFLOAD, $QUEUES queue(s))" &&
 	note "$(printf '  %-36s %8s %10s' 'bare veth' "${GBPS[veth1]:-n/a}" "${GBPS[veth8]:-n/a}")"
 if [ "$BYPASS" -eq 0 ] && [ "$SUBSET" -eq 0 ]; then
 	note "$(printf '  %-36s %8s %10s' "through twinstack ($STACK)" "${GBPS[stack1]:-n/a}" "${GBPS[stack8]:-n/a}")"

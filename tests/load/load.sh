@@ -7,13 +7,21 @@
 # latency 0 < p50 <= p99 <= p99.9, hold of 200 prints "HELD 200" then held=200, udp loss
 # small, udpflows answers all 200 flows; IPv6 is checked once. Bad usage must exit 2.
 #
+# The checked payloads and the error split: connrate --count stops at exactly N completed
+# connections of 4 KiB each way, every echoed byte checked; hold says every connection echoed
+# its pattern. Against servers that misbehave on purpose (a python3 server here: one port
+# echoes every byte plus one, one resets each connection, one never answers) each failure
+# lands in its own error_causes key (mismatch, reset, timeout), a closed port in refused and a
+# source address this host does not have in addrnotavail (bind fails: nothing is sent), and
+# hold reports the corrupted echo as mismatch with no connection echoed.
+#
 #   udp --socks5 ──TCP control, UDP ASSOCIATE──▶ danted 127.0.0.1:P4 ──UDP──▶ serve :P3
 #
 # With root and Debian's dante-server (/usr/sbin/danted), udp --socks5 goes through a dante
 # started here (no authentication, foreground): the echoes must come back with the relay's
 # header (received, no loss to speak of, the relay endpoint dante named), and a server that is
 # not there must give {"error":...} and exit 1. Without dante that part is skipped (said so).
-# The servers are killed on any exit (trap). Takes about 12 s.
+# The servers are killed on any exit (trap). Takes about 20-30 s (a python3 start per check).
 #
 # usage: load.sh TWINSTACK_BINARY
 set -uo pipefail
@@ -22,9 +30,11 @@ bin=${1:?usage: load.sh TWINSTACK_BINARY}
 work=$(mktemp -d)
 serve_pid=
 dante_pid=
+bad_pid=
 cleanup() {
 	[ -n "$serve_pid" ] && kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
 	[ -n "$dante_pid" ] && kill -TERM "$dante_pid" 2>/dev/null && wait "$dante_pid" 2>/dev/null
+	[ -n "$bad_pid" ] && kill -TERM "$bad_pid" 2>/dev/null && wait "$bad_pid" 2>/dev/null
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -58,8 +68,8 @@ stop_serve() {
 	return $rc
 }
 
-# check NAME PYTHON_EXPR ARGS...: run `load ARGS`, expect exit 0 and the last stdout line to
-# be JSON for which PYTHON_EXPR (over the dict j) holds.
+# check NAME PYTHON_EXPR ARGS...: run `load ARGS`, expect exit 0 (WANT_RC, when set) and the
+# last stdout line to be JSON for which PYTHON_EXPR (over the dict j) holds.
 check() {
 	local name=$1 expr=$2
 	shift 2
@@ -67,7 +77,7 @@ check() {
 	local rc=$?
 	local json
 	json=$(tail -n 1 "$work/out")
-	if [ $rc -ne 0 ]; then
+	if [ $rc -ne "${WANT_RC:-0}" ]; then
 		bad "$name: exit $rc: $(cat "$work/err")"
 	elif python3 -c "import json,sys; j=json.loads(sys.argv[1]); sys.exit(0 if ($expr) else 1)" \
 		"$json"; then
@@ -86,6 +96,22 @@ check hold 'j["held"] == 200 and j["failed"] == 0 and j["echo_errors"] == 0' \
 	hold --target "127.0.0.1:$P2" --conns 200 --duration 1.5 --interval-ms 300
 if [ "$(head -n 1 "$work/out")" = "HELD 200" ]; then ok "hold: HELD line first"
 else bad "hold: first line '$(head -n 1 "$work/out")', want 'HELD 200'"; fi
+# 3 rounds (0, 400, 800 ms) of 1000 bytes on each of 50 connections, every byte checked.
+check hold_verified 'j["echoed"] == 50 and j["mismatch"] == 0 and j["echo_errors"] == 0 and j["bytes_verified"] == 50 * 1000 * 3 and j["alive"] == 50' \
+	hold --target "127.0.0.1:$P1" --conns 50 --duration 1 --interval-ms 400 --size 1000
+CAUSES='("addrnotavail", "reset", "refused", "timeout", "mismatch", "other")'
+check connrate_count "j['completed'] == 2000 and j['attempts'] == 2000 and j['errors'] == 0 and j['timeouts'] == 0 and all(j['error_causes'][k] == 0 for k in $CAUSES)" \
+	connrate --target 127.0.0.1 --ports "$P1,$P2" --duration 20 --concurrency 16 --req 4096 \
+	--count 2000
+# only_cause KEY: every attempt failed (but those still under way at the end: at most the
+# concurrency, 4), all of them for KEY, and errors is the causes' sum.
+only_cause() {
+	echo "j['completed'] == 0 and j['errors'] > 0 and 0 <= j['attempts'] - j['errors'] <= 4 and j['error_causes']['$1'] == j['errors'] and sum(j['error_causes'][k] for k in $CAUSES) == j['errors']"
+}
+WANT_RC=1 check connrate_refused "$(only_cause refused)" \
+	connrate --target 127.0.0.1 --ports "$P3" --duration 0.5 --concurrency 2
+WANT_RC=1 check connrate_addrnotavail "$(only_cause addrnotavail)" \
+	connrate --target 127.0.0.1 --ports "$P1" --duration 0.3 --concurrency 2 --source 192.0.2.1
 check udp 'j["received"] > 1000 and j["loss_pct"] < 1 and j["pps"] > 0' \
 	udp --target "127.0.0.1:$P3" --duration 1.5 --size 64
 check udp_paced 'j["sent"] >= 4900 and j["loss_pct"] < 1 and 4000 < j["pps"] < 6000' \
@@ -147,6 +173,62 @@ else
 	bad "serve: exit or JSON: $(cat "$work/serve.out")"
 fi
 
+# bad_servers: the python3 server of the misbehaving ports Q1 (echo + 1), Q2 (reset),
+# Q3 (silent), next to the serve ports; sets bad_pid.
+bad_servers() {
+	Q1=$((P3 + 2)) Q2=$((P3 + 3)) Q3=$((P3 + 4))
+	python3 - "$Q1" "$Q2" "$Q3" >"$work/bad.log" 2>&1 <<-'EOF' &
+		import selectors, socket, struct, sys, time
+		sel, kind, held = selectors.DefaultSelector(), {}, []
+		for k, p in zip(("plus1", "reset", "silent"), sys.argv[1:4]):
+		    s = socket.socket()
+		    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+		    s.bind(("127.0.0.1", int(p)))
+		    s.listen(512)
+		    sel.register(s, selectors.EVENT_READ, ("listen", k))
+		end = time.monotonic() + 30
+		while time.monotonic() < end:
+		    for key, _ in sel.select(0.2):
+		        what, k = key.data
+		        if what == "listen":
+		            c, _ = key.fileobj.accept()
+		            if k == "reset":
+		                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+		                c.close()
+		            elif k == "silent":
+		                held.append(c)
+		            else:
+		                sel.register(c, selectors.EVENT_READ, ("conn", k))
+		            continue
+		        b = key.fileobj.recv(65536)
+		        if not b:
+		            sel.unregister(key.fileobj)
+		            key.fileobj.close()
+		        else:
+		            key.fileobj.sendall(bytes((x + 1) & 255 for x in b))
+	EOF
+	bad_pid=$!
+	for _ in $(seq 50); do
+		ss -ltnH "sport = :$Q3" | grep -q . && return 0
+		sleep 0.1
+	done
+	return 1
+}
+if bad_servers; then
+	WANT_RC=1 check connrate_mismatch "$(only_cause mismatch)" \
+		connrate --target 127.0.0.1 --ports "$Q1" --duration 0.5 --concurrency 4 --req 256
+	WANT_RC=1 check connrate_reset "$(only_cause reset)" \
+		connrate --target 127.0.0.1 --ports "$Q2" --duration 0.5 --concurrency 4
+	WANT_RC=1 check connrate_timeout "$(only_cause timeout) and j['timeouts'] == j['errors']" \
+		connrate --target 127.0.0.1 --ports "$Q3" --duration 1 --concurrency 4 --timeout-ms 300
+	check hold_mismatch 'j["held"] == 5 and j["mismatch"] > 0 and j["echoed"] == 0 and j["echo_errors"] >= j["mismatch"]' \
+		hold --target "127.0.0.1:$Q1" --conns 5 --duration 0.6 --interval-ms 200 --size 100
+else
+	bad "misbehaving servers did not start: $(cat "$work/bad.log")"
+fi
+[ -n "$bad_pid" ] && kill "$bad_pid" 2>/dev/null && wait "$bad_pid" 2>/dev/null
+bad_pid=
+
 start_serve ::1
 check latency6 '0 < j["latency_p50_us"] <= j["latency_p99_us"]' \
 	latency --target "[::1]:$P1" --duration 0.5
@@ -157,7 +239,9 @@ for args in "" "bogus" "latency --target 127.0.0.1 --duration 1" \
 	"hold --target 127.0.0.1:9 --duration 1" "udp --target 127.0.0.1:9 --duration 1 --size 4" \
 	"connrate --target ::1 --ports 9 --duration 1 --source 127.0.0.1" \
 	"udpflows --target 127.0.0.1:9 --flows 1 --socks5 127.0.0.1:1080" \
-	"udp --target 127.0.0.1:9 --duration 1 --socks5 127.0.0.1"; do
+	"udp --target 127.0.0.1:9 --duration 1 --socks5 127.0.0.1" \
+	"hold --target 127.0.0.1:9 --conns 1 --duration 1 --count 5" \
+	"connrate --target 127.0.0.1 --ports 9 --duration 1 --count x"; do
 	# shellcheck disable=SC2086
 	"$bin" load $args >/dev/null 2>&1
 	rc=$?

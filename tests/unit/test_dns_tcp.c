@@ -891,13 +891,13 @@ Test(dns_tcp_policy, gateway_53_passes_only_with_dns_tcp)
 		{ "10.0.0.9", "198.18.0.1", 53, true, false, L3POLICY_DROP_own_address },
 		{ "10.0.0.9", "198.18.0.1", 53, false, true, L3POLICY_DROP_own_address },
 		{ "10.0.0.9", "198.18.0.1", 54, true, true, L3POLICY_DROP_own_address },
-		{ "10.0.0.9", "198.18.0.2", 53, true, true, L3POLICY_DROP_own_address },
+		{ "10.0.0.9", "198.18.0.2", 53, true, true, L3POLICY_DROP_nat_address },
 		{ "10.0.0.9", "192.0.2.7", 53, true, true, L3POLICY_TCP },
-		{ "198.18.0.3", "198.18.0.1", 53, true, true, L3POLICY_DROP_own_address },
+		{ "198.18.0.3", "198.18.0.1", 53, true, true, L3POLICY_DROP_from_nat_address },
 		{ "fd00::9", "fd00:7f::1", 53, true, true, L3POLICY_TCP },
 		{ "fd00::9", "fd00:7f::1", 53, true, false, L3POLICY_DROP_own_address },
 		{ "fd00::9", "fd00:7f::1", 80, true, true, L3POLICY_DROP_own_address },
-		{ "fd00::9", "fd00:7f::2", 53, true, true, L3POLICY_DROP_own_address },
+		{ "fd00::9", "fd00:7f::2", 53, true, true, L3POLICY_DROP_nat_address },
 	};
 
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {

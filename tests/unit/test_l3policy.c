@@ -115,6 +115,8 @@ static void check(const struct row *r, bool has6)
 }
 
 #define OWN L3POLICY_DROP_own_address
+#define NATA L3POLICY_DROP_nat_address
+#define FROMNAT L3POLICY_DROP_from_nat_address
 
 static const struct row rows4[] = {
 	{ "tcp foreign", K_TCP, "198.18.0.9", 5000, "93.184.216.34", 443, 0, 0, false,
@@ -125,22 +127,36 @@ static const struct row rows4[] = {
 	  L3POLICY_TCP, { 0, 0 } },
 	{ "tcp to the gateway", K_TCP, "198.18.0.9", 5000, "198.18.0.1", 80, 0, 0, false, OWN,
 	  { 0, 0 } },
-	{ "tcp to a NAT address", K_TCP, "198.18.0.9", 5000, "198.18.0.3", 80, 0, 0, false, OWN,
+	{ "tcp to a NAT address", K_TCP, "198.18.0.9", 5000, "198.18.0.3", 80, 0, 0, false, NATA,
 	  { 0, 0 } },
-	{ "tcp from a NAT address", K_TCP, "198.18.0.2", 5000, "1.1.1.1", 443, 0, 0, false, OWN,
-	  { 0, 0 } },
+	{ "tcp from a NAT address", K_TCP, "198.18.0.2", 5000, "1.1.1.1", 443, 0, 0, false,
+	  FROMNAT, { 0, 0 } },
+	{ "tcp from the last NAT address", K_TCP, "198.18.0.5", 5000, "1.1.1.1", 443, 0, 0, false,
+	  FROMNAT, { 0, 0 } },
+	{ "tcp from a NAT address to the gateway (destination first)", K_TCP, "198.18.0.2", 5000,
+	  "198.18.0.1", 443, 0, 0, false, OWN, { 0, 0 } },
 	{ "tcp listener reply", K_TCP, "198.18.0.1", 40001, "198.18.0.4", 1024, 0, 0, false,
 	  L3POLICY_TCP_REPLY, { 2, 1 } },
 	{ "tcp listener reply, last NAT address", K_TCP, "198.18.0.1", 40000, "198.18.0.5", 1024,
 	  0, 0, false, L3POLICY_TCP_REPLY, { 3, 0 } },
 	{ "tcp gateway, not a listener", K_TCP, "198.18.0.1", 40002, "198.18.0.4", 1024, 0, 0,
-	  false, OWN, { 0, 0 } },
+	  false, NATA, { 0, 0 } },
 	{ "tcp listener port, not from the gateway", K_TCP, "198.18.0.9", 40000, "198.18.0.4",
-	  1024, 0, 0, false, OWN, { 0, 0 } },
+	  1024, 0, 0, false, NATA, { 0, 0 } },
 	{ "udp foreign", K_UDP, "198.18.0.9", 5000, "1.1.1.1", 443, 0, 0, false, L3POLICY_UDP,
 	  { 0, 0 } },
-	{ "udp to a NAT address", K_UDP, "198.18.0.9", 5000, "198.18.0.2", 443, 0, 0, true, OWN,
+	{ "udp to a NAT address", K_UDP, "198.18.0.9", 5000, "198.18.0.2", 443, 0, 0, true, NATA,
 	  { 0, 0 } },
+	{ "udp to the gateway", K_UDP, "198.18.0.9", 5000, "198.18.0.1", 443, 0, 0, true, OWN,
+	  { 0, 0 } },
+	{ "udp from a NAT address", K_UDP, "198.18.0.3", 5000, "1.1.1.1", 443, 0, 0, false,
+	  FROMNAT, { 0, 0 } },
+	{ "dns from a NAT address, hijack (source first)", K_UDP, "198.18.0.4", 5000,
+	  "198.18.0.1", 53, 0, 0, true, FROMNAT, { 0, 0 } },
+	{ "udp from the gateway (local app)", K_UDP, "198.18.0.1", 5000, "1.1.1.1", 443, 0, 0,
+	  false, L3POLICY_UDP, { 0, 0 } },
+	{ "udp from just past the NAT run", K_UDP, "198.18.0.6", 5000, "1.1.1.1", 443, 0, 0,
+	  false, L3POLICY_UDP, { 0, 0 } },
 	{ "dns to the gateway, hijack", K_UDP, "198.18.0.9", 5000, "198.18.0.1", 53, 0, 0, true,
 	  L3POLICY_DNS, { 0, 0 } },
 	{ "dns foreign, hijack", K_UDP, "198.18.0.9", 5000, "8.8.8.8", 53, 0, 0, true,
@@ -172,18 +188,26 @@ static const struct row rows6[] = {
 	  false, L3POLICY_TCP, { 0, 0 } },
 	{ "tcp to the gateway", K_TCP, "fd00:7f::9", 5000, "fd00:7f::1", 80, 0, 0, false, OWN,
 	  { 0, 0 } },
-	{ "tcp to a NAT address", K_TCP, "fd00:7f::9", 5000, "fd00:7f::5", 80, 0, 0, false, OWN,
+	{ "tcp to a NAT address", K_TCP, "fd00:7f::9", 5000, "fd00:7f::5", 80, 0, 0, false, NATA,
 	  { 0, 0 } },
 	{ "tcp from a NAT address", K_TCP, "fd00:7f::3", 5000, "2001:db8::80", 443, 0, 0, false,
-	  OWN, { 0, 0 } },
+	  FROMNAT, { 0, 0 } },
 	{ "tcp listener reply", K_TCP, "fd00:7f::1", 40000, "fd00:7f::2", 1024, 0, 0, false,
 	  L3POLICY_TCP_REPLY, { 0, 0 } },
 	{ "tcp gateway, not a listener", K_TCP, "fd00:7f::1", 443, "fd00:7f::2", 1024, 0, 0,
-	  false, OWN, { 0, 0 } },
+	  false, NATA, { 0, 0 } },
 	{ "udp foreign", K_UDP, "fd00:7f::9", 5000, "2001:db8::80", 443, 0, 0, false,
 	  L3POLICY_UDP, { 0, 0 } },
 	{ "udp to the gateway", K_UDP, "fd00:7f::9", 5000, "fd00:7f::1", 443, 0, 0, true, OWN,
 	  { 0, 0 } },
+	{ "udp to a NAT address", K_UDP, "fd00:7f::9", 5000, "fd00:7f::4", 443, 0, 0, false, NATA,
+	  { 0, 0 } },
+	{ "udp from a NAT address", K_UDP, "fd00:7f::5", 5000, "2001:db8::80", 443, 0, 0, false,
+	  FROMNAT, { 0, 0 } },
+	{ "udp from the NAT low bits, other prefix", K_UDP, "fd00:7e::2", 5000, "2001:db8::80",
+	  443, 0, 0, false, L3POLICY_UDP, { 0, 0 } },
+	{ "udp from the gateway (local app)", K_UDP, "fd00:7f::1", 5000, "2001:db8::80", 443, 0,
+	  0, false, L3POLICY_UDP, { 0, 0 } },
 	{ "dns to a NAT address, hijack", K_UDP, "fd00:7f::9", 5000, "fd00:7f::3", 53, 0, 0, true,
 	  L3POLICY_DNS, { 0, 0 } },
 	{ "dns to the gateway, no hijack", K_UDP, "fd00:7f::9", 5000, "fd00:7f::1", 53, 0, 0,
@@ -373,7 +397,7 @@ Test(l3policy, setup_refusals)
 }
 
 struct names {
-	char seen[8][32];
+	char seen[L3POLICY_N_DROPS][32];
 	int n;
 	uint64_t sum;
 };
@@ -381,7 +405,7 @@ struct names {
 static void collect(void *arg, const char *name, uint64_t value)
 {
 	struct names *s = arg;
-	cr_assert_lt(s->n, 8);
+	cr_assert_lt(s->n, L3POLICY_N_DROPS);
 	snprintf(s->seen[s->n++], sizeof(s->seen[0]), "%s", name);
 	s->sum += value;
 }
@@ -398,12 +422,28 @@ Test(l3policy, counter_names)
 	l3policy_counters_foreach(&c, collect, &s);
 	cr_assert_eq(s.n, L3POLICY_N_DROPS);
 	cr_assert_str_eq(s.seen[0], "drop_own_address");
-	cr_assert_str_eq(s.seen[1], "drop_icmp");
-	cr_assert_str_eq(s.seen[2], "drop_proto");
-	cr_assert_str_eq(s.seen[3], "drop_family");
-	cr_assert_str_eq(s.seen[4], "drop_loop");
-	cr_assert_str_eq(s.seen[5], "drop_special_destination");
+	cr_assert_str_eq(s.seen[1], "drop_nat_address");
+	cr_assert_str_eq(s.seen[2], "drop_from_nat_address");
+	cr_assert_str_eq(s.seen[3], "drop_icmp");
+	cr_assert_str_eq(s.seen[4], "drop_proto");
+	cr_assert_str_eq(s.seen[5], "drop_family");
+	cr_assert_str_eq(s.seen[6], "drop_loop");
+	cr_assert_str_eq(s.seen[7], "drop_special_destination");
 	cr_assert_eq(s.sum, 3);
+}
+
+/* /stats' drops.own_address is the three own-address reasons together. */
+Test(l3policy, own_address_figure_sums_its_reasons)
+{
+	struct l3policy_counters c = { 0 };
+	struct netstack_stats o;
+
+	memset(&o, 0, sizeof(o));
+	ctr_add(&c.drop_own_address, 1);
+	ctr_add(&c.drop_nat_address, 20);
+	ctr_add(&c.drop_from_nat_address, 300);
+	netstack_policy_drops(&c, &o);
+	cr_assert_eq(o.drops_own_address, 321);
 }
 
 /* The inline classifier (TCP and UDP in the header) and the out-of-line one agree on random

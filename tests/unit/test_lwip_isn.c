@@ -182,3 +182,24 @@ Test(lwip_isn, siphash_reference_vectors)
 	cr_assert_eq(lwip_siphash24(k0, k1, m, 8), 0x93f5f5799a932462ULL);
 	cr_assert_eq(lwip_siphash24(k0, k1, m, 15), 0xa129ca6149be45e5ULL);
 }
+
+/* The age of an ISN is the timer's advance since it was handed out: exact in 4 µs steps, for
+ * either family, and the same key and tuple are all it needs (no stack). */
+Test(lwip_isn_age, the_timer_since_the_isn)
+{
+	struct lwip_isn k = { .k0 = 0x0706050403020100ULL, .k1 = 0x0f0e0d0c0b0a0908ULL };
+	uint8_t l4[4] = { 1, 1, 1, 1 }, r4[4] = { 10, 0, 0, 9 }, l6[16] = { 0x20, 0x01 },
+		r6[16] = { 0xfd, 0x00, [15] = 9 };
+	const int64_t t0 = 5000000000LL; /* a multiple of the 4 µs tick */
+	uint32_t iss4 = lwip_isn_get(&k, 4, l4, 80, r4, 40000, t0);
+	uint32_t iss6 = lwip_isn_get(&k, 6, l6, 443, r6, 40001, t0);
+
+	cr_assert_eq(lwip_isn_age_ns(&k, 4, l4, 80, r4, 40000, iss4, t0), 0);
+	cr_assert_eq(lwip_isn_age_ns(&k, 4, l4, 80, r4, 40000, iss4, t0 + 3999), 0,
+		     "within a tick");
+	cr_assert_eq(lwip_isn_age_ns(&k, 4, l4, 80, r4, 40000, iss4, t0 + 1000000), 1000000);
+	cr_assert_eq(lwip_isn_age_ns(&k, 6, l6, 443, r6, 40001, iss6, t0 + 20000000000LL),
+		     20000000000LL, "20 s, IPv6");
+	/* Another tuple's ISN says nothing about this one: its F differs. */
+	cr_assert_gt(lwip_isn_age_ns(&k, 4, l4, 80, r4, 40001, iss4, t0), 1000000000LL);
+}

@@ -31,15 +31,19 @@ static struct log lg;
 static uint8_t out[MAX_OUT][2048];
 static size_t out_len[MAX_OUT];
 static int n_out;
-static struct flow_key acc_key[8];
-static struct stream *acc_s[8];
+static struct flow_key acc_key[300];
+static struct stream *acc_s[300];
 static int n_acc;
 static uint8_t buf[4096];
 static struct pkt_view view; /* the view input left: the packet's own with DRIVER_UDP */
 
+static bool tx_discard; /* a test's last packets (teardown's RSTs) are nobody's business */
+
 static int tx(void *arg, const uint8_t *pkt, size_t len)
 {
 	(void)arg;
+	if (tx_discard)
+		return 0;
 	cr_assert_lt(n_out, MAX_OUT);
 	cr_assert_leq(len, sizeof(out[0]));
 	memcpy(out[n_out], pkt, len);
@@ -50,6 +54,7 @@ static int tx(void *arg, const uint8_t *pkt, size_t len)
 static void on_acc(void *arg, const struct flow_key *k, struct stream *s)
 {
 	(void)arg;
+	cr_assert_lt(n_acc, 300);
 	acc_key[n_acc] = *k;
 	acc_s[n_acc++] = s;
 }
@@ -72,6 +77,7 @@ static void start(uint32_t tcp_sessions)
 	cr_assert_eq(lwip_stack_ops.start(&env, &ns, err, sizeof(err)), 0, "%s", err);
 	lwip_stack_set_accept_hook(ns, on_acc, NULL);
 	n_out = n_acc = 0;
+	tx_discard = false;
 }
 
 static void setup(void)
@@ -223,7 +229,48 @@ Test(lwip_stack, filtering_before_lwip)
 	s.tcp_flags = TCP_SYN;
 	len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
-	cr_assert_eq(counter("drop_own_address"), 1);
+	cr_assert_eq(counter("drop_nat_address"), 1, "to a NAT address");
+	tu_spec_tcp(&s, "198.18.0.1", 40000, "198.18.0.3", 80); /* a downlink look-alike */
+	s.tcp_flags = TCP_SYN | TCP_ACK;
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+	cr_assert_eq(counter("drop_nat_address"), 2, "lwIP has no listener ports");
+	tu_spec_tcp(&s, "10.0.0.9", 1, "198.18.0.1", 80);
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+	cr_assert_eq(counter("drop_own_address"), 1, "to the gateway");
+	tu_spec_tcp(&s, "198.18.0.4", 1, "1.1.1.1", 80);
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+	tu_spec_udp(&s, "fd00:7f::2", 1, "2001:db8::1", 443);
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+	cr_assert_eq(counter("drop_from_nat_address"), 2, "from a NAT address, TCP and UDP");
+	/* A wrong IPv4 header checksum: counted here, before lwIP (whose own check counted
+	 * nothing), for a SYN, a segment and a datagram alike. */
+	tu_spec_tcp(&s, "10.0.0.9", 7, "1.1.1.1", 80);
+	s.tcp_flags = TCP_SYN;
+	len = tu_build(&s, buf, sizeof(buf));
+	buf[10] ^= 0x33;
+	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+	s.tcp_flags = TCP_ACK;
+	len = tu_build(&s, buf, sizeof(buf));
+	buf[11] ^= 0x01;
+	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+	tu_spec_udp(&s, "10.0.0.9", 7, "1.1.1.1", 443);
+	len = tu_build(&s, buf, sizeof(buf));
+	buf[10] ^= 0x80;
+	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+	cr_assert_eq(counter("drop_parse_v4_bad_checksum"), 3);
+	cr_assert_eq(counter("udp"), 0);
+	/* IPv4 options that do not add up. */
+	tu_spec_tcp(&s, "10.0.0.9", 8, "1.1.1.1", 80);
+	s.ip4_opts[0] = 7;
+	s.ip4_opts[1] = 9; /* Record Route past the end of 4 bytes of options */
+	s.ip4_opts_len = 4;
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+	cr_assert_eq(counter("drop_parse_v4_bad_options"), 1);
 	tu_spec_udp(&s, "10.0.0.9", 5000, "8.8.8.8", 53);
 	len = tu_build(&s, buf, sizeof(buf));
 	memset(&view, 0xa5, sizeof(view));
@@ -369,4 +416,127 @@ Test(lwip_stack, free_then_start_again)
 				     .tx = tx };
 	cr_assert_eq(lwip_stack_ops.start(&env2, &ns2, err, sizeof(err)), -EBUSY, "claimed again");
 	cr_assert_null(ns2);
+}
+
+/* ---- half-open connections beyond lwIP's backlog (255) ------------------------------------ */
+
+/* A SYN from src:port to 1.1.1.1:80 at now; returns lwIP's ISN from its SYN-ACK, or 0 when it
+ * sent none. */
+static uint32_t syn_at(const char *src, uint16_t port, int64_t now)
+{
+	struct tu_spec s;
+	struct pkt_view v;
+	bool plain = false;
+	size_t ol = 0, len;
+
+	n_out = 0;
+	tu_spec_tcp(&s, src, port, "1.1.1.1", 80);
+	s.tcp_flags = TCP_SYN;
+	s.seq = 1000;
+	s.ack = 0;
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(lwip_stack_ops.input(ns, 0, buf, len, NULL, now, &ol, &plain, &view),
+		     DRIVER_DONE);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	if (n_out == 0)
+		return 0;
+	cr_assert_eq(pkt_parse(&v, out[n_out - 1], out_len[n_out - 1]), PKT_OK);
+	cr_assert_eq(v.tcp_flags, TCP_SYN | TCP_ACK);
+	return tu_get32(v.l4 + 4);
+}
+
+/* The third ACK of the handshake from src:port, whose SYN-ACK carried isn. */
+static void ack_at(const char *src, uint16_t port, uint32_t isn, int64_t now)
+{
+	struct tu_spec s;
+	bool plain = false;
+	size_t ol = 0, len;
+
+	n_out = 0;
+	tu_spec_tcp(&s, src, port, "1.1.1.1", 80);
+	s.tcp_flags = TCP_ACK;
+	s.seq = 1001;
+	s.ack = isn + 1;
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(lwip_stack_ops.input(ns, 0, buf, len, NULL, now, &ol, &plain, &view),
+		     DRIVER_DONE);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+}
+
+/* Source i of a spread flood: 10.1.x.y. */
+static const char *spread(unsigned i)
+{
+	static char a[32];
+
+	snprintf(a, sizeof(a), "10.1.%u.%u", i / 250, 1 + i % 250);
+	return a;
+}
+
+/* One application opens 256 connections at once: its SYNs come first, its ACKs after all of
+ * them (several milliseconds later on a busy loop). The 256th SYN finds the backlog full of this
+ * application's own handshakes; none of them may go (each client already has its SYN-ACK and
+ * would take its ACK's RST for a broken connection): the new SYN is dropped instead, and its
+ * client's retransmission gets in once there is room. */
+Test(lwip_stack, syn_burst_beyond_the_backlog_keeps_every_handshake)
+{
+	static uint32_t isn[256];
+	int64_t t = SEC(1);
+
+	teardown();
+	start(1000);
+	for (uint16_t i = 0; i < 255; i++) {
+		isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t + i * 20000);
+		cr_assert_neq(isn[i], 0, "SYN %u answered", i);
+	}
+	cr_expect_eq(syn_at("10.0.1.1", 20255, t + MS(8)), 0, "the 256th SYN waits for room");
+	cr_expect_eq(counter("syn_rcvd_evicted"), 0, "no handshake under way evicted");
+	cr_expect_eq(counter("drop_backlog_full"), 1);
+	for (uint16_t i = 0; i < 255; i++)
+		ack_at("10.0.1.1", (uint16_t)(20000 + i), isn[i], t + MS(10));
+	cr_expect_eq(n_acc, 255, "every handshake completed");
+	/* Its retransmission, a second later: room again. */
+	isn[255] = syn_at("10.0.1.1", 20255, t + SEC(1));
+	cr_assert_neq(isn[255], 0);
+	ack_at("10.0.1.1", 20255, isn[255], t + SEC(1));
+	cr_expect_eq(n_acc, 256);
+	cr_expect_eq(counter("syn_rcvd_evicted"), 0);
+	tx_discard = true;
+}
+
+/* Spoofed SYNs from spread sources never complete: once the backlog is full of them, a new SYN
+ * evicts the older half of those a few milliseconds old and gets in (flood defence). */
+Test(lwip_stack, syn_flood_evicts_the_older_half_of_stale_handshakes)
+{
+	uint32_t isn;
+	int64_t t = SEC(1);
+
+	teardown();
+	start(1000);
+	for (unsigned i = 0; i < 255; i++)
+		cr_assert_neq(syn_at(spread(i), 20000, t + i * 20000), 0);
+	isn = syn_at("10.0.1.1", 30000, t + MS(6));
+	cr_expect_neq(isn, 0, "a new SYN gets in");
+	/* At 6 ms the 201 SYNs of the first 4 ms are 2 ms old: the older half of them goes. */
+	cr_expect_eq(counter("syn_rcvd_evicted"), 201 - 201 / 2, "the older half goes");
+	cr_expect_eq(counter("drop_backlog_full"), 0);
+	ack_at("10.0.1.1", 30000, isn, t + MS(7));
+	cr_expect_eq(n_acc, 1, "and completes");
+	tx_discard = true;
+}
+
+/* A flood from a single source is left alone for 3 s at most (when a client sends its SYN a
+ * third time): then the older half of it goes. */
+Test(lwip_stack, single_source_flood_goes_after_three_seconds)
+{
+	int64_t t = SEC(1);
+
+	teardown();
+	start(1000);
+	for (uint16_t i = 0; i < 255; i++)
+		cr_assert_neq(syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0);
+	cr_expect_eq(syn_at("10.0.2.2", 30000, t + MS(2999)), 0, "everything under 3 s");
+	cr_expect_neq(syn_at("10.0.2.2", 30000, t + SEC(3)), 0, "then room");
+	cr_expect_eq(counter("syn_rcvd_evicted"), 255 - 255 / 2);
+	cr_expect_eq(counter("drop_backlog_full"), 1);
+	tx_discard = true;
 }

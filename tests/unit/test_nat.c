@@ -1,5 +1,7 @@
 /* test_nat.c — the NAT table's contracts (stacks/system/nat.h), one behaviour per test, on a
- * virtual clock. Every test checks the counters it should move, and that the others stay put. */
+ * virtual clock. Every test checks the counters it should move, and that the others stay put.
+ * The table is built into this file (nat.c included, not linked) so that one test can break an
+ * invariant on purpose and see the counter that watches it move. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -8,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "stacks/system/nat.h"
+#include "stacks/system/nat.c"
 #include "testutil.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -811,6 +813,87 @@ Test(nat, quarantine_release_after_a_long_idle)
 	nat_purge(t, idle, 100);
 	expect_entries(t, 1, 0, 0, 0);
 	cr_expect_eq(nat_next_deadline(t), idle + c.half_open_ns);
+	nat_table_free(t);
+}
+
+/* quarantine_reuse watches the claim invariant: a tuple leaves the quarantine only through its
+ * release. Here its rest mark is lost on purpose (as an early release would), it is picked
+ * again, and its own release comes later: counted once, and the new mapping keeps its claim. */
+Test(nat, quarantine_reuse_counts_a_tuple_picked_while_resting)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t;
+	struct nat_tuple ta, tb, tc, x;
+	struct flow_key a = flow(1), b = flow(2), cc = flow(3), d = flow(4), back;
+	int64_t freed = SEC(1) + SEC(30), due;
+	uint64_t gen;
+	_Atomic uint8_t *own;
+	struct snap s0;
+
+	c.n_addrs = 1;
+	c.n_listeners = 1;
+	c.port_min = 7000;
+	c.port_max = 7001;
+	t = table(&c);
+	cr_assert_eq(nat_uplink(t, &a, true, SEC(1), &ta), 0);
+	cr_assert_eq(nat_purge(t, freed, 100), 1);
+	cr_assert_eq(nat_tuple_status(t, &ta), NAT_TUPLE_RESTING);
+	own = &t->owner[0][index_of(t, tuple_pack(&ta))];
+	cr_expect_eq(atomic_load(own) & (OWNED | RESTING), OWNED | RESTING, "marked resting");
+
+	/* The fault: the tuple looks free while its quarantine record is still in the ring. */
+	atomic_store(own, 0);
+	s0 = snap(t);
+	cr_assert_eq(nat_uplink(t, &b, true, freed + SEC(1), &tb), 0);
+	cr_assert_eq(nat_uplink(t, &cc, true, freed + SEC(1), &tc), 0);
+	cr_assert(tuple_eq(&tb, &ta) || tuple_eq(&tc, &ta), "the space has two tuples: one is ta");
+	cr_assert_eq(nat_accept(t, &tb, freed + SEC(1), &back, &gen), 0);
+	cr_assert_eq(nat_accept(t, &tc, freed + SEC(1), &back, &gen), 0);
+	DELTA(s0, t, .created = 2, .accepted = 2);
+
+	/* Its record comes due: counted, not released, and the new mapping still owns it. */
+	due = freed + c.quarantine_ns + NAT_QUARANTINE_TICK_NS;
+	s0 = snap(t);
+	nat_purge(t, due, 1);
+	DELTA(s0, t, .quarantine_reuse = 1);
+	cr_expect_eq(nat_tuple_status(t, &ta), NAT_TUPLE_MAPPED);
+	cr_expect_eq(atomic_load(own) & (OWNED | RESTING), OWNED, "the new claim is left alone");
+	expect_entries(t, 0, 2, 0, 0);
+	cr_expect_eq(nat_uplink(t, &d, true, due, &x), -EADDRNOTAVAIL, "both tuples are mapped");
+	nat_table_free(t);
+}
+
+/* Without the fault, every record's release finds its tuple resting: a whole cycle of the space
+ * (every tuple used, freed, rested and used again) counts no reuse. */
+Test(nat, quarantine_reuse_stays_zero_over_cycles_of_the_space)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t;
+	struct nat_tuple x;
+	int64_t now = SEC(1);
+	struct snap s0;
+
+	c.n_addrs = 1;
+	c.n_listeners = 2;
+	c.port_min = 7000;
+	c.port_max = 7003;
+	c.half_open_ns = SEC(1);
+	c.quarantine_ns = SEC(2);
+	t = table(&c);
+	s0 = snap(t);
+	for (uint32_t round = 0; round < 5; round++) {
+		for (uint32_t i = 0; i < 8; i++) {
+			struct flow_key k = flow(round * 8 + i);
+
+			cr_assert_eq(nat_uplink(t, &k, true, now, &x), 0, "round %u flow %u", round, i);
+		}
+		now += c.half_open_ns;
+		cr_assert_eq(nat_purge(t, now, 100), 8);
+		now += c.quarantine_ns + NAT_QUARANTINE_TICK_NS;
+		nat_purge(t, now, 100);
+		expect_entries(t, 0, 0, 0, 0);
+	}
+	DELTA(s0, t, .created = 40, .expired = 40, .quarantined = 40, .released = 40);
 	nat_table_free(t);
 }
 

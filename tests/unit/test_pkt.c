@@ -160,6 +160,119 @@ Test(pkt, v4_options_every_length)
 	}
 }
 
+/* Every option list of up to 40 bytes drawn from the option kinds (End, NOP, Record Route,
+ * Timestamp, LSRR, SSRR, and an unknown kind) with random lengths, against a dumb reference
+ * walk: the parser's verdict (ok, v4_source_route, v4_bad_options) is the reference's. */
+static enum pkt_reason ref_options(const uint8_t *o, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n) {
+		if (o[i] == 0)
+			return PKT_OK;
+		if (o[i] == 1) {
+			i++;
+			continue;
+		}
+		if (i + 2 > n)
+			return PKT_V4_BAD_OPTIONS;
+		size_t len = o[i + 1];
+		if (len < 2 || i + len > n)
+			return PKT_V4_BAD_OPTIONS;
+		if (o[i] == 131 || o[i] == 137)
+			return PKT_V4_SOURCE_ROUTE;
+		i += len;
+	}
+	return PKT_OK;
+}
+
+Test(pkt, v4_options_against_reference)
+{
+	static const uint8_t kinds[] = { 0, 1, 7, 68, 131, 137, 148 };
+	struct tu_rng r;
+	int seen[PKT_REASON_MAX] = { 0 };
+
+	tu_rng_seed(&r, 1234);
+	for (int iter = 0; iter < 20000; iter++) {
+		struct tu_spec s;
+		uint8_t n = (uint8_t)(4 * (1 + tu_rand_below(&r, 10)));
+		tu_spec_tcp(&s, "10.0.0.1", 1, "10.0.0.2", 2);
+		for (uint8_t i = 0; i < n; i++) {
+			/* Mostly option kinds with plausible lengths after them. */
+			uint32_t pick = tu_rand_below(&r, 4);
+			s.ip4_opts[i] = pick == 0 ? (uint8_t)tu_rand_below(&r, 256)
+				      : pick == 1 ? (uint8_t)tu_rand_below(&r, 12)
+						  : kinds[tu_rand_below(&r, sizeof(kinds))];
+		}
+		s.ip4_opts_len = n;
+		size_t len = tu_build(&s, pb, sizeof(pb));
+		struct pkt_view v;
+		enum pkt_reason want = ref_options(s.ip4_opts, n);
+		cr_assert_eq(parse_copy(pb, len, &v), want, "iteration %d", iter);
+		seen[want]++;
+	}
+	cr_assert(seen[PKT_OK] > 100 && seen[PKT_V4_SOURCE_ROUTE] > 100 &&
+		  seen[PKT_V4_BAD_OPTIONS] > 100, "every verdict drawn");
+}
+
+Test(pkt, v4_bad_options_examples)
+{
+	static const struct {
+		uint8_t o[40];
+		uint8_t n;
+		enum pkt_reason want;
+	} cases[] = {
+		{ { 7, 7, 4 }, 8, PKT_OK },                      /* Record Route, one slot */
+		{ { 68, 12, 5, 0 }, 12, PKT_OK },                /* Timestamp */
+		{ { 1, 1, 131, 6, 4 }, 8, PKT_V4_SOURCE_ROUTE },
+		{ { 1, 1, 131, 7, 4 }, 8, PKT_V4_BAD_OPTIONS },  /* one byte past the end */
+		{ { 137, 11, 4 }, 12, PKT_V4_SOURCE_ROUTE },
+		{ { 7, 41, 4 }, 40, PKT_V4_BAD_OPTIONS },        /* longer than the option space */
+		{ { 1, 7, 8, 4 }, 4, PKT_V4_BAD_OPTIONS },       /* past the header's end by 5 */
+		{ { 68, 1 }, 4, PKT_V4_BAD_OPTIONS },            /* length 1 */
+		{ { 68, 0 }, 4, PKT_V4_BAD_OPTIONS },            /* length 0 */
+		{ { 1, 1, 1, 7 }, 4, PKT_V4_BAD_OPTIONS },       /* no room for the length byte */
+		{ { 0, 7, 99 }, 4, PKT_OK },                     /* after End nothing is read */
+		{ { 131, 2, 0, 0 }, 4, PKT_V4_SOURCE_ROUTE },    /* even an empty route */
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tu_spec s;
+		struct pkt_view v;
+		tu_spec_udp(&s, "10.0.0.1", 1, "10.0.0.2", 2);
+		memcpy(s.ip4_opts, cases[i].o, sizeof(cases[i].o));
+		s.ip4_opts_len = cases[i].n;
+		size_t len = tu_build(&s, pb, sizeof(pb));
+		cr_assert_eq(parse_copy(pb, len, &v), cases[i].want, "case %zu", i);
+	}
+}
+
+/* pkt_v4_csum_ok: right for every header the builder makes (with any options), wrong after
+ * any one bit of the header flips; never looks past the header. */
+Test(pkt, v4_header_checksum)
+{
+	struct tu_rng r;
+
+	tu_rng_seed(&r, 99);
+	for (int iter = 0; iter < 2000; iter++) {
+		struct tu_spec s;
+		struct pkt_view v;
+		tu_spec_tcp(&s, "10.0.0.1", (uint16_t)iter, "192.0.2.7", 443);
+		s.ip4_opts_len = (uint8_t)(4 * tu_rand_below(&r, 11));
+		memset(s.ip4_opts, 1, s.ip4_opts_len);
+		s.payload_len = tu_rand_below(&r, 64);
+		size_t len = tu_build(&s, pb, sizeof(pb));
+		cr_assert_eq(pkt_parse(&v, pb, len), PKT_OK);
+		cr_assert(pkt_v4_csum_ok(&v), "iteration %d", iter);
+		pb[v.l3_len] ^= 0xff; /* the L4 header is not the IP header's business */
+		cr_assert(pkt_v4_csum_ok(&v));
+		pb[v.l3_len] ^= 0xff;
+		uint32_t bit = tu_rand_below(&r, v.l3_len * 8u);
+		pb[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+		cr_assert_not(pkt_v4_csum_ok(&v), "iteration %d: bit %u", iter, bit);
+	}
+}
+
 Test(pkt, v4_trailing_bytes_beyond_total_length)
 {
 	struct tu_spec s;
@@ -469,6 +582,8 @@ Test(pkt, reason_names)
 		[PKT_V4_BAD_TOTLEN] = "v4_bad_total_length",
 		[PKT_V4_FRAGMENT] = "v4_fragment",
 		[PKT_V4_SOURCE_ROUTE] = "v4_source_route",
+		[PKT_V4_BAD_OPTIONS] = "v4_bad_options",
+		[PKT_V4_BAD_CSUM] = "v4_bad_checksum",
 		[PKT_V6_TRUNCATED] = "v6_truncated",
 		[PKT_V6_BAD_PAYLEN] = "v6_bad_payload_length",
 		[PKT_V6_EXT_TRUNCATED] = "v6_ext_truncated",
@@ -888,6 +1003,12 @@ Test(pkt, random_mutations_stay_in_bounds)
 			for (int i = 0; i < s.ext_n; i++)
 				s.ext[i] = (struct tu_ext){ k[tu_rand_below(&r, 6)], (uint8_t)tu_rand_below(&r, 3) };
 		}
+		if (s.family == 4 && tu_rand_chance(&r, 8)) { /* option lists, well-formed or not */
+			static const uint8_t k[] = { 0, 1, 1, 7, 68, 131, 137 };
+			s.ip4_opts_len = (uint8_t)(4 * tu_rand_range(&r, 1, 10));
+			for (int i = 0; i < s.ip4_opts_len; i++)
+				s.ip4_opts[i] = i % 2 ? (uint8_t)tu_rand_below(&r, 12) : k[tu_rand_below(&r, 7)];
+		}
 		size_t len = tu_build(&s, pb, sizeof(pb));
 		tu_mutate(&r, pb, len, tu_rand_range(&r, 1, 6));
 		size_t plen = len;
@@ -910,7 +1031,10 @@ Test(pkt, random_mutations_stay_in_bounds)
 		enum pkt_reason got = parse_copy(pb, plen, NULL);
 		hits[got]++;
 	}
-	/* The loop must have reached every outcome, or it is not exploring enough. */
+	/* The loop must have reached every outcome, or it is not exploring enough (the header
+	 * checksum is pkt_v4_csum_ok's, never the parser's). */
+	cr_assert_eq(hits[PKT_V4_BAD_CSUM], 0);
 	for (int i = 0; i < PKT_REASON_MAX; i++)
-		cr_assert_gt(hits[i], 0, "no mutation produced %s", pkt_reason_name((enum pkt_reason)i));
+		if (i != PKT_V4_BAD_CSUM)
+			cr_assert_gt(hits[i], 0, "no mutation produced %s", pkt_reason_name((enum pkt_reason)i));
 }

@@ -350,7 +350,9 @@ Test(sysproc, own_address_tcp_dropped)
 		size_t len = tu_build(&s, buf, sizeof(buf));
 		cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
 	}
-	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 5);
+	/* The gateways are own_address, the NAT addresses nat_address: one counter each. */
+	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 2);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_nat_address), 3);
 	/* gateway + 5 is not ours (4 NAT addresses): ordinary uplink. */
 	struct tu_spec s;
 	tu_spec_tcp(&s, "10.0.0.9", 1000, "198.18.0.6", 80);
@@ -365,7 +367,9 @@ Test(sysproc, gateway_to_nat_from_non_listener_port_dropped)
 	tu_spec_tcp(&s, "198.18.0.1", 12345, "198.18.0.2", 1024);
 	size_t len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
-	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 1);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_nat_address), 1);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 0);
+	cr_assert_eq(ctr_get(&ctr.drop_downlink_no_mapping), 0);
 }
 
 Test(sysproc, udp_untouched_and_own_address_rules)
@@ -387,7 +391,8 @@ Test(sysproc, udp_untouched_and_own_address_rules)
 	tu_spec_udp(&s, "fd00:7f::9", 5353, "fd00:7f::2", 9999);
 	len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
-	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 2);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 1);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_nat_address), 1);
 	cr_assert_eq(ctr_get(&ctr.udp), 1);
 }
 
@@ -627,8 +632,29 @@ Test(sysproc, uplink_from_nat_address_dropped)
 	s.tcp_flags = TCP_SYN;
 	size_t len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
-	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 1);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_from_nat_address), 1);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_own_address), 0);
 	cr_assert_eq(ctr_get(&ctr.uplink), 0);
+	/* A datagram from one is dropped too (it never reaches the UDP path), v4 and v6. */
+	tu_spec_udp(&s, "198.18.0.5", 1000, "1.1.1.1", 443);
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
+	tu_spec_udp(&s, "fd00:7f::2", 1000, "2001:db8::1", 443);
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_from_nat_address), 3);
+	cr_assert_eq(ctr_get(&ctr.udp), 0);
+	/* The gateway and the address after the last NAT address are not NAT addresses. */
+	tu_spec_udp(&s, "198.18.0.6", 1000, "1.1.1.1", 443);
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(run(len, SEC(1)).action, SYS_UDP);
+	tu_spec_udp(&s, "fd00:7f::1", 1000, "2001:db8::1", 443);
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(run(len, SEC(1)).action, SYS_UDP);
+	tu_spec_udp(&s, "fd00:7e::2", 1000, "2001:db8::1", 443); /* the low bits, another prefix */
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(run(len, SEC(1)).action, SYS_UDP);
+	cr_assert_eq(ctr_get(&ctr.udp), 3);
 }
 
 Test(sysproc, bad_offload_metadata_dropped)
@@ -646,4 +672,101 @@ Test(sysproc, bad_offload_metadata_dropped)
 	struct nat_stats st;
 	nat_get_stats(nat, &st);
 	cr_assert_eq(st.entries[NAT_HALF_OPEN], 0);
+}
+
+/* ---- IPv4 header checksums and options ---- */
+
+/* Break the IPv4 header checksum of the packet in buf (any other value). */
+static void break_ip4_csum(void)
+{
+	buf[10] ^= 0x5a;
+}
+
+/* A wrong IPv4 header checksum where no kernel will see the header — a datagram for the UDP
+ * path, a SYN that would make a NAT entry, a segment that would be answered with a RST — is
+ * dropped and counted as v4_bad_checksum, nothing else moving. */
+Test(sysproc, bad_ip4_checksum_dropped_before_udp_nat_and_rst)
+{
+	struct tu_spec s;
+	size_t len;
+
+	tu_spec_udp(&s, "10.0.0.9", 5353, "8.8.8.8", 443);
+	s.payload_len = 30;
+	len = tu_build(&s, buf, sizeof(buf));
+	break_ip4_csum();
+	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
+	tu_spec_tcp(&s, "10.0.0.9", 2000, "1.1.1.1", 80);
+	s.tcp_flags = TCP_SYN;
+	len = tu_build(&s, buf, sizeof(buf));
+	break_ip4_csum();
+	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
+	s.tcp_flags = TCP_ACK;
+	s.payload_len = 10;
+	len = tu_build(&s, buf, sizeof(buf));
+	break_ip4_csum();
+	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
+	cr_assert_eq(ctr_get(&ctr.drop_parse[PKT_V4_BAD_CSUM]), 3);
+	cr_assert_eq(sysproc_counters_drops(&ctr), 3, "one counter per packet");
+	cr_assert_eq(ctr_get(&ctr.udp) + ctr_get(&ctr.uplink) + ctr_get(&ctr.rst_sent), 0);
+	struct nat_stats ns;
+	nat_get_stats(nat, &ns);
+	for (int st = 0; st < NAT_STATE_MAX; st++)
+		cr_assert_eq(ns.entries[st], 0, "no NAT entry");
+	/* The same SYN with its checksum right is taken. */
+	s.tcp_flags = TCP_SYN;
+	s.payload_len = 0;
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(run(len, SEC(1)).action, SYS_WRITE);
+	cr_assert_eq(ctr_get(&ctr.uplink), 1);
+}
+
+/* A mapped segment's header goes on to the kernel: rewritten, and the incremental update
+ * (RFC 1624) keeps its wrong checksum wrong, so the kernel drops it. */
+Test(sysproc, bad_ip4_checksum_on_mapped_segment_stays_wrong)
+{
+	struct nat_tuple t;
+	struct tu_spec s;
+	size_t len;
+
+	uplink_syn("10.0.0.9", "1.1.1.1", 2001, 80, &t, &len);
+	tu_spec_tcp(&s, "10.0.0.9", 2001, "1.1.1.1", 80);
+	s.tcp_flags = TCP_ACK;
+	s.payload_len = 100;
+	len = tu_build(&s, buf, sizeof(buf));
+	break_ip4_csum();
+	cr_assert_eq(run(len, SEC(1)).action, SYS_WRITE);
+	cr_assert_not(tu_verify_ip4_header(buf), "still wrong after the rewrite");
+	cr_assert_eq(ctr_get(&ctr.drop_parse[PKT_V4_BAD_CSUM]), 0);
+}
+
+/* IPv4 options: well-formed ones pass through the rewrite; a list that does not add up is
+ * dropped as v4_bad_options before anything else looks at the packet. */
+Test(sysproc, ip4_options_checked)
+{
+	static const struct {
+		uint8_t opts[8];
+		uint8_t n;
+		bool ok;
+	} cases[] = {
+		{ { 1, 1, 1, 0 }, 4, true },                /* NOPs, End */
+		{ { 7, 7, 4, 0, 0, 0, 0, 0 }, 8, true },    /* Record Route, one slot */
+		{ { 1, 7, 8, 4 }, 4, false },               /* Record Route past the header's end */
+		{ { 68, 1, 0, 0 }, 4, false },              /* length 1 */
+		{ { 68, 0, 0, 0 }, 4, false },              /* length 0 */
+		{ { 1, 1, 1, 7 }, 4, false },               /* no room for the length byte */
+	};
+	uint64_t bad = 0;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tu_spec s;
+		tu_spec_tcp(&s, "10.0.0.9", (uint16_t)(3000 + i), "1.1.1.1", 80);
+		s.tcp_flags = TCP_SYN;
+		memcpy(s.ip4_opts, cases[i].opts, cases[i].n);
+		s.ip4_opts_len = cases[i].n;
+		size_t len = tu_build(&s, buf, sizeof(buf));
+		cr_assert_eq(run(len, SEC(1)).action, cases[i].ok ? SYS_WRITE : SYS_DONE, "case %zu", i);
+		bad += !cases[i].ok;
+		cr_assert_eq(ctr_get(&ctr.drop_parse[PKT_V4_BAD_OPTIONS]), bad, "case %zu", i);
+	}
+	cr_assert_eq(sysproc_counters_drops(&ctr), bad);
 }
