@@ -307,13 +307,7 @@ class Gen:
         v6 = r.random() < 0.5
         src = r.choice(a.nat6 if v6 else a.nat4)
         dst = a.dst6 if v6 else a.dst4
-        if r.random() < 0.5:
-            seg = self.l4(6, src, dst, self.port(), self.fport(), self.flags())
-            proto = 6
-        else:
-            seg = self.l4(17, src, dst, self.port(), self.fport(), payload=r.randbytes(16))
-            proto = 17
-        return self.ip6(src, dst, proto, seg) if v6 else self.ip4(src, dst, proto, seg)
+        return self.tcp_or_udp(src, dst, v6)
 
     def c_to_gateway(self):
         """TCP and UDP to the gateway address on random ports (never 53)."""
@@ -321,6 +315,11 @@ class Gen:
         a = self.a
         v6 = r.random() < 0.5
         src, dst = (a.client6, a.gw6) if v6 else (a.client4, a.gw4)
+        return self.tcp_or_udp(src, dst, v6)
+
+    def tcp_or_udp(self, src, dst, v6):
+        """A TCP segment with random flags or a 16-byte UDP datagram, half and half."""
+        r = self.r
         if r.random() < 0.5:
             seg = self.l4(6, src, dst, self.port(), self.fport(), self.flags())
             proto = 6

@@ -184,27 +184,6 @@ write_config() {
 	 log: {level: "info"}}' >"$TMP/cfg.json"
 }
 
-ts_start() {
-	local i
-	: >"$TMP/ready"
-	ip netns exec "$NS_D" "$BIN" run --config "$TMP/cfg.json" --ready-fd 3 \
-		3>"$TMP/ready" </dev/null >"$TMP/twinstack.log" 2>&1 &
-	TS_PID=$!
-	PIDS+=("$TS_PID")
-	for ((i = 0; i < 100; i++)); do
-		[ -s "$TMP/ready" ] && break
-		kill -0 "$TS_PID" 2>/dev/null || break
-		sleep 0.1
-	done
-	if [ ! -s "$TMP/ready" ]; then
-		echo "no ready byte: $(tail -n 3 "$TMP/twinstack.log" | tr '\n' ' ')"
-		return 1
-	fi
-	routes_tun || { echo "routes into $TUN failed"; return 1; }
-	wait_until 50 0.1 stats >/dev/null || { echo "no /stats"; return 1; }
-	echo "pid $TS_PID"
-}
-
 # The system stack's kernel listeners on the gateway, per family (their ports make the
 # downlink look-alikes); lwIP has none, so any port does.
 gw_ports() { inD ss -ltnH "src $1" | awk '{ n = split($4, a, ":"); print a[n] }' | sort -un | paste -sd, -; }
@@ -368,20 +347,6 @@ alive() {
 	[ "$sum" = "$(sha256sum <"$TMP/www/small" | cut -d' ' -f1)" ] ||
 		{ echo "new connection: wrong or no bytes"; return 1; }
 	echo "/stats answers, a new connection carries 64 KiB intact"
-}
-
-ts_sigterm() {
-	local i
-	kill -TERM "$TS_PID" 2>/dev/null || { echo "already gone"; return 1; }
-	for ((i = 0; i < 50; i++)); do
-		kill -0 "$TS_PID" 2>/dev/null || break
-		sleep 0.05
-	done
-	if kill -0 "$TS_PID" 2>/dev/null; then echo "still running after 2.5 s"; return 1; fi
-	wait "$TS_PID"
-	i=$?
-	echo "exit $i"
-	[ "$i" -eq 0 ]
 }
 
 check "setup: namespaces, veth, routes" topology || { echo "$PASSED passed, $FAILED failed"; exit 1; }

@@ -140,3 +140,43 @@ wait_until() {
 
 # elapsed_ms START_NS: milliseconds since START_NS (from `date +%s%N`).
 elapsed_ms() { echo $((($(date +%s%N) - $1) / 1000000)); }
+
+# --- the proxy under test (a suite that uses these defines NS_D, BIN, TMP, routes_tun) -------
+
+# ts_start: twinstack run with $TMP/cfg.json in NS_D; waits for its ready byte (10 s at most),
+# then routes into the TUN and its /stats. Sets TS_PID.
+ts_start() {
+	local i
+	: >"$TMP/ready"
+	ip netns exec "$NS_D" "$BIN" run --config "$TMP/cfg.json" --ready-fd 3 \
+		3>"$TMP/ready" </dev/null >"$TMP/twinstack.log" 2>&1 &
+	TS_PID=$!
+	PIDS+=("$TS_PID")
+	for ((i = 0; i < 100; i++)); do
+		[ -s "$TMP/ready" ] && break
+		kill -0 "$TS_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	if [ ! -s "$TMP/ready" ]; then
+		echo "no ready byte: $(tail -n 3 "$TMP/twinstack.log" | tr '\n' ' ')"
+		return 1
+	fi
+	routes_tun || { echo "routes into $TUN failed"; return 1; }
+	wait_until 50 0.1 stats >/dev/null || { echo "no /stats"; return 1; }
+	echo "pid $TS_PID"
+}
+
+# ts_sigterm: SIGTERM to TS_PID; ok if it exits 0 within 2.5 s.
+ts_sigterm() {
+	local i
+	kill -TERM "$TS_PID" 2>/dev/null || { echo "already gone"; return 1; }
+	for ((i = 0; i < 50; i++)); do
+		kill -0 "$TS_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	if kill -0 "$TS_PID" 2>/dev/null; then echo "still running after 2.5 s"; return 1; fi
+	wait "$TS_PID"
+	i=$?
+	echo "exit $i"
+	[ "$i" -eq 0 ]
+}

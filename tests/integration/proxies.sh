@@ -312,27 +312,6 @@ bad_config() {
 	else not_ok "config: $3 exits 2" "exit $rc: $(head -n 1 "$TMP/bad.out")"; fi
 }
 
-ts_start() {
-	local i
-	: >"$TMP/ready"
-	ip netns exec "$NS_D" "$BIN" run --config "$TMP/cfg.json" --ready-fd 3 \
-		3>"$TMP/ready" </dev/null >"$TMP/twinstack.log" 2>&1 &
-	TS_PID=$!
-	PIDS+=("$TS_PID")
-	for ((i = 0; i < 100; i++)); do
-		[ -s "$TMP/ready" ] && break
-		kill -0 "$TS_PID" 2>/dev/null || break
-		sleep 0.1
-	done
-	if [ ! -s "$TMP/ready" ]; then
-		echo "no ready byte: $(tail -n 3 "$TMP/twinstack.log" | tr '\n' ' ')"
-		return 1
-	fi
-	routes_tun || { echo "routes into $TUN failed"; return 1; }
-	wait_until 50 0.1 stats >/dev/null || { echo "no /stats"; return 1; }
-	echo "pid $TS_PID"
-}
-
 # The SOCKS5 UDP keys the suite reads; every one must be in /stats.
 S5_KEYS=(udp.assocs udp.assocs_total udp.assoc_failures udp.assoc_control_closed udp.sessions
 	udp.drops.assoc_failed udp.drops.s5_truncated udp.drops.s5_rsv udp.drops.s5_frag
@@ -579,20 +558,6 @@ case_control_closed() {
 	else not_ok "7. control connection killed: udp.sessions and udp.assocs back to 0" "sessions $IDLE_S, assocs $IDLE_A"; fi
 	if wait_until 30 0.1 fds_back "$fd0"; then ok "7. control connection killed: fds back to the baseline" "$IDLE_F, $fd0 before"
 	else not_ok "7. control connection killed: fds back to the baseline" "$IDLE_F, $fd0 before"; fi
-}
-
-ts_sigterm() {
-	local i
-	kill -TERM "$TS_PID" 2>/dev/null || { echo "already gone"; return 1; }
-	for ((i = 0; i < 50; i++)); do
-		kill -0 "$TS_PID" 2>/dev/null || break
-		sleep 0.05
-	done
-	if kill -0 "$TS_PID" 2>/dev/null; then echo "still running after 2.5 s"; return 1; fi
-	wait "$TS_PID"
-	i=$?
-	echo "exit $i"
-	[ "$i" -eq 0 ]
 }
 
 # --- run ------------------------------------------------------------------------------------
