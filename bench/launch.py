@@ -1,6 +1,8 @@
 """launch.py — how the comparison rig starts and stops each kind of subject (bench/subjects.py
 KINDS) in the testbed: the bare veth routes the target over the veth; the reflector is
-`twinstack reflect`; a stack is `twinstack run` with a configuration written from the
+`twinstack reflect`; the redirect baseline is `twinstack redirect` behind an nftables
+REDIRECT rule set; an external subject (--subject) is its own command line, its TUN found
+and addressed by the rig; a stack is `twinstack run` with a configuration written from the
 subject's fields, its TUN checked from the kernel's side and the target routed into it; the
 plain SOCKS5 client needs nothing started. Launcher.start and Launcher.stop pick the code per
 kind from one table: a new kind of subject adds its pair there.
@@ -10,11 +12,14 @@ Python 3 standard library only.
 
 import json
 import os
+import re
 import selectors
 import shutil
+import signal
+import subprocess
 import time
 
-from rigtb import B_VETH4, MARK, S5_PORT, STATS_PORT, TUN_CIDR
+from rigtb import B_VETH4, GW4, MARK, REDIR_PORT, S5_PORT, STATS_PORT, TUN_CIDR
 
 SETTLE_S = 0.5          # after a start, before the first measurement
 
@@ -23,11 +28,15 @@ class Running:
     """A started subject: its child process (None for a subject without one) and how long
     the child took to be ready (ms)."""
 
-    def __init__(self, subj, child=None, startup_ms=None):
+    def __init__(self, subj, child=None, startup_ms=None, pid=None):
         self.subj, self.child, self.startup_ms = subj, child, startup_ms
+        self.engine_pid = pid
 
     @property
     def pid(self):
+        """The measured process: the child, or (external) the process that holds the TUN."""
+        if self.engine_pid is not None:
+            return self.engine_pid
         return self.child.pid if self.child is not None else None
 
     def exited(self):
@@ -48,6 +57,8 @@ class Launcher:
             "veth": (self.start_veth, self.stop_child),
             "reflector": (self.start_reflector, self.stop_child),
             "stack": (self.start_stack, self.stop_child),
+            "redirect": (self.start_redirect, self.stop_redirect),
+            "external": (self.start_external, self.stop_external),
             "socks5-client": (self.start_socks5_client, self.stop_child),
         }
 
@@ -64,6 +75,11 @@ class Launcher:
         """Why subj cannot be started with this binary, or None."""
         if subj.kind == "reflector" and not self.binary.has_reflect:
             return "`twinstack reflect` not in this binary"
+        if subj.kind == "redirect":
+            if not self.binary.has_redirect:
+                return "`twinstack redirect` not in this binary"
+            if not shutil.which("nft"):
+                return "nft not installed (Debian package nftables)"
         return None
 
     # -- per kind
@@ -90,6 +106,117 @@ class Launcher:
             self.stop(running)
             raise
         return running
+
+    def start_redirect(self, subj):
+        """`twinstack redirect` on A's loopback, then the rule set that sends the target's TCP
+        to it (the target stays routed over the veth: the rule needs a route to match). It has
+        no ready byte: ready is its listener in the kernel (10 s at most)."""
+        self.tb.route_target_via_veth()
+        t0 = time.monotonic()
+        p = self.tb.spawn(self.tb.ns_a, [self.binary.path, "redirect", "--listen",
+                                         "127.0.0.1:%d" % REDIR_PORT, "--mark", str(MARK),
+                                         "--stats", "127.0.0.1:%d" % STATS_PORT],
+                          "%s.log" % subj.slug)
+        try:
+            if not self.tb.wait_listen(self.tb.ns_a, "tcp", REDIR_PORT, fatal=False) or \
+                    not self.tb.wait_listen(self.tb.ns_a, "tcp", STATS_PORT, fatal=False):
+                raise RuntimeError("redirect: not listening within 10 s (exit %s)" % p.poll())
+            self.tb.redirect_on()
+        except RuntimeError:
+            self.tb.stop(p)
+            self.tb.redirect_off()
+            raise
+        return Running(subj, p, (time.monotonic() - t0) * 1000)
+
+    def stop_redirect(self, running):
+        self.tb.redirect_off()
+        self.stop_child(running)
+
+    def external_fields(self):
+        """The values of --subject's placeholders in this testbed."""
+        ip, _, prefix = TUN_CIDR.partition("/")
+        return {"tun": self.tb.tun, "addr": TUN_CIDR, "ip": ip, "prefix": prefix, "mtu": 1500,
+                "mark": MARK, "socks5": "%s:%d" % (B_VETH4, S5_PORT), "socks5_host": B_VETH4,
+                "socks5_port": S5_PORT}
+
+    def start_external(self, subj):
+        """COMMAND under sh -c in A, in a session of its own (stopped as a group). Ready: a
+        process in A holds the TUN (10 s at most); that process is the one measured. The rig
+        then gives the TUN its address if the command did not, sets it up with the queue
+        length every subject gets, and routes the target into it."""
+        cmd = subj.command.format(**self.external_fields())
+        t0 = time.monotonic()
+        p = self.tb.spawn(self.tb.ns_a, ["sh", "-c", cmd], "%s.log" % subj.slug,
+                          start_new_session=True)
+        pid = None
+        try:
+            deadline = t0 + 10
+            while time.monotonic() < deadline and p.poll() is None:
+                pid = self.tun_holder()
+                if pid is not None:
+                    break
+                time.sleep(0.05)
+            if pid is None:
+                raise RuntimeError("%s: no process holds TUN %s within 10 s (%s); log: %s" % (
+                    subj.label, self.tb.tun, "exited %s" % p.poll() if p.poll() is not None
+                    else "still running", self.log_tail(subj.slug)))
+            ms = (time.monotonic() - t0) * 1000
+            addrs = self.tb.sh(["ip", "-4", "-o", "addr", "show", "dev", self.tb.tun],
+                               ns=self.tb.ns_a, check=False).stdout
+            if not re.search(r"inet %s/" % re.escape(GW4), addrs):
+                self.tb.sh(["ip", "addr", "replace", TUN_CIDR, "dev", self.tb.tun],
+                           ns=self.tb.ns_a)
+            self.tb.sh(["ip", "link", "set", self.tb.tun, "txqueuelen", "10000", "mtu", "1500",
+                        "up"], ns=self.tb.ns_a)
+            self.tb.route_target_via_tun()
+            feat = self.tb.tun_offload()
+            if feat:
+                self.results.note_once("%s: its TUN has %s" % (subj.label, ", ".join(
+                    "%s %s" % kv for kv in sorted(feat.items()))))
+        except RuntimeError:
+            self.stop_external(Running(subj, p))
+            raise
+        return Running(subj, p, ms, pid=pid)
+
+    def tun_holder(self):
+        """The pid of a process in A with this testbed's TUN open, or None."""
+        r = self.tb.sh(["ip", "netns", "pids", self.tb.ns_a], check=False)
+        for pid in r.stdout.split():
+            try:
+                if self.tb.tun_fds(int(pid)):
+                    return int(pid)
+            except ValueError:
+                continue
+        return None
+
+    def log_tail(self, slug):
+        try:
+            with open(os.path.join(self.work, "%s.log" % slug), errors="replace") as f:
+                return " | ".join(f.read().strip().splitlines()[-3:]) or "(empty)"
+        except OSError:
+            return "(none)"
+
+    def stop_external(self, running):
+        """SIGTERM to the command's process group, SIGKILL after 3 s."""
+        p = running.child if running else None
+        if p is None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, 3), (signal.SIGKILL, 3)):
+            if p.poll() is not None:
+                break
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                p.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)  # anything of the group left behind
+        except ProcessLookupError:
+            pass
+        self.tb.stop(p)
 
     def stop_child(self, running):
         if running.child is not None:

@@ -58,13 +58,15 @@ class Plan:
             self.bulk_t, self.bulk_omit = 5, 1
         if args.bulk_seconds:
             self.bulk_t = args.bulk_seconds
-        self.subjects, self.veth, self.ceiling_ref = subjects_mod.plan(self.mode, self.stacks,
-                                                                       self.io_mode)
+        self.externals = [subjects_mod.parse_external(x, self.via)
+                          for x in getattr(args, "subject", None) or []]
+        self.subjects, self.veth, self.ceiling_ref = subjects_mod.plan(
+            self.mode, self.stacks, self.io_mode, self.externals)
 
     def estimate_s(self):
         """Seconds an ablation takes: every subject through every cell, each round."""
         per_run = self.bulk_t + self.bulk_omit + RUN_OVERHEAD_S
-        tun = sum(1 for s in self.subjects if s.has_tun)
+        tun = sum(1 for s in self.subjects if s.has_child)
         return 15 + self.reps * len(self.bulk_cells) * (len(self.subjects) * per_run +
                                                         tun * START_OVERHEAD_S)
 
@@ -78,6 +80,8 @@ class Plan:
                  "; iperf3 -t %d -O %d; TCP congestion control %s" % (
                      self.bulk_t, self.bulk_omit,
                      "of the host" if self.cc == "host" else self.cc))
+        for e in self.externals:
+            L.append("external subject %s: %s" % (e.label, e.command))
         if self.via:
             L.append("socks5: danted (dante-server) at %s:%d in B, no authentication; plain "
                      "client: proxychains4 + iperf3 (TCP), twinstack load udp --socks5 (UDP); "
@@ -108,7 +112,9 @@ class Plan:
             if s.has_child:
                 per += 1  # start
             if s.is_stack:
-                per += 2  # idle + idle rss
+                per += 1  # idle wakeups
             if not s.is_mirror:
-                per += 1 + (1 if s.has_child else 0) + (0 if self.quick else 4)
+                per += 1 + (1 if s.has_child else 0)  # connrate, hold
+                per += 1 if s.has_child else 0        # idle rss
+                per += 0 if self.quick else 1 if s.tcp_only else 4  # latency, udp x2, flows
         return per * self.reps

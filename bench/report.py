@@ -27,7 +27,10 @@ UNITS = {
     "conn_per_s": "conn/s", "latency_p50_us": "us", "latency_p99_us": "us",
     "latency_p999_us": "us", "pps": "packets/s", "loss_pct": "%",
     "instructions_per_op": "instructions", "plain_socks5_fraction": "ratio",
-    "server_cpu_s": "s",
+    "server_cpu_s": "s", "redirect_fraction": "ratio", "veth_fraction": "ratio",
+    "testbed_cpu_s_per_gb": "s/GB", "proxy_cpu_s_per_gb": "s/GB", "testbed_cpus_busy": "CPUs",
+    "start_rss_anon_kb": "KiB", "idle_rss_anon_kb": "KiB", "p50_over_redirect_us": "us",
+    "own_1stream_fraction": "ratio",
 }
 
 # Chart colours: one hue per stack (and the baselines), darker = faster I/O mode.
@@ -38,7 +41,8 @@ BAR_COLORS = {
     ("lwip", "per-packet", 1): "#aec7e8", ("lwip", "offload", 1): "#1f77b4",
     ("lwip", "offload-rx", 1): "#6baed6",
     ("system", "offload-norps", 1): "#bcbd22", ("system", "offload-rps", 1): "#8c564b",
-    ("ceiling", "offload", 1): "#222222",
+    ("ceiling", "offload", 1): "#222222", ("redirect", "offload", 1): "#e377c2",
+    ("redirect", "per-packet", 1): "#f7b6d2",
     ("socks5-client", "offload", 1): "#7f7f7f", ("system", "offload-socks5", 1): "#d62728",
     ("lwip", "offload-socks5", 1): "#9467bd",
 }
@@ -196,6 +200,7 @@ class Report:
         self.ceiling = Subject("ceiling", self.ceiling_ref.io_mode if self.ceiling_ref else
                                self.io_mode, label="ceiling")
         self.micro = Subject("micro", "n/a", label="micro")
+        self.redirect = next((s for s in self.subjects if s.stack == "redirect"), None)
 
     def stack_subjects(self):
         return [s for s in self.subjects if s.is_stack]
@@ -244,6 +249,46 @@ class Report:
                 if fr:
                     self.dsamples[s.key + ("tcp_bulk", d, n, "ceiling_fraction")] = fr
         self.has_ceiling = any(k[-1] == "ceiling_fraction" for k in self.dsamples)
+        self.derive_baselines()
+
+    def paired(self, a, b, wl, d, n, metric, fn):
+        """fn(a's value, b's value) per round where both were measured."""
+        ra, rb = self.by_round(a, wl, d, n, metric), self.by_round(b, wl, d, n, metric)
+        return [[r, fn(ra[r], rb[r])] for r in sorted(ra) if r in rb and rb[r] > 0]
+
+    def derive_baselines(self):
+        """Per round: every subject's TCP bulk as a fraction of the redirect baseline (the
+        cheapest terminating proxy without a TUN) and of the bare veth; its connection rate
+        as a fraction of the redirect's, its latency p50 over the redirect's, and (stacks)
+        each multi-stream cell over the same stack's 1 stream."""
+        red = self.redirect
+        for d, n in self.bulk_cells:
+            for s in self.subjects:
+                for base, metric in ((red, "redirect_fraction"), (self.veth, "veth_fraction")):
+                    if base is None or s.key == base.key or s.stack == "veth":
+                        continue
+                    fr = self.paired(s, base, "tcp_bulk", d, n, "throughput_gbps",
+                                     lambda x, y: x / y)
+                    if fr:
+                        self.dsamples[s.key + ("tcp_bulk", d, n, metric)] = fr
+                if s.is_stack and n > 1 and (d, 1) in self.bulk_cells:
+                    ra = self.by_round(s, "tcp_bulk", d, n, "throughput_gbps")
+                    rb = self.by_round(s, "tcp_bulk", d, 1, "throughput_gbps")
+                    fr = [[r, ra[r] / rb[r]] for r in sorted(ra) if rb.get(r, 0) > 0]
+                    if fr:
+                        self.dsamples[s.key + ("tcp_bulk", d, n, "own_1stream_fraction")] = fr
+        if red is None:
+            return
+        for s in self.subjects:
+            if s.key == red.key:
+                continue
+            fr = self.paired(s, red, "connrate", None, None, "conn_per_s", lambda x, y: x / y)
+            if fr:
+                self.dsamples[s.key + ("connrate", None, None, "redirect_fraction")] = fr
+            fr = self.paired(s, red, "latency_64B", None, None, "latency_p50_us",
+                             lambda x, y: x - y)
+            if fr:
+                self.dsamples[s.key + ("latency_64B", None, None, "p50_over_redirect_us")] = fr
 
     # -- --via socks5
     def socks5_figures(self):
@@ -253,12 +298,14 @@ class Report:
             [("udp_echo_64B", None, None, "pps")]
 
     def socks5_pairs(self):
-        """(stack direct, stack via socks5) for each stack of a --via socks5 run."""
+        """(stack direct, stack via socks5) for each stack of a --via socks5 run, then
+        (None, subject) for each external subject (--subject: it was pointed at the same
+        SOCKS5 server by its own command line)."""
         P = []
         for s in self.subjects:
             if s.is_stack and s.io_mode.endswith("-socks5"):
                 P.append((self.find(s.stack, s.io_mode[:-len("-socks5")], s.queues), s))
-        return P
+        return P + [(None, s) for s in self.subjects if s.io_mode == "external"]
 
     def derive_socks5(self):
         """Per round: each stack via SOCKS5 over the plain client (paired by round)."""
@@ -277,7 +324,9 @@ class Report:
         """Each stack via SOCKS5 at least SOCKS5_TARGET of the plain SOCKS5 client, on the
         median of the per-round ratios: every bulk cell and the UDP echo rate."""
         T = []
-        for _, via in self.socks5_pairs():
+        for direct, via in self.socks5_pairs():
+            if direct is None:
+                continue    # an external subject: its ratio is reported, not judged
             for wl, d, n, metric in self.socks5_figures():
                 st = self.stat(via, wl, d, n, "plain_socks5_fraction")
                 what = "%s: %s over the plain socks5 client" % (
@@ -375,6 +424,108 @@ class Report:
                 lambda v: v <= RSS_SLACK_KB, lambda v: "%+.0f KiB" % v)
         return T
 
+    def perf_targets(self):
+        """A full run's performance targets, each on the median of its per-round figures:
+        bulk as a fraction of the redirect baseline, lwIP's many streams over its one, the
+        connection rate over the redirect's, UDP echo over the veth's, latency over the
+        redirect's, memory, idle wakeups. [{what, value, target, verdict, shown}]."""
+        T = []
+
+        def add(what, v, target, ok, shown):
+            T.append({"what": what, "value": None if v is None else round(v, 4),
+                      "target": target, "verdict": "N/A" if v is None else
+                      ("PASS" if ok(v) else "MISS"),
+                      "shown": "not measured" if v is None else shown(v)})
+
+        def med(subj, wl, d, n, metric):
+            st = self.stat(subj, wl, d, n, metric)
+            return st[0] if st else None
+
+        def streams(n):
+            return "%d stream%s" % (n, "s" if n > 1 else "")
+        ratio = lambda v: "%.3f" % v  # noqa: E731
+        for name, low, high in (("system", 0.7, 0.85), ("lwip", 0.5, 0.5)):
+            s = self.find(name, self.io_mode)
+            if s is None:
+                continue
+            for d, n in self.bulk_cells:
+                t = high if n >= 16 else low
+                add("%s, TCP bulk %s, %s: fraction of the redirect baseline" % (
+                    name, d, streams(n)), med(s, "tcp_bulk", d, n, "redirect_fraction"),
+                    ">= %.2f" % t, lambda v, t=t: v >= t, ratio)
+            if name == "lwip":
+                for d, n in self.bulk_cells:
+                    if n > 1:
+                        add("lwip, TCP bulk %s, %s over its own 1 stream" % (d, streams(n)),
+                            med(s, "tcp_bulk", d, n, "own_1stream_fraction"), ">= 0.9",
+                            lambda v: v >= 0.9, ratio)
+                add("lwip, peak RSS in the TCP bulk down 64 streams cell",
+                    med(s, "tcp_bulk", "down", 64, "peak_rss_kb"), "<= 12 MiB",
+                    lambda v: v <= 12 * 1024, lambda v: "%.1f MiB" % (v / 1024))
+            if name == "system":
+                add("system, new connections per second over the redirect baseline's",
+                    med(s, "connrate", None, None, "redirect_fraction"), ">= 0.7",
+                    lambda v: v >= 0.7, ratio)
+                if self.veth is not None:
+                    fr = self.paired(s, self.veth, "udp_echo_64B", None, None, "pps",
+                                     lambda x, y: x / y)
+                    add("system, UDP echo 64 B packets/s over the veth's",
+                        summary([v for _, v in fr])[0] if fr else None, ">= 0.75",
+                        lambda v: v >= 0.75, ratio)
+            add("%s, request/response latency p50 over the redirect baseline's" % name,
+                med(s, "latency_64B", None, None, "p50_over_redirect_us"), "<= +20 us",
+                lambda v: v <= 20, lambda v: "%+.0f us" % v)
+            add("%s, RssAnon 1 s after start" % name,
+                med(s, "idle", None, None, "start_rss_anon_kb"), "<= 1.2 MB",
+                lambda v: v * 1024 <= 1.2e6, lambda v: "%.2f MB" % (v * 1024 / 1e6))
+            add("%s, RssAnon 5 s after the workloads" % name,
+                med(s, "run", None, None, "idle_rss_anon_kb"), "<= 2 MB",
+                lambda v: v * 1024 <= 2e6, lambda v: "%.2f MB" % (v * 1024 / 1e6))
+            if self.idle_s == 20:
+                add("%s, wakeups in 20 s idle" % name,
+                    med(s, "idle", None, None, "idle_wakeups_20s"), "<= 2",
+                    lambda v: v <= 2, lambda v: "%.0f" % v)
+        return T
+
+    def summary_table(self, L):
+        """report.md's first table: every subject's TCP bulk as a fraction of the redirect
+        baseline, one column per direction and stream count."""
+        if self.redirect is None:
+            return
+        subs = [s for s in self.subjects if s.key != self.redirect.key and any(
+            self.get(s, "tcp_bulk", d, n, "redirect_fraction") for d, n in self.bulk_cells)]
+        L.append("## Summary: TCP bulk as a fraction of the redirect baseline")
+        L.append("")
+        L.append("The redirect baseline (`twinstack redirect`) is the same dispatcher, outbound "
+                 "and relay behind an nftables REDIRECT, with no TUN: the cheapest terminating "
+                 "proxy this kernel allows. 1.0 = as fast as it; per-round ratios (paired), "
+                 "median [min – max].")
+        L.append("")
+        L.append("| subject | " + " | ".join("%s %d" % (d, n) for d, n in self.bulk_cells) +
+                 " |")
+        L.append("| --- |" + " --- |" * len(self.bulk_cells))
+        red = ["%.2f Gbit/s" % r["median"] if r else "n/a" for r in
+               (self.get(self.redirect, "tcp_bulk", d, n, "throughput_gbps")
+                for d, n in self.bulk_cells)]
+        L.append("| redirect (Gbit/s) | " + " | ".join(red) + " |")
+        for s in subs:
+            L.append("| %s | " % s.label + " | ".join(
+                self.cell(self.get(s, "tcp_bulk", d, n, "redirect_fraction"), 3)
+                for d, n in self.bulk_cells) + " |")
+        L.append("")
+
+    def targets_section(self, L, targets):
+        if not targets:
+            return
+        L.append("## Targets")
+        L.append("")
+        L.append("| verdict | figure | measured | target |")
+        L.append("| --- | --- | --- | --- |")
+        for t in targets:
+            L.append("| %s | %s | %s | %s |" % (t["verdict"], t["what"], t["shown"],
+                                                 t["target"]))
+        L.append("")
+
     def write(self):
         """The charts, report.md and results.json into the output directory; for an
         ablation also the targets and the system vs lwip lines on stdout."""
@@ -383,15 +534,17 @@ class Report:
         self.rowmap = {(r["stack"], r["io_mode"], r["queues"], r["workload"], r["direction"],
                         r["streams"], r["metric"]): r for r in rows}
         targets = self.targets() if self.ablation else \
-            self.socks5_targets() if self.socks5 else []
+            self.socks5_targets() if self.socks5 else \
+            self.perf_targets() if self.meta["mode"] == "full" else []
         if self.ablation:
             self.ablation_charts()
         elif self.socks5:
             self.ablation_charts("socks5_throughput", "TCP bulk throughput, direct and via SOCKS5")
         elif not self.sniff:
             self.charts()
+            self.cpu_chart()
         meta = self.meta
-        if self.ablation or self.socks5:
+        if targets:
             meta["targets"] = targets
         samples = [{"key": list(k), "values": v} for k, v in self.samples.items()]
         if self.ablation:
@@ -401,7 +554,7 @@ class Report:
         elif self.sniff:
             self.write_sniff_report(meta)
         else:
-            self.write_report(rows, meta)
+            self.write_report(rows, meta, targets)
         with open(os.path.join(self.out, "results.json"), "w") as f:
             json.dump({"meta": meta, "rows": rows, "samples": samples}, f, indent=1)
         for t in targets:
@@ -434,7 +587,7 @@ class Report:
             L += ["", "## Notes", ""] + ["- " + n for n in self.notes]
         L.append("")
 
-    def write_report(self, rows, meta):
+    def write_report(self, rows, meta, targets=()):
         L = []
         L.append("# twinstack bench report")
         L.append("")
@@ -444,6 +597,8 @@ class Report:
                      meta["io_mode"], meta["host"]["kernel"], meta["host"]["cpus"],
                      cc_text(meta)))
         L.append("")
+        self.summary_table(L)
+        self.targets_section(L, targets)
         cols = self.subjects + [self.ceiling]
         stacks = self.stack_subjects()
         L.append("## TCP bulk throughput (Gbit/s, median of per-second iperf3 intervals after a "
@@ -532,9 +687,10 @@ class Report:
 
     def cost_table(self, L):
         metrics = ["cpu_user_s", "cpu_sys_s", "tun_drops", "retransmits", "rps_switches",
-                   "loop_busy_pct"]
+                   "loop_busy_pct", "proxy_cpu_s_per_gb", "testbed_cpu_s_per_gb",
+                   "testbed_cpus_busy"]
         heads = ["cpu user s", "cpu sys s", "TUN drops", "retransmits", "steering switches",
-                 "loop busy %"]
+                 "loop busy %", "proxy CPU s/GB", "testbed CPU s/GB", "testbed CPUs busy"]
         if self.socks5:
             metrics.append("server_cpu_s")
             heads.append("SOCKS5 server cpu s")
@@ -549,6 +705,13 @@ class Report:
         if not T:
             return
         L.append("## Cost of the bulk runs (per cell, per run)")
+        L.append("")
+        L.append("CPU per byte: CPU seconds per GB iperf3 moved (warm-up included), of the proxy "
+                 "process (utime + stime) and of the whole testbed (every CPU's busy time from "
+                 "/proc/stat: clients, servers, proxy and their kernel work); testbed CPUs busy "
+                 "= that time over the run's seconds. On a machine this small the client, "
+                 "server and proxy share the CPUs, so a subject that burns more CPU can look as "
+                 "fast: compare Gbit/s at equal CPU (cpu_vs_throughput.svg).")
         L.append("")
         L.append("| subject | direction | streams | " + " | ".join(heads) + " |")
         L.append("|" + " --- |" * (3 + len(heads)))
@@ -663,8 +826,7 @@ class Report:
         L.append("")
         head = ["figure", plain.label if plain else "plain socks5"]
         for direct, via in pairs:
-            head += [direct.label if direct else via.stack, via.label,
-                     "%s / plain" % via.label]
+            head += ([direct.label] if direct else []) + [via.label, "%s / plain" % via.label]
         L.append("| " + " | ".join(head) + " |")
         L.append("|" + " --- |" * len(head))
         for wl, d, n, metric in self.socks5_figures():
@@ -673,8 +835,9 @@ class Report:
             digits = 2 if wl == "tcp_bulk" else 0
             c = [what, fmt_stat(self.stat(plain, wl, d, n, metric), digits)]
             for direct, via in pairs:
-                c += [fmt_stat(self.stat(direct, wl, d, n, metric), digits),
-                      fmt_stat(self.stat(via, wl, d, n, metric), digits),
+                if direct:
+                    c.append(fmt_stat(self.stat(direct, wl, d, n, metric), digits))
+                c += [fmt_stat(self.stat(via, wl, d, n, metric), digits),
                       fmt_stat(self.stat(via, wl, d, n, "plain_socks5_fraction"), 3)]
             L.append("| " + " | ".join(c) + " |")
         L.append("")
@@ -837,6 +1000,47 @@ class Report:
             f.write("set terminal pngcairo size 1200,520 enhanced font 'sans,10' background "
                     "'white'\nset output '%s.png'\nreplot\n" % base)
         self.gnuplot(base + ".gp", name)
+
+    def cpu_chart(self):
+        """cpu_vs_throughput.svg: one point per subject and bulk cell, Gbit/s against the
+        testbed's busy CPUs (medians)."""
+        if not shutil.which("gnuplot"):
+            return
+        pts = []
+        for s in self.subjects:
+            P = []
+            for d, n in self.bulk_cells:
+                g = self.get(s, "tcp_bulk", d, n, "throughput_gbps")
+                c = self.get(s, "tcp_bulk", d, n, "testbed_cpus_busy")
+                if g and c:
+                    P.append((c["median"], g["median"], "%s%d" % (d[0], n)))
+            if P:
+                pts.append((s, P))
+        if not pts:
+            return
+        dat = os.path.join(self.out, "cpu_vs_throughput.dat")
+        with open(dat, "w") as f:
+            for s, P in pts:
+                f.write("# %s\n" % s.label)
+                for c, g, lab in P:
+                    f.write("%.4f %.4f %s\n" % (c, g, lab))
+                f.write("\n\n")
+        plots = ", ".join("'%s' index %d using 1:2 with points pt 7 ps 1.2 title '%s', "
+                          "'' index %d using 1:2:3 with labels offset 0.8,0.6 notitle" % (
+                              dat, i, s.label, i) for i, (s, _) in enumerate(pts))
+        gp = os.path.join(self.out, "cpu_vs_throughput.gp")
+        with open(gp, "w") as f:
+            f.write("set terminal svg size 900,520 dynamic enhanced font 'sans,11' background "
+                    "'white'\nset output '%s'\n"
+                    "set title 'TCP bulk: throughput against the CPU the whole testbed used "
+                    "(u/d = up/down, then streams)'\n"
+                    "set xlabel 'testbed CPUs busy'\nset ylabel 'Gbit/s'\nset grid\n"
+                    "set key outside right top\nset xrange [0:*]\nset yrange [0:*]\n"
+                    "plot %s\n" % (os.path.join(self.out, "cpu_vs_throughput.svg"), plots))
+        r = subprocess.run(["gnuplot", gp], capture_output=True, text=True)
+        if r.returncode != 0:
+            note_once(self.notes, "charts: gnuplot failed on cpu_vs_throughput.gp: %s" %
+                      r.stderr.strip()[:200])
 
     def charts(self):
         if not shutil.which("gnuplot"):

@@ -50,6 +50,7 @@ from report import clear_progress, log, out  # noqa: E402
 from results import Results  # noqa: E402
 from rigtb import DANTED, EXIT_CANNOT, EXIT_FAIL, EXIT_OK, CannotRun  # noqa: E402
 from runner import Rig  # noqa: E402
+import subjects as subjects_mod  # noqa: E402
 
 
 def report_from(a):
@@ -108,6 +109,13 @@ def parse_args(argv):
                     "rule for port 443 only: \"sniff idle\") and on with every connection looked "
                     "at (\"sniff look\"): connection rate and 64 B latency, the ratios to the "
                     "same stack without sniffing (~4 minutes; --quick ~1)")
+    ap.add_argument("--subject", action="append", metavar="NAME=COMMAND",
+                    help="also measure another TUN proxy, started in the client namespace by "
+                    "COMMAND (sh -c) with the placeholders {tun} (the TUN name it must create), "
+                    "{addr} (its address/prefix), {ip}, {prefix}, {mtu}, {mark} (the fwmark "
+                    "routed over the veth), and with --via socks5 {socks5} (host:port), "
+                    "{socks5_host}, {socks5_port}; interleaved with the stacks under the same "
+                    "workloads (repeatable; full, --quick and --via socks5 runs)")
     ap.add_argument("--stacks", default="system,lwip", help="comma-separated (default %(default)s)")
     ap.add_argument("--out", default=None, help="output directory (default bench-results; "
                     "with --report-from the directory of FILE)")
@@ -164,7 +172,7 @@ def parse_args(argv):
                                 ("--io-mode", a.io_mode), ("--reps", a.reps),
                                 ("--bulk-seconds", a.bulk_seconds),
                                 ("--time-limit", a.time_limit), ("--dry-run", a.dry_run),
-                                ("--cc", a.cc)) if v]
+                                ("--cc", a.cc), ("--subject", a.subject)) if v]
         if given:
             bad("--report-from redraws an earlier run: %s make%s no sense with it" % (
                 ", ".join(given), "s" if len(given) == 1 else ""))
@@ -184,6 +192,18 @@ def parse_args(argv):
         bad("--ablation measures both I/O modes; --io-mode does not apply")
     if a.time_limit and not a.ablation:
         bad("--time-limit applies to --ablation only")
+    if a.subject and (a.ablation or a.sniff):
+        bad("--subject is measured in full, --quick and --via socks5 runs, not with %s" % (
+            "--ablation" if a.ablation else "--sniff"))
+    names = set()
+    for x in a.subject or []:
+        try:
+            e = subjects_mod.parse_external(x, a.via)
+        except ValueError as err:
+            bad(str(err))
+        if e.label in names:
+            bad("--subject %s: given twice" % e.label)
+        names.add(e.label)
     return a
 
 

@@ -39,6 +39,7 @@ ECHO_PORTS = [7001, 7002, 7003, 7004]
 UDP_PORT = 7007
 MARK = 1
 S5_PORT = 1080          # --via socks5: dante's port on B's veth address
+REDIR_PORT = 7400       # the redirect baseline's listener on A's 127.0.0.1
 DANTED = "/usr/sbin/danted"
 
 EXIT_OK, EXIT_FAIL, EXIT_CANNOT = 0, 1, 2
@@ -62,6 +63,7 @@ class Testbed:
         self.veth_a = "tsba" + tok
         self.veth_b = "tsbb" + tok
         self.tun = "tsbt" + tok
+        self.nft_table = "tsbredir" + tok
         self.namespaces = []
         self.procs = []
         self.torn_down = False
@@ -166,6 +168,21 @@ class Testbed:
     def route_target_via_veth(self):
         self.sh(["ip", "-n", self.ns_a, "route", "replace", "10.200.1.0/24", "via", B_VETH4,
                  "dev", self.veth_a])
+
+    def redirect_on(self):
+        """The redirect baseline's rule set in A (nftables, a table named for this testbed):
+        every TCP connection A opens to the target goes to the listener on REDIR_PORT, except
+        the baseline's own outbound connections (marked MARK)."""
+        rules = ("table inet %s {\n chain out {\n  type nat hook output priority -100; "
+                 "policy accept;\n  meta mark %d return\n  ip daddr %s meta l4proto tcp "
+                 "redirect to :%d\n }\n}\n" % (self.nft_table, MARK, TARGET4, REDIR_PORT))
+        path = os.path.join(self.work, "redirect.nft")
+        with open(path, "w") as f:
+            f.write(rules)
+        self.sh(["nft", "-f", path], ns=self.ns_a)
+
+    def redirect_off(self):
+        self.sh(["nft", "delete", "table", "inet", self.nft_table], ns=self.ns_a, check=False)
 
     def route_target_via_tun(self):
         self.sh(["ip", "-n", self.ns_a, "route", "replace", "10.200.1.0/24", "dev", self.tun,
@@ -344,6 +361,34 @@ def proc_cpu(pid):
     fields = s[s.rindex(")") + 2:].split()
     # fields[0] is field 3 (state): utime = field 14, stime = field 15
     return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def host_cpu_s():
+    """CPU seconds the whole machine spent busy so far (/proc/stat's first line, all CPUs):
+    the testbed's client, servers, proxy and the kernel work of each, which namespaces do not
+    separate. Not counted: idle, iowait, and niced time when the rig does not run niced."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is already in user). Niced
+    # time is someone else's background work unless the rig itself runs niced.
+    busy = v[0] + v[2] + v[5] + v[6] + v[7]
+    if os.nice(0) > 0:
+        busy += v[1]
+    return busy / CLK_TCK
+
+
+def reset_peak_rss(pid):
+    """Resets pid's VmHWM to its current RSS (clear_refs 5), so the next VmHWM read is the
+    peak of what came between. False where the kernel refuses."""
+    try:
+        with open("/proc/%d/clear_refs" % pid, "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def last_json(text):

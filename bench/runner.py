@@ -113,7 +113,7 @@ class Rig:
         if subj.has_child:
             self.tick("%s: start" % subj.label)
         running = self.launcher.start(subj)
-        if subj.is_stack:
+        if subj.is_stack or subj.kind == "external":
             self.results.emit(subj, "startup", None, None, "startup_ms", running.startup_ms)
         return running
 
@@ -159,6 +159,7 @@ class Rig:
             pid = running.pid
             if subj.is_stack:
                 time.sleep(1.0)
+                res.emit(subj, "idle", None, None, "start_rss_anon_kb", proc_kb(pid, "RssAnon"))
                 idle_s = self.plan.idle_s
                 self.tick("%s: idle wakeups over %d s" % (subj.label, idle_s))
                 c0 = proc_ctxt(pid)
@@ -171,11 +172,13 @@ class Rig:
             if not subj.is_mirror:
                 self.load_workloads(subj, pid)
             if pid:
-                res.emit(subj, "run", None, None, "peak_rss_kb", proc_kb(pid, "VmHWM"))
+                res.emit(subj, "run", None, None, "peak_rss_kb", self.wl.run_peak_kb(pid))
                 if not subj.is_mirror:
                     self.tick("%s: RSS after 5 s idle" % subj.label)
                     time.sleep(5)
                     res.emit(subj, "run", None, None, "idle_rss_kb", proc_kb(pid, "VmRSS"))
+                    res.emit(subj, "run", None, None, "idle_rss_anon_kb",
+                             proc_kb(pid, "RssAnon"))
         except RuntimeError as e:
             res.fail("%s: %s" % (subj.label, e))
         finally:
@@ -187,10 +190,13 @@ class Rig:
         if subj.has_child:
             modes.append(("hold", lambda: wl.hold(subj, pid)))
         if not self.plan.quick:
-            modes += [("latency", lambda: wl.latency(subj)),
-                      ("udp", lambda: wl.udp(subj, 64)),
-                      ("udp", lambda: wl.udp(subj, 1400)),
-                      ("udpflows", lambda: wl.udpflows(subj))]
+            modes.append(("latency", lambda: wl.latency(subj)))
+            if subj.tcp_only:
+                self.results.note_na(subj.label, "udp", "it carries TCP only")
+            else:
+                modes += [("udp", lambda: wl.udp(subj, 64)),
+                          ("udp", lambda: wl.udp(subj, 1400)),
+                          ("udpflows", lambda: wl.udpflows(subj))]
         self.load_modes(subj, modes)
 
     # -- --sniff: one subject through the connection rate and the latency, once
@@ -220,7 +226,7 @@ class Rig:
             self.wl.socks5_udp(subj)
             if running.pid:
                 self.results.emit(subj, "run", None, None, "peak_rss_kb",
-                                  proc_kb(running.pid, "VmHWM"))
+                                  self.wl.run_peak_kb(running.pid))
         except RuntimeError as e:
             self.results.fail("%s: %s" % (subj.label, e))
         finally:

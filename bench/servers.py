@@ -31,6 +31,7 @@ class Binary:
                 cmds.add(m.group(1))
         self.has_run = "run" in cmds
         self.has_reflect = "reflect" in cmds
+        self.has_redirect = "redirect" in cmds
         self.load_modes = set()
         self.load_socks5 = False    # `twinstack load udp --socks5` exists
         if "load" in cmds and not ablation:

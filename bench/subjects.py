@@ -26,11 +26,12 @@ class Kind:
     the rig starts a process for it (measured: CPU, RSS) and stops it after; stack: a
     twinstack proxy stack (`twinstack run`: /stats, startup time, idle wakeups, memory per
     connection); mirror: it answers the traffic itself (the reflector: no servers behind it,
-    so only TCP bulk applies)."""
+    so only TCP bulk applies); tcp_only: it carries TCP only (the UDP workloads are n/a)."""
     tun: bool
     child: bool
     stack: bool = False
     mirror: bool = False
+    tcp_only: bool = False
 
 
 # A new kind of subject is a row here, its start and stop in bench/launch.py (Launcher.kinds)
@@ -39,7 +40,14 @@ KINDS = {
     "veth": Kind(tun=False, child=False),           # the bare veth: the target routed over it
     "reflector": Kind(tun=True, child=True, mirror=True),   # `twinstack reflect`
     "stack": Kind(tun=True, child=True, stack=True),        # `twinstack run`, one stack
+    # `twinstack redirect`: nftables REDIRECT to a kernel listener and the product's
+    # dispatcher, direct outbound and relay; no TUN. The cheapest terminating proxy this
+    # kernel allows: the bound a TUN proxy is measured against.
+    "redirect": Kind(tun=False, child=True, tcp_only=True),
     "socks5-client": Kind(tun=False, child=False),  # --via socks5: a plain client, no TUN
+    # --subject NAME=COMMAND: another TUN proxy, started by its command line (placeholders
+    # for the TUN, its address and the SOCKS5 server: EXTERNAL_FIELDS)
+    "external": Kind(tun=True, child=True),
     # --report-from: a subject of an earlier run of a kind this rig does not know (its rows
     # are redrawn; it is never started)
     "recorded": Kind(tun=False, child=False),
@@ -87,10 +95,13 @@ class Subject:
     sniff: Optional[str] = None
     label: Optional[str] = None
     io_mode: Optional[str] = None
+    command: Optional[str] = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError("unknown subject kind %r" % self.kind)
+        if self.kind == "external" and self.io_mode is None:
+            self.io_mode = "external"
         if self.io_mode is None:
             self.io_mode = io_mode_name(self.offload, self.rps, self.gso_output,
                                         self.via_socks5, self.sniff)
@@ -129,6 +140,10 @@ class Subject:
         return KINDS[self.kind].mirror
 
     @property
+    def tcp_only(self):
+        return KINDS[self.kind].tcp_only
+
+    @property
     def tun_offload(self):
         """tun.offload for the config."""
         return "on" if self.offload else "off"
@@ -148,17 +163,56 @@ def reflector_subject(offload, label=None):
     return Subject("reflector", "reflector", offload, label=label)
 
 
+def redirect_subject(offload, label="redirect"):
+    """The redirect baseline. It has no TUN, so offload only records the run's I/O mode."""
+    return Subject("redirect", "redirect", offload, label=label)
+
+
 def stack_subject(name, offload, label=None, **settings):
     """A stack ("system" or "lwip"); settings: the Subject fields that differ from the
     defaults (queues, rps, gso_output, via_socks5, sniff)."""
     return Subject("stack", name, offload, label=label, **settings)
 
 
+# --subject NAME=COMMAND: the placeholders COMMAND may use, filled in per testbed by
+# bench/launch.py (literal braces are written {{ and }}).
+EXTERNAL_FIELDS = ("tun", "addr", "ip", "prefix", "mtu", "mark", "socks5", "socks5_host",
+                   "socks5_port")
+RESERVED_NAMES = set(KINDS) | set(STACKS) | {"ceiling", "micro"}
+NAME_RE = r"[a-z][a-z0-9_-]{0,23}"
+
+
+def parse_external(spec, via):
+    """NAME=COMMAND of --subject as an external Subject; ValueError says what is wrong.
+    via: the run's --via (the SOCKS5 placeholders need the testbed's SOCKS5 server)."""
+    import re
+    import string
+    name, eq, cmd = spec.partition("=")
+    if not eq or not cmd.strip():
+        raise ValueError("--subject %r: expected NAME=COMMAND" % spec)
+    if not re.fullmatch(NAME_RE, name) or name in RESERVED_NAMES:
+        raise ValueError("--subject %r: NAME must match %s and not be one of %s" % (
+            spec, NAME_RE, ", ".join(sorted(RESERVED_NAMES))))
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(cmd) if f is not None]
+    except ValueError as e:
+        raise ValueError("--subject %s: bad placeholder syntax (%s; write literal braces as "
+                         "{{ and }})" % (name, e))
+    for f in fields:
+        if f not in EXTERNAL_FIELDS:
+            raise ValueError("--subject %s: unknown placeholder {%s} (known: %s)" % (
+                name, f, ", ".join("{%s}" % x for x in EXTERNAL_FIELDS)))
+        if f.startswith("socks5") and via != "socks5":
+            raise ValueError("--subject %s: {%s} needs --via socks5 (the testbed's SOCKS5 "
+                             "server)" % (name, f))
+    return Subject("external", name, True, label=name, command=cmd)
+
+
 def plan_ablation(stacks):
-    """--ablation: both baselines, the reflector in both I/O modes, and every TUN I/O mode of
-    each stack. Returns (subjects, veth, ceiling reflector)."""
+    """--ablation: the baselines (veth, redirect), the reflector in both I/O modes, and every
+    TUN I/O mode of each stack. Returns (subjects, veth, ceiling reflector)."""
     v, ceiling = veth_subject(True), reflector_subject(True)
-    subjects = [v, ceiling, reflector_subject(False)]
+    subjects = [v, redirect_subject(True), ceiling, reflector_subject(False)]
     if "system" in stacks:
         subjects += [stack_subject("system", False), stack_subject("system", True),
                      stack_subject("system", True, rps="off"),
@@ -193,21 +247,27 @@ def plan_sniff(stacks, offload):
 
 
 def plan_compare(stacks, offload):
-    """A full or --quick run: both baselines and each stack, all in one I/O mode."""
+    """A full or --quick run: the baselines (veth, redirect, reflector) and each stack, all in
+    one I/O mode."""
     v = veth_subject(offload, label="veth")
     ceiling = reflector_subject(offload, label="reflector")
-    return [v, ceiling] + [stack_subject(s, offload, label=s) for s in stacks], v, ceiling
+    return [v, redirect_subject(offload), ceiling] + \
+        [stack_subject(s, offload, label=s) for s in stacks], v, ceiling
 
 
-def plan(mode, stacks, io_mode):
+def plan(mode, stacks, io_mode, externals=()):
     """The subjects of a run of this mode, in table order: (subjects, veth, the reflector
     the two-hop ceiling is computed from); the last two None where the run has no
-    baselines."""
+    baselines. externals: --subject's Subjects, after ours (full, --quick, --via socks5)."""
     offload = io_mode == "offload"
     if mode == "ablation":
         return plan_ablation(stacks)
     if mode == "socks5":
-        return plan_socks5(stacks, offload)
-    if mode == "sniff":
+        subs, v, c = plan_socks5(stacks, offload)
+    elif mode == "sniff":
         return plan_sniff(stacks, offload)
-    return plan_compare(stacks, offload)
+    else:
+        subs, v, c = plan_compare(stacks, offload)
+    for e in externals:
+        e.offload = offload
+    return subs + list(externals), v, c

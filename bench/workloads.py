@@ -20,7 +20,7 @@ import time
 import report
 from report import progress
 from rigtb import (B_VETH4, ECHO_PORTS, GW4, MIRROR4, REFL_IPERF_PORT, S5_PORT, TARGET4,
-                   UDP_PORT, last_json, proc_cpu)
+                   UDP_PORT, host_cpu_s, last_json, proc_cpu, proc_kb, reset_peak_rss)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STALL_GBPS = 0.01       # a bulk run below 10 Mbit/s stalled: recorded, and a failure
@@ -34,6 +34,15 @@ class Workloads:
         self.plan, self.tb, self.binary, self.servers = plan, tb, binary, servers
         self.results, self.work = results, work
         self.emit, self.add, self.fail = results.emit, results.add, results.fail
+        self.peaks = {}         # pid -> the highest per-cell VmHWM read (bulk resets it)
+
+    def run_peak_kb(self, pid):
+        """pid's peak RSS over its whole life: VmHWM now, or a bulk cell's peak read before
+        the next cell reset it, whichever is higher."""
+        now = proc_kb(pid, "VmHWM")
+        if now is None:
+            return None
+        return max(now, self.peaks.get(pid, 0))
 
     # -- TCP bulk
     def bulk(self, subj, pid, direction, streams):
@@ -50,12 +59,16 @@ class Workloads:
                  "--connect-timeout", "3000"]
         if direction == "down":
             args.append("-R")
+        # A fresh peak per cell (the ablation's children see one cell each anyway).
+        peak = pid is not None and not plan.ablation and reset_peak_rss(pid)
         cpu0 = proc_cpu(pid) if pid else None
         via = plan.via and (subj.via_socks5 or subj.kind == "socks5-client")
         srv0 = self.servers.dante_cpu() if via else None
         drops0 = tb.tun_drops() if subj.has_tun else None
         prof = self.perf_start(subj, direction, streams)
+        host0 = host_cpu_s()
         r = tb.sh(args, ns=tb.ns_a, check=False, timeout=plan.bulk_t + plan.bulk_omit + 20)
+        host1 = host_cpu_s()
         self.perf_stop(prof)
         cpu1 = proc_cpu(pid) if pid else None
         srv1 = self.servers.dante_cpu() if via else None
@@ -84,6 +97,22 @@ class Workloads:
         if cpu0 and cpu1:
             self.add(subj, wl, direction, streams, "cpu_user_s", cpu1[0] - cpu0[0])
             self.add(subj, wl, direction, streams, "cpu_sys_s", cpu1[1] - cpu0[1])
+        # CPU per byte: every byte iperf3 moved, warm-up included, against the CPU time of the
+        # same span (the whole testbed's from /proc/stat, and the proxy's own).
+        gb = sum(iv["sum"].get("bytes", 0) for iv in j["intervals"]) / 1e9
+        if gb > 0 and host0 is not None and host1 is not None:
+            self.add(subj, wl, direction, streams, "testbed_cpu_s_per_gb", (host1 - host0) / gb)
+            secs = sum(iv["sum"].get("seconds", 0) for iv in j["intervals"])
+            if secs > 0:
+                self.add(subj, wl, direction, streams, "testbed_cpus_busy",
+                         (host1 - host0) / secs)
+        if gb > 0 and cpu0 and cpu1:
+            self.add(subj, wl, direction, streams, "proxy_cpu_s_per_gb",
+                     (cpu1[0] - cpu0[0] + cpu1[1] - cpu0[1]) / gb)
+        if peak:
+            kb = proc_kb(pid, "VmHWM")
+            self.add(subj, wl, direction, streams, "peak_rss_kb", kb)
+            self.peaks[pid] = max(self.peaks.get(pid, 0), kb or 0)
         if drops0 is not None and drops1 is not None:
             self.add(subj, wl, direction, streams, "tun_drops", drops1 - drops0)
         if srv0 is not None and srv1 is not None:

@@ -84,7 +84,8 @@ want = {  # io_mode: (tun.offload, tun.rps, tun.gso_output)
     "offload-rx": ("on", "auto", False)}
 subs, veth, ceiling = subjects.plan("ablation", ["system", "lwip"], None)
 check("the ablation's subjects and names", [s.label for s in subs] == [
-    "veth", "reflector offload", "reflector per-packet", "system per-packet", "system offload",
+    "veth", "redirect", "reflector offload", "reflector per-packet", "system per-packet",
+    "system offload",
     "system offload-norps", "system offload-rps", "system offload 2q", "lwip per-packet",
     "lwip offload", "lwip offload-rx"] and (veth.key, ceiling.key) == (
     ("veth", "offload", 1), ("reflector", "offload", 1)))
@@ -336,10 +337,17 @@ def check(name, ok, detail):
     print(("ok - " if ok else "not ok - ") + name + " (" + detail + ")")
     if ok: passed += 1
     else: failed += 1
-for s in ("veth", "reflector", "system", "lwip"):
+for s in ("veth", "redirect", "reflector", "system", "lwip"):
     t = get(s, "throughput_gbps", streams=1)
     check(f"{s}: 1-stream throughput", bool(t) and 0 < t[0]["median"] < 1000,
           f"{t[0]['median']:.2f} Gbit/s" if t else "missing")
+    c = get(s, "testbed_cpu_s_per_gb", streams=1)
+    check(f"{s}: testbed CPU per GB", bool(c) and 0 < c[0]["median"] < 1000,
+          f"{c[0]['median']:.2f} s/GB" if c else "missing")
+for s in ("redirect", "system", "lwip"):
+    c = get(s, "proxy_cpu_s_per_gb", streams=1)
+    check(f"{s}: proxy CPU per GB", bool(c) and 0 < c[0]["median"] < 1000,
+          f"{c[0]['median']:.2f} s/GB" if c else "missing")
 for s in ("system", "lwip"):
     r = get(s, "peak_rss_kb")
     check(f"{s}: peak RSS", bool(r) and 100 < r[0]["median"] < 4_000_000,
@@ -350,12 +358,72 @@ for s in ("system", "lwip"):
     t = get(s, "throughput_gbps")
     check(f"{s}: io_mode offload (the default)",
           bool(t) and all(r["io_mode"] == "offload" for r in t), "results.json rows")
+    f = get(s, "redirect_fraction", "tcp_bulk", streams=1)
+    check(f"{s}: TCP bulk as a fraction of the redirect baseline",
+          bool(f) and f[0]["median"] > 0, f"{f[0]['median']:.2f} (reported, not judged)"
+          if f else "missing")
     f = get(s, "ceiling_fraction", streams=1)
     print(f"# {s}: fraction of the two-hop ceiling at 1 stream: "
           + (f"{f[0]['median']:.2f}" if f else "n/a") + " (reported, not judged)")
+r = get("redirect", "conn_per_s")
+check("redirect: connection rate", bool(r) and r[0]["median"] > 0,
+      f"{r[0]['median']:.0f}/s" if r else "missing")
+import os
+rep = open(os.path.join(os.path.dirname(sys.argv[1]), "report.md")).read()
+check("report.md leads with the summary over the redirect baseline",
+      rep.split("\n## ")[1].startswith("Summary: TCP bulk as a fraction of the redirect"),
+      "first section")
 cc = res["meta"].get("tcp_congestion") or {}
 check("the testbed ran reno (pinned, read back)", cc.get("testbed") == "reno",
       f"meta.tcp_congestion {cc}")
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 PY
+[ $? -eq 0 ] || fails=$((fails + 1))
+
+# ---- 3. --via socks5 with an external subject (root) ----
+# A second twinstack process (system stack, its outbound the testbed's SOCKS5 server) as
+# --subject, next to the lwip stack direct and via the server and the plain SOCKS5 client:
+# the external subject is started from its command line, found by its TUN, measured under
+# the same workloads and reported with its ratio to the plain client.
+ext="bash $(cd "$(dirname "$0")" && pwd)/ext_twinstack.sh $bin system {tun} {addr} {mark} {socks5}"
+mkdir -p "$out/s5run"
+if command -v danted >/dev/null 2>&1 || [ -x /usr/sbin/danted ]; then
+	"$bin" bench --via socks5 --quick --bulk-seconds 1 --stacks lwip --subject "ext=$ext" \
+		--out "$out/s5run" >"$out/s5run/stdout.txt" 2>"$out/s5run/stderr.txt"
+	rc=$?
+	if [ "$rc" -ne 0 ]; then
+		tail -n 20 "$out/s5run/stderr.txt"
+		echo "not ok - bench --via socks5 --quick --subject ext exited $rc"
+		fails=$((fails + 1))
+	else
+		python3 - "$out/s5run/results.json" <<'PY' || fails=$((fails + 1))
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+def get(stack, metric, workload, streams=None):
+    return [r for r in rows if r["stack"] == stack and r["metric"] == metric
+            and r["workload"] == workload and (streams is None or r["streams"] == streams)]
+bad = 0
+def check(name, ok, detail):
+    global bad
+    print(("ok - " if ok else "not ok - ") + name + " (" + detail + ")")
+    bad += not ok
+t = get("ext", "throughput_gbps", "tcp_bulk", 1)
+check("external subject: TCP bulk through the SOCKS5 server", bool(t) and t[0]["median"] > 0,
+      f"{t[0]['median']:.2f} Gbit/s" if t else "missing")
+f = get("ext", "plain_socks5_fraction", "tcp_bulk", 1)
+check("external subject: its ratio to the plain SOCKS5 client", bool(f) and f[0]["median"] > 0,
+      f"{f[0]['median']:.2f} (reported, not judged)" if f else "missing")
+u = get("ext", "pps", "udp_echo_64B")
+check("external subject: UDP echo through the SOCKS5 server", bool(u) and u[0]["median"] > 0,
+      f"{u[0]['median']:.0f} packets/s" if u else "missing")
+r = get("ext", "peak_rss_kb", "run")
+check("external subject: the process holding the TUN is measured (peak RSS)",
+      bool(r) and r[0]["median"] > 100, f"{r[0]['median']:.0f} KiB" if r else "missing")
+sys.exit(1 if bad else 0)
+PY
+	fi
+else
+	echo "# --via socks5 part skipped: no danted (Debian package dante-server)"
+fi
+[ "$fails" -eq 0 ]
