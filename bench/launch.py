@@ -166,8 +166,9 @@ class Launcher:
             if not re.search(r"inet %s/" % re.escape(GW4), addrs):
                 self.tb.sh(["ip", "addr", "replace", TUN_CIDR, "dev", self.tb.tun],
                            ns=self.tb.ns_a)
-            self.tb.sh(["ip", "link", "set", self.tb.tun, "txqueuelen", "10000", "mtu", "1500",
-                        "up"], ns=self.tb.ns_a)
+            # Its own MTU is kept: an engine is measured in the configuration it recommends.
+            self.tb.sh(["ip", "link", "set", self.tb.tun, "txqueuelen", "10000", "up"],
+                       ns=self.tb.ns_a)
             self.tb.route_target_via_tun()
             feat = self.tb.tun_offload()
             if feat:

@@ -49,7 +49,7 @@
 #    at R, loss off, and through M without the delay line (plain forwarding) for reference;
 #    --iperf S adds iperf3 -t S at the set conditions, reno and bbr (throughput,
 #    retransmits, the rule's drops, the line's late sends).
-#  up: build the testbed, print {"ns_a", "ns_b", "ns_m", "addr_a", "addr_b", ...} as one
+#  up: build the testbed, print {"ns_a", "ns_b", "ns_m", "addr_a", "addr_b", "net_t", ...} as one
 #    JSON line, hold it until SIGTERM/SIGINT, tear it down (for running other tools through).
 #  check: the short test (RTT 10 ms, 1 % loss both ways, about 10 s): ping median within
 #    10 %, 30,000 datagrams' loss within +-20 % and their one-way delay within 10 % of 5 ms,
@@ -130,6 +130,9 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/twinstack-linkbed.XXXXXX")
 NS_A=tslA-$TOK NS_M=tslM-$TOK NS_B=tslB-$TOK
 V_A=tlA-$TOK V_MA=tlMa-$TOK V_MB=tlMb-$TOK V_B=tlB-$TOK TUN=tlT-$TOK
 NET_A=10.210.1.0/24 NET_B=10.210.2.0/24 ADDR_A=10.210.1.1 ADDR_B=10.210.2.1 TABLE=100
+# A prefix behind B (routed to it through the line, like NET_B): for a target that B serves
+# on its loopback, or proxies for A through a TUN of its own (the rig's link cells).
+NET_T=10.210.9.0/24
 PIDS=() NETNS=() DL_PID="" PASSED=0 FAILED=0
 
 note() { echo "# $*" >&2; }
@@ -229,6 +232,7 @@ bed_up() {
 		ip -n "$NS_B" route add default via 10.210.2.2 || return 1
 	ip -n "$NS_M" route add "$NET_A" dev "$V_MA" table "$TABLE" &&
 		ip -n "$NS_M" route add "$NET_B" dev "$V_MB" table "$TABLE" &&
+		ip -n "$NS_M" route add "$NET_T" via "$ADDR_B" dev "$V_MB" table "$TABLE" &&
 		ip -n "$NS_M" rule add iif "$TUN" lookup "$TABLE" pref 100 || return 1
 	set_cc "$CC" || return 1
 	loss_set 0
@@ -310,6 +314,11 @@ route_mode() {
 		[ "$1" = direct ] && dev=${net#*:}
 		ip -n "$NS_M" route replace "${net%%:*}" dev "$dev" || return 1
 	done
+	if [ "$1" = direct ]; then
+		ip -n "$NS_M" route replace "$NET_T" via "$ADDR_B" dev "$V_MB" || return 1
+	else
+		ip -n "$NS_M" route replace "$NET_T" dev "$TUN" || return 1
+	fi
 }
 
 # dl_start ONE_WAY_MS: the delay line on a new TUN, the routes through it. dl_stop prints
@@ -577,8 +586,10 @@ up() {
 	dl_start "$ONE_WAY" || return 1
 	loss_set "$LOSS"
 	jq -cn --arg a "$NS_A" --arg m "$NS_M" --arg b "$NS_B" --arg tun "$TUN" --arg pid "$DL_PID" \
-		--argjson rtt "$RTT_MS" --argjson loss "$LOSS" --arg dir "$LOSS_DIR" '{ns_a: $a,
+		--argjson rtt "$RTT_MS" --argjson loss "$LOSS" --arg dir "$LOSS_DIR" \
+		--arg va "$V_A" --arg vb "$V_B" --arg nt "$NET_T" '{ns_a: $a,
 		ns_m: $m, ns_b: $b, addr_a: "10.210.1.1", addr_b: "10.210.2.1", tun: $tun,
+		veth_a: $va, veth_b: $vb, net_t: $nt,
 		delayline_pid: ($pid | tonumber), rtt_ms: $rtt, loss_pct: $loss, loss_dir: $dir}'
 	# Held until a signal; `wait` returns on one (the traps then tear everything down).
 	sleep infinity &

@@ -109,6 +109,12 @@ def parse_args(argv):
                     "rule for port 443 only: \"sniff idle\") and on with every connection looked "
                     "at (\"sniff look\"): connection rate and 64 B latency, the ratios to the "
                     "same stack without sniffing (~4 minutes; --quick ~1)")
+    ap.add_argument("--link", action="store_true",
+                    help="link conditions: the client behind a delay line with loss (RTT 10 "
+                    "and 50 ms, loss 0, 0.1 and 1 %%; --quick: 10 ms and 1 %%), the proxy on "
+                    "its gateway; veth vs each stack: TCP bulk each way, a 4 MiB download's "
+                    "completion time, retransmits; the line calibrated per condition "
+                    "(bench/linkrun.py; ~15 minutes, --quick ~2)")
     ap.add_argument("--subject", action="append", metavar="NAME=COMMAND",
                     help="also measure another TUN proxy, started in the client namespace by "
                     "COMMAND (sh -c) with the placeholders {tun} (the TUN name it must create), "
@@ -172,7 +178,8 @@ def parse_args(argv):
                                 ("--io-mode", a.io_mode), ("--reps", a.reps),
                                 ("--bulk-seconds", a.bulk_seconds),
                                 ("--time-limit", a.time_limit), ("--dry-run", a.dry_run),
-                                ("--cc", a.cc), ("--subject", a.subject)) if v]
+                                ("--cc", a.cc), ("--subject", a.subject),
+                                ("--link", a.link)) if v]
         if given:
             bad("--report-from redraws an earlier run: %s make%s no sense with it" % (
                 ", ".join(given), "s" if len(given) == 1 else ""))
@@ -192,6 +199,9 @@ def parse_args(argv):
         bad("--ablation measures both I/O modes; --io-mode does not apply")
     if a.time_limit and not a.ablation:
         bad("--time-limit applies to --ablation only")
+    if a.link and (a.ablation or a.via or a.sniff or a.subject or a.io_mode):
+        bad("--link is a run of its own, not with --ablation, --via, --sniff, --subject or "
+            "--io-mode")
     if a.subject and (a.ablation or a.sniff):
         bad("--subject is measured in full, --quick and --via socks5 runs, not with %s" % (
             "--ablation" if a.ablation else "--sniff"))
@@ -232,6 +242,13 @@ def main(argv):
     try:
         if a.report_from:
             return report_from(a)
+        if a.link:
+            if a.dry_run:
+                out("twinstack bench: link conditions (bench/linkrun.py), out %s" % a.out)
+                return EXIT_OK
+            preflight(a)
+            import linkrun
+            return linkrun.main(a)
         plan = Plan(a)
         if a.ablation and plan.estimate_s() > plan.time_limit:
             sys.stderr.write(plan.plan_text() + "\n")

@@ -62,7 +62,7 @@ class Workloads:
         # A fresh peak per cell (the ablation's children see one cell each anyway).
         peak = pid is not None and not plan.ablation and reset_peak_rss(pid)
         cpu0 = proc_cpu(pid) if pid else None
-        via = plan.via and (subj.via_socks5 or subj.kind == "socks5-client")
+        via = plan.via and (subj.via_socks5 or subj.kind in ("socks5-client", "external"))
         srv0 = self.servers.dante_cpu() if via else None
         drops0 = tb.tun_drops() if subj.has_tun else None
         prof = self.perf_start(subj, direction, streams)

@@ -426,4 +426,42 @@ PY
 else
 	echo "# --via socks5 part skipped: no danted (Debian package dante-server)"
 fi
+
+# ---- 4. --link --quick (root) ----
+# One link condition (RTT 10 ms, 1 % loss): the line calibrated, then the bare path and both
+# stacks on the client's gateway, each through TCP bulk both ways and a 4 MiB download.
+dl="$(dirname "$bin")/twinstack-delayline"
+if [ -x "$dl" ] && command -v nft >/dev/null 2>&1; then
+	mkdir -p "$out/link"
+	"$bin" bench --link --quick --out "$out/link" >"$out/link/stdout.txt" 2>"$out/link/stderr.txt"
+	rc=$?
+	if [ "$rc" -ne 0 ]; then
+		tail -n 20 "$out/link/stderr.txt"
+		grep -A5 '^## Failures' "$out/link/link.md" 2>/dev/null
+		echo "not ok - bench --link --quick exited $rc"
+		fails=$((fails + 1))
+	else
+		python3 - "$out/link/link.json" <<'PY' || fails=$((fails + 1))
+import json, sys
+j = json.load(open(sys.argv[1]))
+bad = 0
+def check(name, ok, detail):
+    global bad
+    print(("ok - " if ok else "not ok - ") + name + " (" + detail + ")")
+    bad += not ok
+c = j["calibration"][0] if j["calibration"] else {}
+check("link: the line calibrated (RTT within 10 %, loss within +-20 %)", c.get("ok") is True,
+      "ping %s ms, loss %s %%" % ((c.get("ping") or {}).get("median_ms"),
+                                  (c.get("udp") or {}).get("loss_pct")))
+for s in ("veth", "system", "lwip"):
+    got = {r["metric"]: r["value"] for r in j["rows"] if r["subject"] == s}
+    ok = all(got.get(m, 0) > 0 for m in ("bulk_up_gbps", "bulk_down_gbps", "transfer_ms"))
+    check(f"link: {s} moved data both ways and completed the download", ok,
+          ", ".join("%s %.4g" % kv for kv in sorted(got.items())))
+sys.exit(1 if bad else 0)
+PY
+	fi
+else
+	echo "# --link part skipped: no twinstack-delayline next to $bin, or no nft"
+fi
 [ "$fails" -eq 0 ]
