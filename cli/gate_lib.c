@@ -11,7 +11,10 @@
 #include <unistd.h>
 
 #define METRIC_INSTR "instructions_per_op"
-#define METRIC_CEILING "ceiling_fraction"
+#define METRIC_REDIRECT "redirect_fraction"
+#define METRIC_OLD_CEILING "ceiling_fraction" /* counted, not gated (gate_check_baseline) */
+#define REGENERATE "make bench BENCH_ARGS=--ablation, then copy its results.json " \
+	"(bench-results/results.json) to bench/baseline/ablation.json"
 
 void gate_opts_init(struct gate_opts *o)
 {
@@ -34,7 +37,7 @@ void gate_report_fini(struct gate_report *r)
 
 const char *gate_metric_name(enum gate_metric m)
 {
-	return m == GATE_INSTR ? METRIC_INSTR : METRIC_CEILING;
+	return m == GATE_INSTR ? METRIC_INSTR : METRIC_REDIRECT;
 }
 
 const char *gate_verdict_name(enum gate_verdict v)
@@ -138,21 +141,34 @@ static int get_str(const cJSON *row, const char *field, bool optional, const cha
 	return 0;
 }
 
-/* The key of a ceiling row: every field that names the cell. */
-static int ceiling_key(const cJSON *row, const char *stack, const char *workload, char *key,
-		       const char *name, const char *path, char *err, size_t errlen)
+/* "<prefix><n>", or "-" for a null or absent number (NAN). */
+static void num_part(char *buf, size_t len, char prefix, double v)
+{
+	if (isnan(v))
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%c%.0f", prefix, v);
+}
+
+/* The key of a redirect row: every field that names the cell. A connrate row has no direction
+ * and no stream count: system/offload/q1/connrate/-/-. */
+static int cell_key(const cJSON *row, const char *stack, const char *workload, char *key,
+		    const char *name, const char *path, char *err, size_t errlen)
 {
 	const char *io_mode, *dir;
 	double queues, streams;
+	char q[32], n[32];
 	int ret;
 
 	if ((ret = get_str(row, "io_mode", true, &io_mode, name, path, err, errlen)) != 0 ||
 	    (ret = get_str(row, "direction", true, &dir, name, path, err, errlen)) != 0 ||
-	    (ret = get_num(row, "queues", true, 0, &queues, name, path, err, errlen)) != 0 ||
-	    (ret = get_num(row, "streams", true, 0, &streams, name, path, err, errlen)) != 0)
+	    (ret = get_num(row, "queues", true, NAN, &queues, name, path, err, errlen)) != 0 ||
+	    (ret = get_num(row, "streams", true, NAN, &streams, name, path, err, errlen)) != 0)
 		return ret;
-	snprintf(key, GATE_KEY_MAX, "%s/%s/q%.0f/%s/%s/s%.0f", stack, io_mode[0] ? io_mode : "-",
-		 queues, workload, dir[0] ? dir : "-", streams);
+	num_part(q, sizeof(q), 'q', queues);
+	num_part(n, sizeof(n), 's', streams);
+	snprintf(key, GATE_KEY_MAX, "%s/%s/%s/%s/%s/%s", stack, io_mode[0] ? io_mode : "-", q,
+		 workload, dir[0] ? dir : "-", n);
 	return 0;
 }
 
@@ -169,10 +185,12 @@ static int parse_row(const cJSON *row, const char *path, struct gate_set *out, c
 		return ret;
 	if (strcmp(metric, METRIC_INSTR) == 0)
 		e.metric = GATE_INSTR;
-	else if (strcmp(metric, METRIC_CEILING) == 0)
-		e.metric = GATE_CEILING;
-	else
+	else if (strcmp(metric, METRIC_REDIRECT) == 0)
+		e.metric = GATE_REDIRECT;
+	else {
+		out->old_ceiling += strcmp(metric, METRIC_OLD_CEILING) == 0;
 		return 0; /* not gated */
+	}
 	if ((ret = get_str(row, "stack", false, &stack, name, path, err, errlen)) != 0 ||
 	    (ret = get_str(row, "workload", false, &workload, name, path, err, errlen)) != 0 ||
 	    (ret = get_num(row, "median", false, 0, &e.median, name, path, err, errlen)) != 0 ||
@@ -181,7 +199,7 @@ static int parse_row(const cJSON *row, const char *path, struct gate_set *out, c
 		return ret;
 	if (e.metric == GATE_INSTR)
 		snprintf(e.key, sizeof(e.key), "%s", workload);
-	else if ((ret = ceiling_key(row, stack, workload, e.key, name, path, err, errlen)) != 0)
+	else if ((ret = cell_key(row, stack, workload, e.key, name, path, err, errlen)) != 0)
 		return ret;
 	return add(out, &e, name, path, err, errlen);
 }
@@ -262,6 +280,8 @@ int gate_parse(const char *name, const char *text, size_t len, struct gate_set *
 	int ret;
 
 	out->cc[0] = '\0';
+	out->rig = false;
+	out->old_ceiling = 0;
 	if (!root) {
 		const char *at = cJSON_GetErrorPtr();
 		char what[64];
@@ -269,18 +289,22 @@ int gate_parse(const char *name, const char *text, size_t len, struct gate_set *
 		snprintf(what, sizeof(what), "not valid JSON (near byte %zu)", off);
 		return bad(err, errlen, name, "$", what);
 	}
-	if (cJSON_IsArray(root))
+	if (cJSON_IsArray(root)) {
+		out->rig = true;
 		ret = parse_rows(root, "$", out, name, err, errlen);
-	else if (!cJSON_IsObject(root))
+	} else if (!cJSON_IsObject(root)) {
 		ret = bad(err, errlen, name, "$", "expected an object or an array of rows");
-	else if ((v = cJSON_GetObjectItemCaseSensitive(root, "callgrind")) != NULL)
+	} else if ((v = cJSON_GetObjectItemCaseSensitive(root, "callgrind")) != NULL) {
 		ret = parse_callgrind(v, out, name, err, errlen);
-	else if (!(v = cJSON_GetObjectItemCaseSensitive(root, "rows")))
+	} else if (!(v = cJSON_GetObjectItemCaseSensitive(root, "rows"))) {
 		ret = bad(err, errlen, name, "$", "neither \"rows\" nor \"callgrind\" present");
-	else if (!cJSON_IsArray(v))
+	} else if (!cJSON_IsArray(v)) {
 		ret = bad(err, errlen, name, "$.rows", "expected an array");
-	else if ((ret = parse_cc(root, out, name, err, errlen)) == 0)
-		ret = parse_rows(v, "$.rows", out, name, err, errlen);
+	} else {
+		out->rig = true;
+		if ((ret = parse_cc(root, out, name, err, errlen)) == 0)
+			ret = parse_rows(v, "$.rows", out, name, err, errlen);
+	}
 	cJSON_Delete(root);
 	if (ret != 0)
 		gate_set_fini(out);
@@ -367,7 +391,7 @@ static double tolerance(const struct gate_entry *b, const struct gate_entry *c,
 	return dmax(GATE_DEFAULT_RATIO_TOL_PCT, dmax(spread_pct(b), spread_pct(c)));
 }
 
-/* Instructions: higher is worse. Ceiling fractions: lower is worse. */
+/* Instructions: higher is worse. Redirect fractions: lower is worse. */
 static enum gate_verdict judge(enum gate_metric m, double base, double cur, double tol_pct)
 {
 	double f = tol_pct / 100.0;
@@ -459,6 +483,36 @@ void gate_print(FILE *f, const struct gate_report *r)
 		r->compared, r->regressions, r->regressions == 1 ? "" : "s", r->missing, r->added);
 }
 
+size_t gate_count(const struct gate_set *s, enum gate_metric m)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < s->n; i++)
+		n += s->e[i].metric == m;
+	return n;
+}
+
+int gate_check_baseline(const char *name, const struct gate_set *b, char *err, size_t errlen)
+{
+	if (b->rig && b->old_ceiling > 0 && gate_count(b, GATE_REDIRECT) == 0) {
+		snprintf(err, errlen,
+			 "gate: %s: only has the old %s metric (%zu row%s), no %s row: a results "
+			 "file from before the redirect baseline, which cannot gate throughput; "
+			 "regenerate it: " REGENERATE,
+			 name, METRIC_OLD_CEILING, b->old_ceiling, b->old_ceiling == 1 ? "" : "s",
+			 METRIC_REDIRECT);
+		return -EINVAL;
+	}
+	if (b->n == 0) {
+		snprintf(err, errlen,
+			 "gate: %s: $: no %s or %s rows: nothing to compare against (it would pass "
+			 "anything)",
+			 name, METRIC_INSTR, METRIC_REDIRECT);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int gate_run(const char *baseline, const char *current, const struct gate_opts *o, FILE *f,
 	     char *err, size_t errlen)
 {
@@ -468,11 +522,8 @@ int gate_run(const char *baseline, const char *current, const struct gate_opts *
 
 	if (gate_load(baseline, &b, err, errlen) != 0 || gate_load(current, &c, err, errlen) != 0)
 		goto out;
-	if (b.n == 0) {
-		snprintf(err, errlen, "gate: %s: $: no %s or %s rows to compare against", baseline,
-			 METRIC_INSTR, METRIC_CEILING);
+	if (gate_check_baseline(baseline, &b, err, errlen) != 0)
 		goto out;
-	}
 	if (b.cc[0] && c.cc[0] && strcmp(b.cc, c.cc) != 0) {
 		snprintf(err, errlen,
 			 "gate: %s was measured with TCP congestion control %s, %s with %s: the "
@@ -486,6 +537,14 @@ int gate_run(const char *baseline, const char *current, const struct gate_opts *
 		goto out;
 	}
 	gate_print(f, &r);
+	if (c.rig && c.old_ceiling > 0 && gate_count(&c, GATE_REDIRECT) == 0 &&
+	    gate_count(&b, GATE_REDIRECT) > 0)
+		fprintf(f,
+			"gate: note: %s has only the old %s metric, no %s row (a run without the "
+			"redirect baseline): the baseline's %zu %s rows are missing, a failure only "
+			"with --strict\n",
+			current, METRIC_OLD_CEILING, METRIC_REDIRECT, gate_count(&b, GATE_REDIRECT),
+			METRIC_REDIRECT);
 	code = gate_exit_code(&r, o);
 out:
 	gate_report_fini(&r);

@@ -5,11 +5,16 @@
  * Two figures are gated (docs/benchmarks.md, "Regression gate"):
  *   instructions_per_op  callgrind counts of the micro-benchmarks (deterministic): a regression
  *                        when current > baseline x (1 + instr_tol).
- *   ceiling_fraction     a stack's throughput over the same run's two-hop ceiling: a regression
- *                        when current median < baseline median x (1 - ratio_tol), where
- *                        ratio_tol defaults to max(10 %, the relative spread (max - min) / median
- *                        of that row in either file).
- * Every other metric in the files is ignored.
+ *   redirect_fraction    a subject's throughput (tcp_bulk) or connection rate (connrate) over
+ *                        the same round's redirect baseline (`twinstack redirect`: nftables
+ *                        REDIRECT to the product's relay, no TUN): a regression when current
+ *                        median < baseline median x (1 - ratio_tol), where ratio_tol defaults
+ *                        to max(10 %, the relative spread (max - min) / median of that row in
+ *                        either file).
+ * Every other metric in the files is ignored, ceiling_fraction (the fraction of the two-hop
+ * ceiling, which the gate judged before) included: only counted, so that a rig baseline with
+ * those rows but no redirect_fraction row is refused (it predates the redirect baseline and
+ * would pass any throughput) instead of comparing no throughput row at all.
  *
  * Accepted files (docs/benchmarks.md "Regression gate"):
  *   - the rig's results.json: {"rows": [row, ...]} or a bare [row, ...], row =
@@ -17,7 +22,8 @@
  *   - bench/callgrind.sh --json: {"callgrind": {case: {"instructions": N, "target": T}}}, read
  *     as instructions_per_op rows of stack "micro" with workload = case.
  * Instruction rows are keyed by workload (the micro case) alone, so the two formats compare
- * with each other; ceiling rows by stack/io_mode/queues/workload/direction/streams.
+ * with each other; redirect rows by stack/io_mode/queues/workload/direction/streams (a null
+ * field is "-").
  *
  * Two results files whose testbeds ran different TCP congestion controls are not compared
  * (exit 2): a pacing algorithm caps a single flow through the TUN near its timer's rate, so the
@@ -37,7 +43,7 @@
 #define GATE_DEFAULT_INSTR_TOL_PCT 2.0
 #define GATE_DEFAULT_RATIO_TOL_PCT 10.0
 
-enum gate_metric { GATE_INSTR, GATE_CEILING };
+enum gate_metric { GATE_INSTR, GATE_REDIRECT };
 
 /* One gated figure of one file. min/max equal median when the file has no spread. */
 struct gate_entry {
@@ -48,13 +54,16 @@ struct gate_entry {
 
 #define GATE_CC_MAX 24
 
-/* The gated figures of one file (heap array; gate_set_fini frees it, idempotent), and the TCP
+/* The gated figures of one file (heap array; gate_set_fini frees it, idempotent), the TCP
  * congestion control its testbed ran ($.meta.tcp_congestion.testbed; "" when not recorded:
- * callgrind files, rig runs before it was recorded). */
+ * callgrind files, rig runs before it was recorded), whether it is a rig file (rows, not
+ * callgrind) and how many rows of the old, no longer gated ceiling_fraction metric it has. */
 struct gate_set {
 	struct gate_entry *e;
 	size_t n, cap;
 	char cc[GATE_CC_MAX];
+	bool rig;
+	size_t old_ceiling;
 };
 
 struct gate_opts {
@@ -106,9 +115,21 @@ void gate_print(FILE *f, const struct gate_report *r);
 const char *gate_metric_name(enum gate_metric m);
 const char *gate_verdict_name(enum gate_verdict v);
 
-/* The whole gate: load both files, compare, print to f; returns the exit code (0 pass,
- * 1 regression, 2 unreadable or invalid input, or files measured under different congestion
- * controls, with the message in err). */
+/* Whether a baseline can be compared against: 0, or -EINVAL with the reason in err (naming
+ * the file): a rig file with ceiling_fraction rows but no redirect_fraction row (from before
+ * the redirect baseline: it says how to regenerate it), or a file with no gated row at all
+ * (it would pass anything). name is only used in messages. */
+int gate_check_baseline(const char *name, const struct gate_set *b, char *err,
+			size_t errlen) GATE_WUR;
+
+/* The number of entries of metric m in s. */
+size_t gate_count(const struct gate_set *s, enum gate_metric m);
+
+/* The whole gate: load both files, refuse an unusable baseline (gate_check_baseline), compare,
+ * print to f; returns the exit code (0 pass, 1 regression, 2 unreadable or invalid input, an
+ * unusable baseline, or files measured under different congestion controls, with the message
+ * in err). A current rig file with only ceiling_fraction rows is compared (its redirect rows
+ * are missing: a failure only under strict) with a note after the table saying why. */
 int gate_run(const char *baseline, const char *current, const struct gate_opts *o, FILE *f,
 	     char *err, size_t errlen);
 

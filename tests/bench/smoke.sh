@@ -112,14 +112,15 @@ PY
 
 mkdir -p "$out/synth"
 python3 - "$out/synth/results.json" <<'PY'
-# Two rounds; veth 20 and reflector-offload 12 Gbit/s give a ceiling of 7.5 in every cell.
+# Two rounds; veth 20 and reflector-offload 12 Gbit/s give a ceiling of 7.5 in every cell; the
+# redirect baseline 10 Gbit/s (the gated redirect_fraction: system offload 2q 7.2 / 10 = 0.72).
 import json, sys
-subjects = [("veth", "offload", 1), ("reflector", "offload", 1), ("reflector", "per-packet", 1),
-            ("system", "per-packet", 1), ("system", "offload", 1), ("system", "offload", 2),
-            ("lwip", "per-packet", 1), ("lwip", "offload", 1)]
-thr = {"veth": 20.0, "reflector offload": 12.0, "reflector per-packet": 2.0,
-       "system per-packet": 2.0, "system offload": 7.0, "system offload 2q": 7.2,
-       "lwip per-packet": 1.8, "lwip offload": 5.0}
+subjects = [("veth", "offload", 1), ("redirect", "offload", 1), ("reflector", "offload", 1),
+            ("reflector", "per-packet", 1), ("system", "per-packet", 1), ("system", "offload", 1),
+            ("system", "offload", 2), ("lwip", "per-packet", 1), ("lwip", "offload", 1)]
+thr = {"veth": 20.0, "redirect offload": 10.0, "reflector offload": 12.0,
+       "reflector per-packet": 2.0, "system per-packet": 2.0, "system offload": 7.0,
+       "system offload 2q": 7.2, "lwip per-packet": 1.8, "lwip offload": 5.0}
 rss = {"system per-packet": 8000, "system offload": 9000, "system offload 2q": 9500,
        "lwip per-packet": 20000, "lwip offload": 26000}
 samples = []
@@ -178,6 +179,11 @@ f = row("reflector", "per-packet", 1, "down", 64, "ceiling_fraction")
 check("the per-packet reflector is measured against the ceiling", f is not None)
 check("no fraction row for the ceiling's own reflector",
       row("reflector", "offload", 1, "up", 1, "ceiling_fraction") is None)
+f = row("system", "offload", 2, "up", 16, "redirect_fraction")
+check("system offload 2q has its redirect_fraction row (0.72, the gated ratio)",
+      f is not None and abs(f["median"] - 0.72) < 1e-6 and f["workload"] == "tcp_bulk")
+check("no redirect_fraction row for the redirect baseline itself",
+      row("redirect", "offload", 1, "up", 1, "redirect_fraction") is None)
 keys = [(r["stack"], r["io_mode"], r["queues"], r["workload"], r["direction"], r["streams"],
          r["metric"]) for r in rows]
 check("row keys unique", len(keys) == len(set(keys)))
@@ -212,8 +218,9 @@ else
 	fails=$((fails + 1))
 fi
 if "$bin" gate --baseline "$out/synth/results.json" --current "$out/synth/results.json" \
-	>"$out/synth/gate.txt" 2>&1 && grep -q "system/offload/q2/tcp_bulk/up/s16" "$out/synth/gate.txt"; then
-	echo "ok - twinstack gate reads the ablation results (rows keyed by io_mode and queues)"
+	>"$out/synth/gate.txt" 2>&1 &&
+	grep -Eq "^redirect_fraction +system/offload/q2/tcp_bulk/up/s16 .* ok$" "$out/synth/gate.txt"; then
+	echo "ok - twinstack gate reads the ablation results (redirect_fraction rows keyed by io_mode and queues)"
 else
 	echo "not ok - twinstack gate on the ablation results"
 	sed 's/^/# /' "$out/synth/gate.txt"
@@ -380,6 +387,17 @@ print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 PY
 [ $? -eq 0 ] || fails=$((fails + 1))
+# The gate reads the run's own redirect_fraction rows, the bulk ones and the connection rate's
+# (no direction, no stream count: "-"); a file against itself passes.
+if "$bin" gate --baseline "$out/results.json" --current "$out/results.json" >"$out/gate.txt" 2>&1 &&
+	grep -Eq "^redirect_fraction +system/offload/q1/tcp_bulk/up/s1 .* ok$" "$out/gate.txt" &&
+	grep -Eq "^redirect_fraction +system/offload/q1/connrate/-/- .* ok$" "$out/gate.txt"; then
+	echo "ok - twinstack gate on the quick run's results.json (redirect_fraction, bulk and connrate)"
+else
+	echo "not ok - twinstack gate on the quick run's results.json"
+	sed 's/^/# /' "$out/gate.txt"
+	fails=$((fails + 1))
+fi
 
 # ---- 3. --via socks5 with an external subject (root) ----
 # A second twinstack process (system stack, its outbound the testbed's SOCKS5 server) as

@@ -64,6 +64,8 @@ Test(gate, injected_15pct_slowdown_fails)
 	cr_expect(strstr(r.text, "-15.0%"), "%s", r.text);
 	cr_expect(strstr(r.text, "REGRESSION"), "%s", r.text);
 	cr_expect(strstr(r.text, "1 regression,"), "%s", r.text);
+	/* the ceiling_fraction row that fell by half is not gated: not even listed */
+	cr_expect_null(strstr(r.text, "ceiling_fraction"), "%s", r.text);
 	free(r.text);
 }
 
@@ -74,7 +76,10 @@ Test(gate, noise_level_differences_pass)
 	cr_expect_eq(run_default("baseline.json", "current_noise.json", &r), 0, "%s %s", r.text,
 		     r.err);
 	cr_expect_null(strstr(r.text, "REGRESSION"), "%s", r.text);
-	cr_expect(strstr(r.text, "7 compared, 0 regressions"), "%s", r.text);
+	cr_expect(strstr(r.text, "8 compared, 0 regressions"), "%s", r.text);
+	/* the connrate row (-3 %), keyed with "-" for its null direction and stream count */
+	cr_expect(strstr(r.text, "system/per-packet/q1/connrate/-/-"), "%s", r.text);
+	cr_expect(strstr(r.text, "-3.0%"), "%s", r.text);
 	free(r.text);
 }
 
@@ -146,7 +151,7 @@ Test(gate, different_congestion_control_exits_2)
 Test(gate, congestion_control_parsed)
 {
 	static const char *with = "{\"meta\":{\"tcp_congestion\":{\"testbed\":\"reno\"}},"
-				  "\"rows\":[{\"metric\":\"ceiling_fraction\",\"stack\":\"s\","
+				  "\"rows\":[{\"metric\":\"redirect_fraction\",\"stack\":\"s\","
 				  "\"workload\":\"w\",\"median\":1}]}";
 	static const char *null = "{\"meta\":{\"tcp_congestion\":{\"testbed\":null}},\"rows\":[]}";
 	struct gate_set s = { 0 };
@@ -195,26 +200,165 @@ Test(gate, callgrind_format_compares_with_results_rows)
 {
 	struct run_out r;
 
-	/* callgrind_ok.json has the instruction rows of baseline.json; its ceiling rows are
+	/* callgrind_ok.json has the instruction rows of baseline.json; its redirect rows are
 	 * missing, which is reported but passes. */
 	cr_expect_eq(run_default("baseline.json", "callgrind_ok.json", &r), 0, "%s", r.text);
-	cr_expect(strstr(r.text, "3 compared, 0 regressions, 4 missing"), "%s", r.text);
+	cr_expect(strstr(r.text, "3 compared, 0 regressions, 5 missing"), "%s", r.text);
+	cr_expect_null(strstr(r.text, "note:"), "%s", r.text);
 	free(r.text);
 	cr_expect_eq(run_default("callgrind_ok.json", "current_instr3.json", &r), 1, "%s", r.text);
 	free(r.text);
 }
 
+/* A rig baseline from before the redirect baseline (ceiling_fraction rows, none of
+ * redirect_fraction) is refused with how to regenerate it, even though it has instruction
+ * rows: it would pass any throughput. Nothing is printed to the table. */
+Test(gate, old_metric_baseline_exits_2)
+{
+	struct run_out r;
+
+	cr_expect_eq(run_default("baseline_old_metric.json", "baseline.json", &r), 2, "%s",
+		     r.text);
+	cr_expect(strstr(r.err, "baseline_old_metric.json: only has the old ceiling_fraction "
+				"metric (4 rows), no redirect_fraction row"),
+		  "%s", r.err);
+	cr_expect(strstr(r.err, "make bench BENCH_ARGS=--ablation, then copy its results.json"),
+		  "%s", r.err);
+	cr_expect(strstr(r.err, "to bench/baseline/ablation.json"), "%s", r.err);
+	cr_expect_str_eq(r.text, "");
+	free(r.text);
+	cr_expect_eq(run_default("baseline_old_metric.json", "baseline_old_metric.json", &r), 2);
+	cr_expect(strstr(r.err, "only has the old ceiling_fraction metric"), "%s", r.err);
+	free(r.text);
+}
+
+/* A current file with only the old rows compares: the baseline's redirect rows are missing
+ * (a failure under --strict) and a note after the table says why. */
+Test(gate, old_metric_current_reported_missing)
+{
+	struct gate_opts o;
+	struct run_out r;
+
+	cr_expect_eq(run_default("baseline.json", "baseline_old_metric.json", &r), 0, "%s %s",
+		     r.text, r.err);
+	cr_expect(strstr(r.text, "3 compared, 0 regressions, 5 missing in current, 0 new"), "%s",
+		  r.text);
+	cr_expect(strstr(r.text, "gate: note: "), "%s", r.text);
+	cr_expect(strstr(r.text, "baseline_old_metric.json has only the old ceiling_fraction "
+				 "metric, no redirect_fraction row"),
+		  "%s", r.text);
+	cr_expect(strstr(r.text, "the baseline's 5 redirect_fraction rows are missing"), "%s",
+		  r.text);
+	free(r.text);
+
+	gate_opts_init(&o);
+	o.strict = true;
+	run_files("baseline.json", "baseline_old_metric.json", &o, &r);
+	cr_expect_eq(r.code, 1, "--strict: %s", r.text);
+	free(r.text);
+}
+
 /* ---- in-memory synthetic files: the rules themselves --------------------------------------- */
 
-/* One ceiling row as a results.json text. */
-static void ceiling_json(char *buf, size_t len, double median, double min, double max)
+#define ROW(metric, stack, workload) \
+	"{\"metric\":\"" metric "\",\"stack\":\"" stack "\",\"workload\":\"" workload "\"," \
+	"\"median\":1}"
+
+/* Which baselines can be compared against: each text parsed, then gate_check_baseline. */
+Test(gate, baseline_check_table)
+{
+	static const struct {
+		const char *text, *msg; /* msg NULL: accepted */
+	} cases[] = {
+		/* only the old metric: refused, naming it and how to regenerate */
+		{ "{\"rows\":[" ROW("ceiling_fraction", "system", "tcp_bulk") "]}",
+		  "b.json: only has the old ceiling_fraction metric (1 row)" },
+		/* a bare array of rows is a rig file too */
+		{ "[" ROW("ceiling_fraction", "system", "tcp_bulk") "," ROW("ceiling_fraction",
+		  "lwip", "tcp_bulk") "]", "b.json: only has the old ceiling_fraction metric (2 rows)" },
+		/* instruction rows do not make up for the missing redirect rows */
+		{ "{\"rows\":[" ROW("instructions_per_op", "micro", "rewrite4") ","
+		  ROW("ceiling_fraction", "system", "tcp_bulk") "]}", "regenerate it: make bench" },
+		/* no gated row at all: nothing to compare */
+		{ "{\"rows\":[]}", "b.json: $: no instructions_per_op or redirect_fraction rows: "
+		  "nothing to compare against" },
+		{ "[" ROW("throughput_gbps", "system", "tcp_bulk") "]", "nothing to compare against" },
+		{ "{\"callgrind\":{}}", "nothing to compare against" },
+		/* accepted: the new metric beside the old, instruction rows alone, callgrind */
+		{ "{\"rows\":[" ROW("ceiling_fraction", "system", "tcp_bulk") ","
+		  ROW("redirect_fraction", "system", "tcp_bulk") "]}", NULL },
+		{ "[" ROW("redirect_fraction", "system", "connrate") "]", NULL },
+		{ "[" ROW("instructions_per_op", "micro", "rewrite4") "]", NULL },
+		{ "{\"callgrind\":{\"rewrite4\":{\"instructions\":100,\"target\":120}}}", NULL },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct gate_set s = { 0 };
+		char err[512] = "";
+		int ret;
+
+		cr_assert_eq(gate_parse("b.json", cases[i].text, strlen(cases[i].text), &s, err,
+					sizeof(err)), 0, "case %zu: %s", i, err);
+		ret = gate_check_baseline("b.json", &s, err, sizeof(err));
+		if (!cases[i].msg) {
+			cr_expect_eq(ret, 0, "case %zu: %s", i, err);
+		} else {
+			cr_expect_eq(ret, -EINVAL, "case %zu", i);
+			cr_expect(strstr(err, cases[i].msg), "case %zu: got '%s', want '%s'", i, err,
+				  cases[i].msg);
+		}
+		gate_set_fini(&s);
+	}
+}
+
+/* The old metric is counted per file (and reset by each parse), never gated. */
+Test(gate, old_metric_counted_not_gated)
+{
+	static const char *both = "{\"rows\":[" ROW("ceiling_fraction", "system", "tcp_bulk") ","
+				  ROW("ceiling_fraction", "lwip", "tcp_bulk") ","
+				  ROW("redirect_fraction", "system", "tcp_bulk") "]}";
+	static const char *cg = "{\"callgrind\":{\"rewrite4\":{\"instructions\":1}}}";
+	struct gate_set s = { 0 };
+	char err[256] = "";
+
+	cr_assert_eq(gate_parse("a", both, strlen(both), &s, err, sizeof(err)), 0, "%s", err);
+	cr_expect_eq(s.old_ceiling, 2);
+	cr_expect(s.rig);
+	cr_expect_eq(s.n, 1);
+	cr_expect_eq(gate_count(&s, GATE_REDIRECT), 1);
+	cr_expect_eq(gate_count(&s, GATE_INSTR), 0);
+	gate_set_fini(&s);
+	cr_assert_eq(gate_parse("b", cg, strlen(cg), &s, err, sizeof(err)), 0, "%s", err);
+	cr_expect_eq(s.old_ceiling, 0);
+	cr_expect(!s.rig);
+	cr_expect_eq(gate_count(&s, GATE_INSTR), 1);
+	gate_set_fini(&s);
+}
+
+/* One redirect_fraction row (tcp_bulk upload, 16 streams) as a results.json text. */
+static void redirect_json(char *buf, size_t len, double median, double min, double max)
 {
 	snprintf(buf, len,
 		 "{\"rows\":[{\"stack\":\"system\",\"io_mode\":\"per-packet\",\"queues\":1,"
 		 "\"workload\":\"tcp_bulk\",\"direction\":\"upload\",\"streams\":16,"
-		 "\"metric\":\"ceiling_fraction\",\"unit\":\"ratio\",\"median\":%.6f,\"min\":%.6f,"
+		 "\"metric\":\"redirect_fraction\",\"unit\":\"ratio\",\"median\":%.6f,\"min\":%.6f,"
 		 "\"max\":%.6f,\"n\":3}]}",
 		 median, min, max);
+}
+
+/* A connrate redirect_fraction row (no direction, no stream count) beside a tcp_bulk one of
+ * the same subject, as the rig writes them. */
+static void connrate_json(char *buf, size_t len, double median)
+{
+	snprintf(buf, len,
+		 "{\"rows\":[{\"stack\":\"system\",\"io_mode\":\"offload\",\"queues\":1,"
+		 "\"workload\":\"connrate\",\"direction\":null,\"streams\":null,"
+		 "\"metric\":\"redirect_fraction\",\"unit\":\"ratio\",\"median\":%.6f,\"min\":%.6f,"
+		 "\"max\":%.6f,\"n\":3},"
+		 "{\"stack\":\"system\",\"io_mode\":\"offload\",\"queues\":1,"
+		 "\"workload\":\"tcp_bulk\",\"direction\":\"up\",\"streams\":1,"
+		 "\"metric\":\"redirect_fraction\",\"unit\":\"ratio\",\"median\":0.9}]}",
+		 median, median, median);
 }
 
 static int compare_text(const char *btext, const char *ctext, const struct gate_opts *o,
@@ -233,8 +377,9 @@ static int compare_text(const char *btext, const char *ctext, const struct gate_
 	return code;
 }
 
-/* A ceiling fraction may fall by the tolerance (10 % with no spread), not more; rises pass. */
-Test(gate, ceiling_threshold_table)
+/* A redirect fraction may fall by the tolerance (10 % with no spread), not more; rises
+ * pass. */
+Test(gate, redirect_threshold_table)
 {
 	static const struct {
 		double change_pct;
@@ -249,17 +394,72 @@ Test(gate, ceiling_threshold_table)
 	struct gate_opts o;
 
 	gate_opts_init(&o);
-	ceiling_json(b, sizeof(b), 0.5, 0.5, 0.5);
+	redirect_json(b, sizeof(b), 0.5, 0.5, 0.5);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct gate_report rep = { 0 };
 		double m = 0.5 * (1 + cases[i].change_pct / 100);
-		ceiling_json(c, sizeof(c), m, m, m);
+		redirect_json(c, sizeof(c), m, m, m);
 		cr_expect_eq(compare_text(b, c, &o, &rep), cases[i].code, "change %.1f%%",
 			     cases[i].change_pct);
 		cr_expect_eq(rep.l[0].verdict, cases[i].v, "change %.1f%%", cases[i].change_pct);
 		cr_expect_float_eq(rep.l[0].tol_pct, 10.0, 1e-9);
 		gate_report_fini(&rep);
 	}
+}
+
+/* Connection-rate rows (null direction and streams) are keyed with "-" and judged like the
+ * bulk ones: lower is worse. The bulk row of the same subject is a separate row. */
+Test(gate, connrate_rows_judged)
+{
+	static const struct {
+		double median;
+		int code;
+		enum gate_verdict v;
+	} cases[] = {
+		{ 0.8, 0, GATE_OK }, { 0.74, 0, GATE_OK }, { 0.71, 1, GATE_REGRESSION },
+		{ 0.4, 1, GATE_REGRESSION }, { 0.9, 0, GATE_BETTER },
+	};
+	char b[1024], c[1024];
+	struct gate_opts o;
+
+	gate_opts_init(&o);
+	connrate_json(b, sizeof(b), 0.8);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct gate_report rep = { 0 };
+		connrate_json(c, sizeof(c), cases[i].median);
+		cr_expect_eq(compare_text(b, c, &o, &rep), cases[i].code, "median %.2f",
+			     cases[i].median);
+		cr_assert_eq(rep.n, 2);
+		cr_expect_eq(rep.compared, 2);
+		cr_expect_str_eq(rep.l[0].key, "system/offload/q1/connrate/-/-");
+		cr_expect_eq(rep.l[0].metric, GATE_REDIRECT);
+		cr_expect_eq(rep.l[0].verdict, cases[i].v, "median %.2f", cases[i].median);
+		cr_expect_str_eq(rep.l[1].key, "system/offload/q1/tcp_bulk/up/s1");
+		cr_expect_eq(rep.l[1].verdict, GATE_OK);
+		gate_report_fini(&rep);
+	}
+}
+
+/* Absent and null fields name the same cell; a second connrate row of a subject is a
+ * duplicate. */
+Test(gate, connrate_key_absent_equals_null)
+{
+	static const char *absent = "[{\"metric\":\"redirect_fraction\",\"stack\":\"lwip\","
+				    "\"io_mode\":\"offload\",\"queues\":1,"
+				    "\"workload\":\"connrate\",\"median\":0.5}]";
+	static const char *null = "[{\"metric\":\"redirect_fraction\",\"stack\":\"lwip\","
+				  "\"io_mode\":\"offload\",\"queues\":1,\"direction\":null,"
+				  "\"streams\":null,\"workload\":\"connrate\",\"median\":0.3}]";
+	struct gate_report rep = { 0 };
+	struct gate_opts o;
+
+	gate_opts_init(&o);
+	cr_expect_eq(compare_text(absent, null, &o, &rep), 1);
+	cr_assert_eq(rep.n, 1);
+	cr_expect_str_eq(rep.l[0].key, "lwip/offload/q1/connrate/-/-");
+	cr_expect_eq(rep.l[0].verdict, GATE_REGRESSION);
+	cr_expect_float_eq(rep.l[0].change_pct, -40.0, 1e-9);
+	gate_report_fini(&rep);
 }
 
 /* A wide measured spread widens the default tolerance; an explicit one overrides it. */
@@ -270,22 +470,22 @@ Test(gate, ratio_tolerance_from_spread)
 	struct gate_opts o;
 
 	gate_opts_init(&o);
-	ceiling_json(b, sizeof(b), 0.5, 0.4, 0.6); /* spread 40 % */
-	ceiling_json(c, sizeof(c), 0.425, 0.425, 0.425); /* -15 % */
+	redirect_json(b, sizeof(b), 0.5, 0.4, 0.6); /* spread 40 % */
+	redirect_json(c, sizeof(c), 0.425, 0.425, 0.425); /* -15 % */
 	cr_expect_eq(compare_text(b, c, &o, &rep), 0);
 	cr_expect_float_eq(rep.l[0].tol_pct, 40.0, 1e-9);
 	gate_report_fini(&rep);
 
 	/* the spread of the current file counts too */
-	ceiling_json(b, sizeof(b), 0.5, 0.5, 0.5);
-	ceiling_json(c, sizeof(c), 0.425, 0.34, 0.51); /* spread 40 % of 0.425 */
+	redirect_json(b, sizeof(b), 0.5, 0.5, 0.5);
+	redirect_json(c, sizeof(c), 0.425, 0.34, 0.51); /* spread 40 % of 0.425 */
 	cr_expect_eq(compare_text(b, c, &o, &rep), 0);
 	cr_expect_float_eq(rep.l[0].tol_pct, 40.0, 1e-6);
 	gate_report_fini(&rep);
 
 	o.ratio_tol_pct = 5;
-	ceiling_json(b, sizeof(b), 0.5, 0.4, 0.6);
-	ceiling_json(c, sizeof(c), 0.465, 0.465, 0.465); /* -7 % */
+	redirect_json(b, sizeof(b), 0.5, 0.4, 0.6);
+	redirect_json(c, sizeof(c), 0.465, 0.465, 0.465); /* -7 % */
 	cr_expect_eq(compare_text(b, c, &o, &rep), 1);
 	gate_report_fini(&rep);
 }
@@ -314,12 +514,14 @@ Test(gate, new_rows_and_ungated_metrics)
 	char b[512];
 	const char *c = "[{\"stack\":\"micro\",\"workload\":\"rewrite9\",\"metric\":"
 			"\"instructions_per_op\",\"median\":5},"
-			"{\"stack\":\"system\",\"workload\":\"x\",\"metric\":\"pps\",\"median\":\"n/a\"}]";
+			"{\"stack\":\"system\",\"workload\":\"x\",\"metric\":\"pps\",\"median\":\"n/a\"},"
+			"{\"stack\":\"system\",\"workload\":\"tcp_bulk\",\"metric\":"
+			"\"ceiling_fraction\",\"median\":0.01}]";
 	struct gate_report rep = { 0 };
 	struct gate_opts o;
 
 	gate_opts_init(&o);
-	ceiling_json(b, sizeof(b), 0.5, 0.5, 0.5);
+	redirect_json(b, sizeof(b), 0.5, 0.5, 0.5);
 	cr_expect_eq(compare_text(b, c, &o, &rep), 0);
 	cr_expect_eq(rep.missing, 1);
 	cr_expect_eq(rep.added, 1);
@@ -339,10 +541,10 @@ Test(gate, malformed_texts_name_the_path)
 		{ "{\"rows\":{}}", "f.json: $.rows: expected an array" },
 		{ "{\"rows\":[7]}", "f.json: $.rows[0]: expected an object" },
 		{ "{\"rows\":[{\"median\":1}]}", "f.json: $.rows[0].metric: missing" },
-		{ "[{\"metric\":\"ceiling_fraction\",\"stack\":1}]", "f.json: $[0].stack: expected a string" },
-		{ "[{\"metric\":\"ceiling_fraction\",\"stack\":\"s\",\"workload\":\"w\"}]",
+		{ "[{\"metric\":\"redirect_fraction\",\"stack\":1}]", "f.json: $[0].stack: expected a string" },
+		{ "[{\"metric\":\"redirect_fraction\",\"stack\":\"s\",\"workload\":\"w\"}]",
 		  "f.json: $[0].median: missing" },
-		{ "[{\"metric\":\"ceiling_fraction\",\"stack\":\"s\",\"workload\":\"w\",\"median\":1,"
+		{ "[{\"metric\":\"redirect_fraction\",\"stack\":\"s\",\"workload\":\"w\",\"median\":1,"
 		  "\"streams\":\"16\"}]", "f.json: $[0].streams: expected a number" },
 		{ "{\"callgrind\":{\"rewrite4\":{\"instructions\":\"1\"}}}",
 		  "f.json: $.callgrind.rewrite4.instructions: expected a number" },
@@ -357,6 +559,10 @@ Test(gate, malformed_texts_name_the_path)
 		{ "[{\"metric\":\"instructions_per_op\",\"stack\":\"micro\",\"workload\":\"a\",\"median\":1},"
 		  "{\"metric\":\"instructions_per_op\",\"stack\":\"micro\",\"workload\":\"a\",\"median\":2}]",
 		  "f.json: $[1]: duplicate instructions_per_op row for \"a\"" },
+		{ "[{\"metric\":\"redirect_fraction\",\"stack\":\"s\",\"workload\":\"connrate\","
+		  "\"median\":1},{\"metric\":\"redirect_fraction\",\"stack\":\"s\","
+		  "\"workload\":\"connrate\",\"direction\":null,\"median\":2}]",
+		  "f.json: $[1]: duplicate redirect_fraction row for \"s/-/-/connrate/-/-\"" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
