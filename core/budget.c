@@ -313,6 +313,11 @@ bool budget_tcp_would_admit(const struct budget *b)
 	return atomic_load_explicit(&b->tcp_in_use, memory_order_relaxed) < b->lim.tcp_sessions[t];
 }
 
+void budget_tcp_count_refusal(struct budget *b)
+{
+	ctr_add_shared(&b->tcp_refused[budget_get_tier(b)], 1);
+}
+
 void budget_tcp_release(struct budget *b)
 {
 	gauge_give(b, &b->tcp_in_use, 1);

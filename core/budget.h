@@ -114,6 +114,10 @@ void budget_tcp_release(struct budget *b);
 /* Would budget_tcp_acquire admit now? No side effect (a stack that must decide at SYN time
  * but acquires only when the handshake completes asks this first). */
 bool budget_tcp_would_admit(const struct budget *b);
+/* Count one refusal that budget_tcp_would_admit decided (in tcp_refused, under the tier in
+ * force), so a stack that refuses at the SYN shows in the same counter as one that refuses
+ * at accept. */
+void budget_tcp_count_refusal(struct budget *b);
 
 /* --- Pressure tier ---
  * The effective tier is the forced one if set, else the one computed by the last update. */

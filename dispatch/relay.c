@@ -421,6 +421,48 @@ static int dir_eof(struct rdir *d)
 	return 0;
 }
 
+/* The pool has no buffer: a source that can be looked into is passed straight to dst through
+ * a buffer on the stack: peek, write what dst takes, then read exactly that from src. Bytes
+ * waiting in the source may be what holds the budget (lwIP's received segments are charged to
+ * it), and without this every relay could wait for a buffer that only draining them frees.
+ * >0 bytes moved, 0 nothing now (no peek, nothing queued, dst full), -1 end. */
+static ssize_t dir_pass(struct rdir *d)
+{
+	struct relay *r = d->r;
+	uint8_t tmp[RELAY_SINK_BYTES];
+	ssize_t n, w;
+
+	if (!stream_can_peek(d->src))
+		return 0;
+	n = stream_peek(d->src, tmp, sizeof(tmp));
+	if (n == 0)
+		return dir_eof(d);
+	if (n == -EAGAIN)
+		return 0;
+	if (n < 0) {
+		relay_fail(r, (int)d->id, (int)n);
+		return -1;
+	}
+	w = stream_write(d->dst, tmp, (size_t)n);
+	if (w == -EAGAIN)
+		return 0;
+	if (w < 0) {
+		int side = 1 - (int)d->id;
+
+		if (w != -EPIPE && !r->reset_err[side])
+			r->reset_err[side] = (int)w;
+		side_failed(r, side, (int)w);
+		return -1;
+	}
+	if ((n = stream_read(d->src, tmp, (size_t)w)) != w) {
+		relay_fail(r, (int)d->id, n < 0 ? (int)n : -EIO); /* peek promised these bytes */
+		return -1;
+	}
+	gauge_add(&r->ctr->buf_bytes_inflight, (uint64_t)w);
+	dir_delivered(d, (size_t)w, false);
+	return w;
+}
+
 /* Read into an empty copy buffer. >0 bytes, 0 nothing now (EAGAIN, EOF, no buffer), -1 end. */
 static ssize_t dir_pull_copy(struct rdir *d)
 {
@@ -430,6 +472,8 @@ static ssize_t dir_pull_copy(struct rdir *d)
 	if (!d->buf) {
 		d->buf = bufpool_get(r->bufs);
 		if (!d->buf) {
+			if ((n = dir_pass(d)) != 0 || d->eof)
+				return n;
 			d->buf_wait = true;
 			ctr_inc(&r->ctr->buf_waits);
 			if (!evtimer_pending(r->retry_ev, NULL)) {

@@ -52,6 +52,7 @@
 	                      /* a segment whose checksum then failed */                        \
 	X(rx_payload_nomem)   /* no memory for a segment's payload: dropped (retransmitted), */ \
 	                      /* its acknowledgement and window still given to lwIP */          \
+	X(ooseq_freed)        /* out-of-order queues let go when a payload found no memory */   \
 	X(write_nomem)        /* stream writes lwIP refused (memory): the writer waits */       \
 	X(drop_too_big)       /* an lwIP output larger than the MTU (never expected) */         \
 	X(drop_input_too_big) /* a super-packet over pbuf's u16 length (BIG TCP): dropped */     \
@@ -482,12 +483,27 @@ static void strip_segment(const struct pkt_view *v, struct pbuf *p)
 	csum_store16(t + TCP_OFF_CSUM, (uint16_t)~csum_fold(csum_partial(t, hl, s)));
 }
 
+/* Out-of-order segments hold budget while they wait for the one before them. When a payload
+ * finds no memory, that one may be the missing segment, and its every retransmission would be
+ * refused for the memory the queue behind it holds: the connection (and every other one
+ * waiting for the budget) would stall for good. Nothing queued out of order was acknowledged,
+ * so letting it go costs only its retransmission. */
+static void free_ooseq(struct lwip_stack *st)
+{
+	for (struct tcp_pcb *pcb = tcp_active_pcbs; pcb; pcb = pcb->next)
+		if (pcb->ooseq) {
+			tcp_free_ooseq(pcb);
+			ctr_inc(&st->ctr.ooseq_freed);
+		}
+}
+
 /* The budget refused the memory for v (len bytes without IPv6 extension headers). A segment
  * that occupies no sequence space (a pure ACK or RST) goes in whole from the stack's own
  * buffer; of any other but a SYN the header goes in, without payload and FIN (the app
- * retransmits them). A connection whose unacknowledged data holds the memory would otherwise
- * never see the acknowledgement that frees it, and lwIP would abort it after its
- * retransmissions. A SYN is refused whole. NULL: dropped, counted. Out of line: rare. */
+ * retransmits them), and the out-of-order queues go (free_ooseq). A connection whose
+ * unacknowledged data holds the memory would otherwise never see the acknowledgement that
+ * frees it, and lwIP would abort it after its retransmissions. A SYN is refused whole. NULL:
+ * dropped, counted. Out of line: rare. */
 __attribute__((noinline, cold)) static struct pbuf *
 input_refused(struct lwip_stack *st, const struct pkt_view *v, uint32_t len,
 	      const struct pkt_meta *meta)
@@ -507,6 +523,7 @@ input_refused(struct lwip_stack *st, const struct pkt_view *v, uint32_t len,
 	}
 	strip_segment(v, p);
 	ctr_inc(&st->ctr.rx_payload_nomem);
+	free_ooseq(st);
 	return p;
 }
 
@@ -669,6 +686,7 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 	if ((v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN &&
 	    !budget_tcp_would_admit(st->env.budget)) {
 		ctr_inc(&st->ctr.admission_refused);
+		budget_tcp_count_refusal(st->env.budget);
 		*out_len = rewrite_tcp_rst(v);
 		*plain = true;
 		return DRIVER_WRITE;

@@ -330,6 +330,10 @@ Test(lwip_stack, admission_refused_at_the_syn)
 	cr_assert_eq(tu_get32(v.l4 + 8), 6);
 	cr_assert(tu_verify_l4(buf, ol));
 	cr_assert_eq(counter("admission_refused"), 1);
+	struct budget_stats bs;
+	budget_get_stats(bud, &bs);
+	cr_assert_eq(bs.tcp_refused[BUDGET_NORMAL], 2,
+		     "the budget counts the SYN refused, as well as the acquire above");
 	/* Ending the session gives the permit back: the next SYN reaches lwIP. */
 	acc_s[0]->ops->abort(acc_s[0]);
 	n_acc = 0;

@@ -1085,3 +1085,39 @@ Test(lwip_stream, input_without_memory_still_delivers_the_ack)
 	cr_assert_eq(stack_counter("drop_nomem"), 0);
 	cr_assert_eq(E.o.errors, 0);
 }
+
+/* A segment that arrives after a lost one waits in lwIP's out-of-order queue, charged to the
+ * budget. With the budget spent, the lost segment's retransmission finds no memory for its
+ * payload: the queue behind it lets go (counted), so the next retransmission gets in with the
+ * memory the queue held. Before, the queue kept that memory while every retransmission of the
+ * segment it waited for was refused: the connection, and every other one waiting for the
+ * budget, stalled for good. */
+Test(lwip_stream, input_without_memory_frees_the_out_of_order_queue)
+{
+	uint8_t a[MSS], b[MSS], rd[2 * MSS];
+	uint32_t seq0;
+	uint64_t mem0;
+
+	handshake();
+	fill(a, sizeof(a), 21);
+	fill(b, sizeof(b), 22);
+	seq0 = E.c.snd_nxt;
+	inject(TCP_ACK | TCP_PSH, seq0 + (uint32_t)MSS, b, sizeof(b)); /* a was lost */
+	cr_assert_eq(stream_read(E.s, rd, sizeof(rd)), -EAGAIN);
+	mem0 = lwip_glue_mem_bytes();
+	E.held = exhaust_budget();
+
+	inject(TCP_ACK, seq0, a, sizeof(a)); /* a's retransmission: no memory for it */
+	cr_assert_eq(stack_counter("rx_payload_nomem"), 1);
+	cr_assert_eq(stack_counter("ooseq_freed"), 1);
+	cr_assert_lt(lwip_glue_mem_bytes(), mem0, "the out-of-order segment still holds memory");
+	cr_assert_eq(stream_read(E.s, rd, sizeof(rd)), -EAGAIN);
+
+	inject(TCP_ACK, seq0, a, sizeof(a)); /* the next one gets the memory b held */
+	cr_assert_eq(stream_read(E.s, rd, sizeof(rd)), (ssize_t)MSS, "a's retransmission was refused");
+	cr_assert_arr_eq(rd, a, MSS);
+	inject(TCP_ACK | TCP_PSH, seq0 + (uint32_t)MSS, b, sizeof(b)); /* and b's, after it */
+	cr_assert_eq(stream_read(E.s, rd, sizeof(rd)), (ssize_t)MSS);
+	cr_assert_arr_eq(rd, b, MSS);
+	cr_assert_eq(E.o.errors, 0);
+}

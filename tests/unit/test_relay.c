@@ -1164,17 +1164,29 @@ static bool down_waiting(void *arg)
 	return ctr_get(&E.ctr.buf_waits) > 0;
 }
 
+static struct stream *nofd_wrap(struct stream *inner);
+
 /* One relay buffer in the whole pool. B does not read, so the up direction keeps the buffer
- * with bytes for B; B's own data then finds no buffer: the down direction waits (counted)
- * instead of spinning. When B reads again the buffer frees up and everything arrives. */
+ * with bytes for B; B's own data then finds no buffer, and B's stream cannot be looked into
+ * (no peek, so nothing can be passed through): the down direction waits (counted) instead of
+ * spinning. When B reads again the buffer frees up and everything arrives. */
 Test(relay, buffer_pool_exhausted_waits_then_resumes)
 {
 	struct h h;
 	struct h_opts o = { .mode = TS_RELAY_COPY, .small = true };
 	struct relay_stats st;
+	int a_app, a_rel, b_rel, b_app;
+	struct stream *sa, *sb;
 
 	env_init(16384, 200, 1);
-	h_start(&h, &o);
+	memset(&h, 0, sizeof(h));
+	tcp_pair(&a_app, &a_rel, true);
+	tcp_pair(&b_rel, &b_app, true);
+	cr_assert_eq(stream_sock_new(E.base, a_rel, &sa), 0);
+	cr_assert_eq(stream_sock_new(E.base, b_rel, &sb), 0);
+	h.a = peer_new(a_app, 0xA, 0, false);
+	h.b = peer_new(b_app, 0xB, 0, false);
+	h_relay(&h, sa, nofd_wrap(sb), &o);
 	h.a->to_send = 8 * MIB;
 	h.a->shut_when_sent = true;
 	h.b->paused = true;
@@ -1195,6 +1207,38 @@ Test(relay, buffer_pool_exhausted_waits_then_resumes)
 	expect_intact(h.a, h.b);
 	expect_intact(h.b, h.a);
 	cr_assert_eq(h.reason, RELAY_DONE);
+	h_fini(&h);
+}
+
+/* The whole buffer budget is held elsewhere (as lwIP's received segments can hold it): no
+ * relay buffer can be had, yet both directions arrive intact, each passed through a buffer on
+ * the stack (a socket can be peeked), instead of waiting for a buffer that only draining
+ * those segments would free. */
+Test(relay, buffer_budget_spent_passes_through)
+{
+	struct h h;
+	struct h_opts o = { .mode = TS_RELAY_COPY };
+	struct bufpool_stats bs;
+	uint64_t all = budget_get_limits(E.budget)->buffer_bytes;
+
+	cr_assert_eq(budget_bytes_reserve(E.budget, all), 0);
+	h_start(&h, &o);
+	h.a->to_send = 4 * MIB;
+	h.a->shut_when_sent = true;
+	h.b->to_send = 4 * MIB;
+	h.b->shut_when_sent = true;
+	peer_start(h.a);
+	peer_start(h.b);
+	cr_assert(run_until(all_done, &h, 20000));
+	expect_intact(h.a, h.b);
+	expect_intact(h.b, h.a);
+	cr_assert_eq(h.reason, RELAY_DONE);
+	cr_assert_eq(h.st.copy_bytes, 8 * MIB);
+	bufpool_get_stats(E.bufs, &bs);
+	cr_assert_eq(bs.gets, 0, "no buffer was ever handed out");
+	cr_assert(bs.refused_budget > 0);
+	cr_assert_eq(ctr_get(&E.ctr.buf_bytes_inflight), 0);
+	budget_bytes_release(E.budget, all);
 	h_fini(&h);
 }
 
