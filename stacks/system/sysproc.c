@@ -172,10 +172,14 @@ static struct sys_disp tcp_uplink(struct sysproc *p, const struct pkt_view *v, b
 		return (struct sys_disp){ .action = SYS_WRITE, .len = (uint32_t)rewrite_tcp_rst(v),
 					  .plain = true };
 	}
-	if (ret == -ENOSPC)
-		return drop(&c->drop_nat_budget);
-	if (ret == -EADDRNOTAVAIL)
-		return drop(&c->drop_nat_ports);
+	if (ret == -ENOSPC || ret == -EADDRNOTAVAIL) {
+		/* The table is full: new work is refused with a RST, so the app fails now and not
+		 * after its SYN retransmissions, as every other exhausted budget does. (A source
+		 * over its HALF_OPEN share, below, was stopped before it reached the budget.) */
+		ctr_inc(ret == -ENOSPC ? &c->drop_nat_budget : &c->drop_nat_ports);
+		return (struct sys_disp){ .action = SYS_WRITE, .len = (uint32_t)rewrite_tcp_rst(v),
+					  .plain = true };
+	}
 	if (ret == -EBUSY) /* a SYN flood's share: silence, as for the other refusals */
 		return drop(&c->drop_nat_half_open);
 	if (ret != 0) /* -ENOMEM: the only other refusal for a well-formed key */

@@ -46,8 +46,8 @@ struct sys_disp {
 	X(rst_sent)            /* unmapped uplink non-SYN answered with RST */                 \
 	X(drop_downlink_no_mapping)                                                            \
 	X(drop_rst_no_mapping) /* unmapped uplink RST: never answered */                       \
-	X(drop_nat_budget)     /* new flow refused: NAT entry budget exhausted */              \
-	X(drop_nat_ports)      /* new flow refused: no free NAT tuple */                       \
+	X(drop_nat_budget)     /* new flow refused (RST): NAT entry budget exhausted */        \
+	X(drop_nat_ports)      /* new flow refused (RST): no free NAT tuple */                 \
 	X(drop_nat_nomem)      /* new flow refused: the table could not grow (ENOMEM) */        \
 	X(drop_nat_half_open)  /* new flow refused: HALF_OPEN limit (in all, source host/net) */ \
 	X(drop_bad_offload)    /* NEEDS_CSUM metadata that does not point at the L4 checksum */

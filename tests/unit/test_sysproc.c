@@ -520,19 +520,34 @@ Test(sysproc, parse_failures_counted_by_reason)
 	cr_assert_eq(ctr_get(&ctr.rx_packets), 3);
 }
 
-Test(sysproc, nat_budget_exhaustion_drops_new_flows_only)
+/* A full table refuses a new flow with a RST back to its app (not the silence a flood's SYN
+ * gets), counted once; the existing flow is untouched. */
+Test(sysproc, nat_budget_exhaustion_refuses_new_flows_only)
 {
 	teardown();
 	make(1, false);
 	struct nat_tuple t;
+	struct sys_disp d;
 	size_t len;
 	uplink_syn("10.0.0.9", "1.1.1.1", 1111, 443, &t, &len);
 	struct tu_spec s;
 	tu_spec_tcp(&s, "10.0.0.9", 2222, "1.1.1.1", 443);
 	s.tcp_flags = TCP_SYN;
+	s.seq = 1000;
 	len = tu_build(&s, buf, sizeof(buf));
-	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
-	cr_assert_eq(ctr_get(&ctr.drop_nat_budget), 1);
+	d = run(len, SEC(1));
+	cr_assert_eq(d.action, SYS_WRITE);
+	cr_expect(d.plain);
+	cr_assert_eq(d.len, 40);
+	assert_valid(d.len);
+	const uint8_t *tcp = buf + 20;
+	cr_expect_eq(tu_get16(tcp), 443);
+	cr_expect_eq(tu_get16(tcp + 2), 2222, "the RST goes back to the app's port");
+	cr_expect_eq(tcp[13], TCP_RST | TCP_ACK, "flags %#x", tcp[13]);
+	cr_expect_eq(tu_get32(tcp + 8), 1001, "it acknowledges the SYN");
+	cr_expect_eq(ctr_get(&ctr.drop_nat_budget), 1);
+	cr_expect_eq(ctr_get(&ctr.rst_sent), 0);
+	cr_expect_eq(sysproc_counters_drops(&ctr), 1);
 	/* The existing flow is undisturbed. */
 	len = kernel_reply(&t, TCP_SYN | TCP_ACK, 0);
 	cr_assert_eq(run(len, SEC(1)).action, SYS_WRITE);
