@@ -3,7 +3,8 @@
  * Layout: 64 forward shards (flow_key -> entry; each also owns the deadline heap and the entry
  * slab of its entries) and 64 reverse shards (tuple -> entry). A per-family owner map (one byte
  * per tuple) and an atomic cursor hand out tuples; freed tuples rest in a FIFO quarantine before
- * their byte clears.
+ * their byte clears. The cursor walks a window of the space that grows with demand (see
+ * tuple_alloc), so the pages of the owner map a light load touches stay few.
  *
  * Lock order: forward shard -> reverse shard -> quarantine lock. Never two shards of one kind.
  * Invariants (checked with assert in debug builds):
@@ -148,6 +149,8 @@ struct nat_table {
 	_Atomic uint8_t *owner[2];      /* per family [v4, v6], per tuple: OWNED|fshard or 0 */
 
 	alignas(CACHELINE) _Atomic uint32_t cursor[2];
+	_Atomic uint32_t wmask[2]; /* the cursor's window: size - 1 (a power of two), 0 = space */
+	uint32_t wbase[2];         /* where the window starts in the space */
 	_Atomic uint32_t purge_cursor;
 	alignas(CACHELINE) _Atomic uint64_t gen;
 	/* Entries reserved against max_entries (OCC_LIVE units, low half) and HALF_OPEN entries
@@ -724,7 +727,7 @@ HOT void share_put(struct nat_table *t, const void *key, uint64_t sub, uint8_t a
 /* ---- tuple space ------------------------------------------------------------------------- */
 
 /* Index order: listener fastest, then address, then port (accept queues stay balanced). */
-static uint64_t tuple_from_index(const struct nat_table *t, int fam, uint32_t i)
+HOT uint64_t tuple_from_index(const struct nat_table *t, int fam, uint32_t i)
 {
 	uint32_t j = fastdiv(&t->div_l, i);
 	uint32_t k = fastdiv(&t->div_a, j);
@@ -765,17 +768,70 @@ static inline bool tuple_claim(_Atomic uint8_t *owner, uint32_t i, uint32_t fs)
 						       memory_order_acq_rel, memory_order_relaxed);
 }
 
-/* At most probe_max probes from the shared cursor; every probe advances it. */
+/* Tuples claimed now, of both families: entries reserved against the budget plus tuples at
+ * rest. An over-estimate for one family, which only grows its window sooner. */
+static inline uint64_t tuples_busy(const struct nat_table *t)
+{
+	return (uint32_t)atomic_load_explicit(&t->occ, memory_order_relaxed) +
+	       atomic_load_explicit(&t->q_count, memory_order_relaxed);
+}
+
+/* Double fam's window (the whole space once that is no smaller); returns the mask in force.
+ * Racing growers: one CAS wins, the others see its value. The window never shrinks. */
+__attribute__((noinline)) static uint32_t window_grow(struct nat_table *t, int fam, uint32_t mask)
+{
+	uint32_t next = mask << 1 | 1;
+
+	if (next >= t->space - 1)
+		next = 0;
+	if (atomic_compare_exchange_strong_explicit(&t->wmask[fam], &mask, next,
+						    memory_order_relaxed, memory_order_relaxed))
+		ctr_add_shared(&t->ctr.window_grown, 1);
+	else
+		next = mask; /* another thread moved it first */
+	return next;
+}
+
+/* Grow fam's window while more than half of it could be busy. */
+__attribute__((noinline)) static uint32_t window_fit(struct nat_table *t, int fam, uint32_t mask)
+{
+	while (mask && tuples_busy(t) * 2 > (uint64_t)mask + 1)
+		mask = window_grow(t, fam, mask);
+	return mask;
+}
+
+/* At most probe_max probes from the shared cursor; every probe advances it.
+ *
+ * The cursor walks a window of NAT_WINDOW_MIN tuples from a random start in the space, and the
+ * window doubles when more than half of it could be busy (tuples_busy, looked at every
+ * NAT_WINDOW_RUN steps of the cursor) or when NAT_WINDOW_RUN probes in a row find busy tuples
+ * (a block of long-held connections), until it is the whole space. Walking the window in order
+ * still gives every tuple the longest rest the window allows before its reuse; but the owner
+ * map is touched only as far as the demand has ever reached, where a walk over the whole
+ * space would fault in all of it (a byte per tuple, 504 KiB per family with the defaults) page
+ * by page over hours of light use. */
 HOT int tuple_alloc(struct nat_table *t, int fam, uint32_t fs, uint64_t *tkey_out)
 {
+	uint32_t mask = atomic_load_explicit(&t->wmask[fam], memory_order_relaxed);
+
 	for (uint32_t n = 0; n < t->probe_max; n++) {
 		uint32_t c = atomic_fetch_add_explicit(&t->cursor[fam], 1, memory_order_relaxed);
-		uint32_t i = fastmod(&t->div_n, c);
+		uint32_t i;
 
+		if (mask && __builtin_expect(c % NAT_WINDOW_RUN == 0, 0))
+			mask = window_fit(t, fam, mask);
+		if (mask) {
+			i = t->wbase[fam] + (c & mask);
+			i -= i >= t->space ? t->space : 0;
+		} else {
+			i = fastmod(&t->div_n, c);
+		}
 		if (tuple_claim(t->owner[fam], i, fs)) {
 			*tkey_out = tuple_from_index(t, fam, i);
 			return 0;
 		}
+		if (mask && (n + 1) % NAT_WINDOW_RUN == 0)
+			mask = window_grow(t, fam, mask);
 	}
 	ctr_add_shared(&t->ctr.ports_exhausted, 1);
 	return -EADDRNOTAVAIL;
@@ -977,8 +1033,11 @@ int nat_table_new(const struct nat_config *cfg, struct nat_table **out)
 	fastdiv_init(&t->div_l, cfg->n_listeners);
 	fastdiv_init(&t->div_a, cfg->n_addrs);
 	fastdiv_init(&t->div_n, t->space);
-	for (int f = 0; f < 2; f++)
+	for (int f = 0; f < 2; f++) {
 		atomic_init(&t->cursor[f], (uint32_t)splitmix64(&s));
+		t->wbase[f] = fastmod(&t->div_n, (uint32_t)splitmix64(&s));
+		atomic_init(&t->wmask[f], t->space > NAT_WINDOW_MIN ? NAT_WINDOW_MIN - 1 : 0);
+	}
 	for (int i = 0; i < SRC_LEVELS * SRC_ROWS + 1; i++)
 		t->sk[i] = splitmix64(&s);
 	for (int f = 0; f < 2; f++) {

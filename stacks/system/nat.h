@@ -38,6 +38,8 @@
 
 #define NAT_SHARDS 64
 #define NAT_PROBE_LIMIT 4096
+#define NAT_WINDOW_MIN 16384 /* tuples the cursor walks at first (a power of two) */
+#define NAT_WINDOW_RUN 64    /* busy tuples in a row that double the window */
 #define NAT_MAX_ADDRS 64
 #define NAT_MAX_LISTENERS 16
 #define NAT_RELEASE_PER_ALLOC 2 /* due quarantined tuples released before each allocation */
@@ -115,6 +117,7 @@ void nat_config_half_open_limits(struct nat_config *c);
 	X(gen_mismatch)      /* mark_closing with a stale generation: ignored */                \
 	X(budget_exhausted)  /* entry budget full: new flow refused */                         \
 	X(ports_exhausted)   /* no free tuple within NAT_PROBE_LIMIT probes */                 \
+	X(window_grown)      /* the allocation window of a family doubled (see tuple_alloc) */  \
 	X(half_open_full)    /* half_open_max HALF_OPEN entries: new flow refused */            \
 	X(half_open_host)    /* the source host's half_open_per_host reached: refused */        \
 	X(half_open_net)     /* the source network's half_open_per_net reached: refused */

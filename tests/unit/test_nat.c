@@ -1009,6 +1009,188 @@ Test(nat, allocation_order_and_determinism)
 	nat_table_free(t2);
 }
 
+/* ---- the allocation window ------------------------------------------------------------------ */
+
+/* The default space (4 x 2 x 64512 tuples); time in 1 ms steps, a 1 s quarantine and no linger,
+ * so that a churn keeps about a thousand tuples busy. */
+static uint64_t nat_quarantine_count(const struct nat_table *t)
+{
+	struct nat_stats st;
+
+	nat_get_stats(t, &st);
+	return st.quarantine;
+}
+
+static uint64_t window_grown(const struct nat_table *t)
+{
+	return ctr_get(&nat_get_counters(t)->window_grown);
+}
+
+static struct nat_config cfg_window(void)
+{
+	struct nat_config c;
+
+	nat_config_default(&c);
+	c.max_entries = 65536;
+	c.half_open_max = 65536;
+	c.half_open_quiet = 65536;
+	c.half_open_per_host = 65536;
+	c.half_open_per_net = 65536;
+	c.linger_ns = 0;
+	c.quarantine_ns = SEC(1);
+	c.seed = 7;
+	return c;
+}
+
+/* n connections opened, accepted, closed and purged one after another from *now on, 1 ms
+ * apart; every tuple's index is set in seen (if not NULL). Returns the distinct indices. */
+static uint32_t churn(struct nat_table *t, const struct nat_config *c, uint32_t n, uint32_t salt,
+		      int64_t *now, uint8_t *seen)
+{
+	uint32_t distinct = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct flow_key k = key4(0x0a000000 + salt + i / 60000, (uint16_t)(1024 + i % 60000),
+					 0x01010101, 443);
+		struct nat_tuple tp;
+		uint32_t idx;
+
+		open_and_close(t, &k, *now, &tp);
+		idx = tuple_index(c, &tp);
+		if (seen && !seen[idx]) {
+			seen[idx] = 1;
+			distinct++;
+		}
+		*now += MS(1);
+		nat_purge(t, *now, 64);
+	}
+	return distinct;
+}
+
+Test(nat, window_keeps_a_light_load_in_few_pages)
+{
+	/* 60,000 connections at about a thousand busy: every tuple from one window of 16,384, so
+	 * the byte map behind the rest of the 516,096 is never touched. */
+	struct nat_config c = cfg_window();
+	struct nat_table *t = table(&c);
+	uint32_t space = 4 * 2 * 64512;
+	uint8_t *seen = calloc(space, 1);
+	int64_t now = SEC(1);
+	struct snap s0 = snap(t);
+	uint32_t distinct, lo = space, hi = 0;
+
+	cr_assert_not_null(seen);
+	distinct = churn(t, &c, 60000, 0, &now, seen);
+	cr_expect_eq(distinct, NAT_WINDOW_MIN, "every tuple of the window, none beyond: %u",
+		     distinct);
+	for (uint32_t i = 0; i < space; i++)
+		if (seen[i]) {
+			lo = i < lo ? i : lo;
+			hi = i;
+		}
+	/* One run of indices, or two when the window wraps past the end of the space. */
+	cr_expect(hi - lo + 1 == NAT_WINDOW_MIN || (lo == 0 && hi == space - 1),
+		  "window [%u, %u]", lo, hi);
+	DELTA(s0, t, .created = 60000, .accepted = 60000, .closed = 60000, .expired = 60000,
+	      .quarantined = 60000, .released = 60000 - nat_quarantine_count(t));
+	free(seen);
+	nat_table_free(t);
+}
+
+Test(nat, window_doubles_when_half_of_it_is_busy)
+{
+	/* 10,000 held: more than half of the first window, so it grows, and no connection fails. */
+	struct nat_config c = cfg_window();
+	struct nat_table *t = table(&c);
+	uint32_t space = 4 * 2 * 64512;
+	uint8_t *seen = calloc(space, 1);
+	int64_t now = SEC(1);
+	struct snap s0 = snap(t);
+	uint32_t distinct;
+	uint64_t grown;
+
+	cr_assert_not_null(seen);
+	for (uint32_t i = 0; i < 10000; i++) {
+		struct flow_key k = key4(0x0b000000 + i, 5000, 0x01010101, 443);
+		struct nat_tuple tp;
+
+		struct flow_key back;
+		uint64_t gen;
+
+		cr_assert_eq(nat_uplink(t, &k, true, now, &tp), 0, "held %u", i);
+		cr_assert_eq(nat_accept(t, &tp, now, &back, &gen), 0);
+		seen[tuple_index(&c, &tp)] = 1;
+	}
+	DELTA(s0, t, .created = 10000, .accepted = 10000, .window_grown = 1);
+	distinct = churn(t, &c, 40000, 0, &now, seen);
+	/* The churn laps the held block, and each time the cursor meets it the window doubles
+	 * (once or twice: a doubling leaves the cursor in the block half of the time); either
+	 * way the tuples ever used stay a fraction of the space. */
+	grown = window_grown(t) - s0.window_grown;
+	cr_expect(grown >= 1 && grown <= 4, "grown %llu", (unsigned long long)grown);
+	cr_expect_gt(distinct, NAT_WINDOW_MIN, "the churn used the grown window: %u", distinct);
+	cr_expect_leq(distinct, (NAT_WINDOW_MIN << grown) - 10000, "%u", distinct);
+	DELTA(s0, t, .created = 50000, .accepted = 50000, .closed = 40000, .expired = 40000,
+	      .quarantined = 40000, .released = 40000 - nat_quarantine_count(t),
+	      .window_grown = grown);
+	free(seen);
+	nat_table_free(t);
+}
+
+Test(nat, window_grows_past_a_block_of_held_tuples)
+{
+	/* 6,000 held in a row (under half the window) and a churn that laps them: the cursor finds
+	 * a run of busy tuples longer than the probe limit, and the window grows instead of
+	 * refusing a connection. */
+	struct nat_config c = cfg_window();
+	struct nat_table *t = table(&c);
+	int64_t now = SEC(1);
+	struct snap s0 = snap(t);
+	uint64_t grown;
+
+	for (uint32_t i = 0; i < 6000; i++) {
+		struct flow_key k = key4(0x0b000000 + i, 5000, 0x01010101, 443);
+		struct nat_tuple tp;
+
+		struct flow_key back;
+		uint64_t gen;
+
+		cr_assert_eq(nat_uplink(t, &k, true, now, &tp), 0, "held %u", i);
+		cr_assert_eq(nat_accept(t, &tp, now, &back, &gen), 0);
+	}
+	DELTA(s0, t, .created = 6000, .accepted = 6000);
+	churn(t, &c, 30000, 0, &now, NULL);
+	grown = window_grown(t) - s0.window_grown;
+	cr_expect(grown >= 1 && grown <= 3, "grown %llu", (unsigned long long)grown);
+	DELTA(s0, t, .created = 36000, .accepted = 36000, .closed = 30000, .expired = 30000,
+	      .quarantined = 30000, .released = 30000 - nat_quarantine_count(t),
+	      .window_grown = grown);
+	nat_table_free(t);
+}
+
+Test(nat, small_space_has_no_window)
+{
+	/* A space of NAT_WINDOW_MIN tuples or fewer is walked whole from the start. */
+	struct nat_config c = cfg_window();
+	struct nat_table *t;
+	uint8_t seen[NAT_WINDOW_MIN] = { 0 };
+	int64_t now = SEC(1);
+	struct snap s0;
+
+	c.n_addrs = 1;
+	c.n_listeners = 1;
+	c.port_min = 1;
+	c.port_max = NAT_WINDOW_MIN;
+	t = table(&c);
+	s0 = snap(t);
+	cr_expect_eq(churn(t, &c, 3 * NAT_WINDOW_MIN, 0, &now, seen), NAT_WINDOW_MIN);
+	DELTA(s0, t, .created = 3 * NAT_WINDOW_MIN, .accepted = 3 * NAT_WINDOW_MIN,
+	      .closed = 3 * NAT_WINDOW_MIN, .expired = 3 * NAT_WINDOW_MIN,
+	      .quarantined = 3 * NAT_WINDOW_MIN,
+	      .released = 3 * NAT_WINDOW_MIN - nat_quarantine_count(t));
+	nat_table_free(t);
+}
+
 Test(nat, families_have_separate_spaces)
 {
 	struct nat_config c = cfg_small();
