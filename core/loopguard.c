@@ -5,13 +5,14 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 
 #ifndef SO_COOKIE
 #define SO_COOKIE 57
 #endif
 
-#define PORTS 65536
+#define TAB_BYTES (LOOPGUARD_PORTS * sizeof(uint64_t))
 
 int loopguard_new(const uint8_t gw4[4], const uint8_t gw6[16], struct loopguard **out)
 {
@@ -21,10 +22,16 @@ int loopguard_new(const uint8_t gw4[4], const uint8_t gw6[16], struct loopguard 
 		return -ENOMEM;
 	for (int u = 0; u < 2; u++) {
 		for (int f = 0; f < 2; f++) {
-			if (!(lg->tab[u][f] = calloc(PORTS, sizeof(*lg->tab[u][f])))) {
+			/* Page-aligned and zero without a touch: a page costs memory only once a
+			 * port on it is recorded. */
+			void *m = mmap(NULL, TAB_BYTES, PROT_READ | PROT_WRITE,
+				       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+			if (m == MAP_FAILED) {
 				loopguard_free(lg);
 				return -ENOMEM;
 			}
+			lg->tab[u][f] = m;
 		}
 	}
 	if ((lg->has4 = gw4 != NULL))
@@ -41,7 +48,8 @@ void loopguard_free(struct loopguard *lg)
 		return;
 	for (int u = 0; u < 2; u++)
 		for (int f = 0; f < 2; f++)
-			free(lg->tab[u][f]);
+			if (lg->tab[u][f])
+				munmap((void *)lg->tab[u][f], TAB_BYTES);
 	free(lg);
 }
 
@@ -79,8 +87,12 @@ static int record(struct loopguard *lg, int fd, int udp, int family, uint16_t po
 	uint64_t cookie;
 	int ret;
 
+	unsigned pg = port / LOOPGUARD_PAGE_PORTS;
+
 	if ((ret = cookie_of(fd, &cookie)) != 0)
 		return ret;
+	atomic_fetch_or_explicit(&lg->pages[udp][family == 6][pg / 64], 1ULL << (pg % 64),
+				 memory_order_relaxed);
 	atomic_store_explicit(&lg->tab[udp][family == 6][port], entry_of(fd, cookie),
 			      memory_order_release);
 	return 0;

@@ -28,8 +28,11 @@
  * comparison and cleared then (compare-and-swap, so a newer entry for the port stays), so each
  * stale entry costs at most one getsockopt.
  *
- * Memory: four tables (TCP, UDP × IPv4, IPv6) of 65536 eight-byte entries, allocated zeroed
- * and touched page by page as ports are recorded.
+ * Memory: four tables (TCP, UDP × IPv4, IPv6) of 65536 eight-byte entries, mapped zeroed and
+ * touched page by page as ports are recorded. A bit per page (512 ports) says whether any port
+ * of it was ever recorded, and loopguard_hit reads an entry only behind a set bit: the check of
+ * every SYN and datagram (source ports the apps choose, all over the range) never faults in a
+ * page of its own, so the tables hold only the pages of the ports our sockets were given.
  */
 #ifndef TS_CORE_LOOPGUARD_H
 #define TS_CORE_LOOPGUARD_H
@@ -38,9 +41,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#define LOOPGUARD_PORTS 65536
+#define LOOPGUARD_PAGE_PORTS 512 /* entries in a 4 KiB page */
+#define LOOPGUARD_PAGE_WORDS (LOOPGUARD_PORTS / LOOPGUARD_PAGE_PORTS / 64)
+
 struct loopguard {
 	/* [udp][family == 6]: (fd + 1) << 32 | low 32 bits of the socket's cookie */
 	_Atomic uint64_t *tab[2][2];
+	/* [udp][family == 6]: bit p set once a port of page p of that table was recorded */
+	_Atomic uint64_t pages[2][2][LOOPGUARD_PAGE_WORDS];
 	uint8_t gw4[4], gw6[16];  /* the TUN's addresses (the gateways) */
 	bool has4, has6;
 };
@@ -70,8 +79,13 @@ static inline bool loopguard_hit(struct loopguard *lg, int udp, int family, uint
 {
 	uint16_t port = (uint16_t)((sport_be >> 8) | (sport_be << 8));
 	int v6 = family == 6;
-	uint64_t e = atomic_load_explicit(&lg->tab[udp != 0][v6][port], memory_order_relaxed);
+	unsigned pg = port / LOOPGUARD_PAGE_PORTS;
+	uint64_t e;
 
+	if (!(atomic_load_explicit(&lg->pages[udp != 0][v6][pg / 64], memory_order_relaxed) >>
+	      (pg % 64) & 1))
+		return false;
+	e = atomic_load_explicit(&lg->tab[udp != 0][v6][port], memory_order_relaxed);
 	return e != 0 && loopguard_confirm(lg, udp, v6, port, e);
 }
 

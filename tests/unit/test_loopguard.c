@@ -2,12 +2,14 @@
  * socket is bound and found by its port while it lives, per protocol and family; a closed one
  * is not, and its entry is cleared; an fd number reused by another socket does not pass for the
  * old one; a stream socket is recorded only when connect() gave it the gateway as its source
- * (routed into the TUN), never when it leaves by another interface. */
+ * (routed into the TUN), never when it leaves by another interface; checking packets from
+ * every port touches no page of the tables that no recorded port is on. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -141,4 +143,46 @@ Test(loopguard, refusals)
 	close(fd);
 	loopguard_free(g);
 	loopguard_free(NULL);
+}
+
+/* Pages of a table that are mapped (resident, the zero page included). */
+static unsigned resident_pages(const void *tab)
+{
+	size_t len = LOOPGUARD_PORTS * sizeof(uint64_t);
+	unsigned char vec[LOOPGUARD_PORTS * sizeof(uint64_t) / 4096];
+	unsigned n = 0;
+
+	cr_assert_eq(sysconf(_SC_PAGESIZE), 4096);
+	cr_assert_eq(mincore((void *)tab, len, vec), 0);
+	for (size_t i = 0; i < sizeof(vec); i++)
+		n += vec[i] & 1;
+	return n;
+}
+
+Test(loopguard, checks_touch_only_the_pages_of_recorded_ports)
+{
+	/* Every source port of every table checked, as an app's packets would be: no page is
+	 * faulted in. Then one datagram socket recorded: its page, and checks still find it. */
+	struct loopguard *lg;
+	int fd;
+	uint16_t port;
+
+	cr_assert_eq(loopguard_new(gw4, gw6, &lg), 0);
+	for (int u = 0; u < 2; u++)
+		for (int f = 4; f <= 6; f += 2)
+			for (uint32_t p = 0; p < LOOPGUARD_PORTS; p++)
+				cr_assert(!loopguard_hit(lg, u, f, htons((uint16_t)p)));
+	for (int u = 0; u < 2; u++)
+		for (int f = 0; f < 2; f++)
+			cr_expect_eq(resident_pages((const void *)lg->tab[u][f]), 0,
+				     "table [%d][%d] has pages after checks alone", u, f);
+	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(loopguard_bind(lg, fd, 4, SOCK_DGRAM), 0);
+	port = port_of(fd);
+	cr_expect(loopguard_hit(lg, 1, 4, htons(port)));
+	cr_expect_eq(resident_pages((const void *)lg->tab[1][0]), 1);
+	cr_expect_eq(resident_pages((const void *)lg->tab[0][0]), 0);
+	close(fd);
+	loopguard_free(lg);
 }
