@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define SHARD_BITS 6
 #define SHARD_MASK (NAT_SHARDS - 1)
@@ -800,16 +801,36 @@ __attribute__((noinline)) static uint32_t window_fit(struct nat_table *t, int fa
 	return mask;
 }
 
+/* A run of NAT_WINDOW_RUN busy tuples (a block of long-held connections, claimed one after
+ * the other): double the window and move the cursor to the start of the half just added,
+ * which no claim has touched: the next probe finds a free tuple, and so does every one until
+ * the cursor has walked that half. A racing fetch_add lost by the store costs nothing (the
+ * cursor's value is a place to look, not a count). */
+__attribute__((noinline)) static uint32_t window_escape(struct nat_table *t, int fam,
+							 uint32_t mask)
+{
+	uint32_t next = window_grow(t, fam, mask);
+
+	if (next) {
+		uint32_t c = atomic_load_explicit(&t->cursor[fam], memory_order_relaxed);
+
+		atomic_store_explicit(&t->cursor[fam], ((c | next) + 1) | (mask + 1),
+				      memory_order_relaxed);
+	}
+	return next;
+}
+
 /* At most probe_max probes from the shared cursor; every probe advances it.
  *
  * The cursor walks a window of NAT_WINDOW_MIN tuples from a random start in the space, and the
  * window doubles when more than half of it could be busy (tuples_busy, looked at every
- * NAT_WINDOW_RUN steps of the cursor) or when NAT_WINDOW_RUN probes in a row find busy tuples
- * (a block of long-held connections), until it is the whole space. Walking the window in order
- * still gives every tuple the longest rest the window allows before its reuse; but the owner
- * map is touched only as far as the demand has ever reached, where a walk over the whole
- * space would fault in all of it (a byte per tuple, 504 KiB per family with the defaults) page
- * by page over hours of light use. */
+ * NAT_WINDOW_CHECK steps of the cursor) or when NAT_WINDOW_RUN probes in a row find busy
+ * tuples, until it is the whole space; it never shrinks. A shorter block of held tuples costs
+ * its length in probes once a lap, less than a doubling would cost in memory. Walking the
+ * window in order still gives every tuple the longest rest the window allows before its reuse;
+ * but the owner map is touched only as far as the demand has ever reached, where a walk over
+ * the whole space would fault in all of it (a byte per tuple, 504 KiB per family with the
+ * defaults) page by page over hours of light use. */
 HOT int tuple_alloc(struct nat_table *t, int fam, uint32_t fs, uint64_t *tkey_out)
 {
 	uint32_t mask = atomic_load_explicit(&t->wmask[fam], memory_order_relaxed);
@@ -818,7 +839,7 @@ HOT int tuple_alloc(struct nat_table *t, int fam, uint32_t fs, uint64_t *tkey_ou
 		uint32_t c = atomic_fetch_add_explicit(&t->cursor[fam], 1, memory_order_relaxed);
 		uint32_t i;
 
-		if (mask && __builtin_expect(c % NAT_WINDOW_RUN == 0, 0))
+		if (mask && __builtin_expect(c % NAT_WINDOW_CHECK == 0, 0))
 			mask = window_fit(t, fam, mask);
 		if (mask) {
 			i = t->wbase[fam] + (c & mask);
@@ -831,7 +852,7 @@ HOT int tuple_alloc(struct nat_table *t, int fam, uint32_t fs, uint64_t *tkey_ou
 			return 0;
 		}
 		if (mask && (n + 1) % NAT_WINDOW_RUN == 0)
-			mask = window_grow(t, fam, mask);
+			mask = window_escape(t, fam, mask);
 	}
 	ctr_add_shared(&t->ctr.ports_exhausted, 1);
 	return -EADDRNOTAVAIL;
@@ -981,10 +1002,16 @@ static int sketch_init(struct nat_table *t, struct sketch *sk, uint32_t limit)
 
 static int table_alloc(struct nat_table *t)
 {
-	/* Pages of a family nobody uses are never touched, so they cost no memory. */
+	/* Mapped zeroed, without huge pages: a page of a family's map costs memory only once the
+	 * cursor's window reaches it (a family nobody uses, never). */
 	for (int f = 0; f < 2; f++) {
-		if ((t->owner[f] = calloc(t->space, sizeof(*t->owner[f]))) == NULL)
+		void *m = mmap(NULL, t->space, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			       -1, 0);
+
+		if (m == MAP_FAILED)
 			return -ENOMEM;
+		(void)madvise(m, t->space, MADV_NOHUGEPAGE);
+		t->owner[f] = m;
 		bytes_add(t, t->space);
 	}
 	if ((t->ring = malloc(RING_MIN * sizeof(*t->ring))) == NULL)
@@ -1079,8 +1106,9 @@ void nat_table_free(struct nat_table *t)
 		free(sh->map.b);
 		free(t->rev[i].map.b);
 	}
-	free(t->owner[0]);
-	free(t->owner[1]);
+	for (int f = 0; f < 2; f++)
+		if (t->owner[f])
+			munmap((void *)t->owner[f], t->space);
 	free(t->src[0].c);
 	free(t->src[1].c);
 	free(t->ring);
@@ -1648,4 +1676,11 @@ int nat_tuple_status(struct nat_table *t, const struct nat_tuple *tuple)
 	if (e)
 		return NAT_TUPLE_MAPPED;
 	return own ? NAT_TUPLE_RESTING : NAT_TUPLE_FREE;
+}
+
+bool nat_half_open_pressure(const struct nat_table *t)
+{
+	uint32_t ho = (uint32_t)(atomic_load_explicit(&t->occ, memory_order_relaxed) >> 32);
+
+	return ho > 0 && ho >= t->cfg.half_open_quiet;
 }

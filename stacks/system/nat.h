@@ -38,8 +38,9 @@
 
 #define NAT_SHARDS 64
 #define NAT_PROBE_LIMIT 4096
-#define NAT_WINDOW_MIN 16384 /* tuples the cursor walks at first (a power of two) */
-#define NAT_WINDOW_RUN 64    /* busy tuples in a row that double the window */
+#define NAT_WINDOW_MIN 16384  /* tuples the cursor walks at first (a power of two) */
+#define NAT_WINDOW_RUN 1024   /* busy tuples in a row that double the window */
+#define NAT_WINDOW_CHECK 64   /* cursor steps between two looks at the window's occupancy */
 #define NAT_MAX_ADDRS 64
 #define NAT_MAX_LISTENERS 16
 #define NAT_RELEASE_PER_ALLOC 2 /* due quarantined tuples released before each allocation */
@@ -222,5 +223,10 @@ enum nat_tuple_status {
 /* What tuple is now (tests and diagnostics): an enum nat_tuple_status, or -EINVAL when the
  * tuple is outside the configured space. */
 int nat_tuple_status(struct nat_table *t, const struct nat_tuple *tuple);
+
+/* Is a SYN flood's pressure on: at least half_open_quiet HALF_OPEN entries (and at least one),
+ * the point from which their sources are counted? A refused SYN is then answered with silence
+ * (its source may be spoofed), else with a RST. Lock-free (one relaxed load). */
+bool nat_half_open_pressure(const struct nat_table *t);
 
 #endif

@@ -174,9 +174,12 @@ static struct sys_disp tcp_uplink(struct sysproc *p, const struct pkt_view *v, b
 	}
 	if (ret == -ENOSPC || ret == -EADDRNOTAVAIL) {
 		/* The table is full: new work is refused with a RST, so the app fails now and not
-		 * after its SYN retransmissions, as every other exhausted budget does. (A source
-		 * over its HALF_OPEN share, below, was stopped before it reached the budget.) */
+		 * after its SYN retransmissions, as every other exhausted budget does. Under a SYN
+		 * flood's pressure (the HALF_OPEN entries many), silence, as for the share below:
+		 * the SYN may be the flood's, from a spoofed source. */
 		ctr_inc(ret == -ENOSPC ? &c->drop_nat_budget : &c->drop_nat_ports);
+		if (nat_half_open_pressure(p->nat))
+			return done();
 		return (struct sys_disp){ .action = SYS_WRITE, .len = (uint32_t)rewrite_tcp_rst(v),
 					  .plain = true };
 	}

@@ -528,8 +528,12 @@ Test(sysproc, nat_budget_exhaustion_refuses_new_flows_only)
 	make(1, false);
 	struct nat_tuple t;
 	struct sys_disp d;
+	struct flow_key k;
+	uint64_t gen;
 	size_t len;
 	uplink_syn("10.0.0.9", "1.1.1.1", 1111, 443, &t, &len);
+	cr_assert_eq(nat_accept(nat, &t, SEC(1), &k, &gen), 0, "an established flow fills it");
+	cr_assert_not(nat_half_open_pressure(nat));
 	struct tu_spec s;
 	tu_spec_tcp(&s, "10.0.0.9", 2222, "1.1.1.1", 443);
 	s.tcp_flags = TCP_SYN;
@@ -551,6 +555,31 @@ Test(sysproc, nat_budget_exhaustion_refuses_new_flows_only)
 	/* The existing flow is undisturbed. */
 	len = kernel_reply(&t, TCP_SYN | TCP_ACK, 0);
 	cr_assert_eq(run(len, SEC(1)).action, SYS_WRITE);
+}
+
+/* A table full of handshakes (a SYN flood's pressure): a refused SYN gets no answer (its
+ * source may be spoofed), counted as a refusal all the same. */
+Test(sysproc, nat_budget_exhaustion_under_syn_pressure_is_silent)
+{
+	struct nat_config nc;
+
+	teardown();
+	nat_config_default(&nc);
+	nc.max_entries = 1;
+	nc.seed = 42;
+	nat_config_half_open_limits(&nc); /* per-source counting from the first handshake */
+	make_with(&nc, false);
+	struct nat_tuple t;
+	struct tu_spec s;
+	size_t len;
+	uplink_syn("10.0.0.9", "1.1.1.1", 1111, 443, &t, &len);
+	cr_assert(nat_half_open_pressure(nat));
+	tu_spec_tcp(&s, "10.0.0.10", 2222, "1.1.1.1", 443);
+	s.tcp_flags = TCP_SYN;
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(run(len, SEC(1)).action, SYS_DONE);
+	cr_expect_eq(ctr_get(&ctr.drop_nat_budget), 1);
+	cr_expect_eq(sysproc_counters_drops(&ctr), 1);
 }
 
 /* A source over its HALF_OPEN share: its new SYN is dropped silently (no RST: the source may
