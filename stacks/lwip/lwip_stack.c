@@ -104,6 +104,7 @@ struct lwip_stack {
 	const struct pkt_view *cur;
 	bool cur_gso;                 /* ... and it is an offload super-packet */
 	int64_t now_ns;               /* the driver's clock for this packet: RFC 6528's M */
+	int64_t ooseq_freed_ns;       /* when free_ooseq last walked the connections */
 	struct lwip_isn isn;          /* the ISN key, drawn at start */
 	int64_t evict_after_ns;       /* no half-open connection is old enough to evict before */
 	/* When the budget refuses an input segment's memory, a segment that occupies no
@@ -487,9 +488,16 @@ static void strip_segment(const struct pkt_view *v, struct pbuf *p)
  * finds no memory, that one may be the missing segment, and its every retransmission would be
  * refused for the memory the queue behind it holds: the connection (and every other one
  * waiting for the budget) would stall for good. Nothing queued out of order was acknowledged,
- * so letting it go costs only its retransmission. */
+ * so letting it go costs its retransmission (one segment a round trip: lwIP sends no SACK).
+ * At most once every OOSEQ_FREE_EVERY_NS: a walk over every connection for each refused
+ * payload would cost most at the moment of pressure, and a retransmission comes a round trip
+ * later anyway. */
+#define OOSEQ_FREE_EVERY_NS (10 * 1000000LL)
 static void free_ooseq(struct lwip_stack *st)
 {
+	if (st->ooseq_freed_ns && st->now_ns - st->ooseq_freed_ns < OOSEQ_FREE_EVERY_NS)
+		return;
+	st->ooseq_freed_ns = st->now_ns ? st->now_ns : 1;
 	for (struct tcp_pcb *pcb = tcp_active_pcbs; pcb; pcb = pcb->next)
 		if (pcb->ooseq) {
 			tcp_free_ooseq(pcb);
