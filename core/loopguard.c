@@ -31,6 +31,8 @@ int loopguard_new(const uint8_t gw4[4], const uint8_t gw6[16], struct loopguard 
 				loopguard_free(lg);
 				return -ENOMEM;
 			}
+			/* A huge page would bring 2 MiB in at the first record. */
+			(void)madvise(m, TAB_BYTES, MADV_NOHUGEPAGE);
 			lg->tab[u][f] = m;
 		}
 	}

@@ -152,7 +152,6 @@ static unsigned resident_pages(const void *tab)
 	unsigned char vec[LOOPGUARD_PORTS * sizeof(uint64_t) / 4096];
 	unsigned n = 0;
 
-	cr_assert_eq(sysconf(_SC_PAGESIZE), 4096);
 	cr_assert_eq(mincore((void *)tab, len, vec), 0);
 	for (size_t i = 0; i < sizeof(vec); i++)
 		n += vec[i] & 1;
@@ -167,6 +166,9 @@ Test(loopguard, checks_touch_only_the_pages_of_recorded_ports)
 	int fd;
 	uint16_t port;
 
+	if (sysconf(_SC_PAGESIZE) != 4096)
+		cr_skip_test("pages of %ld bytes: the table's pages hold other numbers of ports",
+			     sysconf(_SC_PAGESIZE));
 	cr_assert_eq(loopguard_new(gw4, gw6, &lg), 0);
 	for (int u = 0; u < 2; u++)
 		for (int f = 4; f <= 6; f += 2)
