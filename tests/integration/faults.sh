@@ -103,19 +103,7 @@ want() { case ",$CASES," in *",$1,"*) return 0 ;; esac; return 1; }
 # shellcheck source=tests/integration/lib.sh
 . "$HERE/lib.sh"
 
-if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root"; exit 77; fi
-if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3)
-for t in ip ss curl jq nft nsenter prlimit microsocks "$PY"; do
-	command -v "$t" >/dev/null 2>&1 || { echo "not ok - prerequisites: no $t"; echo "0 passed, 1 failed"; exit 1; }
-done
-
-TOK=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/twinstack-faults.XXXXXX")
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+suite_begin faults ip ss curl jq nft nsenter prlimit microsocks
 # The polls (here and in lib.sh) sleep inside the shell, in a read that times out on a FIFO
 # nobody writes: eight cases polling side by side would otherwise start hundreds of `sleep`
 # processes, which on a loaded machine cost more than the polls.

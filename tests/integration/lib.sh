@@ -138,6 +138,26 @@ wait_until() {
 	return 1
 }
 
+# suite_begin NAME TOOL...: the start every suite shares: skip (exit 77) without root or
+# /dev/net/tun, fail without one of the tools or python3 (PY), then TOK (the run's token),
+# TMP (twinstack-NAME.XXXXXX) and the traps (cleanup on every exit).
+suite_begin() {
+	local name=$1 t
+	shift
+	if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root"; exit 77; fi
+	if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
+	PY=/usr/bin/python3
+	[ -x "$PY" ] || PY=$(command -v python3)
+	for t in "$@" "$PY"; do
+		command -v "$t" >/dev/null 2>&1 || { echo "not ok - prerequisites: no $t"; echo "0 passed, 1 failed"; exit 1; }
+	done
+	TOK=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+	TMP=$(mktemp -d "${TMPDIR:-/tmp}/twinstack-$name.XXXXXX")
+	trap cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
 # elapsed_ms START_NS: milliseconds since START_NS (from `date +%s%N`).
 elapsed_ms() { echo $((($(date +%s%N) - $1) / 1000000)); }
 

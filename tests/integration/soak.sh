@@ -143,19 +143,7 @@ QUARANTINE_MS=$((WIN_MS / 2 < 60000 ? WIN_MS / 2 : 60000))
 # shellcheck source=tests/integration/lib.sh
 . "$HERE/lib.sh"
 
-if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root"; exit 77; fi
-if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3)
-for t in ip ss curl jq awk sha256sum dnsmasq dig "$PY"; do
-	command -v "$t" >/dev/null 2>&1 || { echo "not ok - prerequisites: no $t"; echo "0 passed, 1 failed"; exit 1; }
-done
-
-TOK=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/twinstack-soak.XXXXXX")
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+suite_begin soak ip ss curl jq awk sha256sum dnsmasq dig
 NS_D=tskD-$TOK NS_S=tskS-$TOK V_D=tskd$TOK V_S=tsks$TOK TUN=tskt$TOK
 SRV=10.207.9.2 DNS_DST=10.207.9.53 DNS_SRV=10.207.0.2 P_STATS=9192
 PORTS=7000,7001,7002,7003,7004,7005,7006,7007
