@@ -8,9 +8,9 @@
 # throughput figures are taken on an otherwise idle machine), the unit tests overlap.
 JOBS ?= 2
 # Twelve fuzz targets, two at a time: six rounds of FUZZ_SECONDS plus about 2 s of start-up
-# each, about 100 s at 15 (kept under 150 s; tests/tests.cmake has the same default; the long
+# each, about 70 s at 10 (kept under 150 s; tests/tests.cmake has the same default; the long
 # runs are `make fuzz-long`).
-FUZZ_SECONDS ?= 15
+FUZZ_SECONDS ?= 10
 CTEST = ctest --output-on-failure --no-tests=error
 
 .PHONY: all setup build bench bench-socks5 test test-release test-asan test-tsan test-fuzz test-long soak fuzz-long micro clean

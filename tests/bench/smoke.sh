@@ -322,6 +322,17 @@ fi
 
 # ---- 2. a quick run (root) ----
 [ "$(id -u)" -eq 0 ] && [ -c /dev/net/tun ] || { echo "smoke: needs root and /dev/net/tun: quick run skipped"; exit 77; }
+# Part 3's run goes side by side with this one: the figures of both are only checked for
+# sanity, and each builds its own testbed (namespaces named by a token of its own).
+ext="bash $(cd "$(dirname "$0")" && pwd)/ext_twinstack.sh $bin system {tun} {addr} {mark} {socks5}"
+mkdir -p "$out/s5run"
+s5_pid=
+if command -v danted >/dev/null 2>&1 || [ -x /usr/sbin/danted ]; then
+	"$bin" bench --via socks5 --quick --bulk-seconds 1 --stacks lwip --subject "ext=$ext" \
+		--out "$out/s5run" >"$out/s5run/stdout.txt" 2>"$out/s5run/stderr.txt" &
+	s5_pid=$!
+	trap 'kill "$s5_pid" 2>/dev/null; wait "$s5_pid" 2>/dev/null; rm -rf "$out"' EXIT
+fi
 # iperf3 -t 1 after its 1 s warm-up: the figures only have to be sane here.
 "$bin" bench --quick --bulk-seconds 1 --no-micro --out "$out" >"$out/stdout.txt" 2>"$out/stderr.txt"
 rc=$?
@@ -404,12 +415,11 @@ fi
 # --subject, next to the lwip stack direct and via the server and the plain SOCKS5 client:
 # the external subject is started from its command line, found by its TUN, measured under
 # the same workloads and reported with its ratio to the plain client.
-ext="bash $(cd "$(dirname "$0")" && pwd)/ext_twinstack.sh $bin system {tun} {addr} {mark} {socks5}"
-mkdir -p "$out/s5run"
-if command -v danted >/dev/null 2>&1 || [ -x /usr/sbin/danted ]; then
-	"$bin" bench --via socks5 --quick --bulk-seconds 1 --stacks lwip --subject "ext=$ext" \
-		--out "$out/s5run" >"$out/s5run/stdout.txt" 2>"$out/s5run/stderr.txt"
+# (started beside part 2, above)
+if [ -n "$s5_pid" ]; then
+	wait "$s5_pid"
 	rc=$?
+	s5_pid=
 	if [ "$rc" -ne 0 ]; then
 		tail -n 20 "$out/s5run/stderr.txt"
 		echo "not ok - bench --via socks5 --quick --subject ext exited $rc"
