@@ -24,6 +24,7 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
@@ -96,6 +97,9 @@ struct dispatcher {
 	struct relay_counters relay_ctr;
 	uint64_t active, connecting, total;
 	uint64_t fail[DISPATCHER_FAIL_MAX];
+	struct event *trim_ev;        /* one-shot: memory back after a load has gone (trim_maybe) */
+	uint64_t trim_peak;           /* most sessions at once since the last trim */
+	uint64_t heap_trims;
 };
 
 static const char *const fail_names[DISPATCHER_FAIL_MAX] = {
@@ -164,6 +168,43 @@ static void release_fd(struct session *s)
 	}
 }
 
+/* Memory back after a load. Freed sessions, relay buffers kept for reuse and the heap's free
+ * chunks stay with the process otherwise: glibc returns a thread's arena only from its top, and
+ * the relay pool keeps up to its cache cap, so an idle proxy would sit near its busiest RSS.
+ * Once the sessions have fallen to a quarter of their peak since the last trim (a peak of at
+ * least TRIM_MIN_PEAK: a few sessions hold little), a one-shot timer TRIM_DELAY_MS later gives
+ * the relay pool's cached buffers and the heap's free pages back (malloc_trim releases free
+ * pages inside every arena, not only at the top). One timer per fall, none while idle; a load
+ * that comes back within the delay only loses the cached buffers it would have reused. */
+#define TRIM_MIN_PEAK 16u
+#define TRIM_DELAY_MS 1000
+
+static void on_trim(evutil_socket_t fd, short what, void *arg)
+{
+	struct dispatcher *d = arg;
+
+	(void)fd;
+	(void)what;
+	if (d->active * 4 <= d->trim_peak) {
+		bufpool_trim(d->bufs);
+#ifdef __GLIBC__
+		malloc_trim(0);
+#endif
+		d->heap_trims++;
+	}
+	d->trim_peak = d->active;
+}
+
+static void trim_maybe(struct dispatcher *d)
+{
+	static const struct timeval delay = { TRIM_DELAY_MS / 1000, (TRIM_DELAY_MS % 1000) * 1000 };
+
+	if (d->closing || !d->trim_ev || d->trim_peak < TRIM_MIN_PEAK ||
+	    d->active * 4 > d->trim_peak || evtimer_pending(d->trim_ev, NULL))
+		return;
+	evtimer_add(d->trim_ev, &delay);
+}
+
 /* The one exit of every session. The client stream is already closed or aborted. */
 static void session_end(struct session *s)
 {
@@ -178,6 +219,7 @@ static void session_end(struct session *s)
 	d->active--;
 	cfg_gen_put(&d->gens, s->gen);
 	free(s);
+	trim_maybe(d);
 	on_end(arg);
 }
 
@@ -578,6 +620,8 @@ int dispatcher_start_tcp(struct dispatcher *d, const struct flow_key *orig, stru
 	LIST_INSERT_HEAD(&d->sessions, s, link);
 	d->active++;
 	d->total++;
+	if (d->active > d->trim_peak)
+		d->trim_peak = d->active;
 	if (bad != DISPATCHER_FAIL_MAX)
 		session_fail_later(s, bad);
 	else if (sniff && session_start_sniff(s) == 0)
@@ -659,7 +703,8 @@ int dispatcher_new(struct event_base *base, const struct ts_config *cfg, struct 
 	if ((ret = cfg_gens_init(&d->gens, cfg)) != 0)
 		goto fail;
 	d->fail_ev = event_new(base, -1, 0, on_fail_ev, d);
-	if (!d->fail_ev) {
+	d->trim_ev = evtimer_new(base, on_trim, d);
+	if (!d->fail_ev || !d->trim_ev) {
 		ret = -ENOMEM;
 		goto fail;
 	}
@@ -717,6 +762,8 @@ void dispatcher_free(struct dispatcher *d)
 		session_kill(s);
 	if (d->fail_ev)
 		event_free(d->fail_ev);
+	if (d->trim_ev)
+		event_free(d->trim_ev);
 	pipepool_free(d->pipes);
 	bufpool_free(d->bufs);
 	free(d->sniff_buf);
@@ -767,4 +814,5 @@ void dispatcher_get_stats(const struct dispatcher *d, struct dispatcher_stats *o
 	out->buffer_bytes_in_use = bs.bytes_in_use;
 	out->buffer_bytes_peak = bs.bytes_peak;
 	out->buffer_bytes_cached = bs.bytes_cached;
+	out->heap_trims = d->heap_trims;
 }

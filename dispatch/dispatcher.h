@@ -180,6 +180,7 @@ struct dispatcher_stats {
 	uint64_t pipe_bytes_inflight;  /* bytes now inside pipes */
 	uint64_t buffer_bytes_in_use, buffer_bytes_peak, buffer_bytes_cached; /* relay bufpool */
 	uint64_t buffer_bytes_inflight; /* bytes now inside relay buffers (+ early bytes) */
+	uint64_t heap_trims;           /* memory given back after a load fell (dispatcher.c) */
 	struct dns_tcp_stats dns_tcp;  /* TCP/53 sessions answered by the resolver */
 	struct dispatcher_sniff_stats sniff;
 };

@@ -510,6 +510,70 @@ Test(session, own_address_refused)
 }
 #endif
 
+/* ---- memory back after a load ------------------------------------------------------------- */
+
+struct trims_wait {
+	uint64_t want;
+};
+
+static bool trims_reached(void *arg)
+{
+	return dstats().heap_trims >= ((struct trims_wait *)arg)->want;
+}
+
+/* n copy-relay sessions at once, each an echo round trip, then all closed by the app. */
+static void load_and_close(struct sess *ss, int n, uint16_t port)
+{
+	struct app_wait w;
+
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(dispatch(&ss[i], 4, "127.0.0.1", port), 0);
+		cr_assert(roundtrip(&ss[i], 64 << 10), "echo %d differs", i);
+	}
+	cr_assert_eq(dstats().sessions_active, (uint64_t)n);
+	for (int i = 0; i < n; i++) {
+		shutdown(ss[i].app, SHUT_WR);
+		w = (struct app_wait){ .fd = ss[i].app };
+		cr_assert(run_until(app_closed, &w, 5000));
+		cr_assert(run_until(ended, &ss[i], 5000));
+		close(ss[i].app);
+	}
+	cr_assert_eq(dstats().sessions_active, 0);
+}
+
+/* After a load of at least 16 sessions falls to a quarter, one timer a second later gives the
+ * relay pool's cached buffers back (and the heap's free pages): exactly one trim, none before the
+ * delay, none for a load under 16 sessions. */
+Test(session, load_gone_gives_memory_back_once)
+{
+	struct echo e;
+	struct sess ss[20];
+	struct trims_wait tw = { 1 };
+	struct dispatcher_stats st;
+	int64_t t0;
+
+	start("copy", 2000, 1000);
+	echo_start(&e, 4);
+	load_and_close(ss, 8, e.port);
+	cr_assert_not(run_until(trims_reached, &tw, 1500), "8 sessions must not trim");
+	cr_assert_gt(dstats().buffer_bytes_cached, 0, "the pool keeps buffers for reuse");
+
+	load_and_close(ss, 20, e.port);
+	t0 = mono_ms();
+	st = dstats();
+	cr_assert_eq(st.heap_trims, 0, "not before the delay");
+	cr_assert_gt(st.buffer_bytes_cached, 0);
+	cr_assert(run_until(trims_reached, &tw, 3000), "no trim 3 s after the load fell");
+	cr_assert_geq(mono_ms() - t0, 900, "trimmed before the delay");
+	st = dstats();
+	cr_assert_eq(st.heap_trims, 1);
+	cr_assert_eq(st.buffer_bytes_cached, 0, "cached relay buffers given back");
+	cr_assert_eq(st.buffer_bytes_in_use, 0);
+	tw.want = 2;
+	cr_assert_not(run_until(trims_reached, &tw, 1500), "idle: no second trim");
+	evconnlistener_free(e.l);
+}
+
 /* ---- shutdown with live sessions ----------------------------------------------------------- */
 
 Test(session, dispatcher_free_ends_every_session)
