@@ -83,6 +83,7 @@ struct lwip_stack {
 	struct l3policy pol; /* what gets in: the same rules as the system stack's */
 	struct netif netif;
 	struct tcp_pcb *listener;
+	struct lwip_sendshare share;  /* the streams' send buffers (lwip_stream.h) */
 	struct event *tmr_ev;
 	struct event *accept_ev;
 	struct pending *pending, **pending_tail;
@@ -371,7 +372,7 @@ static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
 {
 	struct lwip_stack *st = arg;
 	struct lwip_stream_hooks h = { .pcbs_changed = pcbs_changed, .arg = st,
-				       .write_nomem = &st->ctr.write_nomem };
+				       .write_nomem = &st->ctr.write_nomem, .share = &st->share };
 	struct pending *q;
 
 	if (err != ERR_OK || !pcb)
@@ -492,6 +493,22 @@ static void strip_segment(const struct pkt_view *v, struct pbuf *p)
  * At most once every OOSEQ_FREE_EVERY_NS: a walk over every connection for each refused
  * payload would cost most at the moment of pressure, and a retransmission comes a round trip
  * later anyway. */
+/* The streams' shared send buffers (struct lwip_sendshare): a sixteenth of the budget's buffer
+ * bytes, at most 4 MiB (16 senders get the full TCP_SND_BUF each, 64 get 64 KiB each), and
+ * never under one sender's minimum. */
+#define SEND_POOL_MAX (4u << 20)
+#define SEND_POOL_DIV 16u
+#define SEND_MIN_BYTES (64u << 10)
+
+static size_t send_pool(const struct budget *b)
+{
+	uint64_t pool = b ? budget_get_limits(b)->buffer_bytes / SEND_POOL_DIV : SEND_POOL_MAX;
+
+	if (pool > SEND_POOL_MAX)
+		pool = SEND_POOL_MAX;
+	return pool < SEND_MIN_BYTES ? SEND_MIN_BYTES : (size_t)pool;
+}
+
 #define OOSEQ_FREE_EVERY_NS (10 * 1000000LL)
 static void free_ooseq(struct lwip_stack *st)
 {
@@ -889,6 +906,7 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 		return -ENOMEM;
 	}
 	st->env = *env;
+	st->share = (struct lwip_sendshare){ .pool = send_pool(env->budget), .min = SEND_MIN_BYTES };
 	st->has6 = env->cfg->tun.has_addr6;
 	st->pending_tail = &st->pending;
 	st->txbuf_size = env->cfg->tun.mtu;

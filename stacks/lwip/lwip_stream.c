@@ -36,6 +36,7 @@ struct lwip_stream {
 	bool eof;                   /* the peer's FIN arrived (it follows the queued bytes) */
 	bool wr_shut;               /* shutdown_write done */
 	bool wr_blocked;            /* write() found no room: wait for tcp_sent */
+	bool sending;               /* counted in hooks.share->senders: bytes queued in lwIP */
 	bool want_rd, want_wr;
 	bool *gone;                 /* while on_notify runs: set when the stream is freed */
 };
@@ -117,12 +118,54 @@ static bool can_read(const struct lwip_stream *ls)
 	return ls->queued >= ls->lowat || ls->eof || ls->err;
 }
 
-/* write() would accept a byte or fail. snd_buf is read directly: tcp_sndbuf() caps at 0xFFFF. */
+/* ---- the shared send buffers (struct lwip_sendshare) ----------------------------------------- */
+
+/* Bytes write() may still queue: the free send buffer, capped by this stream's share. snd_buf
+ * is read directly: tcp_sndbuf() caps at 0xFFFF. */
+static size_t send_room(const struct lwip_stream *ls)
+{
+	const struct lwip_sendshare *sh = ls->hooks.share;
+	size_t room = ls->pcb->snd_buf, queued = (size_t)TCP_SND_BUF - room, cap;
+
+	if (!sh)
+		return room;
+	cap = sh->pool / (sh->senders + (ls->sending ? 0 : 1));
+	if (cap < sh->min)
+		cap = sh->min;
+	if (queued >= cap)
+		return 0;
+	return room < cap - queued ? room : cap - queued;
+}
+
+/* Keep ls->sending (and the senders count) true to whether lwIP holds bytes of this stream. */
+static void share_update(struct lwip_stream *ls)
+{
+	bool now = ls->pcb && ls->pcb->snd_buf < TCP_SND_BUF;
+
+	if (!ls->hooks.share || now == ls->sending)
+		return;
+	ls->sending = now;
+	if (now)
+		ls->hooks.share->senders++;
+	else
+		ls->hooks.share->senders--;
+}
+
+/* The stream stops counting (its pcb is gone or handed to lwIP). */
+static void share_leave(struct lwip_stream *ls)
+{
+	if (ls->sending) {
+		ls->sending = false;
+		ls->hooks.share->senders--;
+	}
+}
+
+/* write() would accept a byte or fail. */
 static bool can_write(const struct lwip_stream *ls)
 {
 	if (ls->err || !ls->pcb || ls->wr_shut)
 		return true;
-	return !ls->wr_blocked && ls->pcb->snd_buf > 0 &&
+	return !ls->wr_blocked && send_room(ls) > 0 &&
 	       ls->pcb->snd_queuelen < TCP_SND_QUEUELEN;
 }
 
@@ -213,6 +256,7 @@ static void release(struct lwip_stream *ls)
 	recved(pcb, ls->queued);
 	(void)tcp_close(pcb); /* always ERR_OK in these states (a FIN it cannot send is pended) */
 	ls->pcb = NULL;
+	share_leave(ls);
 }
 
 /* ---- lwIP callbacks (inside tcp_input / tcp_tmr: record and defer only) --------------------- */
@@ -282,6 +326,7 @@ static err_t on_sent(void *arg, struct tcp_pcb *pcb, u16_t len)
 
 	assert(ls && ls->pcb == pcb);
 	ls->wr_blocked = false;
+	share_update(ls);
 	notify(ls, EV_WRITE);
 	return ERR_OK;
 }
@@ -293,6 +338,7 @@ static void on_err(void *arg, err_t err)
 
 	assert(ls && ls->pcb);
 	ls->pcb = NULL;
+	share_leave(ls);
 	if (err == ERR_CLSD) {
 		/* LAST_ACK completed on a pcb we still held: a clean end, not an error. release()
 		 * hands the pcb over before that, so this is only a safety net. */
@@ -354,7 +400,7 @@ static ssize_t ls_write(struct stream *s, const void *buf, size_t n)
 		return ls->err;
 	if (ls->wr_shut || !pcb)
 		return -EPIPE;
-	room = pcb->snd_buf;
+	room = send_room(ls);
 	if (n > room)
 		n = room;
 	while (done < n) {
@@ -368,6 +414,7 @@ static ssize_t ls_write(struct stream *s, const void *buf, size_t n)
 			break;
 	}
 	if (done > 0) {
+		share_update(ls);
 		tcp_output(pcb); /* a failure here is retried by lwIP's timer */
 		pcbs_changed(ls);
 		return (ssize_t)done;
@@ -418,6 +465,7 @@ static int ls_fd(const struct stream *s)
 
 static void destroy(struct lwip_stream *ls)
 {
+	share_leave(ls);
 	queue_drop(ls);
 	event_free(ls->ev); /* also when pending or running: libevent allows it */
 	if (ls->gone)

@@ -51,11 +51,26 @@
 #ifndef TS_STACKS_LWIP_LWIP_STREAM_H
 #define TS_STACKS_LWIP_LWIP_STREAM_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "core/counter.h"
 
 struct event_base;
 struct stream;
 struct tcp_pcb;
+
+/* The send buffers all streams of one stack share. lwIP gives every pcb TCP_SND_BUF of send
+ * buffer, which one stream needs to fill a fast path; many streams at once would hold that
+ * many times over (64 downloads: 16 MiB of copies waiting in lwIP) for no more throughput, as
+ * the TUN path's round trip is short. So a stream with unsent or unacknowledged bytes is a
+ * sender, and write() caps a sender's queued bytes at pool / senders, never under min (nor
+ * over TCP_SND_BUF). Loop thread only, like lwIP. */
+struct lwip_sendshare {
+	size_t pool;      /* bytes all senders may queue in lwIP together */
+	size_t min;       /* each sender may queue at least this much */
+	uint32_t senders; /* streams with bytes queued in lwIP */
+};
 
 /* What the stream tells its stack. pcbs_changed runs after every op that may need lwIP's
  * timers or change pcb lists (read that opened the window, write, shutdown_write, close,
@@ -64,6 +79,7 @@ struct lwip_stream_hooks {
 	void (*pcbs_changed)(void *arg); /* may be NULL */
 	void *arg;
 	ctr_t *write_nomem; /* counts writes lwIP refused for lack of memory; may be NULL */
+	struct lwip_sendshare *share; /* the stack's shared send buffers; NULL: TCP_SND_BUF each */
 };
 
 /* Wrap pcb (an established, accepted pcb; may be called from inside lwIP's accept callback).

@@ -288,14 +288,13 @@ static void on_accept(void *arg, const struct flow_key *key, struct stream *s)
 
 /* ---- fixture -------------------------------------------------------------------------------------- */
 
-static void setup(void)
+static void setup_json(const char *json)
 {
 	char err[TS_ERRLEN];
 	struct netstack_env env = { 0 };
 
 	memset(&E, 0, sizeof(E));
-	cr_assert_eq(config_load_string("{ \"stack\": \"lwip\" }", &E.cfg, err, sizeof(err)), 0,
-		     "%s", err);
+	cr_assert_eq(config_load_string(json, &E.cfg, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(budget_new(&E.cfg.budget, &E.budget), 0);
 	E.base = event_base_new();
 	cr_assert(E.base);
@@ -306,6 +305,22 @@ static void setup(void)
 	env.tun_name = "lwstest0";
 	cr_assert_eq(lwip_stack_ops.start(&env, &E.ns, err, sizeof(err)), 0, "%s", err);
 	lwip_stack_set_accept_hook(E.ns, on_accept, NULL);
+}
+
+static void setup(void)
+{
+	setup_json("{ \"stack\": \"lwip\" }");
+}
+
+static void teardown(void);
+
+/* 2 MiB of buffer bytes: the streams' shared send pool is a sixteenth of it, 128 KiB. The
+ * suite's fixture has run first (one lwIP stack per process): replace it. */
+#define SMALL_POOL ((size_t)(128u << 10))
+static void setup_small_pool(void)
+{
+	teardown();
+	setup_json("{ \"stack\": \"lwip\", \"budgets\": { \"buffer_bytes\": 2097152 } }");
 }
 
 static void teardown(void)
@@ -558,6 +573,41 @@ Test(lwip_stream, write_stops_at_the_send_buffer_and_resumes_on_ack)
 	cr_assert_eq(got, len);
 	cr_assert_arr_eq(out, in, len);
 	cr_assert_eq(E.o.inside_lwip, 0);
+}
+
+/* The streams share one send pool (a sixteenth of the budget's buffer bytes): a lone sender may
+ * queue the whole pool when that is less than lwIP's send buffer, then -EAGAIN until the app
+ * acknowledges; every byte still arrives in order. */
+Test(lwip_stream, write_stops_at_the_shared_send_pool, .init = setup_small_pool)
+{
+	const size_t len = 4 * SMALL_POOL;
+	uint8_t *in = test_alloc(len), *out = test_alloc(len);
+	size_t got = 0, put;
+	ssize_t n;
+
+	cr_assert_lt(SMALL_POOL, SNDBUF, "the pool must be the tighter bound here");
+	handshake();
+	fill(in, len, 6);
+	n = stream_write(E.s, in, len);
+	cr_assert_eq(n, (ssize_t)SMALL_POOL, "accepted %zd", n);
+	put = (size_t)n;
+	cr_assert_eq(stream_write(E.s, in + put, len - put), -EAGAIN);
+	stream_set_interest(E.s, false, true);
+	for (int round = 0; round < 4000 && got < len; round++) {
+		int w = E.o.writable;
+		got += app_receive(out + got, len - got, NULL);
+		pump();
+		if (put < len && E.o.writable > w) {
+			n = stream_write(E.s, in + put, len - put);
+			cr_assert(n > 0 || n == -EAGAIN, "write: %zd", n);
+			cr_assert_leq(n, (ssize_t)SMALL_POOL, "a write over the pool: %zd", n);
+			if (n > 0)
+				put += (size_t)n;
+		}
+	}
+	cr_assert_eq(put, len);
+	cr_assert_eq(got, len);
+	cr_assert_arr_eq(out, in, len);
 }
 
 /* The app half-closes first: read returns the data, then 0 (repeatedly); our side still writes,
