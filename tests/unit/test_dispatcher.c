@@ -571,6 +571,11 @@ Test(session, load_gone_gives_memory_back_once)
 	cr_assert_eq(st.buffer_bytes_in_use, 0);
 	tw.want = 2;
 	cr_assert_not(run_until(trims_reached, &tw, 1500), "idle: no second trim");
+
+	/* The next load that falls trims again. */
+	load_and_close(ss, 20, e.port);
+	cr_assert(run_until(trims_reached, &tw, 3000), "no second trim after the second load");
+	cr_assert_eq(dstats().heap_trims, 2);
 	evconnlistener_free(e.l);
 }
 
