@@ -13,7 +13,7 @@ JOBS ?= 2
 FUZZ_SECONDS ?= 10
 CTEST = ctest --output-on-failure --no-tests=error
 
-.PHONY: all setup build bench bench-socks5 test test-release test-asan test-tsan test-fuzz test-long soak fuzz-long micro clean
+.PHONY: all setup build bench bench-socks5 ab ab-selftest test test-release test-asan test-tsan test-fuzz test-long soak fuzz-long micro clean
 
 all: build
 
@@ -94,6 +94,21 @@ bench: build
 # BENCH_ARGS=--quick: ~1 minute). Output in bench-results/socks5/.
 bench-socks5: build
 	./build/twinstack bench --via socks5 --out bench-results/socks5 $(BENCH_ARGS)
+
+# The A/B regression gate, opt-in (root): the working tree against revision BASE, both built
+# Release (BASE in a git worktree under build-ab/, removed afterwards), interleaved on one
+# testbed and judged on their paired differences (twinstack bench --ab, AB_ARGS passed on, e.g.
+# --quick), then both trees' callgrind instruction counts through twinstack gate. Output in
+# bench-results/ab/; exit 1 on a regression (docs/benchmarks.md).
+ab: setup
+	@test -n "$(BASE)" || { echo "usage: make ab BASE=REV [AB_ARGS='--quick ...']" >&2; exit 2; }
+	JOBS=$(JOBS) bash bench/ab.sh $(BASE) $(AB_ARGS)
+
+# The A/B gate's own test, opt-in (root): AB_SELFTEST_N quick A/B runs of identical code and
+# AB_SELFTEST_N with the candidate slowed by a CPU cgroup; the false alarms and the catches.
+AB_SELFTEST_N ?= 10
+ab-selftest: build
+	bash bench/ab_selftest.sh --bin build/twinstack $(AB_SELFTEST_N)
 
 micro: build
 	./build/twinstack-micro

@@ -99,7 +99,7 @@ class Launcher:
     def start_stack(self, subj):
         cfg = os.path.join(self.work, "%s.json" % subj.slug)
         self.write_config(subj, cfg)
-        running = self.checked(subj, *self.start_child("run", cfg, subj.slug))
+        running = self.checked(subj, *self.start_child("run", cfg, subj.slug, subj.binary))
         try:
             self.tb.route_target_via_tun()
         except RuntimeError:
@@ -232,7 +232,8 @@ class Launcher:
                     "gso_output": subj.gso_output, "rps": subj.rps},
             "outbounds": [{"tag": "direct", "type": "direct", "routing_mark": MARK}],
             "route": {"final": "direct"},
-            "budgets": {"tcp_sessions": 8192, "fds": 65536, "nat_entries": 262144},
+            # Sessions for the 10,000-connection hold; fds are fitted under RLIMIT_NOFILE.
+            "budgets": {"tcp_sessions": 16384, "fds": 65536, "nat_entries": 262144},
             "nat": {"linger_ms": 2000, "port_quarantine_ms": 2000},
             "timeouts": {"connect_ms": 3000, "udp_idle_ms": 10000},
             "stats": {"listen": "127.0.0.1:%d" % STATS_PORT},
@@ -262,13 +263,15 @@ class Launcher:
         with open(path, "w") as f:
             json.dump(cfg, f, indent=2)
 
-    def start_child(self, kind, cfg_path, tag):
-        """Start `twinstack run|reflect` in A; wait (10 s at most) for the ready byte.
-        Returns (Popen, startup_ms) or raises RuntimeError."""
+    def start_child(self, kind, cfg_path, tag, exe=None):
+        """Start `twinstack run|reflect` in A (exe: another twinstack binary than the run's,
+        an A/B run's base); wait (10 s at most) for the ready byte. Returns (Popen,
+        startup_ms) or raises RuntimeError."""
         rfd, wfd = os.pipe()
         t0 = time.monotonic()
-        p = self.tb.spawn(self.tb.ns_a, [self.binary.path, kind, "--config", cfg_path, "--ready-fd",
-                                         str(wfd)], "%s.log" % tag, pass_fds=(wfd,))
+        p = self.tb.spawn(self.tb.ns_a, [exe or self.binary.path, kind, "--config", cfg_path,
+                                         "--ready-fd", str(wfd)], "%s.log" % tag,
+                          pass_fds=(wfd,))
         os.close(wfd)
         sel = selectors.DefaultSelector()
         sel.register(rfd, selectors.EVENT_READ)

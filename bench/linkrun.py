@@ -22,7 +22,9 @@ Per link condition (RTT, loss): the line is calibrated first (`linkbed.sh calibr
 RTT within 10 % of the set value, measured loss within +-20 % of the set rate); then a testbed
 is held up (`linkbed.sh up`) and each subject, interleaved per round, runs TCP bulk one stream
 each way (iperf3 -t, reno) and the completion time of a fixed-size download (iperf3 -n -R,
-the median of three; --quick: one, 2 s bulk runs, one condition, no ceiling). Retransmissions: the kernel's TcpRetransSegs in A and B over each run
+the median of three; --quick: one, 2 s bulk runs, one condition, no ceiling; --smoke, the
+test suite's sanity run: as --quick with 1 s bulk runs and no warm-up second). Retransmissions:
+the kernel's TcpRetransSegs in A and B over each run
 (the sender's kernel; lwIP sends the download over the link for the lwip stack and keeps no
 such count, so that cell says n/a). The delay line's own ceiling (calibrate --ceiling, loss
 off, at 0 ms) is measured once; a cell at 80 % of it or more is marked capped.
@@ -62,7 +64,10 @@ class LinkRun:
         self.work = os.path.join(self.out, "work")
         self.conds = QUICK_CONDITIONS if a.quick else CONDITIONS
         self.reps = a.reps or (1 if a.quick else 2)
-        self.bulk_t = a.bulk_seconds or (2 if a.quick else 10)
+        self.smoke = getattr(a, "smoke", False)
+        self.bulk_t = a.bulk_seconds or (1 if self.smoke else 2 if a.quick else 10)
+        # --smoke (the test suite's sanity run): no warm-up second either
+        self.omit = 0 if self.smoke else 1
         self.transfers = 1 if a.quick else 3
         self.cc = a.cc if a.cc and a.cc != "host" else "reno"
         self.stacks = [s for s in a.stacks.split(",") if s]
@@ -247,7 +252,7 @@ class LinkRun:
 
     def bulk(self, bed, cond, subj, direction, rnd):
         r0 = self.retrans(bed)
-        j = self.iperf(bed, ["-t", str(self.bulk_t), "-O", "1"] +
+        j = self.iperf(bed, ["-t", str(self.bulk_t), "-O", str(self.omit)] +
                        (["-R"] if direction == "down" else []), self.bulk_t + 60)
         r1 = self.retrans(bed)
         bps = [iv["sum"]["bits_per_second"] for iv in j["intervals"]
@@ -275,8 +280,9 @@ class LinkRun:
         if not os.access(self.delayline, os.X_OK):
             raise RuntimeError("no %s (build the project first)" % self.delayline)
         t0 = time.monotonic()
-        log("twinstack bench --link: conditions %s, subjects %s, %d round(s), iperf3 -t %d, "
-            "%s" % (", ".join("%d ms/%g %%" % c for c in self.conds), ", ".join(self.subjects),
+        log("twinstack bench --link%s: conditions %s, subjects %s, %d round(s), iperf3 -t %d, "
+            "%s" % (" --smoke (sanity only)" if self.smoke else "",
+                    ", ".join("%d ms/%g %%" % c for c in self.conds), ", ".join(self.subjects),
                     self.reps, self.bulk_t, self.cc))
         for ci, cond in enumerate(self.conds):
             progress("link %d ms, %g %% loss: calibrating" % cond)
@@ -338,7 +344,9 @@ class LinkRun:
             if st[3] == 1 or st[1] == st[2]:
                 return fmt % st[0]
             return (fmt + " [" + fmt + " – " + fmt + "]") % st[:3]
-        L = ["# twinstack bench --link report", ""]
+        L = ["# twinstack bench --link report" + (" (--smoke: the test suite's sanity run, "
+                                                   "figures not for comparison)"
+                                                   if self.smoke else ""), ""]
         L.append("%d condition(s), %s, %d round(s) each, iperf3 -t %d with %s, %.0f s. The link "
                  "is between the client (A) and the gateway (B) that runs the proxy: the "
                  "stack's own TCP meets the delay and the loss (bench/linkrun.py). Figures: "
@@ -398,7 +406,8 @@ class LinkRun:
             fo.write("\n".join(L))
         with open(os.path.join(self.out, "link.json"), "w") as fo:
             json.dump({"conditions": self.conds, "subjects": self.subjects, "reps": self.reps,
-                       "bulk_seconds": self.bulk_t, "cc": self.cc, "ceiling_gbps": self.ceiling,
+                       "bulk_seconds": self.bulk_t, "smoke": self.smoke, "cc": self.cc,
+                       "ceiling_gbps": self.ceiling,
                        "calibration": self.calib, "rows": self.rows,
                        "failures": self.failures, "notes": self.notes}, fo, indent=1)
         out("\n".join(L))
@@ -413,6 +422,12 @@ class LinkRun:
 
 def main(a):
     run = LinkRun(a)
+
+    def on_signal(signum, frame):
+        # unwinds through run()'s finally clauses: the testbed of the condition goes down too
+        raise SystemExit(128 + signum)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     try:
         return run.run()
     finally:

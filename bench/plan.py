@@ -19,6 +19,8 @@ ABLATION_BULK_S = 5
 ABLATION_LIMIT_S = 1800
 RUN_OVERHEAD_S = 0.5    # the measured overhead (docs/benchmarks.md), with margin
 START_OVERHEAD_S = 0.8  # SETTLE_S + ~0.15 s start and checks, with margin
+# Full runs hold this many connections too, beside plan.hold_conns (bench/workloads.py hold).
+SCALE_HOLD_CONNS = 10000
 
 
 class Plan:
@@ -42,7 +44,15 @@ class Plan:
         self.no_micro = args.no_micro
         self.verbose = args.verbose
         self.report_from = args.report_from
+        self.smoke = getattr(args, "smoke", False)
         self.hold_conns = 1000
+        # Full runs also hold SCALE_HOLD_CONNS (workload hold_SCALE_HOLD_CONNS), in a fresh
+        # child at the end of each subject's round (bench/runner.py scale_holds).
+        self.hold_scale = [SCALE_HOLD_CONNS] if self.mode == "full" else []
+        # load hold --duration, plus 1 s per 500 connections: a bound on its open phase (the
+        # rig ends the hold once it has sampled the proxy)
+        self.hold_s = 12
+        self.idle_rss_s = 5     # the quiet wait before the run's idle RSS
         self.time_limit = None
         self.idle_s, self.load_s = 20, 5
         if self.ablation:
@@ -53,6 +63,13 @@ class Plan:
             self.bulk_cells = [("up", 1), ("up", 16)]
             self.bulk_t, self.bulk_omit = 3, 1
             self.idle_s, self.load_s = 5, 3
+            self.hold_s = 8
+            if self.smoke:
+                # The test suite's sanity run: every workload once, each wait as short as the
+                # workload still works with; the figures are not for comparison.
+                self.bulk_cells = [("up", 1)]
+                self.bulk_t, self.bulk_omit = 1, 0
+                self.idle_s, self.load_s, self.hold_s, self.idle_rss_s = 1, 2, 3, 1
         else:
             self.bulk_cells = [(d, n) for d in ("up", "down") for n in (1, 16, 64)]
             self.bulk_t, self.bulk_omit = 5, 1
@@ -72,7 +89,8 @@ class Plan:
 
     def plan_text(self):
         L = ["twinstack bench: %s, %d repetition%s, io_mode %s, out %s" % (
-            self.mode, self.reps, "s" if self.reps > 1 else "",
+            self.mode + (" --smoke (a sanity run: figures not for comparison)"
+                         if self.smoke else ""), self.reps, "s" if self.reps > 1 else "",
             "per-packet,offload" if self.ablation else self.io_mode, self.out)]
         L.append("subjects: " + ", ".join(
             "%s (%s/%s/q%d)" % (s.label, s.stack, s.io_mode, s.queues) for s in self.subjects))
@@ -115,6 +133,7 @@ class Plan:
                 per += 1  # idle wakeups
             if not s.is_mirror:
                 per += 1 + (1 if s.has_child else 0)  # connrate, hold
+                per += 2 * len(self.hold_scale) if s.has_child else 0  # start, larger hold
                 per += 1 if s.has_child else 0        # idle rss
                 per += 0 if self.quick else 1 if s.tcp_only else 4  # latency, udp x2, flows
         return per * self.reps

@@ -30,7 +30,9 @@ UNITS = {
     "server_cpu_s": "s", "redirect_fraction": "ratio", "veth_fraction": "ratio",
     "testbed_cpu_s_per_gb": "s/GB", "proxy_cpu_s_per_gb": "s/GB", "testbed_cpus_busy": "CPUs",
     "start_rss_anon_kb": "KiB", "idle_rss_anon_kb": "KiB", "p50_over_redirect_us": "us",
-    "own_1stream_fraction": "ratio",
+    "own_1stream_fraction": "ratio", "conns_held": "connections", "rss_kb": "KiB",
+    "rss_anon_kb": "KiB", "close_s": "s", "conn_errors": "attempts",
+    "rss_anon_before_kb": "KiB",
 }
 
 # Chart colours: one hue per stack (and the baselines), darker = faster I/O mode.
@@ -595,7 +597,10 @@ class Report:
         L.append("")
         L.append("%s run, %s, %d repetition(s), %.0f s, io_mode %s, 1 queue, kernel %s, "
                  "%d CPUs, %s. Each figure: median [min – max] over the repetitions." % (
-                     meta["mode"], meta["started_utc"], meta["repetitions"], meta["duration_s"],
+                     meta["mode"] + (" --smoke (the test suite's sanity run: every wait "
+                                     "shortened, figures not for comparison)"
+                                     if meta.get("smoke") else ""), meta["started_utc"],
+                     meta["repetitions"], meta["duration_s"],
                      meta["io_mode"], meta["host"]["kernel"], meta["host"]["cpus"],
                      cc_text(meta)))
         L.append("")
@@ -630,7 +635,9 @@ class Report:
             L.append("n/a: the ceiling needs both baselines (the reflector was not measured).")
         L.append("")
         self.cost_table(L)
-        other = [r for r in rows if r["workload"] != "tcp_bulk" and r["stack"] != "micro"]
+        self.hold_table(L)
+        other = [r for r in rows if r["workload"] != "tcp_bulk" and r["stack"] != "micro" and
+                 not r["workload"].startswith("hold_")]
         if other:
             order = [s.stack for s in cols]
             L.append("## Other workloads and figures")
@@ -673,10 +680,15 @@ class Report:
         L.append("- CPU: utime/stime deltas of the proxy process (/proc/PID/stat) across each "
                  "bulk run; kernel TCP work done inside the proxy's TUN writes is sys time.")
         L.append("- Memory: peak_rss_kb = VmHWM at the end of a round; idle_rss_kb = VmRSS after "
-                 "5 s without traffic. user_bytes_per_conn = /stats buffers.per_session_bytes "
-                 "with %d connections held; kernel_kb_per_conn = (sum over the proxy's TCP "
-                 "sockets of skmem r+w+f+o+bl from `ss -tmp` + /stats splice.pipe_bytes) / "
-                 "connections held." % self.hold_conns)
+                 "%d s without traffic. With %s connections held (`load hold`, 0.5 s after all "
+                 "are open): user_bytes_per_conn = /stats buffers.per_session_bytes; "
+                 "kernel_kb_per_conn = (sum over the proxy's TCP sockets of skmem r+w+f+o+bl "
+                 "from `ss -tmp` + /stats splice.pipe_bytes) / the proxy's sessions; rss_kb, "
+                 "rss_anon_kb = the proxy's VmRSS, RssAnon then; conns_held = the fewest of "
+                 "connected, sessions in the proxy and echoed back through it." % (
+                     1 if self.meta.get("smoke") else 5,
+                     " and ".join("%d" % n for n in self.hold_counts()) or
+                     "%d" % self.hold_conns))
         L.append("- Idle wakeups: voluntary + nonvoluntary context switches of the proxy over "
                  "%d s with no traffic, right after start-up%s." % (
                      self.idle_s, "" if self.idle_s == 20 else
@@ -686,6 +698,57 @@ class Report:
         L.append("Charts: throughput.svg, memory_per_conn.svg. Raw logs and configs: work/.")
         with open(os.path.join(self.out, "report.md"), "w") as f:
             f.write("\n".join(L) + "\n")
+
+    def hold_counts(self):
+        """The connection counts of the hold cells measured (hold_1000, hold_10000, ...)."""
+        return sorted({int(k[3][5:]) for k in self.samples
+                       if k[3].startswith("hold_") and k[3][5:].isdigit()})
+
+    def hold_subjects(self):
+        return [s for s in self.subjects if any(
+            self.get(s, "hold_%d" % n, None, n, m) for n in self.hold_counts()
+            for m in ("user_bytes_per_conn", "kernel_kb_per_conn", "conns_held"))]
+
+    def hold_table(self, L):
+        """Memory with connections held: per subject and hold cell, the count held, the
+        memory per connection, the proxy's RSS, and RssAnon's growth over the hold per
+        connection held."""
+        counts, subs = self.hold_counts(), self.hold_subjects()
+        if not counts or not subs:
+            return
+        L.append("## Memory with connections held")
+        L.append("")
+        L.append("`load hold` opens the connections (256 connects in flight) through the proxy "
+                 "to the echo server; 0.5 s after all are open the proxy's figures are read. "
+                 "Held: the fewest of connected, sessions in the proxy (/stats) and echoed back "
+                 "through it; per connection: over the proxy's sessions. RssAnon growth: "
+                 "RssAnon while held minus right before the hold, over the connections held. "
+                 "The larger cells run in a fresh child at the end of the subject's round "
+                 "(their memory would stay in the round's other figures). A cell that held "
+                 "fewer than asked names its limit under Notes.")
+        L.append("")
+        L.append("| subject | connections | held | userspace B/conn | kernel KiB/conn | "
+                 "VmRSS MiB | RssAnon MiB | RssAnon growth KiB/conn |")
+        L.append("|" + " --- |" * 8)
+        for s in subs:
+            for n in counts:
+                wl = "hold_%d" % n
+
+                def g(m, s=s, wl=wl, n=n):
+                    return self.get(s, wl, None, n, m)
+                held = g("conns_held")
+                # per round: (during - before) / held, paired
+                during = self.by_round(s, wl, None, n, "rss_anon_kb")
+                before = self.by_round(s, wl, None, n, "rss_anon_before_kb")
+                nheld = self.by_round(s, wl, None, n, "conns_held")
+                grow = fmt_stat(summary([(during[r] - before[r]) / nheld[r] for r in
+                                         sorted(during) if r in before and nheld.get(r)]), 2)
+                L.append("| %s | %d | %s | %s | %s | %s | %s | %s |" % (
+                    s.label, n, self.cell(held, 0), self.cell(g("user_bytes_per_conn"), 0),
+                    self.cell(g("kernel_kb_per_conn"), 2),
+                    fmt_stat(self.stat(s, wl, None, n, "rss_kb"), 1, 1 / 1024.0),
+                    fmt_stat(self.stat(s, wl, None, n, "rss_anon_kb"), 1, 1 / 1024.0), grow))
+        L.append("")
 
     def cost_table(self, L):
         metrics = ["cpu_user_s", "cpu_sys_s", "tun_drops", "retransmits", "rps_switches",
@@ -1079,27 +1142,32 @@ class Report:
         datm = os.path.join(self.out, "memory_per_conn.dat")
         have_mem = False
         with open(datm, "w") as f:
-            f.write("stack user_KiB kernel_KiB\n")
-            for s in self.stack_subjects():
-                u = self.get(s, "hold_1000", None, self.hold_conns, "user_bytes_per_conn")
-                k = self.get(s, "hold_1000", None, self.hold_conns, "kernel_kb_per_conn")
-                if u or k:
-                    have_mem = True
-                f.write("%s %s %s\n" % (s.label, "%.3f" % (u["median"] / 1024) if u else "NaN",
-                                        "%.3f" % k["median"] if k else "NaN"))
+            f.write("subject user_KiB kernel_KiB\n")
+            for s in self.hold_subjects():
+                for n in self.hold_counts():
+                    u = self.get(s, "hold_%d" % n, None, n, "user_bytes_per_conn")
+                    k = self.get(s, "hold_%d" % n, None, n, "kernel_kb_per_conn")
+                    if u or k:
+                        have_mem = True
+                    f.write("\"%s, %d\" %s %s\n" % (
+                        s.label, n, "%.3f" % (u["median"] / 1024) if u else "NaN",
+                        "%.3f" % k["median"] if k else "NaN"))
         gpm = os.path.join(self.out, "memory_per_conn.gp")
         with open(gpm, "w") as f:
             f.write(
                 "set terminal svg size 700,420 dynamic enhanced font 'sans,11' background "
                 "'white'\n"
                 "set output '%s'\n"
-                "set title 'Memory per connection (%d held)'\nset ylabel 'KiB per connection'\n"
+                "set title 'Memory per held connection (%s held)'\n"
+                "set ylabel 'KiB per connection'\n"
                 "set style data histograms\nset style histogram rowstacked\n"
-                "set style fill solid 0.85 border -1\nset boxwidth 0.6\nset key top left inside\n"
-                "set grid ytics\nset yrange [0:*]\n"
-                "plot '%s' using 2:xtic(1) title 'userspace buffers (/stats)', "
-                "'' using 3 title 'kernel sockets + pipes (ss -tm)'\n" % (
-                    os.path.join(self.out, "memory_per_conn.svg"), self.hold_conns, datm))
+                "set style fill solid 0.85 border -1\nset boxwidth 0.6\nset key top right inside\n"
+                "set grid ytics\nset yrange [0:*]\nset xtics rotate by -25\n"
+                "plot '%s' skip 1 using 2:xtic(1) title 'userspace buffers (/stats)', "
+                "'' skip 1 using 3 title 'kernel sockets + pipes (ss -tm)'\n" % (
+                    os.path.join(self.out, "memory_per_conn.svg"),
+                    " and ".join("%d" % n for n in self.hold_counts()) or self.hold_conns,
+                    datm))
         self.gnuplot(gp, "throughput")
         if have_mem:
             self.gnuplot(gpm, "memory_per_conn")

@@ -73,10 +73,13 @@ class Results:
             "iperf3": {"seconds": plan.bulk_t, "omit": plan.bulk_omit},
             "tcp_congestion": self.cc_meta(plan, host_cc),
             "idle_wakeup_window_s": plan.idle_s, "hold_conns": plan.hold_conns,
+            "hold_conns_scale": plan.hold_scale,
             "load_seconds": plan.load_s,
             "not_measured": [{"subject": s, "workload": w, "reason": r} for s, w, r in self.na],
             "failures": self.failures, "notes": self.notes,
         }
+        if plan.smoke:
+            meta["smoke"] = True    # the test suite's sanity run: not for comparison
         if plan.ablation:
             meta.update({"time_limit_s": plan.time_limit, "estimate_s": round(plan.estimate_s())})
         if plan.via:
@@ -134,6 +137,8 @@ class Results:
         plan.reps = meta["repetitions"]
         plan.idle_s = meta.get("idle_wakeup_window_s", plan.idle_s)
         plan.hold_conns = meta.get("hold_conns", plan.hold_conns)
+        plan.hold_scale = meta.get("hold_conns_scale", [])
+        plan.smoke = bool(meta.get("smoke"))
         plan.time_limit = meta.get("time_limit_s", plan.time_limit)
         self.na = [(x["subject"], x["workload"], x["reason"]) for x in meta.get("not_measured",
                                                                                 [])]

@@ -9,7 +9,8 @@ for every TUN I/O mode (per-packet, offload, offload + 2 queues) of each stack a
 reflector, one fresh child per cell, and checks the ablation's acceptance targets
 (docs/benchmarks.md); `--via socks5` measures each stack with its outbound pointed at a SOCKS5
 server (dante, in B) next to the same stack direct and a plain SOCKS5 client without a TUN
-through the same server; `--report-from FILE` redraws the report of an earlier run.
+through the same server; `--report-from FILE` redraws the report of an earlier run;
+`--smoke` is the test suite's sanity run (a `--quick` run with every fixed wait shortened).
 
 This file is the entry point: the arguments, the checks before a run, and the dispatch to a
 run or a redraw. The rest, next to it in bench/:
@@ -22,6 +23,8 @@ run or a redraw. The rest, next to it in bench/:
     workloads.py  TCP bulk (iperf3, perf), the `twinstack load` workloads, callgrind
     runner.py     one run: the testbed up, every subject through its mode's workloads
     ablation.py   --ablation's schedule: every subject in every cell, a fresh child per run
+    ab.py         --ab: the A/B gate's plan and schedule (abstat.py its statistics,
+                  abreport.py its report, abcg.py the CPU cgroup of --ab-throttle)
     results.py    the samples, failures and notes; results.json's meta; --report-from input
     report.py     the report: derived figures, targets, report.md, charts, results.json
 
@@ -51,6 +54,7 @@ from results import Results  # noqa: E402
 from rigtb import DANTED, EXIT_CANNOT, EXIT_FAIL, EXIT_OK, CannotRun  # noqa: E402
 from runner import Rig  # noqa: E402
 import subjects as subjects_mod  # noqa: E402
+import ab  # noqa: E402
 
 
 def report_from(a):
@@ -61,6 +65,8 @@ def report_from(a):
     except (OSError, ValueError) as e:
         raise CannotRun("--report-from %s: %s" % (a.report_from, e))
     meta = data.get("meta") if isinstance(data, dict) else None
+    if isinstance(meta, dict) and meta.get("mode") == "ab":
+        return ab.report_from(a, data)
     if not isinstance(meta, dict) or meta.get("mode") not in ("full", "quick", "ablation",
                                                               "socks5", "sniff"):
         raise CannotRun("--report-from %s: not a results.json of this rig (meta.mode)" %
@@ -94,6 +100,11 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true",
                     help="1 repetition, bulk 1 and 16 streams upload, short conn-rate and "
                     "memory-per-connection probes (< 3 minutes)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the test suite's sanity run (tests/bench/smoke.sh; implies --quick): "
+                    "every workload once, as short as it still works (one bulk cell, up 1 "
+                    "stream, iperf3 -t 1; 1 s windows; short holds; --link: 1 s bulk runs); "
+                    "its figures only show the rig works, they are not for comparison")
     ap.add_argument("--ablation", action="store_true",
                     help="TCP bulk 1/16/64 streams up and down for veth, the reflector "
                     "(offload and per-packet), system per-packet/offload/offload+2 queues, lwip "
@@ -151,6 +162,7 @@ def parse_args(argv):
                     "reno: unpaced, selectable in any namespace); \"host\" keeps the "
                     "host's default (a pacing one such as bbr caps every single flow, baselines "
                     "included, near its pacing timer's rate)")
+    ab.add_args(ap)
     ap.add_argument("-v", "--verbose", action="store_true", help="echo every command")
     try:
         a = ap.parse_args(argv)
@@ -172,6 +184,7 @@ def parse_args(argv):
         bad("--time-limit must be positive")
     if a.cc is not None and not re.fullmatch(r"[a-z][a-z0-9_]{0,14}", a.cc):
         bad("--cc: %r is not a congestion control name (reno, cubic, bbr, ... or host)" % a.cc)
+    ab.check_args(a, bad)
     if a.report_from:
         given = [o for o, v in (("--ablation", a.ablation), ("--quick", a.quick),
                                 ("--via", a.via), ("--sniff", a.sniff),
@@ -179,7 +192,7 @@ def parse_args(argv):
                                 ("--bulk-seconds", a.bulk_seconds),
                                 ("--time-limit", a.time_limit), ("--dry-run", a.dry_run),
                                 ("--cc", a.cc), ("--subject", a.subject),
-                                ("--link", a.link)) if v]
+                                ("--link", a.link), ("--smoke", a.smoke)) if v]
         if given:
             bad("--report-from redraws an earlier run: %s make%s no sense with it" % (
                 ", ".join(given), "s" if len(given) == 1 else ""))
@@ -188,6 +201,10 @@ def parse_args(argv):
         a.out = "bench-results"
     if a.cc is None:
         a.cc = "reno"
+    if a.smoke and (a.ablation or a.sniff or getattr(a, "ab", None)):
+        bad("--smoke shortens the default comparison, --via socks5 or --link; not --ablation, "
+            "--sniff or --ab")
+    a.quick = a.quick or a.smoke
     if a.ablation and a.quick:
         bad("--ablation has its own schedule; shorten it with --reps and --bulk-seconds, not "
             "--quick")
@@ -249,7 +266,7 @@ def main(argv):
             preflight(a)
             import linkrun
             return linkrun.main(a)
-        plan = Plan(a)
+        plan = ab.ABPlan(a) if a.ab else Plan(a)
         if a.ablation and plan.estimate_s() > plan.time_limit:
             sys.stderr.write(plan.plan_text() + "\n")
             sys.stderr.write("twinstack bench: the ablation would take about %d s, over the %d s "
@@ -259,7 +276,7 @@ def main(argv):
         if a.dry_run:
             out(plan.plan_text())
             return EXIT_OK
-        rig = Rig(plan)
+        rig = ab.ABRig(plan) if a.ab else Rig(plan)
         preflight(a)
         return rig.run()
     except CannotRun as e:

@@ -20,6 +20,7 @@ Python 3 standard library only.
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -340,6 +341,41 @@ def proc_kb(pid, key):
     if not st or key not in st:
         return None
     return int(st[key].split()[0])
+
+
+def proc_fds(pid):
+    """How many fds pid has open, or None."""
+    try:
+        return len(os.listdir("/proc/%d/fd" % pid))
+    except OSError:
+        return None
+
+
+def proc_nofile(pid):
+    """pid's RLIMIT_NOFILE (soft, hard) from /proc/PID/limits, or None."""
+    try:
+        with open("/proc/%d/limits" % pid) as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    v = line.split()[3:5]
+                    return tuple(int(x) if x.isdigit() else -1 for x in v)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def raise_nofile():
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (what `twinstack run`,
+    `redirect` and `load` do for themselves), so the processes it starts inherit it.
+    Returns (soft, hard) after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):
+            pass
+    return soft, hard
 
 
 def proc_ctxt(pid):

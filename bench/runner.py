@@ -88,6 +88,8 @@ class Rig:
                                                        "metric", "value", "unit"))
         if plan.ablation:
             ablation.run(self)
+        elif hasattr(self, "schedule"):
+            self.schedule()     # a Rig with a schedule of its own (bench/ab.py)
         else:
             run = {"socks5": self.run_socks5_subject,
                    "sniff": self.run_sniff_subject}.get(plan.mode, self.run_subject)
@@ -174,8 +176,8 @@ class Rig:
             if pid:
                 res.emit(subj, "run", None, None, "peak_rss_kb", self.wl.run_peak_kb(pid))
                 if not subj.is_mirror:
-                    self.tick("%s: RSS after 5 s idle" % subj.label)
-                    time.sleep(5)
+                    self.tick("%s: RSS after %d s idle" % (subj.label, self.plan.idle_rss_s))
+                    time.sleep(self.plan.idle_rss_s)
                     res.emit(subj, "run", None, None, "idle_rss_kb", proc_kb(pid, "VmRSS"))
                     res.emit(subj, "run", None, None, "idle_rss_anon_kb",
                              proc_kb(pid, "RssAnon"))
@@ -183,6 +185,25 @@ class Rig:
             res.fail("%s: %s" % (subj.label, e))
         finally:
             self.launcher.stop(running)
+        if subj.has_child and not subj.is_mirror:
+            self.scale_holds(subj)
+
+    def scale_holds(self, subj):
+        """The larger hold cells (plan.hold_scale, full runs), each in a fresh child of subj:
+        what holding them leaves behind (memory the allocator keeps) must not reach the
+        round's other figures, and the round's leftovers (UDP sessions and their descriptors,
+        idle pipes) must not reach the cell."""
+        for n in self.plan.hold_scale:
+            running = None
+            self.tick("%s: start for the %d-connection hold" % (subj.label, n))
+            try:
+                running = self.launcher.start(subj)
+                time.sleep(SETTLE_S)
+                self.load_modes(subj, [("hold", lambda: self.wl.hold(subj, running.pid, n))])
+            except RuntimeError as e:
+                self.results.fail("%s hold %d: %s" % (subj.label, n, e))
+            finally:
+                self.launcher.stop(running)
 
     def load_workloads(self, subj, pid):
         wl = self.wl

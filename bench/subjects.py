@@ -9,7 +9,7 @@ results.json, (stack, io_mode, queues) and its label, is named from those fields
 in the form results.json has always used (bench/report.py, `twinstack gate` and the committed
 baselines read it): io_mode is the TUN I/O mode with a suffix for the one setting that
 differs from the default ("offload-rx", "offload-norps", "offload-rps", "offload-socks5",
-"offload-sniffidle", "offload-snifflook").
+"offload-sniffidle", "offload-snifflook"; an A/B run's "offload-base" and "offload-cand").
 
 Python 3 standard library only.
 """
@@ -83,8 +83,11 @@ class Subject:
     SOCKS5 server (TCP by CONNECT, UDP by UDP ASSOCIATE) instead of direct. sniff: route.sniff
     on, None (off), "idle" (a name rule that covers no port the workloads use: what sniffing
     costs when it looks at nothing) or "look" (one that covers every port: every connection
-    waits for its first bytes and is looked at). io_mode and label default to the names
-    derived from these fields; given, they are kept as they are (a recorded run)."""
+    waits for its first bytes and is looked at). binary: the twinstack binary a stack is
+    started from, None for the run's own; side: "base" or "cand" in an A/B run (bench/ab.py),
+    where the same stack runs from two binaries: its io_mode then ends in "-base" / "-cand".
+    io_mode and label default to the names derived from these fields; given, they are kept as
+    they are (a recorded run)."""
     kind: str
     stack: str
     offload: bool = True
@@ -96,6 +99,8 @@ class Subject:
     label: Optional[str] = None
     io_mode: Optional[str] = None
     command: Optional[str] = None
+    binary: Optional[str] = None
+    side: Optional[str] = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -105,6 +110,8 @@ class Subject:
         if self.io_mode is None:
             self.io_mode = io_mode_name(self.offload, self.rps, self.gso_output,
                                         self.via_socks5, self.sniff)
+            if self.side:
+                self.io_mode += "-" + self.side
         if self.label is None:
             self.label = report.Subject(self.stack, self.io_mode, self.queues).label
 
@@ -149,8 +156,11 @@ class Subject:
         return "on" if self.offload else "off"
 
     def to_json(self):
-        return {"stack": self.stack, "io_mode": self.io_mode, "queues": self.queues,
-                "label": self.label}
+        j = {"stack": self.stack, "io_mode": self.io_mode, "queues": self.queues,
+             "label": self.label}
+        if self.side:
+            j.update({"side": self.side, "binary": self.binary})
+        return j
 
 
 # ---- the subjects of each kind of run -------------------------------------------------------
@@ -166,6 +176,12 @@ def reflector_subject(offload, label=None):
 def redirect_subject(offload, label="redirect"):
     """The redirect baseline. It has no TUN, so offload only records the run's I/O mode."""
     return Subject("redirect", "redirect", offload, label=label)
+
+
+def ab_subject(name, offload, side, binary):
+    """--ab: a stack started from binary, side "base" or "cand" (named "system base", ...)."""
+    return Subject("stack", name, offload, label="%s %s" % (name, side), binary=binary,
+                   side=side)
 
 
 def stack_subject(name, offload, label=None, **settings):

@@ -20,10 +20,12 @@ import time
 import report
 from report import progress
 from rigtb import (B_VETH4, ECHO_PORTS, GW4, MIRROR4, REFL_IPERF_PORT, S5_PORT, TARGET4,
-                   UDP_PORT, host_cpu_s, last_json, proc_cpu, proc_kb, reset_peak_rss)
+                   UDP_PORT, host_cpu_s, last_json, proc_cpu, proc_fds, proc_kb, proc_nofile,
+                   raise_nofile, reset_peak_rss)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STALL_GBPS = 0.01       # a bulk run below 10 Mbit/s stalled: recorded, and a failure
+CONN_ERRORS_MAX = 0.01  # connrate: more of its attempts failing is a failure, fewer a note
 
 
 class Workloads:
@@ -35,6 +37,9 @@ class Workloads:
         self.results, self.work = results, work
         self.emit, self.add, self.fail = results.emit, results.add, results.fail
         self.peaks = {}         # pid -> the highest per-cell VmHWM read (bulk resets it)
+        # The processes started from here inherit the hard fd limit (an external subject
+        # holding many connections; ours raise their own as well).
+        raise_nofile()
 
     def run_peak_kb(self, pid):
         """pid's peak RSS over its whole life: VmHWM now, or a bulk cell's peak read before
@@ -165,6 +170,19 @@ class Workloads:
                                    ",".join(map(str, ECHO_PORTS)), "--duration", str(d),
                                    "--concurrency", "16" if self.plan.quick else "32"], d + 20)
         self.emit(subject, "connrate", None, None, "conn_per_s", j.get("conn_per_s"))
+        # A rate is sustained only while the connections succeed: every failed attempt (a
+        # connect refused, reset or timed out, an echo short or wrong) is counted beside it.
+        errs, tries = j.get("errors"), j.get("attempts") or 0
+        causes = ", ".join("%s %d" % kv for kv in sorted((j.get("error_causes") or {}).items())
+                           if kv[1])
+        self.emit(subject, "connrate", None, None, "conn_errors", errs,
+                  "of %d attempts%s" % (tries, ": " + causes if causes else ""))
+        if errs and tries and errs > CONN_ERRORS_MAX * tries:
+            self.fail("%s connrate: %d of %d attempts failed (%s): not a sustained rate" % (
+                subject.label, errs, tries, causes))
+        elif errs:
+            self.results.notes.append("%s connrate: %d of %d attempts failed (%s)" % (
+                subject.label, errs, tries, causes))
 
     def latency(self, subject):
         d = self.plan.load_s
@@ -189,17 +207,30 @@ class Workloads:
         self.emit(subject, "udp_flows", None, None, "udp_flows_answered",
                   j.get("answered", j.get("udp_flows_answered")))
 
-    def hold(self, subject, pid):
-        """Hold N connections through the proxy; measure userspace and kernel memory per conn."""
-        n = self.plan.hold_conns
-        dur = 8 if self.plan.quick else 12
+    def hold(self, subject, pid, n=None):
+        """Hold n connections (default plan.hold_conns) through the proxy, workload hold_<n>:
+        once `load hold` says HELD, the proxy's userspace and kernel memory per connection
+        and its RSS, then the hold is ended (SIGTERM: the echoes still owed come back first)
+        and the count the proxy really carried is recorded. Fewer than n is a note naming
+        the limit that stopped it; none at all is a failure."""
+        n = n or self.plan.hold_conns
+        wl = "hold_%d" % n
+        # --duration bounds the open phase (256 connects in flight); the rig ends the hold
+        # with SIGTERM once it has sampled, so this is a bound, not the time it takes.
+        dur = self.plan.hold_s + n // 500
         tb = self.tb
+        st0 = self.pipes_idle() if not self.plan.smoke else tb.stats()
+        fds0 = proc_fds(pid)
+        self.add(subject, wl, None, n, "rss_anon_before_kb", proc_kb(pid, "RssAnon"))
+        logp = os.path.join(self.work, "load-hold.log")
+        log0 = os.path.getsize(logp) if os.path.exists(logp) else 0
         p = tb.spawn(tb.ns_a, [self.binary.path, "load", "hold", "--target",
                                "%s:%d" % (TARGET4, ECHO_PORTS[1]), "--conns", str(n),
                                "--duration", str(dur)], "load-hold.log", stdout=subprocess.PIPE)
         sel = selectors.DefaultSelector()
         sel.register(p.stdout, selectors.EVENT_READ)
         held, buf, deadline = None, b"", time.monotonic() + dur + 5
+        st = kern = rss = anon = fds = None
         try:
             while held is None and time.monotonic() < deadline:
                 if not sel.select(timeout=0.5):
@@ -214,25 +245,48 @@ class Workloads:
                 if m:
                     held = int(m.group(1))
             if held is None:
-                raise RuntimeError("load hold: no 'HELD n' line within %d s" % (dur + 5))
+                raise RuntimeError("load hold %d: no 'HELD n' line within %d s" % (n, dur + 5))
             time.sleep(0.5)
+            rss, anon = proc_kb(pid, "VmRSS"), proc_kb(pid, "RssAnon")
             st = tb.stats()
             kern = tb.socket_bytes(pid)
+            fds = proc_fds(pid)
         finally:
             sel.close()
+            if p.poll() is None:
+                p.terminate()
             try:
-                rest, _ = p.communicate(timeout=dur + 10)
+                rest, _ = p.communicate(timeout=20)
                 buf += rest or b""
             except subprocess.TimeoutExpired:
                 tb.stop(p)
             if p in tb.procs:
                 tb.procs.remove(p)
-        extra = "held %d" % held
+        fin = last_json(buf.decode(errors="replace")) or {}
+        self.hold_closed(subject, pid, wl, n, st0, fds0)
+        # The count carried: connected (HELD), a session in the proxy when it was sampled
+        # (/stats sessions.active, where it has one) and its echo back through the proxy
+        # afterwards (the final JSON's "echoed").
+        active = ((st or {}).get("sessions") or {}).get("active")
+        carried = min(v for v in (held, active, fin.get("echoed")) if isinstance(v, int))
+        per_n = active if isinstance(active, int) and 0 < active <= held else held
+        extra = "held %d, %s in the proxy, %s echoed" % (held, "?" if active is None else active,
+                                                          fin.get("echoed", "?"))
+        self.emit(subject, wl, None, n, "conns_held", carried, extra)
+        if carried == 0:
+            raise RuntimeError("load hold %d: no connection held (%s)" % (
+                n, self.hold_client_line(logp, log0) or extra))
+        if carried < n:
+            self.results.notes.append("%s %s: %d of %d connections held (%s); %s" % (
+                subject.label, wl, carried, n, extra,
+                self.hold_limit(pid, st0, st, fds, self.hold_client_line(logp, log0))))
+        self.emit(subject, wl, None, n, "rss_kb", rss)
+        self.emit(subject, wl, None, n, "rss_anon_kb", anon)
         if st:
             per = (st.get("buffers") or {}).get("per_session_bytes")
             if per is None and (st.get("buffers") or {}).get("in_use_bytes") is not None:
-                per = st["buffers"]["in_use_bytes"] / max(1, held)
-            self.emit(subject, "hold_1000", None, n, "user_bytes_per_conn", per, extra)
+                per = st["buffers"]["in_use_bytes"] / max(1, per_n)
+            self.emit(subject, wl, None, n, "user_bytes_per_conn", per)
             pipe = (st.get("splice") or {}).get("pipe_bytes") or 0
         else:
             pipe = 0
@@ -240,9 +294,93 @@ class Workloads:
                                       "connection missing" % subject.label)
         if kern is not None:
             kbytes, sockets = kern
-            self.emit(subject, "hold_1000", None, n, "kernel_kb_per_conn",
-                      (kbytes + pipe) / 1024.0 / max(1, held),
-                      "%s, %d sockets of the proxy, pipes %d B" % (extra, sockets, pipe))
+            self.emit(subject, wl, None, n, "kernel_kb_per_conn",
+                      (kbytes + pipe) / 1024.0 / max(1, per_n),
+                      "%d sockets of the proxy, pipes %d B" % (sockets, pipe))
+
+    def pipes_idle(self, bound=3.0):
+        """Wait (bounded) until the proxy's splice pipe pool is empty (its idle pipes close
+        about a second after the last use), so the pipes of the workload before are not
+        counted as the held connections' memory. Returns its /stats then, or None."""
+        t0 = time.monotonic()
+        while True:
+            st = self.tb.stats()
+            pipes = ((st or {}).get("splice") or {}).get("pipes")
+            if not pipes or time.monotonic() - t0 > bound:
+                return st
+            time.sleep(0.2)
+
+    def hold_closed(self, subject, pid, wl, n, st0, fds0):
+        """Wait (bounded) until the proxy has closed the hold's sessions (/stats sessions.active
+        back to its count before the hold; without /stats, its descriptors), so the next
+        workload does not meet the closing; close_s is how long that took after the client
+        ended."""
+        active0 = ((st0 or {}).get("sessions") or {}).get("active")
+
+        def left():
+            if isinstance(active0, int):
+                a = ((self.tb.stats() or {}).get("sessions") or {}).get("active")
+                return None if a is None else a - active0
+            fds = proc_fds(pid)
+            return None if fds is None or fds0 is None else fds - fds0
+        t0 = time.monotonic()
+        bound = 5 + n / 500.0
+        while time.monotonic() - t0 < bound:
+            k = left()
+            if k is None or k <= 0:
+                if k is not None:
+                    self.add(subject, wl, None, n, "close_s", time.monotonic() - t0)
+                return
+            time.sleep(0.2)
+        self.results.notes.append("%s %s: %s of the hold still open in the proxy %.0f s after "
+                                  "it ended" % (subject.label, wl, left(), bound))
+
+    @staticmethod
+    def hold_client_line(path, offset):
+        """The load client's own summary of this hold ("N held, M failed, first: ERROR",
+        and its fd limit when it was short of it), from its log past offset."""
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return "; ".join(x.strip() for x in text.splitlines() if x.startswith("load hold:"))
+
+    @staticmethod
+    def hold_limit(pid, st0, st, fds, client):
+        """What stopped a hold short: the proxy's refusal counters that moved over it (by
+        the limit they count against), its fd limit and open fds, and the load client's own
+        summary."""
+        def get(doc, path):
+            for k in path.split("."):
+                doc = doc.get(k) if isinstance(doc, dict) else None
+            return doc
+        limits = (("the TCP session budget", "budget.tcp_limit",
+                   ("budget.tcp_refused", "redirect.admission_refused")),
+                  ("the descriptor budget", "budget.fds_limit",
+                   ("drops.fd_exhausted", "budget.fd_refused", "redirect.fd_refused")))
+        why = []
+        for what, lim_key, keys in limits:
+            moved = []
+            for key in keys:
+                a, b = get(st0, key), get(st, key)
+                if isinstance(a, int) and isinstance(b, int) and b > a:
+                    moved.append("%s +%d" % (key, b - a))
+            if moved:
+                lim = get(st, lim_key)
+                why.append("%s (%s%s)" % (what, "" if lim is None else "%s %s; " % (lim_key, lim),
+                                          ", ".join(moved)))
+        if not why:
+            why.append("no refusal counter of the proxy moved")
+        lim = proc_nofile(pid)
+        why.append("the proxy's RLIMIT_NOFILE %s, %s fds open%s" % (
+            "%d (hard %d)" % lim if lim else "?", "?" if fds is None else fds,
+            "" if get(st, "budget.fds_in_use") is None else
+            ", budget.fds_in_use %s" % get(st, "budget.fds_in_use")))
+        if client:
+            why.append("the client: " + client)
+        return "limit: " + "; ".join(why)
 
     # -- --sniff and --via socks5
     def sniff_counters(self, subj):

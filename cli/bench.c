@@ -32,6 +32,8 @@ void usage_bench(FILE *out)
 	      "                       [--stacks system,lwip]\n"
 	      "                       [--out DIR] [--reps N] [--io-mode offload|per-packet]\n"
 	      "                       [--dry-run] [--cc NAME|host] [--perf DIR]\n"
+	      "       twinstack bench --ab BASE_BINARY [--quick] [--stacks system,lwip]\n"
+	      "                       [--reps N] [--ab-min-effect PCT] [--ab-throttle PCT]\n"
 	      "\n"
 	      "Build a namespace testbed, measure both stacks and two baselines (bare veth, TUN\n"
 	      "reflector) side by side, and write results.json, report.md and SVG charts to DIR\n"
@@ -54,9 +56,19 @@ void usage_bench(FILE *out)
 	      "                      and on with every connection looked at: connection rate\n"
 	      "                      and latency, the ratios to the stack without sniffing\n"
 	      "                      (~4 minutes, with --quick ~1)\n"
+	      "  --ab BASE_BINARY    A/B gate: BASE_BINARY (an older build) against this binary,\n"
+	      "                      each stack started fresh per round, base and candidate\n"
+	      "                      alternating; judged per cell on the paired differences\n"
+	      "                      (TCP bulk up/down x1 and x16, connection rate; --quick:\n"
+	      "                      bulk up/down x1) with a tolerance from the run's own spread;\n"
+	      "                      exit 1 on a regression (make ab BASE=REV builds both)\n"
+	      "  --ab-min-effect PCT the smallest change judged (default 5)\n"
+	      "  --ab-throttle PCT   test aid: the candidate's proxy in a CPU cgroup limited to\n"
+	      "                      (100 - PCT) % of the base's CPU per cell: an injected slowdown\n"
 	      "  --stacks LIST       stacks to measure (default system,lwip)\n"
 	      "  --out DIR           output directory (default bench-results)\n"
-	      "  --reps N            repetitions per figure (default 3; --quick: 1)\n"
+	      "  --reps N            repetitions per figure (default 3; --quick: 1; --ab: 6,\n"
+	      "                      with --quick 5)\n"
 	      "  --io-mode MODE      TUN I/O of the stacks and reflector (default offload)\n"
 	      "  --dry-run           print the plan and the time estimate, run nothing\n"
 	      "  --cc NAME|host      TCP congestion control pinned in the testbed (default reno;\n"
@@ -65,8 +77,9 @@ void usage_bench(FILE *out)
 	      "  --report-from FILE  redraw the report of an earlier run's results.json\n"
 	      "  -h, --help          this text (python3 bench/rig.py --help lists every option)\n"
 	      "\n"
-	      "Exit: 0 done, 1 a run failed, 2 cannot run (not root, no TUN, bad arguments, a\n"
-	      "--cc the namespaces may not select).\n",
+	      "Exit: 0 done, 1 a run failed (--ab: or a regression, or a cell with fewer than 3\n"
+	      "pairs), 2 cannot run (not root, no TUN, bad arguments, a --cc the namespaces may\n"
+	      "not select).\n",
 	      out);
 }
 

@@ -61,6 +61,11 @@ if(NOT TS_SANITIZE STREQUAL "thread")
   set_tests_properties(gate_cli PROPERTIES LABELS cli TIMEOUT 60)
   add_test(NAME load_tool COMMAND ${CMAKE_SOURCE_DIR}/tests/load/load.sh $<TARGET_FILE:twinstack>)
   set_tests_properties(load_tool PROPERTIES LABELS cli TIMEOUT 120)
+  if(TS_SANITIZE STREQUAL "")
+    # The A/B gate without root: its statistics, report, exit codes and arguments (Python).
+    add_test(NAME bench_ab_stat COMMAND ${CMAKE_SOURCE_DIR}/tests/bench/ab_stat.sh $<TARGET_FILE:twinstack>)
+    set_tests_properties(bench_ab_stat PROPERTIES LABELS cli TIMEOUT 60)
+  endif()
 endif()
 
 # Namespace integration suite (root; exit 77 = skipped). The whole suite once per stack with
@@ -88,7 +93,11 @@ if(TS_SANITIZE STREQUAL "")
     LABELS integration TIMEOUT 60 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   add_test(NAME bench_smoke COMMAND ${CMAKE_SOURCE_DIR}/tests/bench/smoke.sh $<TARGET_FILE:twinstack>)
   set_tests_properties(bench_smoke PROPERTIES
-    LABELS integration TIMEOUT 400 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+    LABELS integration TIMEOUT 200 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+  # The A/B gate for real: its CPU cgroup, and a tiny A/B run of the same code (3 rounds).
+  add_test(NAME bench_ab COMMAND ${CMAKE_SOURCE_DIR}/tests/bench/ab_run.sh $<TARGET_FILE:twinstack>)
+  set_tests_properties(bench_ab PROPERTIES
+    LABELS integration TIMEOUT 120 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   foreach(stack system lwip)
     add_test(NAME integration_${stack}
       COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/netns.sh --stack ${stack}

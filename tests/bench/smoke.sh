@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# smoke.sh TWINSTACK — the bench rig in two parts.
-#  1. No root needed (~2 s): `twinstack bench --ablation` argument checks (a plan prints, bad
+# smoke.sh TWINSTACK — the bench rig: its arguments and reports, then three sanity runs.
+#  1. No root needed: `twinstack bench --ablation` argument checks (a plan prints, bad
 #     combinations exit 2), and the ablation report redrawn (--report-from) from a synthetic
 #     run with known figures: the ceiling, the fractions, the differences, the PASS/MISS target
 #     lines, the chart, and results.json rows that `twinstack gate` accepts; redrawn again from
@@ -8,16 +8,38 @@
 #     The same for `--via socks5`: its plan, its argument checks, and its report (the ratios to
 #     the plain SOCKS5 client and their PASS/MISS lines) redrawn from a synthetic run. And the
 #     subjects of each mode: their names, and each setting in the configuration it starts with.
-#  2. Root: a quick bench run (`twinstack bench --quick`, offload I/O, the default): every stack
-#     and baseline must produce sane figures (throughput > 0, RSS > 0, connections held and
-#     answered); the ratios are printed, never judged (this machine is shared and noisy).
-# Exit 77 = part 2 skipped (not root or no /dev/net/tun; part 1 passed), 0 = sane, 1 = a check
-# failed.
+#  2-4. Root, side by side, each `--smoke` (the rig's sanity run: --quick with one 1 s bulk
+#     cell and every fixed wait shortened): 2. the comparison (offload I/O,
+#     the default): every stack and baseline must produce sane figures (throughput > 0, RSS >
+#     0, 1,000 connections held and answered), the report and the gate read them; the ratios
+#     are printed, never judged (this machine is shared and noisy). 3. `--via socks5` with an
+#     external subject (a second twinstack). 4. `--link`: the delay line calibrated within its
+#     bounds, data moved both ways through each subject.
+# Exit 77 = parts 2-4 skipped (not root or no /dev/net/tun; part 1 passed), 0 = sane, 1 = a
+# check failed.
 set -uo pipefail
 bin=${1:?usage: smoke.sh path/to/twinstack}
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# The root runs in the background (each pid cleared once waited for, never killed after).
+link_pid= s5_pid= main_pid=
+trap 'for p in $link_pid $s5_pid $main_pid; do kill "$p" 2>/dev/null; done; wait; rm -rf "$out"' EXIT
 fails=0
+# `twinstack bench` execs python3 from PATH, once per check below: put the interpreter's own
+# directory first, so that a version manager's wrapper script (which finds the interpreter
+# anew on every start) is not run each time.
+py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) && [ -x "$py" ] &&
+	PATH="$(dirname "$py"):$PATH"
+root=0
+[ "$(id -u)" -eq 0 ] && [ -c /dev/net/tun ] && root=1
+# Part 4 starts first: the delay line's calibration (its RTT and loss within their bounds)
+# then runs beside part 1's light load rather than beside the bulk runs of parts 2 and 3.
+mkdir -p "$out/link"
+dl="$(dirname "$bin")/twinstack-delayline"
+if [ "$root" -eq 1 ] && [ -x "$dl" ] && command -v nft >/dev/null 2>&1; then
+	"$bin" bench --link --smoke --out "$out/link" >"$out/link/stdout.txt" \
+		2>"$out/link/stderr.txt" &
+	link_pid=$!
+fi
 
 # ---- 1. arguments and the ablation report (no root) ----
 expect_rc() {
@@ -58,6 +80,10 @@ grep -q "TCP congestion control reno$" "$out/args.txt" ||
 expect_rc 0 --quick --cc host --dry-run
 grep -q "TCP congestion control of the host$" "$out/args.txt" ||
 	{ echo "not ok - --cc host: the plan says the host's"; fails=$((fails + 1)); }
+expect_rc 0 --smoke --dry-run
+grep -q "^tcp bulk cells: up x1; iperf3 -t 1 -O 0;" "$out/args.txt" ||
+	{ echo "not ok - the --smoke plan: one bulk cell, 1 s, no warm-up"; fails=$((fails + 1)); }
+expect_rc 2 --smoke --ablation
 
 # Subjects are data: each one's settings must reach the configuration its child is started
 # with (bench/launch.py), under the names results.json has always used (bench/subjects.py).
@@ -320,25 +346,30 @@ if [ "$fails" -ne 0 ]; then
 	exit 1
 fi
 
-# ---- 2. a quick run (root) ----
-[ "$(id -u)" -eq 0 ] && [ -c /dev/net/tun ] || { echo "smoke: needs root and /dev/net/tun: quick run skipped"; exit 77; }
-# Part 3's run goes side by side with this one: the figures of both are only checked for
-# sanity, and each builds its own testbed (namespaces named by a token of its own).
+# ---- 2-4. three sanity runs side by side (root) ----
+# 2. The comparison: every stack and baseline must produce sane figures (throughput > 0,
+# RSS > 0, 1,000 connections held, answered); the ratios are printed, never judged.
+[ "$root" -eq 1 ] || { echo "smoke: needs root and /dev/net/tun: quick run skipped"; exit 77; }
+# The comparison (2), --via socks5 with an external subject (3) and --link (4, started above)
+# run at the same time, each with --smoke (the rig's sanity run: one bulk cell of 1 s, every
+# wait shortened) and each in a testbed of its own (namespaces named by a token of its own):
+# their figures are only checked for sanity here, never compared. Each is bounded by its own
+# waits.
 ext="bash $(cd "$(dirname "$0")" && pwd)/ext_twinstack.sh $bin system {tun} {addr} {mark} {socks5}"
 mkdir -p "$out/s5run"
-s5_pid=
 if command -v danted >/dev/null 2>&1 || [ -x /usr/sbin/danted ]; then
-	"$bin" bench --via socks5 --quick --bulk-seconds 1 --stacks lwip --subject "ext=$ext" \
+	"$bin" bench --via socks5 --smoke --stacks lwip --subject "ext=$ext" \
 		--out "$out/s5run" >"$out/s5run/stdout.txt" 2>"$out/s5run/stderr.txt" &
 	s5_pid=$!
-	trap 'kill "$s5_pid" 2>/dev/null; wait "$s5_pid" 2>/dev/null; rm -rf "$out"' EXIT
 fi
-# iperf3 -t 1 after its 1 s warm-up: the figures only have to be sane here.
-"$bin" bench --quick --bulk-seconds 1 --no-micro --out "$out" >"$out/stdout.txt" 2>"$out/stderr.txt"
+"$bin" bench --smoke --no-micro --out "$out" >"$out/stdout.txt" 2>"$out/stderr.txt" &
+main_pid=$!
+wait "$main_pid"
 rc=$?
+main_pid=
 if [ "$rc" -ne 0 ]; then
 	tail -n 30 "$out/stderr.txt"
-	echo "smoke: twinstack bench --quick exited $rc"
+	echo "smoke: twinstack bench --smoke exited $rc"
 	exit 1
 fi
 python3 - "$out/results.json" <<'PY'
@@ -386,11 +417,24 @@ for s in ("system", "lwip"):
 r = get("redirect", "conn_per_s")
 check("redirect: connection rate", bool(r) and r[0]["median"] > 0,
       f"{r[0]['median']:.0f}/s" if r else "missing")
+# 1,000 connections held through each proxy: all connected, carried and echoed back, and the
+# proxy's memory read while they were held.
+for s in ("redirect", "system", "lwip"):
+    h = get(s, "conns_held", "hold_1000", 1000)
+    m = {k: get(s, k, "hold_1000", 1000) for k in ("rss_anon_kb", "kernel_kb_per_conn",
+                                                     "user_bytes_per_conn")}
+    check(f"{s}: 1000 connections held, memory read while held",
+          bool(h) and h[0]["median"] == 1000 and all(m.values()) and
+          m["rss_anon_kb"][0]["median"] > 100,
+          f"held {h[0]['median']:.0f}" if h else "missing")
 import os
 rep = open(os.path.join(os.path.dirname(sys.argv[1]), "report.md")).read()
 check("report.md leads with the summary over the redirect baseline",
       rep.split("\n## ")[1].startswith("Summary: TCP bulk as a fraction of the redirect"),
       "first section")
+check("report.md's memory table has the held connections",
+      "\n| system | 1000 | 1000 |" in rep and "\n| lwip | 1000 | 1000 |" in rep,
+      "Memory with connections held")
 cc = res["meta"].get("tcp_congestion") or {}
 check("the testbed ran reno (pinned, read back)", cc.get("testbed") == "reno",
       f"meta.tcp_congestion {cc}")
@@ -403,26 +447,25 @@ PY
 if "$bin" gate --baseline "$out/results.json" --current "$out/results.json" >"$out/gate.txt" 2>&1 &&
 	grep -Eq "^redirect_fraction +system/offload/q1/tcp_bulk/up/s1 .* ok$" "$out/gate.txt" &&
 	grep -Eq "^redirect_fraction +system/offload/q1/connrate/-/- .* ok$" "$out/gate.txt"; then
-	echo "ok - twinstack gate on the quick run's results.json (redirect_fraction, bulk and connrate)"
+	echo "ok - twinstack gate on the comparison run's results.json (redirect_fraction, bulk and connrate)"
 else
-	echo "not ok - twinstack gate on the quick run's results.json"
+	echo "not ok - twinstack gate on the comparison run's results.json"
 	sed 's/^/# /' "$out/gate.txt"
 	fails=$((fails + 1))
 fi
 
-# ---- 3. --via socks5 with an external subject (root) ----
+# ---- 3. --via socks5 with an external subject (root, started beside part 2) ----
 # A second twinstack process (system stack, its outbound the testbed's SOCKS5 server) as
 # --subject, next to the lwip stack direct and via the server and the plain SOCKS5 client:
 # the external subject is started from its command line, found by its TUN, measured under
 # the same workloads and reported with its ratio to the plain client.
-# (started beside part 2, above)
 if [ -n "$s5_pid" ]; then
 	wait "$s5_pid"
 	rc=$?
 	s5_pid=
 	if [ "$rc" -ne 0 ]; then
 		tail -n 20 "$out/s5run/stderr.txt"
-		echo "not ok - bench --via socks5 --quick --subject ext exited $rc"
+		echo "not ok - bench --via socks5 --smoke --subject ext exited $rc"
 		fails=$((fails + 1))
 	else
 		python3 - "$out/s5run/results.json" <<'PY' || fails=$((fails + 1))
@@ -455,18 +498,17 @@ else
 	echo "# --via socks5 part skipped: no danted (Debian package dante-server)"
 fi
 
-# ---- 4. --link --quick (root) ----
+# ---- 4. --link --smoke (root, started beside part 2) ----
 # One link condition (RTT 10 ms, 1 % loss): the line calibrated, then the bare path and both
 # stacks on the client's gateway, each through TCP bulk both ways and a 4 MiB download.
-dl="$(dirname "$bin")/twinstack-delayline"
-if [ -x "$dl" ] && command -v nft >/dev/null 2>&1; then
-	mkdir -p "$out/link"
-	"$bin" bench --link --quick --out "$out/link" >"$out/link/stdout.txt" 2>"$out/link/stderr.txt"
+if [ -n "$link_pid" ]; then
+	wait "$link_pid"
 	rc=$?
+	link_pid=
 	if [ "$rc" -ne 0 ]; then
 		tail -n 20 "$out/link/stderr.txt"
 		grep -A5 '^## Failures' "$out/link/link.md" 2>/dev/null
-		echo "not ok - bench --link --quick exited $rc"
+		echo "not ok - bench --link --smoke exited $rc"
 		fails=$((fails + 1))
 	else
 		python3 - "$out/link/link.json" <<'PY' || fails=$((fails + 1))
