@@ -485,14 +485,6 @@ static void strip_segment(const struct pkt_view *v, struct pbuf *p)
 	csum_store16(t + TCP_OFF_CSUM, (uint16_t)~csum_fold(csum_partial(t, hl, s)));
 }
 
-/* Out-of-order segments hold budget while they wait for the one before them. When a payload
- * finds no memory, that one may be the missing segment, and its every retransmission would be
- * refused for the memory the queue behind it holds: the connection (and every other one
- * waiting for the budget) would stall for good. Nothing queued out of order was acknowledged,
- * so letting it go costs its retransmission (one segment a round trip: lwIP sends no SACK).
- * At most once every OOSEQ_FREE_EVERY_NS: a walk over every connection for each refused
- * payload would cost most at the moment of pressure, and a retransmission comes a round trip
- * later anyway. */
 /* The streams' shared send buffers (struct lwip_sendshare): a sixteenth of the budget's buffer
  * bytes, at most 4 MiB (16 senders get the full TCP_SND_BUF each, 64 get 64 KiB each), and
  * never under one sender's minimum. */
@@ -509,6 +501,14 @@ static size_t send_pool(const struct budget *b)
 	return pool < SEND_MIN_BYTES ? SEND_MIN_BYTES : (size_t)pool;
 }
 
+/* Out-of-order segments hold budget while they wait for the one before them. When a payload
+ * finds no memory, that one may be the missing segment, and its every retransmission would be
+ * refused for the memory the queue behind it holds: the connection (and every other one
+ * waiting for the budget) would stall for good. Nothing queued out of order was acknowledged,
+ * so letting it go costs its retransmission (one segment a round trip: lwIP sends no SACK).
+ * At most once every OOSEQ_FREE_EVERY_NS: a walk over every connection for each refused
+ * payload would cost most at the moment of pressure, and a retransmission comes a round trip
+ * later anyway. */
 #define OOSEQ_FREE_EVERY_NS (10 * 1000000LL)
 static void free_ooseq(struct lwip_stack *st)
 {
