@@ -53,6 +53,7 @@ CELL_NAMES = {"up1": ("tcp_bulk", "up", 1), "down1": ("tcp_bulk", "down", 1),
 REPS_FULL, REPS_QUICK = 6, 5
 THROTTLE_RANGE = (1.0, 90.0)
 NICE_DEFAULT = 10
+BULK_INTERVAL_S = 0.5
 MIN_EFFECT_RANGE = (0.1, 50.0)
 START_S = 1.0           # a child's start, its checks and stop, with margin (the estimate)
 
@@ -148,6 +149,9 @@ class ABPlan(Plan):
         else:
             self.cells = list(CELLS_QUICK if self.quick else CELLS_FULL)
         self.bulk_cells = [(d, n) for wl, d, n in self.cells if wl == "tcp_bulk"]
+        # iperf3 reports every half second, so a cell's median is taken over twice as many
+        # samples: a second in which another job took the CPUs moves it less.
+        self.bulk_interval = BULK_INTERVAL_S
         offload = self.io_mode == "offload"
         self.subjects = [subjects_mod.ab_subject(s, offload, side, b) for s in self.stacks
                          for side, b in (("base", self.base_bin), ("cand", self.bin))]
@@ -173,8 +177,9 @@ class ABPlan(Plan):
              "subjects: " + ", ".join("%s (%s/%s/q%d)" % (s.label, s.stack, s.io_mode,
                                                           s.queues) for s in self.subjects),
              "cells: " + ", ".join(abreport.cell_name(*c) for c in self.cells) +
-             "; iperf3 -t %d -O %d; TCP congestion control %s" % (
-                 self.bulk_t, self.bulk_omit, "of the host" if self.cc == "host" else self.cc),
+             "; iperf3 -t %d -O %d -i %g; TCP congestion control %s" % (
+                 self.bulk_t, self.bulk_omit, self.bulk_interval,
+                 "of the host" if self.cc == "host" else self.cc),
              "order: a fresh child per subject and round; base and candidate alternate "
              "(round 1 base first); min effect %g %%" % self.min_effect]
         if self.nice:
@@ -193,6 +198,7 @@ class ABPlan(Plan):
                 "stacks": self.stacks, "cells": [list(c) for c in self.cells],
                 "min_effect_pct": self.min_effect, "min_pairs": abstat.MIN_PAIRS,
                 "nice": -self.nice, "throttle_pct": self.throttle or None,
+                "iperf3_interval_s": self.bulk_interval,
                 "cpus": {"testbed": sorted(self.cpus[0]), "proxy": sorted(self.cpus[1])}
                 if self.cpus else None}
 
@@ -265,11 +271,20 @@ class ABRig(Rig):
             os.sched_setaffinity(0, plan.cpus[0])
             for p in list(self.tb.procs):
                 pin(p.pid, plan.cpus[0])
+        failed = {}     # label -> failed starts
         try:
             for rnd in range(plan.reps):
                 res.cur_round = rnd + 1
                 for subj in round_order(plan.stacks, plan.subjects, rnd):
-                    self.run_subject(subj)
+                    if not self.run_subject(subj):
+                        failed[subj.label] = failed.get(subj.label, 0) + 1
+                given_up = [k for k, v in failed.items() if v >= 2]
+                if given_up:
+                    # A binary that cannot start (a base that refuses the rig's configuration)
+                    # would fail every round: stop, and report what was measured.
+                    res.fail("%s failed to start twice: the run stopped after round %d" % (
+                        " and ".join(given_up), rnd + 1))
+                    break
         finally:
             self.remove_cgroup()
 
@@ -290,11 +305,15 @@ class ABRig(Rig):
                 log("ab: could not remove the cgroup %s: %s" % (self.cg.path, e))
 
     def run_subject(self, subj):
-        """subj started fresh, through every cell, stopped."""
+        """subj started fresh, through every cell, stopped. False when it did not start."""
         res, running = self.results, None
         cand_cg = self.cg if subj.side == "cand" else None
         try:
             running = self.start(subj)
+        except RuntimeError as e:
+            res.fail("%s round %d: %s" % (subj.label, res.cur_round, e))
+            return False
+        try:
             if self.plan.cpus:
                 pin(running.pid, self.plan.cpus[1])
             if cand_cg:
@@ -312,6 +331,7 @@ class ABRig(Rig):
             res.fail("%s round %d: %s" % (subj.label, res.cur_round, e))
         finally:
             self.launcher.stop(running)
+        return True
 
     def check_placement(self, running):
         """Read back the proxy's priority and CPUs (recorded as run/proxy_nice and

@@ -141,10 +141,11 @@ def markdown(meta, rows):
              "s / sqrt(n); tolerance = max(min effect %.1f %%, t(0.995, n-1) x se); "
              "REGRESSION if m < -tolerance, IMPROVED if m > tolerance; fewer than %d pairs: "
              "INCOMPLETE (the run fails). Change: e^m - 1 (+ is better); tolerance shown as "
-             "the drop it stands for, 1 - e^-tol. TCP bulk: iperf3 -t %d -O %d, the median of "
-             "the per-second sums after the warm-up." % (
+             "the drop it stands for, 1 - e^-tol. TCP bulk: iperf3 -t %d -O %d -i %g, the "
+             "median of the interval sums after the warm-up." % (
                  ab.get("nice", 0), where, ab["min_effect_pct"], abstat.MIN_PAIRS,
-                 meta["iperf3"]["seconds"], meta["iperf3"]["omit"]))
+                 meta["iperf3"]["seconds"], meta["iperf3"]["omit"],
+                 ab.get("iperf3_interval_s") or 1))
     if ab.get("throttle_pct"):
         L += ["", "**Injected slowdown (a test aid)**: the candidate's proxy process ran in %s "
               "(%s, period %d µs) with a quota of %.0f %% of the CPU the base used in the same "

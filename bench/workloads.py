@@ -62,6 +62,9 @@ class Workloads:
             args = ["proxychains4", "-q", "-f", self.servers.pc_conf] + args
         args += ["-P", str(streams), "-t", str(plan.bulk_t), "-O", str(plan.bulk_omit), "-J",
                  "--connect-timeout", "3000"]
+        if getattr(plan, "bulk_interval", None):
+            # --ab: shorter intervals, more of them for the median (bench/ab.py)
+            args += ["-i", str(plan.bulk_interval)]
         if direction == "down":
             args.append("-R")
         # A fresh peak per cell (the ablation's children see one cell each anyway).

@@ -6,7 +6,8 @@
 #     complete pairs is INCOMPLETE; a gap never shifts a pair; a lower-is-better metric flips
 #     the sign; the t table and the minimum effect;
 #  2. an A/B subject's own binary reaches the command its child is started with
-#     (bench/launch.py), under the names results.json uses (bench/subjects.py);
+#     (bench/launch.py), under the names results.json uses (bench/subjects.py); the round
+#     order; a subject that fails to start twice stops the run;
 #  3. the report (bench/abreport.py): synthetic A/B results.json files redrawn with
 #     --report-from: the verdict table leads report.md and is printed, exit 0 when nothing
 #     regressed, 1 on a regression or a cell with fewer than 3 pairs, --ab-min-effect judges
@@ -117,6 +118,32 @@ check("the base is started from its own binary", argv0(b) == "/old/twinstack", a
 s = subjects.stack_subject("system", True, label="system")
 check("a stack without its own binary runs the run's", argv0(s) == "/run/binary/twinstack" and
       s.io_mode == "offload" and "side" not in s.to_json(), argv0(s))
+
+# The schedule: base and candidate of a stack next to each other, the base first in odd rounds,
+# the candidate first in even ones, the stacks in a fixed order; a subject that fails to start
+# twice stops the run after that round.
+import ab
+subs = [subjects.ab_subject(st, True, sd, "/x/" + sd) for st in ("system", "lwip")
+        for sd in ("base", "cand")]
+order = [" ".join(s.stack[0] + s.side[0] for s in ab.round_order(["system", "lwip"], subs, r))
+         for r in range(3)]
+check("round order: sb sc lb lc / sc sb lc lb / sb sc lb lc",
+      order == ["sb sc lb lc", "sc sb lc lb", "sb sc lb lc"], str(order))
+class Plan:
+    reps, stacks, subjects, throttle, cpus = 6, ["system", "lwip"], subs, 0, None
+class Res:
+    cur_round, failures = 0, []
+    def fail(self, msg):
+        self.failures.append(msg)
+rig = ab.ABRig.__new__(ab.ABRig)
+rig.plan, rig.results, rig.cg, ran = Plan(), Res(), None, []
+rig.run_subject = lambda s: ran.append((rig.results.cur_round, s.label)) or s.side != "base" \
+    or s.stack != "lwip"
+rig.schedule()
+check("a base that cannot start: the run stops after the round of its second failure",
+      max(r for r, _ in ran) == 2 and len(ran) == 8 and len(rig.results.failures) == 1 and
+      "lwip base failed to start twice: the run stopped after round 2" in
+      rig.results.failures[0], "%d starts, %s" % (len(ran), rig.results.failures))
 sys.exit(1 if bad else 0)
 PY
 

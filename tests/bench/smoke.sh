@@ -8,6 +8,7 @@
 #     The same for `--via socks5`: its plan, its argument checks, and its report (the ratios to
 #     the plain SOCKS5 client and their PASS/MISS lines) redrawn from a synthetic run. And the
 #     subjects of each mode: their names, and each setting in the configuration it starts with.
+#     And a full run's memory table (both hold cells) redrawn from a synthetic run.
 #  2-4. Root, side by side, each `--smoke` (the rig's sanity run: --quick with one 1 s bulk
 #     cell and every fixed wait shortened): 2. the comparison (offload I/O,
 #     the default): every stack and baseline must produce sane figures (throughput > 0, RSS >
@@ -339,6 +340,44 @@ if "$bin" bench --report-from "$out/s5b/results.json" >/dev/null 2>&1 &&
 	echo "ok - a --via socks5 redraw of the redrawn results.json is the same"
 else
 	echo "not ok - a --via socks5 redraw of the redrawn results.json differs"
+	fails=$((fails + 1))
+fi
+# A full run's memory table redrawn from a synthetic run: the system stack held all of 1,000
+# (RssAnon 3,000 -> 5,000 KiB: 2.00 KiB per connection) and 9,967 of 10,000 (1,000 ->
+# 1,000 + 2.2 x 9,967 KiB: 2.20).
+mkdir -p "$out/full"
+python3 - "$out/full/results.json" <<'PY'
+import json, sys
+subjects = [("veth", "offload", 1, "veth"), ("reflector", "offload", 1, "reflector"),
+            ("system", "offload", 1, "system")]
+samples = [{"key": [st, "offload", 1, "tcp_bulk", "up", 1, "throughput_gbps"],
+            "values": [[1, v]]} for st, v in (("veth", 20.0), ("reflector", 12.0),
+                                              ("system", 7.0))]
+for n, held, before, during in ((1000, 1000, 3000, 5000), (10000, 9967, 1000,
+                                                           1000 + 2.2 * 9967)):
+    for m, v in (("conns_held", held), ("rss_anon_before_kb", before), ("rss_anon_kb", during),
+                 ("rss_kb", during + 4000), ("user_bytes_per_conn", 131),
+                 ("kernel_kb_per_conn", 0.26)):
+        samples.append({"key": ["system", "offload", 1, "hold_%d" % n, None, n, m],
+                        "values": [[1, v]]})
+meta = {"mode": "full", "started_utc": "2026-12-03T00:00:00Z", "duration_s": 1.0,
+        "repetitions": 1, "ceiling_io_mode": "offload", "io_mode": "offload",
+        "subjects": [{"stack": s, "io_mode": i, "queues": q, "label": l}
+                     for s, i, q, l in subjects],
+        "bulk_cells": [["up", 1]], "iperf3": {"seconds": 5, "omit": 1},
+        "idle_wakeup_window_s": 20, "hold_conns": 1000, "hold_conns_scale": [10000],
+        "host": {"kernel": "synthetic", "cpus": 2, "machine": "x86_64"},
+        "tcp_congestion": {"testbed": "reno", "host_default": "bbr"},
+        "not_measured": [], "failures": [], "notes": []}
+json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w"))
+PY
+if "$bin" bench --report-from "$out/full/results.json" >/dev/null 2>&1 &&
+	grep -q "^| system | 1000 | 1000 | 131 | 0.26 | 8.8 | 4.9 | 2.00 |$" "$out/full/report.md" &&
+	grep -q "^| system | 10000 | 9967 | 131 | 0.26 | 26.3 | 22.4 | 2.20 |$" "$out/full/report.md"; then
+	echo "ok - a full run's memory table: both hold cells, held, RSS and RssAnon per connection"
+else
+	echo "not ok - a full run's memory table"
+	grep "^| system | [0-9]" "$out/full/report.md" 2>/dev/null | sed 's/^/# /'
 	fails=$((fails + 1))
 fi
 if [ "$fails" -ne 0 ]; then
