@@ -87,7 +87,7 @@ def add_args(ap):
                     "few CPUs stops deciding the throughput; off: all share every CPU")
     ap.add_argument("--ab-throttle", type=float, default=None, metavar="PCT",
                     help="--ab test aid: run the candidate's proxy in a CPU cgroup limited to "
-                    "(100 - PCT)%% of the CPU the base used in the same cell, an injected "
+                    "(100 - PCT)%%%% of the CPU the base used in the same cell, an injected "
                     "slowdown outside the product (%g-%g)" % THROTTLE_RANGE)
 
 

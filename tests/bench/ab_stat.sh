@@ -14,7 +14,7 @@
 #     again, a redraw of the redrawn file is the same;
 #  4. the arguments: --ab with --ablation, --via, --link or --sniff, a missing base binary,
 #     an --ab-throttle, --ab-min-effect, --ab-nice or --ab-pin out of range, or --ab-throttle
-#     without --ab exit 2; --dry-run prints the plan.
+#     without --ab exit 2; --dry-run prints the plan; --help formats every option's text.
 # Exit 0 all passed, 1 a check failed.
 set -uo pipefail
 bin=${1:?usage: ab_stat.sh path/to/twinstack}
@@ -298,6 +298,9 @@ expect(["--ab", base, "--ab-cells", "up1,up1", "--dry-run"], 2)
 so = expect(["--ab", base, "--ab-cells", "connrate,up16", "--dry-run"], 0)
 check("--ab-cells picks the cells, in its order", "\ncells: connrate, tcp up x16; " in so)
 expect(["--report-from", os.path.join(d, "slow", "results.json"), "--ab", base], 2)
+so = expect(["--help"], 0, what="--help (rig.py: every option's help formats)")
+check("--help lists the A/B options with their percent signs",
+      "--ab-throttle PCT" in so and "(100 - PCT)% of the CPU" in " ".join(so.split()))
 so = expect(["--ab", base, "--ab-throttle", "15", "--quick", "--dry-run"], 0)
 check("the plan names the injected slowdown",
       "injected slowdown (test aid): the candidate's proxy limited to 85 %" in so)
