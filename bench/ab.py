@@ -49,7 +49,7 @@ CELLS_QUICK = [("tcp_bulk", "up", 1), ("tcp_bulk", "down", 1)]
 # --ab-cells names
 CELL_NAMES = {"up1": ("tcp_bulk", "up", 1), "down1": ("tcp_bulk", "down", 1),
               "up16": ("tcp_bulk", "up", 16), "down16": ("tcp_bulk", "down", 16),
-              "connrate": ("connrate", None, None)}
+              "connrate": ("connrate", None, None), "udp64": ("udp_echo_64B", None, None)}
 REPS_FULL, REPS_QUICK = 6, 5
 THROTTLE_RANGE = (1.0, 90.0)
 NICE_DEFAULT = 10
@@ -375,6 +375,8 @@ class ABRig(Rig):
         try:
             if wl == "tcp_bulk":
                 self.wl.bulk(subj, running.pid, d, n)
+            elif wl == "udp_echo_64B":
+                self.wl.udp(subj, 64)
             else:
                 self.wl.connrate(subj)
         except RuntimeError as e:

@@ -17,7 +17,8 @@ import abstat
 from report import UNITS, cc_text, fmt, out, summary
 
 # What each cell's verdict is judged on, and whether lower is better.
-CELL_METRIC = {"tcp_bulk": ("throughput_gbps", False), "connrate": ("conn_per_s", False)}
+CELL_METRIC = {"tcp_bulk": ("throughput_gbps", False), "connrate": ("conn_per_s", False),
+               "udp_echo_64B": ("pps", False)}
 
 
 def cell_name(wl, d, n):
