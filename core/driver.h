@@ -38,6 +38,10 @@ struct pkt_view;
 /* Send one complete IP packet (plain: no GSO, full checksums) to the TUN. 0, or -errno when it
  * was dropped (counted by the driver; a full device queue never blocks the caller). */
 typedef int (*tun_tx_fn)(void *arg, const uint8_t *pkt, size_t len);
+/* The same with offload metadata (driver_tx_meta): a GSO super-packet with NEEDS_CSUM, or
+ * plain. */
+typedef int (*tun_tx_meta_fn)(void *arg, const uint8_t *pkt, size_t len,
+			      const struct pkt_meta *m);
 
 enum driver_verdict {
 	DRIVER_DONE,  /* consumed or dropped by the stack */

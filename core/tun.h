@@ -61,7 +61,9 @@ void tun_params_from_config(struct tun_params *p, const struct ts_tun *cfg);
 
 /* The TUN_F_* bits "offload" asks for: CSUM | TSO4 | TSO6 | USO4 | USO6 (USO4 = 0x20 and
  * USO6 = 0x40 are missing from bookworm's headers). */
-#define TUN_OFFLOAD_ALL (0x01u | 0x02u | 0x04u | 0x20u | 0x40u)
+#define TUN_OFFLOAD_USO4 0x20u
+#define TUN_OFFLOAD_USO6 0x40u
+#define TUN_OFFLOAD_ALL (0x01u | 0x02u | 0x04u | TUN_OFFLOAD_USO4 | TUN_OFFLOAD_USO6)
 
 /* Open the TUN cfg describes (tun_params_from_config) with cfg->offload and cfg->rps applied:
  *   "off"  per-packet I/O (no vnet header);

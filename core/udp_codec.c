@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/csum.h"
+#include "core/flow.h"
 #include "core/pkt.h"
 
 static const char *const reason_names[UDP_CODEC_REASON_MAX] = {
@@ -125,6 +126,47 @@ int udp_codec_encode(const struct udp_codec_hdr *h, const uint8_t *payload, size
 	c = (uint16_t)~csum_fold(csum_partial(udp, udp_len, sum));
 	/* RFC 768: a computed 0 is sent as all ones (0 means "no checksum"; IPv6 forbids it). */
 	csum_store16(udp + UDP_OFF_CSUM, c ? c : 0xffff);
+	*out_len = hl + payload_len;
+	return 0;
+}
+
+int udp_codec_encode_train(const struct udp_codec_hdr *h, size_t payload_len, size_t seg,
+			   uint8_t *buf, size_t cap, size_t *out_len, struct pkt_meta *m)
+{
+	size_t hl = udp_codec_hdr_len(h->family);
+	size_t udp_len = 8 + payload_len, n;
+	uint8_t *udp;
+	uint64_t sum;
+
+	if (hl == 0 || seg == 0 || seg > 0xffff)
+		return -EINVAL;
+	n = (payload_len + seg - 1) / seg;
+	if (n < 2 || n > UDP_CODEC_TRAIN_MAX)
+		return -EINVAL;
+	if (payload_len > udp_codec_max_payload(h->family))
+		return -EMSGSIZE;
+	if (cap < hl + payload_len)
+		return -ENOBUFS;
+	udp = buf + hl - 8;
+	memcpy(udp, &h->sport_be, 2);
+	memcpy(udp + 2, &h->dport_be, 2);
+	pkt_put16(udp + UDP_OFF_LEN, (uint16_t)udp_len);
+	if (h->family == 4) {
+		write_ip4(h, buf, udp_len);
+		sum = csum_pseudo4(h->src, h->dst, IPPROTO_UDP, (uint32_t)udp_len);
+	} else {
+		write_ip6(h, buf, udp_len);
+		sum = csum_pseudo6(h->src, h->dst, IPPROTO_UDP, (uint32_t)udp_len);
+	}
+	csum_store16(udp + UDP_OFF_CSUM, csum_fold(sum));
+	*m = (struct pkt_meta){
+		.flags = PKT_META_NEEDS_CSUM,
+		.gso_type = PKT_GSO_UDP_L4,
+		.hdr_len = (uint16_t)hl,
+		.gso_size = (uint16_t)seg,
+		.csum_start = (uint16_t)(hl - 8),
+		.csum_offset = UDP_OFF_CSUM,
+	};
 	*out_len = hl + payload_len;
 	return 0;
 }

@@ -19,6 +19,8 @@
 
 #include "core/pkt.h"
 
+struct pkt_meta;
+
 #define UDP_CODEC_REASONS(X)                                                                   \
 	X(OK, "ok")                                                                            \
 	X(PKT, "pkt")             /* pkt_parse refused it: view.pkt_reason says why */         \
@@ -76,6 +78,24 @@ size_t udp_codec_max_payload(uint8_t family);
  * -ENOBUFS (cap too small). buf is untouched on error. */
 int udp_codec_encode(const struct udp_codec_hdr *h, const uint8_t *payload, size_t payload_len,
 		     uint8_t *buf, size_t cap, size_t *out_len)
+	__attribute__((warn_unused_result));
+
+/* Datagrams a train may carry at most: the kernel segments a UDP GSO packet of up to 64
+ * (UDP_MAX_SEGMENTS before Linux 6.11; 128 since). */
+#define UDP_CODEC_TRAIN_MAX 64
+
+/* Build a train: the headers of one UDP GSO super-datagram in front of payload_len bytes
+ * already at buf + udp_codec_hdr_len(family), which the TUN's kernel cuts every seg bytes into
+ * datagrams (the last may be shorter), each with h's addresses and ports, its own length and
+ * checksum and, IPv4, the ID h->ip_id + its index. The headers are those udp_codec_encode
+ * writes for a datagram of payload_len bytes, except the UDP checksum field: it holds the
+ * un-inverted pseudo-header sum over the whole UDP length, as a NEEDS_CSUM packet must (the
+ * kernel adjusts it per datagram and completes it). *m gets the offload metadata for the
+ * write: NEEDS_CSUM, UDP_L4, gso_size seg. Returns 0 with *out_len set, -EINVAL (family, seg
+ * 0, or fewer than 2 or more than UDP_CODEC_TRAIN_MAX datagrams), -EMSGSIZE (over the maximum
+ * payload), -ENOBUFS (cap too small). buf is untouched on error. */
+int udp_codec_encode_train(const struct udp_codec_hdr *h, size_t payload_len, size_t seg,
+			   uint8_t *buf, size_t cap, size_t *out_len, struct pkt_meta *m)
 	__attribute__((warn_unused_result));
 
 #endif

@@ -729,6 +729,44 @@ static bool dns_like(const struct udp_view *v, const struct target *t)
 
 /* ---- replies ------------------------------------------------------------------------------ */
 
+/* One datagram received on k, its n bytes at payload: who it is from, as the client must see
+ * it, into *h (false: dropped and counted, or a DNS reply the session no longer waits for).
+ * Through an association payload is rxbuf + header room, and *n may shrink (the SOCKS5
+ * header taken off). */
+static bool reply_hdr(struct udp_path *up, struct usock *k, const struct sockaddr_storage *from,
+		      const uint8_t *payload, size_t *n, struct udp_codec_hdr *h)
+{
+	struct udp_session *s = k->s;
+
+	h->family = s->key.family;
+	memcpy(h->dst, s->key.addr, 16);
+	h->dport_be = s->key.port_be;
+	if (k->s5 && !udp_s5_unwrap(up, k, from, n, h))
+		return false;
+	if (k->dns) {
+		if (!dns_match(s, payload, *n, h)) {
+			udp_count_drop(up, UDP_DROP_dns_unmatched);
+			return false;
+		}
+		ctr_inc(&up->ctr.dns_answers);
+	} else {
+		if (!k->s5) {
+			int family = netaddr_from_sockaddr(from, h->src, &h->sport_be);
+			/* A named destination's answer may be of the other family than the
+			 * client's; any other reply is of the client's (the socket's family is the
+			 * destination's). */
+			if (!(s->n_dnames && udp_dname_unmap(s, family, h)) && family != s->key.family) {
+				udp_count_drop(up, UDP_DROP_malformed);
+				return false;
+			}
+		}
+		if (s->dns_only && !dns_match_plain(s, payload, *n, h->src, h->sport_be))
+			session_demote(up, s, ts_now_ns()); /* not DNS after all: an ordinary one */
+	}
+	h->ip_id = up->ip_id++;
+	return true;
+}
+
 /* One datagram received on k (payload at rxbuf + header room): encode remote -> client. */
 static void reply(struct udp_path *up, struct usock *k, const struct sockaddr_storage *from,
 		  size_t n)
@@ -737,37 +775,109 @@ static void reply(struct udp_path *up, struct usock *k, const struct sockaddr_st
 	size_t hl = udp_codec_hdr_len(s->key.family), pkt_len;
 	struct udp_codec_hdr h;
 
-	h.family = s->key.family;
-	memcpy(h.dst, s->key.addr, 16);
-	h.dport_be = s->key.port_be;
-	if (k->s5 && !udp_s5_unwrap(up, k, from, &n, &h))
+	if (!reply_hdr(up, k, from, up->rxbuf + hl, &n, &h))
 		return;
-	if (k->dns) {
-		if (!dns_match(s, up->rxbuf + hl, n, &h)) {
-			udp_count_drop(up, UDP_DROP_dns_unmatched);
-			return;
-		}
-		ctr_inc(&up->ctr.dns_answers);
-	} else {
-		if (!k->s5) {
-			int family = netaddr_from_sockaddr(from, h.src, &h.sport_be);
-			/* A named destination's answer may be of the other family than the
-			 * client's; any other reply is of the client's (the socket's family is the
-			 * destination's). */
-			if (!(s->n_dnames && udp_dname_unmap(s, family, &h)) && family != s->key.family) {
-				udp_count_drop(up, UDP_DROP_malformed);
-				return;
-			}
-		}
-		if (s->dns_only && !dns_match_plain(s, up->rxbuf + hl, n, h.src, h.sport_be))
-			session_demote(up, s, ts_now_ns()); /* not DNS after all: an ordinary one */
-	}
-	h.ip_id = up->ip_id++;
 	if (udp_codec_encode(&h, up->rxbuf + hl, n, up->rxbuf, up->rxcap, &pkt_len) != 0) {
 		udp_count_drop(up, UDP_DROP_too_big);
 		return;
 	}
 	deliver_down(up, s, up->rxbuf, pkt_len);
+}
+
+/* ---- trains: replies of one flow in one TUN write ----------------------------------------- */
+
+/* Replies k may gather into trains: ordinary ones (not DNS, not through an association) to a
+ * client of a family the TUN takes UDP GSO writes for. The others must not: the SOCKS5 unwrap
+ * and the DNS answer paths read their datagram at rxbuf + header room, where only a train's
+ * first datagram lands. */
+static bool train_ok(const struct udp_path *up, const struct usock *k)
+{
+	return !k->s5 && !k->dns && (k->s->key.family == 4 ? up->train4 : up->train6);
+}
+
+static bool same_flow(const struct udp_codec_hdr *a, const struct udp_codec_hdr *b)
+{
+	return a->sport_be == b->sport_be && a->family == b->family &&
+	       memcmp(a->src, b->src, 16) == 0;
+}
+
+/* Write the gathered train (its payloads back to back at rxbuf + header room) and empty it. Two
+ * or more datagrams with nothing queued before them go as one UDP GSO write; otherwise, or
+ * when that write fails, one by one, each encoded in place over the tail of the one before
+ * (already written or copied to the queue). A write the kernel refuses as such (-EINVAL,
+ * -EOPNOTSUPP: no UDP GSO after all) turns trains off for that family; after any other error
+ * the train goes one by one and the next one is tried again. */
+static void train_flush(struct udp_path *up, struct udp_session *s)
+{
+	struct udp_train *t = &up->tr;
+	size_t hl = udp_codec_hdr_len(t->h.family), len;
+	uint32_t n = t->n;
+
+	if (n == 0)
+		return;
+	t->n = 0;
+	if (n >= 2 && s->dq_len == 0 && (t->h.family == 4 ? up->train4 : up->train6)) {
+		struct pkt_meta m;
+		if (udp_codec_encode_train(&t->h, t->bytes, t->seg, up->rxbuf, up->rxcap, &len,
+					   &m) == 0) {
+			int r = up->tx_meta(up->tx_arg, up->rxbuf, len, &m);
+			if (r == 0) {
+				ctr_add(&up->ctr.down_datagrams, n);
+				ctr_add(&up->ctr.down_bytes, t->bytes);
+				ctr_inc(&up->ctr.trains);
+				ctr_add(&up->ctr.train_datagrams, n);
+				return;
+			}
+			if (r != -EAGAIN)
+				ctr_inc(&up->ctr.train_errors);
+			if (r == -EINVAL || r == -EOPNOTSUPP) {
+				if (t->h.family == 4)
+					up->train4 = false;
+				else
+					up->train6 = false;
+			}
+		}
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		size_t off = (size_t)i * t->seg, plen = i + 1 < n ? t->seg : t->bytes - off;
+		struct udp_codec_hdr h = t->h;
+		uint8_t *out = up->rxbuf + off;
+
+		h.ip_id = (uint16_t)(t->h.ip_id + i);
+		if (udp_codec_encode(&h, out + hl, plen, out, up->rxcap - off, &len) != 0) {
+			udp_count_drop(up, UDP_DROP_too_big);
+			continue;
+		}
+		deliver_down(up, s, out, len);
+	}
+}
+
+/* Add a reply (h, n bytes at p = rxbuf + header room + the train's bytes) to the train: it
+ * continues it when it comes from the same source with no more bytes than the first (a
+ * shorter one ends it: a GSO packet's last datagram alone may be short) and the train has
+ * room; otherwise the train is written first and this one starts the next. */
+static void train_add(struct udp_path *up, struct udp_session *s, const struct udp_codec_hdr *h,
+		      const uint8_t *p, size_t n)
+{
+	struct udp_train *t = &up->tr;
+	size_t hl = udp_codec_hdr_len(h->family);
+
+	if (t->n && (t->closed || n == 0 || n > t->seg || t->n == UDP_CODEC_TRAIN_MAX ||
+		     t->bytes + n > udp_codec_max_payload(h->family) || !same_flow(&t->h, h)))
+		train_flush(up, s);
+	if (t->n == 0) {
+		if (n && p != up->rxbuf + hl)
+			memmove(up->rxbuf + hl, p, n);
+		t->h = *h;
+		t->seg = n;
+		t->bytes = n;
+		t->n = 1;
+		t->closed = n == 0;
+		return;
+	}
+	t->bytes += n;
+	t->n++;
+	t->closed = n < t->seg;
 }
 
 static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
@@ -776,13 +886,19 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 	struct udp_session *s = k->s;
 	struct udp_path *up = s->up;
 	size_t hl = udp_codec_hdr_len(s->key.family);
-	bool got = false;
+	bool got = false, train = train_ok(up, k);
+	/* A pass may gather a whole train: its datagrams cost one write together. */
+	int batch = train ? UDP_CODEC_TRAIN_MAX : UDP_RX_BATCH;
 
-	for (int i = 0; i < UDP_RX_BATCH && !(s->dns_only && !s->dns_waiting); i++) {
+	for (int i = 0; i < batch && !(s->dns_only && !s->dns_waiting); i++) {
 		struct sockaddr_storage from;
 		socklen_t fromlen = sizeof(from);
-		ssize_t n = recvfrom(fd, up->rxbuf + hl, up->rxcap - hl, 0,
-				     (struct sockaddr *)&from, &fromlen);
+		/* A train's next datagram lands right after its payloads: the buffer has room
+		 * for a whole train and the largest datagram after it, so nothing truncates. */
+		size_t off = train && up->tr.n ? up->tr.bytes : 0;
+		uint8_t *p = up->rxbuf + hl + off;
+		ssize_t n = recvfrom(fd, p, up->rxcap - hl - off, 0, (struct sockaddr *)&from,
+				     &fromlen);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				break;
@@ -792,8 +908,17 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 			continue;
 		}
 		got = true;
-		reply(up, k, &from, (size_t)n);
+		if (train) {
+			struct udp_codec_hdr h;
+			size_t len = (size_t)n;
+			if (reply_hdr(up, k, &from, p, &len, &h))
+				train_add(up, s, &h, p, len);
+		} else {
+			reply(up, k, &from, (size_t)n);
+		}
 	}
+	if (train)
+		train_flush(up, s);
 	if (got && !dns_finish(up, s))
 		session_touch(up, s, ts_now_ns());
 }
@@ -1280,6 +1405,27 @@ void udp_path_set_config(struct udp_path *up, const struct ts_config *cfg,
 	rearm(up);
 }
 
+int udp_path_set_trains(struct udp_path *up, tun_tx_meta_fn tx_meta, bool v4, bool v6)
+{
+	size_t cap = 48 + 2 * 65535u;
+	uint8_t *buf;
+
+	if ((v4 || v6) && !tx_meta)
+		return -EINVAL;
+	up->train4 = up->train6 = false;
+	if ((v4 || v6) && up->rxcap < cap) {
+		if (!(buf = budget_malloc(up->b, cap)))
+			return -ENOBUFS;
+		budget_mfree(up->b, up->rxbuf);
+		up->rxbuf = buf;
+		up->rxcap = cap;
+	}
+	up->tx_meta = tx_meta;
+	up->train4 = v4;
+	up->train6 = v6;
+	return 0;
+}
+
 void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
 {
 	const struct udp_counters *c = &up->ctr;
@@ -1300,6 +1446,9 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
 	out->dns_done = ctr_get(&c->dns_done);
 	out->dns_expired = ctr_get(&c->dns_expired);
 	out->recv_errors = ctr_get(&c->recv_errors);
+	out->trains = ctr_get(&c->trains);
+	out->train_datagrams = ctr_get(&c->train_datagrams);
+	out->train_errors = ctr_get(&c->train_errors);
 	out->assocs = ctr_get(&c->assocs);
 	out->assocs_total = ctr_get(&c->assocs_total);
 	out->assoc_failures = ctr_get(&c->assoc_failures);

@@ -148,6 +148,9 @@ struct udp_path_stats {
 	uint64_t dns_done;          /* DNS-only sessions closed by their last answer */
 	uint64_t dns_expired;       /* DNS-only sessions closed by the DNS timeout */
 	uint64_t recv_errors;       /* recvfrom failures other than EAGAIN (e.g. ICMP refused) */
+	uint64_t trains;            /* UDP GSO writes of replies (udp_path_set_trains) */
+	uint64_t train_datagrams;   /* the replies they carried */
+	uint64_t train_errors;      /* train writes that failed (trains off for that family) */
 	uint64_t assocs;            /* gauge: SOCKS5 associations up (control connection open) */
 	uint64_t assocs_total;      /* associations established */
 	uint64_t assoc_failures;    /* association attempts that failed (connect, auth, reply) */
@@ -170,6 +173,19 @@ struct udp_path_stats {
  * the receive buffer). */
 int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct budget *b,
 		 tun_tx_fn tx, void *tx_arg, struct udp_path **out)
+	__attribute__((warn_unused_result));
+
+/* Replies in trains: consecutive replies of one session from one source and of one size (the
+ * last may be shorter), read in one pass over its socket (up to UDP_CODEC_TRAIN_MAX), go to
+ * the TUN as one UDP GSO super-datagram through tx_meta (called with udp_path_new's tx_arg);
+ * the kernel cuts it into the datagrams. One write instead of one per datagram. v4 / v6: for
+ * clients of that family; only for a TUN that takes UDP GSO writes (offload I/O with
+ * TUN_F_USO4 / TUN_F_USO6). Replies through a SOCKS5 association, hijacked DNS answers, and
+ * replies queued behind earlier ones go one by one, as before. A train the kernel refuses
+ * (-EINVAL, -EOPNOTSUPP) turns trains off for that family (udp.train_errors). Grows the
+ * receive buffer by 64 KiB (budget) so a train and the largest datagram after it fit.
+ * 0, -EINVAL (v4 or v6 without tx_meta) or -ENOBUFS (no budget: trains stay off). */
+int udp_path_set_trains(struct udp_path *up, tun_tx_meta_fn tx_meta, bool v4, bool v6)
 	__attribute__((warn_unused_result));
 
 /* Close every session (queued datagrams counted as session_closed), release their budget and

@@ -163,9 +163,20 @@ struct expiry {
 	int64_t ns;
 };
 
+/* Replies being gathered into a train (udp.c): their payloads back to back at rxbuf + header
+ * room. Lives within one socket's read callback: written out before it returns. */
+struct udp_train {
+	struct udp_codec_hdr h;            /* the first datagram's addresses, ports and IPv4 ID */
+	uint32_t n;                        /* datagrams gathered; 0: none */
+	bool closed;                       /* the last was shorter than seg (or empty): no more */
+	size_t seg;                        /* the first datagram's size: the GSO size */
+	size_t bytes;                      /* payload bytes gathered */
+};
+
 struct udp_counters {
 	ctr_t sessions, sessions_total, sessions_expired, sockets, up_queued, down_queued;
 	ctr_t up_datagrams, up_bytes, down_datagrams, down_bytes;
+	ctr_t trains, train_datagrams, train_errors;
 	ctr_t dns_queries, dns_answers, dns_done, dns_expired, recv_errors;
 	ctr_t assocs, assocs_total, assoc_failures, assoc_control_closed, resolve_failures;
 	ctr_t sniff_started, sniff_quic, sniff_no_name, sniff_timeouts, sniff_route_changed,
@@ -178,7 +189,10 @@ struct udp_path {
 	struct cfg_gens gens;              /* new sessions hold gens.cur */
 	struct budget *b;
 	tun_tx_fn tx;
+	tun_tx_meta_fn tx_meta;            /* trains (UDP GSO writes), or NULL */
 	void *tx_arg;
+	bool train4, train6;               /* replies to clients of that family go in trains */
+	struct udp_train tr;
 	udp_sendto_fn sendto_fn;           /* NULL: sendto(2) */
 	void *sendto_arg;
 	struct loopguard *loopguard;       /* the proxy's own ports, or NULL */
@@ -206,7 +220,8 @@ struct udp_path {
 
 	struct bufpool *pool;              /* queued datagrams */
 	size_t qcap;                       /* bytes a queued datagram may have */
-	uint8_t *rxbuf;                    /* one reply at a time, encoded in place */
+	uint8_t *rxbuf;                    /* one reply, or a train's payloads back to back
+	                                    * (udp_path_set_trains), encoded in place */
 	size_t rxcap;
 	uint8_t *s5buf;                    /* one datagram at a time with its SOCKS5 header;
 	                                    * allocated with the first association */

@@ -411,6 +411,14 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 		return ret;
 	}
 	udp_path_set_loopguard(p->udp, p->loopguard);
+	/* Replies in trains where the TUN takes UDP GSO writes; without the budget for the
+	 * larger receive buffer they go one by one, as on any other TUN. */
+	if (driver_offload(p->driver)) {
+		uint32_t off = tun_offload(p->tun);
+		if (udp_path_set_trains(p->udp, driver_tx_meta, off & TUN_OFFLOAD_USO4,
+					off & TUN_OFFLOAD_USO6) != 0)
+			log_warn(&p->log, "proxy: UDP replies one by one: no budget for trains");
+	}
 	if (p->dns) {
 		udp_path_set_dns(p->udp, p->dns);
 		dns_tcp_resolver_server(&p->dns_tcp, p->dns);

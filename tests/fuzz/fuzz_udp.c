@@ -9,7 +9,13 @@
  *     correct, never-zero UDP checksum by an independent byte-wise RFC 1071 sum, and parses back
  *     to exactly the swapped endpoints and the same payload;
  *   - encoding with the payload already in place gives the same bytes as encoding from a copy;
- *   - a buffer one byte too small gives -ENOBUFS and is not written.
+ *   - a buffer one byte too small gives -ENOBUFS and is not written;
+ *   - the same payload as a train (udp_codec_encode_train, cut every seg bytes with seg taken
+ *     from the payload's length so 1 to 64 datagrams result): its UDP field is the folded,
+ *     un-inverted pseudo-header sum over the whole length, and each datagram Linux's UDP GSO
+ *     makes of it (lengths and IPv4 ID set, the field adjusted by the length difference and
+ *     completed over the datagram) is byte for byte the reply udp_codec_encode makes of that
+ *     piece; one datagram is refused (-EINVAL).
  * A rejected input must not have been accepted by a different reason path: the reason is in
  * range and its name is known.
  */
@@ -18,12 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/flow.h"
 #include "core/udp_codec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define CAP (48 + 65535)
-static uint8_t out_a[CAP], out_b[CAP];
+static uint8_t out_a[CAP], out_b[CAP], out_c[CAP];
 
 static void check(int cond)
 {
@@ -65,6 +72,64 @@ static int ref_verify(const uint8_t *pkt, size_t len, uint8_t family)
 	return ref_fold(s) == 0xffff && (pkt[l3 + 6] | pkt[l3 + 7]) != 0;
 }
 
+static void put16(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+/* The payload as a train, cut as the kernel cuts it, against one-by-one encoding. */
+static void train_trip(const struct udp_codec_hdr *h, const uint8_t *payload, size_t len)
+{
+	size_t hl = udp_codec_hdr_len(h->family), l3 = hl - 8, alen = h->family == 4 ? 4 : 16;
+	size_t seg = len / (2 + len % 63) + 1, n = (len + seg - 1) / seg, tl = 0, m = 0;
+	struct pkt_meta mt;
+	uint32_t ps;
+	uint16_t field;
+	int r;
+
+	memcpy(out_a + hl, payload, len);
+	r = udp_codec_encode_train(h, len, seg, out_a, CAP, &tl, &mt);
+	if (n < 2) {
+		check(r == -EINVAL);
+		return;
+	}
+	check(r == 0 && tl == hl + len);
+	check(mt.flags == PKT_META_NEEDS_CSUM && mt.gso_type == PKT_GSO_UDP_L4);
+	check(mt.gso_size == seg && mt.hdr_len == hl && mt.csum_start == l3 && mt.csum_offset == 6);
+	ps = ref_sum(h->src, alen, 0);
+	ps = ref_sum(h->dst, alen, ps) + 17 + 8 + (uint32_t)len;
+	field = (uint16_t)(out_a[l3 + 6] << 8 | out_a[l3 + 7]);
+	check(field == ref_fold(ps));
+	for (size_t i = 0; i < n; i++) {
+		size_t pl = i + 1 < n ? seg : len - i * seg;
+		struct udp_codec_hdr hi = *h;
+		uint16_t c;
+
+		/* What __udp_gso_segment and the checksum completion make of datagram i. */
+		memcpy(out_b, out_a, hl);
+		memcpy(out_b + hl, out_a + hl + i * seg, pl);
+		if (h->family == 4) {
+			put16(out_b + 2, (uint32_t)(hl + pl));
+			put16(out_b + 4, (uint32_t)(uint16_t)(h->ip_id + i));
+			out_b[10] = out_b[11] = 0;
+			put16(out_b + 10, (uint16_t)~ref_fold(ref_sum(out_b, 20, 0)));
+		} else {
+			put16(out_b + 4, (uint32_t)(8 + pl));
+		}
+		put16(out_b + l3 + 4, (uint32_t)(8 + pl));
+		c = ref_fold((uint32_t)field + (0xffffu ^ (uint32_t)(8 + len)) + (uint32_t)(8 + pl));
+		put16(out_b + l3 + 6, 0);
+		c = (uint16_t)~ref_fold(ref_sum(out_b + l3, 8 + pl, c));
+		put16(out_b + l3 + 6, c ? c : 0xffff);
+		check(ref_verify(out_b, hl + pl, h->family));
+
+		hi.ip_id = (uint16_t)(h->ip_id + i);
+		check(udp_codec_encode(&hi, out_a + hl + i * seg, pl, out_c, CAP, &m) == 0);
+		check(m == hl + pl && !memcmp(out_b, out_c, m));
+	}
+}
+
 static void round_trip(const struct udp_view *v)
 {
 	struct udp_codec_hdr h = { .family = v->family, .sport_be = v->dport_be,
@@ -94,6 +159,8 @@ static void round_trip(const struct udp_view *v)
 	check(udp_codec_encode(&h, v->payload, v->payload_len, out_b, n - 1, &m) == -ENOBUFS);
 	for (size_t i = 0; i < n; i++)
 		check(out_b[i] == 0xa5);
+
+	train_trip(&h, v->payload, v->payload_len);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

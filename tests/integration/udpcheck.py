@@ -2,7 +2,9 @@
 """udpcheck.py — UDP servers and clients of the proxy suite (tests/integration/proxies.sh).
 
   echo --bind ADDR:PORT ...     an echo server on each address (one socket per address, so
-                                every answer leaves from the address the datagram was sent to)
+                                every answer leaves from the address the datagram was sent to);
+                                --gather N: a peer's datagrams N at a time (or what came within
+                                100 ms), sent back together in one UDP GSO send
   stream --dst ADDR:PORT ...    --count datagrams of --size bytes paced --interval-ms apart from
                                 one socket per --dst (the streams run at the same time); each
                                 carries a sequence number and a hash of its body, every echo
@@ -146,6 +148,28 @@ def s5_associate(server, user=None, password=None, timeout=3.0):
 
 # --- servers ---------------------------------------------------------------------------------
 
+UDP_SEGMENT = 103  # linux/udp.h: send one buffer as datagrams of this size (UDP GSO)
+
+
+def echo_back(sock, peer, datas):
+    """datas, all from peer, back to it: several of one size in one UDP GSO send (the kernel
+    cuts them into the datagrams, which then arrive at the peer's socket together), else one
+    by one."""
+    if len(datas) > 1 and len({len(d) for d in datas}) == 1 and datas[0]:
+        try:
+            sock.sendmsg([b"".join(datas)],
+                         [(socket.SOL_UDP, UDP_SEGMENT, struct.pack("=H", len(datas[0])))],
+                         0, peer)
+            return
+        except OSError:
+            pass
+    for d in datas:
+        try:
+            sock.sendto(d, peer)
+        except OSError:
+            pass
+
+
 def cmd_echo(args):
     sel = selectors.DefaultSelector()
     for b in args.bind:
@@ -155,17 +179,31 @@ def cmd_echo(args):
         s.bind((host, port))
         s.setblocking(False)
         sel.register(s, selectors.EVENT_READ)
+    # --gather N: a peer's datagrams wait until N have come (or GATHER_S has passed since the
+    # first), then go back together (echo_back).
+    pending, gather_s = {}, 0.1
     while True:
-        for key, _ in sel.select():
+        timeout = None
+        if pending:
+            first = min(t0 for _, t0 in pending.values())
+            timeout = max(first + gather_s - time.monotonic(), 0)
+        for key, _ in sel.select(timeout):
             for _ in range(64):
                 try:
                     data, peer = key.fileobj.recvfrom(65535)
                 except BlockingIOError:
                     break
-                try:
-                    key.fileobj.sendto(data, peer)
-                except OSError:
-                    pass
+                if args.gather <= 1:
+                    echo_back(key.fileobj, peer, [data])
+                    continue
+                k = (key.fileobj, peer)
+                datas, _ = pending.setdefault(k, ([], time.monotonic()))
+                datas.append(data)
+                if len(datas) >= args.gather:
+                    echo_back(key.fileobj, peer, pending.pop(k)[0])
+        now = time.monotonic()
+        for k in [k for k, (_, t0) in pending.items() if now - t0 >= gather_s]:
+            echo_back(k[0], k[1], pending.pop(k)[0])
 
 
 # --- clients ---------------------------------------------------------------------------------
@@ -390,6 +428,8 @@ def main():
     sub = p.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("echo")
     q.add_argument("--bind", action="append", required=True)
+    q.add_argument("--gather", type=int, default=1,
+                   help="echo a peer's datagrams N at a time, in one UDP GSO send")
     for name in ("stream", "s5"):
         q = sub.add_parser(name)
         if name == "stream":
