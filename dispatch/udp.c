@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,6 +272,13 @@ static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const
 	k->dns = t->dns;
 	k->ctl_fd = -1;
 	STAILQ_INIT(&k->q);
+	/* Replies in trains: let the kernel hand over a run of one source's datagrams of one
+	 * size as one (UDP GRO: a NIC's coalescing, or a sender's UDP GSO, kept whole); the read
+	 * cuts it back into datagrams. Without it (a kernel before 5.0), one at a time. */
+	if (!t->dns && (s->key.family == 4 ? up->train4 : up->train6)) {
+		int on = 1;
+		k->gro = setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0;
+	}
 	if (udp_sock_setup(up, k, fd) != 0) {
 		budget_mfree(up->b, k);
 		goto fail_close;
@@ -792,7 +800,7 @@ static void reply(struct udp_path *up, struct usock *k, const struct sockaddr_st
  * first datagram lands. */
 static bool train_ok(const struct udp_path *up, const struct usock *k)
 {
-	return !k->s5 && !k->dns && (k->s->key.family == 4 ? up->train4 : up->train6);
+	return !k->s5 && !k->dns && (k->gro || (k->s->key.family == 4 ? up->train4 : up->train6));
 }
 
 static bool same_flow(const struct udp_codec_hdr *a, const struct udp_codec_hdr *b)
@@ -852,7 +860,7 @@ static void train_flush(struct udp_path *up, struct udp_session *s)
 	}
 }
 
-/* Add a reply (h, n bytes at p = rxbuf + header room + the train's bytes) to the train: it
+/* Add a reply (h, n bytes at p, at or after rxbuf + header room + the train's bytes) to the train: it
  * continues it when it comes from the same source with no more bytes than the first (a
  * shorter one ends it: a GSO packet's last datagram alone may be short) and the train has
  * room; otherwise the train is written first and this one starts the next. */
@@ -875,9 +883,42 @@ static void train_add(struct udp_path *up, struct udp_session *s, const struct u
 		t->closed = n == 0;
 		return;
 	}
+	/* Right behind the train, where a read put it, or moved there: only ever backwards,
+	 * over bytes already taken, never over a datagram still to come. */
+	if (p != up->rxbuf + hl + t->bytes)
+		memmove(up->rxbuf + hl + t->bytes, p, n);
 	t->bytes += n;
 	t->n++;
 	t->closed = n < t->seg;
+}
+
+/* A read with UDP GRO: the bytes, and in *seg the size of the datagrams they hold (the GRO
+ * control message; 0: one datagram). */
+static ssize_t recv_gro(int fd, uint8_t *buf, size_t cap, struct sockaddr_storage *from,
+			size_t *seg)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = buf, .iov_len = cap };
+	struct msghdr mh = { .msg_name = from, .msg_namelen = sizeof(*from), .msg_iov = &iov,
+			     .msg_iovlen = 1, .msg_control = ctl.buf,
+			     .msg_controllen = sizeof(ctl.buf) };
+	ssize_t n = recvmsg(fd, &mh, 0);
+
+	*seg = 0;
+	if (n < 0)
+		return -errno;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		int v;
+		if (c->cmsg_level != SOL_UDP || c->cmsg_type != UDP_GRO)
+			continue;
+		memcpy(&v, CMSG_DATA(c), sizeof(v));
+		if (v > 0 && (size_t)v < (size_t)n)
+			*seg = (size_t)v;
+	}
+	return n;
 }
 
 static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
@@ -894,13 +935,15 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 		struct sockaddr_storage from;
 		socklen_t fromlen = sizeof(from);
 		/* A train's next datagram lands right after its payloads: the buffer has room
-		 * for a whole train and the largest datagram after it, so nothing truncates. */
-		size_t off = train && up->tr.n ? up->tr.bytes : 0;
+		 * for a whole train and the largest read after it, so nothing truncates. */
+		size_t off = train && up->tr.n ? up->tr.bytes : 0, seg = 0;
 		uint8_t *p = up->rxbuf + hl + off;
-		ssize_t n = recvfrom(fd, p, up->rxcap - hl - off, 0, (struct sockaddr *)&from,
-				     &fromlen);
+		ssize_t n = k->gro ? recv_gro(fd, p, up->rxcap - hl - off, &from, &seg)
+				   : recvfrom(fd, p, up->rxcap - hl - off, 0,
+					      (struct sockaddr *)&from, &fromlen);
 		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
+			int err = k->gro ? (int)-n : errno;
+			if (err == EAGAIN || err == EWOULDBLOCK)
 				break;
 			/* E.g. ECONNREFUSED from an ICMP error on the connected DNS socket: the
 			 * error is consumed by this call, so keep reading. */
@@ -908,13 +951,23 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 			continue;
 		}
 		got = true;
-		if (train) {
-			struct udp_codec_hdr h;
-			size_t len = (size_t)n;
-			if (reply_hdr(up, k, &from, p, &len, &h))
-				train_add(up, s, &h, p, len);
-		} else {
+		if (!train) {
 			reply(up, k, &from, (size_t)n);
+			continue;
+		}
+		/* One datagram, or (GRO) a run of them seg bytes each but the last: each is
+		 * checked and joins the train as if read alone. */
+		if (seg == 0)
+			seg = (size_t)n;
+		else
+			ctr_add(&up->ctr.gro_datagrams, ((size_t)n + seg - 1) / seg);
+		for (size_t at = 0; at < (size_t)n || n == 0; at += seg) {
+			struct udp_codec_hdr h;
+			size_t len = (size_t)n - at < seg ? (size_t)n - at : seg;
+			if (reply_hdr(up, k, &from, p + at, &len, &h))
+				train_add(up, s, &h, p + at, len);
+			if (n == 0)
+				break;
 		}
 	}
 	if (train)
@@ -1449,6 +1502,7 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
 	out->trains = ctr_get(&c->trains);
 	out->train_datagrams = ctr_get(&c->train_datagrams);
 	out->train_errors = ctr_get(&c->train_errors);
+	out->gro_datagrams = ctr_get(&c->gro_datagrams);
 	out->assocs = ctr_get(&c->assocs);
 	out->assocs_total = ctr_get(&c->assocs_total);
 	out->assoc_failures = ctr_get(&c->assoc_failures);

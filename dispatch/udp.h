@@ -150,7 +150,8 @@ struct udp_path_stats {
 	uint64_t recv_errors;       /* recvfrom failures other than EAGAIN (e.g. ICMP refused) */
 	uint64_t trains;            /* UDP GSO writes of replies (udp_path_set_trains) */
 	uint64_t train_datagrams;   /* the replies they carried */
-	uint64_t train_errors;      /* train writes that failed (trains off for that family) */
+	uint64_t train_errors;      /* train writes that failed */
+	uint64_t gro_datagrams;     /* replies read in runs (UDP GRO: several in one read) */
 	uint64_t assocs;            /* gauge: SOCKS5 associations up (control connection open) */
 	uint64_t assocs_total;      /* associations established */
 	uint64_t assoc_failures;    /* association attempts that failed (connect, auth, reply) */

@@ -86,6 +86,7 @@ struct usock {
 	uint8_t family;          /* 0 for an association */
 	bool dns;
 	bool s5;
+	bool gro;                /* UDP_GRO on: a read may hold a run of datagrams (udp.c) */
 	int fd;                  /* -1 while an association is not ready */
 	struct event *rev;       /* EV_READ|EV_PERSIST: replies (NULL until fd) */
 	struct event *wev;       /* EV_WRITE, added only while q is not empty (NULL until fd) */
@@ -176,7 +177,7 @@ struct udp_train {
 struct udp_counters {
 	ctr_t sessions, sessions_total, sessions_expired, sockets, up_queued, down_queued;
 	ctr_t up_datagrams, up_bytes, down_datagrams, down_bytes;
-	ctr_t trains, train_datagrams, train_errors;
+	ctr_t trains, train_datagrams, train_errors, gro_datagrams;
 	ctr_t dns_queries, dns_answers, dns_done, dns_expired, recv_errors;
 	ctr_t assocs, assocs_total, assoc_failures, assoc_control_closed, resolve_failures;
 	ctr_t sniff_started, sniff_quic, sniff_no_name, sniff_timeouts, sniff_route_changed,

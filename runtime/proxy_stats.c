@@ -172,6 +172,7 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_counter(d, "udp.trains", us->trains);
 	stats_doc_counter(d, "udp.train_datagrams", us->train_datagrams);
 	stats_doc_counter(d, "udp.train_errors", us->train_errors);
+	stats_doc_counter(d, "udp.gro_datagrams", us->gro_datagrams);
 	for (int i = 0; i < UDP_DROP_MAX; i++) {
 		char key[64];
 		snprintf(key, sizeof(key), "udp.drops.%s", udp_drop_name((enum udp_drop)i));

@@ -673,19 +673,23 @@ check "udp echo v4 from C" inC "${TSNET[@]}" udp-echo --host "$SRV4" --port "$P_
 # udp_burst NS HOST: 320 datagrams of 1,000 bytes (sequence number and hash each, 0.2 ms
 # apart) to the server that echoes 16 at a time in one UDP GSO send, so 16 replies reach the
 # proxy's socket together: at least 99 % echoed and none corrupt, and with offload the proxy
-# wrote them to the TUN in trains (UDP GSO; at least one train per two bursts: a read may
-# catch a burst still arriving), per-packet none.
+# read them in runs (UDP GRO, at least half of them) and wrote them to the TUN in trains (UDP
+# GSO; at least one train per two bursts), per-packet neither.
 udp_burst() {
-	local ns=$1 host=$2 t0 t1 out
-	t0=$(stat_get .udp.trains) || return 1
+	local ns=$1 host=$2 t0 t1 g0 g1 out
+	t0=$(stat_get .udp.trains) && g0=$(stat_get .udp.gro_datagrams) || return 1
 	out=$(ip netns exec "$ns" "$PY" "$HERE/udpcheck.py" stream --dst "$host:$P_BURST" \
 		--size 1000 --count 320 --interval-ms 0.2 --wait 3 --min-pct 99) || { echo "$out"; return 1; }
-	t1=$(stat_get .udp.trains) || return 1
-	echo "$out; udp.trains +$((t1 - t0))"
+	t1=$(stat_get .udp.trains) && g1=$(stat_get .udp.gro_datagrams) || return 1
+	echo "$out; udp.trains +$((t1 - t0)), udp.gro_datagrams +$((g1 - g0))"
 	if [ "$OFFLOAD" = on ]; then
 		[ $((t1 - t0)) -ge 10 ] || { echo "want udp.trains +10 or more"; return 1; }
+		# The server's GSO sends cross the veth whole, and the proxy's socket (UDP_GRO)
+		# reads each in one piece.
+		[ $((g1 - g0)) -ge 160 ] || { echo "want udp.gro_datagrams +160 or more"; return 1; }
 	else
-		[ $((t1 - t0)) -eq 0 ] || { echo "per-packet I/O wrote trains"; return 1; }
+		[ $((t1 - t0)) -eq 0 ] && [ $((g1 - g0)) -eq 0 ] ||
+			{ echo "per-packet I/O wrote trains or read runs"; return 1; }
 	fi
 }
 if [ "$BYPASS" -eq 0 ]; then

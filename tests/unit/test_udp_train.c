@@ -11,6 +11,7 @@
 #include <event2/event.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -357,6 +358,82 @@ Test(udp_train, a_burst_goes_in_trains_v4)
 Test(udp_train, a_burst_goes_in_trains_v6)
 {
 	burst_in_trains("fd00::9", "::1");
+}
+
+/* A sender's UDP GSO send arrives whole on the path's socket (UDP GRO): one read holds the
+ * run, cut back into its datagrams, each checked and in a train as if read alone. */
+static void server_send_gso(struct server *s, int first, int count, size_t seg, size_t last)
+{
+	uint8_t buf[65536];
+	size_t len = 0;
+	union {
+		char b[CMSG_SPACE(sizeof(uint16_t))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov;
+	struct msghdr mh = { .msg_name = &s->peer, .msg_namelen = s->peerlen, .msg_iov = &iov,
+			     .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	uint16_t gso = (uint16_t)seg;
+
+	for (int i = 0; i < count; i++) {
+		size_t n = i + 1 < count ? seg : last;
+		pattern(buf + len, n, first + i);
+		len += n;
+	}
+	iov = (struct iovec){ buf, len };
+	c->cmsg_level = SOL_UDP;
+	c->cmsg_type = UDP_SEGMENT;
+	c->cmsg_len = CMSG_LEN(sizeof(gso));
+	memcpy(CMSG_DATA(c), &gso, sizeof(gso));
+	cr_assert_eq(sendmsg(s->fd, &mh, 0), (ssize_t)len, "sendmsg: %s", strerror(errno));
+}
+
+Test(udp_train, a_gso_send_is_read_whole_and_cut_into_trains)
+{
+	struct env e;
+	struct server s;
+	struct udp_path_stats st;
+
+	env_start(&e, true);
+	server_open(&s, "127.0.0.1");
+	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
+	server_send_gso(&s, 0, 10, 200, 200);
+	server_send_gso(&s, 10, 6, 300, 50);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == 16, 2000), "%d of 16 arrived", e.ngot);
+	for (int i = 0; i < 16; i++) {
+		check_got(&e, i, "127.0.0.1", s.port, "10.0.0.9", 5353, i,
+			  i < 10 ? 200 : i < 15 ? 300 : 50);
+		cr_assert_eq(e.got[i].train, i < 10 ? 0 : 1);
+	}
+	check_ids(&e, 0, 15);
+	st = stats(&e);
+	cr_assert_eq(st.gro_datagrams, 16, "read in runs: %llu",
+		     (unsigned long long)st.gro_datagrams);
+	cr_assert_eq(st.trains, 2);
+	cr_assert_eq(st.down_datagrams, 16);
+	close(s.fd);
+	env_fini(&e);
+}
+
+/* Without trains (a TUN without UDP GSO) the socket gets no UDP GRO: the same sends arrive
+ * as single datagrams, each written alone. */
+Test(udp_train, off_no_gro_and_every_reply_alone)
+{
+	struct env e;
+	struct server s;
+
+	env_start(&e, false);
+	server_open(&s, "127.0.0.1");
+	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
+	server_send_gso(&s, 0, 10, 200, 120);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == 10, 2000), "%d of 10 arrived", e.ngot);
+	for (int i = 0; i < 10; i++)
+		check_got(&e, i, "127.0.0.1", s.port, "10.0.0.9", 5353, i, i < 9 ? 200 : 120);
+	cr_assert_eq(e.tx_calls, 10);
+	cr_assert_eq(stats(&e).gro_datagrams, 0);
+	close(s.fd);
+	env_fini(&e);
 }
 
 /* A shorter datagram ends its train even when one of the first size follows: a GSO packet's
