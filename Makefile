@@ -105,7 +105,8 @@ ab: setup
 	JOBS=$(JOBS) bash bench/ab.sh $(BASE) $(AB_ARGS)
 
 # The A/B gate's own test, opt-in (root): AB_SELFTEST_N quick A/B runs of identical code and
-# AB_SELFTEST_N with the candidate slowed by a CPU cgroup; the false alarms and the catches.
+# AB_SELFTEST_N with the candidate slowed by a CPU cgroup, 8 rounds each; the false alarms and
+# the catches (about 70 minutes with the default 10 + 10).
 AB_SELFTEST_N ?= 10
 ab-selftest: build
 	bash bench/ab_selftest.sh --bin build/twinstack $(AB_SELFTEST_N)

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# ab_selftest.sh [--bin BIN] [--throttle PCT] [--lock FILE] [--out DIR] N [BENCH_ARGS...] —
-# the A/B gate's own test (`make ab-selftest`, root): N quick A/B runs of identical code (the
-# base a copy of the binary) and N with an injected slowdown (--ab-throttle PCT: the
-# candidate's proxy in a CPU cgroup, bench/abcg.py), alternating, each
-# `twinstack bench --ab COPY --quick --bulk-seconds 2 BENCH_ARGS`. Prints one line per run
-# and cell (change, tolerance, verdict) and the tallies: false alarms (a run of identical code
-# whose gate failed) and caught (a slowed run whose gate failed on a REGRESSION).
+# ab_selftest.sh [--bin BIN] [--throttle PCT] [--reps R] [--lock FILE] [--out DIR] N
+# [BENCH_ARGS...] — the A/B gate's own test (`make ab-selftest`, root): N quick A/B runs of
+# identical code (the base a copy of the binary) and N with an injected slowdown
+# (--ab-throttle PCT: the candidate's proxy in a CPU cgroup, bench/abcg.py), alternating, each
+# `twinstack bench --ab COPY --quick --bulk-seconds 2 --reps R BENCH_ARGS`. Prints one line per
+# run and cell (change, tolerance, verdict) and the tallies: false alarms (a run of identical
+# code whose gate failed) and caught (a slowed run whose gate failed on a REGRESSION).
 #   --bin BIN       the twinstack binary (default build/twinstack)
 #   --throttle PCT  the CPU cut of the injected slowdown (default 9: the cut that cost about
 #                   15 % of the throughput here; docs/benchmarks.md has the measurements)
+#   --reps R        rounds per A/B run (default 8: with the quick cells' 2 s bulk runs, 5
+#                   rounds caught a 15 % slowdown in only some runs; docs/benchmarks.md)
 #   --lock FILE     run each A/B run under `flock FILE` (a machine shared with other
 #                   benchmarks: one at a time, others may run between the runs)
 #   --out DIR       where the runs go (default bench-results/ab-selftest); DIR/selftest.md
@@ -17,20 +19,22 @@
 # usage.
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
-bin=$src/build/twinstack throttle=9 lock="" out=bench-results/ab-selftest
+bin=$src/build/twinstack throttle=9 reps=8 lock="" out=bench-results/ab-selftest
 while [ $# -gt 0 ]; do
 	case $1 in
 	--bin) bin=$2; shift 2 ;;
 	--throttle) throttle=$2; shift 2 ;;
+	--reps) reps=$2; shift 2 ;;
 	--lock) lock=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
-	-h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) break ;;
 	esac
 done
 n=${1:-}
 usage() { echo "usage: ab_selftest.sh [options] N [bench arguments] (N >= 1)" >&2; exit 2; }
 case $n in '' | *[!0-9]*) usage ;; esac
+case $reps in '' | *[!0-9]*) usage ;; esac
 shift
 [ "$n" -ge 1 ] || usage
 [ -x "$bin" ] || { echo "ab_selftest.sh: $bin is not executable" >&2; exit 2; }
@@ -43,7 +47,7 @@ run() { # run NAME [extra args]: one A/B run into $out/NAME
 	rm -rf "${out:?}/$name"
 	t0=$(date +%s)
 	${lock:+flock "$lock"} "$bin" bench --ab "$out/base-twinstack" --quick --bulk-seconds 2 \
-		--out "$out/$name" "$@" >"$out/$name.stdout" 2>"$out/$name.stderr"
+		--reps "$reps" --out "$out/$name" "$@" >"$out/$name.stdout" 2>"$out/$name.stderr"
 	echo "$name exit $? $(($(date +%s) - t0)) s: $(grep -m1 '^ab: ' "$out/$name.stdout" ||
 		echo 'no verdict')"
 }

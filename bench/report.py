@@ -32,7 +32,8 @@ UNITS = {
     "start_rss_anon_kb": "KiB", "idle_rss_anon_kb": "KiB", "p50_over_redirect_us": "us",
     "own_1stream_fraction": "ratio", "conns_held": "connections", "rss_kb": "KiB",
     "rss_anon_kb": "KiB", "close_s": "s", "conn_errors": "attempts",
-    "rss_anon_before_kb": "KiB",
+    "rss_anon_before_kb": "KiB", "in_trains_pct": "%", "train_len": "datagrams",
+    "testbed_cpu_us_per_echo": "us",
 }
 
 # Chart colours: one hue per stack (and the baselines), darker = faster I/O mode.

@@ -198,11 +198,31 @@ class Workloads:
         d = self.plan.load_s
         via = ["--socks5", "%s:%d" % (B_VETH4, S5_PORT)] \
             if subject.kind == "socks5-client" else []
+        u0 = ((self.tb.stats() or {}).get("udp") or {}) if subject.is_stack else {}
+        host0 = host_cpu_s()
         j = self.load("udp", ["--target", "%s:%d" % (TARGET4, UDP_PORT), "--size", str(size),
                               "--duration", str(d)] + via, d + 20)
+        host1 = host_cpu_s()
         wl = "udp_echo_%dB" % size
         self.emit(subject, wl, None, None, "pps", j.get("pps"))
         self.emit(subject, wl, None, None, "loss_pct", j.get("loss_pct"))
+        # CPU per echo: the whole testbed's CPU time (/proc/stat) over the load's span, the
+        # client's start and JSON included, per echo that came back.
+        got = j.get("received")
+        if got and host0 is not None and host1 is not None:
+            self.add(subject, wl, None, None, "testbed_cpu_us_per_echo",
+                     (host1 - host0) / got * 1e6)
+            self.add(subject, wl, None, None, "testbed_cpus_busy", (host1 - host0) / d)
+        if subject.is_stack:
+            # Replies in trains (one TUN write for several): the share of the echoes that
+            # went in one, and their mean length.
+            u1 = (self.tb.stats() or {}).get("udp") or {}
+            dt = u1.get("trains", 0) - u0.get("trains", 0)
+            dd = u1.get("train_datagrams", 0) - u0.get("train_datagrams", 0)
+            if got:
+                self.emit(subject, wl, None, None, "in_trains_pct", 100.0 * dd / got)
+            if dt > 0:
+                self.emit(subject, wl, None, None, "train_len", dd / dt)
 
     def udpflows(self, subject):
         j = self.load("udpflows", ["--target", "%s:%d" % (TARGET4, UDP_PORT), "--flows", "1000"],
