@@ -93,6 +93,23 @@ static void write_ip6(const struct udp_codec_hdr *h, uint8_t *ip, size_t udp_len
 	memcpy(ip + PKT_V6_DST, h->dst, 16);
 }
 
+/* The IP header at buf and the UDP header at udp (checksum field 0) for udp_len bytes of UDP;
+ * returns the pseudo-header sum. */
+static uint64_t write_headers(const struct udp_codec_hdr *h, uint8_t *buf, uint8_t *udp,
+			      size_t udp_len)
+{
+	memcpy(udp, &h->sport_be, 2);
+	memcpy(udp + 2, &h->dport_be, 2);
+	pkt_put16(udp + UDP_OFF_LEN, (uint16_t)udp_len);
+	udp[UDP_OFF_CSUM] = udp[UDP_OFF_CSUM + 1] = 0;
+	if (h->family == 4) {
+		write_ip4(h, buf, udp_len);
+		return csum_pseudo4(h->src, h->dst, IPPROTO_UDP, (uint32_t)udp_len);
+	}
+	write_ip6(h, buf, udp_len);
+	return csum_pseudo6(h->src, h->dst, IPPROTO_UDP, (uint32_t)udp_len);
+}
+
 int udp_codec_encode(const struct udp_codec_hdr *h, const uint8_t *payload, size_t payload_len,
 		     uint8_t *buf, size_t cap, size_t *out_len)
 {
@@ -112,17 +129,7 @@ int udp_codec_encode(const struct udp_codec_hdr *h, const uint8_t *payload, size
 	if (payload != buf + hl && payload_len)
 		memmove(buf + hl, payload, payload_len);
 	udp = buf + hl - 8;
-	memcpy(udp, &h->sport_be, 2);
-	memcpy(udp + 2, &h->dport_be, 2);
-	pkt_put16(udp + UDP_OFF_LEN, (uint16_t)udp_len);
-	udp[UDP_OFF_CSUM] = udp[UDP_OFF_CSUM + 1] = 0;
-	if (h->family == 4) {
-		write_ip4(h, buf, udp_len);
-		sum = csum_pseudo4(h->src, h->dst, IPPROTO_UDP, (uint32_t)udp_len);
-	} else {
-		write_ip6(h, buf, udp_len);
-		sum = csum_pseudo6(h->src, h->dst, IPPROTO_UDP, (uint32_t)udp_len);
-	}
+	sum = write_headers(h, buf, udp, udp_len);
 	c = (uint16_t)~csum_fold(csum_partial(udp, udp_len, sum));
 	/* RFC 768: a computed 0 is sent as all ones (0 means "no checksum"; IPv6 forbids it). */
 	csum_store16(udp + UDP_OFF_CSUM, c ? c : 0xffff);
@@ -148,16 +155,7 @@ int udp_codec_encode_train(const struct udp_codec_hdr *h, size_t payload_len, si
 	if (cap < hl + payload_len)
 		return -ENOBUFS;
 	udp = buf + hl - 8;
-	memcpy(udp, &h->sport_be, 2);
-	memcpy(udp + 2, &h->dport_be, 2);
-	pkt_put16(udp + UDP_OFF_LEN, (uint16_t)udp_len);
-	if (h->family == 4) {
-		write_ip4(h, buf, udp_len);
-		sum = csum_pseudo4(h->src, h->dst, IPPROTO_UDP, (uint32_t)udp_len);
-	} else {
-		write_ip6(h, buf, udp_len);
-		sum = csum_pseudo6(h->src, h->dst, IPPROTO_UDP, (uint32_t)udp_len);
-	}
+	sum = write_headers(h, buf, udp, udp_len);
 	csum_store16(udp + UDP_OFF_CSUM, csum_fold(sum));
 	*m = (struct pkt_meta){
 		.flags = PKT_META_NEEDS_CSUM,

@@ -119,32 +119,18 @@ static void server_cb(evutil_socket_t fd, short what, void *arg)
 static void server_open(struct env *e, struct server *s, const char *addr, enum srv_kind kind)
 {
 	struct sockaddr_storage ss;
-	socklen_t len;
-	uint8_t a[16];
-	int family = tu_addr(a, addr);
+	socklen_t len = tu_sockaddr(&ss, addr, 0);
 
 	memset(s, 0, sizeof(*s));
-	memset(&ss, 0, sizeof(ss));
 	s->e = e;
 	s->kind = kind;
-	if (family == 4) {
-		struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-		sin->sin_family = AF_INET;
-		memcpy(&sin->sin_addr, a, 4);
-		len = sizeof(*sin);
-	} else {
-		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-		sin6->sin6_family = AF_INET6;
-		memcpy(&sin6->sin6_addr, a, 16);
-		len = sizeof(*sin6);
-	}
 	s->fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	cr_assert_geq(s->fd, 0);
 	cr_assert_eq(bind(s->fd, (struct sockaddr *)&ss, len), 0, "bind %s: %s", addr,
 		     strerror(errno));
 	cr_assert_eq(getsockname(s->fd, (struct sockaddr *)&ss, &len), 0);
-	s->port = ntohs(family == 4 ? ((struct sockaddr_in *)&ss)->sin_port
-				    : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	s->port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+						: ((struct sockaddr_in6 *)&ss)->sin6_port);
 	s->ev = event_new(e->base, s->fd, EV_READ | EV_PERSIST, server_cb, s);
 	cr_assert_not_null(s->ev);
 	cr_assert_eq(event_add(s->ev, NULL), 0);
@@ -189,13 +175,7 @@ static void env_start(struct env *e, const char *fmt, ...)
 /* Free the path and prove it gave every session, fd and buffer byte back. */
 static void env_fini(struct env *e)
 {
-	struct budget_stats bs;
-
-	udp_path_free(e->up);
-	budget_get_stats(e->b, &bs);
-	cr_assert_eq(bs.udp_in_use, 0, "sessions leaked");
-	cr_assert_eq(bs.fds_in_use, 0, "fds leaked");
-	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes leaked");
+	ut_path_free_checked(e->up, e->b);
 	budget_free(e->b);
 	config_fini(&e->cfg);
 	event_base_free(e->base);
@@ -203,9 +183,7 @@ static void env_fini(struct env *e)
 
 static struct udp_path_stats stats(struct env *e)
 {
-	struct udp_path_stats st;
-	udp_path_stats(e->up, &st);
-	return st;
+	return ut_stats(e->up);
 }
 
 static const char *DEFAULT_CFG = "{}";

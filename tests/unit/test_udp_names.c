@@ -161,13 +161,7 @@ static void env_start_json(struct env *e, const char *json)
 
 static void env_fini(struct env *e)
 {
-	struct budget_stats bs;
-
-	udp_path_free(e->up);
-	budget_get_stats(e->b, &bs);
-	cr_assert_eq(bs.udp_in_use, 0, "sessions leaked");
-	cr_assert_eq(bs.fds_in_use, 0, "fds leaked");
-	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes leaked");
+	ut_path_free_checked(e->up, e->b);
 	resolver_free(e->res);
 	budget_free(e->b);
 	config_fini(&e->cfg);
@@ -179,10 +173,7 @@ static void env_fini(struct env *e)
 
 static struct udp_path_stats stats(struct env *e)
 {
-	struct udp_path_stats st;
-
-	udp_path_stats(e->up, &st);
-	return st;
+	return ut_stats(e->up);
 }
 
 #define PUMP_UNTIL(e, cond, timeout_ms) UT_PUMP_UNTIL((e)->base, cond, timeout_ms)

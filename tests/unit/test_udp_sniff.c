@@ -91,13 +91,7 @@ static void env_start(struct env *e, uint32_t timeout_ms, int n)
 
 static void env_fini(struct env *e)
 {
-	struct budget_stats bs;
-
-	udp_path_free(e->up);
-	budget_get_stats(e->b, &bs);
-	cr_assert_eq(bs.udp_in_use, 0, "sessions leaked");
-	cr_assert_eq(bs.fds_in_use, 0, "fds leaked");
-	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes leaked");
+	ut_path_free_checked(e->up, e->b);
 	event_free(e->srv_ev);
 	close(e->srv);
 	budget_free(e->b);
@@ -107,10 +101,7 @@ static void env_fini(struct env *e)
 
 static struct udp_path_stats stats(struct env *e)
 {
-	struct udp_path_stats st;
-
-	udp_path_stats(e->up, &st);
-	return st;
+	return ut_stats(e->up);
 }
 
 /* A protected client Initial whose payload is one CRYPTO frame (data at offset off) padded to

@@ -363,13 +363,7 @@ static uint32_t fds_in_use(struct env *e)
 
 static void env_fini(struct env *e)
 {
-	struct budget_stats bs;
-
-	udp_path_free(e->up);
-	budget_get_stats(e->b, &bs);
-	cr_assert_eq(bs.udp_in_use, 0, "sessions leaked");
-	cr_assert_eq(bs.fds_in_use, 0, "fds leaked");
-	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes leaked");
+	ut_path_free_checked(e->up, e->b);
 	srv_close(&e->srv);
 	budget_free(e->b);
 	config_fini(&e->cfg);
@@ -378,10 +372,7 @@ static void env_fini(struct env *e)
 
 static struct udp_path_stats stats(struct env *e)
 {
-	struct udp_path_stats st;
-
-	udp_path_stats(e->up, &st);
-	return st;
+	return ut_stats(e->up);
 }
 
 static void no_drops(struct env *e)

@@ -120,13 +120,7 @@ static void env_start(struct env *e, bool trains)
 
 static void env_fini(struct env *e)
 {
-	struct budget_stats bs;
-
-	udp_path_free(e->up);
-	budget_get_stats(e->b, &bs);
-	cr_assert_eq(bs.udp_in_use, 0, "sessions leaked");
-	cr_assert_eq(bs.fds_in_use, 0, "fds leaked");
-	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes leaked");
+	ut_path_free_checked(e->up, e->b);
 	budget_free(e->b);
 	config_fini(&e->cfg);
 	event_base_free(e->base);
@@ -134,10 +128,7 @@ static void env_fini(struct env *e)
 
 static struct udp_path_stats stats(struct env *e)
 {
-	struct udp_path_stats st;
-
-	udp_path_stats(e->up, &st);
-	return st;
+	return ut_stats(e->up);
 }
 
 /* A server outside the loop: bound to addr, it learns the path's outbound socket from the
@@ -152,30 +143,16 @@ struct server {
 static void server_open(struct server *s, const char *addr)
 {
 	struct sockaddr_storage ss;
-	socklen_t len;
-	uint8_t a[16];
-	int family = tu_addr(a, addr);
+	socklen_t len = tu_sockaddr(&ss, addr, 0);
 
 	memset(s, 0, sizeof(*s));
-	memset(&ss, 0, sizeof(ss));
-	if (family == 4) {
-		struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-		sin->sin_family = AF_INET;
-		memcpy(&sin->sin_addr, a, 4);
-		len = sizeof(*sin);
-	} else {
-		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-		sin6->sin6_family = AF_INET6;
-		memcpy(&sin6->sin6_addr, a, 16);
-		len = sizeof(*sin6);
-	}
 	s->fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	cr_assert_geq(s->fd, 0);
 	cr_assert_eq(bind(s->fd, (struct sockaddr *)&ss, len), 0, "bind %s: %s", addr,
 		     strerror(errno));
 	cr_assert_eq(getsockname(s->fd, (struct sockaddr *)&ss, &len), 0);
-	s->port = ntohs(family == 4 ? ((struct sockaddr_in *)&ss)->sin_port
-				    : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	s->port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+						: ((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
 static bool server_learn(struct server *s)
@@ -192,6 +169,15 @@ static void hello(struct env *e, struct server *s, const char *client, uint16_t 
 {
 	ut_tun_send(e->up, client, cport, saddr, s->port, "hello", 5);
 	cr_assert(UT_PUMP_UNTIL(e->base, server_learn(s), 2000), "the first datagram never came");
+}
+
+/* The usual start: a path (trains on or off), a server on 127.0.0.1 and a session of
+ * 10.0.0.9:5353 that has reached it. */
+static void start(struct env *e, struct server *s, bool trains)
+{
+	env_start(e, trains);
+	server_open(s, "127.0.0.1");
+	hello(e, s, "10.0.0.9", 5353, "127.0.0.1");
 }
 
 /* Datagram i of a burst: len bytes of a pattern that depends on i. */
@@ -395,9 +381,7 @@ Test(udp_train, a_gso_send_is_read_whole_and_cut_into_trains)
 	struct server s;
 	struct udp_path_stats st;
 
-	env_start(&e, true);
-	server_open(&s, "127.0.0.1");
-	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
+	start(&e, &s, true);
 	server_send_gso(&s, 0, 10, 200, 200);
 	server_send_gso(&s, 10, 6, 300, 50);
 	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == 16, 2000), "%d of 16 arrived", e.ngot);
@@ -416,26 +400,6 @@ Test(udp_train, a_gso_send_is_read_whole_and_cut_into_trains)
 	env_fini(&e);
 }
 
-/* Without trains (a TUN without UDP GSO) the socket gets no UDP GRO: the same sends arrive
- * as single datagrams, each written alone. */
-Test(udp_train, off_no_gro_and_every_reply_alone)
-{
-	struct env e;
-	struct server s;
-
-	env_start(&e, false);
-	server_open(&s, "127.0.0.1");
-	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
-	server_send_gso(&s, 0, 10, 200, 120);
-	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == 10, 2000), "%d of 10 arrived", e.ngot);
-	for (int i = 0; i < 10; i++)
-		check_got(&e, i, "127.0.0.1", s.port, "10.0.0.9", 5353, i, i < 9 ? 200 : 120);
-	cr_assert_eq(e.tx_calls, 10);
-	cr_assert_eq(stats(&e).gro_datagrams, 0);
-	close(s.fd);
-	env_fini(&e);
-}
-
 /* A shorter datagram ends its train even when one of the first size follows: a GSO packet's
  * datagrams are all gso_size long but the last, so 100, 100, 30, 100 in one train would be cut
  * as 100, 100, 100, 30. */
@@ -447,9 +411,7 @@ Test(udp_train, a_shorter_datagram_ends_its_train)
 	int trains[] = { 0, 0, 0, 1, 1, 1, 2, 2 };
 	int n = (int)(sizeof(sizes) / sizeof(sizes[0]));
 
-	env_start(&e, true);
-	server_open(&s, "127.0.0.1");
-	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
+	start(&e, &s, true);
 	for (int i = 0; i < n; i++)
 		server_send(&s, i, sizes[i]);
 	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == n, 2000), "%d of %d arrived", e.ngot, n);
@@ -539,9 +501,7 @@ Test(udp_train, empty_datagrams_go_alone_in_order)
 	size_t sizes[] = { 0, 0, 80, 80, 0, 80, 80, 80 };
 	int n = (int)(sizeof(sizes) / sizeof(sizes[0]));
 
-	env_start(&e, true);
-	server_open(&s, "127.0.0.1");
-	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
+	start(&e, &s, true);
 	for (int i = 0; i < n; i++)
 		server_send(&s, i, sizes[i]);
 	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == n, 2000), "%d of %d arrived", e.ngot, n);
@@ -561,9 +521,7 @@ Test(udp_train, a_full_device_queues_the_train_one_by_one)
 	struct server s;
 	struct udp_path_stats st;
 
-	env_start(&e, true);
-	server_open(&s, "127.0.0.1");
-	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
+	start(&e, &s, true);
 	e.tx_ret = e.meta_ret = -EAGAIN;
 	for (int i = 0; i < 10; i++)
 		server_send(&s, i, i < 9 ? 700 : 123);
@@ -595,18 +553,16 @@ Test(udp_train, a_full_device_queues_the_train_one_by_one)
 	env_fini(&e);
 }
 
-/* A train the kernel refuses as such (-EINVAL): counted, trains off for the family, the
- * datagrams one by one (nothing lost), and the next burst one by one too. */
-Test(udp_train, a_refused_train_turns_trains_off)
+/* A train the device refuses with err: its datagrams go one by one (nothing lost), counted;
+ * the next burst goes in a train again unless trains went off. */
+static void refused_train(int err, bool off)
 {
 	struct env e;
 	struct server s;
 	struct udp_path_stats st;
 
-	env_start(&e, true);
-	server_open(&s, "127.0.0.1");
-	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
-	e.meta_ret = -EINVAL;
+	start(&e, &s, true);
+	e.meta_ret = err;
 	for (int i = 0; i < 5; i++)
 		server_send(&s, i, 300);
 	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == 5, 2000), "%d of 5 arrived", e.ngot);
@@ -616,47 +572,28 @@ Test(udp_train, a_refused_train_turns_trains_off)
 	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == 10, 2000), "%d of 10 arrived", e.ngot);
 	for (int i = 0; i < 10; i++) {
 		check_got(&e, i, "127.0.0.1", s.port, "10.0.0.9", 5353, i, 300);
-		cr_assert_eq(e.got[i].train, -1);
+		cr_assert_eq(e.got[i].train, i < 5 || off ? -1 : 0, "datagram %d", i);
 	}
-	cr_assert_eq(e.meta_calls, 1, "one refused train, then none");
 	check_ids(&e, 0, 9);
+	cr_assert_eq(e.meta_calls, off ? 1 : 2);
 	st = stats(&e);
 	cr_assert_eq(st.train_errors, 1);
-	cr_assert_eq(st.trains, 0);
+	cr_assert_eq(st.trains, off ? 0 : 1);
 	cr_assert_eq(st.down_datagrams, 10);
 	close(s.fd);
 	env_fini(&e);
 }
 
-/* Any other write error (the device gone a moment, memory short): that train one by one,
- * counted, and the next burst in a train again. */
+/* The kernel refuses UDP GSO as such (-EINVAL): trains off for the family. */
+Test(udp_train, a_refused_train_turns_trains_off)
+{
+	refused_train(-EINVAL, true);
+}
+
+/* Any other write error (the device gone a moment, memory short): trains stay on. */
 Test(udp_train, a_failed_train_goes_one_by_one_and_trains_stay_on)
 {
-	struct env e;
-	struct server s;
-	struct udp_path_stats st;
-
-	env_start(&e, true);
-	server_open(&s, "127.0.0.1");
-	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
-	e.meta_ret = -ENOBUFS;
-	for (int i = 0; i < 5; i++)
-		server_send(&s, i, 300);
-	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == 5, 2000), "%d of 5 arrived", e.ngot);
-	e.meta_ret = 0;
-	for (int i = 5; i < 10; i++)
-		server_send(&s, i, 300);
-	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == 10, 2000), "%d of 10 arrived", e.ngot);
-	for (int i = 0; i < 10; i++) {
-		check_got(&e, i, "127.0.0.1", s.port, "10.0.0.9", 5353, i, 300);
-		cr_assert_eq(e.got[i].train, i < 5 ? -1 : 0);
-	}
-	st = stats(&e);
-	cr_assert_eq(st.train_errors, 1);
-	cr_assert_eq(st.trains, 1);
-	cr_assert_eq(st.down_datagrams, 10);
-	close(s.fd);
-	env_fini(&e);
+	refused_train(-ENOBUFS, false);
 }
 
 /* No train over the largest payload: 32 datagrams of 2,100 bytes (67,200) come in a train
@@ -668,9 +605,7 @@ Test(udp_train, long_bursts_are_cut_at_the_limits)
 	struct server s;
 	int n = 0;
 
-	env_start(&e, true);
-	server_open(&s, "127.0.0.1");
-	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
+	start(&e, &s, true);
 	for (int burst = 0; burst < 3; burst++) {
 		for (int i = 0; i < 32; i++)
 			server_send(&s, n + i, 2100);
@@ -707,23 +642,25 @@ Test(udp_train, long_bursts_are_cut_at_the_limits)
 	env_fini(&e);
 }
 
-/* Without trains (a TUN without UDP GSO) every reply is one write, as always. */
-Test(udp_train, off_every_reply_alone)
+/* Without trains (a TUN without UDP GSO) every reply is one write, as always, and the socket
+ * gets no UDP GRO: a GSO send arrives as single datagrams too. */
+Test(udp_train, off_every_reply_alone_and_no_gro)
 {
 	struct env e;
 	struct server s;
 
-	env_start(&e, false);
-	server_open(&s, "127.0.0.1");
-	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
+	start(&e, &s, false);
 	for (int i = 0; i < 8; i++)
 		server_send(&s, i, 100);
-	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == 8, 2000));
-	for (int i = 0; i < 8; i++)
-		check_got(&e, i, "127.0.0.1", s.port, "10.0.0.9", 5353, i, 100);
-	cr_assert_eq(e.tx_calls, 8);
+	server_send_gso(&s, 8, 10, 200, 120);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == 18, 2000), "%d of 18 arrived", e.ngot);
+	for (int i = 0; i < 18; i++)
+		check_got(&e, i, "127.0.0.1", s.port, "10.0.0.9", 5353, i,
+			  i < 8 ? 100 : i < 17 ? 200 : 120);
+	cr_assert_eq(e.tx_calls, 18);
 	cr_assert_eq(e.meta_calls, 0);
 	cr_assert_eq(stats(&e).trains, 0);
+	cr_assert_eq(stats(&e).gro_datagrams, 0);
 	close(s.fd);
 	env_fini(&e);
 }

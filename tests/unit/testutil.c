@@ -123,6 +123,25 @@ int tu_addr(uint8_t out[16], const char *text)
 	die("bad address '%s'", text);
 }
 
+unsigned tu_sockaddr(struct sockaddr_storage *ss, const char *text, uint16_t port)
+{
+	uint8_t a[16];
+
+	memset(ss, 0, sizeof(*ss));
+	if (tu_addr(a, text) == 4) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(port);
+		memcpy(&sin->sin_addr, a, 4);
+		return sizeof(*sin);
+	}
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+	sin6->sin6_family = AF_INET6;
+	sin6->sin6_port = htons(port);
+	memcpy(&sin6->sin6_addr, a, 16);
+	return sizeof(*sin6);
+}
+
 void tu_dump(const char *label, const uint8_t *buf, size_t len)
 {
 	fprintf(stderr, "%s (%zu bytes):", label, len);

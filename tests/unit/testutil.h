@@ -61,6 +61,9 @@ void tu_put32(uint8_t *p, uint32_t v);        /* big-endian 32-bit store */
 /* Parse a textual IPv4/IPv6 address into out[16] (v4 in out[0..3], rest zero); returns the
  * family (4 or 6); aborts on malformed text. */
 int tu_addr(uint8_t out[16], const char *text);
+struct sockaddr_storage;
+/* text (IPv4 or IPv6) and port (host order) as a socket address; returns its length. */
+unsigned tu_sockaddr(struct sockaddr_storage *ss, const char *text, uint16_t port);
 
 /* A payload pattern that depends on the position and not periodic in any MSS, so a segment
  * put at the wrong offset is caught: byte i of the stream seed, and n bytes of it from 0. */

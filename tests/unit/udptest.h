@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include "core/budget.h"
 #include "core/clock.h"
 #include "dispatch/udp.h"
 #include "testutil.h"
@@ -34,6 +35,26 @@ static inline void ut_pump_for(struct event_base *base, int ms)
 		event_base_loop(base, EVLOOP_NONBLOCK);
 		usleep(500);
 	}
+}
+
+/* Free up and prove it gave every session, fd and buffer byte back to b. */
+static inline void ut_path_free_checked(struct udp_path *up, struct budget *b)
+{
+	struct budget_stats bs;
+
+	udp_path_free(up);
+	budget_get_stats(b, &bs);
+	cr_assert_eq(bs.udp_in_use, 0, "sessions leaked");
+	cr_assert_eq(bs.fds_in_use, 0, "fds leaked");
+	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes leaked");
+}
+
+static inline struct udp_path_stats ut_stats(const struct udp_path *up)
+{
+	struct udp_path_stats st;
+
+	udp_path_stats(up, &st);
+	return st;
 }
 
 /* A datagram src:sport -> dst:dport "from the TUN" into up. */
