@@ -1467,9 +1467,13 @@ int udp_path_set_trains(struct udp_path *up, tun_tx_meta_fn tx_meta, bool v4, bo
 		return -EINVAL;
 	up->train4 = up->train6 = false;
 	if ((v4 || v6) && up->rxcap < cap) {
-		if (!(buf = budget_malloc(up->b, cap)))
-			return -ENOBUFS;
+		/* The old buffer goes first, so a budget sized for the path with trains holds the
+		 * new one. Refused, the old size fits again: it was just given back. */
 		budget_mfree(up->b, up->rxbuf);
+		if (!(buf = budget_malloc(up->b, cap))) {
+			up->rxbuf = budget_malloc(up->b, up->rxcap);
+			return up->rxbuf ? -ENOBUFS : -ENOMEM;
+		}
 		up->rxbuf = buf;
 		up->rxcap = cap;
 	}

@@ -184,8 +184,10 @@ int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct bu
  * TUN_F_USO4 / TUN_F_USO6). Replies through a SOCKS5 association, hijacked DNS answers, and
  * replies queued behind earlier ones go one by one, as before. A train the kernel refuses
  * (-EINVAL, -EOPNOTSUPP) turns trains off for that family (udp.train_errors). Grows the
- * receive buffer by 64 KiB (budget) so a train and the largest datagram after it fit.
- * 0, -EINVAL (v4 or v6 without tx_meta) or -ENOBUFS (no budget: trains stay off). */
+ * receive buffer by 64 KiB (budget) so a train and the largest datagram after it fit; call it
+ * before any traffic (the buffer is replaced). 0, -EINVAL (v4 or v6 without tx_meta),
+ * -ENOBUFS (no budget: trains stay off, the path works as before) or -ENOMEM (out of memory:
+ * the path has no receive buffer and must be freed). */
 int udp_path_set_trains(struct udp_path *up, tun_tx_meta_fn tx_meta, bool v4, bool v6)
 	__attribute__((warn_unused_result));
 

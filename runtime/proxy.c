@@ -415,8 +415,13 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 	 * larger receive buffer they go one by one, as on any other TUN. */
 	if (driver_offload(p->driver)) {
 		uint32_t off = tun_offload(p->tun);
-		if (udp_path_set_trains(p->udp, driver_tx_meta, off & TUN_OFFLOAD_USO4,
-					off & TUN_OFFLOAD_USO6) != 0)
+		ret = udp_path_set_trains(p->udp, driver_tx_meta, off & TUN_OFFLOAD_USO4,
+					  off & TUN_OFFLOAD_USO6);
+		if (ret == -ENOMEM) {
+			snprintf(err, errlen, "proxy: UDP path: %s", strerror(-ret));
+			return ret;
+		}
+		if (ret != 0)
 			log_warn(&p->log, "proxy: UDP replies one by one: no budget for trains");
 	}
 	if (p->dns) {

@@ -665,6 +665,54 @@ Test(udp_train, off_every_reply_alone_and_no_gro)
 	env_fini(&e);
 }
 
+static uint64_t in_use(struct env *e)
+{
+	struct budget_stats bs;
+
+	budget_get_stats(e->b, &bs);
+	return bs.buffer_bytes_in_use;
+}
+
+/* A budget sized for an idle path with trains holds one: the larger receive buffer replaces
+ * the first, it is not taken next to it. One byte less: trains stay off, the path works on
+ * with its first buffer, and every byte is accounted. */
+Test(udp_train, set_trains_fits_a_budget_sized_for_it)
+{
+	struct env e;
+	struct server s;
+	char json[128];
+	uint64_t need;
+	int ret;
+
+	env_start(&e, true);
+	need = in_use(&e);
+	env_fini(&e);
+
+	snprintf(json, sizeof(json), "{\"budgets\":{\"buffer_bytes\":%llu}}",
+		 (unsigned long long)need);
+	env_start_cfg(&e, true, json);
+	cr_assert_eq(in_use(&e), need);
+	env_fini(&e);
+
+	snprintf(json, sizeof(json), "{\"budgets\":{\"buffer_bytes\":%llu}}",
+		 (unsigned long long)need - 1);
+	env_start_cfg(&e, false, json);
+	uint64_t before = in_use(&e);
+	ret = udp_path_set_trains(e.up, fake_tx_meta, true, true);
+	cr_assert_eq(ret, -ENOBUFS);
+	cr_assert_eq(in_use(&e), before, "the first buffer back, nothing else held");
+	server_open(&s, "127.0.0.1");
+	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
+	for (int i = 0; i < 4; i++)
+		server_send(&s, i, 100);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.ngot == 4, 2000), "%d of 4 arrived", e.ngot);
+	for (int i = 0; i < 4; i++)
+		check_got(&e, i, "127.0.0.1", s.port, "10.0.0.9", 5353, i, 100);
+	cr_assert_eq(e.meta_calls, 0);
+	close(s.fd);
+	env_fini(&e);
+}
+
 Test(udp_train, set_trains_checks_its_arguments)
 {
 	struct env e;
