@@ -354,7 +354,8 @@ tun.rps_trials_failed tun.rps_last_trial_pct tun.loop_busy_pct tun_device.rx_dro
 drops.fragment drops.esp drops.icmp drops.unmapped_downlink drops.unmapped_uplink_rst
 drops.own_address drops.nat_exhausted drops.admission_refused drops.fd_exhausted
 drops.udp_queue_full nat.half_open nat.active nat.closing nat.quarantined sessions.active
-sessions.total sessions.refused udp.sessions udp.queue_drops buffers.in_use_bytes
+sessions.total sessions.refused udp.sessions udp.queue_drops udp.trains udp.train_datagrams
+udp.train_errors udp.gro_datagrams buffers.in_use_bytes
 buffers.peak_bytes buffers.per_session_bytes splice.pipes splice.pipe_bytes'
 
 # stats_keys: every documented key is present (numbers, `stack` the configured one).
