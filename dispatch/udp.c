@@ -892,10 +892,10 @@ static void train_add(struct udp_path *up, struct udp_session *s, const struct u
 	t->closed = n < t->seg;
 }
 
-/* A read with UDP GRO: the bytes, and in *seg the size of the datagrams they hold (the GRO
- * control message; 0: one datagram). */
-static ssize_t recv_gro(int fd, uint8_t *buf, size_t cap, struct sockaddr_storage *from,
-			size_t *seg)
+/* One read: the bytes, and with gro in *seg the size of the datagrams they hold (the GRO
+ * control message; 0: one datagram). -1 with errno as recvmsg. */
+static ssize_t recv_one(int fd, uint8_t *buf, size_t cap, struct sockaddr_storage *from,
+			bool gro, size_t *seg)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -903,13 +903,13 @@ static ssize_t recv_gro(int fd, uint8_t *buf, size_t cap, struct sockaddr_storag
 	} ctl;
 	struct iovec iov = { .iov_base = buf, .iov_len = cap };
 	struct msghdr mh = { .msg_name = from, .msg_namelen = sizeof(*from), .msg_iov = &iov,
-			     .msg_iovlen = 1, .msg_control = ctl.buf,
-			     .msg_controllen = sizeof(ctl.buf) };
+			     .msg_iovlen = 1, .msg_control = gro ? ctl.buf : NULL,
+			     .msg_controllen = gro ? sizeof(ctl.buf) : 0 };
 	ssize_t n = recvmsg(fd, &mh, 0);
 
 	*seg = 0;
-	if (n < 0)
-		return -errno;
+	if (n <= 0 || !gro)
+		return n;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
 		int v;
 		if (c->cmsg_level != SOL_UDP || c->cmsg_type != UDP_GRO)
@@ -933,17 +933,13 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 
 	for (int i = 0; i < batch && !(s->dns_only && !s->dns_waiting); i++) {
 		struct sockaddr_storage from;
-		socklen_t fromlen = sizeof(from);
 		/* A train's next datagram lands right after its payloads: the buffer has room
 		 * for a whole train and the largest read after it, so nothing truncates. */
-		size_t off = train && up->tr.n ? up->tr.bytes : 0, seg = 0;
+		size_t off = train && up->tr.n ? up->tr.bytes : 0, seg, at = 0;
 		uint8_t *p = up->rxbuf + hl + off;
-		ssize_t n = k->gro ? recv_gro(fd, p, up->rxcap - hl - off, &from, &seg)
-				   : recvfrom(fd, p, up->rxcap - hl - off, 0,
-					      (struct sockaddr *)&from, &fromlen);
+		ssize_t n = recv_one(fd, p, up->rxcap - hl - off, &from, k->gro, &seg);
 		if (n < 0) {
-			int err = k->gro ? (int)-n : errno;
-			if (err == EAGAIN || err == EWOULDBLOCK)
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				break;
 			/* E.g. ECONNREFUSED from an ICMP error on the connected DNS socket: the
 			 * error is consumed by this call, so keep reading. */
@@ -961,14 +957,13 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 			seg = (size_t)n;
 		else
 			ctr_add(&up->ctr.gro_datagrams, ((size_t)n + seg - 1) / seg);
-		for (size_t at = 0; at < (size_t)n || n == 0; at += seg) {
+		do {
 			struct udp_codec_hdr h;
 			size_t len = (size_t)n - at < seg ? (size_t)n - at : seg;
 			if (reply_hdr(up, k, &from, p + at, &len, &h))
 				train_add(up, s, &h, p + at, len);
-			if (n == 0)
-				break;
-		}
+			at += seg;
+		} while (at < (size_t)n);
 	}
 	if (train)
 		train_flush(up, s);
