@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define SHARD_BITS 6
 #define SHARD_MASK (NAT_SHARDS - 1)
@@ -76,6 +77,7 @@ struct heap_node {
 
 struct chunk {
 	struct chunk *next;
+	uint32_t n;                  /* entries in e[] */
 	struct nat_entry e[];
 };
 
@@ -386,13 +388,13 @@ static int map_init(struct nat_table *t, struct map *m)
 	return 0;
 }
 
-/* Amortized O(1) per insert; a failed allocation only leaves longer chains. */
-static void map_grow(struct nat_table *t, struct map *m, bool rev)
+/* Rehash m into n buckets (a power of two). A failed allocation leaves m as it was: longer
+ * chains after a failed grow, more buckets than needed after a failed shrink. */
+static void map_resize(struct nat_table *t, struct map *m, bool rev, uint32_t n)
 {
-	uint32_t n = (m->mask + 1) * 2;
 	struct nat_entry **nb, *e, *next;
 
-	if (n > BUCKETS_MAX || (nb = calloc(n, sizeof(*nb))) == NULL)
+	if ((nb = calloc(n, sizeof(*nb))) == NULL)
 		return;
 	for (uint32_t i = 0; i <= m->mask; i++) {
 		for (e = m->b[i]; e; e = next) {
@@ -403,10 +405,19 @@ static void map_grow(struct nat_table *t, struct map *m, bool rev)
 			*slot = e;
 		}
 	}
-	bytes_add(t, (int64_t)(n / 2) * (int64_t)sizeof(*nb));
+	bytes_add(t, ((int64_t)n - (int64_t)m->mask - 1) * (int64_t)sizeof(*nb));
 	free(m->b);
 	m->b = nb;
 	m->mask = n - 1;
+}
+
+/* Amortized O(1) per insert; a failed allocation only leaves longer chains. */
+static void map_grow(struct nat_table *t, struct map *m, bool rev)
+{
+	uint32_t n = (m->mask + 1) * 2;
+
+	if (n <= BUCKETS_MAX)
+		map_resize(t, m, rev, n);
 }
 
 static void map_insert(struct nat_table *t, struct map *m, struct nat_entry *e, uint32_t h,
@@ -561,6 +572,7 @@ static int slab_grow(struct nat_table *t, struct fwd_shard *sh)
 	}
 	sh->heap = h;
 	c->next = sh->chunks;
+	c->n = n;
 	sh->chunks = c;
 	for (uint32_t i = 0; i < n; i++) {
 		c->e[i].fnext = sh->free;
@@ -955,6 +967,169 @@ __attribute__((noinline)) static size_t release_locked(struct nat_table *t, uint
 	if (__builtin_expect(reused != 0, 0))
 		ctr_add_shared(&t->ctr.quarantine_reuse, reused);
 	return n;
+}
+
+/* ---- giving memory back ------------------------------------------------------------------ */
+
+/* The smallest power of two >= v and >= floor. */
+static uint32_t pow2_at_least(uint32_t v, uint32_t floor)
+{
+	uint32_t n = floor;
+
+	while (n < v)
+		n *= 2;
+	return n;
+}
+
+/* A map at most an eighth full shrinks to twice its count (at least BUCKETS_MIN), so a table
+ * that grows again doubles a few times before it rehashes as often as it did. */
+static void map_shrink(struct nat_table *t, struct map *m, bool rev)
+{
+	uint32_t n = pow2_at_least(m->count * 2, BUCKETS_MIN);
+
+	if ((uint64_t)m->count * 8 <= (uint64_t)m->mask + 1 && n < m->mask + 1)
+		map_resize(t, m, rev, n);
+}
+
+static bool in_chunk(const struct chunk *c, const struct nat_entry *e)
+{
+	return e >= c->e && e < c->e + c->n;
+}
+
+/* Free the chunks of sh (lock held) whose every entry is on the free list, and shrink the heap
+ * array to the capacity left. Live entries never move: their chunks stay, whole. */
+static void slab_trim(struct nat_table *t, struct fwd_shard *sh)
+{
+	struct chunk **pc, *c;
+	struct nat_entry *e, **pe;
+	uint32_t freed = 0;
+	int64_t bytes = 0;
+
+	if (!sh->free)
+		return;
+	/* One walk of the free list per chunk: a shard has few chunks (sizes double up to
+	 * CHUNK_MAX), and this runs once after a load, not per packet. */
+	for (c = sh->chunks; c; c = c->next) {
+		uint32_t n_free = 0;
+
+		for (e = sh->free; e; e = e->fnext)
+			n_free += in_chunk(c, e);
+		if (n_free != c->n)
+			continue;
+		/* Unlink this chunk's entries from the free list, then mark it for freeing. */
+		for (pe = &sh->free; *pe;) {
+			if (in_chunk(c, *pe))
+				*pe = (*pe)->fnext;
+			else
+				pe = &(*pe)->fnext;
+		}
+		freed += c->n;
+		bytes -= (int64_t)sizeof(*c);
+		c->n = 0; /* empty: freed below */
+	}
+	for (pc = &sh->chunks; (c = *pc);) {
+		if (c->n == 0) {
+			*pc = c->next;
+			free(c);
+		} else {
+			pc = &c->next;
+		}
+	}
+	if (freed == 0)
+		return;
+	bytes -= (int64_t)freed * (int64_t)(sizeof(struct nat_entry) + sizeof(struct heap_node));
+	sh->capacity -= freed;
+	assert(sh->heap_len <= sh->capacity);
+	if (sh->capacity == 0) {
+		free(sh->heap);
+		sh->heap = NULL;
+	} else {
+		struct heap_node *h = realloc(sh->heap, (size_t)sh->capacity * sizeof(*h));
+
+		if (h)
+			sh->heap = h; /* else the larger array stays: never less than capacity */
+	}
+	bytes_add(t, bytes);
+}
+
+/* Under qlock: a ring at most a quarter full shrinks to twice what it holds (at least
+ * RING_MIN), oldest first at index 0. */
+static void ring_shrink(struct nat_table *t)
+{
+	uint32_t cap = pow2_at_least(t->q_len * 2, RING_MIN);
+	struct qrec *r;
+
+	if ((uint64_t)t->q_len * 4 > (uint64_t)t->q_mask + 1 || cap >= t->q_mask + 1 ||
+	    (r = malloc((size_t)cap * sizeof(*r))) == NULL)
+		return;
+	for (uint32_t i = 0; i < t->q_len; i++)
+		r[i] = t->ring[(t->q_head + i) & t->q_mask];
+	bytes_add(t, ((int64_t)cap - (int64_t)t->q_mask - 1) * (int64_t)sizeof(*r));
+	free(t->ring);
+	t->ring = r;
+	t->q_head = 0;
+	t->q_mask = cap - 1;
+	q_publish(t);
+}
+
+/* The owner map's resident pages that are all zero, discarded: no claim, mapped or resting,
+ * is on them. Pages never touched are skipped (mincore), not read. Only with no other thread
+ * on the table (see nat_trim). */
+static void owner_trim(struct nat_table *t)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), npages = (t->space + page - 1) / page;
+	size_t dropped = 0;
+	unsigned char *vec = malloc(npages);
+
+	if (!vec)
+		return;
+	for (int f = 0; f < 2; f++) {
+		uint8_t *m = (uint8_t *)t->owner[f];
+
+		if (mincore(m, t->space, vec) != 0)
+			continue;
+		for (size_t p = 0; p < npages; p++) {
+			size_t off = p * page, len = off + page <= t->space ? page : t->space - off;
+			const uint8_t *b = m + off;
+			uint8_t any = 0;
+
+			if (!(vec[p] & 1))
+				continue;
+			for (size_t i = 0; i < len; i++)
+				any |= b[i];
+			if (any == 0 && madvise(m + off, len, MADV_DONTNEED) == 0)
+				dropped++;
+		}
+	}
+	free(vec);
+	if (dropped)
+		ctr_add_shared(&t->ctr.owner_pages_dropped, dropped);
+}
+
+size_t nat_trim(struct nat_table *t, bool exclusive)
+{
+	uint64_t before = atomic_load_explicit(&t->bytes, memory_order_relaxed);
+	uint64_t after;
+
+	for (int i = 0; i < NAT_SHARDS; i++) {
+		struct fwd_shard *sh = &t->fwd[i];
+		struct rev_shard *rs = &t->rev[i];
+
+		pthread_mutex_lock(&sh->lock);
+		slab_trim(t, sh);
+		map_shrink(t, &sh->map, false);
+		pthread_mutex_unlock(&sh->lock);
+		pthread_mutex_lock(&rs->lock);
+		map_shrink(t, &rs->map, true);
+		pthread_mutex_unlock(&rs->lock);
+	}
+	pthread_mutex_lock(&t->qlock);
+	ring_shrink(t);
+	pthread_mutex_unlock(&t->qlock);
+	if (exclusive)
+		owner_trim(t);
+	after = atomic_load_explicit(&t->bytes, memory_order_relaxed);
+	return before > after ? (size_t)(before - after) : 0;
 }
 
 /* ---- table lifecycle --------------------------------------------------------------------- */

@@ -119,6 +119,7 @@ void nat_config_half_open_limits(struct nat_config *c);
 	X(budget_exhausted)  /* entry budget full: new flow refused */                         \
 	X(ports_exhausted)   /* no free tuple within NAT_PROBE_LIMIT probes */                 \
 	X(window_grown)      /* the allocation window of a family doubled (see tuple_alloc) */  \
+	X(owner_pages_dropped) /* owner-map pages with no claimed tuple given back (nat_trim) */ \
 	X(half_open_full)    /* half_open_max HALF_OPEN entries: new flow refused */            \
 	X(half_open_host)    /* the source host's half_open_per_host reached: refused */        \
 	X(half_open_net)     /* the source network's half_open_per_net reached: refused */
@@ -206,6 +207,17 @@ size_t nat_purge(struct nat_table *t, int64_t now_ns, size_t budget);
  * NAT_QUARANTINE_WAKE_NS after it is due. Lock-free. May be early (then nat_purge finds nothing
  * and it moves on). */
 int64_t nat_next_deadline(const struct nat_table *t);
+
+/* Give back memory the table holds beyond its use: slab chunks none of whose entries is
+ * live (the heap array shrinks with them), hash maps at most an eighth full (to twice their
+ * count) and a quarantine ring at most a quarter full. Nothing live moves or changes; takes
+ * each shard lock and the quarantine lock in turn, so workers may run meanwhile. A failed
+ * allocation keeps the larger array. With exclusive (the caller guarantees that no other
+ * thread uses the table during the call: one queue), the owner maps' pages that hold no
+ * claimed tuple go back too (counted in owner_pages_dropped; they read as zero again, and a
+ * claim is a lock-free write that could race the discard otherwise). Returns the bytes given
+ * back, as `bytes` counts them (the owner maps count whole from the start). */
+size_t nat_trim(struct nat_table *t, bool exclusive);
 
 void nat_get_stats(const struct nat_table *t, struct nat_stats *out);
 const struct nat_counters *nat_get_counters(const struct nat_table *t);

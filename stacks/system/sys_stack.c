@@ -5,6 +5,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <event2/event.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -30,6 +33,9 @@
 
 #define ACCEPT_BATCH 64                    /* accepts per wakeup: bounded work */
 #define PURGE_BUDGET 1024                  /* NAT entries removed per purge run */
+#define TRIM_MIN_ENTRIES 256               /* a NAT peak below this is not worth a trim */
+#define TRIM_MIN_QUARANTINE 4096           /* the same for the quarantine ring (16 B each) */
+#define TRIM_DELAY_MS 1000
 #define BACKOFF_RESOURCE_NS (50 * TS_NS_PER_MS) /* EMFILE, ENFILE, ENOBUFS, ENOMEM */
 #define BACKOFF_TRANSIENT_NS (1 * TS_NS_PER_MS) /* EINTR, EPROTO, ECONNABORTED, ... */
 
@@ -41,7 +47,9 @@
 	X(fd_exhausted)      /* no fd budget left: reset, mark closing */                      \
 	X(accept_backoff)    /* accept paused 50 ms on resource exhaustion */                  \
 	X(accept_retry)      /* accept paused 1 ms on a transient error */                     \
-	X(session_setup_failed) /* out of memory wrapping the socket or dispatching */
+	X(session_setup_failed) /* out of memory wrapping the socket or dispatching */          \
+	X(nat_trims)         /* the NAT table's spare memory given back after a load fell */   \
+	X(nat_trimmed_bytes) /* bytes those trims gave back */
 
 struct stack_counters {
 #define STACK_CTR_FIELD(name) ctr_t name;
@@ -77,6 +85,8 @@ struct sys_stack {
 	int kick_fd;                       /* queues > 1: workers ask the main loop to re-arm */
 	struct event *kick_ev;
 	struct event *resume_ev;
+	struct event *trim_ev;             /* one-shot: the NAT's memory back (maybe_trim) */
+	uint64_t trim_peak, trim_qpeak;    /* most entries / resting tuples since the last trim */
 	struct log_ratelimit rl_accept;
 };
 
@@ -149,6 +159,63 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 	arm_purge(st, ts_now_ns(), false);
 }
 
+/* ---- memory back after a load -------------------------------------------------------------- */
+
+/* The NAT table keeps the slab, hash buckets, quarantine ring and owner-map pages a burst
+ * grew: a connection-rate burst leaves tens of thousands of entries' worth behind for good
+ * otherwise. Each purge notes the most entries (and resting tuples) seen since the last trim;
+ * once they have fallen to a quarter of that peak, or the table has emptied (no entry, no
+ * resting tuple) after any use, a one-shot timer TRIM_DELAY_MS later gives the spare back
+ * (nat_trim) and the heap's free pages with it. Purges run only while entries expire or
+ * tuples rest, so an idle table never wakes for this. */
+static bool trim_due(const struct sys_stack *st, const struct nat_stats *n)
+{
+	uint64_t live = n->entries[NAT_HALF_OPEN] + n->entries[NAT_ACTIVE] +
+			n->entries[NAT_CLOSING];
+
+	if (live == 0 && n->quarantine == 0)
+		return st->trim_peak > 0 || st->trim_qpeak > 0;
+	return (st->trim_peak >= TRIM_MIN_ENTRIES && live * 4 <= st->trim_peak) ||
+	       (st->trim_qpeak >= TRIM_MIN_QUARANTINE && n->quarantine * 4 <= st->trim_qpeak);
+}
+
+static void on_trim(evutil_socket_t fd, short what, void *arg)
+{
+	struct sys_stack *st = arg;
+	struct nat_stats n;
+
+	(void)fd;
+	(void)what;
+	nat_get_stats(st->nat, &n);
+	if (trim_due(st, &n)) {
+		size_t freed = nat_trim(st->nat, st->nq == 1);
+
+		ctr_inc(&st->ctr.nat_trims);
+		ctr_add(&st->ctr.nat_trimmed_bytes, freed);
+#ifdef __GLIBC__
+		malloc_trim(0);
+#endif
+	}
+	st->trim_peak = n.entries[NAT_HALF_OPEN] + n.entries[NAT_ACTIVE] + n.entries[NAT_CLOSING];
+	st->trim_qpeak = n.quarantine;
+}
+
+static void maybe_trim(struct sys_stack *st)
+{
+	static const struct timeval delay = { TRIM_DELAY_MS / 1000, (TRIM_DELAY_MS % 1000) * 1000 };
+	struct nat_stats n;
+	uint64_t live;
+
+	nat_get_stats(st->nat, &n);
+	live = n.entries[NAT_HALF_OPEN] + n.entries[NAT_ACTIVE] + n.entries[NAT_CLOSING];
+	if (live > st->trim_peak)
+		st->trim_peak = live;
+	if (n.quarantine > st->trim_qpeak)
+		st->trim_qpeak = n.quarantine;
+	if (!st->stopped && trim_due(st, &n) && !evtimer_pending(st->trim_ev, NULL))
+		evtimer_add(st->trim_ev, &delay);
+}
+
 static void on_purge(evutil_socket_t fd, short what, void *arg)
 {
 	struct sys_stack *st = arg;
@@ -157,7 +224,9 @@ static void on_purge(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	st->purge_at = INT64_MAX;
+	maybe_trim(st); /* before: the peak includes what this purge removes */
 	nat_purge(st->nat, now, PURGE_BUDGET);
+	maybe_trim(st);
 	arm_purge(st, now, nat_next_deadline(st->nat) <= now);
 }
 
@@ -582,7 +651,8 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 	}
 	st->purge_ev = evtimer_new(env->base, on_purge, st);
 	st->resume_ev = evtimer_new(env->base, on_resume, st);
-	if (!st->purge_ev || !st->resume_ev) {
+	st->trim_ev = evtimer_new(env->base, on_trim, st);
+	if (!st->purge_ev || !st->resume_ev || !st->trim_ev) {
 		ret = -ENOMEM;
 		snprintf(err, errlen, "system stack: out of memory");
 		goto fail;
@@ -625,6 +695,8 @@ static void sys_stop(struct netstack *ns)
 		}
 	if (st->resume_ev)
 		evtimer_del(st->resume_ev);
+	if (st->trim_ev)
+		evtimer_del(st->trim_ev);
 }
 
 static void sys_free(struct netstack *ns)
@@ -638,6 +710,8 @@ static void sys_free(struct netstack *ns)
 		event_free(st->purge_ev);
 	if (st->resume_ev)
 		event_free(st->resume_ev);
+	if (st->trim_ev)
+		event_free(st->trim_ev);
 	if (st->kick_ev)
 		event_free(st->kick_ev);
 	if (st->kick_fd >= 0)

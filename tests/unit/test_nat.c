@@ -1291,3 +1291,134 @@ Test(nat, counters_over_a_whole_life)
 	cr_expect_gt(st.bytes, bytes0 + 300 * 64, "bytes %llu", (unsigned long long)st.bytes);
 	nat_table_free(t);
 }
+
+/* ---- giving memory back ------------------------------------------------------------------- */
+
+static uint64_t table_bytes(struct nat_table *t)
+{
+	struct nat_stats st;
+
+	nat_get_stats(t, &st);
+	return st.bytes;
+}
+
+/* A burst of entries, most of them gone, a few kept: the trim gives back the slab, buckets and
+ * ring the burst grew, the survivors stay where they are (found, in their state, forwarding),
+ * and once they and the quarantine are gone too a trim brings the table back to the very size
+ * it had when new. */
+Test(nat, trim_gives_back_a_burst_and_keeps_the_survivors)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t;
+	enum { N = 5000, KEEP = 7 };
+	static struct nat_tuple tp[N];
+	uint64_t gen[KEEP], bytes0, peak, g;
+	struct flow_key back;
+
+	c.max_entries = 20000;
+	c.port_max = 19999; /* 2 x 2 x 10,000 tuples */
+	nat_config_half_open_limits(&c);
+	c.half_open_per_host = c.half_open_per_net = c.half_open_quiet = c.half_open_max;
+	t = table(&c);
+	bytes0 = table_bytes(t);
+	cr_expect_eq(nat_trim(t, true), 0, "a new table has nothing to give back");
+	for (uint32_t i = 0; i < N; i++) {
+		struct flow_key k = key4(0xc6120009 + i / 50000, (uint16_t)(1024 + i), 0x01010101,
+					 443);
+
+		cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &tp[i]), 0, "flow %u", i);
+	}
+	/* Survivors spread over the shards: every 700th flow, accepted (ACTIVE never expires). */
+	for (uint32_t j = 0; j < KEEP; j++)
+		cr_assert_eq(nat_accept(t, &tp[j * 700], SEC(2), &back, &gen[j]), 0);
+	peak = table_bytes(t);
+	cr_expect_gt(peak, bytes0 + (uint64_t)N * sizeof(struct nat_entry));
+	cr_expect_eq(nat_trim(t, true), 0, "nothing is spare while every entry lives");
+	/* The rest expire (HALF_OPEN, never accepted) and rest in the quarantine. */
+	while (nat_purge(t, SEC(1) + c.half_open_ns, 100000) > 0)
+		;
+	expect_entries(t, 0, KEEP, 0, N - KEEP);
+	uint64_t before = table_bytes(t);
+	size_t freed = nat_trim(t, true);
+	uint64_t after = table_bytes(t);
+
+	cr_expect_eq(before - after, freed, "the bytes counted are the bytes returned");
+	cr_expect_gt(freed, (uint64_t)(N / 2) * sizeof(struct nat_entry));
+	/* Left: the chunks that hold a survivor (at most KEEP of CHUNK_MAX entries each), the
+	 * full quarantine ring, the owner maps and the fixed parts. */
+	cr_expect_leq(after, bytes0 + KEEP * (sizeof(struct chunk) + CHUNK_MAX *
+					      (sizeof(struct nat_entry) + sizeof(struct heap_node))) +
+				     8192 * sizeof(struct qrec),
+		      "after %llu, new %llu, peak %llu", (unsigned long long)after,
+		      (unsigned long long)bytes0, (unsigned long long)peak);
+	/* The resting tuples kept their claims (their owner pages are not all zero). */
+	for (uint32_t i = 1; i < N; i += 97)
+		if (i % 700)
+			cr_expect_eq(nat_tuple_status(t, &tp[i]), NAT_TUPLE_RESTING, "tuple %u", i);
+	for (uint32_t j = 0; j < KEEP; j++) {
+		enum nat_state s = state_of(t, &tp[j * 700], &g);
+
+		cr_expect_eq(s, NAT_ACTIVE);
+		cr_expect_eq(g, gen[j]);
+		cr_expect_eq(nat_downlink(t, &tp[j * 700], SEC(3), &back), 0);
+	}
+	/* The table grows again after a trim. */
+	struct nat_tuple more[64];
+
+	for (uint32_t i = 0; i < 64; i++) {
+		struct flow_key k = key4(0xc6130009, (uint16_t)(2000 + i), 0x01010101, 443);
+
+		cr_assert_eq(nat_uplink(t, &k, true, SEC(4), &more[i]), 0);
+		cr_expect_eq(state_of(t, &more[i], NULL), NAT_HALF_OPEN);
+	}
+	/* Everything gone, the quarantine released: the table's size when new. */
+	for (uint32_t j = 0; j < KEEP; j++)
+		cr_assert_eq(nat_mark_closing(t, &tp[j * 700], gen[j], SEC(5)), 0);
+	int64_t end = SEC(5) + c.half_open_ns + c.quarantine_ns + 2 * NAT_QUARANTINE_TICK_NS;
+
+	while (nat_purge(t, SEC(5) + c.half_open_ns, 100000) > 0)
+		;
+	while (nat_next_deadline(t) != INT64_MAX)
+		nat_purge(t, end, 100000);
+	expect_entries(t, 0, 0, 0, 0);
+	uint64_t pages0 = snap(t).owner_pages_dropped;
+
+	nat_trim(t, true);
+	/* 5,064 claims, a byte each, touched at least two pages of the v4 owner map. */
+	cr_expect_geq(snap(t).owner_pages_dropped - pages0, 2,
+		      "pages %llu", (unsigned long long)(snap(t).owner_pages_dropped - pages0));
+	cr_expect_eq(nat_tuple_status(t, &tp[1]), NAT_TUPLE_FREE);
+	cr_expect_eq(table_bytes(t), bytes0, "bytes %llu, new %llu",
+		     (unsigned long long)table_bytes(t), (unsigned long long)bytes0);
+	/* and it works as new: a fresh flow gets a tuple. */
+	struct flow_key k = key4(0xc6140009, 3000, 0x01010101, 443);
+
+	cr_expect_eq(nat_uplink(t, &k, true, end + SEC(1), &more[0]), 0);
+	nat_table_free(t);
+}
+
+/* A trim with no spare (a table filled and still full) moves nothing: the ring, maps and
+ * slab are only as large as their use calls for. */
+Test(nat, trim_keeps_what_is_in_use)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct nat_tuple tp;
+
+	for (uint32_t i = 0; i < 300; i++) {
+		struct flow_key k = flow(i);
+
+		cr_assert_eq(nat_uplink(t, &k, true, SEC(1), &tp), 0);
+	}
+	uint64_t b = table_bytes(t);
+
+	cr_expect_eq(nat_trim(t, true), 0);
+	cr_expect_eq(table_bytes(t), b);
+	for (uint32_t i = 0; i < 300; i++) {
+		struct flow_key k = flow(i);
+
+		cr_expect_eq(nat_uplink(t, &k, true, SEC(2), &tp), 0, "flow %u still mapped", i);
+	}
+	expect_entries(t, 300, 0, 0, 0);
+	nat_table_free(t);
+}

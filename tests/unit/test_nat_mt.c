@@ -2,7 +2,8 @@
  *
  * Four workers create, translate (uplink and downlink), accept and close flows drawn from one
  * shared key set, so they collide on shards, keys and tuples; a fifth thread advances the
- * virtual clock and purges (both nat_purge and the explicit two phases). Each worker does a
+ * virtual clock, purges (both nat_purge and the explicit two phases) and trims (nat_trim gives
+ * spare slab chunks, buckets and ring back under the same locks). Each worker does a
  * bounded number of operations and checks what it can see locally (a downlink never returns a
  * wrong flow); at the end, with the threads joined, the table must be consistent: entries by
  * state match the counters and a walk of every key and every tuple, each live mapping's uplink
@@ -241,6 +242,8 @@ static void *purger_main(void *arg)
 		} else {
 			nat_purge(T, now, 128);
 		}
+		if (*rounds % 64 == 0)
+			nat_trim(T, false); /* memory back while the workers run: nothing live moves */
 		sched_yield();
 	}
 	return NULL;
