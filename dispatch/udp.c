@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/bufpool.h"
+#include "core/slab.h"
 #include "core/clock.h"
 #include "core/counter.h"
 #include "core/loopguard.h"
@@ -197,41 +198,55 @@ static void qlist_drain(struct udp_path *up, struct qdgram_list *l, ctr_t *gauge
 static void sock_close(struct udp_path *up, struct usock *k)
 {
 	qlist_drain(up, &k->q, &up->ctr.up_queued);
-	if (k->pending)
-		outbound_conn_cancel(k->pending);
 	if (k->rev)
-		event_free(k->rev);
+		event_del(k->rev);
 	if (k->wev)
 		event_free(k->wev);
 	if (k->fd >= 0)
 		close(k->fd);
-	if (k->ctl_ev)
-		event_free(k->ctl_ev);
-	if (k->ctl_fd >= 0) {
-		close(k->ctl_fd);
-		udp_gauge_dec(&up->ctr.assocs);
+	if (k->s5) {
+		struct s5sock *a = s5of(k);
+
+		if (a->pending)
+			outbound_conn_cancel(a->pending);
+		if (a->ctl_ev)
+			event_free(a->ctl_ev);
+		if (a->ctl_fd >= 0) {
+			close(a->ctl_fd);
+			udp_gauge_dec(&up->ctr.assocs);
+		}
+		if (a->names)
+			budget_mfree(up->b, a->names);
 	}
 	budget_fd_release(up->b, k->s5 ? 2 : 1);
-	if (k->names)
-		budget_mfree(up->b, k->names);
-	budget_mfree(up->b, k);
+	if (k->s5)
+		budget_mfree(up->b, k);
+	else
+		slab_put(up->sock_slab, k);
 	udp_gauge_dec(&up->ctr.sockets);
 }
 
+/* The write event is made the first time the socket's queue needs one (sock_want_write): most
+ * sockets never see EAGAIN, and an event is a heap block per socket. */
 int udp_sock_setup(struct udp_path *up, struct usock *k, int fd)
 {
-	k->fd = fd;
-	k->rev = event_new(up->base, fd, EV_READ | EV_PERSIST, sock_read_cb, k);
-	k->wev = event_new(up->base, fd, EV_WRITE, sock_write_cb, k);
-	if (!k->rev || !k->wev || event_add(k->rev, NULL) != 0) {
-		if (k->rev)
-			event_free(k->rev);
-		if (k->wev)
-			event_free(k->wev);
-		k->rev = k->wev = NULL;
-		k->fd = -1;
+	struct event *ev = (struct event *)((uint8_t *)k + (k->s5 ? up->s5_ev_off : up->ev_off));
+
+	if (event_assign(ev, up->base, fd, EV_READ | EV_PERSIST, sock_read_cb, k) != 0 ||
+	    event_add(ev, NULL) != 0)
 		return -ENOMEM;
-	}
+	k->fd = fd;
+	k->rev = ev;
+	return 0;
+}
+
+/* Wake when k (with its socket) is writable: 0, or -ENOMEM (no event could be made). */
+static int sock_want_write(struct udp_path *up, struct usock *k)
+{
+	if (!k->wev && !(k->wev = event_new(up->base, k->fd, EV_WRITE, sock_write_cb, k)))
+		return -ENOMEM;
+	if (!event_pending(k->wev, EV_WRITE, NULL))
+		event_add(k->wev, NULL);
 	return 0;
 }
 
@@ -263,14 +278,13 @@ static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const
 		goto fail_fd;
 	if (t->dns && dns_connect(fd, cfg) != 0)
 		goto fail_close;
-	k = budget_calloc(up->b, 1, sizeof(*k));
+	k = slab_zalloc(up->sock_slab);
 	if (!k)
 		goto fail_close;
 	k->s = s;
 	k->ob = t->ob;
 	k->family = t->family;
 	k->dns = t->dns;
-	k->ctl_fd = -1;
 	STAILQ_INIT(&k->q);
 	/* Replies in trains: let the kernel hand over a run of one source's datagrams of one
 	 * size as one (UDP GRO: a NIC's coalescing, or a sender's UDP GSO, kept whole); the read
@@ -280,7 +294,7 @@ static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const
 		k->gro = setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0;
 	}
 	if (udp_sock_setup(up, k, fd) != 0) {
-		budget_mfree(up->b, k);
+		slab_put(up->sock_slab, k);
 		goto fail_close;
 	}
 	SLIST_INSERT_HEAD(&s->socks, k, link);
@@ -304,7 +318,8 @@ sock_get(struct udp_path *up, struct udp_session *s, const struct target *t,
 		/* An association's family, and its target's, are 0: one per outbound. */
 		if (k->ob != t->ob || k->family != t->family || k->dns != t->dns)
 			continue;
-		if (k->failed && (now < k->retry_ns || udp_assoc_start(up, k) != 0)) {
+		if (k->s5 && s5of(k)->failed &&
+		    (now < s5of(k)->retry_ns || udp_assoc_start(up, k) != 0)) {
 			udp_count_drop(up, UDP_DROP_assoc_failed);
 			return NULL;
 		}
@@ -334,8 +349,8 @@ static __attribute__((noinline)) ssize_t s5_sendto(struct udp_path *up, struct u
 
 	if (w < 0)
 		return w;
-	return raw_sendto(up, k->fd, up->s5buf, (size_t)w, (const struct sockaddr *)&k->relay,
-			  k->relay_len);
+	return raw_sendto(up, k->fd, up->s5buf, (size_t)w,
+			  (const struct sockaddr *)&s5of(k)->relay, s5of(k)->relay_len);
 }
 
 /* name: NUL-terminated, or NULL (used through an association only). */
@@ -367,7 +382,8 @@ static void up_enqueue(struct udp_path *up, struct usock *k, const struct target
 		udp_count_drop(up, UDP_DROP_queue_full);
 		return;
 	}
-	if (len > up->qcap || !(q = bufpool_get(up->pool))) {
+	if (len > up->qcap || (k->fd >= 0 && sock_want_write(up, k) != 0) ||
+	    !(q = bufpool_get(up->pool))) {
 		udp_count_drop(up, UDP_DROP_no_buffer);
 		return;
 	}
@@ -381,8 +397,6 @@ static void up_enqueue(struct udp_path *up, struct usock *k, const struct target
 	k->qlen++;
 	s->up_queued++;
 	ctr_inc(&up->ctr.up_queued);
-	if (k->wev && !event_pending(k->wev, EV_WRITE, NULL))
-		event_add(k->wev, NULL);
 }
 
 /* Send now, or queue behind earlier datagrams of this socket (order kept), on EAGAIN, or
@@ -413,10 +427,8 @@ void udp_sock_flush(struct udp_path *up, struct usock *k)
 	while ((q = STAILQ_FIRST(&k->q))) {
 		ssize_t r = do_sendto(up, k, qdata(q), q->len, &q->to, q->tolen,
 				      q->namelen ? (const char *)qdata(q) + q->len : NULL);
-		if (r == -EAGAIN) {
-			event_add(k->wev, NULL);
+		if (r == -EAGAIN && sock_want_write(up, k) == 0)
 			return;
-		}
 		STAILQ_REMOVE_HEAD(&k->q, link);
 		k->qlen--;
 		k->s->up_queued--;
@@ -563,7 +575,7 @@ static struct udp_session *session_new(struct udp_path *up, const struct skey *k
 		udp_count_drop(up, UDP_DROP_no_session_budget);
 		return NULL;
 	}
-	s = budget_calloc(up->b, 1, sizeof(*s));
+	s = slab_zalloc(up->sess_slab);
 	if (!s) {
 		budget_udp_release(up->b);
 		udp_count_drop(up, UDP_DROP_no_session_budget);
@@ -611,7 +623,9 @@ void udp_session_free(struct udp_path *up, struct udp_session *s)
 	udp_sniff_free(up, s);
 	cfg_gen_put(&up->gens, s->gen);
 	udp_name_forget(up, s);
-	budget_mfree(up->b, s);
+	if (s->dns)
+		budget_mfree(up->b, s->dns);
+	slab_put(up->sess_slab, s);
 	budget_udp_release(up->b);
 	udp_gauge_dec(&up->ctr.sessions);
 }
@@ -660,17 +674,20 @@ static bool dns_finish(struct udp_path *up, struct udp_session *s)
 
 /* ---- DNS hijack --------------------------------------------------------------------------- */
 
-static void dns_remember(struct udp_session *s, const struct udp_view *v)
+/* 0, or -ENOBUFS: no memory for the session's first pending query (the caller drops it). */
+static int dns_remember(struct udp_path *up, struct udp_session *s, const struct udp_view *v)
 {
 	struct dns_pending *p;
 	uint16_t txid;
 
+	if (!s->dns && !(s->dns = budget_calloc(up->b, UDP_DNS_PENDING, sizeof(*s->dns))))
+		return -ENOBUFS;
 	memcpy(&txid, v->payload, 2);
 	for (int i = 0; i < UDP_DNS_PENDING; i++) {
 		p = &s->dns[i];
 		if (p->used && p->txid == txid && p->port_be == v->dport_be &&
 		    memcmp(p->addr, v->dst, 16) == 0)
-			return; /* a retransmission: already waiting */
+			return 0; /* a retransmission: already waiting */
 	}
 	p = &s->dns[s->dns_next];
 	s->dns_next = (s->dns_next + 1) % UDP_DNS_PENDING;
@@ -680,6 +697,7 @@ static void dns_remember(struct udp_session *s, const struct udp_view *v)
 	p->txid = txid;
 	p->port_be = v->dport_be;
 	memcpy(p->addr, v->dst, 16);
+	return 0;
 }
 
 /* The asked address of the query this answer belongs to (the entry is consumed). Two pending
@@ -689,7 +707,7 @@ static bool dns_match(struct udp_session *s, const uint8_t *answer, size_t len,
 {
 	uint16_t txid;
 
-	if (len < 2)
+	if (len < 2 || !s->dns)
 		return false;
 	memcpy(&txid, answer, 2);
 	for (int i = 0; i < UDP_DNS_PENDING; i++) {
@@ -712,7 +730,7 @@ static bool dns_match_plain(struct udp_session *s, const uint8_t *answer, size_t
 {
 	uint16_t txid;
 
-	if (len < DNS_HDR_LEN || !(answer[2] & 0x80))
+	if (len < DNS_HDR_LEN || !(answer[2] & 0x80) || !s->dns)
 		return false;
 	memcpy(&txid, answer, 2);
 	for (int i = 0; i < UDP_DNS_PENDING; i++) {
@@ -1277,8 +1295,10 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 		return;
 	}
 	session_touch(up, s, now_ns);
-	if (t.dns || s->dns_only)
-		dns_remember(s, v);
+	if ((t.dns || s->dns_only) && dns_remember(up, s, v) != 0) {
+		udp_count_drop(up, UDP_DROP_no_buffer); /* its answer could not be matched */
+		return;
+	}
 	sock_send(up, k, &t, v->payload, v->payload_len);
 	return;
 unhold:
@@ -1349,6 +1369,12 @@ static int path_alloc(struct udp_path *up, const struct ts_config *cfg)
 	up->rxbuf = budget_malloc(up->b, up->rxcap);
 	if (!up->rxbuf)
 		return -ENOBUFS;
+	up->evsize = event_get_struct_event_size();
+	up->ev_off = (sizeof(struct usock) + 15) / 16 * 16;
+	up->s5_ev_off = (sizeof(struct s5sock) + 15) / 16 * 16;
+	if ((ret = slab_new(up->b, sizeof(struct udp_session), &up->sess_slab)) != 0 ||
+	    (ret = slab_new(up->b, up->ev_off + up->evsize, &up->sock_slab)) != 0)
+		return ret;
 	up->nbuckets = UDP_BUCKETS_MIN;
 	up->buckets = budget_calloc(up->b, up->nbuckets, sizeof(*up->buckets));
 	if (!up->buckets)
@@ -1437,6 +1463,8 @@ void udp_path_free(struct udp_path *up)
 		budget_mfree(up->b, up->s5buf);
 	resolver_free(up->own_resolver);
 	bufpool_free(up->pool);
+	slab_free(up->sess_slab);
+	slab_free(up->sock_slab);
 	cfg_gens_fini(&up->gens); /* after the last session: releases what was replaced */
 	free(up);
 }

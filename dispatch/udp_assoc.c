@@ -22,9 +22,9 @@
 static void s5_name_note(struct udp_path *up, struct usock *k, const char *name, size_t nlen,
 			 int family, const uint8_t *a, uint16_t port_be)
 {
-	struct s5names *n = k->names;
+	struct s5names *n = s5of(k)->names;
 
-	if (!n && !(n = k->names = budget_calloc(up->b, 1, sizeof(*n))))
+	if (!n && !(n = s5of(k)->names = budget_calloc(up->b, 1, sizeof(*n))))
 		return; /* replies from this name will be dropped (s5_unknown_name) */
 	for (int i = 0; i < S5_NAMES; i++)
 		if (n->e[i].len == nlen && n->e[i].port_be == port_be &&
@@ -93,33 +93,33 @@ static void ctl_cb(evutil_socket_t fd, short what, void *arg)
  * caller closes a->ctl_fd). */
 static int assoc_ready(struct udp_path *up, struct usock *k, const struct outbound_assoc *a)
 {
+	struct s5sock *as = s5of(k);
 	const struct ts_config *cfg = k->s->gen->cfg;
 	uint16_t port_be;
 	int fd, ret, family = a->relay.ss_family == AF_INET6 ? 6 : 4;
 
-	k->relay = a->relay;
-	k->relay_len = a->relay_len;
-	k->relay_family = (uint8_t)netaddr_from_sockaddr(&a->relay, k->relay_ip, &port_be);
-	k->server_family = (uint8_t)netaddr_from_sockaddr(&a->server, k->server_ip, &port_be);
+	as->relay = a->relay;
+	as->relay_len = a->relay_len;
+	as->relay_family = (uint8_t)netaddr_from_sockaddr(&a->relay, as->relay_ip, &port_be);
+	as->server_family = (uint8_t)netaddr_from_sockaddr(&a->server, as->server_ip, &port_be);
 	if ((ret = outbound_socket(&cfg->outbounds[k->ob], family, SOCK_DGRAM, &fd)) != 0)
 		return ret;
 	if ((ret = udp_sock_setup(up, k, fd)) != 0) {
 		close(fd);
 		return ret;
 	}
-	k->ctl_ev = event_new(up->base, a->ctl_fd, EV_READ | EV_PERSIST, ctl_cb, k);
-	if (!k->ctl_ev || event_add(k->ctl_ev, NULL) != 0) {
-		if (k->ctl_ev)
-			event_free(k->ctl_ev);
-		k->ctl_ev = NULL;
-		event_free(k->rev);
-		event_free(k->wev);
-		k->rev = k->wev = NULL;
+	as->ctl_ev = event_new(up->base, a->ctl_fd, EV_READ | EV_PERSIST, ctl_cb, k);
+	if (!as->ctl_ev || event_add(as->ctl_ev, NULL) != 0) {
+		if (as->ctl_ev)
+			event_free(as->ctl_ev);
+		as->ctl_ev = NULL;
+		event_del(k->rev);
+		k->rev = NULL;
 		close(fd);
 		k->fd = -1;
 		return -ENOMEM;
 	}
-	k->ctl_fd = a->ctl_fd;
+	as->ctl_fd = a->ctl_fd;
 	return 0;
 }
 
@@ -130,7 +130,7 @@ static void assoc_done(void *arg, int err, const struct outbound_assoc *a)
 	struct udp_path *up = s->up;
 	struct qdgram *q;
 
-	k->pending = NULL;
+	s5of(k)->pending = NULL;
 	if (err == 0 && (err = assoc_ready(up, k, a)) != 0)
 		close(a->ctl_fd);
 	if (err == 0) {
@@ -144,8 +144,8 @@ static void assoc_done(void *arg, int err, const struct outbound_assoc *a)
 	if (up->log)
 		log_debug(up->log, "udp: outbound %s: UDP ASSOCIATE failed: %s (retried in %d ms)",
 			  s->gen->cfg->outbounds[k->ob].tag, strerror(-err), UDP_ASSOC_RETRY_MS);
-	k->failed = true;
-	k->retry_ns = ts_now_ns() + (int64_t)UDP_ASSOC_RETRY_MS * TS_NS_PER_MS;
+	s5of(k)->failed = true;
+	s5of(k)->retry_ns = ts_now_ns() + (int64_t)UDP_ASSOC_RETRY_MS * TS_NS_PER_MS;
 	while ((q = STAILQ_FIRST(&k->q))) {
 		STAILQ_REMOVE_HEAD(&k->q, link);
 		k->qlen--;
@@ -160,10 +160,10 @@ int udp_assoc_start(struct udp_path *up, struct usock *k)
 {
 	const struct ts_config *cfg = k->s->gen->cfg;
 	int ret = outbound_udp_associate(up->base, &cfg->outbounds[k->ob],
-					 cfg->timeouts.connect_ms, assoc_done, k, &k->pending);
+					 cfg->timeouts.connect_ms, assoc_done, k, &s5of(k)->pending);
 
 	if (ret == 0)
-		k->failed = false;
+		s5of(k)->failed = false;
 	return ret;
 }
 
@@ -172,6 +172,7 @@ int udp_assoc_start(struct udp_path *up, struct usock *k)
 struct usock *udp_assoc_open(struct udp_path *up, struct udp_session *s,
 				const struct target *t)
 {
+	struct s5sock *a;
 	struct usock *k;
 
 	if (!up->s5buf) {
@@ -185,13 +186,14 @@ struct usock *udp_assoc_open(struct udp_path *up, struct udp_session *s,
 		udp_count_drop(up, UDP_DROP_fd_budget);
 		return NULL;
 	}
-	if (!(k = budget_calloc(up->b, 1, sizeof(*k))))
+	if (!(a = budget_calloc(up->b, 1, up->s5_ev_off + up->evsize)))
 		goto fail;
+	k = &a->k;
 	k->s = s;
 	k->ob = t->ob;
 	k->dns = t->dns;
 	k->s5 = true;
-	k->fd = k->ctl_fd = -1;
+	k->fd = a->ctl_fd = -1;
 	STAILQ_INIT(&k->q);
 	if (udp_assoc_start(up, k) != 0) {
 		budget_mfree(up->b, k);
@@ -223,12 +225,13 @@ bool udp_s5_unwrap(struct udp_path *up, struct usock *k, const struct sockaddr_s
 		      size_t *n, struct udp_codec_hdr *h)
 {
 	uint8_t *buf = up->rxbuf + udp_codec_hdr_len(k->s->key.family), a[16];
+	const struct s5sock *as = s5of(k);
 	struct socks5_udp_dgram d;
 	uint16_t port_be;
 	int family = netaddr_from_sockaddr(from, a, &port_be), ret;
 
-	if (!(family == k->relay_family && !memcmp(a, k->relay_ip, 16)) &&
-	    !(family == k->server_family && !memcmp(a, k->server_ip, 16))) {
+	if (!(family == as->relay_family && !memcmp(a, as->relay_ip, 16)) &&
+	    !(family == as->server_family && !memcmp(a, as->server_ip, 16))) {
 		udp_count_drop(up, UDP_DROP_s5_foreign);
 		return false;
 	}
@@ -240,7 +243,7 @@ bool udp_s5_unwrap(struct udp_path *up, struct usock *k, const struct sockaddr_s
 	if (d.src.atyp == SOCKS5_ATYP_DOMAIN) {
 		/* A name as the source: one this association sent to, from the address the
 		 * client knows it by. */
-		const struct s5names *nm = k->names;
+		const struct s5names *nm = as->names;
 		int i = 0;
 		for (; nm && i < S5_NAMES; i++)
 			if (nm->e[i].len == d.src.len && nm->e[i].port_be == htons(d.src.port) &&

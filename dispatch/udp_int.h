@@ -78,7 +78,8 @@ struct dname {
 
 /* An outbound socket of a session: (outbound, family) for ordinary traffic, the session's
  * DNS socket connected to the upstream, or a SOCKS5 association (s5: one per outbound, any
- * family; with dns, the hijacked queries go through it to the upstream). */
+ * family; with dns, the hijacked queries go through it to the upstream), which is the first
+ * member of a struct s5sock: a direct socket carries none of an association's state. */
 struct usock {
 	SLIST_ENTRY(usock) link;
 	struct udp_session *s;
@@ -88,12 +89,17 @@ struct usock {
 	bool s5;
 	bool gro;                /* UDP_GRO on: a read may hold a run of datagrams (udp.c) */
 	int fd;                  /* -1 while an association is not ready */
-	struct event *rev;       /* EV_READ|EV_PERSIST: replies (NULL until fd) */
-	struct event *wev;       /* EV_WRITE, added only while q is not empty (NULL until fd) */
+	struct event *rev;       /* EV_READ|EV_PERSIST: replies (NULL until fd); its memory
+				  * follows the struct (udp_path ev_off / s5_ev_off) */
+	struct event *wev;       /* EV_WRITE, made by the first queued datagram (udp.c) */
 	struct qdgram_list q;    /* up: waiting for sendto (EAGAIN), or for the association */
 	uint32_t qlen;
-	/* SOCKS5 association: the handshake in progress, or the control connection (watched:
-	 * its end ends the session) and where datagrams go and may come from. */
+};
+
+/* A SOCKS5 association: the handshake in progress, or the control connection (watched: its
+ * end ends the session) and where datagrams go and may come from. */
+struct s5sock {
+	struct usock k;
 	struct outbound_conn *pending;
 	bool failed;             /* the last attempt failed: datagrams dropped until retry_ns */
 	int64_t retry_ns;
@@ -105,6 +111,11 @@ struct usock {
 	uint8_t relay_ip[16], server_ip[16];
 	struct s5names *names;   /* names sent to (for replies from a name), or NULL */
 };
+
+static inline struct s5sock *s5of(struct usock *k)
+{
+	return (struct s5sock *)k; /* k->s5: k is the first member */
+}
 
 /* The names an association has sent datagrams to, and the address and port the client knows
  * each by: a reply whose SOCKS5 source is one of these names comes from that address. */
@@ -146,7 +157,7 @@ struct udp_session {
 	uint16_t nc_port_be;
 	uint8_t nc_dst[16];
 	char *rc_name;
-	struct dns_pending dns[UDP_DNS_PENDING];
+	struct dns_pending *dns;           /* UDP_DNS_PENDING slots, made by the first query */
 	uint32_t dns_next;                 /* ring cursor: the slot overwritten next */
 	uint32_t dns_waiting;              /* used slots of dns[] */
 	/* Every datagram so far was a DNS query and every reply an answer to one: the session
@@ -189,6 +200,10 @@ struct udp_path {
 	struct event_base *base;
 	struct cfg_gens gens;              /* new sessions hold gens.cur */
 	struct budget *b;
+	/* Sessions and direct sockets (each with its read event inside, evsize bytes at
+	 * ev_off): packed in slabs of their own, off the heap (core/slab.h). */
+	struct slab *sess_slab, *sock_slab;
+	size_t evsize, ev_off, s5_ev_off;
 	tun_tx_fn tx;
 	tun_tx_meta_fn tx_meta;            /* trains (UDP GSO writes), or NULL */
 	void *tx_arg;

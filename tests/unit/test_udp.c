@@ -23,6 +23,7 @@
 #include "core/loopguard.h"
 #include "core/pkt.h"
 #include "dispatch/udp.h"
+#include "dispatch/udp_int.h"
 #include "testutil.h"
 #include "udptest.h"
 
@@ -439,6 +440,54 @@ Test(udp, dns_hijack_answers_from_the_asked_address)
 	cr_assert_eq(st.sessions, 1);
 	cr_assert_eq(st.sockets, 2, "plain + dns of the ordinary session");
 	cr_assert_eq(dns.received, 5);
+	server_close(&dns);
+	server_close(&echo);
+	env_fini(&e);
+}
+
+static uint64_t budget_bytes(struct env *e)
+{
+	struct budget_stats bs;
+
+	budget_get_stats(e->b, &bs);
+	return bs.buffer_bytes_in_use;
+}
+
+/* A session pays for the slots that match DNS answers to queries only once it sends a query:
+ * the thousand flows of a busy desktop carry none. A plain session with its socket (and the
+ * socket's read event) is at most 600 bytes of budget. */
+Test(udp, dns_slots_are_made_by_the_first_query)
+{
+	struct env e;
+	struct server dns, echo;
+	uint8_t q[17] = { 0xbe, 0xef, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 'q', 'u', 'e', 'r', 'y' };
+
+	env_base(&e);
+	server_open(&e, &dns, "127.0.0.1", SRV_DNS);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "{\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.1:%u\"}}", dns.port);
+	uint64_t m0 = budget_bytes(&e);
+
+	tun_send(&e, "10.0.0.9", 5000, "127.0.0.1", echo.port, "a", 1);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000));
+	uint64_t m1 = budget_bytes(&e);
+
+	tun_send(&e, "10.0.0.10", 5000, "127.0.0.1", echo.port, "b", 1);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 2, 2000));
+	uint64_t m2 = budget_bytes(&e);
+
+	cr_expect_gt(m1, m0);
+	cr_expect_eq(m2 - m1, m1 - m0, "two plain sessions cost the same: %llu, %llu",
+		     (unsigned long long)(m2 - m1), (unsigned long long)(m1 - m0));
+	cr_expect_leq(m1 - m0, 600,
+		     "a plain session holds %llu bytes", (unsigned long long)(m1 - m0));
+	/* The first session asks a query (through the hijack: a second socket and the slots). */
+	tun_send(&e, "10.0.0.9", 5000, "198.18.0.1", 53, q, sizeof(q));
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 3, 2000));
+	uint64_t m3 = budget_bytes(&e);
+
+	cr_expect_geq(m3 - m2, UDP_DNS_PENDING * sizeof(struct dns_pending));
+	cr_expect_eq(stats(&e).dns_answers, 1);
 	server_close(&dns);
 	server_close(&echo);
 	env_fini(&e);
