@@ -445,14 +445,6 @@ Test(udp, dns_hijack_answers_from_the_asked_address)
 	env_fini(&e);
 }
 
-static uint64_t budget_bytes(struct env *e)
-{
-	struct budget_stats bs;
-
-	budget_get_stats(e->b, &bs);
-	return bs.buffer_bytes_in_use;
-}
-
 /* A session pays for the slots that match DNS answers to queries only once it sends a query:
  * the thousand flows of a busy desktop carry none. A plain session with its socket (and the
  * socket's read event) is at most 600 bytes of budget. */
@@ -466,15 +458,15 @@ Test(udp, dns_slots_are_made_by_the_first_query)
 	server_open(&e, &dns, "127.0.0.1", SRV_DNS);
 	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
 	env_start(&e, "{\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.1:%u\"}}", dns.port);
-	uint64_t m0 = budget_bytes(&e);
+	uint64_t m0 = ut_buffer_bytes(e.b);
 
 	tun_send(&e, "10.0.0.9", 5000, "127.0.0.1", echo.port, "a", 1);
 	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000));
-	uint64_t m1 = budget_bytes(&e);
+	uint64_t m1 = ut_buffer_bytes(e.b);
 
 	tun_send(&e, "10.0.0.10", 5000, "127.0.0.1", echo.port, "b", 1);
 	cr_assert(PUMP_UNTIL(&e, e.ncap == 2, 2000));
-	uint64_t m2 = budget_bytes(&e);
+	uint64_t m2 = ut_buffer_bytes(e.b);
 
 	cr_expect_gt(m1, m0);
 	cr_expect_eq(m2 - m1, m1 - m0, "two plain sessions cost the same: %llu, %llu",
@@ -484,7 +476,7 @@ Test(udp, dns_slots_are_made_by_the_first_query)
 	/* The first session asks a query (through the hijack: a second socket and the slots). */
 	tun_send(&e, "10.0.0.9", 5000, "198.18.0.1", 53, q, sizeof(q));
 	cr_assert(PUMP_UNTIL(&e, e.ncap == 3, 2000));
-	uint64_t m3 = budget_bytes(&e);
+	uint64_t m3 = ut_buffer_bytes(e.b);
 
 	cr_expect_geq(m3 - m2, UDP_DNS_PENDING * sizeof(struct dns_pending));
 	cr_expect_eq(stats(&e).dns_answers, 1);

@@ -665,14 +665,6 @@ Test(udp_train, off_every_reply_alone_and_no_gro)
 	env_fini(&e);
 }
 
-static uint64_t in_use(struct env *e)
-{
-	struct budget_stats bs;
-
-	budget_get_stats(e->b, &bs);
-	return bs.buffer_bytes_in_use;
-}
-
 /* A budget sized for an idle path with trains holds one: the larger receive buffer replaces
  * the first, it is not taken next to it. One byte less: trains stay off, the path works on
  * with its first buffer, and every byte is accounted. */
@@ -685,22 +677,22 @@ Test(udp_train, set_trains_fits_a_budget_sized_for_it)
 	int ret;
 
 	env_start(&e, true);
-	need = in_use(&e);
+	need = ut_buffer_bytes(e.b);
 	env_fini(&e);
 
 	snprintf(json, sizeof(json), "{\"budgets\":{\"buffer_bytes\":%llu}}",
 		 (unsigned long long)need);
 	env_start_cfg(&e, true, json);
-	cr_assert_eq(in_use(&e), need);
+	cr_assert_eq(ut_buffer_bytes(e.b), need);
 	env_fini(&e);
 
 	snprintf(json, sizeof(json), "{\"budgets\":{\"buffer_bytes\":%llu}}",
 		 (unsigned long long)need - 1);
 	env_start_cfg(&e, false, json);
-	uint64_t before = in_use(&e);
+	uint64_t before = ut_buffer_bytes(e.b);
 	ret = udp_path_set_trains(e.up, fake_tx_meta, true, true);
 	cr_assert_eq(ret, -ENOBUFS);
-	cr_assert_eq(in_use(&e), before, "the first buffer back, nothing else held");
+	cr_assert_eq(ut_buffer_bytes(e.b), before, "the first buffer back, nothing else held");
 	server_open(&s, "127.0.0.1");
 	hello(&e, &s, "10.0.0.9", 5353, "127.0.0.1");
 	for (int i = 0; i < 4; i++)

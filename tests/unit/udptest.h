@@ -49,6 +49,15 @@ static inline void ut_path_free_checked(struct udp_path *up, struct budget *b)
 	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes leaked");
 }
 
+/* The budget's buffer bytes in use (pools, slabs and budget_malloc). */
+static inline uint64_t ut_buffer_bytes(struct budget *b)
+{
+	struct budget_stats bs;
+
+	budget_get_stats(b, &bs);
+	return bs.buffer_bytes_in_use;
+}
+
 static inline struct udp_path_stats ut_stats(const struct udp_path *up)
 {
 	struct udp_path_stats st;
