@@ -187,6 +187,7 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_add_u64(d, "buffers.per_session_bytes", STATS_GAUGE, bs.bytes_per_session);
 	stats_doc_add_u64(d, "buffers.stack_bytes", STATS_GAUGE, ns->stack_bytes);
 	stats_doc_counter(d, "buffers.heap_trims", ds->heap_trims);
+	stats_doc_counter(d, "buffers.quiet_trims", p->memback.trims);
 	stats_doc_add_u64(d, "splice.pipes", STATS_GAUGE, ds->pipes_in_use + ds->pipes_idle);
 	stats_doc_add_u64(d, "splice.pipe_bytes", STATS_GAUGE, ds->pipe_bytes);
 	stats_doc_counter(d, "relay.bytes_up", ds->bytes_up);

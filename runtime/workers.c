@@ -1,7 +1,7 @@
 /* workers.c — the proxy's TUN queues: one driver per queue, queue 0 on the main loop, every
  * other queue on a worker thread of its own; the glue the drivers call (the stack's per-packet
  * function, its batch end, the UDP path), the UDP hand-off from workers to the main loop, and
- * the pressure tier and tun.rps "auto" ticks that ride on queue batches. */
+ * the pressure tier, tun.rps "auto" and memory-back ticks that ride on queue batches. */
 #include <errno.h>
 #include <event2/event.h>
 #include <signal.h>
@@ -18,6 +18,7 @@
 #include "core/rss.h"
 #include "core/tun.h"
 #include "dispatch/udp.h"
+#include "runtime/memback.h"
 #include "runtime/proxy.h"
 #include "runtime/workers.h"
 
@@ -48,7 +49,10 @@ static void drv_batch_end(void *arg, int64_t now_ns)
 	 * with more than one queue (tun_rps_auto), so queue 0 carries all the traffic. */
 	if (w->q == 0) {
 		const struct driver_counters *c = driver_get_counters(w->driver);
-		rps_auto_tick(&p->rps, now_ns, ctr_get(&c->rx_bytes) + ctr_get(&c->tx_bytes));
+		uint64_t bytes = ctr_get(&c->rx_bytes) + ctr_get(&c->tx_bytes);
+
+		rps_auto_tick(&p->rps, now_ns, bytes);
+		memback_note(&p->memback, now_ns, bytes);
 	}
 	/* The pressure tier follows RSS; sampled only while traffic flows, so an idle proxy
 	 * never wakes up for it. Whichever queue sees traffic first in a second claims the
@@ -281,6 +285,10 @@ int workers_init(struct ts_proxy *p, char *err, size_t errlen)
 		if ((ret = worker_init(p, q, err, errlen)) != 0)
 			return ret;
 	p->driver = p->workers[0].driver;
+	if (memback_init(&p->memback, p->base) != 0) {
+		snprintf(err, errlen, "proxy: out of memory");
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -315,6 +323,7 @@ void workers_stop(struct ts_proxy *p)
 		event_free(p->worker_died_ev);
 		p->worker_died_ev = NULL;
 	}
+	memback_fini(&p->memback);
 }
 
 void workers_free(struct ts_proxy *p)

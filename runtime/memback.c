@@ -1,0 +1,62 @@
+/* memback.c — memory back once the traffic stops (see memback.h). */
+#include "runtime/memback.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+#include <string.h>
+
+#include "core/clock.h"
+
+static void arm(struct memback *m, int64_t ns)
+{
+	struct timeval tv = { .tv_sec = ns / TS_NS_PER_SEC,
+			      .tv_usec = (ns % TS_NS_PER_SEC) / 1000 + 1 };
+
+	evtimer_add(m->ev, &tv);
+	m->armed = true;
+}
+
+static void on_quiet(evutil_socket_t fd, short what, void *arg)
+{
+	struct memback *m = arg;
+	int64_t idle = ts_now_ns() - m->last_ns;
+
+	(void)fd;
+	(void)what;
+	if (idle < MEMBACK_QUIET_NS) {
+		arm(m, MEMBACK_QUIET_NS - idle); /* traffic since: look again when it may be over */
+		return;
+	}
+	m->armed = false;
+	m->bytes_trimmed = m->bytes;
+#ifdef __GLIBC__
+	malloc_trim(0);
+#endif
+	m->trims++;
+}
+
+int memback_init(struct memback *m, struct event_base *base)
+{
+	memset(m, 0, sizeof(*m));
+	m->ev = evtimer_new(base, on_quiet, m);
+	return m->ev ? 0 : -ENOMEM;
+}
+
+void memback_fini(struct memback *m)
+{
+	if (m->ev)
+		event_free(m->ev);
+	m->ev = NULL;
+	m->armed = false;
+}
+
+void memback_note(struct memback *m, int64_t now_ns, uint64_t bytes)
+{
+	m->last_ns = now_ns;
+	m->bytes = bytes;
+	if (!m->armed && m->ev && bytes - m->bytes_trimmed >= MEMBACK_MIN_BYTES)
+		arm(m, MEMBACK_QUIET_NS);
+}
