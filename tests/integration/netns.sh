@@ -356,7 +356,7 @@ drops.own_address drops.nat_exhausted drops.admission_refused drops.fd_exhausted
 drops.udp_queue_full nat.half_open nat.active nat.closing nat.quarantined sessions.active
 sessions.total sessions.refused udp.sessions udp.queue_drops udp.trains udp.train_datagrams
 udp.train_errors udp.gro_datagrams buffers.in_use_bytes
-buffers.peak_bytes buffers.per_session_bytes splice.pipes splice.pipe_bytes'
+buffers.peak_bytes buffers.per_session_bytes buffers.heap_trims buffers.quiet_trims splice.pipes splice.pipe_bytes'
 
 # stats_keys: every documented key is present (numbers, `stack` the configured one).
 stats_keys() {
@@ -694,10 +694,25 @@ udp_burst() {
 	fi
 }
 if [ "$BYPASS" -eq 0 ]; then
+	Q_BEFORE_BURSTS=$(stat_get .buffers.quiet_trims)
 	check "udp: bursts of replies intact, in trains with offload (v4)" udp_burst "$NS_A" "$SRV4"
 	check "udp: bursts of replies intact, in trains with offload (v6)" udp_burst "$NS_A" "[$SRV6]"
 	check "udp: bursts of replies intact, in trains with offload (v4 from C, forwarded)" \
 		udp_burst "$NS_C" "$SRV4"
+	# quiet_trimmed N: buffers.quiet_trims is above N.
+	quiet_trimmed() { [ "$(stat_get .buffers.quiet_trims)" -gt "$1" ]; }
+	# memory_back: the bursts moved over 1 MiB through queue 0 and nothing follows them, so
+	# the heap is trimmed about a second after the last one (runtime/memback.c).
+	memory_back() {
+		local q0=$1
+		wait_until 40 0.1 quiet_trimmed "$q0" ||
+			{ echo "buffers.quiet_trims still $(stat_get .buffers.quiet_trims)"; return 1; }
+		echo "buffers.quiet_trims $q0 -> $(stat_get .buffers.quiet_trims)"
+	}
+	if [ "$QUEUES" -eq 1 ]; then
+		check "memory back a second after the UDP bursts (quiet trim)" \
+			memory_back "$Q_BEFORE_BURSTS"
+	fi
 fi
 
 check "tcp: 200 concurrent connections echo distinct payloads" \
