@@ -3,8 +3,13 @@
  * Each direction alternates two phases: pull (read from its source into an empty buffer or
  * pipe) and push (write everything out to its destination). It only reads when nothing is in
  * flight, so interest is simple and never spins: read interest iff empty and not at EOF,
- * write interest iff bytes are pending. A callback runs a bounded number of pull/push rounds
- * (RELAY_ROUNDS) so one busy connection cannot starve the loop.
+ * write interest iff bytes are pending. A copy reads no more than the destination says it
+ * has room for (stream_write_room; an lwIP pcb's share of the send buffers): what it cannot
+ * take stays in the source, held back by the source's own flow control, and the relay
+ * buffer goes back to the pool within the same callback instead of sitting full for every
+ * session whose destination is the bottleneck. A destination with no room at all gets write
+ * interest in place of the source's read interest (room_wait). A callback runs a bounded
+ * number of pull/push rounds (RELAY_ROUNDS) so one busy connection cannot starve the loop.
  *
  * Ending is deferred: a failure only records the reason, drops all interest and activates
  * finish_ev; the streams are closed/aborted and the relay freed from that event, never from
@@ -50,6 +55,7 @@ struct rdir {
 	bool eof;        /* src returned EOF */
 	bool finished;   /* EOF delivered: shutdown_write(dst) done */
 	bool buf_wait;   /* the buffer pool said no: wait for retry_ev */
+	bool room_wait;  /* dst had no room: wait for its writable before reading src */
 	bool dead;       /* dst failed: nothing more is delivered; src is read and discarded */
 	uint8_t *early;  /* early bytes (DOWN only), from budget_malloc */
 	size_t early_len, early_off;
@@ -332,6 +338,7 @@ static void side_failed(struct relay *r, int side, int err)
 	dir_release(in);
 	in->dead = true;
 	in->buf_wait = false;
+	in->room_wait = false;
 	if (out->finished)
 		linger_start(r, out);
 }
@@ -463,12 +470,21 @@ static ssize_t dir_pass(struct rdir *d)
 	return w;
 }
 
-/* Read into an empty copy buffer. >0 bytes, 0 nothing now (EAGAIN, EOF, no buffer), -1 end. */
+/* Read into an empty copy buffer, at most what dst has room for. >0 bytes, 0 nothing now
+ * (EAGAIN, EOF, no buffer, no room), -1 end. */
 static ssize_t dir_pull_copy(struct rdir *d)
 {
 	struct relay *r = d->r;
+	size_t want = r->buf_size, room = stream_write_room(d->dst);
 	ssize_t n;
 
+	if (room == 0) {
+		d->room_wait = true;
+		ctr_inc(&r->ctr->room_waits);
+		return 0;
+	}
+	if (room < want)
+		want = room;
 	if (!d->buf) {
 		d->buf = bufpool_get(r->bufs);
 		if (!d->buf) {
@@ -483,7 +499,7 @@ static ssize_t dir_pull_copy(struct rdir *d)
 			return 0;
 		}
 	}
-	n = stream_read(d->src, d->buf, r->buf_size);
+	n = stream_read(d->src, d->buf, want);
 	if (n > 0) {
 		d->head = 0;
 		d->tail = (size_t)n;
@@ -544,7 +560,13 @@ static ssize_t dir_pull_splice(struct rdir *d)
 
 static bool dir_wants_read(const struct rdir *d)
 {
-	return !d->eof && !d->buf_wait && !dir_pending(d);
+	return !d->eof && !d->buf_wait && !d->room_wait && !dir_pending(d);
+}
+
+/* dst's writable is wanted: bytes to deliver, or room to wait for before the next read. */
+static bool dir_wants_write(const struct rdir *d)
+{
+	return dir_pending(d) || d->room_wait;
 }
 
 /* Propagate EOF after the data: shutdown_write(dst). Ends the relay when both finished; when
@@ -595,6 +617,7 @@ static void dir_run(struct rdir *d)
 		dir_discard(d);
 		return;
 	}
+	d->room_wait = false; /* asked again by the next pull */
 	for (int round = 0; round < RELAY_ROUNDS; round++) {
 		ssize_t n;
 
@@ -637,7 +660,7 @@ static void relay_sync(struct relay *r)
 	}
 	for (int i = 0; i < 2; i++)
 		stream_set_interest(r->s[i], dir_wants_read(&r->dir[i]),
-				    dir_pending(&r->dir[1 - i]));
+				    dir_wants_write(&r->dir[1 - i]));
 }
 
 static void on_readable(void *arg)

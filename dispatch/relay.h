@@ -92,6 +92,7 @@ struct relay_counters {
 	ctr_t copy_bytes;         /* delivered by copy (early bytes included) */
 	ctr_t pipe_fallbacks;     /* directions that fell back from splice to copy */
 	ctr_t buf_waits;          /* a buffer was refused by the pool/budget; retried later */
+	ctr_t room_waits;         /* a read waited for room in the destination (write_room 0) */
 	ctr_t pipe_bytes_inflight; /* gauge: bytes now in pipes */
 	ctr_t buf_bytes_inflight; /* gauge: bytes now in copy buffers (and early bytes) */
 	ctr_t active;             /* gauge: live relays */

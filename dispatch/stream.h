@@ -30,13 +30,17 @@
  *    everything it read before was accepted by the other stream, so a stream that opens its
  *    receive window in read() (lwIP: tcp_recved) runs at most one relay buffer ahead of what
  *    the destination accepted; write() accepting only what fits (lwIP: tcp_sndbuf) closes
- *    the loop the other way.
+ *    the loop the other way. A destination that can tell how much a write would take now
+ *    (write_room) is read for no more than that: the bytes it cannot take yet stay in the
+ *    source (a kernel socket's receive buffer, whose window then holds the sender back)
+ *    instead of waiting in a relay buffer.
  */
 #ifndef TS_DISPATCH_STREAM_H
 #define TS_DISPATCH_STREAM_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct event_base;
@@ -87,6 +91,11 @@ struct stream_ops {
 	 * k bytes wait for more without being woken for the same k (SO_RCVLOWAT on a socket).
 	 * May be NULL when peek is. */
 	void (*set_lowat)(struct stream *s, size_t lowat);
+	/* How many bytes write() would accept now: 0 exactly when writable would not fire
+	 * (write interest then waits for room), SIZE_MAX when the stream cannot tell or a
+	 * write would fail. A write of at most that many bytes may still be short (the stack
+	 * ran out of memory meanwhile). May be NULL (same as SIZE_MAX). */
+	size_t (*write_room)(const struct stream *s);
 };
 
 /* The common head of every implementation; implementations embed it first. */
@@ -151,6 +160,11 @@ static inline ssize_t stream_peek(struct stream *s, void *buf, size_t n)
 static inline void stream_set_lowat(struct stream *s, size_t lowat)
 {
 	s->ops->set_lowat(s, lowat);
+}
+
+static inline size_t stream_write_room(const struct stream *s)
+{
+	return s->ops->write_room ? s->ops->write_room(s) : SIZE_MAX;
 }
 
 static inline ssize_t stream_unacked(const struct stream *s)

@@ -22,6 +22,9 @@
 #include "lwip/pbuf.h"
 #include "lwip/tcp.h"
 
+/* Writable fires once this much send buffer is free (send_lowat). */
+#define SEND_LOWAT (16u << 10)
+
 struct lwip_stream {
 	struct stream s;            /* first: struct stream * converts to struct lwip_stream * */
 	struct tcp_pcb *pcb;        /* NULL once lwIP freed it (err callback) or we released it */
@@ -160,12 +163,23 @@ static void share_leave(struct lwip_stream *ls)
 	}
 }
 
-/* write() would accept a byte or fail. */
+/* The room writable waits for: SEND_LOWAT, or the stream's floor in the shared send buffers
+ * if that is less (with nothing queued the room is at least min(TCP_SND_BUF, that floor), so
+ * writable always comes once the queue drains). */
+static size_t send_lowat(const struct lwip_stream *ls)
+{
+	const struct lwip_sendshare *sh = ls->hooks.share;
+
+	return sh && sh->min < SEND_LOWAT ? sh->min : SEND_LOWAT;
+}
+
+/* write() would accept at least the low-water room, or fail. Not one byte: a writer woken
+ * for every acknowledged segment would queue (and a relay read) a segment at a time. */
 static bool can_write(const struct lwip_stream *ls)
 {
 	if (ls->err || !ls->pcb || ls->wr_shut)
 		return true;
-	return !ls->wr_blocked && send_room(ls) > 0 &&
+	return !ls->wr_blocked && send_room(ls) >= send_lowat(ls) &&
 	       ls->pcb->snd_queuelen < TCP_SND_QUEUELEN;
 }
 
@@ -520,6 +534,17 @@ static ssize_t ls_unacked(const struct stream *s)
 	return n > 0 ? (ssize_t)n : 1;
 }
 
+/* What write() would take now; 0 exactly when writable would not fire. A write that would
+ * fail is not limited (SIZE_MAX): it reports its error itself. */
+static size_t ls_write_room(const struct stream *s)
+{
+	const struct lwip_stream *ls = (const struct lwip_stream *)s;
+
+	if (ls->err || !ls->pcb || ls->wr_shut)
+		return SIZE_MAX;
+	return can_write(ls) ? send_room(ls) : 0;
+}
+
 /* Copy up to n queued bytes without taking them (no window update: nothing was read). */
 static ssize_t ls_peek(struct stream *s, void *buf, size_t n)
 {
@@ -560,6 +585,7 @@ static const struct stream_ops lwip_ops = {
 	.unacked = ls_unacked,
 	.peek = ls_peek,
 	.set_lowat = ls_set_lowat,
+	.write_room = ls_write_room,
 };
 
 int lwip_stream_new(struct event_base *base, struct tcp_pcb *pcb,

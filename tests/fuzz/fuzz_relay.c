@@ -13,7 +13,8 @@
  * 1 ms, 50 ms, 5 s), early bytes (bits 2-3: 0, 1, 300, 20000) and buffer size (bits 4-5: 1, 7,
  * 1460, 16384); byte 1 the buffer budget (bits 0-1: 1, 2, 3 or 1000 buffers; bit 7: shared
  * with the early bytes, which may then be refused) and pool size (bits 2-3: 1-4 buffers);
- * byte 2 is spare; byte 3 the loop's order (bit 0: b first; bit 1: run the base after each
+ * byte 2 which streams tell their room (write_room: bit 0 a, bit 1 b; the room is their send
+ * window, SIZE_MAX once they failed); byte 3 the loop's order (bit 0: b first; bit 1: run the base after each
  * callback), which streams report unacknowledged bytes (bits 2, 3), splice asked for (bit 4:
  * no fds, so copy all the same), the relay counters (bit 5). Operations: op bit 7 picks the
  * stream, op & 15:
@@ -124,6 +125,7 @@ struct fake {
 	ssize_t unacked_min; /* least positive unacked reported */
 	ssize_t unacked_last; /* last unacked reported; 1 until asked */
 	bool has_unacked;
+	struct stream_ops ops; /* ops_unacked or ops_plain, with write_room if it tells its room */
 };
 
 static struct fake F[2];
@@ -325,6 +327,16 @@ static ssize_t f_unacked(const struct stream *s)
 	}
 	f->unacked_last = left;
 	return left;
+}
+
+/* 0 exactly when writable() is false, as stream.h asks; a failed stream is not limited. */
+static size_t f_write_room(const struct stream *s)
+{
+	const struct fake *f = fk(s);
+
+	if (f->reset || f->sticky)
+		return SIZE_MAX;
+	return f->wcap > SIZE_MAX ? SIZE_MAX : (size_t)f->wcap;
 }
 
 static const struct stream_ops ops_unacked = {
@@ -654,10 +666,13 @@ static void check_end(const struct relay_counters *ctr, bool have_ctr, uint32_t 
 	}
 }
 
-static void fake_init(struct fake *f, int idx, bool has_unacked)
+static void fake_init(struct fake *f, int idx, bool has_unacked, bool tells_room)
 {
 	memset(f, 0, sizeof(*f));
-	f->s.ops = has_unacked ? &ops_unacked : &ops_plain;
+	f->ops = has_unacked ? ops_unacked : ops_plain;
+	if (tells_room)
+		f->ops.write_room = f_write_room;
+	f->s.ops = &f->ops;
 	f->idx = idx;
 	f->open = true;
 	f->unacked_min = SSIZE_MAX;
@@ -692,8 +707,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	failure_scripted = false;
 	order_ba = data[3] & 1;
 	base_between = data[3] & 2;
-	fake_init(&F[0], 0, data[3] & 4);
-	fake_init(&F[1], 1, data[3] & 8);
+	fake_init(&F[0], 0, data[3] & 4, data[2] & 1);
+	fake_init(&F[1], 1, data[3] & 8, data[2] & 2);
 
 	memset(&p, 0, sizeof(p));
 	memset(&ctr, 0, sizeof(ctr));

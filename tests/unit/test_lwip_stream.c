@@ -610,6 +610,56 @@ Test(lwip_stream, write_stops_at_the_shared_send_pool, .init = setup_small_pool)
 	cr_assert_arr_eq(out, in, len);
 }
 
+/* write_room is what write() takes, and 0 until the acknowledged bytes free the low-water
+ * room (16 KiB): writable does not fire for a few freed segments, and the relay, which reads
+ * no more than write_room, never reads a segment at a time. */
+Test(lwip_stream, writable_waits_for_the_low_water_room)
+{
+	const size_t len = SNDBUF + (64u << 10);
+	uint8_t *in = test_alloc(len), *out = test_alloc(len);
+	uint32_t base, all;
+	ssize_t n;
+
+	size_t got = 0;
+
+	handshake();
+	fill(in, len, 7);
+	/* A first send buffer, acknowledged as it comes: lwIP's congestion window opens to the
+	 * app's whole window. */
+	cr_assert_eq(stream_write(E.s, in, SNDBUF), (ssize_t)SNDBUF);
+	for (int round = 0; round < 2000 && got < SNDBUF; round++) {
+		got += app_receive(out + got, len - got, NULL);
+		pump();
+	}
+	cr_assert_eq(got, SNDBUF);
+	cr_assert_arr_eq(out, in, SNDBUF);
+	cr_assert_eq(stream_write_room(E.s), SNDBUF, "a lone stream: the whole send buffer");
+	n = stream_write(E.s, in, len);
+	cr_assert_eq(n, (ssize_t)SNDBUF, "accepted %zd", n);
+	cr_assert_eq(stream_write_room(E.s), 0);
+	stream_set_interest(E.s, false, true);
+	pump();
+	cr_assert_eq(E.o.writable, 0);
+
+	base = E.c.rcv_nxt;
+	cr_assert_geq(app_take(out, len, NULL), 12 * MSS, "lwIP sent a window's worth");
+	all = E.c.rcv_nxt;
+	E.c.rcv_nxt = base + 5 * MSS; /* acknowledge 7,200 bytes: below the low water */
+	app_ack();
+	pump();
+	cr_assert_eq(E.o.writable, 0, "writable for %zu free bytes", 5 * MSS);
+	cr_assert_eq(stream_write_room(E.s), 0);
+	E.c.rcv_nxt = base + 12 * MSS; /* 17,280 bytes: above it */
+	app_ack();
+	E.c.rcv_nxt = all;
+	pump();
+	cr_assert_gt(E.o.writable, 0, "no writable with %zu bytes free", 12 * MSS);
+	cr_assert_eq(stream_write_room(E.s), 12 * MSS);
+	n = stream_write(E.s, in + SNDBUF, len - SNDBUF);
+	cr_assert_eq(n, (ssize_t)(12 * MSS), "write took %zd, write_room said %zu", n, 12 * MSS);
+	cr_assert_eq(stream_write_room(E.s), 0);
+}
+
 /* The app half-closes first: read returns the data, then 0 (repeatedly); our side still writes,
  * then shuts down: lwIP sends the data and FIN; once the app acknowledges the FIN lwIP frees the
  * pcb (a clean end, not an error). */
@@ -1171,3 +1221,4 @@ Test(lwip_stream, input_without_memory_frees_the_out_of_order_queue)
 	cr_assert_arr_eq(rd, b, MSS);
 	cr_assert_eq(E.o.errors, 0);
 }
+

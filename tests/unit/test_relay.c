@@ -1303,9 +1303,15 @@ static ssize_t nofd_unacked(const struct stream *s)
 	return stream_unacked(((const struct nofd *)s)->inner);
 }
 
+static size_t nofd_write_room(const struct stream *s)
+{
+	return stream_write_room(((const struct nofd *)s)->inner);
+}
+
 static const struct stream_ops nofd_ops = {
 	nofd_read, nofd_write, nofd_shutdown, nofd_interest, nofd_fd, nofd_abort, nofd_close,
 	nofd_unacked, NULL, NULL, /* no peek: never sniffed */
+	nofd_write_room,
 };
 
 static struct stream *nofd_wrap(struct stream *inner)
@@ -1348,6 +1354,189 @@ Test(relay, stream_without_fd_uses_copy)
 	cr_assert_eq(h.st.splice_bytes, 0);
 	cr_assert_eq(h.st.copy_bytes, 8 * MIB);
 	cr_assert_eq(ctr_get(&E.ctr.pipe_fallbacks), 0, "copy was chosen, not fallen back to");
+	h_fini(&h);
+}
+
+/* ---- a destination that tells its room (as an lwIP pcb's share of the send buffers does) ---- */
+
+#define ROOMY_STEP 5000u        /* room added per refill (not a divisor of anything here) */
+#define ROOMY_MAX (48u << 10)   /* room never grows past this: less than one relay buffer */
+
+/* What a roomy stream saw; the test's, so it outlives the stream the relay frees. */
+struct roomy_tally {
+	uint64_t writes, over;   /* writes offered; of them, more than the room */
+	uint64_t refills, held;  /* refills; of them, finding down bytes in a relay buffer */
+};
+
+struct roomy {
+	struct stream s;
+	struct stream *inner;
+	struct event *refill;
+	struct relay **r;        /* the relay to sample between callbacks */
+	struct roomy_tally *t;
+	size_t room;             /* what write() takes now */
+	bool want_r, want_w;
+};
+
+static void roomy_apply(struct roomy *y)
+{
+	stream_set_interest(y->inner, y->want_r, y->want_w && y->room > 0);
+}
+
+static void roomy_readable(void *arg)
+{
+	struct roomy *y = arg;
+	y->s.cb.readable(y->s.cb_arg);
+}
+
+static void roomy_writable(void *arg)
+{
+	struct roomy *y = arg;
+	y->s.cb.writable(y->s.cb_arg);
+}
+
+static ssize_t roomy_read(struct stream *s, void *buf, size_t n)
+{
+	return stream_read(((struct roomy *)s)->inner, buf, n);
+}
+
+static ssize_t roomy_write(struct stream *s, const void *buf, size_t n)
+{
+	struct roomy *y = (struct roomy *)s;
+	ssize_t w;
+
+	y->t->writes++;
+	y->t->over += n > y->room;
+	if (y->room == 0)
+		return -EAGAIN;
+	w = stream_write(y->inner, buf, n < y->room ? n : y->room);
+	if (w > 0)
+		y->room -= (size_t)w;
+	return w;
+}
+
+static int roomy_shutdown(struct stream *s)
+{
+	return stream_shutdown_write(((struct roomy *)s)->inner);
+}
+
+static void roomy_interest(struct stream *s, bool r, bool w)
+{
+	struct roomy *y = (struct roomy *)s;
+
+	y->want_r = r;
+	y->want_w = w;
+	roomy_apply(y);
+}
+
+static int roomy_fd(const struct stream *s)
+{
+	return -1;
+}
+
+static void roomy_free(struct roomy *y)
+{
+	event_free(y->refill);
+	free(y);
+}
+
+static void roomy_abort(struct stream *s)
+{
+	stream_abort(((struct roomy *)s)->inner);
+	roomy_free((struct roomy *)s);
+}
+
+static void roomy_close(struct stream *s)
+{
+	stream_close(((struct roomy *)s)->inner);
+	roomy_free((struct roomy *)s);
+}
+
+static size_t roomy_write_room(const struct stream *s)
+{
+	return ((const struct roomy *)s)->room;
+}
+
+static const struct stream_ops roomy_ops = {
+	.read = roomy_read, .write = roomy_write, .shutdown_write = roomy_shutdown,
+	.set_interest = roomy_interest, .fd = roomy_fd, .abort = roomy_abort,
+	.close = roomy_close, .write_room = roomy_write_room,
+};
+
+/* Every millisecond, between callbacks: note whether the relay holds down bytes in its copy
+ * buffer, then give the destination more room (write interest comes back with it). */
+static void roomy_on_refill(evutil_socket_t fd, short what, void *arg)
+{
+	struct roomy *y = arg;
+	struct relay_stats st;
+
+	if (*y->r) {
+		relay_get_stats(*y->r, &st);
+		y->t->refills++;
+		y->t->held += st.buf_inflight[RELAY_DOWN] > 0;
+	}
+	y->room = y->room + ROOMY_STEP > ROOMY_MAX ? ROOMY_MAX : y->room + ROOMY_STEP;
+	roomy_apply(y);
+}
+
+static struct roomy *roomy_wrap(struct stream *inner, struct relay **r, struct roomy_tally *t)
+{
+	static const struct stream_cbs fwd = { roomy_readable, roomy_writable, NULL };
+	static const struct timeval ms = { 0, 1000 };
+	struct roomy *y = calloc(1, sizeof(*y));
+
+	cr_assert(y);
+	y->s.ops = &roomy_ops;
+	y->inner = inner;
+	y->r = r;
+	y->t = t;
+	y->room = ROOMY_STEP;
+	y->refill = event_new(E.base, -1, EV_PERSIST, roomy_on_refill, y);
+	cr_assert(y->refill);
+	event_add(y->refill, &ms);
+	stream_set_callbacks(inner, &fwd, y);
+	return y;
+}
+
+/* The download's destination takes a few KiB a millisecond and says so (write_room): the relay
+ * reads no more than that from the server's socket, so it never offers the destination more
+ * than its room, never holds down bytes in a copy buffer between callbacks (the rest waits in
+ * the kernel), waits for room with write interest instead of spinning, and both directions
+ * arrive intact. */
+Test(relay, reads_no_more_than_the_destination_room)
+{
+	struct h h;
+	struct h_opts o = { .mode = TS_RELAY_SPLICE };
+	int a_app, a_rel, b_rel, b_app;
+	struct stream *sa, *sb;
+	struct roomy_tally t = { 0 };
+	struct roomy *y;
+	uint64_t waits0 = ctr_get(&E.ctr.room_waits);
+
+	memset(&h, 0, sizeof(h));
+	tcp_pair(&a_app, &a_rel, false);
+	tcp_pair(&b_rel, &b_app, false);
+	cr_assert_eq(stream_sock_new(E.base, a_rel, &sa), 0);
+	cr_assert_eq(stream_sock_new(E.base, b_rel, &sb), 0);
+	h.a = peer_new(a_app, 0xA, 1 * MIB, true);
+	h.b = peer_new(b_app, 0xB, 1 * MIB, true);
+	y = roomy_wrap(sa, &h.r, &t);
+	h_relay(&h, &y->s, sb, &o);
+	peer_start(h.a);
+	peer_start(h.b);
+	cr_assert(run_until(all_done, &h, 20000));
+	expect_intact(h.a, h.b);
+	expect_intact(h.b, h.a);
+	cr_assert_eq(h.reason, RELAY_DONE);
+	cr_assert_eq(h.st.splice_bytes, 0, "no fd on one side: copy");
+	cr_assert_gt(t.writes, 1 * MIB / ROOMY_MAX, "the room paced the download");
+	cr_assert_eq(t.over, 0, "%llu of %llu writes offered more than the room",
+		     (unsigned long long)t.over, (unsigned long long)t.writes);
+	cr_assert_gt(t.refills, 50);
+	cr_assert_eq(t.held, 0, "down bytes sat in a relay buffer at %llu of %llu refills",
+		     (unsigned long long)t.held, (unsigned long long)t.refills);
+	cr_assert_gt(ctr_get(&E.ctr.room_waits), waits0, "no read ever waited for room");
+	cr_assert_eq(ctr_get(&E.ctr.buf_bytes_inflight), 0);
 	h_fini(&h);
 }
 
