@@ -40,6 +40,7 @@ struct lwip_stream {
 	bool wr_shut;               /* shutdown_write done */
 	bool wr_blocked;            /* write() found no room: wait for tcp_sent */
 	bool sending;               /* counted in hooks.share->senders: bytes queued in lwIP */
+	size_t in_share;            /* bytes of this stream counted in hooks.share->queued */
 	bool want_rd, want_wr;
 	bool *gone;                 /* while on_notify runs: set when the stream is freed */
 };
@@ -123,43 +124,65 @@ static bool can_read(const struct lwip_stream *ls)
 
 /* ---- the shared send buffers (struct lwip_sendshare) ----------------------------------------- */
 
+size_t lwip_sendshare_room(const struct lwip_sendshare *sh, size_t own, bool sending)
+{
+	size_t cap = sh->pool / (sh->senders + (sending ? 0 : 1));
+	size_t room, free_bytes, floor;
+
+	if (cap < sh->min)
+		cap = sh->min;
+	room = own < cap ? cap - own : 0;
+	free_bytes = sh->pool > sh->queued ? sh->pool - sh->queued : 0;
+	floor = own < sh->min ? sh->min - own : 0;
+	if (room > free_bytes)
+		room = free_bytes > floor ? free_bytes : floor;
+	return room;
+}
+
 /* Bytes write() may still queue: the free send buffer, capped by this stream's share. snd_buf
  * is read directly: tcp_sndbuf() caps at 0xFFFF. */
 static size_t send_room(const struct lwip_stream *ls)
 {
-	const struct lwip_sendshare *sh = ls->hooks.share;
-	size_t room = ls->pcb->snd_buf, queued = (size_t)TCP_SND_BUF - room, cap;
+	size_t room = ls->pcb->snd_buf, share;
 
-	if (!sh)
+	if (!ls->hooks.share)
 		return room;
-	cap = sh->pool / (sh->senders + (ls->sending ? 0 : 1));
-	if (cap < sh->min)
-		cap = sh->min;
-	if (queued >= cap)
-		return 0;
-	return room < cap - queued ? room : cap - queued;
+	share = lwip_sendshare_room(ls->hooks.share, (size_t)TCP_SND_BUF - room, ls->sending);
+	return room < share ? room : share;
 }
 
-/* Keep ls->sending (and the senders count) true to whether lwIP holds bytes of this stream. */
+/* Keep ls->in_share (and the share's queued bytes) equal to what lwIP holds of this stream,
+ * and ls->sending (and the senders count) true to whether that is anything. */
 static void share_update(struct lwip_stream *ls)
 {
-	bool now = ls->pcb && ls->pcb->snd_buf < TCP_SND_BUF;
+	struct lwip_sendshare *sh = ls->hooks.share;
+	size_t now = ls->pcb ? (size_t)TCP_SND_BUF - ls->pcb->snd_buf : 0;
 
-	if (!ls->hooks.share || now == ls->sending)
+	if (!sh)
 		return;
-	ls->sending = now;
-	if (now)
-		ls->hooks.share->senders++;
+	sh->queued = sh->queued - ls->in_share + now;
+	ls->in_share = now;
+	if ((now > 0) == ls->sending)
+		return;
+	ls->sending = now > 0;
+	if (ls->sending)
+		sh->senders++;
 	else
-		ls->hooks.share->senders--;
+		sh->senders--;
 }
 
 /* The stream stops counting (its pcb is gone or handed to lwIP). */
 static void share_leave(struct lwip_stream *ls)
 {
+	struct lwip_sendshare *sh = ls->hooks.share;
+
+	if (!sh)
+		return;
+	sh->queued -= ls->in_share;
+	ls->in_share = 0;
 	if (ls->sending) {
 		ls->sending = false;
-		ls->hooks.share->senders--;
+		sh->senders--;
 	}
 }
 

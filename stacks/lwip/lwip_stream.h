@@ -51,6 +51,7 @@
 #ifndef TS_STACKS_LWIP_LWIP_STREAM_H
 #define TS_STACKS_LWIP_LWIP_STREAM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,13 +65,23 @@ struct tcp_pcb;
  * buffer, which one stream needs to fill a fast path; many streams at once would hold that
  * many times over (64 downloads: 16 MiB of copies waiting in lwIP) for no more throughput, as
  * the TUN path's round trip is short. So a stream with unsent or unacknowledged bytes is a
- * sender, and write() caps a sender's queued bytes at pool / senders, never under min (nor
- * over TCP_SND_BUF). Loop thread only, like lwIP. */
+ * sender, and write() caps a sender's queued bytes at pool / senders (nor over TCP_SND_BUF),
+ * and all streams' queued bytes together at pool: a stream that came first with few senders
+ * keeps its larger share only while the others leave the pool room. A stream may always
+ * queue up to min whatever the others hold, so that none waits for room that only its own
+ * acknowledgements could free (it may have nothing in flight): the streams hold at most
+ * pool + streams * min together. Loop thread only, like lwIP. */
 struct lwip_sendshare {
 	size_t pool;      /* bytes all senders may queue in lwIP together */
-	size_t min;       /* each sender may queue at least this much */
+	size_t min;       /* each stream may queue at least this much */
+	size_t queued;    /* bytes the streams have queued in lwIP now */
 	uint32_t senders; /* streams with bytes queued in lwIP */
 };
+
+/* The bytes a stream with own bytes queued in lwIP may add now, by the shares of sh alone
+ * (the pcb's free send buffer is the caller's to apply). sending: the stream is counted in
+ * sh->senders. Pure. */
+size_t lwip_sendshare_room(const struct lwip_sendshare *sh, size_t own, bool sending);
 
 /* What the stream tells its stack. pcbs_changed runs after every op that may need lwIP's
  * timers or change pcb lists (read that opened the window, write, shutdown_write, close,

@@ -27,6 +27,7 @@
 #include "stacks/lwip/include/lwipopts.h" /* TCP_WND, TCP_MSS, TCP_SND_BUF, TCP_RCV_SCALE */
 #include "stacks/lwip/lwip_glue.h"
 #include "stacks/lwip/lwip_stack.h"
+#include "stacks/lwip/lwip_stream.h"
 #include "testutil.h"
 
 #define APP "198.18.0.1" /* apps send from the TUN's own address */
@@ -1222,3 +1223,98 @@ Test(lwip_stream, input_without_memory_frees_the_out_of_order_queue)
 	cr_assert_eq(E.o.errors, 0);
 }
 
+/* ---- the shared send buffers' arithmetic (lwip_sendshare_room; no lwIP) ------------------- */
+
+#define KIB ((size_t)1 << 10)
+#define POOL (4096 * KIB)
+#define FLOOR (16 * KIB)
+
+TestSuite(lwip_sendshare, .timeout = 30);
+
+Test(lwip_sendshare, room_by_case)
+{
+	static const struct {
+		size_t queued;    /* all streams' bytes */
+		uint32_t senders; /* streams with bytes queued */
+		size_t own;
+		bool sending;
+		size_t room;
+		const char *why;
+	} cases[] = {
+		{ 0, 0, 0, false, POOL, "alone: the whole pool" },
+		{ 0, 1, 0, false, POOL / 2, "one other sender: half" },
+		{ 64 * KIB * 63, 63, 0, false, 64 * KIB, "the 64th: a 64th" },
+		{ 64 * KIB * 64, 64, 48 * KIB, true, 0, "pool full: nothing beyond the floor" },
+		{ 64 * KIB * 64, 64, 10 * KIB, true, 6 * KIB, "pool full: up to the floor" },
+		{ POOL + 64 * KIB, 64, 0, false, FLOOR, "over the pool, nothing queued: the floor" },
+		{ POOL - 10 * KIB, 64, 32 * KIB, true, 10 * KIB, "what the pool has left" },
+		{ POOL - 10 * KIB, 64, 4 * KIB, true, 12 * KIB, "the floor, more than the pool has" },
+		{ 2048 * KIB, 4, 1024 * KIB, true, 0, "an early sender at its share" },
+		{ 2048 * KIB, 8, 256 * KIB, true, 256 * KIB, "a share of 512 KiB, 256 queued" },
+		{ POOL * 2, 1024, 0, false, FLOOR, "1,024 senders: the floor" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct lwip_sendshare sh = { .pool = POOL, .min = FLOOR,
+					     .queued = cases[i].queued,
+					     .senders = cases[i].senders };
+		size_t room = lwip_sendshare_room(&sh, cases[i].own, cases[i].sending);
+
+		cr_assert_eq(room, cases[i].room, "case %zu (%s): room %zu, want %zu", i,
+			     cases[i].why, room, cases[i].room);
+	}
+}
+
+/* 64 streams write what the share allows and are acknowledged at random, the way streams
+ * arriving and draining at different times do: all of them together never hold more than
+ * the pool plus each one's floor, only a stream under its floor ever takes the total past
+ * the pool, and a stream with nothing queued always has at least its floor (it never waits
+ * for an acknowledgement that cannot come). */
+Test(lwip_sendshare, bound_and_floor_hold_under_random_traffic)
+{
+	enum { N = 64, STEPS = 200000 };
+	const size_t sndbuf = 256 * KIB;
+	struct lwip_sendshare sh = { .pool = POOL, .min = FLOOR };
+	size_t own[N] = { 0 }, peak = 0;
+	struct tu_rng r;
+
+	tu_rng_seed(&r, 0x5ead);
+	for (int step = 0; step < STEPS; step++) {
+		int i = (int)tu_rand_below(&r, N);
+		size_t total = 0;
+		uint32_t senders = 0;
+
+		if (tu_rand_chance(&r, 2)) {
+			size_t room = lwip_sendshare_room(&sh, own[i], own[i] > 0), take;
+
+			if (own[i] == 0)
+				cr_assert_geq(room, FLOOR, "step %d: an empty stream got %zu", step,
+					      room);
+			if (room > sndbuf - own[i])
+				room = sndbuf - own[i];
+			if (room == 0)
+				continue;
+			take = tu_rand_chance(&r, 2) ? room : 1 + tu_rand_below(&r, (uint32_t)room);
+			own[i] += take;
+			sh.queued += take;
+			if (sh.queued > sh.pool)
+				cr_assert_leq(own[i], FLOOR, "step %d: past the pool at %zu queued",
+					      step, own[i]);
+		} else if (own[i] > 0) {
+			size_t acked = 1 + tu_rand_below(&r, (uint32_t)own[i]);
+
+			own[i] -= acked;
+			sh.queued -= acked;
+		}
+		for (int k = 0; k < N; k++) {
+			total += own[k];
+			senders += own[k] > 0;
+		}
+		sh.senders = senders;
+		cr_assert_eq(total, sh.queued);
+		cr_assert_leq(total, POOL + N * FLOOR, "step %d: %zu queued", step, total);
+		if (total > peak)
+			peak = total;
+	}
+	cr_assert_geq(peak, POOL - 64 * KIB, "the streams never filled the pool: peak %zu", peak);
+}
