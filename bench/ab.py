@@ -49,6 +49,7 @@ CELLS_QUICK = [("tcp_bulk", "up", 1), ("tcp_bulk", "down", 1)]
 # --ab-cells names
 CELL_NAMES = {"up1": ("tcp_bulk", "up", 1), "down1": ("tcp_bulk", "down", 1),
               "up16": ("tcp_bulk", "up", 16), "down16": ("tcp_bulk", "down", 16),
+              "up64": ("tcp_bulk", "up", 64), "down64": ("tcp_bulk", "down", 64),
               "connrate": ("connrate", None, None), "udp64": ("udp_echo_64B", None, None)}
 REPS_FULL, REPS_QUICK = 6, 5
 THROTTLE_RANGE = (1.0, 90.0)

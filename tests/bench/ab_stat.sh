@@ -299,6 +299,8 @@ so = expect(["--ab", base, "--ab-cells", "connrate,up16", "--dry-run"], 0)
 check("--ab-cells picks the cells, in its order", "\ncells: connrate, tcp up x16; " in so)
 so = expect(["--ab", base, "--ab-cells", "up1,udp64", "--dry-run"], 0)
 check("--ab-cells udp64: the UDP echo cell", "\ncells: tcp up x1, udp_echo_64B; " in so)
+so = expect(["--ab", base, "--ab-cells", "down64,up64", "--dry-run"], 0)
+check("--ab-cells down64,up64: the 64-stream bulk cells", "\ncells: tcp down x64, tcp up x64; " in so)
 expect(["--report-from", os.path.join(d, "slow", "results.json"), "--ab", base], 2)
 so = expect(["--help"], 0, what="--help (rig.py: every option's help formats)")
 check("--help lists the A/B options with their percent signs",
