@@ -486,12 +486,12 @@ static void strip_segment(const struct pkt_view *v, struct pbuf *p)
 }
 
 /* The streams' shared send buffers (struct lwip_sendshare): a sixteenth of the budget's buffer
- * bytes, at most 2 MiB (8 senders get the full TCP_SND_BUF each, 64 get 32 KiB each: the
- * TUN's round trip is one pass of the loop, and all streams together need no more in flight
- * than the loop sends in a few passes), and never under one sender's minimum. The minimum
- * each stream may queue beyond the pool is small: it only keeps a stream with nothing in
- * flight from waiting for room (64 streams at the minimum hold 1 MiB beside the pool). */
-#define SEND_POOL_MAX (2u << 20)
+ * bytes, at most 4 MiB (16 senders get the full TCP_SND_BUF each, 64 get 64 KiB each; half
+ * of that cost the 64-stream download CPU per byte: shares of 32 KiB refill 16 KiB at a
+ * time), and never under one sender's minimum. The minimum each stream may queue beyond the
+ * pool is small: it only keeps a stream with nothing in flight from waiting for room (64
+ * streams at the minimum hold 1 MiB beside the pool). */
+#define SEND_POOL_MAX (4u << 20)
 #define SEND_POOL_DIV 16u
 #define SEND_MIN_BYTES (16u << 10)
 
