@@ -1369,8 +1369,7 @@ struct roomy_tally {
 };
 
 struct roomy {
-	struct stream s;
-	struct stream *inner;
+	struct nofd w;           /* first: the pass-through half (nofd_read and the callbacks) */
 	struct event *refill;
 	struct relay **r;        /* the relay to sample between callbacks */
 	struct roomy_tally *t;
@@ -1380,24 +1379,7 @@ struct roomy {
 
 static void roomy_apply(struct roomy *y)
 {
-	stream_set_interest(y->inner, y->want_r, y->want_w && y->room > 0);
-}
-
-static void roomy_readable(void *arg)
-{
-	struct roomy *y = arg;
-	y->s.cb.readable(y->s.cb_arg);
-}
-
-static void roomy_writable(void *arg)
-{
-	struct roomy *y = arg;
-	y->s.cb.writable(y->s.cb_arg);
-}
-
-static ssize_t roomy_read(struct stream *s, void *buf, size_t n)
-{
-	return stream_read(((struct roomy *)s)->inner, buf, n);
+	stream_set_interest(y->w.inner, y->want_r, y->want_w && y->room > 0);
 }
 
 static ssize_t roomy_write(struct stream *s, const void *buf, size_t n)
@@ -1409,7 +1391,7 @@ static ssize_t roomy_write(struct stream *s, const void *buf, size_t n)
 	y->t->over += n > y->room;
 	if (y->room == 0)
 		return -EAGAIN;
-	w = stream_write(y->inner, buf, n < y->room ? n : y->room);
+	w = stream_write(y->w.inner, buf, n < y->room ? n : y->room);
 	if (w > 0)
 		y->room -= (size_t)w;
 	return w;
@@ -1417,7 +1399,7 @@ static ssize_t roomy_write(struct stream *s, const void *buf, size_t n)
 
 static int roomy_shutdown(struct stream *s)
 {
-	return stream_shutdown_write(((struct roomy *)s)->inner);
+	return stream_shutdown_write(((struct roomy *)s)->w.inner);
 }
 
 static void roomy_interest(struct stream *s, bool r, bool w)
@@ -1442,13 +1424,13 @@ static void roomy_free(struct roomy *y)
 
 static void roomy_abort(struct stream *s)
 {
-	stream_abort(((struct roomy *)s)->inner);
+	stream_abort(((struct roomy *)s)->w.inner);
 	roomy_free((struct roomy *)s);
 }
 
 static void roomy_close(struct stream *s)
 {
-	stream_close(((struct roomy *)s)->inner);
+	stream_close(((struct roomy *)s)->w.inner);
 	roomy_free((struct roomy *)s);
 }
 
@@ -1458,7 +1440,7 @@ static size_t roomy_write_room(const struct stream *s)
 }
 
 static const struct stream_ops roomy_ops = {
-	.read = roomy_read, .write = roomy_write, .shutdown_write = roomy_shutdown,
+	.read = nofd_read, .write = roomy_write, .shutdown_write = roomy_shutdown,
 	.set_interest = roomy_interest, .fd = roomy_fd, .abort = roomy_abort,
 	.close = roomy_close, .write_room = roomy_write_room,
 };
@@ -1481,13 +1463,13 @@ static void roomy_on_refill(evutil_socket_t fd, short what, void *arg)
 
 static struct roomy *roomy_wrap(struct stream *inner, struct relay **r, struct roomy_tally *t)
 {
-	static const struct stream_cbs fwd = { roomy_readable, roomy_writable, NULL };
+	static const struct stream_cbs fwd = { nofd_readable, nofd_writable, NULL };
 	static const struct timeval ms = { 0, 1000 };
 	struct roomy *y = calloc(1, sizeof(*y));
 
 	cr_assert(y);
-	y->s.ops = &roomy_ops;
-	y->inner = inner;
+	y->w.s.ops = &roomy_ops;
+	y->w.inner = inner;
 	y->r = r;
 	y->t = t;
 	y->room = ROOMY_STEP;
@@ -1521,7 +1503,7 @@ Test(relay, reads_no_more_than_the_destination_room)
 	h.a = peer_new(a_app, 0xA, 1 * MIB, true);
 	h.b = peer_new(b_app, 0xB, 1 * MIB, true);
 	y = roomy_wrap(sa, &h.r, &t);
-	h_relay(&h, &y->s, sb, &o);
+	h_relay(&h, &y->w.s, sb, &o);
 	peer_start(h.a);
 	peer_start(h.b);
 	cr_assert(run_until(all_done, &h, 20000));
