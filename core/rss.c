@@ -1,6 +1,10 @@
 /* rss.c — VmRSS / VmHWM from /proc/self/status. */
 #include "core/rss.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -114,4 +118,11 @@ out_close:
 int rss_sample(struct rss_info *out)
 {
 	return rss_sample_path("/proc/self/status", out);
+}
+
+void rss_heap_trim(void)
+{
+#ifdef __GLIBC__
+	malloc_trim(0);
+#endif
 }

@@ -32,4 +32,8 @@ int rss_sample(struct rss_info *out) __attribute__((warn_unused_result));
 /* Same from another file (tests; other pids). */
 int rss_sample_path(const char *path, struct rss_info *out) __attribute__((warn_unused_result));
 
+/* Give the heap's free pages back to the system (malloc_trim(0): free pages inside every
+ * arena, not only at the top). A no-op without glibc. */
+void rss_heap_trim(void);
+
 #endif

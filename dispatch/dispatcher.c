@@ -24,7 +24,6 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
@@ -35,6 +34,7 @@
 #include "core/bufpool.h"
 #include "core/log.h"
 #include "core/netaddr.h"
+#include "core/rss.h"
 #include "dispatch/cfg_gen.h"
 #include "dispatch/dns_tcp.h"
 #include "dispatch/pipepool.h"
@@ -187,9 +187,7 @@ static void on_trim(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (d->active * 4 <= d->trim_peak) {
 		bufpool_trim(d->bufs);
-#ifdef __GLIBC__
-		malloc_trim(0);
-#endif
+		rss_heap_trim();
 		d->heap_trims++;
 	}
 	d->trim_peak = d->active;

@@ -3,12 +3,10 @@
 
 #include <errno.h>
 #include <event2/event.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/rss.h"
 
 static void arm(struct memback *m, int64_t ns)
 {
@@ -32,9 +30,7 @@ static void on_quiet(evutil_socket_t fd, short what, void *arg)
 	}
 	m->armed = false;
 	m->bytes_trimmed = m->bytes;
-#ifdef __GLIBC__
-	malloc_trim(0);
-#endif
+	rss_heap_trim();
 	m->trims++;
 }
 

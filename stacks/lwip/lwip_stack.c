@@ -8,7 +8,6 @@
 #include <assert.h>
 #include <errno.h>
 #include <event2/event.h>
-#include <malloc.h>
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -24,6 +23,7 @@
 #include "core/gso.h"
 #include "core/log.h"
 #include "core/pkt.h"
+#include "core/rss.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/stream.h"
 #include "stacks/lwip/lwip_glue.h"
@@ -151,7 +151,7 @@ static void on_tmr(evutil_socket_t fd, short what, void *arg)
 	 * busy-to-idle transition, never on a timer of its own. */
 	if (!st->tmr_armed) {
 		lwip_glue_trim();
-		malloc_trim(0);
+		rss_heap_trim();
 	}
 }
 

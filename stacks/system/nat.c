@@ -388,14 +388,16 @@ static int map_init(struct nat_table *t, struct map *m)
 	return 0;
 }
 
-/* Rehash m into n buckets (a power of two). A failed allocation leaves m as it was: longer
- * chains after a failed grow, more buckets than needed after a failed shrink. */
-static void map_resize(struct nat_table *t, struct map *m, bool rev, uint32_t n)
+/* Rehash m into n buckets (a power of two). Returns the change of the table's bytes. A failed
+ * allocation leaves m as it was (0): longer chains after a failed grow, more buckets than
+ * needed after a failed shrink. */
+static int64_t map_resize(struct nat_table *t, struct map *m, bool rev, uint32_t n)
 {
 	struct nat_entry **nb, *e, *next;
+	int64_t d;
 
 	if ((nb = calloc(n, sizeof(*nb))) == NULL)
-		return;
+		return 0;
 	for (uint32_t i = 0; i <= m->mask; i++) {
 		for (e = m->b[i]; e; e = next) {
 			struct nat_entry **slot = &nb[bucket_hash(t, e, rev) & (n - 1)];
@@ -405,10 +407,12 @@ static void map_resize(struct nat_table *t, struct map *m, bool rev, uint32_t n)
 			*slot = e;
 		}
 	}
-	bytes_add(t, ((int64_t)n - (int64_t)m->mask - 1) * (int64_t)sizeof(*nb));
+	d = ((int64_t)n - (int64_t)m->mask - 1) * (int64_t)sizeof(*nb);
+	bytes_add(t, d);
 	free(m->b);
 	m->b = nb;
 	m->mask = n - 1;
+	return d;
 }
 
 /* Amortized O(1) per insert; a failed allocation only leaves longer chains. */
@@ -417,7 +421,7 @@ static void map_grow(struct nat_table *t, struct map *m, bool rev)
 	uint32_t n = (m->mask + 1) * 2;
 
 	if (n <= BUCKETS_MAX)
-		map_resize(t, m, rev, n);
+		(void)map_resize(t, m, rev, n);
 }
 
 static void map_insert(struct nat_table *t, struct map *m, struct nat_entry *e, uint32_t h,
@@ -872,21 +876,31 @@ HOT int tuple_alloc(struct nat_table *t, int fam, uint32_t fs, uint64_t *tkey_ou
 
 /* ---- quarantine (FIFO ring under qlock) -------------------------------------------------- */
 
-static int ring_grow(struct nat_table *t)
+/* Copy the ring into cap records (a power of two >= q_len), oldest first at index 0. Returns
+ * the change of the table's bytes, or 0 with the ring as it was (no memory). */
+static int64_t ring_resize(struct nat_table *t, uint32_t cap)
 {
-	uint32_t cap = (t->q_mask + 1) * 2;
-	struct qrec *r;
+	struct qrec *r = malloc((size_t)cap * sizeof(*r));
+	int64_t d;
 
-	if (cap == 0 || (r = malloc((size_t)cap * sizeof(*r))) == NULL)
-		return -ENOMEM;
+	if (!r)
+		return 0;
 	for (uint32_t i = 0; i < t->q_len; i++)
 		r[i] = t->ring[(t->q_head + i) & t->q_mask];
-	bytes_add(t, (int64_t)(cap / 2) * (int64_t)sizeof(*r));
+	d = ((int64_t)cap - (int64_t)t->q_mask - 1) * (int64_t)sizeof(*r);
+	bytes_add(t, d);
 	free(t->ring);
 	t->ring = r;
 	t->q_head = 0;
 	t->q_mask = cap - 1;
-	return 0;
+	return d;
+}
+
+static int ring_grow(struct nat_table *t)
+{
+	uint32_t cap = (t->q_mask + 1) * 2;
+
+	return cap != 0 && ring_resize(t, cap) != 0 ? 0 : -ENOMEM;
 }
 
 static void q_publish(struct nat_table *t)
@@ -982,13 +996,15 @@ static uint32_t pow2_at_least(uint32_t v, uint32_t floor)
 }
 
 /* A map at most an eighth full shrinks to twice its count (at least BUCKETS_MIN), so a table
- * that grows again doubles a few times before it rehashes as often as it did. */
-static void map_shrink(struct nat_table *t, struct map *m, bool rev)
+ * that grows again doubles a few times before it rehashes as often as it did. Returns the
+ * bytes given back. */
+static size_t map_shrink(struct nat_table *t, struct map *m, bool rev)
 {
 	uint32_t n = pow2_at_least(m->count * 2, BUCKETS_MIN);
 
-	if ((uint64_t)m->count * 8 <= (uint64_t)m->mask + 1 && n < m->mask + 1)
-		map_resize(t, m, rev, n);
+	if ((uint64_t)m->count * 8 > (uint64_t)m->mask + 1 || n >= m->mask + 1)
+		return 0;
+	return (size_t)-map_resize(t, m, rev, n);
 }
 
 static bool in_chunk(const struct chunk *c, const struct nat_entry *e)
@@ -997,8 +1013,9 @@ static bool in_chunk(const struct chunk *c, const struct nat_entry *e)
 }
 
 /* Free the chunks of sh (lock held) whose every entry is on the free list, and shrink the heap
- * array to the capacity left. Live entries never move: their chunks stay, whole. */
-static void slab_trim(struct nat_table *t, struct fwd_shard *sh)
+ * array to the capacity left. Live entries never move: their chunks stay, whole. Returns the
+ * bytes given back. */
+static size_t slab_trim(struct nat_table *t, struct fwd_shard *sh)
 {
 	struct chunk **pc, *c;
 	struct nat_entry *e, **pe;
@@ -1006,7 +1023,7 @@ static void slab_trim(struct nat_table *t, struct fwd_shard *sh)
 	int64_t bytes = 0;
 
 	if (!sh->free)
-		return;
+		return 0;
 	/* One walk of the free list per chunk: a shard has few chunks (sizes double up to
 	 * CHUNK_MAX), and this runs once after a load, not per packet. */
 	for (c = sh->chunks; c; c = c->next) {
@@ -1036,7 +1053,7 @@ static void slab_trim(struct nat_table *t, struct fwd_shard *sh)
 		}
 	}
 	if (freed == 0)
-		return;
+		return 0;
 	bytes -= (int64_t)freed * (int64_t)(sizeof(struct nat_entry) + sizeof(struct heap_node));
 	sh->capacity -= freed;
 	assert(sh->heap_len <= sh->capacity);
@@ -1050,26 +1067,21 @@ static void slab_trim(struct nat_table *t, struct fwd_shard *sh)
 			sh->heap = h; /* else the larger array stays: never less than capacity */
 	}
 	bytes_add(t, bytes);
+	return (size_t)-bytes;
 }
 
 /* Under qlock: a ring at most a quarter full shrinks to twice what it holds (at least
- * RING_MIN), oldest first at index 0. */
-static void ring_shrink(struct nat_table *t)
+ * RING_MIN). Returns the bytes given back. */
+static size_t ring_shrink(struct nat_table *t)
 {
 	uint32_t cap = pow2_at_least(t->q_len * 2, RING_MIN);
-	struct qrec *r;
+	int64_t d;
 
-	if ((uint64_t)t->q_len * 4 > (uint64_t)t->q_mask + 1 || cap >= t->q_mask + 1 ||
-	    (r = malloc((size_t)cap * sizeof(*r))) == NULL)
-		return;
-	for (uint32_t i = 0; i < t->q_len; i++)
-		r[i] = t->ring[(t->q_head + i) & t->q_mask];
-	bytes_add(t, ((int64_t)cap - (int64_t)t->q_mask - 1) * (int64_t)sizeof(*r));
-	free(t->ring);
-	t->ring = r;
-	t->q_head = 0;
-	t->q_mask = cap - 1;
+	if ((uint64_t)t->q_len * 4 > (uint64_t)t->q_mask + 1 || cap >= t->q_mask + 1)
+		return 0;
+	d = ring_resize(t, cap);
 	q_publish(t);
+	return (size_t)-d;
 }
 
 /* The owner map's resident pages that are all zero, discarded: no claim, mapped or resting,
@@ -1108,28 +1120,26 @@ static void owner_trim(struct nat_table *t)
 
 size_t nat_trim(struct nat_table *t, bool exclusive)
 {
-	uint64_t before = atomic_load_explicit(&t->bytes, memory_order_relaxed);
-	uint64_t after;
+	size_t freed = 0;
 
 	for (int i = 0; i < NAT_SHARDS; i++) {
 		struct fwd_shard *sh = &t->fwd[i];
 		struct rev_shard *rs = &t->rev[i];
 
 		pthread_mutex_lock(&sh->lock);
-		slab_trim(t, sh);
-		map_shrink(t, &sh->map, false);
+		freed += slab_trim(t, sh);
+		freed += map_shrink(t, &sh->map, false);
 		pthread_mutex_unlock(&sh->lock);
 		pthread_mutex_lock(&rs->lock);
-		map_shrink(t, &rs->map, true);
+		freed += map_shrink(t, &rs->map, true);
 		pthread_mutex_unlock(&rs->lock);
 	}
 	pthread_mutex_lock(&t->qlock);
-	ring_shrink(t);
+	freed += ring_shrink(t);
 	pthread_mutex_unlock(&t->qlock);
 	if (exclusive)
 		owner_trim(t);
-	after = atomic_load_explicit(&t->bytes, memory_order_relaxed);
-	return before > after ? (size_t)(before - after) : 0;
+	return freed;
 }
 
 /* ---- table lifecycle --------------------------------------------------------------------- */

@@ -5,9 +5,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <event2/event.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -23,6 +20,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/rss.h"
 #include "core/sysfile.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/stream.h"
@@ -168,10 +166,14 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
  * resting tuple) after any use, a one-shot timer TRIM_DELAY_MS later gives the spare back
  * (nat_trim) and the heap's free pages with it. Purges run only while entries expire or
  * tuples rest, so an idle table never wakes for this. */
+static uint64_t nat_live(const struct nat_stats *n)
+{
+	return n->entries[NAT_HALF_OPEN] + n->entries[NAT_ACTIVE] + n->entries[NAT_CLOSING];
+}
+
 static bool trim_due(const struct sys_stack *st, const struct nat_stats *n)
 {
-	uint64_t live = n->entries[NAT_HALF_OPEN] + n->entries[NAT_ACTIVE] +
-			n->entries[NAT_CLOSING];
+	uint64_t live = nat_live(n);
 
 	if (live == 0 && n->quarantine == 0)
 		return st->trim_peak > 0 || st->trim_qpeak > 0;
@@ -192,11 +194,9 @@ static void on_trim(evutil_socket_t fd, short what, void *arg)
 
 		ctr_inc(&st->ctr.nat_trims);
 		ctr_add(&st->ctr.nat_trimmed_bytes, freed);
-#ifdef __GLIBC__
-		malloc_trim(0);
-#endif
+		rss_heap_trim();
 	}
-	st->trim_peak = n.entries[NAT_HALF_OPEN] + n.entries[NAT_ACTIVE] + n.entries[NAT_CLOSING];
+	st->trim_peak = nat_live(&n);
 	st->trim_qpeak = n.quarantine;
 }
 
@@ -204,12 +204,10 @@ static void maybe_trim(struct sys_stack *st)
 {
 	static const struct timeval delay = { TRIM_DELAY_MS / 1000, (TRIM_DELAY_MS % 1000) * 1000 };
 	struct nat_stats n;
-	uint64_t live;
 
 	nat_get_stats(st->nat, &n);
-	live = n.entries[NAT_HALF_OPEN] + n.entries[NAT_ACTIVE] + n.entries[NAT_CLOSING];
-	if (live > st->trim_peak)
-		st->trim_peak = live;
+	if (nat_live(&n) > st->trim_peak)
+		st->trim_peak = nat_live(&n);
 	if (n.quarantine > st->trim_qpeak)
 		st->trim_qpeak = n.quarantine;
 	if (!st->stopped && trim_due(st, &n) && !evtimer_pending(st->trim_ev, NULL))

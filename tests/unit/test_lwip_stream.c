@@ -239,6 +239,21 @@ static size_t app_receive(uint8_t *out, size_t cap, bool *fin)
 	return got;
 }
 
+/* Write len bytes of in (all accepted), then the app receives and acknowledges them into out,
+ * the loop pumped between reads, at most rounds times: they arrive whole and intact. */
+static void expect_delivered(const uint8_t *in, uint8_t *out, size_t len, int rounds)
+{
+	size_t got = 0;
+
+	cr_assert_eq(stream_write(E.s, in, len), (ssize_t)len);
+	for (int round = 0; round < rounds && got < len; round++) {
+		got += app_receive(out + got, len - got, NULL);
+		pump();
+	}
+	cr_assert_eq(got, len);
+	cr_assert_arr_eq(out, in, len);
+}
+
 /* ---- the stream's owner -------------------------------------------------------------------------- */
 
 static void on_readable(void *arg)
@@ -526,17 +541,10 @@ Test(lwip_stream, write_64k_is_accepted_and_delivered)
 {
 	const size_t len = 65536;
 	uint8_t *in = test_alloc(len), *out = test_alloc(len);
-	size_t got = 0;
 
 	handshake();
 	fill(in, len, 4);
-	cr_assert_eq(stream_write(E.s, in, len), (ssize_t)len);
-	for (int round = 0; round < 200 && got < len; round++) {
-		got += app_receive(out + got, len - got, NULL);
-		pump();
-	}
-	cr_assert_eq(got, len);
-	cr_assert_arr_eq(out, in, len);
+	expect_delivered(in, out, len, 200);
 }
 
 /* write() takes at most the send buffer; then -EAGAIN until the app acknowledges, when
@@ -621,19 +629,11 @@ Test(lwip_stream, writable_waits_for_the_low_water_room)
 	uint32_t base, all;
 	ssize_t n;
 
-	size_t got = 0;
-
 	handshake();
 	fill(in, len, 7);
 	/* A first send buffer, acknowledged as it comes: lwIP's congestion window opens to the
 	 * app's whole window. */
-	cr_assert_eq(stream_write(E.s, in, SNDBUF), (ssize_t)SNDBUF);
-	for (int round = 0; round < 2000 && got < SNDBUF; round++) {
-		got += app_receive(out + got, len - got, NULL);
-		pump();
-	}
-	cr_assert_eq(got, SNDBUF);
-	cr_assert_arr_eq(out, in, SNDBUF);
+	expect_delivered(in, out, SNDBUF, 2000);
 	cr_assert_eq(stream_write_room(E.s), SNDBUF, "a lone stream: the whole send buffer");
 	n = stream_write(E.s, in, len);
 	cr_assert_eq(n, (ssize_t)SNDBUF, "accepted %zd", n);

@@ -465,6 +465,16 @@ static void expect_intact(const struct peer *from, const struct peer *to)
 	cr_assert_eq(hash_final(&to->rx), hash_final(&from->tx), "payload differs");
 }
 
+/* Run until both peers saw EOF and the relay ended, then: every byte arrived both ways, and
+ * the relay ended as done. */
+static void run_to_done_intact(struct h *h, int timeout_ms)
+{
+	cr_assert(run_until(all_done, h, timeout_ms));
+	expect_intact(h->a, h->b);
+	expect_intact(h->b, h->a);
+	cr_assert_eq(h->reason, RELAY_DONE);
+}
+
 TestSuite(relay, .init = setup, .fini = suite_fini, .timeout = 120);
 
 /* ---- bulk: 20 MiB each way at once --------------------------------------------------------- */
@@ -1143,10 +1153,7 @@ Test(relay, fd_budget_exhausted_falls_back_to_copy)
 	h.a->shut_when_sent = h.b->shut_when_sent = true;
 	peer_start(h.a);
 	peer_start(h.b);
-	cr_assert(run_until(all_done, &h, 10000));
-	expect_intact(h.a, h.b);
-	expect_intact(h.b, h.a);
-	cr_assert_eq(h.reason, RELAY_DONE);
+	run_to_done_intact(&h, 10000);
 	cr_assert_eq(h.st.splice_bytes, 0);
 	cr_assert_eq(h.st.copy_bytes, 4 * MIB);
 	cr_assert(!h.st.splice[RELAY_UP] && !h.st.splice[RELAY_DOWN]);
@@ -1203,10 +1210,7 @@ Test(relay, buffer_pool_exhausted_waits_then_resumes)
 	cr_assert(ctr_get(&E.ctr.buf_waits) < 20, "retries are paced, not spinning: %llu",
 		  (unsigned long long)ctr_get(&E.ctr.buf_waits));
 	peer_resume(h.b);
-	cr_assert(run_until(all_done, &h, 20000));
-	expect_intact(h.a, h.b);
-	expect_intact(h.b, h.a);
-	cr_assert_eq(h.reason, RELAY_DONE);
+	run_to_done_intact(&h, 20000);
 	h_fini(&h);
 }
 
@@ -1229,10 +1233,7 @@ Test(relay, buffer_budget_spent_passes_through)
 	h.b->shut_when_sent = true;
 	peer_start(h.a);
 	peer_start(h.b);
-	cr_assert(run_until(all_done, &h, 20000));
-	expect_intact(h.a, h.b);
-	expect_intact(h.b, h.a);
-	cr_assert_eq(h.reason, RELAY_DONE);
+	run_to_done_intact(&h, 20000);
 	cr_assert_eq(h.st.copy_bytes, 8 * MIB);
 	bufpool_get_stats(E.bufs, &bs);
 	cr_assert_eq(bs.gets, 0, "no buffer was ever handed out");
@@ -1347,10 +1348,7 @@ Test(relay, stream_without_fd_uses_copy)
 	h_relay(&h, nofd_wrap(inner), sb, &o);
 	peer_start(h.a);
 	peer_start(h.b);
-	cr_assert(run_until(all_done, &h, 10000));
-	expect_intact(h.a, h.b);
-	expect_intact(h.b, h.a);
-	cr_assert_eq(h.reason, RELAY_DONE);
+	run_to_done_intact(&h, 10000);
 	cr_assert_eq(h.st.splice_bytes, 0);
 	cr_assert_eq(h.st.copy_bytes, 8 * MIB);
 	cr_assert_eq(ctr_get(&E.ctr.pipe_fallbacks), 0, "copy was chosen, not fallen back to");
@@ -1506,10 +1504,7 @@ Test(relay, reads_no_more_than_the_destination_room)
 	h_relay(&h, &y->w.s, sb, &o);
 	peer_start(h.a);
 	peer_start(h.b);
-	cr_assert(run_until(all_done, &h, 20000));
-	expect_intact(h.a, h.b);
-	expect_intact(h.b, h.a);
-	cr_assert_eq(h.reason, RELAY_DONE);
+	run_to_done_intact(&h, 20000);
 	cr_assert_eq(h.st.splice_bytes, 0, "no fd on one side: copy");
 	cr_assert_gt(t.writes, 1 * MIB / ROOMY_MAX, "the room paced the download");
 	cr_assert_eq(t.over, 0, "%llu of %llu writes offered more than the room",
