@@ -621,7 +621,7 @@ Test(l3policy, loop_detection)
 	close(tfd);
 	cr_assert_eq(classify_one(&p, K_TCP, "198.18.0.1", tp, "10.9.0.1", 443, SYN, &c),
 		     L3POLICY_TCP);
-	cr_assert_eq(atomic_load(&test_lg->tab[0][0][tp]), 0);
+	cr_assert_eq(loopguard_entry(test_lg, 0, 0, tp), 0);
 	cr_assert_eq(ctr_get(&c.drop_loop), 2);
 	close(ufd);
 	close(t6fd);
