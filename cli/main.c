@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "core/config.h"
+#include "core/evmem.h"
 
 struct subcommand {
 	const char *name;
@@ -175,6 +176,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "twinstack: unknown %s '%s' (see 'twinstack --help')\n",
 			argv[1][0] == '-' ? "option" : "command", argv[1]);
 		return EXIT_USAGE;
+	}
+	/* libevent's per-descriptor records off the heap (core/evmem.h). */
+	if (evmem_install() != 0) {
+		/* no region: libevent keeps malloc, which costs memory after a load, nothing else */
 	}
 	int ret = sc->run(argc - 1, argv + 1);
 	/* Output that never reached its destination (a full disk, a closed pipe) is a failure. */
