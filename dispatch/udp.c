@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/bufpool.h"
+#include "core/slab.h"
 #include "core/clock.h"
 #include "core/counter.h"
 #include "core/loopguard.h"
@@ -218,7 +219,10 @@ static void sock_close(struct udp_path *up, struct usock *k)
 			budget_mfree(up->b, a->names);
 	}
 	budget_fd_release(up->b, k->s5 ? 2 : 1);
-	budget_mfree(up->b, k);
+	if (k->s5)
+		budget_mfree(up->b, k);
+	else
+		slab_put(up->sock_slab, k);
 	udp_gauge_dec(&up->ctr.sockets);
 }
 
@@ -274,7 +278,7 @@ static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const
 		goto fail_fd;
 	if (t->dns && dns_connect(fd, cfg) != 0)
 		goto fail_close;
-	k = budget_calloc(up->b, 1, up->ev_off + up->evsize);
+	k = slab_zalloc(up->sock_slab);
 	if (!k)
 		goto fail_close;
 	k->s = s;
@@ -290,7 +294,7 @@ static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const
 		k->gro = setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0;
 	}
 	if (udp_sock_setup(up, k, fd) != 0) {
-		budget_mfree(up->b, k);
+		slab_put(up->sock_slab, k);
 		goto fail_close;
 	}
 	SLIST_INSERT_HEAD(&s->socks, k, link);
@@ -571,7 +575,7 @@ static struct udp_session *session_new(struct udp_path *up, const struct skey *k
 		udp_count_drop(up, UDP_DROP_no_session_budget);
 		return NULL;
 	}
-	s = budget_calloc(up->b, 1, sizeof(*s));
+	s = slab_zalloc(up->sess_slab);
 	if (!s) {
 		budget_udp_release(up->b);
 		udp_count_drop(up, UDP_DROP_no_session_budget);
@@ -621,7 +625,7 @@ void udp_session_free(struct udp_path *up, struct udp_session *s)
 	udp_name_forget(up, s);
 	if (s->dns)
 		budget_mfree(up->b, s->dns);
-	budget_mfree(up->b, s);
+	slab_put(up->sess_slab, s);
 	budget_udp_release(up->b);
 	udp_gauge_dec(&up->ctr.sessions);
 }
@@ -1368,6 +1372,9 @@ static int path_alloc(struct udp_path *up, const struct ts_config *cfg)
 	up->evsize = event_get_struct_event_size();
 	up->ev_off = (sizeof(struct usock) + 15) / 16 * 16;
 	up->s5_ev_off = (sizeof(struct s5sock) + 15) / 16 * 16;
+	if ((ret = slab_new(up->b, sizeof(struct udp_session), &up->sess_slab)) != 0 ||
+	    (ret = slab_new(up->b, up->ev_off + up->evsize, &up->sock_slab)) != 0)
+		return ret;
 	up->nbuckets = UDP_BUCKETS_MIN;
 	up->buckets = budget_calloc(up->b, up->nbuckets, sizeof(*up->buckets));
 	if (!up->buckets)
@@ -1456,6 +1463,8 @@ void udp_path_free(struct udp_path *up)
 		budget_mfree(up->b, up->s5buf);
 	resolver_free(up->own_resolver);
 	bufpool_free(up->pool);
+	slab_free(up->sess_slab);
+	slab_free(up->sock_slab);
 	cfg_gens_fini(&up->gens); /* after the last session: releases what was replaced */
 	free(up);
 }

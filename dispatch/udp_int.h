@@ -200,8 +200,9 @@ struct udp_path {
 	struct event_base *base;
 	struct cfg_gens gens;              /* new sessions hold gens.cur */
 	struct budget *b;
-	/* A socket's read event lives in the socket's own block, evsize bytes at ev_off (a
-	 * direct socket) or s5_ev_off (an association): one heap block per socket. */
+	/* Sessions and direct sockets (each with its read event inside, evsize bytes at
+	 * ev_off): packed in slabs of their own, off the heap (core/slab.h). */
+	struct slab *sess_slab, *sock_slab;
 	size_t evsize, ev_off, s5_ev_off;
 	tun_tx_fn tx;
 	tun_tx_meta_fn tx_meta;            /* trains (UDP GSO writes), or NULL */
