@@ -81,11 +81,15 @@ struct chunk {
 	struct nat_entry e[];
 };
 
-/* A chained hash table; buckets a power of two, doubled when count exceeds them (load > 1). */
+/* A chained hash table; buckets a power of two, doubled when count exceeds them (load > 1).
+ * At its smallest (BUCKETS_MIN) it uses the buckets inside it: a trim shrinks most maps of an
+ * emptied table to that size, and their bucket arrays, made while the heap is full of a
+ * load's holes, would each pin a page of it. */
 struct map {
-	struct nat_entry **b;
+	struct nat_entry **b;        /* mini, or a heap array of mask + 1 */
 	uint32_t mask;
 	uint32_t count;
+	struct nat_entry *mini[BUCKETS_MIN];
 };
 
 struct fwd_shard {
@@ -379,13 +383,18 @@ static inline uint32_t bucket_hash(const struct nat_table *t, const struct nat_e
 
 static int map_init(struct nat_table *t, struct map *m)
 {
-	m->b = calloc(BUCKETS_MIN, sizeof(*m->b));
-	if (!m->b)
-		return -ENOMEM;
+	memset(m->mini, 0, sizeof(m->mini));
+	m->b = m->mini;
 	m->mask = BUCKETS_MIN - 1;
 	m->count = 0;
 	bytes_add(t, BUCKETS_MIN * sizeof(*m->b));
 	return 0;
+}
+
+static void map_free_buckets(struct map *m)
+{
+	if (m->b != m->mini)
+		free(m->b);
 }
 
 /* Rehash m into n buckets (a power of two). Returns the change of the table's bytes. A failed
@@ -396,8 +405,12 @@ static int64_t map_resize(struct nat_table *t, struct map *m, bool rev, uint32_t
 	struct nat_entry **nb, *e, *next;
 	int64_t d;
 
-	if ((nb = calloc(n, sizeof(*nb))) == NULL)
+	if (n == BUCKETS_MIN && m->b != m->mini) {
+		nb = m->mini;
+		memset(nb, 0, sizeof(m->mini));
+	} else if ((nb = calloc(n, sizeof(*nb))) == NULL) {
 		return 0;
+	}
 	for (uint32_t i = 0; i <= m->mask; i++) {
 		for (e = m->b[i]; e; e = next) {
 			struct nat_entry **slot = &nb[bucket_hash(t, e, rev) & (n - 1)];
@@ -409,7 +422,7 @@ static int64_t map_resize(struct nat_table *t, struct map *m, bool rev, uint32_t
 	}
 	d = ((int64_t)n - (int64_t)m->mask - 1) * (int64_t)sizeof(*nb);
 	bytes_add(t, d);
-	free(m->b);
+	map_free_buckets(m);
 	m->b = nb;
 	m->mask = n - 1;
 	return d;
@@ -1288,8 +1301,8 @@ void nat_table_free(struct nat_table *t)
 			free(c);
 		}
 		free(sh->heap);
-		free(sh->map.b);
-		free(t->rev[i].map.b);
+		map_free_buckets(&sh->map);
+		map_free_buckets(&t->rev[i].map);
 	}
 	for (int f = 0; f < 2; f++)
 		if (t->owner[f])
