@@ -17,6 +17,7 @@
 #include "core/clock.h"
 #include "core/csum.h"
 #include "core/pkt.h"
+#include "core/rss.h"
 #include "core/tun.h"
 
 /* struct virtio_net_hdr (linux/virtio_net.h). tun_open sets TUNSETVNETLE, so its fields are
@@ -332,6 +333,11 @@ static void stop_reading(struct driver *d, int err)
 		event_del(d->ev);
 	if (d->ops->gone)
 		d->ops->gone(d->arg, err);
+}
+
+size_t driver_release_idle(struct driver *d)
+{
+	return rss_pages_release(d->buf, d->buf_size);
 }
 
 int driver_poll(struct driver *d)

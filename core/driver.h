@@ -127,6 +127,10 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 	__attribute__((warn_unused_result));
 void driver_free(struct driver *d);
 
+/* Give back the pages of the read buffer (nothing waits in it between batches): for a quiet
+ * proxy; the next batch faults them in again. Call on the driver's own loop. Bytes given. */
+size_t driver_release_idle(struct driver *d);
+
 /* Read and process up to DRIVER_BATCH packets now, as a readiness edge does (tests; the loop
  * calls it itself). Returns the number of packets read. */
 int driver_poll(struct driver *d);

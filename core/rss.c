@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* Parse "<blanks><digits><blanks>kB" starting at p (end = one past the line's last byte) into
@@ -125,4 +126,15 @@ void rss_heap_trim(void)
 #ifdef __GLIBC__
 	malloc_trim(0);
 #endif
+}
+
+size_t rss_pages_release(void *p, size_t len)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1);
+	uintptr_t b = ((uintptr_t)p + len) & ~(page - 1);
+
+	if (!p || b <= a || madvise((void *)a, b - a, MADV_DONTNEED) != 0)
+		return 0;
+	return b - a;
 }

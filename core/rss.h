@@ -36,4 +36,9 @@ int rss_sample_path(const char *path, struct rss_info *out) __attribute__((warn_
  * arena, not only at the top). A no-op without glibc. */
 void rss_heap_trim(void);
 
+/* Give back the whole pages inside [p, p + len) (MADV_DONTNEED): they read as zero when next
+ * touched, which faults them in again. For a buffer whose bytes do not matter between uses
+ * (nothing in it is waiting), on a heap block or a mapping alike. Returns the bytes given. */
+size_t rss_pages_release(void *p, size_t len);
+
 #endif

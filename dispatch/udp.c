@@ -21,6 +21,7 @@
 #include "core/clock.h"
 #include "core/counter.h"
 #include "core/loopguard.h"
+#include "core/rss.h"
 #include "core/udp_codec.h"
 #include "dispatch/cfg_gen.h"
 #include "dispatch/route.h"
@@ -1440,6 +1441,15 @@ int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct bu
 	}
 	*out = up;
 	return 0;
+}
+
+size_t udp_path_release_idle(struct udp_path *up)
+{
+	size_t n = rss_pages_release(up->rxbuf, up->rxcap);
+
+	if (up->s5buf)
+		n += rss_pages_release(up->s5buf, up->s5cap);
+	return n;
 }
 
 void udp_path_free(struct udp_path *up)

@@ -195,6 +195,10 @@ int udp_path_set_trains(struct udp_path *up, tun_tx_meta_fn tx_meta, bool v4, bo
  * free the path. NULL is fine. */
 void udp_path_free(struct udp_path *up);
 
+/* Give back the pages of the receive and SOCKS5 buffers (nothing waits in them between
+ * callbacks): for a quiet proxy; the next datagrams fault them in again. Bytes given. */
+size_t udp_path_release_idle(struct udp_path *up);
+
 /* One packet read from the TUN, untouched (the driver's DRIVER_UDP verdict). now_ns is the
  * driver's CLOCK_MONOTONIC reading (core/clock.h). Never blocks; a datagram that cannot go
  * out is dropped and counted. The packet is not retained. */

@@ -30,6 +30,8 @@ static void on_quiet(evutil_socket_t fd, short what, void *arg)
 	}
 	m->armed = false;
 	m->bytes_trimmed = m->bytes;
+	for (unsigned i = 0; i < m->nhooks; i++)
+		m->hook[i].fn(m->hook[i].arg);
 	rss_heap_trim();
 	m->trims++;
 }
@@ -47,6 +49,16 @@ void memback_fini(struct memback *m)
 		event_free(m->ev);
 	m->ev = NULL;
 	m->armed = false;
+}
+
+int memback_on_quiet(struct memback *m, memback_hook_fn fn, void *arg)
+{
+	if (m->nhooks == MEMBACK_HOOKS)
+		return -ENOSPC;
+	m->hook[m->nhooks].fn = fn;
+	m->hook[m->nhooks].arg = arg;
+	m->nhooks++;
+	return 0;
 }
 
 void memback_note(struct memback *m, int64_t now_ns, uint64_t bytes)

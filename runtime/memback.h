@@ -11,6 +11,10 @@
  * otherwise calls malloc_trim(0). While traffic flows that is one wakeup a second at most; an
  * idle proxy, or one that sees only a trickle, never wakes for it.
  *
+ * Before the trim it calls the quiet hooks: the owners of large I/O buffers that a load
+ * touched from end to end (the TUN driver's read buffer, the UDP path's receive buffer) give
+ * their pages back there (rss_pages_release); the next load faults them in again.
+ *
  * Main loop only (queue 0's batch end and its timer).
  */
 #ifndef TS_RUNTIME_MEMBACK_H
@@ -25,8 +29,17 @@ struct event_base;
 #define MEMBACK_QUIET_NS 1000000000LL  /* no batch for this long: the load is over */
 #define MEMBACK_MIN_BYTES (1u << 20)    /* moved since the last trim: worth one */
 
+#define MEMBACK_HOOKS 4
+
+typedef void (*memback_hook_fn)(void *arg);
+
 struct memback {
 	struct event *ev;
+	struct {
+		memback_hook_fn fn;
+		void *arg;
+	} hook[MEMBACK_HOOKS];
+	unsigned nhooks;
 	bool armed;
 	int64_t last_ns;        /* the last batch */
 	uint64_t bytes;         /* queue 0's bytes at the last batch */
@@ -37,6 +50,10 @@ struct memback {
 /* 0 or -ENOMEM. */
 int memback_init(struct memback *m, struct event_base *base);
 void memback_fini(struct memback *m);
+
+/* fn(arg) runs on the main loop at each quiet trim, before malloc_trim. 0, or -ENOSPC. */
+int memback_on_quiet(struct memback *m, memback_hook_fn fn, void *arg)
+	__attribute__((warn_unused_result));
 
 /* After a batch of queue 0: its time and the bytes it has read and written so far. */
 void memback_note(struct memback *m, int64_t now_ns, uint64_t bytes);

@@ -362,6 +362,16 @@ static int drop_privileges(struct ts_proxy *p, char *err, size_t errlen)
 	return 0;
 }
 
+
+static void quiet_driver(void *arg)
+{
+	(void)driver_release_idle(arg);
+}
+
+static void quiet_udp(void *arg)
+{
+	(void)udp_path_release_idle(arg);
+}
 int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 {
 	int ret;
@@ -411,6 +421,13 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 		return ret;
 	}
 	udp_path_set_loopguard(p->udp, p->loopguard);
+	/* A quiet proxy gives back the pages of the main loop's large I/O buffers (queue 0's
+	 * read buffer, the UDP path's): a load touched them from end to end. */
+	if (memback_on_quiet(&p->memback, quiet_driver, p->driver) != 0 ||
+	    memback_on_quiet(&p->memback, quiet_udp, p->udp) != 0) {
+		snprintf(err, errlen, "proxy: memory back: too many hooks");
+		return -ENOSPC;
+	}
 	/* Replies in trains where the TUN takes UDP GSO writes; without the budget for the
 	 * larger receive buffer they go one by one, as on any other TUN. */
 	if (driver_offload(p->driver)) {

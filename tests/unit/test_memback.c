@@ -2,6 +2,7 @@
  * batches keep coming, one trim a second after the last batch, nothing armed after it (an idle
  * proxy never wakes for it), and a trickle does not arm it again. On the real clock and loop. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <event2/event.h>
 
 #include "core/clock.h"
@@ -51,6 +52,35 @@ Test(memback, one_trim_a_second_after_the_traffic_stops)
 	cr_expect(!m.armed);
 	run(base, &m, 1200, 0, NULL, 0);
 	cr_expect_eq(m.trims, 1);
+	memback_fini(&m);
+	event_base_free(base);
+}
+
+static void count_hook(void *arg)
+{
+	(*(int *)arg)++;
+}
+
+/* The quiet hooks run once per quiet trim, never while batches come; a fifth is refused. */
+Test(memback, hooks_run_at_the_quiet_trim)
+{
+	struct event_base *base = event_base_new();
+	struct memback m;
+	uint64_t bytes = 0;
+	int a = 0, b = 0;
+
+	cr_assert_eq(memback_init(&m, base), 0);
+	cr_assert_eq(memback_on_quiet(&m, count_hook, &a), 0);
+	cr_assert_eq(memback_on_quiet(&m, count_hook, &b), 0);
+	cr_assert_eq(memback_on_quiet(&m, count_hook, &b), 0);
+	cr_assert_eq(memback_on_quiet(&m, count_hook, &a), 0);
+	cr_expect_eq(memback_on_quiet(&m, count_hook, &a), -ENOSPC);
+	run(base, &m, 600, 50, &bytes, MEMBACK_MIN_BYTES / 2);
+	cr_expect_eq(a + b, 0, "a hook while traffic flowed");
+	run(base, &m, 1300, 0, NULL, 0);
+	cr_expect_eq(m.trims, 1);
+	cr_expect_eq(a, 2);
+	cr_expect_eq(b, 2);
 	memback_fini(&m);
 	event_base_free(base);
 }

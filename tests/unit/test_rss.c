@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/rss.h"
 #include "testutil.h"
@@ -136,4 +138,48 @@ Test(rss_sample, missing_file_is_an_errno)
 
 	cr_assert_eq(rss_sample_path("/nonexistent/status", &r), -ENOENT);
 	cr_assert_eq(rss_sample_path("/proc/self/stat", &r), -ENOENT); /* no VmRSS there */
+}
+
+static size_t resident_pages(void *p, size_t len)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)(page - 1);
+	size_t n = ((uintptr_t)p + len - a + (size_t)page - 1) / (size_t)page, r = 0;
+	unsigned char v[64];
+
+	cr_assert_leq(n, sizeof(v));
+	cr_assert_eq(mincore((void *)a, n * (size_t)page, v), 0);
+	for (size_t i = 0; i < n; i++)
+		r += v[i] & 1;
+	return r;
+}
+
+/* A buffer's whole inner pages go back and read as zero; its edges (shared with the heap's
+ * other blocks and headers) keep their bytes; the buffer stays usable. */
+Test(rss_pages_release, gives_back_the_inner_pages)
+{
+	enum { LEN = 100000 };
+	uint8_t *b = malloc(LEN);
+	long page = sysconf(_SC_PAGESIZE);
+
+	cr_assert_not_null(b);
+	memset(b, 0x77, LEN);
+	size_t before = resident_pages(b, LEN);
+	size_t given = rss_pages_release(b, LEN);
+	size_t after = resident_pages(b, LEN);
+
+	cr_expect_geq(given, (size_t)(LEN - 2 * page), "given %zu", given);
+	cr_expect_eq(given % (size_t)page, 0);
+	cr_expect_eq(before - after, given / (size_t)page, "resident %zu -> %zu", before, after);
+	cr_expect_eq(b[0], 0x77, "the first page is shared: kept");
+	cr_expect_eq(b[LEN - 1], 0x77, "the last page is shared: kept");
+	size_t inner = (size_t)(((uintptr_t)b + (uintptr_t)page - 1) / (uintptr_t)page *
+				(uintptr_t)page - (uintptr_t)b);
+	cr_expect_eq(b[inner], 0, "an inner page reads as zero");
+	memset(b, 0x11, LEN);
+	cr_expect_eq(b[inner], 0x11);
+	free(b);
+	cr_expect_eq(rss_pages_release(NULL, 5000), 0);
+	uint8_t small[100];
+	cr_expect_eq(rss_pages_release(small, sizeof(small)), 0, "no whole page inside");
 }
