@@ -9,11 +9,14 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "core/config.h"
 #include "core/evmem.h"
+#include "core/rss.h"
 
 struct subcommand {
 	const char *name;
@@ -156,6 +159,23 @@ static int cmd_help(int argc, char **argv)
 	return EXIT_OK;
 }
 
+/* The proxy runs without glibc's per-thread cache of freed small blocks (core/rss.h): after a
+ * load its blocks pinned a page each, and the cache can only be switched off when the process
+ * starts. So `run` executes itself again, once, with the setting added to GLIBC_TUNABLES,
+ * unless the environment already sizes the cache (that choice is kept; it also ends the
+ * recursion). If anything fails the proxy runs as it is, with the cache. */
+static void reexec_without_tcache(char **argv)
+{
+	char val[1024];
+
+	if (rss_tunables_tcache_off(getenv("GLIBC_TUNABLES"), val, sizeof(val)) != 0 ||
+	    setenv("GLIBC_TUNABLES", val, 1) != 0)
+		return;
+	execv("/proc/self/exe", argv);
+	/* exec failed: the proxy runs with the cache (the variable, left set, only sizes the
+	 * caches of programs it may start) */
+}
+
 int main(int argc, char **argv)
 {
 	const struct subcommand *sc;
@@ -177,6 +197,8 @@ int main(int argc, char **argv)
 			argv[1][0] == '-' ? "option" : "command", argv[1]);
 		return EXIT_USAGE;
 	}
+	if (strcmp(argv[1], "run") == 0)
+		reexec_without_tcache(argv);
 	/* libevent's per-descriptor records off the heap (core/evmem.h). */
 	if (evmem_install() != 0) {
 		/* no region: libevent keeps malloc, which costs memory after a load, nothing else */

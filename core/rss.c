@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -137,4 +138,17 @@ size_t rss_pages_release(void *p, size_t len)
 	if (!p || b <= a || madvise((void *)a, b - a, MADV_DONTNEED) != 0)
 		return 0;
 	return b - a;
+}
+
+int rss_tunables_tcache_off(const char *old, char *out, size_t cap)
+{
+	int n;
+
+	if (old && strstr(old, "glibc.malloc.tcache_count=") != NULL)
+		return 1;
+	if (old && *old)
+		n = snprintf(out, cap, "%s:%s", old, RSS_TCACHE_OFF);
+	else
+		n = snprintf(out, cap, "%s", RSS_TCACHE_OFF);
+	return n < 0 || (size_t)n >= cap ? -ENOSPC : 0;
 }

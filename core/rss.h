@@ -41,4 +41,15 @@ void rss_heap_trim(void);
  * (nothing in it is waiting), on a heap block or a mapping alike. Returns the bytes given. */
 size_t rss_pages_release(void *p, size_t len);
 
+/* glibc's per-thread cache of freed small blocks (tcache) keeps up to 7 blocks of each size for
+ * the thread that freed them; malloc_trim leaves them in place, and after a load each one pins
+ * the page it is on. The cache can be sized only when the process starts, through the
+ * GLIBC_TUNABLES environment variable. rss_tunables_tcache_off writes into out (cap bytes)
+ * the value of GLIBC_TUNABLES that keeps old's settings (old may be NULL) and switches the
+ * cache off: 0. 1 when old already sets glibc.malloc.tcache_count (the caller's choice wins:
+ * out untouched); -ENOSPC when out is too small. Pure. */
+#define RSS_TCACHE_OFF "glibc.malloc.tcache_count=0"
+int rss_tunables_tcache_off(const char *old, char *out, size_t cap)
+	__attribute__((warn_unused_result));
+
 #endif

@@ -183,3 +183,24 @@ Test(rss_pages_release, gives_back_the_inner_pages)
 	uint8_t small[100];
 	cr_expect_eq(rss_pages_release(small, sizeof(small)), 0, "no whole page inside");
 }
+
+Test(rss_tunables, the_cache_is_switched_off_and_other_settings_kept)
+{
+	char out[128];
+
+	cr_assert_eq(rss_tunables_tcache_off(NULL, out, sizeof(out)), 0);
+	cr_expect_str_eq(out, "glibc.malloc.tcache_count=0");
+	cr_assert_eq(rss_tunables_tcache_off("", out, sizeof(out)), 0);
+	cr_expect_str_eq(out, "glibc.malloc.tcache_count=0");
+	cr_assert_eq(rss_tunables_tcache_off("glibc.malloc.arena_max=2", out, sizeof(out)), 0);
+	cr_expect_str_eq(out, "glibc.malloc.arena_max=2:glibc.malloc.tcache_count=0");
+	/* The caller's own size wins (and a second start does not add it again). */
+	strcpy(out, "untouched");
+	cr_expect_eq(rss_tunables_tcache_off("glibc.malloc.tcache_count=7", out, sizeof(out)), 1);
+	cr_expect_eq(rss_tunables_tcache_off("a=1:glibc.malloc.tcache_count=0", out, sizeof(out)),
+		     1);
+	cr_expect_str_eq(out, "untouched");
+	cr_expect_eq(rss_tunables_tcache_off("glibc.malloc.arena_max=2", out, 20), -ENOSPC);
+	cr_expect_eq(rss_tunables_tcache_off(NULL, out, 27), -ENOSPC, "no room for the NUL");
+	cr_expect_eq(rss_tunables_tcache_off(NULL, out, 28), 0);
+}
