@@ -78,6 +78,8 @@ class Launcher:
         if subj.kind == "redirect":
             if not self.binary.has_redirect:
                 return "`twinstack redirect` not in this binary"
+            if subj.via_socks5 and not self.binary.redirect_socks5:
+                return "`twinstack redirect --socks5` not in this binary"
             if not shutil.which("nft"):
                 return "nft not installed (Debian package nftables)"
         return None
@@ -110,12 +112,15 @@ class Launcher:
     def start_redirect(self, subj):
         """`twinstack redirect` on A's loopback, then the rule set that sends the target's TCP
         to it (the target stays routed over the veth: the rule needs a route to match). It has
-        no ready byte: ready is its listener in the kernel (10 s at most)."""
+        no ready byte: ready is its listener in the kernel (10 s at most). Via SOCKS5 its
+        outbound is the testbed's SOCKS5 server (CONNECT), from the same marked sockets."""
         self.tb.route_target_via_veth()
         t0 = time.monotonic()
         p = self.tb.spawn(self.tb.ns_a, [self.binary.path, "redirect", "--listen",
                                          "127.0.0.1:%d" % REDIR_PORT, "--mark", str(MARK),
-                                         "--stats", "127.0.0.1:%d" % STATS_PORT],
+                                         "--stats", "127.0.0.1:%d" % STATS_PORT] +
+                          (["--socks5", "%s:%d" % (B_VETH4, S5_PORT)] if subj.via_socks5
+                           else []),
                           "%s.log" % subj.slug)
         try:
             if not self.tb.wait_listen(self.tb.ns_a, "tcp", REDIR_PORT, fatal=False) or \

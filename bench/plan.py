@@ -120,8 +120,8 @@ class Plan:
         if self.ablation:
             return self.reps * len(self.bulk_cells) * len(self.subjects)
         if self.via:
-            return self.reps * sum(len(self.bulk_cells) + 1 + (1 if s.has_child else 0)
-                                   for s in self.subjects)
+            return self.reps * sum(len(self.bulk_cells) + (0 if s.tcp_only else 1) +
+                                   (1 if s.has_child else 0) for s in self.subjects)
         if self.sniff:
             return self.reps * 3 * len(self.subjects)
         per = 0

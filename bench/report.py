@@ -33,7 +33,7 @@ UNITS = {
     "own_1stream_fraction": "ratio", "conns_held": "connections", "rss_kb": "KiB",
     "rss_anon_kb": "KiB", "close_s": "s", "conn_errors": "attempts",
     "rss_anon_before_kb": "KiB", "in_trains_pct": "%", "train_len": "datagrams",
-    "testbed_cpu_us_per_echo": "us",
+    "testbed_cpu_us_per_echo": "us", "redirect_socks5_fraction": "ratio",
 }
 
 # Chart colours: one hue per stack (and the baselines), darker = faster I/O mode.
@@ -47,7 +47,8 @@ BAR_COLORS = {
     ("ceiling", "offload", 1): "#222222", ("redirect", "offload", 1): "#e377c2",
     ("redirect", "per-packet", 1): "#f7b6d2",
     ("socks5-client", "offload", 1): "#7f7f7f", ("system", "offload-socks5", 1): "#d62728",
-    ("lwip", "offload-socks5", 1): "#9467bd",
+    ("lwip", "offload-socks5", 1): "#9467bd", ("redirect", "offload-socks5", 1): "#e377c2",
+    ("redirect", "per-packet-socks5", 1): "#f7b6d2",
 }
 RSS_SLACK_KB = 1024     # a target: system peak RSS at 64 streams at most 1 MB above 1 stream
 SOCKS5_TARGET = 0.8     # --via socks5: a stack via SOCKS5 over the plain SOCKS5 client
@@ -302,11 +303,18 @@ class Report:
         return [("tcp_bulk", d, n, "throughput_gbps") for d, n in self.bulk_cells] + \
             [("udp_echo_64B", None, None, "pps")]
 
+    def redirect_via(self):
+        """The redirect baseline through the SOCKS5 server, or None (a run from before it)."""
+        return next((s for s in self.subjects
+                     if s.stack == "redirect" and s.io_mode.endswith("-socks5")), None)
+
     def socks5_pairs(self):
-        """(stack direct, stack via socks5) for each stack of a --via socks5 run, then
-        (None, subject) for each external subject (--subject: it was pointed at the same
-        SOCKS5 server by its own command line)."""
-        P = []
+        """(None, redirect via socks5) where the run has it, then (stack direct, stack via
+        socks5) for each stack of a --via socks5 run, then (None, subject) for each external
+        subject (--subject: it was pointed at the same SOCKS5 server by its own command line).
+        A pair with no direct subject is reported, not judged."""
+        rv = self.redirect_via()
+        P = [(None, rv)] if rv else []
         for s in self.subjects:
             if s.is_stack and s.io_mode.endswith("-socks5"):
                 P.append((self.find(s.stack, s.io_mode[:-len("-socks5")], s.queues), s))
@@ -324,6 +332,22 @@ class Report:
                 fr = [[r, a[r] / b[r]] for r in sorted(a) if r in b and b[r] > 0]
                 if fr:
                     self.dsamples[via.key + (wl, d, n, "plain_socks5_fraction")] = fr
+        # Each proxy through the server over the redirect baseline through it: how far from
+        # the cheapest terminating proxy in front of the same server (TCP only).
+        rv = self.redirect_via()
+        if rv is None:
+            return
+        for _, via in self.socks5_pairs():
+            if via is rv:
+                continue
+            for wl, d, n, metric in self.socks5_figures():
+                if wl != "tcp_bulk":
+                    continue
+                a = self.by_round(via, wl, d, n, metric)
+                b = self.by_round(rv, wl, d, n, metric)
+                fr = [[r, a[r] / b[r]] for r in sorted(a) if r in b and b[r] > 0]
+                if fr:
+                    self.dsamples[via.key + (wl, d, n, "redirect_socks5_fraction")] = fr
 
     def socks5_targets(self):
         """Each stack via SOCKS5 at least SOCKS5_TARGET of the plain SOCKS5 client, on the
@@ -874,6 +898,35 @@ class Report:
         with open(os.path.join(self.out, "report.md"), "w") as f:
             f.write("\n".join(L) + "\n")
 
+    def socks5_bound_table(self, L, pairs):
+        """The TCP cells against the redirect baseline through the same server: what the
+        cheapest terminating proxy reaches of the plain client (the bound for a TUN proxy,
+        which must end the application's TCP too), and each proxy as a fraction of it."""
+        rv = self.redirect_via()
+        if rv is None:
+            return
+        rest = [via for _, via in pairs if via is not rv]
+        L.append("## TCP bulk against the redirect baseline through the same server")
+        L.append("")
+        L.append("No TUN: nftables redirects iperf3's connections to `twinstack redirect "
+                 "--socks5`, which ends them and relays (splice) through a CONNECT to the "
+                 "same server. Any proxy that ends the application's TCP, a TUN proxy "
+                 "included, pays at least this on top of the plain client, so its column "
+                 "over the plain client is the most such a proxy can reach here.")
+        L.append("")
+        head = ["figure", "%s / plain" % rv.label] + ["%s / %s" % (v.label, rv.label)
+                                                       for v in rest]
+        L.append("| " + " | ".join(head) + " |")
+        L.append("|" + " --- |" * len(head))
+        for wl, d, n, metric in self.socks5_figures():
+            if wl != "tcp_bulk":
+                continue
+            c = ["TCP %s, %d stream%s" % (d, n, "s" if n > 1 else ""),
+                 fmt_stat(self.stat(rv, wl, d, n, "plain_socks5_fraction"), 3)]
+            c += [fmt_stat(self.stat(v, wl, d, n, "redirect_socks5_fraction"), 3) for v in rest]
+            L.append("| " + " | ".join(c) + " |")
+        L.append("")
+
     def write_socks5_report(self, meta, targets):
         pairs = self.socks5_pairs()
         plain = next((s for s in self.subjects if s.stack == "socks5-client"), None)
@@ -907,6 +960,7 @@ class Report:
                       fmt_stat(self.stat(via, wl, d, n, "plain_socks5_fraction"), 3)]
             L.append("| " + " | ".join(c) + " |")
         L.append("")
+        self.socks5_bound_table(L, pairs)
         L.append("## Targets (each stack via SOCKS5 at least %.1f of the plain SOCKS5 client, "
                  "on the medians of this run)" % SOCKS5_TARGET)
         L.append("")
@@ -936,6 +990,11 @@ class Report:
                  "relay with the RFC 1928 header, each echo back with it." % (
                      s5.get("tcp_client", "proxychains4 iperf3"), self.target,
                      s5.get("udp_client", "twinstack load udp --socks5")))
+        if self.redirect_via():
+            L.append("- redirect via socks5: no TUN. nftables in A redirects the target's TCP to "
+                     "`twinstack redirect --socks5 %s`: a kernel listener, the product's "
+                     "dispatcher, its SOCKS5 outbound (CONNECT, marked sockets) and splice "
+                     "relay. TCP only." % s5.get("address", "?"))
         L.append("- <stack>: `twinstack run`, outbound direct (the default run's subject). "
                  "<stack> via socks5: the same with one outbound `{\"type\": \"socks5\", "
                  "\"server\": \"%s\", \"udp\": true, \"routing_mark\": 1}` and "

@@ -243,8 +243,11 @@ class Rig:
             if subj.has_child:
                 time.sleep(SETTLE_S)
             self.bulk_cells(running)
-            self.tick("%s: udp echo" % subj.label)
-            self.wl.socks5_udp(subj)
+            if subj.tcp_only:
+                self.results.note_na(subj.label, "udp", "it carries TCP only")
+            else:
+                self.tick("%s: udp echo" % subj.label)
+                self.wl.socks5_udp(subj)
             if running.pid:
                 self.results.emit(subj, "run", None, None, "peak_rss_kb",
                                   self.wl.run_peak_kb(running.pid))

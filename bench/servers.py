@@ -32,6 +32,11 @@ class Binary:
         self.has_run = "run" in cmds
         self.has_reflect = "reflect" in cmds
         self.has_redirect = "redirect" in cmds
+        self.redirect_socks5 = False    # `twinstack redirect --socks5` exists
+        if self.has_redirect:
+            r = subprocess.run([path, "redirect", "--help"], capture_output=True, text=True,
+                               timeout=10)
+            self.redirect_socks5 = "--socks5" in r.stdout + r.stderr
         self.load_modes = set()
         self.load_socks5 = False    # `twinstack load udp --socks5` exists
         if "load" in cmds and not ablation:

@@ -173,9 +173,10 @@ def reflector_subject(offload, label=None):
     return Subject("reflector", "reflector", offload, label=label)
 
 
-def redirect_subject(offload, label="redirect"):
-    """The redirect baseline. It has no TUN, so offload only records the run's I/O mode."""
-    return Subject("redirect", "redirect", offload, label=label)
+def redirect_subject(offload, label="redirect", via_socks5=False):
+    """The redirect baseline. It has no TUN, so offload only records the run's I/O mode.
+    via_socks5: its outbound is the testbed's SOCKS5 server (`twinstack redirect --socks5`)."""
+    return Subject("redirect", "redirect", offload, label=label, via_socks5=via_socks5)
 
 
 def ab_subject(name, offload, side, binary):
@@ -242,9 +243,11 @@ def plan_ablation(stacks):
 
 def plan_socks5(stacks, offload):
     """--via socks5: no veth or reflector: the baseline here is the plain SOCKS5 client
-    through the same server; each stack runs direct (its usual figures) and via the
-    server."""
-    subjects = [Subject("socks5-client", "socks5-client", offload, label="plain socks5")]
+    through the same server; beside it the redirect baseline through the same server (the
+    cheapest terminating proxy in front of it: the bound for any TUN proxy that ends the
+    application's TCP); each stack runs direct (its usual figures) and via the server."""
+    subjects = [Subject("socks5-client", "socks5-client", offload, label="plain socks5"),
+                redirect_subject(offload, label="redirect via socks5", via_socks5=True)]
     for s in stacks:
         subjects += [stack_subject(s, offload, label=s),
                      stack_subject(s, offload, label=s + " via socks5", via_socks5=True)]

@@ -7,7 +7,10 @@
  * socket marked with --mark (which the rule set must exempt from the redirect), and the relay
  * (splice by default) carries the bytes with the product's budget, buffer and pipe pools,
  * timeouts and counters. So this and `run` differ only in how a connection reaches the
- * dispatcher: a TUN and a TCP/IP stack there, nftables and conntrack here.
+ * dispatcher: a TUN and a TCP/IP stack there, nftables and conntrack here. With --socks5 the
+ * one outbound is the product's SOCKS5 outbound instead (CONNECT through that server, from
+ * the same marked sockets): the cheapest terminating proxy in front of a SOCKS5 server, the
+ * bound a TUN proxy through that server is measured against.
  *
  *   app --connect(S:p)--> nft output hook: redirect to :PORT --> listener 127.0.0.1:PORT
  *   accept -> SO_ORIGINAL_DST = S:p -> dispatcher -> direct outbound, SO_MARK N -> S:p
@@ -79,7 +82,7 @@ struct rd_listener {
 
 struct redirector {
 	struct redirect_opts o;
-	struct ts_config cfg;         /* defaults, one direct outbound marked o.mark */
+	struct ts_config cfg;         /* defaults, one outbound (direct or socks5) marked o.mark */
 	struct log log;
 	struct event_base *base;
 	struct budget *budget;
@@ -95,6 +98,7 @@ void usage_redirect(FILE *out)
 {
 	fputs("usage: twinstack redirect (--listen [ADDR]:PORT | --listen6 [ADDR]:PORT)...\n"
 	      "                          --mark N [--relay splice|copy] [--stats ADDR:PORT]\n"
+	      "                          [--socks5 ADDR:PORT]\n"
 	      "\n"
 	      "The redirect baseline (docs/architecture.md \"Redirect baseline\"): no TUN.\n"
 	      "nftables redirects the applications' connections to a listener here; each one's\n"
@@ -128,6 +132,9 @@ void usage_redirect(FILE *out)
 	      "                              1-4294967295, decimal or 0x hex\n"
 	      "      --relay splice|copy     relay mode (default splice, as 'run')\n"
 	      "      --stats ADDR:PORT       GET /stats and /metrics on this loopback address\n"
+	      "      --socks5 ADDR:PORT      relay through this SOCKS5 server (CONNECT, no\n"
+	      "                              authentication; IPv6 as [ADDR]:PORT) instead of\n"
+	      "                              connecting directly; its sockets are marked N too\n"
 	      "  -h, --help                  this text\n",
 	      out);
 }
@@ -277,6 +284,7 @@ static void add_redirect(const struct redirector *r, struct stats_doc *d,
 	stats_doc_add_str(d, "redirect.relay_mode",
 			  r->o.relay == TS_RELAY_SPLICE ? "splice" : "copy");
 	stats_doc_gauge(d, "redirect.mark", r->o.mark);
+	stats_doc_add_str(d, "redirect.outbound", r->o.has_socks5 ? "socks5" : "direct");
 	stats_doc_counter(d, "redirect.accepted", c->accepted);
 	stats_doc_gauge(d, "redirect.active", ds->sessions_active);
 	stats_doc_counter(d, "redirect.connect_failed", ds->sessions_refused);
@@ -361,7 +369,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	event_base_loopbreak(r->base);
 }
 
-/* The configuration `run` would have with defaults and one outbound: direct, marked. Not
+/* The configuration `run` would have with defaults and one outbound, marked: direct, or with
+ * --socks5 a SOCKS5 outbound to that server (TCP only: nothing here receives UDP). Not
  * validated as a file is: it has no TUN, so no address of ours to refuse. */
 static int make_config(struct redirector *r)
 {
@@ -370,8 +379,18 @@ static int make_config(struct redirector *r)
 	config_init(&r->cfg);
 	if (!(ob = calloc(1, sizeof(*ob))))
 		return -ENOMEM;
-	snprintf(ob->tag, sizeof(ob->tag), "direct");
-	ob->type = TS_OUT_DIRECT;
+	if (r->o.has_socks5) {
+		snprintf(ob->tag, sizeof(ob->tag), "socks5");
+		ob->type = TS_OUT_SOCKS5;
+		ob->has_server = true;
+		ob->server.is_addr = true;
+		ob->server.addr = r->o.socks5.addr;
+		ob->server.port = r->o.socks5.port;
+		netaddr_format(&r->o.socks5.addr, ob->server.host, sizeof(ob->server.host));
+	} else {
+		snprintf(ob->tag, sizeof(ob->tag), "direct");
+		ob->type = TS_OUT_DIRECT;
+	}
 	ob->has_routing_mark = true;
 	ob->routing_mark = r->o.mark;
 	r->cfg.outbounds = ob;
@@ -409,7 +428,8 @@ static int probe_mark(struct redirector *r, char *err, size_t errlen)
 {
 	int fd, ret;
 
-	if ((ret = outbound_socket(&r->cfg.outbounds[0], 4, SOCK_STREAM, &fd)) != 0) {
+	if ((ret = outbound_socket(&r->cfg.outbounds[0], r->o.has_socks5 ? r->o.socks5.addr.family : 4,
+				   SOCK_STREAM, &fd)) != 0) {
 		snprintf(err, errlen, "redirect: an outbound socket with SO_MARK %u: %s", r->o.mark,
 			 strerror(-ret));
 		return ret;
@@ -542,6 +562,12 @@ static int take_stats(const char *s, struct redirect_opts *o)
 	return redirect_parse_stats(s, &o->stats);
 }
 
+static int take_socks5(const char *s, struct redirect_opts *o)
+{
+	o->has_socks5 = true;
+	return redirect_parse_socks5(s, &o->socks5);
+}
+
 static const struct {
 	const char *flag;
 	value_parser parse;
@@ -552,6 +578,7 @@ static const struct {
 	{ "--mark", take_mark, "1-4294967295 (decimal or 0x hex)" },
 	{ "--relay", take_relay, "splice or copy" },
 	{ "--stats", take_stats, "a loopback ADDR:PORT" },
+	{ "--socks5", take_socks5, "a server's ADDR:PORT or [ADDR]:PORT (an address, not a name)" },
 };
 
 /* 0 parsed, 1 --help shown, -1 bad usage (message printed). */
@@ -603,13 +630,15 @@ static int parse_args(int argc, char **argv, struct redirect_opts *o)
 
 static void log_ready(struct redirector *r)
 {
-	char a[NETADDR_EP_STRLEN], b[NETADDR_EP_STRLEN];
+	char a[NETADDR_EP_STRLEN], b[NETADDR_EP_STRLEN], s5[NETADDR_EP_STRLEN];
 
-	log_info(&r->log, "redirect: ready: listening on %s%s%s, mark %u, relay %s",
+	log_info(&r->log, "redirect: ready: listening on %s%s%s, mark %u, relay %s, outbound %s%s",
 		 r->o.has_listen4 ? netaddr_ep_format(&r->o.listen4, a, sizeof(a)) : "",
 		 r->o.has_listen4 && r->o.has_listen6 ? " and " : "",
 		 r->o.has_listen6 ? netaddr_ep_format(&r->o.listen6, b, sizeof(b)) : "", r->o.mark,
-		 r->o.relay == TS_RELAY_SPLICE ? "splice" : "copy");
+		 r->o.relay == TS_RELAY_SPLICE ? "splice" : "copy",
+		 r->o.has_socks5 ? "socks5 " : "direct",
+		 r->o.has_socks5 ? netaddr_ep_format(&r->o.socks5, s5, sizeof(s5)) : "");
 }
 
 int cmd_redirect(int argc, char **argv)

@@ -76,6 +76,20 @@ int redirect_parse_stats(const char *s, struct netaddr_ep *out)
 	return 0;
 }
 
+int redirect_parse_socks5(const char *s, struct netaddr_ep *out)
+{
+	static const uint8_t zero[16];
+
+	if (netaddr_parse_ep(s, out) != 0)
+		return -EINVAL;
+	if (out->addr.family == 4 && (memcmp(out->addr.a, zero, 4) == 0 ||
+				      (out->addr.a[0] & 0xf0) == 0xe0))
+		return -EINVAL; /* 0.0.0.0, 224.0.0.0/4 */
+	if (out->addr.family == 6 && (memcmp(out->addr.a, zero, 16) == 0 || out->addr.a[0] == 0xff))
+		return -EINVAL; /* ::, ff00::/8 */
+	return 0;
+}
+
 int redirect_session_key(const struct sockaddr_storage *peer, const struct sockaddr_storage *local,
 			 const struct sockaddr_storage *orig, struct flow_key *key)
 {

@@ -17,10 +17,11 @@
 
 /* What the command line asks for. */
 struct redirect_opts {
-	bool has_listen4, has_listen6, has_stats;
+	bool has_listen4, has_listen6, has_stats, has_socks5;
 	struct netaddr_ep listen4;   /* IPv4 listener (family 4) */
 	struct netaddr_ep listen6;   /* IPv6 listener (family 6) */
 	struct netaddr_ep stats;     /* the /stats endpoint, a loopback address */
+	struct netaddr_ep socks5;    /* the SOCKS5 server, with has_socks5 (else direct) */
 	uint32_t mark;               /* SO_MARK of the outbound sockets, 1..UINT32_MAX */
 	enum ts_relay_mode relay;
 };
@@ -41,6 +42,10 @@ int redirect_parse_relay(const char *s, enum ts_relay_mode *out);
 /* The stats endpoint: "ADDR:PORT" or "[ADDR]:PORT" on a loopback address (the counters
  * describe the user's traffic). 0 or -EINVAL. */
 int redirect_parse_stats(const char *s, struct netaddr_ep *out);
+
+/* A SOCKS5 server "ADDR:PORT" or "[ADDR]:PORT", an address literal (no name: nothing here
+ * resolves), neither the unspecified address nor a multicast one. 0 or -EINVAL. */
+int redirect_parse_socks5(const char *s, struct netaddr_ep *out);
 
 /* An accepted connection: peer is its source (accept), local the address it reached on our
  * listener (getsockname), orig the destination before the redirect (SO_ORIGINAL_DST /

@@ -158,6 +158,9 @@ redirect_bad --mark --listen :15001 --mark -1
 redirect_bad --mark --listen :15001 --mark 4294967296
 redirect_bad --relay --listen :15001 --mark 1 --relay zero-copy
 redirect_bad --relay --listen :15001 --mark 1 --relay
+redirect_bad --socks5 --listen :15001 --mark 1 --socks5 proxy.example:1080
+redirect_bad --socks5 --listen :15001 --mark 1 --socks5 0.0.0.0:1080
+redirect_bad --socks5 --listen :15001 --mark 1 --socks5
 redirect_bad --stats --listen :15001 --mark 1 --stats 10.0.0.1:9194
 redirect_bad "'extra'" --listen :15001 --mark 1 extra
 

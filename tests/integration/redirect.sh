@@ -18,7 +18,8 @@
 # a client connecting to the listener itself (refused: loop_refused), one connection accepted
 # per client connection (the marked outbound is not redirected again), a second proxy on the
 # same port (exit 1), the copy relay, SIGTERM (exit 0, the counters as JSON on stdout, an open
-# connection reset), no sanitizer report, the namespaces and rule set gone after cleanup.
+# connection reset), with --socks5 the same relay through microsocks (a download, and a reset
+# while no server listens), no sanitizer report, the namespaces and rule set gone after cleanup.
 # iperf3 -t 2 through the proxy is printed (no threshold).
 #
 # usage: redirect.sh [--bin PATH] [--keep] [-v]
@@ -402,6 +403,41 @@ copy_relay() {
 	echo "sha256 equal; $(tail -n 1 "$TMP/hold.out"); $e"
 }
 check "--relay copy: 32 MiB download; SIGTERM resets an open connection" copy_relay
+
+# --- through a SOCKS5 server (--socks5) -------------------------------------------------------
+# The same proxy with the SOCKS5 outbound: microsocks in S, started only after a first
+# connection found no server there (the client is reset at once, the failure counted); then a
+# download goes through it (sha256, the server's log names the original destination).
+S5=1081
+socks5_relay() {
+	local b a r e got
+	start_proxy splice --stats "127.0.0.1:$P_STATS" --socks5 "$SRV4:$S5" ||
+		{ echo "no start: $(tail -n 1 "$TMP/proxy.err")"; return 1; }
+	[ "$(stats | jq -r .redirect.outbound)" = socks5 ] || { echo "redirect.outbound not socks5"; return 1; }
+	b=$(stats) || return 1
+	r=$(inC timeout 10 "$PY" "$TMP/client.py" reset "$SRV4" 8003) || { echo "no server: $r"; return 1; }
+	a=$(stats) || return 1
+	e=$(expect_all "$b" "$a" redirect.accepted 1 redirect.connect_failed 1 sessions.total 1) ||
+		{ echo "no server: $e"; return 1; }
+	spawn "$NS_S" "$TMP/microsocks.log" microsocks -i "$SRV4" -p "$S5"
+	wait_until 100 0.1 listening "$NS_S" "$S5" || { echo "microsocks not listening"; return 1; }
+	b=$(stats) || return 1
+	got=$(download "$SRV4")
+	a=$(stats) || return 1
+	[ "$got" = "$BLOB_SHA" ] || { echo "sha256 ${got:0:16}, want ${BLOB_SHA:0:16}"; return 1; }
+	e=$(expect_all "$b" "$a" redirect.accepted 1 sessions.total 1 relay.bytes_down "$MIB32" \
+		redirect.connect_failed 0) || { echo "$e"; return 1; }
+	grep -q "connected to $SRV4:8001" "$TMP/microsocks.log" ||
+		{ echo "microsocks did not connect to $SRV4:8001: $(tail -n 2 "$TMP/microsocks.log")"; return 1; }
+	stop_proxy
+	[ "$PROXY_RC" -eq 0 ] || { echo "exit $PROXY_RC"; return 1; }
+	echo "no server: $r; through microsocks: sha256 equal, bytes_down exact, server named $SRV4:8001"
+}
+if command -v microsocks >/dev/null 2>&1; then
+	check "--socks5: no server -> reset, counted; 32 MiB download through microsocks" socks5_relay
+else
+	skip "--socks5 through microsocks" "no microsocks (Debian package microsocks)"
+fi
 
 sanitizers() {
 	if grep -qE "ERROR: (Leak|Address)Sanitizer|runtime error:" "$TMP/proxy.err"; then

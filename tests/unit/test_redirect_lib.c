@@ -59,6 +59,38 @@ Test(redirect_listen, refused)
 	cr_expect_eq(redirect_parse_listen(":80", 5, &ep), -EINVAL, "no family 5");
 }
 
+/* ---- --socks5 -------------------------------------------------------------------------------- */
+
+Test(redirect_socks5, addresses)
+{
+	struct netaddr_ep ep;
+
+	cr_assert_eq(redirect_parse_socks5("10.200.0.2:1080", &ep), 0);
+	cr_assert_eq(ep.addr.family, 4);
+	cr_assert_eq(ep.addr.a[0], 10);
+	cr_assert_eq(ep.addr.a[3], 2);
+	cr_assert_eq(ep.port, 1080);
+	cr_assert_eq(redirect_parse_socks5("127.0.0.1:1", &ep), 0, "a local server");
+	cr_assert_eq(redirect_parse_socks5("[fd03::2]:65535", &ep), 0);
+	cr_assert_eq(ep.addr.family, 6);
+	cr_assert_eq(ep.addr.a[0], 0xfd);
+	cr_assert_eq(ep.addr.a[15], 2);
+	cr_assert_eq(ep.port, 65535);
+}
+
+Test(redirect_socks5, refused)
+{
+	static const char *const bad[] = { "", ":1080", "10.200.0.2", "10.200.0.2:0",
+					   "10.200.0.2:65536", "proxy.example:1080", "fd03::2:1080",
+					   "[fd03::2]", "0.0.0.0:1080", "[::]:1080",
+					   "224.0.0.1:1080", "239.255.255.250:1080", "[ff02::1]:1080",
+					   " 10.200.0.2:1080", "10.200.0.2:1080 " };
+	struct netaddr_ep ep;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_expect_eq(redirect_parse_socks5(bad[i], &ep), -EINVAL, "'%s'", bad[i]);
+}
+
 /* ---- --mark ---------------------------------------------------------------------------------- */
 
 Test(redirect_mark, decimal_and_hex)
