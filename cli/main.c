@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -176,6 +177,18 @@ static void reexec_without_tcache(char **argv)
 	 * caches of programs it may start) */
 }
 
+/* The kernel names a process after the file it executes, "exe" after /proc/self/exe: give
+ * the proxy back the name it was started by (argv[0]'s last part, as the first exec named
+ * it), which ps, top and pkill show and match. */
+static void keep_name(const char *argv0)
+{
+	const char *base = strrchr(argv0, '/');
+
+	base = base ? base + 1 : argv0;
+	if (*base)
+		(void)prctl(PR_SET_NAME, base, 0, 0, 0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct subcommand *sc;
@@ -197,8 +210,10 @@ int main(int argc, char **argv)
 			argv[1][0] == '-' ? "option" : "command", argv[1]);
 		return EXIT_USAGE;
 	}
-	if (strcmp(argv[1], "run") == 0)
+	if (strcmp(argv[1], "run") == 0) {
 		reexec_without_tcache(argv);
+		keep_name(argv[0]);
+	}
 	/* libevent's per-descriptor records off the heap (core/evmem.h). */
 	if (evmem_install() != 0) {
 		/* no region: libevent keeps malloc, which costs memory after a load, nothing else */

@@ -643,6 +643,12 @@ else
 		not_ok "start: running without glibc's per-thread cache" \
 			"$(tr '\0' '\n' < "/proc/$TS_PID/environ" | grep GLIBC || echo 'no GLIBC_TUNABLES')"
 	fi
+	# ...and under the name it was started by, not "exe" (ps, top and pkill go by it).
+	if [ "$(cat "/proc/$TS_PID/comm")" = "$(basename "$BIN" | cut -c1-15)" ]; then
+		ok "start: named $(cat "/proc/$TS_PID/comm") after starting itself again" "/proc/PID/comm"
+	else
+		not_ok "start: named after its binary" "/proc/$TS_PID/comm is $(cat "/proc/$TS_PID/comm")"
+	fi
 	check "routes into the TUN ($TUN)" routes_tun "$TUN"
 	check "stats: /stats has every documented key" stats_keys
 	check "stats: the I/O mode asked for (offload $OFFLOAD, $QUEUES queue(s)) is in effect" stats_mode
