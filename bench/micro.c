@@ -492,9 +492,11 @@ static void run_sys_input(struct bench *b, uint64_t iters)
 
 /* The system stack's input and then the UDP path, as the driver and queue 0 run them for one
  * datagram: the stack's view handed on (sys_udp*_path) or the raw bytes parsed again
- * (sys_udp4_path_raw: the entry a queue > 0 hand-off uses). The path's outbound sendto is a
- * stand-in that takes the datagram without a syscall, so the case measures our code only; the
- * first iteration opens the session and its outbound socket. */
+ * (sys_udp4_path_raw: the entry a queue > 0 hand-off uses). Uplink trains are on and each
+ * datagram is a batch of its own (the batch ended after it): the case where no train forms,
+ * the datagram copied into the train's buffer and sent alone at the batch end. The path's
+ * outbound send is a stand-in that takes the datagram without a syscall, so the case measures
+ * our code only; the first iteration opens the session and its outbound socket. */
 static ssize_t null_sendto(void *arg, int fd, const void *buf, size_t len,
 			   const struct sockaddr *to, socklen_t tolen)
 {
@@ -504,6 +506,19 @@ static ssize_t null_sendto(void *arg, int fd, const void *buf, size_t len,
 	(void)to;
 	(void)tolen;
 	b->sent++;
+	return (ssize_t)len;
+}
+
+/* A train's stand-in: its datagrams counted. */
+static ssize_t null_sendgso(void *arg, int fd, const void *buf, size_t len,
+			    const struct sockaddr *to, socklen_t tolen, uint16_t seg)
+{
+	struct bench *b = arg;
+	(void)fd;
+	(void)buf;
+	(void)to;
+	(void)tolen;
+	b->sent += (len + seg - 1) / seg;
 	return (ssize_t)len;
 }
 
@@ -536,33 +551,47 @@ static int setup_sys_path(struct bench *b, int family)
 	if ((ret = udp_path_new(b->base, b->cfg, b->bud, null_tx, b, &b->up)) != 0)
 		return ret;
 	udp_path_set_sendto(b->up, null_sendto, b);
+	udp_path_set_sendgso(b->up, null_sendgso, b);
+	/* As the proxy runs it: datagrams out in trains, each batch ended. */
+	if ((ret = udp_path_set_uptrains(b->up, true)) != 0)
+		return ret;
 	return 0;
 }
 
 static int setup_sys_path4(struct bench *b) { return setup_sys_path(b, 4); }
 static int setup_sys_path6(struct bench *b) { return setup_sys_path(b, 6); }
 
-static void run_sys_path(struct bench *b, uint64_t iters, bool view)
+/* iters batches of batch datagrams each (inlined: each case's loop is its own). */
+static inline __attribute__((always_inline)) void run_sys_path(struct bench *b, uint64_t iters,
+							       bool view, int batch)
 {
 	uint64_t before = b->sent;
 	struct pkt_view v;
 
 	for (uint64_t i = 0; i < iters; i++) {
-		struct sys_disp d =
-			sysproc_process(b->proc, b->pkt, b->len, NULL, b->now, &b->sctr, &v);
-		if (d.action != SYS_UDP)
-			die("sysproc_process", EINVAL);
-		if (view)
-			udp_path_input_view(b->up, &v, b->now);
-		else
-			udp_path_input(b->up, b->pkt, b->len, b->now);
+		for (int j = 0; j < batch; j++) {
+			struct sys_disp d = sysproc_process(b->proc, b->pkt, b->len, NULL, b->now,
+							    &b->sctr, &v);
+			if (d.action != SYS_UDP)
+				die("sysproc_process", EINVAL);
+			if (view)
+				udp_path_input_view(b->up, &v, b->now);
+			else
+				udp_path_input(b->up, b->pkt, b->len, b->now);
+		}
+		udp_path_batch_end(b->up);
 	}
-	if (b->sent - before != iters)
+	if (b->sent - before != iters * (uint64_t)batch)
 		die("udp path: one datagram out per datagram in", EIO);
 }
 
-static void run_sys_path_view(struct bench *b, uint64_t iters) { run_sys_path(b, iters, true); }
-static void run_sys_path_raw(struct bench *b, uint64_t iters) { run_sys_path(b, iters, false); }
+static void run_sys_path_view(struct bench *b, uint64_t iters) { run_sys_path(b, iters, true, 1); }
+static void run_sys_path_raw(struct bench *b, uint64_t iters) { run_sys_path(b, iters, false, 1); }
+/* A batch of 16 datagrams of one flow: one train, one send. */
+static void run_sys_path_train16(struct bench *b, uint64_t iters)
+{
+	run_sys_path(b, iters, true, 16);
+}
 
 static int count_tx(void *arg, const uint8_t *pkt, size_t len)
 {
@@ -694,6 +723,7 @@ static const struct micro_case cases[] = {
 	{ "sys_udp4_path", "datagram", 1, 2000000, setup_sys_path4, run_sys_path_view },
 	{ "sys_udp6_path", "datagram", 1, 2000000, setup_sys_path6, run_sys_path_view },
 	{ "sys_udp4_path_raw", "datagram", 1, 2000000, setup_sys_path4, run_sys_path_raw },
+	{ "sys_udp4_path_train16", "datagram", 16, 125000, setup_sys_path4, run_sys_path_train16 },
 	{ "lw_udp4", "packet", 1, 2000000, setup_lw_udp4, run_lw_input },
 	{ "lw_udp6", "packet", 1, 2000000, setup_lw_udp6, run_lw_input },
 	{ "lw_syn4", "packet", 1, 200000, setup_lw_syn4, run_lw_input },

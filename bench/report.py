@@ -33,6 +33,7 @@ UNITS = {
     "own_1stream_fraction": "ratio", "conns_held": "connections", "rss_kb": "KiB",
     "rss_anon_kb": "KiB", "close_s": "s", "conn_errors": "attempts",
     "rss_anon_before_kb": "KiB", "in_trains_pct": "%", "train_len": "datagrams",
+    "up_in_trains_pct": "%", "up_train_len": "datagrams",
     "testbed_cpu_us_per_echo": "us", "redirect_socks5_fraction": "ratio",
 }
 

@@ -223,6 +223,15 @@ class Workloads:
                 self.emit(subject, wl, None, None, "in_trains_pct", 100.0 * dd / got)
             if dt > 0:
                 self.emit(subject, wl, None, None, "train_len", dd / dt)
+            # Datagrams out in trains (one UDP GSO send for several): the share of the
+            # datagrams sent that went in one, and their mean length.
+            ut = u1.get("up_trains", 0) - u0.get("up_trains", 0)
+            ud = u1.get("up_train_datagrams", 0) - u0.get("up_train_datagrams", 0)
+            sent = j.get("sent")
+            if sent:
+                self.emit(subject, wl, None, None, "up_in_trains_pct", 100.0 * ud / sent)
+            if ut > 0:
+                self.emit(subject, wl, None, None, "up_train_len", ud / ut)
 
     def udpflows(self, subject):
         j = self.load("udpflows", ["--target", "%s:%d" % (TARGET4, UDP_PORT), "--flows", "1000"],

@@ -1,6 +1,7 @@
 /* udp.c — the shared UDP path: sessions by client source, one outbound socket per (outbound,
- * family) and session, DNS hijack, bounded queues, idle expiry, replies. SOCKS5 associations
- * are in udp_assoc.c, destinations by name in udp_names.c. Design and contracts: udp.h. */
+ * family) and session, DNS hijack, bounded queues, idle expiry, replies, gathering datagrams
+ * into uplink trains. SOCKS5 associations are in udp_assoc.c, destinations by name in
+ * udp_names.c, the uplink trains' sends in udp_uptrain.c. Design and contracts: udp.h. */
 #include "dispatch/udp.h"
 
 #include <assert.h>
@@ -183,6 +184,7 @@ static void session_demote(struct udp_path *up, struct udp_session *s, int64_t n
 
 static void sock_read_cb(evutil_socket_t fd, short what, void *arg);
 static void sock_write_cb(evutil_socket_t fd, short what, void *arg);
+static void uptrain_flush(struct udp_path *up);
 
 static void qlist_drain(struct udp_path *up, struct qdgram_list *l, ctr_t *gauge)
 {
@@ -198,6 +200,9 @@ static void qlist_drain(struct udp_path *up, struct qdgram_list *l, ctr_t *gauge
 
 static void sock_close(struct udp_path *up, struct usock *k)
 {
+	/* A train of k still gathered goes now, as its datagrams would have without trains. */
+	if (up->ut.n && up->ut.k == k)
+		uptrain_flush(up);
 	qlist_drain(up, &k->q, &up->ctr.up_queued);
 	if (k->rev)
 		event_del(k->rev);
@@ -286,6 +291,7 @@ static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const
 	k->ob = t->ob;
 	k->family = t->family;
 	k->dns = t->dns;
+	k->ut_max = t->dns || !up->ut_on ? 0 : up->ut_segmax;
 	STAILQ_INIT(&k->q);
 	/* Replies in trains: let the kernel hand over a run of one source's datagrams of one
 	 * size as one (UDP GRO: a NIC's coalescing, or a sender's UDP GSO, kept whole); the read
@@ -329,8 +335,9 @@ sock_get(struct udp_path *up, struct udp_session *s, const struct target *t,
 	return t->s5 ? udp_assoc_open(up, s, t) : sock_open(up, s, t);
 }
 
-static ssize_t raw_sendto(struct udp_path *up, int fd, const void *buf, size_t len,
-			  const struct sockaddr *sa, socklen_t salen)
+static inline __attribute__((always_inline)) ssize_t
+raw_sendto_inline(struct udp_path *up, int fd, const void *buf, size_t len,
+		  const struct sockaddr *sa, socklen_t salen)
 {
 	ssize_t n;
 
@@ -338,6 +345,12 @@ static ssize_t raw_sendto(struct udp_path *up, int fd, const void *buf, size_t l
 		return up->sendto_fn(up->sendto_arg, fd, buf, len, sa, salen);
 	n = sendto(fd, buf, len, 0, sa, salen);
 	return n < 0 ? -errno : n;
+}
+
+static ssize_t raw_sendto(struct udp_path *up, int fd, const void *buf, size_t len,
+			  const struct sockaddr *sa, socklen_t salen)
+{
+	return raw_sendto_inline(up, fd, buf, len, sa, salen);
 }
 
 /* Through an association: wrapped for the relay (kept out of the direct path's code). */
@@ -373,8 +386,9 @@ static void count_up(struct udp_path *up, const struct usock *k, size_t len)
 		ctr_inc(&up->ctr.dns_queries);
 }
 
-static void up_enqueue(struct udp_path *up, struct usock *k, const struct target *t,
-		       const uint8_t *payload, size_t len)
+/* name: NUL-terminated, or NULL (through an association only). */
+void udp_up_enqueue(struct udp_path *up, struct usock *k, const struct sockaddr_storage *to,
+		    socklen_t tolen, const char *name, const uint8_t *payload, size_t len)
 {
 	struct udp_session *s = k->s;
 	struct qdgram *q;
@@ -389,11 +403,11 @@ static void up_enqueue(struct udp_path *up, struct usock *k, const struct target
 		return;
 	}
 	q->len = (uint32_t)len;
-	q->tolen = t->tolen;
-	memcpy(&q->to, &t->to, t->tolen);
+	q->tolen = tolen;
+	memcpy(&q->to, to, tolen);
 	memcpy(qdata(q), payload, len);
-	q->namelen = t->name ? (uint16_t)strlen(t->name) : 0;
-	memcpy(qdata(q) + len, t->name ? t->name : "", q->namelen + 1u);
+	q->namelen = name ? (uint16_t)strlen(name) : 0;
+	memcpy(qdata(q) + len, name ? name : "", q->namelen + 1u);
 	STAILQ_INSERT_TAIL(&k->q, q, link);
 	k->qlen++;
 	s->up_queued++;
@@ -403,11 +417,11 @@ static void up_enqueue(struct udp_path *up, struct usock *k, const struct target
 /* Send now, or queue behind earlier datagrams of this socket (order kept), on EAGAIN, or
  * while its association is being set up. */
 static inline __attribute__((always_inline)) void
-sock_send(struct udp_path *up, struct usock *k, const struct target *t,
-		      const uint8_t *payload, size_t len)
+sock_send_now(struct udp_path *up, struct usock *k, const struct sockaddr_storage *to,
+	      socklen_t tolen, const char *name, const uint8_t *payload, size_t len)
 {
 	if (k->qlen == 0 && k->fd >= 0) {
-		ssize_t r = do_sendto(up, k, payload, len, &t->to, t->tolen, t->name);
+		ssize_t r = do_sendto(up, k, payload, len, to, tolen, name);
 		if (r >= 0) {
 			count_up(up, k, len);
 			return;
@@ -417,13 +431,137 @@ sock_send(struct udp_path *up, struct usock *k, const struct target *t,
 			return;
 		}
 	}
-	up_enqueue(up, k, t, payload, len);
+	udp_up_enqueue(up, k, to, tolen, name, payload, len);
+}
+
+void udp_sock_send_now(struct udp_path *up, struct usock *k, const struct sockaddr_storage *to,
+		       socklen_t tolen, const char *name, const uint8_t *payload, size_t len)
+{
+	sock_send_now(up, k, to, tolen, name, payload, len);
+}
+
+/* ---- up: datagrams in trains (the send of two or more and turning them on: udp_uptrain.c) - */
+
+/* Send the gathered train (not empty) and empty it. A train of one, the common case when the
+ * datagrams of a batch go to different places, is a plain send, kept short: its socket is a
+ * direct one with nothing queued (a train never forms behind a queue). */
+static inline __attribute__((always_inline)) void uptrain_flush_inline(struct udp_path *up)
+{
+	struct udp_uptrain *u = &up->ut;
+	ssize_t r;
+
+	if (u->n != 1) {
+		udp_uptrain_send(up);
+		return;
+	}
+	assert(u->k->qlen == 0 && !u->k->s5 && !u->k->dns);
+	u->n = 0;
+	r = raw_sendto_inline(up, u->k->fd, u->buf, u->bytes, (const struct sockaddr *)&u->to,
+			      u->tolen);
+	if (r >= 0) {
+		ctr_inc(&up->ctr.up_datagrams);
+		ctr_add(&up->ctr.up_bytes, u->bytes);
+	} else if (r == -EAGAIN) {
+		udp_up_enqueue(up, u->k, &u->to, u->tolen, NULL, u->buf, u->bytes);
+	} else {
+		udp_count_drop(up, UDP_DROP_send_error);
+	}
+}
+
+static __attribute__((noinline)) void uptrain_flush(struct udp_path *up)
+{
+	uptrain_flush_inline(up);
+}
+
+/* Anything sent on k outside a train goes after the train k may have waiting. */
+static inline __attribute__((always_inline)) void uptrain_before(struct udp_path *up,
+								 const struct usock *k)
+{
+	if (__builtin_expect(up->ut.n != 0, 0) && up->ut.k == k)
+		uptrain_flush(up);
+}
+
+static inline __attribute__((always_inline)) void
+sock_send(struct udp_path *up, struct usock *k, const struct target *t,
+	  const uint8_t *payload, size_t len)
+{
+	uptrain_before(up, k);
+	sock_send_now(up, k, &t->to, t->tolen, t->name, payload, len);
+}
+
+/* The bytes of a destination a train compares: a sockaddr_in6 and the padding after it. Every
+ * target's address comes from netaddr_sockaddr, which zeroes the whole sockaddr_storage, so
+ * equal destinations are equal over these bytes (whatever the family). */
+#define UT_TO_CMP 32
+
+static inline __attribute__((always_inline)) bool same_to(const struct sockaddr_storage *a,
+							  const struct sockaddr_storage *b)
+{
+	uint64_t x[UT_TO_CMP / 8], y[UT_TO_CMP / 8], d = 0;
+
+	memcpy(x, a, sizeof(x));
+	memcpy(y, b, sizeof(y));
+	for (int i = 0; i < UT_TO_CMP / 8; i++)
+		d |= x[i] ^ y[i];
+	return d == 0;
+}
+
+/* A datagram from the TUN (within a batch, udp_path_batch_end to come): with trains on, it
+ * joins the train when it goes through the same socket to the same destination, is no larger
+ * than the first (and not empty), follows no shorter one, and fits; otherwise the train is
+ * sent first, and the datagram starts the next one if its socket takes trains and has
+ * nothing queued, else it goes as before. */
+static inline __attribute__((always_inline)) void
+sock_send_tun(struct udp_path *up, struct usock *k, const struct target *t,
+	      const uint8_t *payload, size_t len)
+{
+	struct udp_uptrain *u = &up->ut;
+
+	if (!up->ut_on) {
+		sock_send_now(up, k, &t->to, t->tolen, t->name, payload, len);
+		return;
+	}
+	_Static_assert(sizeof(struct sockaddr_in6) <= UT_TO_CMP, "a destination is compared whole");
+	if (u->n) {
+		if (k == u->k && len - 1 < u->seg && !u->closed && u->n < UDP_CODEC_TRAIN_MAX &&
+		    u->bytes + len <= up->ut_limit[k->family == 6] && same_to(&t->to, &u->to)) {
+			memcpy(u->buf + u->bytes, payload, len);
+			u->bytes += len;
+			u->n++;
+			u->closed = len < u->seg;
+			return;
+		}
+		uptrain_flush(up);
+	}
+	/* ut_max is 0 for a socket that takes no trains, so an empty datagram never starts
+	 * one (len - 1 wraps). */
+	if (len - 1 < k->ut_max && k->qlen == 0) {
+		u->k = k;
+		u->n = 1;
+		u->seg = len;
+		u->bytes = len;
+		u->closed = false;
+		u->tolen = t->tolen;
+		memcpy(&u->to, &t->to, UT_TO_CMP);
+		memcpy(u->buf, payload, len);
+		return;
+	}
+	sock_send_now(up, k, &t->to, t->tolen, t->name, payload, len);
+}
+
+void udp_path_batch_end(struct udp_path *up)
+{
+	if (up->ut.n)
+		uptrain_flush_inline(up);
 }
 
 /* Send what waits in k's queue until the kernel says EAGAIN (bounded by the queue depth). */
 void udp_sock_flush(struct udp_path *up, struct usock *k)
 {
 	struct qdgram *q;
+
+	/* A train never forms behind a queue, nor a queue behind a train. */
+	assert(!(up->ut.n && up->ut.k == k && k->qlen));
 
 	while ((q = STAILQ_FIRST(&k->q))) {
 		ssize_t r = do_sendto(up, k, qdata(q), q->len, &q->to, q->tolen,
@@ -1225,8 +1363,9 @@ static __attribute__((noinline)) bool names_after_route(struct udp_path *up,
 	return true;
 }
 
-/* A datagram the codec accepted: its session, its target, out. */
-static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
+/* A datagram the codec accepted: its session, its target, out. tun: from the TUN within a
+ * batch (it may wait in an uplink train until the batch ends); otherwise one that waited. */
+static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns, bool tun)
 {
 	struct skey key;
 	struct target t;
@@ -1300,7 +1439,10 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 		udp_count_drop(up, UDP_DROP_no_buffer); /* its answer could not be matched */
 		return;
 	}
-	sock_send(up, k, &t, v->payload, v->payload_len);
+	if (tun)
+		sock_send_tun(up, k, &t, v->payload, v->payload_len);
+	else
+		sock_send(up, k, &t, v->payload, v->payload_len);
 	return;
 unhold:
 	if (!s)
@@ -1315,7 +1457,7 @@ void udp_name_work_update(struct udp_path *up)
 /* Out of line for the datagrams a look held (udp_sniff.c); input stays inlined in the entries. */
 void udp_input(struct udp_path *up, const struct udp_view *v, int64_t now_ns)
 {
-	input(up, v, now_ns);
+	input(up, v, now_ns, false);
 }
 
 void udp_path_input_view(struct udp_path *up, const struct pkt_view *pv, int64_t now_ns)
@@ -1326,7 +1468,7 @@ void udp_path_input_view(struct udp_path *up, const struct pkt_view *pv, int64_t
 		udp_count_drop(up, UDP_DROP_malformed);
 		return;
 	}
-	input(up, &v, now_ns);
+	input(up, &v, now_ns, true);
 }
 
 void udp_path_input(struct udp_path *up, const uint8_t *pkt, size_t len, int64_t now_ns)
@@ -1469,6 +1611,8 @@ void udp_path_free(struct udp_path *up)
 		event_free(up->down_ev);
 	budget_mfree(up->b, up->buckets);
 	budget_mfree(up->b, up->rxbuf);
+	if (up->ut.buf)
+		budget_mfree(up->b, up->ut.buf);
 	if (up->s5buf)
 		budget_mfree(up->b, up->s5buf);
 	resolver_free(up->own_resolver);
@@ -1540,6 +1684,9 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
 	out->train_datagrams = ctr_get(&c->train_datagrams);
 	out->train_errors = ctr_get(&c->train_errors);
 	out->gro_datagrams = ctr_get(&c->gro_datagrams);
+	out->up_trains = ctr_get(&c->up_trains);
+	out->up_train_datagrams = ctr_get(&c->up_train_datagrams);
+	out->up_train_errors = ctr_get(&c->up_train_errors);
 	out->assocs = ctr_get(&c->assocs);
 	out->assocs_total = ctr_get(&c->assocs_total);
 	out->assoc_failures = ctr_get(&c->assoc_failures);
@@ -1561,6 +1708,12 @@ void udp_path_set_sendto(struct udp_path *up, udp_sendto_fn fn, void *arg)
 {
 	up->sendto_fn = fn;
 	up->sendto_arg = arg;
+}
+
+void udp_path_set_sendgso(struct udp_path *up, udp_sendgso_fn fn, void *arg)
+{
+	up->sendgso_fn = fn;
+	up->sendgso_arg = arg;
 }
 
 void udp_path_set_loopguard(struct udp_path *up, struct loopguard *lg)

@@ -54,8 +54,9 @@
  * takes two descriptors from the fd budget; its session holds the session budget.
  *
  * Bounds: sessions come from budget_udp_acquire; each outbound socket's fd from
- * budget_fd_reserve; datagrams wait only when the kernel says EAGAIN (sendto) or the driver
- * does (tx), in per-session FIFOs of at most budgets.udp_up_queue / udp_down_queue datagrams
+ * budget_fd_reserve; datagrams wait only within the batch that brought them (an uplink train,
+ * udp_path_set_uptrains), or when the kernel says EAGAIN (sendto) or the driver does (tx), in
+ * per-session FIFOs of at most budgets.udp_up_queue / udp_down_queue datagrams
  * whose buffers come from a bufpool. Every refusal is a counted drop; nothing ever blocks.
  * Sessions idle for timeouts.udp_idle_ms (no datagram either way) are closed by one timer over
  * an idle-ordered list (a touched session moves to the tail), never by a sweep.
@@ -70,6 +71,7 @@
 #ifndef TS_DISPATCH_UDP_H
 #define TS_DISPATCH_UDP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -152,6 +154,9 @@ struct udp_path_stats {
 	uint64_t train_datagrams;   /* the replies they carried */
 	uint64_t train_errors;      /* train writes that failed */
 	uint64_t gro_datagrams;     /* replies read in runs (UDP GRO: several in one read) */
+	uint64_t up_trains;         /* UDP GSO sends of datagrams (udp_path_set_uptrains) */
+	uint64_t up_train_datagrams; /* the datagrams they carried */
+	uint64_t up_train_errors;   /* train sends the kernel refused as such (no UDP GSO) */
 	uint64_t assocs;            /* gauge: SOCKS5 associations up (control connection open) */
 	uint64_t assocs_total;      /* associations established */
 	uint64_t assoc_failures;    /* association attempts that failed (connect, auth, reply) */
@@ -190,6 +195,33 @@ int udp_path_new(struct event_base *base, const struct ts_config *cfg, struct bu
  * the path has no receive buffer and must be freed). */
 int udp_path_set_trains(struct udp_path *up, tun_tx_meta_fn tx_meta, bool v4, bool v6)
 	__attribute__((warn_unused_result));
+
+/* Datagrams out in trains: the datagrams one batch from the TUN carries through one direct
+ * outbound socket to one destination, one after another, of one size (the last may be
+ * shorter), are copied into the path's train buffer and leave in ONE sendmsg with UDP_SEGMENT
+ * (UDP GSO, Linux 4.18): the kernel cuts it into the datagrams, and the per-datagram cost of
+ * the send path is paid once. At most UDP_CODEC_TRAIN_MAX datagrams and one UDP datagram's
+ * worth of payload per train. A train is sent when a datagram does not join it (another
+ * socket or destination, a larger one, or after a shorter one), before any other send on its
+ * socket (order kept), and at the latest at udp_path_batch_end: with trains on, the caller
+ * MUST call udp_path_batch_end after every batch of udp_path_input / udp_path_input_view
+ * calls, before returning to its loop. A train of one is a plain sendto. Only the input
+ * entries gather: SOCKS5 associations, hijacked DNS, datagrams that waited (EAGAIN, a name,
+ * an association, a QUIC look) and datagrams behind a queue go one by one as before.
+ * A train refused with EAGAIN waits in its socket's queue in order (the usual bounded
+ * queue); with EINVAL, EOPNOTSUPP or EIO (no UDP GSO on that route or device) trains are
+ * turned off for the path (udp.up_train_errors, logged once at info) and its datagrams go one
+ * by one; with EMSGSIZE (the segment over the route's MTU) they go one by one and the socket
+ * no longer gathers datagrams that large; any other error drops them as that many sendto
+ * failures would (send_error each). Call before any traffic (sockets opened before keep
+ * their mode). Takes a buffer of up to 64 KiB from the budget (given back when turned off).
+ * 0, -EOPNOTSUPP (this kernel has no UDP_SEGMENT: trains stay off) or -ENOBUFS (no budget:
+ * trains stay off); the path works as before either way. */
+int udp_path_set_uptrains(struct udp_path *up, bool on) __attribute__((warn_unused_result));
+
+/* The end of a batch of input calls: a train still gathered is sent now. Cheap when none
+ * is. */
+void udp_path_batch_end(struct udp_path *up);
 
 /* Close every session (queued datagrams counted as session_closed), release their budget and
  * free the path. NULL is fine. */
@@ -248,6 +280,16 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out);
 typedef ssize_t (*udp_sendto_fn)(void *arg, int fd, const void *buf, size_t len,
 				 const struct sockaddr *to, socklen_t tolen);
 void udp_path_set_sendto(struct udp_path *up, udp_sendto_fn fn, void *arg);
+/* Test seam: replace the UDP GSO sends of uplink trains (udp_path_set_uptrains): buf holds
+ * datagrams of seg bytes each (the last may be shorter). The same contract as
+ * udp_sendto_fn; NULL restores the real send. A train of one goes through the sendto seam. */
+typedef ssize_t (*udp_sendgso_fn)(void *arg, int fd, const void *buf, size_t len,
+				  const struct sockaddr *to, socklen_t tolen, uint16_t seg);
+void udp_path_set_sendgso(struct udp_path *up, udp_sendgso_fn fn, void *arg);
+/* The real send, for seams that pass a send on: sendto(2), or with seg > 0 sendmsg(2) with a
+ * UDP_SEGMENT control message of seg. Bytes sent or -errno. */
+ssize_t udp_sendto_os(int fd, const void *buf, size_t len, const struct sockaddr *to,
+		      socklen_t tolen, uint16_t seg);
 
 /* The DNS timeout (UDP_DNS_TIMEOUT_MS unless set; never longer than the idle timeout). For
  * tests and embedders; before the first datagram. */

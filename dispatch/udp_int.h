@@ -1,6 +1,7 @@
 /* udp_int.h — the UDP path's internals, shared by its files: udp.c (sessions, sockets,
- * replies, the TUN side), udp_assoc.c (SOCKS5 associations) and udp_names.c (destinations by
- * name). Not for use outside dispatch/udp*.c; the contracts are in udp.h.
+ * replies, the TUN side), udp_uptrain.c (datagrams out in trains), udp_assoc.c (SOCKS5
+ * associations) and udp_names.c (destinations by name). Not for use outside dispatch/udp*.c;
+ * the contracts are in udp.h.
  */
 #ifndef TS_DISPATCH_UDP_INT_H
 #define TS_DISPATCH_UDP_INT_H
@@ -89,6 +90,8 @@ struct usock {
 	bool s5;
 	bool gro;                /* UDP_GRO on: a read may hold a run of datagrams (udp.c) */
 	int fd;                  /* -1 while an association is not ready */
+	uint16_t ut_max;         /* the largest datagram that may go in an uplink train (0:
+				  * none: DNS, associations, trains off; lowered by EMSGSIZE) */
 	struct event *rev;       /* EV_READ|EV_PERSIST: replies (NULL until fd); its memory
 				  * follows the struct (udp_path ev_off / s5_ev_off) */
 	struct event *wev;       /* EV_WRITE, made by the first queued datagram (udp.c) */
@@ -185,10 +188,28 @@ struct udp_train {
 	size_t bytes;                      /* payload bytes gathered */
 };
 
+/* Datagrams from the TUN being gathered into an uplink train (udp.c): their payloads back
+ * to back in buf, all to one destination through one socket. Lives within one batch of input:
+ * sent at the batch end at the latest, and before any other send on k (which keeps k's order:
+ * nothing of k can be sent, or queued, while a train of k waits). Never forms behind k's
+ * queue. */
+struct udp_uptrain {
+	struct usock *k;                   /* the socket (a direct one) */
+	uint32_t n;                        /* datagrams gathered; 0: none */
+	bool closed;                       /* the last was shorter than seg: no more */
+	size_t seg;                        /* the first datagram's size: the GSO size */
+	size_t bytes;                      /* payload bytes gathered */
+	socklen_t tolen;
+	struct sockaddr_storage to;        /* the destination */
+	uint8_t *buf;                      /* cap bytes from the budget; NULL: trains off */
+	size_t cap;
+};
+
 struct udp_counters {
 	ctr_t sessions, sessions_total, sessions_expired, sockets, up_queued, down_queued;
 	ctr_t up_datagrams, up_bytes, down_datagrams, down_bytes;
 	ctr_t trains, train_datagrams, train_errors, gro_datagrams;
+	ctr_t up_trains, up_train_datagrams, up_train_errors;
 	ctr_t dns_queries, dns_answers, dns_done, dns_expired, recv_errors;
 	ctr_t assocs, assocs_total, assoc_failures, assoc_control_closed, resolve_failures;
 	ctr_t sniff_started, sniff_quic, sniff_no_name, sniff_timeouts, sniff_route_changed,
@@ -209,8 +230,15 @@ struct udp_path {
 	void *tx_arg;
 	bool train4, train6;               /* replies to clients of that family go in trains */
 	struct udp_train tr;
+	bool ut_on;                        /* datagrams from the TUN go in uplink trains */
+	bool ut_logged;                    /* "trains off" was logged */
+	uint16_t ut_segmax;                /* the largest datagram a train takes (TUN MTU) */
+	size_t ut_limit[2];                /* payload bytes a train may hold: IPv4, IPv6 */
+	struct udp_uptrain ut;
 	udp_sendto_fn sendto_fn;           /* NULL: sendto(2) */
 	void *sendto_arg;
+	udp_sendgso_fn sendgso_fn;         /* NULL: sendmsg(2) with UDP_SEGMENT */
+	void *sendgso_arg;
 	struct loopguard *loopguard;       /* the proxy's own ports, or NULL */
 	struct log *log;                   /* association and name failures at debug, or NULL */
 	udp_namer_fn namer;                /* destination names, or NULL */
@@ -278,6 +306,14 @@ void udp_sock_send(struct udp_path *up, struct usock *k, const struct target *t,
 		   const uint8_t *payload, size_t len);
 /* Send what waits in k's queue until the kernel says EAGAIN. */
 void udp_sock_flush(struct udp_path *up, struct usock *k);
+/* One datagram to `to` (name: through an association, or NULL) now, or into k's queue behind
+ * what waits (order kept); with no train of k waiting (udp_sock_send sends that first). */
+void udp_sock_send_now(struct udp_path *up, struct usock *k, const struct sockaddr_storage *to,
+		       socklen_t tolen, const char *name, const uint8_t *payload, size_t len);
+/* One datagram into k's queue (the write event sends it), or dropped and counted
+ * (queue_full, no_buffer). */
+void udp_up_enqueue(struct udp_path *up, struct usock *k, const struct sockaddr_storage *to,
+		    socklen_t tolen, const char *name, const uint8_t *payload, size_t len);
 void udp_session_free(struct udp_path *up, struct udp_session *s);
 /* name_work again after the namer, the configuration or sniff_live changed. */
 void udp_name_work_update(struct udp_path *up);
@@ -285,6 +321,12 @@ void udp_name_work_update(struct udp_path *up);
 void udp_flow_key(const struct udp_view *v, struct flow_key *fk);
 /* A datagram the codec accepted: its session, its target, out. */
 void udp_input(struct udp_path *up, const struct udp_view *v, int64_t now_ns);
+
+/* ---- udp_uptrain.c: datagrams out in trains --------------------------------------------- */
+
+/* Send the uplink train of two or more datagrams (one UDP GSO send, or its fallbacks) and
+ * empty it. */
+void udp_uptrain_send(struct udp_path *up);
 
 /* ---- udp_assoc.c: SOCKS5 associations --------------------------------------------------- */
 

@@ -441,6 +441,13 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 		if (ret != 0)
 			log_warn(&p->log, "proxy: UDP replies one by one: no budget for trains");
 	}
+	/* Datagrams out in trains (UDP GSO sends) on the direct outbounds; the drivers' batch
+	 * ends send them (runtime/workers.c). Without kernel support or budget, one by one. */
+	ret = udp_path_set_uptrains(p->udp, true);
+	if (ret == -ENOBUFS)
+		log_warn(&p->log, "proxy: UDP datagrams out one by one: no budget for trains");
+	else if (ret != 0)
+		log_info(&p->log, "proxy: UDP datagrams out one by one: the kernel has no UDP GSO");
 	if (p->dns) {
 		udp_path_set_dns(p->udp, p->dns);
 		dns_tcp_resolver_server(&p->dns_tcp, p->dns);

@@ -173,6 +173,9 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_counter(d, "udp.train_datagrams", us->train_datagrams);
 	stats_doc_counter(d, "udp.train_errors", us->train_errors);
 	stats_doc_counter(d, "udp.gro_datagrams", us->gro_datagrams);
+	stats_doc_counter(d, "udp.up_trains", us->up_trains);
+	stats_doc_counter(d, "udp.up_train_datagrams", us->up_train_datagrams);
+	stats_doc_counter(d, "udp.up_train_errors", us->up_train_errors);
 	for (int i = 0; i < UDP_DROP_MAX; i++) {
 		char key[64];
 		snprintf(key, sizeof(key), "udp.drops.%s", udp_drop_name((enum udp_drop)i));

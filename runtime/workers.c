@@ -44,6 +44,10 @@ static void drv_batch_end(void *arg, int64_t now_ns)
 	struct rss_info ri;
 	int64_t last;
 
+	/* Queue 0 hands its datagrams to the UDP path (drv_udp): what the batch gathered in an
+	 * uplink train leaves now, never later (udp.h). */
+	if (w->q == 0)
+		udp_path_batch_end(p->udp);
 	p->ops->batch_end(p->ns, w->q, now_ns);
 	/* tun.rps "auto" follows the main loop's thread and queue 0's bytes: "auto" is "off"
 	 * with more than one queue (tun_rps_auto), so queue 0 carries all the traffic. */
@@ -127,6 +131,7 @@ static void on_udp_handoff(evutil_socket_t fd, short what, void *arg)
 			break;
 		udp_path_input(w->p->udp, w->p->handoff_buf, (size_t)n, now);
 	}
+	udp_path_batch_end(w->p->udp);
 }
 
 /* ---- queue workers ------------------------------------------------------------------------- */

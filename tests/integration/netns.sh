@@ -355,7 +355,8 @@ drops.fragment drops.esp drops.icmp drops.unmapped_downlink drops.unmapped_uplin
 drops.own_address drops.nat_exhausted drops.admission_refused drops.fd_exhausted
 drops.udp_queue_full nat.half_open nat.active nat.closing nat.quarantined sessions.active
 sessions.total sessions.refused udp.sessions udp.queue_drops udp.trains udp.train_datagrams
-udp.train_errors udp.gro_datagrams buffers.in_use_bytes
+udp.train_errors udp.gro_datagrams udp.up_trains udp.up_train_datagrams udp.up_train_errors
+buffers.in_use_bytes
 buffers.peak_bytes buffers.per_session_bytes buffers.heap_trims buffers.quiet_trims splice.pipes splice.pipe_bytes'
 
 # stats_keys: every documented key is present (numbers, `stack` the configured one).

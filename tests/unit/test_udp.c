@@ -170,6 +170,7 @@ static void env_start(struct env *e, const char *fmt, ...)
 	cr_assert_eq(config_load_string(json, &e->cfg, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(budget_new(&e->cfg.budget, &e->b), 0);
 	cr_assert_eq(udp_path_new(e->base, &e->cfg, e->b, fake_tx, e, &e->up), 0);
+	cr_assert_eq(udp_path_set_uptrains(e->up, true), 0); /* as the proxy runs it */
 	udp_path_set_sendto(e->up, seam_sendto, e);
 }
 
@@ -698,6 +699,7 @@ Test(udp, malformed_input_is_counted)
 	tu_spec_tcp(&s, "10.0.0.9", 1, "127.0.0.1", 2);
 	n = tu_build(&s, junk, sizeof(junk));
 	udp_path_input(e.up, junk, n, ts_now_ns());
+	udp_path_batch_end(e.up);
 	struct udp_path_stats st = stats(&e);
 	cr_assert_eq(st.drops[UDP_DROP_malformed], 3);
 	cr_assert_eq(st.sessions_total, 0);
@@ -762,8 +764,10 @@ Test(udp, view_entry_agrees_with_raw_entry)
 			s.ext[s.ext_n++] = (struct tu_ext){ e % 2 ? 60 : 0, 0 };
 		len = tu_build(&s, pkt, sizeof(pkt));
 		udp_path_input(raw.up, pkt, len, ts_now_ns());
+		udp_path_batch_end(raw.up);
 		cr_assert_eq(pkt_parse(&pv, pkt, len), PKT_OK, "datagram %zu", i);
 		udp_path_input_view(view.up, &pv, ts_now_ns());
+		udp_path_batch_end(view.up);
 		a = stats(&raw);
 		b = stats(&view);
 		cr_assert_eq(memcmp(&a, &b, sizeof(a)), 0, "datagram %zu: the entries disagree", i);
@@ -850,6 +854,7 @@ static void env_start_heap(struct env *e, const struct ts_config *c)
 {
 	cr_assert_eq(budget_new(&c->budget, &e->b), 0);
 	cr_assert_eq(udp_path_new(e->base, c, e->b, fake_tx, e, &e->up), 0);
+	cr_assert_eq(udp_path_set_uptrains(e->up, true), 0); /* as the proxy runs it */
 	udp_path_set_sendto(e->up, seam_sendto, e);
 }
 

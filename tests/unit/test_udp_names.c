@@ -156,6 +156,7 @@ static void env_start_json(struct env *e, const char *json)
 	e->cfg.outbounds[0].resolver = e->res;
 	cr_assert_eq(budget_new(&e->cfg.budget, &e->b), 0);
 	cr_assert_eq(udp_path_new(e->base, &e->cfg, e->b, fake_tx, e, &e->up), 0);
+	cr_assert_eq(udp_path_set_uptrains(e->up, true), 0); /* as the proxy runs it */
 	udp_path_set_namer(e->up, namer, e);
 }
 

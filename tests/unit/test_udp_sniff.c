@@ -80,6 +80,7 @@ static void env_start(struct env *e, uint32_t timeout_ms, int n)
 	cr_assert_not_null(e->base = event_base_new());
 	cr_assert_eq(budget_new(&e->cfg.budget, &e->b), 0);
 	cr_assert_eq(udp_path_new(e->base, &e->cfg, e->b, no_tx, e, &e->up), 0);
+	cr_assert_eq(udp_path_set_uptrains(e->up, true), 0); /* as the proxy runs it */
 	e->srv = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	cr_assert_geq(e->srv, 0);
 	inet_pton(AF_INET, e->server, &sin.sin_addr);

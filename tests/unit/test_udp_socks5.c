@@ -351,6 +351,7 @@ static void env_start(struct env *e, const char *extra, const char *more_cfg)
 	cr_assert_eq(config_load_string(json, &e->cfg, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(budget_new(&e->cfg.budget, &e->b), 0);
 	cr_assert_eq(udp_path_new(e->base, &e->cfg, e->b, fake_tx, e, &e->up), 0);
+	cr_assert_eq(udp_path_set_uptrains(e->up, true), 0); /* as the proxy runs it */
 }
 
 static uint32_t fds_in_use(struct env *e)
@@ -623,6 +624,7 @@ Test(udp_socks5, an_unreachable_server_fails_promptly)
 		 ntohs(sin.sin_port));
 	cr_assert_eq(config_load_string(json, &e.cfg, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(udp_path_new(e.base, &e.cfg, e.b, fake_tx, &e, &e.up), 0);
+	cr_assert_eq(udp_path_set_uptrains(e.up, true), 0); /* as the proxy runs it */
 	int64_t t0 = ts_now_ns();
 	tun_send(&e, "10.0.0.9", 5000, "127.0.0.2", 7, "x", 1);
 	cr_assert(PUMP_UNTIL(&e, stats(&e).assoc_failures == 1, 2000));

@@ -66,9 +66,10 @@ static inline struct udp_path_stats ut_stats(const struct udp_path *up)
 	return st;
 }
 
-/* A datagram src:sport -> dst:dport "from the TUN" into up. */
-static inline void ut_tun_send(struct udp_path *up, const char *src, uint16_t sport,
-			       const char *dst, uint16_t dport, const void *payload, size_t len)
+/* A datagram src:sport -> dst:dport "from the TUN" into up, within a batch the caller ends
+ * (udp_path_batch_end). */
+static inline void ut_tun_input(struct udp_path *up, const char *src, uint16_t sport,
+				const char *dst, uint16_t dport, const void *payload, size_t len)
 {
 	struct tu_spec s;
 	uint8_t pkt[2048];
@@ -79,6 +80,14 @@ static inline void ut_tun_send(struct udp_path *up, const char *src, uint16_t sp
 	s.payload_len = len;
 	n = tu_build(&s, pkt, sizeof(pkt));
 	udp_path_input(up, pkt, n, ts_now_ns());
+}
+
+/* The same datagram as a batch of its own (the driver's batch end after it). */
+static inline void ut_tun_send(struct udp_path *up, const char *src, uint16_t sport,
+			       const char *dst, uint16_t dport, const void *payload, size_t len)
+{
+	ut_tun_input(up, src, sport, dst, dport, payload, len);
+	udp_path_batch_end(up);
 }
 
 /* The reply packet buf (len bytes) is src:sport -> dst:dport carrying payload, with valid
