@@ -1591,6 +1591,9 @@ size_t udp_path_release_idle(struct udp_path *up)
 
 	if (up->s5buf)
 		n += rss_pages_release(up->s5buf, up->s5cap);
+	/* The uplink train's buffer: empty between batches, so nothing in it is lost. */
+	if (up->ut.buf && up->ut.n == 0)
+		n += rss_pages_release(up->ut.buf, up->ut.cap);
 	return n;
 }
 

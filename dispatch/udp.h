@@ -227,8 +227,8 @@ void udp_path_batch_end(struct udp_path *up);
  * free the path. NULL is fine. */
 void udp_path_free(struct udp_path *up);
 
-/* Give back the pages of the receive and SOCKS5 buffers (nothing waits in them between
- * callbacks): for a quiet proxy; the next datagrams fault them in again. Bytes given. */
+/* Give back the pages of the receive, SOCKS5 and uplink-train buffers (nothing waits in them
+ * between callbacks and batches): for a quiet proxy; the next datagrams fault them in again. Bytes given. */
 size_t udp_path_release_idle(struct udp_path *up);
 
 /* One packet read from the TUN, untouched (the driver's DRIVER_UDP verdict). now_ns is the

@@ -237,6 +237,36 @@ Test(udp_uptrain, a_batch_to_one_destination_goes_in_one_send)
 	env_fini(&e);
 }
 
+/* A quiet proxy gives back the train buffer's pages with the other I/O buffers; the next
+ * batch faults them in again and its train arrives intact, after the first. */
+Test(udp_uptrain, a_quiet_path_gives_back_the_train_buffer)
+{
+	struct env e;
+	struct server s;
+	size_t with, without;
+
+	env_start(&e);
+	server_open(&s);
+	for (int i = 0; i < 20; i++)
+		tun_dgram(&e, 5353, &s, i, 1000);
+	udp_path_batch_end(e.up);
+	with = udp_path_release_idle(e.up);
+	for (int i = 20; i < 40; i++)
+		tun_dgram(&e, 5353, &s, i, 1000);
+	udp_path_batch_end(e.up);
+	expect_seq(&e, &s, 40, 1000);
+	cr_assert_eq(stats(&e).up_trains, 2);
+	cr_assert_eq(stats(&e).up_train_datagrams, 40);
+	/* The same without trains: the difference is the train buffer, at least 48 KiB of
+	 * whole pages (a train of 1472-byte segments up to a datagram's 64 KiB). */
+	cr_assert_eq(udp_path_set_uptrains(e.up, false), 0);
+	without = udp_path_release_idle(e.up);
+	cr_assert_geq(with, without + 48 * 1024, "released %zu with trains, %zu without", with,
+		      without);
+	close(s.fd);
+	env_fini(&e);
+}
+
 /* (2) Only a train's last datagram may be shorter: 100, 100, 100, 40, 100 is a train of four
  * (the 40 ends it) and one alone, in that order. */
 Test(udp_uptrain, a_shorter_datagram_ends_its_train)
