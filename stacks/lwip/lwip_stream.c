@@ -17,6 +17,7 @@
 
 #include <event2/event.h>
 
+#include "core/gso.h"
 #include "dispatch/stream.h"
 
 #include "lwip/pbuf.h"
@@ -557,15 +558,35 @@ static ssize_t ls_unacked(const struct stream *s)
 	return n > 0 ? (ssize_t)n : 1;
 }
 
-/* What write() would take now; 0 exactly when writable would not fire. A write that would
- * fail is not limited (SIZE_MAX): it reports its error itself. */
+/* Room for whole segments only, at most the payload of one GSO train (an IPv6 packet with a
+ * plain TCP header, GSO_TRAIN_MAX bytes in all): the relay reads no more than write_room, so
+ * each write ends on a segment boundary. A write that ends inside a segment sends that
+ * segment short, and a short segment ends its train: 64 KiB from a relay buffer made a train
+ * of 45 full segments and a packet of its own for the 736 bytes left, one more TUN write (and
+ * one more wake-up of the receiving application) per 64 KiB. Room under one segment is
+ * returned as it is. */
+static size_t whole_segments(const struct tcp_pcb *pcb, size_t room)
+{
+	size_t mss = pcb->mss, max;
+
+	if (mss == 0 || room < mss)
+		return room;
+	max = (GSO_TRAIN_MAX - 40 - 20) / mss * mss;
+	if (room > max)
+		room = max;
+	return room - room % mss;
+}
+
+/* What write() would take now, in whole segments (whole_segments); 0 exactly when writable
+ * would not fire. A write that would fail is not limited (SIZE_MAX): it reports its error
+ * itself. */
 static size_t ls_write_room(const struct stream *s)
 {
 	const struct lwip_stream *ls = (const struct lwip_stream *)s;
 
 	if (ls->err || !ls->pcb || ls->wr_shut)
 		return SIZE_MAX;
-	return can_write(ls) ? send_room(ls) : 0;
+	return can_write(ls) ? whole_segments(ls->pcb, send_room(ls)) : 0;
 }
 
 /* Copy up to n queued bytes without taking them (no window update: nothing was read). */

@@ -41,6 +41,7 @@
 #define WND ((uint32_t)TCP_WND)
 #define SNDBUF ((size_t)TCP_SND_BUF)
 #define MSS ((size_t)TCP_MSS)
+#define TRAIN_SEGS ((65535 - 40 - 20) / MSS) /* whole segments in one GSO train */
 
 /* ---- the fake TUN: every packet lwIP emits --------------------------------------------------- */
 
@@ -634,7 +635,8 @@ Test(lwip_stream, writable_waits_for_the_low_water_room)
 	/* A first send buffer, acknowledged as it comes: lwIP's congestion window opens to the
 	 * app's whole window. */
 	expect_delivered(in, out, SNDBUF, 2000);
-	cr_assert_eq(stream_write_room(E.s), SNDBUF, "a lone stream: the whole send buffer");
+	cr_assert_eq(stream_write_room(E.s), TRAIN_SEGS * MSS,
+		     "a lone stream: the whole send buffer, as one train's whole segments");
 	n = stream_write(E.s, in, len);
 	cr_assert_eq(n, (ssize_t)SNDBUF, "accepted %zd", n);
 	cr_assert_eq(stream_write_room(E.s), 0);
@@ -659,6 +661,45 @@ Test(lwip_stream, writable_waits_for_the_low_water_room)
 	n = stream_write(E.s, in + SNDBUF, len - SNDBUF);
 	cr_assert_eq(n, (ssize_t)(12 * MSS), "write took %zd, write_room said %zu", n, 12 * MSS);
 	cr_assert_eq(stream_write_room(E.s), 0);
+}
+
+/* write_room counts whole segments, at most one GSO train's (45 of 1,440 bytes: 64,800):
+ * a write of it goes out as full segments only, none short, so a train never ends early;
+ * room left under a segment is not rounded away. */
+Test(lwip_stream, write_room_is_whole_segments_of_one_train)
+{
+	const size_t len = SNDBUF + (64u << 10);
+	uint8_t *in = test_alloc(len), *out = test_alloc(len);
+	size_t room, from, got = 0, segs = 0;
+	ssize_t n;
+
+	handshake();
+	fill(in, len, 9);
+	expect_delivered(in, out, SNDBUF, 2000); /* the congestion window opens */
+	room = stream_write_room(E.s);
+	cr_assert_eq(room, TRAIN_SEGS * MSS, "room %zu", room);
+	cr_assert_leq(40 + 20 + room, 65535, "one train's payload");
+	from = E.ncaps;
+	n = stream_write(E.s, in, room);
+	cr_assert_eq(n, (ssize_t)room);
+	pump();
+	for (int round = 0; round < 200 && got < room; round++) {
+		got += app_receive(out + got, len - got, NULL);
+		pump();
+	}
+	cr_assert_eq(got, room);
+	cr_assert_arr_eq(out, in, room);
+	for (size_t i = from; i < E.ncaps; i++) {
+		struct seg sg;
+
+		seg_parse(i, &sg);
+		if (sg.len) {
+			segs++;
+			cr_assert_eq(sg.len, MSS, "packet %zu after the write: %zu bytes", i - from,
+				     sg.len);
+		}
+	}
+	cr_assert_eq(segs, TRAIN_SEGS, "%zu segments for %zu bytes", segs, room);
 }
 
 /* The app half-closes first: read returns the data, then 0 (repeatedly); our side still writes,
