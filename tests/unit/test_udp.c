@@ -177,10 +177,7 @@ static void env_start(struct env *e, const char *fmt, ...)
 /* Free the path and prove it gave every session, fd and buffer byte back. */
 static void env_fini(struct env *e)
 {
-	ut_path_free_checked(e->up, e->b);
-	budget_free(e->b);
-	config_fini(&e->cfg);
-	event_base_free(e->base);
+	ut_env_free(e->up, e->b, &e->cfg, e->base);
 }
 
 static struct udp_path_stats stats(struct env *e)

@@ -120,10 +120,7 @@ static void env_start(struct env *e, bool trains)
 
 static void env_fini(struct env *e)
 {
-	ut_path_free_checked(e->up, e->b);
-	budget_free(e->b);
-	config_fini(&e->cfg);
-	event_base_free(e->base);
+	ut_env_free(e->up, e->b, &e->cfg, e->base);
 }
 
 static struct udp_path_stats stats(struct env *e)

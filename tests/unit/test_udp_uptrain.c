@@ -100,15 +100,24 @@ static void env_start(struct env *e)
 
 static void env_fini(struct env *e)
 {
-	ut_path_free_checked(e->up, e->b);
-	budget_free(e->b);
-	config_fini(&e->cfg);
-	event_base_free(e->base);
+	ut_env_free(e->up, e->b, &e->cfg, e->base);
 }
 
 static struct udp_path_stats stats(struct env *e)
 {
 	return ut_stats(e->up);
+}
+
+/* The uplink counters after a test's batches: trains sent, the datagrams in them, and every
+ * datagram sent (in trains or not). */
+static void expect_up(struct env *e, uint64_t trains, uint64_t train_datagrams,
+		      uint64_t datagrams)
+{
+	struct udp_path_stats st = stats(e);
+
+	cr_assert_eq(st.up_trains, trains);
+	cr_assert_eq(st.up_train_datagrams, train_datagrams);
+	cr_assert_eq(st.up_datagrams, datagrams);
 }
 
 /* A server on 127.0.0.1 that keeps every datagram it receives. */
@@ -228,9 +237,7 @@ Test(udp_uptrain, a_batch_to_one_destination_goes_in_one_send)
 	expect_send(&e, 0, 2000, 100);
 	expect_seq(&e, &s, 20, 100);
 	st = stats(&e);
-	cr_assert_eq(st.up_trains, 1);
-	cr_assert_eq(st.up_train_datagrams, 20);
-	cr_assert_eq(st.up_datagrams, 20);
+	expect_up(&e, 1, 20, 20);
 	cr_assert_eq(st.up_bytes, 2000);
 	cr_assert_eq(st.up_train_errors, 0);
 	close(s.fd);
@@ -287,9 +294,7 @@ Test(udp_uptrain, a_shorter_datagram_ends_its_train)
 	expect_send(&e, 1, 100, 0);
 	expect_recv(&e, &s, 5, ids, sizes);
 	st = stats(&e);
-	cr_assert_eq(st.up_trains, 1);
-	cr_assert_eq(st.up_train_datagrams, 4);
-	cr_assert_eq(st.up_datagrams, 5);
+	expect_up(&e, 1, 4, 5);
 	cr_assert_eq(st.up_bytes, 440);
 	close(s.fd);
 	env_fini(&e);
@@ -335,10 +340,7 @@ Test(udp_uptrain, interleaved_sessions_keep_each_sockets_order)
 		sizes[i] = 100;
 	}
 	expect_recv(&e, &b, 15, ids, sizes);
-	st = stats(&e);
-	cr_assert_eq(st.up_trains, 3);
-	cr_assert_eq(st.up_train_datagrams, 15);
-	cr_assert_eq(st.up_datagrams, 35);
+	expect_up(&e, 3, 15, 35);
 	close(a.fd);
 	close(b.fd);
 	env_fini(&e);

@@ -11,6 +11,7 @@
 
 #include "core/budget.h"
 #include "core/clock.h"
+#include "core/config.h"
 #include "dispatch/udp.h"
 #include "testutil.h"
 
@@ -47,6 +48,17 @@ static inline void ut_path_free_checked(struct udp_path *up, struct budget *b)
 	cr_assert_eq(bs.udp_in_use, 0, "sessions leaked");
 	cr_assert_eq(bs.fds_in_use, 0, "fds leaked");
 	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes leaked");
+}
+
+/* A test's whole environment gone: the path (checked as above), its budget, its config and
+ * its base. */
+static inline void ut_env_free(struct udp_path *up, struct budget *b, struct ts_config *cfg,
+			       struct event_base *base)
+{
+	ut_path_free_checked(up, b);
+	budget_free(b);
+	config_fini(cfg);
+	event_base_free(base);
 }
 
 /* The budget's buffer bytes in use (pools, slabs and budget_malloc). */
