@@ -126,12 +126,22 @@ class LinkRun:
         # 200,000 datagrams count a 0.1 % loss to about +-7 % (1 sigma); 30,000 do for 1 %.
         n = 200000 if 0 < cond[1] < 0.5 else 30000
         extra = ["--udp-count", str(n)] + (["--ceiling"] if ceiling else [])
-        r = self.sh(self.linkbed("calibrate", cond, extra), timeout=600, check=False)
+        # A session of its own, stopped with SIGTERM (its trap removes its namespaces and
+        # delay line) whatever ends the wait: subprocess.run would SIGKILL it on a signal to
+        # the rig, and a killed linkbed.sh leaves its testbed behind.
+        p = subprocess.Popen(self.linkbed("calibrate", cond, extra), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
         try:
-            rec = json.loads(r.stdout.strip().splitlines()[-1])
+            stdout, stderr = p.communicate(timeout=600)
+        except BaseException:
+            self.bed_down(p)
+            raise
+        try:
+            rec = json.loads(stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
             raise RuntimeError("linkbed.sh calibrate %s: no record (exit %d): %s" % (
-                cond, r.returncode, r.stderr.strip()[-300:]))
+                cond, p.returncode, stderr.strip()[-300:]))
         return rec
 
     def bed_up(self, cond):
@@ -139,6 +149,18 @@ class LinkRun:
         p = subprocess.Popen(self.linkbed("up", cond), stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=logf, start_new_session=True)
         logf.close()
+        # The testbed lives in a session of its own (so a signal to the rig's group does not
+        # reach it half way): from here on anything that ends this function early, a signal
+        # (SystemExit) included, takes it down before it goes on.
+        try:
+            return self.bed_ready(p, cond)
+        except BaseException:
+            self.bed_down(p)
+            raise
+
+    def bed_ready(self, p, cond):
+        """The testbed's record (its first line on stdout), then the target and iperf3 -s in
+        B."""
         line, deadline = b"", time.monotonic() + 60
         import selectors
         sel = selectors.DefaultSelector()
@@ -155,7 +177,6 @@ class LinkRun:
         try:
             bed = json.loads(line.decode().splitlines()[0])
         except (ValueError, IndexError):
-            self.bed_down(p)
             raise RuntimeError("linkbed.sh up %s: no testbed (see work/linkbed-up.log)" % (
                 cond,))
         bed["proc"] = p
@@ -169,6 +190,7 @@ class LinkRun:
                 break
             time.sleep(0.1)
         else:
+            self.stop(bed["iperf"])
             raise RuntimeError("iperf3 -s did not listen in B")
         return bed
 
