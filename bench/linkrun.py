@@ -134,8 +134,10 @@ class LinkRun:
                              start_new_session=True)
         try:
             stdout, stderr = p.communicate(timeout=600)
-        except BaseException:
-            self.bed_down(p)
+        except BaseException as e:
+            self.bed_down(p, drain=True)
+            if isinstance(e, subprocess.TimeoutExpired):
+                raise RuntimeError("linkbed.sh calibrate %s: no record within 600 s" % (cond,))
             raise
         try:
             rec = json.loads(stdout.strip().splitlines()[-1])
@@ -146,9 +148,11 @@ class LinkRun:
 
     def bed_up(self, cond):
         logf = open(os.path.join(self.work, "linkbed-up.log"), "ab")
-        p = subprocess.Popen(self.linkbed("up", cond), stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=logf, start_new_session=True)
-        logf.close()
+        try:
+            p = subprocess.Popen(self.linkbed("up", cond), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=logf, start_new_session=True)
+        finally:
+            logf.close()
         # The testbed lives in a session of its own (so a signal to the rig's group does not
         # reach it half way): from here on anything that ends this function early, a signal
         # (SystemExit) included, takes it down before it goes on.
@@ -194,12 +198,18 @@ class LinkRun:
             raise RuntimeError("iperf3 -s did not listen in B")
         return bed
 
-    def bed_down(self, p):
+    def bed_down(self, p, drain=False):
+        """SIGTERM to a linkbed.sh session (its trap takes its testbed down), SIGKILL after
+        20 s. drain: its output pipes are read meanwhile, so a script writing to a full pipe
+        still gets to its cleanup."""
         if p is None or p.poll() is not None:
             return
         os.killpg(p.pid, signal.SIGTERM)
         try:
-            p.wait(timeout=20)
+            if drain:
+                p.communicate(timeout=20)
+            else:
+                p.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(timeout=5)

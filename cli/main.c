@@ -178,8 +178,8 @@ static void reexec_without_tcache(char **argv)
 }
 
 /* The kernel names a process after the file it executes, "exe" after /proc/self/exe: give
- * the proxy back the name it was started by (argv[0]'s last part, as the first exec named
- * it), which ps, top and pkill show and match. */
+ * the proxy a name again, argv[0]'s last part (the file's name when started the usual way),
+ * which ps, top and pkill show and match. */
 static void keep_name(const char *argv0)
 {
 	const char *base = strrchr(argv0, '/');

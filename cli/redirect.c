@@ -103,9 +103,9 @@ void usage_redirect(FILE *out)
 	      "The redirect baseline (docs/architecture.md \"Redirect baseline\"): no TUN.\n"
 	      "nftables redirects the applications' connections to a listener here; each one's\n"
 	      "original destination (SO_ORIGINAL_DST) goes to the same dispatcher, direct\n"
-	      "outbound and relay as 'run' uses, from sockets marked N. The rule set is not\n"
-	      "created here; it must exempt mark N, or every outbound connection is redirected\n"
-	      "again. For example:\n"
+	      "outbound (or with --socks5 the SOCKS5 outbound) and relay as 'run' uses, from\n"
+	      "sockets marked N. The rule set is not created here; it must exempt mark N, or\n"
+	      "every outbound connection is redirected again. For example:\n"
 	      "\n"
 	      "  table inet tsredir {\n"
 	      "    chain out {\n"
@@ -134,7 +134,10 @@ void usage_redirect(FILE *out)
 	      "      --stats ADDR:PORT       GET /stats and /metrics on this loopback address\n"
 	      "      --socks5 ADDR:PORT      relay through this SOCKS5 server (CONNECT, no\n"
 	      "                              authentication; IPv6 as [ADDR]:PORT) instead of\n"
-	      "                              connecting directly; its sockets are marked N too\n"
+	      "                              connecting directly; its sockets are marked N too.\n"
+	      "                              A server in this namespace makes connections of\n"
+	      "                              its own, unmarked: the rule set must exempt them\n"
+	      "                              (meta skuid), or run it in another namespace\n"
 	      "  -h, --help                  this text\n",
 	      out);
 }

@@ -99,7 +99,7 @@ if(TS_SANITIZE STREQUAL "")
   add_test(NAME bench_link_signal
     COMMAND ${CMAKE_SOURCE_DIR}/tests/bench/link_signal.sh $<TARGET_FILE:twinstack>)
   set_tests_properties(bench_link_signal PROPERTIES
-    LABELS integration TIMEOUT 120 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+    LABELS integration TIMEOUT 240 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   # The A/B gate for real: its CPU cgroup, and a tiny A/B run of the same code (3 rounds).
   add_test(NAME bench_ab COMMAND ${CMAKE_SOURCE_DIR}/tests/bench/ab_run.sh $<TARGET_FILE:twinstack>)
   set_tests_properties(bench_ab PROPERTIES

@@ -571,7 +571,10 @@ static size_t whole_segments(const struct tcp_pcb *pcb, size_t room)
 
 	if (mss == 0 || room < mss)
 		return room;
+	/* an IPv6 header (40 bytes) and a TCP header without options (20) */
 	max = (GSO_TRAIN_MAX - 40 - 20) / mss * mss;
+	if (max == 0)
+		return room; /* a segment larger than a train: nothing to align to */
 	if (room > max)
 		room = max;
 	return room - room % mss;

@@ -18,7 +18,17 @@ if [ "$(id -u)" -ne 0 ] || [ ! -c /dev/net/tun ] || [ ! -x "$dl" ] ||
 fi
 out=$(mktemp -d)
 rig=
-trap '[ -n "$rig" ] && kill -KILL "$rig" 2>/dev/null; rm -rf "$out"' EXIT
+# On the way out (a failed step, ^C): the rig gets SIGTERM too, the stop under test, and 30 s.
+stop_rig() {
+	local i
+	[ -n "$rig" ] || return 0
+	kill -TERM "$rig" 2>/dev/null
+	for ((i = 0; i < 300; i++)); do kill -0 "$rig" 2>/dev/null || break; sleep 0.1; done
+	kill -KILL "$rig" 2>/dev/null
+	wait "$rig" 2>/dev/null
+	rig=
+}
+trap 'stop_rig; rm -rf "$out"' EXIT
 passed=0 failed=0
 ok() { echo "ok - $1${2:+ ($2)}"; passed=$((passed + 1)); }
 not_ok() { echo "not ok - $1: $2"; failed=$((failed + 1)); }
@@ -53,9 +63,7 @@ stop_at() {
 	done
 	if [ -z "$tok" ] || ! "$ready" "$tok" "$dir"; then
 		not_ok "$name" "the testbed never got there ($(tail -c 300 "$dir/stderr.txt"))"
-		kill -KILL "$rig" 2>/dev/null
-		wait "$rig" 2>/dev/null
-		rig=
+		stop_rig
 		return
 	fi
 	kill -TERM "$rig"
