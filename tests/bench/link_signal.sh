@@ -16,22 +16,16 @@ if [ "$(id -u)" -ne 0 ] || [ ! -c /dev/net/tun ] || [ ! -x "$dl" ] ||
 	echo "# SKIP: needs root, /dev/net/tun, nft and $dl"
 	exit 77
 fi
+# shellcheck source=tests/integration/lib.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)/lib.sh" # ok, not_ok, stop_pid
 out=$(mktemp -d)
 rig=
 # On the way out (a failed step, ^C): the rig gets SIGTERM too, the stop under test, and 30 s.
 stop_rig() {
-	local i
-	[ -n "$rig" ] || return 0
-	kill -TERM "$rig" 2>/dev/null
-	for ((i = 0; i < 300; i++)); do kill -0 "$rig" 2>/dev/null || break; sleep 0.1; done
-	kill -KILL "$rig" 2>/dev/null
-	wait "$rig" 2>/dev/null
+	[ -z "$rig" ] || stop_pid "$rig" 30
 	rig=
 }
 trap 'stop_rig; rm -rf "$out"' EXIT
-passed=0 failed=0
-ok() { echo "ok - $1${2:+ ($2)}"; passed=$((passed + 1)); }
-not_ok() { echo "not ok - $1: $2"; failed=$((failed + 1)); }
 
 # The token of the newest link testbed that is not in $1 (the namespaces before the run; the
 # calibration's testbed goes before the measuring one comes), or nothing.
@@ -95,5 +89,5 @@ bed_up() { [ -e "$2/work/linkbed-up.log" ] && [ -n "$(pgrep -f "tlT-$1")" ]; }
 
 stop_at "SIGTERM while the line is calibrated: nothing left" calibrating
 stop_at "SIGTERM with the measuring testbed up: nothing left" bed_up
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
