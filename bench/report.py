@@ -328,9 +328,7 @@ class Report:
             return
         for _, via in self.socks5_pairs():
             for wl, d, n, metric in self.socks5_figures():
-                a = self.by_round(via, wl, d, n, metric)
-                b = self.by_round(plain, wl, d, n, metric)
-                fr = [[r, a[r] / b[r]] for r in sorted(a) if r in b and b[r] > 0]
+                fr = self.paired(via, plain, wl, d, n, metric, lambda x, y: x / y)
                 if fr:
                     self.dsamples[via.key + (wl, d, n, "plain_socks5_fraction")] = fr
         # Each proxy through the server over the redirect baseline through it: how far from
@@ -344,9 +342,7 @@ class Report:
             for wl, d, n, metric in self.socks5_figures():
                 if wl != "tcp_bulk":
                     continue
-                a = self.by_round(via, wl, d, n, metric)
-                b = self.by_round(rv, wl, d, n, metric)
-                fr = [[r, a[r] / b[r]] for r in sorted(a) if r in b and b[r] > 0]
+                fr = self.paired(via, rv, wl, d, n, metric, lambda x, y: x / y)
                 if fr:
                     self.dsamples[via.key + (wl, d, n, "redirect_socks5_fraction")] = fr
 
