@@ -22,7 +22,10 @@
  * pressure tier is normal. A block is charged to the budget at its rounded size (what it
  * occupies); a kept block is not in use and is charged to nothing. Kept blocks never raise the
  * peak: they are bytes lwIP held a moment before. lwip_glue_trim empties the lists, as the
- * stack does when its last pcb is gone.
+ * stack does when its last pcb is gone, and lwip_glue_trim_unused does the same while pcbs
+ * remain once the lists have gone unused for a while: a download that follows an upload sends
+ * segments (small blocks) and receives only ACKs, so the upload's kept receive blocks would
+ * otherwise sit idle for as long as any connection stays open.
  *
  * Blocks of 4 KiB and less (an output segment of MSS + headers, its struct tcp_seg, a pure
  * ACK) are left to glibc on purpose. Downloads churn them without trimming: glibc reuses a
@@ -69,6 +72,10 @@ struct cached {
 static struct cached *lw_cache[LW_CLASSES];
 static uint64_t lw_cache_cap; /* set at claim from the owner's budget */
 static _Atomic uint64_t lwip_cached;
+/* A kept block was handed out since the last lwip_glue_trim_unused call; the calls since one
+ * was. */
+static bool lw_cache_used;
+static unsigned lw_unused_calls;
 
 /* Set while an lwIP stack owns lwIP (lwip_glue_claim .. lwip_glue_release): lwIP's pcb lists and
  * netif cannot serve two stacks. Atomic, so two proxies starting on two threads cannot both
@@ -101,6 +108,8 @@ int lwip_glue_claim(struct budget *b)
 void lwip_glue_release(void)
 {
 	lwip_glue_trim();
+	lw_cache_used = false;
+	lw_unused_calls = 0;
 	lwip_budget = NULL;
 	atomic_store_explicit(&lwip_claimed, false, memory_order_release);
 }
@@ -134,6 +143,7 @@ static struct blk *cache_pop(uint32_t cls)
 	if (!c)
 		return NULL;
 	lw_cache[cls - 1] = c->next;
+	lw_cache_used = true;
 	atomic_fetch_sub_explicit(&lwip_cached, 1u << (LW_CLASS_MIN_SHIFT + cls - 1),
 				  memory_order_relaxed);
 	return (struct blk *)c;
@@ -166,6 +176,21 @@ void lwip_glue_trim(void)
 		while ((h = cache_pop(cls)))
 			free(h);
 	}
+}
+
+bool lwip_glue_trim_unused(unsigned calls)
+{
+	if (lw_cache_used || !atomic_load_explicit(&lwip_cached, memory_order_relaxed)) {
+		lw_cache_used = false;
+		lw_unused_calls = 0;
+		return false;
+	}
+	if (++lw_unused_calls < calls)
+		return false;
+	lwip_glue_trim();
+	lw_cache_used = false; /* the trim's own pops are not uses */
+	lw_unused_calls = 0;
+	return true;
 }
 
 uint64_t lwip_glue_cached_bytes(void)

@@ -30,5 +30,10 @@ void *ts_lwip_malloc(size_t size);
 void ts_lwip_free(void *p);
 /* Give the blocks kept for reuse back to the system (the owner's thread; release does it). */
 void lwip_glue_trim(void);
+/* The owner's thread, once per TCP timer tick while pcbs exist: counts the calls in a row in
+ * which no kept block was handed out again; at the calls-th it gives the kept blocks back
+ * (lwip_glue_trim) and returns true, so the caller can trim the heap too. False otherwise, and
+ * always when nothing is kept. */
+bool lwip_glue_trim_unused(unsigned calls);
 
 #endif

@@ -127,6 +127,10 @@ static struct lwip_stack *as_lw(struct netstack *ns)
 
 /* ---- timers ---------------------------------------------------------------------------------- */
 
+/* The TCP timer ticks in a row without a kept block reused after which the kept blocks are
+ * given back: one second. */
+#define LWIP_CACHE_IDLE_TICKS (1000 / TCP_TMR_INTERVAL)
+
 /* tcp_tmr runs every TCP_TMR_INTERVAL while any pcb is active or in TIME_WAIT; with none, no
  * timer exists at all (an idle tunnel never wakes up). */
 static void check_timer(struct lwip_stack *st)
@@ -151,6 +155,10 @@ static void on_tmr(evutil_socket_t fd, short what, void *arg)
 	 * busy-to-idle transition, never on a timer of its own. */
 	if (!st->tmr_armed) {
 		lwip_glue_trim();
+		rss_heap_trim();
+	} else if (lwip_glue_trim_unused(LWIP_CACHE_IDLE_TICKS)) {
+		/* Pcbs remain, but the kept receive blocks went unused for a second (a download after
+		 * an upload receives only ACKs): give them, and the heap they leave free, back. */
 		rss_heap_trim();
 	}
 }

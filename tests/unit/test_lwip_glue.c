@@ -1,8 +1,10 @@
 /* test_lwip_glue.c — lwIP's allocator (stacks/lwip/lwip_glue.c): blocks of more than 4 KiB are
  * rounded up to a power of two, charged at that size, and kept for reuse when freed (up to an
- * eighth of the budget's buffer bytes and 8 MiB, only while the pressure tier is normal) instead of being handed back to glibc, whose heap trimming
- * would otherwise return and re-fault the pages of every large receive; smaller blocks are
- * charged exactly and freed; trimming and release empty the lists. */
+ * eighth of the budget's buffer bytes and 8 MiB, only while the pressure tier is normal) instead
+ * of being handed back to glibc, whose heap trimming would otherwise return and re-fault the
+ * pages of every large receive; smaller blocks are
+ * charged exactly and freed; trimming and release empty the lists, and so does a run of timer
+ * calls in which no kept block was reused. */
 #include <criterion/criterion.h>
 
 #include <string.h>
@@ -148,4 +150,36 @@ Test(lwip_glue, release_empties_and_later_frees_are_not_kept)
 	ts_lwip_free(b); /* freed after the owner left: back to the system, released to its budget */
 	cr_assert_eq(lwip_glue_cached_bytes(), 0);
 	cr_assert_eq(budget_in_use(), 0);
+}
+
+Test(lwip_glue, kept_blocks_unused_for_calls_in_a_row_are_given_back)
+{
+	void *a = ts_lwip_malloc(70000);
+
+	cr_assert_not_null(a);
+	cr_assert_not(lwip_glue_trim_unused(2), "nothing kept: nothing to give back");
+	ts_lwip_free(a);
+	cr_assert_eq(lwip_glue_cached_bytes(), 131072);
+	cr_assert_not(lwip_glue_trim_unused(2), "first call without reuse");
+
+	a = ts_lwip_malloc(70000); /* reused: the count starts again */
+	cr_assert_eq(lwip_glue_cached_bytes(), 0);
+	ts_lwip_free(a);
+	cr_assert_not(lwip_glue_trim_unused(2), "a reuse since the last call");
+	cr_assert_eq(lwip_glue_cached_bytes(), 131072);
+	cr_assert_not(lwip_glue_trim_unused(2), "first call in a row without reuse");
+	cr_assert_eq(lwip_glue_cached_bytes(), 131072, "kept until the calls-th call");
+	cr_assert(lwip_glue_trim_unused(2), "second call in a row: given back");
+	cr_assert_eq(lwip_glue_cached_bytes(), 0);
+	cr_assert_eq(budget_in_use(), 0);
+	cr_assert_not(lwip_glue_trim_unused(2), "the trim's own pops are not reuses");
+
+	/* Kept again afterwards, and given back again after calls in a row. */
+	a = ts_lwip_malloc(70000);
+	ts_lwip_free(a);
+	a = ts_lwip_malloc(70000);
+	ts_lwip_free(a);
+	cr_assert_not(lwip_glue_trim_unused(1), "reused since the last call");
+	cr_assert(lwip_glue_trim_unused(1));
+	cr_assert_eq(lwip_glue_cached_bytes(), 0);
 }
