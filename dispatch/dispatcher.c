@@ -795,6 +795,7 @@ void dispatcher_get_stats(const struct dispatcher *d, struct dispatcher_stats *o
 	out->bytes_down = ctr_get(&c->bytes[RELAY_DOWN]);
 	out->splice_bytes = ctr_get(&c->splice_bytes);
 	out->copy_bytes = ctr_get(&c->copy_bytes);
+	out->gather_bytes = ctr_get(&c->gather_bytes);
 	out->pipe_fallbacks = ctr_get(&c->pipe_fallbacks);
 	out->buf_waits = ctr_get(&c->buf_waits);
 	out->pipe_bytes_inflight = ctr_get(&c->pipe_bytes_inflight);

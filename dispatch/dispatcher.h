@@ -174,6 +174,7 @@ struct dispatcher_stats {
 	uint64_t relay_ends[RELAY_END_MAX];
 	uint64_t bytes_up, bytes_down; /* app -> server, server -> app */
 	uint64_t splice_bytes, copy_bytes;
+	uint64_t gather_bytes;         /* of copy_bytes: from the source's buffers, one writev */
 	uint64_t pipe_fallbacks, buf_waits;
 	uint64_t pipes_in_use, pipes_idle;
 	uint64_t pipe_bytes;           /* kernel capacity of all open pipes */

@@ -10,6 +10,9 @@
  * session whose destination is the bottleneck. A destination with no room at all gets write
  * interest in place of the source's read interest (room_wait). A callback runs a bounded
  * number of pull/push rounds (RELAY_ROUNDS) so one busy connection cannot starve the loop.
+ * A source that lends its buffers (an lwIP stream) into a destination that takes iovecs (a
+ * socket) is gathered instead (dir_gather): no buffer, no copy of the relay's own, and a full
+ * destination waits for its writable (room_wait) with the bytes still in the source.
  *
  * Ending is deferred: a failure only records the reason, drops all interest and activates
  * finish_ev; the streams are closed/aborted and the relay freed from that event, never from
@@ -41,6 +44,8 @@
 #include <event2/event.h>
 
 #define RELAY_ROUNDS 16
+#define RELAY_GATHER_IOV 64            /* views of the source's buffers per writev */
+#define RELAY_GATHER_BYTES (256u << 10) /* the most one writev hands over */
 #define RELAY_SINK_BYTES 8192      /* discard buffer of a dead direction, on the stack */
 #define RELAY_LINGER_POLL_MIN_MS 1 /* the first poll of the lingering stream's unacked */
 #define RELAY_LINGER_POLL_MAX_MS 64 /* the poll interval doubles up to this */
@@ -57,6 +62,7 @@ struct rdir {
 	bool buf_wait;   /* the buffer pool said no: wait for retry_ev */
 	bool room_wait;  /* dst had no room: wait for its writable before reading src */
 	bool dead;       /* dst failed: nothing more is delivered; src is read and discarded */
+	bool gather;     /* src lends its buffers and dst takes them whole: no relay buffer */
 	uint8_t *early;  /* early bytes (DOWN only), from budget_malloc */
 	size_t early_len, early_off;
 	uint8_t *buf;    /* copy buffer while held; bytes [head, tail) pending */
@@ -516,6 +522,61 @@ static ssize_t dir_pull_copy(struct rdir *d)
 	return 0;
 }
 
+/* Gather: the source's queued bytes go to dst in one writev of views of the source's own
+ * buffers (an lwIP pcb's received pbufs into a kernel socket): no relay buffer is held and
+ * the relay copies nothing itself, and a socket takes up to RELAY_GATHER_BYTES per call
+ * instead of one relay buffer's worth. What dst took is then skipped in the source; what it
+ * did not stays there, held back by the source's flow control, and a short write or
+ * -EAGAIN waits for dst's writable (room_wait). Same returns as dir_pull_copy. */
+static ssize_t dir_gather(struct rdir *d)
+{
+	struct relay *r = d->r;
+	struct iovec iov[RELAY_GATHER_IOV];
+	size_t want = RELAY_GATHER_BYTES, room = stream_write_room(d->dst);
+	int cnt = RELAY_GATHER_IOV;
+	ssize_t n, w;
+
+	if (room == 0) {
+		d->room_wait = true;
+		ctr_inc(&r->ctr->room_waits);
+		return 0;
+	}
+	if (room < want)
+		want = room;
+	n = stream_peekv(d->src, iov, &cnt, want);
+	if (n == 0)
+		return dir_eof(d);
+	if (n == -EAGAIN)
+		return 0;
+	if (n < 0) {
+		relay_fail(r, (int)d->id, (int)n);
+		return -1;
+	}
+	w = stream_writev(d->dst, iov, cnt);
+	if (w == -EAGAIN) {
+		d->room_wait = true;
+		ctr_inc(&r->ctr->room_waits);
+		return 0;
+	}
+	if (w < 0) {
+		int side = 1 - (int)d->id;
+
+		if (w != -EPIPE && !r->reset_err[side])
+			r->reset_err[side] = (int)w;
+		side_failed(r, side, (int)w);
+		return -1;
+	}
+	stream_skip(d->src, (size_t)w);
+	gauge_add(&r->ctr->buf_bytes_inflight, (uint64_t)w); /* dir_delivered takes it off */
+	ctr_add(&r->ctr->gather_bytes, (uint64_t)w);
+	dir_delivered(d, (size_t)w, false);
+	if (w < n) { /* dst took what it had room for */
+		d->room_wait = true;
+		ctr_inc(&r->ctr->room_waits);
+	}
+	return w;
+}
+
 /* The direction gives up on splice for good (no pipe, or splice unsupported) and copies. */
 static void dir_fallback(struct rdir *d)
 {
@@ -625,7 +686,7 @@ static void dir_run(struct rdir *d)
 			return;
 		if (dir_pending(d) || !dir_wants_read(d))
 			break;
-		n = d->splice ? dir_pull_splice(d) : dir_pull_copy(d);
+		n = d->splice ? dir_pull_splice(d) : d->gather ? dir_gather(d) : dir_pull_copy(d);
 		if (n < 0)
 			return;
 		if (n == 0)
@@ -788,6 +849,7 @@ int relay_new(struct event_base *base, struct stream *a, struct stream *b,
 		d->src = r->s[i];
 		d->dst = r->s[1 - i];
 		d->splice = splice;
+		d->gather = !splice && stream_can_gather(d->src, d->dst);
 		r->side[i].r = r;
 		r->side[i].idx = i;
 		stream_set_callbacks(r->s[i], &cbs, &r->side[i]);

@@ -31,12 +31,16 @@
  * is borrowed from the pipe pool when the source becomes readable and no pipe is held, and given
  * back the moment it is empty. copy (always when either stream has no fd, e.g. lwIP, or when
  * asked): one buffer per direction from the buffer pool, likewise held only while it has bytes.
- * A direction whose pipe cannot be had (fd budget refused, pipe2 failed, splice unsupported)
+ * gather (a source that lends its own buffers into a destination that takes iovecs: an lwIP
+ * stream into a socket, the upload of every lwIP session): no relay buffer; each writev hands
+ * over up to 64 views and 256 KiB of the source's queue, and exactly what the destination took
+ * is then skipped in the source. A direction whose pipe cannot be had (fd budget refused, pipe2 failed, splice unsupported)
  * falls back to copy for the rest of its life; counted in pipe_fallbacks.
  *
  * Back-pressure: a direction reads only what it can hold: at most one buffer (copy) or one
- * pipe's capacity (splice) is in flight per direction; while the destination does not drain,
- * the source is not read, so the kernel (or lwIP's window) pushes back on the sender.
+ * pipe's capacity (splice) is in flight per direction, and gather takes from the source only
+ * what the destination accepted; while the destination does not drain, the source is not
+ * read, so the kernel (or lwIP's window) pushes back on the sender.
  *
  * A stream's failure is noticed on its next read or write (or its error callback): a direction
  * held back by a slow destination learns that its source was reset once it reads again, and
@@ -90,9 +94,12 @@ struct relay_counters {
 	ctr_t bytes[RELAY_DIRS];  /* delivered to the destination */
 	ctr_t splice_bytes;       /* delivered by splice */
 	ctr_t copy_bytes;         /* delivered by copy (early bytes included) */
+	ctr_t gather_bytes;       /* of copy_bytes: handed from the source's own buffers to the
+				   * destination in one call (peekv/writev), no relay buffer */
 	ctr_t pipe_fallbacks;     /* directions that fell back from splice to copy */
 	ctr_t buf_waits;          /* a buffer was refused by the pool/budget; retried later */
-	ctr_t room_waits;         /* a read waited for room in the destination (write_room 0) */
+	ctr_t room_waits;         /* a read waited for room in the destination (write_room 0, or a
+				   * gather that dst took only part of) */
 	ctr_t pipe_bytes_inflight; /* gauge: bytes now in pipes */
 	ctr_t buf_bytes_inflight; /* gauge: bytes now in copy buffers (and early bytes) */
 	ctr_t active;             /* gauge: live relays */

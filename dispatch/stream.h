@@ -29,7 +29,7 @@
  *  - Flow control: read() hands bytes over for good. The relay reads a direction only when
  *    everything it read before was accepted by the other stream, so a stream that opens its
  *    receive window in read() (lwIP: tcp_recved) runs at most one relay buffer ahead of what
- *    the destination accepted; write() accepting only what fits (lwIP: tcp_sndbuf) closes
+ *    the destination accepted (gather: not at all ahead; skip() takes only what it took); write() accepting only what fits (lwIP: tcp_sndbuf) closes
  *    the loop the other way. A destination that can tell how much a write would take now
  *    (write_room) is read for no more than that: the bytes it cannot take yet stay in the
  *    source (a kernel socket's receive buffer, whose window then holds the sender back)
@@ -42,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 struct event_base;
 struct stream;
@@ -96,6 +97,17 @@ struct stream_ops {
 	 * write would fail. A write of at most that many bytes may still be short (the stack
 	 * ran out of memory meanwhile). May be NULL (same as SIZE_MAX). */
 	size_t (*write_room)(const struct stream *s);
+	/* Views of up to n of the bytes read() would return next, without taking them (the
+	 * stream's own buffers, no copy): fills at most *cnt iovecs and sets *cnt to the number
+	 * filled. > 0 bytes, 0 at EOF with nothing queued, -EAGAIN when nothing has arrived, or
+	 * -errno. The views stay valid until the next call on the stream or the return to the
+	 * event loop (lwIP may drop its queue from its own callbacks then). May be NULL. */
+	ssize_t (*peekv)(struct stream *s, struct iovec *iov, int *cnt, size_t n);
+	/* Take the next n bytes as read() would, without copying them anywhere: n is at most
+	 * what the last peekv returned. May be NULL when peekv is. */
+	void (*skip)(struct stream *s, size_t n);
+	/* write() from cnt iovecs (cnt >= 1, their total > 0): the same returns. May be NULL. */
+	ssize_t (*writev)(struct stream *s, const struct iovec *iov, int cnt);
 };
 
 /* The common head of every implementation; implementations embed it first. */
@@ -165,6 +177,28 @@ static inline void stream_set_lowat(struct stream *s, size_t lowat)
 static inline size_t stream_write_room(const struct stream *s)
 {
 	return s->ops->write_room ? s->ops->write_room(s) : SIZE_MAX;
+}
+
+/* src's queued bytes can be handed to dst without a copy of the relay's own: src lends views
+ * of its buffers (peekv, skip) and dst takes them in one call (writev). */
+static inline bool stream_can_gather(const struct stream *src, const struct stream *dst)
+{
+	return src->ops->peekv && src->ops->skip && dst->ops->writev;
+}
+
+static inline ssize_t stream_peekv(struct stream *s, struct iovec *iov, int *cnt, size_t n)
+{
+	return s->ops->peekv(s, iov, cnt, n);
+}
+
+static inline void stream_skip(struct stream *s, size_t n)
+{
+	s->ops->skip(s, n);
+}
+
+static inline ssize_t stream_writev(struct stream *s, const struct iovec *iov, int cnt)
+{
+	return s->ops->writev(s, iov, cnt);
 }
 
 static inline ssize_t stream_unacked(const struct stream *s)

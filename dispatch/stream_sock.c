@@ -54,6 +54,19 @@ static ssize_t ss_write(struct stream *s, const void *buf, size_t n)
 	return r;
 }
 
+static ssize_t ss_writev(struct stream *s, const struct iovec *iov, int cnt)
+{
+	struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt };
+	ssize_t r;
+
+	do
+		r = sendmsg(ss_of(s)->fd, &mh, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	return r;
+}
+
 static int ss_shutdown_write(struct stream *s)
 {
 	return shutdown(ss_of(s)->fd, SHUT_WR) == 0 ? 0 : -errno;
@@ -158,6 +171,7 @@ static const struct stream_ops sock_ops = {
 	.unacked = ss_unacked,
 	.peek = ss_peek,
 	.set_lowat = ss_set_lowat,
+	.writev = ss_writev,
 };
 
 static void on_read(evutil_socket_t fd, short what, void *arg)

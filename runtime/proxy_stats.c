@@ -197,6 +197,7 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_counter(d, "relay.bytes_down", ds->bytes_down);
 	stats_doc_counter(d, "relay.splice_bytes", ds->splice_bytes);
 	stats_doc_counter(d, "relay.copy_bytes", ds->copy_bytes);
+	stats_doc_counter(d, "relay.gather_bytes", ds->gather_bytes);
 	/* route.sniff: TCP sessions (the dispatcher) and QUIC flows (the UDP path) together. */
 	stats_doc_add_u64(d, "sniff.active", STATS_GAUGE, ds->sniff.active + us->sniff_active);
 	stats_doc_counter(d, "sniff.started", ds->sniff.started + us->sniff_started);

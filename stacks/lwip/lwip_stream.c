@@ -94,7 +94,8 @@ static void queue_drop(struct lwip_stream *ls)
 	ls->queued = 0;
 }
 
-/* Copy up to n queued bytes into buf, freeing what is consumed. Returns the bytes copied. */
+/* Copy up to n queued bytes into buf (NULL: only take them), freeing what is consumed.
+ * Returns the bytes taken. */
 static size_t queue_take(struct lwip_stream *ls, uint8_t *buf, size_t n)
 {
 	size_t done = 0;
@@ -105,7 +106,8 @@ static size_t queue_take(struct lwip_stream *ls, uint8_t *buf, size_t n)
 
 		if (c > n - done)
 			c = n - done;
-		memcpy(buf + done, (const uint8_t *)q->payload + ls->off, c);
+		if (buf)
+			memcpy(buf + done, (const uint8_t *)q->payload + ls->off, c);
 		done += c;
 		ls->off += c;
 		if (ls->off == q->len)
@@ -613,6 +615,47 @@ static ssize_t ls_peek(struct stream *s, void *buf, size_t n)
 	return (ssize_t)done;
 }
 
+/* Views of the queued pbufs' payloads (no window update: nothing was taken). */
+static ssize_t ls_peekv(struct stream *s, struct iovec *iov, int *cnt, size_t n)
+{
+	struct lwip_stream *ls = ls_of(s);
+	size_t done = 0, off = ls->off;
+	int k = 0;
+
+	assert(n > 0 && *cnt > 0);
+	if (ls->err)
+		return ls->err;
+	if (ls->queued == 0)
+		return ls->eof ? 0 : -EAGAIN;
+	for (const struct pbuf *q = ls->head; q && done < n && k < *cnt; q = q->next, off = 0) {
+		size_t c = q->len - off;
+
+		if (c == 0)
+			continue; /* a zero-length pbuf of a chain */
+		if (c > n - done)
+			c = n - done;
+		iov[k].iov_base = (uint8_t *)q->payload + off;
+		iov[k].iov_len = c;
+		k++;
+		done += c;
+	}
+	*cnt = k;
+	return (ssize_t)done;
+}
+
+/* Take n peeked bytes: as ls_read, without the copy. */
+static void ls_skip(struct stream *s, size_t n)
+{
+	struct lwip_stream *ls = ls_of(s);
+	size_t got = queue_take(ls, NULL, n);
+
+	assert(got == n); /* no more than peekv lent */
+	if (got && ls->pcb) {
+		recved(ls->pcb, got);
+		pcbs_changed(ls);
+	}
+}
+
 static void ls_set_lowat(struct stream *s, size_t lowat)
 {
 	struct lwip_stream *ls = ls_of(s);
@@ -633,6 +676,8 @@ static const struct stream_ops lwip_ops = {
 	.peek = ls_peek,
 	.set_lowat = ls_set_lowat,
 	.write_room = ls_write_room,
+	.peekv = ls_peekv,
+	.skip = ls_skip,
 };
 
 int lwip_stream_new(struct event_base *base, struct tcp_pcb *pcb,

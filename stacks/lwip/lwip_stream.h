@@ -25,8 +25,8 @@
  *    callback, so a stream must never hold one. read() still returns the queued bytes, then 0;
  *    write() returns -EPIPE; no error fires (a clean end is not an error).
  *  - Receive flow control: received pbufs are queued as lwIP hands them over (never refused,
- *    so lwIP never retains refused_data); tcp_recved() is called only in read(), for exactly
- *    the bytes copied out. lwIP's receive window therefore opens only as the owner takes data,
+ *    so lwIP never retains refused_data); tcp_recved() is called only in read() and skip(),
+ *    for exactly the bytes copied out or taken. lwIP's receive window therefore opens only as the owner takes data,
  *    and the queue (lwIP memory, counted by the budget) never exceeds the window.
  *  - Send flow control: write() accepts at most the pcb's free send buffer (pcb->snd_buf, up to
  *    TCP_SND_BUF) and what the segment queue (TCP_SND_QUEUELEN) takes, copied into lwIP
@@ -84,8 +84,8 @@ struct lwip_sendshare {
 size_t lwip_sendshare_room(const struct lwip_sendshare *sh, size_t own, bool sending);
 
 /* What the stream tells its stack. pcbs_changed runs after every op that may need lwIP's
- * timers or change pcb lists (read that opened the window, write, shutdown_write, close,
- * abort), never from inside an lwIP callback, so the stack can (re)arm tcp_tmr. */
+ * timers or change pcb lists (read or skip that opened the window, write, shutdown_write,
+ * close, abort), never from inside an lwIP callback, so the stack can (re)arm tcp_tmr. */
 struct lwip_stream_hooks {
 	void (*pcbs_changed)(void *arg); /* may be NULL */
 	void *arg;

@@ -14,7 +14,9 @@
  * 1460, 16384); byte 1 the buffer budget (bits 0-1: 1, 2, 3 or 1000 buffers; bit 7: shared
  * with the early bytes, which may then be refused) and pool size (bits 2-3: 1-4 buffers);
  * byte 2 which streams tell their room (write_room: bit 0 a, bit 1 b; the room is their send
- * window, SIZE_MAX once they failed); byte 3 the loop's order (bit 0: b first; bit 1: run the base after each
+ * window, SIZE_MAX once they failed), lend their buffers (peekv and skip: bit 2 a, bit 4 b)
+ * and take iovecs (writev: bit 3 a, bit 5 b; a direction whose source lends and whose
+ * destination takes iovecs gathers); byte 3 the loop's order (bit 0: b first; bit 1: run the base after each
  * callback), which streams report unacknowledged bytes (bits 2, 3), splice asked for (bit 4:
  * no fds, so copy all the same), the relay counters (bit 5). Operations: op bit 7 picks the
  * stream, op & 15:
@@ -148,6 +150,11 @@ static uint8_t gen(int idx, uint64_t k)
 	return (uint8_t)x;
 }
 
+static uint8_t lent[2][MAX_DATA + 20000]; /* what peekv lends (f_peekv) */
+static size_t last_peek[2];               /* bytes of it still lent */
+static size_t lent_len[2];                /* bytes the last peekv filled */
+static bool skipping;                     /* inside f_skip */
+
 static struct fake *fk(const struct stream *s)
 {
 	struct fake *f = (struct fake *)s;
@@ -155,6 +162,13 @@ static struct fake *fk(const struct stream *s)
 	check(f == &F[0] || f == &F[1]);
 	check(f->open); /* nothing after close/abort */
 	n_calls++;
+	/* Views are valid until the next call on the stream: any call but the skip that takes
+	 * them ends the loan and spoils the bytes, so a relay that wrote from stale views (or
+	 * skipped after another call) is caught. */
+	if (!skipping && lent_len[f->idx]) {
+		memset(lent[f->idx], 0xee, lent_len[f->idx]);
+		lent_len[f->idx] = last_peek[f->idx] = 0;
+	}
 	return f;
 }
 
@@ -248,6 +262,89 @@ static ssize_t f_write(struct stream *s, const void *buf, size_t n)
 		f->wcap -= m;
 	last_write_ns = fake_now;
 	return (ssize_t)m;
+}
+
+/* peekv as a read that takes nothing: the same failures and EOF, views of the next bytes in
+ * pieces of 1, 1460, 7 and 20000 bytes (a pbuf queue's shapes), at most chunk bytes. */
+static ssize_t f_peekv(struct stream *s, struct iovec *iov, int *cnt, size_t n)
+{
+	static const size_t piece[4] = { 1, 1460, 7, 20000 };
+	struct fake *f = fk(s);
+	uint64_t left = f->avail - f->pos;
+	size_t m, done = 0;
+	int k = 0;
+
+	check(n > 0 && *cnt > 0);
+	if (f->sticky) {
+		op_fail(f);
+		return f->sticky;
+	}
+	if (left == 0) {
+		if (f->fin) {
+			f->eof_told = true;
+			return 0;
+		}
+		if (f->pending) {
+			int err = f->pending;
+
+			f->pending = 0;
+			op_fail(f);
+			return err;
+		}
+		if (f->reset) {
+			op_fail(f);
+			return 0;
+		}
+		return -EAGAIN;
+	}
+	if (f->eagain_once) {
+		f->eagain_once = false;
+		return -EAGAIN;
+	}
+	m = n < left ? n : (size_t)left;
+	if (f->chunk && m > f->chunk)
+		m = f->chunk;
+	check(m <= sizeof(lent[0]));
+	for (size_t i = 0; i < m; i++)
+		lent[f->idx][i] = gen(f->idx, f->pos + i);
+	while (done < m && k < *cnt) {
+		size_t c = piece[k % 4] < m - done ? piece[k % 4] : m - done;
+
+		iov[k].iov_base = lent[f->idx] + done;
+		iov[k].iov_len = c;
+		done += c;
+		k++;
+	}
+	*cnt = k;
+	last_peek[f->idx] = lent_len[f->idx] = done;
+	return (ssize_t)done;
+}
+
+/* Exactly what was lent, no more: the bytes are then read. */
+static void f_skip(struct stream *s, size_t n)
+{
+	struct fake *f;
+
+	skipping = true;
+	f = fk(s);
+	skipping = false;
+	check(n > 0 && n <= last_peek[f->idx]);
+	last_peek[f->idx] -= n;
+	f->pos += n;
+}
+
+static ssize_t f_writev(struct stream *s, const struct iovec *iov, int cnt)
+{
+	static uint8_t flat[MAX_DATA + 20000];
+	size_t n = 0;
+
+	check(cnt > 0);
+	for (int i = 0; i < cnt; i++) {
+		check(n + iov[i].iov_len <= sizeof(flat));
+		memcpy(flat + n, iov[i].iov_base, iov[i].iov_len);
+		n += iov[i].iov_len;
+	}
+	return f_write(s, flat, n);
 }
 
 static int f_shutdown_write(struct stream *s)
@@ -586,7 +683,8 @@ static void heal_acks(void)
 
 /* ---- the end ------------------------------------------------------------------------------- */
 
-static void check_end(const struct relay_counters *ctr, bool have_ctr, uint32_t idle_ms)
+static void check_end(const struct relay_counters *ctr, bool have_ctr, uint32_t idle_ms,
+		      size_t early_len)
 {
 	const struct fake *a = &F[0], *b = &F[1];
 	enum relay_end why = done_reason;
@@ -663,15 +761,32 @@ static void check_end(const struct relay_counters *ctr, bool have_ctr, uint32_t 
 		check(ctr_get(&ctr->bytes[RELAY_DOWN]) == a->delivered);
 		check(ctr_get(&ctr->copy_bytes) == a->delivered + b->delivered);
 		check(ctr_get(&ctr->drained_ends) == (uint64_t)drained);
+		/* Gathered: every byte of a direction whose source lends into a destination that
+		 * takes iovecs (b's early bytes, written first, excepted), nothing else. */
+		{
+			uint64_t up = a->ops.peekv && b->ops.writev ? b->delivered : 0;
+			uint64_t down = b->ops.peekv && a->ops.writev && a->delivered > early_len
+						? a->delivered - early_len : 0;
+
+			check(ctr_get(&ctr->gather_bytes) == up + down);
+		}
 	}
 }
 
-static void fake_init(struct fake *f, int idx, bool has_unacked, bool tells_room)
+static void fake_init(struct fake *f, int idx, bool has_unacked, bool tells_room, bool lends,
+		      bool takes_iov)
 {
 	memset(f, 0, sizeof(*f));
+	last_peek[idx] = lent_len[idx] = 0;
 	f->ops = has_unacked ? ops_unacked : ops_plain;
 	if (tells_room)
 		f->ops.write_room = f_write_room;
+	if (lends) {
+		f->ops.peekv = f_peekv;
+		f->ops.skip = f_skip;
+	}
+	if (takes_iov)
+		f->ops.writev = f_writev;
 	f->s.ops = &f->ops;
 	f->idx = idx;
 	f->open = true;
@@ -707,8 +822,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	failure_scripted = false;
 	order_ba = data[3] & 1;
 	base_between = data[3] & 2;
-	fake_init(&F[0], 0, data[3] & 4, data[2] & 1);
-	fake_init(&F[1], 1, data[3] & 8, data[2] & 2);
+	fake_init(&F[0], 0, data[3] & 4, data[2] & 1, data[2] & 4, data[2] & 8);
+	fake_init(&F[1], 1, data[3] & 8, data[2] & 2, data[2] & 16, data[2] & 32);
 
 	memset(&p, 0, sizeof(p));
 	memset(&ctr, 0, sizeof(ctr));
@@ -771,7 +886,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 	}
 	check(done_calls == 1);
-	check_end(&ctr, p.counters != NULL, p.idle_ms);
+	check_end(&ctr, p.counters != NULL, p.idle_ms, p.early_len);
 out:
 	check(event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED | EVENT_BASE_COUNT_ACTIVE) ==
 	      0);

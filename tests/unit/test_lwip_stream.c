@@ -537,6 +537,78 @@ Test(lwip_stream, window_shrinks_until_read_and_memory_stays_bounded)
 	cr_assert_arr_eq(out, in, total);
 }
 
+/* Gather (peekv, skip): views of the queued pbufs give exactly the payload, cut at n and at the
+ * iovec count, take nothing; skip takes what a read of that size would, without a copy, and
+ * opens the window as a read does; at the app's FIN peekv says 0. */
+Test(lwip_stream, peekv_lends_the_queue_and_skip_takes_it)
+{
+	const size_t total = 3 * 5000;
+	uint8_t *in = test_alloc(total), *out = test_alloc(total);
+	struct iovec iov[64];
+	size_t got = 0, before;
+	int cnt = 64;
+	ssize_t n;
+	struct seg sg;
+
+	handshake();
+	fill(in, total, 11);
+	cnt = 64;
+	cr_assert_eq(stream_peekv(E.s, iov, &cnt, 100000), -EAGAIN, "nothing queued yet");
+	for (size_t at = 0; at < total; at += 5000)
+		app_send(in + at, 5000); /* three arrivals: three or more pbufs */
+	pump();
+	lwip_stack_tick(E.ns);
+	sg = last_seg();
+	cr_assert_lt(wnd_bytes(&sg), WND, "the queued bytes hold the window");
+
+	cnt = 64;
+	n = stream_peekv(E.s, iov, &cnt, 100000);
+	cr_assert_eq(n, (ssize_t)total, "all queued bytes lent");
+	cr_assert_geq(cnt, 3);
+	for (int i = 0; i < cnt; i++) {
+		memcpy(out + got, iov[i].iov_base, iov[i].iov_len);
+		got += iov[i].iov_len;
+	}
+	cr_assert_eq(got, total);
+	cr_assert_arr_eq(out, in, total);
+
+	cnt = 1;
+	n = stream_peekv(E.s, iov, &cnt, 100000);
+	cr_assert_eq(cnt, 1);
+	cr_assert_eq((size_t)n, iov[0].iov_len);
+	cr_assert_eq((size_t)n, MSS, "one view asked for: the first segment's pbuf");
+	cnt = 64;
+	n = stream_peekv(E.s, iov, &cnt, 1234);
+	cr_assert_eq(n, 1234, "cut at n");
+
+	before = E.ncaps;
+	stream_skip(E.s, 7777); /* across a pbuf boundary, into the middle of one */
+	cnt = 64;
+	n = stream_peekv(E.s, iov, &cnt, 100000);
+	cr_assert_eq(n, (ssize_t)(total - 7777), "peekv takes nothing; skip took exactly 7777");
+	got = 0;
+	for (int i = 0; i < cnt; i++) {
+		memcpy(out + got, iov[i].iov_base, iov[i].iov_len);
+		got += iov[i].iov_len;
+	}
+	cr_assert_arr_eq(out, in + 7777, total - 7777);
+	stream_skip(E.s, total - 7777);
+	lwip_stack_tick(E.ns);
+	cr_assert_gt(E.ncaps, before, "skipping sends a window update");
+	sg = last_seg();
+	cr_assert_eq(wnd_bytes(&sg), WND, "the whole window reopens after the skip");
+	cr_assert_leq(lwip_glue_mem_bytes(), E.mem_base + 4096, "skipped pbufs were freed");
+	cnt = 64;
+	cr_assert_eq(stream_peekv(E.s, iov, &cnt, 100000), -EAGAIN, "drained");
+	cr_assert_eq(stream_read(E.s, out, 10), -EAGAIN);
+
+	inject(TCP_ACK | TCP_FIN, E.c.snd_nxt, NULL, 0);
+	E.c.snd_nxt++;
+	pump();
+	cnt = 64;
+	cr_assert_eq(stream_peekv(E.s, iov, &cnt, 100000), 0, "EOF after the FIN");
+}
+
 /* A 64 KiB write (one more than a u16 holds) is accepted whole and delivered intact. */
 Test(lwip_stream, write_64k_is_accepted_and_delivered)
 {

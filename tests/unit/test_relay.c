@@ -1312,7 +1312,7 @@ static size_t nofd_write_room(const struct stream *s)
 static const struct stream_ops nofd_ops = {
 	nofd_read, nofd_write, nofd_shutdown, nofd_interest, nofd_fd, nofd_abort, nofd_close,
 	nofd_unacked, NULL, NULL, /* no peek: never sniffed */
-	nofd_write_room,
+	nofd_write_room, NULL, NULL, NULL, /* no gather */
 };
 
 static struct stream *nofd_wrap(struct stream *inner)
@@ -1353,6 +1353,258 @@ Test(relay, stream_without_fd_uses_copy)
 	cr_assert_eq(h.st.copy_bytes, 8 * MIB);
 	cr_assert_eq(ctr_get(&E.ctr.pipe_fallbacks), 0, "copy was chosen, not fallen back to");
 	h_fini(&h);
+}
+
+/* ---- a source that lends its buffers (as an lwIP pcb's received pbufs): gather ------------ */
+
+#define LEND_STAGE (300u << 10) /* more than one gather's worth */
+
+/* What a lender saw; the test's, so it outlives the stream the relay frees. */
+struct lend_tally {
+	uint64_t peekvs, skipped, reads;
+	int max_iov;
+	bool skip_over; /* a skip of more than the last peekv returned */
+	uint64_t writes, eagains; /* the destination's writev calls that took bytes; found none */
+};
+
+/* The bytes arrive on an inner socket stream and are read ahead into a stage, lent by peekv
+ * as views of pieces of 1, 1460, 7000 and 65536 bytes in turn (a pbuf queue's shapes).
+ * Readable is level-triggered like an lwIP stream's: while bytes are staged and read interest
+ * is on, it fires once per loop iteration, whatever the inner socket says. */
+struct lender {
+	struct nofd w; /* first: the pass-through half (writes, callbacks, close) */
+	uint8_t stage[LEND_STAGE];
+	size_t off, len;
+	size_t last_peek;
+	bool want_rd;
+	struct event *ev;
+	struct lend_tally *t;
+};
+
+static void lend_due(struct lender *l)
+{
+	static const struct timeval next_iteration = { 0, 0 };
+
+	if (l->want_rd && l->off < l->len)
+		event_add(l->ev, &next_iteration);
+}
+
+static void lend_on_ev(evutil_socket_t fd, short what, void *arg)
+{
+	struct lender *l = arg;
+
+	if (!l->want_rd || l->off == l->len)
+		return;
+	l->w.s.cb.readable(l->w.s.cb_arg); /* may close the stream */
+}
+
+static void lend_interest(struct stream *s, bool r, bool w)
+{
+	struct lender *l = (struct lender *)s;
+
+	l->want_rd = r;
+	stream_set_interest(l->w.inner, r, w);
+	lend_due(l);
+}
+
+static void lend_abort(struct stream *s)
+{
+	event_free(((struct lender *)s)->ev);
+	nofd_abort(s);
+}
+
+static void lend_close(struct stream *s)
+{
+	event_free(((struct lender *)s)->ev);
+	nofd_close(s);
+}
+
+static ssize_t lend_fill(struct lender *l, size_t n)
+{
+	ssize_t r;
+
+	if (l->off < l->len)
+		return (ssize_t)(l->len - l->off);
+	l->off = l->len = 0;
+	r = stream_read(l->w.inner, l->stage, n < sizeof(l->stage) ? n : sizeof(l->stage));
+	if (r > 0)
+		l->len = (size_t)r;
+	return r;
+}
+
+static ssize_t lend_peekv(struct stream *s, struct iovec *iov, int *cnt, size_t n)
+{
+	static const size_t piece[4] = { 1, 1460, 7000, 65536 };
+	struct lender *l = (struct lender *)s;
+	ssize_t r = lend_fill(l, n);
+	size_t done = 0, at = l->off;
+	int k = 0;
+
+	l->t->peekvs++;
+	if (r <= 0) {
+		l->last_peek = 0;
+		return r;
+	}
+	while (done < n && at < l->len && k < *cnt) {
+		size_t c = piece[k % 4];
+
+		if (c > l->len - at)
+			c = l->len - at;
+		if (c > n - done)
+			c = n - done;
+		iov[k].iov_base = l->stage + at;
+		iov[k].iov_len = c;
+		at += c;
+		done += c;
+		k++;
+	}
+	*cnt = k;
+	if (k > l->t->max_iov)
+		l->t->max_iov = k;
+	l->last_peek = done;
+	return (ssize_t)done;
+}
+
+static void lend_skip(struct stream *s, size_t n)
+{
+	struct lender *l = (struct lender *)s;
+
+	if (n > l->last_peek)
+		l->t->skip_over = true;
+	l->off += n;
+	l->last_peek -= n < l->last_peek ? n : l->last_peek;
+	l->t->skipped += n;
+	lend_due(l);
+}
+
+static ssize_t lend_read(struct stream *s, void *buf, size_t n)
+{
+	struct lender *l = (struct lender *)s;
+	ssize_t r;
+
+	l->t->reads++;
+	if ((r = lend_fill(l, n)) <= 0)
+		return r;
+	if ((size_t)r > n)
+		r = (ssize_t)n;
+	memcpy(buf, l->stage + l->off, (size_t)r);
+	l->off += (size_t)r;
+	return r;
+}
+
+static const struct stream_ops lend_ops = {
+	.read = lend_read, .write = nofd_write, .shutdown_write = nofd_shutdown,
+	.set_interest = lend_interest, .fd = nofd_fd, .abort = lend_abort, .close = lend_close,
+	.unacked = nofd_unacked, .peekv = lend_peekv, .skip = lend_skip,
+};
+
+/* The destination: a socket behind a stream that counts its writev calls. */
+struct taker {
+	struct nofd w;
+	struct lend_tally *t;
+};
+
+static ssize_t take_writev(struct stream *s, const struct iovec *iov, int cnt)
+{
+	struct taker *k = (struct taker *)s;
+	ssize_t r = stream_writev(k->w.inner, iov, cnt);
+
+	if (r == -EAGAIN)
+		k->t->eagains++;
+	else if (r > 0)
+		k->t->writes++;
+	return r;
+}
+
+static const struct stream_ops take_ops = {
+	.read = nofd_read, .write = nofd_write, .shutdown_write = nofd_shutdown,
+	.set_interest = nofd_interest, .fd = nofd_fd, .abort = nofd_abort, .close = nofd_close,
+	.unacked = nofd_unacked, .write_room = nofd_write_room, .writev = take_writev,
+};
+
+static struct stream *taker_wrap(struct stream *inner, struct lend_tally *t)
+{
+	static const struct stream_cbs fwd = { nofd_readable, nofd_writable, NULL };
+	struct taker *k = calloc(1, sizeof(*k));
+
+	cr_assert(k);
+	k->w.s.ops = &take_ops;
+	k->w.inner = inner;
+	k->t = t;
+	stream_set_callbacks(inner, &fwd, k);
+	return &k->w.s;
+}
+
+static struct stream *lender_wrap(struct stream *inner, struct lend_tally *t)
+{
+	static const struct stream_cbs fwd = { nofd_readable, nofd_writable, NULL };
+	struct lender *l = calloc(1, sizeof(*l));
+
+	cr_assert(l);
+	l->w.s.ops = &lend_ops;
+	l->w.inner = inner;
+	l->t = t;
+	l->ev = event_new(E.base, -1, 0, lend_on_ev, l);
+	cr_assert(l->ev);
+	stream_set_callbacks(inner, &fwd, l);
+	return &l->w.s;
+}
+
+/* a lends its buffers, b is a socket: a's bytes reach b's app by gather (views of a's stage,
+ * several per writev, into small socket buffers: short writes and waits for room) without a
+ * relay buffer, and b's bytes come back by copy; both intact. */
+static void gather_case(uint64_t down_bytes)
+{
+	struct h h;
+	struct h_opts o = { .mode = TS_RELAY_SPLICE, .small = true };
+	struct lend_tally t = { 0 };
+	struct bufpool_stats ps;
+	int sp[2], b_rel, b_app;
+	struct stream *inner, *sb;
+	uint64_t waits0 = ctr_get(&E.ctr.room_waits);
+
+	memset(&h, 0, sizeof(h));
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+	set_nonblock(sp[0]);
+	set_nonblock(sp[1]);
+	tcp_pair(&b_rel, &b_app, true);
+	cr_assert_eq(stream_sock_new(E.base, sp[1], &inner), 0);
+	cr_assert_eq(stream_sock_new(E.base, b_rel, &sb), 0);
+	h.a = peer_new(sp[0], 0xA, 8 * MIB, true);
+	h.b = peer_new(b_app, 0xB, down_bytes, true);
+	h_relay(&h, lender_wrap(inner, &t), taker_wrap(sb, &t), &o);
+	peer_start(h.a);
+	peer_start(h.b);
+	run_to_done_intact(&h, 20000);
+	cr_assert_eq(ctr_get(&E.ctr.gather_bytes), 8 * MIB, "every up byte by gather");
+	cr_assert_eq(h.st.bytes[RELAY_UP], 8 * MIB);
+	cr_assert_eq(h.st.copy_bytes, 8 * MIB + down_bytes);
+	cr_assert_eq(t.skipped, 8 * MIB, "exactly what b took was skipped in a");
+	cr_assert_not(t.skip_over, "never more skipped than lent");
+	cr_assert_eq(t.reads, 0, "the up direction never read a into a buffer");
+	cr_assert_gt(t.max_iov, 2, "several views per writev");
+	cr_assert_gt(ctr_get(&E.ctr.room_waits), waits0, "b's small buffers filled: waits for room");
+	/* A full socket is waited for (its writable), not tried again and again while a stays
+	 * readable: a writev that finds no room at all is rare. */
+	cr_assert_leq(t.eagains, 16 + t.writes / 16, "writev found no room %llu times in %llu",
+		      (unsigned long long)t.eagains, (unsigned long long)t.writes);
+	bufpool_get_stats(E.bufs, &ps);
+	if (down_bytes == 0) /* copying 8 MiB would take 128 */
+		cr_assert_leq(ps.gets, 2, "no relay buffer but for the down direction's EOF read");
+	else
+		cr_assert_gt(ps.gets, 0, "the down direction copies through relay buffers");
+	cr_assert_eq(ctr_get(&E.ctr.buf_bytes_inflight), 0);
+	h_fini(&h);
+}
+
+Test(relay, gather_hands_the_source_buffers_to_the_socket)
+{
+	gather_case(0);
+}
+
+Test(relay, gather_up_copy_down_both_intact)
+{
+	gather_case(4 * MIB);
 }
 
 /* ---- a destination that tells its room (as an lwIP pcb's share of the send buffers does) ---- */
