@@ -410,6 +410,16 @@ gso_moved() {
 	return 1
 }
 
+# lwip_gathered: the bulk transfers moved relay.gather_bytes (uploads: sendmsg of lwIP's
+# received pbufs) by at least the 32 MiB echo's upload.
+lwip_gathered() {
+	local v
+	v=$(stat_get .relay.gather_bytes)
+	[[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -ge $((32 << 20)) ] && { echo "relay.gather_bytes $v"; return 0; }
+	echo "relay.gather_bytes '$v', want >= $((32 << 20))"
+	return 1
+}
+
 # queues_sum RX_BEFORE: per-queue rx_packets add up to tun.rx_packets (read at idle, one
 # snapshot), and the total moved since RX_BEFORE; prints each queue's share.
 queues_sum() {
@@ -680,6 +690,9 @@ check "tcp: 32 MiB bulk echo v4, both directions at once, sha256" \
 	inA "${TSNET[@]}" bulk-echo --host "$SRV4" --port "$P_ECHO" --mib 32 --timeout 30
 if [ "$BYPASS" -eq 0 ]; then
 	check "stats: tun.rx_gso after the bulk transfers (offload $OFFLOAD)" gso_moved "$gso0"
+fi
+if [ "$BYPASS" -eq 0 ] && [ "$STACK" = lwip ]; then
+	check "stats: lwIP uploads handed to the outbound sockets from lwIP's buffers" lwip_gathered
 fi
 
 check "udp echo v4" inA "${TSNET[@]}" udp-echo --host "$SRV4" --port "$P_ECHO" --timeout 3
