@@ -369,6 +369,20 @@ static void dir_delivered(struct rdir *d, size_t n, bool spliced)
 	r->moved = true;
 }
 
+/* A write to d's destination failed with err (not -EAGAIN): the direction into it dies
+ * (side_failed), and an error other than -EPIPE is kept as that stream's reset (see the top of
+ * this file). Returns -1, for the caller to return. */
+static int dir_write_failed(struct rdir *d, int err)
+{
+	struct relay *r = d->r;
+	int side = 1 - (int)d->id;
+
+	if (err != -EPIPE && !r->reset_err[side])
+		r->reset_err[side] = err;
+	side_failed(r, side, err);
+	return -1;
+}
+
 /* Write pending bytes to dst. 0 (progress or -EAGAIN: see dir_pending), -1 if the relay ends
  * or the direction died. */
 static int dir_push(struct rdir *d)
@@ -409,14 +423,8 @@ static int dir_push(struct rdir *d)
 	} else {
 		return 0;
 	}
-	if (n < 0 && n != -EAGAIN) {
-		int side = 1 - (int)d->id;
-
-		if (n != -EPIPE && !r->reset_err[side])
-			r->reset_err[side] = (int)n;
-		side_failed(r, side, (int)n);
-		return -1;
-	}
+	if (n < 0 && n != -EAGAIN)
+		return dir_write_failed(d, (int)n);
 	return 0;
 }
 
@@ -434,6 +442,22 @@ static int dir_eof(struct rdir *d)
 	return 0;
 }
 
+/* What a look into the source (peek, peekv) returned, as a pull returns it: 0 at EOF
+ * (dir_eof, or -1 if that ends the relay) and for -EAGAIN, -1 after a failure; n > 0 bytes
+ * to go on with. */
+static ssize_t dir_peeked(struct rdir *d, ssize_t n)
+{
+	if (n == 0)
+		return dir_eof(d);
+	if (n == -EAGAIN)
+		return 0;
+	if (n < 0) {
+		relay_fail(d->r, (int)d->id, (int)n);
+		return -1;
+	}
+	return n;
+}
+
 /* The pool has no buffer: a source that can be looked into is passed straight to dst through
  * a buffer on the stack: peek, write what dst takes, then read exactly that from src. Bytes
  * waiting in the source may be what holds the budget (lwIP's received segments are charged to
@@ -447,26 +471,13 @@ static ssize_t dir_pass(struct rdir *d)
 
 	if (!stream_can_peek(d->src))
 		return 0;
-	n = stream_peek(d->src, tmp, sizeof(tmp));
-	if (n == 0)
-		return dir_eof(d);
-	if (n == -EAGAIN)
-		return 0;
-	if (n < 0) {
-		relay_fail(r, (int)d->id, (int)n);
-		return -1;
-	}
+	if ((n = dir_peeked(d, stream_peek(d->src, tmp, sizeof(tmp)))) <= 0)
+		return n;
 	w = stream_write(d->dst, tmp, (size_t)n);
 	if (w == -EAGAIN)
 		return 0;
-	if (w < 0) {
-		int side = 1 - (int)d->id;
-
-		if (w != -EPIPE && !r->reset_err[side])
-			r->reset_err[side] = (int)w;
-		side_failed(r, side, (int)w);
-		return -1;
-	}
+	if (w < 0)
+		return dir_write_failed(d, (int)w);
 	if ((n = stream_read(d->src, tmp, (size_t)w)) != w) {
 		relay_fail(r, (int)d->id, n < 0 ? (int)n : -EIO); /* peek promised these bytes */
 		return -1;
@@ -476,21 +487,36 @@ static ssize_t dir_pass(struct rdir *d)
 	return w;
 }
 
+/* dst has no room now: wait for its writable before reading src again. */
+static void dir_room_wait(struct rdir *d)
+{
+	d->room_wait = true;
+	ctr_inc(&d->r->ctr->room_waits);
+}
+
+/* The most a pull may take now: most, or what dst says it has room for if less; 0 when it
+ * has none at all (then the direction waits for room). */
+static size_t dir_want(struct rdir *d, size_t most)
+{
+	size_t room = stream_write_room(d->dst);
+
+	if (room == 0) {
+		dir_room_wait(d);
+		return 0;
+	}
+	return room < most ? room : most;
+}
+
 /* Read into an empty copy buffer, at most what dst has room for. >0 bytes, 0 nothing now
  * (EAGAIN, EOF, no buffer, no room), -1 end. */
 static ssize_t dir_pull_copy(struct rdir *d)
 {
 	struct relay *r = d->r;
-	size_t want = r->buf_size, room = stream_write_room(d->dst);
+	size_t want = dir_want(d, r->buf_size);
 	ssize_t n;
 
-	if (room == 0) {
-		d->room_wait = true;
-		ctr_inc(&r->ctr->room_waits);
+	if (want == 0)
 		return 0;
-	}
-	if (room < want)
-		want = room;
 	if (!d->buf) {
 		d->buf = bufpool_get(r->bufs);
 		if (!d->buf) {
@@ -532,48 +558,27 @@ static ssize_t dir_gather(struct rdir *d)
 {
 	struct relay *r = d->r;
 	struct iovec iov[RELAY_GATHER_IOV];
-	size_t want = RELAY_GATHER_BYTES, room = stream_write_room(d->dst);
+	size_t want = dir_want(d, RELAY_GATHER_BYTES);
 	int cnt = RELAY_GATHER_IOV;
 	ssize_t n, w;
 
-	if (room == 0) {
-		d->room_wait = true;
-		ctr_inc(&r->ctr->room_waits);
+	if (want == 0)
 		return 0;
-	}
-	if (room < want)
-		want = room;
-	n = stream_peekv(d->src, iov, &cnt, want);
-	if (n == 0)
-		return dir_eof(d);
-	if (n == -EAGAIN)
-		return 0;
-	if (n < 0) {
-		relay_fail(r, (int)d->id, (int)n);
-		return -1;
-	}
+	if ((n = dir_peeked(d, stream_peekv(d->src, iov, &cnt, want))) <= 0)
+		return n;
 	w = stream_writev(d->dst, iov, cnt);
 	if (w == -EAGAIN) {
-		d->room_wait = true;
-		ctr_inc(&r->ctr->room_waits);
+		dir_room_wait(d);
 		return 0;
 	}
-	if (w < 0) {
-		int side = 1 - (int)d->id;
-
-		if (w != -EPIPE && !r->reset_err[side])
-			r->reset_err[side] = (int)w;
-		side_failed(r, side, (int)w);
-		return -1;
-	}
+	if (w < 0)
+		return dir_write_failed(d, (int)w);
 	stream_skip(d->src, (size_t)w);
 	gauge_add(&r->ctr->buf_bytes_inflight, (uint64_t)w); /* dir_delivered takes it off */
 	ctr_add(&r->ctr->gather_bytes, (uint64_t)w);
 	dir_delivered(d, (size_t)w, false);
-	if (w < n) { /* dst took what it had room for */
-		d->room_wait = true;
-		ctr_inc(&r->ctr->room_waits);
-	}
+	if (w < n)
+		dir_room_wait(d); /* dst took what it had room for */
 	return w;
 }
 

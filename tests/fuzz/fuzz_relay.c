@@ -184,11 +184,12 @@ static void op_fail(struct fake *f)
 	saw_fail(f);
 }
 
-static ssize_t f_read(struct stream *s, void *buf, size_t n)
+/* What a read of up to n bytes does now, for read and peekv alike: a failure or EOF to return
+ * as it is (< 0 or 0; a pending error and eagain_once are used up, as a read does), or 1 with
+ * *m the bytes it hands out, from f->pos. */
+static ssize_t f_next(struct fake *f, size_t n, size_t *m)
 {
-	struct fake *f = fk(s);
 	uint64_t left = f->avail - f->pos;
-	size_t m;
 
 	check(n > 0);
 	if (f->sticky) {
@@ -219,9 +220,20 @@ static ssize_t f_read(struct stream *s, void *buf, size_t n)
 		f->eagain_once = false;
 		return -EAGAIN;
 	}
-	m = n < left ? n : (size_t)left;
-	if (f->chunk && m > f->chunk)
-		m = f->chunk;
+	*m = n < left ? n : (size_t)left;
+	if (f->chunk && *m > f->chunk)
+		*m = f->chunk;
+	return 1;
+}
+
+static ssize_t f_read(struct stream *s, void *buf, size_t n)
+{
+	struct fake *f = fk(s);
+	size_t m;
+	ssize_t r = f_next(f, n, &m);
+
+	if (r <= 0)
+		return r;
 	for (size_t i = 0; i < m; i++)
 		((uint8_t *)buf)[i] = gen(f->idx, f->pos + i);
 	f->pos += m;
@@ -270,40 +282,13 @@ static ssize_t f_peekv(struct stream *s, struct iovec *iov, int *cnt, size_t n)
 {
 	static const size_t piece[4] = { 1, 1460, 7, 20000 };
 	struct fake *f = fk(s);
-	uint64_t left = f->avail - f->pos;
 	size_t m, done = 0;
+	ssize_t r;
 	int k = 0;
 
-	check(n > 0 && *cnt > 0);
-	if (f->sticky) {
-		op_fail(f);
-		return f->sticky;
-	}
-	if (left == 0) {
-		if (f->fin) {
-			f->eof_told = true;
-			return 0;
-		}
-		if (f->pending) {
-			int err = f->pending;
-
-			f->pending = 0;
-			op_fail(f);
-			return err;
-		}
-		if (f->reset) {
-			op_fail(f);
-			return 0;
-		}
-		return -EAGAIN;
-	}
-	if (f->eagain_once) {
-		f->eagain_once = false;
-		return -EAGAIN;
-	}
-	m = n < left ? n : (size_t)left;
-	if (f->chunk && m > f->chunk)
-		m = f->chunk;
+	check(*cnt > 0);
+	if ((r = f_next(f, n, &m)) <= 0)
+		return r;
 	check(m <= sizeof(lent[0]));
 	for (size_t i = 0; i < m; i++)
 		lent[f->idx][i] = gen(f->idx, f->pos + i);
