@@ -58,9 +58,9 @@ enum {
 };
 
 /* Descriptors a proxy keeps outside the session budget, counted from what it really holds:
- *   per TUN queue (BUDGET_FD_PER_QUEUE): the queue's fd, its rps_cpus file, and for a queue's
- *     own thread its event loop (epoll + notification fd), stop eventfd and UDP hand-off
- *     socket pair;
+ *   per TUN queue (BUDGET_FD_PER_QUEUE): the queue's fd, its io_uring (core/uring.h), its
+ *     rps_cpus file, and for a queue's own thread its event loop (epoll + notification fd),
+ *     stop eventfd and UDP hand-off socket pair;
  *   fixed (BUDGET_FD_FIXED): stdin/stdout/stderr and the log, the main loop (epoll +
  *     notification fd), the API's three eventfds, the worker-died and kick eventfds, the
  *     netlink sockets (routing, route watch, auto_route), and room for what is opened for a
@@ -70,7 +70,7 @@ enum {
  *   the stats endpoint's (STATS_HTTP_FDS, core/stats_http.h; 0 without one).
  * BUDGET_FD_RESERVED is the reserve the process pool (core/fdpool.h) keeps per member. */
 #define BUDGET_FD_RESERVED 64u
-#define BUDGET_FD_PER_QUEUE 7u
+#define BUDGET_FD_PER_QUEUE 8u
 #define BUDGET_FD_FIXED 32u
 
 /* The reserve for a proxy with queues TUN queues, listeners kernel listening sockets and

@@ -39,6 +39,8 @@ struct load {
 static const char *const stack_names[] = { "system", "lwip", NULL };
 static const char *const offload_names[] = { "auto", "on", "off", NULL };
 static const char *const rps_names[] = { "auto", "on", "off", NULL };
+static const char *const io_uring_names[] = { "auto", "on", "off", NULL };
+_Static_assert(sizeof(enum ts_io_uring) == sizeof(int), "CFGP_ENUM stores an int");
 _Static_assert(sizeof(enum ts_rps) == sizeof(int), "CFGP_ENUM stores an int");
 static const char *const outbound_names[] = { "direct", "socks5", "reject", "http", NULL };
 /* In enum ts_domain_strategy order. */
@@ -723,7 +725,7 @@ static int f_outbounds(struct cfgp *p, const cJSON *item, void *target)
 
 enum {
 	TUN_NAME, TUN_ADDR, TUN_ADDR6, TUN_MTU, TUN_TXQLEN, TUN_QUEUES, TUN_OFFLOAD, TUN_GSO,
-	TUN_RPS, TUN_AUTO_ROUTE, TUN_STRICT, TUN_ROUTE_ADDR, TUN_ROUTE_EXCL, TUN_INC_UID,
+	TUN_RPS, TUN_IO_URING, TUN_AUTO_ROUTE, TUN_STRICT, TUN_ROUTE_ADDR, TUN_ROUTE_EXCL, TUN_INC_UID,
 	TUN_EXC_UID, TUN_EXC_IF, TUN_TABLE, TUN_PRIO, TUN_N_FIELDS
 };
 
@@ -768,6 +770,8 @@ static const struct cfgp_field tun_fields[] = {
 	  .off = offsetof(struct ts_tun, offload) },
 	{ .key = "gso_output", .kind = CFGP_BOOL, .off = offsetof(struct ts_tun, gso_output) },
 	{ .key = "rps", .kind = CFGP_ENUM, .names = rps_names, .off = offsetof(struct ts_tun, rps) },
+	{ .key = "io_uring", .kind = CFGP_ENUM, .names = io_uring_names,
+	  .off = offsetof(struct ts_tun, io_uring) },
 	{ .key = "auto_route", .kind = CFGP_BOOL, .off = offsetof(struct ts_tun, auto_route) },
 	{ .key = "strict_route", .kind = CFGP_BOOL, .off = offsetof(struct ts_tun, strict_route) },
 	{ .key = "route_address", .kind = CFGP_FN, .fn = f_route_address },
@@ -1158,6 +1162,7 @@ void config_init(struct ts_config *cfg)
 	cfg->tun.offload = TS_OFFLOAD_AUTO;
 	cfg->tun.gso_output = true;
 	cfg->tun.rps = TS_RPS_AUTO;
+	cfg->tun.io_uring = TS_IO_URING_AUTO;
 	cfg->tun.route_table = TS_ROUTE_TABLE_DEFAULT;
 	cfg->tun.route_rule_priority = TS_ROUTE_PRIORITY_DEFAULT;
 	cfg->route.default_mark = TS_DEFAULT_MARK;

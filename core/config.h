@@ -57,6 +57,7 @@ struct loopguard;
 enum ts_stack { TS_STACK_SYSTEM, TS_STACK_LWIP };
 enum ts_offload { TS_OFFLOAD_AUTO, TS_OFFLOAD_ON, TS_OFFLOAD_OFF };
 enum ts_rps { TS_RPS_AUTO, TS_RPS_ON, TS_RPS_OFF };
+enum ts_io_uring { TS_IO_URING_AUTO, TS_IO_URING_ON, TS_IO_URING_OFF };
 enum ts_outbound_type { TS_OUT_DIRECT, TS_OUT_SOCKS5, TS_OUT_REJECT, TS_OUT_HTTP };
 enum ts_relay_mode { TS_RELAY_SPLICE, TS_RELAY_COPY };
 enum ts_network { TS_NET_ANY, TS_NET_TCP, TS_NET_UDP }; /* ANY: the rule has no network matcher */
@@ -83,6 +84,7 @@ struct ts_tun {
 	enum ts_offload offload;
 	bool gso_output;             /* lwip stack with offload: coalesce output into GSO trains */
 	enum ts_rps rps;             /* receive packet steering for the packets we write */
+	enum ts_io_uring io_uring;   /* TUN reads and writes in batches through an io_uring */
 
 	/* Routing the proxy installs itself (runtime/autoroute.h); the lists need auto_route. */
 	bool auto_route;

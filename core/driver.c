@@ -19,6 +19,7 @@
 #include "core/pkt.h"
 #include "core/rss.h"
 #include "core/tun.h"
+#include "core/uring.h"
 
 /* struct virtio_net_hdr (linux/virtio_net.h). tun_open sets TUNSETVNETLE, so its fields are
  * little-endian on every host (virtio 1.0). Defined here so the layout is explicit and
@@ -36,6 +37,17 @@ _Static_assert(sizeof(struct vnet_hdr) == TUN_VNET_HDR_LEN, "virtio_net_hdr is 1
 #define VNET_GSO_ECN 0x80 /* VIRTIO_NET_HDR_GSO_ECN: CWR seen on the super-packet */
 #define UDP_MAX_SEGMENTS 128 /* the kernel's limit for one UDP GSO packet */
 
+/* A write-back waiting for the next round of the ring: slot's frame, header included. */
+struct wback {
+	uint8_t slot;
+	bool gso;         /* a super-packet (counted in tx_gso) */
+	bool rewrite;     /* rewritten in place, not built by the stack (counted in rewrites) */
+	uint32_t len;     /* packet bytes, header excluded */
+};
+
+/* A round carries at most one write-back per slot and one read per slot. */
+_Static_assert(2 * DRIVER_URING_SLOTS <= URING_MAX_OPS, "a round fits the ring");
+
 struct driver {
 	struct event_base *base;
 	struct event *ev;
@@ -44,9 +56,21 @@ struct driver {
 	const struct driver_ops *ops;
 	void *arg;
 	struct budget *budget;
-	uint8_t *buf;     /* [hdr][packet] */
-	size_t buf_size;
+	uint8_t *buf;     /* [hdr][packet]: slot 0 of slots */
+	size_t buf_size;  /* one slot */
+	uint8_t *slots;   /* DRIVER_URING_SLOTS frames of buf_size with the ring, else just buf */
+	size_t slots_size;
 	bool gone;        /* the device went away: no more reads */
+	/* batched I/O (core/uring.h); NULL: read() and writev() */
+	struct uring *ring;
+	bool ring_stuck;  /* the ring lost track of an operation: slots never reused nor freed */
+	int uring_err;    /* why the ring asked for could not be set up, or 0 */
+	bool uring_on;    /* ring != NULL, for other threads (atomic) */
+	unsigned ring_misses; /* edges in a row where read() found what the ring did not */
+	unsigned nslots;  /* read buffers with the ring */
+	unsigned reads;   /* reads per round (adaptive) */
+	struct wback wq[DRIVER_URING_SLOTS];
+	unsigned nwq;
 	struct driver_counters ctr;
 };
 
@@ -74,6 +98,8 @@ static int send_frame(struct driver *d, const struct iovec *iov, int cnt, size_t
 	return 0;
 }
 
+static void flush_writes(struct driver *d);
+
 int driver_tx(void *driver, const uint8_t *pkt, size_t len)
 {
 	struct driver *d = driver;
@@ -82,6 +108,7 @@ int driver_tx(void *driver, const uint8_t *pkt, size_t len)
 		{ .iov_base = (void *)pkt, .iov_len = len },
 	};
 
+	flush_writes(d); /* nothing the stack writes overtakes a write-back queued before it */
 	return d->hdr ? send_frame(d, iov, 2, len, false) : send_frame(d, iov + 1, 1, len, false);
 }
 
@@ -106,6 +133,7 @@ int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pk
 		iov[cnt++] = (struct iovec){ .iov_base = (void *)plain_hdr,
 					     .iov_len = d->hdr - sizeof(h) };
 	iov[cnt++] = (struct iovec){ .iov_base = (void *)pkt, .iov_len = len };
+	flush_writes(d);
 	return send_frame(d, iov, cnt, len, m->gso_type != PKT_GSO_NONE);
 }
 
@@ -114,14 +142,28 @@ bool driver_offload(const struct driver *d)
 	return d->hdr != 0;
 }
 
-/* Write back d->buf: [header as read, or zeroed when plain][len bytes of packet]. */
-static int write_back(struct driver *d, size_t len, bool plain, bool gso)
+static uint8_t *slot_frame(const struct driver *d, unsigned slot)
 {
-	struct iovec iov = { .iov_base = d->buf, .iov_len = d->hdr + len };
+	return d->slots + (size_t)slot * d->buf_size;
+}
+
+/* Write back the frame in slot: [header as read, or zeroed when plain][len bytes of packet];
+ * now, or with the ring at the head of its next round. */
+static void write_back(struct driver *d, unsigned slot, size_t len, bool plain, bool gso)
+{
+	uint8_t *frame = slot_frame(d, slot);
+	struct iovec iov = { .iov_base = frame, .iov_len = d->hdr + len };
 
 	if (plain && d->hdr)
-		memset(d->buf, 0, d->hdr);
-	return send_frame(d, &iov, 1, len, gso && !plain);
+		memset(frame, 0, d->hdr);
+	if (d->ring) {
+		assert(d->nwq < DRIVER_URING_SLOTS);
+		d->wq[d->nwq++] = (struct wback){ .slot = (uint8_t)slot, .gso = gso && !plain,
+						  .rewrite = !plain, .len = (uint32_t)len };
+		return;
+	}
+	if (send_frame(d, &iov, 1, len, gso && !plain) == 0 && !plain)
+		ctr_inc(&d->ctr.rewrites);
 }
 
 /* ---- the header ----------------------------------------------------------------------------- */
@@ -129,9 +171,8 @@ static int write_back(struct driver *d, size_t len, bool plain, bool gso)
 /* A GSO read the kernel flagged DATA_VALID instead of NEEDS_CSUM (a forwarded LRO packet whose
  * checksum the NIC verified): make it partial — the field becomes the pseudo-header sum over
  * the whole L4 length — so the one in-place rewrite path applies and the kernel completes
- * every segment's checksum on the way out. The header in d->buf is updated to match. */
-static bool data_valid_to_partial(struct driver *d, uint8_t *pkt, size_t len,
-				  struct pkt_meta *m)
+ * every segment's checksum on the way out. The header in frame is updated to match. */
+static bool data_valid_to_partial(uint8_t *frame, uint8_t *pkt, size_t len, struct pkt_meta *m)
 {
 	struct vnet_hdr h;
 	struct pkt_view v;
@@ -148,11 +189,11 @@ static bool data_valid_to_partial(struct driver *d, uint8_t *pkt, size_t len,
 	m->flags = PKT_META_NEEDS_CSUM;
 	m->csum_start = v.l3_len;
 	m->csum_offset = off;
-	memcpy(&h, d->buf, sizeof(h));
+	memcpy(&h, frame, sizeof(h));
 	h.flags = PKT_META_NEEDS_CSUM;
 	h.csum_start = htole16(m->csum_start);
 	h.csum_offset = htole16(m->csum_offset);
-	memcpy(d->buf, &h, sizeof(h));
+	memcpy(frame, &h, sizeof(h));
 	return true;
 }
 
@@ -277,21 +318,23 @@ static void to_udp(struct driver *d, uint8_t *pkt, size_t len, const struct pkt_
 
 /* ---- the read path -------------------------------------------------------------------------- */
 
-static void handle(struct driver *d, size_t len, int64_t now)
+/* The packet of len bytes read into slot. */
+static void handle(struct driver *d, unsigned slot, size_t len, int64_t now)
 {
 	struct pkt_meta meta = { 0 };
-	uint8_t *pkt = d->buf + d->hdr;
+	uint8_t *frame = slot_frame(d, slot);
+	uint8_t *pkt = frame + d->hdr;
 	struct pkt_view view;
 	size_t out_len = 0;
 	bool plain = false;
 
 	if (d->hdr) {
-		if (!read_hdr(d->buf, &meta)) {
+		if (!read_hdr(frame, &meta)) {
 			ctr_inc(&d->ctr.rx_bad_vnet_hdr);
 			return;
 		}
 		if (meta.gso_type != PKT_GSO_NONE && !(meta.flags & PKT_META_NEEDS_CSUM)) {
-			if (!data_valid_to_partial(d, pkt, len, &meta)) {
+			if (!data_valid_to_partial(frame, pkt, len, &meta)) {
 				ctr_inc(&d->ctr.rx_bad_vnet_hdr);
 				return;
 			}
@@ -306,8 +349,7 @@ static void handle(struct driver *d, size_t len, int64_t now)
 	}
 	switch (d->ops->input(d->arg, pkt, len, &meta, now, &out_len, &plain, &view)) {
 	case DRIVER_WRITE:
-		if (write_back(d, out_len, plain, meta.gso_type != PKT_GSO_NONE) == 0 && !plain)
-			ctr_inc(&d->ctr.rewrites);
+		write_back(d, slot, out_len, plain, meta.gso_type != PKT_GSO_NONE);
 		break;
 	case DRIVER_UDP:
 		to_udp(d, pkt, len, &view, &meta, now);
@@ -337,35 +379,310 @@ static void stop_reading(struct driver *d, int err)
 
 size_t driver_release_idle(struct driver *d)
 {
-	return rss_pages_release(d->buf, d->buf_size);
+	return d->ring_stuck ? 0 : rss_pages_release(d->slots, d->slots_size);
 }
 
-int driver_poll(struct driver *d)
+enum read_result { READ_PACKET, READ_EMPTY, READ_SKIPPED, READ_ERROR };
+
+/* One read() into slot 0, its packet handled. READ_EMPTY: EAGAIN; READ_SKIPPED: an empty or
+ * bad read (counted); READ_ERROR: any other error (counted; the device may be gone). */
+static enum read_result read_one(struct driver *d, int64_t now)
 {
-	int64_t now = ts_now_ns();
+	ssize_t n;
+
+	do
+		n = read(d->fd, d->buf, d->buf_size);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		if (errno == EAGAIN)
+			return READ_EMPTY;
+		ctr_inc(&d->ctr.rx_errors);
+		if (device_gone(errno))
+			stop_reading(d, -errno);
+		return READ_ERROR;
+	}
+	if ((size_t)n <= d->hdr) { /* nothing, or a header and nothing else */
+		ctr_inc(d->hdr ? &d->ctr.rx_bad_vnet_hdr : &d->ctr.rx_errors);
+		return READ_SKIPPED;
+	}
+	ctr_inc(&d->ctr.rx_packets);
+	ctr_add(&d->ctr.rx_bytes, (uint64_t)n - d->hdr);
+	handle(d, 0, (size_t)n - d->hdr, now);
+	return READ_PACKET;
+}
+
+/* read() and write() per packet: up to max reads, until the device is empty or fails. Returns
+ * the reads made that were not EAGAIN or an error. */
+static int poll_plain(struct driver *d, int64_t now, int max)
+{
 	int i;
 
-	for (i = 0; i < DRIVER_BATCH; i++) {
-		ssize_t n = read(d->fd, d->buf, d->buf_size);
-		if (n < 0) {
-			if (errno == EINTR) {
-				i--;
-				continue;
-			}
-			if (errno != EAGAIN)
-				ctr_inc(&d->ctr.rx_errors);
-			if (device_gone(errno))
-				stop_reading(d, -errno);
+	for (i = 0; i < max; i++) {
+		enum read_result r = read_one(d, now);
+
+		if (r == READ_EMPTY || r == READ_ERROR)
 			break;
+	}
+	return i;
+}
+
+/* ---- batched I/O: the ring ------------------------------------------------------------------ */
+
+/* Write back w with writev() (a write-back the ring did not make). */
+static void write_plain(struct driver *d, const struct wback *w)
+{
+	struct iovec iov = { .iov_base = slot_frame(d, w->slot), .iov_len = d->hdr + w->len };
+
+	if (send_frame(d, &iov, 1, w->len, w->gso) == 0 && w->rewrite)
+		ctr_inc(&d->ctr.rewrites);
+}
+
+/* The ring is given up for good (why: the counter of the reason, named to the owner): what is
+ * queued is written with writev(), and the queue reads and writes with system calls from now
+ * on. */
+static void ring_off(struct driver *d, ctr_t *why, const char *name)
+{
+	struct uring *u = d->ring;
+
+	if (!u)
+		return;
+	d->ring = NULL;
+	__atomic_store_n(&d->uring_on, false, __ATOMIC_RELAXED);
+	ctr_inc(why);
+	for (unsigned i = 0; i < d->nwq; i++)
+		write_plain(d, &d->wq[i]);
+	d->nwq = 0;
+	uring_free(u);
+	if (d->ops->uring_off)
+		d->ops->uring_off(d->arg, name);
+}
+
+/* An operation of the ring never completed, nor could it be cancelled: the kernel may still
+ * write into its buffer. The slots and the ring are never reused nor freed, and the driver
+ * stops reading, as for a device that went away (-ENOTRECOVERABLE to the owner). The
+ * write-backs of that round are lost (counted as drops). */
+static void ring_lost(struct driver *d, unsigned lost_writes)
+{
+	d->ring = NULL;
+	__atomic_store_n(&d->uring_on, false, __ATOMIC_RELAXED);
+	d->ring_stuck = true;
+	ctr_inc(&d->ctr.uring_enter_failed);
+	ctr_add(&d->ctr.tx_dropped, lost_writes + d->nwq);
+	d->nwq = 0;
+	stop_reading(d, -ENOTRECOVERABLE);
+}
+
+/* The result r of write-back w. EAGAIN (no room) is a drop, as for writev(). */
+static void wrote(struct driver *d, const struct wback *w, int32_t r)
+{
+	if (r < 0 || (size_t)r != d->hdr + w->len) {
+		ctr_inc(&d->ctr.tx_dropped);
+		return;
+	}
+	ctr_inc(&d->ctr.tx_packets);
+	ctr_add(&d->ctr.tx_bytes, w->len);
+	if (w->gso)
+		ctr_inc(&d->ctr.tx_gso);
+	if (w->rewrite)
+		ctr_inc(&d->ctr.rewrites);
+}
+
+/* One round: the queued write-backs, then reads into slots 0..reads-1, in one io_uring_enter.
+ * Each operation completes before the next is issued (RWF_NOWAIT, core/uring.h), so the read
+ * into a slot follows the write out of it. res gets the reads' results (res[i] for slot i),
+ * also when the ring failed: a read that ran took a packet out of the device. Returns 0, or
+ * -1 when the ring is off now (then the caller goes on with system calls). */
+static int ring_round(struct driver *d, unsigned reads, int32_t *res)
+{
+	int32_t all[URING_MAX_OPS];
+	struct iovec iov[DRIVER_URING_SLOTS];
+	struct wback wq[DRIVER_URING_SLOTS];
+	unsigned nw = d->nwq;
+	bool refused = false;
+	int r;
+
+	for (unsigned i = 0; i < nw; i++) {
+		iov[i] = (struct iovec){ .iov_base = slot_frame(d, d->wq[i].slot),
+					 .iov_len = d->hdr + d->wq[i].len };
+		(void)uring_writev(d->ring, d->fd, &iov[i], 1);
+	}
+	for (unsigned i = 0; i < reads; i++)
+		(void)uring_read(d->ring, d->fd, slot_frame(d, i), d->buf_size);
+	memcpy(wq, d->wq, nw * sizeof(wq[0]));
+	d->nwq = 0;
+	ctr_inc(&d->ctr.uring_enters);
+	r = uring_run(d->ring, all);
+	if (r == -ETIMEDOUT) {
+		ring_lost(d, nw);
+		return -1;
+	}
+	for (unsigned i = 0; i < nw; i++) {
+		const struct wback *w = &wq[i];
+
+		/* Not written by the ring: EOPNOTSUPP (a device without non-blocking writes from
+		 * it) or ECANCELED (never taken, or cancelled). It goes again with writev(), unless
+		 * the read of this round into its slot already replaced its bytes: then it is a
+		 * drop (TCP resends it), once, as the ring is given up. */
+		if (all[i] == -EOPNOTSUPP || all[i] == -ECANCELED) {
+			refused |= all[i] == -EOPNOTSUPP;
+			if (w->slot < reads && all[nw + w->slot] > 0)
+				ctr_inc(&d->ctr.tx_dropped);
+			else
+				write_plain(d, w);
+			continue;
 		}
-		if ((size_t)n <= d->hdr) { /* nothing, or a header and nothing else */
+		wrote(d, w, all[i]);
+	}
+	if (reads)
+		memcpy(res, all + nw, reads * sizeof(res[0]));
+	if (refused)
+		ring_off(d, &d->ctr.uring_write_refused, "the device refused its writes");
+	else if (r < 0)
+		ring_off(d, &d->ctr.uring_enter_failed, "io_uring_enter failed");
+	return d->ring ? 0 : -1;
+}
+
+/* Write what is queued now (a packet the stack writes itself must not overtake them). */
+static void flush_writes(struct driver *d)
+{
+	if (d->ring && d->nwq) {
+		ctr_inc(&d->ctr.uring_flushes);
+		(void)ring_round(d, 0, NULL);
+	}
+}
+
+/* What the reads of a round found. */
+struct round_seen {
+	int got;          /* reads that returned a frame (a bad one too, as poll_plain counts) */
+	unsigned empty;   /* reads that found the device empty (EAGAIN, or never run) */
+	unsigned refused; /* reads the ring could not make at all (EOPNOTSUPP) */
+	size_t largest;   /* the longest read */
+};
+
+/* The reads' results of a round, in slot order (the device's order). */
+static void ring_results(struct driver *d, const int32_t *res, unsigned reads, int64_t now,
+			 struct round_seen *rs)
+{
+	for (unsigned i = 0; i < reads; i++) {
+		int32_t n = res[i];
+
+		if (n == -EAGAIN || n == -ECANCELED) {
+			rs->empty++;
+			continue;
+		}
+		if (n == -EOPNOTSUPP) {
+			rs->refused++;
+			continue;
+		}
+		if (n < 0) {
+			if (d->gone) /* counted once, by the read that found it gone */
+				continue;
+			ctr_inc(&d->ctr.rx_errors);
+			if (device_gone(-n))
+				stop_reading(d, n);
+			continue;
+		}
+		rs->got++;
+		if ((size_t)n <= d->hdr) {
 			ctr_inc(d->hdr ? &d->ctr.rx_bad_vnet_hdr : &d->ctr.rx_errors);
 			continue;
 		}
 		ctr_inc(&d->ctr.rx_packets);
 		ctr_add(&d->ctr.rx_bytes, (uint64_t)n - d->hdr);
-		handle(d, (size_t)n - d->hdr, now);
+		if ((size_t)n > rs->largest)
+			rs->largest = (size_t)n;
+		handle(d, i, (size_t)n - d->hdr, now);
 	}
+}
+
+/* The reads of the next round: twice as many after a round that filled them all, one more
+ * than it found otherwise, and at most DRIVER_URING_BIG_READS after a super-packet (a 64 KiB
+ * read amortises its own system call, and fewer slots get touched). */
+static void adapt_reads(struct driver *d, unsigned reads, const struct round_seen *rs)
+{
+	if (reads == 0)
+		return;
+	if (rs->got == (int)reads && reads == d->reads)
+		d->reads = reads * 2;
+	else
+		d->reads = (unsigned)rs->got + 1;
+	if (d->reads < DRIVER_URING_MIN_READS)
+		d->reads = DRIVER_URING_MIN_READS;
+	if (rs->largest > DRIVER_URING_BIG && d->reads > DRIVER_URING_BIG_READS)
+		d->reads = DRIVER_URING_BIG_READS;
+	if (d->reads > d->nslots)
+		d->reads = d->nslots;
+}
+
+/* Rounds until the device is empty and nothing waits to be written, or DRIVER_BATCH packets.
+ * The first round of a readiness edge that reads nothing is checked with one read(): a ring
+ * that cannot read this device (a kernel whose TUN lacks non-blocking reads from the ring)
+ * would otherwise leave the fd readable and the loop spinning. */
+static int poll_ring(struct driver *d, int64_t now)
+{
+	int32_t res[DRIVER_URING_SLOTS];
+	int total = 0;
+	bool first = true;
+
+	while (d->ring) {
+		unsigned reads = d->gone ? 0 : (unsigned)(DRIVER_BATCH - total);
+		struct round_seen rs = { 0 };
+		bool failed;
+
+		if (reads > d->reads)
+			reads = d->reads;
+		if (reads == 0 && d->nwq == 0)
+			break;
+		failed = ring_round(d, reads, res) != 0;
+		if (d->ring_stuck)
+			break;
+		/* A failed round may still have read: those packets are kept. */
+		ring_results(d, res, reads, now, &rs);
+		total += rs.got;
+		if (failed)
+			break;
+		ctr_add(&d->ctr.uring_reads_empty, rs.empty);
+		adapt_reads(d, reads, &rs);
+		if (rs.got > 0)
+			d->ring_misses = 0;
+		if (rs.refused && rs.got == 0) {
+			ring_off(d, &d->ctr.uring_read_refused, "the device refused its reads");
+			break;
+		}
+		if (first && rs.got == 0 && reads > 0 && !d->gone) {
+			/* Woken, yet the ring found nothing: does read()? Twice in a row, and the
+			 * ring cannot read this device (a kernel whose TUN lacks non-blocking reads
+			 * from it): without the check the fd would stay readable and the loop spin.
+			 * Once may be a packet that came between the two looks. */
+			if (read_one(d, now) == READ_PACKET) {
+				total++;
+				if (++d->ring_misses >= 2)
+					ring_off(d, &d->ctr.uring_read_refused,
+						 "the device's packets reach read() only");
+			}
+			break;
+		}
+		first = false;
+		/* A read found the device empty: another round only for what waits to be
+		 * written (its reads may catch packets that came meanwhile). */
+		if ((rs.got == 0 || rs.empty > 0) && d->nwq == 0)
+			break;
+	}
+	/* A write-back left by the read() that checked the ring goes now, not with the next
+	 * edge, which may never come. */
+	if (d->ring && d->nwq)
+		(void)ring_round(d, 0, NULL);
+	/* Without the ring now (given up above): the rest of the batch the plain way. */
+	if (!d->ring && !d->ring_stuck && !d->gone && total < DRIVER_BATCH)
+		total += poll_plain(d, now, DRIVER_BATCH - total);
+	return total;
+}
+
+int driver_poll(struct driver *d)
+{
+	int64_t now = ts_now_ns();
+	int i = d->ring ? poll_ring(d, now) : poll_plain(d, now, DRIVER_BATCH);
+
 	if (d->ops->batch_end)
 		d->ops->batch_end(d->arg, now);
 	return i;
@@ -383,6 +700,7 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 {
 	size_t hdr = p && p->vnet_hdr ? (p->vnet_hdr_len ? p->vnet_hdr_len : TUN_VNET_HDR_LEN) : 0;
 	struct driver *d;
+	int ret = -ENOMEM;
 
 	if (!p || p->fd < 0 || p->mtu < 576 || !ops || !ops->input ||
 	    (hdr && (hdr < TUN_VNET_HDR_LEN || hdr > TUN_VNET_HDR_MAX)))
@@ -397,9 +715,26 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 	d->budget = b;
 	d->hdr = hdr;
 	d->buf_size = p->vnet_hdr ? hdr + DRIVER_GSO_MAX : p->mtu;
-	d->buf = b ? budget_malloc(b, d->buf_size) : malloc(d->buf_size);
-	if (!d->buf)
+	if (p->uring && (d->uring_err = uring_new(&d->ring)) != 0)
+		d->ring = NULL;
+	d->nslots = !d->ring ? 1 : hdr ? DRIVER_URING_SLOTS_OFFLOAD : DRIVER_URING_SLOTS;
+	d->reads = DRIVER_URING_FIRST_READS < d->nslots ? DRIVER_URING_FIRST_READS : d->nslots;
+	d->uring_on = d->ring != NULL;
+	d->slots_size = d->buf_size * d->nslots;
+	d->slots = b ? budget_malloc(b, d->slots_size) : malloc(d->slots_size);
+	if (!d->slots && d->ring) {
+		/* No room for the ring's buffers: one buffer, system calls. */
+		uring_free(d->ring);
+		d->ring = NULL;
+		d->uring_on = false;
+		d->uring_err = -ENOBUFS;
+		d->nslots = 1;
+		d->slots_size = d->buf_size;
+		d->slots = b ? budget_malloc(b, d->slots_size) : malloc(d->slots_size);
+	}
+	if (!d->slots)
 		goto fail;
+	d->buf = d->slots;
 	memset(d->buf, 0, d->buf_size); /* pre-fault: memory figures do not jump under load */
 	d->ev = event_new(base, p->fd, EV_READ | EV_PERSIST, on_readable, d);
 	if (!d->ev || event_add(d->ev, NULL) != 0)
@@ -408,7 +743,7 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 	return 0;
 fail:
 	driver_free(d);
-	return -ENOMEM;
+	return ret;
 }
 
 void driver_free(struct driver *d)
@@ -417,11 +752,28 @@ void driver_free(struct driver *d)
 		return;
 	if (d->ev)
 		event_free(d->ev);
+	if (d->ring_stuck) {
+		/* The kernel may still write into the slots: they and the ring stay. */
+		free(d);
+		return;
+	}
+	flush_writes(d);
+	uring_free(d->ring);
 	if (d->budget)
-		budget_mfree(d->budget, d->buf);
+		budget_mfree(d->budget, d->slots);
 	else
-		free(d->buf);
+		free(d->slots);
 	free(d);
+}
+
+int driver_uring_err(const struct driver *d)
+{
+	return d->uring_err;
+}
+
+bool driver_uring(const struct driver *d)
+{
+	return __atomic_load_n(&d->uring_on, __ATOMIC_RELAXED);
 }
 
 const struct driver_counters *driver_get_counters(const struct driver *d)

@@ -71,9 +71,14 @@ struct driver_ops {
 	void (*udp)(void *arg, const uint8_t *pkt, size_t len, const struct pkt_view *view,
 		    int64_t now_ns);
 	/* The device is gone (deleted under us: a read failed with EBADFD, ENODEV, ENXIO or
-	 * EIO). Called once, from the driver's loop, with -errno; the driver has stopped reading
-	 * (a dead fd stays readable and would spin the loop). May be NULL. */
+	 * EIO), or -ENOTRECOVERABLE: an io_uring operation on it never completed (its buffer may
+	 * still be written: nothing can be read safely any more). Called once, from the driver's
+	 * loop, with -errno; the driver has stopped reading (a dead fd stays readable and would
+	 * spin the loop). May be NULL. */
 	void (*gone)(void *arg, int err);
+	/* Batched I/O was given up while running (why: a phrase); the driver reads and writes
+	 * with system calls from now on. From the driver's loop. May be NULL. */
+	void (*uring_off)(void *arg, const char *why);
 };
 
 #define DRIVER_COUNTERS(X)                                                                     \
@@ -94,7 +99,14 @@ struct driver_ops {
 	X(rx_gso_data_valid) /* GSO reads flagged DATA_VALID, made partial for the rewrite */  \
 	X(udp_split)      /* UDP super-datagrams split for the UDP path */                     \
 	X(udp_split_datagrams) /* datagrams they became */                                     \
-	X(udp_split_bad)  /* UDP super-datagrams that do not add up, or > 128 segments: dropped */
+	X(udp_split_bad)  /* UDP super-datagrams that do not add up, or > 128 segments: dropped */ \
+	X(uring_enters)   /* batched I/O: rounds, one io_uring_enter each */                   \
+	X(uring_flushes)  /* rounds of write-backs only, ahead of a packet the stack wrote */   \
+	X(uring_reads_empty) /* batched I/O: reads that found the device empty */             \
+	/* batched I/O given up (read() and write() from then on), by reason: */              \
+	X(uring_read_refused)  /* the ring could not read the device, read() could */          \
+	X(uring_write_refused) /* the ring could not write to it (EOPNOTSUPP), writev() could */ \
+	X(uring_enter_failed)  /* io_uring_enter failed, or an operation did not complete */
 
 struct driver_counters {
 #define DRIVER_CTR_FIELD(name) ctr_t name;
@@ -107,6 +119,15 @@ struct driver_counters {
  * MSS of 48 bytes makes more segments per read, never a bigger read, so the single read buffer
  * can never overflow. */
 #define DRIVER_BATCH 64
+/* Batched I/O (io_uring, core/uring.h): read buffers ("slots") per packet and with offload
+ * (whose buffers are ~64 KiB each), the reads one round makes at first and at least, a read
+ * that counts as a super-packet and the reads per round after one. */
+#define DRIVER_URING_SLOTS 16
+#define DRIVER_URING_SLOTS_OFFLOAD 4
+#define DRIVER_URING_FIRST_READS 4
+#define DRIVER_URING_MIN_READS 2
+#define DRIVER_URING_BIG 16384
+#define DRIVER_URING_BIG_READS 4
 /* The read buffer with offload: the header and the largest packet the kernel hands a TUN
  * (skb->len stays under 64 KiB without BIG TCP; an IPv6 datagram can still claim 40 + 65535). */
 #define DRIVER_GSO_MAX (65535u + 40u)
@@ -116,15 +137,25 @@ struct driver_params {
 	uint32_t mtu;    /* bounds the packets read without offload */
 	bool vnet_hdr;   /* the queue was opened with IFF_VNET_HDR (offload I/O) */
 	uint32_t vnet_hdr_len; /* its header size (TUNGETVNETHDRSZ); 0: TUN_VNET_HDR_LEN */
+	bool uring;      /* batch reads and writes through an io_uring when the kernel allows */
 };
 
 /* Drive p->fd on base. The read buffer is allocated once, here, from the budget when one is
  * given (NULL: plain malloc, tests), and pre-faulted so memory figures do not jump under load.
- * 0, or -EINVAL / -ENOMEM. */
+ * With p->uring the driver sets up an io_uring and DRIVER_URING_SLOTS read buffers
+ * (DRIVER_URING_SLOTS_OFFLOAD with vnet_hdr), all counted against the budget, only the first
+ * pre-faulted: the others take memory as packets land in them. When the kernel refuses the
+ * ring (no io_uring, a seccomp filter, kernel.io_uring_disabled) or the budget the buffers, it
+ * reads and writes with system calls, as without p->uring: driver_uring() says which,
+ * driver_uring_err() why. 0, or -EINVAL / -ENOMEM. */
 struct budget;
 int driver_new(struct event_base *base, const struct driver_params *p,
 	       const struct driver_ops *ops, void *arg, struct budget *b, struct driver **out)
 	__attribute__((warn_unused_result));
+/* The io_uring the driver asked for could not be set up: -errno (0: it was, or not asked). */
+int driver_uring_err(const struct driver *d);
+/* Reads and writes go through the io_uring now (false: system calls per packet). Any thread. */
+bool driver_uring(const struct driver *d);
 void driver_free(struct driver *d);
 
 /* Give back the pages of the read buffer (nothing waits in it between batches): for a quiet
@@ -132,7 +163,8 @@ void driver_free(struct driver *d);
 size_t driver_release_idle(struct driver *d);
 
 /* Read and process up to DRIVER_BATCH packets now, as a readiness edge does (tests; the loop
- * calls it itself). Returns the number of packets read. */
+ * calls it itself), and write what they leave to write. Returns the number of reads that
+ * returned a frame (bad ones included). */
 int driver_poll(struct driver *d);
 
 /* tun_tx_fn for this driver (arg = the driver). */

@@ -195,11 +195,13 @@ static int open_tun(struct ts_proxy *p, char *err, size_t errlen)
 		return ret;
 	if (note[0])
 		log_warn(&p->log, "proxy: %s", note);
-	log_info(&p->log, "proxy: %s%s: %s I/O, %u queue%s, receive packet steering %s",
+	log_info(&p->log, "proxy: %s%s: %s I/O, %u queue%s, receive packet steering %s, io_uring %s",
 		 tun_name(p->tun), tun_borrowed(p->tun) ? " (caller's fd)" : "",
 		 tun_vnet_hdr(p->tun) ? "offload" : "per-packet", tun_queues(p->tun),
 		 tun_queues(p->tun) == 1 ? "" : "s",
-		 tun_rps_auto(p->tun) ? "auto" : tun_rps(p->tun) ? "on" : "off");
+		 tun_rps_auto(p->tun) ? "auto" : tun_rps(p->tun) ? "on" : "off",
+		 p->cfg.tun.io_uring == TS_IO_URING_OFF ? "off" :
+		 p->cfg.tun.io_uring == TS_IO_URING_ON ? "on" : "auto");
 	/* strict_route sets the TUN's rp_filter itself (runtime/autoroute.c). */
 	if (!p->cfg.tun.strict_route && tun_rp_filter_check(tun_name(p->tun), msg, sizeof(msg)) > 0)
 		log_warn(&p->log, "proxy: %s", msg);

@@ -74,6 +74,16 @@ static void drivers_sum(const struct ts_proxy *p, struct driver_counters *sum)
 			driver_counters_accumulate(sum, driver_get_counters(p->workers[q].driver));
 }
 
+/* Queues whose reads and writes go through an io_uring. */
+static uint64_t uring_queues(const struct ts_proxy *p)
+{
+	uint64_t n = 0;
+
+	for (uint32_t q = 0; q < p->nworkers; q++)
+		n += p->workers[q].driver && driver_uring(p->workers[q].driver);
+	return n;
+}
+
 static void add_tun(struct ts_proxy *p, struct stats_doc *d, const struct netstack_stats *ns,
 		    const struct driver_counters *c)
 {
@@ -87,6 +97,7 @@ static void add_tun(struct ts_proxy *p, struct stats_doc *d, const struct netsta
 										: "proxy");
 	stats_doc_add_str(d, "tun.unavailable", p->unavailable);
 	stats_doc_add_u64(d, "tun.queues", STATS_GAUGE, p->nworkers);
+	stats_doc_add_u64(d, "tun.io_uring", STATS_GAUGE, uring_queues(p));
 	stats_doc_add_u64(d, "tun.rps", STATS_GAUGE, p->tun ? tun_rps(p->tun) : 0);
 	stats_doc_add_u64(d, "tun.rps_auto", STATS_GAUGE, rps_auto_active(&p->rps));
 	stats_doc_add_u64(d, "tun.rps_switches", STATS_COUNTER, rps_auto_switches(&p->rps));

@@ -100,6 +100,7 @@ static void keep_fixed(const struct ts_config *old, const struct budget_limits *
 	KEEP(&k, old, n, tun.offload, "tun.offload");
 	KEEP(&k, old, n, tun.gso_output, "tun.gso_output");
 	KEEP(&k, old, n, tun.rps, "tun.rps");
+	KEEP(&k, old, n, tun.io_uring, "tun.io_uring");
 	KEEP(&k, old, n, nat, "nat");
 	KEEP(&k, old, n, relay_mode, "relay.mode");
 	KEEP(&k, old, n, relay_buffer_bytes, "relay.buffer_bytes");

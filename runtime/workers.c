@@ -100,13 +100,25 @@ static void drv_gone(void *arg, int err)
 	struct worker *w = arg;
 
 	atomic_store(&w->gone_err, err);
+	if (err == -ENOTRECOVERABLE)
+		log_error(&w->p->log, "proxy: TUN queue %u: an io_uring operation never completed: "
+			  "its reads are no longer safe; stopping", w->q);
 	if (w->q == 0) {
-		log_error(&w->p->log, "proxy: the TUN device is gone (read: %s); stopping",
-			  strerror(-err));
+		if (err != -ENOTRECOVERABLE)
+			log_error(&w->p->log, "proxy: the TUN device is gone (read: %s); stopping",
+				  strerror(-err));
 		proxy_stop_loop(w->p, err);
 	} else {
 		event_base_loopbreak(w->base);
 	}
+}
+
+static void drv_uring_off(void *arg, const char *why)
+{
+	struct worker *w = arg;
+
+	log_warn(&w->p->log, "proxy: TUN queue %u: io_uring given up (%s): a system call per "
+		 "packet from now on", w->q, why);
 }
 
 static const struct driver_ops drv_ops = {
@@ -114,6 +126,7 @@ static const struct driver_ops drv_ops = {
 	.batch_end = drv_batch_end,
 	.udp = drv_udp,
 	.gone = drv_gone,
+	.uring_off = drv_uring_off,
 };
 
 /* Main loop: datagrams a worker handed over. */
@@ -221,6 +234,7 @@ static int worker_init(struct ts_proxy *p, uint32_t q, char *err, size_t errlen)
 		.mtu = p->cfg.tun.mtu,
 		.vnet_hdr = tun_vnet_hdr(p->tun),
 		.vnet_hdr_len = tun_vnet_hdr_len(p->tun),
+		.uring = p->cfg.tun.io_uring != TS_IO_URING_OFF,
 	};
 	int ret = -ENOMEM;
 
@@ -251,6 +265,17 @@ static int worker_init(struct ts_proxy *p, uint32_t q, char *err, size_t errlen)
 	}
 	if ((ret = driver_new(w->base, &dp, &drv_ops, w, p->budget, &w->driver)) != 0)
 		goto fail;
+	if (dp.uring && !driver_uring(w->driver)) {
+		ret = driver_uring_err(w->driver);
+		if (p->cfg.tun.io_uring == TS_IO_URING_ON) {
+			snprintf(err, errlen, "proxy: tun.io_uring is \"on\" but no io_uring could be "
+				 "set up: %s", strerror(-ret));
+			return ret;
+		}
+		if (q == 0)
+			log_info(&p->log, "proxy: TUN reads and writes one system call each: no "
+				 "io_uring (%s)", strerror(-ret));
+	}
 	return 0;
 fail:
 	snprintf(err, errlen, "proxy: TUN queue %u: %s", q, strerror(-ret));

@@ -460,6 +460,14 @@ case_nofile() {
 	local nofile=96 lim held before at
 	proxy_fresh nofile '{}' prlimit --nofile=$nofile:$nofile -- || return
 	lim=$(sk budget.fds_limit "$IDLE")
+	if [ $((lim % PER)) -ne 0 ]; then
+		# A spare descriptor would let a refused connection be accepted and then refused at
+		# its outbound socket, or not, as its timing falls: a limit the connections fill
+		# exactly makes every refusal the accept loop's.
+		nofile=$((nofile + PER - lim % PER))
+		proxy_fresh nofile '{}' prlimit --nofile=$nofile:$nofile -- || return
+		lim=$(sk budget.fds_limit "$IDLE")
+	fi
 	held=$((lim / PER))
 	note "nofile: RLIMIT_NOFILE $nofile -> budget.fds_limit $lim: $held connections of $PER descriptors"
 	hold_start nofile "$held"

@@ -28,11 +28,13 @@
 # rule). 10.200.0.2 (B's veth address) is reached straight over the veth: the iperf3 baseline.
 #
 # usage: netns.sh [--stack system|lwip] [--bin PATH] [--relay splice|copy] [--offload on|off]
-#                 [--queues N] [--subset] [--bypass] [--keep] [-v]
+#                 [--io-uring on|off] [--queues N] [--subset] [--bypass] [--keep] [-v]
 #   --stack   the config's "stack" (the only thing that differs between the stacks' runs)
 #   --relay   the config's "relay.mode" (default: the program's default)
 #   --offload the config's "tun.offload" (default on: written explicitly, so a kernel that
 #             refuses offload fails the start instead of silently testing per-packet I/O)
+#   --io-uring the config's "tun.io_uring" (default on: written explicitly, so a kernel that
+#             refuses the ring fails the start instead of silently testing system calls)
 #   --queues  the config's "tun.queues" (default 1; > 1 is for the system stack)
 #   --subset  only the short subset for the extra modes: 100 MiB v4/v6 downloads from A and
 #             from C, the bulk echo, UDP echo, 200 concurrent connections, the mode's /stats,
@@ -51,6 +53,7 @@ STACK=system
 BIN=$SRC/build/twinstack
 RELAY=
 OFFLOAD=on
+IO_URING=on
 QUEUES=1
 SUBSET=0
 BYPASS=0
@@ -68,6 +71,8 @@ while [ $# -gt 0 ]; do
 	--relay=*) RELAY=${1#*=}; shift ;;
 	--offload) OFFLOAD=${2:?--offload needs a value}; shift 2 ;;
 	--offload=*) OFFLOAD=${1#*=}; shift ;;
+	--io-uring) IO_URING=${2:?--io-uring needs a value}; shift 2 ;;
+	--io-uring=*) IO_URING=${1#*=}; shift ;;
 	--queues) QUEUES=${2:?--queues needs a value}; shift 2 ;;
 	--queues=*) QUEUES=${1#*=}; shift ;;
 	--subset) SUBSET=1; shift ;;
@@ -237,7 +242,8 @@ config_main() {
 {
   "stack": "$STACK",
   "tun": { "name": "$2", "address": "$GW4/15", "address6": "$GW6/64", "mtu": 1500,
-           "txqueuelen": 10000, "offload": "$OFFLOAD", "queues": $QUEUES },
+           "txqueuelen": 10000, "offload": "$OFFLOAD", "io_uring": "$IO_URING",
+           "queues": $QUEUES },
   "nat": { "linger_ms": 300, "half_open_timeout_ms": 3000, "port_quarantine_ms": 500 },
   "timeouts": { "connect_ms": 3000, "udp_idle_ms": 1000 },
   "outbounds": [
@@ -263,7 +269,7 @@ config_socks() {
 {
   "stack": "$STACK",
   "tun": { "name": "$2", "address": "$GW4/15", "address6": "$GW6/64",
-           "offload": "$OFFLOAD", "queues": $QUEUES },
+           "offload": "$OFFLOAD", "io_uring": "$IO_URING", "queues": $QUEUES },
   "nat": { "linger_ms": 300, "port_quarantine_ms": 500 },
   "timeouts": { "connect_ms": 3000 },
   $RELAY_JSON
@@ -349,7 +355,7 @@ stats_json() { inA curl -sS --fail --max-time 3 "http://127.0.0.1:$P_STATS/stats
 stat_get() { stats_json | jq -r "$1"; }
 
 STATS_KEYS='stack uptime_s rss_kb peak_rss_kb fds tun.rx_packets tun.rx_bytes tun.tx_packets
-tun.tx_bytes tun.rewrites tun.queues tun.rx_gso tun.rps tun.rps_auto tun.rps_switches
+tun.tx_bytes tun.rewrites tun.queues tun.io_uring tun.rx_gso tun.rps tun.rps_auto tun.rps_switches
 tun.rps_trials_failed tun.rps_last_trial_pct tun.loop_busy_pct tun_device.rx_dropped tun_device.tx_dropped drops.malformed
 drops.fragment drops.esp drops.icmp drops.unmapped_downlink drops.unmapped_uplink_rst
 drops.own_address drops.nat_exhausted drops.admission_refused drops.fd_exhausted
@@ -357,7 +363,9 @@ drops.udp_queue_full nat.half_open nat.active nat.closing nat.quarantined sessio
 sessions.total sessions.refused udp.sessions udp.queue_drops udp.trains udp.train_datagrams
 udp.train_errors udp.gro_datagrams udp.up_trains udp.up_train_datagrams udp.up_train_errors
 buffers.in_use_bytes
-buffers.peak_bytes buffers.per_session_bytes buffers.heap_trims buffers.quiet_trims splice.pipes splice.pipe_bytes'
+buffers.peak_bytes buffers.per_session_bytes buffers.heap_trims buffers.quiet_trims splice.pipes splice.pipe_bytes
+driver.uring_enters driver.uring_flushes driver.uring_reads_empty driver.uring_read_refused
+driver.uring_write_refused driver.uring_enter_failed'
 
 # stats_keys: every documented key is present (numbers, `stack` the configured one).
 stats_keys() {
@@ -376,20 +384,23 @@ stats_keys() {
 }
 
 # stats_mode: the I/O mode the config asked for is the one running: tun.io_mode, tun.queues,
-# and with several queues each queue's counters.
+# tun.io_uring (queues reading and writing through an io_uring), and with several queues each
+# queue's counters.
 stats_mode() {
-	local j want=per-packet q bad=()
+	local j want=per-packet q bad=() rings=0
 	[ "$OFFLOAD" = on ] && want=offload
 	j=$(stats_json) || { echo "GET /stats failed"; return 1; }
 	[ "$(jq -r '.tun.io_mode' <<<"$j")" = "$want" ] || bad+=("tun.io_mode=$(jq -c '.tun.io_mode' <<<"$j") (want \"$want\")")
 	[ "$(jq -r '.tun.queues' <<<"$j")" = "$QUEUES" ] || bad+=("tun.queues=$(jq -c '.tun.queues' <<<"$j") (want $QUEUES)")
+	[ "$IO_URING" = on ] && rings=$QUEUES
+	[ "$(jq -r '.tun.io_uring' <<<"$j")" = "$rings" ] || bad+=("tun.io_uring=$(jq -c '.tun.io_uring' <<<"$j") (want $rings)")
 	if [ "$QUEUES" -gt 1 ]; then
 		for ((q = 0; q < QUEUES; q++)); do
 			jq -e ".tun.q$q.rx_packets | type == \"number\"" <<<"$j" >/dev/null ||
 				bad+=("tun.q$q.rx_packets missing")
 		done
 	fi
-	[ ${#bad[@]} -eq 0 ] && { echo "tun.io_mode $want, tun.queues $QUEUES"; return 0; }
+	[ ${#bad[@]} -eq 0 ] && { echo "tun.io_mode $want, tun.queues $QUEUES, tun.io_uring $rings"; return 0; }
 	echo "${bad[*]}"
 	return 1
 }
@@ -408,6 +419,25 @@ gso_moved() {
 		echo "tun.rx_gso $now with offload off (want 0)"
 	fi
 	return 1
+}
+
+# uring_rounds: with tun.io_uring on, the transfers' TUN reads and writes went in rounds of
+# several (driver.uring_enters well under the packets read plus written), and no queue gave
+# the ring up; with it off, no round at all.
+uring_rounds() {
+	local j enters pk refused
+	j=$(stats_json) || { echo "GET /stats failed"; return 1; }
+	enters=$(jq -r '.driver.uring_enters' <<<"$j")
+	pk=$(jq -r '.driver.rx_packets + .driver.tx_packets' <<<"$j")
+	refused=$(jq -r '.driver.uring_read_refused + .driver.uring_write_refused + .driver.uring_enter_failed' <<<"$j")
+	[[ "$enters" =~ ^[0-9]+$ && "$pk" =~ ^[0-9]+$ && "$refused" =~ ^[0-9]+$ ]] ||
+		{ echo "driver.uring_enters '$enters', packets '$pk', given up '$refused'"; return 1; }
+	echo "driver.uring_enters $enters for $pk packets read and written, given up $refused"
+	if [ "$IO_URING" = on ]; then
+		[ "$enters" -gt 0 ] && [ $((enters * 2)) -lt "$pk" ] && [ "$refused" -eq 0 ]
+	else
+		[ "$enters" -eq 0 ]
+	fi
 }
 
 # lwip_gathered: the bulk transfers moved relay.gather_bytes (uploads: sendmsg of lwIP's
@@ -693,6 +723,9 @@ if [ "$BYPASS" -eq 0 ]; then
 fi
 if [ "$BYPASS" -eq 0 ] && [ "$STACK" = lwip ]; then
 	check "stats: lwIP uploads handed to the outbound sockets from lwIP's buffers" lwip_gathered
+fi
+if [ "$BYPASS" -eq 0 ]; then
+	check "stats: TUN reads and writes in rounds (tun.io_uring $IO_URING)" uring_rounds
 fi
 
 check "udp echo v4" inA "${TSNET[@]}" udp-echo --host "$SRV4" --port "$P_ECHO" --timeout 3

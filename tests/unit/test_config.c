@@ -268,10 +268,12 @@ Test(config, stack_and_tun_values)
 	load_ok("{'stack':'system','tun':{'queues':16}}", &cfg);
 	cr_assert_eq(cfg.tun.queues, 16);
 	cr_assert_eq(cfg.tun.rps, TS_RPS_AUTO, "rps defaults to auto");
+	cr_assert_eq(cfg.tun.io_uring, TS_IO_URING_AUTO, "io_uring defaults to auto");
 	cr_assert(cfg.tun.gso_output, "gso_output defaults to true");
 	config_fini(&cfg);
-	load_ok("{'tun':{'rps':'off','gso_output':false}}", &cfg);
+	load_ok("{'tun':{'rps':'off','gso_output':false,'io_uring':'off'}}", &cfg);
 	cr_assert_eq(cfg.tun.rps, TS_RPS_OFF);
+	cr_assert_eq(cfg.tun.io_uring, TS_IO_URING_OFF);
 	cr_assert(!cfg.tun.gso_output);
 	config_fini(&cfg);
 	expect_ok("{'tun':{'name':'abcdefghijklmno','mtu':576,'offload':'on'}}");
@@ -400,6 +402,9 @@ Test(config, stack_and_tun_rejects)
 		{ "{'tun':{'offload':'yes'}}", "$.tun.offload",
 		  "expected one of \"auto\", \"on\", \"off\", got \"yes\"" },
 		{ "{'tun':{'offload':true}}", "$.tun.offload", "expected a string, got a boolean" },
+		{ "{'tun':{'io_uring':'yes'}}", "$.tun.io_uring",
+		  "expected one of \"auto\", \"on\", \"off\", got \"yes\"" },
+		{ "{'tun':{'io_uring':false}}", "$.tun.io_uring", "expected a string, got a boolean" },
 	};
 	BAD_TABLE(b);
 }

@@ -26,10 +26,18 @@
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,10 +60,15 @@ struct step {
 	bool plain;
 	bool reflect;     /* swap IPv4 addresses and ports in place (checksums stay valid) */
 	bool corrupt;     /* DRIVER_WRITE: make the version nibble invalid (a TUN refuses it) */
+	bool tx_first;    /* send tx_pkt with driver_tx before returning (a stack's own packet) */
+	bool break_ring;  /* from now on io_uring_enter fails (a seccomp filter: EAGAIN) */
 };
 
 /* What the driver handed to the callbacks. */
 struct seen {
+	struct driver *d;          /* for steps that write with driver_tx */
+	const uint8_t *tx_pkt;
+	size_t tx_len;
 	const struct step *script; /* per input, in order; NULL: script_default for every one */
 	int n_script;
 	struct step script_default;
@@ -87,6 +100,22 @@ static void reflect4(uint8_t *p)
 	memcpy(p + l3 + 2, t, 2);
 }
 
+/* A seccomp filter: io_uring_enter fails with EAGAIN from now on (its ring can no longer take
+ * a batch); everything else is allowed. Criterion runs each test in a process of its own. */
+static void break_io_uring_enter(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_enter, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAGAIN),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
+
+	cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+	cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+}
+
 static enum driver_verdict in_fn(void *arg, uint8_t *buf, size_t len, const struct pkt_meta *m,
 				 int64_t now, size_t *out_len, bool *plain, struct pkt_view *view)
 {
@@ -104,6 +133,10 @@ static enum driver_verdict in_fn(void *arg, uint8_t *buf, size_t len, const stru
 	/* A stack hands its parse on with a UDP verdict; these tests send only parsable UDP. */
 	if (st->v == DRIVER_UDP && pkt_parse(view, buf, len) != PKT_OK)
 		return DRIVER_DONE;
+	if (st->break_ring)
+		break_io_uring_enter();
+	if (st->tx_first)
+		driver_tx(s->d, s->tx_pkt, s->tx_len);
 	if (st->v != DRIVER_WRITE)
 		return st->v;
 	if (st->reflect)
@@ -161,6 +194,9 @@ static uint64_t ctr_at(const struct driver *d, size_t off)
 
 /* ---- the socketpair stand-in (parent side, Criterion assertions) ---- */
 
+/* The tests of suite driver_ring run the same bodies with batched I/O (core/uring.h). */
+static bool ring;
+
 struct rig {
 	struct event_base *base;
 	struct driver *d;
@@ -174,7 +210,7 @@ static void rig_open_hdr(struct rig *r, size_t hlen, const struct driver_ops *o)
 {
 	int sv[2];
 	struct driver_params p = { .mtu = 1500, .vnet_hdr = hlen != 0,
-				   .vnet_hdr_len = (uint32_t)hlen };
+				   .vnet_hdr_len = (uint32_t)hlen, .uring = ring };
 
 	memset(r, 0, sizeof(*r));
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
@@ -184,7 +220,9 @@ static void rig_open_hdr(struct rig *r, size_t hlen, const struct driver_ops *o)
 	cr_assert(r->base);
 	cr_assert_eq(driver_new(r->base, &p, o, &r->s, NULL, &r->d), 0);
 	cr_assert_eq(driver_offload(r->d), hlen != 0);
+	cr_assert_eq(driver_uring(r->d), ring, "batched I/O: %s", strerror(-driver_uring_err(r->d)));
 	r->hlen = hlen;
+	r->s.d = r->d;
 }
 
 static void rig_open(struct rig *r, bool vnet, const struct driver_ops *o)
@@ -257,11 +295,12 @@ static uint16_t le16(const uint8_t *p)
 }
 
 TestSuite(driver, .timeout = 10);
+TestSuite(driver_ring, .timeout = 10);
 
 /* One batch of four packets, one verdict each: write back N bytes of the rewritten packet
  * (with a rewrite counted), write back a packet the stack built (plain: no rewrite counted),
  * hand to the UDP path, done. Then UDP verdicts without a UDP path: counted drops. */
-Test(driver, verdicts_in_one_pass)
+static void verdicts_in_one_pass(void)
 {
 	static const struct step script[] = {
 		{ .v = DRIVER_WRITE, .out_len = 60, .reflect = true },
@@ -319,9 +358,20 @@ Test(driver, verdicts_in_one_pass)
 	rig_close(&r);
 }
 
+Test(driver, verdicts_in_one_pass)
+{
+	verdicts_in_one_pass();
+}
+
+Test(driver_ring, verdicts_in_one_pass)
+{
+	ring = true;
+	verdicts_in_one_pass();
+}
+
 /* DRIVER_BATCH packets per poll at most; batch_end once per poll; EAGAIN ends a batch and is
  * not an error. */
-Test(driver, batches_bounded_with_one_batch_end_each)
+static void batches_bounded_with_one_batch_end_each(void)
 {
 	const int n = DRIVER_BATCH + 7;
 	uint8_t pkt[256];
@@ -348,9 +398,20 @@ Test(driver, batches_bounded_with_one_batch_end_each)
 	rig_close(&r);
 }
 
+Test(driver, batches_bounded_with_one_batch_end_each)
+{
+	batches_bounded_with_one_batch_end_each();
+}
+
+Test(driver_ring, batches_bounded_with_one_batch_end_each)
+{
+	ring = true;
+	batches_bounded_with_one_batch_end_each();
+}
+
 /* On the loop: each readiness callback drains one bounded batch, then yields (one pass of
  * the loop, EVLOOP_ONCE, runs the callback once). */
-Test(driver, readiness_edge_reads_one_batch)
+static void readiness_edge_reads_one_batch(void)
 {
 	const int n = DRIVER_BATCH + 5;
 	uint8_t pkt[256];
@@ -371,10 +432,21 @@ Test(driver, readiness_edge_reads_one_batch)
 	rig_close(&r);
 }
 
+Test(driver, readiness_edge_reads_one_batch)
+{
+	readiness_edge_reads_one_batch();
+}
+
+Test(driver_ring, readiness_edge_reads_one_batch)
+{
+	ring = true;
+	readiness_edge_reads_one_batch();
+}
+
 /* A full device queue (here: a full socket buffer) makes writes fail with EAGAIN: each failure
  * is one tx_dropped, the caller never blocks, a failed write-back is no rewrite, and writes
  * succeed again once the queue drains. A closed peer: an error, dropped as well. */
-Test(driver, failed_writes_counted_in_tx_dropped)
+static void failed_writes_counted_in_tx_dropped(void)
 {
 	int small = 1, ok = 0, failed = 0, ret = 0;
 	uint8_t pkt[256], got[256];
@@ -413,9 +485,20 @@ Test(driver, failed_writes_counted_in_tx_dropped)
 	rig_close(&r);
 }
 
+Test(driver, failed_writes_counted_in_tx_dropped)
+{
+	failed_writes_counted_in_tx_dropped();
+}
+
+Test(driver_ring, failed_writes_counted_in_tx_dropped)
+{
+	ring = true;
+	failed_writes_counted_in_tx_dropped();
+}
+
 /* An empty read is counted and the batch goes on; a read error other than EAGAIN is counted
  * and ends the batch. */
-Test(driver, read_errors_counted)
+static void read_errors_counted(void)
 {
 	uint8_t pkt[256];
 	struct rig r;
@@ -437,16 +520,29 @@ Test(driver, read_errors_counted)
 	struct seen s = { 0 };
 	struct event_base *base = event_base_new();
 	cr_assert_eq(pipe2(pp, O_NONBLOCK | O_CLOEXEC), 0);
-	struct driver_params p = { .fd = pp[1], .mtu = 1500 };
+	struct driver_params p = { .fd = pp[1], .mtu = 1500, .uring = ring };
 	cr_assert_eq(driver_new(base, &p, &ops, &s, NULL, &d), 0);
 	cr_assert_eq(driver_poll(d), 0);
-	cr_assert_eq(CTR(d, rx_errors), 1);
+	/* With the ring: each read of the first round, then the read() that checks the ring. */
+	cr_assert_eq(CTR(d, rx_errors), ring ? DRIVER_URING_FIRST_READS + 1u : 1u);
+	cr_assert_eq(CTR(d, uring_read_refused), 0, "EBADF: the fd's failure, not the ring's");
 	cr_assert_eq(s.inputs, 0);
 	cr_assert_eq(s.batches, 1);
 	driver_free(d);
 	event_base_free(base);
 	close(pp[0]);
 	close(pp[1]);
+}
+
+Test(driver, read_errors_counted)
+{
+	read_errors_counted();
+}
+
+Test(driver_ring, read_errors_counted)
+{
+	ring = true;
+	read_errors_counted();
 }
 
 Test(driver, bad_params_refused)
@@ -474,11 +570,223 @@ Test(driver, bad_params_refused)
 	event_base_free(base);
 }
 
+/* With the ring, write-backs wait for the next round; a packet the stack writes itself in the
+ * middle of a batch (driver_tx) must not overtake the write-backs queued before it: they are
+ * flushed first. The peer sees p0, the stack's packet, p2 — the order they were produced. */
+Test(driver_ring, driver_tx_does_not_overtake_queued_write_backs)
+{
+	static const struct step script[] = {
+		{ .v = DRIVER_WRITE },
+		{ .v = DRIVER_DONE, .tx_first = true },
+		{ .v = DRIVER_WRITE },
+	};
+	uint8_t pkt[3][256], own[256], got[256];
+	size_t len[3], own_len = udp_pkt(own, sizeof(own), 50, 0xee);
+	struct rig r;
+
+	ring = true;
+	rig_open(&r, false, &ops);
+	r.s.script = script;
+	r.s.n_script = 3;
+	r.s.tx_pkt = own;
+	r.s.tx_len = own_len;
+	for (int i = 0; i < 3; i++) {
+		len[i] = udp_pkt(pkt[i], sizeof(pkt[i]), 60 + (size_t)i, (uint8_t)i);
+		peer_send(&r, NULL, pkt[i], len[i]);
+	}
+	cr_assert_eq(driver_poll(r.d), 3);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)len[0]);
+	cr_assert_eq(memcmp(got, pkt[0], len[0]), 0, "the write-back queued first");
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)own_len);
+	cr_assert_eq(memcmp(got, own, own_len), 0, "then the stack's own packet");
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)len[2]);
+	cr_assert_eq(memcmp(got, pkt[2], len[2]), 0);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), -1);
+	cr_assert_eq(CTR(r.d, uring_flushes), 1);
+	cr_assert_eq(CTR(r.d, tx_packets), 3);
+	cr_assert_eq(CTR(r.d, rewrites), 2);
+	rig_close(&r);
+}
+
+/* A burst of small packets: read and written back in rounds of several, every packet intact
+ * and in order; far fewer io_uring_enter calls than the read() and write() calls they stand
+ * for; reads that found nothing counted. */
+Test(driver_ring, rounds_carry_several_packets_each)
+{
+	const int n = 40;
+	uint8_t pkt[256], got[256];
+	struct rig r;
+
+	ring = true;
+	rig_open(&r, false, &ops);
+	r.s.script_default = (struct step){ .v = DRIVER_WRITE, .reflect = true };
+	for (int i = 0; i < n; i++)
+		peer_send(&r, NULL, pkt, udp_pkt(pkt, sizeof(pkt), 30 + (size_t)i, (uint8_t)i));
+	cr_assert_eq(driver_poll(r.d), n);
+	for (int i = 0; i < n; i++) {
+		size_t len = udp_pkt(pkt, sizeof(pkt), 30 + (size_t)i, (uint8_t)i);
+		reflect4(pkt);
+		cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)len, "packet %d", i);
+		cr_assert_eq(memcmp(got, pkt, len), 0, "packet %d intact", i);
+	}
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), -1);
+	cr_assert_leq(CTR(r.d, uring_enters), 8, "%llu rounds for %d reads and %d writes",
+		      (unsigned long long)CTR(r.d, uring_enters), n, n);
+	cr_assert_gt(CTR(r.d, uring_reads_empty), 0, "the last round found the device empty");
+	cr_assert_eq(CTR(r.d, tx_packets), (uint64_t)n);
+	cr_assert_eq(CTR(r.d, uring_flushes), 0);
+	cr_assert(driver_uring(r.d));
+	rig_close(&r);
+}
+
+/* io_uring_enter fails in the middle of a batch (at packet k of a burst; with a stack's own
+ * packet written at that point, or not): the write-backs the ring never made go out with
+ * writev(), the reads it never made are left for read(), and the driver reads and writes with
+ * system calls from then on. Every packet comes back once, intact, in order; the counters add
+ * up; the reason is counted. */
+Test(driver_ring, io_uring_enter_failing_mid_batch_loses_nothing)
+{
+	static const int ks[] = { 1, 5, 12 };
+	const int n = 24;
+
+	for (size_t c = 0; c < 2 * sizeof(ks) / sizeof(ks[0]); c++) {
+		pid_t pid = fork();
+
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			/* A child per case: the filter cannot be taken back. Exit 0: all well. */
+			struct step script[24];
+			uint8_t pkt[256], got[256], own[256];
+			size_t own_len = udp_pkt(own, sizeof(own), 20, 0xee);
+			bool tx = c % 2;
+			int k = ks[c / 2], want_tx;
+			struct rig r;
+
+			ring = true;
+			rig_open(&r, false, &ops);
+			for (int i = 0; i < n; i++)
+				script[i] = (struct step){ .v = DRIVER_WRITE, .reflect = true,
+							   .break_ring = i == k,
+							   .tx_first = tx && i == k };
+			r.s.script = script;
+			r.s.n_script = n;
+			r.s.tx_pkt = own;
+			r.s.tx_len = own_len;
+			for (int i = 0; i < n; i++)
+				peer_send(&r, NULL, pkt, udp_pkt(pkt, sizeof(pkt), 30, (uint8_t)i));
+			while (r.s.inputs < n && driver_poll(r.d) > 0)
+				;
+			if (r.s.inputs != n || driver_uring(r.d) ||
+			    CTR(r.d, uring_enter_failed) != 1)
+				_exit(10);
+			for (int i = 0; i < n; i++) {
+				size_t len = udp_pkt(pkt, sizeof(pkt), 30, (uint8_t)i);
+				if (tx && i == k) {
+					if (peer_recv(&r, got, sizeof(got)) != (ssize_t)own_len ||
+					    memcmp(got, own, own_len) != 0)
+						_exit(11);
+				}
+				reflect4(pkt);
+				if (peer_recv(&r, got, sizeof(got)) != (ssize_t)len ||
+				    memcmp(got, pkt, len) != 0)
+					_exit(20 + i);
+			}
+			want_tx = n + (tx ? 1 : 0);
+			if (peer_recv(&r, got, sizeof(got)) != -1 ||
+			    CTR(r.d, tx_packets) != (uint64_t)want_tx ||
+			    CTR(r.d, rewrites) != (uint64_t)n || CTR(r.d, tx_dropped) != 0 ||
+			    CTR(r.d, rx_packets) != (uint64_t)n)
+				_exit(12);
+			rig_close(&r);
+			_exit(0);
+		}
+		int st = -1;
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			  "case k=%d%s: child status %d (10: counts, 11: the stack's packet, 12: "
+			  "totals, 20+i: packet i)", ks[c / 2], c % 2 ? " with driver_tx" : "",
+			  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	}
+}
+
+/* A device the ring cannot read without blocking (a pseudo-terminal: EOPNOTSUPP) while
+ * read() can: the driver gives the ring up for good, counts why, and reads with read() from
+ * then on, in the same batch, without losing what was waiting. */
+Test(driver_ring, a_device_the_ring_cannot_read_falls_back_to_read)
+{
+	struct event_base *base = event_base_new();
+	struct seen s = { 0 };
+	struct driver *d;
+	int m, sl;
+
+	cr_assert_eq(openpty(&m, &sl, NULL, NULL, NULL), 0);
+	cr_assert_eq(fcntl(m, F_SETFL, O_NONBLOCK), 0);
+	cr_assert_eq(write(sl, "twinstack\n", 10), 10);
+	struct driver_params p = { .fd = m, .mtu = 1500, .uring = true };
+	s.script_default.v = DRIVER_DONE;
+	cr_assert_eq(driver_new(base, &p, &ops, &s, NULL, &d), 0);
+	cr_assert(driver_uring(d));
+	cr_assert_eq(driver_poll(d), 1);
+	cr_assert_eq(CTR(d, uring_read_refused), 1);
+	cr_assert_not(driver_uring(d), "read() from now on");
+	cr_assert_eq(s.inputs, 1, "read() got what the ring could not");
+	cr_assert_geq(s.in_len[0], 10);
+	cr_assert_eq(CTR(d, rx_packets), 1);
+	cr_assert_eq(driver_poll(d), 0, "then EAGAIN, with read()");
+	cr_assert_eq(CTR(d, uring_enters), 1);
+	driver_free(d);
+	event_base_free(base);
+	close(sl);
+	close(m);
+}
+
+/* A process whose seccomp filter refuses io_uring_setup (as container runtimes do): the driver
+ * still starts, says the ring was refused and why, and moves packets with read() and
+ * write(). */
+Test(driver_ring, io_uring_refused_means_system_calls)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
+	uint8_t pkt[256], got[256];
+	size_t len = udp_pkt(pkt, sizeof(pkt), 40, 9);
+	struct rig r;
+
+	/* Criterion runs each test in a process of its own: the filter dies with it. */
+	cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+	cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+	ring = false; /* the rig expects the driver without a ring */
+	memset(&r, 0, sizeof(r));
+	{
+		int sv[2];
+		struct driver_params p = { .mtu = 1500, .uring = true };
+
+		cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
+					sv), 0);
+		r.dfd = p.fd = sv[0];
+		r.pfd = sv[1];
+		r.base = event_base_new();
+		cr_assert_eq(driver_new(r.base, &p, &ops, &r.s, NULL, &r.d), 0);
+	}
+	cr_assert_not(driver_uring(r.d));
+	cr_assert_eq(driver_uring_err(r.d), -EPERM);
+	r.s.script_default = (struct step){ .v = DRIVER_WRITE };
+	peer_send(&r, NULL, pkt, len);
+	cr_assert_eq(driver_poll(r.d), 1);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)len);
+	cr_assert_eq(CTR(r.d, uring_enters), 0);
+	rig_close(&r);
+}
+
 /* ---- with the virtio_net_hdr (offload I/O) ---- */
 
 /* The header becomes pkt_meta; a rewrite goes back with the header it came with, a plain
  * packet with a zeroed one; the header's bytes are in neither rx_bytes nor tx_bytes. */
-Test(driver, vnet_header_to_meta_and_back)
+static void vnet_header_to_meta_and_back(void)
 {
 	static const struct step script[] = {
 		{ .v = DRIVER_WRITE, .reflect = true },
@@ -521,9 +829,20 @@ Test(driver, vnet_header_to_meta_and_back)
 	rig_close(&r);
 }
 
+Test(driver, vnet_header_to_meta_and_back)
+{
+	vnet_header_to_meta_and_back();
+}
+
+Test(driver_ring, vnet_header_to_meta_and_back)
+{
+	ring = true;
+	vnet_header_to_meta_and_back();
+}
+
 /* Headers the driver cannot honour never reach the stack: each is one rx_bad_vnet_hdr. A UDP
  * super-datagram that does not split within the kernel's limit never reaches the UDP path. */
-Test(driver, vnet_unusable_reads_dropped)
+static void vnet_unusable_reads_dropped(void)
 {
 	struct pkt_meta bad[] = {
 		{ .flags = 0x04 },                                            /* unknown flag */
@@ -567,10 +886,21 @@ Test(driver, vnet_unusable_reads_dropped)
 	rig_close(&r);
 }
 
+Test(driver, vnet_unusable_reads_dropped)
+{
+	vnet_unusable_reads_dropped();
+}
+
+Test(driver_ring, vnet_unusable_reads_dropped)
+{
+	ring = true;
+	vnet_unusable_reads_dropped();
+}
+
 /* A UDP super-datagram is split by the input's view (no parse of its own): every datagram
  * reaches the UDP path in order with a view that is exactly that datagram's own parse, over
  * IPv4 and over IPv6 with extension headers in front of the UDP header. */
-Test(driver, vnet_udp_split_hands_on_each_datagrams_view)
+static void vnet_udp_split_hands_on_each_datagrams_view(void)
 {
 	static const struct {
 		const char *src, *dst;
@@ -613,9 +943,20 @@ Test(driver, vnet_udp_split_hands_on_each_datagrams_view)
 	}
 }
 
+Test(driver, vnet_udp_split_hands_on_each_datagrams_view)
+{
+	vnet_udp_split_hands_on_each_datagrams_view();
+}
+
+Test(driver_ring, vnet_udp_split_hands_on_each_datagrams_view)
+{
+	ring = true;
+	vnet_udp_split_hands_on_each_datagrams_view();
+}
+
 /* A TCP super-packet (tens of KiB, NEEDS_CSUM, gso_size 1448), rewritten in place, goes back in
  * ONE write with its header: the kernel segments it. With the ECN bit the type is kept. */
-Test(driver, vnet_tcp_super_packet_written_back_whole)
+static void vnet_tcp_super_packet_written_back_whole(void)
 {
 	static uint8_t pkt[TU_PKT_MAX], got[VH + TU_PKT_MAX];
 	struct tu_spec s;
@@ -660,10 +1001,21 @@ Test(driver, vnet_tcp_super_packet_written_back_whole)
 	rig_close(&r);
 }
 
+Test(driver, vnet_tcp_super_packet_written_back_whole)
+{
+	vnet_tcp_super_packet_written_back_whole();
+}
+
+Test(driver_ring, vnet_tcp_super_packet_written_back_whole)
+{
+	ring = true;
+	vnet_tcp_super_packet_written_back_whole();
+}
+
 /* A GSO read flagged DATA_VALID (a forwarded LRO packet) is made partial before the stack sees
  * it, and written back with the NEEDS_CSUM header that matches; one that is not TCP/UDP is
  * dropped. */
-Test(driver, vnet_data_valid_super_packet_made_partial)
+static void vnet_data_valid_super_packet_made_partial(void)
 {
 	static uint8_t pkt[TU_PKT_MAX], got[VH + TU_PKT_MAX];
 	struct pkt_meta m = { .flags = PKT_META_DATA_VALID, .gso_type = PKT_GSO_TCPV4,
@@ -700,10 +1052,21 @@ Test(driver, vnet_data_valid_super_packet_made_partial)
 	rig_close(&r);
 }
 
+Test(driver, vnet_data_valid_super_packet_made_partial)
+{
+	vnet_data_valid_super_packet_made_partial();
+}
+
+Test(driver_ring, vnet_data_valid_super_packet_made_partial)
+{
+	ring = true;
+	vnet_data_valid_super_packet_made_partial();
+}
+
 /* A device whose header is longer than virtio_net_hdr (12 bytes: with num_buffers, as
  * TUNSETVNETHDRSZ may set): read past, a rewrite goes back with all 12 bytes as read, a plain
  * packet and driver_tx_meta with zeros after the 10 they fill. */
-Test(driver, vnet_longer_device_header)
+static void vnet_longer_device_header(void)
 {
 	uint8_t pkt[512], got[512];
 	struct pkt_meta m, plain = { 0 };
@@ -737,6 +1100,17 @@ Test(driver, vnet_longer_device_header)
 	cr_assert_eq(CTR(r.d, tx_packets), 4);
 	cr_assert_eq(CTR(r.d, tx_bytes), 4 * len, "header bytes are not counted");
 	rig_close(&r);
+}
+
+Test(driver, vnet_longer_device_header)
+{
+	vnet_longer_device_header();
+}
+
+Test(driver_ring, vnet_longer_device_header)
+{
+	ring = true;
+	vnet_longer_device_header();
 }
 
 /* ---- a real TUN (child side: CHECK) ---- */
@@ -806,7 +1180,7 @@ static void scenario_per_packet_reflect(void)
 	struct sockaddr_in to;
 	struct event_base *base = event_base_new();
 	struct tun *t = tun_up(false);
-	struct driver_params p = { .fd = tun_fd(t, 0), .mtu = 1500 };
+	struct driver_params p = { .fd = tun_fd(t, 0), .mtu = 1500, .uring = ring };
 	struct step script[7];
 	struct driver *d;
 	struct seen s;
@@ -822,6 +1196,7 @@ static void scenario_per_packet_reflect(void)
 	s.script = script;
 	s.n_script = 7;
 	CHECK(driver_new(base, &p, &ops, &s, NULL, &d) == 0, "driver_new");
+	CHECK(driver_uring(d) == ring, "batched I/O %d", driver_uring(d));
 	CHECK(driver_poll(d) == 0 && CTR(d, rx_errors) == 0, "an empty TUN: EAGAIN, no error");
 	for (int i = 0; i < 7; i++) {
 		size_t n = 100 + 50 * (size_t)i;
@@ -863,7 +1238,8 @@ static void scenario_vnet_super_datagram_reflected(void)
 	struct sockaddr_in to;
 	struct event_base *base = event_base_new();
 	struct tun *t = tun_up(true);
-	struct driver_params p = { .fd = tun_fd(t, 0), .mtu = 1500, .vnet_hdr = true };
+	struct driver_params p = { .fd = tun_fd(t, 0), .mtu = 1500, .vnet_hdr = true,
+				   .uring = ring };
 	struct driver *d;
 	struct seen s;
 	uint8_t buf[2048];
@@ -898,6 +1274,65 @@ static void scenario_vnet_super_datagram_reflected(void)
 	tun_close(t);
 }
 
+/* Batched I/O on a real TUN, per packet and with offload: 48 datagrams sent at once are all
+ * read and reflected, intact and in order, in far fewer rounds than packets (a round writes
+ * the previous round's packets back and reads the next ones into the same buffers). */
+static void scenario_ring_rounds(bool vnet)
+{
+	struct sockaddr_in to;
+	struct event_base *base = event_base_new();
+	struct tun *t = tun_up(vnet);
+	struct driver_params p = { .fd = tun_fd(t, 0), .mtu = 1500, .vnet_hdr = vnet,
+				   .uring = true };
+	struct driver *d;
+	struct seen s;
+	uint8_t buf[2048];
+	int sock = udp_sock(5002, &to);
+	const int n = 48;
+
+	memset(&s, 0, sizeof(s));
+	s.script_default = (struct step){ .v = DRIVER_WRITE, .reflect = true };
+	CHECK(driver_new(base, &p, &ops, &s, NULL, &d) == 0, "driver_new");
+	CHECK(driver_uring(d), "batched I/O: %s", strerror(-driver_uring_err(d)));
+	to.sin_port = htons(7000);
+	for (int i = 0; i < n; i++) {
+		size_t len = 16 + (size_t)i * 13;
+		tu_fill_pattern(buf, len, (uint32_t)i + 100);
+		CHECK(sendto(sock, buf, len, 0, (struct sockaddr *)&to, sizeof(to)) ==
+			      (ssize_t)len, "sendto: %s", strerror(errno));
+	}
+	pump(t, d, &s, n);
+	for (int i = 0; i < n; i++) {
+		ssize_t got = recv_ms(sock, buf, sizeof(buf), 1000);
+		CHECK(got == 16 + i * 13, "reflected datagram %d: %zd bytes", i, got);
+		for (ssize_t k = 0; k < got; k++)
+			CHECK(buf[k] == tu_pattern_byte((uint32_t)i + 100, (size_t)k),
+			      "datagram %d byte %zd", i, k);
+	}
+	CHECK(recv_ms(sock, buf, sizeof(buf), 100) < 0, "all of them, once");
+	CHECK(CTR(d, tx_packets) == (uint64_t)n && CTR(d, rewrites) == (uint64_t)n &&
+	      CTR(d, tx_dropped) == 0, "tx %llu", (unsigned long long)CTR(d, tx_packets));
+	CHECK(CTR(d, uring_enters) > 0 && CTR(d, uring_enters) <= (uint64_t)n / 2,
+	      "%llu rounds for %d packets read and written", 
+	      (unsigned long long)CTR(d, uring_enters), n);
+	CHECK(CTR(d, uring_read_refused) + CTR(d, uring_write_refused) +
+		      CTR(d, uring_enter_failed) == 0 && driver_uring(d), "the ring stayed");
+	close(sock);
+	driver_free(d);
+	event_base_free(base);
+	tun_close(t);
+}
+
+static void scenario_ring_rounds_per_packet(void)
+{
+	scenario_ring_rounds(false);
+}
+
+static void scenario_ring_rounds_vnet(void)
+{
+	scenario_ring_rounds(true);
+}
+
 TestSuite(driver_tun, .timeout = 20);
 
 Test(driver_tun, per_packet_verdicts_on_a_real_tun)
@@ -908,4 +1343,26 @@ Test(driver_tun, per_packet_verdicts_on_a_real_tun)
 Test(driver_tun, vnet_super_datagram_written_back_whole)
 {
 	run_in_netns(scenario_vnet_super_datagram_reflected);
+}
+
+Test(driver_tun, ring_per_packet_verdicts_on_a_real_tun)
+{
+	ring = true;
+	run_in_netns(scenario_per_packet_reflect);
+}
+
+Test(driver_tun, ring_vnet_super_datagram_written_back_whole)
+{
+	ring = true;
+	run_in_netns(scenario_vnet_super_datagram_reflected);
+}
+
+Test(driver_tun, ring_rounds_per_packet)
+{
+	run_in_netns(scenario_ring_rounds_per_packet);
+}
+
+Test(driver_tun, ring_rounds_vnet)
+{
+	run_in_netns(scenario_ring_rounds_vnet);
 }
