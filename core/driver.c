@@ -77,6 +77,19 @@ struct driver {
 /* All zero: GSO none, full checksums; as long as the longest header a device may carry. */
 static const uint8_t plain_hdr[TUN_VNET_HDR_MAX];
 
+/* Count a frame of len packet bytes written (ok), or dropped. */
+static void tx_counted(struct driver *d, bool ok, size_t len, bool gso)
+{
+	if (!ok) {
+		ctr_inc(&d->ctr.tx_dropped);
+		return;
+	}
+	ctr_inc(&d->ctr.tx_packets);
+	ctr_add(&d->ctr.tx_bytes, len);
+	if (gso)
+		ctr_inc(&d->ctr.tx_gso);
+}
+
 /* The one write path: iov (header, if any, and packet; len packet bytes) as one frame. A
  * failure is a counted drop — EAGAIN means the device queue is full, and dropping is what a
  * router does: TCP above retransmits, and blocking here would stall every flow. */
@@ -87,15 +100,8 @@ static int send_frame(struct driver *d, const struct iovec *iov, int cnt, size_t
 	do
 		n = writev(d->fd, iov, cnt);
 	while (n < 0 && errno == EINTR);
-	if (n < 0) {
-		ctr_inc(&d->ctr.tx_dropped);
-		return -errno;
-	}
-	ctr_inc(&d->ctr.tx_packets);
-	ctr_add(&d->ctr.tx_bytes, len);
-	if (gso)
-		ctr_inc(&d->ctr.tx_gso);
-	return 0;
+	tx_counted(d, n >= 0, len, gso);
+	return n < 0 ? -errno : 0;
 }
 
 static void flush_writes(struct driver *d);
@@ -147,23 +153,30 @@ static uint8_t *slot_frame(const struct driver *d, unsigned slot)
 	return d->slots + (size_t)slot * d->buf_size;
 }
 
+/* Write back w with writev() (without the ring, or a write-back the ring did not make). */
+static void write_plain(struct driver *d, const struct wback *w)
+{
+	struct iovec iov = { .iov_base = slot_frame(d, w->slot), .iov_len = d->hdr + w->len };
+
+	if (send_frame(d, &iov, 1, w->len, w->gso) == 0 && w->rewrite)
+		ctr_inc(&d->ctr.rewrites);
+}
+
 /* Write back the frame in slot: [header as read, or zeroed when plain][len bytes of packet];
  * now, or with the ring at the head of its next round. */
 static void write_back(struct driver *d, unsigned slot, size_t len, bool plain, bool gso)
 {
-	uint8_t *frame = slot_frame(d, slot);
-	struct iovec iov = { .iov_base = frame, .iov_len = d->hdr + len };
+	struct wback w = { .slot = (uint8_t)slot, .gso = gso && !plain, .rewrite = !plain,
+			   .len = (uint32_t)len };
 
 	if (plain && d->hdr)
-		memset(frame, 0, d->hdr);
-	if (d->ring) {
-		assert(d->nwq < DRIVER_URING_SLOTS);
-		d->wq[d->nwq++] = (struct wback){ .slot = (uint8_t)slot, .gso = gso && !plain,
-						  .rewrite = !plain, .len = (uint32_t)len };
+		memset(slot_frame(d, slot), 0, d->hdr);
+	if (!d->ring) {
+		write_plain(d, &w);
 		return;
 	}
-	if (send_frame(d, &iov, 1, len, gso && !plain) == 0 && !plain)
-		ctr_inc(&d->ctr.rewrites);
+	assert(d->nwq < DRIVER_URING_SLOTS);
+	d->wq[d->nwq++] = w;
 }
 
 /* ---- the header ----------------------------------------------------------------------------- */
@@ -428,13 +441,15 @@ static int poll_plain(struct driver *d, int64_t now, int max)
 
 /* ---- batched I/O: the ring ------------------------------------------------------------------ */
 
-/* Write back w with writev() (a write-back the ring did not make). */
-static void write_plain(struct driver *d, const struct wback *w)
+/* The driver stops using its ring (counted in why); returns it. */
+static struct uring *ring_detach(struct driver *d, ctr_t *why)
 {
-	struct iovec iov = { .iov_base = slot_frame(d, w->slot), .iov_len = d->hdr + w->len };
+	struct uring *u = d->ring;
 
-	if (send_frame(d, &iov, 1, w->len, w->gso) == 0 && w->rewrite)
-		ctr_inc(&d->ctr.rewrites);
+	d->ring = NULL;
+	__atomic_store_n(&d->uring_on, false, __ATOMIC_RELAXED);
+	ctr_inc(why);
+	return u;
 }
 
 /* The ring is given up for good (why: the counter of the reason, named to the owner): what is
@@ -442,13 +457,11 @@ static void write_plain(struct driver *d, const struct wback *w)
  * on. */
 static void ring_off(struct driver *d, ctr_t *why, const char *name)
 {
-	struct uring *u = d->ring;
+	struct uring *u;
 
-	if (!u)
+	if (!d->ring)
 		return;
-	d->ring = NULL;
-	__atomic_store_n(&d->uring_on, false, __ATOMIC_RELAXED);
-	ctr_inc(why);
+	u = ring_detach(d, why);
 	for (unsigned i = 0; i < d->nwq; i++)
 		write_plain(d, &d->wq[i]);
 	d->nwq = 0;
@@ -463,10 +476,8 @@ static void ring_off(struct driver *d, ctr_t *why, const char *name)
  * write-backs of that round are lost (counted as drops). */
 static void ring_lost(struct driver *d, unsigned lost_writes)
 {
-	d->ring = NULL;
-	__atomic_store_n(&d->uring_on, false, __ATOMIC_RELAXED);
+	(void)ring_detach(d, &d->ctr.uring_enter_failed); /* never freed */
 	d->ring_stuck = true;
-	ctr_inc(&d->ctr.uring_enter_failed);
 	ctr_add(&d->ctr.tx_dropped, lost_writes + d->nwq);
 	d->nwq = 0;
 	stop_reading(d, -ENOTRECOVERABLE);
@@ -475,15 +486,10 @@ static void ring_lost(struct driver *d, unsigned lost_writes)
 /* The result r of write-back w. EAGAIN (no room) is a drop, as for writev(). */
 static void wrote(struct driver *d, const struct wback *w, int32_t r)
 {
-	if (r < 0 || (size_t)r != d->hdr + w->len) {
-		ctr_inc(&d->ctr.tx_dropped);
-		return;
-	}
-	ctr_inc(&d->ctr.tx_packets);
-	ctr_add(&d->ctr.tx_bytes, w->len);
-	if (w->gso)
-		ctr_inc(&d->ctr.tx_gso);
-	if (w->rewrite)
+	bool ok = r >= 0 && (size_t)r == d->hdr + w->len;
+
+	tx_counted(d, ok, w->len, w->gso);
+	if (ok && w->rewrite)
 		ctr_inc(&d->ctr.rewrites);
 }
 
@@ -695,12 +701,20 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 	driver_poll(arg);
 }
 
+/* n read buffers of buf_size, from the budget when there is one. */
+static bool alloc_slots(struct driver *d, unsigned n)
+{
+	d->nslots = n;
+	d->slots_size = d->buf_size * n;
+	d->slots = d->budget ? budget_malloc(d->budget, d->slots_size) : malloc(d->slots_size);
+	return d->slots != NULL;
+}
+
 int driver_new(struct event_base *base, const struct driver_params *p,
 	       const struct driver_ops *ops, void *arg, struct budget *b, struct driver **out)
 {
 	size_t hdr = p && p->vnet_hdr ? (p->vnet_hdr_len ? p->vnet_hdr_len : TUN_VNET_HDR_LEN) : 0;
 	struct driver *d;
-	int ret = -ENOMEM;
 
 	if (!p || p->fd < 0 || p->mtu < 576 || !ops || !ops->input ||
 	    (hdr && (hdr < TUN_VNET_HDR_LEN || hdr > TUN_VNET_HDR_MAX)))
@@ -717,23 +731,18 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 	d->buf_size = p->vnet_hdr ? hdr + DRIVER_GSO_MAX : p->mtu;
 	if (p->uring && (d->uring_err = uring_new(&d->ring)) != 0)
 		d->ring = NULL;
-	d->nslots = !d->ring ? 1 : hdr ? DRIVER_URING_SLOTS_OFFLOAD : DRIVER_URING_SLOTS;
-	d->reads = DRIVER_URING_FIRST_READS < d->nslots ? DRIVER_URING_FIRST_READS : d->nslots;
-	d->uring_on = d->ring != NULL;
-	d->slots_size = d->buf_size * d->nslots;
-	d->slots = b ? budget_malloc(b, d->slots_size) : malloc(d->slots_size);
-	if (!d->slots && d->ring) {
+	if (!alloc_slots(d, d->ring ? hdr ? DRIVER_URING_SLOTS_OFFLOAD : DRIVER_URING_SLOTS : 1) &&
+	    d->ring) {
 		/* No room for the ring's buffers: one buffer, system calls. */
 		uring_free(d->ring);
 		d->ring = NULL;
-		d->uring_on = false;
 		d->uring_err = -ENOBUFS;
-		d->nslots = 1;
-		d->slots_size = d->buf_size;
-		d->slots = b ? budget_malloc(b, d->slots_size) : malloc(d->slots_size);
+		(void)alloc_slots(d, 1);
 	}
 	if (!d->slots)
 		goto fail;
+	d->reads = DRIVER_URING_FIRST_READS < d->nslots ? DRIVER_URING_FIRST_READS : d->nslots;
+	d->uring_on = d->ring != NULL;
 	d->buf = d->slots;
 	memset(d->buf, 0, d->buf_size); /* pre-fault: memory figures do not jump under load */
 	d->ev = event_new(base, p->fd, EV_READ | EV_PERSIST, on_readable, d);
@@ -743,7 +752,7 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 	return 0;
 fail:
 	driver_free(d);
-	return ret;
+	return -ENOMEM;
 }
 
 void driver_free(struct driver *d)

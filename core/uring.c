@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <linux/io_uring.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -184,7 +183,7 @@ int uring_writev(struct uring *u, int fd, const struct iovec *iov, int cnt)
 }
 
 /* Move the completions posted so far into res; returns how many were found. */
-static unsigned reap(struct uring *u, int32_t *res, unsigned n, bool *seen)
+static unsigned reap(struct uring *u, int32_t *res, unsigned n)
 {
 	unsigned head = *u->cq_head;
 	unsigned tail = __atomic_load_n(u->cq_tail, __ATOMIC_ACQUIRE);
@@ -193,9 +192,8 @@ static unsigned reap(struct uring *u, int32_t *res, unsigned n, bool *seen)
 	for (; head != tail; head++) {
 		const struct io_uring_cqe *c = &u->cqes[head & *u->cq_mask];
 
-		if (c->user_data < n && !seen[c->user_data]) {
+		if (c->user_data < n) { /* not the cancel of cancel_missing */
 			res[c->user_data] = c->res;
-			seen[c->user_data] = true;
 			found++;
 		}
 	}
@@ -206,8 +204,7 @@ static unsigned reap(struct uring *u, int32_t *res, unsigned n, bool *seen)
 /* Operations that did not complete during the submission: cancel them all, then wait up to
  * 100 ms for their completions and the cancel's own (a cancelled read that waited for data
  * completes at once). Returns how many of the batch's were found. */
-static unsigned cancel_missing(struct uring *u, int32_t *res, unsigned n, bool *seen,
-			       unsigned missing)
+static unsigned cancel_missing(struct uring *u, int32_t *res, unsigned n, unsigned missing)
 {
 	struct __kernel_timespec ts = { .tv_nsec = 100 * 1000 * 1000 };
 	struct io_uring_getevents_arg arg = { .ts = (uintptr_t)&ts };
@@ -228,13 +225,12 @@ static unsigned cancel_missing(struct uring *u, int32_t *res, unsigned n, bool *
 		r = sys_enter(u->fd, 1, missing + 1, IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG,
 			      &arg, sizeof(arg));
 	while (r < 0 && errno == EINTR);
-	found += reap(u, res, n, seen);
+	found += reap(u, res, n);
 	return found;
 }
 
 int uring_run(struct uring *u, int32_t *res)
 {
-	bool seen[URING_MAX_OPS] = { false };
 	unsigned n = u->queued, done = 0, found;
 	int r;
 
@@ -252,7 +248,7 @@ int uring_run(struct uring *u, int32_t *res)
 	done = r > 0 ? (unsigned)r : 0;
 	if (done > n)
 		done = n;
-	found = reap(u, res, n, seen);
+	found = reap(u, res, n);
 	if (done < n) {
 		/* The rest stay in the submission queue, where the next call would find them with
 		 * their buffers long gone. Drop them: move the tail back over them, which is
@@ -262,7 +258,7 @@ int uring_run(struct uring *u, int32_t *res)
 		__atomic_store_n(u->sq_tail, u->sq_local_tail, __ATOMIC_RELEASE);
 	}
 	if (found < done)
-		return found + cancel_missing(u, res, n, seen, done - found) < done ? -ETIMEDOUT
+		return found + cancel_missing(u, res, n, done - found) < done ? -ETIMEDOUT
 										   : -EIO;
 	return done < n ? -EIO : (int)n;
 }

@@ -393,21 +393,28 @@ static void on_err(void *arg, err_t err)
 
 /* ---- ops ------------------------------------------------------------------------------------ */
 
+/* The owner takes up to n queued bytes (copied into buf; NULL: not copied): they leave the
+ * queue and lwIP's window opens by as many. Returns the bytes taken. */
+static size_t take(struct lwip_stream *ls, uint8_t *buf, size_t n)
+{
+	size_t got = queue_take(ls, buf, n);
+
+	if (got && ls->pcb) {
+		recved(ls->pcb, got); /* the window opens only as the owner takes bytes */
+		pcbs_changed(ls);     /* a delayed window update needs lwIP's timer */
+	}
+	return got;
+}
+
 static ssize_t ls_read(struct stream *s, void *buf, size_t n)
 {
 	struct lwip_stream *ls = ls_of(s);
-	size_t got;
 
 	if (ls->err)
 		return ls->err;
 	if (ls->queued == 0)
 		return ls->eof ? 0 : -EAGAIN;
-	got = queue_take(ls, buf, n);
-	if (ls->pcb) {
-		recved(ls->pcb, got); /* the window opens only as the owner takes bytes */
-		pcbs_changed(ls);     /* a delayed window update needs lwIP's timer */
-	}
-	return (ssize_t)got;
+	return (ssize_t)take(ls, buf, n);
 }
 
 /* One tcp_write of up to c bytes, halving on ERR_MEM while that may help: the segment queue
@@ -646,14 +653,10 @@ static ssize_t ls_peekv(struct stream *s, struct iovec *iov, int *cnt, size_t n)
 /* Take n peeked bytes: as ls_read, without the copy. */
 static void ls_skip(struct stream *s, size_t n)
 {
-	struct lwip_stream *ls = ls_of(s);
-	size_t got = queue_take(ls, NULL, n);
+	size_t got = take(ls_of(s), NULL, n);
 
 	assert(got == n); /* no more than peekv lent */
-	if (got && ls->pcb) {
-		recved(ls->pcb, got);
-		pcbs_changed(ls);
-	}
+	(void)got;
 }
 
 static void ls_set_lowat(struct stream *s, size_t lowat)
