@@ -724,7 +724,7 @@ static int f_outbounds(struct cfgp *p, const cJSON *item, void *target)
 /* ---- sections ----------------------------------------------------------------------------- */
 
 enum {
-	TUN_NAME, TUN_ADDR, TUN_ADDR6, TUN_MTU, TUN_TXQLEN, TUN_QUEUES, TUN_OFFLOAD, TUN_GSO,
+	TUN_NAME, TUN_ADDR, TUN_ADDR6, TUN_MTU, TUN_TXQLEN, TUN_QUEUES, TUN_OFFLOAD, TUN_GSO, TUN_LARGE,
 	TUN_RPS, TUN_IO_URING, TUN_AUTO_ROUTE, TUN_STRICT, TUN_ROUTE_ADDR, TUN_ROUTE_EXCL, TUN_INC_UID,
 	TUN_EXC_UID, TUN_EXC_IF, TUN_TABLE, TUN_PRIO, TUN_N_FIELDS
 };
@@ -769,6 +769,8 @@ static const struct cfgp_field tun_fields[] = {
 	{ .key = "offload", .kind = CFGP_ENUM, .names = offload_names,
 	  .off = offsetof(struct ts_tun, offload) },
 	{ .key = "gso_output", .kind = CFGP_BOOL, .off = offsetof(struct ts_tun, gso_output) },
+	{ .key = "large_segments", .kind = CFGP_BOOL,
+	  .off = offsetof(struct ts_tun, large_segments) },
 	{ .key = "rps", .kind = CFGP_ENUM, .names = rps_names, .off = offsetof(struct ts_tun, rps) },
 	{ .key = "io_uring", .kind = CFGP_ENUM, .names = io_uring_names,
 	  .off = offsetof(struct ts_tun, io_uring) },
@@ -1161,6 +1163,7 @@ void config_init(struct ts_config *cfg)
 	cfg->tun.queues = 1;
 	cfg->tun.offload = TS_OFFLOAD_AUTO;
 	cfg->tun.gso_output = true;
+	cfg->tun.large_segments = true;
 	cfg->tun.rps = TS_RPS_AUTO;
 	cfg->tun.io_uring = TS_IO_URING_AUTO;
 	cfg->tun.route_table = TS_ROUTE_TABLE_DEFAULT;

@@ -87,13 +87,43 @@ int gso_train_pending(const struct gso_train *t)
 	return t->len != 0;
 }
 
+/* Emit the TCP packet at ip (len bytes, headers of hlen, IP header of l3_len) as one GSO
+ * super-packet the kernel cuts into segments of seg payload bytes: the IP length (and IPv4
+ * header checksum) set for the whole, the TCP checksum field holding the un-inverted
+ * pseudo-header sum over the whole L4 length (what NEEDS_CSUM means). */
+static void emit_super(struct gso_train *t, uint8_t *ip, size_t len, uint16_t l3_len,
+		       uint16_t hlen, int family, uint16_t seg)
+{
+	uint8_t *tcp = ip + l3_len;
+	uint32_t l4_len = (uint32_t)(len - l3_len);
+	uint64_t sum;
+	struct pkt_meta m;
+
+	if (family == 4) {
+		pkt_put16(ip + 2, (uint16_t)len);
+		csum_store16(ip + 10, 0);
+		csum_store16(ip + 10, csum_buf(ip, 20));
+		sum = csum_pseudo4(ip + PKT_V4_SRC, ip + PKT_V4_DST, IPPROTO_TCP, l4_len);
+	} else {
+		pkt_put16(ip + 4, (uint16_t)l4_len);
+		sum = csum_pseudo6(ip + PKT_V6_SRC, ip + PKT_V6_DST, IPPROTO_TCP, l4_len);
+	}
+	csum_store16(tcp + TCP_OFF_CSUM, csum_fold(sum));
+	m = (struct pkt_meta){
+		.flags = PKT_META_NEEDS_CSUM,
+		.gso_type = family == 4 ? PKT_GSO_TCPV4 : PKT_GSO_TCPV6,
+		.hdr_len = hlen,
+		.gso_size = seg,
+		.csum_start = l3_len,
+		.csum_offset = TCP_OFF_CSUM,
+	};
+	t->emit(t->arg, ip, len, &m);
+}
+
 void gso_train_flush(struct gso_train *t)
 {
 	static const struct pkt_meta plain;
-	struct pkt_meta m;
 	uint8_t *ip = t->buf, *tcp = t->buf + t->l3_len;
-	uint32_t l4_len;
-	uint64_t sum;
 
 	if (!t->len)
 		return;
@@ -107,31 +137,11 @@ void gso_train_flush(struct gso_train *t)
 		t->len = 0;
 		return;
 	}
-	l4_len = (uint32_t)(t->len - t->l3_len);
 	if (t->psh)
 		tcp[TCP_OFF_FLAGS] |= TCP_PSH;
-	if (t->family == 4) {
-		pkt_put16(ip + 2, (uint16_t)t->len);
-		csum_store16(ip + 10, 0);
-		csum_store16(ip + 10, csum_buf(ip, 20));
-		sum = csum_pseudo4(ip + PKT_V4_SRC, ip + PKT_V4_DST, IPPROTO_TCP, l4_len);
-	} else {
-		pkt_put16(ip + 4, (uint16_t)l4_len);
-		sum = csum_pseudo6(ip + PKT_V6_SRC, ip + PKT_V6_DST, IPPROTO_TCP, l4_len);
-	}
-	/* NEEDS_CSUM: the field holds the pseudo-header sum, folded, not inverted. */
-	csum_store16(tcp + TCP_OFF_CSUM, csum_fold(sum));
-	m = (struct pkt_meta){
-		.flags = PKT_META_NEEDS_CSUM,
-		.gso_type = t->family == 4 ? PKT_GSO_TCPV4 : PKT_GSO_TCPV6,
-		.hdr_len = t->hlen,
-		.gso_size = t->seg,
-		.csum_start = t->l3_len,
-		.csum_offset = TCP_OFF_CSUM,
-	};
 	ctr_inc(&t->st.trains);
 	ctr_add(&t->st.train_segments, t->nseg);
-	t->emit(t->arg, t->buf, t->len, &m);
+	emit_super(t, ip, t->len, t->l3_len, t->hlen, t->family, t->seg);
 	t->len = 0;
 }
 
@@ -209,4 +219,26 @@ alone:
 		fill_tcp_csum(t, pkt, len, v.l3_len, v.family);
 	ctr_inc(&t->st.singles);
 	t->emit(t->arg, pkt, len, &plain);
+}
+
+void gso_train_add_big(struct gso_train *t, uint8_t *pkt, size_t len, uint16_t mss)
+{
+	struct pkt_view v;
+	uint16_t hlen;
+
+	if (!mss || len > GSO_TRAIN_MAX || pkt_parse(&v, pkt, len) != PKT_OK ||
+	    v.proto != IPPROTO_TCP || v.len != len || v.l3_len != (v.family == 4 ? 20 : 40)) {
+		gso_train_add(t, pkt, len);
+		return;
+	}
+	hlen = (uint16_t)(v.l3_len + v.tcp_hlen);
+	if (v.len - hlen <= mss || (v.l4[TCP_OFF_FLAGS] & (TCP_SYN | TCP_RST | 0x20 /* URG */))) {
+		gso_train_add(t, pkt, len);
+		return;
+	}
+	ctr_inc(&t->st.segments);
+	gso_train_flush(t); /* what the train holds went first */
+	ctr_inc(&t->st.big_packets);
+	ctr_add(&t->st.big_segments, (v.len - hlen + mss - 1) / mss);
+	emit_super(t, pkt, len, v.l3_len, hlen, v.family, mss);
 }

@@ -43,6 +43,8 @@ struct gso_stats {
 	ctr_t train_segments; /* segments that went out inside them */
 	ctr_t singles;      /* packets emitted alone */
 	ctr_t csum_filled;  /* plain TCP packets whose checksum the train computed */
+	ctr_t big_packets;  /* gso_train_add_big: segments longer than their MSS, sent whole */
+	ctr_t big_segments; /* the MSS-sized segments the kernel cuts them into */
 };
 
 /* One train; its staging buffer (GSO_TRAIN_MAX bytes, pre-faulted) comes from the budget b
@@ -57,6 +59,12 @@ void gso_train_free(struct gso_train *t);
  * Never fails: what cannot join a train is emitted alone (after flushing the train, so packet
  * order is kept). */
 void gso_train_add(struct gso_train *t, uint8_t *pkt, size_t len);
+/* Offer one complete TCP packet that may carry more than mss payload bytes: a segment the
+ * stack built large for the kernel to cut (stacks/lwip/lwip_bigseg.h). Longer than mss: the
+ * train is flushed and the packet goes out on its own as a super-packet of mss-sized segments
+ * (pkt is written: IP length and checksum, the partial TCP checksum; the kernel moves FIN and
+ * PSH to the last segment). Otherwise, or with mss 0, exactly gso_train_add. */
+void gso_train_add_big(struct gso_train *t, uint8_t *pkt, size_t len, uint16_t mss);
 /* on: the stack leaves TCP checksums to the train (lwIP with NETIF_CHECKSUM_GEN_TCP off): a
  * super-packet gets its partial sum as always, and every TCP packet emitted plain gets its full
  * checksum computed here (a segment that joins a train is never summed on its own). Off (the

@@ -99,6 +99,7 @@ static void keep_fixed(const struct ts_config *old, const struct budget_limits *
 	KEEP(&k, old, n, tun.queues, "tun.queues");
 	KEEP(&k, old, n, tun.offload, "tun.offload");
 	KEEP(&k, old, n, tun.gso_output, "tun.gso_output");
+	KEEP(&k, old, n, tun.large_segments, "tun.large_segments");
 	KEEP(&k, old, n, tun.rps, "tun.rps");
 	KEEP(&k, old, n, tun.io_uring, "tun.io_uring");
 	KEEP(&k, old, n, nat, "nat");

@@ -40,6 +40,7 @@
 #include "lwip/priv/tcp_priv.h"
 #include "lwip/tcp.h"
 #include "lwip_hooks.h"
+#include "stacks/lwip/lwip_bigseg.h"
 
 #define LWIP_COUNTERS(X)                                                                       \
 	X(rx_packets)                                                                          \
@@ -61,7 +62,11 @@
 	X(admission_refused)                                                                   \
 	X(session_setup_failed)                                                                \
 	X(syn_rcvd_evicted)   /* half-open connections dropped to let new SYNs in (flood) */ \
-	X(drop_backlog_full)  /* a SYN the full backlog refuses (nothing old enough to evict) */
+	X(drop_backlog_full)  /* a SYN the full backlog refuses (nothing old enough to evict) */ \
+	X(big_conns)          /* connections that build large segments (lwip_bigseg.h) */     \
+	X(big_to_wire)        /* ... of them sent back toward MSS-sized ones by a retransmission */ \
+	X(big_window_splits)  /* large segments cut down to a small window at once */          \
+	X(mss_option_ignored) /* MSS options outside a SYN, made NOPs (RFC 9293 3.7.1) */
 
 struct lwip_counters {
 #define LWIP_CTR_FIELD(name) ctr_t name;
@@ -89,8 +94,15 @@ struct lwip_stack {
 	struct pending *pending, **pending_tail;
 	bool tmr_armed;
 	bool has6;
-	uint8_t *txbuf;
+	uint8_t *txbuf;    /* an output chain made linear: mtu bytes, GSO_TRAIN_MAX with bigseg */
 	size_t txbuf_size;
+	size_t mtu;        /* tun.mtu: the largest packet lwIP may emit but a large segment */
+	/* Accepted connections build large segments for the kernel to cut (lwip_bigseg.h): with a
+	 * train and tun.large_segments. */
+	bool bigseg;
+	/* The wire MSS of the connection whose segment output() is about to get, from the output
+	 * hook (0: not a large-segment connection). */
+	uint16_t out_wire;
 	/* With offload (and tun.gso_output): output segments of one flow leave as GSO trains,
 	 * flushed at the end of each driver batch and once per loop pass (flush_ev). */
 	struct gso_train *train;
@@ -202,21 +214,72 @@ static int hook(struct pbuf *p, struct netif *inp)
 	return 0;
 }
 
+/* RFC 9293, 3.7.1: an MSS option is sent only in a SYN. lwIP's tcp_parseopt takes one from any
+ * segment and would shrink the connection's MSS below segments it has already queued, which
+ * its next tcp_write asserts against: one ACK from the app would abort the process. The
+ * option's bytes become NOPs (its checksum was verified before; nothing checks it again). */
+static bool strip_mss(struct tcp_hdr *hdr, uint16_t optlen, uint16_t opt1len, uint8_t *opt2)
+{
+	uint8_t *o1 = (uint8_t *)(hdr + 1);
+	bool found = false;
+
+#define OPT(i) ((i) < opt1len ? &o1[(i)] : &opt2[(i) - opt1len])
+	for (uint16_t i = 0; i < optlen;) {
+		uint8_t kind = *OPT(i), l;
+
+		if (kind == LWIP_TCP_OPT_EOL)
+			break;
+		if (kind == LWIP_TCP_OPT_NOP) {
+			i++;
+			continue;
+		}
+		if (i + 1 >= optlen || (l = *OPT(i + 1)) < 2 || i + l > optlen)
+			break; /* malformed: lwIP stops parsing there too */
+		if (kind == LWIP_TCP_OPT_MSS) {
+			for (uint16_t k = 0; k < l; k++)
+				*OPT(i + k) = LWIP_TCP_OPT_NOP;
+			found = true;
+		}
+		i = (uint16_t)(i + l);
+	}
+#undef OPT
+	return found;
+}
+
 /* The hook gets no netif, and the pcb's callback arg is its stream, not the stack: the stack is
  * the state of the netif tcp_input is serving, which ip4_input/ip6_input record for it. */
-int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb)
+int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optlen,
+			 uint16_t opt1len, uint8_t *opt2)
 {
 	struct netif *inp = ip_current_input_netif();
 	struct lwip_stack *st = inp ? inp->state : NULL;
 
+	if (optlen && !(TCPH_FLAGS(hdr) & TCP_SYN) && strip_mss(hdr, optlen, opt1len, opt2) && st)
+		ctr_inc(&st->ctr.mss_option_ignored);
 	/* Listening and TIME_WAIT pcbs get here too: only a pcb that takes data is touched (a
-	 * listen pcb has no flags field). */
-	if (st && st->cur_gso &&
+	 * listen pcb has no flags, nrtx or mss field). */
+	if (!st || pcb->state == LISTEN || pcb->state == TIME_WAIT)
+		return ERR_OK;
+	if (st->bigseg) {
+		if (lwip_bigseg_input(pcb))
+			ctr_inc(&st->ctr.big_to_wire);
+		lwip_bigseg_watch(pcb);
+	}
+	if (st->cur_gso &&
 	    (pcb->state == ESTABLISHED || pcb->state == FIN_WAIT_1 || pcb->state == FIN_WAIT_2)) {
 		tcp_ack_now(pcb);
 		ctr_inc(&st->ctr.gso_quick_acks);
 	}
 	return ERR_OK;
+}
+
+/* The one lwIP stack is the default netif's state (netif_start); none between stacks. */
+void ts_lwip_tcp_out(const struct tcp_pcb *pcb)
+{
+	struct lwip_stack *st = netif_default ? netif_default->state : NULL;
+
+	if (st && st->bigseg)
+		st->out_wire = lwip_bigseg_wire(pcb);
 }
 
 /* lwIP picks an ISN in tcp_listen_input, inside our input: the stack is the input netif's
@@ -254,8 +317,10 @@ static err_t output(struct netif *n, struct pbuf *p)
 {
 	struct lwip_stack *st = n->state;
 	uint8_t *data = p->payload; /* the train may fill in its TCP checksum */
+	uint16_t wire = st->out_wire;
 
-	if (p->tot_len > st->txbuf_size) {
+	st->out_wire = 0;
+	if (p->tot_len > (wire ? st->txbuf_size : st->mtu)) {
 		ctr_inc(&st->ctr.drop_too_big);
 		return ERR_IF;
 	}
@@ -265,7 +330,7 @@ static err_t output(struct netif *n, struct pbuf *p)
 	}
 	ctr_inc(&st->ctr.tx_packets);
 	if (st->train) {
-		gso_train_add(st->train, data, p->tot_len);
+		gso_train_add_big(st->train, data, p->tot_len, wire);
 		if (gso_train_pending(st->train) && !st->flush_armed) {
 			/* Runs after the callbacks already active in this loop pass. */
 			event_active(st->flush_ev, EV_TIMEOUT, 1);
@@ -313,7 +378,7 @@ static err_t netif_setup(struct netif *n)
 	n->name[1] = 's';
 	n->output = output4;
 	n->output_ip6 = output6;
-	n->mtu = (u16_t)st->txbuf_size;
+	n->mtu = (u16_t)st->mtu;
 	n->flags = NETIF_FLAG_LINK_UP | NETIF_FLAG_UP;
 	return ERR_OK;
 }
@@ -380,7 +445,8 @@ static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
 {
 	struct lwip_stack *st = arg;
 	struct lwip_stream_hooks h = { .pcbs_changed = pcbs_changed, .arg = st,
-				       .write_nomem = &st->ctr.write_nomem, .share = &st->share };
+				       .write_nomem = &st->ctr.write_nomem, .share = &st->share,
+				       .window_splits = &st->ctr.big_window_splits };
 	struct pending *q;
 
 	if (err != ERR_OK || !pcb)
@@ -400,6 +466,10 @@ static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
 		return ERR_ABRT;
 	}
 	pcb_key(pcb, &q->key);
+	/* lwIP sets the first cwnd from pcb->mss right after this callback returns. */
+	if (st->bigseg && lwip_bigseg_start(pcb, (uint16_t)(st->mtu - (IP_IS_V6(&pcb->remote_ip)
+									 ? 60 : 40))))
+		ctr_inc(&st->ctr.big_conns);
 	*st->pending_tail = q;
 	st->pending_tail = &q->next;
 	event_active(st->accept_ev, EV_TIMEOUT, 0);
@@ -753,6 +823,8 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 	st->cur_gso = meta && meta->gso_type != PKT_GSO_NONE;
 	if (st->netif.input(p, &st->netif) != ERR_OK)
 		pbuf_free(p);
+	if (st->bigseg && lwip_bigseg_after_input())
+		ctr_inc(&st->ctr.big_window_splits);
 	st->cur = NULL;
 	st->cur_gso = false;
 	/* Segments without sequence space are never kept (should one ever be, ctl_pbuf
@@ -920,7 +992,9 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	st->share = (struct lwip_sendshare){ .pool = send_pool(env->budget), .min = SEND_MIN_BYTES };
 	st->has6 = env->cfg->tun.has_addr6;
 	st->pending_tail = &st->pending;
-	st->txbuf_size = env->cfg->tun.mtu;
+	st->mtu = env->cfg->tun.mtu;
+	st->bigseg = env->tx_meta && env->cfg->tun.gso_output && env->cfg->tun.large_segments;
+	st->txbuf_size = st->bigseg ? GSO_TRAIN_MAX : st->mtu;
 	if ((ret = policy_init(&st->pol, env)) != 0 || (ret = lwip_isn_init(&st->isn)) != 0)
 		goto fail;
 	st->txbuf = budget_malloc(env->budget, st->txbuf_size);
@@ -1041,6 +1115,8 @@ static void lw_counters(struct netstack *ns,
 		fn(arg, "gso_train_segments", ctr_get(&g->train_segments));
 		fn(arg, "gso_singles", ctr_get(&g->singles));
 		fn(arg, "gso_csum_filled", ctr_get(&g->csum_filled));
+		fn(arg, "gso_big_packets", ctr_get(&g->big_packets));
+		fn(arg, "gso_big_segments", ctr_get(&g->big_segments));
 	}
 }
 

@@ -19,6 +19,7 @@
 
 #include "core/gso.h"
 #include "dispatch/stream.h"
+#include "stacks/lwip/lwip_bigseg.h"
 
 #include "lwip/pbuf.h"
 #include "lwip/tcp.h"
@@ -206,7 +207,7 @@ static bool can_write(const struct lwip_stream *ls)
 	if (ls->err || !ls->pcb || ls->wr_shut)
 		return true;
 	return !ls->wr_blocked && send_room(ls) >= send_lowat(ls) &&
-	       ls->pcb->snd_queuelen < TCP_SND_QUEUELEN;
+	       ls->pcb->snd_queuelen < TCP_SND_QUEUELEN && lwip_bigseg_can_write(ls->pcb);
 }
 
 static bool due(const struct lwip_stream *ls)
@@ -366,6 +367,7 @@ static err_t on_sent(void *arg, struct tcp_pcb *pcb, u16_t len)
 
 	assert(ls && ls->pcb == pcb);
 	ls->wr_blocked = false;
+	lwip_bigseg_progress(pcb);
 	share_update(ls);
 	notify(ls, EV_WRITE);
 	return ERR_OK;
@@ -450,6 +452,11 @@ static ssize_t ls_write(struct stream *s, const void *buf, size_t n)
 	room = send_room(ls);
 	if (n > room)
 		n = room;
+	lwip_bigseg_progress(pcb);
+	if (n > 0 && !lwip_bigseg_write_begin(pcb)) {
+		ls->wr_blocked = true; /* tcp_sent: the last large segment went */
+		return -EAGAIN;
+	}
 	while (done < n) {
 		size_t left = n - done;
 		u16_t c = left > 0xFFFF ? 0xFFFF : (u16_t)left, got;
@@ -460,9 +467,13 @@ static ssize_t ls_write(struct stream *s, const void *buf, size_t n)
 		if (e != ERR_OK || got < c)
 			break;
 	}
+	if (n > 0)
+		lwip_bigseg_write_end(pcb);
 	if (done > 0) {
 		share_update(ls);
 		tcp_output(pcb); /* a failure here is retried by lwIP's timer */
+		if (lwip_bigseg_fit(pcb) && ls->hooks.window_splits)
+			ctr_inc(ls->hooks.window_splits);
 		pcbs_changed(ls);
 		return (ssize_t)done;
 	}

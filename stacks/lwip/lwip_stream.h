@@ -90,6 +90,7 @@ struct lwip_stream_hooks {
 	void (*pcbs_changed)(void *arg); /* may be NULL */
 	void *arg;
 	ctr_t *write_nomem; /* counts writes lwIP refused for lack of memory; may be NULL */
+	ctr_t *window_splits; /* counts large segments cut to a small window (lwip_bigseg_fit) */
 	struct lwip_sendshare *share; /* the stack's shared send buffers; NULL: TCP_SND_BUF each */
 };
 

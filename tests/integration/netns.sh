@@ -440,6 +440,26 @@ uring_rounds() {
 	fi
 }
 
+# lwip_big BEFORE: the lwIP downloads (4 x 100 MiB, hash-checked, two of them forwarded to the
+# gateway namespace) went out in large segments the kernel cut: with offload,
+# stack_counters.gso_big_packets moved by at least one per MiB and connections were marked;
+# per-packet, no connection builds them.
+lwip_big() {
+	local before=$1 j now conns
+	j=$(stats_json) || { echo "GET /stats failed"; return 1; }
+	now=$(jq -r '.stack_counters.gso_big_packets // 0' <<<"$j")
+	conns=$(jq -r '.stack_counters.big_conns' <<<"$j")
+	[[ "$before" =~ ^[0-9]+$ && "$now" =~ ^[0-9]+$ && "$conns" =~ ^[0-9]+$ ]] ||
+		{ echo "gso_big_packets '$before' -> '$now', big_conns '$conns'"; return 1; }
+	echo "stack_counters.gso_big_packets $before -> $now, big_conns $conns," \
+		"big_to_wire $(jq -r '.stack_counters.big_to_wire' <<<"$j")"
+	if [ "$OFFLOAD" = on ]; then
+		[ $((now - before)) -ge $((4 * FILE_BYTES / 1048576)) ] && [ "$conns" -gt 0 ]
+	else
+		[ "$now" -eq 0 ] && [ "$conns" -eq 0 ]
+	fi
+}
+
 # lwip_gathered: the bulk transfers moved relay.gather_bytes (uploads: sendmsg of lwIP's
 # received pbufs) by at least the 32 MiB echo's upload.
 lwip_gathered() {
@@ -700,6 +720,7 @@ fi
 
 # --- assertions ------------------------------------------------------------------------------
 [ "$BYPASS" -eq 0 ] && tx0=$(stat_get .tun.tx_bytes) && gso0=$(stat_get .tun.rx_gso)
+[ "$BYPASS" -eq 0 ] && [ "$STACK" = lwip ] && big0=$(stats_json | jq -r '.stack_counters.gso_big_packets // 0')
 check "http v4 from A: 100 MiB" download "$NS_A" "http://$SRV4:$P_HTTP/file.bin"
 check "http v6 from A: 100 MiB" download "$NS_A" "http://[$SRV6]:$P_HTTP/file.bin"
 check "http v4 from C (gateway mode): 100 MiB" download "$NS_C" "http://$SRV4:$P_HTTP/file.bin"
@@ -713,6 +734,9 @@ if [ "$BYPASS" -eq 0 ]; then
 	else
 		not_ok "stats: the downloads crossed the TUN" "tun.tx_bytes $tx0 -> $tx1, want +$((4 * FILE_BYTES))"
 	fi
+fi
+if [ "$BYPASS" -eq 0 ] && [ "$STACK" = lwip ]; then
+	check "stats: lwIP's downloads in large segments (offload $OFFLOAD)" lwip_big "$big0"
 fi
 # The downloads' data is read from the TUN only by the system stack (its listener's segments
 # loop through it); the bulk echo sends large uplink writes through both stacks.

@@ -270,11 +270,14 @@ Test(config, stack_and_tun_values)
 	cr_assert_eq(cfg.tun.rps, TS_RPS_AUTO, "rps defaults to auto");
 	cr_assert_eq(cfg.tun.io_uring, TS_IO_URING_AUTO, "io_uring defaults to auto");
 	cr_assert(cfg.tun.gso_output, "gso_output defaults to true");
+	cr_assert(cfg.tun.large_segments, "large_segments defaults to true");
 	config_fini(&cfg);
-	load_ok("{'tun':{'rps':'off','gso_output':false,'io_uring':'off'}}", &cfg);
+	load_ok("{'tun':{'rps':'off','gso_output':false,'io_uring':'off','large_segments':false}}",
+		&cfg);
 	cr_assert_eq(cfg.tun.rps, TS_RPS_OFF);
 	cr_assert_eq(cfg.tun.io_uring, TS_IO_URING_OFF);
 	cr_assert(!cfg.tun.gso_output);
+	cr_assert(!cfg.tun.large_segments);
 	config_fini(&cfg);
 	expect_ok("{'tun':{'name':'abcdefghijklmno','mtu':576,'offload':'on'}}");
 	expect_ok("{'tun':{'mtu':65535,'txqueuelen':1000000,'queues':1}}");
@@ -397,6 +400,8 @@ Test(config, stack_and_tun_rejects)
 		{ "{'tun':{'rps':'maybe'}}", "$.tun.rps",
 		  "expected one of \"auto\", \"on\", \"off\", got \"maybe\"" },
 		{ "{'tun':{'gso_output':1}}", "$.tun.gso_output", "expected true or false, got a number" },
+		{ "{'tun':{'large_segments':'yes'}}", "$.tun.large_segments",
+		  "expected true or false, got a string" },
 		{ "{'stack':'lwip','tun':{'queues':2}}", "$.tun.queues",
 		  "2: the lwip stack runs on one queue (lwIP is single-threaded)" },
 		{ "{'tun':{'offload':'yes'}}", "$.tun.offload",

@@ -5,7 +5,8 @@
  * completed over its whole L4 length and must verify; then it is segmented like
  * tcp_gso_segment (seq advanced, IPv4 id incremented, lengths fixed, PSH on the last segment
  * only, checksums recomputed) and every segment must equal, byte for byte, the segment the
- * stack originally gave the train. */
+ * stack originally gave the train. A segment the stack built larger than its MSS
+ * (gso_train_add_big) goes out whole and is checked the same way, piece by piece. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -353,6 +354,125 @@ Test(gso, a_train_stops_at_64k)
 	}
 	cr_assert_eq(total, 50, "every segment went out once");
 	cr_assert_eq(o.len[0], 40 + 45 * SEG, "the first train takes as many as fit");
+	out_free(&o);
+	gso_train_free(t);
+}
+
+/* ---- large segments (gso_train_add_big) ------------------------------------------------------ */
+
+/* A segment the stack built of `payload` bytes at sequence number seq, flags given. */
+static size_t big_seg(uint8_t *buf, size_t cap, const char *src, const char *dst, uint32_t seq,
+		      size_t payload, uint8_t flags)
+{
+	struct tu_spec s;
+
+	tu_spec_tcp(&s, src, 40000, dst, 443);
+	s.seq = seq;
+	s.ack = 777;
+	s.window = 5000;
+	s.ip_id = 300;
+	s.tcp_flags = flags;
+	s.payload_len = payload;
+	s.payload_seed = 77;
+	return tu_build(&s, buf, cap);
+}
+
+/* After a train of three MSS-sized segments, one segment of 21 MSS and a bit (FIN set): the
+ * train goes first, then the large one whole, as a super-packet the kernel cuts at the MSS.
+ * Cut as the kernel would, every piece carries the next slice of the payload at the right
+ * sequence number with a valid checksum, and the FIN ends up on the last one only. */
+static void check_big(const char *src, const char *dst)
+{
+	static uint8_t big[70000], want[70000];
+	uint8_t p[2048];
+	uint8_t *segs[MAXOUT];
+	size_t lens[MAXOUT];
+	struct gso_train *t;
+	struct out o = { 0 };
+	size_t payload = 21 * SEG + 100, blen;
+	int v4 = strchr(src, ':') == NULL, n;
+	uint16_t l3 = v4 ? 20 : 40;
+
+	cr_assert_eq(gso_train_new(NULL, emit, &o, &t), 0);
+	for (int i = 0; i < 3; i++)
+		gso_train_add_big(t, p, seg(p, src, dst, i, SEG, TCP_ACK), SEG);
+	cr_assert_eq(o.n, 0, "MSS-sized segments join the train");
+	blen = big_seg(big, sizeof(big), src, dst, 1000000 + 3 * SEG, payload,
+		       TCP_ACK | TCP_PSH | TCP_FIN);
+	memcpy(want, big, blen);
+	gso_train_add_big(t, big, blen, SEG);
+	cr_assert_eq(o.n, 2, "the train, then the large segment");
+	cr_assert(!gso_train_pending(t));
+	cr_assert_eq(o.len[0], (size_t)l3 + 20 + 3 * SEG, "the train came first");
+	cr_assert_eq(o.meta[0].gso_size, SEG);
+
+	struct pkt_meta m = o.meta[1];
+	cr_assert_eq(o.len[1], blen);
+	cr_assert_eq(m.flags, PKT_META_NEEDS_CSUM);
+	cr_assert_eq(m.gso_type, v4 ? PKT_GSO_TCPV4 : PKT_GSO_TCPV6);
+	cr_assert_eq(m.gso_size, SEG);
+	cr_assert_eq(m.hdr_len, l3 + 20);
+	cr_assert_eq(m.csum_start, l3);
+	cr_assert_eq(m.csum_offset, 16);
+	if (v4)
+		cr_assert(tu_verify_ip4_header(o.pkt[1]));
+	uint8_t *whole = malloc(o.len[1]);
+	memcpy(whole, o.pkt[1], o.len[1]);
+	complete_partial(whole, o.len[1], &m);
+	cr_assert(tu_verify_l4(whole, o.len[1]), "completed partial checksum");
+	free(whole);
+
+	n = segment(o.pkt[1], o.len[1], &m, segs, lens);
+	cr_assert_eq(n, 22);
+	for (int i = 0; i < n; i++) {
+		size_t off = (size_t)i * SEG, pl = i == n - 1 ? 100 : SEG;
+		uint8_t *tcp = segs[i] + l3;
+		cr_assert_eq(lens[i], (size_t)l3 + 20 + pl, "piece %d length", i);
+		cr_assert_eq(tu_get32(tcp + 4), 1000000 + 3 * SEG + (uint32_t)off, "piece %d seq", i);
+		cr_assert_arr_eq(segs[i] + l3 + 20, want + l3 + 20 + off, pl, "piece %d payload", i);
+		cr_assert(tu_verify_l4(segs[i], lens[i]), "piece %d checksum", i);
+		cr_assert_eq(tcp[13] & (TCP_FIN | TCP_PSH), i == n - 1 ? TCP_FIN | TCP_PSH : 0,
+			     "piece %d flags", i);
+		free(segs[i]);
+	}
+	const struct gso_stats *st = gso_train_stats(t);
+	cr_assert_eq(ctr_get(&st->big_packets), 1);
+	cr_assert_eq(ctr_get(&st->big_segments), 22);
+	cr_assert_eq(ctr_get(&st->trains), 1);
+	cr_assert_eq(ctr_get(&st->segments), 4);
+	out_free(&o);
+	gso_train_free(t);
+}
+
+Test(gso, a_large_segment_goes_whole_after_the_train_v4)
+{
+	check_big("10.0.0.2", "198.18.0.9");
+}
+
+Test(gso, a_large_segment_goes_whole_after_the_train_v6)
+{
+	check_big("fd00::2", "fd00:7f::9");
+}
+
+/* Without an MSS, or at most one MSS long, or not plain data (a RST), a segment is the
+ * train's business as before. */
+Test(gso, add_big_without_an_mss_is_add)
+{
+	static uint8_t big[70000];
+	struct gso_train *t;
+	struct out o = { 0 };
+	size_t blen = big_seg(big, sizeof(big), "10.0.0.2", "198.18.0.9", 5, 3 * SEG, TCP_ACK);
+
+	cr_assert_eq(gso_train_new(NULL, emit, &o, &t), 0);
+	gso_train_add_big(t, big, blen, 0);
+	gso_train_flush(t);
+	cr_assert_eq(o.n, 1);
+	expect_single(&o, 0, big, blen);
+	blen = big_seg(big, sizeof(big), "10.0.0.2", "198.18.0.9", 5, 3 * SEG, TCP_ACK | TCP_RST);
+	gso_train_add_big(t, big, blen, SEG);
+	cr_assert_eq(o.n, 2, "a RST is never cut");
+	expect_single(&o, 1, big, blen);
+	cr_assert_eq(ctr_get(&gso_train_stats(t)->big_packets), 0);
 	out_free(&o);
 	gso_train_free(t);
 }

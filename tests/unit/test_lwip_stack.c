@@ -544,3 +544,97 @@ Test(lwip_stack, single_source_flood_goes_after_three_seconds)
 	cr_expect_eq(counter("drop_backlog_full"), 1);
 	tx_discard = true;
 }
+
+/* RFC 9293 (3.7.1): the MSS option is sent only in SYN segments. lwIP would take one from any
+ * segment and shrink the connection's MSS below segments it has already queued, which its next
+ * tcp_write asserts against (the process would abort on an app's single ACK). The option is
+ * ignored outside a SYN; the connection keeps its MSS. */
+Test(lwip_stack, an_mss_option_after_the_handshake_is_ignored)
+{
+	static uint8_t data[20000];
+	struct tu_spec s;
+	struct pkt_view v;
+	uint32_t their;
+	size_t biggest = 0;
+
+	handshake("10.0.0.2", 40000, "198.18.0.9", 443, 0);
+	cr_assert_eq(pkt_parse(&v, out[0], out_len[0]), PKT_OK);
+	their = tu_get32(v.l4 + 4);
+	struct stream *st = acc_s[0];
+	memset(data, 'x', sizeof(data));
+	/* 7 segments of 1400 bytes; the first cwnd sends 3 */
+	cr_assert_eq(st->ops->write(st, data, 9800), 9800);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	tu_spec_tcp(&s, "10.0.0.2", 40000, "198.18.0.9", 443);
+	s.tcp_flags = TCP_ACK;
+	s.seq = 1001;
+	s.ack = their + 1;
+	s.mss = 536;
+	size_t len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+	ssize_t w = st->ops->write(st, data, sizeof(data) - 9800);
+	cr_assert(w > 0 || w == -EAGAIN, "write after the option: %zd", w);
+	for (int i = 0; i < 20 && n_out < MAX_OUT - 8; i++) {
+		s.mss = 0;
+		s.ack = their + 1 + (uint32_t)(i + 1) * 2800;
+		len = tu_build(&s, buf, sizeof(buf));
+		feed(len, NULL);
+	}
+	for (int i = 0; i < n_out; i++) {
+		cr_assert_eq(pkt_parse(&v, out[i], out_len[i]), PKT_OK);
+		/* data written after the option */
+		if (tu_get32(v.l4 + 4) - (their + 1) >= 9800 &&
+		    v.len - v.l3_len - v.tcp_hlen > biggest)
+			biggest = v.len - v.l3_len - v.tcp_hlen;
+	}
+	cr_assert_eq(biggest, 1400, "new segments keep the MSS of the SYN");
+	cr_assert_eq(counter("mss_option_ignored"), 1);
+	tx_discard = true;
+}
+
+/* The walk over an ACK's options that finds the MSS option stops where lwIP's own parser stops
+ * (end of option list, a length under 2 or past the options) and finds it after other options. */
+Test(lwip_stack, mss_options_found_where_lwip_would_read_them)
+{
+	static const struct {
+		uint8_t opts[12];
+		uint8_t len;
+		int stripped;
+	} cases[] = {
+		{ { 1, 1, 2, 4, 0x02, 0x18 }, 8, 1 },                /* NOP NOP MSS 536 */
+		{ { 0, 2, 4, 0x02, 0x18 }, 8, 0 },                   /* EOL: nothing after it */
+		{ { 2, 0, 2, 4, 0x02, 0x18 }, 8, 0 },                /* length 0: parsing stops */
+		{ { 5, 10, 0, 0, 0, 0, 0, 0, 0, 0, 2, 4 }, 12, 0 },   /* MSS cut off by the end */
+		{ { 8, 6, 1, 2, 3, 4, 2, 4, 0x02, 0x18 }, 12, 1 },   /* after another option */
+		{ { 99, 40, 2, 4, 0x02, 0x18 }, 8, 0 },              /* a length past the end */
+	};
+	static uint8_t data[9800];
+	struct tu_spec s;
+	struct pkt_view v;
+	uint32_t their;
+	int want = 0;
+
+	handshake("10.0.0.2", 40000, "198.18.0.9", 443, 0);
+	cr_assert_eq(pkt_parse(&v, out[0], out_len[0]), PKT_OK);
+	their = tu_get32(v.l4 + 4);
+	struct stream *st = acc_s[0];
+	memset(data, 'y', sizeof(data));
+	cr_assert_eq(st->ops->write(st, data, sizeof(data)), (ssize_t)sizeof(data));
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		tu_spec_tcp(&s, "10.0.0.2", 40000, "198.18.0.9", 443);
+		s.tcp_flags = TCP_ACK;
+		s.seq = 1001;
+		s.ack = their + 1;
+		memcpy(s.tcp_opts, cases[i].opts, cases[i].len);
+		s.tcp_opts_len = cases[i].len;
+		size_t len = tu_build(&s, buf, sizeof(buf));
+		cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+		want += cases[i].stripped;
+		cr_assert_eq(counter("mss_option_ignored"), (uint64_t)want, "case %zu", i);
+		/* queued 1400-byte segments: a lowered MSS would abort the next write */
+		ssize_t w = st->ops->write(st, data, 1400);
+		cr_assert(w > 0 || w == -EAGAIN, "case %zu: write %zd", i, w);
+	}
+	tx_discard = true;
+}

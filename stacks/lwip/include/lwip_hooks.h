@@ -1,5 +1,6 @@
-/* lwip_hooks.h — the input hooks that let lwIP accept TCP to any destination (no patch), and
- * quick-ACK offload super-packets. */
+/* lwip_hooks.h — the input hooks that let lwIP accept TCP to any destination (no patch),
+ * quick-ACK offload super-packets, and the output hook that tells the stack which connection a
+ * segment belongs to (large segments, stacks/lwip/lwip_bigseg.h). */
 #ifndef TS_LWIP_HOOKS_H
 #define TS_LWIP_HOOKS_H
 
@@ -14,14 +15,30 @@ int ts_lwip_ip6_hook(struct pbuf *p, struct netif *inp);
 #define LWIP_HOOK_IP4_INPUT(pbuf, input_netif) ts_lwip_ip4_hook((pbuf), (input_netif))
 #define LWIP_HOOK_IP6_INPUT(pbuf, input_netif) ts_lwip_ip6_hook((pbuf), (input_netif))
 
-/* After tcp_input matched a pcb, before it processes the segment: a TUN offload super-packet
- * (one "segment" of up to ~44 MSS) asks for an immediate ACK, as Linux quick-acks GRO'd
- * input; lwIP would otherwise ACK every second segment, i.e. every ~128 KiB. Returns ERR_OK. */
+/* After tcp_input matched a pcb, before it processes the segment (options pointers as
+ * tcp_input split them: opt1len bytes after the header, the rest at opt2):
+ * - an MSS option outside a SYN is made NOPs (lwIP would take it from any segment);
+ * - a TUN offload super-packet (one "segment" of up to ~44 MSS) asks for an immediate ACK, as
+ *   Linux quick-acks GRO'd input; lwIP would otherwise ACK every second segment, i.e. every
+ *   ~128 KiB;
+ * - a connection with large segments notes a retransmission (lwip_bigseg_input) and is checked
+ *   again after the segment (lwip_stack.c).
+ * Returns ERR_OK. */
 struct tcp_pcb;
-int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb);
+struct tcp_hdr;
+int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optlen,
+			 uint16_t opt1len, uint8_t *opt2);
 #define LWIP_HOOK_TCP_INPACKET_PCB(pcb, hdr, optlen, opt1len, opt2, p)                         \
-	((void)(hdr), (void)(optlen), (void)(opt1len), (void)(opt2), (void)(p),                  \
-	 ts_lwip_tcp_inpacket(pcb))
+	((void)(p), ts_lwip_tcp_inpacket((pcb), (hdr), (optlen), (opt1len), (opt2)))
+
+/* Where a segment's options are written: in tcp_output_segment right before ip_output_if (every
+ * segment with data, retransmissions included), and where the header of a control segment (an
+ * ACK, a RST, a window probe) is built, before its output. The pcb (NULL for a RST sent without
+ * one) tells the stack the wire MSS of what its output is about to get. Returns opts
+ * unchanged: no option is added. */
+void ts_lwip_tcp_out(const struct tcp_pcb *pcb);
+#define LWIP_HOOK_TCP_OUT_ADD_TCPOPTS(p, hdr, pcb, opts)                                        \
+	((void)(p), (void)(hdr), ts_lwip_tcp_out(pcb), (opts))
 
 /* RFC 6528 initial sequence numbers (stacks/lwip/lwip_isn.h), keyed per stack: lwIP's own
  * generator is a counter plus its tick count, which anyone can predict. */
