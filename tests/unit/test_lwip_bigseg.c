@@ -175,29 +175,13 @@ static void feed(struct tu_spec *s)
 	run();
 }
 
-struct counter_query {
-	const char *name;
-	uint64_t v;
-	bool found;
-};
-
-static void visit(void *arg, const char *n, uint64_t v)
-{
-	struct counter_query *q = arg;
-
-	if (strcmp(n, q->name) == 0) {
-		q->v = v;
-		q->found = true;
-	}
-}
-
 static uint64_t counter(const char *name)
 {
-	struct counter_query q = { name, 0, false };
+	bool found;
+	uint64_t v = tu_stack_counter(&lwip_stack_ops, ns, name, &found);
 
-	lwip_stack_ops.counters(ns, visit, &q);
-	cr_assert(q.found, "counter %s", name);
-	return q.v;
+	cr_assert(found, "counter %s", name);
+	return v;
 }
 
 /* An ACK from the app: ack = lwIP's ISN + 1 + acked, window field wnd (scaled by 2^7). */

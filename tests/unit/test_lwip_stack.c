@@ -108,27 +108,13 @@ static enum driver_verdict feed(size_t len, size_t *olen)
 	return v;
 }
 
-struct counter_query {
-	const char *name;
-	uint64_t v;
-	bool found;
-};
-
-static void visit(void *arg, const char *n, uint64_t v)
-{
-	struct counter_query *q = arg;
-	if (strcmp(n, q->name) == 0) {
-		q->v = v;
-		q->found = true;
-	}
-}
-
 static uint64_t counter(const char *name)
 {
-	struct counter_query q = { name, 0, false };
-	lwip_stack_ops.counters(ns, visit, &q);
-	cr_assert(q.found, "counter %s", name);
-	return q.v;
+	bool found;
+	uint64_t v = tu_stack_counter(&lwip_stack_ops, ns, name, &found);
+
+	cr_assert(found, "counter %s", name);
+	return v;
 }
 
 /* Handshake with cli:cport -> srv:sport; returns the accepted key. Checks the SYN-ACK comes
@@ -545,6 +531,23 @@ Test(lwip_stack, single_source_flood_goes_after_three_seconds)
 	tx_discard = true;
 }
 
+/* A connection (MSS 1400) with 9800 bytes of data written: 7 segments of 1400 bytes, the first
+ * cwnd sends 3, the rest stay queued. Returns the stream; *their: lwIP's ISN. */
+static struct stream *queued_segments(uint8_t *data, uint32_t *their)
+{
+	struct pkt_view v;
+	struct stream *st;
+
+	handshake("10.0.0.2", 40000, "198.18.0.9", 443, 0);
+	cr_assert_eq(pkt_parse(&v, out[0], out_len[0]), PKT_OK);
+	*their = tu_get32(v.l4 + 4);
+	st = acc_s[0];
+	memset(data, 'x', 9800);
+	cr_assert_eq(st->ops->write(st, data, 9800), 9800);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	return st;
+}
+
 /* RFC 9293 (3.7.1): the MSS option is sent only in SYN segments. lwIP would take one from any
  * segment and shrink the connection's MSS below segments it has already queued, which its next
  * tcp_write asserts against (the process would abort on an app's single ACK). The option is
@@ -556,15 +559,8 @@ Test(lwip_stack, an_mss_option_after_the_handshake_is_ignored)
 	struct pkt_view v;
 	uint32_t their;
 	size_t biggest = 0;
+	struct stream *st = queued_segments(data, &their);
 
-	handshake("10.0.0.2", 40000, "198.18.0.9", 443, 0);
-	cr_assert_eq(pkt_parse(&v, out[0], out_len[0]), PKT_OK);
-	their = tu_get32(v.l4 + 4);
-	struct stream *st = acc_s[0];
-	memset(data, 'x', sizeof(data));
-	/* 7 segments of 1400 bytes; the first cwnd sends 3 */
-	cr_assert_eq(st->ops->write(st, data, 9800), 9800);
-	event_base_loop(base, EVLOOP_NONBLOCK);
 	tu_spec_tcp(&s, "10.0.0.2", 40000, "198.18.0.9", 443);
 	s.tcp_flags = TCP_ACK;
 	s.seq = 1001;
@@ -610,17 +606,10 @@ Test(lwip_stack, mss_options_found_where_lwip_would_read_them)
 	};
 	static uint8_t data[9800];
 	struct tu_spec s;
-	struct pkt_view v;
 	uint32_t their;
 	int want = 0;
+	struct stream *st = queued_segments(data, &their);
 
-	handshake("10.0.0.2", 40000, "198.18.0.9", 443, 0);
-	cr_assert_eq(pkt_parse(&v, out[0], out_len[0]), PKT_OK);
-	their = tu_get32(v.l4 + 4);
-	struct stream *st = acc_s[0];
-	memset(data, 'y', sizeof(data));
-	cr_assert_eq(st->ops->write(st, data, sizeof(data)), (ssize_t)sizeof(data));
-	event_base_loop(base, EVLOOP_NONBLOCK);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		tu_spec_tcp(&s, "10.0.0.2", 40000, "198.18.0.9", 443);
 		s.tcp_flags = TCP_ACK;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/pkt.h"
+#include "stacks/netstack.h"
 
 static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
@@ -896,4 +897,30 @@ size_t tu_client_hello(uint8_t *b, const char *name, bool record)
 	tu_put16(b + i, (uint16_t)n), i += 2;
 	memcpy(b + i, name, n);
 	return i + n;
+}
+
+struct tu_counter_query {
+	const char *name;
+	uint64_t v;
+	bool found;
+};
+
+static void tu_counter_visit(void *arg, const char *n, uint64_t v)
+{
+	struct tu_counter_query *q = arg;
+
+	if (strcmp(n, q->name) == 0) {
+		q->v = v;
+		q->found = true;
+	}
+}
+
+uint64_t tu_stack_counter(const struct netstack_ops *ops, struct netstack *ns, const char *name,
+			  bool *found)
+{
+	struct tu_counter_query q = { name, 0, false };
+
+	ops->counters(ns, tu_counter_visit, &q);
+	*found = q.found;
+	return q.v;
 }

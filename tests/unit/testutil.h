@@ -246,4 +246,13 @@ struct tu_seg {
 size_t tu_gso_segment(const uint8_t *sp, size_t len, const struct pkt_meta *m, uint8_t *out,
 		      size_t cap, struct tu_seg *segs, size_t max_segs);
 
+/* ---- a stack's detailed counters ---- */
+
+/* The value of the counter called name, as the stack's counters() gives it; *found false (and
+ * 0) when it gives none of that name. */
+struct netstack;
+struct netstack_ops;
+uint64_t tu_stack_counter(const struct netstack_ops *ops, struct netstack *ns, const char *name,
+			  bool *found);
+
 #endif
