@@ -15,13 +15,10 @@
  * straight to glibc, that churn keeps pushing the heap's free top past glibc's trim threshold
  * (128 KiB unless tuned), and every such free hands the pages back (madvise(MADV_DONTNEED) in a
  * thread's arena, with a TLB shootdown across CPUs; brk in the main one) only for the next
- * receive to fault them in again. So blocks of more than 4 KiB are rounded up to a size class,
- * four per doubling from 5 to 128 KiB (5, 6, 7, 8, 10, 12, 14, 16, 20, ... 112, 128 KiB: at
- * most a quarter more than asked; an offloaded receive of 64 KiB and its pbuf fit 80), and,
- * when freed, kept on a per-class free list, up to an eighth of the budget's
+ * receive to fault them in again. So blocks of more than 4 KiB are rounded up to a power of two
+ * (8 to 128 KiB) and, when freed, kept on a per-size free list, up to an eighth of the budget's
  * buffer bytes and never more than LW_CACHE_MAX_BYTES in all (16 uploads with full 256 KiB
- * windows free 4 MiB in a burst when the relay drains them; kept bytes add to the process's
- * peak when they are of a size the next requests do not take), and only while the budget's
+ * windows free 4 MiB in a burst when the relay drains them), and only while the budget's
  * pressure tier is normal. A block is charged to the budget at its rounded size (what it
  * occupies); a kept block is not in use and is charged to nothing. Kept blocks never raise the
  * peak: they are bytes lwIP held a moment before. lwip_glue_trim empties the lists, as the
@@ -29,10 +26,6 @@
  * remain once the lists have gone unused for a while: a download that follows an upload sends
  * segments (small blocks) and receives only ACKs, so the upload's kept receive blocks would
  * otherwise sit idle for as long as any connection stays open.
- *
- * With large segments (lwip_bigseg.h) lwIP's output segments are blocks of up to 64 KiB too,
- * kept and reused like receives; the classes keep the rounding of a segment cut short (by a
- * window, by the end of a write) within a quarter.
  *
  * Blocks of 4 KiB and less (an output segment of MSS + headers, its struct tcp_seg, a pure
  * ACK) are left to glibc on purpose. Downloads churn them without trimming: glibc reuses a
@@ -67,12 +60,10 @@ struct blk {
 	struct budget *budget;
 };
 
-/* Blocks of (4 KiB, 128 KiB] are rounded to a class: 2^e + m * 2^(e-2) bytes, e = 12..16,
- * m = 1..4. Smaller blocks are malloc's own business; larger ones go to it whole. */
-#define LW_CLASS_MIN_SHIFT 12
-#define LW_CLASS_MAX_SHIFT 17
-#define LW_CLASSES ((LW_CLASS_MAX_SHIFT - LW_CLASS_MIN_SHIFT) * 4)
-#define LW_CACHE_MAX_BYTES (4u << 20)
+#define LW_CLASS_MIN_SHIFT 13 /* 8 KiB: smaller blocks are malloc's own business */
+#define LW_CLASS_MAX_SHIFT 17 /* 128 KiB: a 64 KiB offloaded receive and its pbuf fit */
+#define LW_CLASSES (LW_CLASS_MAX_SHIFT - LW_CLASS_MIN_SHIFT + 1)
+#define LW_CACHE_MAX_BYTES (8u << 20)
 
 /* A cached block's payload holds the link. Touched by the owner's thread only (lwIP is called
  * from one thread; see lwip_glue_claim); lwip_cached is also read by stats. */
@@ -138,23 +129,13 @@ uint64_t lwip_glue_mem_bytes(void)
 /* The size class of a block of total bytes (header included): 1 + index, or 0 for none. */
 static uint32_t size_class(size_t total)
 {
-	uint32_t e = LW_CLASS_MIN_SHIFT, step, m;
+	uint32_t shift = LW_CLASS_MIN_SHIFT;
 
-	if (total <= (1u << LW_CLASS_MIN_SHIFT) || total > (1u << LW_CLASS_MAX_SHIFT))
+	if (total <= (1u << (LW_CLASS_MIN_SHIFT - 1)) || total > (1u << LW_CLASS_MAX_SHIFT))
 		return 0;
-	while ((1u << (e + 1)) < total) /* 2^e < total <= 2^(e+1) */
-		e++;
-	step = 1u << (e - 2);
-	m = (uint32_t)((total - (1u << e) + step - 1) / step); /* 1..4 */
-	return (e - LW_CLASS_MIN_SHIFT) * 4 + m;
-}
-
-/* The bytes of class cls (1..LW_CLASSES). */
-static uint32_t class_bytes(uint32_t cls)
-{
-	uint32_t e = LW_CLASS_MIN_SHIFT + (cls - 1) / 4, m = (cls - 1) % 4 + 1;
-
-	return (1u << e) + m * (1u << (e - 2));
+	while ((1u << shift) < total)
+		shift++;
+	return shift - LW_CLASS_MIN_SHIFT + 1;
 }
 
 static struct blk *cache_pop(uint32_t cls)
@@ -165,7 +146,7 @@ static struct blk *cache_pop(uint32_t cls)
 		return NULL;
 	lw_cache[cls - 1] = c->next;
 	lw_cache_used = true;
-	atomic_fetch_sub_explicit(&lwip_cached, class_bytes(cls),
+	atomic_fetch_sub_explicit(&lwip_cached, 1u << (LW_CLASS_MIN_SHIFT + cls - 1),
 				  memory_order_relaxed);
 	return (struct blk *)c;
 }
@@ -174,7 +155,7 @@ static struct blk *cache_pop(uint32_t cls)
  * false: the caller frees it. */
 static bool cache_push(struct blk *h)
 {
-	uint32_t idx = h->cls - 1, bytes = class_bytes(h->cls);
+	uint32_t idx = h->cls - 1, bytes = 1u << (LW_CLASS_MIN_SHIFT + idx);
 	struct cached *c;
 
 	if (!lwip_budget || h->budget != lwip_budget ||
@@ -219,21 +200,6 @@ uint64_t lwip_glue_cached_bytes(void)
 	return atomic_load_explicit(&lwip_cached, memory_order_relaxed);
 }
 
-/* The class to hand out for a request of class cls: its own, or, when none of its size is
- * kept, the smallest kept block up to one doubling larger (LW_REUSE_UP classes). Blocks cut
- * short by a window or a write's end come in many sizes; without this, a kept block of one
- * size would sit beside a fresh one of the next, and the kept bytes would add to the peak
- * instead of serving it. The larger block is charged at its own size. */
-#define LW_REUSE_UP 4u
-
-static uint32_t kept_class(uint32_t cls)
-{
-	for (uint32_t c = cls; cls && c <= LW_CLASSES && c <= cls + LW_REUSE_UP; c++)
-		if (lw_cache[c - 1])
-			return c;
-	return cls;
-}
-
 void *ts_lwip_malloc(size_t size)
 {
 	struct blk *h = NULL;
@@ -242,8 +208,7 @@ void *ts_lwip_malloc(size_t size)
 	if (size > UINT32_MAX - sizeof(*h))
 		return NULL;
 	cls = size_class(sizeof(*h) + size);
-	cls = kept_class(cls);
-	charged = cls ? class_bytes(cls) : (uint32_t)size;
+	charged = cls ? 1u << (LW_CLASS_MIN_SHIFT + cls - 1) : (uint32_t)size;
 	if (lwip_budget && budget_bytes_reserve(lwip_budget, charged) != 0)
 		return NULL; /* lwIP handles a failed allocation: drops, smaller windows, ERR_MEM */
 	if (cls)

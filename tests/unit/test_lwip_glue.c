@@ -53,10 +53,10 @@ Test(lwip_glue, large_block_reused_small_block_freed)
 	cr_assert_eq(budget_in_use(), 0, "a kept block is charged to nothing");
 	cr_assert_eq(lwip_glue_cached_bytes(), 65536);
 
-	void *q = ts_lwip_malloc(58000); /* the same 64 KiB class (56 KiB is the one below) */
+	void *q = ts_lwip_malloc(40000); /* the same 64 KiB size */
 	cr_assert_eq(q, p, "the kept block is handed out again");
 	cr_assert_eq(lwip_glue_cached_bytes(), 0);
-	memset(q, 0xa5, 58000);
+	memset(q, 0xa5, 40000);
 
 	void *s = ts_lwip_malloc(3000);
 	cr_assert_not_null(s);
@@ -76,7 +76,7 @@ Test(lwip_glue, kept_blocks_are_bounded_by_an_eighth_of_the_budget)
 		cr_assert_not_null(b64[i] = ts_lwip_malloc(60000));
 		cr_assert_not_null(b128[i] = ts_lwip_malloc(100000));
 	}
-	cr_assert_eq(lwip_glue_mem_bytes(), 40u * (65536 + 114688)); /* 100000 -> 112 KiB */
+	cr_assert_eq(lwip_glue_mem_bytes(), 40u * (65536 + 131072));
 	for (int i = 0; i < 40; i++)
 		ts_lwip_free(b64[i]);
 	cr_assert_eq(lwip_glue_cached_bytes(), 1u << 20);
@@ -89,7 +89,7 @@ Test(lwip_glue, kept_blocks_are_bounded_by_an_eighth_of_the_budget)
 	cr_assert_eq(lwip_glue_cached_bytes(), 0, "trim gives every kept block back");
 }
 
-Test(lwip_glue, kept_blocks_never_exceed_4_mib)
+Test(lwip_glue, kept_blocks_never_exceed_8_mib)
 {
 	struct budget_limits l;
 	struct budget *big;
@@ -103,7 +103,7 @@ Test(lwip_glue, kept_blocks_never_exceed_4_mib)
 		cr_assert_not_null(held[i] = ts_lwip_malloc(60000));
 	for (int i = 0; i < 200; i++)
 		ts_lwip_free(held[i]);
-	cr_assert_eq(lwip_glue_cached_bytes(), 4u << 20);
+	cr_assert_eq(lwip_glue_cached_bytes(), 8u << 20);
 	lwip_glue_release();
 	cr_assert_eq(lwip_glue_cached_bytes(), 0);
 	budget_free(big);
@@ -128,10 +128,10 @@ Test(lwip_glue, over_budget_refused_at_rounded_size)
 	int n = 0;
 
 	/* 8 MiB of budget: 128 blocks of 64 KiB; a block that would pass at its requested size
-	 * (58000 bytes) but not at its rounded one (64 KiB) is refused. */
-	while (n < 200 && (held[n] = ts_lwip_malloc(58000)))
+	 * (33000 bytes) but not at its rounded one (64 KiB) is refused. */
+	while (n < 200 && (held[n] = ts_lwip_malloc(33000)))
 		n++;
-	cr_assert_eq(n, 128, "8 MiB holds 128 rounded blocks, not 144 requested ones (got %d)", n);
+	cr_assert_eq(n, 128, "8 MiB holds 128 rounded blocks, not 254 requested ones (got %d)", n);
 	cr_assert_eq(budget_in_use(), 8u << 20);
 	for (int i = 0; i < n; i++)
 		ts_lwip_free(held[i]);
@@ -144,7 +144,7 @@ Test(lwip_glue, release_empties_and_later_frees_are_not_kept)
 	void *b = ts_lwip_malloc(70000);
 
 	ts_lwip_free(a);
-	cr_assert_eq(lwip_glue_cached_bytes(), 81920);
+	cr_assert_eq(lwip_glue_cached_bytes(), 131072);
 	lwip_glue_release();
 	cr_assert_eq(lwip_glue_cached_bytes(), 0, "release gives kept blocks back");
 	ts_lwip_free(b); /* freed after the owner left: back to the system, released to its budget */
@@ -159,16 +159,16 @@ Test(lwip_glue, kept_blocks_unused_for_calls_in_a_row_are_given_back)
 	cr_assert_not_null(a);
 	cr_assert_not(lwip_glue_trim_unused(2), "nothing kept: nothing to give back");
 	ts_lwip_free(a);
-	cr_assert_eq(lwip_glue_cached_bytes(), 81920);
+	cr_assert_eq(lwip_glue_cached_bytes(), 131072);
 	cr_assert_not(lwip_glue_trim_unused(2), "first call without reuse");
 
 	a = ts_lwip_malloc(70000); /* reused: the count starts again */
 	cr_assert_eq(lwip_glue_cached_bytes(), 0);
 	ts_lwip_free(a);
 	cr_assert_not(lwip_glue_trim_unused(2), "a reuse since the last call");
-	cr_assert_eq(lwip_glue_cached_bytes(), 81920);
+	cr_assert_eq(lwip_glue_cached_bytes(), 131072);
 	cr_assert_not(lwip_glue_trim_unused(2), "first call in a row without reuse");
-	cr_assert_eq(lwip_glue_cached_bytes(), 81920, "kept until the calls-th call");
+	cr_assert_eq(lwip_glue_cached_bytes(), 131072, "kept until the calls-th call");
 	cr_assert(lwip_glue_trim_unused(2), "second call in a row: given back");
 	cr_assert_eq(lwip_glue_cached_bytes(), 0);
 	cr_assert_eq(budget_in_use(), 0);
@@ -182,57 +182,4 @@ Test(lwip_glue, kept_blocks_unused_for_calls_in_a_row_are_given_back)
 	cr_assert_not(lwip_glue_trim_unused(1), "reused since the last call");
 	cr_assert(lwip_glue_trim_unused(1));
 	cr_assert_eq(lwip_glue_cached_bytes(), 0);
-}
-
-/* Four classes per doubling: a block is charged at most a quarter more than it occupies (its
- * 16-byte header included), and blocks of 4 KiB and less are charged exactly. */
-Test(lwip_glue, classes_round_up_by_at_most_a_quarter)
-{
-	static const struct {
-		size_t ask;
-		uint64_t charged;
-	} cases[] = {
-		{ 4080, 4080 },            /* 4096 with the header: glibc's, exact */
-		{ 4081, 5120 },            /* just over 4 KiB: 5 KiB */
-		{ 10000, 10240 },          /* 10 KiB */
-		{ 10240, 12288 },          /* the header tips it into 12 KiB */
-		{ 33000, 40960 },          /* 40 KiB, not 64 */
-		{ 65536 + 24, 81920 },     /* an offloaded 64 KiB receive and its pbuf: 80 KiB */
-		{ 64400 + 100, 65536 },    /* a large output segment with its headers: 64 KiB */
-		{ 131072 - 16, 131072 },   /* the largest class */
-		{ 131072, 131072 },        /* over it: glibc's, exact */
-	};
-
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		void *p = ts_lwip_malloc(cases[i].ask);
-		cr_assert_not_null(p);
-		cr_assert_eq(lwip_glue_mem_bytes(), cases[i].charged, "%zu bytes charged %llu, want %llu",
-			     cases[i].ask, (unsigned long long)lwip_glue_mem_bytes(),
-			     (unsigned long long)cases[i].charged);
-		if (cases[i].charged != cases[i].ask)
-			cr_assert_leq(cases[i].charged * 4, (cases[i].ask + 16) * 5, "at most a quarter more");
-		memset(p, 0x5a, cases[i].ask);
-		ts_lwip_free(p);
-		lwip_glue_trim();
-	}
-}
-
-/* A request finds no kept block of its own class: a kept one up to one doubling larger serves
- * it, charged at its own size; one larger than that does not. */
-Test(lwip_glue, a_kept_block_up_to_twice_the_size_serves_a_smaller_request)
-{
-	void *p = ts_lwip_malloc(60000); /* 64 KiB */
-
-	ts_lwip_free(p);
-	cr_assert_eq(lwip_glue_cached_bytes(), 65536);
-	void *q = ts_lwip_malloc(33000); /* 40 KiB asked: the kept 64 KiB block */
-	cr_assert_eq(q, p);
-	cr_assert_eq(lwip_glue_mem_bytes(), 65536, "charged at the block's size");
-	cr_assert_eq(lwip_glue_cached_bytes(), 0);
-	ts_lwip_free(q);
-	void *r = ts_lwip_malloc(20000); /* 20 KiB: 64 KiB is more than twice that */
-	cr_assert_neq(r, p);
-	cr_assert_eq(lwip_glue_mem_bytes(), 20480);
-	cr_assert_eq(lwip_glue_cached_bytes(), 65536);
-	ts_lwip_free(r);
 }
