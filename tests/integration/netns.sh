@@ -243,7 +243,7 @@ config_main() {
   "stack": "$STACK",
   "tun": { "name": "$2", "address": "$GW4/15", "address6": "$GW6/64", "mtu": 1500,
            "txqueuelen": 10000, "offload": "$OFFLOAD", "io_uring": "$IO_URING",
-           "queues": $QUEUES },
+           "large_segments": true, "queues": $QUEUES },
   "nat": { "linger_ms": 300, "half_open_timeout_ms": 3000, "port_quarantine_ms": 500 },
   "timeouts": { "connect_ms": 3000, "udp_idle_ms": 1000 },
   "outbounds": [

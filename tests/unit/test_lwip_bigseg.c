@@ -126,8 +126,8 @@ static void start(bool offload, bool large)
 	char err[TS_ERRLEN];
 
 	config_init(&cfg);
-	cr_assert_eq(config_load_string(large ? "{\"stack\":\"lwip\"}"
-					      : "{\"stack\":\"lwip\",\"tun\":{\"large_segments\":false}}",
+	cr_assert_eq(config_load_string(large ? "{\"stack\":\"lwip\",\"tun\":{\"large_segments\":true}}"
+					      : "{\"stack\":\"lwip\"}",
 					&cfg, err, sizeof(err)),
 		     0, "%s", err);
 	cr_assert_eq(budget_new(&cfg.budget, &bud), 0);
