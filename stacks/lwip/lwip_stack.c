@@ -41,6 +41,7 @@
 #include "lwip/tcp.h"
 #include "lwip_hooks.h"
 #include "stacks/lwip/lwip_bigseg.h"
+#include "stacks/lwip/lwip_split.h"
 
 #define LWIP_COUNTERS(X)                                                                       \
 	X(rx_packets)                                                                          \
@@ -66,7 +67,9 @@
 	X(big_conns)          /* connections that build large segments (lwip_bigseg.h) */     \
 	X(big_to_wire)        /* ... of them sent back toward MSS-sized ones by a retransmission */ \
 	X(big_window_splits)  /* large segments cut down to a small window at once */          \
-	X(mss_option_ignored) /* MSS options outside a SYN, made NOPs (RFC 9293 3.7.1) */
+	X(mss_option_ignored) /* MSS options outside a SYN, made NOPs (RFC 9293 3.7.1) */     \
+	X(split_fin_moved)    /* a cut segment's first part sent without the FIN lwIP left on */ \
+	                      /* it (lwip_split.h) */
 
 struct lwip_counters {
 #define LWIP_CTR_FIELD(name) ctr_t name;
@@ -274,10 +277,12 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optl
 }
 
 /* The one lwIP stack is the default netif's state (netif_start); none between stacks. */
-void ts_lwip_tcp_out(const struct tcp_pcb *pcb)
+void ts_lwip_tcp_out(struct tcp_pcb *pcb, const struct tcp_hdr *hdr)
 {
 	struct lwip_stack *st = netif_default ? netif_default->state : NULL;
 
+	if (lwip_split_fin_repair(pcb, hdr) && st)
+		ctr_inc(&st->ctr.split_fin_moved);
 	if (st && st->bigseg)
 		st->out_wire = lwip_bigseg_wire(pcb);
 }

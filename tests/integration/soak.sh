@@ -72,9 +72,11 @@
 # The last line before the tally is '# figures: ...': per window (warm-up/second/last) the
 # largest of each sampled figure, the workloads' totals and the time back to idle.
 #
-# usage: soak.sh [--stack system|lwip] [--bin PATH] [--seconds N] [--sample-s N] [--keep] [-v]
+# usage: soak.sh [--stack system|lwip] [--bin PATH] [--seconds N] [--sample-s N] [--tun JSON] [--keep] [-v]
 #   --seconds   how long the traffic runs (default 45; `make soak` 300, SOAK_SECONDS=3600)
 #   --sample-s  seconds between samples (default 60 from 600 s on, else about seconds/15)
+#   --tun       a JSON object merged into the proxy's "tun" section (e.g. '{"large_segments": true}')
+#   --keep      keep the work directory (logs, the config, the last /stats as stats_end.json)
 #   -v          the per-sample table
 # Output: 'ok - NAME (detail)' / 'not ok - NAME: REASON' lines, '#' notes, 'N passed, N failed'.
 # Exit: 0 all passed, 77 skipped (not root, no /dev/net/tun, no namespaces), 1 otherwise.
@@ -88,6 +90,7 @@ SECONDS_RUN=45
 SAMPLE_S=
 KEEP_TMP=0
 VERBOSE=0
+TUN_JSON='{}'
 
 # The workloads: moderate and paced, so that a loaded 2-core machine keeps up with them and
 # the figures follow the proxy, not the machine's pace.
@@ -114,6 +117,7 @@ while [ $# -gt 0 ]; do
 	--bin) BIN=${2:?}; shift 2 ;;
 	--seconds) SECONDS_RUN=${2:?}; shift 2 ;;
 	--sample-s) SAMPLE_S=${2:?}; shift 2 ;;
+	--tun) TUN_JSON=${2:?}; shift 2 ;;
 	--keep) KEEP_TMP=1; shift ;;
 	-v | --verbose) VERBOSE=1; shift ;;
 	-h | --help) usage; exit 0 ;;
@@ -124,6 +128,7 @@ case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 case $STACK in system | lwip) ;; *) echo "soak.sh: --stack is system or lwip" >&2; exit 2 ;; esac
 case $SECONDS_RUN in '' | *[!0-9]*) echo "soak.sh: --seconds is a number" >&2; exit 2 ;; esac
 [ "$SECONDS_RUN" -ge 30 ] || { echo "soak.sh: --seconds must be at least 30" >&2; exit 2; }
+jq -e 'type == "object"' <<<"$TUN_JSON" >/dev/null 2>&1 || { echo "soak.sh: --tun is a JSON object" >&2; exit 2; }
 if [ -z "$SAMPLE_S" ]; then
 	if [ "$SECONDS_RUN" -ge 600 ]; then SAMPLE_S=60; else SAMPLE_S=$(((SECONDS_RUN + 7) / 15)); fi
 fi
@@ -199,7 +204,8 @@ fi
 
 jq -n --arg s "$STACK" --arg t "$TUN" --arg l "127.0.0.1:$P_STATS" --arg d "udp://$DNS_SRV" \
 	--argjson linger "$LINGER_MS" --argjson q "$QUARANTINE_MS" --argjson udp_idle "$UDP_IDLE_MS" \
-	'{stack: $s, tun: {name: $t, auto_route: true}, stats: {listen: $l},
+	--argjson tun "$TUN_JSON" \
+	'{stack: $s, tun: ({name: $t, auto_route: true} + $tun), stats: {listen: $l},
 	  nat: {linger_ms: $linger, port_quarantine_ms: $q},
 	  timeouts: {udp_idle_ms: $udp_idle},
 	  dns: {hijack: true, servers: [{tag: "zone", address: $d}]},
@@ -276,7 +282,10 @@ bulk_loop() {
 		sum=$(inD curl -sS --max-time 120 --limit-rate "$BULK_RATE" "http://$SRV/blob" 2>>"$TMP/bulk.err" | sha256sum | cut -d' ' -f1)
 		rc=$?
 		if [ "$rc" -eq 0 ] && [ "$sum" = "$BLOB_SHA" ]; then echo "download ok $((BLOB_MIB << 20))"
-		else echo "download fail rc=$rc sha256=$sum"; fi >>"$TMP/bulk.log"
+		else
+			echo "download fail rc=$rc sha256=$sum"
+			stats >"$TMP/stats_fail_$(now_ns).json" 2>&1
+		fi >>"$TMP/bulk.log"
 		[ "$(now_ns)" -lt "$END_NS" ] || break
 		out=$(inD "$PY" "$HERE/tsnet.py" bulk-echo --host "$SRV" --port 7007 --mib "$ECHO_MIB" --timeout 120 2>&1)
 		rc=$?
@@ -554,6 +563,7 @@ else
 	not_ok "back to idle within $IDLE_S s" "${diff:-no /stats}"
 fi
 AFTER=$(stats)
+printf '%s\n' "$AFTER" >"$TMP/stats_end.json"
 f=$(failures "$BEFORE" "$AFTER")
 if [ -z "$f" ]; then ok "nothing refused, no session failed, no UDP or DNS drop or failure"
 else not_ok "nothing refused, no session failed, no UDP or DNS drop or failure" "$f"; fi

@@ -47,6 +47,7 @@ static uint8_t *seen; /* 1 per byte received at least once */
 static uint32_t iss;  /* lwIP's initial sequence number (from the SYN-ACK) */
 static size_t pieces, max_piece, frames_big;
 static bool fin_seen;
+static size_t fin_at; /* the stream offset a FIN stands at (after the data it came with) */
 static uint8_t synack[256];
 static size_t synack_len;
 
@@ -72,11 +73,18 @@ static void piece(const uint8_t *p, size_t len)
 	}
 	hl = v.l3_len + v.tcp_hlen;
 	pl = v.len - hl;
-	if (v.tcp_flags & TCP_FIN)
-		fin_seen = true;
 	if (pl > max_piece)
 		max_piece = pl;
 	off = tu_get32(v.l4 + 4) - (iss + 1);
+	if (v.tcp_flags & TCP_FIN) {
+		/* The app's TCP ends the stream at the first FIN it takes: every FIN, first sent or
+		 * again, must stand at the one end. */
+		if (fin_seen)
+			cr_assert_eq(off + pl, fin_at, "a FIN at offset %zu, another at %zu",
+				     fin_at, (size_t)(off + pl));
+		fin_seen = true;
+		fin_at = off + pl;
+	}
 	if (pl) {
 		cr_assert_leq(off + pl, DATA_MAX, "data beyond what was written");
 		for (size_t i = 0; i < pl; i++) {
@@ -141,7 +149,7 @@ static void start(bool offload, bool large)
 	got = calloc(1, DATA_MAX);
 	seen = calloc(1, DATA_MAX);
 	acc = NULL;
-	pieces = max_piece = frames_big = 0;
+	pieces = max_piece = frames_big = fin_at = 0;
 	fin_seen = false;
 }
 
@@ -473,6 +481,8 @@ Test(lwip_bigseg, a_small_window_after_our_fin, .fini = teardown)
 		edge++;
 	cr_assert_eq(edge, sizeof(data));
 	cr_assert(fin_seen, "the FIN came with the last byte");
+	cr_assert_eq(fin_at, sizeof(data), "the FIN stands after the last byte");
+	cr_assert_eq(counter("split_fin_moved"), 1, "the cut after our FIN: sent without it");
 	cr_assert_arr_eq(got, data, sizeof(data));
 }
 
@@ -502,4 +512,38 @@ Test(lwip_bigseg, a_reset_frees_the_pcb_the_input_noted, .fini = teardown)
 	cr_assert_eq(acc->ops->write(acc, data, 100000), 100000);
 	run();
 	cr_assert_geq(counter("gso_big_packets"), 3);
+}
+
+/* Without large segments too: lwIP's persist timer cuts a queued segment that the window
+ * cannot take (nothing in flight) to the window's size. When that segment carries our FIN, the
+ * FIN belongs to the second part only; the app's TCP would end the stream at the first. */
+Test(lwip_bigseg, a_segment_cut_by_the_persist_timer_keeps_its_fin_at_the_end, .fini = teardown)
+{
+	static uint8_t data[1000 + MSS];
+	size_t edge = 0;
+
+	start(true, false);
+	connect_app(65535);
+	pattern(data, sizeof(data), 11);
+	cr_assert_eq(acc->ops->write(acc, data, 1000), 1000);
+	run();
+	ack(1000, 5); /* a window of 640 bytes: less than the next segment */
+	cr_assert_eq(acc->ops->write(acc, data + 1000, MSS), MSS);
+	cr_assert_eq(acc->ops->shutdown_write(acc), 0); /* the FIN rides on that segment */
+	run();
+	cr_assert_not(seen[1000], "the segment does not fit: it waits");
+	for (int i = 0; i < 8; i++)
+		lwip_stack_tick(ns); /* three slow ticks: the persist timer cuts and sends */
+	run();
+	while (seen[edge])
+		edge++;
+	cr_assert_eq(edge, 1000 + 640, "the window's worth went");
+	ack((uint32_t)edge, 65535);
+	while (seen[edge])
+		edge++;
+	cr_assert_eq(edge, sizeof(data));
+	cr_assert(fin_seen);
+	cr_assert_eq(fin_at, sizeof(data), "the FIN stands after the last byte");
+	cr_assert_arr_eq(got, data, sizeof(data));
+	cr_assert_eq(counter("split_fin_moved"), 1);
 }

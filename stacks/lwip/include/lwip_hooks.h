@@ -34,11 +34,12 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optl
 /* Where a segment's options are written: in tcp_output_segment right before ip_output_if (every
  * segment with data, retransmissions included), and where the header of a control segment (an
  * ACK, a RST, a window probe) is built, before its output. The pcb (NULL for a RST sent without
- * one) tells the stack the wire MSS of what its output is about to get. Returns opts
- * unchanged: no option is added. */
-void ts_lwip_tcp_out(const struct tcp_pcb *pcb);
+ * one) tells the stack the wire MSS of what its output is about to get; a data segment lwIP cut
+ * in two loses the FIN it wrongly kept (stacks/lwip/lwip_split.h). Returns opts unchanged: no
+ * option is added. */
+void ts_lwip_tcp_out(struct tcp_pcb *pcb, const struct tcp_hdr *hdr);
 #define LWIP_HOOK_TCP_OUT_ADD_TCPOPTS(p, hdr, pcb, opts)                                        \
-	((void)(p), (void)(hdr), ts_lwip_tcp_out(pcb), (opts))
+	((void)(p), ts_lwip_tcp_out((pcb), (hdr)), (opts))
 
 /* RFC 6528 initial sequence numbers (stacks/lwip/lwip_isn.h), keyed per stack: lwIP's own
  * generator is a counter plus its tick count, which anyone can predict. */
