@@ -1163,7 +1163,7 @@ void config_init(struct ts_config *cfg)
 	cfg->tun.queues = 1;
 	cfg->tun.offload = TS_OFFLOAD_AUTO;
 	cfg->tun.gso_output = true;
-	cfg->tun.large_segments = false;
+	cfg->tun.large_segments = true;
 	cfg->tun.rps = TS_RPS_AUTO;
 	cfg->tun.io_uring = TS_IO_URING_AUTO;
 	cfg->tun.route_table = TS_ROUTE_TABLE_DEFAULT;

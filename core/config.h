@@ -83,7 +83,7 @@ struct ts_tun {
 	uint32_t queues;
 	enum ts_offload offload;
 	bool gso_output;             /* lwip stack with offload: coalesce output into GSO trains */
-	bool large_segments;         /* ... and lwIP builds large segments the kernel cuts (opt-in) */
+	bool large_segments;         /* ... and lwIP builds large segments the kernel cuts */
 	enum ts_rps rps;             /* receive packet steering for the packets we write */
 	enum ts_io_uring io_uring;   /* TUN reads and writes in batches through an io_uring */
 

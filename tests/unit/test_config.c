@@ -270,14 +270,14 @@ Test(config, stack_and_tun_values)
 	cr_assert_eq(cfg.tun.rps, TS_RPS_AUTO, "rps defaults to auto");
 	cr_assert_eq(cfg.tun.io_uring, TS_IO_URING_AUTO, "io_uring defaults to auto");
 	cr_assert(cfg.tun.gso_output, "gso_output defaults to true");
-	cr_assert(!cfg.tun.large_segments, "large_segments defaults to false");
+	cr_assert(cfg.tun.large_segments, "large_segments defaults to true");
 	config_fini(&cfg);
-	load_ok("{'tun':{'rps':'off','gso_output':false,'io_uring':'off','large_segments':true}}",
+	load_ok("{'tun':{'rps':'off','gso_output':false,'io_uring':'off','large_segments':false}}",
 		&cfg);
 	cr_assert_eq(cfg.tun.rps, TS_RPS_OFF);
 	cr_assert_eq(cfg.tun.io_uring, TS_IO_URING_OFF);
 	cr_assert(!cfg.tun.gso_output);
-	cr_assert(cfg.tun.large_segments);
+	cr_assert(!cfg.tun.large_segments);
 	config_fini(&cfg);
 	expect_ok("{'tun':{'name':'abcdefghijklmno','mtu':576,'offload':'on'}}");
 	expect_ok("{'tun':{'mtu':65535,'txqueuelen':1000000,'queues':1}}");

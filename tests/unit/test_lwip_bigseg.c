@@ -133,11 +133,11 @@ static void start(bool offload, bool large)
 {
 	char err[TS_ERRLEN];
 
+	const char *json = large ? "{\"stack\":\"lwip\",\"tun\":{\"large_segments\":true}}"
+				 : "{\"stack\":\"lwip\",\"tun\":{\"large_segments\":false}}";
+
 	config_init(&cfg);
-	cr_assert_eq(config_load_string(large ? "{\"stack\":\"lwip\",\"tun\":{\"large_segments\":true}}"
-					      : "{\"stack\":\"lwip\"}",
-					&cfg, err, sizeof(err)),
-		     0, "%s", err);
+	cr_assert_eq(config_load_string(json, &cfg, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(budget_new(&cfg.budget, &bud), 0);
 	base = event_base_new();
 	log_init(&lg, LOG_LEVEL_ERROR, 2);
