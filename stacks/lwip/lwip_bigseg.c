@@ -190,7 +190,9 @@ void lwip_bigseg_write_end(struct tcp_pcb *pcb)
 
 void lwip_bigseg_watch(struct tcp_pcb *pcb)
 {
-	watched = mode_of(get(pcb)) == MODE_BIG || mode_of(get(pcb)) == MODE_DRAIN ? pcb : NULL;
+	enum mode m = mode_of(get(pcb));
+
+	watched = m == MODE_BIG || m == MODE_DRAIN ? pcb : NULL;
 }
 
 bool lwip_bigseg_fit(struct tcp_pcb *pcb)

@@ -1022,29 +1022,13 @@ Test(lwip_stream, shutdown_with_unread_data_after_app_fin)
 	cr_assert_eq(lwip_glue_mem_bytes(), E.mem_base, "the pcb was freed");
 }
 
-struct ctr_query {
-	const char *name;
-	uint64_t v;
-	bool found;
-};
-
-static void ctr_visit(void *arg, const char *n, uint64_t v)
-{
-	struct ctr_query *q = arg;
-
-	if (strcmp(n, q->name) == 0) {
-		q->v = v;
-		q->found = true;
-	}
-}
-
 static uint64_t stack_counter(const char *name)
 {
-	struct ctr_query q = { name, 0, false };
+	bool found;
+	uint64_t v = tu_stack_counter(&lwip_stack_ops, E.ns, name, &found);
 
-	lwip_stack_ops.counters(E.ns, ctr_visit, &q);
-	cr_assert(q.found, "no stack counter %s", name);
-	return q.v;
+	cr_assert(found, "no stack counter %s", name);
+	return v;
 }
 
 /* Take every byte the budget has left, so lwIP's next allocation fails. Returns the bytes. */
