@@ -63,6 +63,7 @@
 	X(admission_refused)                                                                   \
 	X(session_setup_failed)                                                                \
 	X(syn_rcvd_evicted)   /* half-open connections dropped to let new SYNs in (flood) */ \
+	X(syn_rcvd_yielded)   /* ... from elsewhere, dropped for a local application's SYN */  \
 	X(drop_backlog_full)  /* a SYN the full backlog refuses (nothing old enough to evict) */ \
 	X(big_conns)          /* connections that build large segments (lwip_bigseg.h) */     \
 	X(big_to_wire)        /* ... of them sent back toward MSS-sized ones by a retransmission */ \
@@ -123,6 +124,8 @@ struct lwip_stack {
 	int64_t ooseq_freed_ns;       /* when free_ooseq last walked the connections */
 	struct lwip_isn isn;          /* the ISN key, drawn at start */
 	int64_t evict_after_ns;       /* no half-open connection is old enough to evict before */
+	/* The TUN's own addresses: the source of every local application's connections. */
+	uint8_t own4[4], own6[16];
 	/* When the budget refuses an input segment's memory, a segment that occupies no
 	 * sequence space (a pure ACK or RST, or the header of one whose payload is dropped) goes
 	 * to lwIP in this buffer: lwIP frees such a segment before tcp_input returns (it keeps
@@ -669,7 +672,16 @@ static struct pbuf *input_pbuf(struct lwip_stack *st, const struct pkt_view *v, 
  * its client retransmits it). A flood from spread sources is evicted as before; one from a
  * single source fills the backlog for at most SYN_RCVD_STALE_NS at a time. No SYN scans again
  * before the next half-open connection becomes evictable. A connection's age comes from its
- * ISN (lwip_isn_age_ns). */
+ * ISN (lwip_isn_age_ns).
+ * A handshake from the TUN's own address (a local application's: every connection made on
+ * this host leaves through the TUN from that address) goes only once stale, like a burst's: a
+ * flood from spread sources must not take the local applications' handshakes. Their third ACK
+ * can trail the flood's SYNs by far more than a round trip: it waits in the TUN's queue behind
+ * them, and on a loaded machine the proxy drains that queue late. A local application's SYN
+ * that finds nothing evictable (the flood's SYNs read in one burst are all young) takes the
+ * place of the oldest handshake from any other address rather than wait a second for its
+ * retransmission. A flood from the own address itself needs a local process that can send raw
+ * packets, and fills the backlog for at most SYN_RCVD_STALE_NS, as any single source can. */
 #define SYN_RCVD_SCAN_MAX 256
 #define SYN_RCVD_YOUNG_NS 2000000LL     /* 2 ms: a few of the loop's turns */
 #define SYN_RCVD_STALE_NS 3000000000LL  /* 3 s: the client's second SYN retransmission */
@@ -715,7 +727,15 @@ struct syn_rcvd {
 	int64_t age;
 	uint64_t src;
 	uint32_t order; /* position in the active list: 0 is the newest */
+	bool own;       /* from the TUN's own address */
 };
+
+static bool from_own_address(const struct lwip_stack *st, const struct tcp_pcb *pcb)
+{
+	if (IP_IS_V6(&pcb->remote_ip))
+		return st->has6 && memcmp(ip_2_ip6(&pcb->remote_ip)->addr, st->own6, 16) == 0;
+	return memcmp(&ip_2_ip4(&pcb->remote_ip)->addr, st->own4, 4) == 0;
+}
 
 static int by_source(const void *a, const void *b)
 {
@@ -745,7 +765,8 @@ static size_t evictable(struct syn_rcvd *c, size_t n, int64_t *wait)
 		for (run = 1; i + run < n && c[i + run].src == c[i].src; run++)
 			;
 		for (size_t j = i; j < i + run; j++) {
-			int64_t need = run < SYN_RCVD_HOST_MAX ? SYN_RCVD_YOUNG_NS : SYN_RCVD_STALE_NS;
+			int64_t need = run < SYN_RCVD_HOST_MAX && !c[j].own ? SYN_RCVD_YOUNG_NS
+									 : SYN_RCVD_STALE_NS;
 
 			if (c[j].age >= need)
 				c[kept++] = c[j];
@@ -757,29 +778,49 @@ static size_t evictable(struct syn_rcvd *c, size_t n, int64_t *wait)
 	return kept;
 }
 
-static void evict_syn_rcvd(struct lwip_stack *st)
+static void evict_syn_rcvd(struct lwip_stack *st, bool for_own)
 {
 	struct syn_rcvd c[SYN_RCVD_SCAN_MAX];
 	struct tcp_pcb_listen *lpcb = (struct tcp_pcb_listen *)st->listener;
-	size_t n = 0;
+	size_t n = 0, k, oldest = SIZE_MAX;
 	int64_t wait;
 
-	if (st->now_ns < st->evict_after_ns)
+	if (st->now_ns < st->evict_after_ns && !for_own)
 		return;
 	for (struct tcp_pcb *pcb = tcp_active_pcbs; pcb && n < SYN_RCVD_SCAN_MAX; pcb = pcb->next) {
 		if (pcb->state != SYN_RCVD || pcb->listener != lpcb)
 			continue;
-		c[n] = (struct syn_rcvd){ pcb, handshake_age(st, pcb), source_key(pcb), (uint32_t)n };
+		c[n] = (struct syn_rcvd){ pcb, handshake_age(st, pcb), source_key(pcb), (uint32_t)n,
+					  from_own_address(st, pcb) };
 		n++;
 	}
-	if ((n = evictable(c, n, &wait)) == 0) {
-		st->evict_after_ns = st->now_ns + wait;
+	if ((k = evictable(c, n, &wait)) > 0) {
+		for (size_t i = k / 2; i < k; i++) {
+			tcp_abandon(c[i].pcb, 0);
+			ctr_inc(&st->ctr.syn_rcvd_evicted);
+		}
 		return;
 	}
-	for (size_t i = n / 2; i < n; i++) {
-		tcp_abandon(c[i].pcb, 0);
-		ctr_inc(&st->ctr.syn_rcvd_evicted);
+	st->evict_after_ns = st->now_ns + wait;
+	if (!for_own)
+		return;
+	/* Nothing is old enough, and the SYN is a local application's: the oldest handshake from
+	 * any other address makes room (with nothing evictable, evictable() left all n in c). */
+	for (size_t i = 0; i < n; i++)
+		if (!c[i].own && (oldest == SIZE_MAX || c[i].order > c[oldest].order))
+			oldest = i;
+	if (oldest != SIZE_MAX) {
+		tcp_abandon(c[oldest].pcb, 0);
+		ctr_inc(&st->ctr.syn_rcvd_yielded);
 	}
+}
+
+/* Whether the packet v comes from the TUN's own address (a local application). */
+static bool packet_from_own_address(const struct lwip_stack *st, const struct pkt_view *v)
+{
+	if (v->family == 6)
+		return st->has6 && memcmp(v->ip + 8, st->own6, 16) == 0;
+	return memcmp(v->ip + 12, st->own4, 4) == 0;
 }
 
 static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
@@ -804,7 +845,7 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 	}
 	if ((v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN && st->listener &&
 	    backlog_full(st)) {
-		evict_syn_rcvd(st);
+		evict_syn_rcvd(st, packet_from_own_address(st, v));
 		if (backlog_full(st)) /* lwIP would drop it silently: count it here */
 			return drop(&st->ctr.drop_backlog_full);
 	}
@@ -996,6 +1037,9 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	st->env = *env;
 	st->share = (struct lwip_sendshare){ .pool = send_pool(env->budget), .min = SEND_MIN_BYTES };
 	st->has6 = env->cfg->tun.has_addr6;
+	memcpy(st->own4, env->cfg->tun.addr4.addr.a, sizeof(st->own4));
+	if (st->has6)
+		memcpy(st->own6, env->cfg->tun.addr6.addr.a, sizeof(st->own6));
 	st->pending_tail = &st->pending;
 	st->mtu = env->cfg->tun.mtu;
 	st->bigseg = env->tx_meta && env->cfg->tun.gso_output && env->cfg->tun.large_segments;

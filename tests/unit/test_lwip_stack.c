@@ -514,6 +514,69 @@ Test(lwip_stack, syn_flood_evicts_the_older_half_of_stale_handshakes)
 	tx_discard = true;
 }
 
+/* A local application's handshake (from the TUN's own address, 198.18.0.1 by default) is not
+ * the flood's to evict: its third ACK may wait behind thousands of spoofed SYNs in the TUN's
+ * queue. Spoofed handshakes from spread sources go as before; the local one completes, late. */
+Test(lwip_stack, a_spread_flood_keeps_the_local_applications_handshake)
+{
+	uint32_t isn;
+	int64_t t = SEC(1);
+
+	teardown();
+	start(1000);
+	isn = syn_at("198.18.0.1", 30000, t);
+	cr_assert_neq(isn, 0);
+	for (unsigned i = 0; i < 254; i++)
+		cr_assert_neq(syn_at(spread(i), 20000, t + i * 20000), 0);
+	cr_expect_neq(syn_at(spread(300), 20000, t + MS(6)), 0, "a new SYN gets in");
+	/* At 6 ms the 201 spoofed SYNs of the first 4 ms are 2 ms old: the older half of them
+	 * goes; the local handshake, the oldest of all, stays. */
+	cr_expect_eq(counter("syn_rcvd_evicted"), 201 - 201 / 2);
+	ack_at("198.18.0.1", 30000, isn, t + MS(50));
+	cr_expect_eq(n_acc, 1, "the local handshake completes");
+	tx_discard = true;
+}
+
+/* With the backlog full of spoofed handshakes too young to evict (a burst of the flood read at
+ * once), a local application's SYN still gets in: the oldest handshake from elsewhere makes
+ * room. A SYN from anywhere else is dropped, as before. */
+Test(lwip_stack, a_local_syn_gets_in_when_nothing_is_old_enough)
+{
+	uint32_t isn;
+	int64_t t = SEC(1);
+
+	teardown();
+	start(1000);
+	for (unsigned i = 0; i < 255; i++)
+		cr_assert_neq(syn_at(spread(i), 20000, t), 0);
+	cr_expect_eq(syn_at(spread(300), 20000, t + MS(1)), 0, "another spoofed SYN waits");
+	cr_expect_eq(counter("drop_backlog_full"), 1);
+	isn = syn_at("198.18.0.1", 30000, t + MS(1));
+	cr_expect_neq(isn, 0, "the local SYN gets in");
+	cr_expect_eq(counter("syn_rcvd_yielded"), 1, "one spoofed handshake made room");
+	cr_expect_eq(counter("syn_rcvd_evicted"), 0);
+	ack_at("198.18.0.1", 30000, isn, t + MS(2));
+	cr_expect_eq(n_acc, 1, "and completes");
+	tx_discard = true;
+}
+
+/* A burst of a local application's own connections keeps every handshake, as any burst does:
+ * there is nothing from elsewhere to make room, and the 256th SYN waits for its retransmission. */
+Test(lwip_stack, a_local_burst_beyond_the_backlog_keeps_every_handshake)
+{
+	int64_t t = SEC(1);
+
+	teardown();
+	start(1000);
+	for (uint16_t i = 0; i < 255; i++)
+		cr_assert_neq(syn_at("198.18.0.1", (uint16_t)(20000 + i), t), 0);
+	cr_expect_eq(syn_at("198.18.0.1", 20255, t + MS(8)), 0, "the 256th SYN waits for room");
+	cr_expect_eq(counter("syn_rcvd_evicted"), 0);
+	cr_expect_eq(counter("syn_rcvd_yielded"), 0);
+	cr_expect_eq(counter("drop_backlog_full"), 1);
+	tx_discard = true;
+}
+
 /* A flood from a single source is left alone for 3 s at most (when a client sends its SYN a
  * third time): then the older half of it goes. */
 Test(lwip_stack, single_source_flood_goes_after_three_seconds)
