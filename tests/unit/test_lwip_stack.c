@@ -462,6 +462,13 @@ static const char *spread(unsigned i)
 	return a;
 }
 
+/* n spoofed SYNs from spread sources to port 80, the i-th at t + i * step; each answered. */
+static void spread_syns(unsigned n, int64_t t, int64_t step)
+{
+	for (unsigned i = 0; i < n; i++)
+		cr_assert_neq(syn_at(spread(i), 20000, t + (int64_t)i * step), 0, "SYN %u", i);
+}
+
 /* One application opens 256 connections at once: its SYNs come first, its ACKs after all of
  * them (several milliseconds later on a busy loop). The 256th SYN finds the backlog full of this
  * application's own handshakes; none of them may go (each client already has its SYN-ACK and
@@ -502,8 +509,7 @@ Test(lwip_stack, syn_flood_evicts_the_older_half_of_stale_handshakes)
 
 	teardown();
 	start(1000);
-	for (unsigned i = 0; i < 255; i++)
-		cr_assert_neq(syn_at(spread(i), 20000, t + i * 20000), 0);
+	spread_syns(255, t, 20000);
 	isn = syn_at("10.0.1.1", 30000, t + MS(6));
 	cr_expect_neq(isn, 0, "a new SYN gets in");
 	/* At 6 ms the 201 SYNs of the first 4 ms are 2 ms old: the older half of them goes. */
@@ -526,8 +532,7 @@ Test(lwip_stack, a_spread_flood_keeps_the_local_applications_handshake)
 	start(1000);
 	isn = syn_at("198.18.0.1", 30000, t);
 	cr_assert_neq(isn, 0);
-	for (unsigned i = 0; i < 254; i++)
-		cr_assert_neq(syn_at(spread(i), 20000, t + i * 20000), 0);
+	spread_syns(254, t, 20000);
 	cr_expect_neq(syn_at(spread(300), 20000, t + MS(6)), 0, "a new SYN gets in");
 	/* At 6 ms the 201 spoofed SYNs of the first 4 ms are 2 ms old: the older half of them
 	 * goes; the local handshake, the oldest of all, stays. */
@@ -547,8 +552,7 @@ Test(lwip_stack, a_local_syn_gets_in_when_nothing_is_old_enough)
 
 	teardown();
 	start(1000);
-	for (unsigned i = 0; i < 255; i++)
-		cr_assert_neq(syn_at(spread(i), 20000, t), 0);
+	spread_syns(255, t, 0);
 	cr_expect_eq(syn_at(spread(300), 20000, t + MS(1)), 0, "another spoofed SYN waits");
 	cr_expect_eq(counter("drop_backlog_full"), 1);
 	isn = syn_at("198.18.0.1", 30000, t + MS(1));
