@@ -11,13 +11,13 @@ bool lwip_split_fin_repair(struct tcp_pcb *pcb, const struct tcp_hdr *hdr)
 {
 	struct tcp_seg *head;
 
-	if (!pcb)
+	/* Most segments carry no FIN: decided from the header alone. Only the head is ever cut
+	 * (lwIP's split takes the unsent queue's head), and tcp_output sends from the head: a
+	 * header that is not the head's is a control segment's. */
+	if (!(TCPH_FLAGS(hdr) & TCP_FIN) || !pcb)
 		return false;
 	head = pcb->unsent;
-	/* Only the head is ever cut (lwIP's split takes the unsent queue's head), and tcp_output
-	 * sends from the head: a header that is not the head's is a control segment's. */
-	if (!head || !head->next || (hdr && head->tcphdr != hdr) ||
-	    !(TCPH_FLAGS(head->tcphdr) & TCP_FIN))
+	if (!head || !head->next || head->tcphdr != hdr)
 		return false;
 	TCPH_UNSET_FLAG(head->tcphdr, TCP_FIN);
 	return true;

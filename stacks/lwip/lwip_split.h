@@ -25,8 +25,8 @@
 struct tcp_pcb;
 struct tcp_hdr;
 
-/* hdr: the header of the segment about to be sent, or NULL for "the unsent queue's head".
- * Returns true if a misplaced FIN was cleared (count it). */
+/* hdr: the header of the segment about to be sent (pcb NULL: a RST sent without one). Returns
+ * true if a misplaced FIN was cleared (count it). */
 bool lwip_split_fin_repair(struct tcp_pcb *pcb, const struct tcp_hdr *hdr);
 
 #endif

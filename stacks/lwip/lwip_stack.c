@@ -730,11 +730,20 @@ struct syn_rcvd {
 	bool own;       /* from the TUN's own address */
 };
 
+/* Whether addr (4 or 16 bytes, network order) is the TUN's own address (a local
+ * application's). */
+static bool own_address(const struct lwip_stack *st, bool v6, const void *addr)
+{
+	if (v6)
+		return st->has6 && memcmp(addr, st->own6, 16) == 0;
+	return memcmp(addr, st->own4, 4) == 0;
+}
+
 static bool from_own_address(const struct lwip_stack *st, const struct tcp_pcb *pcb)
 {
 	if (IP_IS_V6(&pcb->remote_ip))
-		return st->has6 && memcmp(ip_2_ip6(&pcb->remote_ip)->addr, st->own6, 16) == 0;
-	return memcmp(&ip_2_ip4(&pcb->remote_ip)->addr, st->own4, 4) == 0;
+		return own_address(st, true, ip_2_ip6(&pcb->remote_ip)->addr);
+	return own_address(st, false, &ip_2_ip4(&pcb->remote_ip)->addr);
 }
 
 static int by_source(const void *a, const void *b)
@@ -815,14 +824,6 @@ static void evict_syn_rcvd(struct lwip_stack *st, bool for_own)
 	}
 }
 
-/* Whether the packet v comes from the TUN's own address (a local application). */
-static bool packet_from_own_address(const struct lwip_stack *st, const struct pkt_view *v)
-{
-	if (v->family == 6)
-		return st->has6 && memcmp(v->ip + 8, st->own6, 16) == 0;
-	return memcmp(v->ip + 12, st->own4, 4) == 0;
-}
-
 static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 				  const struct pkt_meta *meta, size_t *out_len, bool *plain)
 {
@@ -845,7 +846,7 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 	}
 	if ((v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN && st->listener &&
 	    backlog_full(st)) {
-		evict_syn_rcvd(st, packet_from_own_address(st, v));
+		evict_syn_rcvd(st, own_address(st, v->family == 6, v->ip + (v->family == 6 ? 8 : 12)));
 		if (backlog_full(st)) /* lwIP would drop it silently: count it here */
 			return drop(&st->ctr.drop_backlog_full);
 	}
