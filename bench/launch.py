@@ -19,7 +19,8 @@ import signal
 import subprocess
 import time
 
-from rigtb import B_VETH4, GW4, MARK, REDIR_PORT, S5_PORT, STATS_PORT, TUN_CIDR
+from rigtb import (B_VETH4, GW4, MARK, REDIR_PORT, S5_PORT, STATS_PORT, TARGET4, TUN_CIDR,
+                   UDP_PORT)
 
 SETTLE_S = 0.5          # after a start, before the first measurement
 
@@ -113,20 +114,23 @@ class Launcher:
         """`twinstack redirect` on A's loopback, then the rule set that sends the target's TCP
         to it (the target stays routed over the veth: the rule needs a route to match). It has
         no ready byte: ready is its listener in the kernel (10 s at most). Via SOCKS5 its
-        outbound is the testbed's SOCKS5 server (CONNECT), from the same marked sockets."""
+        outbound is the testbed's SOCKS5 server (CONNECT), from the same marked sockets.
+        Direct, it also forwards the UDP echo port's datagrams to the target's echo server
+        (--udp-listen, --udp-to): the cheapest userspace UDP hop."""
         self.tb.route_target_via_veth()
         t0 = time.monotonic()
         p = self.tb.spawn(self.tb.ns_a, [self.binary.path, "redirect", "--listen",
                                          "127.0.0.1:%d" % REDIR_PORT, "--mark", str(MARK),
                                          "--stats", "127.0.0.1:%d" % STATS_PORT] +
                           (["--socks5", "%s:%d" % (B_VETH4, S5_PORT)] if subj.via_socks5
-                           else []),
+                           else ["--udp-listen", "127.0.0.1:%d" % REDIR_PORT,
+                                 "--udp-to", "%s:%d" % (TARGET4, UDP_PORT)]),
                           "%s.log" % subj.slug)
         try:
             if not self.tb.wait_listen(self.tb.ns_a, "tcp", REDIR_PORT, fatal=False) or \
                     not self.tb.wait_listen(self.tb.ns_a, "tcp", STATS_PORT, fatal=False):
                 raise RuntimeError("redirect: not listening within 10 s (exit %s)" % p.poll())
-            self.tb.redirect_on()
+            self.tb.redirect_on(udp=not subj.via_socks5)
         except RuntimeError:
             self.tb.stop(p)
             self.tb.redirect_off()

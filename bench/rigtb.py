@@ -170,13 +170,18 @@ class Testbed:
         self.sh(["ip", "-n", self.ns_a, "route", "replace", "10.200.1.0/24", "via", B_VETH4,
                  "dev", self.veth_a])
 
-    def redirect_on(self):
+    def redirect_on(self, udp=False):
         """The redirect baseline's rule set in A (nftables, a table named for this testbed):
         every TCP connection A opens to the target goes to the listener on REDIR_PORT, except
-        the baseline's own outbound connections (marked MARK)."""
+        the baseline's own outbound connections (marked MARK); with udp, every datagram to the
+        target's UDP echo port goes to its UDP forwarder on the same port number."""
+        udp_rule = ("  ip daddr %s udp dport %d redirect to :%d\n" % (TARGET4, UDP_PORT,
+                                                                     REDIR_PORT)
+                    if udp else "")
         rules = ("table inet %s {\n chain out {\n  type nat hook output priority -100; "
                  "policy accept;\n  meta mark %d return\n  ip daddr %s meta l4proto tcp "
-                 "redirect to :%d\n }\n}\n" % (self.nft_table, MARK, TARGET4, REDIR_PORT))
+                 "redirect to :%d\n%s }\n}\n" % (self.nft_table, MARK, TARGET4, REDIR_PORT,
+                                                   udp_rule))
         path = os.path.join(self.work, "redirect.nft")
         with open(path, "w") as f:
             f.write(rules)

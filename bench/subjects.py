@@ -42,8 +42,10 @@ KINDS = {
     "stack": Kind(tun=True, child=True, stack=True),        # `twinstack run`, one stack
     # `twinstack redirect`: nftables REDIRECT to a kernel listener and the product's
     # dispatcher, direct outbound and relay; no TUN. The cheapest terminating proxy this
-    # kernel allows: the bound a TUN proxy is measured against.
-    "redirect": Kind(tun=False, child=True, tcp_only=True),
+    # kernel allows: the bound a TUN proxy is measured against. Direct, it also carries the
+    # UDP echo port through its forwarder (the cheapest userspace UDP hop); via SOCKS5 it
+    # carries TCP only (Subject.tcp_only).
+    "redirect": Kind(tun=False, child=True),
     "socks5-client": Kind(tun=False, child=False),  # --via socks5: a plain client, no TUN
     # --subject NAME=COMMAND: another TUN proxy, started by its command line (placeholders
     # for the TUN, its address and the SOCKS5 server: EXTERNAL_FIELDS)
@@ -148,7 +150,7 @@ class Subject:
 
     @property
     def tcp_only(self):
-        return KINDS[self.kind].tcp_only
+        return KINDS[self.kind].tcp_only or (self.kind == "redirect" and self.via_socks5)
 
     @property
     def tun_offload(self):

@@ -36,6 +36,7 @@
 
 #include "cli/cli.h"
 #include "cli/redirect_lib.h"
+#include "cli/redirect_udp.h"
 #include "core/budget.h"
 #include "core/log.h"
 #include "core/stats_doc.h"
@@ -89,6 +90,7 @@ struct redirector {
 	struct dispatcher *disp;
 	struct stats_http *stats;
 	struct rd_listener lis[2];    /* IPv4, IPv6 */
+	struct rd_udp *udp;           /* --udp-listen: the forwarder, else NULL */
 	struct event *sig_int, *sig_term, *resume_ev;
 	struct redirect_counters c;
 	int exit_code;
@@ -99,6 +101,8 @@ void usage_redirect(FILE *out)
 	fputs("usage: twinstack redirect (--listen [ADDR]:PORT | --listen6 [ADDR]:PORT)...\n"
 	      "                          --mark N [--relay splice|copy] [--stats ADDR:PORT]\n"
 	      "                          [--socks5 ADDR:PORT]\n"
+	      "                          [--udp-listen [ADDR]:PORT --udp-to ADDR:PORT\n"
+	      "                           [--udp-idle-ms MS]]\n"
 	      "\n"
 	      "The redirect baseline (docs/architecture.md \"Redirect baseline\"): no TUN.\n"
 	      "nftables redirects the applications' connections to a listener here; each one's\n"
@@ -138,6 +142,17 @@ void usage_redirect(FILE *out)
 	      "                              A server in this namespace makes connections of\n"
 	      "                              its own, unmarked: the rule set must exempt them\n"
 	      "                              (meta skuid), or run it in another namespace\n"
+	      "      --udp-listen [ADDR]:PORT  IPv4 UDP socket (ADDR: 127.0.0.1) whose datagrams\n"
+	      "                              go to --udp-to, one marked socket per client\n"
+	      "                              source, replies back: the cheapest userspace UDP\n"
+	      "                              hop (a forwarder to one server: a socket cannot\n"
+	      "                              read a redirected datagram's destination). Redirect\n"
+	      "                              to it with e.g. 'udp dport 7007 redirect to :PORT'.\n"
+	      "                              Not with --socks5\n"
+	      "      --udp-to ADDR:PORT      the server --udp-listen forwards to (IPv6 as\n"
+	      "                              [ADDR]:PORT)\n"
+	      "      --udp-idle-ms MS        a UDP flow ends after MS without a datagram\n"
+	      "                              (1-86400000; default 60000, as 'run')\n"
 	      "  -h, --help                  this text\n",
 	      out);
 }
@@ -342,6 +357,8 @@ static void stats_fill(void *arg, struct stats_doc *d)
 	dispatcher_get_stats(r->disp, &ds);
 	add_redirect(r, d, &ds);
 	add_sessions(r, d, &ds);
+	if (r->udp)
+		rd_udp_stats(r->udp, d);
 }
 
 /* The counters as one JSON object on stdout. 0 or -ENOMEM / -EIO. */
@@ -406,7 +423,8 @@ static int make_config(struct redirector *r)
  * program holds outside sessions (its listeners, the stats endpoint, the fixed reserve). */
 static int make_budget(struct redirector *r, char *err, size_t errlen)
 {
-	uint32_t listeners = (uint32_t)r->o.has_listen4 + (uint32_t)r->o.has_listen6;
+	uint32_t listeners = (uint32_t)r->o.has_listen4 + (uint32_t)r->o.has_listen6 +
+			     (uint32_t)r->o.has_udp;
 	uint32_t reserve = budget_fd_reserve_for(0, listeners, r->o.has_stats ? STATS_HTTP_FDS : 0);
 	struct rlimit rl;
 	int ret;
@@ -503,6 +521,11 @@ static int redirector_start(struct redirector *r, char *err, size_t errlen)
 		return ret;
 	if (r->o.has_listen6 && (ret = listen_on(r, &r->lis[1], &r->o.listen6, err, errlen)) != 0)
 		return ret;
+	if (r->o.has_udp &&
+	    (ret = rd_udp_new(r->base, &r->o.udp_listen, &r->o.udp_to, &r->cfg.outbounds[0],
+			      r->budget, r->o.udp_idle_ms ? r->o.udp_idle_ms : r->cfg.timeouts.udp_idle_ms,
+			      &r->udp, err, errlen)) != 0)
+		return ret;
 	if (r->o.has_stats)
 		return stats_http_new(r->base, &r->o.stats, stats_fill, r, &r->stats, err, errlen);
 	return 0;
@@ -512,6 +535,7 @@ static int redirector_start(struct redirector *r, char *err, size_t errlen)
 static void redirector_free(struct redirector *r)
 {
 	stats_http_free(r->stats);
+	rd_udp_free(r->udp);
 	for (int i = 0; i < 2; i++) {
 		if (r->lis[i].ev)
 			event_free(r->lis[i].ev);
@@ -571,6 +595,33 @@ static int take_socks5(const char *s, struct redirect_opts *o)
 	return redirect_parse_socks5(s, &o->socks5);
 }
 
+static int take_udp_listen(const char *s, struct redirect_opts *o)
+{
+	o->has_udp = true;
+	return redirect_parse_listen(s, 4, &o->udp_listen);
+}
+
+static int take_udp_to(const char *s, struct redirect_opts *o)
+{
+	o->has_udp_to = true;
+	return redirect_parse_socks5(s, &o->udp_to);
+}
+
+static int take_udp_idle(const char *s, struct redirect_opts *o)
+{
+	char *end;
+	unsigned long v;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v < 1 || v > 86400000UL)
+		return -EINVAL;
+	o->udp_idle_ms = (uint32_t)v;
+	return 0;
+}
+
 static const struct {
 	const char *flag;
 	value_parser parse;
@@ -582,6 +633,9 @@ static const struct {
 	{ "--relay", take_relay, "splice or copy" },
 	{ "--stats", take_stats, "a loopback ADDR:PORT" },
 	{ "--socks5", take_socks5, "a server's ADDR:PORT or [ADDR]:PORT (an address, not a name)" },
+	{ "--udp-listen", take_udp_listen, "an IPv4 ADDR:PORT or :PORT" },
+	{ "--udp-to", take_udp_to, "a server's ADDR:PORT or [ADDR]:PORT (an address, not a name)" },
+	{ "--udp-idle-ms", take_udp_idle, "1-86400000 milliseconds" },
 };
 
 /* 0 parsed, 1 --help shown, -1 bad usage (message printed). */
@@ -617,8 +671,19 @@ static int parse_args(int argc, char **argv, struct redirect_opts *o)
 			return -1;
 		}
 	}
-	if (!o->has_listen4 && !o->has_listen6) {
-		fprintf(stderr, "twinstack redirect: --listen or --listen6 is required\n");
+	if (o->has_udp != o->has_udp_to) {
+		fprintf(stderr, "twinstack redirect: --udp-listen and --udp-to go together\n");
+		usage_redirect(stderr);
+		return -1;
+	}
+	if (o->has_udp && o->has_socks5) {
+		fprintf(stderr, "twinstack redirect: --udp-listen: not with --socks5 (the forwarder "
+				"sends to --udp-to directly)\n");
+		usage_redirect(stderr);
+		return -1;
+	}
+	if (!o->has_listen4 && !o->has_listen6 && !o->has_udp) {
+		fprintf(stderr, "twinstack redirect: --listen, --listen6 or --udp-listen is required\n");
 		usage_redirect(stderr);
 		return -1;
 	}
@@ -634,14 +699,20 @@ static int parse_args(int argc, char **argv, struct redirect_opts *o)
 static void log_ready(struct redirector *r)
 {
 	char a[NETADDR_EP_STRLEN], b[NETADDR_EP_STRLEN], s5[NETADDR_EP_STRLEN];
+	char ul[NETADDR_EP_STRLEN], ut[NETADDR_EP_STRLEN];
 
-	log_info(&r->log, "redirect: ready: listening on %s%s%s, mark %u, relay %s, outbound %s%s",
+	log_info(&r->log, "redirect: ready: listening on %s%s%s, mark %u, relay %s, outbound %s%s"
+		 "%s%s%s%s",
 		 r->o.has_listen4 ? netaddr_ep_format(&r->o.listen4, a, sizeof(a)) : "",
 		 r->o.has_listen4 && r->o.has_listen6 ? " and " : "",
 		 r->o.has_listen6 ? netaddr_ep_format(&r->o.listen6, b, sizeof(b)) : "", r->o.mark,
 		 r->o.relay == TS_RELAY_SPLICE ? "splice" : "copy",
 		 r->o.has_socks5 ? "socks5 " : "direct",
-		 r->o.has_socks5 ? netaddr_ep_format(&r->o.socks5, s5, sizeof(s5)) : "");
+		 r->o.has_socks5 ? netaddr_ep_format(&r->o.socks5, s5, sizeof(s5)) : "",
+		 r->o.has_udp ? ", udp " : "",
+		 r->o.has_udp ? netaddr_ep_format(&r->o.udp_listen, ul, sizeof(ul)) : "",
+		 r->o.has_udp ? " -> " : "",
+		 r->o.has_udp ? netaddr_ep_format(&r->o.udp_to, ut, sizeof(ut)) : "");
 }
 
 int cmd_redirect(int argc, char **argv)

@@ -131,6 +131,9 @@ check("via socks5: io_mode per-packet-socks5, the only outbound the SOCKS5 serve
 check("via socks5: the redirect baseline through the server, TCP only, second",
       subs[1].key == ("redirect", "per-packet-socks5", 1) and subs[1].via_socks5
       and subs[1].tcp_only and subs[1].label == "redirect via socks5")
+subs, _, _ = subjects.plan("full", ["system"], "offload")
+check("a direct run's redirect baseline carries UDP too (its forwarder)",
+      subs[1].kind == "redirect" and not subs[1].tcp_only)
 subs, _, _ = subjects.plan("sniff", ["system"], "offload")
 idle, look = config(subs[1])["route"], config(subs[2])["route"]
 check("sniff idle / look: a name rule for port 443 only / for every port",
@@ -362,15 +365,20 @@ else
 fi
 # A full run's memory table redrawn from a synthetic run: the system stack held all of 1,000
 # (RssAnon 3,000 -> 5,000 KiB: 2.00 KiB per connection) and 9,967 of 10,000 (1,000 ->
-# 1,000 + 2.2 x 9,967 KiB: 2.20).
+# 1,000 + 2.2 x 9,967 KiB: 2.20). UDP echo: veth 100,000 packets/s, the redirect baseline's
+# forwarder 45,000, the system stack 50,000: 0.500 of the veth (a MISS), with the forwarder's
+# 0.450 beside it, and 1.111 of the forwarder.
 mkdir -p "$out/full"
 python3 - "$out/full/results.json" <<'PY'
 import json, sys
-subjects = [("veth", "offload", 1, "veth"), ("reflector", "offload", 1, "reflector"),
-            ("system", "offload", 1, "system")]
+subjects = [("veth", "offload", 1, "veth"), ("redirect", "offload", 1, "redirect"),
+            ("reflector", "offload", 1, "reflector"), ("system", "offload", 1, "system")]
 samples = [{"key": [st, "offload", 1, "tcp_bulk", "up", 1, "throughput_gbps"],
             "values": [[1, v]]} for st, v in (("veth", 20.0), ("reflector", 12.0),
                                               ("system", 7.0))]
+for st, v in (("veth", 100000.0), ("redirect", 45000.0), ("system", 50000.0)):
+    samples.append({"key": [st, "offload", 1, "udp_echo_64B", None, None, "pps"],
+                    "values": [[1, v]]})
 for n, held, before, during in ((1000, 1000, 3000, 5000), (10000, 9967, 1000,
                                                            1000 + 2.2 * 9967)):
     for m, v in (("conns_held", held), ("rss_anon_before_kb", before), ("rss_anon_kb", during),
@@ -396,6 +404,16 @@ if "$bin" bench --report-from "$out/full/results.json" >/dev/null 2>&1 &&
 else
 	echo "not ok - a full run's memory table"
 	grep "^| system | [0-9]" "$out/full/report.md" 2>/dev/null | sed 's/^/# /'
+	fails=$((fails + 1))
+fi
+if grep -qF "| MISS | system, UDP echo 64 B packets/s over the veth's | 0.500 (the redirect's UDP hop: 0.450) | >= 0.75 |" \
+	"$out/full/report.md" && jq -e '[.rows[] | select(.stack == "system" and
+		.workload == "udp_echo_64B" and .metric == "redirect_fraction")][0].median |
+		. > 1.1110 and . < 1.1112' "$out/full/results.json" >/dev/null; then
+	echo "ok - a full run's UDP echo target line names the redirect's UDP hop beside it"
+else
+	echo "not ok - a full run's UDP echo target line and the redirect_fraction row"
+	grep -F "UDP echo" "$out/full/report.md" 2>/dev/null | sed 's/^/# /'
 	fails=$((fails + 1))
 fi
 if [ "$fails" -ne 0 ]; then

@@ -19,7 +19,11 @@
 # per client connection (the marked outbound is not redirected again), a second proxy on the
 # same port (exit 1), the copy relay, SIGTERM (exit 0, the counters as JSON on stdout, an open
 # connection reset), with --socks5 the same relay through microsocks (a download, and a reset
-# while no server listens), no sanitizer report, the namespaces and rule set gone after cleanup.
+# while no server listens), the UDP forwarder (--udp-listen/--udp-to: an echo run whose every
+# datagram is matched, the forwarder's counters equal to the client's; 200 flows each
+# answered and each its own flow, then ended by the idle time with their descriptors given
+# back; its usage errors exit 2), no sanitizer report, the
+# namespaces and rule set gone after cleanup.
 # iperf3 -t 2 through the proxy is printed (no threshold).
 #
 # usage: redirect.sh [--bin PATH] [--keep] [-v]
@@ -113,6 +117,7 @@ table inet $TABLE {
 		meta mark $MARK return
 		ip daddr 10.203.0.0/24 tcp dport { 8001-8003, 8009, 5201 } redirect to :$PORT
 		ip6 daddr fd03::/64 tcp dport { 8001-8003, 8009, 5201 } redirect to :$PORT
+		ip daddr 10.203.0.0/24 udp dport 7007 redirect to :$PORT
 	}
 }
 EOF
@@ -150,6 +155,7 @@ S(("::" if sys.argv[1] == "6" else "0.0.0.0", 8003), H).serve_forever()
 EOF
 spawn "$NS_S" "$TMP/echo.log" "$PY" "$TMP/echo.py" "$([ "$HAS6" -eq 1 ] && echo 6 || echo 4)"
 spawn "$NS_S" "$TMP/iperf3.log" iperf3 -s -p 5201
+spawn "$NS_S" "$TMP/udpserve.log" "$BIN" load serve --bind "$SRV4" --tcp-ports 7008 --udp-port 7007
 # listening NS PORT...: every PORT has a TCP listener in NS (one ss for them all).
 listening() {
 	local ns=$1 p have
@@ -157,7 +163,7 @@ listening() {
 	have=$(ip netns exec "$ns" ss -ltnH 2>/dev/null | awk '{ sub(/.*:/, "", $4); print $4 }')
 	for p in "$@"; do grep -qx "$p" <<<"$have" || return 1; done
 }
-wait_until 100 0.1 listening "$NS_S" 8001 8002 8003 5201 ||
+wait_until 100 0.1 listening "$NS_S" 8001 8002 8003 5201 7008 ||
 	{ not_ok setup "servers not listening"; exit 1; }
 
 # The proxy: stdout (the JSON on exit) and stderr apart.
@@ -438,6 +444,68 @@ if command -v microsocks >/dev/null 2>&1; then
 else
 	skip "--socks5 through microsocks" "no microsocks (Debian package microsocks)"
 fi
+
+# --- the UDP forwarder (--udp-listen, --udp-to) -----------------------------------------------
+# The rule set sends the client's datagrams to 10.203.0.0/24 port 7007 to the proxy's UDP socket
+# (the same port number as the TCP listener), which forwards them to the echo server in S from
+# a marked socket per client source; conntrack gives the replies back the server's address.
+udp_usage() {
+	local rc1 rc2
+	inC "$BIN" redirect --udp-listen ":$PORT" --mark "$MARK" >/dev/null 2>"$TMP/u1.err"
+	rc1=$?
+	inC "$BIN" redirect --udp-listen ":$PORT" --udp-to "$SRV4:7007" --socks5 "$SRV4:1081" \
+		--mark "$MARK" >/dev/null 2>"$TMP/u2.err"
+	rc2=$?
+	echo "no --udp-to: exit $rc1; with --socks5: exit $rc2"
+	[ "$rc1" -eq 2 ] && grep -q -- "--udp-to" "$TMP/u1.err" && [ "$rc2" -eq 2 ] &&
+		grep -q -- "--socks5" "$TMP/u2.err"
+}
+check "--udp-listen without --udp-to, or with --socks5: exit 2, named" udp_usage
+udp_forward() {
+	local b a j e sent got
+	start_proxy splice --stats "127.0.0.1:$P_STATS" --udp-listen ":$PORT" --udp-to "$SRV4:7007" \
+		--udp-idle-ms 1500 ||
+		{ echo "no start: $(tail -n 1 "$TMP/proxy.err")"; return 1; }
+	b=$(stats) || return 1
+	j=$(inC timeout 20 "$BIN" load udp --target "$SRV4:7007" --size 1400 --duration 1) ||
+		{ echo "load udp: $j"; return 1; }
+	a=$(stats) || return 1
+	sent=$(jq -r .sent <<<"$j")
+	got=$(jq -r .received <<<"$j")
+	# Every echo matched (sequence numbers), none lost; the forwarder moved exactly those.
+	jq -e '.sent > 1000 and .received == .sent and .bad == 0 and .loss_pct == 0' <<<"$j" \
+		>/dev/null || { echo "client: $j"; return 1; }
+	e=$(expect_all "$b" "$a" redirect.udp.flows_total 1 redirect.udp.datagrams_up "$sent" \
+		redirect.udp.datagrams_down "$got" redirect.udp.bytes_up $((sent * 1400)) \
+		redirect.udp.drops.send_up 0 redirect.udp.drops.send_down 0 redirect.accepted 0) ||
+		{ echo "$e"; return 1; }
+	echo "$sent datagrams of 1400 B echoed, none lost; $e"
+}
+check "UDP forwarder: every echo matched, its counters equal the client's" udp_forward
+udp_flows() {
+	local b a j e
+	b=$(stats) || return 1
+	j=$(inC timeout 20 "$BIN" load udpflows --target "$SRV4:7007" --flows 200) ||
+		{ echo "load udpflows: $j"; return 1; }
+	a=$(stats) || return 1
+	jq -e '.answered == 200' <<<"$j" >/dev/null || { echo "client: $j"; return 1; }
+	e=$(expect_all "$b" "$a" redirect.udp.flows_total 200 redirect.udp.flows_active 200 \
+		redirect.udp.datagrams_up 200 redirect.udp.datagrams_down 200 budget.fds_in_use 200) ||
+		{ echo "$e"; return 1; }
+	# Idle for 1.5 s, swept once a second: all gone within 3 s, their descriptors with them
+	# (the echo run's flow, still held before the flows, as well: one below where it began).
+	gone() { [ "$(stats | jq -r .redirect.udp.flows_active)" = 0 ]; }
+	wait_until 60 0.1 gone || { echo "flows still active 6 s later"; return 1; }
+	a=$(stats) || return 1
+	e="$e; then $(expect_all "$b" "$a" redirect.udp.flows_idle 201 budget.fds_in_use -1)" ||
+		{ echo "$e"; return 1; }
+	stop_proxy
+	[ "$PROXY_RC" -eq 0 ] || { echo "exit $PROXY_RC"; return 1; }
+	jq -e '.redirect.udp.flows_total == 201' "$TMP/proxy.out" >/dev/null ||
+		{ echo "exit JSON: $(jq -c .redirect.udp "$TMP/proxy.out" 2>&1 | head -c 300)"; return 1; }
+	echo "200 flows answered, each its own; $e; exit 0 with the counters"
+}
+check "UDP forwarder: 200 flows, each answered and its own, ended when idle" udp_flows
 
 sanitizers() {
 	if grep -qE "ERROR: (Leak|Address)Sanitizer|runtime error:" "$TMP/proxy.err"; then
