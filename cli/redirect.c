@@ -98,11 +98,11 @@ struct redirector {
 
 void usage_redirect(FILE *out)
 {
-	fputs("usage: twinstack redirect (--listen [ADDR]:PORT | --listen6 [ADDR]:PORT)...\n"
+	fputs("usage: twinstack redirect (--listen [ADDR]:PORT | --listen6 [ADDR]:PORT |\n"
+	      "                           --udp-listen [ADDR]:PORT --udp-to ADDR:PORT)...\n"
 	      "                          --mark N [--relay splice|copy] [--stats ADDR:PORT]\n"
 	      "                          [--socks5 ADDR:PORT]\n"
-	      "                          [--udp-listen [ADDR]:PORT --udp-to ADDR:PORT\n"
-	      "                           [--udp-idle-ms MS]]\n"
+	      "                          [--udp-idle-ms MS]\n"
 	      "\n"
 	      "The redirect baseline (docs/architecture.md \"Redirect baseline\"): no TUN.\n"
 	      "nftables redirects the applications' connections to a listener here; each one's\n"
@@ -131,7 +131,7 @@ void usage_redirect(FILE *out)
 	      "options:\n"
 	      "      --listen [ADDR]:PORT    IPv4 listener (ADDR defaults to 127.0.0.1)\n"
 	      "      --listen6 [ADDR]:PORT   IPv6 listener, \"[ADDR]:PORT\" (ADDR: ::1)\n"
-	      "                              (at least one of the two)\n"
+	      "                              (at least one of the two, or --udp-listen)\n"
 	      "      --mark N                SO_MARK of the outbound sockets (required):\n"
 	      "                              1-4294967295, decimal or 0x hex\n"
 	      "      --relay splice|copy     relay mode (default splice, as 'run')\n"
@@ -676,6 +676,21 @@ static int parse_args(int argc, char **argv, struct redirect_opts *o)
 		usage_redirect(stderr);
 		return -1;
 	}
+	if (o->udp_idle_ms && !o->has_udp) {
+		fprintf(stderr, "twinstack redirect: --udp-idle-ms needs --udp-listen\n");
+		usage_redirect(stderr);
+		return -1;
+	}
+	if (o->has_udp && redirect_udp_check(&o->udp_listen, &o->udp_to) == -EINVAL) {
+		fprintf(stderr, "twinstack redirect: --udp-listen: want an address, not 0.0.0.0 "
+				"(replies leave from the address the datagrams reached)\n");
+		return -1;
+	}
+	if (o->has_udp && redirect_udp_check(&o->udp_listen, &o->udp_to) == -ELOOP) {
+		fprintf(stderr, "twinstack redirect: --udp-to: that is --udp-listen itself "
+				"(every datagram would come back as a new flow)\n");
+		return -1;
+	}
 	if (o->has_udp && o->has_socks5) {
 		fprintf(stderr, "twinstack redirect: --udp-listen: not with --socks5 (the forwarder "
 				"sends to --udp-to directly)\n");
@@ -703,6 +718,7 @@ static void log_ready(struct redirector *r)
 
 	log_info(&r->log, "redirect: ready: listening on %s%s%s, mark %u, relay %s, outbound %s%s"
 		 "%s%s%s%s",
+		 !r->o.has_listen4 && !r->o.has_listen6 ? "(no TCP listener)" :
 		 r->o.has_listen4 ? netaddr_ep_format(&r->o.listen4, a, sizeof(a)) : "",
 		 r->o.has_listen4 && r->o.has_listen6 ? " and " : "",
 		 r->o.has_listen6 ? netaddr_ep_format(&r->o.listen6, b, sizeof(b)) : "", r->o.mark,

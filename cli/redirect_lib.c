@@ -90,6 +90,21 @@ int redirect_parse_socks5(const char *s, struct netaddr_ep *out)
 	return 0;
 }
 
+int redirect_udp_check(const struct netaddr_ep *listen, const struct netaddr_ep *to)
+{
+	static const uint8_t zero[16];
+	size_t n = listen->addr.family == 4 ? 4 : 16;
+
+	if (memcmp(listen->addr.a, zero, n) == 0)
+		return -EINVAL;
+	if (to->addr.family != listen->addr.family || to->port != listen->port)
+		return 0;
+	if (memcmp(to->addr.a, listen->addr.a, n) == 0 ||
+	    (netaddr_is_loopback(&listen->addr) && netaddr_is_loopback(&to->addr)))
+		return -ELOOP;
+	return 0;
+}
+
 int redirect_session_key(const struct sockaddr_storage *peer, const struct sockaddr_storage *local,
 			 const struct sockaddr_storage *orig, struct flow_key *key)
 {

@@ -50,6 +50,17 @@ int redirect_parse_stats(const char *s, struct netaddr_ep *out);
  * resolves), neither the unspecified address nor a multicast one. 0 or -EINVAL. */
 int redirect_parse_socks5(const char *s, struct netaddr_ep *out);
 
+/* The UDP forwarder's two ends, checked together:
+ *   -EINVAL  listen is the unspecified address: replies would leave from the address the route
+ *            picks, not the one the datagram reached, and conntrack could not give them back
+ *            their original source;
+ *   -ELOOP   to is the forwarder itself (the same port, and the listen address or, when that
+ *            is a loopback address, any loopback address): each hop would come back as a new
+ *            flow until the budget ran out.
+ * 0 otherwise. */
+int redirect_udp_check(const struct netaddr_ep *listen, const struct netaddr_ep *to)
+	__attribute__((warn_unused_result));
+
 /* An accepted connection: peer is its source (accept), local the address it reached on our
  * listener (getsockname), orig the destination before the redirect (SO_ORIGINAL_DST /
  * IP6T_SO_ORIGINAL_DST). Returns 0 with *key (TCP, peer -> orig), or

@@ -36,12 +36,18 @@ struct rd_udp_counters {
 	uint64_t bytes_up, bytes_down;
 	uint64_t drop_admission;    /* no flow: the budget's UDP admission said no */
 	uint64_t drop_fd;           /* no flow: no descriptor in the budget */
-	uint64_t drop_socket;       /* no flow: the socket could not be made or connected */
+	uint64_t drop_socket;       /* no flow: socket() failed */
+	uint64_t drop_connect;      /* no flow: connect() to the upstream failed */
+	uint64_t drop_event;        /* no flow: its read event or the sweep could not be armed */
 	uint64_t drop_nomem;        /* no flow: out of memory */
-	uint64_t drop_send_up;      /* the upstream socket refused a datagram (full, an error) */
-	uint64_t drop_send_down;    /* the listening socket refused a reply */
+	uint64_t drop_full_up;      /* the flow's socket had no room (EAGAIN, ENOBUFS) */
+	uint64_t drop_error_up;     /* it refused a datagram otherwise */
+	uint64_t drop_full_down;    /* the listening socket had no room for a reply */
+	uint64_t drop_error_down;   /* it refused a reply otherwise */
 	uint64_t drop_bad_source;   /* a source address that is neither IPv4 nor IPv6 */
-	uint64_t upstream_errors;   /* errors read from a flow's socket (ICMP unreachable) */
+	uint64_t upstream_errors;   /* ICMP errors (unreachable) a flow's socket reported, on a
+				     * receive or in place of a send (that datagram is dropped) */
+	uint64_t sweep_rearm_failed; /* the idle sweep could not re-arm (the next flow will) */
 };
 
 struct rd_flow {
@@ -152,6 +158,40 @@ static void flow_free(struct rd_udp *u, struct rd_flow *f)
 	free(f);
 }
 
+/* Sends m[0..n) on fd, each datagram tried once: after a partial send the rest goes on from
+ * where it stopped; no room (EAGAIN, ENOBUFS) drops what is left of the batch (counted in
+ * *full); any other error drops the datagram it stopped at (an ICMP error the socket held:
+ * *icmp, else *error) and the next is tried. Returns how many went out; their bytes are
+ * added to *bytes. */
+static int send_all(int fd, struct mmsghdr *m, int n, uint64_t *bytes, uint64_t *full,
+		    uint64_t *error, uint64_t *icmp)
+{
+	int i = 0, sent = 0;
+
+	while (i < n) {
+		int k = sendmmsg(fd, m + i, (unsigned)(n - i), MSG_DONTWAIT);
+
+		if (k > 0) {
+			for (int j = i; j < i + k; j++)
+				*bytes += m[j].msg_len;
+			i += k;
+			sent += k;
+			continue;
+		}
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) {
+			*full += (uint64_t)(n - i);
+			break;
+		}
+		if (k < 0 && (errno == ECONNREFUSED || errno == EHOSTUNREACH ||
+			      errno == ENETUNREACH))
+			(*icmp)++;
+		else
+			(*error)++;
+		i++;
+	}
+	return sent;
+}
+
 /* ---- upstream -> client ---------------------------------------------------------------- */
 
 static void on_flow_readable(evutil_socket_t fd, short what, void *arg)
@@ -174,7 +214,8 @@ static void on_flow_readable(evutil_socket_t fd, short what, void *arg)
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				break;
-			u->c.upstream_errors++; /* a queued ICMP error: the next read goes on */
+			/* A queued error (ICMP unreachable) is reported once; the next read goes on. */
+			u->c.upstream_errors++;
 			continue;
 		}
 		if (n == 0)
@@ -185,18 +226,22 @@ static void on_flow_readable(evutil_socket_t fd, short what, void *arg)
 			b->m[i].msg_hdr.msg_namelen = f->client_len;
 		}
 		flow_touch(u, f, now);
-		sent = sendmmsg(u->fd, b->m, (unsigned)n, MSG_DONTWAIT);
-		sent = sent < 0 ? 0 : sent;
-		for (int i = 0; i < sent; i++)
-			u->c.bytes_down += b->m[i].msg_len;
+		sent = send_all(u->fd, b->m, n, &u->c.bytes_down, &u->c.drop_full_down,
+				&u->c.drop_error_down, &u->c.drop_error_down);
 		u->c.datagrams_down += (uint64_t)sent;
-		u->c.drop_send_down += (uint64_t)(n - sent);
 		if (n < RD_UDP_BATCH)
 			break;
 	}
 }
 
 /* ---- client -> upstream ---------------------------------------------------------------- */
+
+static int sweep_arm(struct rd_udp *u)
+{
+	struct timeval tv = { RD_UDP_SWEEP_MS / 1000, (RD_UDP_SWEEP_MS % 1000) * 1000 };
+
+	return evtimer_add(u->sweep, &tv) == 0 ? 0 : -ENOMEM;
+}
 
 /* A new flow for the client at ss, or NULL (counted). */
 static struct rd_flow *flow_new(struct rd_udp *u, const struct sockaddr_storage *ss,
@@ -215,9 +260,13 @@ static struct rd_flow *flow_new(struct rd_udp *u, const struct sockaddr_storage 
 		u->c.drop_fd++;
 		return NULL;
 	}
-	if (outbound_socket(u->ob, u->to.addr.family, SOCK_DGRAM, &fd) != 0 ||
-	    connect(fd, (const struct sockaddr *)&u->to_ss, u->to_len) != 0) {
+	if (outbound_socket(u->ob, u->to.addr.family, SOCK_DGRAM, &fd) != 0) {
+		fd = -1;
 		u->c.drop_socket++;
+		goto fail;
+	}
+	if (connect(fd, (const struct sockaddr *)&u->to_ss, u->to_len) != 0) {
+		u->c.drop_connect++;
 		goto fail;
 	}
 	if (!(f = calloc(1, sizeof(*f)))) {
@@ -232,22 +281,18 @@ static struct rd_flow *flow_new(struct rd_udp *u, const struct sockaddr_storage 
 	memcpy(f->addr, addr, 16);
 	f->port_be = port_be;
 	f->ev = event_new(u->base, fd, EV_READ | EV_PERSIST, on_flow_readable, f);
-	if (!f->ev || event_add(f->ev, NULL) != 0) {
+	if (!f->ev || event_add(f->ev, NULL) != 0 ||
+	    (!evtimer_pending(u->sweep, NULL) && sweep_arm(u) != 0)) {
 		if (f->ev)
 			event_free(f->ev);
 		free(f);
-		u->c.drop_nomem++;
+		u->c.drop_event++;
 		goto fail;
 	}
 	*slot = f;
 	list_push_newest(u, f);
 	u->active++;
 	u->c.flows_total++;
-	if (!evtimer_pending(u->sweep, NULL)) {
-		struct timeval tv = { RD_UDP_SWEEP_MS / 1000, (RD_UDP_SWEEP_MS % 1000) * 1000 };
-
-		evtimer_add(u->sweep, &tv);
-	}
 	return f;
 fail:
 	if (fd >= 0)
@@ -289,12 +334,9 @@ static void send_up(struct rd_udp *u, struct rd_flow *f, int i, int j)
 		b->m[k].msg_hdr.msg_namelen = 0;
 		b->iov[k].iov_len = b->m[k].msg_len;
 	}
-	sent = sendmmsg(f->fd, &b->m[i], (unsigned)(j - i), MSG_DONTWAIT);
-	sent = sent < 0 ? 0 : sent;
-	for (int k = i; k < i + sent; k++)
-		u->c.bytes_up += b->m[k].msg_len;
+	sent = send_all(f->fd, &b->m[i], j - i, &u->c.bytes_up, &u->c.drop_full_up,
+			&u->c.drop_error_up, &u->c.upstream_errors);
 	u->c.datagrams_up += (uint64_t)sent;
-	u->c.drop_send_up += (uint64_t)(j - i - sent);
 }
 
 static void on_listener_readable(evutil_socket_t fd, short what, void *arg)
@@ -342,11 +384,8 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
 		flow_free(u, u->oldest);
 		u->c.flows_idle++;
 	}
-	if (u->oldest) {
-		struct timeval tv = { RD_UDP_SWEEP_MS / 1000, (RD_UDP_SWEEP_MS % 1000) * 1000 };
-
-		evtimer_add(u->sweep, &tv);
-	}
+	if (u->oldest && sweep_arm(u) != 0)
+		u->c.sweep_rearm_failed++; /* the next new flow arms it again */
 }
 
 /* ---- life -------------------------------------------------------------------------------- */
@@ -372,13 +411,17 @@ int rd_udp_new(struct event_base *base, const struct netaddr_ep *listen,
 	int one = 1, ret;
 
 	*out = NULL;
-	if (!(u = calloc(1, sizeof(*u))) || !(u->in.slots = malloc((size_t)RD_UDP_BATCH * RD_UDP_SLOT)) ||
+	if (!(u = calloc(1, sizeof(*u)))) {
+		snprintf(err, errlen, "redirect: udp: out of memory");
+		return -ENOMEM;
+	}
+	u->fd = -1;
+	if (!(u->in.slots = malloc((size_t)RD_UDP_BATCH * RD_UDP_SLOT)) ||
 	    !(u->out.slots = malloc((size_t)RD_UDP_BATCH * RD_UDP_SLOT))) {
 		ret = -ENOMEM;
 		snprintf(err, errlen, "redirect: udp: out of memory");
 		goto fail;
 	}
-	u->fd = -1;
 	u->base = base;
 	u->ob = ob;
 	u->budget = b;
@@ -453,9 +496,14 @@ void rd_udp_stats(const struct rd_udp *u, struct stats_doc *d)
 	stats_doc_counter(d, "redirect.udp.drops.admission", c->drop_admission);
 	stats_doc_counter(d, "redirect.udp.drops.fd", c->drop_fd);
 	stats_doc_counter(d, "redirect.udp.drops.socket", c->drop_socket);
+	stats_doc_counter(d, "redirect.udp.drops.connect", c->drop_connect);
+	stats_doc_counter(d, "redirect.udp.drops.event", c->drop_event);
 	stats_doc_counter(d, "redirect.udp.drops.nomem", c->drop_nomem);
-	stats_doc_counter(d, "redirect.udp.drops.send_up", c->drop_send_up);
-	stats_doc_counter(d, "redirect.udp.drops.send_down", c->drop_send_down);
+	stats_doc_counter(d, "redirect.udp.drops.full_up", c->drop_full_up);
+	stats_doc_counter(d, "redirect.udp.drops.error_up", c->drop_error_up);
+	stats_doc_counter(d, "redirect.udp.drops.full_down", c->drop_full_down);
+	stats_doc_counter(d, "redirect.udp.drops.error_down", c->drop_error_down);
 	stats_doc_counter(d, "redirect.udp.drops.bad_source", c->drop_bad_source);
 	stats_doc_counter(d, "redirect.udp.upstream_errors", c->upstream_errors);
+	stats_doc_counter(d, "redirect.udp.sweep_rearm_failed", c->sweep_rearm_failed);
 }

@@ -79,7 +79,8 @@ if(TS_SANITIZE STREQUAL "")
   set_tests_properties(reflect_netns PROPERTIES
     LABELS integration TIMEOUT 90 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   # The redirect baseline (tests/integration/redirect.sh): nftables redirect to `twinstack
-  # redirect` between two namespaces; transfers hash-compared, counters exact; about 20 s.
+  # redirect` between two namespaces; transfers hash-compared, counters exact, and its UDP
+  # forwarder (echo, flows, idle, ICMP, descriptor refusals); about 25 s.
   add_test(NAME redirect_netns
     COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/redirect.sh --bin $<TARGET_FILE:twinstack>)
   set_tests_properties(redirect_netns PROPERTIES

@@ -122,6 +122,13 @@ table inet $TABLE {
 }
 EOF
 
+# UDP conntrack entries of 1 s in C: a client socket of a later check that happens to get the
+# source port of an earlier flow's socket must not inherit that flow's entry (a marked
+# forwarder socket's entry is not redirected, so its datagrams would go straight to the server).
+inC sysctl -qw net.netfilter.nf_conntrack_udp_timeout=1 \
+	net.netfilter.nf_conntrack_udp_timeout_stream=1 ||
+	{ not_ok setup "conntrack UDP timeouts"; exit 1; }
+
 head -c "$MIB32" /dev/urandom >"$TMP/blob"
 BLOB_SHA=$(sha256sum <"$TMP/blob" | cut -d' ' -f1)
 
@@ -156,6 +163,7 @@ EOF
 spawn "$NS_S" "$TMP/echo.log" "$PY" "$TMP/echo.py" "$([ "$HAS6" -eq 1 ] && echo 6 || echo 4)"
 spawn "$NS_S" "$TMP/iperf3.log" iperf3 -s -p 5201
 spawn "$NS_S" "$TMP/udpserve.log" "$BIN" load serve --bind "$SRV4" --tcp-ports 7008 --udp-port 7007
+UDPSERVE=$SPAWNED
 # listening NS PORT...: every PORT has a TCP listener in NS (one ss for them all).
 listening() {
 	local ns=$1 p have
@@ -450,24 +458,31 @@ fi
 # (the same port number as the TCP listener), which forwards them to the echo server in S from
 # a marked socket per client source; conntrack gives the replies back the server's address.
 udp_usage() {
-	local rc1 rc2
-	inC "$BIN" redirect --udp-listen ":$PORT" --mark "$MARK" >/dev/null 2>"$TMP/u1.err"
-	rc1=$?
-	inC "$BIN" redirect --udp-listen ":$PORT" --udp-to "$SRV4:7007" --socks5 "$SRV4:1081" \
-		--mark "$MARK" >/dev/null 2>"$TMP/u2.err"
-	rc2=$?
-	echo "no --udp-to: exit $rc1; with --socks5: exit $rc2"
-	[ "$rc1" -eq 2 ] && grep -q -- "--udp-to" "$TMP/u1.err" && [ "$rc2" -eq 2 ] &&
-		grep -q -- "--socks5" "$TMP/u2.err"
+	local args rc out=""
+	# Each: the arguments (| between words) and what the message must name.
+	for args in "--udp-listen|:$PORT=--udp-to" \
+		"--udp-listen|:$PORT|--udp-to|$SRV4:7007|--socks5|$SRV4:1081=--socks5" \
+		"--udp-listen|:$PORT|--udp-to|127.0.0.1:$PORT=itself" \
+		"--udp-listen|0.0.0.0:$PORT|--udp-to|$SRV4:7007=0.0.0.0" \
+		"--listen|:$PORT|--udp-idle-ms|5=--udp-idle-ms needs"; do
+		IFS='|' read -r -a a <<<"${args%=*}"
+		inC "$BIN" redirect "${a[@]}" --mark "$MARK" >/dev/null 2>"$TMP/u.err"
+		rc=$?
+		out="$out ${a[*]:0:2}...: $rc;"
+		[ "$rc" -eq 2 ] && grep -qF -- "${args##*=}" "$TMP/u.err" ||
+			{ echo "${a[*]}: exit $rc: $(head -n 1 "$TMP/u.err")"; return 1; }
+	done
+	echo "${out# }"
 }
-check "--udp-listen without --udp-to, or with --socks5: exit 2, named" udp_usage
+check "--udp-* usage errors (no --udp-to, --socks5, itself, 0.0.0.0, idle alone): exit 2, named" udp_usage
 udp_forward() {
 	local b a j e sent got
 	start_proxy splice --stats "127.0.0.1:$P_STATS" --udp-listen ":$PORT" --udp-to "$SRV4:7007" \
 		--udp-idle-ms 1500 ||
 		{ echo "no start: $(tail -n 1 "$TMP/proxy.err")"; return 1; }
 	b=$(stats) || return 1
-	j=$(inC timeout 20 "$BIN" load udp --target "$SRV4:7007" --size 1400 --duration 1) ||
+	# 2.5 s, longer than the idle time (1.5 s): a flow in use must not be swept.
+	j=$(inC timeout 20 "$BIN" load udp --target "$SRV4:7007" --size 1400 --duration 2.5) ||
 		{ echo "load udp: $j"; return 1; }
 	a=$(stats) || return 1
 	sent=$(jq -r .sent <<<"$j")
@@ -475,15 +490,19 @@ udp_forward() {
 	# Every echo matched (sequence numbers), none lost; the forwarder moved exactly those.
 	jq -e '.sent > 1000 and .received == .sent and .bad == 0 and .loss_pct == 0' <<<"$j" \
 		>/dev/null || { echo "client: $j"; return 1; }
-	e=$(expect_all "$b" "$a" redirect.udp.flows_total 1 redirect.udp.datagrams_up "$sent" \
-		redirect.udp.datagrams_down "$got" redirect.udp.bytes_up $((sent * 1400)) \
-		redirect.udp.drops.send_up 0 redirect.udp.drops.send_down 0 redirect.accepted 0) ||
+	e=$(expect_all "$b" "$a" redirect.udp.flows_total 1 redirect.udp.flows_idle 0 \
+		redirect.udp.datagrams_up "$sent" redirect.udp.datagrams_down "$got" \
+		redirect.udp.bytes_up $((sent * 1400)) redirect.udp.bytes_down $((got * 1400)) \
+		redirect.udp.drops.full_up 0 redirect.udp.drops.full_down 0 redirect.accepted 0) ||
 		{ echo "$e"; return 1; }
 	echo "$sent datagrams of 1400 B echoed, none lost; $e"
 }
-check "UDP forwarder: every echo matched, its counters equal the client's" udp_forward
+check "UDP forwarder: every echo matched, its counters equal the client's, not swept in use" udp_forward
+gone() { [ "$(stats | jq -r .redirect.udp.flows_active)" = 0 ]; }
 udp_flows() {
 	local b a j e
+	# The echo run's flow goes first (idle 1.5 s, swept once a second: within 3 s).
+	wait_until 60 0.1 gone || { echo "the echo run's flow still active 6 s later"; return 1; }
 	b=$(stats) || return 1
 	j=$(inC timeout 20 "$BIN" load udpflows --target "$SRV4:7007" --flows 200) ||
 		{ echo "load udpflows: $j"; return 1; }
@@ -492,20 +511,81 @@ udp_flows() {
 	e=$(expect_all "$b" "$a" redirect.udp.flows_total 200 redirect.udp.flows_active 200 \
 		redirect.udp.datagrams_up 200 redirect.udp.datagrams_down 200 budget.fds_in_use 200) ||
 		{ echo "$e"; return 1; }
-	# Idle for 1.5 s, swept once a second: all gone within 3 s, their descriptors with them
-	# (the echo run's flow, still held before the flows, as well: one below where it began).
-	gone() { [ "$(stats | jq -r .redirect.udp.flows_active)" = 0 ]; }
+	# Idle for 1.5 s, swept once a second: all gone within 3 s, their descriptors with them.
 	wait_until 60 0.1 gone || { echo "flows still active 6 s later"; return 1; }
 	a=$(stats) || return 1
-	e="$e; then $(expect_all "$b" "$a" redirect.udp.flows_idle 201 budget.fds_in_use -1)" ||
+	e="$e; then $(expect_all "$b" "$a" redirect.udp.flows_idle 200 budget.fds_in_use 0)" ||
 		{ echo "$e"; return 1; }
-	stop_proxy
-	[ "$PROXY_RC" -eq 0 ] || { echo "exit $PROXY_RC"; return 1; }
-	jq -e '.redirect.udp.flows_total == 201' "$TMP/proxy.out" >/dev/null ||
-		{ echo "exit JSON: $(jq -c .redirect.udp "$TMP/proxy.out" 2>&1 | head -c 300)"; return 1; }
-	echo "200 flows answered, each its own; $e; exit 0 with the counters"
+	echo "200 flows answered, each its own; $e"
 }
 check "UDP forwarder: 200 flows, each answered and its own, ended when idle" udp_flows
+# The server gone: each datagram's ICMP port unreachable comes back to the flow's socket, on a
+# read or in place of the next send; counted, the flow kept, the loop not spinning.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+udp_upstream_gone() {
+	local b a t0 t1 e
+	stop_pid "$UDPSERVE"
+	b=$(stats) || return 1
+	t0=$(cpu_ticks "$PROXY")
+	inC "$PY" -c 'import socket, time, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.connect((sys.argv[1], 7007))
+for i in range(20):
+    try:
+        s.send(b"x" * 64)
+    except ConnectionRefusedError:
+        pass
+    time.sleep(0.02)' "$SRV4" || { echo "client failed"; return 1; }
+	sleep 0.5
+	t1=$(cpu_ticks "$PROXY")
+	a=$(stats) || { echo "no /stats afterwards"; return 1; }
+	e=$(expect_all "$b" "$a" redirect.udp.flows_total 1 redirect.udp.flows_active 1 \
+		redirect.udp.datagrams_down 0 redirect.udp.drops.error_up 0) || { echo "$e"; return 1; }
+	jq -en --argjson b "$b" --argjson a "$a" '($a.redirect.udp.upstream_errors -
+		$b.redirect.udp.upstream_errors) as $i | ($a.redirect.udp.datagrams_up -
+		$b.redirect.udp.datagrams_up) as $u | $i >= 1 and $u >= 1 and $u + $i >= 20' \
+		>/dev/null || { echo "upstream_errors/datagrams_up: $(jq -c .redirect.udp <<<"$a")"; return 1; }
+	# 0.9 s of wall time; a spinning loop would burn it all (100 ticks a second).
+	[ $((t1 - t0)) -lt 30 ] || { echo "the proxy used $((t1 - t0)) ticks: spinning?"; return 1; }
+	stop_proxy
+	[ "$PROXY_RC" -eq 0 ] || { echo "exit $PROXY_RC"; return 1; }
+	jq -e '.redirect.udp.flows_total == 202' "$TMP/proxy.out" >/dev/null ||
+		{ echo "exit JSON: $(jq -c .redirect.udp "$TMP/proxy.out" 2>&1 | head -c 300)"; return 1; }
+	echo "$(jq -r '.redirect.udp | "upstream_errors \(.upstream_errors), datagrams_up \(.datagrams_up)"' \
+		<<<"$a"); $e; $((t1 - t0)) CPU ticks; exit 0 with the counters"
+}
+check "UDP forwarder: the server gone: ICMP errors counted, flow kept, no spin" udp_upstream_gone
+# Few descriptors (RLIMIT_NOFILE 96: 32 for flows): the flows beyond the budget are refused, one datagram
+# dropped and counted each, the admitted ones answered, and every descriptor comes back.
+udp_refused() {
+	local j a e n
+	spawn "$NS_S" "$TMP/udpserve2.log" "$BIN" load serve --bind "$SRV4" --tcp-ports 7008 \
+		--udp-port 7007
+	wait_until 100 0.1 listening "$NS_S" 7008 || { echo "echo server not back"; return 1; }
+	sleep 1.2 # the gone check's conntrack entries expire (above)
+	ip netns exec "$NS_C" bash -c 'ulimit -n 96 && exec "$@"' sh "$BIN" redirect --udp-listen ":$PORT" \
+		--udp-to "$SRV4:7007" --udp-idle-ms 1000 --mark "$MARK" --stats "127.0.0.1:$P_STATS" \
+		</dev/null >"$TMP/proxy.out" 2>>"$TMP/proxy.err" &
+	PROXY=$!
+	PIDS+=("$PROXY")
+	wait_until 100 0.1 listening "$NS_C" "$P_STATS" || { echo "no start"; return 1; }
+	j=$(inC timeout 20 "$BIN" load udpflows --target "$SRV4:7007" --flows 200) ||
+		{ echo "load udpflows: $j"; return 1; }
+	a=$(stats) || return 1
+	n=$(jq -r .redirect.udp.flows_total <<<"$a")
+	jq -en --argjson a "$a" --argjson j "$j" '$a.redirect.udp as $u | $u.flows_total > 0 and
+		$u.flows_total < 200 and $j.answered == $u.flows_total and
+		$u.drops.fd + $u.drops.admission == 200 - $u.flows_total and
+		$u.datagrams_up == $u.flows_total' >/dev/null ||
+		{ echo "client $j; forwarder $(jq -c .redirect.udp <<<"$a")"; return 1; }
+	wait_until 60 0.1 gone || { echo "flows still active 6 s later"; return 1; }
+	e=$(stats | jq -r '"fds_in_use \(.budget.fds_in_use)"')
+	[ "$e" = "fds_in_use 0" ] || { echo "$e after the flows ended"; return 1; }
+	stop_proxy
+	[ "$PROXY_RC" -eq 0 ] || { echo "exit $PROXY_RC"; return 1; }
+	echo "$n flows admitted and answered, $((200 - n)) refused and counted; $e after idle"
+}
+check "UDP forwarder: beyond the descriptor budget, refused and counted; all given back" udp_refused
 
 sanitizers() {
 	if grep -qE "ERROR: (Leak|Address)Sanitizer|runtime error:" "$TMP/proxy.err"; then

@@ -59,6 +59,54 @@ Test(redirect_listen, refused)
 	cr_expect_eq(redirect_parse_listen(":80", 5, &ep), -EINVAL, "no family 5");
 }
 
+/* ---- --udp-listen / --udp-to ------------------------------------------------------------------ */
+
+static struct netaddr_ep ep_of(const char *s)
+{
+	struct netaddr_ep ep;
+
+	cr_assert_eq(netaddr_parse_ep(s, &ep), 0, "%s", s);
+	return ep;
+}
+
+Test(redirect_udp, a_forwarder_to_another_address_or_port)
+{
+	struct netaddr_ep l = ep_of("127.0.0.1:7400"), t = ep_of("10.200.1.2:7007");
+
+	cr_assert_eq(redirect_udp_check(&l, &t), 0);
+	t = ep_of("127.0.0.1:7401");
+	cr_assert_eq(redirect_udp_check(&l, &t), 0, "another port on loopback");
+	t = ep_of("[::1]:7400");
+	cr_assert_eq(redirect_udp_check(&l, &t), 0, "the other family");
+	l = ep_of("10.0.0.1:7400");
+	t = ep_of("127.0.0.1:7400");
+	cr_assert_eq(redirect_udp_check(&l, &t), 0, "listening elsewhere, loopback is not us");
+}
+
+Test(redirect_udp, to_itself_is_a_loop)
+{
+	struct netaddr_ep l = ep_of("127.0.0.1:7400"), t = ep_of("127.0.0.1:7400");
+
+	cr_assert_eq(redirect_udp_check(&l, &t), -ELOOP);
+	t = ep_of("127.0.0.53:7400");
+	cr_assert_eq(redirect_udp_check(&l, &t), -ELOOP, "any loopback address reaches 127.0.0.1");
+	l = ep_of("10.0.0.1:53");
+	t = ep_of("10.0.0.1:53");
+	cr_assert_eq(redirect_udp_check(&l, &t), -ELOOP);
+	l = ep_of("[::1]:80");
+	t = ep_of("[::1]:80");
+	cr_assert_eq(redirect_udp_check(&l, &t), -ELOOP);
+}
+
+Test(redirect_udp, the_unspecified_address_is_refused)
+{
+	struct netaddr_ep l = ep_of("0.0.0.0:7400"), t = ep_of("10.200.1.2:7007");
+
+	cr_assert_eq(redirect_udp_check(&l, &t), -EINVAL);
+	l = ep_of("[::]:7400");
+	cr_assert_eq(redirect_udp_check(&l, &t), -EINVAL);
+}
+
 /* ---- --socks5 -------------------------------------------------------------------------------- */
 
 Test(redirect_socks5, addresses)
