@@ -90,7 +90,7 @@ struct redirector {
 	struct dispatcher *disp;
 	struct stats_http *stats;
 	struct rd_listener lis[2];    /* IPv4, IPv6 */
-	struct rd_udp *udp;           /* --udp-listen: the forwarder, else NULL */
+	struct rd_udp *udp;           /* --udp-listen(6): the forwarder, else NULL */
 	struct event *sig_int, *sig_term, *resume_ev;
 	struct redirect_counters c;
 	int exit_code;
@@ -102,7 +102,7 @@ void usage_redirect(FILE *out)
 	      "                           --udp-listen [ADDR]:PORT --udp-to ADDR:PORT)...\n"
 	      "                          --mark N [--relay splice|copy] [--stats ADDR:PORT]\n"
 	      "                          [--socks5 ADDR:PORT]\n"
-	      "                          [--udp-idle-ms MS]\n"
+	      "                          [--udp-listen6 [ADDR]:PORT] [--udp-idle-ms MS]\n"
 	      "\n"
 	      "The redirect baseline (docs/architecture.md \"Redirect baseline\"): no TUN.\n"
 	      "nftables redirects the applications' connections to a listener here; each one's\n"
@@ -149,6 +149,8 @@ void usage_redirect(FILE *out)
 	      "                              read a redirected datagram's destination). Redirect\n"
 	      "                              to it with e.g. 'udp dport 7007 redirect to :PORT'.\n"
 	      "                              Not with --socks5\n"
+	      "      --udp-listen6 [ADDR]:PORT  the same on IPv6 (ADDR: ::1), beside or instead\n"
+	      "                              of --udp-listen\n"
 	      "      --udp-to ADDR:PORT      the server --udp-listen forwards to (IPv6 as\n"
 	      "                              [ADDR]:PORT)\n"
 	      "      --udp-idle-ms MS        a UDP flow ends after MS without a datagram\n"
@@ -424,7 +426,7 @@ static int make_config(struct redirector *r)
 static int make_budget(struct redirector *r, char *err, size_t errlen)
 {
 	uint32_t listeners = (uint32_t)r->o.has_listen4 + (uint32_t)r->o.has_listen6 +
-			     (uint32_t)r->o.has_udp;
+			     (uint32_t)r->o.has_udp + (uint32_t)r->o.has_udp6;
 	uint32_t reserve = budget_fd_reserve_for(0, listeners, r->o.has_stats ? STATS_HTTP_FDS : 0);
 	struct rlimit rl;
 	int ret;
@@ -521,9 +523,10 @@ static int redirector_start(struct redirector *r, char *err, size_t errlen)
 		return ret;
 	if (r->o.has_listen6 && (ret = listen_on(r, &r->lis[1], &r->o.listen6, err, errlen)) != 0)
 		return ret;
-	if (r->o.has_udp &&
-	    (ret = rd_udp_new(r->base, &r->o.udp_listen, &r->o.udp_to, &r->cfg.outbounds[0],
-			      r->budget, r->o.udp_idle_ms ? r->o.udp_idle_ms : r->cfg.timeouts.udp_idle_ms,
+	if ((r->o.has_udp || r->o.has_udp6) &&
+	    (ret = rd_udp_new(r->base, r->o.has_udp ? &r->o.udp_listen : NULL,
+			      r->o.has_udp6 ? &r->o.udp_listen6 : NULL, &r->o.udp_to,
+			      &r->cfg.outbounds[0], r->budget, r->o.udp_idle_ms ? r->o.udp_idle_ms : r->cfg.timeouts.udp_idle_ms,
 			      &r->udp, err, errlen)) != 0)
 		return ret;
 	if (r->o.has_stats)
@@ -601,6 +604,12 @@ static int take_udp_listen(const char *s, struct redirect_opts *o)
 	return redirect_parse_listen(s, 4, &o->udp_listen);
 }
 
+static int take_udp_listen6(const char *s, struct redirect_opts *o)
+{
+	o->has_udp6 = true;
+	return redirect_parse_listen(s, 6, &o->udp_listen6);
+}
+
 static int take_udp_to(const char *s, struct redirect_opts *o)
 {
 	o->has_udp_to = true;
@@ -634,6 +643,7 @@ static const struct {
 	{ "--stats", take_stats, "a loopback ADDR:PORT" },
 	{ "--socks5", take_socks5, "a server's ADDR:PORT or [ADDR]:PORT (an address, not a name)" },
 	{ "--udp-listen", take_udp_listen, "an IPv4 ADDR:PORT or :PORT" },
+	{ "--udp-listen6", take_udp_listen6, "an IPv6 [ADDR]:PORT or :PORT" },
 	{ "--udp-to", take_udp_to, "a server's ADDR:PORT or [ADDR]:PORT (an address, not a name)" },
 	{ "--udp-idle-ms", take_udp_idle, "1-86400000 milliseconds" },
 };
@@ -671,33 +681,46 @@ static int parse_args(int argc, char **argv, struct redirect_opts *o)
 			return -1;
 		}
 	}
-	if (o->has_udp != o->has_udp_to) {
-		fprintf(stderr, "twinstack redirect: --udp-listen and --udp-to go together\n");
+	bool udp = o->has_udp || o->has_udp6;
+
+	if (udp != o->has_udp_to) {
+		fprintf(stderr, "twinstack redirect: --udp-listen (or --udp-listen6) and --udp-to "
+				"go together\n");
 		usage_redirect(stderr);
 		return -1;
 	}
-	if (o->udp_idle_ms && !o->has_udp) {
+	if (o->udp_idle_ms && !udp) {
 		fprintf(stderr, "twinstack redirect: --udp-idle-ms needs --udp-listen\n");
 		usage_redirect(stderr);
 		return -1;
 	}
-	if (o->has_udp && redirect_udp_check(&o->udp_listen, &o->udp_to) == -EINVAL) {
-		fprintf(stderr, "twinstack redirect: --udp-listen: want an address, not 0.0.0.0 "
-				"(replies leave from the address the datagrams reached)\n");
-		return -1;
+	for (int k = 0; k < 2; k++) {
+		const struct netaddr_ep *l = k ? &o->udp_listen6 : &o->udp_listen;
+		const char *flag = k ? "--udp-listen6" : "--udp-listen";
+		int c;
+
+		if (!(k ? o->has_udp6 : o->has_udp))
+			continue;
+		c = redirect_udp_check(l, &o->udp_to);
+		if (c == -EINVAL) {
+			fprintf(stderr, "twinstack redirect: %s: want an address, not the unspecified "
+					"one (replies leave from the address the datagrams reached)\n",
+				flag);
+			return -1;
+		}
+		if (c == -ELOOP) {
+			fprintf(stderr, "twinstack redirect: --udp-to: that is %s itself (every "
+					"datagram would come back as a new flow)\n", flag);
+			return -1;
+		}
 	}
-	if (o->has_udp && redirect_udp_check(&o->udp_listen, &o->udp_to) == -ELOOP) {
-		fprintf(stderr, "twinstack redirect: --udp-to: that is --udp-listen itself "
-				"(every datagram would come back as a new flow)\n");
-		return -1;
-	}
-	if (o->has_udp && o->has_socks5) {
+	if (udp && o->has_socks5) {
 		fprintf(stderr, "twinstack redirect: --udp-listen: not with --socks5 (the forwarder "
 				"sends to --udp-to directly)\n");
 		usage_redirect(stderr);
 		return -1;
 	}
-	if (!o->has_listen4 && !o->has_listen6 && !o->has_udp) {
+	if (!o->has_listen4 && !o->has_listen6 && !udp) {
 		fprintf(stderr, "twinstack redirect: --listen, --listen6 or --udp-listen is required\n");
 		usage_redirect(stderr);
 		return -1;
@@ -714,10 +737,10 @@ static int parse_args(int argc, char **argv, struct redirect_opts *o)
 static void log_ready(struct redirector *r)
 {
 	char a[NETADDR_EP_STRLEN], b[NETADDR_EP_STRLEN], s5[NETADDR_EP_STRLEN];
-	char ul[NETADDR_EP_STRLEN], ut[NETADDR_EP_STRLEN];
+	char ul[NETADDR_EP_STRLEN], u6[NETADDR_EP_STRLEN], ut[NETADDR_EP_STRLEN];
 
 	log_info(&r->log, "redirect: ready: listening on %s%s%s, mark %u, relay %s, outbound %s%s"
-		 "%s%s%s%s",
+		 "%s%s%s%s%s%s",
 		 !r->o.has_listen4 && !r->o.has_listen6 ? "(no TCP listener)" :
 		 r->o.has_listen4 ? netaddr_ep_format(&r->o.listen4, a, sizeof(a)) : "",
 		 r->o.has_listen4 && r->o.has_listen6 ? " and " : "",
@@ -725,10 +748,13 @@ static void log_ready(struct redirector *r)
 		 r->o.relay == TS_RELAY_SPLICE ? "splice" : "copy",
 		 r->o.has_socks5 ? "socks5 " : "direct",
 		 r->o.has_socks5 ? netaddr_ep_format(&r->o.socks5, s5, sizeof(s5)) : "",
-		 r->o.has_udp ? ", udp " : "",
-		 r->o.has_udp ? netaddr_ep_format(&r->o.udp_listen, ul, sizeof(ul)) : "",
-		 r->o.has_udp ? " -> " : "",
-		 r->o.has_udp ? netaddr_ep_format(&r->o.udp_to, ut, sizeof(ut)) : "");
+		 r->o.has_udp || r->o.has_udp6 ? ", udp " : "",
+		 r->o.has_udp ? netaddr_ep_format(&r->o.udp_listen, ul, sizeof(ul)) :
+		 r->o.has_udp6 ? netaddr_ep_format(&r->o.udp_listen6, ul, sizeof(ul)) : "",
+		 r->o.has_udp && r->o.has_udp6 ? " and " : r->o.has_udp || r->o.has_udp6 ? " -> " : "",
+		 r->o.has_udp && r->o.has_udp6 ? netaddr_ep_format(&r->o.udp_listen6, u6, sizeof(u6)) :
+		 "", r->o.has_udp && r->o.has_udp6 ? " -> " : "",
+		 r->o.has_udp || r->o.has_udp6 ? netaddr_ep_format(&r->o.udp_to, ut, sizeof(ut)) : "");
 }
 
 int cmd_redirect(int argc, char **argv)

@@ -17,12 +17,14 @@
 
 /* What the command line asks for. */
 struct redirect_opts {
-	bool has_listen4, has_listen6, has_stats, has_socks5, has_udp, has_udp_to;
+	bool has_listen4, has_listen6, has_stats, has_socks5, has_udp_to;
+	bool has_udp, has_udp6;      /* --udp-listen, --udp-listen6 */
 	struct netaddr_ep listen4;   /* IPv4 listener (family 4) */
 	struct netaddr_ep listen6;   /* IPv6 listener (family 6) */
 	struct netaddr_ep stats;     /* the /stats endpoint, a loopback address */
 	struct netaddr_ep socks5;    /* the SOCKS5 server, with has_socks5 (else direct) */
-	struct netaddr_ep udp_listen; /* the UDP forwarder's socket (family 4), with has_udp */
+	struct netaddr_ep udp_listen; /* the UDP forwarder's IPv4 socket, with has_udp */
+	struct netaddr_ep udp_listen6; /* its IPv6 socket, with has_udp6 */
 	struct netaddr_ep udp_to;    /* where it forwards to, with has_udp_to */
 	uint32_t udp_idle_ms;        /* a flow's idle time; 0: the configuration's default */
 	uint32_t mark;               /* SO_MARK of the outbound sockets, 1..UINT32_MAX */

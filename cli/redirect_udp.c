@@ -53,6 +53,7 @@ struct rd_udp_counters {
 struct rd_flow {
 	struct rd_udp *u;
 	int fd;
+	int lfd;                          /* the listening socket its datagrams came to */
 	struct event *ev;
 	struct sockaddr_storage client;
 	socklen_t client_len;
@@ -79,8 +80,8 @@ struct rd_udp {
 	struct sockaddr_storage to_ss;
 	socklen_t to_len;
 	int64_t idle_ns;
-	int fd;                           /* the listening socket */
-	struct event *ev, *sweep;
+	int fd[2];                        /* the listening sockets, IPv4 and IPv6; -1: none */
+	struct event *ev[2], *sweep;
 	struct rd_flow *bucket[RD_UDP_BUCKETS];
 	struct rd_flow *oldest, *newest;
 	uint64_t active;
@@ -226,7 +227,7 @@ static void on_flow_readable(evutil_socket_t fd, short what, void *arg)
 			b->m[i].msg_hdr.msg_namelen = f->client_len;
 		}
 		flow_touch(u, f, now);
-		sent = send_all(u->fd, b->m, n, &u->c.bytes_down, &u->c.drop_full_down,
+		sent = send_all(f->lfd, b->m, n, &u->c.bytes_down, &u->c.drop_full_down,
 				&u->c.drop_error_down, &u->c.drop_error_down);
 		u->c.datagrams_down += (uint64_t)sent;
 		if (n < RD_UDP_BATCH)
@@ -244,7 +245,7 @@ static int sweep_arm(struct rd_udp *u)
 }
 
 /* A new flow for the client at ss, or NULL (counted). */
-static struct rd_flow *flow_new(struct rd_udp *u, const struct sockaddr_storage *ss,
+static struct rd_flow *flow_new(struct rd_udp *u, int lfd, const struct sockaddr_storage *ss,
 				socklen_t len, int family, const uint8_t *addr, uint16_t port_be,
 				struct rd_flow **slot)
 {
@@ -275,6 +276,7 @@ static struct rd_flow *flow_new(struct rd_udp *u, const struct sockaddr_storage 
 	}
 	f->u = u;
 	f->fd = fd;
+	f->lfd = lfd;
 	f->client = *ss;
 	f->client_len = len;
 	f->family = (uint8_t)family;
@@ -303,7 +305,7 @@ fail:
 }
 
 /* The flow of the i-th received datagram, made if new; NULL: dropped (counted). */
-static struct rd_flow *flow_of(struct rd_udp *u, int i, int64_t now)
+static struct rd_flow *flow_of(struct rd_udp *u, int lfd, int i, int64_t now)
 {
 	const struct sockaddr_storage *ss = &u->in.name[i];
 	struct rd_flow **slot, *f;
@@ -316,8 +318,8 @@ static struct rd_flow *flow_of(struct rd_udp *u, int i, int64_t now)
 		return NULL;
 	}
 	slot = flow_slot(u, family, addr, port_be);
-	f = *slot ? *slot : flow_new(u, ss, u->in.m[i].msg_hdr.msg_namelen, family, addr, port_be,
-				     slot);
+	f = *slot ? *slot : flow_new(u, lfd, ss, u->in.m[i].msg_hdr.msg_namelen, family, addr,
+				     port_be, slot);
 	if (f)
 		flow_touch(u, f, now);
 	return f;
@@ -358,7 +360,7 @@ static void on_listener_readable(evutil_socket_t fd, short what, void *arg)
 		if (n <= 0)
 			break;
 		for (i = 0; i < n; i++)
-			u->dest[i] = flow_of(u, i, now);
+			u->dest[i] = flow_of(u, fd, i, now);
 		/* Runs of one flow go out in one call each. */
 		for (i = 0; i < n; i = j) {
 			for (j = i + 1; j < n && u->dest[j] == u->dest[i]; j++)
@@ -400,24 +402,50 @@ static void batch_init(struct rd_batch *b)
 	}
 }
 
-int rd_udp_new(struct event_base *base, const struct netaddr_ep *listen,
-	       const struct netaddr_ep *to, const struct ts_outbound *ob, struct budget *b,
-	       uint32_t idle_ms, struct rd_udp **out, char *err, size_t errlen)
+/* The listening socket of one family, bound and watched. 0 or -errno with err. */
+static int listen_on(struct rd_udp *u, int k, const struct netaddr_ep *listen, char *err,
+		     size_t errlen)
 {
 	struct sockaddr_storage ss;
 	char name[NETADDR_EP_STRLEN];
-	struct rd_udp *u;
-	unsigned len;
+	unsigned len = netaddr_sockaddr(listen->addr.family, listen->addr.a, htons(listen->port),
+					&ss);
 	int one = 1, ret;
+
+	u->fd[k] = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (u->fd[k] < 0 || (listen->addr.family == 6 &&
+			     setsockopt(u->fd[k], IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) ||
+	    bind(u->fd[k], (struct sockaddr *)&ss, len) != 0) {
+		ret = -errno;
+		snprintf(err, errlen, "redirect: udp listen on %s: %s",
+			 netaddr_ep_format(listen, name, sizeof(name)), strerror(-ret));
+		return ret;
+	}
+	u->ev[k] = event_new(u->base, u->fd[k], EV_READ | EV_PERSIST, on_listener_readable, u);
+	if (!u->ev[k] || event_add(u->ev[k], NULL) != 0) {
+		snprintf(err, errlen, "redirect: udp: event loop: out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int rd_udp_new(struct event_base *base, const struct netaddr_ep *listen4,
+	       const struct netaddr_ep *listen6, const struct netaddr_ep *to,
+	       const struct ts_outbound *ob, struct budget *b, uint32_t idle_ms,
+	       struct rd_udp **out, char *err, size_t errlen)
+{
+	struct rd_udp *u;
+	int probe, ret;
 
 	*out = NULL;
 	if (!(u = calloc(1, sizeof(*u)))) {
 		snprintf(err, errlen, "redirect: udp: out of memory");
 		return -ENOMEM;
 	}
-	u->fd = -1;
+	u->fd[0] = u->fd[1] = -1;
 	if (!(u->in.slots = malloc((size_t)RD_UDP_BATCH * RD_UDP_SLOT)) ||
-	    !(u->out.slots = malloc((size_t)RD_UDP_BATCH * RD_UDP_SLOT))) {
+	    !(u->out.slots = malloc((size_t)RD_UDP_BATCH * RD_UDP_SLOT)) ||
+	    !(u->sweep = evtimer_new(base, on_sweep, u))) {
 		ret = -ENOMEM;
 		snprintf(err, errlen, "redirect: udp: out of memory");
 		goto fail;
@@ -430,34 +458,16 @@ int rd_udp_new(struct event_base *base, const struct netaddr_ep *listen,
 	u->idle_ns = (int64_t)idle_ms * TS_NS_PER_MS;
 	batch_init(&u->in);
 	batch_init(&u->out);
-	len = netaddr_sockaddr(listen->addr.family, listen->addr.a, htons(listen->port), &ss);
-	u->fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (u->fd < 0 || (listen->addr.family == 6 &&
-			  setsockopt(u->fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) ||
-	    bind(u->fd, (struct sockaddr *)&ss, len) != 0) {
-		ret = -errno;
-		snprintf(err, errlen, "redirect: udp listen on %s: %s",
-			 netaddr_ep_format(listen, name, sizeof(name)), strerror(-ret));
-		goto fail;
-	}
 	/* A probe now, so that a missing CAP_NET_ADMIN (SO_MARK) fails the start, not each flow. */
-	{
-		int probe;
-
-		if ((ret = outbound_socket(ob, to->addr.family, SOCK_DGRAM, &probe)) != 0) {
-			snprintf(err, errlen, "redirect: udp: a socket marked %u: %s", ob->routing_mark,
-				 strerror(-ret));
-			goto fail;
-		}
-		close(probe);
-	}
-	u->ev = event_new(base, u->fd, EV_READ | EV_PERSIST, on_listener_readable, u);
-	u->sweep = evtimer_new(base, on_sweep, u);
-	if (!u->ev || !u->sweep || event_add(u->ev, NULL) != 0) {
-		ret = -ENOMEM;
-		snprintf(err, errlen, "redirect: udp: event loop: out of memory");
+	if ((ret = outbound_socket(ob, to->addr.family, SOCK_DGRAM, &probe)) != 0) {
+		snprintf(err, errlen, "redirect: udp: a socket marked %u: %s", ob->routing_mark,
+			 strerror(-ret));
 		goto fail;
 	}
+	close(probe);
+	if ((listen4 && (ret = listen_on(u, 0, listen4, err, errlen)) != 0) ||
+	    (listen6 && (ret = listen_on(u, 1, listen6, err, errlen)) != 0))
+		goto fail;
 	*out = u;
 	return 0;
 fail:
@@ -471,12 +481,14 @@ void rd_udp_free(struct rd_udp *u)
 		return;
 	while (u->oldest)
 		flow_free(u, u->oldest);
-	if (u->ev)
-		event_free(u->ev);
+	for (int k = 0; k < 2; k++) {
+		if (u->ev[k])
+			event_free(u->ev[k]);
+		if (u->fd[k] >= 0)
+			close(u->fd[k]);
+	}
 	if (u->sweep)
 		event_free(u->sweep);
-	if (u->fd >= 0)
-		close(u->fd);
 	free(u->in.slots);
 	free(u->out.slots);
 	free(u);

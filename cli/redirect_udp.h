@@ -30,12 +30,15 @@
 
 struct rd_udp;
 
-/* A forwarder listening on `listen`, sending to `to` from sockets made for outbound `ob`
- * (its routing mark), flows ending after idle_ms without traffic. 0, or -errno with a
- * message in err (a port in use, no CAP_NET_ADMIN for the mark, out of memory). */
-int rd_udp_new(struct event_base *base, const struct netaddr_ep *listen,
-	       const struct netaddr_ep *to, const struct ts_outbound *ob, struct budget *b,
-	       uint32_t idle_ms, struct rd_udp **out, char *err, size_t errlen);
+/* A forwarder listening on listen4 and/or listen6 (NULL: none of that family; at least one),
+ * sending to `to` (either family) from sockets made for outbound `ob` (its routing mark),
+ * flows ending after idle_ms without traffic; a flow's replies leave from the socket its
+ * datagrams came to. 0, or -errno with a message in err (a port in use, no CAP_NET_ADMIN for
+ * the mark, out of memory). */
+int rd_udp_new(struct event_base *base, const struct netaddr_ep *listen4,
+	       const struct netaddr_ep *listen6, const struct netaddr_ep *to,
+	       const struct ts_outbound *ob, struct budget *b, uint32_t idle_ms,
+	       struct rd_udp **out, char *err, size_t errlen);
 
 /* Closes every flow and the listening socket; NULL is fine. */
 void rd_udp_free(struct rd_udp *u);

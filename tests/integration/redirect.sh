@@ -19,7 +19,7 @@
 # per client connection (the marked outbound is not redirected again), a second proxy on the
 # same port (exit 1), the copy relay, SIGTERM (exit 0, the counters as JSON on stdout, an open
 # connection reset), with --socks5 the same relay through microsocks (a download, and a reset
-# while no server listens), the UDP forwarder (--udp-listen/--udp-to: an echo run whose every
+# while no server listens), the UDP forwarder (--udp-listen(6)/--udp-to: an echo run whose every
 # datagram is matched, the forwarder's counters equal to the client's; 200 flows each
 # answered and each its own flow, then ended by the idle time with their descriptors given
 # back; its usage errors exit 2), no sanitizer report, the
@@ -118,6 +118,7 @@ table inet $TABLE {
 		ip daddr 10.203.0.0/24 tcp dport { 8001-8003, 8009, 5201 } redirect to :$PORT
 		ip6 daddr fd03::/64 tcp dport { 8001-8003, 8009, 5201 } redirect to :$PORT
 		ip daddr 10.203.0.0/24 udp dport 7007 redirect to :$PORT
+		ip6 daddr fd03::/64 udp dport 7007 redirect to :$PORT
 	}
 }
 EOF
@@ -463,7 +464,8 @@ udp_usage() {
 	for args in "--udp-listen|:$PORT=--udp-to" \
 		"--udp-listen|:$PORT|--udp-to|$SRV4:7007|--socks5|$SRV4:1081=--socks5" \
 		"--udp-listen|:$PORT|--udp-to|127.0.0.1:$PORT=itself" \
-		"--udp-listen|0.0.0.0:$PORT|--udp-to|$SRV4:7007=0.0.0.0" \
+		"--udp-listen|0.0.0.0:$PORT|--udp-to|$SRV4:7007=--udp-listen: want an address" \
+		"--udp-listen6|[::]:$PORT|--udp-to|$SRV4:7007=--udp-listen6: want an address" \
 		"--listen|:$PORT|--udp-idle-ms|5=--udp-idle-ms needs"; do
 		IFS='|' read -r -a a <<<"${args%=*}"
 		inC "$BIN" redirect "${a[@]}" --mark "$MARK" >/dev/null 2>"$TMP/u.err"
@@ -474,11 +476,13 @@ udp_usage() {
 	done
 	echo "${out# }"
 }
-check "--udp-* usage errors (no --udp-to, --socks5, itself, 0.0.0.0, idle alone): exit 2, named" udp_usage
+check "--udp-* usage errors (no --udp-to, --socks5, itself, unspecified, idle alone): exit 2, named" udp_usage
 udp_forward() {
 	local b a j e sent got
-	start_proxy splice --stats "127.0.0.1:$P_STATS" --udp-listen ":$PORT" --udp-to "$SRV4:7007" \
-		--udp-idle-ms 1500 ||
+	local six=()
+	[ "$HAS6" -eq 1 ] && six=(--udp-listen6 ":$PORT")
+	start_proxy splice --stats "127.0.0.1:$P_STATS" --udp-listen ":$PORT" "${six[@]}" \
+		--udp-to "$SRV4:7007" --udp-idle-ms 1500 ||
 		{ echo "no start: $(tail -n 1 "$TMP/proxy.err")"; return 1; }
 	b=$(stats) || return 1
 	# 2.5 s, longer than the idle time (1.5 s): a flow in use must not be swept.
@@ -498,6 +502,26 @@ udp_forward() {
 	echo "$sent datagrams of 1400 B echoed, none lost; $e"
 }
 check "UDP forwarder: every echo matched, its counters equal the client's, not swept in use" udp_forward
+# IPv6 clients through --udp-listen6 to the same (IPv4) server: conntrack gives the replies back
+# the address they were sent to.
+udp_forward6() {
+	local b a j e
+	b=$(stats) || return 1
+	j=$(inC timeout 20 "$BIN" load udp --target "[$SRV6]:7007" --size 1400 --duration 1) ||
+		{ echo "load udp: $j"; return 1; }
+	a=$(stats) || return 1
+	jq -e '.sent > 1000 and .received == .sent and .bad == 0' <<<"$j" >/dev/null ||
+		{ echo "client: $j"; return 1; }
+	e=$(expect_all "$b" "$a" redirect.udp.flows_total 1 \
+		redirect.udp.datagrams_up "$(jq .sent <<<"$j")" \
+		redirect.udp.datagrams_down "$(jq .received <<<"$j")") || { echo "$e"; return 1; }
+	echo "$(jq .sent <<<"$j") datagrams over IPv6, none lost; $e"
+}
+if [ "$HAS6" -eq 1 ]; then
+	check "UDP forwarder over IPv6 (--udp-listen6) to the IPv4 server" udp_forward6
+else
+	skip "UDP forwarder over IPv6" "no IPv6 in this testbed"
+fi
 gone() { [ "$(stats | jq -r .redirect.udp.flows_active)" = 0 ]; }
 udp_flows() {
 	local b a j e
@@ -549,7 +573,9 @@ for i in range(20):
 	[ $((t1 - t0)) -lt 30 ] || { echo "the proxy used $((t1 - t0)) ticks: spinning?"; return 1; }
 	stop_proxy
 	[ "$PROXY_RC" -eq 0 ] || { echo "exit $PROXY_RC"; return 1; }
-	jq -e '.redirect.udp.flows_total == 202' "$TMP/proxy.out" >/dev/null ||
+	# The echo run's flow, the IPv6 one where there is IPv6, the 200, this one.
+	jq -e --argjson n $((202 + HAS6)) '.redirect.udp.flows_total == $n' "$TMP/proxy.out" \
+		>/dev/null ||
 		{ echo "exit JSON: $(jq -c .redirect.udp "$TMP/proxy.out" 2>&1 | head -c 300)"; return 1; }
 	echo "$(jq -r '.redirect.udp | "upstream_errors \(.upstream_errors), datagrams_up \(.datagrams_up)"' \
 		<<<"$a"); $e; $((t1 - t0)) CPU ticks; exit 0 with the counters"
