@@ -67,6 +67,12 @@
 #define LWIP_WND_SCALE 1
 #define TCP_RCV_SCALE 3           /* window up to 64 KiB << 3 */
 #define TCP_WND (256 * 1024)
+/* An explicit window update once the application has taken a quarter of the window. lwIP's
+ * default, min(TCP_WND / 4, 4 * TCP_MSS), was made for small windows: with this one it sends an
+ * update for every 5.6 KiB the relay drains, a TUN write and the client's ACK processing each.
+ * A shut window always has the whole window queued in lwIP, so draining a quarter of it
+ * always comes, and the update with it. */
+#define TCP_WND_UPDATE_THRESHOLD (TCP_WND / 4)
 #define TCP_SND_BUF (256 * 1024)
 #define TCP_SND_QUEUELEN ((4 * TCP_SND_BUF) / TCP_MSS)
 #define TCP_SNDLOWAT (0xFFFF - 4 * TCP_MSS - 1) /* init.c: 4*MSS below u16 */
