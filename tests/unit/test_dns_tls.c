@@ -134,6 +134,44 @@ static void wait_listening(uint16_t port)
 	}
 }
 
+/* One connect to 127.0.0.1:port: did something accept it? */
+static bool accepts(uint16_t port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+/* The child pid is the one that listens on port and stays up: it accepts, is still running
+ * 200 ms later and accepts again. false, the child gone (reaped), when it exits first or the
+ * port stops answering: the port was taken between free_port() and its bind, by a test
+ * running beside this one. */
+static bool child_serves(pid_t pid, uint16_t port)
+{
+	int64_t until = mono_ms() + WAIT_MS;
+	int status;
+
+	while (!accepts(port)) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return false;
+		cr_assert_lt(mono_ms(), until, "nothing listens on port %u", port);
+		usleep(20000);
+	}
+	usleep(200000);
+	if (waitpid(pid, &status, WNOHANG) == pid)
+		return false;
+	if (accepts(port))
+		return true;
+	kill(pid, SIGTERM);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	return false;
+}
+
 static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void sh(const char *fmt, ...)
 {
@@ -199,7 +237,6 @@ static void start_unbound(struct dot *d)
 		d->port, d->port, d->dir, d->dir, d->dir);
 	cr_assert_eq(fclose(f), 0);
 	d->pid = spawn(argv);
-	wait_listening(d->port);
 }
 
 static void dot_start(struct dot *d, bool unbound)
@@ -214,8 +251,16 @@ static void dot_start(struct dot *d, bool unbound)
 	cr_assert_not_null(mkdtemp(d->dir));
 	make_certs(d);
 	d->port = free_port();
-	if (unbound)
+	/* A port can be taken by a test running beside this one before unbound binds it: then
+	 * unbound exits (or another listener answered), and a fresh port is tried. */
+	for (int tries = 0; unbound; tries++) {
 		start_unbound(d);
+		if (child_serves(d->pid, d->port))
+			break;
+		d->pid = 0;
+		cr_assert_lt(tries, 4, "unbound did not stay up on 5 ports in turn");
+		d->port = free_port();
+	}
 	cr_assert_not_null(d->base = event_base_new());
 }
 
