@@ -96,18 +96,6 @@ static uint16_t free_port(void)
 	return p;
 }
 
-static bool port_open(uint16_t port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool ok;
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-	close(fd);
-	return ok;
-}
-
 /* A child running argv (output to /dev/null), killed if the test process dies. */
 static pid_t spawn(char *const argv[])
 {
@@ -140,7 +128,7 @@ static void wait_listening(pid_t pid, uint16_t port)
 	int64_t until = mono_ms() + WAIT_MS;
 	int status;
 
-	while (!port_open(port)) {
+	while (!tu_lo_accepts(port)) {
 		cr_assert_eq(waitpid(pid, &status, WNOHANG), 0, "the server exited at start");
 		cr_assert_lt(mono_ms(), until, "the server does not listen on %u", port);
 		usleep(20000);

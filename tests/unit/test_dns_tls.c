@@ -118,33 +118,12 @@ static void reap(pid_t pid)
 /* Until something accepts TCP connections on 127.0.0.1:port (bounded). */
 static void wait_listening(uint16_t port)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
 	int64_t until = mono_ms() + WAIT_MS;
 
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	for (;;) {
-		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		int ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-
-		close(fd);
-		if (ok)
-			return;
+	while (!tu_lo_accepts(port)) {
 		cr_assert_lt(mono_ms(), until, "nothing listens on port %u", port);
 		usleep(20000);
 	}
-}
-
-/* One connect to 127.0.0.1:port: did something accept it? */
-static bool accepts(uint16_t port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool ok;
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-	close(fd);
-	return ok;
 }
 
 /* The child pid is the one that listens on port and stays up: it accepts, is still running
@@ -156,7 +135,7 @@ static bool child_serves(pid_t pid, uint16_t port)
 	int64_t until = mono_ms() + WAIT_MS;
 	int status;
 
-	while (!accepts(port)) {
+	while (!tu_lo_accepts(port)) {
 		if (waitpid(pid, &status, WNOHANG) == pid)
 			return false;
 		cr_assert_lt(mono_ms(), until, "nothing listens on port %u", port);
@@ -165,7 +144,7 @@ static bool child_serves(pid_t pid, uint16_t port)
 	usleep(200000);
 	if (waitpid(pid, &status, WNOHANG) == pid)
 		return false;
-	if (accepts(port))
+	if (tu_lo_accepts(port))
 		return true;
 	kill(pid, SIGTERM);
 	cr_assert_eq(waitpid(pid, &status, 0), pid);

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "core/pkt.h"
 #include "stacks/netstack.h"
@@ -141,6 +143,20 @@ unsigned tu_sockaddr(struct sockaddr_storage *ss, const char *text, uint16_t por
 	sin6->sin6_port = htons(port);
 	memcpy(&sin6->sin6_addr, a, 16);
 	return sizeof(*sin6);
+}
+
+bool tu_lo_accepts(uint16_t port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
 }
 
 void tu_dump(const char *label, const uint8_t *buf, size_t len)

@@ -64,6 +64,8 @@ int tu_addr(uint8_t out[16], const char *text);
 struct sockaddr_storage;
 /* text (IPv4 or IPv6) and port (host order) as a socket address; returns its length. */
 unsigned tu_sockaddr(struct sockaddr_storage *ss, const char *text, uint16_t port);
+/* One TCP connect to 127.0.0.1:port (host order): did something accept it? */
+bool tu_lo_accepts(uint16_t port);
 
 /* A payload pattern that depends on the position and not periodic in any MSS, so a segment
  * put at the wrong offset is caught: byte i of the stream seed, and n bytes of it from 0. */
