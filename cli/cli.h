@@ -2,6 +2,7 @@
 #ifndef TS_CLI_CLI_H
 #define TS_CLI_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
@@ -10,6 +11,9 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
  * Returns 1 matched (*value set), 0 not this option, -1 value missing. */
 int cli_take_option(int argc, char **argv, int *i, const char *lng, const char *shrt,
 		    const char **value);
+
+/* A decimal number, digits only (no sign, no space, nothing after). 0 or -EINVAL. */
+int cli_parse_u64(const char *s, uint64_t *out);
 
 int cmd_run(int argc, char **argv);
 void usage_run(FILE *out);

@@ -272,17 +272,6 @@ static const struct opt_spec opt_specs[] = {
 	{ "--socks5", OPT_SOCKS5, offsetof(struct load_opts, socks5) },
 };
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	if (s[0] < '0' || s[0] > '9')
-		return -EINVAL;
-	errno = 0;
-	*out = strtoull(s, &end, 10);
-	return errno || *end ? -EINVAL : 0;
-}
-
 static int parse_ports(const char *s, struct load_opts *o)
 {
 	char buf[512], *save = NULL;
@@ -324,12 +313,12 @@ static int apply_opt(const struct opt_spec *sp, const char *v, struct load_opts 
 
 	switch (sp->kind) {
 	case OPT_UINT:
-		if (parse_u64(v, &u) != 0 || u > 100000000)
+		if (cli_parse_u64(v, &u) != 0 || u > 100000000)
 			return -EINVAL;
 		*(unsigned *)field = (unsigned)u;
 		return 0;
 	case OPT_U64:
-		return parse_u64(v, (uint64_t *)field);
+		return cli_parse_u64(v, (uint64_t *)field);
 	case OPT_SECONDS:
 		*(double *)field = strtod(v, &end);
 		return *end || end == v || *(double *)field < 0 || *(double *)field > 86400

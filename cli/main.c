@@ -60,6 +60,17 @@ int cli_take_option(int argc, char **argv, int *i, const char *lng, const char *
 	return 1;
 }
 
+int cli_parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+
+	if (s[0] < '0' || s[0] > '9')
+		return -EINVAL;
+	errno = 0;
+	*out = strtoull(s, &end, 10);
+	return errno || *end ? -EINVAL : 0;
+}
+
 static int cmd_check(int argc, char **argv)
 {
 	const char *path = NULL;

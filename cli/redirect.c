@@ -418,6 +418,8 @@ static int make_config(struct redirector *r)
 	r->cfg.outbounds = ob;
 	r->cfg.n_outbounds = 1;
 	r->cfg.relay_mode = r->o.relay;
+	if (r->o.udp_idle_ms)
+		r->cfg.timeouts.udp_idle_ms = r->o.udp_idle_ms;
 	return 0;
 }
 
@@ -526,8 +528,8 @@ static int redirector_start(struct redirector *r, char *err, size_t errlen)
 	if ((r->o.has_udp || r->o.has_udp6) &&
 	    (ret = rd_udp_new(r->base, r->o.has_udp ? &r->o.udp_listen : NULL,
 			      r->o.has_udp6 ? &r->o.udp_listen6 : NULL, &r->o.udp_to,
-			      &r->cfg.outbounds[0], r->budget, r->o.udp_idle_ms ? r->o.udp_idle_ms : r->cfg.timeouts.udp_idle_ms,
-			      &r->udp, err, errlen)) != 0)
+			      &r->cfg.outbounds[0], r->budget, r->cfg.timeouts.udp_idle_ms, &r->udp,
+			      err, errlen)) != 0)
 		return ret;
 	if (r->o.has_stats)
 		return stats_http_new(r->base, &r->o.stats, stats_fill, r, &r->stats, err, errlen);
@@ -618,14 +620,9 @@ static int take_udp_to(const char *s, struct redirect_opts *o)
 
 static int take_udp_idle(const char *s, struct redirect_opts *o)
 {
-	char *end;
-	unsigned long v;
+	uint64_t v;
 
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v < 1 || v > 86400000UL)
+	if (cli_parse_u64(s, &v) != 0 || v < 1 || v > 86400000u)
 		return -EINVAL;
 	o->udp_idle_ms = (uint32_t)v;
 	return 0;
@@ -737,24 +734,22 @@ static int parse_args(int argc, char **argv, struct redirect_opts *o)
 static void log_ready(struct redirector *r)
 {
 	char a[NETADDR_EP_STRLEN], b[NETADDR_EP_STRLEN], s5[NETADDR_EP_STRLEN];
-	char ul[NETADDR_EP_STRLEN], u6[NETADDR_EP_STRLEN], ut[NETADDR_EP_STRLEN];
+	char u4[NETADDR_EP_STRLEN], u6[NETADDR_EP_STRLEN], ut[NETADDR_EP_STRLEN], udp[160] = "";
 
-	log_info(&r->log, "redirect: ready: listening on %s%s%s, mark %u, relay %s, outbound %s%s"
-		 "%s%s%s%s%s%s",
+	if (r->o.has_udp || r->o.has_udp6)
+		snprintf(udp, sizeof(udp), ", udp %s%s%s -> %s",
+			 r->o.has_udp ? netaddr_ep_format(&r->o.udp_listen, u4, sizeof(u4)) : "",
+			 r->o.has_udp && r->o.has_udp6 ? " and " : "",
+			 r->o.has_udp6 ? netaddr_ep_format(&r->o.udp_listen6, u6, sizeof(u6)) : "",
+			 netaddr_ep_format(&r->o.udp_to, ut, sizeof(ut)));
+	log_info(&r->log, "redirect: ready: listening on %s%s%s, mark %u, relay %s, outbound %s%s%s",
 		 !r->o.has_listen4 && !r->o.has_listen6 ? "(no TCP listener)" :
 		 r->o.has_listen4 ? netaddr_ep_format(&r->o.listen4, a, sizeof(a)) : "",
 		 r->o.has_listen4 && r->o.has_listen6 ? " and " : "",
 		 r->o.has_listen6 ? netaddr_ep_format(&r->o.listen6, b, sizeof(b)) : "", r->o.mark,
 		 r->o.relay == TS_RELAY_SPLICE ? "splice" : "copy",
 		 r->o.has_socks5 ? "socks5 " : "direct",
-		 r->o.has_socks5 ? netaddr_ep_format(&r->o.socks5, s5, sizeof(s5)) : "",
-		 r->o.has_udp || r->o.has_udp6 ? ", udp " : "",
-		 r->o.has_udp ? netaddr_ep_format(&r->o.udp_listen, ul, sizeof(ul)) :
-		 r->o.has_udp6 ? netaddr_ep_format(&r->o.udp_listen6, ul, sizeof(ul)) : "",
-		 r->o.has_udp && r->o.has_udp6 ? " and " : r->o.has_udp || r->o.has_udp6 ? " -> " : "",
-		 r->o.has_udp && r->o.has_udp6 ? netaddr_ep_format(&r->o.udp_listen6, u6, sizeof(u6)) :
-		 "", r->o.has_udp && r->o.has_udp6 ? " -> " : "",
-		 r->o.has_udp || r->o.has_udp6 ? netaddr_ep_format(&r->o.udp_to, ut, sizeof(ut)) : "");
+		 r->o.has_socks5 ? netaddr_ep_format(&r->o.socks5, s5, sizeof(s5)) : "", udp);
 }
 
 int cmd_redirect(int argc, char **argv)
