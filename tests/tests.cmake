@@ -43,6 +43,9 @@ foreach(src ${TS_UNIT_SRC})
   if(name STREQUAL "test_delayq")
     target_sources(${name} PRIVATE ${TS_DELAYQ_SRC}) # a bench tool's module, not in tscore
   endif()
+  if(name STREQUAL "test_lwip_ackq")
+    target_include_directories(${name} PRIVATE ${TS_LWIP_INCLUDES}) # it makes lwIP pcbs
+  endif()
   add_test(NAME ${name} COMMAND ${name} --jobs 1)
   set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT 600)
   if(TS_SANITIZE STREQUAL "address")

@@ -51,6 +51,7 @@
 
 #include "core/budget.h"
 #include "core/clock.h"
+#include "stacks/lwip/lwip_ackq.h"
 #include "stacks/lwip/lwip_bigseg.h"
 
 /* 16 bytes, so the block's payload keeps malloc's alignment. */
@@ -102,6 +103,7 @@ int lwip_glue_claim(struct budget *b)
 	if (!lwip_initialised) {
 		lwip_init();
 		lwip_bigseg_init();
+		lwip_ackq_init();
 		lwip_initialised = true;
 	}
 	return 0;

@@ -40,6 +40,7 @@
 #include "lwip/priv/tcp_priv.h"
 #include "lwip/tcp.h"
 #include "lwip_hooks.h"
+#include "stacks/lwip/lwip_ackq.h"
 #include "stacks/lwip/lwip_bigseg.h"
 #include "stacks/lwip/lwip_split.h"
 
@@ -59,7 +60,10 @@
 	X(drop_too_big)       /* an lwIP output larger than the MTU (never expected) */         \
 	X(drop_input_too_big) /* a super-packet over pbuf's u16 length (BIG TCP): dropped */     \
 	X(csum_trusted)       /* NEEDS_CSUM/DATA_VALID segments fed without lwIP's check */      \
-	X(gso_quick_acks)     /* super-packets answered with an immediate ACK */                \
+	X(gso_quick_acks)     /* super-packets acknowledged in their loop pass (lwip_ackq.h) */    \
+	X(gso_acks_pass_end)  /* ... by an ACK at the end of the pass (the rest rode on another \
+			       * segment: lwIP's every-second-segment ACK, a window update) */   \
+	X(gso_acks_at_once)   /* ... at once: more pcbs owed one than a pass notes */             \
 	X(admission_refused)                                                                   \
 	X(session_setup_failed)                                                                \
 	X(syn_rcvd_evicted)   /* half-open connections dropped to let new SYNs in (flood) */ \
@@ -112,6 +116,10 @@ struct lwip_stack {
 	struct gso_train *train;
 	struct event *flush_ev;
 	bool flush_armed;
+	/* With offload input: the ACKs super-packets are owed, sent at the end of the loop pass
+	 * (lwip_ackq.h); ack_ev runs after the callbacks the batch made active (the relay's). */
+	struct event *ack_ev;
+	bool ack_armed;
 	/* The netif's checksum control: everything but the input IPv4 header check (ours, counted,
 	 * in tcp_in); with a train lwIP also leaves the TCP checksum to it (a segment that joins a
 	 * train needs only the partial sum the train writes; the train fills in the full one for
@@ -273,7 +281,10 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optl
 	}
 	if (st->cur_gso &&
 	    (pcb->state == ESTABLISHED || pcb->state == FIN_WAIT_1 || pcb->state == FIN_WAIT_2)) {
-		tcp_ack_now(pcb);
+		if (!st->ack_ev || !lwip_ackq_note(pcb)) {
+			tcp_ack_now(pcb);
+			ctr_inc(&st->ctr.gso_acks_at_once);
+		}
 		ctr_inc(&st->ctr.gso_quick_acks);
 	}
 	return ERR_OK;
@@ -928,6 +939,20 @@ static enum driver_verdict lw_input(struct netstack *ns, unsigned q, uint8_t *bu
 	}
 }
 
+/* The end of the loop pass: the ACKs still owed for this pass's super-packets. */
+static void on_ack_flush(evutil_socket_t fd, short what, void *arg)
+{
+	struct lwip_stack *st = arg;
+
+	(void)fd;
+	(void)what;
+	st->ack_armed = false;
+	ctr_add(&st->ctr.gso_acks_pass_end, lwip_ackq_flush());
+	if (st->train)
+		gso_train_flush(st->train);
+	check_timer(st);
+}
+
 static void lw_batch_end(struct netstack *ns, unsigned q, int64_t now_ns)
 {
 	struct lwip_stack *st = as_lw(ns);
@@ -936,6 +961,12 @@ static void lw_batch_end(struct netstack *ns, unsigned q, int64_t now_ns)
 	(void)now_ns;
 	if (st->train)
 		gso_train_flush(st->train);
+	/* Activated now, after the callbacks this batch's data made active: the relay takes
+	 * what it can first, and the ACK carries the window it opened. */
+	if (st->ack_ev && !st->ack_armed && lwip_ackq_pending()) {
+		event_active(st->ack_ev, EV_TIMEOUT, 1);
+		st->ack_armed = true;
+	}
 	check_timer(st);
 }
 
@@ -1061,6 +1092,8 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 		gso_train_fill_csum(st->train, 1);
 		st->csum_ctrl &= (u16_t)~NETIF_CHECKSUM_GEN_TCP;
 	}
+	if (env->tx_meta && !(st->ack_ev = event_new(env->base, -1, 0, on_ack_flush, st)))
+		goto fail;
 	if ((ret = netif_start(st)) != 0 || (ret = listener_start(st)) != 0)
 		goto fail;
 	*out = (struct netstack *)st;
@@ -1100,6 +1133,7 @@ static void lw_free(struct netstack *ns)
 		budget_tcp_release(st->env.budget);
 		free(q);
 	}
+	lwip_ackq_clear();
 	while (tcp_active_pcbs)
 		tcp_abort(tcp_active_pcbs);
 	while (tcp_tw_pcbs)
@@ -1112,6 +1146,8 @@ static void lw_free(struct netstack *ns)
 		event_free(st->accept_ev);
 	if (st->flush_ev)
 		event_free(st->flush_ev);
+	if (st->ack_ev)
+		event_free(st->ack_ev);
 	if (st->train) {
 		gso_train_flush(st->train); /* the last segments of aborted pcbs: RSTs */
 		gso_train_free(st->train);

@@ -8,7 +8,11 @@
  * included), and the counters say how it went out. The loss path is driven with duplicate
  * ACKs: lwIP's fast retransmission sends a large segment again, the connection then stops
  * cutting large segments, writes wait while a large one is the last queued, and once no large
- * segment is left everything goes out in MSS-sized segments. */
+ * segment is left everything goes out in MSS-sized segments.
+ *
+ * The other way, the app's upload arrives as super-packets (stacks/lwip/lwip_ackq.h): each is
+ * acknowledged once at the end of its loop pass, the window the reader opened in that pass
+ * rides on the same segment, and a pcb reset before the pass ends is skipped. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -23,6 +27,7 @@
 #include "core/log.h"
 #include "core/pkt.h"
 #include "dispatch/stream.h"
+#include "stacks/lwip/include/lwipopts.h" /* TCP_WND, TCP_RCV_SCALE */
 #include "stacks/lwip/lwip_stack.h"
 #include "testutil.h"
 
@@ -50,6 +55,9 @@ static bool fin_seen;
 static size_t fin_at; /* the stream offset a FIN stands at (after the data it came with) */
 static uint8_t synack[256];
 static size_t synack_len;
+static size_t acks;           /* pure ACKs sent to the app */
+static uint32_t last_ack;     /* the last one's acknowledgement, relative to the app's ISN + 1 */
+static uint32_t last_wnd;     /* and its window in bytes (lwIP's field, scaled by its shift) */
 
 static void piece(const uint8_t *p, size_t len)
 {
@@ -84,6 +92,11 @@ static void piece(const uint8_t *p, size_t len)
 				     fin_at, (size_t)(off + pl));
 		fin_seen = true;
 		fin_at = off + pl;
+	}
+	if (!pl && !(v.tcp_flags & (TCP_FIN | TCP_RST))) {
+		acks++;
+		last_ack = tu_get32(v.l4 + 8) - 1001;
+		last_wnd = (uint32_t)tu_get16(v.l4 + 14) << TCP_RCV_SCALE;
 	}
 	if (pl) {
 		cr_assert_leq(off + pl, DATA_MAX, "data beyond what was written");
@@ -149,7 +162,7 @@ static void start(bool offload, bool large)
 	got = calloc(1, DATA_MAX);
 	seen = calloc(1, DATA_MAX);
 	acc = NULL;
-	pieces = max_piece = frames_big = fin_at = 0;
+	pieces = max_piece = frames_big = fin_at = acks = 0;
 	fin_seen = false;
 }
 
@@ -546,4 +559,123 @@ Test(lwip_bigseg, a_segment_cut_by_the_persist_timer_keeps_its_fin_at_the_end, .
 	cr_assert_eq(fin_at, sizeof(data), "the FIN stands after the last byte");
 	cr_assert_arr_eq(got, data, sizeof(data));
 	cr_assert_eq(counter("split_fin_moved"), 1);
+}
+
+/* ---- the ACKs the app's super-packets are owed (stacks/lwip/lwip_ackq.h) ---- */
+
+/* n bytes of the app's upload from offset at (after its ISN 1000), as one super-packet the
+ * kernel handed the TUN (GSO at the app's MSS, checksum verified), read in the current pass:
+ * the driver's batch is not over until batch_end. */
+static uint8_t uploaded[256 * 1024]; /* the upload's bytes by offset */
+
+static void upload(uint32_t at, size_t n)
+{
+	static uint8_t buf[TU_PKT_MAX];
+	uint8_t *pl = uploaded + at;
+	struct pkt_meta m = { .flags = PKT_META_DATA_VALID, .gso_type = PKT_GSO_TCPV4,
+			      .gso_size = MSS };
+	struct pkt_view view;
+	struct tu_spec s;
+	bool plain = false;
+	size_t ol = 0, len;
+
+	cr_assert_leq(at + n, sizeof(uploaded));
+	pattern(pl, n, at);
+	tu_spec_tcp(&s, CLI, CPORT, SRV, SPORT);
+	s.tcp_flags = TCP_ACK | TCP_PSH;
+	s.seq = 1001 + at;
+	s.ack = iss + 1;
+	s.window = 2000;
+	s.payload = pl;
+	s.payload_len = n;
+	len = tu_build(&s, buf, sizeof(buf));
+	lwip_stack_ops.input(ns, 0, buf, len, &m, 0, &ol, &plain, &view);
+}
+
+/* The reader (the relay) takes n bytes of the upload from offset at: the app's bytes. */
+static void take(uint32_t at, size_t n)
+{
+	static uint8_t b[65536];
+	size_t done = 0;
+
+	while (done < n) {
+		size_t chunk = n - done < sizeof(b) ? n - done : sizeof(b);
+		ssize_t r = acc->ops->read(acc, b, chunk);
+
+		cr_assert_gt(r, 0, "read: %zd", r);
+		cr_assert_arr_eq(b, uploaded + at + done, (size_t)r, "the app's bytes");
+		done += (size_t)r;
+	}
+}
+
+/* A super-packet is acknowledged once, at the end of the loop pass that read it: not inside
+ * the input (no ACK before the batch ends, none at batch_end) but when the loop runs the
+ * callbacks the batch made active, the relay's first. */
+Test(lwip_bigseg, a_super_packet_is_acknowledged_at_the_end_of_its_pass, .fini = teardown)
+{
+	size_t before;
+
+	start(true, false);
+	connect_app(2000);
+	before = acks;
+	upload(0, 30000);
+	cr_assert_eq(acks, before, "no ACK inside the input");
+	lwip_stack_ops.batch_end(ns, 0, 0);
+	cr_assert_eq(acks, before, "none at the batch's end either");
+	run();
+	cr_assert_eq(acks, before + 1, "one ACK at the end of the pass");
+	cr_assert_eq(last_ack, 30000);
+	cr_assert_eq(counter("gso_acks_pass_end"), 1);
+	cr_assert_eq(counter("gso_quick_acks"), 1);
+	cr_assert_eq(counter("gso_acks_at_once"), 0);
+	run();
+	cr_assert_eq(acks, before + 1, "and only one");
+	take(0, 30000);
+}
+
+/* The window the relay opens in the pass rides on the same ACK: the second super-packet's
+ * pass sends one segment, the window update with its acknowledgement, where acknowledging at
+ * once sent two (the ACK, then the update). */
+Test(lwip_bigseg, the_ack_carries_the_window_the_reader_opened, .fini = teardown)
+{
+	size_t before;
+
+	start(true, false);
+	connect_app(2000);
+	upload(0, 40000);
+	lwip_stack_ops.batch_end(ns, 0, 0);
+	run();
+	cr_assert_eq(last_ack, 40000);
+	cr_assert_lt(last_wnd, TCP_WND - 30000, "40,000 bytes wait for the reader: %u", last_wnd);
+	before = acks;
+	upload(40000, 40000);
+	lwip_stack_ops.batch_end(ns, 0, 0);
+	take(0, 80000); /* the relay, first in the pass: a window update goes out */
+	run();
+	cr_assert_eq(acks, before + 1, "one segment for the pass, %zu", acks - before);
+	cr_assert_eq(last_ack, 80000);
+	cr_assert_geq(last_wnd + (1u << TCP_RCV_SCALE), TCP_WND - 80000 + TCP_WND_UPDATE_THRESHOLD,
+		      "it announces the quarter of the window the reader opened: %u", last_wnd);
+	cr_assert_eq(counter("gso_acks_pass_end"), 1, "the second pass's flush had nothing to send");
+}
+
+/* A pcb freed between its super-packet and the end of the pass (the app reset it) leaves the
+ * queue: the flush sends nothing and touches nothing freed (the ASan tree runs this). */
+Test(lwip_bigseg, a_pcb_reset_before_the_end_of_the_pass_is_skipped, .fini = teardown)
+{
+	struct tu_spec s;
+
+	start(true, false);
+	connect_app(2000);
+	upload(0, 20000);
+	tu_spec_tcp(&s, CLI, CPORT, SRV, SPORT);
+	s.tcp_flags = TCP_RST;
+	s.seq = 1001 + 20000;
+	s.ack = 0;
+	feed(&s); /* runs the loop too: the pass ends */
+	lwip_stack_ops.batch_end(ns, 0, 0);
+	run();
+	cr_assert_eq(counter("gso_acks_pass_end"), 0);
+	acc->ops->abort(acc);
+	acc = NULL;
 }

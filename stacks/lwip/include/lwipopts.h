@@ -93,8 +93,9 @@
 #define LWIP_EVENT_API 0
 #define TCP_OVERSIZE TCP_MSS
 #define LWIP_TCP_TIMESTAMPS 0
-/* One extension argument per pcb: the large-segment state (stacks/lwip/lwip_bigseg.c). */
-#define LWIP_TCP_PCB_NUM_EXT_ARGS 1
+/* Two extension arguments per pcb: the large-segment state (stacks/lwip/lwip_bigseg.c) and
+ * the place of an ACK owed at the end of the loop pass (stacks/lwip/lwip_ackq.c). */
+#define LWIP_TCP_PCB_NUM_EXT_ARGS 2
 
 /* ---- debugging ---- */
 #define LWIP_DEBUG 0
