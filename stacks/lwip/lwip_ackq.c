@@ -56,8 +56,8 @@ unsigned lwip_ackq_flush(void)
 {
 	unsigned sent = 0;
 
-	/* Entries are emptied as they are served: tcp_output may free nothing, but keep the
-	 * queue consistent for the destroy callback whatever lwIP does inside it. */
+	/* Each entry is emptied before its pcb is served, so the queue is consistent for the
+	 * destroy callback whatever lwIP does inside tcp_output. */
 	for (unsigned i = 0; i < n_noted; i++) {
 		struct tcp_pcb *pcb = noted[i];
 
