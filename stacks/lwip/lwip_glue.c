@@ -15,17 +15,29 @@
  * straight to glibc, that churn keeps pushing the heap's free top past glibc's trim threshold
  * (128 KiB unless tuned), and every such free hands the pages back (madvise(MADV_DONTNEED) in a
  * thread's arena, with a TLB shootdown across CPUs; brk in the main one) only for the next
- * receive to fault them in again. So blocks of more than 4 KiB are rounded up to a power of two
- * (8 to 128 KiB) and, when freed, kept on a per-size free list, up to an eighth of the budget's
- * buffer bytes and never more than LW_CACHE_MAX_BYTES in all (16 uploads with full 256 KiB
- * windows free 4 MiB in a burst when the relay drains them), and only while the budget's
- * pressure tier is normal. A block is charged to the budget at its rounded size (what it
- * occupies); a kept block is not in use and is charged to nothing. Kept blocks never raise the
- * peak: they are bytes lwIP held a moment before. lwip_glue_trim empties the lists, as the
- * stack does when its last pcb is gone, and lwip_glue_trim_unused does the same while pcbs
- * remain once the lists have gone unused for a while: a download that follows an upload sends
- * segments (small blocks) and receives only ACKs, so the upload's kept receive blocks would
- * otherwise sit idle for as long as any connection stays open.
+ * receive to fault them in again. So blocks of more than 4 KiB are rounded up to a size class
+ * (8 to 128 KiB in four steps per doubling, each plus LW_CLASS_SLACK bytes) and, when freed,
+ * kept on a per-class free list, up to an eighth of the budget's buffer bytes and never more than
+ * LW_CACHE_MAX_BYTES in all (16 uploads with full 256 KiB windows free 4 MiB in a burst when
+ * the relay drains them), and only while the budget's pressure tier is normal. Four classes per
+ * doubling keep what rounding adds under a quarter (a download's segments come in every size
+ * from 16 to 64 KiB); the slack lets a block of a power of two's worth of data, with its struct
+ * pbuf, header room and our header, fit that power's class rather than the next: a 16 KiB write
+ * from the relay, a 64 KiB offloaded receive. A block is charged to the budget at its class
+ * size (what it occupies); a kept block is not in use and is charged to nothing.
+ *
+ * The kept blocks follow the sizes in demand now. A block asked for in a class with nothing kept
+ * first gives back kept blocks of the other classes, the class holding the most kept bytes
+ * first, until as many bytes as the new block's are gone, so glibc can serve it (or the next
+ * one) from them instead of growing the heap. Without that, every class would keep its own
+ * past peak: a 64-stream download starts with segments of 16 to 32 KiB (its first windows are
+ * small) and within a tenth of a second sends 64 KiB ones, and the first ones' blocks stayed
+ * kept, unused, beside the blocks in use (docs/benchmarks.md has the peak RSS either way).
+ * lwip_glue_trim empties the lists, as the stack does when its last pcb is gone, and
+ * lwip_glue_trim_unused does the same while pcbs remain once the lists have gone unused for a
+ * while: a download that follows an upload sends segments (small blocks) and receives only ACKs,
+ * so the upload's kept receive blocks would otherwise sit idle for as long as any connection
+ * stays open.
  *
  * Blocks of 4 KiB and less (an output segment of MSS + headers, its struct tcp_seg, a pure
  * ACK) are left to glibc on purpose. Downloads churn them without trimming: glibc reuses a
@@ -61,10 +73,25 @@ struct blk {
 	struct budget *budget;
 };
 
+/* Size classes: 8 to 128 KiB in four steps per doubling (8, 10, 12, 14, 16, 20, 24, ... KiB),
+ * each plus LW_CLASS_SLACK. */
 #define LW_CLASS_MIN_SHIFT 13 /* 8 KiB: smaller blocks are malloc's own business */
-#define LW_CLASS_MAX_SHIFT 17 /* 128 KiB: a 64 KiB offloaded receive and its pbuf fit */
-#define LW_CLASSES (LW_CLASS_MAX_SHIFT - LW_CLASS_MIN_SHIFT + 1)
+#define LW_CLASS_MAX_SHIFT 17 /* 128 KiB: the largest class */
+#define LW_CLASS_STEPS 4u     /* classes per doubling */
+#define LW_CLASSES (LW_CLASS_STEPS * (LW_CLASS_MAX_SHIFT - LW_CLASS_MIN_SHIFT) + 1)
 #define LW_CACHE_MAX_BYTES (8u << 20)
+/* Room above each class's size: struct pbuf, lwIP's header room (link, IPv6, TCP) and struct
+ * blk come to under 150 bytes, so a power of two's worth of data fits that power's class. */
+#define LW_CLASS_SLACK 256u
+
+/* The bytes of a block of size class cls (1-based). */
+static uint32_t class_bytes(uint32_t cls)
+{
+	uint32_t i = cls - 1;
+	uint32_t step = (1u << (LW_CLASS_MIN_SHIFT + i / LW_CLASS_STEPS)) / LW_CLASS_STEPS;
+
+	return step * (LW_CLASS_STEPS + i % LW_CLASS_STEPS) + LW_CLASS_SLACK;
+}
 
 /* A cached block's payload holds the link. Touched by the owner's thread only (lwIP is called
  * from one thread; see lwip_glue_claim); lwip_cached is also read by stats. */
@@ -72,6 +99,7 @@ struct cached {
 	struct cached *next;
 };
 static struct cached *lw_cache[LW_CLASSES];
+static uint32_t lw_kept[LW_CLASSES]; /* blocks on each list */
 static uint64_t lw_cache_cap; /* set at claim from the owner's budget */
 static _Atomic uint64_t lwip_cached;
 /* A kept block was handed out since the last lwip_glue_trim_unused call; the calls since one
@@ -131,33 +159,75 @@ uint64_t lwip_glue_mem_bytes(void)
 /* The size class of a block of total bytes (header included): 1 + index, or 0 for none. */
 static uint32_t size_class(size_t total)
 {
-	uint32_t shift = LW_CLASS_MIN_SHIFT;
+	uint32_t t, shift, step, j;
 
-	if (total <= (1u << (LW_CLASS_MIN_SHIFT - 1)) || total > (1u << LW_CLASS_MAX_SHIFT))
+	if (total <= (1u << (LW_CLASS_MIN_SHIFT - 1)) ||
+	    total > (1u << LW_CLASS_MAX_SHIFT) + LW_CLASS_SLACK)
 		return 0;
-	while ((1u << shift) < total)
-		shift++;
-	return shift - LW_CLASS_MIN_SHIFT + 1;
+	t = (uint32_t)total - LW_CLASS_SLACK;
+	if (t <= (1u << LW_CLASS_MIN_SHIFT))
+		return 1;
+	/* 2^shift < t <= 2^(shift + 1): the class j steps above 2^shift, j in 1..LW_CLASS_STEPS. */
+	shift = 31u - (uint32_t)__builtin_clz(t - 1);
+	step = (1u << shift) / LW_CLASS_STEPS;
+	j = (t - (1u << shift) + step - 1) / step;
+	return LW_CLASS_STEPS * (shift - LW_CLASS_MIN_SHIFT) + j + 1;
 }
 
-static struct blk *cache_pop(uint32_t cls)
+/* Take a kept block of class cls off its list, or NULL. */
+static struct blk *cache_take(uint32_t cls)
 {
 	struct cached *c = lw_cache[cls - 1];
 
 	if (!c)
 		return NULL;
 	lw_cache[cls - 1] = c->next;
-	lw_cache_used = true;
-	atomic_fetch_sub_explicit(&lwip_cached, 1u << (LW_CLASS_MIN_SHIFT + cls - 1),
-				  memory_order_relaxed);
+	lw_kept[cls - 1]--;
+	atomic_fetch_sub_explicit(&lwip_cached, class_bytes(cls), memory_order_relaxed);
 	return (struct blk *)c;
+}
+
+/* A kept block of class cls for reuse, or NULL. */
+static struct blk *cache_pop(uint32_t cls)
+{
+	struct blk *h = cache_take(cls);
+
+	if (h)
+		lw_cache_used = true;
+	return h;
+}
+
+/* Class cls has nothing kept and a block of it is about to come from glibc: give glibc kept
+ * blocks of the other classes, the class with the most kept bytes first, until at least a
+ * block of cls's size has gone back, so glibc can serve the new block from them. */
+static void cache_make_room(uint32_t cls)
+{
+	uint32_t need = class_bytes(cls), freed = 0;
+
+	while (freed < need) {
+		uint32_t most = 0;
+		uint64_t most_bytes = 0;
+
+		for (uint32_t c = 1; c <= LW_CLASSES; c++) {
+			uint64_t bytes = (uint64_t)lw_kept[c - 1] * class_bytes(c);
+
+			if (c != cls && bytes > most_bytes) {
+				most = c;
+				most_bytes = bytes;
+			}
+		}
+		if (!most)
+			return;
+		free(cache_take(most));
+		freed += class_bytes(most);
+	}
 }
 
 /* Keep h for reuse if lwIP is owned, the cache has room and the budget is not under pressure;
  * false: the caller frees it. */
 static bool cache_push(struct blk *h)
 {
-	uint32_t idx = h->cls - 1, bytes = 1u << (LW_CLASS_MIN_SHIFT + idx);
+	uint32_t idx = h->cls - 1, bytes = class_bytes(h->cls);
 	struct cached *c;
 
 	if (!lwip_budget || h->budget != lwip_budget ||
@@ -168,6 +238,7 @@ static bool cache_push(struct blk *h)
 	c = (struct cached *)h;
 	c->next = lw_cache[idx];
 	lw_cache[idx] = c;
+	lw_kept[idx]++;
 	atomic_fetch_add_explicit(&lwip_cached, bytes, memory_order_relaxed);
 	return true;
 }
@@ -177,7 +248,7 @@ void lwip_glue_trim(void)
 	for (uint32_t cls = 1; cls <= LW_CLASSES; cls++) {
 		struct blk *h;
 
-		while ((h = cache_pop(cls)))
+		while ((h = cache_take(cls)))
 			free(h);
 	}
 }
@@ -192,7 +263,6 @@ bool lwip_glue_trim_unused(unsigned calls)
 	if (++lw_unused_calls < calls)
 		return false;
 	lwip_glue_trim();
-	lw_cache_used = false; /* the trim's own pops are not uses */
 	lw_unused_calls = 0;
 	return true;
 }
@@ -210,11 +280,11 @@ void *ts_lwip_malloc(size_t size)
 	if (size > UINT32_MAX - sizeof(*h))
 		return NULL;
 	cls = size_class(sizeof(*h) + size);
-	charged = cls ? 1u << (LW_CLASS_MIN_SHIFT + cls - 1) : (uint32_t)size;
+	charged = cls ? class_bytes(cls) : (uint32_t)size;
 	if (lwip_budget && budget_bytes_reserve(lwip_budget, charged) != 0)
 		return NULL; /* lwIP handles a failed allocation: drops, smaller windows, ERR_MEM */
-	if (cls)
-		h = cache_pop(cls);
+	if (cls && !(h = cache_pop(cls)))
+		cache_make_room(cls);
 	if (!h)
 		h = malloc(cls ? charged : sizeof(*h) + size);
 	if (!h) {
