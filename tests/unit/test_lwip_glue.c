@@ -4,8 +4,8 @@
  * 8 MiB, only while the pressure tier is normal) instead of being handed back to glibc, whose
  * heap trimming would otherwise return and re-fault the pages of every large receive; a block
  * asked for in a class with nothing kept first gives back kept blocks of the other classes;
- * smaller blocks are charged exactly and freed; trimming and release empty the lists, and so does a run of timer
- * calls in which no kept block was reused. */
+ * smaller blocks are charged exactly and freed; trimming and release empty the lists, and so
+ * does a run of timer calls in which no kept block was reused. */
 #include <criterion/criterion.h>
 
 #include <string.h>
