@@ -20,11 +20,11 @@
  * kept on a per-class free list, up to an eighth of the budget's buffer bytes and never more than
  * LW_CACHE_MAX_BYTES in all (16 uploads with full 256 KiB windows free 4 MiB in a burst when
  * the relay drains them), and only while the budget's pressure tier is normal. Four classes per
- * doubling keep what rounding adds under a quarter (a download's segments come in every size
- * from 16 to 64 KiB); the slack lets a block of a power of two's worth of data, with its struct
- * pbuf, header room and our header, fit that power's class rather than the next: a 16 KiB write
- * from the relay, a 64 KiB offloaded receive. A block is charged to the budget at its class
- * size (what it occupies); a kept block is not in use and is charged to nothing.
+ * doubling keep what rounding adds above 8 KiB under a quarter (a download's segments come in
+ * every size from 16 to 64 KiB); the slack lets a block of a power of two's worth of data, with
+ * its struct pbuf, header room and our header, fit that power's class rather than the next: a
+ * 16 KiB write from the relay, a 64 KiB offloaded receive. A block is charged to the budget at
+ * its class size (what it occupies); a kept block is not in use and is charged to nothing.
  *
  * The kept blocks follow the sizes in demand now. A block asked for in a class with nothing kept
  * first gives back kept blocks of the other classes, the class holding the most kept bytes

@@ -152,7 +152,7 @@ Test(lwip_glue, release_empties_and_later_frees_are_not_kept)
 	cr_assert_eq(lwip_glue_cached_bytes(), CLS(128));
 	lwip_glue_release();
 	cr_assert_eq(lwip_glue_cached_bytes(), 0, "release gives kept blocks back");
-	ts_lwip_free(b); /* freed after the owner left: back to the system, released to its budget */
+	ts_lwip_free(b); /* freed after the owner left: to glibc, and released to its budget */
 	cr_assert_eq(lwip_glue_cached_bytes(), 0);
 	cr_assert_eq(budget_in_use(), 0);
 }
@@ -207,6 +207,18 @@ Test(lwip_glue, every_size_gets_the_smallest_class_that_holds_it)
 		cr_assert_eq(got, cls[k], "size %zu: charged %llu, class %u expected", size,
 			     (unsigned long long)got, cls[k]);
 		ts_lwip_free(p);
+	}
+	/* Each class's edges: its bytes exactly, and one byte more (the next class). */
+	for (int k = 0; k < 17; k++) {
+		void *at = ts_lwip_malloc(cls[k] - 16);
+
+		cr_assert_eq(lwip_glue_mem_bytes(), cls[k], "class %d, at its edge", k);
+		void *past = ts_lwip_malloc(cls[k] - 15);
+
+		cr_assert_eq(lwip_glue_mem_bytes(), cls[k] + (k < 16 ? cls[k + 1] : cls[k] - 15),
+			     "class %d, one byte past its edge", k);
+		ts_lwip_free(at);
+		ts_lwip_free(past);
 	}
 	void *big = ts_lwip_malloc((128u << 10) + 241); /* past the largest class: exact */
 	cr_assert_eq(lwip_glue_mem_bytes(), (128u << 10) + 241);
@@ -276,10 +288,27 @@ Test(lwip_glue, a_class_with_nothing_kept_takes_room_from_the_others)
 	void *x = ts_lwip_malloc(16000); /* the 16 KiB class */
 	cr_assert_not_null(x);
 	cr_assert_eq(lwip_glue_cached_bytes(), CLS(32) + CLS(64));
-	cr_assert_eq(budget_in_use(), CLS(16) + CLS(64), "given-back blocks are charged to nothing");
+	cr_assert_eq(budget_in_use(), CLS(16) + CLS(64), "given-back blocks are not charged");
 	ts_lwip_free(x);
 	ts_lwip_free(b64[2]);
 	lwip_glue_trim();
 	cr_assert_eq(lwip_glue_mem_bytes(), 0);
 	cr_assert_eq(budget_in_use(), 0);
+}
+
+Test(lwip_glue, room_comes_from_the_class_with_most_kept_bytes_not_the_largest)
+{
+	void *s32[3], *b64, *x;
+
+	for (int i = 0; i < 3; i++)
+		cr_assert_not_null(s32[i] = ts_lwip_malloc(30000));
+	cr_assert_not_null(b64 = ts_lwip_malloc(60000));
+	for (int i = 0; i < 3; i++)
+		ts_lwip_free(s32[i]);
+	ts_lwip_free(b64);
+	cr_assert_eq(lwip_glue_cached_bytes(), 3u * CLS(32) + CLS(64));
+	x = ts_lwip_malloc(16000); /* the 16 KiB class: 3 x 32 KiB outweigh 1 x 64 KiB */
+	cr_assert_not_null(x);
+	cr_assert_eq(lwip_glue_cached_bytes(), 2u * CLS(32) + CLS(64), "one 32 KiB block gone");
+	ts_lwip_free(x);
 }
