@@ -37,16 +37,24 @@ _Static_assert(sizeof(struct vnet_hdr) == TUN_VNET_HDR_LEN, "virtio_net_hdr is 1
 #define VNET_GSO_ECN 0x80 /* VIRTIO_NET_HDR_GSO_ECN: CWR seen on the super-packet */
 #define UDP_MAX_SEGMENTS 128 /* the kernel's limit for one UDP GSO packet */
 
-/* A write-back waiting for the next round of the ring: slot's frame, header included. */
+/* A write waiting for the next round of the ring: a write-back (slot's frame, header
+ * included) or a frame the stack lent (driver_tx_lend: its header here, its packet in the
+ * stack's memory until release). */
 struct wback {
+	const uint8_t *pkt; /* lent: the packet; NULL: a write-back of slot */
+	void (*release)(void *arg);
+	void *arg;
+	struct vnet_hdr h; /* lent: the header */
 	uint8_t slot;
 	bool gso;         /* a super-packet (counted in tx_gso) */
 	bool rewrite;     /* rewritten in place, not built by the stack (counted in rewrites) */
 	uint32_t len;     /* packet bytes, header excluded */
 };
 
-/* A round carries at most one write-back per slot and one read per slot. */
-_Static_assert(2 * DRIVER_URING_SLOTS <= URING_MAX_OPS, "a round fits the ring");
+/* A round carries at most one write-back per slot, DRIVER_LEND_MAX lent frames and one read
+ * per slot; a lent frame is up to three buffers (header, padding of a longer header, packet). */
+#define WQ_MAX (DRIVER_URING_SLOTS + DRIVER_LEND_MAX)
+_Static_assert(WQ_MAX + DRIVER_URING_SLOTS <= URING_MAX_OPS, "a round fits the ring");
 
 struct driver {
 	struct event_base *base;
@@ -69,8 +77,9 @@ struct driver {
 	unsigned ring_misses; /* edges in a row where read() found what the ring did not */
 	unsigned nslots;  /* read buffers with the ring */
 	unsigned reads;   /* reads per round (adaptive) */
-	struct wback wq[DRIVER_URING_SLOTS];
+	struct wback wq[WQ_MAX];
 	unsigned nwq;
+	unsigned nlent;   /* lent frames among them */
 	struct driver_counters ctr;
 };
 
@@ -118,10 +127,10 @@ int driver_tx(void *driver, const uint8_t *pkt, size_t len)
 	return d->hdr ? send_frame(d, iov, 2, len, false) : send_frame(d, iov + 1, 1, len, false);
 }
 
-int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pkt_meta *m)
+/* The virtio_net_hdr that carries m. */
+static struct vnet_hdr vnet_of(const struct pkt_meta *m)
 {
-	struct driver *d = driver;
-	struct vnet_hdr h = {
+	return (struct vnet_hdr){
 		.flags = m->flags,
 		.gso_type = m->gso_type,
 		.hdr_len = htole16(m->hdr_len),
@@ -129,6 +138,12 @@ int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pk
 		.csum_start = htole16(m->csum_start),
 		.csum_offset = htole16(m->csum_offset),
 	};
+}
+
+int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pkt_meta *m)
+{
+	struct driver *d = driver;
+	struct vnet_hdr h = vnet_of(m);
 	struct iovec iov[3] = { { .iov_base = &h, .iov_len = sizeof(h) } };
 	int cnt = 1;
 
@@ -153,13 +168,40 @@ static uint8_t *slot_frame(const struct driver *d, unsigned slot)
 	return d->slots + (size_t)slot * d->buf_size;
 }
 
-/* Write back w with writev() (without the ring, or a write-back the ring did not make). */
+/* The buffers of queued write w, in iov (room for 3); returns how many. */
+static int frame_iov(const struct driver *d, const struct wback *w, struct iovec *iov)
+{
+	int cnt = 0;
+
+	if (!w->pkt) {
+		iov[0] = (struct iovec){ .iov_base = slot_frame(d, w->slot),
+					 .iov_len = d->hdr + w->len };
+		return 1;
+	}
+	iov[cnt++] = (struct iovec){ .iov_base = (void *)&w->h, .iov_len = sizeof(w->h) };
+	if (d->hdr > sizeof(w->h)) /* a longer header (num_buffers): zeros after ours */
+		iov[cnt++] = (struct iovec){ .iov_base = (void *)plain_hdr,
+					     .iov_len = d->hdr - sizeof(w->h) };
+	iov[cnt++] = (struct iovec){ .iov_base = (void *)w->pkt, .iov_len = w->len };
+	return cnt;
+}
+
+/* A queued write is done with (written or dropped): a lent frame goes back to the stack. */
+static void write_done(const struct wback *w)
+{
+	if (w->pkt)
+		w->release(w->arg);
+}
+
+/* Write w with writev() (without the ring, or a write the ring did not make). */
 static void write_plain(struct driver *d, const struct wback *w)
 {
-	struct iovec iov = { .iov_base = slot_frame(d, w->slot), .iov_len = d->hdr + w->len };
+	struct iovec iov[3];
+	int cnt = frame_iov(d, w, iov);
 
-	if (send_frame(d, &iov, 1, w->len, w->gso) == 0 && w->rewrite)
+	if (send_frame(d, iov, cnt, w->len, w->gso) == 0 && w->rewrite)
 		ctr_inc(&d->ctr.rewrites);
+	write_done(w);
 }
 
 /* Write back the frame in slot: [header as read, or zeroed when plain][len bytes of packet];
@@ -175,7 +217,7 @@ static void write_back(struct driver *d, unsigned slot, size_t len, bool plain, 
 		write_plain(d, &w);
 		return;
 	}
-	assert(d->nwq < DRIVER_URING_SLOTS);
+	assert(d->nwq < WQ_MAX);
 	d->wq[d->nwq++] = w;
 }
 
@@ -458,32 +500,38 @@ static struct uring *ring_detach(struct driver *d, ctr_t *why)
 static void ring_off(struct driver *d, ctr_t *why, const char *name)
 {
 	struct uring *u;
+	unsigned nw;
 
 	if (!d->ring)
 		return;
 	u = ring_detach(d, why);
-	for (unsigned i = 0; i < d->nwq; i++)
-		write_plain(d, &d->wq[i]);
+	nw = d->nwq;
 	d->nwq = 0;
+	d->nlent = 0;
+	for (unsigned i = 0; i < nw; i++)
+		write_plain(d, &d->wq[i]);
 	uring_free(u);
 	if (d->ops->uring_off)
 		d->ops->uring_off(d->arg, name);
 }
 
 /* An operation of the ring never completed, nor could it be cancelled: the kernel may still
- * write into its buffer. The slots and the ring are never reused nor freed, and the driver
- * stops reading, as for a device that went away (-ENOTRECOVERABLE to the owner). The
- * write-backs of that round are lost (counted as drops). */
+ * write into its buffer, or read from it. The slots and the ring are never reused nor freed,
+ * and the driver stops reading, as for a device that went away (-ENOTRECOVERABLE to the
+ * owner). The writes of that round are lost (counted as drops), and the frames lent for them
+ * are never given back: the stack's memory stays allocated rather than reused under a write
+ * the kernel may still be making. */
 static void ring_lost(struct driver *d, unsigned lost_writes)
 {
 	(void)ring_detach(d, &d->ctr.uring_enter_failed); /* never freed */
 	d->ring_stuck = true;
 	ctr_add(&d->ctr.tx_dropped, lost_writes + d->nwq);
 	d->nwq = 0;
+	d->nlent = 0;
 	stop_reading(d, -ENOTRECOVERABLE);
 }
 
-/* The result r of write-back w. EAGAIN (no room) is a drop, as for writev(). */
+/* The result r of queued write w. EAGAIN (no room) is a drop, as for writev(). */
 static void wrote(struct driver *d, const struct wback *w, int32_t r)
 {
 	bool ok = r >= 0 && (size_t)r == d->hdr + w->len;
@@ -491,9 +539,10 @@ static void wrote(struct driver *d, const struct wback *w, int32_t r)
 	tx_counted(d, ok, w->len, w->gso);
 	if (ok && w->rewrite)
 		ctr_inc(&d->ctr.rewrites);
+	write_done(w);
 }
 
-/* One round: the queued write-backs, then reads into slots 0..reads-1, in one io_uring_enter.
+/* One round: the queued writes, then reads into slots 0..reads-1, in one io_uring_enter.
  * Each operation completes before the next is issued (RWF_NOWAIT, core/uring.h), so the read
  * into a slot follows the write out of it. res gets the reads' results (res[i] for slot i),
  * also when the ring failed: a read that ran took a packet out of the device. Returns 0, or
@@ -501,21 +550,23 @@ static void wrote(struct driver *d, const struct wback *w, int32_t r)
 static int ring_round(struct driver *d, unsigned reads, int32_t *res)
 {
 	int32_t all[URING_MAX_OPS];
-	struct iovec iov[DRIVER_URING_SLOTS];
-	struct wback wq[DRIVER_URING_SLOTS];
-	unsigned nw = d->nwq;
+	struct iovec iov[3 * WQ_MAX];
+	struct wback wq[WQ_MAX];
+	unsigned nw = d->nwq, k = 0;
 	bool refused = false;
 	int r;
 
+	memcpy(wq, d->wq, nw * sizeof(wq[0]));
+	d->nwq = 0;
+	d->nlent = 0;
 	for (unsigned i = 0; i < nw; i++) {
-		iov[i] = (struct iovec){ .iov_base = slot_frame(d, d->wq[i].slot),
-					 .iov_len = d->hdr + d->wq[i].len };
-		(void)uring_writev(d->ring, d->fd, &iov[i], 1);
+		int cnt = frame_iov(d, &wq[i], &iov[k]);
+
+		(void)uring_writev(d->ring, d->fd, &iov[k], cnt);
+		k += (unsigned)cnt;
 	}
 	for (unsigned i = 0; i < reads; i++)
 		(void)uring_read(d->ring, d->fd, slot_frame(d, i), d->buf_size);
-	memcpy(wq, d->wq, nw * sizeof(wq[0]));
-	d->nwq = 0;
 	ctr_inc(&d->ctr.uring_enters);
 	r = uring_run(d->ring, all);
 	if (r == -ETIMEDOUT) {
@@ -528,10 +579,11 @@ static int ring_round(struct driver *d, unsigned reads, int32_t *res)
 		/* Not written by the ring: EOPNOTSUPP (a device without non-blocking writes from
 		 * it) or ECANCELED (never taken, or cancelled). It goes again with writev(), unless
 		 * the read of this round into its slot already replaced its bytes: then it is a
-		 * drop (TCP resends it), once, as the ring is given up. */
+		 * drop (TCP resends it), once, as the ring is given up. A lent frame is the
+		 * stack's memory, never read into. */
 		if (all[i] == -EOPNOTSUPP || all[i] == -ECANCELED) {
 			refused |= all[i] == -EOPNOTSUPP;
-			if (w->slot < reads && all[nw + w->slot] > 0)
+			if (!w->pkt && w->slot < reads && all[nw + w->slot] > 0)
 				ctr_inc(&d->ctr.tx_dropped);
 			else
 				write_plain(d, w);
@@ -553,8 +605,42 @@ static void flush_writes(struct driver *d)
 {
 	if (d->ring && d->nwq) {
 		ctr_inc(&d->ctr.uring_flushes);
+		ctr_add(&d->ctr.uring_flush_writes, d->nwq);
 		(void)ring_round(d, 0, NULL);
 	}
+}
+
+void driver_tx_flush(void *driver)
+{
+	flush_writes(driver);
+}
+
+int driver_tx_lend(void *driver, const uint8_t *pkt, size_t len, const struct pkt_meta *m,
+		   void (*release)(void *arg), void *arg)
+{
+	struct driver *d = driver;
+	struct wback *w;
+	int r;
+
+	if (d->ring && d->hdr && d->nlent == DRIVER_LEND_MAX)
+		flush_writes(d);
+	if (!d->ring || !d->hdr) { /* no ring (or that round gave it up), or no header */
+		r = driver_tx_meta(d, pkt, len, m);
+		release(arg);
+		return r;
+	}
+	ctr_inc(&d->ctr.tx_lent);
+	w = &d->wq[d->nwq++];
+	d->nlent++;
+	*w = (struct wback){
+		.pkt = pkt,
+		.release = release,
+		.arg = arg,
+		.h = vnet_of(m),
+		.gso = m->gso_type != PKT_GSO_NONE,
+		.len = (uint32_t)len,
+	};
+	return 0;
 }
 
 /* What the reads of a round found. */

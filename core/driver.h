@@ -101,7 +101,10 @@ struct driver_ops {
 	X(udp_split_datagrams) /* datagrams they became */                                     \
 	X(udp_split_bad)  /* UDP super-datagrams that do not add up, or > 128 segments: dropped */ \
 	X(uring_enters)   /* batched I/O: rounds, one io_uring_enter each */                   \
-	X(uring_flushes)  /* rounds of write-backs only, ahead of a packet the stack wrote */   \
+	X(uring_flushes)  /* rounds of writes only: ahead of a packet the stack wrote, at the \
+			   * end of its loop pass (driver_tx_flush), or DRIVER_LEND_MAX lent */   \
+	X(uring_flush_writes) /* the writes those rounds carried */                          \
+	X(tx_lent)        /* frames the stack lent, written with a later round */             \
 	X(uring_reads_empty) /* batched I/O: reads that found the device empty */             \
 	/* batched I/O given up (read() and write() from then on), by reason: */              \
 	X(uring_read_refused)  /* the ring could not read the device, read() could */          \
@@ -128,6 +131,9 @@ struct driver_counters {
 #define DRIVER_URING_MIN_READS 2
 #define DRIVER_URING_BIG 16384
 #define DRIVER_URING_BIG_READS 4
+/* Frames a stack may lend before they are written (driver_tx_lend): a pass's large segments
+ * go in one io_uring_enter. */
+#define DRIVER_LEND_MAX 16
 /* The read buffer with offload: the header and the largest packet the kernel hands a TUN
  * (skb->len stays under 64 KiB without BIG TCP; an IPv6 datagram can still claim 40 + 65535). */
 #define DRIVER_GSO_MAX (65535u + 40u)
@@ -173,6 +179,20 @@ int driver_tx(void *driver, const uint8_t *pkt, size_t len);
 /* Send one packet with its offload metadata (a GSO super-packet with NEEDS_CSUM, or plain).
  * Without offload only plain metadata is accepted (-EOPNOTSUPP otherwise). */
 int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pkt_meta *m);
+
+/* The same, from memory the caller lends until release(arg) is called. With batched I/O the
+ * frame joins the queued writes and goes, in order with them, with the driver's next round,
+ * a packet written through driver_tx or driver_tx_meta, or driver_tx_flush, whichever comes
+ * first: one io_uring_enter for several frames instead of a writev each. release(arg) is
+ * called once the frame is written or dropped (counted as for driver_tx_meta), from this
+ * thread; never when the ring lost track of its write (the kernel may still read the memory,
+ * so it must stay allocated). Without the ring or without offload the frame is written now
+ * and released before this returns. The caller flushes before its loop sleeps (a pass's end).
+ * 0 (queued or written), or the failure of a write made now (-errno, counted). */
+int driver_tx_lend(void *driver, const uint8_t *pkt, size_t len, const struct pkt_meta *m,
+		   void (*release)(void *arg), void *arg);
+/* Write what is queued now (lent frames and write-backs), in one io_uring_enter. */
+void driver_tx_flush(void *driver);
 /* True when the driver reads and writes virtio_net_hdr (offload I/O). */
 bool driver_offload(const struct driver *d);
 

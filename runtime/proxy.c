@@ -220,6 +220,8 @@ static int start_stack(struct ts_proxy *p, char *err, size_t errlen)
 		.tx = driver_tx,
 		.tx_arg = p->driver,
 		.tx_meta = driver_offload(p->driver) ? driver_tx_meta : NULL,
+		.tx_lend = driver_offload(p->driver) ? driver_tx_lend : NULL,
+		.tx_flush = driver_offload(p->driver) ? driver_tx_flush : NULL,
 		.tun_name = tun_name(p->tun),
 		.fatal = on_fatal,
 		.fatal_arg = p,

@@ -43,6 +43,12 @@ struct netstack_env {
 	/* With TUN offload: send a packet with offload metadata (a GSO super-packet), arg tx_arg.
 	 * NULL without offload. */
 	int (*tx_meta)(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m);
+	/* With tx_meta: the same from memory the stack lends until release(rel_arg), written
+	 * with later ones in one batch; tx_flush writes what is lent now. Both NULL, or both
+	 * set (core/driver.h: driver_tx_lend, driver_tx_flush). */
+	int (*tx_lend)(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m,
+		       void (*release)(void *rel_arg), void *rel_arg);
+	void (*tx_flush)(void *arg);
 	const char *tun_name;
 	/* A fatal runtime error inside the stack (e.g. the accept loop's "anything else"): the
 	 * stack calls this once with -errno and a message; the process stops with exit 1. */

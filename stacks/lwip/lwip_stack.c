@@ -72,6 +72,8 @@
 	X(big_conns)          /* connections that build large segments (lwip_bigseg.h) */     \
 	X(big_to_wire)        /* ... of them sent back toward MSS-sized ones by a retransmission */ \
 	X(big_window_splits)  /* large segments cut down to a small window at once */          \
+	X(big_lent)           /* large segments lent to the driver from their own pbuf, */      \
+	                      /* written with the pass's others in one batch */                 \
 	X(mss_option_ignored) /* MSS options outside a SYN, made NOPs (RFC 9293 3.7.1) */     \
 	X(split_fin_moved)    /* a cut segment's first part sent without the FIN lwIP left on */ \
 	                      /* it (lwip_split.h) */
@@ -111,6 +113,11 @@ struct lwip_stack {
 	/* The wire MSS of the connection whose segment output() is about to get, from the output
 	 * hook (0: not a large-segment connection). */
 	uint16_t out_wire;
+	/* The segment output() is handing to the train when it is one pbuf of its own: its
+	 * super-packet is lent to the driver with a reference (env.tx_lend) instead of written
+	 * at once, and the pass's super-packets go in one batch. NULL otherwise. */
+	struct pbuf *out_p;
+	bool lent;         /* frames lent since the last tx_flush */
 	/* With offload (and tun.gso_output): output segments of one flow leave as GSO trains,
 	 * flushed at the end of each driver batch and once per loop pass (flush_ev). */
 	struct gso_train *train;
@@ -337,6 +344,7 @@ static err_t output(struct netif *n, struct pbuf *p)
 	struct lwip_stack *st = n->state;
 	uint8_t *data = p->payload; /* the train may fill in its TCP checksum */
 	uint16_t wire = st->out_wire;
+	bool own = !p->next; /* the frame is the pbuf's own memory */
 
 	st->out_wire = 0;
 	if (p->tot_len > (wire ? st->txbuf_size : st->mtu)) {
@@ -349,8 +357,11 @@ static err_t output(struct netif *n, struct pbuf *p)
 	}
 	ctr_inc(&st->ctr.tx_packets);
 	if (st->train) {
+		if (own && st->env.tx_lend)
+			st->out_p = p;
 		gso_train_add_big(st->train, data, p->tot_len, wire);
-		if (gso_train_pending(st->train) && !st->flush_armed) {
+		st->out_p = NULL;
+		if ((gso_train_pending(st->train) || st->lent) && !st->flush_armed) {
 			/* Runs after the callbacks already active in this loop pass. */
 			event_active(st->flush_ev, EV_TIMEOUT, 1);
 			st->flush_armed = true;
@@ -361,10 +372,36 @@ static err_t output(struct netif *n, struct pbuf *p)
 	return ERR_OK; /* a dropped write is counted by the driver; TCP retransmits */
 }
 
+static void lent_release(void *arg)
+{
+	pbuf_free(arg);
+}
+
+/* A super-packet cut from the segment's own pbuf is lent: the reference keeps its memory (and
+ * lwIP, seeing the pbuf in use, does not retransmit from it) until the driver has written it.
+ * Everything else — the train's own buffer, linearised chains — is written now. */
 static void train_emit(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m)
 {
 	struct lwip_stack *st = arg;
+	struct pbuf *p = st->out_p;
+
+	if (p && pkt == p->payload && m->gso_type != PKT_GSO_NONE) {
+		pbuf_ref(p);
+		st->lent = true;
+		ctr_inc(&st->ctr.big_lent);
+		st->env.tx_lend(st->env.tx_arg, pkt, len, m, lent_release, p);
+		return;
+	}
 	st->env.tx_meta(st->env.tx_arg, pkt, len, m);
+}
+
+/* Lent frames out now: before the loop sleeps. */
+static void lent_flush(struct lwip_stack *st)
+{
+	if (st->lent) {
+		st->lent = false;
+		st->env.tx_flush(st->env.tx_arg);
+	}
 }
 
 static void on_flush(evutil_socket_t fd, short what, void *arg)
@@ -374,6 +411,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	st->flush_armed = false;
 	gso_train_flush(st->train);
+	lent_flush(st);
 }
 
 static err_t output4(struct netif *n, struct pbuf *p, const ip4_addr_t *dst)
@@ -950,6 +988,7 @@ static void on_ack_flush(evutil_socket_t fd, short what, void *arg)
 	ctr_add(&st->ctr.gso_acks_pass_end, lwip_ackq_flush());
 	if (st->train)
 		gso_train_flush(st->train);
+	lent_flush(st);
 	check_timer(st);
 }
 
@@ -1150,6 +1189,7 @@ static void lw_free(struct netstack *ns)
 		event_free(st->ack_ev);
 	if (st->train) {
 		gso_train_flush(st->train); /* the last segments of aborted pcbs: RSTs */
+		lent_flush(st); /* the references go back while lwIP is still there */
 		gso_train_free(st->train);
 	}
 	budget_mfree(st->env.budget, st->txbuf);

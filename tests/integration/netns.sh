@@ -364,7 +364,8 @@ sessions.total sessions.refused udp.sessions udp.queue_drops udp.trains udp.trai
 udp.train_errors udp.gro_datagrams udp.up_trains udp.up_train_datagrams udp.up_train_errors
 buffers.in_use_bytes
 buffers.peak_bytes buffers.per_session_bytes buffers.heap_trims buffers.quiet_trims splice.pipes splice.pipe_bytes
-driver.uring_enters driver.uring_flushes driver.uring_reads_empty driver.uring_read_refused
+driver.uring_enters driver.uring_flushes driver.uring_flush_writes driver.tx_lent
+driver.uring_reads_empty driver.uring_read_refused
 driver.uring_write_refused driver.uring_enter_failed'
 
 # stats_keys: every documented key is present (numbers, `stack` the configured one).
@@ -425,38 +426,61 @@ gso_moved() {
 # several (driver.uring_enters well under the packets read plus written), and no queue gave
 # the ring up; with it off, no round at all.
 uring_rounds() {
-	local j enters pk refused
+	local j enters pk refused flushes fw
 	j=$(stats_json) || { echo "GET /stats failed"; return 1; }
 	enters=$(jq -r '.driver.uring_enters' <<<"$j")
 	pk=$(jq -r '.driver.rx_packets + .driver.tx_packets' <<<"$j")
 	refused=$(jq -r '.driver.uring_read_refused + .driver.uring_write_refused + .driver.uring_enter_failed' <<<"$j")
-	[[ "$enters" =~ ^[0-9]+$ && "$pk" =~ ^[0-9]+$ && "$refused" =~ ^[0-9]+$ ]] ||
-		{ echo "driver.uring_enters '$enters', packets '$pk', given up '$refused'"; return 1; }
-	echo "driver.uring_enters $enters for $pk packets read and written, given up $refused"
+	flushes=$(jq -r '.driver.uring_flushes' <<<"$j")
+	fw=$(jq -r '.driver.uring_flush_writes' <<<"$j")
+	[[ "$enters" =~ ^[0-9]+$ && "$pk" =~ ^[0-9]+$ && "$refused" =~ ^[0-9]+$ &&
+		"$flushes" =~ ^[0-9]+$ && "$fw" =~ ^[0-9]+$ ]] ||
+		{ echo "driver.uring_enters '$enters', packets '$pk', given up '$refused'," \
+			"flushes '$flushes' with '$fw' writes"; return 1; }
+	echo "driver.uring_enters $enters for $pk packets read and written, given up $refused;" \
+		"of them $flushes write-only rounds (a stack's own packet, a pass's end) with $fw writes," \
+		"lent frames $(jq -r '.driver.tx_lent' <<<"$j")"
 	if [ "$IO_URING" = on ]; then
-		[ "$enters" -gt 0 ] && [ $((enters * 2)) -lt "$pk" ] && [ "$refused" -eq 0 ]
+		# Fewer io_uring_enter calls than packets: with read() and writev() there would be
+		# one call per packet. The system stack writes back what it reads in the next round,
+		# so its rounds carry more than two packets each on average; lwIP's writes are its
+		# own segments, lent in the pass that made them. Write-only rounds carry at least one
+		# write each.
+		local per=1
+		[ "$STACK" = system ] && per=2
+		[ "$enters" -gt 0 ] && [ $((enters * per)) -lt "$pk" ] && [ "$fw" -ge "$flushes" ] &&
+			[ "$refused" -eq 0 ]
 	else
 		[ "$enters" -eq 0 ]
 	fi
 }
 
-# lwip_big BEFORE: the lwIP downloads (4 x 100 MiB, hash-checked, two of them forwarded to the
-# gateway namespace) went out in large segments the kernel cut: with offload,
-# stack_counters.gso_big_packets moved by at least one per MiB and connections were marked;
-# per-packet, no connection builds them.
+# lwip_big BEFORE LENT_BEFORE: the lwIP downloads (4 x 100 MiB, hash-checked, two of them
+# forwarded to the gateway namespace) went out in large segments the kernel cut: with offload,
+# stack_counters.gso_big_packets moved by at least one per MiB and connections were marked,
+# and with the ring at least half as many segments were lent to the driver (driver.tx_lent: written
+# in batches from lwIP's own memory); per-packet, no connection builds them and none is lent.
 lwip_big() {
-	local before=$1 j now conns
+	local before=$1 lent0=$2 j now conns lent
 	j=$(stats_json) || { echo "GET /stats failed"; return 1; }
 	now=$(jq -r '.stack_counters.gso_big_packets // 0' <<<"$j")
 	conns=$(jq -r '.stack_counters.big_conns' <<<"$j")
-	[[ "$before" =~ ^[0-9]+$ && "$now" =~ ^[0-9]+$ && "$conns" =~ ^[0-9]+$ ]] ||
-		{ echo "gso_big_packets '$before' -> '$now', big_conns '$conns'"; return 1; }
+	lent=$(jq -r '.driver.tx_lent' <<<"$j")
+	[[ "$before" =~ ^[0-9]+$ && "$now" =~ ^[0-9]+$ && "$conns" =~ ^[0-9]+$ &&
+		"$lent0" =~ ^[0-9]+$ && "$lent" =~ ^[0-9]+$ ]] ||
+		{ echo "gso_big_packets '$before' -> '$now', big_conns '$conns'," \
+			"tx_lent '$lent0' -> '$lent'"; return 1; }
 	echo "stack_counters.gso_big_packets $before -> $now, big_conns $conns," \
-		"big_to_wire $(jq -r '.stack_counters.big_to_wire' <<<"$j")"
+		"big_to_wire $(jq -r '.stack_counters.big_to_wire' <<<"$j"), driver.tx_lent $lent0 -> $lent"
 	if [ "$OFFLOAD" = on ]; then
-		[ $((now - before)) -ge $((4 * FILE_BYTES / 1048576)) ] && [ "$conns" -gt 0 ]
+		[ $((now - before)) -ge $((4 * FILE_BYTES / 1048576)) ] && [ "$conns" -gt 0 ] || return 1
+		if [ "$IO_URING" = on ]; then
+			[ $((2 * (lent - lent0))) -ge $((now - before)) ]
+		else
+			[ "$lent" -eq 0 ]
+		fi
 	else
-		[ "$now" -eq 0 ] && [ "$conns" -eq 0 ]
+		[ "$now" -eq 0 ] && [ "$conns" -eq 0 ] && [ "$lent" -eq 0 ]
 	fi
 }
 
@@ -720,7 +744,8 @@ fi
 
 # --- assertions ------------------------------------------------------------------------------
 [ "$BYPASS" -eq 0 ] && tx0=$(stat_get .tun.tx_bytes) && gso0=$(stat_get .tun.rx_gso)
-[ "$BYPASS" -eq 0 ] && [ "$STACK" = lwip ] && big0=$(stats_json | jq -r '.stack_counters.gso_big_packets // 0')
+[ "$BYPASS" -eq 0 ] && [ "$STACK" = lwip ] && big0=$(stats_json | jq -r '.stack_counters.gso_big_packets // 0') &&
+	lent0=$(stat_get .driver.tx_lent)
 check "http v4 from A: 100 MiB" download "$NS_A" "http://$SRV4:$P_HTTP/file.bin"
 check "http v6 from A: 100 MiB" download "$NS_A" "http://[$SRV6]:$P_HTTP/file.bin"
 check "http v4 from C (gateway mode): 100 MiB" download "$NS_C" "http://$SRV4:$P_HTTP/file.bin"
@@ -736,7 +761,7 @@ if [ "$BYPASS" -eq 0 ]; then
 	fi
 fi
 if [ "$BYPASS" -eq 0 ] && [ "$STACK" = lwip ]; then
-	check "stats: lwIP's downloads in large segments (offload $OFFLOAD)" lwip_big "$big0"
+	check "stats: lwIP's downloads in large segments (offload $OFFLOAD)" lwip_big "$big0" "$lent0"
 fi
 # The downloads' data is read from the TUN only by the system stack (its listener's segments
 # loop through it); the bulk echo sends large uplink writes through both stacks.

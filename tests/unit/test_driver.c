@@ -740,6 +740,307 @@ Test(driver_ring, a_device_the_ring_cannot_read_falls_back_to_read)
 	close(m);
 }
 
+/* ---- frames a stack lends (driver_tx_lend) ---- */
+
+/* What the release callbacks saw: the order frames were given back in. */
+struct lends {
+	int n;
+	int order[64];
+};
+
+struct lend_arg {
+	struct lends *l;
+	int id;
+};
+
+static void lend_release(void *arg)
+{
+	struct lend_arg *a = arg;
+
+	if (a->l->n < 64)
+		a->l->order[a->l->n] = a->id;
+	a->l->n++;
+}
+
+/* A UDP packet (first payload byte idx) lent with a GSO header: sizes, header fields and
+ * bytes are what the peer must see. */
+static size_t lend_pkt(uint8_t *buf, size_t cap, uint8_t idx, struct pkt_meta *m)
+{
+	size_t len = udp_pkt(buf, cap, 100 + idx, idx);
+
+	tu_meta_partial(buf, len, 0, m);
+	m->gso_type = PKT_GSO_UDP_L4;
+	m->gso_size = 40;
+	return len;
+}
+
+/* The peer's next frame is lent packet idx, header included (hlen bytes: ours, then zeros). */
+static void expect_lent(struct rig *r, const uint8_t *pkt, size_t len, const struct pkt_meta *m,
+			int idx)
+{
+	uint8_t got[TUN_VNET_HDR_MAX + 512];
+
+	cr_assert_eq(peer_recv(r, got, sizeof(got)), (ssize_t)(r->hlen + len), "frame %d", idx);
+	cr_assert_eq(got[0], m->flags, "frame %d: flags", idx);
+	cr_assert_eq(got[1], m->gso_type, "frame %d: gso_type", idx);
+	cr_assert_eq(le16(got + 2), m->hdr_len, "frame %d: hdr_len", idx);
+	cr_assert_eq(le16(got + 4), m->gso_size, "frame %d: gso_size", idx);
+	cr_assert_eq(le16(got + 6), m->csum_start, "frame %d: csum_start", idx);
+	cr_assert_eq(le16(got + 8), m->csum_offset, "frame %d: csum_offset", idx);
+	for (size_t i = VH; i < r->hlen; i++)
+		cr_assert_eq(got[i], 0, "frame %d: a longer header's byte %zu is zero", idx, i);
+	cr_assert_eq(memcmp(got + r->hlen, pkt, len), 0, "frame %d intact", idx);
+}
+
+/* Lent frames wait (nothing written, nothing given back) until a packet the stack writes
+ * itself; they go first, in the order lent, in one io_uring_enter, each given back once
+ * after its write; then the stack's packet. driver_tx_flush with nothing queued is no round. */
+static void lent_frames_wait_then_go_in_order(size_t hlen)
+{
+	uint8_t pkt[3][512], own[256], got[512];
+	struct pkt_meta m[3];
+	struct lends l = { 0 };
+	struct lend_arg a[3];
+	size_t len[3], own_len = udp_pkt(own, sizeof(own), 50, 0xee);
+	struct rig r;
+
+	ring = true;
+	rig_open_hdr(&r, hlen, &ops);
+	for (int i = 0; i < 3; i++) {
+		len[i] = lend_pkt(pkt[i], sizeof(pkt[i]), (uint8_t)i, &m[i]);
+		a[i] = (struct lend_arg){ &l, i };
+		cr_assert_eq(driver_tx_lend(r.d, pkt[i], len[i], &m[i], lend_release, &a[i]), 0);
+	}
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), -1, "nothing written yet");
+	cr_assert_eq(l.n, 0, "nothing given back yet");
+	cr_assert_eq(CTR(r.d, uring_enters), 0);
+	cr_assert_eq(driver_tx(r.d, own, own_len), 0);
+	cr_assert_eq(CTR(r.d, uring_enters), 1, "the three in one round");
+	cr_assert_eq(CTR(r.d, uring_flushes), 1);
+	cr_assert_eq(CTR(r.d, uring_flush_writes), 3);
+	cr_assert_eq(l.n, 3);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(l.order[i], i, "given back in order");
+		expect_lent(&r, pkt[i], len[i], &m[i], i);
+	}
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)(hlen + own_len));
+	cr_assert_eq(memcmp(got + hlen, own, own_len), 0, "then the stack's own packet");
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), -1);
+	driver_tx_flush(r.d);
+	cr_assert_eq(CTR(r.d, uring_enters), 1, "an empty flush is no round");
+	cr_assert_eq(CTR(r.d, tx_lent), 3);
+	cr_assert_eq(CTR(r.d, tx_packets), 4);
+	cr_assert_eq(CTR(r.d, tx_gso), 3);
+	cr_assert_eq(CTR(r.d, tx_bytes), len[0] + len[1] + len[2] + own_len);
+	cr_assert_eq(CTR(r.d, tx_dropped), 0);
+	rig_close(&r);
+}
+
+Test(driver_ring, lent_frames_wait_then_go_in_order)
+{
+	lent_frames_wait_then_go_in_order(VH);
+}
+
+Test(driver_ring, lent_frames_with_a_longer_device_header)
+{
+	lent_frames_wait_then_go_in_order(VH + 2);
+}
+
+/* More frames lent than a round takes: the one that finds DRIVER_LEND_MAX queued writes them
+ * first (one round), and driver_tx_flush the rest; all arrive in order, all given back. */
+Test(driver_ring, lending_past_the_limit_flushes)
+{
+	const int n = DRIVER_LEND_MAX + 3;
+	static uint8_t pkt[DRIVER_LEND_MAX + 3][512];
+	struct pkt_meta m[DRIVER_LEND_MAX + 3];
+	struct lend_arg a[DRIVER_LEND_MAX + 3];
+	size_t len[DRIVER_LEND_MAX + 3];
+	struct lends l = { 0 };
+	struct rig r;
+
+	ring = true;
+	rig_open(&r, true, &ops);
+	for (int i = 0; i < n; i++) {
+		len[i] = lend_pkt(pkt[i], sizeof(pkt[i]), (uint8_t)i, &m[i]);
+		a[i] = (struct lend_arg){ &l, i };
+		cr_assert_eq(driver_tx_lend(r.d, pkt[i], len[i], &m[i], lend_release, &a[i]), 0);
+		cr_assert_eq(l.n, i < DRIVER_LEND_MAX ? 0 : DRIVER_LEND_MAX, "after lend %d", i);
+	}
+	cr_assert_eq(CTR(r.d, uring_enters), 1);
+	driver_tx_flush(r.d);
+	cr_assert_eq(CTR(r.d, uring_enters), 2);
+	cr_assert_eq(CTR(r.d, uring_flush_writes), (uint64_t)n);
+	cr_assert_eq(l.n, n);
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(l.order[i], i);
+		expect_lent(&r, pkt[i], len[i], &m[i], i);
+	}
+	cr_assert_eq(CTR(r.d, tx_packets), (uint64_t)n);
+	rig_close(&r);
+}
+
+/* Frames lent while a batch is read (a stack's output as it takes in ACKs) go at the head of
+ * the next round, with its reads: no round of their own. The peer sees them before the
+ * write-back of the packet read after them. */
+static enum driver_verdict lend_in_fn(void *arg, uint8_t *buf, size_t len,
+				      const struct pkt_meta *m, int64_t now, size_t *out_len,
+				      bool *plain, struct pkt_view *view);
+
+struct lend_script {
+	struct seen s;       /* first: in_fn's state */
+	const uint8_t *pkt;  /* lent by the first input */
+	size_t len;
+	struct pkt_meta m;
+	struct lend_arg a;
+};
+
+static enum driver_verdict lend_in_fn(void *arg, uint8_t *buf, size_t len,
+				      const struct pkt_meta *m, int64_t now, size_t *out_len,
+				      bool *plain, struct pkt_view *view)
+{
+	struct lend_script *ls = arg;
+
+	if (ls->s.inputs == 0)
+		cr_assert_eq(driver_tx_lend(ls->s.d, ls->pkt, ls->len, &ls->m, lend_release,
+					    &ls->a), 0);
+	return in_fn(&ls->s, buf, len, m, now, out_len, plain, view);
+}
+
+Test(driver_ring, lent_frames_go_with_the_next_round)
+{
+	static const struct driver_ops lend_ops = { .input = lend_in_fn, .batch_end = batch_fn };
+	uint8_t pkt[512], in[2][256], got[512];
+	struct lends l = { 0 };
+	struct lend_script ls;
+	struct rig r;
+	size_t in_len[2];
+
+	ring = true;
+	memset(&ls, 0, sizeof(ls));
+	rig_open(&r, true, &lend_ops);
+	/* rig_open pointed the callbacks at r.s; this test's state is ls (r.s unused). */
+	driver_free(r.d);
+	{
+		struct driver_params p = { .fd = r.dfd, .mtu = 1500, .vnet_hdr = true,
+					   .uring = true };
+		cr_assert_eq(driver_new(r.base, &p, &lend_ops, &ls, NULL, &r.d), 0);
+	}
+	ls.s.d = r.d;
+	ls.s.script_default = (struct step){ .v = DRIVER_DONE };
+	ls.len = lend_pkt(pkt, sizeof(pkt), 7, &ls.m);
+	ls.pkt = pkt;
+	ls.a = (struct lend_arg){ &l, 7 };
+	for (int i = 0; i < 2; i++) {
+		in_len[i] = udp_pkt(in[i], sizeof(in[i]), 20, (uint8_t)(0x40 + i));
+		peer_send(&r, NULL, in[i], in_len[i]);
+	}
+	cr_assert_eq(driver_poll(r.d), 2);
+	cr_assert_eq(ls.s.inputs, 2);
+	cr_assert_eq(l.n, 1, "written and given back within the poll");
+	cr_assert_eq(CTR(r.d, uring_flushes), 0, "no round of its own");
+	cr_assert_eq(CTR(r.d, tx_lent), 1);
+	expect_lent(&r, pkt, ls.len, &ls.m, 7);
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), -1);
+	rig_close(&r);
+}
+
+/* Without the ring a lent frame is written at once and given back before driver_tx_lend
+ * returns; nothing is counted as lent. */
+Test(driver, lent_frame_without_the_ring_written_at_once)
+{
+	uint8_t pkt[512];
+	struct pkt_meta m;
+	struct lends l = { 0 };
+	struct lend_arg a = { &l, 1 };
+	size_t len = lend_pkt(pkt, sizeof(pkt), 1, &m);
+	struct rig r;
+
+	ring = false;
+	rig_open(&r, true, &ops);
+	cr_assert_eq(driver_tx_lend(r.d, pkt, len, &m, lend_release, &a), 0);
+	cr_assert_eq(l.n, 1);
+	expect_lent(&r, pkt, len, &m, 1);
+	cr_assert_eq(CTR(r.d, tx_lent), 0);
+	cr_assert_eq(CTR(r.d, tx_packets), 1);
+	rig_close(&r);
+}
+
+/* The ring fails when lent frames are due (io_uring_enter refused from then on): they go with
+ * writev() instead, intact and in order, each given back once; the reason is counted; later
+ * lends are written at once. */
+Test(driver_ring, lent_frames_survive_the_ring_failing)
+{
+	pid_t pid = fork();
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		uint8_t pkt[4][512], got[512];
+		struct pkt_meta m[4];
+		struct lends l = { 0 };
+		struct lend_arg a[4];
+		size_t len[4];
+		struct rig r;
+
+		ring = true;
+		rig_open(&r, true, &ops);
+		for (int i = 0; i < 4; i++) {
+			len[i] = lend_pkt(pkt[i], sizeof(pkt[i]), (uint8_t)i, &m[i]);
+			a[i] = (struct lend_arg){ &l, i };
+		}
+		for (int i = 0; i < 3; i++)
+			driver_tx_lend(r.d, pkt[i], len[i], &m[i], lend_release, &a[i]);
+		break_io_uring_enter();
+		driver_tx_flush(r.d);
+		if (l.n != 3 || driver_uring(r.d) || CTR(r.d, uring_enter_failed) != 1)
+			_exit(10);
+		if (driver_tx_lend(r.d, pkt[3], len[3], &m[3], lend_release, &a[3]) != 0 ||
+		    l.n != 4)
+			_exit(11);
+		for (int i = 0; i < 4; i++) {
+			if (l.order[i] != i)
+				_exit(12);
+			if (peer_recv(&r, got, sizeof(got)) != (ssize_t)(VH + len[i]) ||
+			    memcmp(got + VH, pkt[i], len[i]) != 0 || got[1] != PKT_GSO_UDP_L4)
+				_exit(20 + i);
+		}
+		if (peer_recv(&r, got, sizeof(got)) != -1 || CTR(r.d, tx_packets) != 4 ||
+		    CTR(r.d, tx_dropped) != 0)
+			_exit(13);
+		rig_close(&r);
+		_exit(0);
+	}
+	int st = -1;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "child status %d (10: fallback, 11: after, 12: order, 13: totals, 20+i: frame i)",
+		  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+/* Frames still lent when the driver is freed are written and given back first. */
+Test(driver_ring, lent_frames_written_when_the_driver_goes)
+{
+	uint8_t pkt[2][512];
+	struct pkt_meta m[2];
+	struct lends l = { 0 };
+	struct lend_arg a[2];
+	size_t len[2];
+	struct rig r;
+
+	ring = true;
+	rig_open(&r, true, &ops);
+	for (int i = 0; i < 2; i++) {
+		len[i] = lend_pkt(pkt[i], sizeof(pkt[i]), (uint8_t)i, &m[i]);
+		a[i] = (struct lend_arg){ &l, i };
+		cr_assert_eq(driver_tx_lend(r.d, pkt[i], len[i], &m[i], lend_release, &a[i]), 0);
+	}
+	driver_free(r.d);
+	r.d = NULL;
+	cr_assert_eq(l.n, 2);
+	for (int i = 0; i < 2; i++)
+		expect_lent(&r, pkt[i], len[i], &m[i], i);
+	rig_close(&r);
+}
+
 /* A process whose seccomp filter refuses io_uring_setup (as container runtimes do): the driver
  * still starts, says the ring was refused and why, and moves packets with read() and
  * write(). */

@@ -135,6 +135,50 @@ static int tx_meta(void *arg, const uint8_t *pkt, size_t len, const struct pkt_m
 	return 0;
 }
 
+/* Frames lent (env.tx_lend, as the driver's ring takes them): kept until tx_flush, which
+ * delivers them as tx_meta would and gives them back; with lend_hold, tx_flush keeps them (a
+ * round not made yet) and deliver_lent() does it later. */
+struct lent_frame {
+	const uint8_t *pkt;
+	size_t len;
+	struct pkt_meta m;
+	void (*release)(void *arg);
+	void *arg;
+};
+static struct lent_frame lentq[64];
+static size_t nlent, lent_total, lent_flushes;
+static bool lend_hold;
+
+static int tx_lend(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m,
+		   void (*release)(void *rel_arg), void *rel_arg)
+{
+	(void)arg;
+	cr_assert_lt(nlent, 64);
+	cr_assert_eq(m->gso_type, PKT_GSO_TCPV4, "only super-packets are lent");
+	lentq[nlent++] = (struct lent_frame){ pkt, len, *m, release, rel_arg };
+	lent_total++;
+	return 0;
+}
+
+static void deliver_lent(void)
+{
+	size_t n = nlent;
+
+	nlent = 0;
+	for (size_t i = 0; i < n; i++) {
+		tx_meta(NULL, lentq[i].pkt, lentq[i].len, &lentq[i].m);
+		lentq[i].release(lentq[i].arg);
+	}
+}
+
+static void tx_flush(void *arg)
+{
+	(void)arg;
+	lent_flushes++;
+	if (!lend_hold)
+		deliver_lent();
+}
+
 static void on_acc(void *arg, const struct flow_key *k, struct stream *s)
 {
 	(void)arg;
@@ -142,7 +186,7 @@ static void on_acc(void *arg, const struct flow_key *k, struct stream *s)
 	acc = s;
 }
 
-static void start(bool offload, bool large)
+static void start_lend(bool offload, bool large, bool lend)
 {
 	char err[TS_ERRLEN];
 
@@ -155,7 +199,9 @@ static void start(bool offload, bool large)
 	base = event_base_new();
 	log_init(&lg, LOG_LEVEL_ERROR, 2);
 	struct netstack_env env = { .base = base, .cfg = &cfg, .budget = bud, .log = &lg,
-				    .tx = tx, .tx_meta = offload ? tx_meta : NULL };
+				    .tx = tx, .tx_meta = offload ? tx_meta : NULL,
+				    .tx_lend = offload && lend ? tx_lend : NULL,
+				    .tx_flush = offload && lend ? tx_flush : NULL };
 	cr_assert_eq(lwip_stack_ops.start(&env, &ns, err, sizeof(err)), 0, "%s", err);
 	lwip_stack_set_accept_hook(ns, on_acc, NULL);
 	offload_on = offload;
@@ -163,7 +209,14 @@ static void start(bool offload, bool large)
 	seen = calloc(1, DATA_MAX);
 	acc = NULL;
 	pieces = max_piece = frames_big = fin_at = acks = 0;
+	nlent = lent_total = lent_flushes = 0;
+	lend_hold = false;
 	fin_seen = false;
+}
+
+static void start(bool offload, bool large)
+{
+	start_lend(offload, large, false);
 }
 
 static void teardown(void)
@@ -295,6 +348,64 @@ Test(lwip_bigseg, large_segments_reach_the_app_cut_at_its_mss, .fini = teardown)
 	cr_assert_geq(counter("gso_big_segments"), 4 * 40);
 	cr_assert_eq(counter("big_to_wire"), 0);
 	cr_assert_eq(counter("drop_too_big"), 0);
+}
+
+/* With a driver that takes frames lent (the ring), lwIP's large segments that are one pbuf
+ * of their own (a write that started the segment; one that filled a partly sent one is a
+ * chain, copied out as before) go from that memory: each is written at the end of the loop
+ * pass that made it (nothing is left lent after a pass), and the app receives exactly what
+ * was written. Writes of whole large segments make every one of them lent. */
+Test(lwip_bigseg, large_segments_lent_and_written_by_the_pass_end, .fini = teardown)
+{
+	static uint8_t data[8 * 46 * MSS]; /* within DATA_MAX */
+	const size_t big = 46 * MSS;
+
+	start_lend(true, true, true);
+	connect_app(65535);
+	pattern(data, sizeof(data), 11);
+	for (size_t done = 0; done < sizeof(data); done += big) {
+		cr_assert_eq(acc->ops->write(acc, data + done, big), (ssize_t)big);
+		run();
+		cr_assert_eq(nlent, 0, "nothing left lent after a pass");
+		size_t edge = 0;
+		while (edge < done + big && seen[edge])
+			edge++;
+		ack((uint32_t)edge, 65535);
+		cr_assert_eq(nlent, 0);
+	}
+	send_all(data, sizeof(data), 0, 65535); /* the rest acknowledged */
+	cr_assert_arr_eq(got, data, sizeof(data));
+	cr_assert_eq(lent_total, 8, "every large segment lent");
+	cr_assert_eq(counter("big_lent"), 8);
+	cr_assert_eq(frames_big, 8);
+	cr_assert_eq(counter("gso_big_packets"), 8);
+	cr_assert_geq(lent_flushes, 1);
+}
+
+/* A lent frame keeps its memory after lwIP is done with the segment: the connection is reset
+ * while two large segments are still lent (the driver's round not made yet), lwIP frees
+ * them, and the frames written afterwards are still the bytes that were sent. */
+Test(lwip_bigseg, a_lent_frame_outlives_its_connection, .fini = teardown)
+{
+	static uint8_t data[2 * 46 * MSS];
+	const size_t big = 46 * MSS;
+
+	start_lend(true, true, true);
+	connect_app(65535);
+	pattern(data, sizeof(data), 12);
+	lend_hold = true;
+	cr_assert_eq(acc->ops->write(acc, data, big), (ssize_t)big);
+	run();
+	cr_assert_eq(acc->ops->write(acc, data + big, big), (ssize_t)big);
+	run();
+	cr_assert_eq(nlent, 2, "two large segments, lent");
+	cr_assert_eq(frames_big, 0, "none written yet");
+	acc->ops->abort(acc);
+	acc = NULL;
+	run();
+	deliver_lent();
+	cr_assert_eq(frames_big, 2);
+	cr_assert_arr_eq(got, data, sizeof(data), "written after the reset, still intact");
 }
 
 Test(lwip_bigseg, a_retransmission_returns_the_connection_to_mss_sized_segments,
