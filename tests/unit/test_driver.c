@@ -792,36 +792,60 @@ static void expect_lent(struct rig *r, const uint8_t *pkt, size_t len, const str
 	cr_assert_eq(memcmp(got + r->hlen, pkt, len), 0, "frame %d intact", idx);
 }
 
+/* n frames to lend (lend_pkt i, released into l as id i). */
+#define LENDSET_MAX (DRIVER_LEND_MAX + 3)
+struct lendset {
+	int n;
+	uint8_t pkt[LENDSET_MAX][512];
+	struct pkt_meta m[LENDSET_MAX];
+	size_t len[LENDSET_MAX];
+	struct lend_arg a[LENDSET_MAX];
+	struct lends l;
+};
+
+static void lendset_fill(struct lendset *ls, int n)
+{
+	cr_assert_leq(n, LENDSET_MAX);
+	memset(ls, 0, sizeof(*ls));
+	ls->n = n;
+	for (int i = 0; i < n; i++) {
+		ls->len[i] = lend_pkt(ls->pkt[i], sizeof(ls->pkt[i]), (uint8_t)i, &ls->m[i]);
+		ls->a[i] = (struct lend_arg){ &ls->l, i };
+	}
+}
+
+/* Lend frame i of ls to d. */
+static int lend(struct driver *d, struct lendset *ls, int i)
+{
+	return driver_tx_lend(d, ls->pkt[i], ls->len[i], &ls->m[i], lend_release, &ls->a[i]);
+}
+
 /* Lent frames wait (nothing written, nothing given back) until a packet the stack writes
  * itself; they go first, in the order lent, in one io_uring_enter, each given back once
  * after its write; then the stack's packet. driver_tx_flush with nothing queued is no round. */
 static void lent_frames_wait_then_go_in_order(size_t hlen)
 {
-	uint8_t pkt[3][512], own[256], got[512];
-	struct pkt_meta m[3];
-	struct lends l = { 0 };
-	struct lend_arg a[3];
-	size_t len[3], own_len = udp_pkt(own, sizeof(own), 50, 0xee);
+	static struct lendset ls;
+	uint8_t own[256], got[512];
+	size_t own_len = udp_pkt(own, sizeof(own), 50, 0xee);
 	struct rig r;
 
 	ring = true;
 	rig_open_hdr(&r, hlen, &ops);
-	for (int i = 0; i < 3; i++) {
-		len[i] = lend_pkt(pkt[i], sizeof(pkt[i]), (uint8_t)i, &m[i]);
-		a[i] = (struct lend_arg){ &l, i };
-		cr_assert_eq(driver_tx_lend(r.d, pkt[i], len[i], &m[i], lend_release, &a[i]), 0);
-	}
+	lendset_fill(&ls, 3);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(lend(r.d, &ls, i), 0);
 	cr_assert_eq(peer_recv(&r, got, sizeof(got)), -1, "nothing written yet");
-	cr_assert_eq(l.n, 0, "nothing given back yet");
+	cr_assert_eq(ls.l.n, 0, "nothing given back yet");
 	cr_assert_eq(CTR(r.d, uring_enters), 0);
 	cr_assert_eq(driver_tx(r.d, own, own_len), 0);
 	cr_assert_eq(CTR(r.d, uring_enters), 1, "the three in one round");
 	cr_assert_eq(CTR(r.d, uring_flushes), 1);
 	cr_assert_eq(CTR(r.d, uring_flush_writes), 3);
-	cr_assert_eq(l.n, 3);
+	cr_assert_eq(ls.l.n, 3);
 	for (int i = 0; i < 3; i++) {
-		cr_assert_eq(l.order[i], i, "given back in order");
-		expect_lent(&r, pkt[i], len[i], &m[i], i);
+		cr_assert_eq(ls.l.order[i], i, "given back in order");
+		expect_lent(&r, ls.pkt[i], ls.len[i], &ls.m[i], i);
 	}
 	cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)(hlen + own_len));
 	cr_assert_eq(memcmp(got + hlen, own, own_len), 0, "then the stack's own packet");
@@ -831,7 +855,7 @@ static void lent_frames_wait_then_go_in_order(size_t hlen)
 	cr_assert_eq(CTR(r.d, tx_lent), 3);
 	cr_assert_eq(CTR(r.d, tx_packets), 4);
 	cr_assert_eq(CTR(r.d, tx_gso), 3);
-	cr_assert_eq(CTR(r.d, tx_bytes), len[0] + len[1] + len[2] + own_len);
+	cr_assert_eq(CTR(r.d, tx_bytes), ls.len[0] + ls.len[1] + ls.len[2] + own_len);
 	cr_assert_eq(CTR(r.d, tx_dropped), 0);
 	rig_close(&r);
 }
@@ -851,29 +875,24 @@ Test(driver_ring, lent_frames_with_a_longer_device_header)
 Test(driver_ring, lending_past_the_limit_flushes)
 {
 	const int n = DRIVER_LEND_MAX + 3;
-	static uint8_t pkt[DRIVER_LEND_MAX + 3][512];
-	struct pkt_meta m[DRIVER_LEND_MAX + 3];
-	struct lend_arg a[DRIVER_LEND_MAX + 3];
-	size_t len[DRIVER_LEND_MAX + 3];
-	struct lends l = { 0 };
+	static struct lendset ls;
 	struct rig r;
 
 	ring = true;
 	rig_open(&r, true, &ops);
+	lendset_fill(&ls, n);
 	for (int i = 0; i < n; i++) {
-		len[i] = lend_pkt(pkt[i], sizeof(pkt[i]), (uint8_t)i, &m[i]);
-		a[i] = (struct lend_arg){ &l, i };
-		cr_assert_eq(driver_tx_lend(r.d, pkt[i], len[i], &m[i], lend_release, &a[i]), 0);
-		cr_assert_eq(l.n, i < DRIVER_LEND_MAX ? 0 : DRIVER_LEND_MAX, "after lend %d", i);
+		cr_assert_eq(lend(r.d, &ls, i), 0);
+		cr_assert_eq(ls.l.n, i < DRIVER_LEND_MAX ? 0 : DRIVER_LEND_MAX, "after lend %d", i);
 	}
 	cr_assert_eq(CTR(r.d, uring_enters), 1);
 	driver_tx_flush(r.d);
 	cr_assert_eq(CTR(r.d, uring_enters), 2);
 	cr_assert_eq(CTR(r.d, uring_flush_writes), (uint64_t)n);
-	cr_assert_eq(l.n, n);
+	cr_assert_eq(ls.l.n, n);
 	for (int i = 0; i < n; i++) {
-		cr_assert_eq(l.order[i], i);
-		expect_lent(&r, pkt[i], len[i], &m[i], i);
+		cr_assert_eq(ls.l.order[i], i);
+		expect_lent(&r, ls.pkt[i], ls.len[i], &ls.m[i], i);
 	}
 	cr_assert_eq(CTR(r.d, tx_packets), (uint64_t)n);
 	rig_close(&r);
@@ -974,33 +993,26 @@ Test(driver_ring, lent_frames_survive_the_ring_failing)
 
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
-		uint8_t pkt[4][512], got[512];
-		struct pkt_meta m[4];
-		struct lends l = { 0 };
-		struct lend_arg a[4];
-		size_t len[4];
+		static struct lendset ls;
+		uint8_t got[512];
 		struct rig r;
 
 		ring = true;
 		rig_open(&r, true, &ops);
-		for (int i = 0; i < 4; i++) {
-			len[i] = lend_pkt(pkt[i], sizeof(pkt[i]), (uint8_t)i, &m[i]);
-			a[i] = (struct lend_arg){ &l, i };
-		}
+		lendset_fill(&ls, 4);
 		for (int i = 0; i < 3; i++)
-			driver_tx_lend(r.d, pkt[i], len[i], &m[i], lend_release, &a[i]);
+			lend(r.d, &ls, i);
 		break_io_uring_enter();
 		driver_tx_flush(r.d);
-		if (l.n != 3 || driver_uring(r.d) || CTR(r.d, uring_enter_failed) != 1)
+		if (ls.l.n != 3 || driver_uring(r.d) || CTR(r.d, uring_enter_failed) != 1)
 			_exit(10);
-		if (driver_tx_lend(r.d, pkt[3], len[3], &m[3], lend_release, &a[3]) != 0 ||
-		    l.n != 4)
+		if (lend(r.d, &ls, 3) != 0 || ls.l.n != 4)
 			_exit(11);
 		for (int i = 0; i < 4; i++) {
-			if (l.order[i] != i)
+			if (ls.l.order[i] != i)
 				_exit(12);
-			if (peer_recv(&r, got, sizeof(got)) != (ssize_t)(VH + len[i]) ||
-			    memcmp(got + VH, pkt[i], len[i]) != 0 || got[1] != PKT_GSO_UDP_L4)
+			if (peer_recv(&r, got, sizeof(got)) != (ssize_t)(VH + ls.len[i]) ||
+			    memcmp(got + VH, ls.pkt[i], ls.len[i]) != 0 || got[1] != PKT_GSO_UDP_L4)
 				_exit(20 + i);
 		}
 		if (peer_recv(&r, got, sizeof(got)) != -1 || CTR(r.d, tx_packets) != 4 ||
@@ -1019,25 +1031,19 @@ Test(driver_ring, lent_frames_survive_the_ring_failing)
 /* Frames still lent when the driver is freed are written and given back first. */
 Test(driver_ring, lent_frames_written_when_the_driver_goes)
 {
-	uint8_t pkt[2][512];
-	struct pkt_meta m[2];
-	struct lends l = { 0 };
-	struct lend_arg a[2];
-	size_t len[2];
+	static struct lendset ls;
 	struct rig r;
 
 	ring = true;
 	rig_open(&r, true, &ops);
-	for (int i = 0; i < 2; i++) {
-		len[i] = lend_pkt(pkt[i], sizeof(pkt[i]), (uint8_t)i, &m[i]);
-		a[i] = (struct lend_arg){ &l, i };
-		cr_assert_eq(driver_tx_lend(r.d, pkt[i], len[i], &m[i], lend_release, &a[i]), 0);
-	}
+	lendset_fill(&ls, 2);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(lend(r.d, &ls, i), 0);
 	driver_free(r.d);
 	r.d = NULL;
-	cr_assert_eq(l.n, 2);
+	cr_assert_eq(ls.l.n, 2);
 	for (int i = 0; i < 2; i++)
-		expect_lent(&r, pkt[i], len[i], &m[i], i);
+		expect_lent(&r, ls.pkt[i], ls.len[i], &ls.m[i], i);
 	rig_close(&r);
 }
 
