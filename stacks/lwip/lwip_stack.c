@@ -344,7 +344,6 @@ static err_t output(struct netif *n, struct pbuf *p)
 	struct lwip_stack *st = n->state;
 	uint8_t *data = p->payload; /* the train may fill in its TCP checksum */
 	uint16_t wire = st->out_wire;
-	bool own = !p->next; /* the frame is the pbuf's own memory */
 
 	st->out_wire = 0;
 	if (p->tot_len > (wire ? st->txbuf_size : st->mtu)) {
@@ -357,7 +356,7 @@ static err_t output(struct netif *n, struct pbuf *p)
 	}
 	ctr_inc(&st->ctr.tx_packets);
 	if (st->train) {
-		if (own && st->env.tx_lend)
+		if (!p->next && st->env.tx_lend) /* the frame is the pbuf's own memory */
 			st->out_p = p;
 		gso_train_add_big(st->train, data, p->tot_len, wire);
 		st->out_p = NULL;
