@@ -64,10 +64,15 @@ struct driver {
 	const struct driver_ops *ops;
 	void *arg;
 	struct budget *budget;
-	uint8_t *buf;     /* [hdr][packet]: slot 0 of slots */
-	size_t buf_size;  /* one slot */
-	uint8_t *slots;   /* DRIVER_URING_SLOTS frames of buf_size with the ring, else just buf */
-	size_t slots_size;
+	size_t buf_size;  /* one slot's frame: [hdr][packet] */
+	/* The read buffers: DRIVER_URING_SLOTS (DRIVER_URING_SLOTS_OFFLOAD with offload) with the
+	 * ring, else one. Each is the driver's own or one a stack gave for a frame it took
+	 * (driver_rx_take); each says how it is freed. */
+	struct driver_rxbuf *slot[DRIVER_URING_SLOTS];
+	struct rxpool *pool;         /* where they come from */
+	struct driver_rxbuf *in_buf; /* the buffer whose packet input has now, if it may go */
+	unsigned in_slot;
+	int64_t now_ns;              /* the clock of the batch under way */
 	bool gone;        /* the device went away: no more reads */
 	/* batched I/O (core/uring.h); NULL: read() and writev() */
 	struct uring *ring;
@@ -165,7 +170,7 @@ bool driver_offload(const struct driver *d)
 
 static uint8_t *slot_frame(const struct driver *d, unsigned slot)
 {
-	return d->slots + (size_t)slot * d->buf_size;
+	return d->slot[slot]->frame;
 }
 
 /* The buffers of queued write w, in iov (room for 3); returns how many. */
@@ -380,6 +385,7 @@ static void handle(struct driver *d, unsigned slot, size_t len, int64_t now)
 	uint8_t *frame = slot_frame(d, slot);
 	uint8_t *pkt = frame + d->hdr;
 	struct pkt_view view;
+	enum driver_verdict verdict;
 	size_t out_len = 0;
 	bool plain = false;
 
@@ -402,7 +408,16 @@ static void handle(struct driver *d, unsigned slot, size_t len, int64_t now)
 			ctr_add(&d->ctr.rx_gso_bytes, len);
 		}
 	}
-	switch (d->ops->input(d->arg, pkt, len, &meta, now, &out_len, &plain, &view)) {
+	d->in_buf = d->slot[slot];
+	d->in_slot = slot;
+	verdict = d->ops->input(d->arg, pkt, len, &meta, now, &out_len, &plain, &view);
+	if (!d->in_buf && verdict != DRIVER_DONE) {
+		/* Taken (driver_rx_take): the packet is the stack's now; nothing else may use it. */
+		assert(!"a taken packet cannot be written back or passed on");
+		verdict = DRIVER_DONE;
+	}
+	d->in_buf = NULL;
+	switch (verdict) {
 	case DRIVER_WRITE:
 		write_back(d, slot, out_len, plain, meta.gso_type != PKT_GSO_NONE);
 		break;
@@ -432,9 +447,119 @@ static void stop_reading(struct driver *d, int err)
 		d->ops->gone(d->arg, err);
 }
 
+/* ---- read buffers ---------------------------------------------------------------------------- */
+
+/* The read buffers' allocator, shared by the driver and the holders of the buffers it gave
+ * away (driver_rx_take), and freed by whichever lets go last. A buffer given back is kept for
+ * the next take, while the driver lives, its budget is at its normal tier and fewer than
+ * RXPOOL_KEEP (and an eighth of the budget's buffer bytes) are kept: given straight back to glibc, a 64 KiB block per frame hands its pages
+ * back (the heap's free top passes the trim threshold) only for the next read to fault them in
+ * again. A kept buffer is not in use and is charged to nothing. The kept ones are freed when no
+ * buffer was taken for RXPOOL_UNUSED_NS (traffic that takes none, a download after an upload,
+ * would otherwise leave them idle for as long as it lasts) and by driver_release_idle. */
+#define RXPOOL_KEEP 64u
+#define RXPOOL_UNUSED_NS (1000 * 1000000LL)
+
+struct rxpool {
+	struct budget *budget;       /* NULL: plain malloc (tests) */
+	size_t size;                 /* one buffer, struct driver_rxbuf included */
+	struct driver_rxbuf *kept;   /* linked through their holder room */
+	unsigned nkept;
+	unsigned keep;               /* at most this many kept */
+	unsigned refs;               /* the driver, and each buffer not kept */
+	bool driver_gone;
+	int64_t taken_ns;            /* the driver's clock at the last take */
+};
+
+static struct driver_rxbuf **kept_next(struct driver_rxbuf *b)
+{
+	return (struct driver_rxbuf **)(void *)b->user.bytes;
+}
+
+static void rxpool_unref(struct rxpool *pool)
+{
+	if (--pool->refs == 0)
+		free(pool);
+}
+
+static void rxpool_trim(struct rxpool *pool)
+{
+	while (pool->kept) {
+		struct driver_rxbuf *b = pool->kept;
+
+		pool->kept = *kept_next(b);
+		free(b);
+	}
+	pool->nkept = 0;
+}
+
+static void rxbuf_free(struct driver_rxbuf *b)
+{
+	struct rxpool *pool = b->ctx;
+
+	if (pool->budget)
+		budget_bytes_release(pool->budget, pool->size);
+	if (!pool->driver_gone && pool->nkept < pool->keep &&
+	    (!pool->budget || budget_get_tier(pool->budget) == BUDGET_NORMAL)) {
+		*kept_next(b) = pool->kept;
+		pool->kept = b;
+		pool->nkept++;
+	} else {
+		free(b);
+	}
+	rxpool_unref(pool);
+}
+
+/* A read buffer, charged to the budget. NULL: refused (counted by the budget) or no memory. */
+static struct driver_rxbuf *rxbuf_new(struct rxpool *pool)
+{
+	struct driver_rxbuf *b;
+
+	if (pool->budget && budget_bytes_reserve(pool->budget, pool->size) != 0)
+		return NULL;
+	if ((b = pool->kept)) {
+		pool->kept = *kept_next(b);
+		pool->nkept--;
+	} else if (!(b = malloc(pool->size))) {
+		if (pool->budget)
+			budget_bytes_release(pool->budget, pool->size);
+		return NULL;
+	}
+	b->free = rxbuf_free;
+	b->ctx = pool;
+	pool->refs++;
+	return b;
+}
+
 size_t driver_release_idle(struct driver *d)
 {
-	return d->ring_stuck ? 0 : rss_pages_release(d->slots, d->slots_size);
+	size_t n = 0;
+
+	rxpool_trim(d->pool); /* kept buffers are under no read */
+	if (d->ring_stuck)
+		return 0;
+	for (unsigned i = 0; i < d->nslots; i++)
+		n += rss_pages_release(slot_frame(d, i), d->buf_size);
+	return n;
+}
+
+unsigned driver_rx_kept(const struct driver *d)
+{
+	return d->pool->nkept;
+}
+
+struct driver_rxbuf *driver_rx_take(void *driver, const uint8_t *pkt)
+{
+	struct driver *d = driver;
+	struct driver_rxbuf *old = d->in_buf, *fresh;
+
+	if (!old || pkt != old->frame + d->hdr || !(fresh = rxbuf_new(d->pool)))
+		return NULL;
+	d->slot[d->in_slot] = fresh;
+	d->in_buf = NULL;
+	d->pool->taken_ns = d->now_ns;
+	ctr_inc(&d->ctr.rx_taken);
+	return old;
 }
 
 enum read_result { READ_PACKET, READ_EMPTY, READ_SKIPPED, READ_ERROR };
@@ -446,7 +571,7 @@ static enum read_result read_one(struct driver *d, int64_t now)
 	ssize_t n;
 
 	do
-		n = read(d->fd, d->buf, d->buf_size);
+		n = read(d->fd, slot_frame(d, 0), d->buf_size);
 	while (n < 0 && errno == EINTR);
 	if (n < 0) {
 		if (errno == EAGAIN)
@@ -773,7 +898,12 @@ static int poll_ring(struct driver *d, int64_t now)
 int driver_poll(struct driver *d)
 {
 	int64_t now = ts_now_ns();
-	int i = d->ring ? poll_ring(d, now) : poll_plain(d, now, DRIVER_BATCH);
+	int i;
+
+	d->now_ns = now;
+	i = d->ring ? poll_ring(d, now) : poll_plain(d, now, DRIVER_BATCH);
+	if (d->pool->nkept && now - d->pool->taken_ns > RXPOOL_UNUSED_NS)
+		rxpool_trim(d->pool);
 
 	if (d->ops->batch_end)
 		d->ops->batch_end(d->arg, now);
@@ -787,13 +917,25 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 	driver_poll(arg);
 }
 
-/* n read buffers of buf_size, from the budget when there is one. */
+/* The slots go back to the pool (kept or freed, as any buffer given back). */
+static void free_slots(struct driver *d)
+{
+	for (unsigned i = 0; i < d->nslots; i++)
+		d->slot[i]->free(d->slot[i]);
+	d->nslots = 0;
+}
+
+/* n read buffers, from the budget when there is one; all or none. */
 static bool alloc_slots(struct driver *d, unsigned n)
 {
-	d->nslots = n;
-	d->slots_size = d->buf_size * n;
-	d->slots = d->budget ? budget_malloc(d->budget, d->slots_size) : malloc(d->slots_size);
-	return d->slots != NULL;
+	for (d->nslots = 0; d->nslots < n; d->nslots++) {
+		if (!(d->slot[d->nslots] = rxbuf_new(d->pool))) {
+			free_slots(d);
+			rxpool_trim(d->pool); /* none kept: the caller may ask for fewer */
+			return false;
+		}
+	}
+	return true;
 }
 
 int driver_new(struct event_base *base, const struct driver_params *p,
@@ -815,6 +957,12 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 	d->budget = b;
 	d->hdr = hdr;
 	d->buf_size = p->vnet_hdr ? hdr + DRIVER_GSO_MAX : p->mtu;
+	if (!(d->pool = calloc(1, sizeof(*d->pool))))
+		goto fail;
+	*d->pool = (struct rxpool){ .budget = b, .size = sizeof(struct driver_rxbuf) + d->buf_size,
+				    .keep = RXPOOL_KEEP, .refs = 1 };
+	if (b && budget_get_limits(b)->buffer_bytes / 8 / d->pool->size < RXPOOL_KEEP)
+		d->pool->keep = (unsigned)(budget_get_limits(b)->buffer_bytes / 8 / d->pool->size);
 	if (p->uring && (d->uring_err = uring_new(&d->ring)) != 0)
 		d->ring = NULL;
 	if (!alloc_slots(d, d->ring ? hdr ? DRIVER_URING_SLOTS_OFFLOAD : DRIVER_URING_SLOTS : 1) &&
@@ -825,12 +973,11 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 		d->uring_err = -ENOBUFS;
 		(void)alloc_slots(d, 1);
 	}
-	if (!d->slots)
+	if (!d->nslots)
 		goto fail;
 	d->reads = DRIVER_URING_FIRST_READS < d->nslots ? DRIVER_URING_FIRST_READS : d->nslots;
 	d->uring_on = d->ring != NULL;
-	d->buf = d->slots;
-	memset(d->buf, 0, d->buf_size); /* pre-fault: memory figures do not jump under load */
+	memset(slot_frame(d, 0), 0, d->buf_size); /* pre-fault: memory figures do not jump under load */
 	d->ev = event_new(base, p->fd, EV_READ | EV_PERSIST, on_readable, d);
 	if (!d->ev || event_add(d->ev, NULL) != 0)
 		goto fail;
@@ -841,23 +988,39 @@ fail:
 	return -ENOMEM;
 }
 
+/* The driver lets go of its pool: what comes back from now on is freed, and the pool goes with
+ * the last buffer. */
+static void pool_leave(struct driver *d)
+{
+	if (!d->pool)
+		return;
+	d->pool->driver_gone = true;
+	rxpool_trim(d->pool);
+	rxpool_unref(d->pool);
+}
+
 void driver_free(struct driver *d)
 {
 	if (!d)
 		return;
 	if (d->ev)
 		event_free(d->ev);
+	d->ev = NULL;
+	if (!d->ring_stuck)
+		flush_writes(d);
 	if (d->ring_stuck) {
-		/* The kernel may still write into the slots: they and the ring stay. */
+		/* The kernel may still write into the slots: they and the ring stay (each holds
+		 * the pool, which outlives the driver). */
+		pool_leave(d);
 		free(d);
 		return;
 	}
-	flush_writes(d);
 	uring_free(d->ring);
-	if (d->budget)
-		budget_mfree(d->budget, d->slots);
-	else
-		free(d->slots);
+	if (d->pool) {
+		d->pool->driver_gone = true;
+		free_slots(d);
+	}
+	pool_leave(d);
 	free(d);
 }
 

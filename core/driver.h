@@ -24,6 +24,7 @@
 #ifndef TS_CORE_DRIVER_H
 #define TS_CORE_DRIVER_H
 
+#include <stdalign.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -106,6 +107,7 @@ struct driver_ops {
 	X(uring_flush_writes) /* the writes those rounds carried */                          \
 	X(tx_lent)        /* frames the stack lent, written with a later round */             \
 	X(uring_reads_empty) /* batched I/O: reads that found the device empty */             \
+	X(rx_taken)       /* read buffers a stack took with their packet (driver_rx_take) */  \
 	/* batched I/O given up (read() and write() from then on), by reason: */              \
 	X(uring_read_refused)  /* the ring could not read the device, read() could */          \
 	X(uring_write_refused) /* the ring could not write to it (EOPNOTSUPP), writev() could */ \
@@ -146,8 +148,9 @@ struct driver_params {
 	bool uring;      /* batch reads and writes through an io_uring when the kernel allows */
 };
 
-/* Drive p->fd on base. The read buffer is allocated once, here, from the budget when one is
- * given (NULL: plain malloc, tests), and pre-faulted so memory figures do not jump under load.
+/* Drive p->fd on base. The read buffer is allocated here, from the budget when one is given
+ * (NULL: plain malloc, tests), and pre-faulted so memory figures do not jump under load (a
+ * stack that takes a buffer, driver_rx_take, has it replaced).
  * With p->uring the driver sets up an io_uring and DRIVER_URING_SLOTS read buffers
  * (DRIVER_URING_SLOTS_OFFLOAD with vnet_hdr), all counted against the budget, only the first
  * pre-faulted: the others take memory as packets land in them. When the kernel refuses the
@@ -164,8 +167,9 @@ int driver_uring_err(const struct driver *d);
 bool driver_uring(const struct driver *d);
 void driver_free(struct driver *d);
 
-/* Give back the pages of the read buffer (nothing waits in it between batches): for a quiet
- * proxy; the next batch faults them in again. Call on the driver's own loop. Bytes given. */
+/* Give back the pages of the read buffers (nothing waits in them between batches), and free
+ * the buffers kept for takes: for a quiet proxy; the next batch faults them in again. Call on
+ * the driver's own loop. Bytes given (of the read buffers). */
 size_t driver_release_idle(struct driver *d);
 
 /* Read and process up to DRIVER_BATCH packets now, as a readiness edge does (tests; the loop
@@ -193,6 +197,32 @@ int driver_tx_lend(void *driver, const uint8_t *pkt, size_t len, const struct pk
 		   void (*release)(void *arg), void *arg);
 /* Write what is queued now (lent frames and write-backs), in one io_uring_enter. */
 void driver_tx_flush(void *driver);
+/* A read buffer: how it is freed, room for whoever holds it, then the frame the driver reads
+ * into ([virtio header][packet]). A stack may take the buffer with the packet it was given
+ * instead of copying the packet out (driver_rx_take). */
+#define DRIVER_RXBUF_USER 64
+struct driver_rxbuf {
+	void (*free)(struct driver_rxbuf *b); /* frees b, whoever holds it */
+	void *ctx;                            /* the free function's */
+	union {
+		max_align_t align;
+		unsigned char bytes[DRIVER_RXBUF_USER];
+	} user; /* the holder's (a stack: its pbuf wrapper) */
+	alignas(max_align_t) uint8_t frame[];
+};
+
+/* From the stack's input only, for the packet it was given (pkt): the stack keeps the read
+ * buffer holding it instead of copying the packet out, and the driver reads into a new one
+ * (from the budget) from now on. The packet stays where it is, untouched by later reads, until
+ * the holder frees the buffer with b->free(b): on the driver's own thread (the buffers share an
+ * unlocked pool with it), or on any one thread once the driver's loop has stopped, before or
+ * after driver_free. The input must then return DRIVER_DONE. Returns the buffer (the holder's
+ * now), or NULL: pkt is not the packet of the input under way, it was taken already, or the
+ * budget refused the new buffer (counted there as a refused reserve). */
+struct driver_rxbuf *driver_rx_take(void *driver, const uint8_t *pkt);
+/* Buffers given back and kept for the next takes (not charged to the budget). */
+unsigned driver_rx_kept(const struct driver *d);
+
 /* True when the driver reads and writes virtio_net_hdr (offload I/O). */
 bool driver_offload(const struct driver *d);
 

@@ -26,6 +26,7 @@ struct dispatcher;
 struct log;
 struct loopguard;
 struct netstack;
+struct driver_rxbuf;
 
 /* What the process lends a stack. Everything is borrowed and outlives the stack. */
 struct netstack_env {
@@ -49,6 +50,11 @@ struct netstack_env {
 	int (*tx_lend)(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m,
 		       void (*release)(void *rel_arg), void *rel_arg);
 	void (*tx_flush)(void *arg);
+	/* With tx_meta: keep the read buffer holding the packet the stack's input was given
+	 * instead of copying the packet out (core/driver.h: driver_rx_take), arg tx_arg: queue
+	 * 0's driver, so only for a stack that reads that queue alone and frees what it took on
+	 * its loop (lwIP). NULL without offload. */
+	struct driver_rxbuf *(*rx_take)(void *arg, const uint8_t *pkt);
 	const char *tun_name;
 	/* A fatal runtime error inside the stack (e.g. the accept loop's "anything else"): the
 	 * stack calls this once with -errno and a message; the process stops with exit 1. */

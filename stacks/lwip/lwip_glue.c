@@ -10,8 +10,10 @@
  * it, in stacks/lwip/lwip_stack.c. Each block records the budget it was charged to, so a block
  * freed after the claim moved on is released to the right one.
  *
- * Large blocks are kept for reuse. lwIP allocates every input segment, an offloaded receive of
- * up to 64 KiB included, with mem_malloc and frees it when the relay has taken its bytes. Given
+ * Large blocks are kept for reuse. lwIP allocates every input segment it is given a copy of (an
+ * offloaded receive under 32 KiB, or any without offload; a larger one stays in the driver's read
+ * buffer, whose pool keeps its buffers the same way: core/driver.c), and the segments the relay
+ * writes, with mem_malloc and frees them when the bytes are taken or acknowledged. Given
  * straight to glibc, that churn keeps pushing the heap's free top past glibc's trim threshold
  * (128 KiB unless tuned), and every such free hands the pages back (madvise(MADV_DONTNEED) in a
  * thread's arena, with a TLB shootdown across CPUs; brk in the main one) only for the next
@@ -119,6 +121,9 @@ static bool lwip_initialised;
 static struct budget *lwip_budget;
 /* Bytes lwIP holds now, for the same reason: counted in the context-free allocator. */
 static _Atomic uint64_t lwip_bytes;
+/* Packet bytes in the driver's read buffers lwIP holds: freed through pbuf_free, which gives
+ * no context either. */
+static _Atomic uint64_t lwip_rx_held;
 
 int lwip_glue_claim(struct budget *b)
 {
@@ -265,6 +270,16 @@ bool lwip_glue_trim_unused(unsigned calls)
 	lwip_glue_trim();
 	lw_unused_calls = 0;
 	return true;
+}
+
+void lwip_glue_rx_held(int64_t delta)
+{
+	atomic_fetch_add_explicit(&lwip_rx_held, (uint64_t)delta, memory_order_relaxed);
+}
+
+uint64_t lwip_glue_rx_held_bytes(void)
+{
+	return atomic_load_explicit(&lwip_rx_held, memory_order_relaxed);
 }
 
 uint64_t lwip_glue_cached_bytes(void)

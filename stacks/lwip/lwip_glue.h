@@ -24,6 +24,10 @@ uint64_t lwip_glue_mem_bytes(void);
 /* The bytes of freed blocks kept for reuse (any thread): at most an eighth of the owner's
  * buffer bytes, and 8 MiB. */
 uint64_t lwip_glue_cached_bytes(void);
+/* Packet bytes lwIP holds in the driver's read buffers (taken super-packets, not lwIP's
+ * allocator's): add delta (negative when one is given back). */
+void lwip_glue_rx_held(int64_t delta);
+uint64_t lwip_glue_rx_held_bytes(void);
 /* lwIP's allocator, as lwIP calls it through include/arch/cc.h (declared here too for tests):
  * charged to the owner's budget; NULL when over budget or out of memory. */
 void *ts_lwip_malloc(size_t size);

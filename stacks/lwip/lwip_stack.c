@@ -20,6 +20,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/csum.h"
+#include "core/driver.h"
 #include "core/gso.h"
 #include "core/log.h"
 #include "core/pkt.h"
@@ -72,6 +73,8 @@
 	X(big_conns)          /* connections that build large segments (lwip_bigseg.h) */     \
 	X(big_to_wire)        /* ... of them sent back toward MSS-sized ones by a retransmission */ \
 	X(big_window_splits)  /* large segments cut down to a small window at once */          \
+	X(rx_taken)           /* large segments fed to lwIP in the driver's read buffer, */     \
+	                      /* uncopied (env.rx_take) */                                      \
 	X(big_lent)           /* large segments lent to the driver from their own pbuf, */      \
 	                      /* written with the pass's others in one batch */                 \
 	X(mss_option_ignored) /* MSS options outside a SYN, made NOPs (RFC 9293 3.7.1) */     \
@@ -689,20 +692,68 @@ input_refused(struct lwip_stack *st, const struct pkt_view *v, uint32_t len,
 	return p;
 }
 
+/* A super-packet stays in the driver's read buffer rather than being copied out (env.rx_take):
+ * lwIP gets a pbuf over it, kept in the buffer's holder room, whose free gives the buffer back
+ * to its allocator, and the driver reads on into a new one. Smaller packets are copied: a read
+ * buffer holds up to 64 KiB, and would hold a small segment's few bytes while it waits in a
+ * queue. At RX_TAKE_MIN a buffer holds about half its size in packet. */
+#define RX_TAKE_MIN (32u << 10)
+
+/* What the stack keeps in a taken buffer's holder room. */
+struct rx_held {
+	struct pbuf_custom pc; /* first: lwIP's pbuf is its address */
+	uint32_t bytes;        /* counted in lwip_glue_rx_held */
+};
+_Static_assert(sizeof(struct rx_held) <= DRIVER_RXBUF_USER, "it fits the holder room");
+
+static void rxbuf_pbuf_free(struct pbuf *p)
+{
+	struct driver_rxbuf *b =
+		(struct driver_rxbuf *)((char *)p - offsetof(struct driver_rxbuf, user));
+
+	lwip_glue_rx_held(-(int64_t)((struct rx_held *)(void *)b->user.bytes)->bytes);
+	b->free(b);
+}
+
+/* v's packet (len bytes, all of it) in its read buffer, or NULL: copy it. */
+static struct pbuf *input_taken(struct lwip_stack *st, const struct pkt_view *v, uint32_t len)
+{
+	struct driver_rxbuf *b = st->env.rx_take(st->env.tx_arg, v->ip);
+	struct rx_held *h;
+	struct pbuf *p;
+
+	if (!b)
+		return NULL; /* the copy asks the budget again and takes the refusal's path */
+	h = (struct rx_held *)(void *)b->user.bytes;
+	h->pc.custom_free_function = rxbuf_pbuf_free;
+	h->bytes = len;
+	/* Cannot fail: the memory given is exactly the packet's length (and the buffer, the
+	 * stack's now, must not be left unfreed). */
+	p = pbuf_alloced_custom(PBUF_RAW, (u16_t)len, PBUF_REF, &h->pc, (void *)v->ip, (u16_t)len);
+	assert(p);
+	lwip_glue_rx_held(len);
+	ctr_inc(&st->ctr.rx_taken);
+	return p;
+}
+
 /* The pbuf lwIP gets for v (len bytes without IPv6 extension headers); NULL: dropped, counted. */
 static struct pbuf *input_pbuf(struct lwip_stack *st, const struct pkt_view *v, uint32_t len,
 			       const struct pkt_meta *meta)
 {
-	struct pbuf *p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
+	struct pbuf *p;
 
-	if (!p)
+	if (len >= RX_TAKE_MIN && st->env.rx_take && len == v->len &&
+	    (p = input_taken(st, v, len)))
+		return p;
+	if (!(p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM)))
 		return input_refused(st, v, len, meta);
 	copy_segment(v, p);
 	return p;
 }
 
-/* Only TCP the policy let in reaches lwIP: copied into a pbuf (lwIP may keep it: out-of-order
- * queue) and fed to ip_input, which calls our hook, then tcp_input. */
+/* Only TCP the policy let in reaches lwIP: in a pbuf (input_pbuf: a copy, or the read buffer
+ * itself; lwIP may keep it: out-of-order queue) fed to ip_input, which calls our hook, then
+ * tcp_input. */
 /* lwIP counts half-open connections (SYN_RCVD) against the listener's backlog (at most 255)
  * and drops every SYN while it is full: 255 spoofed SYNs, which never complete, would lock
  * every application out until they time out (lwIP's TCP_SYN_RCVD_TIMEOUT, 20 s). When a SYN
@@ -1216,7 +1267,7 @@ static void lw_stats(struct netstack *ns, struct netstack_stats *o)
 	o->drops_half_open = ctr_get(&c->drop_backlog_full);
 	o->admission_refused = ctr_get(&c->admission_refused);
 	o->accepted = ctr_get(&c->accepted);
-	o->stack_bytes = lwip_glue_mem_bytes();
+	o->stack_bytes = lwip_glue_mem_bytes() + lwip_glue_rx_held_bytes();
 }
 
 static void lw_counters(struct netstack *ns,
@@ -1234,6 +1285,7 @@ static void lw_counters(struct netstack *ns,
 	}
 	fn(arg, "lwip_mem_bytes", lwip_glue_mem_bytes());
 	fn(arg, "lwip_mem_cached_bytes", lwip_glue_cached_bytes());
+	fn(arg, "lwip_rx_held_bytes", lwip_glue_rx_held_bytes());
 	if (st->train) {
 		const struct gso_stats *g = gso_train_stats(st->train);
 		fn(arg, "gso_trains", ctr_get(&g->trains));

@@ -8,7 +8,10 @@
  *   empty queue not counted, read errors and empty reads counted, failed writes (a full
  *   socket buffer) counted in tx_dropped; with the 10-byte virtio_net_hdr: the header turned
  *   into pkt_meta, bad headers dropped before the stack sees them, a TCP GSO super-packet
- *   written back whole with its header, a DATA_VALID super-packet made partial.
+ *   written back whole with its header, a DATA_VALID super-packet made partial; read buffers a
+ *   stack takes with their packet (driver_rx_take): the packet intact while the driver reads
+ *   on into new buffers, charged to the budget, kept for reuse when given back, refused when
+ *   the budget has no room, valid after the driver is freed.
  *
  *   A real TUN in a fresh network namespace (tests/unit/netns_child.h): a local UDP socket's
  *   datagrams to a peer behind the TUN are reflected by the input function and come back to
@@ -43,6 +46,7 @@
 
 #include <event2/event.h>
 
+#include "core/budget.h"
 #include "core/config.h"
 #include "core/driver.h"
 #include "core/pkt.h"
@@ -1045,6 +1049,194 @@ Test(driver_ring, lent_frames_written_when_the_driver_goes)
 	for (int i = 0; i < 2; i++)
 		expect_lent(&r, ls.pkt[i], ls.len[i], &ls.m[i], i);
 	rig_close(&r);
+}
+
+/* ---- read buffers a stack takes with their packet (driver_rx_take) ---- */
+
+/* What the taking input does: packets whose first payload byte is even are taken (and checked:
+ * a take of another pointer and a second take are refused), the rest left. */
+struct taker {
+	struct driver *d;
+	struct driver_rxbuf *held[MAX_SEEN];
+	const uint8_t *pkt[MAX_SEEN];
+	size_t len[MAX_SEEN];
+	int n, inputs, refused_other, refused_again, refused_budget;
+};
+
+static enum driver_verdict take_fn(void *arg, uint8_t *buf, size_t len, const struct pkt_meta *m,
+				   int64_t now, size_t *out_len, bool *plain, struct pkt_view *view)
+{
+	struct taker *t = arg;
+	struct driver_rxbuf *b;
+
+	(void)m, (void)now, (void)out_len, (void)plain, (void)view;
+	t->inputs++;
+	if (len <= 28 || buf[28] % 2)
+		return DRIVER_DONE;
+	t->refused_other += driver_rx_take(t->d, buf + 1) == NULL;
+	if (!(b = driver_rx_take(t->d, buf))) {
+		t->refused_budget++;
+		return DRIVER_DONE;
+	}
+	t->refused_again += driver_rx_take(t->d, buf) == NULL;
+	cr_assert_lt(t->n, MAX_SEEN);
+	t->held[t->n] = b;
+	t->pkt[t->n] = buf;
+	t->len[t->n++] = len;
+	return DRIVER_DONE;
+}
+
+static const struct driver_ops take_ops = { .input = take_fn };
+
+static uint64_t budget_in_use(const struct budget *b)
+{
+	struct budget_stats st;
+
+	budget_get_stats(b, &st);
+	return st.buffer_bytes_in_use;
+}
+
+/* Taken packets stay intact where they were read while the driver reads on into new buffers
+ * (charged to the budget as the ones taken were), exactly the taken ones are counted, a take
+ * of anything but the packet under way is refused, and the buffers outlive the driver. Given
+ * back, a buffer is kept for the next take, charged to nothing. */
+static void taken_buffers_keep_their_packets(void)
+{
+	uint8_t pkt[8][2048];
+	size_t len[8];
+	struct budget_limits l;
+	struct budget *b;
+	struct taker t = { 0 };
+	struct driver_params p = { .mtu = 1500, .vnet_hdr = true, .uring = ring };
+	struct event_base *base = event_base_new();
+	struct driver *d;
+	uint64_t idle;
+	int sv[2], n = 0;
+
+	budget_limits_profile(&l, BUDGET_PROFILE_DESKTOP);
+	cr_assert_eq(budget_new(&l, &b), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+	p.fd = sv[0];
+	cr_assert_eq(driver_new(base, &p, &take_ops, &t, b, &d), 0);
+	t.d = d;
+	idle = budget_in_use(b);
+	cr_assert_gt(idle, 0, "the read buffers are charged");
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 4; i++, n++) {
+			uint8_t frame[VH + 2048] = { 0 };
+
+			len[n] = udp_pkt(pkt[n], sizeof(pkt[n]), 900 + 37 * (size_t)n, (uint8_t)n);
+			memcpy(frame + VH, pkt[n], len[n]);
+			cr_assert_eq(send(sv[1], frame, VH + len[n], 0), (ssize_t)(VH + len[n]));
+		}
+		cr_assert_eq(driver_poll(d), 4);
+	}
+	cr_assert_eq(t.inputs, 8);
+	cr_assert_eq(t.n, 4, "packets 0, 2, 4, 6 taken");
+	cr_assert_eq(t.refused_other + t.refused_again, 8, "other pointers and second takes refused");
+	cr_assert_eq(t.refused_budget, 0);
+	cr_assert_eq(CTR(d, rx_taken), 4);
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(t.len[i], len[2 * i]);
+		cr_assert_eq(t.pkt[i], t.held[i]->frame + VH, "the packet is in its buffer");
+		cr_assert_eq(memcmp(t.pkt[i], pkt[2 * i], len[2 * i]), 0,
+			     "taken packet %d intact after the reads that followed", i);
+	}
+	/* Each take put a new buffer in the driver: four more charged. */
+	uint64_t one = (budget_in_use(b) - idle) / 4;
+	cr_assert_gt(one, VH + DRIVER_GSO_MAX);
+	cr_assert_eq(budget_in_use(b), idle + 4 * one);
+	/* Two given back: kept, charged to nothing; the next takes use them (no new charge). */
+	struct driver_rxbuf *back[2] = { t.held[0], t.held[1] };
+	back[0]->free(back[0]);
+	back[1]->free(back[1]);
+	cr_assert_eq(budget_in_use(b), idle + 2 * one);
+	cr_assert_eq(driver_rx_kept(d), 2);
+	for (int i = 0; i < 2; i++) {
+		uint8_t frame[VH + 2048] = { 0 };
+
+		len[0] = udp_pkt(pkt[0], sizeof(pkt[0]), 700, 10);
+		memcpy(frame + VH, pkt[0], len[0]);
+		cr_assert_eq(send(sv[1], frame, VH + len[0], 0), (ssize_t)(VH + len[0]));
+		cr_assert_eq(driver_poll(d), 1);
+	}
+	cr_assert_eq(t.n, 6);
+	cr_assert_eq(budget_in_use(b), idle + 4 * one, "kept buffers charged again when used");
+	cr_assert_eq(driver_rx_kept(d), 0);
+	/* Reads start at slot 0: the first take put the last one given back there (the kept
+	 * ones are a stack), and the second took it again. */
+	cr_assert_eq(t.held[5], back[1], "a kept buffer reused");
+	/* Kept ones are freed on a quiet proxy's call, and after a second without a take. */
+	t.held[2]->free(t.held[2]);
+	t.held[3]->free(t.held[3]);
+	cr_assert_eq(driver_rx_kept(d), 2);
+	(void)driver_release_idle(d);
+	cr_assert_eq(driver_rx_kept(d), 0);
+	cr_assert_eq(budget_in_use(b), idle + 2 * one);
+	t.held[4]->free(t.held[4]);
+	cr_assert_eq(driver_rx_kept(d), 1);
+	cr_assert_eq(driver_poll(d), 0);
+	cr_assert_eq(driver_rx_kept(d), 1, "kept while a take was less than a second ago");
+	usleep(1100 * 1000);
+	cr_assert_eq(driver_poll(d), 0);
+	cr_assert_eq(driver_rx_kept(d), 0, "freed a second after the last take");
+	/* The driver goes first; the buffers still held stay valid and go back to the budget. */
+	driver_free(d);
+	cr_assert_eq(memcmp(t.pkt[5], pkt[0], len[0]), 0);
+	t.held[5]->free(t.held[5]);
+	cr_assert_eq(budget_in_use(b), 0, "every buffer given back");
+	budget_free(b);
+	event_base_free(base);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+Test(driver, taken_buffers_keep_their_packets)
+{
+	taken_buffers_keep_their_packets();
+}
+
+Test(driver_ring, taken_buffers_keep_their_packets)
+{
+	ring = true;
+	taken_buffers_keep_their_packets();
+}
+
+/* A budget without room for a new read buffer refuses the take: the packet stays the
+ * driver's, nothing is counted as taken, and the driver reads on into the same buffer. */
+Test(driver, take_refused_without_budget_room)
+{
+	uint8_t pkt[2048], frame[VH + 2048] = { 0 };
+	struct budget_limits l;
+	struct budget *b;
+	struct taker t = { 0 };
+	struct driver_params p = { .mtu = 1500, .vnet_hdr = true };
+	struct event_base *base = event_base_new();
+	struct driver *d;
+	size_t len;
+	int sv[2];
+
+	budget_limits_profile(&l, BUDGET_PROFILE_DESKTOP);
+	l.buffer_bytes = 100 * 1024; /* the driver's one buffer fits, a second does not */
+	cr_assert_eq(budget_new(&l, &b), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+	p.fd = sv[0];
+	cr_assert_eq(driver_new(base, &p, &take_ops, &t, b, &d), 0);
+	t.d = d;
+	len = udp_pkt(pkt, sizeof(pkt), 500, 2);
+	memcpy(frame + VH, pkt, len);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(send(sv[1], frame, VH + len, 0), (ssize_t)(VH + len));
+	cr_assert_eq(driver_poll(d), 2);
+	cr_assert_eq(t.refused_budget, 2);
+	cr_assert_eq(t.n, 0);
+	cr_assert_eq(CTR(d, rx_taken), 0);
+	driver_free(d);
+	cr_assert_eq(budget_in_use(b), 0);
+	budget_free(b);
+	event_base_free(base);
+	close(sv[0]);
+	close(sv[1]);
 }
 
 /* A process whose seccomp filter refuses io_uring_setup (as container runtimes do): the driver
