@@ -13,8 +13,9 @@
  * The other way, the app's upload arrives as super-packets (stacks/lwip/lwip_ackq.h): each is
  * acknowledged once at the end of its loop pass, the window the reader opened in that pass
  * rides on the same segment, and a pcb reset before the pass ends is skipped. A super-packet
- * of 32 KiB or more is fed in the driver's read buffer (env.rx_take), uncopied, and the buffer
- * goes back once the reader has its bytes or the connection is reset. */
+ * of 32 KiB or more is fed in the driver's read buffer (env.rx_take), uncopied, waits there in
+ * the out-of-order queue when it comes early, and the buffer goes back once the reader has its
+ * bytes or the connection is reset. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -881,4 +882,26 @@ Test(lwip_bigseg, a_taken_buffer_goes_back_when_its_connection_resets, .fini = t
 	acc = NULL;
 	run();
 	cr_assert_eq(rx_freed, 2, "both given back");
+}
+
+/* A taken super-packet that arrives ahead of its predecessor waits in lwIP's out-of-order queue
+ * in its read buffer; when the missing one arrives both reach the reader intact, in order, and
+ * both buffers go back once read. */
+Test(lwip_bigseg, a_taken_super_packet_waits_out_of_order, .fini = teardown)
+{
+	rx_on = true;
+	start(true, false);
+	connect_app(2000);
+	upload(40000, 40000);
+	lwip_stack_ops.batch_end(ns, 0, 0);
+	run();
+	cr_assert_eq(rx_taken, 1);
+	cr_assert_eq(last_ack, 0, "nothing in order yet");
+	upload(0, 40000);
+	lwip_stack_ops.batch_end(ns, 0, 0);
+	run();
+	cr_assert_eq(rx_taken, 2);
+	cr_assert_eq(last_ack, 80000, "the queued one joined");
+	take(0, 80000);
+	cr_assert_eq(rx_freed, 2, "both given back once read");
 }
