@@ -63,7 +63,6 @@ struct driver {
 	size_t hdr;       /* virtio header bytes per frame with offload (>= 10), else 0 */
 	const struct driver_ops *ops;
 	void *arg;
-	struct budget *budget;
 	size_t buf_size;  /* one slot's frame: [hdr][packet] */
 	/* The read buffers: DRIVER_URING_SLOTS (DRIVER_URING_SLOTS_OFFLOAD with offload) with the
 	 * ring, else one. Each is the driver's own or one a stack gave for a frame it took
@@ -449,14 +448,15 @@ static void stop_reading(struct driver *d, int err)
 
 /* ---- read buffers ---------------------------------------------------------------------------- */
 
-/* The read buffers' allocator, shared by the driver and the holders of the buffers it gave
- * away (driver_rx_take), and freed by whichever lets go last. A buffer given back is kept for
- * the next take, while the driver lives, its budget is at its normal tier and fewer than
- * RXPOOL_KEEP (and an eighth of the budget's buffer bytes) are kept: given straight back to glibc, a 64 KiB block per frame hands its pages
- * back (the heap's free top passes the trim threshold) only for the next read to fault them in
- * again. A kept buffer is not in use and is charged to nothing. The kept ones are freed when no
- * buffer was taken for RXPOOL_UNUSED_NS (traffic that takes none, a download after an upload,
- * would otherwise leave them idle for as long as it lasts) and by driver_release_idle. */
+/* The read buffers' allocator, shared by the driver and the holders of the buffers it gave away
+ * (driver_rx_take), and freed by whichever lets go last. A buffer given back is kept for the
+ * next take, while the driver lives, its budget is at its normal tier and fewer than
+ * RXPOOL_KEEP (and an eighth of the budget's buffer bytes) are kept: given straight back to
+ * glibc, a 64 KiB block per frame hands its pages back (the heap's free top passes the trim
+ * threshold) only for the next read to fault them in again. A kept buffer is not in use and is
+ * charged to nothing. The kept ones are freed when no buffer was taken for RXPOOL_UNUSED_NS
+ * (traffic that takes none, a download after an upload, would otherwise leave them idle for as
+ * long as it lasts) and by driver_release_idle. */
 #define RXPOOL_KEEP 64u
 #define RXPOOL_UNUSED_NS (1000 * 1000000LL)
 
@@ -954,15 +954,18 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 	d->fd = p->fd;
 	d->ops = ops;
 	d->arg = arg;
-	d->budget = b;
 	d->hdr = hdr;
 	d->buf_size = p->vnet_hdr ? hdr + DRIVER_GSO_MAX : p->mtu;
 	if (!(d->pool = calloc(1, sizeof(*d->pool))))
 		goto fail;
 	*d->pool = (struct rxpool){ .budget = b, .size = sizeof(struct driver_rxbuf) + d->buf_size,
 				    .keep = RXPOOL_KEEP, .refs = 1 };
-	if (b && budget_get_limits(b)->buffer_bytes / 8 / d->pool->size < RXPOOL_KEEP)
-		d->pool->keep = (unsigned)(budget_get_limits(b)->buffer_bytes / 8 / d->pool->size);
+	if (b) {
+		uint64_t fit = budget_get_limits(b)->buffer_bytes / 8 / d->pool->size;
+
+		if (fit < RXPOOL_KEEP)
+			d->pool->keep = (unsigned)fit;
+	}
 	if (p->uring && (d->uring_err = uring_new(&d->ring)) != 0)
 		d->ring = NULL;
 	if (!alloc_slots(d, d->ring ? hdr ? DRIVER_URING_SLOTS_OFFLOAD : DRIVER_URING_SLOTS : 1) &&
@@ -1016,10 +1019,7 @@ void driver_free(struct driver *d)
 		return;
 	}
 	uring_free(d->ring);
-	if (d->pool) {
-		d->pool->driver_gone = true;
-		free_slots(d);
-	}
+	free_slots(d); /* kept, then freed with the rest as the driver leaves */
 	pool_leave(d);
 	free(d);
 }
