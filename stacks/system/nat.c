@@ -807,7 +807,12 @@ static inline uint64_t tuples_busy(const struct nat_table *t)
 }
 
 /* Double fam's window (the whole space once that is no smaller); returns the mask in force.
- * Racing growers: one CAS wins, the others see its value. The window never shrinks. */
+ * Racing growers: one CAS wins, the others see its value. The window never shrinks.
+ *
+ * The whole space is walked as cursor mod space, a mapping unrelated to the window's: the
+ * cursor's count, which has lapped the window many times, could name any tuple, the middle
+ * of a block busier than the probe limit is long included. So the winner of the last
+ * doubling puts the cursor on the first tuple past the window, which no window ever held. */
 __attribute__((noinline)) static uint32_t window_grow(struct nat_table *t, int fam, uint32_t mask)
 {
 	uint32_t next = mask << 1 | 1;
@@ -815,10 +820,17 @@ __attribute__((noinline)) static uint32_t window_grow(struct nat_table *t, int f
 	if (next >= t->space - 1)
 		next = 0;
 	if (atomic_compare_exchange_strong_explicit(&t->wmask[fam], &mask, next,
-						    memory_order_relaxed, memory_order_relaxed))
+						    memory_order_relaxed, memory_order_relaxed)) {
 		ctr_add_shared(&t->ctr.window_grown, 1);
-	else
+		if (!next) {
+			uint32_t past = t->wbase[fam] + mask + 1; /* < 2 * space */
+
+			past -= past >= t->space ? t->space : 0;
+			atomic_store_explicit(&t->cursor[fam], past, memory_order_relaxed);
+		}
+	} else {
 		next = mask; /* another thread moved it first */
+	}
 	return next;
 }
 

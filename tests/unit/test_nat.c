@@ -1195,6 +1195,38 @@ Test(nat, window_grows_past_a_long_block_of_held_tuples)
 	nat_table_free(t);
 }
 
+Test(nat, window_that_becomes_the_whole_space_keeps_its_place)
+{
+	/* A churn laps the first window a few times, then a block of held connections fills it,
+	 * doubles it and makes it the whole space. The walk goes on from where the windows ended,
+	 * into tuples never used, not from a place the cursor's count happens to name, which can
+	 * be the middle of the held block: more busy tuples in a row than the probe limit, and a
+	 * connection refused with more than a third of the space free. Several seeds: each puts
+	 * the window elsewhere in the space. */
+	for (uint64_t seed = 1; seed <= 8; seed++) {
+		struct nat_config c = cfg_window();
+		struct nat_table *t;
+		int64_t now = SEC(1);
+		struct snap s0;
+
+		c.n_addrs = 1;
+		c.n_listeners = 1; /* 64,512 tuples: windows of 16,384 and 32,768, then the whole */
+		c.seed = seed;
+		t = table(&c);
+		s0 = snap(t);
+		churn(t, &c, 3 * NAT_WINDOW_MIN + 5000, 0, &now, NULL);
+		hold(t, 40000, 0, now);
+		cr_expect_eq(ctr_get(&nat_get_counters(t)->ports_exhausted), 0, "seed %llu",
+			     (unsigned long long)seed);
+		DELTA(s0, t, .created = 3 * NAT_WINDOW_MIN + 45000,
+		      .accepted = 3 * NAT_WINDOW_MIN + 45000, .closed = 3 * NAT_WINDOW_MIN + 5000,
+		      .expired = 3 * NAT_WINDOW_MIN + 5000, .quarantined = 3 * NAT_WINDOW_MIN + 5000,
+		      .released = 3 * NAT_WINDOW_MIN + 5000 - nat_quarantine_count(t),
+		      .window_grown = 2);
+		nat_table_free(t);
+	}
+}
+
 Test(nat, small_space_has_no_window)
 {
 	/* A space of NAT_WINDOW_MIN tuples or fewer is walked whole, in order, from the start. */
