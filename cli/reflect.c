@@ -239,8 +239,8 @@ static int open_tun(struct reflector *r, char *err, size_t errlen)
 	if (r->cfg.tun.queues > 1) {
 		log_warn(&r->log, "reflect: tun.queues %u: the reflector reads one queue",
 			 r->cfg.tun.queues);
-		r->cfg.tun.queues = 1;
 	}
+	r->cfg.tun.queues = 1; /* also for "auto" */
 	if ((ret = tun_open_config(&r->cfg.tun, &r->tun, msg, sizeof(msg), err, errlen)) != 0)
 		return ret;
 	if (msg[0])

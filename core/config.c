@@ -95,6 +95,24 @@ static int f_tun_name(struct cfgp *p, const cJSON *item, void *target)
 	return parse_ifname(p, item, ((struct ts_tun *)target)->name);
 }
 
+/* 1-16, or "auto" (TS_TUN_QUEUES_AUTO). */
+static int f_tun_queues(struct cfgp *p, const cJSON *item, void *target)
+{
+	uint64_t v;
+	int ret;
+
+	if (cJSON_IsString(item)) {
+		if (!item->valuestring || strcmp(item->valuestring, "auto") != 0)
+			return cfgp_fail(p, "expected \"auto\" or an integer 1-16");
+		((struct ts_tun *)target)->queues = TS_TUN_QUEUES_AUTO;
+		return 0;
+	}
+	if ((ret = cfgp_uint(p, item, 1, 16, &v)) != 0)
+		return ret;
+	((struct ts_tun *)target)->queues = (uint32_t)v;
+	return 0;
+}
+
 static int f_tun_address(struct cfgp *p, const cJSON *item, void *target)
 {
 	return parse_cidr_family(p, item, 4, &((struct ts_tun *)target)->addr4);
@@ -764,8 +782,7 @@ static const struct cfgp_field tun_fields[] = {
 	  .off = offsetof(struct ts_tun, mtu) },
 	{ .key = "txqueuelen", .kind = CFGP_U32, .min = 1, .max = 1000000,
 	  .off = offsetof(struct ts_tun, txqueuelen) },
-	{ .key = "queues", .kind = CFGP_U32, .min = 1, .max = 16,
-	  .off = offsetof(struct ts_tun, queues) },
+	{ .key = "queues", .kind = CFGP_FN, .fn = f_tun_queues },
 	{ .key = "offload", .kind = CFGP_ENUM, .names = offload_names,
 	  .off = offsetof(struct ts_tun, offload) },
 	{ .key = "gso_output", .kind = CFGP_BOOL, .off = offsetof(struct ts_tun, gso_output) },
@@ -1160,7 +1177,7 @@ void config_init(struct ts_config *cfg)
 	(void)netaddr_parse_cidr("198.18.0.1/15", &cfg->tun.addr4);
 	cfg->tun.mtu = TS_TUN_MTU_DEFAULT;
 	cfg->tun.txqueuelen = TS_TUN_TXQUEUELEN_DEFAULT;
-	cfg->tun.queues = 1;
+	cfg->tun.queues = TS_TUN_QUEUES_AUTO;
 	cfg->tun.offload = TS_OFFLOAD_AUTO;
 	cfg->tun.gso_output = true;
 	cfg->tun.large_segments = true;
@@ -1425,6 +1442,17 @@ char *config_summary(const struct ts_config *cfg, char *buf, size_t len)
 const char *config_stack_name(enum ts_stack s)
 {
 	return (unsigned)s < 2 ? stack_names[s] : "?";
+}
+
+uint32_t config_auto_queues(const struct ts_config *cfg, bool caller_tun, unsigned cpus)
+{
+	/* A second queue gives the system stack a second thread for its TUN I/O and the kernel's
+	 * receive work inside it; lwIP is single-threaded, a caller's TUN has the queues it was
+	 * opened with, and the per-packet mode was not measured to gain from it. */
+	if (cfg->stack != TS_STACK_SYSTEM || caller_tun || cfg->tun.offload == TS_OFFLOAD_OFF ||
+	    cpus < 2)
+		return 1;
+	return cpus < TS_TUN_QUEUES_AUTO_MAX ? cpus : TS_TUN_QUEUES_AUTO_MAX;
 }
 
 const char *config_outbound_type_name(enum ts_outbound_type t)

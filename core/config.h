@@ -39,6 +39,8 @@ struct loopguard;
 #define TS_TUN_NAME_DEFAULT "tun0"
 #define TS_TUN_MTU_DEFAULT 1500
 #define TS_TUN_TXQUEUELEN_DEFAULT 10000 /* the kernel's 500 drops bursts */
+#define TS_TUN_QUEUES_AUTO 0     /* tun.queues "auto": config_auto_queues() at start */
+#define TS_TUN_QUEUES_AUTO_MAX 2 /* the most "auto" picks (the count measured to pay) */
 #define TS_ERRLEN 512         /* a good size for the caller's error buffer */
 #define TS_USER_MAX 64        /* "user": a user name or a numeric uid */
 #define TS_ROUTE_LIST_MAX 4096 /* entries of a tun route/uid/interface list */
@@ -80,7 +82,8 @@ struct ts_tun {
 	struct netaddr_cidr addr6;   /* valid if has_addr6 */
 	uint32_t mtu;
 	uint32_t txqueuelen;
-	uint32_t queues;
+	uint32_t queues;             /* TS_TUN_QUEUES_AUTO until the proxy starts */
+	bool queues_auto;            /* queues was "auto" and the start picked the count */
 	enum ts_offload offload;
 	bool gso_output;             /* lwip stack with offload: coalesce output into GSO trains */
 	bool large_segments;         /* ... and lwIP builds large segments the kernel cuts */
@@ -402,6 +405,11 @@ bool config_names_match(const struct ts_rule_set *sets, const struct ts_names *m
 void config_log_rule_sets(const struct ts_config *cfg, struct log *log);
 
 const char *config_stack_name(enum ts_stack s);
+
+/* The queue count tun.queues "auto" stands for: one for the lwip stack, for a TUN the caller
+ * opened, with offload "off" or on one CPU; otherwise one per CPU the process may run on, at
+ * most TS_TUN_QUEUES_AUTO_MAX. */
+uint32_t config_auto_queues(const struct ts_config *cfg, bool caller_tun, unsigned cpus);
 const char *config_outbound_type_name(enum ts_outbound_type t);
 
 #endif

@@ -9,6 +9,7 @@
  * stop share it. */
 #include <errno.h>
 #include <event2/event.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,22 @@ static int make_budget(struct ts_proxy *p, char *err, size_t errlen)
 	}
 	budget_join_fd_pool(p->budget);
 	return 0;
+}
+
+/* tun.queues "auto" becomes a count before anything is sized by it (the fd reserve, the
+ * workers, the accepted sockets' send buffer). */
+static void resolve_queues(struct ts_proxy *p)
+{
+	struct ts_tun *c = &p->cfg.tun;
+	cpu_set_t set;
+	unsigned cpus = 1;
+
+	if (c->queues != TS_TUN_QUEUES_AUTO)
+		return;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		cpus = (unsigned)CPU_COUNT(&set);
+	c->queues = config_auto_queues(&p->cfg, p->caller_fd >= 0, cpus);
+	c->queues_auto = true;
 }
 
 static void note_unavailable(struct ts_proxy *p, bool set, const char *what)
@@ -401,6 +418,7 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 		p->cfg.outbounds[i].sock_hook = p->sock_hook;
 		p->cfg.outbounds[i].loopguard = p->loopguard;
 	}
+	resolve_queues(p);
 	if ((ret = make_budget(p, err, errlen)) != 0)
 		return ret;
 	if (!(p->base = event_base_new())) {

@@ -96,7 +96,11 @@ static void keep_fixed(const struct ts_config *old, const struct budget_limits *
 	KEEP(&k, old, n, tun.addr6, "tun.address6");
 	KEEP(&k, old, n, tun.mtu, "tun.mtu");
 	KEEP(&k, old, n, tun.txqueuelen, "tun.txqueuelen");
-	KEEP(&k, old, n, tun.queues, "tun.queues");
+	/* A count the start picked for "auto" is what "auto" still says. */
+	note_kept(&k, n->tun.queues != (old->tun.queues_auto ? TS_TUN_QUEUES_AUTO : old->tun.queues),
+		  "tun.queues");
+	n->tun.queues = old->tun.queues;
+	n->tun.queues_auto = old->tun.queues_auto;
 	KEEP(&k, old, n, tun.offload, "tun.offload");
 	KEEP(&k, old, n, tun.gso_output, "tun.gso_output");
 	KEEP(&k, old, n, tun.large_segments, "tun.large_segments");

@@ -97,7 +97,7 @@ Test(config, defaults)
 	cr_assert_not(cfg.tun.has_addr6);
 	cr_assert_eq(cfg.tun.mtu, 1500);
 	cr_assert_eq(cfg.tun.txqueuelen, 10000);
-	cr_assert_eq(cfg.tun.queues, 1);
+	cr_assert_eq(cfg.tun.queues, TS_TUN_QUEUES_AUTO, "queues default to \"auto\"");
 	cr_assert_eq(cfg.tun.offload, TS_OFFLOAD_AUTO);
 	cr_assert_eq(cfg.nat.addresses, 4);
 	cr_assert_eq(cfg.nat.listeners, 2);
@@ -267,6 +267,9 @@ Test(config, stack_and_tun_values)
 	config_fini(&cfg);
 	load_ok("{'stack':'system','tun':{'queues':16}}", &cfg);
 	cr_assert_eq(cfg.tun.queues, 16);
+	config_fini(&cfg);
+	load_ok("{'stack':'lwip','tun':{'queues':'auto'}}", &cfg);
+	cr_assert_eq(cfg.tun.queues, TS_TUN_QUEUES_AUTO);
 	cr_assert_eq(cfg.tun.rps, TS_RPS_AUTO, "rps defaults to auto");
 	cr_assert_eq(cfg.tun.io_uring, TS_IO_URING_AUTO, "io_uring defaults to auto");
 	cr_assert(cfg.tun.gso_output, "gso_output defaults to true");
@@ -397,6 +400,8 @@ Test(config, stack_and_tun_rejects)
 		{ "{'tun':{'txqueuelen':0}}", "$.tun.txqueuelen", "between 1 and 1000000" },
 		{ "{'tun':{'queues':0}}", "$.tun.queues", "between 1 and 16" },
 		{ "{'tun':{'queues':17}}", "$.tun.queues", "between 1 and 16" },
+		{ "{'tun':{'queues':'two'}}", "$.tun.queues", "expected \"auto\" or an integer 1-16" },
+		{ "{'tun':{'queues':true}}", "$.tun.queues", "expected an integer, got a boolean" },
 		{ "{'tun':{'rps':'maybe'}}", "$.tun.rps",
 		  "expected one of \"auto\", \"on\", \"off\", got \"maybe\"" },
 		{ "{'tun':{'gso_output':1}}", "$.tun.gso_output", "expected true or false, got a number" },
@@ -415,6 +420,25 @@ Test(config, stack_and_tun_rejects)
 }
 
 /* ---- address roles ------------------------------------------------------------------------ */
+
+/* What "auto" stands for: a second queue (a second thread) only where it was measured to pay. */
+Test(config, auto_queues)
+{
+	struct ts_config cfg;
+
+	config_init(&cfg);
+	cr_assert_eq(config_auto_queues(&cfg, false, 1), 1, "one CPU: one queue");
+	cr_assert_eq(config_auto_queues(&cfg, false, 2), 2, "system stack, two CPUs");
+	cr_assert_eq(config_auto_queues(&cfg, false, 64), TS_TUN_QUEUES_AUTO_MAX, "capped");
+	cr_assert_eq(config_auto_queues(&cfg, true, 8), 1, "a caller's TUN keeps its one queue");
+	cfg.tun.offload = TS_OFFLOAD_OFF;
+	cr_assert_eq(config_auto_queues(&cfg, false, 8), 1, "per-packet I/O: one queue");
+	cfg.tun.offload = TS_OFFLOAD_ON;
+	cr_assert_eq(config_auto_queues(&cfg, false, 8), 2, "offload on");
+	cfg.stack = TS_STACK_LWIP;
+	cr_assert_eq(config_auto_queues(&cfg, false, 8), 1, "lwIP is single-threaded");
+	config_fini(&cfg);
+}
 
 Test(config, address_roles)
 {
