@@ -154,7 +154,9 @@ class ABPlan(Plan):
         # samples: a second in which another job took the CPUs moves it less.
         self.bulk_interval = BULK_INTERVAL_S
         offload = self.io_mode == "offload"
-        self.subjects = [subjects_mod.ab_subject(s, offload, side, b) for s in self.stacks
+        self.subjects = [subjects_mod.ab_subject(s, offload, side, b,
+                                                 self.cpus[1] if self.cpus else None)
+                         for s in self.stacks
                          for side, b in (("base", self.base_bin), ("cand", self.bin))]
         self.veth = self.ceiling_ref = None
         self.externals = []

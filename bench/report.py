@@ -230,11 +230,12 @@ class Report:
         return [s for s in self.subjects if s.stack not in ("veth", "redirect") and
                 s.key != self.ceiling_ref.key]
 
-    def find(self, stack, io_mode, queues=1):
-        for s in self.subjects:
-            if s.key == (stack, io_mode, queues):
-                return s
-        return None
+    def find(self, stack, io_mode, queues=None):
+        """The subject of that identity; without queues, the one with the fewest (a run's
+        stack subject, or an ablation's one-queue subject beside its two-queue one)."""
+        found = [s for s in self.subjects if s.stack == stack and s.io_mode == io_mode and
+                 (queues is None or s.queues == queues)]
+        return min(found, key=lambda s: s.queues) if found else None
 
     def by_round(self, subj, workload, direction, streams, metric):
         """{round: value} of one figure, raw or derived."""

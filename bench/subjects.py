@@ -15,6 +15,7 @@ Python 3 standard library only.
 """
 
 import dataclasses
+import os
 from typing import Optional
 
 import report
@@ -181,15 +182,30 @@ def redirect_subject(offload, label="redirect", via_socks5=False):
     return Subject("redirect", "redirect", offload, label=label, via_socks5=via_socks5)
 
 
-def ab_subject(name, offload, side, binary):
-    """--ab: a stack started from binary, side "base" or "cand" (named "system base", ...)."""
+def default_queues(stack, offload, cpus=None):
+    """The queue count tun.queues "auto" (the default) picks for a stack started with these
+    CPUs allowed (config_auto_queues in core/config.c): the system stack with offload a queue
+    per CPU, at most two; lwIP and per-packet I/O one. The rig writes it into the config, so
+    the launch check (one TUN fd per queue) holds the child to it and results.json keys the
+    rows by it."""
+    if stack != "system" or not offload:
+        return 1
+    n = len(cpus if cpus is not None else os.sched_getaffinity(0))
+    return max(1, min(n, 2))
+
+
+def ab_subject(name, offload, side, binary, cpus=None):
+    """--ab: a stack started from binary, side "base" or "cand" (named "system base", ...),
+    with the default queue count for the CPUs it will run on (cpus: a pinned proxy's)."""
     return Subject("stack", name, offload, label="%s %s" % (name, side), binary=binary,
-                   side=side)
+                   side=side, queues=default_queues(name, offload, cpus))
 
 
 def stack_subject(name, offload, label=None, **settings):
     """A stack ("system" or "lwip"); settings: the Subject fields that differ from the
-    defaults (queues, rps, gso_output, via_socks5, sniff)."""
+    defaults (queues, rps, gso_output, via_socks5, sniff). Without queues it runs the queue
+    count the product's default picks here."""
+    settings.setdefault("queues", default_queues(name, offload))
     return Subject("stack", name, offload, label=label, **settings)
 
 
@@ -233,9 +249,10 @@ def plan_ablation(stacks):
     v, ceiling = veth_subject(True), reflector_subject(True)
     subjects = [v, redirect_subject(True), ceiling, reflector_subject(False)]
     if "system" in stacks:
-        subjects += [stack_subject("system", False), stack_subject("system", True),
-                     stack_subject("system", True, rps="off"),
-                     stack_subject("system", True, rps="on"),
+        subjects += [stack_subject("system", False, queues=1),
+                     stack_subject("system", True, queues=1),
+                     stack_subject("system", True, rps="off", queues=1),
+                     stack_subject("system", True, rps="on", queues=1),
                      stack_subject("system", True, queues=2)]
     if "lwip" in stacks:
         subjects += [stack_subject("lwip", False), stack_subject("lwip", True),

@@ -528,10 +528,12 @@ sys.exit(1 if failed else 0)
 PY
 [ $? -eq 0 ] || fails=$((fails + 1))
 # The gate reads the run's own redirect_fraction rows, the bulk ones and the connection rate's
-# (no direction, no stream count: "-"); a file against itself passes.
+# (no direction, no stream count: "-"); a file against itself passes. The system stack's rows
+# carry the queue count its default picks here (one per CPU, at most two).
+sysq=$(python3 -c 'import os; print(max(1, min(len(os.sched_getaffinity(0)), 2)))')
 if "$bin" gate --baseline "$out/results.json" --current "$out/results.json" >"$out/gate.txt" 2>&1 &&
-	grep -Eq "^redirect_fraction +system/offload/q1/tcp_bulk/up/s1 .* ok$" "$out/gate.txt" &&
-	grep -Eq "^redirect_fraction +system/offload/q1/connrate/-/- .* ok$" "$out/gate.txt"; then
+	grep -Eq "^redirect_fraction +system/offload/q$sysq/tcp_bulk/up/s1 .* ok$" "$out/gate.txt" &&
+	grep -Eq "^redirect_fraction +system/offload/q$sysq/connrate/-/- .* ok$" "$out/gate.txt"; then
 	echo "ok - twinstack gate on the comparison run's results.json (redirect_fraction, bulk and connrate)"
 else
 	echo "not ok - twinstack gate on the comparison run's results.json"
