@@ -33,7 +33,7 @@ static void on_quiet(evutil_socket_t fd, short what, void *arg)
 	for (unsigned i = 0; i < m->nhooks; i++)
 		m->hook[i].fn(m->hook[i].arg);
 	rss_heap_trim();
-	m->trims++;
+	ctr_inc(&m->trims);
 }
 
 int memback_init(struct memback *m, struct event_base *base)

@@ -5,7 +5,7 @@
  * came and went) keep their pages until something calls malloc_trim. The dispatcher trims when
  * its TCP sessions fall, the system stack when its NAT table empties, lwIP when its last pcb
  * goes; a load of UDP alone (a QUIC download, a game) moves none of those. This one watches
- * the traffic itself: queue 0's batches note the time and the bytes so far; once at least
+ * the traffic itself: a queue's batches note the time and the bytes so far; once at least
  * MEMBACK_MIN_BYTES have moved since the last trim, a one-shot timer checks a second later
  * whether traffic still flows (then again when a second has passed since the last batch) and
  * otherwise calls malloc_trim(0). While traffic flows that is one wakeup a second at most; an
@@ -15,13 +15,17 @@
  * touched from end to end (the TUN driver's read buffer, the UDP path's receive buffer) give
  * their pages back there (rss_pages_release); the next load faults them in again.
  *
- * Main loop only (queue 0's batch end and its timer).
+ * One per loop: every TUN queue's loop has its own, fed by that queue's batches (queue 0's, on
+ * the main loop, also runs the UDP path's hook), so a load that one queue carries alone is
+ * trimmed after too. Each is used on its own loop's thread only; trims may be read anywhere.
  */
 #ifndef TS_RUNTIME_MEMBACK_H
 #define TS_RUNTIME_MEMBACK_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "core/counter.h"
 
 struct event;
 struct event_base;
@@ -42,20 +46,20 @@ struct memback {
 	unsigned nhooks;
 	bool armed;
 	int64_t last_ns;        /* the last batch */
-	uint64_t bytes;         /* queue 0's bytes at the last batch */
+	uint64_t bytes;         /* the queue's bytes at the last batch */
 	uint64_t bytes_trimmed; /* ... at the last trim */
-	uint64_t trims;
+	ctr_t trims;            /* written by the loop's thread, read by /stats on the main one */
 };
 
 /* 0 or -ENOMEM. */
 int memback_init(struct memback *m, struct event_base *base);
 void memback_fini(struct memback *m);
 
-/* fn(arg) runs on the main loop at each quiet trim, before malloc_trim. 0, or -ENOSPC. */
+/* fn(arg) runs on m's loop at each quiet trim, before malloc_trim. 0, or -ENOSPC. */
 int memback_on_quiet(struct memback *m, memback_hook_fn fn, void *arg)
 	__attribute__((warn_unused_result));
 
-/* After a batch of queue 0: its time and the bytes it has read and written so far. */
+/* After a batch of m's queue: its time and the bytes it has read and written so far. */
 void memback_note(struct memback *m, int64_t now_ns, uint64_t bytes);
 
 #endif

@@ -22,6 +22,16 @@
 #include "runtime/routing.h"
 #include "runtime/workers.h"
 
+/* Quiet trims of every queue's loop. */
+static uint64_t quiet_trims(const struct ts_proxy *p)
+{
+	uint64_t n = ctr_get(&p->memback.trims);
+
+	for (uint32_t q = 1; q < p->nworkers; q++)
+		n += ctr_get(&p->workers[q].memback.trims);
+	return n;
+}
+
 static uint64_t count_fds(void)
 {
 	DIR *d = opendir("/proc/self/fd");
@@ -121,6 +131,12 @@ static void add_tun(struct ts_proxy *p, struct stats_doc *d, const struct netsta
 		snprintf(key, sizeof(key), "tun.q%u.rx_packets", q);
 		stats_doc_add_u64(d, key, STATS_COUNTER,
 				  ctr_get(&driver_get_counters(w->driver)->rx_packets));
+		snprintf(key, sizeof(key), "tun.q%u.rx_bytes", q);
+		stats_doc_add_u64(d, key, STATS_COUNTER,
+				  ctr_get(&driver_get_counters(w->driver)->rx_bytes));
+		snprintf(key, sizeof(key), "tun.q%u.quiet_trims", q);
+		stats_doc_add_u64(d, key, STATS_COUNTER,
+				  ctr_get(q == 0 ? &p->memback.trims : &w->memback.trims));
 		handoff += ctr_get(&w->udp_handoff);
 		handoff_drops += ctr_get(&w->udp_handoff_drops);
 	}
@@ -201,7 +217,7 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_add_u64(d, "buffers.per_session_bytes", STATS_GAUGE, bs.bytes_per_session);
 	stats_doc_add_u64(d, "buffers.stack_bytes", STATS_GAUGE, ns->stack_bytes);
 	stats_doc_counter(d, "buffers.heap_trims", ds->heap_trims);
-	stats_doc_counter(d, "buffers.quiet_trims", p->memback.trims);
+	stats_doc_counter(d, "buffers.quiet_trims", quiet_trims(p));
 	stats_doc_add_u64(d, "splice.pipes", STATS_GAUGE, ds->pipes_in_use + ds->pipes_idle);
 	stats_doc_add_u64(d, "splice.pipe_bytes", STATS_GAUGE, ds->pipe_bytes);
 	stats_doc_counter(d, "relay.bytes_up", ds->bytes_up);

@@ -50,13 +50,18 @@ static void drv_batch_end(void *arg, int64_t now_ns)
 		udp_path_batch_end(p->udp);
 	p->ops->batch_end(p->ns, w->q, now_ns);
 	/* tun.rps "auto" follows the main loop's thread and queue 0's bytes: "auto" is "off"
-	 * with more than one queue (tun_rps_auto), so queue 0 carries all the traffic. */
-	if (w->q == 0) {
+	 * with more than one queue (tun_rps_auto), so queue 0 carries all the traffic. Each
+	 * queue's loop trims after its own load. */
+	{
 		const struct driver_counters *c = driver_get_counters(w->driver);
 		uint64_t bytes = ctr_get(&c->rx_bytes) + ctr_get(&c->tx_bytes);
 
-		rps_auto_tick(&p->rps, now_ns, bytes);
-		memback_note(&p->memback, now_ns, bytes);
+		if (w->q == 0) {
+			rps_auto_tick(&p->rps, now_ns, bytes);
+			memback_note(&p->memback, now_ns, bytes);
+		} else {
+			memback_note(&w->memback, now_ns, bytes);
+		}
 	}
 	/* The pressure tier follows RSS; sampled only while traffic flows, so an idle proxy
 	 * never wakes up for it. Whichever queue sees traffic first in a second claims the
@@ -149,6 +154,13 @@ static void on_udp_handoff(evutil_socket_t fd, short what, void *arg)
 
 /* ---- queue workers ------------------------------------------------------------------------- */
 
+/* A queue worker's loop went quiet: its read buffers' pages go back (the main loop's quiet
+ * hooks do the same for queue 0). */
+static void quiet_worker(void *arg)
+{
+	(void)driver_release_idle(arg);
+}
+
 static void on_worker_stop(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
@@ -212,6 +224,7 @@ static void worker_free(struct worker *w)
 	worker_stop(w);
 	if (w->udp_ev)
 		event_free(w->udp_ev);
+	memback_fini(&w->memback); /* after the join: the thread used it */
 	driver_free(w->driver);
 	if (w->stop_ev)
 		event_free(w->stop_ev);
@@ -265,6 +278,11 @@ static int worker_init(struct ts_proxy *p, uint32_t q, char *err, size_t errlen)
 	}
 	if ((ret = driver_new(w->base, &dp, &drv_ops, w, p->budget, &w->driver)) != 0)
 		goto fail;
+	if (q > 0 && (memback_init(&w->memback, w->base) != 0 ||
+		      memback_on_quiet(&w->memback, quiet_worker, w->driver) != 0)) {
+		ret = -ENOMEM;
+		goto fail;
+	}
 	if (dp.uring && !driver_uring(w->driver)) {
 		ret = driver_uring_err(w->driver);
 		if (p->cfg.tun.io_uring == TS_IO_URING_ON) {

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "core/counter.h"
+#include "runtime/memback.h"
 
 struct ts_proxy;
 
@@ -32,6 +33,7 @@ struct worker {
 	ctr_t udp_handoff;         /* datagrams handed to the main loop */
 	ctr_t udp_handoff_drops;   /* the socketpair was full: dropped */
 	_Atomic int gone_err;      /* -errno: this queue found the device gone (0: not) */
+	struct memback memback;    /* queues 1..: this loop's quiet trim (queue 0: the proxy's) */
 };
 
 /* Queue drivers (and for queues 1.. their loops, stop events and UDP hand-off) on p's TUN;

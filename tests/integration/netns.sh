@@ -787,6 +787,28 @@ fi
 if [ "$BYPASS" -eq 0 ]; then
 	check "stats: TUN reads and writes in rounds (tun.io_uring $IO_URING)" uring_rounds
 fi
+# queues_trimmed: every queue that read 2 MiB or more has trimmed on its own loop once the
+# load stopped (runtime/memback.h: one per queue's loop), and a queue other than 0 did read
+# that much (else the check would look at queue 0 alone).
+queues_trimmed() {
+	local q b t s out="" worker=0
+	s=$(stats_json) || return 1
+	for ((q = 0; q < QUEUES; q++)); do
+		b=$(jq -r ".tun.q$q.rx_bytes" <<<"$s") && t=$(jq -r ".tun.q$q.quiet_trims" <<<"$s")
+		out+="q$q: rx_bytes $b, quiet_trims $t; "
+		[[ "$b" =~ ^[0-9]+$ && "$t" =~ ^[0-9]+$ ]] || { echo "$out"; return 1; }
+		[ "$b" -lt $((2 << 20)) ] && continue
+		[ "$q" -gt 0 ] && worker=1
+		[ "$t" -ge 1 ] || { echo "$out"; return 1; }
+	done
+	[ "$worker" -eq 1 ] || { echo "${out}no queue but 0 read 2 MiB"; return 1; }
+	echo "$out"
+}
+queues_trimmed_soon() { wait_until 40 0.1 queues_trimmed >/dev/null; queues_trimmed; }
+if [ "$BYPASS" -eq 0 ] && [ "$QUEUES" -gt 1 ]; then
+	check "stats: every queue's loop gives its memory back after the load (quiet trim per queue)" \
+		queues_trimmed_soon
+fi
 
 check "udp echo v4" inA "${TSNET[@]}" udp-echo --host "$SRV4" --port "$P_ECHO" --timeout 3
 check "udp echo v6" inA "${TSNET[@]}" udp-echo --host "$SRV6" --port "$P_ECHO" --timeout 3
