@@ -13,8 +13,8 @@
  * have, so no application's connection can be mistaken for it, and sockets that leave by the
  * uplink (all of them, normally) cost one getsockname and no record. Outbound connects run on
  * the loop that reads TUN queue 0, so with one queue the SYN is read only after the record;
- * with several queues a worker can, rarely, read it first: that SYN then becomes one more
- * session, whose own outbound socket is recorded in time.
+ * with several queues a worker can read it first, and the system stack checks again when it
+ * accepts the connection, on that same loop, after the record (stacks/system/sys_stack.c).
  *
  * UDP: unconnected sockets have no fixed source address, so loopguard_bind binds each one to
  * the wildcard address and port 0 before its first datagram and records it. A port bound that

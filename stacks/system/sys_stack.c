@@ -297,6 +297,21 @@ static void refuse(struct sys_stack *st, int fd, const struct nat_tuple *t, uint
 	arm_purge(st, now, false);
 }
 
+/* Is the connection key was opened from (the app's side) one of the proxy's own outbound
+ * sockets come back: from the gateway and a port on record? The packet path drops such a SYN
+ * already; with several queues a worker can read it before the connect that sent it has put
+ * the socket on record. Outbound connects run on this loop and record their socket before it
+ * returns to accept anything, so here the record is always older than the connection. */
+static bool from_self(const struct sys_stack *st, const struct flow_key *key)
+{
+	const struct netaddr_roles *r = key->family == 4 ? &st->env.cfg->roles4
+							 : &st->env.cfg->roles6;
+
+	return st->env.loopguard && r->family == key->family &&
+	       memcmp(key->src, r->gateway.a, key->family == 4 ? 4 : 16) == 0 &&
+	       loopguard_hit(st->env.loopguard, 0, key->family, key->sport_be);
+}
+
 static void session_start(struct sys_listener *l, int fd, const struct sockaddr_storage *ss)
 {
 	struct sys_stack *st = l->st;
@@ -319,6 +334,12 @@ static void session_start(struct sys_listener *l, int fd, const struct sockaddr_
 	if (nat_accept(st->nat, &t, ts_now_ns(), &key, &gen) != 0) {
 		close_reset(fd);
 		ctr_inc(&st->ctr.accept_miss);
+		return;
+	}
+	/* A loop: RST, so our socket's connect fails now (drops.loop; queue 0's block is this
+	 * thread's). */
+	if (from_self(st, &key)) {
+		refuse(st, fd, &t, gen, &st->pctr->policy.drop_loop);
 		return;
 	}
 	if (budget_tcp_acquire(st->env.budget) != 0) {

@@ -42,6 +42,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/loopguard.h"
 #include "core/netlink.h"
 #include "core/pkt.h"
 #include "core/tun.h"
@@ -51,6 +52,7 @@
 #include "testutil.h"
 
 #define APP "10.0.0.9"      /* the app behind the TUN (outside its prefix: never local) */
+#define GW "198.18.0.1"     /* the TUN's address: the source of our own sockets come back */
 #define SRV "10.77.9.9"     /* every original destination: a server on an address of lo */
 #define SRV_PORT 8080
 #define DEAD_PORT 8081      /* nothing listens: the outbound is refused */
@@ -107,6 +109,8 @@ struct rig {
 	int n_app;
 	int fatal_calls, fatal_err;
 	char fatal_msg[256];
+	struct loopguard *guard;     /* the proxy's own ports (NULL: no loop check) */
+	uint16_t gw_app_port;        /* packets to GW at this port go to the app queue (0: none) */
 };
 
 static struct rig rig; /* one per child process */
@@ -171,7 +175,10 @@ static void rig_start(struct rig *r, const char *budgets)
 	char json[1024], err[TS_ERRLEN], note[TS_ERRLEN];
 	struct netstack_env env;
 
+	struct loopguard *guard = r->guard;
+
 	memset(r, 0, sizeof(*r));
+	r->guard = guard;
 	signal(SIGPIPE, SIG_IGN);
 	snprintf(json, sizeof(json),
 		 "{ \"stack\": \"system\","
@@ -197,7 +204,7 @@ static void rig_start(struct rig *r, const char *budgets)
 	env = (struct netstack_env){ .base = r->base, .cfg = &r->cfg, .budget = r->bud,
 				     .dispatcher = r->disp, .log = &r->lg, .tx = tun_tx,
 				     .tx_arg = r, .tun_name = tun_name(r->tun),
-				     .fatal = on_fatal, .fatal_arg = r };
+				     .fatal = on_fatal, .fatal_arg = r, .loopguard = r->guard };
 	CHECK(sys_stack_ops.start(&env, &r->ns, err, sizeof(err)) == 0, "start: %s", err);
 	r->srv = server_listen();
 }
@@ -217,17 +224,25 @@ static void rig_stop(struct rig *r)
 	config_fini(&r->cfg);
 }
 
-static bool to_app(const uint8_t *pkt)
+/* IPv4 to APP, or to GW at gw_app_port (the rewrite's way back to our own socket: not to the
+ * kernel, whose listeners are on GW too). */
+static bool to_app(const struct rig *r, const uint8_t *pkt)
 {
-	uint8_t a[16];
+	uint8_t a[16], g[16];
+	size_t l3 = (size_t)(pkt[0] & 0x0f) * 4;
+
 	tu_addr(a, APP);
-	return (pkt[0] >> 4) == 4 && memcmp(pkt + 16, a, 4) == 0;
+	tu_addr(g, GW);
+	return (pkt[0] >> 4) == 4 &&
+	       (memcmp(pkt + 16, a, 4) == 0 ||
+		(r->gw_app_port && memcmp(pkt + 16, g, 4) == 0 && pkt[9] == IPPROTO_TCP &&
+		 tu_get16(pkt + l3 + 2) == r->gw_app_port));
 }
 
 /* A packet the stack wrote: to the app (a downlink rewrite or a RST it built) or the kernel. */
 static void route_out(struct rig *r, const uint8_t *pkt, size_t len)
 {
-	if (!to_app(pkt)) {
+	if (!to_app(r, pkt)) {
 		CHECK(write(r->tfd, pkt, len) == (ssize_t)len, "TUN write: %s", strerror(errno));
 		return;
 	}
@@ -344,6 +359,7 @@ static struct app_pkt *app_wait(struct rig *r, uint16_t cport, uint8_t flags, in
 struct app_conn {
 	uint16_t cport, dport;
 	uint32_t their;  /* the next sequence number the app expects */
+	const char *src; /* the app's address (APP, or GW for the proxy's own socket) */
 };
 
 static void app_segment(struct rig *r, const struct app_conn *a, uint8_t flags, uint32_t seq,
@@ -352,7 +368,7 @@ static void app_segment(struct rig *r, const struct app_conn *a, uint8_t flags, 
 	uint8_t pkt[2048];
 	struct tu_spec s;
 
-	tu_spec_tcp(&s, APP, a->cport, SRV, a->dport);
+	tu_spec_tcp(&s, a->src, a->cport, SRV, a->dport);
 	s.tcp_flags = flags;
 	s.seq = seq;
 	s.ack = a->their;
@@ -365,14 +381,15 @@ static void app_segment(struct rig *r, const struct app_conn *a, uint8_t flags, 
 
 /* SYN, the SYN-ACK rewritten back from the original destination, ACK: the kernel's handshake
  * with the listener completes (what the accept loop then does is the caller's to check). */
-static void app_connect(struct rig *r, struct app_conn *a, uint16_t cport, uint16_t dport)
+static void app_connect_from(struct rig *r, struct app_conn *a, const char *src, uint16_t cport,
+			     uint16_t dport)
 {
 	uint8_t pkt[256];
 	struct tu_spec s;
 	uint8_t srv[16];
 
-	*a = (struct app_conn){ .cport = cport, .dport = dport };
-	tu_spec_tcp(&s, APP, cport, SRV, dport);
+	*a = (struct app_conn){ .cport = cport, .dport = dport, .src = src };
+	tu_spec_tcp(&s, src, cport, SRV, dport);
 	s.tcp_flags = TCP_SYN;
 	s.seq = 1000;
 	s.ack = 0;
@@ -385,6 +402,11 @@ static void app_connect(struct rig *r, struct app_conn *a, uint16_t cport, uint1
 	CHECK(tu_verify_ip4_header(sa->b) && tu_verify_l4(sa->b, sa->len), "checksums");
 	a->their = tu_get32(sa->b + 24) + 1;
 	app_segment(r, a, TCP_ACK, 1001, NULL);
+}
+
+static void app_connect(struct rig *r, struct app_conn *a, uint16_t cport, uint16_t dport)
+{
+	app_connect_from(r, a, APP, cport, dport);
 }
 
 /* ---- admission ---- */
@@ -456,6 +478,53 @@ static void scenario_fd_exhausted(void)
 	      (unsigned long long)s1.nat_closing);
 	CHECK(bstats(r).tcp_in_use == 1 && bstats(r).fds_in_use == 2, "nothing kept for it");
 	rig_stop(r);
+}
+
+/* ---- the proxy's own connection come back ---- */
+
+/* With several TUN queues a worker can read our own outbound socket's SYN (a route sends it
+ * into the TUN) before the connect that sent it, on the main loop, has put the socket on
+ * record: the SYN passes the packet path. The accept runs on that same loop after the record,
+ * sees it and refuses the connection: RST to our socket, drops.loop, never a session. */
+static void scenario_loop_caught_at_accept(void)
+{
+	struct rig *r = &rig;
+	struct sockaddr_in own = { .sin_family = AF_INET, .sin_port = htons(40100) };
+	struct app_conn a;
+	uint8_t gw[16];
+	uint64_t loop0;
+	int s;
+
+	tu_addr(gw, GW);
+	CHECK(loopguard_new(gw, NULL, &r->guard) == 0, "loopguard");
+	rig_start(r, "{ " TCP8 " }");
+	r->gw_app_port = 40100;
+	loop0 = counter(r, "drop_loop");
+	/* The SYN from GW:40100 passes the packet path: no socket is on record yet. */
+	app_connect_from(r, &a, GW, 40100, SRV_PORT);
+	CHECK(counter(r, "drop_loop") == loop0, "not caught on the packet path");
+	/* The handshake is done; before the loop accepts, the socket that sent it is recorded
+	 * (what the connect does when it returns). */
+	s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CHECK(s >= 0 && inet_pton(AF_INET, GW, &own.sin_addr) == 1, "socket");
+	CHECK(bind(s, (struct sockaddr *)&own, sizeof(own)) == 0, "bind %s:40100: %s", GW,
+	      strerror(errno));
+	CHECK(loopguard_connected(r->guard, s, 4) == 1, "recorded");
+	app_wait(r, a.cport, TCP_RST, 2000);
+	CHECK(counter(r, "drop_loop") == loop0 + 1, "drop_loop %llu",
+	      (unsigned long long)counter(r, "drop_loop"));
+	CHECK(stats(r).accepted == 0 && r->n_conns == 0, "never a session (accepted %llu)",
+	      (unsigned long long)stats(r).accepted);
+	CHECK(stats(r).nat_closing == 1 && stats(r).nat_active == 0, "its entry closing");
+	CHECK(bstats(r).tcp_in_use == 0 && bstats(r).fds_in_use == 0, "nothing held");
+	/* An app's connection right after it is a session as usual. */
+	r->gw_app_port = 0;
+	app_connect(r, &a, 40001, SRV_PORT);
+	WAIT(r, r->n_conns == 1, 2000, "the app's session reached the server");
+	close(s);
+	rig_stop(r);
+	loopguard_free(r->guard);
+	r->guard = NULL;
 }
 
 /* ---- the session guard ---- */
@@ -616,6 +685,11 @@ Test(sys_stack_netns, fd_budget_exhausted_resets_and_marks_closing)
 Test(sys_stack_netns, session_guard_marks_closing_however_it_ends)
 {
 	run_in_netns(scenario_session_guard);
+}
+
+Test(sys_stack_netns, own_socket_come_back_is_refused_at_accept)
+{
+	run_in_netns(scenario_loop_caught_at_accept);
 }
 
 Test(sys_stack_netns, emfile_backs_off_then_accepts)
