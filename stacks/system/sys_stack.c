@@ -297,9 +297,9 @@ static void refuse(struct sys_stack *st, int fd, const struct nat_tuple *t, uint
 	arm_purge(st, now, false);
 }
 
-/* Is the connection key was opened from (the app's side) one of the proxy's own outbound
- * sockets come back: from the gateway and a port on record? The packet path drops such a SYN
- * already; with several queues a worker can read it before the connect that sent it has put
+/* Was the connection (key: its application side) opened by one of the proxy's own outbound
+ * sockets come back through the TUN: from the gateway and a port on record? The packet path
+ * drops such a SYN already; with several queues a worker can read it before the connect that sent it has put
  * the socket on record. Outbound connects run on this loop and record their socket before it
  * returns to accept anything, so here the record is always older than the connection. */
 static bool from_self(const struct sys_stack *st, const struct flow_key *key)
@@ -336,8 +336,8 @@ static void session_start(struct sys_listener *l, int fd, const struct sockaddr_
 		ctr_inc(&st->ctr.accept_miss);
 		return;
 	}
-	/* A loop: RST, so our socket's connect fails now (drops.loop; queue 0's block is this
-	 * thread's). */
+	/* A loop: RST, so our socket's connection fails at once (drops.loop; queue 0's counter
+	 * block is this thread's). */
 	if (from_self(st, &key)) {
 		refuse(st, fd, &t, gen, &st->pctr->policy.drop_loop);
 		return;
