@@ -385,11 +385,6 @@ static int drop_privileges(struct ts_proxy *p, char *err, size_t errlen)
 }
 
 
-static void quiet_driver(void *arg)
-{
-	(void)driver_release_idle(arg);
-}
-
 static void quiet_udp(void *arg)
 {
 	(void)udp_path_release_idle(arg);
@@ -444,10 +439,9 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 		return ret;
 	}
 	udp_path_set_loopguard(p->udp, p->loopguard);
-	/* A quiet proxy gives back the pages of the main loop's large I/O buffers (queue 0's
-	 * read buffer, the UDP path's): a load touched them from end to end. */
-	if (memback_on_quiet(&p->memback, quiet_driver, p->driver) != 0 ||
-	    memback_on_quiet(&p->memback, quiet_udp, p->udp) != 0) {
+	/* A quiet main loop gives back the pages of the UDP path's large buffers too (each queue's
+	 * loop gives back its read buffers': runtime/workers.c): a load touched them end to end. */
+	if (memback_on_quiet(&p->workers[0].memback, quiet_udp, p->udp) != 0) {
 		snprintf(err, errlen, "proxy: memory back: too many hooks");
 		return -ENOSPC;
 	}

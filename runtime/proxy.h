@@ -21,7 +21,6 @@
 #include "core/log.h"
 #include "core/netlink.h"
 #include "dispatch/dns_tcp.h"
-#include "runtime/memback.h"
 #include "runtime/routecheck.h"
 #include "runtime/rps_auto.h"
 #include "stacks/netstack.h"
@@ -130,7 +129,6 @@ struct ts_proxy {
 	struct stats_http *stats;
 	int64_t started_ns;
 	_Atomic int64_t rss_sampled_ns;
-	struct memback memback;      /* malloc_trim once traffic stops (runtime/memback.h) */
 
 	/* Stats documents asked for from other threads (ts_proxy_stats_json): one request at
 	 * a time (stats_req_lock); the loop answers under lock and signals cond. */

@@ -25,9 +25,9 @@
 /* Quiet trims of every queue's loop. */
 static uint64_t quiet_trims(const struct ts_proxy *p)
 {
-	uint64_t n = ctr_get(&p->memback.trims);
+	uint64_t n = 0;
 
-	for (uint32_t q = 1; q < p->nworkers; q++)
+	for (uint32_t q = 0; q < p->nworkers; q++)
 		n += ctr_get(&p->workers[q].memback.trims);
 	return n;
 }
@@ -136,7 +136,7 @@ static void add_tun(struct ts_proxy *p, struct stats_doc *d, const struct netsta
 				  ctr_get(&driver_get_counters(w->driver)->rx_bytes));
 		snprintf(key, sizeof(key), "tun.q%u.quiet_trims", q);
 		stats_doc_add_u64(d, key, STATS_COUNTER,
-				  ctr_get(q == 0 ? &p->memback.trims : &w->memback.trims));
+				  ctr_get(&w->memback.trims));
 		handoff += ctr_get(&w->udp_handoff);
 		handoff_drops += ctr_get(&w->udp_handoff_drops);
 	}

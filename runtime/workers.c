@@ -41,7 +41,9 @@ static void drv_batch_end(void *arg, int64_t now_ns)
 {
 	struct worker *w = arg;
 	struct ts_proxy *p = w->p;
+	const struct driver_counters *c;
 	struct rss_info ri;
+	uint64_t bytes;
 	int64_t last;
 
 	/* Queue 0 hands its datagrams to the UDP path (drv_udp): what the batch gathered in an
@@ -52,17 +54,11 @@ static void drv_batch_end(void *arg, int64_t now_ns)
 	/* tun.rps "auto" follows the main loop's thread and queue 0's bytes: "auto" is "off"
 	 * with more than one queue (tun_rps_auto), so queue 0 carries all the traffic. Each
 	 * queue's loop trims after its own load. */
-	{
-		const struct driver_counters *c = driver_get_counters(w->driver);
-		uint64_t bytes = ctr_get(&c->rx_bytes) + ctr_get(&c->tx_bytes);
-
-		if (w->q == 0) {
-			rps_auto_tick(&p->rps, now_ns, bytes);
-			memback_note(&p->memback, now_ns, bytes);
-		} else {
-			memback_note(&w->memback, now_ns, bytes);
-		}
-	}
+	c = driver_get_counters(w->driver);
+	bytes = ctr_get(&c->rx_bytes) + ctr_get(&c->tx_bytes);
+	if (w->q == 0)
+		rps_auto_tick(&p->rps, now_ns, bytes);
+	memback_note(&w->memback, now_ns, bytes);
 	/* The pressure tier follows RSS; sampled only while traffic flows, so an idle proxy
 	 * never wakes up for it. Whichever queue sees traffic first in a second claims the
 	 * sample (flows may all hash to one queue). */
@@ -154,9 +150,8 @@ static void on_udp_handoff(evutil_socket_t fd, short what, void *arg)
 
 /* ---- queue workers ------------------------------------------------------------------------- */
 
-/* A queue worker's loop went quiet: its read buffers' pages go back (the main loop's quiet
- * hooks do the same for queue 0). */
-static void quiet_worker(void *arg)
+/* A queue's loop went quiet: the pages of its read buffers go back. */
+static void quiet_driver(void *arg)
 {
 	(void)driver_release_idle(arg);
 }
@@ -278,8 +273,8 @@ static int worker_init(struct ts_proxy *p, uint32_t q, char *err, size_t errlen)
 	}
 	if ((ret = driver_new(w->base, &dp, &drv_ops, w, p->budget, &w->driver)) != 0)
 		goto fail;
-	if (q > 0 && (memback_init(&w->memback, w->base) != 0 ||
-		      memback_on_quiet(&w->memback, quiet_worker, w->driver) != 0)) {
+	if (memback_init(&w->memback, w->base) != 0 ||
+	    memback_on_quiet(&w->memback, quiet_driver, w->driver) != 0) {
 		ret = -ENOMEM;
 		goto fail;
 	}
@@ -333,10 +328,6 @@ int workers_init(struct ts_proxy *p, char *err, size_t errlen)
 		if ((ret = worker_init(p, q, err, errlen)) != 0)
 			return ret;
 	p->driver = p->workers[0].driver;
-	if (memback_init(&p->memback, p->base) != 0) {
-		snprintf(err, errlen, "proxy: out of memory");
-		return -ENOMEM;
-	}
 	return 0;
 }
 
@@ -371,7 +362,8 @@ void workers_stop(struct ts_proxy *p)
 		event_free(p->worker_died_ev);
 		p->worker_died_ev = NULL;
 	}
-	memback_fini(&p->memback);
+	if (p->nworkers)
+		memback_fini(&p->workers[0].memback); /* its quiet hooks' objects go next */
 }
 
 void workers_free(struct ts_proxy *p)

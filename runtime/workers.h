@@ -33,7 +33,7 @@ struct worker {
 	ctr_t udp_handoff;         /* datagrams handed to the main loop */
 	ctr_t udp_handoff_drops;   /* the socketpair was full: dropped */
 	_Atomic int gone_err;      /* -errno: this queue found the device gone (0: not) */
-	struct memback memback;    /* queues 1..: this loop's quiet trim (queue 0: the proxy's) */
+	struct memback memback;    /* this loop's quiet trim (queue 0's also runs the UDP path's) */
 };
 
 /* Queue drivers (and for queues 1.. their loops, stop events and UDP hand-off) on p's TUN;

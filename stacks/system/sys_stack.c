@@ -299,9 +299,9 @@ static void refuse(struct sys_stack *st, int fd, const struct nat_tuple *t, uint
 
 /* Was the connection (key: its application side) opened by one of the proxy's own outbound
  * sockets come back through the TUN: from the gateway and a port on record? The packet path
- * drops such a SYN already; with several queues a worker can read it before the connect that sent it has put
- * the socket on record. Outbound connects run on this loop and record their socket before it
- * returns to accept anything, so here the record is always older than the connection. */
+ * drops such a SYN already; with several queues a worker can read it before the connect that
+ * sent it has put the socket on record. Outbound connects run on this loop and record their
+ * socket before it returns to accept anything, so here the record is always older. */
 static bool from_self(const struct sys_stack *st, const struct flow_key *key)
 {
 	const struct netaddr_roles *r = key->family == 4 ? &st->env.cfg->roles4
