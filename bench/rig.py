@@ -156,7 +156,8 @@ def parse_args(argv):
     ap.add_argument("--perf", metavar="DIR", default=None,
                     help="record a system-wide perf profile of every TCP bulk run into DIR "
                          "(for finding where the time goes; adds overhead, do not quote its "
-                         "figures)")
+                         "throughput); the report adds the TUN's copies per GB and the bound "
+                         "they set on a TUN proxy's fraction of the redirect baseline")
     ap.add_argument("--cc", default=None, metavar="NAME",
                     help="TCP congestion control pinned in the testbed's namespaces (default "
                     "reno: unpaced, selectable in any namespace); \"host\" keeps the "

@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import time
 
+import perfcopy
 import report
 from report import progress
 from rigtb import (B_VETH4, ECHO_PORTS, GW4, MIRROR4, REFL_IPERF_PORT, S5_PORT, TARGET4,
@@ -77,7 +78,7 @@ class Workloads:
         host0 = host_cpu_s()
         r = tb.sh(args, ns=tb.ns_a, check=False, timeout=plan.bulk_t + plan.bulk_omit + 20)
         host1 = host_cpu_s()
-        self.perf_stop(prof)
+        acct = self.perf_stop(prof, pid if subj.has_tun else None)
         cpu1 = proc_cpu(pid) if pid else None
         srv1 = self.servers.dante_cpu() if via else None
         drops1 = tb.tun_drops() if subj.has_tun else None
@@ -117,6 +118,15 @@ class Workloads:
         if gb > 0 and cpu0 and cpu1:
             self.add(subj, wl, direction, streams, "proxy_cpu_s_per_gb",
                      (cpu1[0] - cpu0[0] + cpu1[1] - cpu0[1]) / gb)
+        if gb > 0 and acct is not None:
+            # --perf: the TUN's two copies of every byte (the proxy's) and netfilter's work
+            # (the redirect's REDIRECT), per GB moved: bench/perfcopy.py, the bound in
+            # bench/report.py.
+            if subj.has_tun and pid:
+                self.add(subj, wl, direction, streams, "tun_copy_cpu_s_per_gb",
+                         acct["copies_s"] / gb)
+            self.add(subj, wl, direction, streams, "netfilter_cpu_s_per_gb",
+                     acct["netfilter_s"] / gb)
         if peak:
             kb = proc_kb(pid, "VmHWM")
             self.add(subj, wl, direction, streams, "peak_rss_kb", kb)
@@ -145,17 +155,24 @@ class Workloads:
         path = os.path.join(self.plan.perf, "%s-%s-%d-r%d.data" % (
             subj.slug, direction, streams, self.results.cur_round))
         with open(path + ".log", "w") as lf:
-            return subprocess.Popen(["perf", "record", "-a", "-g", "-F", "499", "-o", path,
-                                     "--", "sleep", str(self.plan.bulk_t + self.plan.bulk_omit)],
-                                    stdout=lf, stderr=subprocess.STDOUT)
+            return path, subprocess.Popen(
+                ["perf", "record", "-a", "-g", "-F", "499", "-o", path, "--", "sleep",
+                 str(self.plan.bulk_t + self.plan.bulk_omit)],
+                stdout=lf, stderr=subprocess.STDOUT)
 
-    def perf_stop(self, prof):
-        if prof is not None:
-            try:
-                prof.wait(timeout=self.plan.bulk_t + self.plan.bulk_omit + 20)
-            except subprocess.TimeoutExpired:
-                prof.kill()
-                prof.wait()
+    def perf_stop(self, prof, pid):
+        """Wait for the profile of perf_start; its account (bench/perfcopy.py: the TUN's
+        copies in pid, netfilter's work), or None (no profile, or perf could not read it)."""
+        if prof is None:
+            return None
+        path, p = prof
+        try:
+            p.wait(timeout=self.plan.bulk_t + self.plan.bulk_omit + 20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            return None
+        return perfcopy.profile(path, pid) if p.returncode == 0 else None
 
     # -- twinstack load
     def load(self, mode, args, timeout):

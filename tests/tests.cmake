@@ -68,6 +68,9 @@ if(NOT TS_SANITIZE STREQUAL "thread")
     # The A/B gate without root: its statistics, report, exit codes and arguments (Python).
     add_test(NAME bench_ab_stat COMMAND ${CMAKE_SOURCE_DIR}/tests/bench/ab_stat.sh $<TARGET_FILE:twinstack>)
     set_tests_properties(bench_ab_stat PROPERTIES LABELS cli TIMEOUT 60)
+    # --perf's TUN copy bound without root or perf: the profile reader, the bound, the report.
+    add_test(NAME bench_perfcopy COMMAND ${CMAKE_SOURCE_DIR}/tests/bench/perfcopy.sh $<TARGET_FILE:twinstack>)
+    set_tests_properties(bench_perfcopy PROPERTIES LABELS cli TIMEOUT 60)
   endif()
 endif()
 

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# perfcopy.sh TWINSTACK — the TUN copy bound of `twinstack bench --perf` without root or perf,
+# in about a second:
+#  1. bench/perfcopy.py reads `perf script -F pid,period,ip,sym` text: it counts the proxy's
+#     copies only under the TUN's read and write and only in the proxy's process (not
+#     iperf3's socket copies, not the proxy's own copies elsewhere), netfilter's leaves in any
+#     process, every sample's period in the total; a header without a chain and a chain
+#     frame without a symbol are taken as they come;
+#  2. the bound (N / B) x S / (S - F + C) and its refusals (a missing figure, no CPU busy);
+#  3. a synthetic full run's results.json redrawn with --report-from: the bound per round,
+#     its row in results.json, report.md's section, and the bulk targets' lines naming it;
+#     without the redirect's profile no bound, no section.
+# Exit 0 all passed, 1 a check failed.
+set -uo pipefail
+bin=${1:?usage: perfcopy.sh path/to/twinstack}
+here=$(cd "$(dirname "$0")" && pwd)
+bench=$here/../../bench
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+python3 - "$bench" "$bin" "$out" <<'PY'
+import json, os, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+sys.dont_write_bytecode = True
+import perfcopy
+binary, d = sys.argv[2], sys.argv[3]
+bad = 0
+def check(name, ok, detail=""):
+    global bad
+    print(("ok - " if ok else "not ok - ") + name + (" (%s)" % detail if detail else ""))
+    bad += not ok
+
+# -- 1: the profile's text
+P = 2_000_000   # one sample's period, ns
+def sample(pid, chain, period=P):
+    return " %d %10d \n" % (pid, period) + "".join(
+        "\tffffffff8%07x %s\n" % (i, s) for i, s in enumerate(chain)) + "\n"
+text = (
+    # the proxy (pid 100): the TUN read's copy, twice, and the TUN write's copy, once
+    sample(100, ["_copy_to_iter", "__skb_datagram_iter", "skb_copy_datagram_iter",
+                 "tun_do_read", "tun_chr_read_iter", "io_read"]) * 2 +
+    sample(100, ["_copy_from_iter", "copy_page_from_iter", "skb_copy_datagram_from_iter",
+                 "tun_get_user", "tun_chr_write_iter"]) +
+    # the proxy copying for a socket (not the TUN's), a copy leaf called by the wrong side
+    sample(100, ["_copy_from_iter", "tcp_sendmsg_locked", "tcp_sendmsg"]) +
+    sample(100, ["_copy_from_iter", "tun_do_read"]) +
+    # iperf3 (pid 200): its socket copy; a TUN read's copy in another process is not ours
+    sample(200, ["_copy_to_iter", "tcp_recvmsg"]) +
+    sample(200, ["_copy_to_iter", "skb_copy_datagram_iter", "tun_do_read"]) +
+    # netfilter in any process: counted whatever the pid
+    sample(200, ["__nf_conntrack_find_get", "nf_conntrack_in", "nf_hook_slow"]) +
+    sample(300, ["nf_nat_ipv4_local_fn", "nf_hook_slow"]) +
+    sample(100, ["ipv4_conntrack_defrag", "nf_hook_slow"]) +
+    # idle, a header with no chain, a frame with no symbol
+    sample(0, ["pvm_safe_halt_hc", "default_idle"]) +
+    " 100    %d \n\n" % P +
+    " 100    %d \n\tffffffff81000000 \n\n" % P)
+acc = perfcopy.account(text, 100)
+check("13 samples read", acc["samples"] == 13, str(acc["samples"]))
+check("the proxy's TUN copies: its 3 under tun_do_read / tun_get_user, no other",
+      abs(acc["copies_s"] - 3 * P / 1e9) < 1e-12, "%.4f s" % acc["copies_s"])
+check("netfilter: 3 samples in any process", abs(acc["netfilter_s"] - 3 * P / 1e9) < 1e-12,
+      "%.4f s" % acc["netfilter_s"])
+check("the total: every sample's period", abs(acc["total_s"] - 13 * P / 1e9) < 1e-12)
+check("no pid: no copies", perfcopy.account(text, None)["copies_s"] == 0)
+check("another pid's TUN read counts for it",
+      abs(perfcopy.account(text, 200)["copies_s"] - P / 1e9) < 1e-12)
+odd = perfcopy.account(" 100 %d \n\tffff _copy_to_iter\n\tffff tun_do_read\n" % P, 100)
+check("the last sample without a blank line after it", odd["copies_s"] == P / 1e9)
+
+# -- 2: the bound
+b = perfcopy.bound(2, 1.95, 0.5, 0.02, 0.15)
+want = (2 / 1.95) * 0.5 / (0.5 - 0.02 + 0.15)
+check("the bound: (N/B) x S / (S - F + C)", abs(b - want) < 1e-12, "%.4f" % b)
+check("no copies, no netfilter, the testbed full: 1.0",
+      abs(perfcopy.bound(2, 2.0, 0.5, 0.0, 0.0) - 1.0) < 1e-12)
+check("a missing figure or nothing busy: no bound",
+      perfcopy.bound(2, None, 0.5, 0.02, 0.1) is None and
+      perfcopy.bound(2, 1.9, 0.5, None, 0.1) is None and
+      perfcopy.bound(2, 0.0, 0.5, 0.02, 0.1) is None and
+      perfcopy.bound(None, 1.9, 0.5, 0.02, 0.1) is None)
+
+# -- 3: a redrawn run
+def synth(path, with_nf=True):
+    subj = [{"stack": "veth", "io_mode": "offload", "queues": 1, "label": "veth"},
+            {"stack": "reflector", "io_mode": "offload", "queues": 1, "label": "reflector"},
+            {"stack": "redirect", "io_mode": "offload", "queues": 1, "label": "redirect"},
+            {"stack": "system", "io_mode": "offload", "queues": 2, "label": "system"}]
+    meta = {"schema": 2, "tool": "twinstack bench (bench/rig.py)", "binary": binary,
+            "started_utc": "2026-12-05T00:00:00Z", "duration_s": 60.0, "mode": "full",
+            "repetitions": 2, "subjects": subj, "io_mode": "offload", "queues": 1,
+            "ceiling_io_mode": "offload", "bulk_cells": [["up", 16]],
+            "host": {"kernel": "6.18", "cpus": 2, "machine": "x86_64"},
+            "iperf3": {"seconds": 5, "omit": 1},
+            "tcp_congestion": {"testbed": "reno", "host_default": "bbr"},
+            "idle_wakeup_window_s": 20, "hold_conns": 1000, "hold_conns_scale": [],
+            "load_seconds": 5, "not_measured": [], "failures": [], "notes": []}
+    S = []
+    def add(stack, q, metric, v1, v2):
+        S.append({"key": [stack, "offload", q, "tcp_bulk", "up", 16, metric],
+                  "values": [[1, v1], [2, v2]]})
+    add("redirect", 1, "throughput_gbps", 30.0, 32.0)
+    add("redirect", 1, "testbed_cpus_busy", 1.95, 2.0)
+    add("redirect", 1, "testbed_cpu_s_per_gb", 0.5, 0.45)
+    if with_nf:
+        add("redirect", 1, "netfilter_cpu_s_per_gb", 0.02, 0.025)
+    add("system", 2, "throughput_gbps", 24.0, 25.0)
+    add("system", 2, "tun_copy_cpu_s_per_gb", 0.15, 0.12)
+    add("system", 2, "netfilter_cpu_s_per_gb", 0.0, 0.0)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "rows": [], "samples": S}, f)
+
+def redraw(path):
+    r = subprocess.run([binary, "bench", "--report-from", path], capture_output=True,
+                       text=True, timeout=60)
+    return r.returncode, r.stdout + r.stderr
+
+synth(os.path.join(d, "nf", "results.json"))
+rc, so = redraw(os.path.join(d, "nf", "results.json"))
+check("--report-from a run with profiles exits 0", rc == 0, so.strip()[-300:])
+b1 = (2 / 1.95) * 0.5 / (0.5 - 0.02 + 0.15)
+b2 = (2 / 2.0) * 0.45 / (0.45 - 0.025 + 0.12)
+j = json.load(open(os.path.join(d, "nf", "results.json")))
+row = [r for r in j["rows"] if r["stack"] == "system" and r["metric"] == "tun_copy_bound"]
+check("results.json: the bound's row, per round paired with the redirect's",
+      len(row) == 1 and row[0]["n"] == 2 and abs(row[0]["min"] - min(b1, b2)) < 1e-9 and
+      abs(row[0]["max"] - max(b1, b2)) < 1e-9, str(row)[:200])
+rep = open(os.path.join(d, "nf", "report.md")).read()
+check("report.md: the section", "## The TUN's copies: a bound from the profiles (--perf)"
+      in rep)
+med = (b1 + b2) / 2
+line = [l for l in rep.splitlines() if l.startswith("| system | up | 16 | ")]
+check("report.md: the cell's row with the copies, the redirect's figures and the bound",
+      len(line) == 1 and "%.3f" % med in line[0] and "0.135" in line[0], str(line))
+check("report.md: the bulk target names the bound",
+      "(the TUN's copies allow at most %.3f)" % med in rep)
+
+synth(os.path.join(d, "nonf", "results.json"), with_nf=False)
+rc, so = redraw(os.path.join(d, "nonf", "results.json"))
+rep = open(os.path.join(d, "nonf", "report.md")).read()
+check("without the redirect's profile: no bound, no section", rc == 0 and
+      "TUN's copies" not in rep and "tun_copy_bound" not in
+      open(os.path.join(d, "nonf", "results.json")).read())
+sys.exit(1 if bad else 0)
+PY
