@@ -27,10 +27,9 @@ import re
 import subprocess
 
 COPY_CALLERS = {"_copy_to_iter": "tun_do_read", "_copy_from_iter": "tun_get_user"}
-NETFILTER_RE = re.compile(r"^(nf_|__nf_|nft_|ipv[46]_conntrack|nf_nat|nf_ct_|ipt_|"
-                          r"nf_hook|__nf_ct)|conntrack")
-
-
+# netfilter's functions: the hooks, conntrack, NAT, nftables (nf_*, __nf_*, nft_*, ipt_*,
+# ipv4_conntrack_*, ...)
+NETFILTER_RE = re.compile(r"^_*(nf_|nft_|ipt_)|conntrack")
 HEADER_RE = re.compile(r"^\s*(\d+)\s+(\d+)\s*$")
 FRAME_RE = re.compile(r"^\t\s*[0-9a-f]+\s+(.*)$")
 

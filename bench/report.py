@@ -38,7 +38,7 @@ UNITS = {
     "up_in_trains_pct": "%", "up_train_len": "datagrams",
     "testbed_cpu_us_per_echo": "us", "redirect_socks5_fraction": "ratio",
     "tun_copy_cpu_s_per_gb": "s/GB", "netfilter_cpu_s_per_gb": "s/GB",
-    "tun_copy_bound": "ratio",
+    "tun_copy_bound": "ratio", "tun_copy_bound_plain": "ratio",
 }
 
 # Chart colours: one hue per stack (and the baselines), darker = faster I/O mode.
@@ -297,7 +297,8 @@ class Report:
                                      lambda x, y: x / y)
                     if fr:
                         self.dsamples[s.key + ("tcp_bulk", d, n, metric)] = fr
-                self.derive_copy_bound(s, d, n)
+                if not self.socks5:
+                    self.derive_copy_bound(s, red, d, n)
                 if s.is_stack and n > 1 and (d, 1) in self.bulk_cells:
                     ra = self.by_round(s, "tcp_bulk", d, n, "throughput_gbps")
                     rb = self.by_round(s, "tcp_bulk", d, 1, "throughput_gbps")
@@ -319,13 +320,15 @@ class Report:
             if fr:
                 self.dsamples[s.key + ("udp_echo_64B", None, None, "redirect_fraction")] = fr
 
-    def derive_copy_bound(self, s, d, n):
-        """--perf: per round, the most of the redirect baseline's throughput a TUN proxy could
-        reach in this cell, given the TUN's two copies of every byte as measured in s's run
-        and the redirect's own CPU per byte, less its netfilter work (bench/perfcopy.py)."""
-        red, ncpu = self.redirect, (self.meta.get("host") or {}).get("cpus")
+    def derive_copy_bound(self, s, red, d, n):
+        """--perf: per round, the most of the throughput of red (the redirect baseline, or
+        --via socks5: the redirect baseline through the same server) a TUN proxy could reach
+        in this cell, given the TUN's two copies of every byte as measured in s's run and
+        red's own CPU per byte, less its netfilter work (bench/perfcopy.py). Returns
+        {round: bound}."""
+        ncpu = (self.meta.get("host") or {}).get("cpus")
         if red is None or not ncpu:
-            return
+            return {}
         c = self.by_round(s, "tcp_bulk", d, n, "tun_copy_cpu_s_per_gb")
         busy = self.by_round(red, "tcp_bulk", d, n, "testbed_cpus_busy")
         spg = self.by_round(red, "tcp_bulk", d, n, "testbed_cpu_s_per_gb")
@@ -335,25 +338,31 @@ class Report:
         b = [x for x in b if x[1] is not None]
         if b:
             self.dsamples[s.key + ("tcp_bulk", d, n, "tun_copy_bound")] = b
+        return dict(b)
 
     def copy_bound_table(self, L):
         """--perf: each TUN proxy's measured fraction of the redirect baseline beside the bound
         its TUN's copies set (bench/perfcopy.py)."""
         T = []
+        red = self.redirect_via() if self.socks5 else self.redirect
         for s in self.subjects:
             for d, n in self.bulk_cells:
                 b = self.stat(s, "tcp_bulk", d, n, "tun_copy_bound")
                 if not b:
                     continue
-                T.append("| %s | %s | %d | %s | %s | %s | %s | %s |" % (
-                    s.label, d, n,
-                    fmt_stat(self.stat(s, "tcp_bulk", d, n, "tun_copy_cpu_s_per_gb"), 3),
-                    fmt_stat(self.stat(self.redirect, "tcp_bulk", d, n,
-                                       "testbed_cpu_s_per_gb"), 3),
-                    fmt_stat(self.stat(self.redirect, "tcp_bulk", d, n,
-                                       "netfilter_cpu_s_per_gb"), 3),
-                    fmt_stat(b, 3),
-                    fmt_stat(self.stat(s, "tcp_bulk", d, n, "redirect_fraction"), 3)))
+                c = [s.label, d, "%d" % n,
+                     fmt_stat(self.stat(s, "tcp_bulk", d, n, "tun_copy_cpu_s_per_gb"), 3),
+                     fmt_stat(self.stat(red, "tcp_bulk", d, n, "testbed_cpu_s_per_gb"), 3),
+                     fmt_stat(self.stat(red, "tcp_bulk", d, n, "netfilter_cpu_s_per_gb"), 3),
+                     fmt_stat(b, 3)]
+                if self.socks5:
+                    c += [fmt_stat(self.stat(s, "tcp_bulk", d, n, "redirect_socks5_fraction"),
+                                   3),
+                          fmt_stat(self.stat(s, "tcp_bulk", d, n, "tun_copy_bound_plain"), 3),
+                          fmt_stat(self.stat(s, "tcp_bulk", d, n, "plain_socks5_fraction"), 3)]
+                else:
+                    c.append(fmt_stat(self.stat(s, "tcp_bulk", d, n, "redirect_fraction"), 3))
+                T.append("| " + " | ".join(c) + " |")
         if not T:
             return
         L.append("## The TUN's copies: a bound from the profiles (--perf)")
@@ -370,10 +379,19 @@ class Report:
                  "s/GB. Per round, from system-wide cpu-clock profiles of the same runs "
                  "(perf itself costs a little CPU in both)." % (
                      (self.meta.get("host") or {}).get("cpus")))
+        if self.socks5:
+            L.append("")
+            L.append("Here the redirect baseline is the one through the same SOCKS5 server, and "
+                     "the bound over the plain client is that bound times the redirect's own "
+                     "fraction of the plain client in the same round.")
         L.append("")
-        L.append("| subject | direction | streams | TUN copies s/GB | redirect testbed s/GB | "
-                 "redirect netfilter s/GB | bound | measured fraction |")
-        L.append("|" + " --- |" * 8)
+        head = ["subject", "direction", "streams", "TUN copies s/GB", "redirect testbed s/GB",
+                "redirect netfilter s/GB", "bound"]
+        head += ["measured fraction of the redirect", "bound over the plain client",
+                 "measured fraction of the plain client"] if self.socks5 else \
+            ["measured fraction"]
+        L.append("| " + " | ".join(head) + " |")
+        L.append("|" + " --- |" * len(head))
         L += T + [""]
 
     # -- --via socks5
@@ -424,6 +442,13 @@ class Report:
                 fr = self.paired(via, rv, wl, d, n, metric, lambda x, y: x / y)
                 if fr:
                     self.dsamples[via.key + (wl, d, n, "redirect_socks5_fraction")] = fr
+                # --perf: the copy bound against the redirect through the server, and so
+                # against the plain client: times the redirect's fraction of it that round.
+                b = self.derive_copy_bound(via, rv, d, n)
+                rp = self.by_round(rv, wl, d, n, "plain_socks5_fraction")
+                bp = [[r, b[r] * rp[r]] for r in sorted(b) if r in rp]
+                if bp:
+                    self.dsamples[via.key + (wl, d, n, "tun_copy_bound_plain")] = bp
 
     def socks5_targets(self):
         """Each stack via SOCKS5 at least SOCKS5_TARGET of the plain SOCKS5 client, on the
@@ -438,12 +463,15 @@ class Report:
                     via.label, "TCP bulk %s, %d stream%s" % (d, n, "s" if n > 1 else "")
                     if wl == "tcp_bulk" else "UDP echo 64 B packets/s")
                 v = st[0] if st else None
+                cb = self.stat(via, wl, d, n, "tun_copy_bound_plain")
                 T.append({"what": what, "value": None if v is None else round(v, 4),
                           "target": ">= %.1f" % SOCKS5_TARGET,
                           "verdict": "N/A" if v is None else
                           ("PASS" if v >= SOCKS5_TARGET else "MISS"),
                           "shown": "not measured" if v is None else
-                          against(v, SOCKS5_TARGET)})
+                          against(v, SOCKS5_TARGET) + (
+                              "" if not cb else
+                              " (the TUN's copies allow at most %.3f)" % cb[0])})
         return T
 
     def rows(self):
@@ -1073,6 +1101,7 @@ class Report:
                 fmt_stat(self.stat(sj, "run", None, None, "peak_rss_kb"), 0)))
         L.append("")
         self.cost_table(L)
+        self.copy_bound_table(L)
         self.tail_sections(L)
         L.append("## Method")
         L.append("")

@@ -9,7 +9,9 @@
 #  2. the bound (N / B) x S / (S - F + C) and its refusals (a missing figure, no CPU busy);
 #  3. a synthetic full run's results.json redrawn with --report-from: the bound per round,
 #     its row in results.json, report.md's section, and the bulk targets' lines naming it;
-#     without the redirect's profile no bound, no section.
+#     without the redirect's profile no bound, no section; a synthetic --via socks5 run: the
+#     via subject bounded against the redirect through the same server and, through that
+#     redirect's own fraction, against the plain client; the direct stack not bounded.
 # Exit 0 all passed, 1 a check failed.
 set -uo pipefail
 bin=${1:?usage: perfcopy.sh path/to/twinstack}
@@ -19,7 +21,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 python3 - "$bench" "$bin" "$out" <<'PY'
-import json, os, subprocess, sys
+import json, os, re, subprocess, sys
 sys.path.insert(0, sys.argv[1])
 sys.dont_write_bytecode = True
 import perfcopy
@@ -142,5 +144,69 @@ rep = open(os.path.join(d, "nonf", "report.md")).read()
 check("without the redirect's profile: no bound, no section", rc == 0 and
       "TUN's copies" not in rep and "tun_copy_bound" not in
       open(os.path.join(d, "nonf", "results.json")).read())
+
+# --via socks5: the via subjects against the redirect through the same server, and the plain
+# client through it; the direct stack gets no bound (no direct redirect in that run).
+def synth_s5(path):
+    subj = [{"stack": "socks5-client", "io_mode": "offload", "queues": 1,
+             "label": "plain socks5"},
+            {"stack": "redirect", "io_mode": "offload-socks5", "queues": 1,
+             "label": "redirect via socks5"},
+            {"stack": "system", "io_mode": "offload", "queues": 2, "label": "system"},
+            {"stack": "system", "io_mode": "offload-socks5", "queues": 2,
+             "label": "system via socks5"}]
+    meta = {"schema": 2, "tool": "twinstack bench (bench/rig.py)", "binary": binary,
+            "started_utc": "2026-12-05T00:00:00Z", "duration_s": 60.0, "mode": "socks5",
+            "repetitions": 2, "subjects": subj, "io_mode": "offload", "queues": 1,
+            "ceiling_io_mode": None, "bulk_cells": [["up", 16]],
+            "host": {"kernel": "6.18", "cpus": 2, "machine": "x86_64"},
+            "iperf3": {"seconds": 5, "omit": 1},
+            "tcp_congestion": {"testbed": "reno", "host_default": "bbr"},
+            "idle_wakeup_window_s": 20, "hold_conns": 1000, "hold_conns_scale": [],
+            "load_seconds": 5, "not_measured": [], "failures": [], "notes": [],
+            "socks5": {"server": "danted 1.4.3", "address": "10.99.0.2:1080",
+                       "tcp_client": "proxychains4 -q -f FILE iperf3",
+                       "udp_client": "twinstack load udp --socks5", "udp_size": 64,
+                       "udp_seconds": 5}}
+    S = []
+    def add(stack, io, q, metric, v1, v2):
+        S.append({"key": [stack, io, q, "tcp_bulk", "up", 16, metric],
+                  "values": [[1, v1], [2, v2]]})
+    add("socks5-client", "offload", 1, "throughput_gbps", 20.0, 20.0)
+    add("redirect", "offload-socks5", 1, "throughput_gbps", 16.0, 15.0)
+    add("redirect", "offload-socks5", 1, "testbed_cpus_busy", 2.0, 2.0)
+    add("redirect", "offload-socks5", 1, "testbed_cpu_s_per_gb", 0.8, 0.8)
+    add("redirect", "offload-socks5", 1, "netfilter_cpu_s_per_gb", 0.0, 0.0)
+    add("system", "offload", 2, "throughput_gbps", 25.0, 25.0)
+    add("system", "offload", 2, "tun_copy_cpu_s_per_gb", 0.1, 0.1)
+    add("system", "offload-socks5", 2, "throughput_gbps", 12.0, 12.0)
+    add("system", "offload-socks5", 2, "tun_copy_cpu_s_per_gb", 0.2, 0.2)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "rows": [], "samples": S}, f)
+
+synth_s5(os.path.join(d, "s5", "results.json"))
+rc, so = redraw(os.path.join(d, "s5", "results.json"))
+check("--report-from a --via socks5 run with profiles exits 0", rc == 0, so.strip()[-300:])
+j = json.load(open(os.path.join(d, "s5", "results.json")))
+def med(stack, io, metric):
+    r = [r for r in j["rows"] if (r["stack"], r["io_mode"], r["metric"]) == (stack, io, metric)]
+    return r[0]["median"] if r else None
+bv = 0.8 / (0.8 + 0.2)            # (2/2) x 0.8 / (0.8 - 0 + 0.2), both rounds
+bp = (bv * 16 / 20 + bv * 15 / 20) / 2
+check("via socks5: the bound against the redirect through the server",
+      med("system", "offload-socks5", "tun_copy_bound") is not None and
+      abs(med("system", "offload-socks5", "tun_copy_bound") - bv) < 1e-9)
+check("via socks5: over the plain client, times the redirect's fraction of it per round",
+      med("system", "offload-socks5", "tun_copy_bound_plain") is not None and
+      abs(med("system", "offload-socks5", "tun_copy_bound_plain") - bp) < 1e-9)
+check("via socks5: the direct stack is not bounded by the redirect through the server",
+      med("system", "offload", "tun_copy_bound") is None)
+rep = open(os.path.join(d, "s5", "report.md")).read()
+check("via socks5: the target line names the bound over the plain client",
+      "(the TUN's copies allow at most %.3f)" % bp in rep)
+check("via socks5: the section, its row with both bounds", re.search(
+      r"^\| system via socks5 \| up \| 16 \| 0\.200 \| 0\.800 \| 0\.000 \| %.3f \| "
+      r"0\.775 .*\| %.3f .*\| 0\.600 .*\|$" % (bv, bp), rep, re.M) is not None)
 sys.exit(1 if bad else 0)
 PY
