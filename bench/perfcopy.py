@@ -11,10 +11,11 @@ From `perf script` of a system-wide cpu-clock profile (bench/workloads.py perf_s
 module sums, in CPU seconds (each sample's period):
     copies     the samples of the subject's process whose leaf is one of the two copies,
                called (anywhere up the chain) from the TUN's read or write;
-    netfilter  the samples of any process whose leaf is netfilter's (conntrack, NAT, the
-               hooks, nftables).
-bench/report.py turns them into a bound: with the testbed CPU-bound, throughput is CPUs busy
-over CPU seconds per GB, so a TUN proxy in a cell can reach at most
+    netfilter  the samples of any process with netfilter (conntrack, NAT, the hooks,
+               nftables) anywhere in the chain: the hooks' whole cost, what they call
+               included.
+bench/report.py turns them into a bound: throughput is CPUs busy over CPU seconds per GB, so
+a TUN proxy in a cell can reach at most
     (N / B_red) x S_red / (S_red - F_red + C)
 of the redirect baseline, where N is the testbed's CPU count, B_red the redirect's CPUs
 busy, S_red its testbed CPU s/GB, F_red its netfilter s/GB and C the proxy's copies s/GB:
@@ -66,7 +67,7 @@ def account(text, pid):
         caller = COPY_CALLERS.get(leaf)
         if caller and pid is not None and p == pid and caller in chain[1:]:
             copies += period
-        elif NETFILTER_RE.search(leaf):
+        elif any(NETFILTER_RE.search(f) for f in chain):
             netfilter += period
     return {"copies_s": copies / 1e9, "netfilter_s": netfilter / 1e9, "total_s": total / 1e9,
             "samples": len(ss)}

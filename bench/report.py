@@ -372,12 +372,16 @@ class Report:
                  "`tun_get_user`, in the proxy's process); the TUN device has no zero-copy "
                  "path for a userspace reader or writer. The redirect baseline makes neither "
                  "copy but pays for nftables' REDIRECT (netfilter: connection tracking and NAT "
-                 "per packet). With the testbed CPU-bound, throughput is CPUs busy over CPU "
+                 "per packet). Throughput is CPUs busy over CPU "
                  "seconds per GB, so a TUN proxy can reach at most (N / B) x S / (S - F + C) "
                  "of the redirect baseline: N the testbed's CPUs (%s), B the redirect's CPUs "
                  "busy, S its testbed CPU s/GB, F its netfilter s/GB, C the proxy's copies "
                  "s/GB. Per round, from system-wide cpu-clock profiles of the same runs "
-                 "(perf itself costs a little CPU in both)." % (
+                 "(perf itself costs a little CPU in both). An upper limit for a proxy that "
+                 "ends the application's TCP in the kernel and relays by splice, as the "
+                 "redirect does (the system stack); an estimate for one with a TCP of its own "
+                 "(lwIP). Generous: of the TUN crossing only the copies are counted, and "
+                 "netfilter with all it calls." % (
                      (self.meta.get("host") or {}).get("cpus")))
         if self.socks5:
             L.append("")
