@@ -17,7 +17,10 @@ module sums, in CPU seconds (each sample's period):
 bench/report.py turns them into a bound: throughput is CPUs busy over CPU seconds per GB, so
 a TUN proxy in a cell can reach at most
     (N / B_red) x S_red / (S_red - F_red + C)
-of the redirect baseline, where N is the testbed's CPU count, B_red the redirect's CPUs
+of the redirect baseline, where N is the testbed's CPU count (or the CPUs busy measured in
+the proxy's own run where that reads higher: /proc/stat's busy time counts steal time and
+spans iperf3's set-up as well, so a saturated testbed reads a little over N), B_red the
+redirect's CPUs
 busy, S_red its testbed CPU s/GB, F_red its netfilter s/GB and C the proxy's copies s/GB:
 the redirect's work less its netfilter, plus the two copies, on every CPU the testbed has.
 
