@@ -4,8 +4,8 @@
 #  1. bench/perfcopy.py reads `perf script -F pid,period,ip,sym` text: it counts the proxy's
 #     copies only under the TUN's read and write and only in the proxy's process (not
 #     iperf3's socket copies, not the proxy's own copies elsewhere), netfilter anywhere in a
-#     chain of any process (what its hooks call included), every sample's period in the total; a header without a chain and a chain
-#     frame without a symbol are taken as they come;
+#     chain of any process (what its hooks call included), every sample's period in the
+#     total; a header without a chain and a frame without a symbol are taken as they come;
 #  2. the bound (N / B) x S / (S - F + C) and its refusals (a missing figure, no CPU busy);
 #  3. a synthetic full run's results.json redrawn with --report-from: the bound per round,
 #     its row in results.json, report.md's section, and the bulk targets' lines naming it;
