@@ -21,6 +21,8 @@ run or a redraw. The rest, next to it in bench/:
     servers.py    the binary's capabilities, iperf3 / load serve / dante in the testbed
     launch.py     starting and stopping a subject, per kind (twinstack run / reflect)
     workloads.py  TCP bulk (iperf3, perf), the `twinstack load` workloads, callgrind
+    perfcopy.py   --perf: the TUN's copies and netfilter's work read from a bulk run's
+                  profile, and the bound they set on a TUN proxy
     runner.py     one run: the testbed up, every subject through its mode's workloads
     ablation.py   --ablation's schedule: every subject in every cell, a fresh child per run
     ab.py         --ab: the A/B gate's plan and schedule (abstat.py its statistics,
