@@ -13,6 +13,7 @@ import os
 import re
 import selectors
 import shutil
+import signal
 import statistics
 import subprocess
 import time
@@ -78,10 +79,11 @@ class Workloads:
         host0 = host_cpu_s()
         r = tb.sh(args, ns=tb.ns_a, check=False, timeout=plan.bulk_t + plan.bulk_omit + 20)
         host1 = host_cpu_s()
-        acct = self.perf_stop(prof, pid if subj.has_tun else None)
+        self.perf_stop(prof)
         cpu1 = proc_cpu(pid) if pid else None
         srv1 = self.servers.dante_cpu() if via else None
         drops1 = tb.tun_drops() if subj.has_tun else None
+        acct = self.perf_account(prof, pid if subj.has_tun else None)
         try:
             j = json.loads(r.stdout)
         except ValueError:
@@ -121,8 +123,8 @@ class Workloads:
         if gb > 0 and acct is not None:
             # --perf: the TUN's two copies of every byte (the proxy's) and netfilter's work
             # (the redirect's REDIRECT), per GB moved: bench/perfcopy.py, the bound in
-            # bench/report.py.
-            if subj.has_tun and pid:
+            # bench/report.py. No copies figure where the profile could not tell them.
+            if subj.has_tun and pid and acct["copies_s"] is not None:
                 self.add(subj, wl, direction, streams, "tun_copy_cpu_s_per_gb",
                          acct["copies_s"] / gb)
             self.add(subj, wl, direction, streams, "netfilter_cpu_s_per_gb",
@@ -148,31 +150,48 @@ class Workloads:
     def perf_start(self, subj, direction, streams):
         """--perf DIR: a system-wide call-graph profile of this bulk run (all CPUs: the
         kernel work of a TUN proxy runs in iperf3's and softirq context as much as in the
-        proxy's), DIR/<subject>-<dir>-<streams>-r<round>.data; read it with perf report."""
+        proxy's), DIR/<subject>-<dir>-<streams>-r<round>.data; read it with perf report.
+        cpu-clock samples (their period is CPU time, whatever the host's PMU), recording
+        from before iperf3 starts until perf_stop, right after it ends: the span the
+        testbed's CPU per GB is measured over. (path, process), or None."""
         if not self.plan.perf:
             return None
         os.makedirs(self.plan.perf, exist_ok=True)
         path = os.path.join(self.plan.perf, "%s-%s-%d-r%d.data" % (
             subj.slug, direction, streams, self.results.cur_round))
+        if os.path.exists(path):
+            os.unlink(path)
         with open(path + ".log", "w") as lf:
-            return path, subprocess.Popen(
-                ["perf", "record", "-a", "-g", "-F", "499", "-o", path, "--", "sleep",
-                 str(self.plan.bulk_t + self.plan.bulk_omit)],
-                stdout=lf, stderr=subprocess.STDOUT)
+            p = subprocess.Popen(["perf", "record", "-a", "-g", "-F", "499", "-e", "cpu-clock",
+                                  "-o", path], stdout=lf, stderr=subprocess.STDOUT)
+        t0 = time.monotonic()
+        while not os.path.exists(path) and p.poll() is None and time.monotonic() - t0 < 5:
+            time.sleep(0.01)
+        return path, p
 
-    def perf_stop(self, prof, pid):
-        """Wait for the profile of perf_start; its account (bench/perfcopy.py: the TUN's
-        copies in pid, netfilter's work), or None (no profile, or perf could not read it)."""
+    def perf_stop(self, prof):
+        """End perf_start's recording (SIGINT: perf writes its file and exits)."""
         if prof is None:
-            return None
-        path, p = prof
+            return
+        p = prof[1]
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
         try:
-            p.wait(timeout=self.plan.bulk_t + self.plan.bulk_omit + 20)
+            p.wait(timeout=20)
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+    @staticmethod
+    def perf_account(prof, pid):
+        """The account of perf_start's profile (bench/perfcopy.py: the TUN's copies in pid,
+        netfilter's work), or None (no profile, perf failed, or it could not be read)."""
+        if prof is None:
             return None
-        return perfcopy.profile(path, pid) if p.returncode == 0 else None
+        path, p = prof
+        if p.returncode not in (0, -signal.SIGINT):
+            return None
+        return perfcopy.profile(path, pid)
 
     # -- twinstack load
     def load(self, mode, args, timeout):

@@ -6,7 +6,12 @@
 #     iperf3's socket copies, not the proxy's own copies elsewhere), netfilter anywhere in a
 #     chain of any process (what its hooks call included), every sample's period in the
 #     total; a header without a chain and a frame without a symbol are taken as they come;
-#  2. the bound (N / B) x S / (S - F + C) and its refusals (a missing figure, no CPU busy);
+#     the forms other kernels and builds give (a copy primitive as the leaf, GCC clones of
+#     the TUN's functions, netfilter without its hook frame, user and unresolved frames);
+#     no figure rather than 0 where the TUN's I/O shows but no known copy; perf script's
+#     command line and its failure (a stand-in perf on PATH);
+#  2. the bound (N / B) x S / (S - F + C) and its refusals (a missing figure, no CPU busy,
+#     no work left);
 #  3. a synthetic full run's results.json redrawn with --report-from: the bound per round,
 #     its row in results.json, report.md's section, and the bulk targets' lines naming it;
 #     without the redirect's profile no bound, no section; a synthetic --via socks5 run: the
@@ -74,16 +79,64 @@ check("another pid's TUN read counts for it",
 odd = perfcopy.account(" 100 %d \n\tffff _copy_to_iter\n\tffff tun_do_read\n" % P, 100)
 check("the last sample without a blank line after it", odd["copies_s"] == P / 1e9)
 
+# The forms kernels and builds give the same work: a copy primitive as the leaf under the
+# copy function, a GCC clone of the TUN's read, netfilter without its hook frame (nftables,
+# iptables, conntrack), a copy whose chain passes through netfilter (a copy), user-space and
+# unresolved frames as perf prints them.
+more = (
+    sample(100, ["rep_movs_alternative", "_copy_to_iter", "__skb_datagram_iter",
+                 "tun_do_read.isra.0", "tun_chr_read_iter"]) +
+    sample(100, ["copy_user_enhanced_fast_string", "_copy_from_iter", "tun_get_user.part.0"]) +
+    sample(100, ["_copy_from_iter", "tun_get_user", "nf_hook_slow"]) +
+    sample(300, ["nft_do_chain", "nft_do_chain_inet"]) +
+    sample(300, ["ipt_do_table"]) +
+    sample(300, ["__nf_conntrack_find_get"]) +
+    sample(100, ["tcp_ack", "tcp_rcv_established"]) +
+    " 100    %d \n\t           f82ad read\n\t7eeecf3ac8893712 [unknown]\n\n" % P)
+acc = perfcopy.account(more, 100)
+check("a primitive under the copy, a clone of the TUN's function: copies (3)",
+      abs(acc["copies_s"] - 3 * P / 1e9) < 1e-12, "%.4f s" % acc["copies_s"])
+check("nftables, iptables and conntrack without the hook frame: netfilter (3)",
+      abs(acc["netfilter_s"] - 3 * P / 1e9) < 1e-12, "%.4f s" % acc["netfilter_s"])
+check("user-space and unresolved frames read as a sample", acc["samples"] == 8 and
+      perfcopy.samples(more)[-1][2] == ["read", "[unknown]"], str(perfcopy.samples(more)[-1]))
+odd = perfcopy.account(sample(100, ["memcpy_orig", "tun_get_user"]) +
+                       sample(100, ["tcp_ack"]), 100)
+check("TUN I/O in the profile but no copy the rules know: no figure (None), not 0",
+      odd["copies_s"] is None)
+check("no TUN I/O in the pid's samples: 0 copies",
+      perfcopy.account(sample(100, ["tcp_ack"]), 100)["copies_s"] == 0)
+
+# perfcopy.profile: the perf command line and its failure, with a stand-in perf on PATH
+fake = os.path.join(d, "fakebin")
+os.makedirs(fake)
+with open(os.path.join(fake, "perf"), "w") as f:
+    f.write("#!/bin/sh\n"
+            "[ \"$*\" = \"script --no-inline -i $PERFCOPY_WANT -F pid,period,ip,sym\" ] "
+            "|| { echo \"bad args: $*\" >&2; exit 3; }\n"
+            "cat \"$PERFCOPY_TEXT\"\n")
+os.chmod(os.path.join(fake, "perf"), 0o755)
+with open(os.path.join(d, "script.txt"), "w") as f:
+    f.write(text)
+os.environ.update(PATH=fake + ":" + os.environ["PATH"], PERFCOPY_WANT="/x/run.data",
+                  PERFCOPY_TEXT=os.path.join(d, "script.txt"))
+got = perfcopy.profile("/x/run.data", 100)
+check("profile(): perf script --no-inline -F pid,period,ip,sym of the file, read",
+      got is not None and got["samples"] == 14 and abs(got["copies_s"] - 3 * P / 1e9) < 1e-12,
+      str(got))
+check("profile(): perf failing gives None", perfcopy.profile("/y/other.data", 100) is None)
+
 # -- 2: the bound
 b = perfcopy.bound(2, 1.95, 0.5, 0.02, 0.15)
 want = (2 / 1.95) * 0.5 / (0.5 - 0.02 + 0.15)
 check("the bound: (N/B) x S / (S - F + C)", abs(b - want) < 1e-12, "%.4f" % b)
 check("no copies, no netfilter, the testbed full: 1.0",
       abs(perfcopy.bound(2, 2.0, 0.5, 0.0, 0.0) - 1.0) < 1e-12)
-check("a missing figure or nothing busy: no bound",
+check("a missing figure, nothing busy or no work left: no bound",
       perfcopy.bound(2, None, 0.5, 0.02, 0.1) is None and
       perfcopy.bound(2, 1.9, 0.5, None, 0.1) is None and
       perfcopy.bound(2, 0.0, 0.5, 0.02, 0.1) is None and
+      perfcopy.bound(2, 2.0, 0.1, 0.2, 0.05) is None and
       perfcopy.bound(None, 1.9, 0.5, 0.02, 0.1) is None)
 
 # -- 3: a redrawn run
