@@ -45,6 +45,13 @@
 #include "stacks/lwip/lwip_bigseg.h"
 #include "stacks/lwip/lwip_split.h"
 
+/* Frames of the stack's own for small packets lent to the driver (struct lwip_stack small):
+ * as many as the driver holds lent before it writes them, each room for the largest pure
+ * ACK (an IPv6 header and a TCP header with 40 bytes of options: 100 bytes). */
+#define SMALL_FRAMES DRIVER_LEND_MAX
+#define SMALL_FRAME_BYTES 128
+_Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
+
 #define LWIP_COUNTERS(X)                                                                       \
 	X(rx_packets)                                                                          \
 	X(to_lwip)            /* TCP segments handed to lwIP */                                \
@@ -77,6 +84,8 @@
 	                      /* uncopied (env.rx_take) */                                      \
 	X(big_lent)           /* large segments lent to the driver from their own pbuf, */      \
 	                      /* written with the pass's others in one batch */                 \
+	X(small_lent)         /* small packets (pure ACKs, window updates) copied into a */      \
+	                      /* frame of the stack's and lent: written in the same batch */    \
 	X(mss_option_ignored) /* MSS options outside a SYN, made NOPs (RFC 9293 3.7.1) */     \
 	X(split_fin_moved)    /* a cut segment's first part sent without the FIN lwIP left on */ \
 	                      /* it (lwip_split.h) */
@@ -121,6 +130,16 @@ struct lwip_stack {
 	 * at once, and the pass's super-packets go in one batch. NULL otherwise. */
 	struct pbuf *out_p;
 	bool lent;         /* frames lent since the last tx_flush */
+	/* Small packets the train emits as they are (pure ACKs, window updates) are copied into
+	 * one of these and lent, so a pass's ACKs go to the TUN in one batch with its large
+	 * segments instead of a write each. The driver writes every lent frame by the time
+	 * DRIVER_LEND_MAX are lent, so SMALL_FRAMES of them never run out while it runs; when
+	 * they do (a ring that lost a round keeps its frames), the packet is written at once. */
+	struct small_frame {
+		struct lwip_stack *st;
+		uint8_t bytes[SMALL_FRAME_BYTES];
+	} small[SMALL_FRAMES];
+	uint32_t small_free; /* bit i: small[i] is not lent */
 	/* With offload (and tun.gso_output): output segments of one flow leave as GSO trains,
 	 * flushed at the end of each driver batch and once per loop pass (flush_ev). */
 	struct gso_train *train;
@@ -379,6 +398,13 @@ static void lent_release(void *arg)
 	pbuf_free(arg);
 }
 
+static void small_release(void *arg)
+{
+	struct small_frame *f = arg;
+
+	f->st->small_free |= 1u << (f - f->st->small);
+}
+
 /* A super-packet cut from the segment's own pbuf is lent: the reference keeps its memory (and
  * lwIP, seeing the pbuf in use, does not retransmit from it) until the driver has written it.
  * Everything else — the train's own buffer, linearised chains — is written now. */
@@ -392,6 +418,17 @@ static void train_emit(void *arg, const uint8_t *pkt, size_t len, const struct p
 		st->lent = true;
 		ctr_inc(&st->ctr.big_lent);
 		st->env.tx_lend(st->env.tx_arg, pkt, len, m, lent_release, p);
+		return;
+	}
+	if (st->env.tx_lend && m->gso_type == PKT_GSO_NONE && len <= SMALL_FRAME_BYTES &&
+	    st->small_free) {
+		struct small_frame *f = &st->small[__builtin_ctz(st->small_free)];
+
+		st->small_free &= ~(1u << (f - st->small));
+		memcpy(f->bytes, pkt, len);
+		st->lent = true;
+		ctr_inc(&st->ctr.small_lent);
+		st->env.tx_lend(st->env.tx_arg, f->bytes, len, m, small_release, f);
 		return;
 	}
 	st->env.tx_meta(st->env.tx_arg, pkt, len, m);
@@ -1162,6 +1199,9 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	if (st->has6)
 		memcpy(st->own6, env->cfg->tun.addr6.addr.a, sizeof(st->own6));
 	st->pending_tail = &st->pending;
+	for (unsigned i = 0; i < SMALL_FRAMES; i++)
+		st->small[i].st = st;
+	st->small_free = SMALL_FRAMES == 32 ? ~0u : (1u << SMALL_FRAMES) - 1;
 	st->mtu = env->cfg->tun.mtu;
 	st->bigseg = env->tx_meta && env->cfg->tun.gso_output && env->cfg->tun.large_segments;
 	st->txbuf_size = st->bigseg ? GSO_TRAIN_MAX : st->mtu;
