@@ -298,13 +298,21 @@ static inline uint32_t l3policy_src_offset(const struct l3policy *p, const struc
 }
 
 /* Source offset s (l3policy_src_offset) 0 — our gateway, the source the kernel gives a socket
- * whose route leads into the TUN — and a port of one of the proxy's own live outbound
- * sockets: a loop. */
-static inline bool l3policy_from_self(const struct l3policy *p, const struct pkt_view *v,
-				      uint32_t s)
+ * whose route leads into the TUN — and TCP port sport_be of one of the proxy's own live
+ * outbound sockets: a loop. */
+static inline bool l3policy_from_self(const struct l3policy *p, int family, uint32_t s,
+				      uint16_t sport_be)
 {
-	return s == 0 && p->loopguard &&
-	       loopguard_hit(p->loopguard, 0, v->family, v->sport_be);
+	return s == 0 && p->loopguard && loopguard_hit(p->loopguard, 0, family, sport_be);
+}
+
+/* The same for a connection's source address src (4 or 16 bytes of family) and port. */
+static inline bool l3policy_addr_from_self(const struct l3policy *p, int family,
+					   const uint8_t *src, uint16_t sport_be)
+{
+	uint32_t s = family == 4 ? l3policy_offset4(&p->f4, src) : l3policy_offset6(&p->f6, src);
+
+	return l3policy_from_self(p, family, s, sport_be);
 }
 
 /* A first SYN to a special destination? Only a connection's first SYN is checked: without it
@@ -348,7 +356,7 @@ static inline enum l3policy_verdict l3policy_tcp(const struct l3policy *p,
 	if (s - 1 < p->n_addrs)
 		return L3POLICY_DROP_from_nat_address;
 	/* Only a connection's first segment is checked: a looping one never gets further. */
-	if (s == 0 && (v->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN && l3policy_from_self(p, v, s))
+	if (s == 0 && (v->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN && l3policy_from_self(p, v->family, s, v->sport_be))
 		return L3POLICY_DROP_loop;
 	return vd;
 }

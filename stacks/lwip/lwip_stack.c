@@ -1201,7 +1201,7 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	st->pending_tail = &st->pending;
 	for (unsigned i = 0; i < SMALL_FRAMES; i++)
 		st->small[i].st = st;
-	st->small_free = SMALL_FRAMES == 32 ? ~0u : (1u << SMALL_FRAMES) - 1;
+	st->small_free = (uint32_t)((1ull << SMALL_FRAMES) - 1);
 	st->mtu = env->cfg->tun.mtu;
 	st->bigseg = env->tx_meta && env->cfg->tun.gso_output && env->cfg->tun.large_segments;
 	st->txbuf_size = st->bigseg ? GSO_TRAIN_MAX : st->mtu;

@@ -304,12 +304,8 @@ static void refuse(struct sys_stack *st, int fd, const struct nat_tuple *t, uint
  * socket before it returns to accept anything, so here the record is always older. */
 static bool from_self(const struct sys_stack *st, const struct flow_key *key)
 {
-	const struct netaddr_roles *r = key->family == 4 ? &st->env.cfg->roles4
-							 : &st->env.cfg->roles6;
-
-	return st->env.loopguard && r->family == key->family &&
-	       memcmp(key->src, r->gateway.a, key->family == 4 ? 4 : 16) == 0 &&
-	       loopguard_hit(st->env.loopguard, 0, key->family, key->sport_be);
+	return l3policy_addr_from_self(sysproc_policy(st->proc), key->family, key->src,
+				       key->sport_be);
 }
 
 static void session_start(struct sys_listener *l, int fd, const struct sockaddr_storage *ss)

@@ -317,13 +317,12 @@ static void ack(uint32_t acked, uint16_t wnd)
 	feed(&s);
 }
 
-/* SYN with MSS 1400 and window scale 7, then the third ACK with window field wnd. */
-static void connect_app(uint16_t wnd)
+/* A SYN from the app at CPORT + i, with MSS 1400 and window scale 7. */
+static void syn_from(uint16_t i)
 {
 	struct tu_spec s;
-	struct pkt_view v;
 
-	tu_spec_tcp(&s, cli, CPORT, srv, SPORT);
+	tu_spec_tcp(&s, cli, CPORT + i, srv, SPORT);
 	s.tcp_flags = TCP_SYN;
 	s.seq = 1000;
 	s.ack = 0;
@@ -334,6 +333,14 @@ static void connect_app(uint16_t wnd)
 	s.tcp_opts[3] = 7;
 	s.tcp_opts_len = 4;
 	feed(&s);
+}
+
+/* The SYN, then the third ACK with window field wnd. */
+static void connect_app(uint16_t wnd)
+{
+	struct pkt_view v;
+
+	syn_from(0);
 	cr_assert_gt(synack_len, 0, "lwIP answered the SYN");
 	cr_assert_eq(pkt_parse(&v, synack, synack_len), PKT_OK);
 	iss = tu_get32(v.l4 + 4);
@@ -452,19 +459,6 @@ Test(lwip_bigseg, a_lent_frame_outlives_its_connection, .fini = teardown)
 	deliver_lent();
 	cr_assert_eq(frames_big, 2);
 	cr_assert_arr_eq(got, data, sizeof(data), "written after the reset, still intact");
-}
-
-/* A SYN from the app at CPORT + i (window scale 7, MSS 1400). */
-static void syn_from(uint16_t i)
-{
-	struct tu_spec s;
-
-	tu_spec_tcp(&s, cli, CPORT + i, srv, SPORT);
-	s.tcp_flags = TCP_SYN;
-	s.seq = 1000;
-	s.ack = 0;
-	s.mss = MSS;
-	feed(&s);
 }
 
 /* The small packets lwIP emits as they are (its SYN-ACKs here; pure ACKs and window updates
