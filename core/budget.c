@@ -77,6 +77,11 @@ struct budget {
 	gauge_t bytes_in_use, bytes_peak;
 	gauge_t malloc_bytes, malloc_blocks;
 	_Atomic bool fd_pool;        /* also draws descriptors from the process pool */
+	/* budget_set_fd_reclaim: fn and ctx are written before reclaim_on is set (release) and
+	 * read only after it is seen set (acquire). */
+	_Atomic bool reclaim_on;
+	budget_fd_reclaim_fn *reclaim_fn;
+	void *reclaim_ctx;
 
 	/* Written by several workers: always ctr_add_shared. */
 	ctr_t tcp_admitted;
@@ -338,18 +343,44 @@ void budget_udp_release(struct budget *b)
 	gauge_give(b, &b->udp_in_use, 1);
 }
 
-int budget_fd_reserve(struct budget *b, uint32_t n)
+static bool fd_take(struct budget *b, uint32_t n)
 {
 	if (!gauge_take(&b->fds_in_use, &b->fds_peak, n, b->lim.fds))
-		goto refused;
+		return false;
 	if (atomic_load_explicit(&b->fd_pool, memory_order_relaxed) && !fdpool_take(n)) {
 		gauge_give(b, &b->fds_in_use, n);
-		goto refused;
+		return false;
 	}
-	return 0;
-refused:
+	return true;
+}
+
+int budget_fd_reserve(struct budget *b, uint32_t n)
+{
+	if (fd_take(b, n))
+		return 0;
+	if (atomic_load_explicit(&b->reclaim_on, memory_order_acquire)) {
+		b->reclaim_fn(b->reclaim_ctx, n);
+		if (fd_take(b, n))
+			return 0;
+	}
 	ctr_add_shared(&b->fd_refused, 1);
 	return -EMFILE;
+}
+
+void budget_set_fd_reclaim(struct budget *b, budget_fd_reclaim_fn *fn, void *ctx)
+{
+	atomic_store_explicit(&b->reclaim_on, false, memory_order_relaxed);
+	if (!fn)
+		return;
+	b->reclaim_fn = fn;
+	b->reclaim_ctx = ctx;
+	atomic_store_explicit(&b->reclaim_on, true, memory_order_release);
+}
+
+void budget_clear_fd_reclaim(struct budget *b, void *ctx)
+{
+	if (atomic_load_explicit(&b->reclaim_on, memory_order_relaxed) && b->reclaim_ctx == ctx)
+		budget_set_fd_reclaim(b, NULL, NULL);
 }
 
 void budget_fd_release(struct budget *b, uint32_t n)

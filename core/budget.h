@@ -143,6 +143,17 @@ void budget_udp_release(struct budget *b);
  * Returns 0 or -EMFILE (counted). Release the same n when the descriptors are closed. */
 int budget_fd_reserve(struct budget *b, uint32_t n) BUDGET_WUR;
 void budget_fd_release(struct budget *b, uint32_t n);
+/* An owner of descriptors it can give back on demand: the splice relay's idle pipes are a
+ * cache, not work, and must not cost a session its descriptors. When a reservation would be
+ * refused, budget_fd_reserve first calls fn(ctx, n), which closes what it can spare (at least
+ * n descriptors if it has them, releasing them to this budget), then tries once more; only a
+ * refusal after that is counted. fn runs on the thread that reserves: set a hook only on a
+ * budget whose reservations all happen on the hook owner's thread (a proxy's: its event
+ * loop). fn NULL removes the hook; budget_clear_fd_reclaim removes it only while ctx is the
+ * one set. Neither may race a reservation. */
+typedef void budget_fd_reclaim_fn(void *ctx, uint32_t n);
+void budget_set_fd_reclaim(struct budget *b, budget_fd_reclaim_fn *fn, void *ctx);
+void budget_clear_fd_reclaim(struct budget *b, void *ctx);
 /* From now on also reserve every descriptor from the process's pool (core/fdpool.h), so that
  * several proxies in one process share RLIMIT_NOFILE. Call before any fd is reserved; once.
  * budget_free leaves the pool. */

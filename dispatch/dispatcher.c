@@ -805,6 +805,7 @@ void dispatcher_get_stats(const struct dispatcher *d, struct dispatcher_stats *o
 		pipepool_get_stats(d->pipes, &ps);
 		out->pipes_in_use = ps.lent;
 		out->pipes_idle = ps.idle;
+		out->pipes_reclaimed = ps.reclaimed;
 		out->pipe_bytes = ps.pipe_bytes;
 	}
 	dns_tcp_counters_read(&d->dns_ctr, &out->dns_tcp);

@@ -30,7 +30,7 @@ struct pipepool {
 	uint32_t lent, idle;
 	uint64_t pipe_bytes;
 	uint64_t created, closed_idle, closed_full, discarded, reused, refused_budget, failed;
-	uint64_t resize_failed;
+	uint64_t resize_failed, reclaimed;
 };
 
 static int64_t now_ns(void)
@@ -102,6 +102,28 @@ static void on_shrink(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* The budget's reclaim hook: a reservation about to be refused takes the coldest idle pipes,
+ * as many as give back n descriptors or all there are. A lent pipe carries a session's bytes
+ * and is never taken. */
+static void on_reclaim(void *arg, uint32_t n)
+{
+	struct pipepool *pp = arg;
+	struct pipepool_pipe *p;
+	uint32_t freed = 0;
+
+	while (freed < n && (p = TAILQ_LAST(&pp->idle_list, pipe_list)) != NULL) {
+		TAILQ_REMOVE(&pp->idle_list, p, link);
+		pp->idle--;
+		pp->reclaimed++;
+		close_pipe(pp, p);
+		freed += 2;
+	}
+	if (pp->idle == 0 && pp->timer_pending) {
+		event_del(pp->timer);
+		pp->timer_pending = false;
+	}
+}
+
 int pipepool_new(struct event_base *base, struct budget *b, const struct pipepool_params *p,
 		 struct pipepool **out)
 {
@@ -127,6 +149,7 @@ int pipepool_new(struct event_base *base, struct budget *b, const struct pipepoo
 		pp->pipe_size = max;
 	pp->idle_ns = (int64_t)(p->idle_ms ? p->idle_ms : PIPEPOOL_DEFAULT_IDLE_MS) * 1000000LL;
 	pp->max_idle = p->max_idle ? p->max_idle : PIPEPOOL_DEFAULT_MAX_IDLE;
+	budget_set_fd_reclaim(b, on_reclaim, pp);
 	*out = pp;
 	return 0;
 }
@@ -138,6 +161,7 @@ void pipepool_free(struct pipepool *pp)
 	if (!pp)
 		return;
 	assert(pp->lent == 0);
+	budget_clear_fd_reclaim(pp->budget, pp);
 	while ((p = TAILQ_FIRST(&pp->idle_list)) != NULL) {
 		TAILQ_REMOVE(&pp->idle_list, p, link);
 		close_pipe(pp, p);
@@ -244,5 +268,6 @@ void pipepool_get_stats(const struct pipepool *pp, struct pipepool_stats *out)
 	out->refused_budget = pp->refused_budget;
 	out->failed = pp->failed;
 	out->resize_failed = pp->resize_failed;
+	out->reclaimed = pp->reclaimed;
 	out->timer_pending = pp->timer_pending;
 }

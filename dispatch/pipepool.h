@@ -9,7 +9,9 @@
  *
  * Returned pipes stay open in a LIFO idle list (the most recently used is reused first, the
  * coldest sit at the tail) and are closed once idle for idle_ms, so a quiet process shrinks to
- * zero pipes. The shrink timer is pending only while idle pipes exist: a pool with nothing idle
+ * zero pipes. The idle ones are a cache: the pool is its budget's reclaim hook
+ * (budget_set_fd_reclaim), so a descriptor reservation that would be refused (a new session's
+ * socket) closes the coldest idle pipes first. The shrink timer is pending only while idle pipes exist: a pool with nothing idle
  * never wakes the loop. Work per timer run is O(pipes closed).
  *
  * Single-threaded: one pool per event loop; all calls on that loop's thread.
@@ -53,6 +55,8 @@ struct pipepool_params {
 void pipepool_params_default(struct pipepool_params *p);
 
 /* Create a pool on base drawing descriptors from b (both borrowed: they must outlive the pool).
+ * The pool becomes b's descriptor reclaim hook (one pool per budget; b's reservations on
+ * this pool's thread only).
  * Returns 0, -EINVAL or -ENOMEM. Opens nothing up front. */
 int pipepool_new(struct event_base *base, struct budget *b, const struct pipepool_params *p,
 		 struct pipepool **out) __attribute__((warn_unused_result));
@@ -84,6 +88,7 @@ struct pipepool_stats {
 	uint64_t refused_budget; /* gets refused: no descriptors in the budget */
 	uint64_t failed;         /* pipe2 failures */
 	uint64_t resize_failed;  /* F_SETPIPE_SZ refused (user pipe quota): default size kept */
+	uint64_t reclaimed;      /* idle pipes closed to make room for a descriptor reservation */
 	bool timer_pending;      /* the shrink timer is armed (only while idle > 0) */
 };
 void pipepool_get_stats(const struct pipepool *pp, struct pipepool_stats *out);

@@ -220,6 +220,7 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_counter(d, "buffers.quiet_trims", quiet_trims(p));
 	stats_doc_add_u64(d, "splice.pipes", STATS_GAUGE, ds->pipes_in_use + ds->pipes_idle);
 	stats_doc_add_u64(d, "splice.pipe_bytes", STATS_GAUGE, ds->pipe_bytes);
+	stats_doc_counter(d, "splice.pipes_reclaimed", ds->pipes_reclaimed);
 	stats_doc_counter(d, "relay.bytes_up", ds->bytes_up);
 	stats_doc_counter(d, "relay.bytes_down", ds->bytes_down);
 	stats_doc_counter(d, "relay.splice_bytes", ds->splice_bytes);

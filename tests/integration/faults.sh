@@ -483,7 +483,7 @@ case_nofile() {
 	hold_stop nofile "$held"
 	wait_idle nofile
 	new_conns nofile 20
-	fig "nofile=$nofile fds_limit=$lim held=$held"
+	fig "nofile=$nofile fds_limit=$lim held=$held pipes_reclaimed=$(sk splice.pipes_reclaimed "$(stats)")"
 }
 
 case_tcp_sessions() {

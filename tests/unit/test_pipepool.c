@@ -273,3 +273,78 @@ Test(pipepool, free_closes_idle_pipes_and_releases_fds)
 	cr_assert(!fd_open(rd));
 	cr_assert_eq(fds_in_use(), 0);
 }
+
+static uint64_t fd_refused(void)
+{
+	struct budget_stats s;
+
+	budget_get_stats(budget, &s);
+	return s.fd_refused;
+}
+
+/* Idle pipes are a cache: a reservation the budget would refuse (a new session's socket)
+ * closes them first, and is neither refused nor counted as refused. */
+Test(pipepool, idle_pipes_give_way_to_a_reservation)
+{
+	struct pipepool_pipe *idle, *lent;
+	int rd, wr;
+
+	make(5, 0, 60000, 8);
+	cr_assert_eq(pipepool_get(pool, &idle), 0);
+	cr_assert_eq(pipepool_get(pool, &lent), 0);
+	rd = idle->rd, wr = idle->wr;
+	pipepool_put(pool, idle);
+	cr_assert_eq(fds_in_use(), 4);
+	cr_assert_eq(budget_fd_reserve(budget, 3), 0, "the idle pipe's two descriptors make room");
+	cr_assert_eq(fds_in_use(), 5);
+	cr_assert(!fd_open(rd) && !fd_open(wr), "the idle pipe is closed");
+	cr_assert_eq(stats().idle, 0);
+	cr_assert_eq(stats().reclaimed, 1);
+	cr_assert(!stats().timer_pending, "nothing idle: the timer is gone");
+	cr_assert_eq(fd_refused(), 0);
+	/* A lent pipe carries bytes: it is never taken. */
+	cr_assert_eq(budget_fd_reserve(budget, 1), -EMFILE);
+	cr_assert_eq(fd_refused(), 1);
+	cr_assert_eq(stats().lent, 1);
+	cr_assert(fd_open(lent->rd) && fd_open(lent->wr));
+	budget_fd_release(budget, 3);
+	pipepool_put(pool, lent);
+}
+
+/* The coldest idle pipes go first, and no more of them than the reservation needs. */
+Test(pipepool, reclaim_takes_the_coldest_and_only_what_is_needed)
+{
+	struct pipepool_pipe *p[3], *q;
+
+	make(6, 0, 60000, 8);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(pipepool_get(pool, &p[i]), 0);
+	for (int i = 0; i < 3; i++)
+		pipepool_put(pool, p[i]); /* p[0] idle the longest */
+	cr_assert_eq(budget_fd_reserve(budget, 2), 0);
+	cr_assert_eq(stats().idle, 2);
+	cr_assert_eq(stats().reclaimed, 1);
+	cr_assert_eq(fds_in_use(), 6);
+	cr_assert_eq(pipepool_get(pool, &q), 0);
+	cr_assert_eq(q, p[2], "the warmest stays");
+	cr_assert_eq(pipepool_get(pool, &q), 0);
+	cr_assert_eq(q, p[1]);
+	/* Nothing idle and the budget full: refused, counted once. */
+	cr_assert_eq(budget_fd_reserve(budget, 3), -EMFILE);
+	cr_assert_eq(fd_refused(), 1);
+	pipepool_put(pool, p[1]);
+	pipepool_put(pool, p[2]);
+	budget_fd_release(budget, 2);
+}
+
+/* A freed pool is no longer the budget's hook. */
+Test(pipepool, free_removes_the_reclaim_hook)
+{
+	make(2, 0, 60000, 8);
+	pipepool_free(pool);
+	pool = NULL;
+	cr_assert_eq(budget_fd_reserve(budget, 2), 0);
+	cr_assert_eq(budget_fd_reserve(budget, 1), -EMFILE);
+	cr_assert_eq(fd_refused(), 1);
+	budget_fd_release(budget, 2);
+}
