@@ -32,13 +32,9 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <nghttp2/nghttp2.h>
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 
 #include "core/flow.h"
+#include "core/tlslib.h"
 #include "outbound/outbound.h"
 
 #define QUERY_MAX (DNS_HDR_LEN + DNS_WIRE_NAME_MAX + 4 + DNS_OPT_LEN)
@@ -946,6 +942,8 @@ int dns_doh_new(struct event_base *base, const struct dns_doh_config *cfg, struc
 
 	if (!base || !cfg || !out)
 		return -EINVAL;
+	if ((ret = tlslib_load(TLSLIB_TLS, NULL, 0)) != 0)
+		return ret;
 	if (!(d = calloc(1, sizeof(*d))))
 		return -ENOMEM;
 	d->base = base;

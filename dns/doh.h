@@ -87,7 +87,8 @@ struct dns_doh_q;
  *   another -errno of the transport (of the outbound: outbound/outbound.h). */
 
 /* 0 and *out, or -EINVAL (address, port, host, path, a ca file without a certificate),
- * -errno of opening the ca file, -ENOMEM. */
+ * -errno of opening the ca file, -ENOMEM, or tlslib_load's error if OpenSSL or nghttp2 cannot
+ * be opened (core/tlslib.h). */
 int dns_doh_new(struct event_base *base, const struct dns_doh_config *cfg, struct dns_doh **out)
 	__attribute__((warn_unused_result));
 /* Outstanding asks are dropped silently (callbacks not called); the connection closed. NULL:

@@ -36,11 +36,9 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509_vfy.h>
 
 #include "core/flow.h"
+#include "core/tlslib.h"
 #include "outbound/outbound.h"
 
 #define QUERY_MAX (DNS_HDR_LEN + DNS_WIRE_NAME_MAX + 4 + DNS_OPT_LEN)
@@ -209,8 +207,11 @@ static void destroy(struct dns_upstream *u)
 		event_free(u->idle);
 	if (u->kick)
 		event_free(u->kick);
-	SSL_CTX_free(u->tls);
-	BIO_meth_free(u->bio);
+	/* Set only once OpenSSL is open (tls_setup); other kinds never open it. */
+	if (u->tls)
+		SSL_CTX_free(u->tls);
+	if (u->bio)
+		BIO_meth_free(u->bio);
 	free(u);
 }
 
@@ -553,9 +554,12 @@ static long on_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
 static int tls_setup(struct dns_upstream *u, const struct dns_upstream_config *cfg)
 {
 	size_t n = cfg->sni ? strlen(cfg->sni) : 0;
+	int ret;
 
 	if (n == 0 || n >= sizeof(u->sni))
 		return -EINVAL;
+	if ((ret = tlslib_load(TLSLIB_TLS, NULL, 0)) != 0)
+		return ret;
 	memcpy(u->sni, cfg->sni, n + 1);
 	if (cfg->ca && access(cfg->ca, R_OK) != 0)
 		return -errno;

@@ -98,7 +98,8 @@ typedef void (*dns_upstream_cb)(void *arg, int err, const uint8_t *msg, size_t l
 				const struct dns_answer *a);
 
 /* 0 and *out, or -EINVAL (bad kind, address, detour, sni; a ca file without a certificate),
- * -errno of opening the ca file, -ENOMEM. */
+ * -errno of opening the ca file, -ENOMEM; tls: tlslib_load's error if OpenSSL cannot be
+ * opened (core/tlslib.h). */
 int dns_upstream_new(struct event_base *base, const struct dns_upstream_config *cfg,
 		     struct dns_upstream **out) __attribute__((warn_unused_result));
 /* Outstanding asks are dropped silently (callbacks not called); sockets closed. NULL: nothing. */

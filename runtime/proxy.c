@@ -21,6 +21,8 @@
 #include "core/driver.h"
 #include "core/loopguard.h"
 #include "core/stats_http.h"
+#define TLSLIB_LOAD_ONLY
+#include "core/tlslib.h"
 #include "core/tun.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/udp.h"
@@ -248,6 +250,24 @@ static int start_stack(struct ts_proxy *p, char *err, size_t errlen)
 	return p->ops->start(&env, &p->ns, err, errlen);
 }
 
+int proxy_open_tls_libs(const struct ts_config *cfg, bool servers, char *err, size_t errlen)
+{
+	unsigned need = ts_sniff_on(&cfg->route.sniff, TS_SNIFF_QUIC) ? TLSLIB_CRYPTO : 0;
+	char why[200];
+	int ret;
+
+	for (size_t i = 0; servers && i < cfg->dns.n_servers; i++)
+		if (cfg->dns.servers[i].transport == TS_DNS_TLS ||
+		    cfg->dns.servers[i].transport == TS_DNS_HTTPS)
+			need |= TLSLIB_TLS;
+	if (!need || (ret = tlslib_load(need, why, sizeof(why))) == 0)
+		return 0;
+	snprintf(err, errlen, "proxy: %s: %s", need & TLSLIB_TLS ?
+		 "DNS over TLS or HTTPS needs OpenSSL and nghttp2" : "QUIC sniffing needs OpenSSL",
+		 why);
+	return ret;
+}
+
 /* The proxy's one resolver (proxy server names not pinned at start), on the loop, its sockets
  * made like an outbound's with the default mark, so its queries never enter the TUN. */
 static int make_resolver(struct ts_proxy *p, char *err, size_t errlen)
@@ -420,7 +440,8 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 		snprintf(err, errlen, "proxy: event loop: out of memory");
 		return -ENOMEM;
 	}
-	if ((ret = make_resolver(p, err, errlen)) != 0)
+	if ((ret = proxy_open_tls_libs(&p->cfg, true, err, errlen)) != 0 ||
+	    (ret = make_resolver(p, err, errlen)) != 0)
 		return ret;
 	if ((ret = start_dns(p, err, errlen)) != 0)
 		return ret;

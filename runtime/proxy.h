@@ -158,6 +158,13 @@ void proxy_stats_stop(struct ts_proxy *p);
  * p's running parts (the loop thread, or any thread before start / after stop). */
 int proxy_stats_json(struct ts_proxy *p, char **out, size_t *len);
 
+/* DNS over TLS or HTTPS servers and QUIC sniffing use OpenSSL (and nghttp2), which the program
+ * opens only when a configuration needs them (core/tlslib.h). Opens what cfg needs — its DNS
+ * servers' only with servers (a reload keeps the running ones) — so that a system without
+ * them stops the start (or refuses the reload) with the reason instead of failing a query or
+ * a flow later. 0, or -errno with one line in err. Any thread. */
+int proxy_open_tls_libs(const struct ts_config *cfg, bool servers, char *err, size_t errlen);
+
 /* Each outbound's resolver: direct ones the own resolver's (dns_resolver) when there is one,
  * the others (proxy servers given by name) the system's. */
 void proxy_assign_resolvers(struct ts_proxy *p, struct ts_config *cfg);

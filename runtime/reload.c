@@ -195,6 +195,14 @@ int reload_prepare(struct ts_proxy *p, const char *json, size_t len, struct relo
 		free(r);
 		return ret;
 	}
+	/* The new route.sniff may sniff QUIC; the DNS servers stay the running ones. */
+	if ((ret = proxy_open_tls_libs(&r->g->cfg, false, err, errlen)) != 0) {
+		routecheck_fini(&r->rc);
+		config_fini(&r->g->cfg);
+		free(r->g);
+		free(r);
+		return ret;
+	}
 	routecheck_pin(&r->rc, &r->g->cfg);
 	*out = r;
 	return 0;

@@ -7,10 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/core_names.h>
-#include <openssl/evp.h>
-#include <openssl/kdf.h>
-
+#include "core/tlslib.h"
 #include "sniff/quic_initial.h"
 #include "sniff/sniff.h"
 #include "sniff/tls_hello.h"
@@ -191,6 +188,8 @@ int quic_initial_keys(uint32_t version, const uint8_t *dcid, size_t dcid_len,
 
 	if ((version != QUIC_V1 && version != QUIC_V2) || dcid_len > QUIC_CID_MAX)
 		return -EINVAL;
+	if ((ret = tlslib_load(TLSLIB_CRYPTO, NULL, 0)) != 0)
+		return ret;
 	if (!(kdf = EVP_KDF_fetch(NULL, "HKDF", NULL)))
 		return -EIO;
 	/* An empty DCID is an empty IKM; the pointer only has to be valid. */
@@ -405,10 +404,13 @@ static void frames(struct sniff_quic *q, const uint8_t *p, size_t n)
 
 int sniff_quic_new(struct sniff_quic **out)
 {
-	struct sniff_quic *q = calloc(1, sizeof(*q));
+	struct sniff_quic *q;
+	int ret;
 
 	*out = NULL;
-	if (!q)
+	if ((ret = tlslib_load(TLSLIB_CRYPTO, NULL, 0)) != 0)
+		return ret;
+	if (!(q = calloc(1, sizeof(*q))))
 		return -ENOMEM;
 	q->ecb = EVP_CIPHER_CTX_new();
 	q->gcm = EVP_CIPHER_CTX_new();

@@ -18,7 +18,7 @@ struct quic_initial_keys {
 
 /* Derive the client keys for version (QUIC_V1 or QUIC_V2) from the DCID of the client's first
  * Initial (RFC 9001 §5.2). 0, -EINVAL for another version or a DCID over 20 bytes, -EIO if
- * libcrypto fails. */
+ * libcrypto fails, or tlslib_load's error if libcrypto cannot be opened (core/tlslib.h). */
 int quic_initial_keys(uint32_t version, const uint8_t *dcid, size_t dcid_len,
 		      struct quic_initial_keys *k);
 
@@ -26,7 +26,7 @@ int quic_initial_keys(uint32_t version, const uint8_t *dcid, size_t dcid_len,
  * an empty SCID, the token (token_len < 16384, NULL if 0), a 2-byte Length, a 4-byte packet
  * number pn; frames as the payload (at least 1 byte). Written to out (cap bytes); 0 with
  * *out_len set, -EINVAL on bad arguments, -ENOSPC if out is too small, -EIO if libcrypto
- * fails. */
+ * fails (or cannot be opened: as quic_initial_keys). */
 int quic_initial_seal(uint32_t version, const uint8_t *dcid, size_t dcid_len,
 		      const uint8_t *token, size_t token_len, uint32_t pn, const uint8_t *frames,
 		      size_t frames_len, uint8_t *out, size_t cap, size_t *out_len);

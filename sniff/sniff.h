@@ -53,7 +53,7 @@ bool sniff_quic_is_initial(const uint8_t *dgram, size_t len);
  * answering a Retry). Once decided, further calls return the same verdict (and name). About
  * 23 KiB per sniffer. Not thread-safe: one flow, one caller at a time. */
 struct sniff_quic;
-int sniff_quic_new(struct sniff_quic **out);            /* 0 or -ENOMEM */
+int sniff_quic_new(struct sniff_quic **out); /* 0, -ENOMEM, or tlslib_load's error */
 void sniff_quic_free(struct sniff_quic *q);             /* NULL ok */
 enum sniff_result sniff_quic_feed(struct sniff_quic *q, const uint8_t *dgram, size_t len,
 				  char name[SNIFF_NAME_MAX + 1]);

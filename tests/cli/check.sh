@@ -10,7 +10,8 @@
 #   name encodes the path: "<path without the leading $.>__<what>.json", "root" meaning "$"
 #   (outbounds[1].server__missing_port.json expects "config: $.outbounds[1].server: ");
 # - --help/--version exit 0; bad usage (no args, unknown command, missing --config, unreadable
-#   file) exits 2; so does `twinstack redirect` with a missing or bad option, naming it.
+#   file) exits 2; so does `twinstack redirect` with a missing or bad option, naming it;
+# - `run` with an https:// DNS server where nghttp2 cannot be loaded exits 1 at once, naming it.
 set -uo pipefail
 
 bin=${1:?usage: check.sh TWINSTACK_BINARY SOURCE_DIR}
@@ -163,6 +164,35 @@ redirect_bad --socks5 --listen :15001 --mark 1 --socks5 0.0.0.0:1080
 redirect_bad --socks5 --listen :15001 --mark 1 --socks5
 redirect_bad --stats --listen :15001 --mark 1 --stats 10.0.0.1:9194
 redirect_bad "'extra'" --listen :15001 --mark 1 extra
+
+# OpenSSL and nghttp2 are opened only when a config needs them (DNS over TLS or HTTPS, QUIC
+# sniffing), so the program runs without them until then. A system without them: a library
+# directory searched first that holds an unloadable nghttp2 under its soname. A config with an
+# https:// server must then stop the start at once, exit 1, with the loader's message. (Run in
+# a network namespace of its own where possible: should the start go on, its TUN is made there.)
+h2_soname=$(grep -aoE 'libnghttp2\.so\.[0-9]+' "$bin" | head -n 1)
+if [ -z "$h2_soname" ]; then
+	bad "the binary names the nghttp2 it opens (no libnghttp2.so.N string in it)"
+else
+	mkdir -p "$work/nolib"
+	: >"$work/nolib/$h2_soname"
+	printf '%s\n' '{"tun": {"name": "tscheck0"},' \
+		'"dns": {"hijack": true, "servers": [{"tag": "h", "address": "https://127.0.0.1/dns-query"}]}}' \
+		>"$work/doh.json"
+	ns=()
+	[ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null && ns=(unshare -n)
+	LD_LIBRARY_PATH="$work/nolib" timeout 10 "${ns[@]}" "$bin" run --config "$work/doh.json" \
+		>"$work/out" 2>"$work/err"
+	rc=$?
+	out=$(cat "$work/out")
+	err=$(cat "$work/err")
+	expect_rc 1 "run: an https:// DNS server without a loadable nghttp2 stops the start"
+	if grep -q "DNS over TLS or HTTPS needs OpenSSL and nghttp2: .*$h2_soname" "$work/err"; then
+		ok "run: the message names what is missing ($h2_soname)"
+	else
+		bad "run: the message names what is missing: stderr: $err"
+	fi
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

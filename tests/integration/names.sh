@@ -132,14 +132,23 @@ check "3. and dnsmasq never asked for it" test "$(upstream_queries AAAA v6.twins
 
 # 3b. SIGHUP: new dns.rules apply to the running resolver; new servers do not (kept, reported).
 gen_above() { [ "$(stat_key config.generation "$(stats)")" -gt "$1" ] 2>/dev/null; }
+# The same reload turns QUIC sniffing on: libcrypto, opened only when a config needs it, is
+# opened by the reload (the start had no use for it); libssl, for TLS connections, is not.
+# maps_has NAME: yes or no (and nothing when the maps cannot be read, which fails either way).
+maps_has() { grep -q 'libc\.so' "/proc/$TS_PID/maps" && { grep -q "/$1\.so" "/proc/$TS_PID/maps" && echo yes || echo no; }; }
+check "3b. no TLS library mapped before (nothing needs one)" \
+	test "$(maps_has libcrypto),$(maps_has libssl)" = "no,no"
 g0=$(stat_key config.generation "$(stats)")
-jq '.dns.rules += [{domain: ["late.test.twinstack"], action: "refuse"}]' "$TMP/cfg.json" \
+jq '.dns.rules += [{domain: ["late.test.twinstack"], action: "refuse"}] |
+    .route.sniff = {protocols: ["quic"]}' "$TMP/cfg.json" \
 	>"$TMP/cfg.new" && cp "$TMP/cfg.new" "$TMP/cfg.json"
 kill -HUP "$TS_PID"
 wait_until 50 0.1 gen_above "$g0"
 check "3b. after SIGHUP a new dns rule refuses its name" \
 	test "$(status @"$NORES" late.test.twinstack A)" = REFUSED
-jq '.dns.servers[0].address = "udp://10.202.0.2:5353"' "$TMP/cfg.json" >"$TMP/cfg.new" &&
+check "3b. the reload that turned QUIC sniffing on opened libcrypto, not libssl" \
+	test "$(maps_has libcrypto),$(maps_has libssl)" = "yes,no"
+jq '.dns.servers[0].address = "udp://10.202.0.2:5353" | del(.route.sniff)' "$TMP/cfg.json" >"$TMP/cfg.new" &&
 	cp "$TMP/cfg.new" "$TMP/cfg.json"
 kill -HUP "$TS_PID"
 wait_until 50 0.1 gen_above $((g0 + 1))

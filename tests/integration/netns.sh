@@ -745,6 +745,14 @@ else
 	else
 		not_ok "start: named after its binary" "/proc/$TS_PID/comm is $(cat "/proc/$TS_PID/comm")"
 	fi
+	# OpenSSL and nghttp2 are opened only for DNS over TLS or HTTPS and QUIC sniffing, which
+	# this config has none of: mapped, libcrypto alone would cost ~400 KiB of private memory.
+	if grep -q 'libc\.so' "/proc/$TS_PID/maps" &&
+		! grep -qE 'lib(crypto|ssl|nghttp2)\.so' "/proc/$TS_PID/maps"; then
+		ok "start: no TLS library mapped (none configured)" "/proc/PID/maps"
+	else
+		not_ok "start: no TLS library mapped" "$(grep -oE '[^/]*lib(crypto|ssl|nghttp2)\.so[^ ]*' "/proc/$TS_PID/maps" | sort -u | tr '\n' ' ')"
+	fi
 	check "routes into the TUN ($TUN)" routes_tun "$TUN"
 	check "stats: /stats has every documented key" stats_keys
 	check "stats: the I/O mode asked for (offload $OFFLOAD, $QUEUES queue(s)) is in effect" stats_mode

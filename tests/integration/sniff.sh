@@ -156,6 +156,9 @@ start() { # CONFIG LOG
 conf "$TMP/cfg.json" true
 start "$TMP/cfg.json" "$TMP/twinstack.log"
 ok "start (stack $STACK, override_destination)" "pid $TS_PID"
+# QUIC sniffing decrypts Initials with libcrypto, which the program opens only when a config
+# needs it: here, at the start.
+check "start: QUIC sniffing on, OpenSSL opened at the start" grep -q 'libcrypto\.so' "/proc/$TS_PID/maps"
 
 s0=$(stats)
 https www.via.sniff.test
