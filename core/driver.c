@@ -45,6 +45,8 @@ struct wback {
 	void (*release)(void *arg);
 	void *arg;
 	struct vnet_hdr h; /* lent: the header */
+	int fd;           /* where it goes: -1 the driver's queue, else another queue of the same
+			   * TUN (driver_write_to) */
 	uint8_t slot;
 	bool gso;         /* a super-packet (counted in tx_gso) */
 	bool rewrite;     /* rewritten in place, not built by the stack (counted in rewrites) */
@@ -60,6 +62,7 @@ struct driver {
 	struct event_base *base;
 	struct event *ev;
 	int fd;
+	int write_to;     /* driver_write_to during ops->input: the packet's write-back fd, or -1 */
 	size_t hdr;       /* virtio header bytes per frame with offload (>= 10), else 0 */
 	const struct driver_ops *ops;
 	void *arg;
@@ -106,12 +109,13 @@ static void tx_counted(struct driver *d, bool ok, size_t len, bool gso)
 /* The one write path: iov (header, if any, and packet; len packet bytes) as one frame. A
  * failure is a counted drop — EAGAIN means the device queue is full, and dropping is what a
  * router does: TCP above retransmits, and blocking here would stall every flow. */
-static int send_frame(struct driver *d, const struct iovec *iov, int cnt, size_t len, bool gso)
+static int send_frame(struct driver *d, int fd, const struct iovec *iov, int cnt, size_t len,
+		      bool gso)
 {
 	ssize_t n;
 
 	do
-		n = writev(d->fd, iov, cnt);
+		n = writev(fd, iov, cnt);
 	while (n < 0 && errno == EINTR);
 	tx_counted(d, n >= 0, len, gso);
 	return n < 0 ? -errno : 0;
@@ -128,7 +132,8 @@ int driver_tx(void *driver, const uint8_t *pkt, size_t len)
 	};
 
 	flush_writes(d); /* nothing the stack writes overtakes a write-back queued before it */
-	return d->hdr ? send_frame(d, iov, 2, len, false) : send_frame(d, iov + 1, 1, len, false);
+	return d->hdr ? send_frame(d, d->fd, iov, 2, len, false)
+		      : send_frame(d, d->fd, iov + 1, 1, len, false);
 }
 
 /* The virtio_net_hdr that carries m. */
@@ -159,7 +164,7 @@ int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pk
 					     .iov_len = d->hdr - sizeof(h) };
 	iov[cnt++] = (struct iovec){ .iov_base = (void *)pkt, .iov_len = len };
 	flush_writes(d);
-	return send_frame(d, iov, cnt, len, m->gso_type != PKT_GSO_NONE);
+	return send_frame(d, d->fd, iov, cnt, len, m->gso_type != PKT_GSO_NONE);
 }
 
 bool driver_offload(const struct driver *d)
@@ -203,7 +208,7 @@ static void write_plain(struct driver *d, const struct wback *w)
 	struct iovec iov[3];
 	int cnt = frame_iov(d, w, iov);
 
-	if (send_frame(d, iov, cnt, w->len, w->gso) == 0 && w->rewrite)
+	if (send_frame(d, w->fd >= 0 ? w->fd : d->fd, iov, cnt, w->len, w->gso) == 0 && w->rewrite)
 		ctr_inc(&d->ctr.rewrites);
 	write_done(w);
 }
@@ -212,8 +217,8 @@ static void write_plain(struct driver *d, const struct wback *w)
  * now, or with the ring at the head of its next round. */
 static void write_back(struct driver *d, unsigned slot, size_t len, bool plain, bool gso)
 {
-	struct wback w = { .slot = (uint8_t)slot, .gso = gso && !plain, .rewrite = !plain,
-			   .len = (uint32_t)len };
+	struct wback w = { .fd = d->write_to, .slot = (uint8_t)slot, .gso = gso && !plain,
+			   .rewrite = !plain, .len = (uint32_t)len };
 
 	if (plain && d->hdr)
 		memset(slot_frame(d, slot), 0, d->hdr);
@@ -409,6 +414,7 @@ static void handle(struct driver *d, unsigned slot, size_t len, int64_t now)
 	}
 	d->in_buf = d->slot[slot];
 	d->in_slot = slot;
+	d->write_to = -1;
 	verdict = d->ops->input(d->arg, pkt, len, &meta, now, &out_len, &plain, &view);
 	if (!d->in_buf && verdict != DRIVER_DONE) {
 		/* Taken (driver_rx_take): the packet is the stack's now; nothing else may use it. */
@@ -419,6 +425,7 @@ static void handle(struct driver *d, unsigned slot, size_t len, int64_t now)
 	switch (verdict) {
 	case DRIVER_WRITE:
 		write_back(d, slot, out_len, plain, meta.gso_type != PKT_GSO_NONE);
+		d->write_to = -1;
 		break;
 	case DRIVER_UDP:
 		to_udp(d, pkt, len, &view, &meta, now);
@@ -687,7 +694,7 @@ static int ring_round(struct driver *d, unsigned reads, int32_t *res)
 	for (unsigned i = 0; i < nw; i++) {
 		int cnt = frame_iov(d, &wq[i], &iov[k]);
 
-		(void)uring_writev(d->ring, d->fd, &iov[k], cnt);
+		(void)uring_writev(d->ring, wq[i].fd >= 0 ? wq[i].fd : d->fd, &iov[k], cnt);
 		k += (unsigned)cnt;
 	}
 	for (unsigned i = 0; i < reads; i++)
@@ -735,6 +742,12 @@ static void flush_writes(struct driver *d)
 	}
 }
 
+void driver_write_to(struct driver *d, int fd)
+{
+	assert(d->in_buf);
+	d->write_to = fd == d->fd ? -1 : fd;
+}
+
 void driver_tx_flush(void *driver)
 {
 	flush_writes(driver);
@@ -758,6 +771,7 @@ int driver_tx_lend(void *driver, const uint8_t *pkt, size_t len, const struct pk
 	w = &d->wq[d->nwq++];
 	d->nlent++;
 	*w = (struct wback){
+		.fd = -1,
 		.pkt = pkt,
 		.release = release,
 		.arg = arg,
@@ -952,6 +966,7 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 		return -ENOMEM;
 	d->base = base;
 	d->fd = p->fd;
+	d->write_to = -1;
 	d->ops = ops;
 	d->arg = arg;
 	d->hdr = hdr;

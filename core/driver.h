@@ -197,6 +197,12 @@ int driver_tx_lend(void *driver, const uint8_t *pkt, size_t len, const struct pk
 		   void (*release)(void *arg), void *arg);
 /* Write what is queued now (lent frames and write-backs), in one io_uring_enter. */
 void driver_tx_flush(void *driver);
+
+/* Only inside ops->input, for a DRIVER_WRITE: write the packet back to fd, another queue of
+ * the same TUN, instead of this driver's queue (in order with this driver's other writes of
+ * the round). A multi-queue TUN sends each flow to the queue its packets were last written to,
+ * so writing every packet of a connection to one queue keeps both of its directions there. */
+void driver_write_to(struct driver *d, int fd);
 /* A read buffer: how it is freed, room for whoever holds it, then the frame the driver reads
  * into ([virtio header][packet]). A stack may take the buffer with the packet it was given
  * instead of copying the packet out (driver_rx_take). */

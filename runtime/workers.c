@@ -34,7 +34,14 @@ static enum driver_verdict drv_input(void *arg, uint8_t *buf, size_t len,
 {
 	struct worker *w = arg;
 	struct ts_proxy *p = w->p;
-	return p->ops->input(p->ns, w->q, buf, len, meta, now_ns, out_len, plain, view);
+	enum driver_verdict v =
+		p->ops->input(p->ns, w->q, buf, len, meta, now_ns, out_len, plain, view);
+	unsigned to;
+
+	if (v == DRIVER_WRITE && p->ops->write_queue &&
+	    (to = p->ops->write_queue(p->ns, w->q)) != w->q && to < p->nworkers)
+		driver_write_to(w->driver, tun_fd(p->tun, to));
+	return v;
 }
 
 static void drv_batch_end(void *arg, int64_t now_ns)

@@ -98,6 +98,12 @@ struct netstack_ops {
 	enum driver_verdict (*input)(struct netstack *ns, unsigned q, uint8_t *buf, size_t len,
 				     const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
 				     bool *plain, struct pkt_view *view);
+	/* Optional. After input returned DRIVER_WRITE on queue q: the queue to write the packet
+	 * to (q when it does not matter). A multi-queue TUN sends each flow to the queue its
+	 * packets were last written to (the kernel's automatic queue selection); a stack that
+	 * writes every packet of a connection, both ways, to one queue keeps the connection on
+	 * that queue, read by one thread, in order. Same thread as input. */
+	unsigned (*write_queue)(struct netstack *ns, unsigned q);
 	/* After each driver batch of queue q (same thread as input): re-arm timers. */
 	void (*batch_end)(struct netstack *ns, unsigned q, int64_t now_ns);
 	void (*stats)(struct netstack *ns, struct netstack_stats *out);

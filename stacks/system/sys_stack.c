@@ -8,6 +8,7 @@
 #include <event2/event.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,7 @@ struct sys_stack {
 	struct nat_table *nat;
 	struct sysproc *proc;
 	struct sys_counters *pctr;         /* the packet path's: one block per TUN queue */
+	struct sys_qto *qto;               /* per queue: where its last write goes (write_queue) */
 	uint32_t nq;
 	struct stack_counters ctr;
 	struct sys_listener lis[2][NAT_MAX_LISTENERS]; /* [0] IPv4, [1] IPv6 */
@@ -97,6 +99,12 @@ struct sys_guard {
 };
 
 /* Bytes between two queues' counter blocks: whole cache lines. */
+/* The connection number of a queue's last write (0: none), for write_queue, on a cache line of
+ * its own (each queue's thread writes its own at every packet). */
+struct sys_qto {
+	alignas(64) uint32_t conn;
+};
+
 static size_t pctr_stride(void)
 {
 	return (sizeof(struct sys_counters) + 63) & ~(size_t)63;
@@ -607,6 +615,7 @@ static int build_proc(struct sys_stack *st, const uint16_t ports[2][NAT_MAX_LIST
 	pc.dns_hijack = cfg->dns.hijack;
 	pc.dns_tcp = st->env.dns_tcp;
 	pc.loopguard = st->env.loopguard;
+	pc.conn_numbers = st->nq > 1;
 	pc.v4.enabled = true;
 	memcpy(pc.v4.gateway, cfg->roles4.gateway.a, 4);
 	memcpy(pc.v4.listener_ports_be, ports[0], sizeof(pc.v4.listener_ports_be));
@@ -642,6 +651,14 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 		return -ENOMEM;
 	}
 	memset(st->pctr, 0, csz * st->nq);
+	st->qto = aligned_alloc(64, sizeof(*st->qto) * st->nq);
+	if (!st->qto) {
+		free(st->pctr);
+		free(st);
+		return -ENOMEM;
+	}
+	for (uint32_t q = 0; q < st->nq; q++)
+		st->qto[q].conn = 0;
 	st->n_lis = env->cfg->nat.listeners;
 	st->has6 = env->cfg->tun.has_addr6;
 	for (int f = 0; f < 2; f++)
@@ -733,6 +750,7 @@ static void sys_free(struct netstack *ns)
 		close(st->kick_fd);
 	sysproc_free(st->proc);
 	nat_table_free(st->nat);
+	free(st->qto);
 	free(st->pctr);
 	free(st);
 }
@@ -756,12 +774,23 @@ static enum driver_verdict sys_input(struct netstack *ns, unsigned q, uint8_t *b
 	case SYS_WRITE:
 		*out_len = d.len;
 		*plain = d.plain;
+		st->qto[q].conn = d.conn; /* for write_queue (0 with one queue) */
 		return DRIVER_WRITE;
 	case SYS_UDP:
 		return DRIVER_UDP;
 	default:
 		return DRIVER_DONE;
 	}
+}
+
+/* Every translated segment of a connection, both ways, to the queue its number picks; the
+ * packets the stack builds back to the queue they came from. */
+static unsigned sys_write_queue(struct netstack *ns, unsigned q)
+{
+	struct sys_stack *st = as_sys(ns);
+	uint32_t conn = st->qto[q].conn;
+
+	return conn ? conn % st->nq : q;
 }
 
 static void sys_batch_end(struct netstack *ns, unsigned q, int64_t now_ns)
@@ -848,6 +877,7 @@ const struct netstack_ops sys_stack_ops = {
 	.stop = sys_stop,
 	.free = sys_free,
 	.input = sys_input,
+	.write_queue = sys_write_queue,
 	.batch_end = sys_batch_end,
 	.stats = sys_stats,
 	.counters = sys_counters,

@@ -28,6 +28,7 @@ struct sysproc {
 	struct nat_table *nat;
 	uint32_t n_addrs;
 	uint32_t n_listeners;
+	bool conn_numbers;
 	struct fam f4, f6;
 };
 
@@ -80,6 +81,7 @@ int sysproc_new(const struct sysproc_config *cfg, struct nat_table *nat, struct 
 	p->nat = nat;
 	p->n_addrs = cfg->n_addrs;
 	p->n_listeners = cfg->n_listeners;
+	p->conn_numbers = cfg->conn_numbers;
 	if ((ret = policy_init(&p->pol, cfg)) != 0)
 		goto fail;
 	fam_init(&p->f4, &cfg->v4, 4, cfg->n_addrs);
@@ -121,6 +123,23 @@ bool sysproc_is_own(const struct sysproc *p, int family, const uint8_t *addr)
 	return l3policy_is_own(&p->pol, family, addr);
 }
 
+uint32_t sysproc_conn_hash(const struct flow_key *k)
+{
+	size_t last = k->family == 4 ? 0 : 12;
+	uint32_t a, b, h;
+
+	memcpy(&a, k->src + last, 4);
+	memcpy(&b, k->dst + last, 4);
+	h = ((uint32_t)k->sport_be << 16 | k->dport_be) ^ a ^ (b * 0x9e3779b1u);
+	/* MurmurHash3's finalizer: every input bit reaches the low ones (a queue is h % N). */
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h ? h : 1;
+}
+
 static struct sys_disp done(void)
 {
 	return (struct sys_disp){ .action = SYS_DONE };
@@ -143,7 +162,8 @@ static struct sys_disp tcp_downlink(struct sysproc *p, const struct pkt_view *v,
 	/* Back to the original pair, reversed: server:sport -> client:cport. */
 	rewrite_l4(v, k.dst, k.dport_be, k.src, k.sport_be, partial);
 	ctr_inc(&c->downlink);
-	return (struct sys_disp){ .action = SYS_WRITE, .len = v->len };
+	return (struct sys_disp){ .action = SYS_WRITE, .len = v->len,
+				  .conn = p->conn_numbers ? sysproc_conn_hash(&k) : 0 };
 }
 
 static struct sys_disp tcp_uplink(struct sysproc *p, const struct pkt_view *v, bool partial,
@@ -189,7 +209,8 @@ static struct sys_disp tcp_uplink(struct sysproc *p, const struct pkt_view *v, b
 		return drop(&c->drop_nat_nomem);
 	rewrite_l4(v, f->nat[t.addr], htons(t.port), f->gateway, f->lport_be[t.listener], partial);
 	ctr_inc(&c->uplink);
-	return (struct sys_disp){ .action = SYS_WRITE, .len = v->len };
+	return (struct sys_disp){ .action = SYS_WRITE, .len = v->len,
+				  .conn = p->conn_numbers ? sysproc_conn_hash(&k) : 0 };
 }
 
 /* The policy let it in: uplink (TCP) or a listener's reply (TCP_REPLY, r filled). */

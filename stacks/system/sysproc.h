@@ -33,7 +33,13 @@ struct sys_disp {
 	uint32_t len;  /* SYS_WRITE: bytes to write */
 	bool plain;    /* SYS_WRITE: a packet we built (RST, echo reply): write it with a plain
 			* offload header (no GSO, no NEEDS_CSUM), not the one it was read with */
+	uint32_t conn; /* SYS_WRITE of a translated segment, with conn_numbers: its connection,
+			* one value both ways (sysproc_conn_hash of the application's side); else 0 */
 };
+
+/* A connection's number from its application-side key (src = the application): the ports and
+ * the addresses' last 32 bits, mixed so that every bit counts in the low ones; never 0. Pure. */
+uint32_t sysproc_conn_hash(const struct flow_key *k);
 
 /* Per-worker counters. Drops: one counter per reason; the shared policy's in .policy. */
 #define SYS_COUNTERS(X)                                                                         \
@@ -79,6 +85,7 @@ struct sysproc_config {
 	uint32_t n_listeners; /* listeners per family (== nat_config.n_listeners) */
 	bool dns_hijack;      /* UDP/53 to our own addresses goes to the UDP path */
 	bool dns_tcp;         /* TCP to gateway:53 is let in (l3policy_config.dns_tcp) */
+	bool conn_numbers;    /* fill sys_disp.conn (a multi-queue TUN: the queue to write to) */
 	struct loopguard *loopguard; /* the proxy's own ports (l3policy's loop check), or NULL */
 };
 

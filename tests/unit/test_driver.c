@@ -66,6 +66,7 @@ struct step {
 	bool corrupt;     /* DRIVER_WRITE: make the version nibble invalid (a TUN refuses it) */
 	bool tx_first;    /* send tx_pkt with driver_tx before returning (a stack's own packet) */
 	bool break_ring;  /* from now on io_uring_enter fails (a seccomp filter: EAGAIN) */
+	int write_to;     /* DRIVER_WRITE: > 0, driver_write_to this fd (another queue) */
 };
 
 /* What the driver handed to the callbacks. */
@@ -149,6 +150,8 @@ static enum driver_verdict in_fn(void *arg, uint8_t *buf, size_t len, const stru
 		buf[0] = 0x05;
 	*out_len = st->out_len ? st->out_len : len;
 	*plain = st->plain;
+	if (st->write_to > 0)
+		driver_write_to(s->d, st->write_to);
 	return DRIVER_WRITE;
 }
 
@@ -371,6 +374,62 @@ Test(driver_ring, verdicts_in_one_pass)
 {
 	ring = true;
 	verdicts_in_one_pass();
+}
+
+/* driver_write_to: a write-back goes to the other queue's fd, whole and in its place; the next
+ * packet's goes to the driver's own again; what goes where is counted as always. */
+static void write_to_another_queue(void)
+{
+	struct step script[4] = {
+		{ .v = DRIVER_WRITE },
+		{ .v = DRIVER_WRITE }, /* .write_to set below */
+		{ .v = DRIVER_WRITE },
+		{ .v = DRIVER_WRITE },
+	};
+	uint8_t pkt[4][256], got[512];
+	size_t len[4];
+	int other[2];
+	struct rig r;
+
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, other), 0);
+	script[1].write_to = other[0];
+	script[3].write_to = other[0];
+	rig_open(&r, true, &ops);
+	r.s.script = script;
+	r.s.n_script = 4;
+	for (int i = 0; i < 4; i++) {
+		len[i] = udp_pkt(pkt[i], sizeof(pkt[i]), 40 + (size_t)i, (uint8_t)i);
+		peer_send(&r, NULL, pkt[i], len[i]);
+	}
+	cr_assert_eq(driver_poll(r.d), 4);
+	driver_tx_flush(r.d);
+	for (int i = 0; i < 4; i += 2) { /* the driver's own queue: 0 and 2, in order */
+		cr_assert_eq(peer_recv(&r, got, sizeof(got)), (ssize_t)(r.hlen + len[i]));
+		cr_assert_eq(memcmp(got + r.hlen, pkt[i], len[i]), 0, "packet %d", i);
+	}
+	cr_assert_eq(peer_recv(&r, got, sizeof(got)), -1, "nothing else on the own queue");
+	for (int i = 1; i < 4; i += 2) { /* the other queue: 1 and 3, in order, with the header */
+		cr_assert_eq(recv(other[1], got, sizeof(got), MSG_DONTWAIT), (ssize_t)(r.hlen + len[i]));
+		cr_assert_eq(memcmp(got + r.hlen, pkt[i], len[i]), 0, "packet %d", i);
+	}
+	cr_assert_eq(recv(other[1], got, sizeof(got), MSG_DONTWAIT), -1);
+	cr_assert_eq(CTR(r.d, tx_packets), 4);
+	cr_assert_eq(CTR(r.d, rewrites), 4);
+	cr_assert_eq(CTR(r.d, tx_dropped), 0);
+	rig_close(&r);
+	close(other[0]);
+	close(other[1]);
+}
+
+Test(driver, write_to_another_queue)
+{
+	write_to_another_queue();
+}
+
+Test(driver_ring, write_to_another_queue)
+{
+	ring = true;
+	write_to_another_queue();
 }
 
 /* DRIVER_BATCH packets per poll at most; batch_end once per poll; EAGAIN ends a batch and is

@@ -33,6 +33,7 @@ static void make_with(const struct nat_config *ncp, bool hijack)
 	pc.n_addrs = nc.n_addrs;
 	pc.n_listeners = 2;
 	pc.dns_hijack = hijack;
+	pc.conn_numbers = true;
 	pc.v4.enabled = true;
 	tu_addr(pc.v4.gateway, "198.18.0.1");
 	pc.v4.listener_ports_be[0] = htons(LPORT0);
@@ -182,6 +183,47 @@ static void roundtrip(const char *cli, const char *srv)
 
 Test(sysproc, roundtrip_v4) { roundtrip("10.0.0.9", "1.1.1.1"); }
 Test(sysproc, roundtrip_v6) { roundtrip("fd00:7f::99", "2001:db8::1"); }
+/* Both directions of a connection carry one connection number (the multi-queue driver writes
+ * all of a connection's packets to one queue by it), the packets the stack builds none, and
+ * connections that differ only in the client's port spread over two queues. */
+static void conn_numbers(const char *cli, const char *srv)
+{
+	struct nat_tuple t;
+	size_t len;
+	unsigned on[2] = { 0, 0 };
+
+	for (uint16_t i = 0; i < 64; i++) {
+		struct tu_spec sp;
+
+		uplink_syn(cli, srv, (uint16_t)(40000 + i), 5201, &t, &len);
+		tu_spec_tcp(&sp, cli, (uint16_t)(40000 + i), srv, 5201); /* its ACK: the same entry */
+		sp.tcp_flags = TCP_ACK;
+		struct sys_disp up = run(tu_build(&sp, buf, sizeof(buf)), SEC(1));
+		cr_assert_eq(up.action, SYS_WRITE);
+		cr_assert_not(up.plain);
+		cr_assert_neq(up.conn, 0);
+		len = kernel_reply(&t, TCP_SYN | TCP_ACK, 0);
+		struct sys_disp down = run(len, SEC(1));
+		cr_assert_eq(down.action, SYS_WRITE);
+		cr_assert_eq(down.conn, up.conn, "connection %u: one number both ways", i);
+		on[up.conn % 2]++;
+	}
+	cr_assert(on[0] >= 16 && on[1] >= 16, "64 client ports over two queues: %u / %u", on[0],
+		  on[1]);
+	/* A RST the stack answers with itself (no mapping) carries none. */
+	struct tu_spec sp;
+	tu_spec_tcp(&sp, cli, 39999, srv, 5201);
+	sp.tcp_flags = TCP_ACK;
+	len = tu_build(&sp, buf, sizeof(buf));
+	struct sys_disp rst = run(len, SEC(1));
+	cr_assert_eq(rst.action, SYS_WRITE);
+	cr_assert(rst.plain);
+	cr_assert_eq(rst.conn, 0);
+}
+
+Test(sysproc, conn_numbers_v4) { conn_numbers("10.0.0.9", "10.77.0.1"); }
+Test(sysproc, conn_numbers_v6) { conn_numbers("fd00:7f::99", "2001:db8::1"); }
+
 Test(sysproc, roundtrip_v4_client_is_gateway)
 {
 	/* Local apps send from the TUN's own address: ordinary uplink, not a loop. */
