@@ -71,7 +71,7 @@ struct sys_stack {
 	struct nat_table *nat;
 	struct sysproc *proc;
 	struct sys_counters *pctr;         /* the packet path's: one block per TUN queue */
-	struct sys_qto *qto;               /* per queue: where its last write goes (write_queue) */
+	struct sys_qto *qto;               /* per queue: its last write's connection (write_queue) */
 	uint32_t nq;
 	struct stack_counters ctr;
 	struct sys_listener lis[2][NAT_MAX_LISTENERS]; /* [0] IPv4, [1] IPv6 */
@@ -98,13 +98,13 @@ struct sys_guard {
 	uint64_t gen;
 };
 
-/* Bytes between two queues' counter blocks: whole cache lines. */
 /* The connection number of a queue's last write (0: none), for write_queue, on a cache line of
  * its own (each queue's thread writes its own at every packet). */
 struct sys_qto {
 	alignas(64) uint32_t conn;
 };
 
+/* Bytes between two queues' counter blocks: whole cache lines. */
 static size_t pctr_stride(void)
 {
 	return (sizeof(struct sys_counters) + 63) & ~(size_t)63;
