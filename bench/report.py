@@ -226,6 +226,17 @@ class Report:
     def stack_subjects(self):
         return [s for s in self.subjects if s.is_stack]
 
+    def queues_text(self):
+        """The TUN queues each stack subject ran with, as the run measured them ("TUN queues:
+        system 2, lwip 1"); one figure when they agree."""
+        stacks = self.stack_subjects()
+        qs = sorted({s.queues for s in stacks})
+        if not stacks:
+            return "no TUN"
+        if len(qs) == 1:
+            return "%d TUN queue%s" % (qs[0], "s" if qs[0] > 1 else "")
+        return "TUN queues: " + ", ".join("%s %d" % (s.label, s.queues) for s in stacks)
+
     def fraction_subjects(self):
         """Everything measured against the ceiling: the stacks, and (ablation) the reflector
         in the other mode."""
@@ -746,14 +757,14 @@ class Report:
         L = []
         L.append("# twinstack bench report")
         L.append("")
-        L.append("%s run, %s, %d repetition(s), %.0f s, io_mode %s, 1 queue, kernel %s, "
+        L.append("%s run, %s, %d repetition(s), %.0f s, io_mode %s, %s, kernel %s, "
                  "%d CPUs, %s. Each figure: median [min – max] over the repetitions." % (
                      meta["mode"] + (" --smoke (the test suite's sanity run: every wait "
                                      "shortened, figures not for comparison)"
                                      if meta.get("smoke") else ""), meta["started_utc"],
                      meta["repetitions"], meta["duration_s"],
-                     meta["io_mode"], meta["host"]["kernel"], meta["host"]["cpus"],
-                     cc_text(meta)))
+                     meta["io_mode"], self.queues_text(), meta["host"]["kernel"],
+                     meta["host"]["cpus"], cc_text(meta)))
         L.append("")
         self.summary_table(L)
         self.targets_section(L, targets)
