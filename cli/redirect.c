@@ -345,6 +345,7 @@ static void add_sessions(const struct redirector *r, struct stats_doc *d,
 	stats_doc_gauge(d, "splice.pipes", ds->pipes_in_use + ds->pipes_idle);
 	stats_doc_gauge(d, "splice.pipe_bytes", ds->pipe_bytes);
 	stats_doc_counter(d, "splice.pipes_reclaimed", ds->pipes_reclaimed);
+	stats_doc_counter(d, "splice.pipes_refused", ds->pipes_refused);
 	stats_doc_gauge(d, "buffers.in_use_bytes", ds->buffer_bytes_in_use);
 	budget_get_stats(r->budget, &bs);
 	stats_doc_gauge(d, "budget.tcp_in_use", bs.tcp_in_use);

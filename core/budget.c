@@ -354,7 +354,7 @@ static bool fd_take(struct budget *b, uint32_t n)
 	return true;
 }
 
-int budget_fd_reserve(struct budget *b, uint32_t n)
+static int fd_reserve(struct budget *b, uint32_t n, bool counted)
 {
 	if (fd_take(b, n))
 		return 0;
@@ -363,8 +363,19 @@ int budget_fd_reserve(struct budget *b, uint32_t n)
 		if (fd_take(b, n))
 			return 0;
 	}
-	ctr_add_shared(&b->fd_refused, 1);
+	if (counted)
+		ctr_add_shared(&b->fd_refused, 1);
 	return -EMFILE;
+}
+
+int budget_fd_reserve(struct budget *b, uint32_t n)
+{
+	return fd_reserve(b, n, true);
+}
+
+int budget_fd_reserve_optional(struct budget *b, uint32_t n)
+{
+	return fd_reserve(b, n, false);
 }
 
 void budget_set_fd_reclaim(struct budget *b, budget_fd_reclaim_fn *fn, void *ctx)

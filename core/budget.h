@@ -142,6 +142,10 @@ void budget_udp_release(struct budget *b);
  * instead of hitting EMFILE in the middle of the accept loop (hev-socks5-tunnel #97).
  * Returns 0 or -EMFILE (counted). Release the same n when the descriptors are closed. */
 int budget_fd_reserve(struct budget *b, uint32_t n) BUDGET_WUR;
+/* As budget_fd_reserve, but a refusal is not counted in fd_refused: for descriptors the caller
+ * can do without and counts the lack of itself (the splice relay's pipes: it copies instead).
+ * fd_refused stays the count of work refused for want of descriptors. */
+int budget_fd_reserve_optional(struct budget *b, uint32_t n) BUDGET_WUR;
 void budget_fd_release(struct budget *b, uint32_t n);
 /* An owner of descriptors it can give back on demand: the splice relay's idle pipes are a
  * cache, not work, and must not cost a session its descriptors. When a reservation would be

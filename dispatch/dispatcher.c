@@ -806,6 +806,7 @@ void dispatcher_get_stats(const struct dispatcher *d, struct dispatcher_stats *o
 		out->pipes_in_use = ps.lent;
 		out->pipes_idle = ps.idle;
 		out->pipes_reclaimed = ps.reclaimed;
+		out->pipes_refused = ps.refused_budget;
 		out->pipe_bytes = ps.pipe_bytes;
 	}
 	dns_tcp_counters_read(&d->dns_ctr, &out->dns_tcp);

@@ -177,6 +177,7 @@ struct dispatcher_stats {
 	uint64_t gather_bytes;         /* of copy_bytes: from the source's buffers, one writev */
 	uint64_t pipe_fallbacks, buf_waits;
 	uint64_t pipes_in_use, pipes_idle, pipes_reclaimed;
+	uint64_t pipes_refused;         /* pipes the fd budget had no room for (the relay copied) */
 	uint64_t pipe_bytes;           /* kernel capacity of all open pipes */
 	uint64_t pipe_bytes_inflight;  /* bytes now inside pipes */
 	uint64_t buffer_bytes_in_use, buffer_bytes_peak, buffer_bytes_cached; /* relay bufpool */

@@ -209,7 +209,7 @@ int pipepool_get(struct pipepool *pp, struct pipepool_pipe **out)
 			pp->timer_pending = false;
 		}
 	} else {
-		if (budget_fd_reserve(pp->budget, 2) != 0) {
+		if (budget_fd_reserve_optional(pp->budget, 2) != 0) {
 			pp->refused_budget++;
 			return -EMFILE;
 		}

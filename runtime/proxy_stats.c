@@ -221,11 +221,13 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_add_u64(d, "splice.pipes", STATS_GAUGE, ds->pipes_in_use + ds->pipes_idle);
 	stats_doc_add_u64(d, "splice.pipe_bytes", STATS_GAUGE, ds->pipe_bytes);
 	stats_doc_counter(d, "splice.pipes_reclaimed", ds->pipes_reclaimed);
+	stats_doc_counter(d, "splice.pipes_refused", ds->pipes_refused);
 	stats_doc_counter(d, "relay.bytes_up", ds->bytes_up);
 	stats_doc_counter(d, "relay.bytes_down", ds->bytes_down);
 	stats_doc_counter(d, "relay.splice_bytes", ds->splice_bytes);
 	stats_doc_counter(d, "relay.copy_bytes", ds->copy_bytes);
 	stats_doc_counter(d, "relay.gather_bytes", ds->gather_bytes);
+	stats_doc_counter(d, "relay.pipe_fallbacks", ds->pipe_fallbacks);
 	/* route.sniff: TCP sessions (the dispatcher) and QUIC flows (the UDP path) together. */
 	stats_doc_add_u64(d, "sniff.active", STATS_GAUGE, ds->sniff.active + us->sniff_active);
 	stats_doc_counter(d, "sniff.started", ds->sniff.started + us->sniff_started);

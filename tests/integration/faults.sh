@@ -48,7 +48,8 @@
 #   udp.drops.no_session_budget +3), the four still answered.
 # nat_entries 4 (system stack), 4 held: three more apps get a RST (the table refuses them),
 #   drops.nat_exhausted +3; once the held ones are gone, new connections succeed.
-# fds 16 (relay copy): as nofile, the budget binding instead of the limit.
+# fds 16 (relay copy): as nofile, the budget binding instead of the limit; the new connections
+#   one at a time (a closing session holds its descriptors until both ends have closed).
 # buffer_bytes: relay copy with 4 KiB buffers; the idle proxy's own buffers (measured on a
 #   proxy without limits) plus 8 KiB (system: an app that reads nothing pins both relay
 #   buffers) or 256 KiB (lwip, which charges its segments too), 4 held: 16 echo transfers of

@@ -364,6 +364,7 @@ sessions.total sessions.refused udp.sessions udp.queue_drops udp.trains udp.trai
 udp.train_errors udp.gro_datagrams udp.up_trains udp.up_train_datagrams udp.up_train_errors
 buffers.in_use_bytes
 buffers.peak_bytes buffers.per_session_bytes buffers.heap_trims buffers.quiet_trims splice.pipes splice.pipe_bytes
+splice.pipes_reclaimed splice.pipes_refused relay.pipe_fallbacks
 driver.uring_enters driver.uring_flushes driver.uring_flush_writes driver.tx_lent driver.rx_taken
 driver.uring_reads_empty driver.uring_read_refused
 driver.uring_write_refused driver.uring_enter_failed'

@@ -345,6 +345,25 @@ Test(fds, reserve_refuses_before_running_out)
 	budget_free(b);
 }
 
+/* An optional reservation (descriptors the caller can do without) is refused alike, all or
+ * nothing, but is not counted as refused work. */
+Test(fds, optional_reserve_is_refused_uncounted)
+{
+	struct budget *b = mk_profile(BUDGET_PROFILE_MOBILE); /* 1024 */
+
+	cr_assert_eq(budget_fd_reserve_optional(b, 1022), 0);
+	cr_assert_eq(budget_fd_reserve_optional(b, 3), -EMFILE);
+	cr_assert_eq(stats(b).fds_in_use, 1022);
+	cr_assert_eq(stats(b).fd_refused, 0);
+	cr_assert_eq(budget_fd_reserve(b, 3), -EMFILE);
+	cr_assert_eq(stats(b).fd_refused, 1);
+	cr_assert_eq(budget_fd_reserve_optional(b, 2), 0);
+	cr_assert_eq(stats(b).fds_peak, 1024);
+	budget_fd_release(b, 1024);
+	cr_assert_eq(stats(b).fds_in_use, 0);
+	budget_free(b);
+}
+
 static struct budget *mk_bytes(uint64_t bytes)
 {
 	struct budget_limits l;
