@@ -82,6 +82,17 @@ static void close_pipe(struct pipepool *pp, struct pipepool_pipe *p)
 	free(p);
 }
 
+/* Take p off the idle list; the last idle pipe gone, the shrink timer has nothing to wait for. */
+static void unidle(struct pipepool *pp, struct pipepool_pipe *p)
+{
+	TAILQ_REMOVE(&pp->idle_list, p, link);
+	pp->idle--;
+	if (pp->idle == 0 && pp->timer_pending) {
+		event_del(pp->timer);
+		pp->timer_pending = false;
+	}
+}
+
 /* Close the pipes idle for idle_ns or longer (from the tail), then re-arm for the next one. */
 static void on_shrink(evutil_socket_t fd, short what, void *arg)
 {
@@ -95,8 +106,7 @@ static void on_shrink(evutil_socket_t fd, short what, void *arg)
 			arm_timer(pp, p->idle_since_ns + pp->idle_ns - now);
 			return;
 		}
-		TAILQ_REMOVE(&pp->idle_list, p, link);
-		pp->idle--;
+		unidle(pp, p);
 		pp->closed_idle++;
 		close_pipe(pp, p);
 	}
@@ -112,15 +122,10 @@ static void on_reclaim(void *arg, uint32_t n)
 	uint32_t freed = 0;
 
 	while (freed < n && (p = TAILQ_LAST(&pp->idle_list, pipe_list)) != NULL) {
-		TAILQ_REMOVE(&pp->idle_list, p, link);
-		pp->idle--;
+		unidle(pp, p);
 		pp->reclaimed++;
 		close_pipe(pp, p);
 		freed += 2;
-	}
-	if (pp->idle == 0 && pp->timer_pending) {
-		event_del(pp->timer);
-		pp->timer_pending = false;
 	}
 }
 
@@ -163,7 +168,7 @@ void pipepool_free(struct pipepool *pp)
 	assert(pp->lent == 0);
 	budget_clear_fd_reclaim(pp->budget, pp);
 	while ((p = TAILQ_FIRST(&pp->idle_list)) != NULL) {
-		TAILQ_REMOVE(&pp->idle_list, p, link);
+		unidle(pp, p);
 		close_pipe(pp, p);
 	}
 	event_free(pp->timer);
@@ -201,13 +206,8 @@ int pipepool_get(struct pipepool *pp, struct pipepool_pipe **out)
 	int ret;
 
 	if (p) {
-		TAILQ_REMOVE(&pp->idle_list, p, link);
-		pp->idle--;
+		unidle(pp, p);
 		pp->reused++;
-		if (pp->idle == 0 && pp->timer_pending) {
-			event_del(pp->timer);
-			pp->timer_pending = false;
-		}
 	} else {
 		if (budget_fd_reserve_optional(pp->budget, 2) != 0) {
 			pp->refused_budget++;

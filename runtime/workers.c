@@ -38,7 +38,8 @@ static enum driver_verdict drv_input(void *arg, uint8_t *buf, size_t len,
 		p->ops->input(p->ns, w->q, buf, len, meta, now_ns, out_len, plain, view);
 	unsigned to;
 
-	if (v == DRIVER_WRITE && p->ops->write_queue &&
+	/* With one queue every write is this queue's: no call per packet to ask. */
+	if (v == DRIVER_WRITE && p->nworkers > 1 && p->ops->write_queue &&
 	    (to = p->ops->write_queue(p->ns, w->q)) != w->q && to < p->nworkers)
 		driver_write_to(w->driver, tun_fd(p->tun, to));
 	return v;
