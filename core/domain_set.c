@@ -11,6 +11,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "core/hashmix.h"
+
 #define DS_MIN_SLOTS 64u
 #define DS_MATCH_LIMIT 100000u   /* PCRE2 backtracking bound per name */
 #define F_EXACT 1u
@@ -52,12 +54,7 @@ static inline uint64_t step(uint64_t h, unsigned char c)
 /* The hash of the len bytes hashed so far (state h). */
 static inline uint64_t finish(uint64_t h, size_t len)
 {
-	h ^= len;
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdULL;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53ULL;
-	h ^= h >> 33;
+	h = hashmix64(h ^ len);
 	return h ? h : 1;
 }
 

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "core/hashmix.h"
+
 #define NS_PER_S 1000000000LL
 #define MSG_MAX 65535            /* a DNS message over TCP: its 16-bit length prefix */
 #define BUCKETS_MAX (1u << 24)
@@ -49,14 +51,6 @@ static inline void put32(uint8_t *p, uint32_t v)
 
 /* ---- hashing ------------------------------------------------------------------------------ */
 
-static uint64_t mix(uint64_t h)
-{
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdULL;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53ULL;
-	return h ^ (h >> 33);
-}
 
 static uint64_t hash_key(const struct dns_cache *c, uint32_t server, const struct dns_question *q)
 {
@@ -68,7 +62,7 @@ static uint64_t hash_key(const struct dns_cache *c, uint32_t server, const struc
 			ch = (uint8_t)(ch + 32);
 		h = (h ^ ch) * 0x100000001b3ULL;
 	}
-	return mix(h ^ ((uint64_t)q->qtype << 48 | (uint64_t)q->qclass << 32 | server));
+	return hashmix64(h ^ ((uint64_t)q->qtype << 48 | (uint64_t)q->qclass << 32 | server));
 }
 
 /* The link (bucket head or a chain field) that points at the entry for the key, or NULL. */

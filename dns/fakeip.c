@@ -9,6 +9,8 @@
 #include <strings.h>
 #include <sys/random.h>
 
+#include "core/hashmix.h"
+
 #define NIL UINT32_MAX
 #define DNS_NAME_CAP 254         /* a name's text (at most 253 bytes) and its NUL */
 
@@ -54,14 +56,6 @@ static int fam_index(int family)
 
 /* ---- hashing ------------------------------------------------------------------------------ */
 
-static uint64_t mix(uint64_t h)
-{
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdULL;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53ULL;
-	return h ^ (h >> 33);
-}
 
 static uint32_t hash_name(const struct fakeip *f, int family, const char *s, size_t len)
 {
@@ -69,7 +63,7 @@ static uint32_t hash_name(const struct fakeip *f, int family, const char *s, siz
 
 	for (size_t i = 0; i < len; i++)
 		h = (h ^ (uint8_t)s[i]) * 0x100000001b3ULL;
-	return (uint32_t)mix(h) & (f->nbuckets - 1);
+	return (uint32_t)hashmix64(h) & (f->nbuckets - 1);
 }
 
 static uint32_t hash_addr(const struct fakeip *f, int family, const uint8_t a[16])
@@ -78,7 +72,7 @@ static uint32_t hash_addr(const struct fakeip *f, int family, const uint8_t a[16
 
 	memcpy(&lo, a, 8);
 	memcpy(&hi, a + 8, 8);
-	return (uint32_t)mix(f->key ^ lo ^ mix(hi + (uint64_t)family)) & (f->nbuckets - 1);
+	return (uint32_t)hashmix64(f->key ^ lo ^ hashmix64(hi + (uint64_t)family)) & (f->nbuckets - 1);
 }
 
 /* ---- ranges ------------------------------------------------------------------------------- */

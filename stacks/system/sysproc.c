@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hashmix.h"
 #include "stacks/common/rewrite.h"
 
 /* The listener indexes the policy hands back must fit our listener table. */
@@ -131,12 +132,7 @@ uint32_t sysproc_conn_hash(const struct flow_key *k)
 	memcpy(&a, k->src + last, 4);
 	memcpy(&b, k->dst + last, 4);
 	h = ((uint32_t)k->sport_be << 16 | k->dport_be) ^ a ^ (b * 0x9e3779b1u);
-	/* MurmurHash3's finalizer: every input bit reaches the low ones (a queue is h % N). */
-	h ^= h >> 16;
-	h *= 0x85ebca6bu;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35u;
-	h ^= h >> 16;
+	h = hashmix32(h); /* every input bit reaches the low ones (a queue is h % N) */
 	return h ? h : 1;
 }
 
