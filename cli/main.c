@@ -18,6 +18,7 @@
 #include "core/config.h"
 #include "core/evmem.h"
 #include "core/rss.h"
+#include "runtime/privdrop.h"
 
 struct subcommand {
 	const char *name;
@@ -76,6 +77,8 @@ static int cmd_check(int argc, char **argv)
 	const char *path = NULL;
 	char err[TS_ERRLEN], summary[512];
 	struct ts_config cfg;
+	uid_t uid;
+	gid_t gid;
 	int ret;
 
 	for (int i = 1; i < argc; i++) {
@@ -103,6 +106,12 @@ static int cmd_check(int argc, char **argv)
 	if (ret != 0) {
 		fprintf(stderr, "%s\n", err[0] ? err : "config: failed");
 		return ret == -ENOMEM ? EXIT_RUNTIME : EXIT_USAGE;
+	}
+	/* What `run` refuses as a config error before it touches anything, check refuses too. */
+	if (cfg.user[0] && privdrop_resolve(cfg.user, &uid, &gid, err, sizeof(err)) != 0) {
+		fprintf(stderr, "config: $.user: %s\n", err);
+		config_fini(&cfg);
+		return EXIT_USAGE;
 	}
 	printf("config ok: %s\n", config_summary(&cfg, summary, sizeof(summary)));
 	config_fini(&cfg);

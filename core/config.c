@@ -381,7 +381,7 @@ static int f_stats_listen(struct cfgp *p, const cJSON *item, void *target)
 	if (!netaddr_is_loopback(&st->listen.addr))
 		return cfgp_fail(p,
 				 "%s is not a loopback address: the stats endpoint listens on "
-				 "127.0.0.1:port or [::1]:port only",
+				 "a 127.0.0.0/8 address or [::1] only",
 				 netaddr_ep_format(&st->listen, buf, sizeof(buf)));
 	return 0;
 }
@@ -1068,9 +1068,14 @@ static int resolve_tags(struct cfgp *p, struct ts_config *cfg)
 
 static bool is_ours(const struct ts_config *cfg, const struct netaddr *a)
 {
-	const struct netaddr_roles *r = a->family == 4 ? &cfg->roles4 : &cfg->roles6;
+	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
 
-	return netaddr_roles_is_ours(r, a->a);
+	/* An IPv4-mapped IPv6 address reaches the IPv4 address from a dual-stack socket. */
+	if (a->family == 6 && memcmp(a->a, mapped, sizeof(mapped)) == 0)
+		return netaddr_roles_is_ours(&cfg->roles4, a->a + 12);
+	if (a->family == 4)
+		return netaddr_roles_is_ours(&cfg->roles4, a->a);
+	return netaddr_roles_is_ours(&cfg->roles6, a->a);
 }
 
 /* Sending to our own gateway or NAT addresses can never reach a real peer: a loop. */

@@ -563,6 +563,9 @@ static int check_dns(struct cfgp *p, void *target, uint32_t present)
 	if (d->n_servers && !d->hijack)
 		return cfgp_fail_key(p, "hijack", "must be true with servers: the resolver answers the "
 				     "queries the TUN hijacks");
+	if (d->has_upstream && !d->hijack)
+		return cfgp_fail_key(p, "upstream", "needs hijack: true (upstream receives the queries "
+				     "the TUN hijacks; without it, it would never be used)");
 	for (int k = DNS_RULES; k <= DNS_FAKEIP; k++)
 		if (CFGP_PRESENT(present, k) && !d->n_servers)
 			return cfgp_fail_key(p, dns_fields_keys[k], "needs servers (the proxy's own "

@@ -285,6 +285,29 @@ static int roles_overflow(const struct netaddr_roles *r, const struct host_span 
 	return -EINVAL;
 }
 
+/* Why a gateway address cannot be a TUN's own (NULL: it can be). The kernel puts loopback,
+ * multicast, "this network" and IPv4-mapped addresses on a TUN without a word, but the apps'
+ * traffic never reaches the proxy through them: refused at start instead. */
+static const char *gateway_unusable(const struct netaddr *a)
+{
+	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+
+	if (netaddr_is_loopback(a))
+		return "a loopback address";
+	if (a->family == 4) {
+		if (a->a[0] >= 224 && a->a[0] < 240)
+			return "a multicast address";
+		if (a->a[0] == 0)
+			return "in 0.0.0.0/8 (\"this network\")";
+		return NULL;
+	}
+	if (a->a[0] == 0xff)
+		return "a multicast address";
+	if (memcmp(a->a, mapped, sizeof(mapped)) == 0)
+		return "an IPv4-mapped address (give the IPv4 address as tun.address)";
+	return NULL;
+}
+
 static int roles_check(const struct netaddr_roles *r, uint32_t n_nat, char *why, size_t whylen)
 {
 	unsigned width = r->family == 4 ? 32 : 128;
@@ -292,6 +315,14 @@ static int roles_check(const struct netaddr_roles *r, uint32_t n_nat, char *why,
 	struct host_span h;
 	char gw[NETADDR_STRLEN];
 	uint64_t lhi, llo;
+	const char *unusable = gateway_unusable(&r->gateway);
+
+	if (unusable) {
+		netaddr_format(&r->gateway, gw, sizeof(gw));
+		snprintf(why, whylen, "%s is %s: a TUN's own address must be a unicast address",
+			 gw, unusable);
+		return -EINVAL;
+	}
 
 	if (host_bits <= 1) {
 		snprintf(why, whylen,

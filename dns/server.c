@@ -30,9 +30,9 @@
 
 #define HOSTS_TTL 10           /* seconds: static answers are cheap to ask again */
 #define SYNTH_TTL 10           /* empty and refused answers made here */
-#define NEG_TTL_MAX 300
+#define NEG_TTL_MAX 300         /* RFC 2308 section 5's advice for negative answers */
 #define CACHE_ANSWER_MAX 4096  /* bytes of an answer the cache keeps */
-#define UPSTREAM_TRY_MS 2000   /* per try; two tries */        /* RFC 2308 section 5's advice for negative answers */
+#define UPSTREAM_TRY_MS 2000   /* per try; two tries */
 #define OUT_CAP 65535
 #define FAKE_LINE_MAX 300     /* "ADDRESS NAME\n" in dns.fakeip.persist */
 #define FAKE_TTL 1             /* seconds: apps ask again soon, and the mapping stays fresh */

@@ -791,7 +791,7 @@ static struct pbuf *input_pbuf(struct lwip_stack *st, const struct pkt_view *v, 
 /* Only TCP the policy let in reaches lwIP: in a pbuf (input_pbuf: a copy, or the read buffer
  * itself; lwIP may keep it: out-of-order queue) fed to ip_input, which calls our hook, then
  * tcp_input. */
-/* lwIP counts half-open connections (SYN_RCVD) against the listener's backlog (at most 255)
+/* lwIP counts half-open connections (SYN_RCVD) against the listener's backlog (255 by default)
  * and drops every SYN while it is full: 255 spoofed SYNs, which never complete, would lock
  * every application out until they time out (lwIP's TCP_SYN_RCVD_TIMEOUT, 20 s). When a SYN
  * finds the backlog full, the older half of the evictable half-open connections goes, without
@@ -1123,6 +1123,15 @@ static int netif_start(struct lwip_stack *st)
 	return 0;
 }
 
+/* budgets.listen_backlog bounds the connections between the SYN and the accept, as a kernel
+ * listener's backlog bounds those the kernel holds for accept(); lwIP counts them in a u8_t. */
+static u8_t listen_backlog(const struct budget *b)
+{
+	uint32_t n = b ? budget_get_limits(b)->listen_backlog : 0xff;
+
+	return (u8_t)(n < 0xff ? n : 0xff);
+}
+
 /* The catch-all listener: any address (v4 and v6), its port set per SYN by the hook. */
 static int listener_start(struct lwip_stack *st)
 {
@@ -1135,7 +1144,7 @@ static int listener_start(struct lwip_stack *st)
 		tcp_abort(pcb);
 		return -EADDRINUSE;
 	}
-	st->listener = tcp_listen_with_backlog_and_err(pcb, 0xff, &e);
+	st->listener = tcp_listen_with_backlog_and_err(pcb, listen_backlog(st->env.budget), &e);
 	if (!st->listener) {
 		tcp_abort(pcb);
 		return -ENOMEM;

@@ -858,7 +858,6 @@ Test(config, dns_stats_log)
 	cr_assert_eq(cfg.log_level, LOG_LEVEL_DEBUG);
 	config_fini(&cfg);
 	expect_ok("{'dns':{'hijack':false}}");
-	expect_ok("{'dns':{'upstream':'1.1.1.1:53'}}");
 	expect_ok("{'stats':{'listen':'127.0.0.1:1'},'log':{'level':'error'}}");
 	expect_ok("{'stats':{'listen':'127.1.2.3:65535'},'log':{'level':'warn'}}");
 
@@ -866,12 +865,15 @@ Test(config, dns_stats_log)
 		{ "{'dns':{'hijack':'yes'}}", "$.dns.hijack", "expected true or false, got a string" },
 		{ "{'dns':{'hijack':1}}", "$.dns.hijack", "expected true or false" },
 		{ "{'dns':{'hijack':true}}", "$.dns.servers", "required when hijack is true" },
+		{ "{'dns':{'upstream':'1.1.1.1:53'}}", "$.dns.upstream", "needs hijack: true" },
 		{ "{'dns':{'upstream':'dns.google:53'}}", "$.dns.upstream", "expected \"ip:port\"" },
 		{ "{'dns':{'upstream':'8.8.8.8'}}", "$.dns.upstream", "expected \"ip:port\"" },
 		{ "{'dns':{'upstream':'::1:53'}}", "$.dns.upstream", "expected \"ip:port\"" },
 		{ "{'dns':{'hijack':true,'upstream':'198.18.0.1:53'}}", "$.dns.upstream",
 		  "one of the TUN's own addresses" },
-		{ "{'dns':{'upstream':'198.18.0.2:53'}}", "$.dns.upstream", "own addresses" },
+		{ "{'dns':{'hijack':true,'upstream':'198.18.0.2:53'}}", "$.dns.upstream", "own addresses" },
+		{ "{'dns':{'hijack':true,'upstream':'[::ffff:198.18.0.2]:53'}}", "$.dns.upstream",
+		  "own addresses" },
 		{ "{'dns':{'hijack':true,'servers':[]}}", "$.dns.servers", "must not be empty" },
 		{ "{'stats':{'listen':'0.0.0.0:9090'}}", "$.stats.listen", "not a loopback address" },
 		{ "{'stats':{'listen':'10.0.0.1:80'}}", "$.stats.listen", "not a loopback address" },

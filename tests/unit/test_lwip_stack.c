@@ -59,7 +59,15 @@ static void on_acc(void *arg, const struct flow_key *k, struct stream *s)
 	acc_s[n_acc++] = s;
 }
 
+static void start_backlog(uint32_t tcp_sessions, uint32_t backlog);
+
 static void start(uint32_t tcp_sessions)
+{
+	start_backlog(tcp_sessions, 0);
+}
+
+/* backlog 0: the profile's budgets.listen_backlog. */
+static void start_backlog(uint32_t tcp_sessions, uint32_t backlog)
 {
 	char err[TS_ERRLEN];
 	config_init(&cfg);
@@ -69,6 +77,8 @@ static void start(uint32_t tcp_sessions)
 		     0, "%s", err);
 	cfg.budget.tcp_sessions[0] = cfg.budget.tcp_sessions[1] = cfg.budget.tcp_sessions[2] =
 		tcp_sessions;
+	if (backlog)
+		cfg.budget.listen_backlog = backlog;
 	cr_assert_eq(budget_new(&cfg.budget, &bud), 0);
 	base = event_base_new();
 	log_init(&lg, LOG_LEVEL_ERROR, 2);
@@ -497,6 +507,29 @@ Test(lwip_stack, syn_burst_beyond_the_backlog_keeps_every_handshake)
 	ack_at("10.0.1.1", 20255, isn[255], t + SEC(1));
 	cr_expect_eq(n_acc, 256);
 	cr_expect_eq(counter("syn_rcvd_evicted"), 0);
+	tx_discard = true;
+}
+
+/* budgets.listen_backlog is the listener's backlog on lwIP too: with 8, the ninth handshake
+ * under way finds no room (one application's burst: nothing evictable), and gets in once one
+ * completes. */
+Test(lwip_stack, listen_backlog_from_the_budget)
+{
+	static uint32_t isn[9];
+	int64_t t = SEC(1);
+
+	teardown();
+	start_backlog(1000, 8);
+	for (uint16_t i = 0; i < 8; i++)
+		cr_assert_neq(isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0, "SYN %u", i);
+	cr_expect_eq(syn_at("10.0.1.1", 20008, t + MS(1)), 0, "the ninth waits for room");
+	cr_expect_eq(counter("drop_backlog_full"), 1);
+	ack_at("10.0.1.1", 20000, isn[0], t + MS(2));
+	cr_expect_eq(n_acc, 1);
+	cr_assert_neq(isn[8] = syn_at("10.0.1.1", 20008, t + MS(3)), 0, "room again");
+	for (uint16_t i = 1; i < 9; i++)
+		ack_at("10.0.1.1", (uint16_t)(20000 + i), isn[i], t + MS(4));
+	cr_expect_eq(n_acc, 9);
 	tx_discard = true;
 }
 

@@ -12,7 +12,7 @@
 #define NO_SYS 1
 #define SYS_LIGHTWEIGHT_PROT 0
 #define LWIP_TIMERS 1
-#define LWIP_TIMERS_CUSTOM 1 /* we run tcp_tmr only while pcbs exist (stacks/lwip/timers.c) */
+#define LWIP_TIMERS_CUSTOM 1 /* we run tcp_tmr only while pcbs exist (stacks/lwip/lwip_stack.c) */
 #define LWIP_NETCONN 0
 #define LWIP_SOCKET 0
 #define LWIP_NETIF_API 0
