@@ -60,6 +60,14 @@ static void add_counter(void *arg, const char *name, uint64_t v)
 	stats_doc_add_u64(vs->doc, key, STATS_COUNTER, v);
 }
 
+static void add_level(void *arg, const char *name, uint64_t v)
+{
+	struct visit *vs = arg;
+	char key[128];
+	snprintf(key, sizeof(key), "%s.%s", vs->prefix, name);
+	stats_doc_add_u64(vs->doc, key, STATS_GAUGE, v);
+}
+
 static void add_process(struct ts_proxy *p, struct stats_doc *d)
 {
 	struct rss_info ri = { 0 };
@@ -355,8 +363,11 @@ void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d)
 	reload_stats(p, d);
 	/* Every detailed counter of the stack and the driver, for diagnosis. */
 	struct visit vs = { d, "stack_counters" };
-	if (p->ns)
+	if (p->ns) {
 		p->ops->counters(p->ns, add_counter, &vs);
+		if (p->ops->levels)
+			p->ops->levels(p->ns, add_level, &vs);
+	}
 	vs.prefix = "driver";
 	driver_counters_foreach(&dc, add_counter, &vs);
 }

@@ -110,6 +110,10 @@ struct netstack_ops {
 	/* Every detailed counter as (name, value). */
 	void (*counters)(struct netstack *ns,
 			 void (*fn)(void *arg, const char *name, uint64_t value), void *arg);
+	/* Optional: every detailed level (a figure that goes up and down, read now) the same way,
+	 * beside the counters under the same prefix. */
+	void (*levels)(struct netstack *ns,
+		       void (*fn)(void *arg, const char *name, uint64_t value), void *arg);
 };
 
 /* The parse-drop figures of netstack_stats from a per-reason counter array (both stacks parse

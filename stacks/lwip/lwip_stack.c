@@ -1332,9 +1332,6 @@ static void lw_counters(struct netstack *ns,
 		snprintf(name, sizeof(name), "drop_parse_%s", pkt_reason_name((enum pkt_reason)r));
 		fn(arg, name, ctr_get(&st->ctr.drop_parse[r]));
 	}
-	fn(arg, "lwip_mem_bytes", lwip_glue_mem_bytes());
-	fn(arg, "lwip_mem_cached_bytes", lwip_glue_cached_bytes());
-	fn(arg, "lwip_rx_held_bytes", lwip_glue_rx_held_bytes());
 	if (st->train) {
 		const struct gso_stats *g = gso_train_stats(st->train);
 		fn(arg, "gso_trains", ctr_get(&g->trains));
@@ -1344,6 +1341,15 @@ static void lw_counters(struct netstack *ns,
 		fn(arg, "gso_big_packets", ctr_get(&g->big_packets));
 		fn(arg, "gso_big_segments", ctr_get(&g->big_segments));
 	}
+}
+
+static void lw_levels(struct netstack *ns,
+		      void (*fn)(void *arg, const char *name, uint64_t value), void *arg)
+{
+	(void)ns;
+	fn(arg, "lwip_mem_bytes", lwip_glue_mem_bytes());
+	fn(arg, "lwip_mem_cached_bytes", lwip_glue_cached_bytes());
+	fn(arg, "lwip_rx_held_bytes", lwip_glue_rx_held_bytes());
 }
 
 /* Checked before the proxy opens its TUN, so a refused second proxy changes nothing (the start
@@ -1363,4 +1369,5 @@ const struct netstack_ops lwip_stack_ops = {
 	.batch_end = lw_batch_end,
 	.stats = lw_stats,
 	.counters = lw_counters,
+	.levels = lw_levels,
 };

@@ -651,8 +651,15 @@ no_reply() {
 	return 1
 }
 
+# metrics_parse: /metrics parses; the stack's levels are typed gauge (lwIP's memory).
 metrics_parse() {
-	inA curl -sS --fail --max-time 3 "http://127.0.0.1:$P_STATS/metrics" | "${TSNET[@]}" metrics
+	local text
+	text=$(inA curl -sS --fail --max-time 3 "http://127.0.0.1:$P_STATS/metrics") || return 1
+	"${TSNET[@]}" metrics <<<"$text" || return 1
+	if [ "$STACK" = lwip ] && ! grep -qx '# TYPE twinstack_stack_counters_lwip_mem_bytes gauge' <<<"$text"; then
+		echo "lwip_mem_bytes is not typed gauge: $(grep lwip_mem_bytes <<<"$text" | head -n 1)"
+		return 1
+	fi
 }
 
 # idle_state: zero NAT entries (quarantined aside), sessions and pipes, fds at the idle count.
