@@ -7,10 +7,10 @@
 # run and cell (change, tolerance, verdict) and the tallies: false alarms (a run of identical
 # code whose gate failed) and caught (a slowed run whose gate failed on a REGRESSION).
 #   --bin BIN       the twinstack binary (default build/twinstack)
-#   --throttle PCT  the CPU cut of the injected slowdown (default 9: the cut that cost about
-#                   15 % of the throughput here; docs/benchmarks.md has the measurements)
-#   --reps R        rounds per A/B run (default 8: with the quick cells' 2 s bulk runs, 5
-#                   rounds caught a 15 % slowdown in only some runs; docs/benchmarks.md)
+#   --throttle PCT  the CPU cut of the injected slowdown (default 9: the cut measured to cost
+#                   about the 15 % of throughput the gate must catch; docs/benchmarks.md)
+#   --reps R        rounds per A/B run (default 8: with the quick cells' 2 s bulk runs, fewer
+#                   rounds missed that slowdown in some runs; docs/benchmarks.md)
 #   --lock FILE     run each A/B run under `flock FILE` (a machine shared with other
 #                   benchmarks: one at a time, others may run between the runs)
 #   --out DIR       where the runs go (default bench-results/ab-selftest); DIR/selftest.md

@@ -500,16 +500,14 @@ FD_SLACK=$((TCP_INFLIGHT * PER_CONN + 3))
 # previous chunk's are gone, see churn_loop), the bulk transfer and the DNS-over-TCP query,
 # each with its predecessor's entry lingering: CHURN_CHUNK + 4.
 NAT_SLACK=$((CHURN_CHUNK + 4))
-# Memory is counted in 4 KiB pages, and 1 % of RssAnon (1.5-2.5 MiB here) is less than four
-# of them: 16 KiB. A run whose warm-up window is under 4 minutes gets 240 KiB more: the heap
+# Memory is counted in 4 KiB pages, and 1 % of an idle proxy's RssAnon is less than four of
+# them: 16 KiB. A run whose warm-up window is under 4 minutes gets 240 KiB more: the heap
 # grows a page at a time while the allocator's free lists settle into the traffic's mix of
 # sizes, and that takes minutes, so a short run's second and last windows both sit inside the
-# settling (a 5-minute run, system stack: RssAnon +48 KiB in the first minute, +20 KiB in the
-# next three, nothing after). lwIP's mix settles slowest: in 45 s runs its RssAnon rose by up
-# to 140 KiB from the second window to the last with no new buffer high-water, where the 1 h
-# run's rose 36 KiB in 50 minutes (docs/reliability.md has the runs). The slack is about
-# twice the largest rise seen; a leak per connection, datagram or query shows in the 1 h run
-# (`make soak`) and, for buffers, in the exact return to idle below.
+# settling. lwIP's mix settles slowest. The slack is about twice the largest rise seen in short
+# runs with no new buffer high-water (docs/reliability.md, "Soak", has the runs); a leak per
+# connection, datagram or query shows in the 1 h run (`make soak`) and, for buffers, in the
+# exact return to idle below.
 MEM_SLACK_KB=16
 [ "$WIN_MS" -lt 240000 ] && MEM_SLACK_KB=$((MEM_SLACK_KB + 240))
 
