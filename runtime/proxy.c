@@ -414,6 +414,8 @@ int proxy_open(struct ts_proxy *p, char *err, size_t errlen)
 	int ret;
 
 	p->started_ns = ts_now_ns();
+	ratemeter_init(&p->rates, PROXY_RATES, TS_NS_PER_SEC, p->started_ns,
+		       (const uint64_t[PROXY_RATES]){ 0 });
 	/* The stack first: one that cannot start here must fail before the TUN changes. */
 	p->ops = netstack_lookup(config_stack_name(p->cfg.stack));
 	if (!p->ops) {

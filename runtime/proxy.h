@@ -20,6 +20,7 @@
 #include "core/counter.h"
 #include "core/log.h"
 #include "core/netlink.h"
+#include "core/ratemeter.h"
 #include "dispatch/dns_tcp.h"
 #include "runtime/routecheck.h"
 #include "runtime/rps_auto.h"
@@ -38,6 +39,9 @@ enum proxy_state {
 	PROXY_STOPPED,   /* the loop thread took everything apart */
 	PROXY_FAILED,    /* a start failed: config only, cannot start again */
 };
+
+/* The byte counters throughput.* rates (runtime/proxy_stats.c). */
+#define PROXY_RATES 6
 
 struct ts_proxy {
 	struct ts_config cfg;
@@ -129,6 +133,9 @@ struct ts_proxy {
 	struct stats_http *stats;
 	int64_t started_ns;
 	_Atomic int64_t rss_sampled_ns;
+	/* throughput.* of /stats: rates of the byte counters, sampled as the document is built
+	 * (on the loop, or under lock when nothing runs); n 0 until the start. */
+	struct ratemeter rates;
 
 	/* Stats documents asked for from other threads (ts_proxy_stats_json): one request at
 	 * a time (stats_req_lock); the loop answers under lock and signals cond. */

@@ -196,6 +196,10 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 		stats_doc_counter(d, key, ds->fail[i]);
 	}
 	stats_doc_add_u64(d, "udp.sessions", STATS_GAUGE, us->sessions);
+	stats_doc_counter(d, "udp.datagrams_up", us->up_datagrams);
+	stats_doc_counter(d, "udp.bytes_up", us->up_bytes);
+	stats_doc_counter(d, "udp.datagrams_down", us->down_datagrams);
+	stats_doc_counter(d, "udp.bytes_down", us->down_bytes);
 	stats_doc_counter(d, "udp.queue_drops", us->queue_drops);
 	stats_doc_counter(d, "udp.dns_done", us->dns_done);
 	stats_doc_counter(d, "udp.dns_expired", us->dns_expired);
@@ -335,6 +339,30 @@ static void add_stats_http(struct ts_proxy *p, struct stats_doc *d)
 	stats_doc_counter(d, "stats_http.timeouts", hs.timeouts);
 }
 
+/* throughput.*: bits per second over the window since the newest sample at least a second old
+ * (core/ratemeter.h): TUN bytes both ways (IP), TCP and UDP payload both ways. */
+static void add_throughput(struct ts_proxy *p, struct stats_doc *d,
+			   const struct driver_counters *c, const struct dispatcher_stats *ds,
+			   const struct udp_path_stats *us)
+{
+	static const char *const keys[PROXY_RATES] = {
+		"throughput.tun_rx_bps", "throughput.tun_tx_bps", "throughput.tcp_up_bps",
+		"throughput.tcp_down_bps", "throughput.udp_up_bps", "throughput.udp_down_bps",
+	};
+	const uint64_t v[PROXY_RATES] = { ctr_get(&c->rx_bytes), ctr_get(&c->tx_bytes),
+					  ds->bytes_up, ds->bytes_down, us->up_bytes,
+					  us->down_bytes };
+	uint64_t rate[PROXY_RATES] = { 0 };
+	int64_t win = 0;
+
+	if (p->rates.n == PROXY_RATES)
+		win = ratemeter_sample(&p->rates, ts_now_ns(), v, rate);
+	stats_doc_add_u64(d, "throughput.window_ms", STATS_GAUGE, (uint64_t)(win / 1000000));
+	for (int i = 0; i < PROXY_RATES; i++)
+		stats_doc_add_u64(d, keys[i], STATS_GAUGE,
+				  rate[i] > UINT64_MAX / 8 ? UINT64_MAX : rate[i] * 8);
+}
+
 void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d)
 {
 	struct netstack_stats ns = { 0 };
@@ -354,6 +382,7 @@ void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d)
 	ns.drops_malformed += ctr_get(&dc.rx_bad_vnet_hdr) + ctr_get(&dc.udp_split_bad);
 	add_process(p, d);
 	add_tun(p, d, &ns, &dc);
+	add_throughput(p, d, &dc, &ds, &us);
 	add_drops(d, &ns, &us);
 	add_sessions(p, d, &ns, &us, &ds);
 	add_budget(p, d);

@@ -365,6 +365,9 @@ udp.train_errors udp.gro_datagrams udp.up_trains udp.up_train_datagrams udp.up_t
 buffers.in_use_bytes
 buffers.peak_bytes buffers.per_session_bytes buffers.heap_trims buffers.quiet_trims splice.pipes splice.pipe_bytes
 splice.pipes_reclaimed splice.pipes_refused relay.pipe_fallbacks
+throughput.window_ms throughput.tun_rx_bps throughput.tun_tx_bps throughput.tcp_up_bps
+throughput.tcp_down_bps throughput.udp_up_bps throughput.udp_down_bps
+udp.datagrams_up udp.bytes_up udp.datagrams_down udp.bytes_down
 driver.uring_enters driver.uring_flushes driver.uring_flush_writes driver.tx_lent driver.rx_taken
 driver.uring_reads_empty driver.uring_read_refused
 driver.uring_write_refused driver.uring_enter_failed'
@@ -826,7 +829,27 @@ if [ "$BYPASS" -eq 0 ] && [ "$QUEUES" -gt 1 ]; then
 		queues_trimmed_soon
 fi
 
-check "udp echo v4" inA "${TSNET[@]}" udp-echo --host "$SRV4" --port "$P_ECHO" --timeout 3
+# udp_echo_counted: the v4 echo (3 datagrams of 70, 470 and 870 payload bytes each way) moves
+# udp.datagrams_* and udp.bytes_* by exactly that.
+udp_echo_counted() {
+	local b a
+	b=$(stats_json) || return 1
+	inA "${TSNET[@]}" udp-echo --host "$SRV4" --port "$P_ECHO" --timeout 3 || return 1
+	a=$(stats_json) || return 1
+	jq -rn --argjson b "$b" --argjson a "$a" '[
+		"udp.datagrams_up", "udp.bytes_up", "udp.datagrams_down", "udp.bytes_down"][] as $k
+		| ($k | split(".")) as $p | "\($k) +\(($a | getpath($p)) - ($b | getpath($p)))"' | paste -sd' ' |
+		grep -qx 'udp.datagrams_up +3 udp.bytes_up +1410 udp.datagrams_down +3 udp.bytes_down +1410' || {
+		echo "counters moved: $(jq -rn --argjson b "$b" --argjson a "$a" '"\($a.udp.datagrams_up - $b.udp.datagrams_up) / \($a.udp.bytes_up - $b.udp.bytes_up) up, \($a.udp.datagrams_down - $b.udp.datagrams_down) / \($a.udp.bytes_down - $b.udp.bytes_down) down"')"
+		return 1
+	}
+	echo "3 datagrams, 1410 bytes each way counted"
+}
+if [ "$BYPASS" -eq 0 ]; then
+	check "udp echo v4, counted in udp.datagrams_* and udp.bytes_*" udp_echo_counted
+else
+	check "udp echo v4" inA "${TSNET[@]}" udp-echo --host "$SRV4" --port "$P_ECHO" --timeout 3
+fi
 check "udp echo v6" inA "${TSNET[@]}" udp-echo --host "$SRV6" --port "$P_ECHO" --timeout 3
 check "udp echo v4 from C" inC "${TSNET[@]}" udp-echo --host "$SRV4" --port "$P_ECHO" --timeout 3
 
