@@ -397,8 +397,15 @@ void udp_up_enqueue(struct udp_path *up, struct usock *k, const struct sockaddr_
 		udp_count_drop(up, UDP_DROP_queue_full);
 		return;
 	}
-	if (len > up->qcap || (k->fd >= 0 && sock_want_write(up, k) != 0) ||
-	    !(q = bufpool_get(up->pool))) {
+	if (len > up->qcap) {
+		udp_count_drop(up, UDP_DROP_oversize);
+		return;
+	}
+	if (k->fd >= 0 && sock_want_write(up, k) != 0) {
+		udp_count_drop(up, UDP_DROP_watch_failed);
+		return;
+	}
+	if (!(q = bufpool_get(up->pool))) {
 		udp_count_drop(up, UDP_DROP_no_buffer);
 		return;
 	}
@@ -629,7 +636,7 @@ static void down_enqueue(struct udp_path *up, struct udp_session *s, const uint8
 		return;
 	}
 	if (len > up->qcap || !(q = bufpool_get(up->pool))) {
-		udp_count_drop(up, UDP_DROP_no_buffer);
+		udp_count_drop(up, len > up->qcap ? UDP_DROP_oversize : UDP_DROP_no_buffer);
 		return;
 	}
 	q->len = (uint32_t)len;
@@ -717,7 +724,7 @@ static struct udp_session *session_new(struct udp_path *up, const struct skey *k
 	s = slab_zalloc(up->sess_slab);
 	if (!s) {
 		budget_udp_release(up->b);
-		udp_count_drop(up, UDP_DROP_no_session_budget);
+		udp_count_drop(up, UDP_DROP_no_memory);
 		return NULL;
 	}
 	s->up = up;
@@ -1499,7 +1506,7 @@ static int path_alloc(struct udp_path *up, const struct ts_config *cfg)
 	int ret;
 
 	/* A queued datagram is at most one TUN packet (up) or one reply of that size (down);
-	 * anything larger is not worth pinning a buffer for (no_buffer). */
+	 * anything larger is not worth pinning a buffer for (oversize). */
 	up->qcap = (size_t)cfg->tun.mtu + 48;
 	up->mtu = cfg->tun.mtu;
 	ret = bufpool_new(up->b, "udp", sizeof(struct qdgram) + up->qcap + OUTBOUND_NAME_MAX + 1,

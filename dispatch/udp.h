@@ -102,11 +102,14 @@ struct udp_path;
 	X(own_address)          /* to our gateway/NAT address and not hijacked DNS */           \
 	X(rejected)             /* the route chose a reject outbound */                         \
 	X(unsupported_outbound) /* an outbound without UDP: http, socks5 with "udp": false */   \
-	X(no_session_budget)    /* budget_udp_acquire refused, or no memory for the session */  \
+	X(no_session_budget)    /* budget_udp_acquire refused the session */                    \
+	X(no_memory)            /* no memory for the session */                                 \
 	X(fd_budget)            /* budget_fd_reserve refused the outbound socket */             \
 	X(socket_error)         /* outbound_socket (or connect to the DNS upstream) failed */   \
 	X(queue_full)           /* up or down FIFO at its budget depth */                       \
-	X(no_buffer)            /* no pool buffer for a datagram that had to wait, or too big */ \
+	X(no_buffer)            /* no buffer in the budget for a datagram that had to wait */   \
+	X(oversize)             /* had to wait, and larger than a queue slot (TUN MTU + 48) */  \
+	X(watch_failed)         /* its socket could not be watched for room to send */          \
 	X(send_error)           /* sendto failed with anything but EAGAIN */                    \
 	X(tx_error)             /* the driver's tx failed with anything but EAGAIN */           \
 	X(too_big)              /* a reply larger than the client's family can carry */         \

@@ -224,7 +224,8 @@ bool udp_dname_route(struct udp_path *up, struct udp_session *s, struct target *
 		return false;
 	}
 	if (v->payload_len > up->qcap || !(q = bufpool_get(up->pool))) {
-		udp_count_drop(up, UDP_DROP_no_buffer);
+		udp_count_drop(up, v->payload_len > up->qcap ? UDP_DROP_oversize
+							     : UDP_DROP_no_buffer);
 		return false;
 	}
 	q->len = (uint32_t)v->payload_len;

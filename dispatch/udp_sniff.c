@@ -100,7 +100,8 @@ static void hold(struct udp_path *up, struct usniff *x, const struct udp_view *v
 		return;
 	}
 	if (v->payload_len > up->qcap || !(q = bufpool_get(up->pool))) {
-		udp_count_drop(up, UDP_DROP_no_buffer);
+		udp_count_drop(up, v->payload_len > up->qcap ? UDP_DROP_oversize
+							     : UDP_DROP_no_buffer);
 		return;
 	}
 	memset(q, 0, sizeof(*q));

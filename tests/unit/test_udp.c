@@ -603,6 +603,32 @@ Test(udp, up_queue_overflow_is_counted_then_flushed)
 	env_fini(&e);
 }
 
+/* A datagram that must wait behind a queue but is larger than a queue slot (TUN MTU + 48) is
+ * dropped as oversize, not as a want of buffers; the queued one still goes. */
+Test(udp, a_datagram_too_big_to_wait_is_counted_oversize)
+{
+	struct env e;
+	struct server echo;
+	static char big[1400];
+
+	memset(big, 'b', sizeof(big));
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "{\"tun\":{\"mtu\":1280}}");
+	e.sendto_eagain = true;
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, "d0", 2);
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, big, sizeof(big));
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.up_queued, 1);
+	cr_assert_eq(st.drops[UDP_DROP_oversize], 1);
+	cr_assert_eq(st.drops[UDP_DROP_no_buffer], 0);
+	e.sendto_eagain = false;
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000), "replies: %d", e.ncap);
+	check_reply(&e.caps[0], "127.0.0.1", echo.port, "10.0.0.9", 5353, "d0", 2);
+	server_close(&echo);
+	env_fini(&e);
+}
+
 Test(udp, down_queue_overflow_is_counted_then_flushed)
 {
 	struct env e;
