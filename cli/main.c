@@ -108,10 +108,10 @@ static int cmd_check(int argc, char **argv)
 		return ret == -ENOMEM ? EXIT_RUNTIME : EXIT_USAGE;
 	}
 	/* What `run` refuses as a config error before it touches anything, check refuses too. */
-	if (cfg.user[0] && privdrop_resolve(cfg.user, &uid, &gid, err, sizeof(err)) != 0) {
-		fprintf(stderr, "config: $.user: %s\n", err);
+	if (cfg.user[0] && (ret = privdrop_resolve(cfg.user, &uid, &gid, err, sizeof(err))) != 0) {
+		fprintf(stderr, "config: $.user: %s\n", err[0] ? err : strerror(-ret));
 		config_fini(&cfg);
-		return EXIT_USAGE;
+		return ret == -ENOENT || ret == -EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
 	}
 	printf("config ok: %s\n", config_summary(&cfg, summary, sizeof(summary)));
 	config_fini(&cfg);

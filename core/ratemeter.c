@@ -31,8 +31,10 @@ int64_t ratemeter_sample(struct ratemeter *m, int64_t now, const uint64_t *v, ui
 			out[i] = 0;
 			continue;
 		}
-		/* Per second without overflow: bytes up to 2^64 over windows of any length. */
-		out[i] = (uint64_t)((long double)(v[i] - m->v_old[i]) * 1e9L / (long double)win);
+		/* In long double: no overflow on the way; a rate past 2^64 (a huge count over a
+		 * nanosecond) is held at the top. */
+		long double r = (long double)(v[i] - m->v_old[i]) * 1e9L / (long double)win;
+		out[i] = r >= 0x1p64L ? UINT64_MAX : (uint64_t)r;
 	}
 	return win > 0 ? win : 0;
 }

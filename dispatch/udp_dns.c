@@ -75,9 +75,6 @@ void udp_dns_input(struct udp_path *up, const struct udp_view *v)
 		udp_count_drop(up, UDP_DROP_dns_busy);
 		return;
 	}
-	ctr_inc(&up->ctr.dns_queries);
-	ctr_inc(&up->ctr.up_datagrams);
-	ctr_add(&up->ctr.up_bytes, v->payload_len);
 	*q = (struct udp_dnsq){ .up = up };
 	q->h.family = v->family;
 	memcpy(q->h.src, v->dst, 16);
@@ -91,6 +88,10 @@ void udp_dns_input(struct udp_path *up, const struct udp_view *v)
 		budget_mfree(up->b, q);
 		return;
 	}
+	/* Taken by the resolver (answered already, or waiting): sent on, not dropped. */
+	ctr_inc(&up->ctr.dns_queries);
+	ctr_inc(&up->ctr.up_datagrams);
+	ctr_add(&up->ctr.up_bytes, v->payload_len);
 	if (!t)
 		return; /* answered already (q is gone) */
 	q->t = t;

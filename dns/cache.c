@@ -51,7 +51,6 @@ static inline void put32(uint8_t *p, uint32_t v)
 
 /* ---- hashing ------------------------------------------------------------------------------ */
 
-
 static uint64_t hash_key(const struct dns_cache *c, uint32_t server, const struct dns_question *q)
 {
 	uint64_t h = c->key;

@@ -56,7 +56,6 @@ static int fam_index(int family)
 
 /* ---- hashing ------------------------------------------------------------------------------ */
 
-
 static uint32_t hash_name(const struct fakeip *f, int family, const char *s, size_t len)
 {
 	uint64_t h = f->key ^ (uint64_t)family;

@@ -355,6 +355,7 @@ static void add_throughput(struct ts_proxy *p, struct stats_doc *d,
 	uint64_t rate[PROXY_RATES] = { 0 };
 	int64_t win = 0;
 
+	_Static_assert(PROXY_RATES <= RATEMETER_MAX, "the ratemeter holds PROXY_RATES counters");
 	if (p->rates.n == PROXY_RATES)
 		win = ratemeter_sample(&p->rates, ts_now_ns(), v, rate);
 	stats_doc_add_u64(d, "throughput.window_ms", STATS_GAUGE, (uint64_t)(win / 1000000));

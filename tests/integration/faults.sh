@@ -555,9 +555,8 @@ case_fds() {
 	hold_stop fds "$held"
 	wait_idle fds
 	# One at a time, as in tcp_sessions: a session holds its descriptors until both of its ends
-	# have closed, so with 16 of them (8 sessions on the system stack) four apps at a time met
-	# a full budget now and then on a busy machine (a RST, counted, as designed) while earlier
-	# sessions wound down; seven at a time met it in every run.
+	# have closed, so with 16 of them (8 sessions on the system stack) several apps at a time
+	# can meet a full budget (a RST, counted, as designed) while earlier sessions wind down.
 	new_conns fds 20 1
 }
 

@@ -36,7 +36,7 @@
 # raised is said in a note: without CAP_SYS_RESOURCE the hard RLIMIT_NOFILE this script got is
 # the ceiling, and if the proxy's session descriptors under it cannot carry N connections (two
 # each on the system stack, one on lwip) HELD holds as many as fit. On the lwip stack the
-# 256th handshake under way at once finds lwIP's backlog (255) full: its SYN is dropped and
+# 256th handshake under way at once finds lwIP's backlog (255 with the desktop profile) full: its SYN is dropped and
 # retransmitted, which delays that connection and is not counted as a refusal.
 # The last line before the tally is '# figures: ...' with the numbers docs/reliability.md quotes.
 #
@@ -200,8 +200,8 @@ wait_idle() {
 	else not_ok "$1: back to idle within $2 s" "${diff:-no /stats}"; fi
 }
 # refusals BEFORE AFTER: every counter of a refusal or a failed session that moved, "" if none.
-# On the lwip stack a SYN that finds lwIP's backlog (255 handshakes) full is dropped, counted in
-# drops.half_open, and retransmitted by its client: a delay, which the held figure's
+# On the lwip stack a SYN that finds lwIP's backlog (255 handshakes with the desktop profile)
+# full is dropped, counted in drops.half_open, and retransmitted by its client: a delay, which the held figure's
 # establishing time shows, not a refusal (the connection is established, or HELD fails).
 refusals() {
 	local skip='^$'
