@@ -36,8 +36,9 @@
 # raised is said in a note: without CAP_SYS_RESOURCE the hard RLIMIT_NOFILE this script got is
 # the ceiling, and if the proxy's session descriptors under it cannot carry N connections (two
 # each on the system stack, one on lwip) HELD holds as many as fit. On the lwip stack the
-# 256th handshake under way at once finds lwIP's backlog (255 with the desktop profile) full: its SYN is dropped and
-# retransmitted, which delays that connection and is not counted as a refusal.
+# 256th handshake under way at once finds lwIP's backlog (255 with the desktop profile) full:
+# its SYN is dropped and retransmitted, which delays that connection and is not counted as a
+# refusal.
 # The last line before the tally is '# figures: ...' with the numbers docs/reliability.md quotes.
 #
 # usage: scale.sh [--stack system|lwip] [--bin PATH] [--conns N] [--churn M] [--concurrency C]
