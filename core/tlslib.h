@@ -3,8 +3,8 @@
  * Mapping libcrypto costs a process a large share of an idle proxy's private memory at once
  * (docs/architecture.md, "What the libraries cost"): the loader writes its relocated tables,
  * and every page written is the process's own. Every configuration would pay it, while only
- * DNS over TLS or HTTPS servers and QUIC sniffing use these libraries. So the program does not link them:
- * tlslib_load opens them (dlopen) the first time one of those is set up and fills one
+ * DNS over TLS or HTTPS servers and QUIC sniffing use these libraries. So the program does not
+ * link them: tlslib_load opens them (dlopen) the first time one of those is set up and fills one
  * process-wide table of the functions used (the table is the libraries themselves, shared by
  * every proxy in the process as they would be, so it is not a context of its own).
  *
