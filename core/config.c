@@ -1068,10 +1068,8 @@ static int resolve_tags(struct cfgp *p, struct ts_config *cfg)
 
 static bool is_ours(const struct ts_config *cfg, const struct netaddr *a)
 {
-	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
-
 	/* An IPv4-mapped IPv6 address reaches the IPv4 address from a dual-stack socket. */
-	if (a->family == 6 && memcmp(a->a, mapped, sizeof(mapped)) == 0)
+	if (a->family == 6 && netaddr_v6_is_v4mapped(a->a))
 		return netaddr_roles_is_ours(&cfg->roles4, a->a + 12);
 	if (a->family == 4)
 		return netaddr_roles_is_ours(&cfg->roles4, a->a);

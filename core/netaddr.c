@@ -290,8 +290,6 @@ static int roles_overflow(const struct netaddr_roles *r, const struct host_span 
  * traffic never reaches the proxy through them: refused at start instead. */
 static const char *gateway_unusable(const struct netaddr *a)
 {
-	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
-
 	if (netaddr_is_loopback(a))
 		return "a loopback address";
 	if (a->family == 4) {
@@ -303,7 +301,7 @@ static const char *gateway_unusable(const struct netaddr *a)
 	}
 	if (a->a[0] == 0xff)
 		return "a multicast address";
-	if (memcmp(a->a, mapped, sizeof(mapped)) == 0)
+	if (netaddr_v6_is_v4mapped(a->a))
 		return "an IPv4-mapped address (give the IPv4 address as tun.address)";
 	return NULL;
 }

@@ -60,6 +60,13 @@ void netaddr_cidr_normalize(struct netaddr_cidr *c);
 bool netaddr_in_cidr(const struct netaddr *a, const struct netaddr_cidr *c);
 /* 127.0.0.0/8 or ::1. */
 bool netaddr_is_loopback(const struct netaddr *a);
+/* 16 bytes of an IPv6 address in ::ffff:0:0/96 (an IPv4 address in its last 4). */
+static inline bool netaddr_v6_is_v4mapped(const uint8_t a[16])
+{
+	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+
+	return memcmp(a, mapped, sizeof(mapped)) == 0;
+}
 
 /* out = base + k within the family's address space; -ERANGE if that wraps past the top. */
 int netaddr_add(const struct netaddr *base, uint64_t k, struct netaddr *out);

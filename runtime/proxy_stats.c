@@ -50,22 +50,15 @@ static uint64_t count_fds(void)
 struct visit {
 	struct stats_doc *doc;
 	const char *prefix;
+	enum stats_kind kind; /* of every figure visited */
 };
 
-static void add_counter(void *arg, const char *name, uint64_t v)
+static void add_visited(void *arg, const char *name, uint64_t v)
 {
 	struct visit *vs = arg;
 	char key[128];
 	snprintf(key, sizeof(key), "%s.%s", vs->prefix, name);
-	stats_doc_add_u64(vs->doc, key, STATS_COUNTER, v);
-}
-
-static void add_level(void *arg, const char *name, uint64_t v)
-{
-	struct visit *vs = arg;
-	char key[128];
-	snprintf(key, sizeof(key), "%s.%s", vs->prefix, name);
-	stats_doc_add_u64(vs->doc, key, STATS_GAUGE, v);
+	stats_doc_add_u64(vs->doc, key, vs->kind, v);
 }
 
 static void add_process(struct ts_proxy *p, struct stats_doc *d)
@@ -392,14 +385,15 @@ void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d)
 	routing_stats(p, d);
 	reload_stats(p, d);
 	/* Every detailed counter of the stack and the driver, for diagnosis. */
-	struct visit vs = { d, "stack_counters" };
+	struct visit vs = { d, "stack_counters", STATS_COUNTER };
 	if (p->ns) {
-		p->ops->counters(p->ns, add_counter, &vs);
+		p->ops->counters(p->ns, add_visited, &vs);
+		vs.kind = STATS_GAUGE;
 		if (p->ops->levels)
-			p->ops->levels(p->ns, add_level, &vs);
+			p->ops->levels(p->ns, add_visited, &vs);
 	}
-	vs.prefix = "driver";
-	driver_counters_foreach(&dc, add_counter, &vs);
+	vs = (struct visit){ d, "driver", STATS_COUNTER };
+	driver_counters_foreach(&dc, add_visited, &vs);
 }
 
 static void provide(void *arg, struct stats_doc *d)
