@@ -52,4 +52,5 @@ void netstack_policy_drops(const struct l3policy_counters *c, struct netstack_st
 				ctr_get(&c->drop_from_nat_address);
 	o->drops_loop += ctr_get(&c->drop_loop);
 	o->drops_special_destination += ctr_get(&c->drop_special_destination);
+	o->drops_protocol += ctr_get(&c->drop_proto);
 }

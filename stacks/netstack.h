@@ -69,6 +69,9 @@ struct netstack_stats {
 	uint64_t drops_unmapped_downlink, drops_own_address, drops_nat_exhausted, drops_loop;
 	uint64_t drops_half_open;         /* SYNs refused: the half-open limits (a SYN flood) */
 	uint64_t drops_special_destination; /* first SYNs and datagrams to one (l3policy.h) */
+	uint64_t drops_protocol;          /* neither TCP, UDP nor the family's ICMP */
+	uint64_t drops_unmapped_rst;      /* system: unmapped uplink RSTs, never answered */
+	uint64_t drops_no_memory;         /* lwIP: no memory for an input segment */
 	uint64_t unmapped_uplink_rst;     /* RSTs answered to unmapped uplink segments */
 	uint64_t admission_refused, fd_exhausted;
 	uint64_t nat_half_open, nat_active, nat_closing, nat_quarantined;
@@ -120,9 +123,9 @@ struct netstack_ops {
  * with core/pkt.c): fragments and ESP on their own, every other reason as malformed. */
 void netstack_parse_drops(const ctr_t drops[PKT_REASON_MAX], struct netstack_stats *o);
 /* Add the policy-drop figures from the shared policy's counters (both stacks filter with
- * stacks/common/l3policy.h): icmp, loop and special_destination on their own, own_address,
- * nat_address and from_nat_address together as own_address, family as malformed; proto
- * drops have no figure of their own (see the detailed counters). Call after
+ * stacks/common/l3policy.h): icmp, loop, special_destination and proto (as protocol) on
+ * their own, own_address, nat_address and from_nat_address together as own_address, family
+ * as malformed. Call after
  * netstack_parse_drops, which sets drops_malformed. */
 void netstack_policy_drops(const struct l3policy_counters *c, struct netstack_stats *o);
 

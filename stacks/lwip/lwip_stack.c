@@ -1314,6 +1314,7 @@ static void lw_stats(struct netstack *ns, struct netstack_stats *o)
 	netstack_policy_drops(&c->policy, o);
 	o->drops_malformed += ctr_get(&c->drop_input_too_big);
 	o->drops_half_open = ctr_get(&c->drop_backlog_full);
+	o->drops_no_memory = ctr_get(&c->drop_nomem);
 	o->admission_refused = ctr_get(&c->admission_refused);
 	o->accepted = ctr_get(&c->accepted);
 	o->stack_bytes = lwip_glue_mem_bytes() + lwip_glue_rx_held_bytes();

@@ -840,6 +840,7 @@ static void sys_stats(struct netstack *ns, struct netstack_stats *o)
 	o->drops_nat_exhausted = ctr_get(&c->drop_nat_budget) + ctr_get(&c->drop_nat_ports) +
 				 ctr_get(&c->drop_nat_nomem);
 	o->unmapped_uplink_rst = ctr_get(&c->rst_sent);
+	o->drops_unmapped_rst = ctr_get(&c->drop_rst_no_mapping);
 	o->drops_half_open = ctr_get(&c->drop_nat_half_open);
 	o->rewrites = ctr_get(&c->uplink) + ctr_get(&c->downlink);
 	o->admission_refused = ctr_get(&st->ctr.admission_refused);

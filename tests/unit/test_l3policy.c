@@ -692,7 +692,8 @@ Test(l3policy, special_destination_answers)
 	}
 }
 
-/* The stacks' common figures carry the counter on its own (drops.special_destination). */
+/* The stacks' common figures carry these counters on their own (drops.special_destination,
+ * drops.loop, drops.protocol). */
 Test(l3policy, special_destination_in_stack_stats)
 {
 	struct l3policy_counters c = { 0 };
@@ -701,8 +702,10 @@ Test(l3policy, special_destination_in_stack_stats)
 	memset(&o, 0, sizeof(o));
 	ctr_add(&c.drop_special_destination, 5);
 	ctr_add(&c.drop_loop, 2);
+	ctr_add(&c.drop_proto, 3);
 	netstack_policy_drops(&c, &o);
 	cr_assert_eq(o.drops_special_destination, 5);
 	cr_assert_eq(o.drops_loop, 2);
+	cr_assert_eq(o.drops_protocol, 3);
 	cr_assert_eq(o.drops_malformed + o.drops_own_address + o.drops_icmp, 0);
 }

@@ -281,6 +281,9 @@ Test(lwip_stack, filtering_before_lwip)
 	len = tu_build(&s, buf, sizeof(buf));
 	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
 	cr_assert_eq(counter("drop_proto"), 1);
+	struct netstack_stats o;
+	lwip_stack_ops.stats(ns, &o);
+	cr_assert_eq(o.drops_protocol, 1, "drops.protocol");
 	cr_assert_eq(counter("to_lwip"), 0, "none of these reached lwIP");
 	cr_assert_eq(n_out, 0, "lwIP said nothing (no ICMP errors, no echo replies)");
 }

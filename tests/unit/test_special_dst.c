@@ -10,6 +10,9 @@
  *
  * Each SYN must be answered with a RST (the app fails at once), no listener may see a
  * connection or a datagram, and drops.special_destination grows by exactly one per packet.
+ * Then two packets no stack carries, each dropped under its own public key: a GRE packet
+ * (drops.protocol, both stacks) and, on the system stack, a RST for a connection it has no
+ * mapping for (drops.unmapped_rst; never answered).
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -94,8 +97,8 @@ static bool reached(int fd, int ms)
 	return poll(&p, 1, ms) == 1;
 }
 
-/* drops.special_destination from the proxy's /stats document; -1 if it has none. */
-static double special_drops(struct ts_proxy *p)
+/* drops.<key> from the proxy's /stats document; -1 if it has none. */
+static double drop_count(struct ts_proxy *p, const char *key)
 {
 	char *json = NULL;
 	cJSON *doc, *drops, *v;
@@ -106,10 +109,15 @@ static double special_drops(struct ts_proxy *p)
 	ts_free(json);
 	CHECK(doc != NULL, "stats JSON");
 	drops = cJSON_GetObjectItem(doc, "drops");
-	v = drops ? cJSON_GetObjectItem(drops, "special_destination") : NULL;
+	v = drops ? cJSON_GetObjectItem(drops, key) : NULL;
 	n = cJSON_IsNumber(v) ? v->valuedouble : -1;
 	cJSON_Delete(doc);
 	return n;
+}
+
+static double special_drops(struct ts_proxy *p)
+{
+	return drop_count(p, "special_destination");
 }
 
 struct inject {
@@ -228,6 +236,29 @@ static void datagram_dropped(struct ts_proxy *p, struct inject *in, const char *
 	      "%s: drops.special_destination %.0f -> %.0f, want +1", dst, before, after);
 }
 
+/* A packet to a routed destination that the stack drops without an answer: drops.<key>
+ * grows by exactly one within a second, and nothing comes back to the sender. */
+static void dropped_as(struct ts_proxy *p, struct inject *in, struct tu_spec *s,
+		       const char *key)
+{
+	uint8_t pkt[256];
+	uint32_t seq;
+	double before = drop_count(p, key), after = before;
+	int64_t end = now_ms() + 1000;
+
+	inject_send(in, pkt, tu_build(s, pkt, sizeof(pkt)));
+	while (after == before && now_ms() < end) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+		after = drop_count(p, key);
+	}
+	CHECK(before >= 0 && after == before + 1, "drops.%s %.0f -> %.0f, want +1", key, before,
+	      after);
+	if (s->proto == IPPROTO_TCP)
+		CHECK(answer_to(in, s, 300, &seq) < 0, "drops.%s: the packet was answered", key);
+}
+
 static const char *stack_name;
 
 static void scenario(void)
@@ -253,6 +284,21 @@ static void scenario(void)
 	datagram_dropped(p, &in, "fd00:5e::9", 40004, "::ffff:127.0.0.1", ufd);
 	datagram_dropped(p, &in, "fd00:5e::9", 40005, "::1", ufd);
 	datagram_dropped(p, &in, "10.99.0.9", 40006, "127.0.0.1", ufd);
+
+	struct tu_spec s;
+	tu_spec_raw(&s, "10.99.0.9", "10.99.7.1", 47); /* GRE, to a routed address */
+	s.payload_len = 20;
+	dropped_as(p, &in, &s, "protocol");
+	tu_spec_raw(&s, "fd00:5e::9", "fd00:5e:7::1", 132); /* SCTP */
+	s.payload_len = 20;
+	dropped_as(p, &in, &s, "protocol");
+	if (strcmp(stack_name, "system") == 0) {
+		tu_spec_tcp(&s, "10.99.0.9", 40007, "10.99.7.1", PORT);
+		s.tcp_flags = TCP_RST | TCP_ACK;
+		s.seq = 5000;
+		s.ack = 7000;
+		dropped_as(p, &in, &s, "unmapped_rst");
+	}
 
 	close(in.fd);
 	ts_proxy_free(p);
