@@ -11,8 +11,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
 
 struct tlslib_fns tlslib;
+_Static_assert(_Alignof(struct tlslib_fns) == 4096 && sizeof(struct tlslib_fns) % 4096 == 0,
+	       "the table must fill whole pages of its own");
 
 enum { G_CRYPTO, G_TLS, G_MAX };
 
@@ -93,6 +97,12 @@ out:
 	return fail_ret[G_TLS];
 }
 
+/* Under lock: the table's page(s) writable (for a fill) or read-only. */
+static int table_prot(int prot)
+{
+	return mprotect(&tlslib, sizeof(tlslib), prot) == 0 ? 0 : -errno;
+}
+
 int tlslib_load(unsigned what, char *err, size_t errlen)
 {
 	unsigned have;
@@ -104,6 +114,14 @@ int tlslib_load(unsigned what, char *err, size_t errlen)
 		return 0;
 	pthread_mutex_lock(&lock);
 	have = atomic_load_explicit(&opened, memory_order_relaxed);
+	if ((have & what) == what)
+		goto out;
+	/* Readers of a group already filled go on reading while the other group is filled. */
+	if ((ret = table_prot(PROT_READ | PROT_WRITE)) != 0) {
+		if (err && errlen)
+			snprintf(err, errlen, "function table: mprotect: %s", strerror(-ret));
+		goto out;
+	}
 	if (!(have & TLSLIB_CRYPTO) && (ret = open_crypto()) == 0)
 		have |= TLSLIB_CRYPTO;
 	if (ret == 0 && (what & TLSLIB_TLS) && !(have & TLSLIB_TLS)) {
@@ -111,9 +129,12 @@ int tlslib_load(unsigned what, char *err, size_t errlen)
 		if ((ret = open_tls()) == 0)
 			have |= TLSLIB_TLS;
 	}
+	/* Read-only again; should that fail, the table works as before, only unguarded. */
+	(void)table_prot(PROT_READ);
 	atomic_store_explicit(&opened, have, memory_order_release);
 	if (ret && err && errlen)
 		snprintf(err, errlen, "%s", fail_err[g]);
+out:
 	pthread_mutex_unlock(&lock);
 	return ret;
 }

@@ -29,7 +29,9 @@
  * process (thread-safe; when already open, an atomic load). Returns 0, or -ENOENT (a library
  * could not be opened) or -ENOSYS (a function is missing from it), with the loader's message
  * in err (when err is not NULL); the libraries a failed attempt opened are closed again. A
- * failure is final: later calls for the same libraries return it again. */
+ * failure is final: later calls for the same libraries return it again. The table is read-only
+ * between fills; if it cannot be made writable for one, the call returns mprotect's -errno
+ * (not final). */
 int tlslib_load(unsigned what, char *err, size_t errlen);
 
 #ifndef TLSLIB_LOAD_ONLY
@@ -136,15 +138,32 @@ int tlslib_load(unsigned what, char *err, size_t errlen);
 	X(nghttp2_submit_rst_stream) \
 	X(nghttp2_submit_settings)
 
-struct tlslib_fns {
 #define TLSLIB_MEMBER(f) __typeof__(f) *p_##f;
-	TLSLIB_CRYPTO_FNS(TLSLIB_MEMBER)
-	TLSLIB_SSL_FNS(TLSLIB_MEMBER)
+#define TLSLIB_MEMBERS                        \
+	TLSLIB_CRYPTO_FNS(TLSLIB_MEMBER)      \
+	TLSLIB_SSL_FNS(TLSLIB_MEMBER)         \
 	TLSLIB_H2_FNS(TLSLIB_MEMBER)
-#undef TLSLIB_MEMBER
+
+/* Only to size the table below. */
+struct tlslib_ptrs {
+	TLSLIB_MEMBERS
 };
 
-/* Filled by tlslib_load; read-only afterwards. */
+/* The table alone on its own page(s), so that tlslib_load can make them read-only between its
+ * fills: a stray write can then not turn into a call through a pointer it chose. */
+#define TLSLIB_PAGE_BYTES ((sizeof(struct tlslib_ptrs) + 4095) / 4096 * 4096)
+struct tlslib_fns {
+	union {
+		_Alignas(4096) struct {
+			TLSLIB_MEMBERS
+		};
+		unsigned char page_[TLSLIB_PAGE_BYTES];
+	};
+};
+#undef TLSLIB_MEMBERS
+#undef TLSLIB_MEMBER
+
+/* Filled by tlslib_load; read-only afterwards (mapped so once a load has finished). */
 extern struct tlslib_fns tlslib;
 
 /* Calls through the table. */
