@@ -10,13 +10,16 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 struct tlslib_fns tlslib;
 _Static_assert(_Alignof(struct tlslib_fns) == 4096 && sizeof(struct tlslib_fns) % 4096 == 0,
-	       "the table must fill whole pages of its own");
+	       "the table must fill whole 4 KiB pages of its own");
 
 enum { G_CRYPTO, G_TLS, G_MAX };
 
@@ -97,10 +100,32 @@ out:
 	return fail_ret[G_TLS];
 }
 
-/* Under lock: the table's page(s) writable (for a fill) or read-only. */
-static int table_prot(int prot)
+/* Under lock: is the table read-only now? */
+static bool guarded;
+
+/* Under lock: can the table be guarded at all? Only where it fills whole pages of this
+ * system's size (4 KiB, as laid out; not on a kernel with larger pages, where mprotect would
+ * take its neighbours along or refuse the address). */
+static bool guardable(void)
 {
-	return mprotect(&tlslib, sizeof(tlslib), prot) == 0 ? 0 : -errno;
+	long pg = sysconf(_SC_PAGESIZE);
+
+	return pg > 0 && sizeof(tlslib) % (size_t)pg == 0 && (uintptr_t)&tlslib % (size_t)pg == 0;
+}
+
+/* Under lock: make the table writable for a fill (0, or mprotect's -errno: it stays
+ * read-only), or read-only after one (a failure leaves it writable: unguarded, working). */
+static int table_writable(void)
+{
+	if (guarded && mprotect(&tlslib, sizeof(tlslib), PROT_READ | PROT_WRITE) != 0)
+		return -errno;
+	guarded = false;
+	return 0;
+}
+
+static void table_read_only(void)
+{
+	guarded = guardable() && mprotect(&tlslib, sizeof(tlslib), PROT_READ) == 0;
 }
 
 int tlslib_load(unsigned what, char *err, size_t errlen)
@@ -117,7 +142,7 @@ int tlslib_load(unsigned what, char *err, size_t errlen)
 	if ((have & what) == what)
 		goto out;
 	/* Readers of a group already filled go on reading while the other group is filled. */
-	if ((ret = table_prot(PROT_READ | PROT_WRITE)) != 0) {
+	if ((ret = table_writable()) != 0) {
 		if (err && errlen)
 			snprintf(err, errlen, "function table: mprotect: %s", strerror(-ret));
 		goto out;
@@ -129,8 +154,7 @@ int tlslib_load(unsigned what, char *err, size_t errlen)
 		if ((ret = open_tls()) == 0)
 			have |= TLSLIB_TLS;
 	}
-	/* Read-only again; should that fail, the table works as before, only unguarded. */
-	(void)table_prot(PROT_READ);
+	table_read_only();
 	atomic_store_explicit(&opened, have, memory_order_release);
 	if (ret && err && errlen)
 		snprintf(err, errlen, "%s", fail_err[g]);

@@ -30,8 +30,8 @@
  * could not be opened) or -ENOSYS (a function is missing from it), with the loader's message
  * in err (when err is not NULL); the libraries a failed attempt opened are closed again. A
  * failure is final: later calls for the same libraries return it again. The table is read-only
- * between fills; if it cannot be made writable for one, the call returns mprotect's -errno
- * (not final). */
+ * between fills where the pages allow (above); if it cannot be made writable for one, the call
+ * returns mprotect's -errno (not final). */
 int tlslib_load(unsigned what, char *err, size_t errlen);
 
 #ifndef TLSLIB_LOAD_ONLY
@@ -144,20 +144,12 @@ int tlslib_load(unsigned what, char *err, size_t errlen);
 	TLSLIB_SSL_FNS(TLSLIB_MEMBER)         \
 	TLSLIB_H2_FNS(TLSLIB_MEMBER)
 
-/* Only to size the table below. */
-struct tlslib_ptrs {
-	TLSLIB_MEMBERS
-};
-
-/* The table alone on its own page(s), so that tlslib_load can make them read-only between its
- * fills: a stray write can then not turn into a call through a pointer it chose. */
-#define TLSLIB_PAGE_BYTES ((sizeof(struct tlslib_ptrs) + 4095) / 4096 * 4096)
+/* The table alone on its own 4 KiB page(s) (the alignment pads its size to whole pages), so
+ * that tlslib_load can make them read-only between its fills: a stray write can then not turn
+ * into a call through a pointer it chose. On a system with larger pages it stays writable. */
 struct tlslib_fns {
-	union {
-		_Alignas(4096) struct {
-			TLSLIB_MEMBERS
-		};
-		unsigned char page_[TLSLIB_PAGE_BYTES];
+	_Alignas(4096) struct {
+		TLSLIB_MEMBERS
 	};
 };
 #undef TLSLIB_MEMBERS

@@ -162,14 +162,14 @@ static void add_drops(struct stats_doc *d, const struct netstack_stats *ns,
 	stats_doc_counter(d, "drops.own_address", ns->drops_own_address);
 	stats_doc_counter(d, "drops.loop", ns->drops_loop + us->drops[UDP_DROP_loop]);
 	stats_doc_counter(d, "drops.special_destination", ns->drops_special_destination);
-	stats_doc_counter(d, "drops.protocol", ns->drops_protocol);
-	stats_doc_counter(d, "drops.unmapped_rst", ns->drops_unmapped_rst);
-	stats_doc_counter(d, "drops.no_memory", ns->drops_no_memory);
 	stats_doc_counter(d, "drops.nat_exhausted", ns->drops_nat_exhausted);
 	stats_doc_counter(d, "drops.half_open", ns->drops_half_open);
 	stats_doc_counter(d, "drops.admission_refused", ns->admission_refused);
 	stats_doc_counter(d, "drops.fd_exhausted", ns->fd_exhausted);
 	stats_doc_counter(d, "drops.udp_queue_full", us->queue_drops);
+	stats_doc_counter(d, "drops.protocol", ns->drops_protocol);
+	stats_doc_counter(d, "drops.unmapped_rst", ns->drops_unmapped_rst);
+	stats_doc_counter(d, "drops.no_memory", ns->drops_no_memory);
 }
 
 static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct netstack_stats *ns,

@@ -59,8 +59,9 @@ _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
 	X(icmp_echo_reply)                                                                     \
 	X(tx_packets)         /* packets lwIP emitted */                                       \
 	X(accepted)                                                                            \
-	X(drop_nomem)         /* no memory for an input SYN (the app retransmits it), or for */ \
-	                      /* a segment whose checksum then failed */                        \
+	X(drop_nomem)         /* an input segment without memory: a SYN (the app retransmits */ \
+	                      /* it), a bare ACK or RST with the stack's own buffer out too, a */ \
+	                      /* header that got no buffer, or a checksum that then failed */    \
 	X(rx_payload_nomem)   /* no memory for a segment's payload: dropped (retransmitted), */ \
 	                      /* its acknowledgement and window still given to lwIP */          \
 	X(ooseq_freed)        /* out-of-order queues let go when a payload found no memory */   \

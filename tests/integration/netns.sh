@@ -359,7 +359,8 @@ tun.tx_bytes tun.rewrites tun.queues tun.io_uring tun.rx_gso tun.rps tun.rps_aut
 tun.rps_trials_failed tun.rps_last_trial_pct tun.loop_busy_pct tun_device.rx_dropped tun_device.tx_dropped drops.malformed
 drops.fragment drops.esp drops.icmp drops.unmapped_downlink drops.unmapped_uplink_rst
 drops.own_address drops.nat_exhausted drops.admission_refused drops.fd_exhausted
-drops.udp_queue_full drops.protocol drops.unmapped_rst drops.no_memory nat.half_open nat.active nat.closing nat.quarantined sessions.active
+drops.udp_queue_full drops.protocol drops.unmapped_rst drops.no_memory
+nat.half_open nat.active nat.closing nat.quarantined sessions.active
 sessions.total sessions.refused udp.sessions udp.queue_drops udp.trains udp.train_datagrams
 udp.train_errors udp.gro_datagrams udp.up_trains udp.up_train_datagrams udp.up_train_errors
 buffers.in_use_bytes

@@ -1336,6 +1336,30 @@ Test(lwip_stream, input_without_memory_still_delivers_the_ack)
 	cr_assert_eq(E.o.errors, 0);
 }
 
+/* A SYN that finds the budget spent is refused whole (the app retransmits it): no SYN-ACK, no
+ * connection, one drop_nomem, and the same one in the stack's public figure (drops.no_memory).
+ * With the memory back, the app's retransmitted SYN gets its connection. */
+Test(lwip_stream, syn_without_memory_is_dropped_and_counted)
+{
+	struct netstack_stats o;
+	size_t before;
+
+	E.held = exhaust_budget();
+	before = E.ncaps;
+	inject(TCP_SYN, APP_ISN, NULL, 0);
+	pump();
+	cr_assert_eq(E.ncaps, before, "the refused SYN was answered");
+	cr_assert_eq(E.accepted, 0);
+	cr_assert_eq(stack_counter("drop_nomem"), 1);
+	lwip_stack_ops.stats(E.ns, &o);
+	cr_assert_eq(o.drops_no_memory, 1, "drops.no_memory");
+
+	budget_bytes_release(E.budget, E.held);
+	E.held = 0;
+	handshake();
+	cr_assert_eq(stack_counter("drop_nomem"), 1);
+}
+
 /* A segment that arrives after a lost one waits in lwIP's out-of-order queue, charged to the
  * budget. With the budget spent, the lost segment's retransmission finds no memory for its
  * payload: the queue behind it lets go (counted), so the next retransmission gets in with the

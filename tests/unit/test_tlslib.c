@@ -127,7 +127,7 @@ Test(tlslib, calls_reach_each_library)
 }
 
 /* A write into the filled table faults (its page is read-only), in a child of its own; after
- * the TLS group was filled too, the table is read-only again. Without the protection the child
+ * the TLS group was filled too, the table is read-only again (on 4 KiB pages). Without the protection the child
  * writes, exits 0 and the test fails. (Under ASan the fault is reported and the child exits
  * 1.) */
 static void write_faults(void)
@@ -143,13 +143,14 @@ static void write_faults(void)
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_assert(!(WIFEXITED(status) && WEXITSTATUS(status) == 0),
 		  "the child wrote into the function table");
-	cr_assert_not_null(tlslib.p_EVP_CIPHER_CTX_new, "the parent's table is untouched");
 }
 
 Test(tlslib, table_read_only_between_fills)
 {
 	char err[256] = "";
 
+	if (sysconf(_SC_PAGESIZE) != 4096)
+		cr_skip_test("the table is guarded on 4 KiB pages only");
 	cr_assert_eq(tlslib_load(TLSLIB_CRYPTO, err, sizeof(err)), 0, "%s", err);
 	write_faults();
 	cr_assert_eq(tlslib_load(TLSLIB_TLS, err, sizeof(err)), 0, "%s", err);
