@@ -151,6 +151,15 @@ def note_once(notes, msg):
 
 # ---- subjects -------------------------------------------------------------------------------
 
+def tally(targets):
+    """The verdicts counted, e.g. "19 PASS, 8 MISS of 27" (", 1 N/A" when a figure is
+    missing), so that nobody has to count the lines."""
+    n = {v: sum(1 for t in targets if t["verdict"] == v) for v in ("PASS", "MISS", "N/A")}
+    return "%d PASS, %d MISS%s of %d" % (n["PASS"], n["MISS"],
+                                         ", %d N/A" % n["N/A"] if n["N/A"] else "",
+                                         len(targets))
+
+
 def cc_text(meta):
     """The testbed's TCP congestion control, as the report states it."""
     cc = meta.get("tcp_congestion") or {}
@@ -685,6 +694,8 @@ class Report:
             return
         L.append("## Targets")
         L.append("")
+        L.append(tally(targets) + ".")
+        L.append("")
         L.append("| verdict | figure | measured | target |")
         L.append("| --- | --- | --- | --- |")
         for t in targets:
@@ -725,6 +736,8 @@ class Report:
             json.dump({"meta": meta, "rows": rows, "samples": samples}, f, indent=1)
         for t in targets:
             out("%-4s  %s: %s (target %s)" % (t["verdict"], t["what"], t["shown"], t["target"]))
+        if targets:
+            out("targets: " + tally(targets))
         for d, n in self.bulk_cells if self.ablation else []:
             st = self.pct(self.find("system", "offload"), self.find("lwip", "offload"), d, n)
             if st is not None:
@@ -998,6 +1011,8 @@ class Report:
         L.append("")
         L.append("## Targets (the ablation's acceptance targets, on the medians of this run)")
         L.append("")
+        L.append(tally(targets) + ".")
+        L.append("")
         L.append("```")
         for t in targets:
             L.append("%-4s  %s: %s (target %s)" % (t["verdict"], t["what"], t["shown"],
@@ -1102,6 +1117,8 @@ class Report:
         self.socks5_bound_table(L, pairs)
         L.append("## Targets (each stack via SOCKS5 at least %.1f of the plain SOCKS5 client, "
                  "on the medians of this run)" % SOCKS5_TARGET)
+        L.append("")
+        L.append(tally(targets) + ".")
         L.append("")
         L.append("```")
         for t in targets:

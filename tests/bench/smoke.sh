@@ -233,6 +233,15 @@ check("the report states the testbed's congestion control and the host's",
 check("results.json keeps meta.tcp_congestion",
       res["meta"].get("tcp_congestion") == {"testbed": "reno", "host_default": "bbr"})
 check("peak RSS in MiB (9000 KiB = 8.8)", "| 8.8 |" in report or "| 8.8 " in report)
+def tally_ok(stdout, report):
+    """The verdicts counted once in the report and on stdout, as many as the lines printed."""
+    import re
+    p = sum(1 for l in stdout.splitlines() if l.startswith("PASS  "))
+    m = sum(1 for l in stdout.splitlines() if l.startswith("MISS  "))
+    na = sum(1 for l in stdout.splitlines() if l.startswith("N/A   ") or l.startswith("N/A  "))
+    want = "%d PASS, %d MISS%s of %d" % (p, m, ", %d N/A" % na if na else "", p + m + na)
+    return p + m > 0 and ("targets: " + want) in stdout and (want + ".") in report
+check("the targets counted: PASS and MISS as many as the lines", tally_ok(stdout, report))
 if shutil.which("gnuplot"):
     check("chart: ablation_throughput.svg and .png",
           all(os.path.getsize(os.path.join(d, "ablation_throughput." + e)) > 1000
@@ -348,6 +357,12 @@ for w in ("PASS  system via socks5: TCP bulk up, 1 stream over the plain socks5 
           "MISS  lwip via socks5: TCP bulk up, 16 streams over the plain socks5 client: 0.600",
           "MISS  lwip via socks5: UDP echo 64 B packets/s over the plain socks5 client: 0.700"):
     check("target line: " + w[:40], w in stdout and w in report)
+def tally_ok(stdout, report):
+    p = sum(1 for l in stdout.splitlines() if l.startswith("PASS  "))
+    m = sum(1 for l in stdout.splitlines() if l.startswith("MISS  "))
+    want = "%d PASS, %d MISS of %d" % (p, m, p + m)
+    return p > 0 and m > 0 and ("targets: " + want) in stdout and (want + ".") in report
+check("the targets counted: PASS and MISS as many as the lines", tally_ok(stdout, report))
 check("one table row per figure with the ratio columns",
       "| TCP up, 16 streams | 10.00 [9.90 – 10.10] | 7.50 [7.42 – 7.58] | 0.750 | 12.00 "
       "[11.88 – 12.12] | 9.00 [8.91 – 9.09] | 0.900 |" in report and "| UDP echo 64 B, packets/s |" in report)
