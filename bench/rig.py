@@ -28,6 +28,7 @@ run or a redraw. The rest, next to it in bench/:
     ab.py         --ab: the A/B gate's plan and schedule (abstat.py its statistics,
                   abreport.py its report, abcg.py the CPU cgroup of --ab-throttle)
     results.py    the samples, failures and notes; results.json's meta; --report-from input
+    across.py     --across: the targets of several runs side by side
     report.py     the report: derived figures, targets, report.md, charts, results.json
 
 Python 3 standard library only. Every wait is bounded; namespaces and processes are torn down
@@ -153,6 +154,11 @@ def parse_args(argv):
     ap.add_argument("--report-from", metavar="FILE",
                     help="redraw report.md, results.json and charts from an earlier run's "
                     "results.json (into --out, default FILE's directory); needs no root")
+    ap.add_argument("--across", nargs="+", metavar="FILE",
+                    help="the targets of several earlier runs' results.json (of one kind: "
+                    "full, --via socks5 or --ablation) side by side: per target the runs that "
+                    "passed it, its lowest and highest figure and every run's; to stdout, and "
+                    "to --out DIR/across.md when given; needs no root")
     ap.add_argument("--no-micro", action="store_true",
                     help="skip the callgrind instruction counts")
     ap.add_argument("--perf", metavar="DIR", default=None,
@@ -188,6 +194,21 @@ def parse_args(argv):
     if a.cc is not None and not re.fullmatch(r"[a-z][a-z0-9_]{0,14}", a.cc):
         bad("--cc: %r is not a congestion control name (reno, cubic, bbr, ... or host)" % a.cc)
     ab.check_args(a, bad)
+    if a.across:
+        given = [o for o, v in (("--report-from", a.report_from), ("--ablation", a.ablation),
+                                ("--quick", a.quick), ("--via", a.via), ("--sniff", a.sniff),
+                                ("--io-mode", a.io_mode), ("--reps", a.reps),
+                                ("--bulk-seconds", a.bulk_seconds),
+                                ("--time-limit", a.time_limit), ("--dry-run", a.dry_run),
+                                ("--cc", a.cc), ("--subject", a.subject), ("--link", a.link),
+                                ("--smoke", a.smoke), ("--perf", a.perf),
+                                ("--ab", a.ab)) if v]
+        if given:
+            bad("--across reads earlier runs: %s make%s no sense with it" % (
+                ", ".join(given), "s" if len(given) == 1 else ""))
+        if len(a.across) < 2:
+            bad("--across needs at least two results.json")
+        return a
     if a.report_from:
         given = [o for o, v in (("--ablation", a.ablation), ("--quick", a.quick),
                                 ("--via", a.via), ("--sniff", a.sniff),
@@ -262,6 +283,9 @@ def main(argv):
     try:
         if a.report_from:
             return report_from(a)
+        if a.across:
+            import across
+            return across.main(a)
         if a.link:
             if a.dry_run:
                 out("twinstack bench: link conditions (bench/linkrun.py), out %s" % a.out)

@@ -8,7 +8,8 @@
 #     The same for `--via socks5`: its plan, its argument checks, and its report (the ratios to
 #     the plain SOCKS5 client and their PASS/MISS lines) redrawn from a synthetic run. And the
 #     subjects of each mode: their names, and each setting in the configuration it starts with.
-#     And a full run's memory table (both hold cells) redrawn from a synthetic run.
+#     And a full run's memory table (both hold cells) redrawn from a synthetic run, and
+#     --across: the targets of two synthetic runs side by side, and the files it refuses.
 #  2-4. Root, side by side, each `--smoke` (the rig's sanity run: --quick with one 1 s bulk
 #     cell and every fixed wait shortened): 2. the comparison (offload I/O,
 #     the default): every stack and baseline must produce sane figures (throughput > 0, RSS >
@@ -441,6 +442,43 @@ else
 	grep -F "fraction of the redirect baseline" "$out/full/report.md" 2>/dev/null | sed 's/^/# /'
 	fails=$((fails + 1))
 fi
+# --across: two synthetic full runs' targets side by side, and the files it must refuse.
+mkdir -p "$out/across"
+python3 - "$out/across" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+def run(name, mode, started, targets):
+    meta = {"mode": mode, "started_utc": started, "targets": [
+        {"what": w, "value": v, "target": t, "verdict": vd, "shown": sh}
+        for w, v, t, vd, sh in targets]}
+    json.dump({"meta": meta, "rows": [], "samples": []}, open(os.path.join(d, name), "w"))
+run("a.json", "full", "2026-01-01T00:00:00Z",
+    [("system, up 1", 0.7, ">= 0.70", "PASS", "0.700"),
+     ("lwip, up 1", 0.45, ">= 0.50", "MISS", "0.450")])
+run("b.json", "full", "2026-01-02T00:00:00Z",
+    [("system, up 1", 0.65, ">= 0.70", "MISS", "0.650"),
+     ("lwip, up 1", 0.52, ">= 0.50", "PASS", "0.520"),
+     ("system, wakeups", 0, "<= 2", "PASS", "0")])
+run("s.json", "socks5", "2026-01-03T00:00:00Z", [("x", 1.0, ">= 0.8", "PASS", "1.000")])
+json.dump({"meta": {"mode": "full"}, "rows": []}, open(os.path.join(d, "none.json"), "w"))
+PY
+expect_rc 0 --across "$out/across/a.json" "$out/across/b.json" --out "$out/across"
+if grep -qxF "| system, up 1 | >= 0.70 | 1 of 2 | 0.650 | 0.700 | 0.700 P · 0.650 M |" "$out/args.txt" &&
+	grep -qxF "| lwip, up 1 | >= 0.50 | 1 of 2 | 0.450 | 0.520 | 0.450 M · 0.520 P |" "$out/args.txt" &&
+	grep -qxF "| system, wakeups | <= 2 | 1 of 1 | 0 | 0 | — · 0 P |" "$out/args.txt" &&
+	grep -qxF "Passed per run: 1. 1 of 2, 2. 2 of 3." "$out/args.txt" &&
+	cmp -s "$out/args.txt" "$out/across/across.md"; then
+	echo "ok - --across: each target's runs passed, lowest, highest and every run's figure"
+else
+	echo "not ok - --across table"
+	sed 's/^/# /' "$out/args.txt"
+	fails=$((fails + 1))
+fi
+expect_rc 2 --across "$out/across/a.json"                      # one run is not a comparison
+expect_rc 2 --across "$out/across/a.json" "$out/across/s.json"  # two kinds of run
+expect_rc 2 --across "$out/across/a.json" "$out/across/none.json" # no targets
+expect_rc 2 --across "$out/across/a.json" "$out/across/missing.json"
+expect_rc 2 --across "$out/across/a.json" "$out/across/b.json" --quick
 if [ "$fails" -ne 0 ]; then
 	echo "smoke: $fails check(s) of the argument and report part failed"
 	exit 1
