@@ -155,7 +155,8 @@ struct tlslib_fns {
 #undef TLSLIB_MEMBERS
 #undef TLSLIB_MEMBER
 
-/* Filled by tlslib_load; read-only afterwards (mapped so once a load has finished). */
+/* Filled by tlslib_load; read-only afterwards (mprotect once a load has finished, on 4 KiB
+ * pages). */
 extern struct tlslib_fns tlslib;
 
 /* Calls through the table. */

@@ -125,8 +125,7 @@ void netstack_parse_drops(const ctr_t drops[PKT_REASON_MAX], struct netstack_sta
 /* Add the policy-drop figures from the shared policy's counters (both stacks filter with
  * stacks/common/l3policy.h): icmp, loop, special_destination and proto (as protocol) on
  * their own, own_address, nat_address and from_nat_address together as own_address, family
- * as malformed. Call after
- * netstack_parse_drops, which sets drops_malformed. */
+ * as malformed. Call after netstack_parse_drops, which sets drops_malformed. */
 void netstack_policy_drops(const struct l3policy_counters *c, struct netstack_stats *o);
 
 /* The stack named name ("system", "lwip"), or NULL if this build has none by that name. */
