@@ -17,7 +17,10 @@ MODES = ("full", "socks5", "ablation")
 
 
 def load(path):
-    """(started, mode, targets) of one results.json, or CannotRun naming the file."""
+    """(started, mode, targets) of one results.json (or of DIR/results.json, for a run's output
+    directory), or CannotRun naming the file."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "results.json")
     try:
         with open(path) as f:
             data = json.load(f)

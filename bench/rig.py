@@ -155,7 +155,8 @@ def parse_args(argv):
                     help="redraw report.md, results.json and charts from an earlier run's "
                     "results.json (into --out, default FILE's directory); needs no root")
     ap.add_argument("--across", nargs="+", metavar="FILE",
-                    help="the targets of several earlier runs' results.json (of one kind: "
+                    help="the targets of several earlier runs' results.json (or their output "
+                    "directories; of one kind: "
                     "full, --via socks5 or --ablation) side by side: per target the runs that "
                     "passed it, its lowest and highest figure and every run's; to stdout, and "
                     "to --out DIR/across.md when given; needs no root")

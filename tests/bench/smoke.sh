@@ -462,7 +462,8 @@ run("b.json", "full", "2026-01-02T00:00:00Z",
 run("s.json", "socks5", "2026-01-03T00:00:00Z", [("x", 1.0, ">= 0.8", "PASS", "1.000")])
 json.dump({"meta": {"mode": "full"}, "rows": []}, open(os.path.join(d, "none.json"), "w"))
 PY
-expect_rc 0 --across "$out/across/a.json" "$out/across/b.json" --out "$out/across"
+mkdir -p "$out/across/runb" && cp "$out/across/b.json" "$out/across/runb/results.json"
+expect_rc 0 --across "$out/across/a.json" "$out/across/runb" --out "$out/across" # a file, a run's dir
 if grep -qxF "| system, up 1 | >= 0.70 | 1 of 2 | 0.650 | 0.700 | 0.700 P · 0.650 M |" "$out/args.txt" &&
 	grep -qxF "| lwip, up 1 | >= 0.50 | 1 of 2 | 0.450 | 0.520 | 0.450 M · 0.520 P |" "$out/args.txt" &&
 	grep -qxF "| system, wakeups | <= 2 | 1 of 1 | 0 | 0 | — · 0 P |" "$out/args.txt" &&
