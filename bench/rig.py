@@ -93,6 +93,17 @@ def report_from(a):
     return EXIT_OK
 
 
+def run_options_given(a):
+    """The options of a new run that were given: none of them applies to reading an earlier
+    run (--report-from, --across)."""
+    return [o for o, v in (("--ablation", a.ablation), ("--quick", a.quick), ("--via", a.via),
+                           ("--sniff", a.sniff), ("--io-mode", a.io_mode), ("--reps", a.reps),
+                           ("--bulk-seconds", a.bulk_seconds),
+                           ("--time-limit", a.time_limit), ("--dry-run", a.dry_run),
+                           ("--cc", a.cc), ("--subject", a.subject), ("--link", a.link),
+                           ("--smoke", a.smoke)) if v]
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="twinstack bench",
@@ -196,14 +207,8 @@ def parse_args(argv):
         bad("--cc: %r is not a congestion control name (reno, cubic, bbr, ... or host)" % a.cc)
     ab.check_args(a, bad)
     if a.across:
-        given = [o for o, v in (("--report-from", a.report_from), ("--ablation", a.ablation),
-                                ("--quick", a.quick), ("--via", a.via), ("--sniff", a.sniff),
-                                ("--io-mode", a.io_mode), ("--reps", a.reps),
-                                ("--bulk-seconds", a.bulk_seconds),
-                                ("--time-limit", a.time_limit), ("--dry-run", a.dry_run),
-                                ("--cc", a.cc), ("--subject", a.subject), ("--link", a.link),
-                                ("--smoke", a.smoke), ("--perf", a.perf),
-                                ("--ab", a.ab)) if v]
+        given = [o for o, v in (("--report-from", a.report_from), ("--perf", a.perf),
+                                ("--ab", a.ab)) if v] + run_options_given(a)
         if given:
             bad("--across reads earlier runs: %s make%s no sense with it" % (
                 ", ".join(given), "s" if len(given) == 1 else ""))
@@ -211,13 +216,7 @@ def parse_args(argv):
             bad("--across needs at least two results.json")
         return a
     if a.report_from:
-        given = [o for o, v in (("--ablation", a.ablation), ("--quick", a.quick),
-                                ("--via", a.via), ("--sniff", a.sniff),
-                                ("--io-mode", a.io_mode), ("--reps", a.reps),
-                                ("--bulk-seconds", a.bulk_seconds),
-                                ("--time-limit", a.time_limit), ("--dry-run", a.dry_run),
-                                ("--cc", a.cc), ("--subject", a.subject),
-                                ("--link", a.link), ("--smoke", a.smoke)) if v]
+        given = run_options_given(a)
         if given:
             bad("--report-from redraws an earlier run: %s make%s no sense with it" % (
                 ", ".join(given), "s" if len(given) == 1 else ""))

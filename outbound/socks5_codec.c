@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "core/netaddr.h"
+
 int socks5_addr_ip(struct socks5_addr *dst, int family, const uint8_t *addr, uint16_t port)
 {
 	memset(dst, 0, sizeof(*dst));
@@ -349,13 +351,12 @@ static bool is_unspecified(const struct socks5_addr *a)
 static bool is_loopback(const struct socks5_addr *a)
 {
 	static const uint8_t v6_lo[16] = { [15] = 1 };
-	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
 
 	if (a->atyp == SOCKS5_ATYP_IPV4)
 		return a->a[0] == 127;
 	if (a->atyp != SOCKS5_ATYP_IPV6)
 		return false;
-	return memcmp(a->a, v6_lo, 16) == 0 || (memcmp(a->a, mapped, 12) == 0 && a->a[12] == 127);
+	return memcmp(a->a, v6_lo, 16) == 0 || (netaddr_v6_is_v4mapped(a->a) && a->a[12] == 127);
 }
 
 int socks5_udp_relay_endpoint(const struct socks5_addr *bnd, const struct socks5_addr *server,
