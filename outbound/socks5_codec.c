@@ -347,35 +347,51 @@ static bool is_unspecified(const struct socks5_addr *a)
 	return a->atyp != SOCKS5_ATYP_DOMAIN && memcmp(a->a, zero, a->len) == 0;
 }
 
-/* 127/8, ::1, and 127/8 written as IPv4-mapped IPv6 (::ffff:127.x.y.z). */
+/* 127/8 and ::1 (an IPv4-mapped address is unmapped before this is asked). */
 static bool is_loopback(const struct socks5_addr *a)
 {
 	static const uint8_t v6_lo[16] = { [15] = 1 };
 
 	if (a->atyp == SOCKS5_ATYP_IPV4)
 		return a->a[0] == 127;
-	if (a->atyp != SOCKS5_ATYP_IPV6)
-		return false;
-	return memcmp(a->a, v6_lo, 16) == 0 || (netaddr_v6_is_v4mapped(a->a) && a->a[12] == 127);
+	return a->atyp == SOCKS5_ATYP_IPV6 && memcmp(a->a, v6_lo, 16) == 0;
 }
 
-int socks5_udp_relay_endpoint(const struct socks5_addr *bnd, const struct socks5_addr *server,
+/* An IPv4-mapped IPv6 address (::ffff:a.b.c.d) as the IPv4 address it carries; any other
+ * address as it is. */
+static struct socks5_addr unmapped(const struct socks5_addr *a)
+{
+	struct socks5_addr r = *a;
+
+	if (a->atyp == SOCKS5_ATYP_IPV6 && a->len == 16 && netaddr_v6_is_v4mapped(a->a)) {
+		r.atyp = SOCKS5_ATYP_IPV4;
+		r.len = 4;
+		memmove(r.a, a->a + 12, 4);
+	}
+	return r;
+}
+
+int socks5_udp_relay_endpoint(const struct socks5_addr *bnd_in, const struct socks5_addr *server_in,
 			      struct socks5_addr *relay)
 {
-	if ((server->atyp != SOCKS5_ATYP_IPV4 || server->len != 4) &&
-	    (server->atyp != SOCKS5_ATYP_IPV6 || server->len != 16))
+	struct socks5_addr bnd, server;
+
+	if ((server_in->atyp != SOCKS5_ATYP_IPV4 || server_in->len != 4) &&
+	    (server_in->atyp != SOCKS5_ATYP_IPV6 || server_in->len != 16))
 		return -EINVAL;
-	if (addr_wire_len(bnd) == 0)
+	if (addr_wire_len(bnd_in) == 0)
 		return -EPROTO;  /* an empty domain, or an address of the wrong length */
-	if (bnd->port == 0)
+	if (bnd_in->port == 0)
 		return -EPROTO;
-	if (bnd->atyp != SOCKS5_ATYP_DOMAIN &&
-	    (is_unspecified(bnd) || (is_loopback(bnd) && !is_loopback(server)))) {
-		*relay = *server;
-		relay->port = bnd->port;
+	bnd = unmapped(bnd_in);
+	server = unmapped(server_in);
+	if (bnd.atyp != SOCKS5_ATYP_DOMAIN &&
+	    (is_unspecified(&bnd) || (is_loopback(&bnd) && !is_loopback(&server)))) {
+		*relay = server;
+		relay->port = bnd.port;
 		return 0;
 	}
-	*relay = *bnd;
+	*relay = bnd;
 	return 0;
 }
 

@@ -102,13 +102,16 @@ int socks5_reply_errno(uint8_t rep);
 /* ---- UDP ASSOCIATE: the relay endpoint and the datagram header (RFC 1928 section 7) ---- */
 
 /* Where to send datagrams, from the reply's BND and the address the control connection reached
- * (server: ATYP 1 or 4 with a port). Rules, in order:
+ * (server: ATYP 1 or 4 with a port). An IPv4-mapped IPv6 address (::ffff:a.b.c.d), as a
+ * dual-stack server may print its relay socket, stands for the IPv4 address it carries, for BND
+ * and server alike: the outbound's IPv6 sockets are IPv6-only, so a mapped relay kept as IPv6
+ * could never be reached. Rules, in order:
  *  1. BND is a domain: kept as given (the caller resolves it); an empty one is -EPROTO.
  *  2. BND.PORT 0: -EPROTO (no datagram can be sent to port 0).
  *  3. BND.ADDR unspecified (0.0.0.0 or ::, of either family): the server's address with
  *     BND.PORT. Servers bound to the wildcard report it; RFC 1928 leaves the case open and
  *     common clients (curl, Firefox, Dante) all fall back to the server's address.
- *  4. BND.ADDR loopback (127/8, ::1, ::ffff:127/104) while the server is not on loopback: the
+ *  4. BND.ADDR loopback (127/8, ::1) while the server is not on loopback: the
  *     server's address with BND.PORT. Such a server reports its relay socket's local address
  *     from behind a port forward or a container; loopback from afar can never be right. A
  *     server that is itself on loopback keeps its loopback BND (possibly another address of

@@ -656,6 +656,7 @@ Test(socks5_udp, associate_reply_gives_bnd)
 Test(socks5_udp, relay_endpoint_rules)
 {
 	static const uint8_t any6[16] = { 0 }, lo6[16] = { [15] = 1 };
+	static const uint8_t mapped0[16] = { [10] = 0xff, [11] = 0xff };
 	struct socks5_addr s4 = ip4(203, 0, 113, 5, 1080), s6 = ip6(0, 5, 1080);
 	struct socks5_addr lo4srv = ip4(127, 0, 0, 1, 1080), lo6srv = ip6_raw(lo6, 1080);
 	struct socks5_addr relay, bnd, want, dom;
@@ -681,6 +682,14 @@ Test(socks5_udp, relay_endpoint_rules)
 		{ "v4 BND, v6 server", ip4(198, 51, 100, 1, 4000), s6, ip4(198, 51, 100, 1, 4000) },
 		{ "v6 BND, v4 server", ip6(0, 9, 4000), s4, ip6(0, 9, 4000) },
 		{ "0.0.0.0 local", ip4(0, 0, 0, 0, 4000), lo4srv, ip4(127, 0, 0, 1, 4000) },
+		/* IPv4-mapped: the IPv4 address it carries, then the rules above. */
+		{ "mapped plain", ip6(198, 7, 4000), s6, ip4(198, 0, 0, 7, 4000) },
+		{ "mapped 127 local", ip6(127, 1, 4000), lo4srv, ip4(127, 0, 0, 1, 4000) },
+		{ "mapped 127 via ::1", ip6(127, 1, 4000), lo6srv, ip4(127, 0, 0, 1, 4000) },
+		{ "mapped zero", ip6_raw(mapped0, 4000), s4, ip4(203, 0, 113, 5, 4000) },
+		{ "mapped zero, v6 server", ip6_raw(mapped0, 4000), s6, ip6(0, 5, 4000) },
+		{ "mapped 127 from a mapped server", ip6(127, 1, 4000), ip6(198, 7, 1080),
+		  ip4(198, 0, 0, 7, 4000) },
 	};
 
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {

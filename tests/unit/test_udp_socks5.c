@@ -50,7 +50,13 @@ enum relay_mode {
 };
 
 /* How the scripted server fills BND in its ASSOCIATE reply. */
-enum bnd_mode { BND_EXACT, BND_ZERO, BND_LOOP_OTHER };
+enum bnd_mode {
+	BND_EXACT,
+	BND_ZERO,
+	BND_LOOP_OTHER,
+	BND_MAPPED_EXACT, /* ATYP 4 ::ffff:127.0.0.1, as a dual-stack server prints its socket */
+	BND_MAPPED_ZERO,  /* ATYP 4 ::ffff:0.0.0.0 */
+};
 
 struct s5conn {
 	struct s5srv *srv;
@@ -240,6 +246,17 @@ static int ctl_step(struct s5conn *c)
 		c->ufd = udp_socket_on("127.0.0.1", &uport);
 		c->uev = event_new(s->base, c->ufd, EV_READ | EV_PERSIST, relay_cb, c);
 		cr_assert_eq(event_add(c->uev, NULL), 0);
+		if (s->bnd == BND_MAPPED_EXACT || s->bnd == BND_MAPPED_ZERO) {
+			uint8_t r6[22] = { 5, 0, 0, 4, [14] = 0xff, [15] = 0xff };
+
+			if (s->bnd == BND_MAPPED_EXACT)
+				r6[16] = 127, r6[19] = 1;
+			r6[20] = (uint8_t)(uport >> 8);
+			r6[21] = (uint8_t)uport;
+			ctl_send(c, r6, sizeof(r6));
+			c->stage = 3;
+			return 1;
+		}
 		if (s->bnd == BND_EXACT) {
 			r[4] = 127, r[7] = 1;
 		} else if (s->bnd == BND_LOOP_OTHER) {
@@ -523,7 +540,10 @@ Test(udp_socks5, the_control_connection_closing_ends_the_session)
 
 Test(udp_socks5, bnd_quirks_and_replies_from_another_port_work)
 {
-	static const enum bnd_mode bnds[] = { BND_ZERO, BND_LOOP_OTHER, BND_EXACT };
+	/* The IPv4-mapped forms: the IPv4 address they carry (the path's IPv6 sockets are
+	 * IPv6-only, so a mapped relay taken as IPv6 could never be reached). */
+	static const enum bnd_mode bnds[] = { BND_ZERO, BND_LOOP_OTHER, BND_EXACT,
+					      BND_MAPPED_EXACT, BND_MAPPED_ZERO };
 
 	for (size_t i = 0; i < sizeof(bnds) / sizeof(bnds[0]); i++) {
 		struct env e;
