@@ -1436,8 +1436,10 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns,
 		return;
 	k = sock_get(up, s, &t, now_ns);
 	if (!k) {
-		/* A session that never got a socket holds nothing worth a budget slot. */
-		if (fresh)
+		/* A session that never got a socket holds nothing worth a budget slot. One whose
+		 * association was refused on the spot keeps it, failed, so that its retry time
+		 * holds (udp_assoc_open). */
+		if (fresh && SLIST_EMPTY(&s->socks))
 			udp_session_free(up, s);
 		return;
 	}

@@ -123,23 +123,14 @@ static int assoc_ready(struct udp_path *up, struct usock *k, const struct outbou
 	return 0;
 }
 
-static void assoc_done(void *arg, int err, const struct outbound_assoc *a)
+/* An attempt failed, in its handshake or on the spot (no socket or memory for it, or the
+ * socket hook refused): what waited is dropped, and datagrams for this outbound too until the
+ * retry time. */
+static void assoc_fail(struct udp_path *up, struct usock *k, int err)
 {
-	struct usock *k = arg;
 	struct udp_session *s = k->s;
-	struct udp_path *up = s->up;
 	struct qdgram *q;
 
-	s5of(k)->pending = NULL;
-	if (err == 0 && (err = assoc_ready(up, k, a)) != 0)
-		close(a->ctl_fd);
-	if (err == 0) {
-		ctr_inc(&up->ctr.assocs);
-		ctr_inc(&up->ctr.assocs_total);
-		udp_sock_flush(up, k);
-		return;
-	}
-	/* Failed: what waited is dropped, and datagrams for this outbound too until a retry. */
 	ctr_inc(&up->ctr.assoc_failures);
 	if (up->log)
 		log_debug(up->log, "udp: outbound %s: UDP ASSOCIATE failed: %s (retried in %d ms)",
@@ -156,6 +147,23 @@ static void assoc_done(void *arg, int err, const struct outbound_assoc *a)
 	}
 }
 
+static void assoc_done(void *arg, int err, const struct outbound_assoc *a)
+{
+	struct usock *k = arg;
+	struct udp_path *up = k->s->up;
+
+	s5of(k)->pending = NULL;
+	if (err == 0 && (err = assoc_ready(up, k, a)) != 0)
+		close(a->ctl_fd);
+	if (err != 0) {
+		assoc_fail(up, k, err);
+		return;
+	}
+	ctr_inc(&up->ctr.assocs);
+	ctr_inc(&up->ctr.assocs_total);
+	udp_sock_flush(up, k);
+}
+
 int udp_assoc_start(struct udp_path *up, struct usock *k)
 {
 	const struct ts_config *cfg = k->s->gen->cfg;
@@ -164,6 +172,8 @@ int udp_assoc_start(struct udp_path *up, struct usock *k)
 
 	if (ret == 0)
 		s5of(k)->failed = false;
+	else
+		assoc_fail(up, k, ret); /* no new attempt per datagram until the retry time */
 	return ret;
 }
 
@@ -186,8 +196,11 @@ struct usock *udp_assoc_open(struct udp_path *up, struct udp_session *s,
 		udp_count_drop(up, UDP_DROP_fd_budget);
 		return NULL;
 	}
-	if (!(a = budget_calloc(up->b, 1, up->s5_ev_off + up->evsize)))
-		goto fail;
+	if (!(a = budget_calloc(up->b, 1, up->s5_ev_off + up->evsize))) {
+		budget_fd_release(up->b, 2);
+		udp_count_drop(up, UDP_DROP_no_memory);
+		return NULL;
+	}
 	k = &a->k;
 	k->s = s;
 	k->ob = t->ob;
@@ -195,17 +208,14 @@ struct usock *udp_assoc_open(struct udp_path *up, struct udp_session *s,
 	k->s5 = true;
 	k->fd = a->ctl_fd = -1;
 	STAILQ_INIT(&k->q);
-	if (udp_assoc_start(up, k) != 0) {
-		budget_mfree(up->b, k);
-		goto fail;
-	}
 	SLIST_INSERT_HEAD(&s->socks, k, link);
 	ctr_inc(&up->ctr.sockets);
+	/* Refused on the spot, it stays as a failed association (assoc_fail), retried in time. */
+	if (udp_assoc_start(up, k) != 0) {
+		udp_count_drop(up, UDP_DROP_assoc_failed);
+		return NULL;
+	}
 	return k;
-fail:
-	budget_fd_release(up->b, 2);
-	udp_count_drop(up, UDP_DROP_socket_error);
-	return NULL;
 }
 
 /* The parse errors of socks5_udp_parse, by socks5_udp_drop_reason. */

@@ -695,3 +695,57 @@ Test(udp_socks5, named_destinations_go_as_atyp3_and_replies_come_back_from_the_a
 	cr_assert_eq(e.srv.nconns, 1);
 	env_fini(&e);
 }
+
+/* Refuses every control connection's socket while *arg is true (as an embedder's socket
+ * hook may, or as socket() does at the descriptor limit); counts the attempts. */
+static bool hook_refuse;
+static int hook_stream_calls;
+
+static int refusing_hook(void *arg, int fd, int family, int type)
+{
+	(void)arg;
+	(void)fd;
+	(void)family;
+	if (type != SOCK_STREAM)
+		return 0;
+	hook_stream_calls++;
+	return hook_refuse ? -EMFILE : 0;
+}
+
+Test(udp_socks5, an_attempt_refused_on_the_spot_waits_for_the_retry_like_a_failed_one)
+{
+	struct env e;
+
+	env_start(&e, NULL, NULL);
+	udp_path_free(e.up);
+	e.cfg.outbounds[0].sock_hook.fn = refusing_hook;
+	cr_assert_eq(udp_path_new(e.base, &e.cfg, e.b, fake_tx, &e, &e.up), 0);
+	cr_assert_eq(udp_path_set_uptrains(e.up, true), 0);
+	hook_refuse = true;
+	hook_stream_calls = 0;
+	/* The first attempt is refused at once: one attempt for all of these. */
+	for (int i = 0; i < 20; i++)
+		tun_send(&e, "10.0.0.9", 5000, "127.0.0.2", 7, "x", 1);
+	cr_assert_eq(hook_stream_calls, 1, "%d attempts", hook_stream_calls);
+	cr_assert_eq(stats(&e).assoc_failures, 1);
+	cr_assert_eq(stats(&e).drops[UDP_DROP_assoc_failed], 20);
+	cr_assert_eq(stats(&e).drops[UDP_DROP_socket_error], 0);
+	cr_assert_eq(stats(&e).sessions, 1, "the session keeps its failed association");
+	cr_assert_eq(fds_in_use(&e), 2, "which holds its two descriptors, as a failed handshake's");
+	/* The retry, refused at once too: again one attempt, then nothing until the next. */
+	pump_for(&e, UDP_ASSOC_RETRY_MS + 100);
+	for (int i = 0; i < 20; i++)
+		tun_send(&e, "10.0.0.9", 5000, "127.0.0.2", 7, "y", 1);
+	cr_assert_eq(hook_stream_calls, 2, "%d attempts", hook_stream_calls);
+	cr_assert_eq(stats(&e).assoc_failures, 2);
+	cr_assert_eq(stats(&e).drops[UDP_DROP_assoc_failed], 40);
+	/* Allowed again: the next retry carries the datagrams. */
+	hook_refuse = false;
+	pump_for(&e, UDP_ASSOC_RETRY_MS + 100);
+	tun_send(&e, "10.0.0.9", 5000, "127.0.0.2", 7, "ok", 2);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000));
+	check_reply(&e.caps[0], "127.0.0.2", 7, "10.0.0.9", 5000, "ok", 2);
+	cr_assert_eq(hook_stream_calls, 3);
+	cr_assert_eq(e.srv.nconns, 1);
+	env_fini(&e);
+}
