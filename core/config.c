@@ -318,6 +318,7 @@ static int parse_hostport(const char *s, struct ts_hostport *hp)
 	if (s[0] == '[') {
 		if (netaddr_parse_ep(s, &ep) != 0)
 			return -EINVAL;
+		netaddr_unmap(&ep.addr);
 		hp->is_addr = true;
 		hp->addr = ep.addr;
 		hp->port = ep.port;
@@ -367,6 +368,7 @@ static int parse_ep(struct cfgp *p, const cJSON *item, struct netaddr_ep *out)
 	if (netaddr_parse_ep(s, out) != 0)
 		return cfgp_fail(p, "expected \"ip:port\" (IPv4 or [IPv6]; port 1-65535), got \"%s\"",
 				 cfgp_quote(s, q, sizeof(q)));
+	netaddr_unmap(&out->addr);
 	return 0;
 }
 
@@ -600,6 +602,15 @@ static int header_field(struct cfgp *p, const cJSON *e, char *out, size_t *off)
 	return 0;
 }
 
+/* Is e's name (case-insensitive, RFC 9110 section 5.1) one of the fields before it? */
+static bool header_seen(const cJSON *obj, const cJSON *e)
+{
+	for (const cJSON *f = obj->child; f && f != e; f = f->next)
+		if (f->string && e->string && strcasecmp(f->string, e->string) == 0)
+			return true;
+	return false;
+}
+
 /* "headers": an object of string values, at most TS_HTTP_HEADERS_N fields. */
 static int f_headers(struct cfgp *p, const cJSON *item, void *target)
 {
@@ -615,6 +626,8 @@ static int f_headers(struct cfgp *p, const cJSON *item, void *target)
 		size_t mark = cfgp_push_key(p, e->string ? e->string : "");
 		if (++n > TS_HTTP_HEADERS_N)
 			ret = cfgp_fail(p, "too many headers (at most %d)", TS_HTTP_HEADERS_N);
+		else if (header_seen(item, e))
+			ret = cfgp_fail(p, "header given twice (header names are case-insensitive)");
 		else
 			ret = header_field(p, e, ob->http_headers, &off);
 		cfgp_pop(p, mark);
@@ -1091,7 +1104,7 @@ static int validate_loops(struct cfgp *p, struct ts_config *cfg)
 			continue;
 		cfgp_set_path(p, ".dns.servers");
 		cfgp_push_index(p, i);
-		return cfgp_fail_key(p, "address",
+		return cfgp_fail_key(p, config_dns_addr_key(&cfg->dns.servers[i]),
 				     "%s is one of the TUN's own addresses (gateway or NAT): "
 				     "queries would loop",
 				     netaddr_format(&cfg->dns.servers[i].addr.addr, buf, sizeof(buf)));
@@ -1298,6 +1311,22 @@ static int parse_text(struct cfgp *p, struct load *ld, const char *text, size_t 
 	return ret;
 }
 
+/* cJSON decodes the escape \u0000 into a NUL byte, which ends the C string it is in: "ab\u0000cd"
+ * would be read as "ab", a key "stack\u0000x" as "stack". Each such escape becomes \u0001
+ * (same length), a control character that every string and key check refuses, so the
+ * message names the field. A backslash escapes the byte after it, so "\\u0000" (an escaped
+ * backslash, then text) is left alone; outside strings a backslash is not JSON anyway. */
+static void nul_escapes_to_control(char *t, size_t len)
+{
+	for (size_t i = 0; i + 1 < len; i++) {
+		if (t[i] != '\\')
+			continue;
+		if (t[i + 1] == 'u' && i + 5 < len && memcmp(t + i + 2, "0000", 4) == 0)
+			t[i + 5] = '1';
+		i++; /* the escaped byte */
+	}
+}
+
 int config_load_buffer(const char *buf, size_t len, struct ts_config *cfg, char *err,
 		       size_t errlen)
 {
@@ -1315,6 +1344,7 @@ int config_load_buffer(const char *buf, size_t len, struct ts_config *cfg, char 
 		return cfgp_nomem(&p);
 	memcpy(text, buf, len);
 	text[len] = '\0';
+	nul_escapes_to_control(text, len);
 	ret = parse_text(&p, &ld, text, len);
 	free(text);
 	if (ret != 0)

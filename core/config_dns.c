@@ -4,10 +4,14 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -75,8 +79,10 @@ static int parse_https(const char *s, struct ts_dns_server *sv)
 		if (netaddr_parse_port(port, &sv->addr.port) != 0)
 			return -EINVAL;
 	}
-	if (netaddr_parse(host, &sv->addr.addr) == 0)
+	if (netaddr_parse(host, &sv->addr.addr) == 0) {
+		netaddr_unmap(&sv->addr.addr);
 		sv->host_is_addr = true;
+	}
 	else if (!host_name_ok(host, hl))
 		return -EINVAL;
 	memcpy(sv->sni, host, hl + 1);
@@ -108,8 +114,10 @@ static int parse_server_address(const char *s, struct ts_dns_server *sv)
 	} else if (strstr(s, "://")) {
 		return -EPROTONOSUPPORT;
 	}
-	if (netaddr_parse_ep(s, &sv->addr) == 0)
+	if (netaddr_parse_ep(s, &sv->addr) == 0) {
+		netaddr_unmap(&sv->addr.addr);
 		return 0;
+	}
 	if (netaddr_parse(s, &sv->addr.addr) != 0) {
 		/* "[v6]" without a port */
 		size_t n = strlen(s);
@@ -119,7 +127,10 @@ static int parse_server_address(const char *s, struct ts_dns_server *sv)
 		buf[n - 2] = 0;
 		if (netaddr_parse(buf, &sv->addr.addr) != 0 || sv->addr.addr.family != 6)
 			return -EINVAL;
+	} else if (sv->addr.addr.family == 6) {
+		return -EINVAL; /* IPv6 needs its brackets: "fd00::1:5353" is not port 5353 */
 	}
+	netaddr_unmap(&sv->addr.addr);
 	sv->addr.port = sv->transport == TS_DNS_TLS ? DOT_PORT : DNS_PORT;
 	return 0;
 }
@@ -166,6 +177,63 @@ static int f_sni(struct cfgp *p, const cJSON *item, void *target)
 	return 0;
 }
 
+/* path is a readable regular file of at most CA_FILE_MAX bytes with a PEM certificate in it
+ * (what OpenSSL's CA file loading takes): a directory, a device, an empty file or a key alone
+ * would pass a readability check and fail only at start, without naming the field. */
+#define CA_FILE_MAX (16u << 20)
+
+static int ca_file_check(struct cfgp *p, const char *path)
+{
+	static const char *const marks[] = { "-----BEGIN CERTIFICATE-----",
+					     "-----BEGIN TRUSTED CERTIFICATE-----",
+					     "-----BEGIN X509 CERTIFICATE-----" };
+	struct stat st;
+	char *buf = NULL;
+	size_t got = 0;
+	bool found = false;
+	int fd, ret = 0;
+
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return cfgp_fail(p, "cannot read %s: %s", path, strerror(errno));
+	if (fstat(fd, &st) != 0) {
+		ret = cfgp_fail(p, "cannot read %s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ret = cfgp_fail(p, "%s is not a regular file (a PEM file of CA certificates)", path);
+		goto out;
+	}
+	if ((uint64_t)st.st_size > CA_FILE_MAX) {
+		ret = cfgp_fail(p, "%s is larger than 16 MiB", path);
+		goto out;
+	}
+	if (!(buf = malloc((size_t)st.st_size + 1))) {
+		ret = cfgp_nomem(p);
+		goto out;
+	}
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = cfgp_fail(p, "cannot read %s: %s", path, strerror(errno));
+			goto out;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]) && !found; i++)
+		found = memmem(buf, got, marks[i], strlen(marks[i])) != NULL;
+	if (!found)
+		ret = cfgp_fail(p, "%s holds no PEM certificate (\"-----BEGIN CERTIFICATE-----\")",
+				path);
+out:
+	free(buf);
+	close(fd);
+	return ret;
+}
+
 static int f_ca(struct cfgp *p, const cJSON *item, void *target)
 {
 	struct ts_dns_server *sv = target;
@@ -174,10 +242,10 @@ static int f_ca(struct cfgp *p, const cJSON *item, void *target)
 
 	if ((ret = cfgp_string(p, item, 1, 4096, &s)) != 0)
 		return ret;
-	/* Its certificates are loaded at start (dns/upstream.c); a path that cannot be read is
-	 * refused here, where the message can name the field. */
-	if (access(s, R_OK) != 0)
-		return cfgp_fail(p, "cannot read %s: %s", s, strerror(errno));
+	/* Its certificates are loaded at start (dns/upstream.c); a path that cannot be read, or
+	 * holds no PEM certificate, is refused here, where the message can name the field. */
+	if ((ret = ca_file_check(p, s)) != 0)
+		return ret;
 	free(sv->ca);
 	if (!(sv->ca = strdup(s)))
 		return cfgp_nomem(p);
@@ -198,6 +266,7 @@ static int f_address_ip(struct cfgp *p, const cJSON *item, void *target)
 	if (netaddr_parse(s, &sv->addr.addr) != 0)
 		return cfgp_fail(p, "expected an IPv4 or IPv6 address, got \"%s\"",
 				 cfgp_quote(s, q, sizeof(q)));
+	netaddr_unmap(&sv->addr.addr);
 	return 0;
 }
 
@@ -440,6 +509,7 @@ static int f_upstream(struct cfgp *p, const cJSON *item, void *target)
 	if (netaddr_parse_ep(s, &d->upstream) != 0)
 		return cfgp_fail(p, "expected \"ip:port\" (IPv4 or [IPv6]; port 1-65535), got \"%s\"",
 				 cfgp_quote(s, q, sizeof(q)));
+	netaddr_unmap(&d->upstream.addr);
 	return 0;
 }
 
@@ -449,7 +519,20 @@ static const struct cfgp_field cache_fields[] = {
 	{ .key = "max_ttl_s", .kind = CFGP_U32, .min = 1, .max = 7 * 86400,
 	  .off = offsetof(struct ts_dns, cache_max_ttl_s) },
 };
-static const struct cfgp_table cache_table = CFGP_TABLE(cache_fields, NULL);
+/* A member left out keeps its default (size 0, given, turns the cache off). */
+static int check_cache(struct cfgp *p, void *target, uint32_t present)
+{
+	struct ts_dns *d = target;
+
+	(void)p;
+	if (!CFGP_PRESENT(present, 0))
+		d->cache_size = CACHE_SIZE_DEFAULT;
+	if (!CFGP_PRESENT(present, 1))
+		d->cache_max_ttl_s = CACHE_MAX_TTL_DEFAULT;
+	return 0;
+}
+
+static const struct cfgp_table cache_table = CFGP_TABLE(cache_fields, check_cache);
 
 /* ---- fakeip ------------------------------------------------------------------------------- */
 
@@ -572,8 +655,6 @@ static int check_dns(struct cfgp *p, void *target, uint32_t present)
 					     "resolver)");
 	if (!CFGP_PRESENT(present, DNS_CACHE)) {
 		d->cache_size = CACHE_SIZE_DEFAULT;
-		d->cache_max_ttl_s = CACHE_MAX_TTL_DEFAULT;
-	} else if (!d->cache_max_ttl_s) {
 		d->cache_max_ttl_s = CACHE_MAX_TTL_DEFAULT;
 	}
 	return 0;
@@ -722,6 +803,11 @@ static int check_range(struct cfgp *p, const struct ts_config *cfg, const struct
 	return 0;
 }
 
+const char *config_dns_addr_key(const struct ts_dns_server *sv)
+{
+	return sv->transport == TS_DNS_HTTPS && !sv->host_is_addr ? "address_ip" : "address";
+}
+
 /* A server inside the TUN's prefix or a fake range would be asked through the TUN itself (a
  * loop, or a fake address); a hosts address in a fake range would stand for two names. */
 static int check_addresses(struct cfgp *p, const struct ts_config *cfg)
@@ -739,7 +825,8 @@ static int check_addresses(struct cfgp *p, const struct ts_config *cfg)
 			if (!in[k] || !in[k]->addr.family || (k >= 2 && !d->fakeip.enabled) ||
 			    !netaddr_in_cidr(&d->servers[i].addr.addr, in[k]))
 				continue;
-			snprintf(path, sizeof(path), "$.dns.servers[%zu].address", i);
+			snprintf(path, sizeof(path), "$.dns.servers[%zu].%s", i,
+				 config_dns_addr_key(&d->servers[i]));
 			return cfgp_fail_at(p, path, "inside %s: queries would be sent into the TUN",
 					    k < 2 ? "the TUN's prefix" : "the fake-IP range");
 		}

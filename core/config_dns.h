@@ -16,6 +16,10 @@ int config_dns_parse(struct cfgp *p, const cJSON *item, void *target);
 int config_dns_validate(struct cfgp *p, struct ts_config *cfg);
 void config_dns_fini(struct ts_dns *d);
 
+/* The key a server's address came from, for messages: "address_ip" for https:// with a host
+ * name, else "address". */
+const char *config_dns_addr_key(const struct ts_dns_server *sv);
+
 /* The dns.hosts entry for name (len bytes, any case, no trailing dot), or NULL. */
 const struct ts_dns_host *config_dns_host(const struct ts_dns *d, const char *name, size_t len);
 

@@ -68,6 +68,18 @@ static inline bool netaddr_v6_is_v4mapped(const uint8_t a[16])
 	return memcmp(a, mapped, sizeof(mapped)) == 0;
 }
 
+/* An IPv4-mapped IPv6 address (::ffff:a.b.c.d) becomes the IPv4 address it carries; any other
+ * address stays as it is. A configured address means the host it names: this process's IPv6
+ * sockets are IPv6-only, so a mapped address kept as IPv6 could never be reached. */
+static inline void netaddr_unmap(struct netaddr *a)
+{
+	if (a->family == 6 && netaddr_v6_is_v4mapped(a->a)) {
+		memmove(a->a, a->a + 12, 4);
+		memset(a->a + 4, 0, 12);
+		a->family = 4;
+	}
+}
+
 /* out = base + k within the family's address space; -ERANGE if that wraps past the top. */
 int netaddr_add(const struct netaddr *base, uint64_t k, struct netaddr *out);
 

@@ -225,6 +225,23 @@ Test(config, buffer_with_nul_and_file_errors)
 	unlink(path);
 }
 
+/* cJSON decodes \u0000 into a NUL, which would end the C string early: "ab\u0000cd" would
+ * be read as "ab". Refused like any other control character, at the field. */
+Test(config, escaped_nul_is_refused_at_its_field)
+{
+	expect_err("{'tun':{'name':'ab\\u0000cd'}}", "$.tun.name", "control character");
+	expect_err("{'user':'nobody\\u0000x'}", "$.user", "control character");
+	expect_err("{'stack':'lwip\\u0000'}", "$.stack", "expected one of");
+	expect_err("{'stack\\u0000zzz':'lwip'}", "$.stack?zzz", "unknown key");
+	expect_err("{'outbounds':[{'tag':'p','type':'http','server':'1.2.3.4:1',"
+		   "'headers':{'X-A\\u0000':'1'}}]}", "$.outbounds[0].headers.X-A?",
+		   "not a header name");
+	/* An escaped backslash before "u0000" is text, not an escape. */
+	struct ts_config cfg;
+	load_ok("{'tun':{'name':'a\\\\u0000'}}", &cfg);
+	config_fini(&cfg);
+}
+
 Test(config, error_buffer_edges)
 {
 	struct ts_config cfg;
@@ -685,6 +702,24 @@ Test(config, socks5_server_and_auth)
 	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'a:1'}]}");
 	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'1a.b2:1'}]}");
 
+	/* An IPv4-mapped IPv6 address is the IPv4 address it carries (an IPv6 socket here is
+	 * IPv6-only and could never reach it): the server, dns.upstream and a DNS server. */
+	struct ts_config mc;
+	char mb[NETADDR_EP_STRLEN];
+	load_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'[::ffff:192.0.2.7]:1080'}],"
+		"'dns':{'hijack':true,'upstream':'[::FFFF:192.0.2.53]:53'}}", &mc);
+	cr_assert(mc.outbounds[0].server.is_addr);
+	cr_assert_eq(mc.outbounds[0].server.addr.family, 4);
+	cr_assert_str_eq(mc.outbounds[0].server.host, "192.0.2.7");
+	cr_assert_eq(mc.outbounds[0].server.port, 1080);
+	cr_assert_str_eq(netaddr_ep_format(&mc.dns.upstream, mb, sizeof(mb)), "192.0.2.53:53");
+	config_fini(&mc);
+	load_ok("{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tcp://[::ffff:192.0.2.9]:5353'},"
+		"{'tag':'b','address':'https://d.example/q','address_ip':'::ffff:192.0.2.10'}]}}", &mc);
+	cr_assert_str_eq(netaddr_ep_format(&mc.dns.servers[0].addr, mb, sizeof(mb)), "192.0.2.9:5353");
+	cr_assert_str_eq(netaddr_ep_format(&mc.dns.servers[1].addr, mb, sizeof(mb)), "192.0.2.10:443");
+	config_fini(&mc);
+
 	char json[1024], cred[300];
 	memset(cred, 'x', sizeof(cred));
 	cred[255] = '\0';
@@ -942,18 +977,62 @@ Test(config, dns_resolver)
 	cr_assert_eq(cfg.dns.cache_size, 4096, "the cache is on by default");
 	config_fini(&cfg);
 
+	/* A cache object keeps the default of each member it leaves out. */
 	config_init(&cfg);
 	cr_assert_eq(config_load_string("{\"dns\":{\"hijack\":true,\"servers\":["
-					"{\"tag\":\"a\",\"address\":\"tls://192.0.2.53\","
-					"\"sni\":\"dns.example\",\"ca\":\"/dev/null\"},"
-					"{\"tag\":\"b\",\"address\":\"tls://[2001:db8::53]:8853\","
-					"\"sni\":\"dns-2.example\"}]}}",
+					"{\"tag\":\"a\",\"address\":\"192.0.2.53\"}],"
+					"\"cache\":{\"max_ttl_s\":60}}}",
 					&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(cfg.dns.cache_size, 4096);
+	cr_assert_eq(cfg.dns.cache_max_ttl_s, 60);
+	config_fini(&cfg);
+	config_init(&cfg);
+	cr_assert_eq(config_load_string("{\"dns\":{\"hijack\":true,\"servers\":["
+					"{\"tag\":\"a\",\"address\":\"192.0.2.53\"}],"
+					"\"cache\":{}}}",
+					&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(cfg.dns.cache_size, 4096);
+	cr_assert_eq(cfg.dns.cache_max_ttl_s, 3600);
+	config_fini(&cfg);
+	config_init(&cfg);
+	cr_assert_eq(config_load_string("{\"dns\":{\"hijack\":true,\"servers\":["
+					"{\"tag\":\"a\",\"address\":\"192.0.2.53\"}],"
+					"\"cache\":{\"size\":0}}}",
+					&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(cfg.dns.cache_size, 0, "size 0: no cache");
+	cr_assert_eq(cfg.dns.cache_max_ttl_s, 3600);
+	config_fini(&cfg);
+
+	/* A ca file is checked for a PEM certificate; its certificates are loaded at start. */
+	char ca[] = "/tmp/test_config_ca_XXXXXX", key[] = "/tmp/test_config_key_XXXXXX";
+	char json[512];
+	int cfd = mkstemp(ca), kfd = mkstemp(key);
+	const char pem[] = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+	const char pkey[] = "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n";
+	cr_assert(cfd >= 0 && kfd >= 0);
+	cr_assert_eq(write(cfd, pem, sizeof(pem) - 1), (ssize_t)sizeof(pem) - 1);
+	cr_assert_eq(write(kfd, pkey, sizeof(pkey) - 1), (ssize_t)sizeof(pkey) - 1);
+	close(cfd);
+	close(kfd);
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a',"
+		 "'address':'tls://1.2.3.4','sni':'x.y','ca':'%s'}]}}", key);
+	expect_err(json, "$.dns.servers[0].ca", "holds no PEM certificate");
+	unlink(key);
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a',"
+		 "'address':'1.2.3.4','ca':'%s'}]}}", ca);
+	expect_err(json, "$.dns.servers[0].ca", "only for a tls:// or https://");
+	config_init(&cfg);
+	snprintf(json, sizeof(json), "{\"dns\":{\"hijack\":true,\"servers\":["
+		 "{\"tag\":\"a\",\"address\":\"tls://192.0.2.53\","
+		 "\"sni\":\"dns.example\",\"ca\":\"%s\"},"
+		 "{\"tag\":\"b\",\"address\":\"tls://[2001:db8::53]:8853\","
+		 "\"sni\":\"dns-2.example\"}]}}", ca);
+	cr_assert_eq(config_load_string(json, &cfg, err, sizeof(err)), 0, "%s", err);
+	unlink(ca);
 	cr_assert_eq(cfg.dns.servers[0].transport, TS_DNS_TLS);
 	cr_assert_eq(cfg.dns.servers[0].addr.port, 853, "tls: the port defaults to 853");
 	cr_assert_str_eq(cfg.dns.servers[0].sni, "dns.example");
-	cr_assert_str_eq(cfg.dns.servers[0].ca, "/dev/null",
-			 "a readable file: its certificates are loaded at start");
+	cr_assert_str_eq(cfg.dns.servers[0].ca, ca);
 	cr_assert_eq(cfg.dns.servers[1].transport, TS_DNS_TLS);
 	cr_assert_eq(cfg.dns.servers[1].addr.port, 8853);
 	cr_assert_str_eq(cfg.dns.servers[1].sni, "dns-2.example");
@@ -979,15 +1058,22 @@ Test(config, dns_resolver)
 		  "$.dns.servers[0].sni", "must be 1 to 253 bytes long, got 0" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tcp://1.2.3.4','sni':'x.y'}]}}",
 		  "$.dns.servers[0].sni", "only for a tls:// address" },
-		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4','ca':'/dev/null'}]}}",
-		  "$.dns.servers[0].ca", "only for a tls:// or https://" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'x.y','ca':''}]}}",
 		  "$.dns.servers[0].ca", "must be 1 to 4096 bytes long, got 0" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'x.y',"
 		  "'ca':'/nonexistent/ca.pem'}]}}",
 		  "$.dns.servers[0].ca", "cannot read /nonexistent/ca.pem: No such file or directory" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'x.y',"
+		  "'ca':'/etc'}]}}", "$.dns.servers[0].ca", "/etc is not a regular file" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://1.2.3.4','sni':'x.y',"
+		  "'ca':'/dev/null'}]}}", "$.dns.servers[0].ca", "/dev/null is not a regular file" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'dns.google'}]}}",
 		  "$.dns.servers[0].address", "expected \"udp://ip[:port]\"" },
+		/* IPv6 needs its brackets: fd00::1:5353 would otherwise be an address, port 53. */
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'udp://fd00::1:5353'}]}}",
+		  "$.dns.servers[0].address", "(IPv6 in brackets)" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'fd00::1'}]}}",
+		  "$.dns.servers[0].address", "(IPv6 in brackets)" },
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'1.2.3.4'},{'tag':'a','address':'1.2.3.5'}]}}",
 		  "$.dns.servers[1].tag", "already the tag of servers[0]" },
 		{ "{'dns':{'upstream':'1.2.3.4:53','servers':[{'tag':'a','address':'1.2.3.4'}]}}",
@@ -1063,6 +1149,16 @@ Test(config, dns_https_servers)
 		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://d.example',"
 		  "'address_ip':'192.0.2.2','sni':'x.example'}]}}", "$.dns.servers[0].sni",
 		  "not for https://" },
+		/* address_ip's faults are named as address_ip's. */
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://d.example/q',"
+		  "'address_ip':'198.18.0.1'}]}}", "$.dns.servers[0].address_ip",
+		  "one of the TUN's own addresses" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://d.example/q',"
+		  "'address_ip':'198.18.5.5'}]}}", "$.dns.servers[0].address_ip",
+		  "inside the TUN's prefix" },
+		/* Its own address, though, is named as address's. */
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://198.18.5.5/q'}]}}",
+		  "$.dns.servers[0].address", "inside the TUN's prefix" },
 	};
 	BAD_TABLE(b);
 }
@@ -1268,6 +1364,13 @@ Test(config, http_outbound_rejects)
 		   "control character");
 	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1',"
 		   "'headers':{'host':'x'}}]}", "$.outbounds[0].headers.host", "set by the proxy");
+	/* Header names are case-insensitive: one name given twice is refused. */
+	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1',"
+		   "'headers':{'X-A':'1','X-A':'2'}}]}", "$.outbounds[0].headers.X-A",
+		   "given twice");
+	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1',"
+		   "'headers':{'X-A':'1','X-B':'2','x-a':'3'}}]}", "$.outbounds[0].headers.x-a",
+		   "given twice");
 	expect_err("{'outbounds':[{'tag':'h','type':'http','server':'1.2.3.4:1',"
 		   "'headers':{'Transfer-Encoding':'chunked'}}]}",
 		   "$.outbounds[0].headers.Transfer-Encoding", "set by the proxy");
