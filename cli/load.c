@@ -458,6 +458,11 @@ int cmd_load(int argc, char **argv)
 		usage_load(stderr);
 		return EXIT_USAGE;
 	}
+	for (int i = 2; i < argc; i++)
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+			usage_load(stdout);
+			return EXIT_OK;
+		}
 	opts_defaults(&o);
 	if (parse_opts(argc, argv, &o) != 0)
 		return EXIT_USAGE;

@@ -87,7 +87,9 @@ static int parse_args(int argc, char **argv, const char **path, int *ready_fd)
 			if (r < 0)
 				goto missing;
 			long fd = strtol(v, &end, 10);
-			if (*end || fd < 0 || fd > 65535 || fcntl((int)fd, F_GETFD) < 0) {
+			/* Digits only: strtol would take "", " 1" or "+1" too ("" as fd 0). */
+			if (v[0] < '0' || v[0] > '9' || *end || fd < 0 || fd > 65535 ||
+			    fcntl((int)fd, F_GETFD) < 0) {
 				fprintf(stderr, "twinstack run: --ready-fd '%s' is not an open fd\n", v);
 				return -1;
 			}

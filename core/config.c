@@ -204,8 +204,8 @@ static int parse_uid_item(struct cfgp *p, const cJSON *e, struct ts_uid_range *o
 	if (end != s && *end == '-') {
 		const char *h = end + 1;
 		hi = strtoull(h, &end, 10);
-		if (end == h)
-			end = (char *)s; /* no digits after '-' */
+		if (end == h || h[0] < '0' || h[0] > '9')
+			end = (char *)s; /* no digits right after '-' (strtoull skips " " and "+") */
 	}
 	if (errno || end == s || *end || s[0] < '0' || s[0] > '9' || lo >= UINT32_MAX ||
 	    hi >= UINT32_MAX)

@@ -165,6 +165,24 @@ redirect_bad --socks5 --listen :15001 --mark 1 --socks5
 redirect_bad --stats --listen :15001 --mark 1 --stats 10.0.0.1:9194
 redirect_bad "'extra'" --listen :15001 --mark 1 extra
 
+# Every subcommand takes --help, load's modes too; the bench's usage names its run modes.
+for m in serve connrate latency hold udp udpflows; do
+	run load "$m" --help
+	expect_rc 0 "load $m --help"
+done
+run bench --help
+expect_rc 0 "bench --help"
+for o in --link --subject --across --report-from --smoke --via --ablation --sniff --ab; do
+	[[ "$out" == *"$o"* ]] && ok "bench --help names $o" || bad "bench --help does not name $o"
+done
+# run --ready-fd takes digits only ("" is not fd 0, nor "+1" fd 1); checked before the config.
+for v in "" " 1" "+1" "1x"; do
+	run run --config "$work/none.json" "--ready-fd=$v"
+	expect_rc 2 "run --ready-fd='$v'"
+	[[ "$err" == *"--ready-fd '$v' is not an open fd"* ]] && ok "run --ready-fd='$v' named" ||
+		bad "run --ready-fd='$v': $err"
+done
+
 # OpenSSL and nghttp2 are opened only when a config needs them (DNS over TLS or HTTPS, QUIC
 # sniffing), so the program runs without them until then. A system without them: a library
 # directory searched first that holds an unloadable nghttp2 under its soname. A config with an
