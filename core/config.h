@@ -171,6 +171,10 @@ struct ts_outbound {
 	/* Not from JSON: the resolver (outbound/resolver.h) for a server name that is not pinned,
 	 * on the base the outbound connects on; NULL: an attempt makes a resolver of its own. */
 	struct resolver *resolver;
+	/* Not from JSON: the running proxy's budget. A connection holds one descriptor; Happy
+	 * Eyeballs takes one more from here for each socket it has open beside the first (a
+	 * connection to a name with several addresses); NULL: those are not counted. */
+	struct budget *fd_budget;
 };
 
 struct ts_port_range {

@@ -12,6 +12,7 @@
 
 #include <event2/event.h>
 
+#include "core/budget.h"
 #include "outbound/conn.h"
 
 struct happy;
@@ -32,9 +33,36 @@ struct happy {
 	int last_err;
 	uint32_t delay_ms;
 	size_t n, next, active;
+	/* Descriptors: the caller holds one for the connection; each socket open beside the
+	 * first takes one more from ob->fd_budget (extra), given back as sockets close. */
+	size_t open;              /* sockets open now, the winner's until it is handed over */
+	uint32_t extra;
 	struct sockaddr_storage addrs[HAPPY_MAX_ADDRS];
 	struct htry tries[HAPPY_MAX_ADDRS];
 };
+
+/* One socket fewer: the descriptors reserved beyond the caller's one follow the count. */
+static void fd_gone(struct happy *h)
+{
+	h->open--;
+	if (h->extra > (h->open ? h->open - 1 : 0)) {
+		budget_fd_release(h->ob->fd_budget, 1);
+		h->extra--;
+	}
+}
+
+/* May one more socket open now? The first is the caller's; each other needs a descriptor of
+ * ob->fd_budget (none: unbudgeted), or waits for an attempt to end. */
+static bool fd_take(struct happy *h)
+{
+	if (h->open > 0 && h->ob->fd_budget) {
+		if (budget_fd_reserve_optional(h->ob->fd_budget, 1) != 0)
+			return false;
+		h->extra++;
+	}
+	h->open++;
+	return true;
+}
 
 static void try_close(struct htry *t)
 {
@@ -45,6 +73,7 @@ static void try_close(struct htry *t)
 	if (t->fd >= 0) {
 		close(t->fd);
 		t->fd = -1;
+		fd_gone(t->h);
 	}
 }
 
@@ -54,6 +83,9 @@ void happy_cancel(struct happy *h)
 		return;
 	for (size_t i = 0; i < h->n; i++)
 		try_close(&h->tries[i]);
+	/* What is left open is the winner, handed over on the caller's own descriptor. */
+	if (h->extra)
+		budget_fd_release(h->ob->fd_budget, h->extra);
 	if (h->timer)
 		event_free(h->timer);
 	free(h);
@@ -72,7 +104,9 @@ static void finish(struct happy *h, int err, int fd)
 static void on_writable(evutil_socket_t fd, short what, void *arg);
 
 /* Start attempts until one is in progress (then arm the delay before the next) or none is
- * left; with nothing in progress and nothing left, the failure goes out from the timer. */
+ * left; with nothing in progress and nothing left, the failure goes out from the timer. With
+ * no descriptor for another socket, the next attempt waits for the delay again, or for an
+ * attempt in progress to fail. */
 static void start_next(struct happy *h)
 {
 	struct timeval tv = conn_timeval(h->delay_ms);
@@ -84,9 +118,14 @@ static void start_next(struct happy *h)
 							  : sizeof(struct sockaddr_in);
 		int ret, cerr;
 
+		if (!fd_take(h)) { /* only while another attempt is open: active > 0 */
+			evtimer_add(h->timer, &tv);
+			return;
+		}
 		h->next++;
 		if ((ret = conn_open(h->ob, sa, len, &t->fd, &cerr)) != 0) {
 			t->fd = -1;
+			fd_gone(h);
 			h->last_err = ret;
 			continue;
 		}

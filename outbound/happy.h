@@ -27,6 +27,9 @@ typedef void (*happy_fn)(void *arg, int err, int fd);
 
 /* Connect to addrs[0..n) (in that order, already interleaved by family; at most
  * HAPPY_MAX_ADDRS used) with sockets from outbound_socket(ob); ob must outlive the attempt.
+ * The caller holds one descriptor for the connection; each socket open beside the first takes
+ * one of ob->fd_budget (when set) and gives it back when it closes, and with none left the
+ * next address waits (the delay again, or an attempt's failure).
  * 0 and *out, or -EINVAL / -ENOMEM (done never called). */
 int happy_start(struct event_base *base, const struct ts_outbound *ob,
 		const struct sockaddr_storage *addrs, size_t n, uint32_t delay_ms, happy_fn done,

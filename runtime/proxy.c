@@ -294,6 +294,7 @@ void proxy_assign_resolvers(struct ts_proxy *p, struct ts_config *cfg)
 		struct ts_outbound *ob = &cfg->outbounds[i];
 		ob->resolver = ob->type == TS_OUT_DIRECT && p->dns_resolver ? p->dns_resolver
 									    : p->resolver;
+		ob->fd_budget = p->budget;
 	}
 }
 

@@ -173,7 +173,8 @@ int proxy_stats_json(struct ts_proxy *p, char **out, size_t *len);
 int proxy_open_tls_libs(const struct ts_config *cfg, bool servers, char *err, size_t errlen);
 
 /* Each outbound's resolver: direct ones the own resolver's (dns_resolver) when there is one,
- * the others (proxy servers given by name) the system's. */
+ * the others (proxy servers given by name) the system's; and the proxy's budget for the
+ * descriptors of Happy Eyeballs' extra attempts. */
 void proxy_assign_resolvers(struct ts_proxy *p, struct ts_config *cfg);
 
 #endif

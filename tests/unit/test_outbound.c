@@ -1196,6 +1196,91 @@ Test(socks5_name, happy_eyeballs_falls_back_to_ipv4_after_the_delay, .timeout = 
 	run_in_netns(happy_eyeballs_scenario);
 }
 
+/* Happy Eyeballs with the proxy's budget: the second socket, open beside the hanging IPv6
+ * attempt, holds a descriptor of its own while both are open (fds_peak 1 here, where the
+ * caller reserved none), all given back at the end; with no descriptor left, no second
+ * socket opens (nothing reaches the IPv4 listener) and the attempt times out. */
+static void happy_eyeballs_budget_scenario(void)
+{
+	uint8_t req[SOCKS5_REQUEST_MAX];
+	size_t req_len = connect_req(req, 4, 8080);
+	struct fake f = { .steps = {
+		STEP(ST_EXPECT, GREET_NOAUTH), STEP(ST_SEND, PICK_NOAUTH),
+		{ ST_EXPECT, req, req_len }, STEP(ST_SEND, REPLY_OK_EARLY) } };
+	struct event_base *base = event_base_new();
+	struct outbound_conn *c = NULL;
+	struct resolver_config cfg = { .timeout_ms = 1000, .tries = 1 };
+	struct resolver *res = NULL;
+	struct budget_limits lim;
+	struct budget_stats bs;
+	struct budget *b = NULL;
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t slen = sizeof(sin);
+	struct ts_outbound ob;
+	struct flow_key k;
+	struct result r = { .fd = -2 };
+	struct dns d;
+	int lfd, ret;
+
+	sh("ip link set lo up && ip link add he0 type veth peer name he1 && "
+	   "ip link set he0 up && ip link set he1 up && "
+	   "ip -6 addr add fd00:beef::1/64 dev he0 nodad && "
+	   "ip -6 route add fd00:dead::/64 via fd00:beef::2 dev he0");
+	budget_limits_profile(&lim, BUDGET_PROFILE_DESKTOP);
+	lim.fds = 4;
+	CHECK(budget_new(&lim, &b) == 0, "budget_new");
+	dns_start(&d, base, NAMES);
+	cfg.servers = d.servers;
+	CHECK(resolver_new(base, &cfg, &res) == 0, "resolver_new");
+
+	/* Room: connected by IPv4, one extra descriptor while both sockets were open. */
+	fake_start(&f, 4);
+	ob_socks5_name(&ob, f.port, "he.test");
+	ob.resolver = res;
+	ob.fd_budget = b;
+	key_loopback(&k, 4, 8080);
+	ret = outbound_connect(base, &ob, &k, 5000, on_done, &r, &c);
+	CHECK(ret == 0, "outbound_connect: %s", strerror(-ret));
+	CHECK(run_until_done(base, &r, 6000), "no result");
+	CHECK(r.err == 0, "%s", strerror(-r.err));
+	budget_get_stats(b, &bs);
+	CHECK(bs.fds_peak == 1, "fds_peak %u: the IPv4 socket beside the IPv6 one", bs.fds_peak);
+	CHECK(bs.fds_in_use == 0, "%u descriptors still held", bs.fds_in_use);
+	close(r.fd);
+	fake_join_child(&f);
+
+	/* None left: the IPv4 attempt never opens; the connection times out. */
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) == 0 &&
+	      listen(lfd, 8) == 0 && getsockname(lfd, (struct sockaddr *)&sin, &slen) == 0,
+	      "listener: %s", strerror(errno));
+	CHECK(budget_fd_reserve(b, 4) == 0, "the whole budget");
+	ob_socks5_name(&ob, ntohs(sin.sin_port), "he.test");
+	ob.resolver = res;
+	ob.fd_budget = b;
+	r = (struct result){ .fd = -2 };
+	ret = outbound_connect(base, &ob, &k, 1000, on_done, &r, &c);
+	CHECK(ret == 0, "outbound_connect: %s", strerror(-ret));
+	CHECK(run_until_done(base, &r, 3000), "no result");
+	CHECK(r.err == -ETIMEDOUT, "%s, want a timeout", strerror(-r.err));
+	CHECK(accept(lfd, NULL, NULL) < 0 && errno == EAGAIN,
+	      "an IPv4 connection was made with no descriptor for it");
+	budget_get_stats(b, &bs);
+	CHECK(bs.fds_in_use == 4 && bs.fds_peak == 4, "in use %u, peak %u", bs.fds_in_use,
+	      bs.fds_peak);
+	budget_fd_release(b, 4);
+	close(lfd);
+	resolver_free(res);
+	dns_stop(&d);
+	budget_free(b);
+	event_base_free(base);
+}
+
+Test(socks5_name, happy_eyeballs_extra_sockets_take_descriptors, .timeout = 30)
+{
+	run_in_netns(happy_eyeballs_budget_scenario);
+}
+
 /* A shared resolver: the first attempt asks, the second is answered from its cache; an unknown
  * name fails the attempt (from the loop) with -ENXIO. */
 Test(socks5_name, shared_resolver_caches_and_unknown_name_fails)
