@@ -31,14 +31,16 @@ static const char *const action_names[] = { "refuse", "empty", NULL };
 /* ---- servers ------------------------------------------------------------------------------ */
 
 /* A host name a certificate is checked against: letters, digits, '-' and '.', no empty
- * label, no trailing dot. */
+ * label, no label that begins or ends with '-' (RFC 1123 section 2.1), no trailing dot. */
 static bool host_name_ok(const char *s, size_t n)
 {
-	if (n == 0 || n > 253 || s[n - 1] == '.')
+	if (n == 0 || n > 253 || s[n - 1] == '.' || s[0] == '-' || s[n - 1] == '-')
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 		if (!(isalnum(c) || c == '-' || (c == '.' && i > 0 && s[i - 1] != '.')))
+			return false;
+		if (c == '.' && (s[i - 1] == '-' || s[i + 1] == '-'))
 			return false;
 	}
 	return true;

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int resolve(const struct ts_hostport *hp, struct netaddr *out, char *err, size_t errlen)
+/* The server of outbounds[i], for messages that name the field. */
+static int resolve(const struct ts_hostport *hp, size_t i, struct netaddr *out, char *err,
+		   size_t errlen)
 {
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
 	struct addrinfo *res = NULL;
@@ -22,8 +24,8 @@ static int resolve(const struct ts_hostport *hp, struct netaddr *out, char *err,
 		return 0;
 	}
 	if ((rc = getaddrinfo(hp->host, NULL, &hints, &res)) != 0) {
-		snprintf(err, errlen, "route check: proxy server \"%s\": %s", hp->host,
-			 gai_strerror(rc));
+		snprintf(err, errlen, "route check: $.outbounds[%zu].server: \"%s\": %s", i,
+			 hp->host, gai_strerror(rc));
 		return rc == EAI_AGAIN ? -EAGAIN : -ENXIO;
 	}
 	rc = -ENXIO;
@@ -40,14 +42,17 @@ static int resolve(const struct ts_hostport *hp, struct netaddr *out, char *err,
 	}
 	freeaddrinfo(res);
 	if (rc)
-		snprintf(err, errlen, "route check: proxy server \"%s\": no IPv4 or IPv6 address",
+		snprintf(err, errlen,
+			 "route check: $.outbounds[%zu].server: \"%s\": no IPv4 or IPv6 address", i,
 			 hp->host);
 	return rc;
 }
 
-static int target_init(struct routecheck_target *t, const struct ts_config *cfg,
-		       const struct ts_outbound *ob, char *err, size_t errlen)
+static int target_init(struct routecheck_target *t, const struct ts_config *cfg, size_t i,
+		       char *err, size_t errlen)
 {
+	const struct ts_outbound *ob = &cfg->outbounds[i];
+
 	memset(t, 0, sizeof(*t));
 	if (ob->type == TS_OUT_REJECT)
 		return 0;
@@ -56,7 +61,7 @@ static int target_init(struct routecheck_target *t, const struct ts_config *cfg,
 	memcpy(t->oif_name, ob->bind_interface, sizeof(t->oif_name));
 	if (ob->has_server) { /* a proxy outbound: its server */
 		t->n_dst = 1;
-		return resolve(&ob->server, &t->dst[0], err, errlen);
+		return resolve(&ob->server, i, &t->dst[0], err, errlen);
 	}
 	t->is_probe = true;
 	(void)netaddr_parse("192.0.2.1", &t->dst[t->n_dst++]);
@@ -78,7 +83,7 @@ int routecheck_init(struct routecheck *rc, const struct ts_config *cfg, int tun_
 	rc->n = cfg->n_outbounds;
 	rc->tun_ifindex = tun_ifindex;
 	for (size_t i = 0; i < rc->n; i++) {
-		if ((ret = target_init(&rc->t[i], cfg, &cfg->outbounds[i], err, errlen)) != 0) {
+		if ((ret = target_init(&rc->t[i], cfg, i, err, errlen)) != 0) {
 			routecheck_fini(rc);
 			return ret;
 		}
