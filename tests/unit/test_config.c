@@ -982,30 +982,21 @@ Test(config, dns_resolver)
 	config_fini(&cfg);
 
 	/* A cache object keeps the default of each member it leaves out. */
-	config_init(&cfg);
-	cr_assert_eq(config_load_string("{\"dns\":{\"hijack\":true,\"servers\":["
-					"{\"tag\":\"a\",\"address\":\"192.0.2.53\"}],"
-					"\"cache\":{\"max_ttl_s\":60}}}",
-					&cfg, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg.dns.cache_size, 4096);
-	cr_assert_eq(cfg.dns.cache_max_ttl_s, 60);
-	config_fini(&cfg);
-	config_init(&cfg);
-	cr_assert_eq(config_load_string("{\"dns\":{\"hijack\":true,\"servers\":["
-					"{\"tag\":\"a\",\"address\":\"192.0.2.53\"}],"
-					"\"cache\":{}}}",
-					&cfg, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg.dns.cache_size, 4096);
-	cr_assert_eq(cfg.dns.cache_max_ttl_s, 3600);
-	config_fini(&cfg);
-	config_init(&cfg);
-	cr_assert_eq(config_load_string("{\"dns\":{\"hijack\":true,\"servers\":["
-					"{\"tag\":\"a\",\"address\":\"192.0.2.53\"}],"
-					"\"cache\":{\"size\":0}}}",
-					&cfg, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg.dns.cache_size, 0, "size 0: no cache");
-	cr_assert_eq(cfg.dns.cache_max_ttl_s, 3600);
-	config_fini(&cfg);
+	static const struct {
+		const char *cache;
+		uint32_t size, ttl;
+	} caches[] = { { "{\"max_ttl_s\":60}", 4096, 60 }, { "{}", 4096, 3600 },
+		       { "{\"size\":0}", 0, 3600 } };
+	for (size_t i = 0; i < sizeof(caches) / sizeof(caches[0]); i++) {
+		char json[256];
+		snprintf(json, sizeof(json), "{\"dns\":{\"hijack\":true,\"servers\":[{\"tag\":\"a\","
+			 "\"address\":\"192.0.2.53\"}],\"cache\":%s}}", caches[i].cache);
+		config_init(&cfg);
+		cr_assert_eq(config_load_string(json, &cfg, err, sizeof(err)), 0, "%s", err);
+		cr_assert_eq(cfg.dns.cache_size, caches[i].size, "%s", caches[i].cache);
+		cr_assert_eq(cfg.dns.cache_max_ttl_s, caches[i].ttl, "%s", caches[i].cache);
+		config_fini(&cfg);
+	}
 
 	/* A ca file is checked for a PEM certificate; its certificates are loaded at start. */
 	char ca[] = "/tmp/test_config_ca_XXXXXX", key[] = "/tmp/test_config_key_XXXXXX";
