@@ -252,8 +252,11 @@ int dns_parse_answer(const uint8_t *m, size_t len, uint16_t id, const struct dns
 		else
 			a->n_ttl_overflow = true;
 	}
-	if (a->an == 0)
-		a->min_ttl = neg;
+	/* A negative answer lives for the SOA's negative TTL, an NXDOMAIN after a CNAME chain
+	 * too (RFC 2308 sections 2.1 and 5), and no longer than the chain's own RRs; without an
+	 * SOA it has none (UINT32_MAX: not cached). */
+	if (a->an == 0 || DNS_RCODE(a->flags) == DNS_R_NXDOMAIN)
+		a->min_ttl = neg == UINT32_MAX ? UINT32_MAX : neg < a->min_ttl ? neg : a->min_ttl;
 	return 0;
 }
 

@@ -85,8 +85,9 @@ struct dns_answer {
 	uint16_t keep_an, keep_ns, keep_ar;  /* their counts (the OPT and what follows it left out) */
 	uint32_t min_ttl;             /* the smallest TTL of the answer section's RRs, or for an
 				       * answer without RRs the negative TTL: min(SOA TTL, SOA
-				       * MINIMUM) from the authority section; UINT32_MAX when
-				       * neither exists */
+				       * MINIMUM) from the authority section; for an NXDOMAIN
+				       * (after a CNAME chain too) the smaller of the two, and
+				       * UINT32_MAX without an SOA; UINT32_MAX when neither exists */
 	uint16_t ttl_off[DNS_MAX_RRS];/* offsets of the kept RRs' TTL fields (for a cache) */
 	size_t n_ttl;                 /* how many of them (more RRs: n_ttl_overflow) */
 	bool n_ttl_overflow;

@@ -254,6 +254,44 @@ Test(dns_msg, the_negative_ttl_comes_from_the_soa)
 	cr_assert_eq(a.min_ttl, 300, "min(SOA TTL, MINIMUM)");
 }
 
+/* An NXDOMAIN at the end of a CNAME chain (RFC 2308 section 2.1): the CNAME is in the answer
+ * section, yet the answer is negative; it lives no longer than the SOA's negative TTL, and
+ * without an SOA it has none (not cached, RFC 2308 section 5). */
+static void nx_after_cname(struct msg *ans, uint32_t cname_ttl, bool soa, uint32_t soa_min)
+{
+	hdr(ans, 9, DNS_F_QR | DNS_R_NXDOMAIN, 1, 1, soa ? 1 : 0, 0);
+	question(ans, "nx.example.com", DNS_T_A);
+	u16(ans, 0xc00c), u16(ans, DNS_T_CNAME), u16(ans, 1), u32(ans, cname_ttl);
+	u16(ans, 2), u16(ans, 0xc00f);                            /* -> example.com */
+	if (!soa)
+		return;
+	u16(ans, 0xc00f), u16(ans, DNS_T_SOA), u16(ans, 1), u32(ans, 600);
+	u16(ans, 2 + 2 + 20);
+	u16(ans, 0xc00f), u16(ans, 0xc00f);
+	u32(ans, 1), u32(ans, 2), u32(ans, 3), u32(ans, 4), u32(ans, soa_min);
+}
+
+Test(dns_msg, an_nxdomain_after_a_cname_keeps_the_negative_ttl)
+{
+	struct msg q, ans;
+	struct dns_query cq;
+	struct dns_answer a;
+
+	hdr(&q, 9, DNS_F_RD, 1, 0, 0, 0);
+	question(&q, "nx.example.com", DNS_T_A);
+	cq = parse_q(&q);
+	nx_after_cname(&ans, 3600, true, 5);
+	cr_assert_eq(dns_parse_answer(ans.b, ans.n, 9, &cq.q, &a), 0);
+	cr_assert_eq(a.an, 1);
+	cr_assert_eq(a.min_ttl, 5, "the SOA's, not the CNAME's 3600");
+	nx_after_cname(&ans, 2, true, 300);
+	cr_assert_eq(dns_parse_answer(ans.b, ans.n, 9, &cq.q, &a), 0);
+	cr_assert_eq(a.min_ttl, 2, "nor longer than the CNAME");
+	nx_after_cname(&ans, 3600, false, 0);
+	cr_assert_eq(dns_parse_answer(ans.b, ans.n, 9, &cq.q, &a), 0);
+	cr_assert_eq(a.min_ttl, UINT32_MAX, "no SOA: no negative TTL");
+}
+
 /* ---- replies ------------------------------------------------------------------------------ */
 
 Test(dns_msg, a_reply_is_rebuilt_for_the_asking_client)
