@@ -321,6 +321,12 @@ bool fakeip_contains(const struct fakeip *f, int family, const uint8_t addr[16])
 	return netaddr_in_cidr(&a, &r->c);
 }
 
+/* A free mapping (the LRU lists hold no pinned one) idle for at least the cooldown. */
+static bool cooled(const struct fakeip *f, uint32_t i, int64_t now_s)
+{
+	return now_s - f->e[i].used >= (int64_t)f->cfg.cooldown_s;
+}
+
 int fakeip_address(struct fakeip *f, const char *name, size_t len, int family, int64_t now_s,
 		   uint8_t addr[16])
 {
@@ -341,8 +347,9 @@ int fakeip_address(struct fakeip *f, const char *name, size_t len, int family, i
 	}
 	/* A fresh address: the cursor's next one not already mapped (a loaded file may hold
 	 * addresses ahead of the cursor). */
+	bool fresh = false;
+	uint8_t a[16];
 	while (r->cursor < r->size) {
-		uint8_t a[16];
 		range_addr(r, r->first + r->cursor, a);
 		if (find_addr(f, family, a) != NIL) {
 			r->cursor++;
@@ -352,6 +359,7 @@ int fakeip_address(struct fakeip *f, const char *name, size_t len, int family, i
 			return -ENOMEM;
 		if ((i = slot_new(f)) == NIL) {
 			free(copy);
+			fresh = true; /* an address, but max_mappings are live */
 			break;
 		}
 		r->cursor++;
@@ -360,9 +368,16 @@ int fakeip_address(struct fakeip *f, const char *name, size_t len, int family, i
 		f->st.created++;
 		return 0;
 	}
-	/* Recycle the least recently used free mapping of this family, if it has cooled. */
+	/* Recycle the least recently used free mapping that has cooled: this family's, which
+	 * keeps its address; else, when it is max_mappings that are used up (they bound both
+	 * families together), the other family's, whose slot takes the fresh address. */
 	i = f->lru[fam_index(family)].head;
-	if (i == NIL || now_s - f->e[i].used < (int64_t)f->cfg.cooldown_s) {
+	if (i != NIL && cooled(f, i, now_s)) {
+		memcpy(a, f->e[i].addr, 16);
+	} else if (fresh && (i = f->lru[fam_index(family == 4 ? 6 : 4)].head) != NIL &&
+		   cooled(f, i, now_s)) {
+		r->cursor++;
+	} else {
 		f->st.exhausted++;
 		return -ENOSPC;
 	}
@@ -370,8 +385,8 @@ int fakeip_address(struct fakeip *f, const char *name, size_t len, int family, i
 		return -ENOMEM;
 	unindex(f, i);
 	lru_unlink(f, i);
-	memcpy(addr, f->e[i].addr, 16);
-	set_entry(f, i, family, copy, (size_t)n, addr, now_s);
+	set_entry(f, i, family, copy, (size_t)n, a, now_s);
+	memcpy(addr, a, 16);
 	f->st.reused++;
 	return 0;
 }

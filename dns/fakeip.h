@@ -7,9 +7,10 @@
  * many) would otherwise reach another name. A name asked again gets its address back (and
  * refreshes it). Addresses are handed out in order through the range, skipping an IPv4
  * range's network and broadcast addresses and an IPv6 range's first (subnet-router anycast,
- * RFC 4291 2.6.1) address; when the range or max_mappings is used up, the
- * least recently used free mapping is reused; when none is free, the lookup fails (-ENOSPC,
- * the DNS answer is SERVFAIL) and nothing held is disturbed.
+ * RFC 4291 2.6.1) address; when the range or max_mappings is used up, the least recently
+ * used free mapping is reused (the family's own, keeping its address; when it is
+ * max_mappings that are used up and the family has none, the other family's); when none is
+ * free, the lookup fails (-ENOSPC, the DNS answer is SERVFAIL) and nothing held is disturbed.
  *
  * Persistence is text, one "ADDRESS NAME" a line, written by fakeip_dump and read by
  * fakeip_load (bad lines, addresses outside the ranges and names already mapped are counted

@@ -148,6 +148,42 @@ Test(fakeip, max_mappings_bounds_a_large_range)
 	fakeip_free(f);
 }
 
+/* max_mappings bounds both families together, so a full pool reuses the least recently used
+ * free mapping of either: AAAA for a new name is answered while IPv4 holds every mapping. */
+Test(fakeip, a_full_pool_reuses_a_mapping_of_the_other_family)
+{
+	struct fakeip *f = pool("198.18.0.0/16", "fd00:7f::/64", 4, 10);
+	char names[4][32], buf[256];
+	int err;
+
+	for (int i = 0; i < 4; i++) {
+		snprintf(names[i], sizeof(names[i]), "v4-%d.test", i);
+		cr_assert_neq(addr_of(f, names[i], 4, i, NULL)[0], 0);
+	}
+	/* Within the cooldown nothing may go. */
+	cr_assert_str_eq(addr_of(f, "six.test", 6, 5, &err), "");
+	cr_assert_eq(err, -ENOSPC);
+	/* Cooled: the oldest IPv4 mapping gives its slot; the name gets a fresh IPv6 address. */
+	const char *a6 = addr_of(f, "six.test", 6, 20, &err);
+	cr_assert_eq(err, 0);
+	cr_assert_str_eq(a6, "fd00:7f::1");
+	/* The family's own cooled mapping goes first: v4-1 (used at 1), keeping its address. */
+	cr_assert_str_eq(addr_of(f, "v4-new.test", 4, 40, &err), "198.18.0.2");
+	struct fakeip_stats st;
+	fakeip_get_stats(f, &st);
+	cr_assert_eq(st.mappings, 4);
+	cr_assert_eq(st.reused, 2);
+	cr_assert_eq(st.exhausted, 1);
+	cr_assert_gt(name_of(f, "fd00:7f::1", buf), 0);
+	cr_assert_str_eq(buf, "six.test");
+	cr_assert_eq(name_of(f, "198.18.0.1", buf), 0, "v4-0's mapping is gone");
+	cr_assert_gt(name_of(f, "198.18.0.2", buf), 0);
+	cr_assert_str_eq(buf, "v4-new.test");
+	cr_assert_gt(name_of(f, "198.18.0.3", buf), 0);
+	cr_assert_str_eq(buf, "v4-2.test");
+	fakeip_free(f);
+}
+
 static int to_buf(void *arg, const char *line, size_t len)
 {
 	char *buf = arg;
