@@ -45,6 +45,7 @@ static TS_NOIPA void rewrite_tcp6(const struct pkt_view *v, const uint8_t *src, 
 	uint16_t ports[2] = { sport_be, dport_be };
 	uint64_t o0, o1, o2, o3, n0, n1, n2, n3, acc;
 	uint32_t op, np;
+	uint16_t sum;
 
 	memcpy(&o0, ip + PKT_V6_SRC, 8);
 	memcpy(&o1, ip + PKT_V6_SRC + 8, 8);
@@ -63,7 +64,12 @@ static TS_NOIPA void rewrite_tcp6(const struct pkt_view *v, const uint8_t *src, 
 	acc = add_wrap(acc, n1);
 	acc = add_wrap(acc, n2);
 	acc = add_wrap(acc, n3);
-	csum_store16(tcp + TCP_OFF_CSUM, csum_apply_l4(csum_load16(tcp + TCP_OFF_CSUM), acc));
+	/* The old field joins with the carry wrapped too (RFC 1624 eqn. 3): acc may be anything
+	 * up to 2^64 - 1 (the app picks its destination), where csum_apply's plain addition
+	 * would lose the carry. A result of 0 is sent as 0xFFFF, as csum_apply_l4 does. */
+	acc = add_wrap(acc, (uint16_t)~csum_load16(tcp + TCP_OFF_CSUM));
+	sum = (uint16_t)~csum_fold(acc);
+	csum_store16(tcp + TCP_OFF_CSUM, sum ? sum : 0xffff);
 	memcpy(ip + PKT_V6_SRC, &n0, 8);
 	memcpy(ip + PKT_V6_SRC + 8, &n1, 8);
 	memcpy(ip + PKT_V6_DST, &n2, 8);
