@@ -70,8 +70,10 @@ bool l3policy_answer_rst(const struct pkt_view *v)
 {
 	const uint8_t *d = v->ip + (v->family == 4 ? PKT_V4_DST : PKT_V6_DST);
 
-	if (v->proto != IPPROTO_TCP)
-		return false;
+	if (v->proto != IPPROTO_TCP || (v->tcp_flags & TCP_RST))
+		return false; /* a RST is never answered with one (RFC 9293 section 3.10.7) */
+	if (v->family == 4 && !pkt_v4_csum_ok(v))
+		return false; /* nor a header that may not say where it came from */
 	if (v->family == 4)
 		return (d[0] & 0xf0) != 0xe0 && !(d[0] == 255 && d[1] == 255 && d[2] == 255 &&
 						  d[3] == 255);

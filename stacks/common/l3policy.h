@@ -418,9 +418,10 @@ static inline enum l3policy_verdict l3policy_udp(const struct l3policy *p,
 }
 
 /* Answer a refused packet (verdict DROP_loop or DROP_special_destination) with a RST? Only
- * TCP (a first SYN: the app's connect fails at once instead of after its timeout), and never
- * one to a multicast or broadcast destination: such a SYN is discarded silently (RFC 1122
- * 4.2.3.10), and a RST would carry a multicast source. */
+ * TCP (a first SYN: the app's connect fails at once instead of after its timeout), never a
+ * segment that carries a RST itself, never an IPv4 packet whose header checksum fails, and
+ * never one to a multicast or broadcast destination: such a SYN is discarded silently (RFC
+ * 1122 4.2.3.10), and a RST would carry a multicast source. */
 bool l3policy_answer_rst(const struct pkt_view *v);
 
 static inline enum l3policy_verdict l3policy_count(struct l3policy_counters *c,

@@ -692,6 +692,41 @@ Test(l3policy, special_destination_answers)
 	}
 }
 
+/* No RST answers a segment that carries one (RFC 9293 section 3.10.7), a SYN|RST to a
+ * special destination included; nor a packet whose IPv4 header checksum fails. Both are
+ * still refused and counted as special destinations. */
+Test(l3policy, special_destination_rst_and_bad_header_get_no_answer)
+{
+	static uint8_t buf[256];
+	static const char *const dsts[] = { "127.0.0.1", "::1" };
+	struct l3policy p;
+	struct l3policy_counters c = { 0 };
+	struct l3policy_reply r;
+	struct pkt_view v;
+
+	policy(&p, true, false);
+	for (size_t i = 0; i < 2; i++) {
+		const char *src = i ? "fd00:7f::9" : "198.18.0.9";
+		const struct row row = { dsts[i], K_SYN, src, 5000, dsts[i], 80, 0, 0, false,
+					 SPECIAL, { 0, 0 } };
+		size_t len = build(&row, buf, sizeof(buf)), l3 = i ? 40 : 20;
+
+		buf[l3 + 13] |= TCP_RST; /* SYN|RST (the TCP checksum is not what is asked) */
+		cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
+		cr_assert_eq(l3policy_classify(&p, &v, &r, &c), SPECIAL, "%s", dsts[i]);
+		cr_assert_not(l3policy_answer_rst(&v), "%s: SYN|RST answered", dsts[i]);
+	}
+	const struct row row = { "127.0.0.1", K_SYN, "198.18.0.9", 5000, "127.0.0.1", 80, 0, 0,
+				 false, SPECIAL, { 0, 0 } };
+	size_t len = build(&row, buf, sizeof(buf));
+	cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
+	cr_assert(l3policy_answer_rst(&v), "the plain SYN is answered");
+	buf[10] ^= 0x55; /* the IPv4 header checksum */
+	cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
+	cr_assert_not(l3policy_answer_rst(&v), "a bad IPv4 header is not answered");
+	cr_assert_eq(ctr_get(&c.drop_special_destination), 2);
+}
+
 /* The stacks' common figures carry these counters on their own (drops.special_destination,
  * drops.loop, drops.protocol). */
 Test(l3policy, special_destination_in_stack_stats)
