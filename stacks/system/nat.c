@@ -943,8 +943,10 @@ static void quarantine_push(struct nat_table *t, const uint64_t *tkeys, size_t n
 	uint64_t due = now_tick(sat_add(sat_add(now_ns, t->cfg.quarantine_ns),
 					NAT_QUARANTINE_TICK_NS - 1));
 
+	size_t i;
+
 	pthread_mutex_lock(&t->qlock);
-	for (size_t i = 0; i < n; i++) {
+	for (i = 0; i < n; i++) {
 		if (t->q_len > t->q_mask && ring_grow(t) != 0)
 			break;
 		uint32_t idx = index_of(t, tkeys[i]);
@@ -962,7 +964,8 @@ static void quarantine_push(struct nat_table *t, const uint64_t *tkeys, size_t n
 	}
 	q_publish(t);
 	pthread_mutex_unlock(&t->qlock);
-	ctr_add_shared(&t->ctr.quarantined, n);
+	/* Only what went in: quarantine = quarantined - released - quarantine_reuse holds. */
+	ctr_add_shared(&t->ctr.quarantined, i);
 }
 
 static size_t release_locked(struct nat_table *t, uint64_t tick, size_t max);
