@@ -105,7 +105,7 @@ void dns_tcp_resolver_server(struct dns_tcp_resolver *r, struct dns_server *s);
 struct dns_tcp_counters {
 	ctr_t connections;       /* started */
 	ctr_t queries;           /* handed to the resolver (accepted by it) */
-	ctr_t queries_refused;   /* the resolver refused at once (-ENOBUFS ...): no reply */
+	ctr_t queries_refused;   /* the resolver refused at once (-ENOBUFS ...): a REFUSED reply */
 	ctr_t replies;           /* written in full to the app */
 	ctr_t closed_done;       /* the app's FIN, every reply written, our FIN */
 	ctr_t closed_idle;

@@ -33,6 +33,7 @@
 
 #include <event2/event.h>
 
+#include "core/clock.h"
 #include "core/flow.h"
 #include "core/tlslib.h"
 #include "outbound/outbound.h"
@@ -62,6 +63,7 @@ struct dns_doh_q {
 	uint32_t tries_left;
 	int32_t stream_id;             /* > 0: its try's stream on the session */
 	uint64_t rx_mark;              /* link rx when the try was assigned */
+	int64_t deadline_ns;           /* no try after this (asked + tries x timeout) */
 	uint8_t req[QUERY_MAX];        /* the query, id 0: the same for every try */
 	size_t req_len, req_off;
 	int status;                    /* the response's :status, 0 none yet */
@@ -274,6 +276,8 @@ static void try_end(struct dns_doh_q *q, int err)
 
 	evtimer_del(q->timer);
 	response_reset(q);
+	if (ts_now_ns() >= q->deadline_ns)
+		q->tries_left = 0; /* its time is up, whatever tries were given back */
 	if (q->tries_left > 0) {
 		list_push(&d->wait, q, true);
 		return;
@@ -283,12 +287,19 @@ static void try_end(struct dns_doh_q *q, int err)
 }
 
 /* q's try did not count (its stream refused unprocessed, its connection taken as dead): back
- * first in line with the try given back. */
+ * first in line with the try given back, unless its deadline has passed. Without the deadline,
+ * N asks in flight on a silent server would each take up to N x tries timeouts: each timeout
+ * voids the connection and gives the others their try back. */
 static void try_refund(struct dns_doh_q *q)
 {
+	q->stream_id = -1;
+	if (ts_now_ns() >= q->deadline_ns) {
+		q->d->st.timeouts++;
+		try_end(q, -ETIMEDOUT);
+		return;
+	}
 	evtimer_del(q->timer);
 	response_reset(q);
-	q->stream_id = -1;
 	q->tries_left++;
 	list_push(&q->d->wait, q, true);
 }
@@ -738,7 +749,9 @@ static size_t room(struct dns_doh *d)
 
 static void assign(struct dns_doh *d, struct dns_doh_q *q)
 {
-	struct timeval tv = ms_tv(d->timeout_ms);
+	int64_t left_ms = (q->deadline_ns - ts_now_ns() + 999999) / 1000000;
+	struct timeval tv = ms_tv(left_ms < 1 ? 1 : left_ms < d->timeout_ms ? (uint32_t)left_ms
+								       : d->timeout_ms);
 
 	assert(q->tries_left > 0);
 	q->tries_left--;
@@ -1017,6 +1030,7 @@ int dns_doh_ask(struct dns_doh *d, const struct dns_question *q, dns_upstream_cb
 	x->arg = arg;
 	x->stream_id = -1;
 	x->tries_left = d->tries;
+	x->deadline_ns = ts_now_ns() + (int64_t)d->tries * d->timeout_ms * 1000000;
 	d->asks++;
 	d->st.queries++;
 	list_push(&d->wait, x, false);

@@ -22,7 +22,8 @@
  * that the client retries over TCP.
  *
  * Memory: pending queries (a copy of each client query) and in-flight questions come from the
- * budget; at most DNS_SERVER_MAX_PENDING queries wait at a time (more: REFUSED, counted).
+ * budget; at most DNS_SERVER_MAX_PENDING queries wait at a time (more: refused and counted; a UDP
+ * query is dropped, a TCP one answered REFUSED by its connection).
  * Single-threaded: every call on the loop that runs base.
  */
 #ifndef TS_DNS_SERVER_H

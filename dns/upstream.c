@@ -37,6 +37,7 @@
 
 #include <event2/event.h>
 
+#include "core/clock.h"
 #include "core/flow.h"
 #include "core/tlslib.h"
 #include "outbound/outbound.h"
@@ -74,6 +75,7 @@ struct dns_uq {
 	int transport_err;             /* the last transport error of a try, 0 none */
 	int final_err;                 /* in done: what the callback gets */
 	uint64_t rx_mark;              /* tcp: link rx when the query was assigned */
+	int64_t deadline_ns;           /* tcp: no try after this (asked + tries x timeout) */
 };
 
 enum link_state { LINK_CLOSED, LINK_CONNECTING, LINK_HANDSHAKE, LINK_UP, LINK_FAILED };
@@ -261,6 +263,8 @@ static void try_end(struct dns_uq *q, int err)
 	}
 	if (!q->tcp)
 		udp_close(q);
+	if (q->tcp && ts_now_ns() >= q->deadline_ns)
+		q->tries_left = 0; /* its time is up, whatever tries a voided connection gave back */
 	if (q->tries_left > 0) {
 		if (q->tcp)
 			list_push(&u->wait, q, true);
@@ -306,6 +310,7 @@ static void on_udp_read(evutil_socket_t fd, short what, void *arg)
 			q->tcp = true;
 			if (q->tries_left == 0)
 				q->tries_left = 1;
+			q->deadline_ns = ts_now_ns() + (int64_t)q->tries_left * u->timeout_ms * 1000000;
 			list_push(&u->wait, q, false);
 			tcp_pump(u);
 			return;
@@ -405,7 +410,9 @@ static void link_lost(struct dns_upstream *u, int err)
 	settle(u);
 }
 
-/* The connection is taken as dead: its queries go again on a new one, their tries kept. */
+/* The connection is taken as dead: its queries go again on a new one, their tries kept, but
+ * none past its deadline: one query's timeout voids the connection, and without the deadline
+ * N queries in flight on a silent server would each take up to N x tries timeouts. */
 static void link_void(struct dns_upstream *u)
 {
 	struct link *l = &u->l;
@@ -414,6 +421,10 @@ static void link_void(struct dns_upstream *u)
 	while (l->sent.tail) {
 		struct dns_uq *q = l->sent.tail;
 
+		if (ts_now_ns() >= q->deadline_ns) {
+			try_end(q, -ETIMEDOUT); /* done: its time is up */
+			continue;
+		}
 		evtimer_del(q->timer);
 		q->tries_left++;
 		list_push(&u->wait, q, true);
@@ -777,7 +788,9 @@ static void link_open(struct dns_upstream *u)
 static void tcp_assign(struct dns_upstream *u, struct dns_uq *q)
 {
 	struct link *l = &u->l;
-	struct timeval tv = ms_tv(u->timeout_ms);
+	int64_t left_ms = (q->deadline_ns - ts_now_ns() + 999999) / 1000000;
+	struct timeval tv = ms_tv(left_ms < 1 ? 1 : left_ms < u->timeout_ms ? (uint32_t)left_ms
+								       : u->timeout_ms);
 	struct dns_uq *o;
 	int len;
 
@@ -968,6 +981,7 @@ int dns_upstream_ask(struct dns_upstream *u, const struct dns_question *q, dns_u
 	x->arg = arg;
 	x->tries_left = u->tries;
 	x->tcp = u->kind != DNS_UP_UDP;
+	x->deadline_ns = ts_now_ns() + (int64_t)u->tries * u->timeout_ms * 1000000;
 	u->asks++;
 	u->st.queries++;
 	if (x->tcp) {

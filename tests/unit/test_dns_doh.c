@@ -679,6 +679,40 @@ Test(dns_doh, silent_server_times_out)
 	fx_stop(&f);
 }
 
+/* Eight asks on such a server: each fails by tries x timeout from when it was asked, however
+ * often the dead connection is replaced and the others get their try back. */
+Test(dns_doh, silent_server_fails_every_ask_within_its_tries)
+{
+	struct res r[8];
+	struct fx f;
+	int lfd, n = 0;
+	int64_t t0, took;
+	char name[32];
+
+	memset(r, 0, sizeof(r));
+	fx_init(&f);
+	cr_assert_geq(lfd = listen_lo(f.port), 0);
+	f.cfg.timeout_ms = 200;
+	fx_new(&f);
+	t0 = mono_ms();
+	for (int i = 0; i < 8; i++) {
+		snprintf(name, sizeof(name), "q%d.doh.test", i);
+		r[i].counter = &n;
+		ask(&f, name, &r[i]);
+	}
+	cr_assert(run_until(f.base, &n, 8, WAIT_MS), "%d of 8 failed in time", n);
+	took = mono_ms() - t0;
+	/* Before: up to 16 tries of 200 ms one after another (3.2 s). */
+	cr_assert_lt(took, 2 * 200 + 400, "the last took %lld ms, want 400 (+ slack)",
+		     (long long)took);
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(r[i].err, -ETIMEDOUT, "ask %d: %d", i, r[i].err);
+	cr_assert_leq(stats(&f).connects, 3, "%llu connections",
+		      (unsigned long long)stats(&f).connects);
+	close(lfd);
+	fx_stop(&f);
+}
+
 Test(dns_doh, asks_are_bounded)
 {
 	static struct res r[DNS_DOH_MAX_ASKS + 1];

@@ -786,6 +786,40 @@ Test(dns_upstream, tcp_silent_server_times_out_and_drops_the_dead_connection)
 	fx_stop(&f);
 }
 
+/* Many asks in flight on a connection that never answers: each fails by tries x timeout from
+ * when it was asked, however often the dead connection is replaced and they are sent again
+ * (the first timeout voids the connection and gives the others their try back). */
+Test(dns_upstream, tcp_silent_server_fails_every_ask_within_its_tries)
+{
+	enum { N = 8 };
+	struct res r[N];
+	struct fx f;
+	int n = 0;
+	int64_t t0, took;
+
+	memset(r, 0, sizeof(r));
+	fx_start(&f, DNS_UP_TCP, U_SILENT, T_SILENT);
+	f.cfg.timeout_ms = 150;
+	f.cfg.tries = 2;
+	fx_new(&f);
+	t0 = mono_ms();
+	for (int i = 0; i < N; i++) {
+		r[i].counter = &n;
+		ask(&f, i + 1, &r[i]);
+	}
+	cr_assert(run_until(f.base, &n, N, WAIT_MS), "%d of %d failed in time", n, N);
+	took = mono_ms() - t0;
+	/* Before: up to 16 tries of 150 ms one after another (2.4 s). */
+	cr_assert_lt(took, 2 * 150 + 300, "the last took %lld ms, want 300 (+ slack)",
+		     (long long)took);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(r[i].err, -ETIMEDOUT, "ask %d: %d", i + 1, r[i].err);
+	cr_assert_leq(stats(&f).tcp_connects, 3, "%llu connections",
+		      (unsigned long long)stats(&f).tcp_connects);
+	cr_assert_eq(stats(&f).inflight, 0);
+	fx_stop(&f);
+}
+
 Test(dns_upstream, tcp_at_most_32_in_flight_the_rest_queued)
 {
 	struct res r[40];
