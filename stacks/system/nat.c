@@ -1477,6 +1477,36 @@ int nat_uplink(struct nat_table *t, const struct flow_key *key, bool pure_syn, i
 	return ret;
 }
 
+int nat_uplink_rst(struct nat_table *t, const struct flow_key *key, int64_t now_ns)
+{
+	struct fwd_shard *sh;
+	struct nat_entry *e;
+	uint64_t h;
+	int64_t due;
+	int ret = 0;
+
+	if (key->family != 4 && key->family != 6)
+		return 0;
+	h = key_hash(t, key);
+	sh = &t->fwd[h & SHARD_MASK];
+	due = sat_add(now_ns, NAT_RST_LINGER_NS);
+	pthread_mutex_lock(&sh->lock);
+	e = fwd_find(&sh->map, key, (uint32_t)(h >> SHARD_BITS));
+	/* The state is HALF_OPEN under the forward lock: an accept needs it too. No packet
+	 * moves a HALF_OPEN entry's last_seen (touch is skipped for it), so it is set back here
+	 * to make its real deadline due, and its heap node follows (at most its deadline). */
+	if (e && e->state == NAT_HALF_OPEN && due < expires(t, e)) {
+		atomic_store_explicit(&e->last_seen, due - t->timeout[NAT_HALF_OPEN],
+				      memory_order_relaxed);
+		heap_arm(sh, e, due);
+		heap_publish(sh);
+		ctr_add_shared(&t->ctr.half_open_reset, 1);
+		ret = 1;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return ret;
+}
+
 /* ---- operations starting from a tuple ----------------------------------------------------- */
 
 int nat_downlink(struct nat_table *t, const struct nat_tuple *tuple, int64_t now_ns,

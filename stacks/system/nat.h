@@ -49,6 +49,9 @@
  * releases are batched (a tuple resting longer costs nothing: allocations release too). */
 #define NAT_QUARANTINE_WAKE_NS (1LL << 30) /* ~1.07 s */
 #define NAT_TIMEOUT_MAX_NS (86400LL * 1000000000LL) /* bound of every configured duration */
+/* A HALF_OPEN entry's life after the app's RST (nat_uplink_rst): long enough for the handshake
+ * to go on should the kernel have found the RST out of its window. */
+#define NAT_RST_LINGER_NS (2LL * 1000000000LL)
 
 enum nat_state {
 	NAT_HALF_OPEN,
@@ -122,7 +125,8 @@ void nat_config_half_open_limits(struct nat_config *c);
 	X(owner_pages_dropped) /* owner-map pages with no claimed tuple given back (nat_trim) */ \
 	X(half_open_full)    /* half_open_max HALF_OPEN entries: new flow refused */            \
 	X(half_open_host)    /* the source host's half_open_per_host reached: refused */        \
-	X(half_open_net)     /* the source network's half_open_per_net reached: refused */
+	X(half_open_net)     /* the source network's half_open_per_net reached: refused */     \
+	X(half_open_reset)   /* HALF_OPEN entries ended early by the app's RST */
 
 struct nat_counters {
 #define NAT_CTR_FIELD(name) ctr_t name;
@@ -162,6 +166,14 @@ void nat_table_free(struct nat_table *t);
  * quarantined tuples whose rest is over are released. */
 int nat_uplink(struct nat_table *t, const struct flow_key *key, bool pure_syn, int64_t now_ns,
 	       struct nat_tuple *tuple_out);
+
+/* The app sent a RST on key's connection (uplink, after nat_uplink found the mapping). A
+ * HALF_OPEN mapping then ends NAT_RST_LINGER_NS from now, if that is sooner than its timeout:
+ * the handshake was given up (a SYN scan's RST after the SYN-ACK), and the HALF_OPEN share
+ * must not be held for half_open_timeout by connections that no longer exist. Any other
+ * mapping is left alone (an accepted one closes with its session). Returns 1 if shortened
+ * (counted in half_open_reset), else 0. Rare: the per-packet path does not pay for it. */
+int nat_uplink_rst(struct nat_table *t, const struct flow_key *key, int64_t now_ns);
 
 /* Downlink: the original key of tuple's mapping, refreshing its last-packet time (not a
  * HALF_OPEN one's: the kernel's SYN-ACK retransmits do not keep a spoofed SYN's entry).

@@ -203,6 +203,10 @@ static struct sys_disp tcp_uplink(struct sysproc *p, const struct pkt_view *v, b
 		return drop(&c->drop_nat_half_open);
 	if (ret != 0) /* -ENOMEM: the only other refusal for a well-formed key */
 		return drop(&c->drop_nat_nomem);
+	/* The app gave the handshake up (a SYN scan's RST after the SYN-ACK): its HALF_OPEN entry
+	 * need not hold the half-open share for the whole timeout. The RST goes on as usual. */
+	if (__builtin_expect(v->tcp_flags & TCP_RST, 0))
+		(void)nat_uplink_rst(p->nat, &k, now);
 	rewrite_l4(v, f->nat[t.addr], htons(t.port), f->gateway, f->lport_be[t.listener], partial);
 	ctr_inc(&c->uplink);
 	return (struct sys_disp){ .action = SYS_WRITE, .len = v->len,

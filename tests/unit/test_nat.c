@@ -532,6 +532,41 @@ Test(nat, half_open_expires_without_accept)
 	nat_table_free(t);
 }
 
+/* A RST on a HALF_OPEN entry (the app gave up the handshake: a SYN scan's RST after the
+ * SYN-ACK) ends it NAT_RST_LINGER_NS later instead of at half_open_timeout: the HALF_OPEN share
+ * is not held by connections that no longer exist. Nothing else moves: not an ACTIVE or a
+ * CLOSING entry, not a later deadline than the one it has. */
+Test(nat, rst_on_half_open_ends_it_soon)
+{
+	struct nat_config c = cfg_small();
+	struct nat_table *t = table(&c);
+	struct flow_key k = flow(1), k2 = flow(2);
+	struct nat_tuple tp, tp2, again;
+	struct snap s0;
+	uint64_t gen;
+
+	cr_assert_eq(nat_uplink(t, &k, true, SEC(5), &tp), 0);
+	cr_assert_eq(nat_uplink(t, &k2, true, SEC(5), &tp2), 0);
+	s0 = snap(t);
+	cr_assert_eq(nat_uplink_rst(t, &k, SEC(6)), 1, "shortened");
+	cr_assert_eq(nat_uplink_rst(t, &k, SEC(6) + 1), 0, "never pushed later again");
+	DELTA(s0, t, .half_open_reset = 1);
+	cr_assert_eq(nat_uplink(t, &k, false, SEC(6), &again), 0, "mapped until then");
+	cr_assert_eq(memcmp(&again, &tp, sizeof(tp)), 0);
+	cr_assert_leq(nat_next_deadline(t), SEC(6) + NAT_RST_LINGER_NS);
+	cr_expect_eq(nat_purge(t, SEC(6) + NAT_RST_LINGER_NS - 1, 100), 0);
+	cr_expect_eq(nat_purge(t, SEC(6) + NAT_RST_LINGER_NS, 100), 1);
+	DELTA(s0, t, .half_open_reset = 1, .expired = 1, .quarantined = 1);
+	cr_expect_eq(state_of(t, &tp2, NULL), NAT_HALF_OPEN, "the other keeps its timeout");
+	expect_entries(t, 1, 0, 0, 1);
+	/* ACTIVE: a RST is the kernel's to act on; the session closes as any other. */
+	cr_assert_eq(nat_accept(t, &tp2, SEC(7), &k2, &gen), 0);
+	cr_assert_eq(nat_uplink_rst(t, &k2, SEC(8)), 0);
+	cr_assert_eq(state_of(t, &tp2, NULL), NAT_ACTIVE);
+	cr_assert_eq(nat_uplink_rst(t, &k, SEC(8)), 0, "no mapping");
+	nat_table_free(t);
+}
+
 Test(nat, active_never_expires)
 {
 	struct nat_config c = cfg_small();

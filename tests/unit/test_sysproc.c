@@ -364,6 +364,26 @@ Test(sysproc, unmapped_rst_gets_nothing)
 	cr_assert_eq(ctr_get(&ctr.rst_sent), 0);
 }
 
+/* The app's RST on a connection still HALF_OPEN (a SYN scan's, after the SYN-ACK) is passed on
+ * to the kernel and ends the NAT entry 2 s later, not at the half-open timeout. */
+Test(sysproc, rst_on_a_half_open_connection_ends_its_entry_soon)
+{
+	struct nat_tuple t;
+	struct tu_spec s;
+	size_t len;
+
+	uplink_syn("10.0.0.9", "1.1.1.1", 2222, 80, &t, &len);
+	tu_spec_tcp(&s, "10.0.0.9", 2222, "1.1.1.1", 80);
+	s.tcp_flags = TCP_RST;
+	len = tu_build(&s, buf, sizeof(buf));
+	struct sys_disp d = run(len, SEC(2));
+	cr_assert_eq(d.action, SYS_WRITE, "the RST goes on to the kernel");
+	assert_valid(len);
+	cr_assert_eq(ctr_get(&nat_get_counters(nat)->half_open_reset), 1);
+	cr_assert_eq(nat_purge(nat, SEC(2) + NAT_RST_LINGER_NS - 1, 10), 0);
+	cr_assert_eq(nat_purge(nat, SEC(2) + NAT_RST_LINGER_NS, 10), 1, "gone 2 s after the RST");
+}
+
 Test(sysproc, syn_on_closing_gets_different_port)
 {
 	struct nat_tuple t1, t2;
