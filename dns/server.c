@@ -9,6 +9,9 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -86,6 +89,20 @@ struct dns_server {
 	struct domain_set *fake_builtin;  /* fake_exclude_builtin */
 	struct event *save_ev;            /* dns.fakeip.persist */
 	uint64_t saved_changes;           /* created + reused at the last save */
+	/* The periodic save's writer: a thread that writes a snapshot of the mappings, so that
+	 * a slow disk's fsync never stalls the loop. At most one at a time. */
+	struct fake_writer {
+		pthread_t th;
+		bool started;             /* a thread to join */
+		atomic_bool busy;         /* it is still writing */
+		int result;               /* 0 or -errno: read after busy went false */
+		uint64_t changes;         /* created + reused in its snapshot */
+		char *path;               /* its copy of dns.fakeip.persist */
+		struct save_buf {
+			char *p;
+			size_t len, cap;
+		} buf;                    /* its snapshot */
+	} writer;
 	struct log *log;
 	struct flight *flights;
 	size_t pending;
@@ -405,45 +422,146 @@ void dns_server_fake_pin(struct dns_server *s, int family, const uint8_t *addr, 
 
 static int save_line(void *arg, const char *line, size_t len)
 {
-	return fwrite(line, 1, len, arg) == len ? 0 : -EIO;
+	struct save_buf *b = arg;
+
+	if (b->len + len > b->cap) {
+		size_t cap = b->cap ? b->cap : 64 << 10;
+		char *p;
+
+		while (cap < b->len + len)
+			cap *= 2;
+		if (!(p = realloc(b->p, cap)))
+			return -ENOMEM;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, line, len);
+	b->len += len;
+	return 0;
 }
 
-/* Written to a temporary file, flushed, then renamed over the old one: a crash leaves the old
- * file or the new one, never half of one. */
-int dns_server_fake_save(struct dns_server *s)
+/* The snapshot in b written to a temporary file, flushed to the disk, then renamed over path:
+ * a crash leaves the old file or the new one, never half of one. Any thread. */
+static int write_snapshot(const char *path, const struct save_buf *b)
 {
-	const char *path = s->cfg->dns.fakeip.persist;
 	char tmp[4200];
-	struct fakeip_stats st;
-	FILE *f;
-	int fd, ret;
+	size_t off = 0;
+	int fd, ret = 0;
 
-	if (!s->fake || !path)
-		return 0;
 	/* A fresh name of our own (never a file someone put there, a symlink included). */
 	snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path);
 	if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
 		return -errno;
-	if (!(f = fdopen(fd, "w"))) {
-		ret = -errno;
-		close(fd);
-		goto fail;
+	while (off < b->len) {
+		ssize_t n = write(fd, b->p + off, b->len - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = -errno;
+			break;
+		}
+		off += (size_t)n;
 	}
-	ret = fakeip_dump(s->fake, save_line, f);
-	if (ret == 0 && (fflush(f) != 0 || fsync(fd) != 0))
+	if (ret == 0 && fsync(fd) != 0)
 		ret = -errno;
-	if (fclose(f) != 0 && ret == 0)
+	if (close(fd) != 0 && ret == 0)
 		ret = -errno;
 	if (ret == 0 && rename(tmp, path) != 0)
 		ret = -errno;
-	if (ret == 0) {
-		fakeip_get_stats(s->fake, &st);
-		s->saved_changes = st.created + st.reused;
-		return 0;
-	}
-fail:
-	unlink(tmp);
+	if (ret != 0)
+		unlink(tmp);
 	return ret;
+}
+
+/* The mappings now, into b (emptied first). */
+static int snapshot(struct dns_server *s, struct save_buf *b, uint64_t *changes)
+{
+	struct fakeip_stats st;
+
+	b->len = 0;
+	fakeip_get_stats(s->fake, &st);
+	*changes = st.created + st.reused;
+	return fakeip_dump(s->fake, save_line, b);
+}
+
+int dns_server_fake_save(struct dns_server *s)
+{
+	struct save_buf b = { 0 };
+	uint64_t changes;
+	int ret;
+
+	if (!s->fake || !s->cfg->dns.fakeip.persist)
+		return 0;
+	dns_server_fake_save_wait(s); /* the thread's file must not land after this one */
+	if ((ret = snapshot(s, &b, &changes)) == 0 &&
+	    (ret = write_snapshot(s->cfg->dns.fakeip.persist, &b)) == 0)
+		s->saved_changes = changes;
+	free(b.p);
+	return ret;
+}
+
+static void *writer_main(void *arg)
+{
+	struct fake_writer *w = arg;
+
+	w->result = write_snapshot(w->path, &w->buf);
+	atomic_store_explicit(&w->busy, false, memory_order_release);
+	return NULL;
+}
+
+/* The writer's thread joined, if there is one, and its outcome taken: a failure is logged and
+ * makes the next tick save again. With wait false, a thread still writing is left alone
+ * (returns -EBUSY). */
+static int writer_reap(struct dns_server *s, bool wait)
+{
+	struct fake_writer *w = &s->writer;
+
+	if (!w->started)
+		return 0;
+	if (!wait && atomic_load_explicit(&w->busy, memory_order_acquire))
+		return -EBUSY;
+	pthread_join(w->th, NULL);
+	w->started = false;
+	if (w->result != 0) {
+		if (s->log)
+			log_warn(s->log, "dns: fakeip: cannot write %s: %s", w->path,
+				 strerror(-w->result));
+		return w->result;
+	}
+	s->saved_changes = w->changes;
+	return 0;
+}
+
+int dns_server_fake_save_start(struct dns_server *s)
+{
+	struct fake_writer *w = &s->writer;
+	struct fakeip_stats st;
+	int ret;
+
+	if (!s->fake || !s->cfg->dns.fakeip.persist)
+		return 0;
+	if ((ret = writer_reap(s, false)) == -EBUSY)
+		return ret; /* the last one is still writing: the next tick */
+	fakeip_get_stats(s->fake, &st);
+	if (st.created + st.reused == s->saved_changes)
+		return 0; /* nothing changed since the last save */
+	free(w->path);
+	if (!(w->path = strdup(s->cfg->dns.fakeip.persist)))
+		return -ENOMEM;
+	if ((ret = snapshot(s, &w->buf, &w->changes)) != 0)
+		return ret;
+	atomic_store_explicit(&w->busy, true, memory_order_relaxed);
+	if ((ret = -pthread_create(&w->th, NULL, writer_main, w)) != 0) {
+		atomic_store_explicit(&w->busy, false, memory_order_relaxed);
+		return ret;
+	}
+	w->started = true;
+	return 0;
+}
+
+int dns_server_fake_save_wait(struct dns_server *s)
+{
+	return writer_reap(s, true);
 }
 
 int dns_server_fake_restore(struct dns_server *s, struct fakeip_load_stats *st)
@@ -489,16 +607,12 @@ int dns_server_fake_restore(struct dns_server *s, struct fakeip_load_stats *st)
 static void save_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct dns_server *s = arg;
-	struct fakeip_stats st;
 	int ret;
 
 	(void)fd;
 	(void)what;
-	fakeip_get_stats(s->fake, &st);
-	if (st.created + st.reused == s->saved_changes)
-		return;
-	if ((ret = dns_server_fake_save(s)) != 0 && s->log)
-		log_warn(s->log, "dns: fakeip: cannot write %s: %s", s->cfg->dns.fakeip.persist,
+	if ((ret = dns_server_fake_save_start(s)) != 0 && ret != -EBUSY && s->log)
+		log_warn(s->log, "dns: fakeip: cannot save to %s: %s", s->cfg->dns.fakeip.persist,
 			 strerror(-ret));
 }
 
@@ -724,6 +838,9 @@ void dns_server_free(struct dns_server *s)
 	dns_cache_free(s->cache);
 	if (s->save_ev)
 		event_free(s->save_ev);
+	(void)writer_reap(s, true); /* before dns_server_fake_save's own: none left behind */
+	free(s->writer.path);
+	free(s->writer.buf.p);
 	fakeip_free(s->fake);
 	domain_set_free(s->fake_builtin);
 	free(s);

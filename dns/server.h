@@ -92,10 +92,18 @@ int dns_server_fake_name(struct dns_server *s, int family, const uint8_t *addr, 
 void dns_server_fake_pin(struct dns_server *s, int family, const uint8_t *addr, bool pin);
 /* dns.fakeip.persist: the mappings read back (at start; a missing file is no error) and
  * written (atomically: a temporary file renamed over it; also every minute while they change,
- * and at dns_server_free). 0 or -errno; nothing to do without persist. */
+ * and at dns_server_free). 0 or -errno; nothing to do without persist. dns_server_fake_save
+ * writes on the calling thread (after any save under way has finished). */
 struct fakeip_load_stats;
 int dns_server_fake_restore(struct dns_server *s, struct fakeip_load_stats *st);
 int dns_server_fake_save(struct dns_server *s);
+/* The minute's save: a snapshot of the mappings taken on the loop, written, flushed and renamed
+ * by a thread of its own, so that a slow disk's fsync never stalls the loop. 0: started, or
+ * nothing changed since the last save; -EBUSY: the last one is still writing (the next tick
+ * tries again); else -errno. dns_server_fake_save_wait joins it: its outcome, 0 when none
+ * ran (a failure is also logged, and the next start saves again). */
+int dns_server_fake_save_start(struct dns_server *s);
+int dns_server_fake_save_wait(struct dns_server *s);
 /* Where failures to save are logged (warn), or NULL. */
 struct log;
 void dns_server_set_log(struct dns_server *s, struct log *lg);

@@ -9,12 +9,15 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
 #include "core/budget.h"
 #include "core/config.h"
 #include "core/dns_msg.h"
+#include "dns/fakeip.h"
 #include "dns/server.h"
 #include "fakedns.h"
 #include "testutil.h"
@@ -412,6 +415,57 @@ Test(dns_server, fakeip_answers_and_names)
 	cr_assert_eq(st.answered_fake, 3);
 	cr_assert_eq(st.fake_mappings, 2, "one name, one address per family");
 	teardown(&f);
+}
+
+/* dns.fakeip.persist: the minute's save writes from a thread of its own and comes back whole
+ * (dns_server_fake_restore of a second server reads the same names); a save that cannot write
+ * is reported when joined, and the next start saves again. */
+Test(dns_server, fakeip_saved_by_a_thread_and_read_back)
+{
+	char dir[] = "/tmp/test_dns_fake_XXXXXX", fmt[1024], path[256], name[256];
+	struct fakeip_load_stats ls;
+	struct fix f, f2;
+	struct got g = { 0 };
+	uint8_t q[512], a4[16];
+	size_t n;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/fake.txt", dir);
+	snprintf(fmt, sizeof(fmt),
+		 "{\"dns\":{\"hijack\":true,\"servers\":[{\"tag\":\"u\",\"address\":"
+		 "\"udp://127.0.0.1:%%u\"},{\"tag\":\"v\",\"address\":\"127.0.0.1:%%u\"}],"
+		 "\"fakeip\":{\"persist\":\"%s\"}}}", path);
+	setup(&f, fmt);
+	cr_assert_eq(dns_server_fake_save_start(f.s), 0, "nothing to save yet");
+	cr_assert_eq(dns_server_fake_save_wait(f.s), 0);
+	cr_assert_eq(access(path, F_OK), -1, "no file for no mappings");
+	n = mkq(q, 1, "saved.example", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	last_addr(&g, 4, a4);
+	cr_assert_eq(dns_server_fake_save_start(f.s), 0);
+	cr_assert_eq(dns_server_fake_save_wait(f.s), 0);
+	cr_assert_eq(access(path, R_OK), 0, "written");
+	setup(&f2, fmt);
+	cr_assert_eq(dns_server_fake_restore(f2.s, &ls), 0);
+	cr_assert_eq(dns_server_fake_name(f2.s, 4, a4, name, sizeof(name)), 13);
+	cr_assert_str_eq(name, "saved.example");
+	/* A directory in the file's place: the write fails, reported when joined. */
+	unlink(path);
+	cr_assert_eq(mkdir(path, 0700), 0);
+	memset(&g, 0, sizeof(g));
+	n = mkq(q, 2, "another.example", DNS_T_A, 0);
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(dns_server_fake_save_start(f.s), 0);
+	cr_assert_lt(dns_server_fake_save_wait(f.s), 0);
+	rmdir(path);
+	/* ... and the next start writes again (nothing new since, yet not saved). */
+	cr_assert_eq(dns_server_fake_save_start(f.s), 0);
+	cr_assert_eq(dns_server_fake_save_wait(f.s), 0);
+	cr_assert_eq(access(path, R_OK), 0, "written on the retry");
+	teardown(&f2);
+	teardown(&f);
+	unlink(path);
+	rmdir(dir);
 }
 
 Test(dns_server, fakeip_exclusions_rules_and_real_lookups)
