@@ -39,6 +39,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <event2/event.h>
@@ -63,6 +65,7 @@ struct rdir {
 	bool room_wait;  /* dst had no room: wait for its writable before reading src */
 	bool dead;       /* dst failed: nothing more is delivered; src is read and discarded */
 	bool gather;     /* src lends its buffers and dst takes them whole: no relay buffer */
+	bool empty_pull; /* the last splice found nothing (see dir_pull_splice) */
 	uint8_t *early;  /* early bytes (DOWN only), from budget_malloc */
 	size_t early_len, early_off;
 	uint8_t *buf;    /* copy buffer while held; bytes [head, tail) pending */
@@ -604,6 +607,7 @@ static ssize_t dir_pull_splice(struct rdir *d)
 		   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 	if (n > 0) {
 		d->in_pipe = (size_t)n;
+		d->empty_pull = false;
 		gauge_add(&r->ctr->pipe_bytes_inflight, (uint64_t)n);
 		r->moved = true;
 		return n;
@@ -611,8 +615,25 @@ static ssize_t dir_pull_splice(struct rdir *d)
 	if (n == 0)
 		return dir_eof(d);
 	n = -errno;
-	if (n == -EAGAIN || n == -EINTR)
+	if (n == -EINTR)
 		return 0;
+	if (n == -EAGAIN) {
+		int at_mark = 0;
+
+		/* TCP urgent data: splice stops in front of the urgent byte and never steps over it
+		 * (recv does), while the socket stays readable with the bytes behind it; the loop
+		 * would spin without moving a byte. Two empty pulls in a row (a normal drain ends
+		 * with one) and the socket at its urgent mark: this direction copies. */
+		if (d->empty_pull && ioctl(stream_fd(d->src), SIOCATMARK, &at_mark) == 0 &&
+		    at_mark) {
+			pipepool_put(r->pipes, d->pipe); /* empty: nothing was spliced */
+			d->pipe = NULL;
+			dir_fallback(d);
+			return dir_pull_copy(d);
+		}
+		d->empty_pull = true;
+		return 0;
+	}
 	if (n == -EINVAL || n == -ENOSYS || n == -EOPNOTSUPP) {
 		/* This socket type cannot splice; the pipe is empty, so nothing is lost. */
 		pipepool_put(r->pipes, d->pipe);

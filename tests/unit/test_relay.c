@@ -1789,3 +1789,51 @@ Test(relay, cancel_aborts_both_and_calls_done_once)
 	cr_assert_eq(ctr_get(&E.ctr.active), 0);
 	h_fini(&h);
 }
+
+/* TCP urgent data (send with MSG_OOB) from either peer: splice stops in front of the urgent
+ * byte and never steps over it, while the socket stays readable with the bytes behind it. The
+ * direction copies from then on (recv steps over the mark; the urgent byte itself is not part
+ * of the stream), so what follows arrives and the loop does not spin until the idle timeout. */
+static void urgent_byte(bool from_app)
+{
+	struct h h;
+	struct h_opts o = { .mode = TS_RELAY_SPLICE };
+	int a_app, a_rel, b_rel, b_app, from, to;
+	struct stream *sa, *sb;
+	char got[32];
+	size_t n = 0;
+	uint64_t fallbacks = ctr_get(&E.ctr.pipe_fallbacks);
+	int64_t end;
+
+	memset(&h, 0, sizeof(h));
+	tcp_pair(&a_app, &a_rel, false);
+	tcp_pair(&b_rel, &b_app, false);
+	cr_assert_eq(stream_sock_new(E.base, a_rel, &sa), 0);
+	cr_assert_eq(stream_sock_new(E.base, b_rel, &sb), 0);
+	h_relay(&h, sa, sb, &o);
+	from = from_app ? a_app : b_app;
+	to = from_app ? b_app : a_app;
+	cr_assert_eq(send(from, "hello", 5, 0), 5);
+	run_for(30);
+	cr_assert_eq(send(from, "X", 1, MSG_OOB), 1);
+	run_for(20);
+	cr_assert_eq(send(from, "world", 5, 0), 5);
+	end = mono_ns() + 2000 * 1000000LL;
+	while (n < 10 && mono_ns() < end) {
+		ssize_t k;
+
+		event_base_loop(E.base, EVLOOP_ONCE);
+		if ((k = recv(to, got + n, sizeof(got) - n, 0)) > 0)
+			n += (size_t)k;
+	}
+	cr_assert_eq(n, 10, "%zu bytes past the urgent byte", n);
+	cr_assert_eq(memcmp(got, "helloworld", 10), 0);
+	cr_assert_eq(ctr_get(&E.ctr.pipe_fallbacks), fallbacks + 1, "that direction copies");
+	cr_assert_eq(h.done_calls, 0);
+	relay_cancel(h.r);
+	close(a_app);
+	close(b_app);
+}
+
+Test(relay, urgent_byte_from_the_app_does_not_stall_splice) { urgent_byte(true); }
+Test(relay, urgent_byte_from_the_server_does_not_stall_splice) { urgent_byte(false); }
