@@ -280,6 +280,10 @@ int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct
 	}
 	if ((ret = routecheck_scan(&rc, &p->nl, &p->log, true, err, errlen)) < 0)
 		goto undo;
+	/* auto_route off now: the fake-IP ranges its routes led into the TUN must still get
+	 * there, as a start without it requires (the running resolver keeps its ranges). */
+	if (redo && !n->tun.auto_route && (ret = check_fake_routes(p, err, errlen)) != 0)
+		goto undo;
 	carry_history(&rc, &p->rc);
 	routecheck_fini(&p->rc);
 	p->rc = rc;

@@ -204,6 +204,26 @@ TS_PID=$SPAWNED
 if wait_until 100 0.1 stats >/dev/null; then
 	check "4b. auto_route routes a fake range outside the prefix into the TUN" \
 		wait_until 30 0.1 sh -c "ip -n '$NS_D' route get 100.64.0.1 | grep -q 'dev $TUN'"
+	# A reload that turns auto_route off would leave that range routed elsewhere: refused,
+	# as such a start is, and the routes stay.
+	g0=$(stat_key config.generation "$(stats)")
+	jq '.tun.auto_route = false | del(.tun.route_address)' "$TMP/outside.json" >"$TMP/outside.off"
+	cp "$TMP/outside.off" "$TMP/outside.json"
+	kill -HUP "$TS_PID"
+	reloaded() { [ "$(stat_key reload.last_result "$(stats)")" != none ]; }
+	wait_until 50 0.1 reloaded || true
+	res=$(stat_key reload.last_result "$(stats)")
+	why=$(stat_key reload.last_error "$(stats)")
+	if [ "$res" = refused ] && [[ "$why" == *"inet4_range: 100.64.0.0/16 is not routed into the TUN"* ]]; then
+		ok "4b. a reload turning auto_route off with the range unrouted is refused" "$why"
+	else
+		not_ok "4b. a reload turning auto_route off with the range unrouted is refused" \
+			"reload.last_result '$res', last_error '$why'"
+	fi
+	check "4b. after the refused reload the range still goes into the TUN" \
+		sh -c "ip -n '$NS_D' route get 100.64.0.1 | grep -q 'dev $TUN'"
+	check "4b. and the config generation did not move" \
+		test "$(stat_key config.generation "$(stats)")" = "$g0"
 else
 	not_ok "4b. start with a fake range outside the prefix" "$(tail -n 2 "$TMP/twinstack-outside.log")"
 fi
