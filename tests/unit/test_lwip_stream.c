@@ -30,6 +30,9 @@
 #include "stacks/lwip/lwip_stream.h"
 #include "testutil.h"
 
+/* TCP_WND_UPDATE_THRESHOLD of a connection with window scaling (lwipopts.h). */
+#define UPDATE_THRESHOLD_SCALED (TCP_WND / 4)
+
 #define APP "198.18.0.1" /* apps send from the TUN's own address */
 #define APP_PORT 40000
 #define SRV "93.184.216.34" /* an arbitrary destination: lwIP accepts any */
@@ -371,7 +374,9 @@ static void stream_gone(void)
 }
 
 /* SYN (MSS 1440, window scale 0) -> SYN-ACK -> ACK -> the accept hook has the stream. */
-static void handshake(void)
+/* The app's SYN, with a window scale option (shift 0) or, !wscale, without one (RFC 7323 not
+ * negotiated: windows of at most 65535 bytes, unscaled). */
+static void handshake_ws(bool wscale)
 {
 	static const uint8_t ws[4] = { 1, 3, 3, 0 }; /* NOP, window scale shift 0 */
 	struct tu_spec sp;
@@ -384,8 +389,10 @@ static void handshake(void)
 	sp.ack = 0;
 	sp.window = APP_WND;
 	sp.mss = MSS;
-	memcpy(sp.tcp_opts, ws, sizeof(ws));
-	sp.tcp_opts_len = sizeof(ws);
+	if (wscale) {
+		memcpy(sp.tcp_opts, ws, sizeof(ws));
+		sp.tcp_opts_len = sizeof(ws);
+	}
 	inject_spec(&sp);
 	sa = last_seg();
 	cr_assert_eq(sa.flags & (TCP_SYN | TCP_ACK | TCP_RST), TCP_SYN | TCP_ACK);
@@ -398,6 +405,11 @@ static void handshake(void)
 	cr_assert_eq(E.accepted, 1, "the accept hook did not get the stream");
 	cr_assert_eq(stream_fd(E.s), -1, "an lwIP stream has no fd: copy relay");
 	cr_assert_eq(E.key.dport_be, htons(SRV_PORT), "original destination port");
+}
+
+static void handshake(void)
+{
+	handshake_ws(true);
 }
 
 static void fill(uint8_t *buf, size_t len, uint64_t seed)
@@ -527,7 +539,7 @@ Test(lwip_stream, window_shrinks_until_read_and_memory_stays_bounded)
 	cr_assert_gt(E.ncaps, before, "reading must send a window update");
 	sg = last_seg();
 	/* Updates go out per quarter of the window taken: what is left unannounced is less. */
-	cr_assert_gt(wnd_bytes(&sg), WND - TCP_WND_UPDATE_THRESHOLD,
+	cr_assert_gt(wnd_bytes(&sg), WND - UPDATE_THRESHOLD_SCALED,
 		     "the window reopens after the read (%u of %u)", wnd_bytes(&sg), WND);
 	cr_assert_leq(lwip_glue_mem_bytes(), E.mem_base + 4096, "read pbufs were freed");
 
@@ -545,6 +557,37 @@ Test(lwip_stream, window_shrinks_until_read_and_memory_stays_bounded)
 /* A shut window reopens by explicit updates, one per quarter of the window the reader takes:
  * not one per few KiB (each is a TUN write and the application's ACK processing), and never
  * none (a shut window always has the whole window queued, so the quarter always comes). */
+/* Without window scaling the window is at most 65535 bytes: a quarter of TCP_WND (64 KiB) can
+ * never be taken from it, so the update threshold is a quarter of the window the connection
+ * has. A shut window drained whole is announced at once, not when the app's zero-window probe
+ * (backing off up to 120 s) happens to come. */
+Test(lwip_stream, window_update_without_window_scaling)
+{
+	const size_t w = 65535;
+	uint8_t *in = test_alloc(w), *out = test_alloc(w);
+	size_t got = 0, before;
+	struct seg sg;
+	ssize_t n;
+
+	handshake_ws(false);
+	fill(in, w, 5);
+	app_send(in, w);
+	lwip_stack_tick(E.ns);
+	sg = last_seg();
+	cr_assert_eq(sg.wnd, 0, "the window is shut");
+	before = E.ncaps;
+	while (got < w / 4 - 4096 && (n = stream_read(E.s, out + got, w / 4 - 4096 - got)) > 0)
+		got += (size_t)n;
+	cr_assert_eq(E.ncaps, before, "no update before a quarter of the window is taken");
+	while ((n = stream_read(E.s, out + got, w - got)) > 0)
+		got += (size_t)n;
+	cr_assert_eq(got, w);
+	cr_assert_gt(E.ncaps, before, "no window update after the reader took the whole window");
+	sg = last_seg();
+	cr_assert_gt(sg.wnd, 0, "the update opens the window (%u)", sg.wnd);
+	cr_assert_arr_eq(out, in, w);
+}
+
 Test(lwip_stream, window_updates_come_per_quarter_of_the_window)
 {
 	uint8_t *in = test_alloc(WND), *out = test_alloc(WND);
@@ -552,7 +595,6 @@ Test(lwip_stream, window_updates_come_per_quarter_of_the_window)
 	struct seg sg;
 	ssize_t n;
 
-	cr_assert_eq(TCP_WND_UPDATE_THRESHOLD, WND / 4);
 	handshake();
 	fill(in, WND, 9);
 	app_send(in, WND);
@@ -647,7 +689,7 @@ Test(lwip_stream, peekv_lends_the_queue_and_skip_takes_it)
 	stream_skip(E.s, total - 7777);
 	lwip_stack_tick(E.ns);
 	/* Less than a quarter of the window was queued: taking it is not worth an update. */
-	cr_assert_lt(total, TCP_WND_UPDATE_THRESHOLD);
+	cr_assert_lt(total, UPDATE_THRESHOLD_SCALED);
 	cr_assert_eq(E.ncaps, before, "no update for less than a quarter of the window");
 	cr_assert_leq(lwip_glue_mem_bytes(), E.mem_base + 4096, "skipped pbufs were freed");
 	cnt = 64;

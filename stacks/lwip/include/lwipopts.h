@@ -71,8 +71,10 @@
  * default, min(TCP_WND / 4, 4 * TCP_MSS), was made for small windows: with this one it sends an
  * update for every 5.6 KiB the relay drains, a TUN write and the client's ACK processing each.
  * A shut window always has the whole window queued in lwIP, so draining a quarter of it
- * always comes, and the update with it. */
-#define TCP_WND_UPDATE_THRESHOLD (TCP_WND / 4)
+ * always comes, and the update with it. The quarter is of the connection's own window: one
+ * that did not negotiate window scaling has at most 65535 bytes, of which TCP_WND / 4 could
+ * never be taken (its only use, in tcp_recved, has the pcb in scope). */
+#define TCP_WND_UPDATE_THRESHOLD (TCP_WND_MAX(pcb) / 4)
 #define TCP_SND_BUF (256 * 1024)
 #define TCP_SND_QUEUELEN ((4 * TCP_SND_BUF) / TCP_MSS)
 #define TCP_SNDLOWAT (0xFFFF - 4 * TCP_MSS - 1) /* init.c: 4*MSS below u16 */
