@@ -515,10 +515,12 @@ static int f_upstream(struct cfgp *p, const cJSON *item, void *target)
 	return 0;
 }
 
+enum { CACHE_SIZE, CACHE_MAX_TTL };
+
 static const struct cfgp_field cache_fields[] = {
-	{ .key = "size", .kind = CFGP_U32, .min = 0, .max = 1u << 20,
+	[CACHE_SIZE] = { .key = "size", .kind = CFGP_U32, .min = 0, .max = 1u << 20,
 	  .off = offsetof(struct ts_dns, cache_size) },
-	{ .key = "max_ttl_s", .kind = CFGP_U32, .min = 1, .max = 7 * 86400,
+	[CACHE_MAX_TTL] = { .key = "max_ttl_s", .kind = CFGP_U32, .min = 1, .max = 7 * 86400,
 	  .off = offsetof(struct ts_dns, cache_max_ttl_s) },
 };
 /* A member left out keeps its default (size 0, given, turns the cache off). */
@@ -527,9 +529,9 @@ static int check_cache(struct cfgp *p, void *target, uint32_t present)
 	struct ts_dns *d = target;
 
 	(void)p;
-	if (!CFGP_PRESENT(present, 0))
+	if (!CFGP_PRESENT(present, CACHE_SIZE))
 		d->cache_size = CACHE_SIZE_DEFAULT;
-	if (!CFGP_PRESENT(present, 1))
+	if (!CFGP_PRESENT(present, CACHE_MAX_TTL))
 		d->cache_max_ttl_s = CACHE_MAX_TTL_DEFAULT;
 	return 0;
 }

@@ -838,7 +838,7 @@ void dns_server_free(struct dns_server *s)
 	dns_cache_free(s->cache);
 	if (s->save_ev)
 		event_free(s->save_ev);
-	(void)writer_reap(s, true); /* before dns_server_fake_save's own: none left behind */
+	/* A writer was only ever started with persist, and the save above joined it. */
 	free(s->writer.path);
 	free(s->writer.buf.p);
 	fakeip_free(s->fake);
