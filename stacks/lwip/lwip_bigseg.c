@@ -224,3 +224,19 @@ bool lwip_bigseg_after_input(void)
 	watched = NULL;
 	return pcb && lwip_bigseg_fit(pcb);
 }
+
+bool lwip_bigseg_announce(struct tcp_pcb *pcb, struct tcp_hdr *hdr)
+{
+	uint16_t wire = lwip_bigseg_wire(pcb);
+	u32_t edge;
+
+	if (!wire || pcb->mss <= wire || (TCPH_FLAGS(hdr) & (TCP_SYN | TCP_RST)))
+		return false;
+	edge = pcb->rcv_nxt + pcb->rcv_wnd;
+	if (!TCP_SEQ_GEQ(edge, pcb->rcv_nxt + pcb->rcv_ann_wnd + wire))
+		return false;
+	pcb->rcv_ann_wnd = pcb->rcv_wnd;
+	pcb->rcv_ann_right_edge = edge;
+	hdr->wnd = lwip_htons(TCPWND_MIN16(RCV_WND_SCALE(pcb, pcb->rcv_wnd)));
+	return true;
+}

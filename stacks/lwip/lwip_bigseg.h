@@ -84,4 +84,16 @@ bool lwip_bigseg_fit(struct tcp_pcb *pcb);
 void lwip_bigseg_watch(struct tcp_pcb *pcb);
 bool lwip_bigseg_after_input(void);
 
+/* The receive window's lag. lwIP moves the right edge of the window it announces only when
+ * the edge can move by min(TCP_WND / 2, pcb->mss) (tcp_update_rcv_ann_wnd, on every read and
+ * every arriving segment): with a large pcb->mss, the app would see up to that much less window
+ * than the reader has opened. Called with every segment lwIP sends for pcb (its output hook:
+ * the header built, the checksum not yet), after lwIP wrote the window field: while pcb->mss is
+ * larger than the wire MSS, the edge moves as soon as it can move by one wire MSS, as lwIP's
+ * own rule does for a connection with wire-size segments. The edge only ever moves right, and
+ * pcb's announced edge stays the one sent, so lwIP's explicit window updates (a quarter of the
+ * window opened since the last segment) come as before. True when it rewrote the field. */
+struct tcp_hdr;
+bool lwip_bigseg_announce(struct tcp_pcb *pcb, struct tcp_hdr *hdr);
+
 #endif

@@ -81,6 +81,8 @@ _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
 	X(big_conns)          /* connections that build large segments (lwip_bigseg.h) */     \
 	X(big_to_wire)        /* ... of them sent back toward MSS-sized ones by a retransmission */ \
 	X(big_window_splits)  /* large segments cut down to a small window at once */          \
+	X(big_window_edges)   /* segments whose window edge moved by the wire MSS, where */     \
+	                      /* lwIP's rule for the large pcb->mss held it (lwip_bigseg.h) */  \
 	X(rx_taken)           /* large segments fed to lwIP in the driver's read buffer, */     \
 	                      /* uncopied (env.rx_take) */                                      \
 	X(big_lent)           /* large segments lent to the driver from their own pbuf, */      \
@@ -321,14 +323,17 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optl
 }
 
 /* The one lwIP stack is the default netif's state (netif_start); none between stacks. */
-void ts_lwip_tcp_out(struct tcp_pcb *pcb, const struct tcp_hdr *hdr)
+void ts_lwip_tcp_out(struct tcp_pcb *pcb, struct tcp_hdr *hdr)
 {
 	struct lwip_stack *st = netif_default ? netif_default->state : NULL;
 
 	if (lwip_split_fin_repair(pcb, hdr) && st)
 		ctr_inc(&st->ctr.split_fin_moved);
-	if (st && st->bigseg)
+	if (st && st->bigseg) {
 		st->out_wire = lwip_bigseg_wire(pcb);
+		if (st->out_wire && lwip_bigseg_announce(pcb, hdr))
+			ctr_inc(&st->ctr.big_window_edges);
+	}
 }
 
 /* lwIP picks an ISN in tcp_listen_input, inside our input: the stack is the input netif's

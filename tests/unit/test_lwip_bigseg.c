@@ -71,6 +71,7 @@ static size_t synack_len;
 static size_t acks;           /* pure ACKs sent to the app */
 static uint32_t last_ack;     /* the last one's acknowledgement, relative to the app's ISN + 1 */
 static uint32_t last_wnd;     /* and its window in bytes (lwIP's field, scaled by its shift) */
+static uint32_t last_data_wnd; /* the window of the last piece with data */
 
 static void piece(const uint8_t *p, size_t len)
 {
@@ -112,6 +113,7 @@ static void piece(const uint8_t *p, size_t len)
 		last_wnd = (uint32_t)tu_get16(v.l4 + 14) << TCP_RCV_SCALE;
 	}
 	if (pl) {
+		last_data_wnd = (uint32_t)tu_get16(v.l4 + 14) << TCP_RCV_SCALE;
 		cr_assert_leq(off + pl, DATA_MAX, "data beyond what was written");
 		for (size_t i = 0; i < pl; i++) {
 			if (seen[off + i])
@@ -870,6 +872,48 @@ Test(lwip_bigseg, the_ack_carries_the_window_the_reader_opened, .fini = teardown
 	cr_assert_geq(last_wnd + (1u << TCP_RCV_SCALE), TCP_WND - 80000 + UPDATE_THRESHOLD_SCALED,
 		      "it announces the quarter of the window the reader opened: %u", last_wnd);
 	cr_assert_eq(counter("gso_acks_pass_end"), 1, "the second pass's flush had nothing to send");
+}
+
+/* A connection that builds large segments has a pcb->mss of ~46 wire MSS, and lwIP moves the
+ * window's right edge only by at least pcb->mss: the app would see up to that much less window
+ * than the reader has opened. The edge moves by the wire MSS instead, on every segment sent:
+ * the reader takes 20,000 bytes (under the explicit update's quarter, nothing is sent), and the
+ * next ACK announces them. */
+Test(lwip_bigseg, the_window_edge_moves_by_the_wire_mss_with_large_segments, .fini = teardown)
+{
+	start(true, true);
+	connect_app(2000);
+	cr_assert_eq(counter("big_conns"), 1);
+	upload(0, 40000);
+	lwip_stack_ops.batch_end(ns, 0, 0);
+	run();
+	cr_assert_eq(last_ack, 40000);
+	cr_assert_leq(last_wnd, TCP_WND - 40000, "%u", last_wnd);
+	take(0, 20000);
+	run();
+	upload(40000, 10000);
+	lwip_stack_ops.batch_end(ns, 0, 0);
+	run();
+	cr_assert_eq(last_ack, 50000);
+	cr_assert_geq(last_wnd + (1u << TCP_RCV_SCALE), TCP_WND - 30000,
+		      "30,000 bytes wait for the reader, the rest is announced: %u", last_wnd);
+	cr_assert_leq(last_wnd, TCP_WND - 30000);
+	cr_assert_eq(counter("big_window_edges"), 1, "that ACK's edge moved by the wire MSS");
+	/* The same on a data segment the stack sends (the window rides on every segment): the
+	 * reader takes 10,000 more, the stream writes. */
+	take(20000, 10000);
+	run();
+	{
+		static uint8_t d[1000];
+		size_t before = pieces;
+
+		pattern(d, sizeof(d), 3);
+		cr_assert_eq(acc->ops->write(acc, d, sizeof(d)), (ssize_t)sizeof(d));
+		run();
+		cr_assert_gt(pieces, before, "the write went out");
+	}
+	cr_assert_geq(last_data_wnd + (1u << TCP_RCV_SCALE), TCP_WND - 20000, "%u", last_data_wnd);
+	take(30000, 20000);
 }
 
 /* A pcb freed between its super-packet and the end of the pass (the app reset it) leaves the

@@ -35,9 +35,10 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optl
  * segment with data, retransmissions included), and where the header of a control segment (an
  * ACK, a RST, a window probe) is built, before its output. The pcb (NULL for a RST sent without
  * one) tells the stack the wire MSS of what its output is about to get; a data segment lwIP cut
- * in two loses the FIN it wrongly kept (stacks/lwip/lwip_split.h). Returns opts unchanged: no
- * option is added. */
-void ts_lwip_tcp_out(struct tcp_pcb *pcb, const struct tcp_hdr *hdr);
+ * in two loses the FIN it wrongly kept (stacks/lwip/lwip_split.h); a connection with large
+ * segments announces its window edge by the wire MSS (lwip_bigseg_announce; the checksum is
+ * computed after the hook). Returns opts unchanged: no option is added. */
+void ts_lwip_tcp_out(struct tcp_pcb *pcb, struct tcp_hdr *hdr);
 #define LWIP_HOOK_TCP_OUT_ADD_TCPOPTS(p, hdr, pcb, opts)                                        \
 	((void)(p), ts_lwip_tcp_out((pcb), (hdr)), (opts))
 
