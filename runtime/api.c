@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "core/tun.h"
 #include "runtime/privdrop.h"
 #include "runtime/proxy.h"
 #include "runtime/reload.h"
@@ -424,7 +425,7 @@ static int launch(struct ts_proxy *p, char *err, size_t errlen)
 
 int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen)
 {
-	char summary[512];
+	char summary[512], dev[TS_IFNAME_MAX + 1] = "";
 	int ret;
 
 	pthread_mutex_lock(&p->lock);
@@ -441,14 +442,24 @@ int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen)
 	 * as it runs. */
 	drain(p->stop_fd);
 	atomic_store(&p->stop_requested, false);
-	if ((ret = proxy_open(p, err, errlen)) != 0 || (ret = launch(p, err, errlen)) != 0) {
+	ret = proxy_open(p, err, errlen);
+	if (ret == 0) {
+		/* The device's own name: tun.name may be a template ("ts%d") the kernel numbered. */
+		snprintf(dev, sizeof(dev), "%s", tun_name(p->tun));
+		ret = launch(p, err, errlen);
+	}
+	if (ret != 0) {
 		log_error(&p->log, "%s", err && errlen ? err : "proxy: start failed");
 		proxy_close(p);
 		set_state(p, PROXY_FAILED);
 		return ret;
 	}
 	/* From here the loop thread owns the state: it may already have stopped. */
-	log_info(&p->log, "proxy: ready: %s", config_summary(&p->cfg, summary, sizeof(summary)));
+	config_summary(&p->cfg, summary, sizeof(summary));
+	if (strcmp(dev, p->cfg.tun.name) != 0)
+		log_info(&p->log, "proxy: ready: %s (device %s)", summary, dev);
+	else
+		log_info(&p->log, "proxy: ready: %s", summary);
 	config_log_rule_sets(&p->cfg, &p->log);
 	return 0;
 }

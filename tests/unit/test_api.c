@@ -217,7 +217,7 @@ static const char caller_cfg_fmt[] =
 
 /* ---- lifecycle -------------------------------------------------------------------------- */
 
-static _Atomic int log_lines, ready_lines, stats_from_loop = 1;
+static _Atomic int log_lines, ready_lines, ready_device, stats_from_loop = 1;
 static struct ts_proxy *sig_proxy;
 
 static void count_log(void *arg, int level, const char *line, size_t len)
@@ -231,8 +231,11 @@ static void count_log(void *arg, int level, const char *line, size_t len)
 		ts_free(json);
 	}
 	if (strstr(line, "ready") && strlen(line) == len && line[len - 1] != '\n' &&
-	    level == TS_LOG_INFO)
+	    level == TS_LOG_INFO) {
 		atomic_fetch_add(&ready_lines, 1);
+		if (strstr(line, "tun=tlc%d") && strstr(line, "(device tlc0)"))
+			atomic_fetch_add(&ready_device, 1);
+	}
 }
 
 static void on_usr1(int sig)
@@ -248,7 +251,7 @@ static void lifecycle(void)
 	cJSON *doc;
 
 	snprintf(cfg, sizeof(cfg),
-		 "{\"log\": {\"level\": \"info\"}, \"tun\": {\"name\": \"tlc0\","
+		 "{\"log\": {\"level\": \"info\"}, \"tun\": {\"name\": \"tlc%%d\","
 		 " \"address\": \"198.18.0.1/15\"}}");
 	p = new_proxy(cfg);
 	CHECK(ts_proxy_set_log(p, count_log, NULL) == 0, "set_log");
@@ -256,6 +259,7 @@ static void lifecycle(void)
 	CHECK(ts_proxy_running(p) == 1, "running");
 	CHECK(atomic_load(&ready_lines) == 1, "one ready line through the callback (%d lines)",
 	      atomic_load(&log_lines));
+	CHECK(atomic_load(&ready_device) == 1, "the ready line names the device the template made");
 	CHECK(ts_proxy_set_log(p, NULL, NULL) == -EBUSY, "set_log after start");
 	CHECK(ts_proxy_set_socket_hook(p, NULL, NULL) == -EBUSY, "hook after start");
 	CHECK(ts_proxy_set_tun_fd(p, 0) == -EBUSY, "fd after start");
