@@ -95,6 +95,7 @@ enum dns_tcp_end {
 	END_RESET,      /* the app reset, a read or write failed: abort */
 	END_NOMEM,      /* abort */
 	END_CANCELLED,  /* dns_tcp_cancel: abort */
+	END_STALLED,    /* replies waited idle_ns with none of their bytes taken: abort */
 };
 
 /* A reply waiting to be written: the length prefix and the message, off bytes written. */
@@ -117,6 +118,7 @@ struct dns_tcp {
 	struct dns_tcp_counters *ctr;
 	struct event *work_ev, *idle_ev;
 	int64_t idle_ns, last_active_ns;
+	int64_t out_moved_ns;      /* the last write that took bytes, or the queue's start */
 	STAILQ_HEAD(, reply) out;
 	size_t out_bytes;          /* unwritten bytes of out */
 	uint32_t inflight;         /* busy slots */
@@ -160,6 +162,7 @@ static void destroy(struct dns_tcp *c)
 		[END_RESET] = &c->ctr->closed_reset,
 		[END_NOMEM] = &c->ctr->closed_nomem,
 		[END_CANCELLED] = &c->ctr->closed_cancelled,
+		[END_STALLED] = &c->ctr->closed_stalled,
 	};
 	dns_tcp_done_fn done = c->done;
 	void *arg = c->done_arg;
@@ -206,6 +209,8 @@ static bool enqueue(struct dns_tcp *c, const uint8_t *msg, size_t len)
 	r->data[0] = (uint8_t)(len >> 8);
 	r->data[1] = (uint8_t)len;
 	memcpy(r->data + 2, msg, len);
+	if (STAILQ_EMPTY(&c->out))
+		c->out_moved_ns = coarse_now_ns();
 	STAILQ_INSERT_TAIL(&c->out, r, link);
 	c->out_bytes += r->len;
 	return true;
@@ -280,6 +285,7 @@ static int flush(struct dns_tcp *c)
 		}
 		r->off += (size_t)n;
 		c->out_bytes -= (size_t)n;
+		c->out_moved_ns = coarse_now_ns();
 		if (r->off < r->len)
 			return 0;
 		STAILQ_REMOVE_HEAD(&c->out, link);
@@ -390,14 +396,21 @@ static void idle_arm(struct dns_tcp *c, int64_t ns)
 	evtimer_add(c->idle_ev, &tv);
 }
 
-/* Idle: nothing in flight, nothing to write, and idle_ns since the last query or reply. */
+/* Idle: nothing in flight, nothing to write, and idle_ns since the last query or reply.
+ * Stalled: replies wait and the app has taken none of their bytes for idle_ns (it stopped
+ * reading; its window stays shut): without this end such a connection would hold its session
+ * and its replies' memory for as long as the app keeps it open. */
 static void on_idle(evutil_socket_t fd, short what, void *arg)
 {
 	struct dns_tcp *c = arg;
-	int64_t quiet = coarse_now_ns() - c->last_active_ns;
+	int64_t now = coarse_now_ns(), quiet = now - c->last_active_ns;
 
 	if (c->ending)
 		return;
+	if (!STAILQ_EMPTY(&c->out) && now - c->out_moved_ns >= c->idle_ns) {
+		end(c, END_STALLED);
+		return;
+	}
 	if (c->inflight > 0 || !STAILQ_EMPTY(&c->out) || quiet < c->idle_ns) {
 		idle_arm(c, c->inflight > 0 || quiet >= c->idle_ns ? c->idle_ns
 								    : c->idle_ns - quiet);
@@ -466,5 +479,6 @@ void dns_tcp_counters_read(const struct dns_tcp_counters *c, struct dns_tcp_stat
 	out->closed_reset = ctr_get(&c->closed_reset);
 	out->closed_nomem = ctr_get(&c->closed_nomem);
 	out->closed_cancelled = ctr_get(&c->closed_cancelled);
+	out->closed_stalled = ctr_get(&c->closed_stalled);
 	out->live = ctr_get(&c->live);
 }

@@ -20,6 +20,9 @@
  *   - no query in flight, nothing to write and nothing read for idle_ms since the last reply
  *     (or query): closed gracefully (closed_idle; RFC 7766 6.2.3: the server closes idle
  *     connections);
+ *   - replies waiting while the app takes none of their bytes for idle_ms (it stopped
+ *     reading): the connection is aborted (closed_stalled), so a client cannot hold its
+ *     session and the replies' memory by never reading;
  *   - the app's reset, a failed read or write, or the budget refusing a reply's copy: the
  *     connection is aborted and every outstanding ticket cancelled (the resolver never calls
  *     back for it).
@@ -113,6 +116,7 @@ struct dns_tcp_counters {
 	ctr_t closed_reset;      /* the app reset, or a read or write failed */
 	ctr_t closed_nomem;      /* the budget refused a reply's copy */
 	ctr_t closed_cancelled;  /* dns_tcp_cancel (dispatcher shutdown) */
+	ctr_t closed_stalled;    /* replies waited idle_ms with none of their bytes taken */
 	ctr_t live;              /* gauge: connections now */
 };
 
@@ -120,7 +124,7 @@ struct dns_tcp_counters {
 struct dns_tcp_stats {
 	uint64_t connections, queries, queries_refused, replies;
 	uint64_t closed_done, closed_idle, closed_bad_length, closed_reset, closed_nomem;
-	uint64_t closed_cancelled;
+	uint64_t closed_cancelled, closed_stalled;
 	uint64_t live; /* gauge */
 };
 void dns_tcp_counters_read(const struct dns_tcp_counters *c, struct dns_tcp_stats *out);

@@ -265,6 +265,7 @@ static void add_dns(struct ts_proxy *p, struct stats_doc *d, const struct dns_tc
 	stats_doc_counter(d, "dns.tcp.closed_bad_length", t->closed_bad_length);
 	stats_doc_counter(d, "dns.tcp.closed_reset", t->closed_reset);
 	stats_doc_counter(d, "dns.tcp.closed_nomem", t->closed_nomem);
+	stats_doc_counter(d, "dns.tcp.closed_stalled", t->closed_stalled);
 	looked = st.cache_hits + st.cache_misses;
 	stats_doc_counter(d, "dns.queries", st.queries);
 	stats_doc_counter(d, "dns.queries_tcp", st.queries_tcp);

@@ -666,6 +666,54 @@ Test(dns_tcp, idle_close)
 	cr_assert_eq(ctr_get(&E.ctr.closed_idle), 2);
 }
 
+/* Stalled: an app that stops reading leaves replies waiting; once none of their bytes has been
+ * taken for idle_ms the connection is reset, its session and memory freed. */
+Test(dns_tcp, a_client_that_stops_reading_is_reset)
+{
+	enum { N = 10, PAD = 20000 };
+	uint8_t ids[N];
+
+	for (size_t i = 0; i < N; i++) {
+		ids[i] = (uint8_t)i;
+		E.fk.immediate[i] = true;
+	}
+	E.fk.pad = PAD;
+	conn_open_bufs(300, true);
+	app_send_queries(&E.app, ids, N);
+	loop_only(100);
+	cr_assert_eq(E.done_calls, 0, "replies wait; not stalled yet");
+	for (int64_t end = mono_ms() + 3000; E.done_calls == 0 && mono_ms() < end;)
+		loop_only(10);
+	cr_assert_eq(E.done_calls, 1, "reset once the replies stalled for idle_ms");
+	cr_assert_eq(ctr_get(&E.ctr.closed_stalled), 1);
+	cr_assert_eq(ctr_get(&E.ctr.closed_idle), 0);
+	cr_assert_lt(ctr_get(&E.ctr.replies), N, "not every reply was written");
+	WAIT_FOR(E.app.err == ECONNRESET, 2000);
+}
+
+/* A slow reader is not stalled: every read moves the replies on, and all arrive. */
+Test(dns_tcp, a_slow_reader_is_not_reset)
+{
+	enum { N = 10, PAD = 20000 };
+	uint8_t ids[N];
+
+	for (size_t i = 0; i < N; i++) {
+		ids[i] = (uint8_t)i;
+		E.fk.immediate[i] = true;
+	}
+	E.fk.pad = PAD;
+	conn_open_bufs(300, true);
+	app_send_queries(&E.app, ids, N);
+	for (int64_t end = mono_ms() + 5000;
+	     E.app.rx_len < (size_t)N * (2 + RLEN + PAD) && mono_ms() < end;) {
+		loop_only(150); /* half of idle_ms between reads */
+		app_drain(&E.app);
+	}
+	cr_assert_eq(E.app.rx_len, (size_t)N * (2 + RLEN + PAD), "every reply arrived");
+	cr_assert_eq(ctr_get(&E.ctr.closed_stalled), 0);
+	cr_assert_eq(E.done_calls, 0);
+}
+
 static void bad_length(const uint8_t prefix[2])
 {
 	conn_open(5000);
