@@ -75,7 +75,8 @@ int cli_parse_u64(const char *s, uint64_t *out)
 static int cmd_check(int argc, char **argv)
 {
 	const char *path = NULL;
-	char err[TS_ERRLEN], summary[512];
+	char err[TS_ERRLEN], *summary;
+	size_t summary_len;
 	struct ts_config cfg;
 	uid_t uid;
 	gid_t gid;
@@ -113,7 +114,16 @@ static int cmd_check(int argc, char **argv)
 		config_fini(&cfg);
 		return ret == -ENOENT || ret == -EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
 	}
-	printf("config ok: %s\n", config_summary(&cfg, summary, sizeof(summary)));
+	/* Room for every rule set's tag and figures: the line is never cut. */
+	summary_len = 512 + cfg.n_rule_sets * (TS_TAG_MAX + 80);
+	summary = malloc(summary_len);
+	if (!summary) {
+		fprintf(stderr, "twinstack check: out of memory\n");
+		config_fini(&cfg);
+		return EXIT_RUNTIME;
+	}
+	printf("config ok: %s\n", config_summary(&cfg, summary, summary_len));
+	free(summary);
 	config_fini(&cfg);
 	return EXIT_OK;
 }

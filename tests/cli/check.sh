@@ -212,5 +212,24 @@ else
 	fi
 fi
 
+# --- many rule sets: the summary line names every one, never cut ----------------------------
+echo "example.com" >"$work/set.txt"
+{
+	printf '{"rule_sets": ['
+	for i in $(seq 1 40); do
+		[ "$i" -gt 1 ] && printf ','
+		printf '{"tag": "a-rather-long-rule-set-tag-number-%02d", "format": "plain", "path": "%s"}' \
+			"$i" "$work/set.txt"
+	done
+	printf ']}\n'
+} >"$work/sets.json"
+run check --config "$work/sets.json"
+expect_rc 0 "40 rule sets accepted"
+case "$out" in
+*"rule_sets=40 ["*"a-rather-long-rule-set-tag-number-40: 1 entries, 0 bad lines, "*" ms]")
+	ok "the summary names all 40 rule sets" ;;
+*) bad "the summary is cut: '${out: -120}'" ;;
+esac
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
