@@ -998,6 +998,125 @@ out:
 	return ret;
 }
 
+/* ---- replacing the set ---- */
+
+/* Add the steps of plan[0..n) that sc does not hold, in install order. On a failure, take back
+ * what this call added (newest first) and explain in err; the kernel is then as sc found it. */
+static int add_new(struct autoroute *ar, const struct scan *sc, const struct autoroute_step *plan,
+		   size_t n, int *added, char *err, size_t errlen)
+{
+	char what[160];
+	size_t i;
+	int ret;
+
+	*added = 0;
+	for (i = 0; i < n; i++) {
+		if (steps_contain(sc->v, sc->n, &plan[i]))
+			continue;
+		if ((ret = apply(ar, &plan[i], true)) != 0)
+			break;
+		(*added)++;
+	}
+	if (i == n)
+		return 0;
+	snprintf(err, errlen, "auto_route: cannot add %s: %s%s%s",
+		 autoroute_step_format(&plan[i], what, sizeof(what)), strerror(-ret),
+		 ar->nl.ext_msg[0] ? ": " : "", ar->nl.ext_msg);
+	while (i-- > 0) {
+		int r;
+		if (steps_contain(sc->v, sc->n, &plan[i]))
+			continue;
+		if ((r = apply(ar, &plan[i], false)) != 0 && !gone(r))
+			log_warn(ar->log, "auto_route: cannot take back %s: %s",
+				 autoroute_step_format(&plan[i], what, sizeof(what)), strerror(-r));
+	}
+	*added = 0;
+	return ret;
+}
+
+/* Give ar the options of next (a fresh copy) and next the old ones, to be freed with it. The
+ * TUN is the same, so each keeps its own name buffer. */
+static void swap_opts(struct autoroute *ar, struct autoroute *next)
+{
+	struct autoroute_opts o = ar->o;
+	char (*ifnames)[NETLINK_IFNAMSIZ] = ar->ifnames;
+	const char **ptrs = ar->ifname_ptrs;
+
+	ar->o = next->o;
+	ar->ifnames = next->ifnames;
+	ar->ifname_ptrs = next->ifname_ptrs;
+	next->o = o;
+	next->ifnames = ifnames;
+	next->ifname_ptrs = ptrs;
+	ar->o.tun_name = ar->tun_name;
+	next->o.tun_name = next->tun_name;
+	ar->o.has_lock = false;
+}
+
+int autoroute_replace(struct autoroute *ar, const struct autoroute_opts *o, char *err,
+		      size_t errlen)
+{
+	struct autoroute *next;
+	struct scan sc = { 0 };
+	struct autoroute_step *plan = NULL;
+	size_t n = 0;
+	int ret, added = 0, removed, rm_err = 0;
+	bool strict_was = ar->o.strict;
+
+	if (errlen)
+		err[0] = '\0';
+	if ((ret = autoroute_opts_check(o, err, errlen)) != 0)
+		return ret;
+	if (o->tun_ifindex != ar->o.tun_ifindex) {
+		snprintf(err, errlen, "auto_route: a replacement routes into another TUN");
+		return -EINVAL;
+	}
+	if (!(next = calloc(1, sizeof(*next)))) {
+		snprintf(err, errlen, "auto_route: out of memory");
+		return -ENOMEM;
+	}
+	if ((ret = copy_opts(next, o)) != 0) {
+		snprintf(err, errlen, "auto_route: out of memory");
+		goto out;
+	}
+	if ((ret = scan_kernel(&ar->nl, ar->o.tun_ifindex, &sc)) != 0) {
+		snprintf(err, errlen, "auto_route: reading rules and routes: %s", strerror(-ret));
+		goto out;
+	}
+	if ((ret = make_plan(next, sc.gw, sc.n_gw, &plan, &n)) != 0) {
+		snprintf(err, errlen, "auto_route: %s", strerror(-ret));
+		goto out;
+	}
+	/* Make before break: while both sets are in, what both capture is captured. */
+	if ((ret = add_new(ar, &sc, plan, n, &added, err, errlen)) != 0)
+		goto out;
+	removed = remove_extra(ar, &sc, plan, n, &rm_err);
+	if (rm_err)
+		log_warn(ar->log, "auto_route: some of the replaced rules stay until the next "
+			 "repair: %s", strerror(-rm_err));
+	swap_opts(ar, next);
+	free(ar->steps);
+	ar->steps = plan;
+	ar->n_steps = n;
+	plan = NULL;
+	ar->n_gw = sc.n_gw;
+	memcpy(ar->gw, sc.gw, sizeof(ar->gw));
+	if (ar->o.strict != strict_was) {
+		rpf_restore(ar);
+		rpf_setup(ar);
+	}
+	log_info(ar->log, "auto_route: rules replaced, %d added before %d removed (table %u, "
+		 "priorities %u-%u, %s)", added, removed, eff_table(&ar->o), eff_prio(&ar->o),
+		 eff_prio(&ar->o) + AUTOROUTE_PRIO_SPAN - 1,
+		 ar->o.strict ? "strict" : "not strict");
+out:
+	free(plan);
+	free(sc.v);
+	free_opts(next);
+	free(next);
+	return ret;
+}
+
 void autoroute_free(struct autoroute *ar)
 {
 	if (!ar)

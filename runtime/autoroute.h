@@ -20,7 +20,8 @@
  *
  * The rule set is computed by a pure function (autoroute_plan) from the options and the current
  * uplink gateways; autoroute_new applies it through core/netlink.h, autoroute_reconcile brings
- * the kernel back to it, autoroute_free removes it. One owner per network namespace: the
+ * the kernel back to it, autoroute_replace moves it to new options make-before-break (a
+ * reload), autoroute_free removes it. One owner per network namespace: the
  * abstract unix socket name @twinstack-autoroute (abstract names are per network namespace and
  * vanish with their holder, however it dies) is held for the object's lifetime, so every
  * tagged rule or route found at start belongs to a dead process and is removed.
@@ -122,6 +123,16 @@ int autoroute_new(const struct autoroute_opts *o, struct log *lg, struct autorou
  * remove tagged leftovers (a gateway that is no longer one). Returns the number of changes made
  * (0 = all was in place), or -errno of the first failure (the others are still attempted). */
 int autoroute_reconcile(struct autoroute *ar) NETLINK_WUR;
+
+/* Move ar to the rule set of o (the same TUN; ar keeps the namespace throughout), make before
+ * break: the steps of o's plan that the kernel lacks are added first, in install order, then
+ * the tagged steps the plan does not hold are removed, capture rules first. While both sets
+ * are in, traffic that both capture is captured (an exclusion of either may apply meanwhile).
+ * When an add fails, what this call added is taken back: the kernel and ar are as before and
+ * err holds one line starting "auto_route: ". A removal that fails is logged and left to the
+ * next reconcile. 0 or -errno. */
+int autoroute_replace(struct autoroute *ar, const struct autoroute_opts *o, char *err,
+		      size_t errlen) NETLINK_WUR;
 
 /* A second descriptor of ar's ownership of the namespace (close-on-exec), for the set that
  * replaces it (autoroute_opts.has_lock): the ownership lasts while either is open. -errno on

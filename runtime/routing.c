@@ -93,7 +93,9 @@ static int route_list(const struct ts_proxy *p, const struct ts_tun *t,
 	return 0;
 }
 
-static int start_auto_route(struct ts_proxy *p, const struct ts_config *cfg,
+/* auto_route's options for cfg and its route check targets rc: installed anew (p->ar NULL) or
+ * replacing p->ar's set make-before-break. */
+static int apply_auto_route(struct ts_proxy *p, const struct ts_config *cfg,
 			    const struct routecheck *rc, char *err, size_t errlen)
 {
 	const struct ts_tun *t = &cfg->tun;
@@ -146,7 +148,10 @@ static int start_auto_route(struct ts_proxy *p, const struct ts_config *cfg,
 		.has_lock = p->lock_keep >= 0,
 		.lock_fd = p->lock_keep,
 	};
-	ret = autoroute_new(&o, &p->log, &p->ar, err, errlen);
+	if (p->ar)
+		ret = autoroute_replace(p->ar, &o, err, errlen);
+	else
+		ret = autoroute_new(&o, &p->log, &p->ar, err, errlen);
 out:
 	free(ra_owned);
 	free(inc);
@@ -197,7 +202,7 @@ int routing_start(struct ts_proxy *p, char *err, size_t errlen)
 		return ret;
 	}
 	p->nl_open = true;
-	if (p->cfg.tun.auto_route && (ret = start_auto_route(p, &p->cfg, &p->rc, err, errlen)) != 0)
+	if (p->cfg.tun.auto_route && (ret = apply_auto_route(p, &p->cfg, &p->rc, err, errlen)) != 0)
 		return ret;
 	if ((ret = routecheck_scan(&p->rc, &p->nl, &p->log, true, err, errlen)) < 0)
 		return ret;
@@ -258,6 +263,25 @@ static void carry_history(struct routecheck *n, const struct routecheck *o)
 	}
 }
 
+/* auto_route from the rules of from to those of to (its route check targets to_rc): replaced
+ * make-before-break when both have it; installed when only to has it (with the namespace kept
+ * in p->lock_keep, if any); removed when only from has it, the namespace kept in p->lock_keep
+ * so that no other proxy steps in before the reload is done. On a failure p->ar is as before. */
+static int switch_auto_route(struct ts_proxy *p, const struct ts_config *from,
+			     const struct ts_config *to, const struct routecheck *to_rc, char *err,
+			     size_t errlen)
+{
+	if (to->tun.auto_route)
+		return apply_auto_route(p, to, to_rc, err, errlen);
+	if (from->tun.auto_route && p->ar) {
+		if ((p->lock_keep = autoroute_lock_dup(p->ar)) < 0)
+			p->lock_keep = -1;
+		autoroute_free(p->ar);
+		p->ar = NULL;
+	}
+	return 0;
+}
+
 int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct ts_config *n,
 		   struct routecheck *nrc, char *err, size_t errlen)
 {
@@ -268,16 +292,9 @@ int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct
 
 	memset(nrc, 0, sizeof(*nrc)); /* ours now */
 	redo = auto_route_changed(old, n, &p->rc, &rc);
-	if (redo) {
-		/* The old set goes, the new one comes (if it cannot, the old one comes back);
-		 * the namespace stays ours throughout: no other proxy can step in between. */
-		if (p->ar && (p->lock_keep = autoroute_lock_dup(p->ar)) < 0)
-			p->lock_keep = -1;
-		autoroute_free(p->ar);
-		p->ar = NULL;
-		if (n->tun.auto_route && (ret = start_auto_route(p, n, &rc, err, errlen)) != 0)
-			goto undo;
-	}
+	/* A failure here leaves the running rules as they were. */
+	if (redo && (ret = switch_auto_route(p, old, n, &rc, err, errlen)) != 0)
+		goto refuse;
 	if ((ret = routecheck_scan(&rc, &p->nl, &p->log, true, err, errlen)) < 0)
 		goto undo;
 	/* auto_route off now: the fake-IP ranges its routes led into the TUN must still get
@@ -292,18 +309,15 @@ int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct
 		log_info(&p->log, "auto_route: rules rebuilt for the new configuration");
 	return 0;
 undo:
-	if (redo) {
-		autoroute_free(p->ar);
-		p->ar = NULL;
-		if (old->tun.auto_route &&
-		    start_auto_route(p, old, &p->rc, why, sizeof(why)) != 0) {
-			/* Running on without the rules the running configuration asks for
-			 * would leak what it promised to capture: stop, saying why. */
-			log_error(&p->log, "auto_route: the old rules could not be put back: %s; "
-				  "stopping", why);
-			proxy_stop_loop(p, -EIO);
-		}
+	/* Back to the old rules, make-before-break again where both configurations have them. */
+	if (redo && switch_auto_route(p, n, old, &p->rc, why, sizeof(why)) != 0) {
+		/* Running on without the rules the running configuration asks for would leak
+		 * what it promised to capture: stop, saying why. */
+		log_error(&p->log, "auto_route: the old rules could not be put back: %s; stopping",
+			  why);
+		proxy_stop_loop(p, -EIO);
 	}
+refuse:
 	drop_lock_keep(p);
 	routecheck_fini(&rc);
 	return ret;

@@ -22,8 +22,11 @@ int routing_start(struct ts_proxy *p, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
 void routing_stop(struct ts_proxy *p);
 /* A reload from old to n: the route check's targets from n (nrc, made by routecheck_init for
- * n: taken over, left empty), auto_route's rules rebuilt if anything they depend on changed. n's outbounds looping, or n's rules failing, refuse it (the
- * old rules are put back). 0 or -errno with one line in err. */
+ * n: taken over, left empty), auto_route's rules rebuilt if anything they depend on changed,
+ * make-before-break (autoroute_replace), so traffic both configurations capture never leaves
+ * by the uplink; nothing is touched when nothing they depend on changed. n's rules failing
+ * refuse it with the old ones untouched; n's outbounds looping refuse it with the old rules
+ * put back, make-before-break again. 0 or -errno with one line in err. */
 int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct ts_config *n,
 		   struct routecheck *nrc, char *err, size_t errlen)
 	__attribute__((warn_unused_result));

@@ -135,6 +135,15 @@ if(TS_SANITIZE STREQUAL "")
             --bin $<TARGET_FILE:twinstack>)
   set_tests_properties(integration_desktop PROPERTIES
     LABELS integration TIMEOUT 120 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+  # auto_route's rules while they change (tests/integration/autoroute.sh): 60 reloads that move
+  # exclusions, priorities and the table under a UDP sender, with a counter in the "internet"
+  # namespace that must see no datagram bypass the TUN; reloads that change nothing touch no
+  # rule; about 12 s.
+  add_test(NAME integration_autoroute
+    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/autoroute.sh --stack system
+            --bin $<TARGET_FILE:twinstack>)
+  set_tests_properties(integration_autoroute PROPERTIES
+    LABELS integration TIMEOUT 90 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   # A short SYN flood through the TUN while an application keeps connecting (the full one,
   # 20,000 SYN/s for 30 s on both stacks, is `make test-long`).
   foreach(stack system lwip)

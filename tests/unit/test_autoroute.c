@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 
 #include <linux/if_tun.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 
 #include "core/log.h"
 #include "runtime/autoroute.h"
@@ -743,4 +745,148 @@ static void rollback_scenario(void)
 Test(autoroute_ns, failed_install_rolls_back)
 {
 	run_in_netns(rollback_scenario);
+}
+
+/* ---- replacing the set (a reload) and sweeping a dead one ---- */
+
+/* A socket that hears every rule and route change of the namespace, both families. */
+static int monitor_open(void)
+{
+	static const int groups[4] = { RTNLGRP_IPV4_RULE, RTNLGRP_IPV6_RULE, RTNLGRP_IPV4_ROUTE,
+				       RTNLGRP_IPV6_ROUTE };
+	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
+	int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
+
+	CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "netlink monitor");
+	for (int i = 0; i < 4; i++)
+		CHECK(setsockopt(fd, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, &groups[i],
+				 sizeof(groups[i])) == 0, "join group %d", groups[i]);
+	return fd;
+}
+
+/* The changes heard since monitor_open, as a string: '+' an add, '-' a removal, in order. */
+static void monitor_read(int fd, char *seq, size_t len)
+{
+	char buf[65536];
+	size_t n = 0;
+	ssize_t got;
+
+	while ((got = recv(fd, buf, sizeof(buf), 0)) > 0) {
+		for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)got);
+		     h = NLMSG_NEXT(h, got)) {
+			char c = h->nlmsg_type == RTM_NEWRULE || h->nlmsg_type == RTM_NEWROUTE ? '+'
+				 : h->nlmsg_type == RTM_DELRULE || h->nlmsg_type == RTM_DELROUTE ? '-'
+				 : '?';
+			if (n + 1 < len)
+				seq[n++] = c;
+		}
+	}
+	CHECK(got < 0 && errno == EAGAIN, "monitor overrun or error: %s", strerror(errno));
+	seq[n] = '\0';
+}
+
+static void replace_scenario(void)
+{
+	struct autoroute_opts o, w;
+	struct autoroute *ar;
+	struct log lg;
+	struct logbuf lb;
+	struct netaddr_cidr ex = { { 4, { 203, 0, 113, 0 } }, 24 };
+	char before[16384], installed[16384], now[16384], rules[4096], seq[256], err[256];
+	int mon, ret;
+
+	setup(true);
+	logger(&lg, &lb);
+	tun_opts(&o, true);
+	snapshot(before, sizeof(before));
+	ar = must_new(&o, &lg);
+	snapshot(installed, sizeof(installed));
+
+	/* Everything moves: table, priorities, an exclusion, an excluded uid. */
+	w = o;
+	w.table = 4242;
+	w.priority = 9000;
+	w.exclude = &ex;
+	w.n_exclude = 1;
+	w.exclude_uid = &uid1000;
+	w.n_exclude_uid = 1;
+	mon = monitor_open();
+	ret = autoroute_replace(ar, &w, err, sizeof(err));
+	CHECK(ret == 0, "replace: %d %s", ret, err);
+	monitor_read(mon, seq, sizeof(seq));
+	/* Make before break: every add precedes every removal. */
+	CHECK(strchr(seq, '+') && strchr(seq, '-') && !strstr(seq, "-+") && !strchr(seq, '?'),
+	      "kernel saw %s", seq);
+	sh_out("ip -4 rule; ip -6 rule", rules, sizeof(rules));
+	CHECK(strstr(rules, "9006:\tfrom all lookup 4242 proto 116") && !strstr(rules, "8706:") &&
+	      !strstr(rules, "8719:") && !strstr(rules, "[unresolved]"), "%.700s", rules);
+	CHECK_DEV("1.1.1.1", "tst0");
+	CHECK_DEV("1.1.1.1 mark 0x74000000", "up0");
+	CHECK_DEV("203.0.113.9", "up0");
+	CHECK_DEV("1.1.1.1 uid 1000", "up0");
+	CHECK_DEV("2001:db8::1", "tst0");
+	CHECK(autoroute_reconcile(ar) == 0, "the replaced set is the one ar plans:\n%.600s", lb.text);
+	CHECK(strstr(lb.text, "auto_route: rules replaced"), "%.600s", lb.text);
+
+	/* The same options again: nothing to do, nothing touched. */
+	ret = autoroute_replace(ar, &w, err, sizeof(err));
+	CHECK(ret == 0, "replace with the same: %d %s", ret, err);
+	monitor_read(mon, seq, sizeof(seq));
+	CHECK(seq[0] == '\0', "an unchanged set touched the kernel: %s", seq);
+
+	/* And back: exactly the first install. */
+	ret = autoroute_replace(ar, &o, err, sizeof(err));
+	CHECK(ret == 0, "replace back: %d %s", ret, err);
+	monitor_read(mon, seq, sizeof(seq));
+	CHECK(!strstr(seq, "-+"), "kernel saw %s", seq);
+	snapshot(now, sizeof(now));
+	CHECK(strcmp(installed, now) == 0, "back to the first set:\n%.360s\n---\n%.360s", installed,
+	      now);
+	close(mon);
+	autoroute_free(ar);
+	snapshot(now, sizeof(now));
+	CHECK(strcmp(before, now) == 0, "state differs after free");
+	child_leak_check();
+}
+
+Test(autoroute_ns, replace_makes_before_it_breaks)
+{
+	run_in_netns(replace_scenario);
+}
+
+static void replace_rollback_scenario(void)
+{
+	struct autoroute_opts o, w;
+	struct autoroute *ar;
+	char installed[16384], now[16384], err[256];
+	int ret;
+
+	setup(true);
+	tun_opts(&o, true);
+	ar = must_new(&o, NULL);
+	sh("ip -6 route add ::/0 dev up0 table 4242"); /* somebody else's route in the new table */
+	snapshot(installed, sizeof(installed));
+	w = o;
+	w.table = 4242;
+	ret = autoroute_replace(ar, &w, err, sizeof(err));
+	CHECK(ret == -EEXIST, "refused: %d", ret);
+	CHECK(strncmp(err, "auto_route: cannot add ipv6 route ::/0", 38) == 0, "%s", err);
+	snapshot(now, sizeof(now));
+	CHECK(strcmp(installed, now) == 0, "the IPv4 route added first was taken back, the old set "
+	      "stays:\n%.300s\n---\n%.300s", installed, now);
+	CHECK(autoroute_reconcile(ar) == 0, "ar still plans the old set");
+	CHECK_DEV("1.1.1.1", "tst0");
+	/* Options that fail the check change nothing either. */
+	w = o;
+	w.priority = AUTOROUTE_PRIORITY_MAX + 1;
+	CHECK(autoroute_replace(ar, &w, err, sizeof(err)) == -EINVAL, "bad options refused");
+	autoroute_free(ar);
+	sh("ip -6 route del ::/0 dev up0 table 4242");
+	CHECK(count_tagged() == 0, "freed");
+	child_leak_check();
+}
+
+Test(autoroute_ns, failed_replace_keeps_the_old_set)
+{
+	run_in_netns(replace_rollback_scenario);
 }

@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# autoroute.sh — auto_route's rule set while it changes (runtime/autoroute.c, runtime/routing.c):
+# reloads under a continuous sender must never let a packet bypass the TUN, and a reload that
+# changes nothing the rules depend on must not touch them.
+#
+#   ns D: desktop (proxy + sender)                       ns S: the "internet"
+#  +------------------------------------------+       +-------------------------------+
+#  | sender: UDP to 10.202.9.2:9, fixed port   |       | lo 10.202.9.2/32              |
+#  |   |  default via 10.202.0.2 (+ v6)        |       |    fd00:202:9::2/128          |
+#  |   v  auto_route's rules (proto 116)       |       | nft prerouting: counter of    |
+#  | tun 198.18.0.1/15 (twinstack run,         |       |   every datagram to :9 that   |
+#  |   route.final: a reject outbound)         |       |   arrives: each one bypassed  |
+#  |                                           |       |   the TUN                     |
+#  | vD 10.202.0.1/24, fd00:202::1/64 ---------------- vS 10.202.0.2/24, fd00:202::2/64 |
+#  +------------------------------------------+       +-------------------------------+
+#
+# The proxy's only route for the sender's datagrams is a reject outbound: what the TUN captures
+# never reaches S, so S's counter is exactly the datagrams that left D by the uplink.
+#
+# Cases (--only takes the letters):
+#   R  reloads (SIGHUP) that change route_exclude_address, exclude_uid, route_rule_priority and
+#      route_table, in a cycle, while the sender runs: S counts zero datagrams; the proxy counts
+#      the captured ones (udp.drops.rejected); a control after the proxy stopped shows the
+#      counter does count a bypass
+#   N  reloads that change only route rules and log.level: no rule or route event with
+#      proto 116 in D (ip monitor), rules identical before and after
+#
+# usage: autoroute.sh [--stack system|lwip] [--bin PATH] [--reloads N] [--only LETTERS] [--keep] [-v]
+#   --reloads  reloads in case R (default 60)
+# Exit: 0 all passed, 77 skipped (not root, no /dev/net/tun, no namespaces), 1 otherwise.
+# Output: 'ok - NAME' / 'not ok - NAME: REASON' lines, '#' notes, then 'N passed, N failed'.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SRC=$(cd "$HERE/../.." && pwd)
+STACK=system
+BIN=$SRC/build/twinstack
+ONLY=RN
+RELOADS=60
+KEEP_TMP=0
+VERBOSE=0
+
+usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
+# shellcheck disable=SC2034 # KEEP_TMP and VERBOSE are read by lib.sh
+while [ $# -gt 0 ]; do
+	case $1 in
+	--stack) STACK=${2:?--stack needs a value}; shift 2 ;;
+	--bin) BIN=${2:?--bin needs a path}; shift 2 ;;
+	--reloads) RELOADS=${2:?--reloads needs a number}; shift 2 ;;
+	--only) ONLY=${2:?--only needs letters}; shift 2 ;;
+	--keep) KEEP_TMP=1; shift ;;
+	-v | --verbose) VERBOSE=1; shift ;;
+	-h | --help) usage; exit 0 ;;
+	*) echo "autoroute.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+	esac
+done
+case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
+
+# shellcheck source=tests/integration/lib.sh
+. "$HERE/lib.sh"
+suite_begin autoroute ip nft jq curl timeout
+
+NS_D=tsaD-$TOK NS_S=tsaS-$TOK
+V_D=tsad$TOK V_S=tsas$TOK TUN=tsat$TOK
+D4=10.202.0.1 S4=10.202.0.2 D6=fd00:202::1 S6=fd00:202::2
+SRV4=10.202.9.2 SRV6=fd00:202:9::2
+P_SINK=9 P_STATS=9094 SPORT=40000
+RULE_PROTO=116
+TS_PID=
+
+inD() { ip netns exec "$NS_D" "$@"; }
+inS() { ip netns exec "$NS_S" "$@"; }
+
+note "twinstack auto_route suite: stack=$STACK bin=$BIN token=$TOK"
+
+topology() {
+	netns_add "$NS_D" && netns_add "$NS_S" || return 1
+	ip link add "$V_D" netns "$NS_D" type veth peer name "$V_S" netns "$NS_S" || return 1
+	ip -n "$NS_D" link set "$V_D" up && ip -n "$NS_S" link set "$V_S" up || return 1
+	ip -n "$NS_D" addr add "$D4/24" dev "$V_D" && ip -n "$NS_D" addr add "$D6/64" dev "$V_D" nodad &&
+		ip -n "$NS_S" addr add "$S4/24" dev "$V_S" && ip -n "$NS_S" addr add "$S6/64" dev "$V_S" nodad ||
+		return 1
+	ip -n "$NS_S" addr add "$SRV4/32" dev lo && ip -n "$NS_S" addr add "$SRV6/128" dev lo nodad || return 1
+	ip -n "$NS_D" route add default via "$S4" && ip -n "$NS_D" -6 route add default via "$S6" || return 1
+	# One counter for every datagram to the sink port that reaches the internet, either family.
+	inS nft -f - <<-EOF || return 1
+	table inet tsleak {
+		chain pre {
+			type filter hook prerouting priority -300; policy accept;
+			udp dport $P_SINK counter
+		}
+	}
+	EOF
+}
+
+# leaked: datagrams to the sink port S has seen so far.
+leaked() { inS nft -j list chain inet tsleak pre | jq '[.nftables[].rule.expr[]?.counter.packets // empty] | add // 0'; }
+leak_reset() { inS nft reset counters table inet tsleak >/dev/null; }
+
+# config FILE [OVERLAY_JSON]: the base (auto_route on, every flow to the reject outbound)
+# deep-merged with OVERLAY.
+config() {
+	local base overlay=${2:-'{}'}
+	base=$(jq -n --arg s "$STACK" --arg t "$TUN" --arg l "127.0.0.1:$P_STATS" \
+		'{stack: $s, tun: {name: $t, auto_route: true}, stats: {listen: $l}, log: {level: "info"},
+		  outbounds: [{tag: "direct", type: "direct"}, {tag: "block", type: "reject"}],
+		  route: {final: "block"}, timeouts: {udp_idle_ms: 1000}}')
+	jq -n --argjson a "$base" --argjson b "$overlay" '$a * $b' >"$1.tmp" && mv "$1.tmp" "$1"
+}
+
+# start CONFIG TAG: twinstack run in D, ready within 5 s. Sets TS_PID, TS_LOG.
+start() {
+	local i
+	TS_LOG=$TMP/twinstack.$2.log
+	: >"$TMP/ready.$2"
+	ip netns exec "$NS_D" "$BIN" run --config "$1" --ready-fd 3 3>"$TMP/ready.$2" </dev/null \
+		>"$TS_LOG" 2>&1 &
+	TS_PID=$!
+	PIDS+=("$TS_PID")
+	for ((i = 0; i < 100; i++)); do
+		[ -s "$TMP/ready.$2" ] && { echo "pid $TS_PID"; return 0; }
+		kill -0 "$TS_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	echo "not ready: $(tail -n 3 "$TS_LOG" | tr '\n' ' ')"
+	return 1
+}
+
+# stop: SIGTERM, exit 0 within 3 s; the TUN is gone afterwards.
+stop() {
+	local rc
+	[ -n "$TS_PID" ] || { echo "no proxy"; return 1; }
+	stop_pid "$TS_PID" 3
+	wait "$TS_PID" 2>/dev/null
+	rc=$?
+	TS_PID=
+	wait_until 40 0.05 eval "! ip -n $NS_D link show $TUN >/dev/null 2>&1"
+	echo "stopped"
+	return 0
+}
+
+stat_get() { inD curl -sS --fail --max-time 3 "http://127.0.0.1:$P_STATS/stats" | jq -r "$1 // \"absent\""; }
+tagged() { { inD ip -4 rule; inD ip -6 rule; inD ip -4 route show table all; inD ip -6 route show table all; } | grep -c "proto $RULE_PROTO"; }
+rules_text() { { inD ip -4 rule; inD ip -6 rule; inD ip -4 route show table all; inD ip -6 route show table all; } | grep "proto $RULE_PROTO"; }
+
+# reload CONFIG_SRC N: install CONFIG_SRC as the running file, SIGHUP, wait (2 s at most) for
+# the Nth "reload:" result line of the log.
+reload() {
+	cp "$1" "$TMP/run.json" || return 1
+	kill -HUP "$TS_PID" 2>/dev/null || return 1
+	wait_until 40 0.05 eval "[ \$(grep -cE 'reload: (configuration [0-9]+ in use|refused)' '$TS_LOG') -ge $2 ]"
+}
+
+# sender SECONDS STOPFILE: UDP datagrams to SRV4:P_SINK from port SPORT as fast as one core
+# sends them (unconnected: every datagram is routed on its own) until STOPFILE exists;
+# prints "sent errors".
+SENDER='import os, socket, sys, time
+dst = (sys.argv[1], int(sys.argv[2])); end = time.monotonic() + float(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", int(sys.argv[3])))
+s.setblocking(False)
+sent = errs = 0; msg = b"twinstack-leak-probe"
+while time.monotonic() < end and not os.path.exists(sys.argv[5]):
+    for _ in range(512):
+        try:
+            s.sendto(msg, dst); sent += 1
+        except OSError:
+            errs += 1
+print(sent, errs)'
+
+# --- R: reloads under traffic ----------------------------------------------------------------
+
+case_r() {
+	local i k snd n0 rej0 rej1 leak sent errs t0 ms refused
+	config "$TMP/r0.json"
+	config "$TMP/r1.json" '{"tun": {"route_exclude_address": ["192.0.2.0/24", "2001:db8::/32"], "exclude_uid": [12345]}}'
+	config "$TMP/r2.json" '{"tun": {"route_rule_priority": 8800, "route_table": 29812}}'
+	cp "$TMP/r0.json" "$TMP/run.json"
+	check "R: start with auto_route" start "$TMP/run.json" r || return
+	leak_reset
+	rm -f "$TMP/r.stop"
+	ip netns exec "$NS_D" "$PY" -c "$SENDER" "$SRV4" "$P_SINK" "$SPORT" 120 "$TMP/r.stop" \
+		>"$TMP/r.sender" 2>&1 &
+	snd=$!
+	PIDS+=("$snd")
+	sleep 1
+	n0=$(leaked)
+	rej0=$(stat_get .udp.drops.rejected)
+	if [ "$n0" = 0 ] && is_num "$rej0" && [ "$rej0" -gt 1000 ]; then
+		ok "R: before any reload the sender's datagrams are captured" "S saw 0, proxy rejected $rej0"
+	else
+		not_ok "R: before any reload the sender's datagrams are captured" "S saw $n0, proxy rejected '$rej0'"
+	fi
+	t0=$(date +%s%N)
+	for ((i = 1; i <= RELOADS; i++)); do
+		k=$((i % 3))
+		reload "$TMP/r$k.json" "$i" || { note "R: reload $i gave no result line within 2 s"; break; }
+	done
+	ms=$(elapsed_ms "$t0")
+	sleep 0.3
+	touch "$TMP/r.stop"
+	wait "$snd"
+	read -r sent errs <"$TMP/r.sender"
+	leak=$(leaked)
+	rej1=$(stat_get .udp.drops.rejected)
+	refused=$(grep -c 'reload: refused' "$TS_LOG")
+	note "R: $((i - 1)) reloads in $ms ms ($refused refused); sender: $sent datagrams, $errs send errors; proxy rejected $rej1"
+	if [ "$((i - 1))" -eq "$RELOADS" ] && [ "$refused" -eq 0 ]; then
+		ok "R: $RELOADS reloads changing exclusions, priority and table all took" "$(stat_get .config.generation) generations"
+	else
+		not_ok "R: $RELOADS reloads changing exclusions, priority and table all took" "$((i - 1)) done, $refused refused: $(grep 'reload: refused' "$TS_LOG" | tail -n 1)"
+	fi
+	if [ "$leak" = 0 ]; then
+		ok "R: no datagram bypassed the TUN during the reloads" "S counted 0 of $sent sent"
+	else
+		not_ok "R: no datagram bypassed the TUN during the reloads" "S counted $leak of $sent sent (left D by the uplink)"
+	fi
+	check "R: the last rule set still captures" eval "[ \"\$(inD ip -o route get $SRV4 | grep -c 'dev $TUN')\" = 1 ]"
+	check "R: SIGTERM" stop
+	check "R: nothing tagged is left after SIGTERM" eval "[ \$(tagged) = 0 ]"
+	# Control: the counter does count datagrams that leave by the uplink.
+	leak_reset
+	ip netns exec "$NS_D" "$PY" -c "$SENDER" "$SRV4" "$P_SINK" "$SPORT" 0.2 "$TMP/none" >/dev/null 2>&1
+	leak=$(leaked)
+	if is_num "$leak" && [ "$leak" -gt 0 ]; then
+		ok "R: control: without the proxy S counts the datagrams" "$leak"
+	else
+		not_ok "R: control: without the proxy S counts the datagrams" "counter '$leak'"
+	fi
+}
+
+# --- N: a reload that changes nothing the rules depend on -------------------------------------
+
+case_n() {
+	local mon i before after ev
+	config "$TMP/n0.json"
+	config "$TMP/n1.json" '{"log": {"level": "debug"}, "route": {"rules": [{"cidr": ["203.0.113.0/24"], "outbound": "direct"}]}}'
+	cp "$TMP/n0.json" "$TMP/run.json"
+	check "N: start with auto_route" start "$TMP/run.json" n || return
+	sleep 0.3 # the watch's own repair pass after the start, if any
+	before=$(rules_text)
+	spawn "$NS_D" "$TMP/n.monitor" ip monitor rule route
+	mon=$SPAWNED
+	sleep 0.3
+	for ((i = 1; i <= 6; i++)); do
+		reload "$TMP/n$((i % 2)).json" "$i" || break
+	done
+	sleep 0.3
+	stop_pid "$mon" 1
+	after=$(rules_text)
+	ev=$(grep -c "proto $RULE_PROTO" "$TMP/n.monitor")
+	if [ "$((i - 1))" -eq 6 ] && [ "$(grep -c 'reload: configuration' "$TS_LOG")" -ge 6 ]; then
+		ok "N: 6 reloads (route rules, log.level) took"
+	else
+		not_ok "N: 6 reloads (route rules, log.level) took" "$((i - 1)) answered; $(grep 'reload:' "$TS_LOG" | tail -n 1)"
+	fi
+	if [ "$ev" -eq 0 ] && [ "$before" = "$after" ]; then
+		ok "N: the rules were not touched" "0 rule/route events with proto $RULE_PROTO"
+	else
+		not_ok "N: the rules were not touched" "$ev events with proto $RULE_PROTO: $(grep "proto $RULE_PROTO" "$TMP/n.monitor" | head -n 2 | tr '\n' ';')"
+	fi
+	check "N: SIGTERM" stop
+}
+
+is_num() { [[ "$1" =~ ^[0-9]+$ ]]; }
+
+# =============================================================================================
+topology >"$TMP/topology.out" 2>&1
+topo_rc=$?
+if [ "$topo_rc" -ne 0 ]; then
+	out=$(tr '\n' ' ' <"$TMP/topology.out")
+	if ! ip netns list >/dev/null 2>&1 || [[ "$out" == *"Operation not permitted"* ]]; then
+		echo "# SKIP: cannot create network namespaces here: $out"
+		exit 77
+	fi
+	not_ok "topology" "$out"
+	echo "$PASSED passed, $FAILED failed"
+	exit 1
+fi
+ok "topology: namespaces D and S, one veth, default routes" "$NS_D $NS_S"
+T_START=$(date +%s%N)
+for c in R N; do
+	[[ "${ONLY^^}" == *$c* ]] && "case_${c,,}"
+done
+note "elapsed $(($(elapsed_ms "$T_START") / 1000)) s"
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
