@@ -18,6 +18,7 @@
 #include "core/config.h"
 #include "core/evmem.h"
 #include "core/rss.h"
+#include "runtime/autoroute.h"
 #include "runtime/privdrop.h"
 
 struct subcommand {
@@ -128,12 +129,62 @@ static int cmd_check(int argc, char **argv)
 	return EXIT_OK;
 }
 
+/* ---- cleanup ------------------------------------------------------------------------------ */
+
+static void usage_cleanup(FILE *out)
+{
+	fputs("usage: twinstack cleanup\n"
+	      "\n"
+	      "Remove the policy rules and routes tun.auto_route installed (routing protocol 116)\n"
+	      "that a proxy killed without its own cleanup (SIGKILL, a crash, a power cut of its\n"
+	      "container) left in this network namespace. Refused, touching nothing, while a\n"
+	      "running proxy owns them (it holds @twinstack-autoroute). Every start of a proxy\n"
+	      "does the same; this is for a namespace no proxy will start in again. Needs\n"
+	      "CAP_NET_ADMIN. Exit 0 when nothing of the kind is left (removed or none found), 1\n"
+	      "when a running proxy owns them or a removal failed.\n"
+	      "\n"
+	      "options:\n"
+	      "  -h, --help          this text\n",
+	      out);
+}
+
+static int cmd_cleanup(int argc, char **argv)
+{
+	char err[TS_ERRLEN];
+	struct log lg;
+	int ret;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+			usage_cleanup(stdout);
+			return EXIT_OK;
+		}
+		fprintf(stderr, "twinstack cleanup: unexpected argument '%s'\n", argv[i]);
+		usage_cleanup(stderr);
+		return EXIT_USAGE;
+	}
+	log_init(&lg, LOG_LEVEL_WARN, STDERR_FILENO); /* what failed; the summary is ours */
+	ret = autoroute_sweep(&lg, err, sizeof(err));
+	if (ret < 0) {
+		fprintf(stderr, "twinstack cleanup: %s%s\n", err[0] ? err : strerror(-ret),
+			ret == -EBUSY ? "; nothing removed" : "");
+		return EXIT_RUNTIME;
+	}
+	if (ret == 0)
+		printf("auto_route: nothing to remove\n");
+	else
+		printf("auto_route: removed %d rules and routes a killed proxy left\n", ret);
+	return EXIT_OK;
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const struct subcommand subcommands[] = {
 	{ "check", "validate a config file and print a one-line summary", cmd_check, usage_check },
 	{ "run", "run the proxy: TUN device, stack, dispatcher, outbounds, stats", cmd_run,
 	  usage_run },
+	{ "cleanup", "remove auto_route's rules and routes a killed proxy left behind",
+	  cmd_cleanup, usage_cleanup },
 	{ "load", "benchmark traffic: echo servers and load clients, JSON out", cmd_load,
 	  usage_load },
 	{ "bench", "measure both stacks and two baselines in a namespace testbed", cmd_bench,

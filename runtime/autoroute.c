@@ -19,6 +19,8 @@
 
 #define LOCK_NAME "twinstack-autoroute" /* abstract unix socket: one per namespace */
 #define DUMP_TRIES 4           /* a dump interrupted by a concurrent change is asked again */
+#define LOCK_TRIES 10          /* binds of the lock name at start: a sweep holds it a moment */
+#define LOCK_RETRY_US 10000
 #define TABLE_MAIN 254
 #define IPPROTO_TCP_NUM 6
 #define IPPROTO_UDP_NUM 17
@@ -629,7 +631,8 @@ int autoroute_lock_dup(const struct autoroute *ar)
 	return fd >= 0 ? fd : -errno;
 }
 
-static int lock_take(struct autoroute *ar, char *err, size_t errlen)
+/* tries: binds of the name before another owner is assumed (a sweep holds it a moment). */
+static int lock_take(struct autoroute *ar, int tries, char *err, size_t errlen)
 {
 	if (ar->o.has_lock) {
 		if ((ar->lock_fd = fcntl(ar->o.lock_fd, F_DUPFD_CLOEXEC, 0)) < 0) {
@@ -651,8 +654,12 @@ static int lock_take(struct autoroute *ar, char *err, size_t errlen)
 		snprintf(err, errlen, "auto_route: lock socket: %s", strerror(e));
 		return -e;
 	}
-	if (bind(fd, (struct sockaddr *)&sa, len) != 0) {
+	for (int i = 1; bind(fd, (struct sockaddr *)&sa, len) != 0; i++) {
 		e = errno;
+		if (e == EADDRINUSE && i < tries) {
+			usleep(LOCK_RETRY_US);
+			continue;
+		}
 		close(fd);
 		if (e == EADDRINUSE) {
 			snprintf(err, errlen, "auto_route: another twinstack proxy manages routing "
@@ -847,29 +854,36 @@ static int install(struct autoroute *ar, struct autoroute_step *steps, size_t n,
 	return 0;
 }
 
+/* Holding the lock: every tagged rule or route is a dead process's. Returns how many went. */
+static int remove_stale(struct autoroute *ar, const struct scan *sc, int *first_err)
+{
+	int n = remove_extra(ar, sc, NULL, 0, first_err);
+
+	if (n > 0)
+		log_info(ar->log, "auto_route: removed %d stale rules and routes left by an "
+			 "earlier run", n);
+	return n;
+}
+
 /* Lock, clean, install. */
 static int start(struct autoroute *ar, char *err, size_t errlen)
 {
 	struct scan sc = { 0 };
 	struct autoroute_step *steps = NULL;
 	size_t n = 0;
-	int ret, stale_err = 0, stale;
+	int ret, stale_err = 0;
 
 	if ((ret = netlink_open(&ar->nl)) != 0) {
 		snprintf(err, errlen, "auto_route: netlink: %s", strerror(-ret));
 		return ret;
 	}
-	if ((ret = lock_take(ar, err, errlen)) != 0)
+	if ((ret = lock_take(ar, LOCK_TRIES, err, errlen)) != 0)
 		return ret;
 	if ((ret = scan_kernel(&ar->nl, ar->o.tun_ifindex, &sc)) != 0) {
 		snprintf(err, errlen, "auto_route: reading rules and routes: %s", strerror(-ret));
 		goto out;
 	}
-	/* Holding the lock: every tagged rule or route is a dead process's. */
-	stale = remove_extra(ar, &sc, NULL, 0, &stale_err);
-	if (stale > 0)
-		log_info(ar->log, "auto_route: removed %d stale rules and routes left by an "
-			 "earlier run", stale);
+	(void)remove_stale(ar, &sc, &stale_err);
 	ar->n_gw = sc.n_gw;
 	memcpy(ar->gw, sc.gw, sizeof(ar->gw));
 	if ((ret = make_plan(ar, ar->gw, ar->n_gw, &steps, &n)) != 0) {
@@ -998,7 +1012,7 @@ out:
 	return ret;
 }
 
-/* ---- replacing the set ---- */
+/* ---- replacing the set, sweeping a dead one ---- */
 
 /* Add the steps of plan[0..n) that sc does not hold, in install order. On a failure, take back
  * what this call added (newest first) and explain in err; the kernel is then as sc found it. */
@@ -1114,6 +1128,41 @@ out:
 	free(sc.v);
 	free_opts(next);
 	free(next);
+	return ret;
+}
+
+int autoroute_sweep(struct log *lg, char *err, size_t errlen)
+{
+	struct autoroute ar = { .log = lg, .lock_fd = -1, .rpf_old = -1 };
+	struct scan sc = { 0 };
+	int ret, rm_err = 0, n;
+
+	ar.nl.fd = -1;
+	if (errlen)
+		err[0] = '\0';
+	if ((ret = netlink_open(&ar.nl)) != 0) {
+		snprintf(err, errlen, "auto_route: netlink: %s", strerror(-ret));
+		return ret;
+	}
+	/* One try: another sweep that holds the name removes the same things. */
+	if ((ret = lock_take(&ar, 1, err, errlen)) != 0)
+		goto out;
+	if ((ret = scan_kernel(&ar.nl, 0, &sc)) != 0) {
+		snprintf(err, errlen, "auto_route: reading rules and routes: %s", strerror(-ret));
+		goto out;
+	}
+	n = remove_stale(&ar, &sc, &rm_err);
+	ret = n;
+	if (rm_err) {
+		snprintf(err, errlen, "auto_route: cannot remove a stale rule or route: %s",
+			 strerror(-rm_err));
+		ret = rm_err;
+	}
+out:
+	free(sc.v);
+	netlink_close(&ar.nl);
+	if (ar.lock_fd >= 0)
+		close(ar.lock_fd);
 	return ret;
 }
 

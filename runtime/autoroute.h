@@ -20,11 +20,12 @@
  *
  * The rule set is computed by a pure function (autoroute_plan) from the options and the current
  * uplink gateways; autoroute_new applies it through core/netlink.h, autoroute_reconcile brings
- * the kernel back to it, autoroute_replace moves it to new options make-before-break (a
- * reload), autoroute_free removes it. One owner per network namespace: the
- * abstract unix socket name @twinstack-autoroute (abstract names are per network namespace and
- * vanish with their holder, however it dies) is held for the object's lifetime, so every
- * tagged rule or route found at start belongs to a dead process and is removed.
+ * the kernel back to it, autoroute_replace moves it to new options make-before-break (a reload),
+ * autoroute_free removes it. One owner per network namespace: the abstract unix socket name
+ * @twinstack-autoroute (abstract names are per network namespace and vanish with their holder,
+ * however it dies) is held for the object's lifetime, so every tagged rule or route found while
+ * nobody else holds it belongs to a dead process: autoroute_new removes it, and so does
+ * autoroute_sweep (a start without auto_route, `twinstack cleanup`).
  *
  * Not thread-safe: one thread calls reconcile and free (the main loop).
  */
@@ -133,6 +134,12 @@ int autoroute_reconcile(struct autoroute *ar) NETLINK_WUR;
  * next reconcile. 0 or -errno. */
 int autoroute_replace(struct autoroute *ar, const struct autoroute_opts *o, char *err,
 		      size_t errlen) NETLINK_WUR;
+
+/* Remove every tagged rule and route of the namespace if no process owns it (they are a dead
+ * proxy's), holding the ownership meanwhile. Returns how many were removed (0: none left),
+ * -EBUSY when a running proxy owns the namespace (nothing touched), or -errno of the first
+ * failure; err then holds one line starting "auto_route: ". */
+int autoroute_sweep(struct log *lg, char *err, size_t errlen) NETLINK_WUR;
 
 /* A second descriptor of ar's ownership of the namespace (close-on-exec), for the set that
  * replaces it (autoroute_opts.has_lock): the ownership lasts while either is open. -errno on

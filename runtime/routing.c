@@ -188,6 +188,19 @@ static int check_fake_routes(struct ts_proxy *p, char *err, size_t errlen)
 	return 0;
 }
 
+/* Without auto_route: what a killed proxy's auto_route left (a strict one's "unreachable"
+ * routes cut a family off) goes too, unless a running proxy owns it. Never fails the start. */
+static void sweep_auto_route(struct ts_proxy *p)
+{
+	char why[TS_ERRLEN];
+	int ret = autoroute_sweep(&p->log, why, sizeof(why));
+
+	if (ret == -EBUSY)
+		log_debug(&p->log, "auto_route: another proxy owns this namespace's rules");
+	else if (ret < 0)
+		log_warn(&p->log, "%s", why);
+}
+
 int routing_start(struct ts_proxy *p, char *err, size_t errlen)
 {
 	int ret;
@@ -204,6 +217,8 @@ int routing_start(struct ts_proxy *p, char *err, size_t errlen)
 	p->nl_open = true;
 	if (p->cfg.tun.auto_route && (ret = apply_auto_route(p, &p->cfg, &p->rc, err, errlen)) != 0)
 		return ret;
+	if (!p->cfg.tun.auto_route)
+		sweep_auto_route(p);
 	if ((ret = routecheck_scan(&p->rc, &p->nl, &p->log, true, err, errlen)) < 0)
 		return ret;
 	if ((ret = check_fake_routes(p, err, errlen)) != 0)

@@ -4,10 +4,11 @@
  *
  * routing_start runs in proxy_open once the TUN exists: proxy servers' names are resolved
  * before any rule is installed (the lookups must not be captured), auto_route installs its
- * rules, then the route check refuses a start whose outbounds would loop (-ELOOP). From then
- * on every routing change in the namespace, on the main loop, re-installs what auto_route
- * lost, follows the uplink's gateway and checks the outbounds' routes again. routing_stop
- * removes everything auto_route installed; it runs on every exit path (proxy_close). */
+ * rules (without auto_route, what a killed proxy's left is swept away), then the route check
+ * refuses a start whose outbounds would loop (-ELOOP). From then on every routing change in
+ * the namespace, on the main loop, re-installs what auto_route lost, follows the uplink's
+ * gateway and checks the outbounds' routes again. routing_stop removes everything auto_route
+ * installed; it runs on every exit path (proxy_close). */
 #ifndef TS_RUNTIME_ROUTING_H
 #define TS_RUNTIME_ROUTING_H
 

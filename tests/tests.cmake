@@ -138,7 +138,8 @@ if(TS_SANITIZE STREQUAL "")
   # auto_route's rules while they change (tests/integration/autoroute.sh): 60 reloads that move
   # exclusions, priorities and the table under a UDP sender, with a counter in the "internet"
   # namespace that must see no datagram bypass the TUN; reloads that change nothing touch no
-  # rule; about 12 s.
+  # rule; a SIGKILLed proxy's leftovers removed by a start without auto_route and by `twinstack
+  # cleanup`; about 15 s.
   add_test(NAME integration_autoroute
     COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/autoroute.sh --stack system
             --bin $<TARGET_FILE:twinstack>)

@@ -9,8 +9,9 @@
 # - every tests/cli/bad/*.json must exit 2 with "config: <path>: " on stderr, where the file
 #   name encodes the path: "<path without the leading $.>__<what>.json", "root" meaning "$"
 #   (outbounds[1].server__missing_port.json expects "config: $.outbounds[1].server: ");
-# - --help/--version exit 0; bad usage (no args, unknown command, missing --config, unreadable
-#   file) exits 2; so does `twinstack redirect` with a missing or bad option, naming it;
+# - --help/--version exit 0 (cleanup --help too); bad usage (no args, unknown command, missing
+#   --config, unreadable file, an argument to cleanup) exits 2; so does `twinstack redirect`
+#   with a missing or bad option, naming it;
 # - `run` with an https:// DNS server where nghttp2 cannot be loaded exits 1 at once, naming it.
 set -uo pipefail
 
@@ -133,6 +134,12 @@ expect_rc 2 "missing config file"
 [[ "$err" == *"No such file or directory"* ]] && ok "missing file named: $err" || bad "$err"
 run check --config "$work"
 expect_rc 2 "config path is a directory"
+
+run cleanup --help
+expect_rc 0 "cleanup --help"
+[[ "$out" == *"protocol 116"* ]] && ok "cleanup --help names the tag" || bad "cleanup --help: $out"
+run cleanup extra
+expect_rc 2 "cleanup with a stray argument"
 
 # --- redirect: bad usage exits 2 naming the flag, before anything is opened ------------------
 run redirect --help

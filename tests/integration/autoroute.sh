@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # autoroute.sh — auto_route's rule set while it changes (runtime/autoroute.c, runtime/routing.c):
-# reloads under a continuous sender must never let a packet bypass the TUN, and a reload that
-# changes nothing the rules depend on must not touch them.
+# reloads under a continuous sender must never let a packet bypass the TUN, a reload that
+# changes nothing the rules depend on must not touch them, and what a SIGKILLed proxy leaves
+# behind, what it does to the host, and who removes it.
 #
 #   ns D: desktop (proxy + sender)                       ns S: the "internet"
 #  +------------------------------------------+       +-------------------------------+
@@ -24,6 +25,10 @@
 #      counter does count a bypass
 #   N  reloads that change only route rules and log.level: no rule or route event with
 #      proto 116 in D (ip monitor), rules identical before and after
+#   K  SIGKILL leftovers: with strict_route and an IPv4-only TUN the leftover "unreachable ::/0"
+#      cuts D's IPv6; a start without auto_route removes them (IPv6 back); without strict_route
+#      the leftovers fall through (IPv4/IPv6 reach S) and `twinstack cleanup` removes them;
+#      cleanup refuses while a proxy owns the namespace, touching nothing
 #
 # usage: autoroute.sh [--stack system|lwip] [--bin PATH] [--reloads N] [--only LETTERS] [--keep] [-v]
 #   --reloads  reloads in case R (default 60)
@@ -35,7 +40,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
 STACK=system
 BIN=$SRC/build/twinstack
-ONLY=RN
+ONLY=RNK
 RELOADS=60
 KEEP_TMP=0
 VERBOSE=0
@@ -58,7 +63,7 @@ case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 
 # shellcheck source=tests/integration/lib.sh
 . "$HERE/lib.sh"
-suite_begin autoroute ip nft jq curl timeout
+suite_begin autoroute ip nft jq curl ping timeout
 
 NS_D=tsaD-$TOK NS_S=tsaS-$TOK
 V_D=tsad$TOK V_S=tsas$TOK TUN=tsat$TOK
@@ -261,6 +266,69 @@ case_n() {
 	check "N: SIGTERM" stop
 }
 
+# --- K: what a SIGKILLed proxy leaves ---------------------------------------------------------
+
+ping6_s() { inD ping -6 -c 1 -W 1 "$SRV6" >/dev/null 2>&1; }
+ping4_s() { inD ping -4 -c 1 -W 1 "$SRV4" >/dev/null 2>&1; }
+
+# kill9: SIGKILL the proxy, wait for its TUN to go.
+kill9() {
+	kill -KILL "$TS_PID" 2>/dev/null
+	wait "$TS_PID" 2>/dev/null
+	TS_PID=
+	wait_until 40 0.05 eval "! ip -n $NS_D link show $TUN >/dev/null 2>&1"
+}
+
+case_k() {
+	local n out rc
+	check "K: harness: D reaches S over IPv4 and IPv6 without a proxy" eval "ping4_s && ping6_s"
+	# strict_route, IPv4-only TUN: IPv6 is made unreachable in the proxy's table.
+	config "$TMP/k-strict.json" '{"tun": {"strict_route": true}}'
+	check "K: start strict_route, IPv4-only TUN" start "$TMP/k-strict.json" k1 || return
+	kill9
+	n=$(tagged)
+	note "K: after SIGKILL (strict_route) $n tagged rules and routes are left: $(rules_text | grep -c unreachable) unreachable"
+	# The harm the next check repairs: the leftover "unreachable ::/0" answers every IPv6 lookup.
+	if ! ping6_s; then
+		ok "K: strict leftovers cut D's IPv6 off" "$(inD ip -6 -o route get "$SRV6" 2>&1 | head -c 80)"
+	else
+		not_ok "K: strict leftovers cut D's IPv6 off" "IPv6 still reaches S: the repair below proves nothing"
+	fi
+	# A start without auto_route removes what it can prove is a dead proxy's.
+	config "$TMP/k-plain.json" '{"tun": {"auto_route": false}}'
+	check "K: start without auto_route" start "$TMP/k-plain.json" k2 || return
+	check "K: the start without auto_route removed the leftovers" eval "[ \$(tagged) = 0 ]"
+	check "K: IPv6 from D reaches S again" ping6_s
+	check "K: SIGTERM" stop
+	# Without strict_route: the leftovers point at a table whose routes died with the TUN.
+	config "$TMP/k-loose.json" '{"tun": {"address6": "fd00:7f::1/64"}}'
+	check "K: start auto_route, IPv4+IPv6 TUN" start "$TMP/k-loose.json" k3 || return
+	kill9
+	n=$(tagged)
+	note "K: after SIGKILL (not strict) $n tagged rules are left"
+	check "K: non-strict leftovers fall through: IPv4 and IPv6 from D reach S" eval "ping4_s && ping6_s"
+	out=$(inD "$BIN" cleanup 2>&1)
+	rc=$?
+	if [ "$rc" -eq 0 ] && [ "$(tagged)" = 0 ]; then
+		ok "K: twinstack cleanup removes them" "$out"
+	else
+		not_ok "K: twinstack cleanup removes them" "exit $rc: $out; $(tagged) tagged left"
+	fi
+	out=$(inD "$BIN" cleanup 2>&1)
+	rc=$?
+	check "K: a second cleanup finds nothing" eval "[ $rc -eq 0 ] && grep -q 'nothing' <<<'$out'"
+	check "K: start auto_route again" start "$TMP/k-loose.json" k4 || return
+	n=$(tagged)
+	out=$(inD "$BIN" cleanup 2>&1)
+	rc=$?
+	if [ "$rc" -eq 1 ] && [ "$(tagged)" = "$n" ]; then
+		ok "K: cleanup refuses while a proxy owns the namespace, touching nothing" "$out"
+	else
+		not_ok "K: cleanup refuses while a proxy owns the namespace, touching nothing" "exit $rc: $out; $n -> $(tagged) tagged"
+	fi
+	check "K: SIGTERM" stop
+}
+
 is_num() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
 # =============================================================================================
@@ -278,7 +346,7 @@ if [ "$topo_rc" -ne 0 ]; then
 fi
 ok "topology: namespaces D and S, one veth, default routes" "$NS_D $NS_S"
 T_START=$(date +%s%N)
-for c in R N; do
+for c in R N K; do
 	[[ "${ONLY^^}" == *$c* ]] && "case_${c,,}"
 done
 note "elapsed $(($(elapsed_ms "$T_START") / 1000)) s"

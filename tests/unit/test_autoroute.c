@@ -890,3 +890,63 @@ Test(autoroute_ns, failed_replace_keeps_the_old_set)
 {
 	run_in_netns(replace_rollback_scenario);
 }
+
+/* A process that installs o and dies without cleaning up (as after SIGKILL). */
+static void install_and_die(const struct autoroute_opts *o)
+{
+	int st;
+	pid_t pid = fork();
+
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		struct autoroute *dead = NULL;
+		char err[256];
+		_exit(autoroute_new(o, NULL, &dead, err, sizeof(err)) == 0 ? 0 : 1);
+	}
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child");
+}
+
+static void sweep_scenario(void)
+{
+	struct autoroute_opts o;
+	struct autoroute *ar;
+	struct log lg;
+	struct logbuf lb;
+	char before[16384], now[16384], err[256];
+	int left, ret;
+
+	setup(false);
+	tun_opts(&o, false);
+	o.strict = true; /* IPv6 unreachable in the table: the leftover that hurts */
+	snapshot(before, sizeof(before));
+
+	/* Owned by a live set: nothing touched. */
+	ar = must_new(&o, NULL);
+	left = count_tagged();
+	CHECK(autoroute_sweep(NULL, err, sizeof(err)) == -EBUSY, "a live owner refuses the sweep");
+	CHECK(strstr(err, "another twinstack proxy"), "%s", err);
+	CHECK(count_tagged() == left, "nothing touched");
+	autoroute_free(ar);
+
+	install_and_die(&o);
+	left = count_tagged();
+	CHECK(left > 0, "the dead process's state is there");
+	CHECK(dev_for("2001:db8::1")[0] == '\0', "IPv6 cut off by the leftovers");
+	logger(&lg, &lb);
+	ret = autoroute_sweep(&lg, err, sizeof(err));
+	CHECK(ret == left, "swept %d of %d: %s", ret, left, err);
+	CHECK(strstr(lb.text, "stale"), "%.600s", lb.text);
+	CHECK(count_tagged() == 0, "nothing tagged left");
+	CHECK_DEV("2001:db8::1", "up0");
+	CHECK(autoroute_sweep(NULL, err, sizeof(err)) == 0, "a second sweep finds nothing");
+	snapshot(now, sizeof(now));
+	CHECK(strcmp(before, now) == 0, "state differs after the sweep");
+	ar = must_new(&o, NULL); /* the sweep released the namespace */
+	autoroute_free(ar);
+	child_leak_check();
+}
+
+Test(autoroute_ns, sweep_removes_a_dead_owners_state)
+{
+	run_in_netns(sweep_scenario);
+}
