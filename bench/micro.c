@@ -42,7 +42,7 @@
 struct bench {
 	struct nat_table *nat;
 	struct sysproc *proc;
-	uint8_t pkt[256];
+	uint8_t pkt[DRIVER_INPUT_ROOM]; /* the room a stack's input may build an answer in */
 	size_t len;
 	int family;
 	uint8_t gw[16], client[16], server[16];

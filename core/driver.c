@@ -958,7 +958,7 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 	size_t hdr = p && p->vnet_hdr ? (p->vnet_hdr_len ? p->vnet_hdr_len : TUN_VNET_HDR_LEN) : 0;
 	struct driver *d;
 
-	if (!p || p->fd < 0 || p->mtu < 576 || !ops || !ops->input ||
+	if (!p || p->fd < 0 || p->mtu < DRIVER_INPUT_ROOM || !ops || !ops->input ||
 	    (hdr && (hdr < TUN_VNET_HDR_LEN || hdr > TUN_VNET_HDR_MAX)))
 		return -EINVAL;
 	d = calloc(1, sizeof(*d));

@@ -51,7 +51,9 @@ enum driver_verdict {
 };
 
 struct driver_ops {
-	/* Process one packet read from the TUN. For DRIVER_WRITE set *out_len and *plain (true:
+	/* Process one packet read from the TUN. buf has room for DRIVER_INPUT_ROOM bytes, or for
+	 * len if that is more: a packet the stack builds in its place may be longer than the one
+	 * it read, up to that room. For DRIVER_WRITE set *out_len and *plain (true:
 	 * a packet the stack built itself, written with a plain offload header). For DRIVER_UDP
 	 * fill *view (never NULL) with the packet's PKT_OK pkt_parse view of buf, a UDP one: the
 	 * driver splits a super-datagram by it and hands it on to udp, so nothing parses the
@@ -139,6 +141,10 @@ struct driver_counters {
 /* The read buffer with offload: the header and the largest packet the kernel hands a TUN
  * (skb->len stays under 64 KiB without BIG TCP; an IPv6 datagram can still claim 40 + 65535). */
 #define DRIVER_GSO_MAX (65535u + 40u)
+
+/* The smallest MTU the driver takes (the least every IPv4 host must accept, RFC 791), and so
+ * the room every read buffer has for a packet, whatever was read into it. */
+#define DRIVER_INPUT_ROOM 576u
 
 struct driver_params {
 	int fd;          /* a non-blocking TUN queue fd */

@@ -3,8 +3,13 @@
 
 #include <string.h>
 
+#include "stacks/common/rewrite.h"
 #include "stacks/lwip/lwip_stack.h"
 #include "stacks/system/sys_stack.h"
+
+/* An answer a stack builds in the place of the packet it answers (rewrite_icmp_unreach) fits
+ * every buffer the driver hands a stack's input. */
+_Static_assert(REWRITE_ANSWER_ROOM <= DRIVER_INPUT_ROOM, "answers fit the driver's buffers");
 
 static const struct netstack_ops *const stacks[] = {
 	&sys_stack_ops,

@@ -190,6 +190,14 @@ if(TS_SANITIZE STREQUAL "")
               --bin $<TARGET_FILE:twinstack>)
     set_tests_properties(integration_proxies_${stack} PROPERTIES
       LABELS integration TIMEOUT 120 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+    # Connections to special destinations (tests/integration/special.sh): from an app behind
+    # the TUN and from a routed client, each refused within 2 s by an answer the kernel takes;
+    # about 4 s each.
+    add_test(NAME integration_special_${stack}
+      COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/special.sh --stack ${stack}
+              --bin $<TARGET_FILE:twinstack>)
+    set_tests_properties(integration_special_${stack} PROPERTIES
+      LABELS integration TIMEOUT 60 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
     # Malformed and hostile packets written into the TUN (AF_PACKET) while downloads run
     # through the direct, SOCKS5 and HTTP outbounds (tests/integration/hostile.sh): every
     # class counted by its own reason, the downloads intact; about 10-15 s each.

@@ -48,6 +48,9 @@ static int family_init(struct l3policy_family *f, bool enabled, const uint8_t *g
 	/* The run must not wrap the low 32 bits (config validation keeps it inside the prefix). */
 	if (f->gw_low > UINT32_MAX - n_addrs)
 		return -EINVAL;
+	memcpy(f->answer_src, gateway, alen);
+	lo = htonl(f->gw_low + 1);
+	memcpy(f->answer_src + alen - 4, &lo, 4);
 	f->enabled = true;
 	return 0;
 }
@@ -66,18 +69,26 @@ bool l3policy_special_exact(int family, const uint8_t *a)
 	       ((a[10] == 0 && a[11] == 0) || (a[10] == 0xff && a[11] == 0xff));
 }
 
-bool l3policy_answer_rst(const struct pkt_view *v)
+/* A multicast or the limited broadcast address (4 or 16 bytes of family). */
+static bool group_addr(int family, const uint8_t *a)
 {
-	const uint8_t *d = v->ip + (v->family == 4 ? PKT_V4_DST : PKT_V6_DST);
+	if (family == 6)
+		return a[0] == 0xff;
+	return (a[0] & 0xf0) == 0xe0 || (a[0] == 255 && a[1] == 255 && a[2] == 255 && a[3] == 255);
+}
 
+enum l3policy_answer l3policy_answer(const struct pkt_view *v, enum l3policy_verdict vd)
+{
 	if (v->proto != IPPROTO_TCP || (v->tcp_flags & TCP_RST))
-		return false; /* a RST is never answered with one (RFC 9293 section 3.10.7) */
+		return L3POLICY_ANSWER_NONE; /* a RST is never answered (RFC 9293 section 3.10.7) */
 	if (v->family == 4 && !pkt_v4_csum_ok(v))
-		return false; /* nor a header that may not say where it came from */
-	if (v->family == 4)
-		return (d[0] & 0xf0) != 0xe0 && !(d[0] == 255 && d[1] == 255 && d[2] == 255 &&
-						  d[3] == 255);
-	return d[0] != 0xff;
+		return L3POLICY_ANSWER_NONE; /* nor a header that may not say where it came from */
+	if (vd == L3POLICY_DROP_loop)
+		return L3POLICY_ANSWER_RST;
+	if (vd != L3POLICY_DROP_special_destination || group_addr(v->family, pkt_dst(v)) ||
+	    l3policy_special_exact(v->family, pkt_src(v)))
+		return L3POLICY_ANSWER_NONE;
+	return L3POLICY_ANSWER_UNREACH;
 }
 
 /* The first bytes an address of each family may be special with: exactly those for which

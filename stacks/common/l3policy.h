@@ -5,8 +5,9 @@
  *   family  a packet of a family the TUN has no address for is dropped            drop family
  *   TCP     to a foreign destination: the stack's TCP path                        TCP
  *           a first SYN to a special destination (below): the stack answers
- *           it with a RST so the app fails at once (none to multicast or
- *           broadcast)                                                 drop special_destination
+ *           it with an ICMP port unreachable from a NAT address so the app
+ *           fails at once (l3policy_answer says which get one and why)
+ *                                                                      drop special_destination
  *           from one of our NAT addresses: nothing legitimate comes from there
  *           (the kernel never sends from them; only the system stack's
  *           rewritten segments carry them, toward the kernel)       drop from_nat_address
@@ -144,6 +145,7 @@ struct l3policy_family {
 	uint32_t n_lports;
 	uint16_t lport_be[L3POLICY_MAX_LISTENERS];
 	uint8_t gateway[16]; /* IPv4 in [0..3] */
+	uint8_t answer_src[16]; /* NAT address 0 (gateway + 1): l3policy_answer_src */
 };
 
 /* special_first[] flags by a destination's first byte: an address of this family with that
@@ -417,12 +419,41 @@ static inline enum l3policy_verdict l3policy_udp(const struct l3policy *p,
 	return v->family == 4 ? l3policy_udp4(p, v) : l3policy_udp6(p, v);
 }
 
-/* Answer a refused packet (verdict DROP_loop or DROP_special_destination) with a RST? Only
- * TCP (a first SYN: the app's connect fails at once instead of after its timeout), never a
- * segment that carries a RST itself, never an IPv4 packet whose header checksum fails, and
- * never one to a multicast or broadcast destination: such a SYN is discarded silently (RFC
- * 1122 4.2.3.10), and a RST would carry a multicast source. */
-bool l3policy_answer_rst(const struct pkt_view *v);
+/* How a stack answers a refused first SYN, so that the app's connect fails at once instead of
+ * after its SYN retransmissions (minutes). */
+enum l3policy_answer {
+	L3POLICY_ANSWER_NONE,
+	L3POLICY_ANSWER_RST,     /* a RST from the SYN's destination (rewrite_tcp_rst) */
+	L3POLICY_ANSWER_UNREACH, /* ICMP(v6) port unreachable from l3policy_answer_src
+				  * (rewrite_icmp_unreach) */
+};
+
+/* The answer to a packet refused with verdict vd. Only TCP is answered, never a segment that
+ * carries a RST itself (RFC 9293 section 3.10.7) and never an IPv4 packet whose header checksum
+ * fails (it may not say where it came from).
+ *   DROP_loop: a RST. The destination is an ordinary address the kernel routed into the TUN,
+ *   so a segment from it is one the kernel takes.
+ *   DROP_special_destination: an ICMP port unreachable from l3policy_answer_src, not a RST.
+ *   A RST would come from the special address, and the kernel refuses many of those as a
+ *   source: 127/8 on any device but lo (a martian source, without route_localnet), 0/8 before
+ *   Linux 5.3, :: when forwarding. None to a multicast or broadcast destination (such a SYN is
+ *   discarded silently, RFC 1122 4.2.3.10) nor for a SYN whose source does not name one host
+ *   (itself special: RFC 1122 3.2.2 sends no ICMP error about such a datagram).
+ * Any other verdict: none. */
+enum l3policy_answer l3policy_answer(const struct pkt_view *v, enum l3policy_verdict vd);
+
+/* The source of an L3POLICY_ANSWER_UNREACH of family (4 or 6, served): 4 or 16 bytes, valid as
+ * long as p. It is the first NAT address, gateway + 1, because the kernel must take a packet
+ * from it on the TUN: the address lies inside the TUN's prefix (core/netaddr.h proves it) and
+ * is not the kernel's own, so the connected route leads back into the TUN (reverse-path
+ * filtering, strict or loose, passes) and it is no martian source, as the gateway, a local
+ * address of the host, would be. Nothing the stacks read from the TUN comes from it (packets
+ * from a NAT address are dropped), and an ICMP error is matched to its connection by the
+ * quoted header, not by its source. */
+static inline const uint8_t *l3policy_answer_src(const struct l3policy *p, int family)
+{
+	return family == 4 ? p->f4.answer_src : p->f6.answer_src;
+}
 
 static inline enum l3policy_verdict l3policy_count(struct l3policy_counters *c,
 						   enum l3policy_verdict v)

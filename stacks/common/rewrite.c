@@ -190,6 +190,50 @@ size_t rewrite_tcp_rst(const struct pkt_view *v)
 	return hl + 20;
 }
 
+size_t rewrite_icmp_unreach(const struct pkt_view *v, const uint8_t *src)
+{
+	size_t alen = v->family == 4 ? 4 : 16, hl = v->family == 4 ? 20 : 40;
+	size_t room = v->len > REWRITE_ANSWER_ROOM ? v->len : REWRITE_ANSWER_ROOM;
+	size_t quote = (size_t)v->l3_len + v->tcp_hlen;
+	uint8_t daddr[16], *ip = v->ip, *icmp = v->ip + hl;
+	uint64_t sum;
+
+	if (quote > room - hl - 8)
+		quote = room - hl - 8;
+	if (quote < (size_t)v->l3_len + 8)
+		return 0;
+	memcpy(daddr, pkt_src(v), alen); /* the answer goes to the segment's source */
+	memmove(icmp + 8, ip, quote);
+	memset(icmp, 0, 8); /* type, code, checksum, 4 unused bytes */
+	if (v->family == 4) {
+		memset(ip, 0, 20);
+		ip[0] = 0x45;
+		pkt_put16(ip + 2, (uint16_t)(20 + 8 + quote));
+		ip[6] = 0x40; /* DF */
+		ip[8] = 64;
+		ip[9] = IPPROTO_ICMP;
+		memcpy(ip + PKT_V4_SRC, src, 4);
+		memcpy(ip + PKT_V4_DST, daddr, 4);
+		csum_store16(ip + 10, csum_buf(ip, 20));
+		icmp[0] = 3; /* destination unreachable */
+		icmp[1] = 3; /* port unreachable */
+		sum = 0;     /* ICMP's checksum covers the message only */
+	} else {
+		memset(ip, 0, 40);
+		ip[0] = 0x60;
+		pkt_put16(ip + 4, (uint16_t)(8 + quote));
+		ip[6] = IPPROTO_ICMPV6;
+		ip[7] = 64;
+		memcpy(ip + PKT_V6_SRC, src, 16);
+		memcpy(ip + PKT_V6_DST, daddr, 16);
+		icmp[0] = 1; /* destination unreachable */
+		icmp[1] = 4; /* port unreachable */
+		sum = csum_pseudo6(src, daddr, IPPROTO_ICMPV6, (uint32_t)(8 + quote));
+	}
+	csum_store16(icmp + 2, (uint16_t)~csum_fold(csum_partial(icmp, 8 + quote, sum)));
+	return hl + 8 + quote;
+}
+
 size_t rewrite_icmp_echo_reply(const struct pkt_view *v)
 {
 	uint8_t *ip = v->ip, *icmp = v->l4;

@@ -1,6 +1,6 @@
 /* rewrite.h — in-place address/port rewriting of parsed TCP and UDP packets (the system
  * stack's NAT), and the packets both stacks answer with by themselves (TCP RST, ICMP echo
- * reply).
+ * reply, ICMP port unreachable).
  *
  * Checksums are updated incrementally (RFC 1624): all replaced 32-bit words are accumulated and
  * folded once. For offload packets whose L4 field is a NEEDS_CSUM partial sum, only the address
@@ -58,6 +58,23 @@ static inline void rewrite_l4(const struct pkt_view *v, const uint8_t *src, uint
  * IPv6 extension headers dropped); returns the new length (40 for IPv4, 60 for IPv6).
  * Caller: the segment must not itself carry RST. */
 size_t rewrite_tcp_rst(const struct pkt_view *v);
+
+/* Room an answer built by rewrite_icmp_unreach may take in the buffer of the packet it
+ * answers: the 576 bytes RFC 1812 section 4.3.2.3 caps an ICMP error at (the driver's read
+ * buffers hold at least that much: core/driver.h, DRIVER_INPUT_ROOM). */
+#define REWRITE_ANSWER_ROOM 576u
+
+/* Turn a parsed TCP segment into the ICMP destination unreachable, code port unreachable
+ * (ICMP 3/3, RFC 792; ICMPv6 1/4, RFC 4443 section 3.1), that refuses it, from src (4 or 16
+ * bytes of the segment's family) to the segment's source. It quotes the segment's IP header
+ * (options and extension headers included) and its TCP header, no payload (RFC 1122 section
+ * 3.2.2 asks for the header and 8 bytes of data; the receiving TCP finds its connection by the
+ * quoted addresses, ports and sequence number). Built in place: buf (v->ip) must have room
+ * for REWRITE_ANSWER_ROOM bytes, or for v->len if that is more; the answer never exceeds that
+ * room. Returns the new length, or 0 (buf untouched) when not even the IP header and 8 bytes
+ * of TCP fit. Port unreachable is one of the hard errors of RFC 1122 section 4.2.3.9, on which
+ * a TCP aborts a connection being opened: the app's connect fails with ECONNREFUSED. */
+size_t rewrite_icmp_unreach(const struct pkt_view *v, const uint8_t *src);
 
 /* Turn a parsed ICMP echo request (v4 type 8 / v6 type 128) into the echo reply in place:
  * addresses swapped, type changed, TTL/hop limit 64, checksums updated. Returns the length. */

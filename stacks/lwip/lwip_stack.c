@@ -57,6 +57,7 @@ _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
 	X(to_lwip)            /* TCP segments handed to lwIP */                                \
 	X(udp)                /* handed to the UDP path */                                     \
 	X(icmp_echo_reply)                                                                     \
+	X(icmp_unreach)       /* SYN to a special destination answered: port unreachable */    \
 	X(tx_packets)         /* packets lwIP emitted */                                       \
 	X(accepted)                                                                            \
 	X(drop_nomem)         /* an input segment without memory: a SYN (the app retransmits */ \
@@ -1024,19 +1025,40 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 	return DRIVER_DONE;
 }
 
+/* A refused first SYN answered in place (l3policy_answer), or nothing. */
+static enum driver_verdict answer(struct lwip_stack *st, const struct pkt_view *v,
+				  enum l3policy_verdict vd, size_t *out_len, bool *plain)
+{
+	switch (l3policy_answer(v, vd)) {
+	case L3POLICY_ANSWER_RST:
+		*out_len = rewrite_tcp_rst(v);
+		break;
+	case L3POLICY_ANSWER_UNREACH:
+		if (!(*out_len = rewrite_icmp_unreach(v, l3policy_answer_src(&st->pol, v->family))))
+			return DRIVER_DONE;
+		ctr_inc(&st->ctr.icmp_unreach);
+		break;
+	default:
+		return DRIVER_DONE;
+	}
+	*plain = true;
+	return DRIVER_WRITE;
+}
+
 static enum driver_verdict lw_input(struct netstack *ns, unsigned q, uint8_t *buf, size_t len,
 				    const struct pkt_meta *meta, int64_t now_ns, size_t *out_len,
 				    bool *plain, struct pkt_view *v)
 {
 	struct lwip_stack *st = as_lw(ns);
 	struct l3policy_reply reply;
+	enum l3policy_verdict vd;
 	enum pkt_reason r;
 
 	(void)q;
 	ctr_inc(&st->ctr.rx_packets);
 	if ((r = pkt_parse(v, buf, len)) != PKT_OK)
 		return drop(&st->ctr.drop_parse[r]);
-	switch (l3policy_classify(&st->pol, v, &reply, &st->ctr.policy)) {
+	switch ((vd = l3policy_classify(&st->pol, v, &reply, &st->ctr.policy))) {
 	case L3POLICY_TCP:
 		st->now_ns = now_ns;
 		return tcp_in(st, v, meta, out_len, plain);
@@ -1056,13 +1078,9 @@ static enum driver_verdict lw_input(struct netstack *ns, unsigned q, uint8_t *bu
 		return DRIVER_WRITE;
 	case L3POLICY_DROP_loop:
 	case L3POLICY_DROP_special_destination:
-		/* Our own socket's SYN came back, or a SYN to a special destination: a RST fails
-		 * its connect now (counted; l3policy_answer_rst says which get one). */
-		if (!l3policy_answer_rst(v))
-			return DRIVER_DONE;
-		*out_len = rewrite_tcp_rst(v);
-		*plain = true;
-		return DRIVER_WRITE;
+		/* Our own socket's SYN came back, or a SYN to a special destination: the answer
+		 * fails its connect now (counted; l3policy_answer says which get one, and what). */
+		return answer(st, v, vd, out_len, plain);
 	default:
 		/* Dropped and counted by the policy. TCP_REPLY never comes: this stack declares
 		 * no listener ports (its listener lives inside lwIP, not behind the TUN). */

@@ -233,6 +233,27 @@ static struct sys_disp tcp(struct sysproc *p, const struct pkt_view *v, enum l3p
 	return tcp_downlink(p, v, &t, partial, now, c);
 }
 
+/* A refused first SYN answered in place (l3policy_answer), or nothing. */
+static struct sys_disp answer(const struct sysproc *p, const struct pkt_view *v,
+			      enum l3policy_verdict vd, struct sys_counters *c)
+{
+	size_t len;
+
+	switch (l3policy_answer(v, vd)) {
+	case L3POLICY_ANSWER_RST:
+		len = rewrite_tcp_rst(v);
+		break;
+	case L3POLICY_ANSWER_UNREACH:
+		if (!(len = rewrite_icmp_unreach(v, l3policy_answer_src(&p->pol, v->family))))
+			return done();
+		ctr_inc(&c->icmp_unreach);
+		break;
+	default:
+		return done();
+	}
+	return (struct sys_disp){ .action = SYS_WRITE, .len = (uint32_t)len, .plain = true };
+}
+
 struct sys_disp sysproc_process(struct sysproc *p, uint8_t *buf, size_t len,
 				const struct pkt_meta *meta, int64_t now_ns,
 				struct sys_counters *c, struct pkt_view *v)
@@ -263,13 +284,10 @@ struct sys_disp sysproc_process(struct sysproc *p, uint8_t *buf, size_t len,
 					  .plain = true };
 	case L3POLICY_DROP_loop:
 	case L3POLICY_DROP_special_destination:
-		/* Our own socket's SYN came back, or a SYN to a special destination: a RST makes
-		 * its connect fail now, not after the connect timeout (counted as the drop
-		 * already; l3policy_answer_rst says which get one). */
-		if (!l3policy_answer_rst(v))
-			return done();
-		return (struct sys_disp){ .action = SYS_WRITE, .len = (uint32_t)rewrite_tcp_rst(v),
-					  .plain = true };
+		/* Our own socket's SYN came back, or a SYN to a special destination: the answer
+		 * makes its connect fail now, not after the connect timeout (counted as the drop
+		 * already; l3policy_answer says which get one, and what). */
+		return answer(p, v, vd, c);
 	default:
 		return done(); /* dropped: the policy counted it */
 	}

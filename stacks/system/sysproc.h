@@ -49,6 +49,7 @@ uint32_t sysproc_conn_hash(const struct flow_key *k);
 	X(downlink)            /* downlink TCP rewritten */                                    \
 	X(udp)                 /* handed to the UDP path */                                    \
 	X(icmp_echo_reply)     /* echo request to the gateway answered in place */             \
+	X(icmp_unreach)        /* SYN to a special destination answered: port unreachable */   \
 	X(rst_sent)            /* unmapped uplink non-SYN answered with RST */                 \
 	X(drop_downlink_no_mapping)                                                            \
 	X(drop_rst_no_mapping) /* unmapped uplink RST: never answered */                       \
@@ -99,7 +100,9 @@ void sysproc_free(struct sysproc *p);
 /* Record the kernel-chosen listener ports (network order) of a family before "ready". */
 int sysproc_set_listeners(struct sysproc *p, int family, const uint16_t *ports_be, uint32_t n);
 
-/* Process one packet in place. buf holds len bytes. view (never NULL) is where the packet is
+/* Process one packet in place. buf holds len bytes and has room for REWRITE_ANSWER_ROOM
+ * (stacks/common/rewrite.h), or for len if that is more: an answer built in its place may be
+ * longer than the packet. view (never NULL) is where the packet is
  * parsed: with SYS_UDP it is the packet's PKT_OK view (borrowing buf, valid while buf is
  * unchanged), for the UDP path to take (udp_path_input_view) instead of parsing it again;
  * otherwise its content is unspecified. */

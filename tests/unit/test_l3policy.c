@@ -1,9 +1,10 @@
 /* test_l3policy.c — the policy both stacks apply to every parsed packet
  * (stacks/common/l3policy.c): one table row per rule and family, checked for its verdict, the
  * one drop counter it bumps and the listener reply it names; special destinations (each class,
- * both families, a first SYN and a datagram, and the near misses that are not special) and
- * which of them a RST answers; set-up refusals; and the inline classifier against its
- * out-of-line twin on random packets. */
+ * both families, a first SYN and a datagram, and the near misses that are not special), which
+ * refusals are answered and how (an ICMP port unreachable from the first NAT address for a
+ * special destination, built and verified; a RST for a loop); set-up refusals; and the inline
+ * classifier against its out-of-line twin on random packets. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -18,6 +19,7 @@
 #include "core/loopguard.h"
 #include "core/pkt.h"
 #include "stacks/common/l3policy.h"
+#include "stacks/common/rewrite.h"
 #include "stacks/netstack.h"
 #include "testutil.h"
 
@@ -653,26 +655,37 @@ Test(l3policy, special_destinations_counted_once_each)
 			cr_assert_eq(ctr_get(&c.drop[i]), 0, "only the one counter");
 }
 
-/* A refused SYN to a special destination is answered with a RST, unless it was sent to a
- * multicast or broadcast address (discarded silently); a datagram never is. */
+/* A refused SYN to a special destination is answered with an ICMP port unreachable, unless it
+ * was sent to a multicast or broadcast address (discarded silently) or from a source that does
+ * not name one host; a datagram never is. */
 Test(l3policy, special_destination_answers)
 {
 	static const struct {
 		const char *src, *dst;
 		int kind;
-		bool rst;
+		enum l3policy_answer want;
 	} cases[] = {
-		{ "198.18.0.9", "127.0.0.1", K_SYN, true },
-		{ "198.18.0.9", "0.0.0.0", K_SYN, true },
-		{ "198.18.0.9", "224.0.0.1", K_SYN, false },
-		{ "198.18.0.9", "239.1.2.3", K_SYN, false },
-		{ "198.18.0.9", "255.255.255.255", K_SYN, false },
-		{ "198.18.0.9", "127.0.0.1", K_UDP, false },
-		{ "fd00:7f::9", "::1", K_SYN, true },
-		{ "fd00:7f::9", "::ffff:127.0.0.1", K_SYN, true },
-		{ "fd00:7f::9", "::", K_SYN, true },
-		{ "fd00:7f::9", "ff02::1", K_SYN, false },
-		{ "fd00:7f::9", "::1", K_UDP, false },
+		{ "198.18.0.9", "127.0.0.1", K_SYN, L3POLICY_ANSWER_UNREACH },
+		{ "198.18.0.9", "127.1.2.3", K_SYN, L3POLICY_ANSWER_UNREACH },
+		{ "198.18.0.9", "0.0.0.0", K_SYN, L3POLICY_ANSWER_UNREACH },
+		{ "198.18.0.9", "0.1.2.3", K_SYN, L3POLICY_ANSWER_UNREACH },
+		{ "10.99.0.9", "0.1.2.3", K_SYN, L3POLICY_ANSWER_UNREACH },
+		{ "198.18.0.9", "224.0.0.1", K_SYN, L3POLICY_ANSWER_NONE },
+		{ "198.18.0.9", "239.1.2.3", K_SYN, L3POLICY_ANSWER_NONE },
+		{ "198.18.0.9", "255.255.255.255", K_SYN, L3POLICY_ANSWER_NONE },
+		{ "198.18.0.9", "127.0.0.1", K_UDP, L3POLICY_ANSWER_NONE },
+		{ "127.0.0.5", "127.0.0.1", K_SYN, L3POLICY_ANSWER_NONE },
+		{ "0.0.0.0", "0.1.2.3", K_SYN, L3POLICY_ANSWER_NONE },
+		{ "224.0.0.9", "127.0.0.1", K_SYN, L3POLICY_ANSWER_NONE },
+		{ "fd00:7f::9", "::1", K_SYN, L3POLICY_ANSWER_UNREACH },
+		{ "fd00:7f::9", "::ffff:127.0.0.1", K_SYN, L3POLICY_ANSWER_UNREACH },
+		{ "fd00:7f::9", "::", K_SYN, L3POLICY_ANSWER_UNREACH },
+		{ "fd00:7f::9", "::1.2.3.4", K_SYN, L3POLICY_ANSWER_UNREACH },
+		{ "fd00:7f::9", "ff02::1", K_SYN, L3POLICY_ANSWER_NONE },
+		{ "fd00:7f::9", "::1", K_UDP, L3POLICY_ANSWER_NONE },
+		{ "::", "::1", K_SYN, L3POLICY_ANSWER_NONE },
+		{ "::ffff:10.0.0.1", "::1", K_SYN, L3POLICY_ANSWER_NONE },
+		{ "ff02::9", "::1", K_SYN, L3POLICY_ANSWER_NONE },
 	};
 	static uint8_t buf[256];
 	struct l3policy p;
@@ -687,14 +700,14 @@ Test(l3policy, special_destination_answers)
 		size_t len = build(&row, buf, sizeof(buf));
 		cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
 		cr_assert_eq(l3policy_classify(&p, &v, &r, &c), SPECIAL, "%s", cases[i].dst);
-		cr_assert_eq(l3policy_answer_rst(&v), cases[i].rst, "%s kind %d", cases[i].dst,
-			     cases[i].kind);
+		cr_assert_eq(l3policy_answer(&v, SPECIAL), cases[i].want, "%s -> %s kind %d",
+			     cases[i].src, cases[i].dst, cases[i].kind);
 	}
 }
 
-/* No RST answers a segment that carries one (RFC 9293 section 3.10.7), a SYN|RST to a
- * special destination included; nor a packet whose IPv4 header checksum fails. Both are
- * still refused and counted as special destinations. */
+/* No answer to a segment that carries a RST (RFC 9293 section 3.10.7), a SYN|RST to a special
+ * destination included; nor to a packet whose IPv4 header checksum fails. Both are still
+ * refused and counted as special destinations. */
 Test(l3policy, special_destination_rst_and_bad_header_get_no_answer)
 {
 	static uint8_t buf[256];
@@ -714,17 +727,116 @@ Test(l3policy, special_destination_rst_and_bad_header_get_no_answer)
 		buf[l3 + 13] |= TCP_RST; /* SYN|RST (the TCP checksum is not what is asked) */
 		cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
 		cr_assert_eq(l3policy_classify(&p, &v, &r, &c), SPECIAL, "%s", dsts[i]);
-		cr_assert_not(l3policy_answer_rst(&v), "%s: SYN|RST answered", dsts[i]);
+		cr_assert_eq(l3policy_answer(&v, SPECIAL), L3POLICY_ANSWER_NONE,
+			     "%s: SYN|RST answered", dsts[i]);
 	}
 	const struct row row = { "127.0.0.1", K_SYN, "198.18.0.9", 5000, "127.0.0.1", 80, 0, 0,
 				 false, SPECIAL, { 0, 0 } };
 	size_t len = build(&row, buf, sizeof(buf));
 	cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
-	cr_assert(l3policy_answer_rst(&v), "the plain SYN is answered");
+	cr_assert_eq(l3policy_answer(&v, SPECIAL), L3POLICY_ANSWER_UNREACH,
+		     "the plain SYN is answered");
 	buf[10] ^= 0x55; /* the IPv4 header checksum */
 	cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
-	cr_assert_not(l3policy_answer_rst(&v), "a bad IPv4 header is not answered");
+	cr_assert_eq(l3policy_answer(&v, SPECIAL), L3POLICY_ANSWER_NONE,
+		     "a bad IPv4 header is not answered");
 	cr_assert_eq(ctr_get(&c.drop_special_destination), 2);
+}
+
+/* The proxy's own SYN come back (DROP_loop) keeps its RST: its destination is an ordinary
+ * address, which the kernel takes a segment from. No other verdict is answered. */
+Test(l3policy, answer_by_verdict)
+{
+	static uint8_t buf[256];
+	static const char *const dsts[] = { "10.9.0.1", "fd99::1" };
+	struct pkt_view v;
+
+	for (size_t i = 0; i < 2; i++) {
+		const struct row row = { dsts[i], K_SYN, i ? "fd00:7f::1" : "198.18.0.1", 5000,
+					 dsts[i], 443, 0, 0, false, L3POLICY_DROP_loop, { 0, 0 } };
+		size_t len = build(&row, buf, sizeof(buf));
+
+		cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
+		cr_assert_eq(l3policy_answer(&v, L3POLICY_DROP_loop), L3POLICY_ANSWER_RST, "%s",
+			     dsts[i]);
+		for (int vd = 0; vd < L3POLICY_VERDICT_MAX; vd++)
+			if (vd != L3POLICY_DROP_loop && vd != SPECIAL)
+				cr_assert_eq(l3policy_answer(&v, (enum l3policy_verdict)vd),
+					     L3POLICY_ANSWER_NONE, "%s",
+					     l3policy_verdict_name((enum l3policy_verdict)vd));
+		buf[(i ? 40 : 20) + 13] |= TCP_RST;
+		cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
+		cr_assert_eq(l3policy_answer(&v, L3POLICY_DROP_loop), L3POLICY_ANSWER_NONE,
+			     "%s: a RST is not answered", dsts[i]);
+	}
+}
+
+/* The answer's source is the first NAT address, gateway + 1, in each family. */
+Test(l3policy, answer_source_is_the_first_nat_address)
+{
+	struct l3policy p;
+	uint8_t want[16];
+
+	policy(&p, true, false);
+	tu_addr(want, "198.18.0.2");
+	cr_assert_arr_eq(l3policy_answer_src(&p, 4), want, 4);
+	tu_addr(want, "fd00:7f::2");
+	cr_assert_arr_eq(l3policy_answer_src(&p, 6), want, 16);
+	cr_assert(l3policy_is_own(&p, 4, l3policy_answer_src(&p, 4)));
+	cr_assert(l3policy_is_own(&p, 6, l3policy_answer_src(&p, 6)));
+}
+
+/* What a stack writes back for a SYN to each kind of special destination that gets an answer:
+ * an ICMP (ICMPv6) port unreachable from the first NAT address to the SYN's source, every
+ * checksum right (verified from scratch), quoting the SYN's IP and TCP headers; one that the
+ * kernel hands to the TCP of the connection (tcp_v4_err / tcp_v6_err find it by the quoted
+ * addresses, ports and sequence number). */
+Test(l3policy, special_destination_answer_packet)
+{
+	static const char *const dsts[] = { "127.1.2.3", "0.1.2.3", "0.0.0.0", "::1", "::",
+					    "::ffff:127.0.0.1", "::1.2.3.4" };
+	uint8_t buf[REWRITE_ANSWER_ROOM], syn[128];
+	struct l3policy p;
+	struct l3policy_counters c = { 0 };
+	struct l3policy_reply r;
+	struct pkt_view v, a;
+	struct tu_spec s;
+
+	policy(&p, true, false);
+	for (size_t i = 0; i < sizeof(dsts) / sizeof(dsts[0]); i++) {
+		bool v6 = strchr(dsts[i], ':') != NULL;
+		const char *src = v6 ? "fd00:7f::1" : "198.18.0.1";
+		size_t l3 = v6 ? 40 : 20;
+
+		tu_spec_tcp(&s, src, 40000 + (uint16_t)i, dsts[i], 80);
+		s.tcp_flags = TCP_SYN;
+		s.seq = 0x11223344u;
+		s.ack = 0;
+		s.mss = 1460;
+		size_t len = tu_build(&s, buf, sizeof(buf));
+		memcpy(syn, buf, len);
+		cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
+		cr_assert_eq(l3policy_classify(&p, &v, &r, &c), SPECIAL, "%s", dsts[i]);
+		cr_assert_eq(l3policy_answer(&v, SPECIAL), L3POLICY_ANSWER_UNREACH, "%s", dsts[i]);
+
+		size_t n = rewrite_icmp_unreach(&v, l3policy_answer_src(&p, v.family));
+		cr_assert_eq(n, l3 + 8 + len, "%s: the header, 8 bytes, the whole SYN (%zu)",
+			     dsts[i], n);
+		cr_assert_eq(pkt_parse(&a, buf, n), PKT_OK, "%s", dsts[i]);
+		cr_assert_eq(a.len, n);
+		cr_assert_eq(a.proto, v6 ? IPPROTO_ICMPV6 : IPPROTO_ICMP, "%s", dsts[i]);
+		cr_assert_arr_eq(pkt_src(&a), l3policy_answer_src(&p, a.family), v6 ? 16 : 4);
+		cr_assert_arr_eq(pkt_dst(&a), syn + (v6 ? 8 : 12), v6 ? 16 : 4, "to the SYN's source");
+		if (!v6)
+			cr_assert(tu_verify_ip4_header(buf), "%s: IPv4 header checksum", dsts[i]);
+		cr_assert(tu_verify_l4(buf, n), "%s: ICMP checksum", dsts[i]);
+		cr_assert_eq(a.l4[0], v6 ? 1 : 3, "%s: destination unreachable", dsts[i]);
+		cr_assert_eq(a.l4[1], v6 ? 4 : 3, "%s: port unreachable", dsts[i]);
+		cr_assert_eq(tu_get32(a.l4 + 4), 0, "%s: unused word", dsts[i]);
+		cr_assert_arr_eq(a.l4 + 8, syn, len, "%s: the SYN quoted", dsts[i]);
+		cr_assert_eq(tu_get32(a.l4 + 8 + l3 + 4), 0x11223344u, "%s: its sequence number",
+			     dsts[i]);
+	}
 }
 
 /* The stacks' common figures carry these counters on their own (drops.special_destination,

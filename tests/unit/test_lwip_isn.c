@@ -74,7 +74,7 @@ TestSuite(lwip_isn, .init = start, .fini = stop);
 
 static void feed(const struct tu_spec *s, int64_t now_ns)
 {
-	uint8_t buf[256];
+	uint8_t buf[DRIVER_INPUT_ROOM]; /* the room a stack's input may build an answer in */
 	size_t len = tu_build(s, buf, sizeof(buf)), ol = 0;
 	struct pkt_view v;
 	bool plain = false;

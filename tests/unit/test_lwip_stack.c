@@ -307,6 +307,44 @@ Test(lwip_stack, stray_segment_gets_rst_from_its_destination)
 	cr_assert_eq(n_acc, 0);
 }
 
+/* A SYN to a special destination never reaches lwIP: written back in its place, an ICMP port
+ * unreachable from the first NAT address (counted in icmp_unreach); none to a multicast one. */
+Test(lwip_stack, special_destination_syn_answered_with_port_unreachable)
+{
+	const char *cases[][3] = { { "198.18.0.1", "127.1.2.3", "198.18.0.2" },
+				   { "fd00:7f::1", "::1.2.3.4", "fd00:7f::2" } };
+	for (int i = 0; i < 2; i++) {
+		struct tu_spec s;
+		struct pkt_view v;
+		uint8_t a[16], n0[16];
+		size_t ol;
+		tu_spec_tcp(&s, cases[i][0], 40000, cases[i][1], 80);
+		s.tcp_flags = TCP_SYN;
+		s.mss = 1460;
+		size_t len = tu_build(&s, buf, sizeof(buf));
+		cr_assert_eq(feed(len, &ol), DRIVER_WRITE, "%s", cases[i][1]);
+		cr_assert(tu_verify_l4(buf, ol), "ICMP checksum");
+		cr_assert_eq(pkt_parse(&v, buf, ol), PKT_OK);
+		int fam = tu_addr(a, cases[i][0]);
+		tu_addr(n0, cases[i][2]);
+		cr_assert_eq(v.proto, fam == 4 ? IPPROTO_ICMP : IPPROTO_ICMPV6);
+		cr_assert_eq(memcmp(pkt_src(&v), n0, fam == 4 ? 4 : 16), 0, "from NAT address 0");
+		cr_assert_eq(memcmp(pkt_dst(&v), a, fam == 4 ? 4 : 16), 0, "to the SYN's source");
+		cr_assert_eq(v.l4[0], fam == 4 ? 3 : 1);
+		cr_assert_eq(v.l4[1], fam == 4 ? 3 : 4);
+		if (fam == 4)
+			cr_assert(tu_verify_ip4_header(buf));
+	}
+	struct tu_spec s;
+	tu_spec_tcp(&s, "198.18.0.1", 40001, "239.1.2.3", 80);
+	s.tcp_flags = TCP_SYN;
+	cr_assert_eq(feed(tu_build(&s, buf, sizeof(buf)), NULL), DRIVER_DONE, "multicast");
+	cr_assert_eq(counter("icmp_unreach"), 2);
+	cr_assert_eq(counter("drop_special_destination"), 3);
+	cr_assert_eq(counter("to_lwip"), 0);
+	cr_assert_eq(n_out, 0, "lwIP said nothing");
+}
+
 Test(lwip_stack, admission_refused_at_the_syn)
 {
 	teardown();

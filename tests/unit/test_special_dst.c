@@ -8,8 +8,9 @@
  *       [::1]:7100                the IPv6 listener [::1]:7100
  *       127.0.0.1:7100            the IPv4 listener again, over IPv4
  *
- * Each SYN must be answered with a RST (the app fails at once), no listener may see a
- * connection or a datagram, and drops.special_destination grows by exactly one per packet.
+ * Each SYN must be answered with an ICMP port unreachable from the first NAT address (the app
+ * fails at once), no listener may see a connection or a datagram, and
+ * drops.special_destination grows by exactly one per packet.
  * Then packets no stack carries, each dropped under its own public key: GRE and SCTP
  * (drops.protocol, both stacks) and, on the system stack, a RST for a connection it has no
  * mapping for (drops.unmapped_rst; never answered).
@@ -36,6 +37,8 @@
 
 #define PORT 7100
 #define TUN "tsd0"
+#define NAT0_4 "198.18.0.2" /* the first NAT address: the source of the stacks' ICMP answers */
+#define NAT0_6 "fd00:5d::2"
 
 static const char cfg_fmt[] =
 	"{\"stack\": \"%s\", \"log\": {\"level\": \"warn\"},"
@@ -147,44 +150,74 @@ static void inject_send(struct inject *in, const uint8_t *pkt, size_t len)
 	      "inject: %s", strerror(errno));
 }
 
-/* The next TCP segment the proxy writes into the TUN toward s's source (its sender's address
- * and port), within ms: its flags, its sequence number in *seq; -1 on timeout. */
-static int answer_to(struct inject *in, const struct tu_spec *s, int ms, uint32_t *seq)
+/* answer_to's value for an ICMP (ICMPv6) port unreachable quoting the packet (above any set of
+ * TCP flags). */
+#define PORT_UNREACH 0x100
+
+/* Does the ICMP message at icmp (family's, len bytes) quote s, a TCP segment? */
+static bool quotes(const uint8_t *icmp, size_t len, const struct tu_spec *s)
+{
+	const uint8_t *in = icmp + 8;
+	size_t alen = s->family == 4 ? 4 : 16, hl;
+
+	if (len < 8 + (s->family == 4 ? 20 : 40) + 8)
+		return false;
+	hl = s->family == 4 ? (size_t)(in[0] & 15) * 4 : 40;
+	if (len < 8 + hl + 8)
+		return false;
+	return memcmp(in + (s->family == 4 ? PKT_V4_SRC : PKT_V6_SRC), s->src, alen) == 0 &&
+	       tu_get16(in + hl) == s->sport && tu_get32(in + hl + 4) == s->seq;
+}
+
+/* The next answer the proxy writes into the TUN to s (its sender's address and port), within
+ * ms: a TCP segment's flags (its sequence number in *seq), or PORT_UNREACH for an ICMP port
+ * unreachable quoting s; its source address in from (16 bytes); -1 on timeout. */
+static int answer_to(struct inject *in, const struct tu_spec *s, int ms, uint32_t *seq,
+		     uint8_t *from)
 {
 	uint8_t buf[2048];
 	int64_t end = now_ms() + ms;
 	size_t alen = s->family == 4 ? 4 : 16;
 
 	for (;;) {
-		struct sockaddr_ll from;
-		socklen_t fl = sizeof(from);
+		struct sockaddr_ll sll;
+		socklen_t fl = sizeof(sll);
 		struct pollfd p = { .fd = in->fd, .events = POLLIN };
 		int left = (int)(end - now_ms());
 		struct pkt_view v;
 
 		if (left <= 0 || poll(&p, 1, left) != 1)
 			return -1;
-		ssize_t n = recvfrom(in->fd, buf, sizeof(buf), 0, (struct sockaddr *)&from, &fl);
+		ssize_t n = recvfrom(in->fd, buf, sizeof(buf), 0, (struct sockaddr *)&sll, &fl);
 		/* Outgoing: the kernel's own packets into the TUN, not the proxy's. */
-		if (n <= 0 || from.sll_pkttype == PACKET_OUTGOING)
+		if (n <= 0 || sll.sll_pkttype == PACKET_OUTGOING)
 			continue;
-		if (pkt_parse(&v, buf, (size_t)n) != PKT_OK || v.proto != IPPROTO_TCP ||
-		    v.family != s->family || v.dport_be != htons(s->sport))
+		if (pkt_parse(&v, buf, (size_t)n) != PKT_OK || v.family != s->family ||
+		    memcmp(pkt_dst(&v), s->src, alen) != 0)
 			continue;
-		if (memcmp(v.ip + (s->family == 4 ? PKT_V4_DST : PKT_V6_DST), s->src, alen) != 0)
-			continue;
-		*seq = tu_get32(v.l4 + 4);
-		return v.tcp_flags;
+		memset(from, 0, 16);
+		memcpy(from, pkt_src(&v), alen);
+		if (v.proto == IPPROTO_TCP && v.dport_be == htons(s->sport)) {
+			*seq = tu_get32(v.l4 + 4);
+			return v.tcp_flags;
+		}
+		bool unreach = s->family == 4 ? v.proto == IPPROTO_ICMP && v.l4[0] == 3 && v.l4[1] == 3
+					      : v.proto == IPPROTO_ICMPV6 && v.l4[0] == 1 &&
+						v.l4[1] == 4;
+		if (unreach && quotes(v.l4, v.l4_len, s))
+			return PORT_UNREACH;
 	}
 }
 
-/* A SYN from a routed client to dst:PORT: a RST comes back, counted once, and no loopback
- * listener sees a connection. Before the policy refused these, the proxy answered with a
- * SYN-ACK and, once the handshake completed, connected the client to the host's loopback. */
+/* A SYN from a routed client to dst:PORT: refused with an ICMP port unreachable from the first
+ * NAT address (a RST would come from dst itself, a source the kernel may refuse), counted
+ * once, and no loopback listener sees a connection. Before the policy refused these, the proxy
+ * answered with a SYN-ACK and, once the handshake completed, connected the client to the
+ * host's loopback. */
 static void syn_refused(struct ts_proxy *p, struct inject *in, const char *src, uint16_t sport,
 			const char *dst, const int lfd[2])
 {
-	uint8_t pkt[256];
+	uint8_t pkt[256], from[16], nat0[16];
 	struct tu_spec s;
 	uint32_t seq = 0;
 	double before = special_drops(p);
@@ -195,7 +228,7 @@ static void syn_refused(struct ts_proxy *p, struct inject *in, const char *src, 
 	s.ack = 0;
 	s.mss = 1400;
 	inject_send(in, pkt, tu_build(&s, pkt, sizeof(pkt)));
-	int flags = answer_to(in, &s, 2000, &seq);
+	int flags = answer_to(in, &s, 2000, &seq, from);
 	if (flags == (TCP_SYN | TCP_ACK)) {
 		/* Complete the handshake to show what the SYN-ACK meant. */
 		s.tcp_flags = TCP_ACK;
@@ -209,8 +242,11 @@ static void syn_refused(struct ts_proxy *p, struct inject *in, const char *src, 
 			  : "");
 	}
 	CHECK(flags >= 0, "%s: no answer to the SYN", dst);
-	CHECK((flags & (TCP_RST | TCP_SYN)) == TCP_RST, "%s: answered with flags 0x%x, want a RST",
+	CHECK(flags == PORT_UNREACH, "%s: answered with TCP flags 0x%x, want port unreachable",
 	      dst, flags);
+	tu_addr(nat0, s.family == 4 ? NAT0_4 : NAT0_6);
+	CHECK(memcmp(from, nat0, s.family == 4 ? 4 : 16) == 0, "%s: not from the NAT address %s",
+	      dst, s.family == 4 ? NAT0_4 : NAT0_6);
 	CHECK(!reached(lfd[0], 200) && !reached(lfd[1], 0), "%s: a loopback listener got a "
 	      "connection", dst);
 	double after = special_drops(p);
@@ -242,7 +278,7 @@ static void datagram_dropped(struct ts_proxy *p, struct inject *in, const char *
 static void dropped_as(struct ts_proxy *p, struct inject *in, struct tu_spec *s,
 		       const char *key)
 {
-	uint8_t pkt[256];
+	uint8_t pkt[256], from[16];
 	uint32_t seq;
 	double before = drop_count(p, key), after = before;
 	int64_t end = now_ms() + 5000;
@@ -257,7 +293,8 @@ static void dropped_as(struct ts_proxy *p, struct inject *in, struct tu_spec *s,
 	CHECK(before >= 0 && after == before + 1, "drops.%s %.0f -> %.0f, want +1", key, before,
 	      after);
 	if (s->proto == IPPROTO_TCP)
-		CHECK(answer_to(in, s, 300, &seq) < 0, "drops.%s: the packet was answered", key);
+		CHECK(answer_to(in, s, 300, &seq, from) < 0, "drops.%s: the packet was answered",
+		      key);
 }
 
 static const char *stack_name;

@@ -541,6 +541,48 @@ Test(sysproc, icmp_echo_to_gateway_answered_in_place)
 	cr_assert_eq(ctr_get(&ctr.icmp_echo_reply), 2);
 }
 
+/* A SYN to a special destination: an ICMP port unreachable from the first NAT address to the
+ * SYN's source (counted in icmp_unreach, no NAT entry); none to a multicast one. */
+Test(sysproc, special_destination_syn_answered_with_port_unreachable)
+{
+	const char *cases[][3] = { { "198.18.0.1", "127.1.2.3", "198.18.0.2" },
+				   { "10.0.0.9", "0.1.2.3", "198.18.0.2" },
+				   { "fd00:7f::9", "::", "fd00:7f::2" },
+				   { "fd00:7f::1", "::1.2.3.4", "fd00:7f::2" } };
+	for (int i = 0; i < 4; i++) {
+		struct tu_spec s;
+		uint8_t a[16], n0[16];
+		tu_spec_tcp(&s, cases[i][0], 40000, cases[i][1], 80);
+		s.tcp_flags = TCP_SYN;
+		s.mss = 1460;
+		size_t len = tu_build(&s, buf, sizeof(buf));
+		struct sys_disp d = run(len, SEC(1));
+		cr_assert_eq(d.action, SYS_WRITE, "%s", cases[i][1]);
+		cr_assert(d.plain);
+		assert_valid(d.len);
+		int fam = tu_addr(a, cases[i][0]);
+		tu_addr(n0, cases[i][2]);
+		cr_assert_eq(memcmp(src_of(), n0, fam == 4 ? 4 : 16), 0, "from the first NAT address");
+		cr_assert_eq(memcmp(dst_of(), a, fam == 4 ? 4 : 16), 0, "to the SYN's source");
+		size_t o = l4off(d.len);
+		cr_assert_eq(buf[o], fam == 4 ? 3 : 1, "destination unreachable");
+		cr_assert_eq(buf[o + 1], fam == 4 ? 3 : 4, "port unreachable");
+		cr_assert_eq(d.len, o + 8 + len, "the SYN quoted whole");
+	}
+	cr_assert_eq(ctr_get(&ctr.icmp_unreach), 4);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_special_destination), 4);
+	struct tu_spec s;
+	tu_spec_tcp(&s, "198.18.0.1", 40001, "224.0.0.9", 80);
+	s.tcp_flags = TCP_SYN;
+	cr_assert_eq(run(tu_build(&s, buf, sizeof(buf)), SEC(1)).action, SYS_DONE, "multicast");
+	cr_assert_eq(ctr_get(&ctr.icmp_unreach), 4);
+	cr_assert_eq(ctr_get(&ctr.policy.drop_special_destination), 5);
+	struct nat_stats st;
+	nat_get_stats(nat, &st);
+	for (int k = 0; k < NAT_STATE_MAX; k++)
+		cr_assert_eq(st.entries[k], 0, "no NAT entry");
+}
+
 Test(sysproc, other_icmp_dropped)
 {
 	struct tu_spec s;
