@@ -6,6 +6,7 @@
  * one upstream ask. When the ask ends, every ticket of the flight gets its reply built from the
  * one answer (its own id, question bytes and size limit), then the flight goes.
  */
+#include <assert.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -109,7 +110,7 @@ struct dns_server {
 	struct {
 		ctr_t queries, queries_tcp;
 		ctr_t hosts, fake, cache, upstream, refused, empty, servfail;
-		ctr_t malformed, busy, coalesced;
+		ctr_t malformed, busy, nomem, coalesced;
 	} ctr;
 	uint8_t out[OUT_CAP];
 };
@@ -299,9 +300,11 @@ static int wait_upstream(struct dns_server *s, uint32_t server, const struct dns
 	if (f) {
 		ctr_inc(&s->ctr.coalesced);
 	} else if ((ret = flight_new(s, server, &q->q, &f)) != 0) {
+		/* -ENOBUFS: the budget or the upstream's bound of asks; -ENOMEM: the heap (the
+		 * question is nameable and the upstream alive, so nothing else can fail). */
+		assert(ret == -ENOBUFS || ret == -ENOMEM);
 		budget_mfree(s->b, t);
-		if (ret == -ENOBUFS)
-			ctr_inc(&s->ctr.busy);
+		ctr_inc(ret == -ENOBUFS ? &s->ctr.busy : &s->ctr.nomem);
 		return ret;
 	}
 	*t = (struct dns_ticket){ .s = s, .f = f, .fn = fn, .arg = arg, .limit = limit, .q = *q,
@@ -862,6 +865,7 @@ void dns_server_get_stats(const struct dns_server *s, struct dns_server_stats *o
 	o->answered_servfail = ctr_get(&s->ctr.servfail);
 	o->drops_malformed = ctr_get(&s->ctr.malformed);
 	o->drops_busy = ctr_get(&s->ctr.busy);
+	o->drops_no_memory = ctr_get(&s->ctr.nomem);
 	o->coalesced = ctr_get(&s->ctr.coalesced);
 	o->pending = s->pending;
 	if (s->cache) {

@@ -68,7 +68,8 @@ void dns_server_free(struct dns_server *s);
 /* Answer the query m (len bytes, copied if it must wait). tcp: it came over TCP (the limit is
  * 65535); else the UDP limit, at most mtu_payload. Returns 0 (fn will be called, or already
  * was) with *ticket set while the reply is still to come (NULL once it came), or -errno
- * (nothing will be called): -ENOBUFS when too many queries wait or the budget refuses. */
+ * (nothing will be called): -ENOBUFS when too many queries wait or the budget refuses
+ * (drops_busy), -ENOMEM when the heap has no memory for the upstream ask (drops_no_memory). */
 int dns_server_query(struct dns_server *s, const uint8_t *m, size_t len, bool tcp,
 		     size_t mtu_payload, dns_reply_fn fn, void *arg, struct dns_ticket **ticket)
 	__attribute__((warn_unused_result));
@@ -114,6 +115,7 @@ struct dns_server_stats {
 	uint64_t answered_hosts, answered_fake, answered_cache, answered_upstream;
 	uint64_t answered_refused, answered_empty, answered_servfail;
 	uint64_t drops_malformed, drops_busy;
+	uint64_t drops_no_memory;               /* an upstream ask the heap had no memory for */
 	uint64_t cache_hits, cache_misses, cache_entries, cache_evictions;
 	uint64_t upstream_queries, upstream_timeouts, upstream_errors, upstream_bad_answers;
 	uint64_t upstream_tls_failures;         /* tls:// servers' failed handshakes */

@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -566,4 +567,62 @@ Test(dns_server, reconfigure_takes_rules_but_not_servers)
 	teardown(&f);
 	config_fini(&c2);
 	config_fini(&c3);
+}
+
+/* ---- every query ends in one outcome ---- */
+
+/* The answers and drops together: with nothing waiting (pending 0) and no query cancelled,
+ * each query received is exactly one of them. */
+static uint64_t outcomes(const struct dns_server_stats *st)
+{
+	return st->answered_hosts + st->answered_fake + st->answered_cache +
+	       st->answered_upstream + st->answered_refused + st->answered_empty +
+	       st->answered_servfail + st->drops_malformed + st->drops_busy +
+	       st->drops_no_memory;
+}
+
+/* libevent's allocator, made to fail on demand: an upstream ask's timer is the last thing it
+ * allocates, so a failing one is an ask refused for want of memory (-ENOMEM). */
+static bool ev_fail;
+
+static void *ev_malloc(size_t n)
+{
+	return ev_fail ? NULL : malloc(n);
+}
+
+static void *ev_realloc(void *p, size_t n)
+{
+	return ev_fail ? NULL : realloc(p, n);
+}
+
+Test(dns_server, an_ask_without_memory_is_counted)
+{
+	struct dns_server_stats st;
+	struct dns_ticket *t = NULL;
+	struct got g = { 0 };
+	struct fix f;
+	uint8_t q[512];
+	size_t n;
+
+	event_set_mem_functions(ev_malloc, ev_realloc, free);
+	setup(&f, basic);
+	n = mkq(q, 50, "a.test", DNS_T_A, 0);
+	ev_fail = true;
+	cr_assert_eq(dns_server_query(f.s, q, n, false, 1472, on_reply, &g, &t), -ENOMEM);
+	ev_fail = false;
+	cr_assert_null(t);
+	cr_assert_eq(g.calls, 0, "nothing will be called");
+	dns_server_get_stats(f.s, &st);
+	cr_assert_eq(st.queries, 1);
+	cr_assert_eq(st.drops_no_memory, 1);
+	cr_assert_eq(st.drops_busy, 0, "not the budget's refusal");
+	cr_assert_eq(st.pending, 0);
+	cr_assert_eq(outcomes(&st), st.queries, "%llu queries, %llu outcomes",
+		     (unsigned long long)st.queries, (unsigned long long)outcomes(&st));
+	/* Nothing of it stays: the same question is asked and answered afterwards. */
+	ask(&f, q, n, false, &g);
+	cr_assert_eq(ancount(&g), 1);
+	dns_server_get_stats(f.s, &st);
+	cr_assert_eq(outcomes(&st), st.queries);
+	teardown(&f);
 }
