@@ -116,7 +116,8 @@ size_t dns_reply_limit(const struct dns_query *q, bool tcp, size_t mtu_payload);
  * ours if the client sent one. Longer than limit: TC set, the question (and OPT) only. Returns
  * the length, or -ENOSPC (cap), -EINVAL (the answer's question is not as long as the
  * client's: only the case may differ), -EBADMSG (with its TTLs changed the reply no longer
- * parses: a name of the answer pointed into a TTL's bytes; answer SERVFAIL instead). */
+ * parses: a name of the answer pointed into a TTL's bytes; answer SERVFAIL instead, or, for
+ * a cached answer, ask upstream again). */
 int dns_build_from_answer(uint8_t *out, size_t cap, size_t limit, const struct dns_query *q,
 			  const uint8_t *qmsg, const uint8_t *ans, const struct dns_answer *a,
 			  uint32_t age_s);

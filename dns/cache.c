@@ -253,12 +253,12 @@ int dns_cache_put(struct dns_cache *c, uint32_t server, const uint8_t *msg, size
 	return 0;
 }
 
-bool dns_cache_get(struct dns_cache *c, uint32_t server, const struct dns_question *q,
-		   int64_t now_ns, const uint8_t **msg, size_t *len, const struct dns_answer **a,
-		   uint32_t *age_s)
+bool dns_cache_use(struct dns_cache *c, uint32_t server, const struct dns_question *q,
+		   int64_t now_ns, dns_cache_use_fn fn, void *arg)
 {
 	struct centry **link = q->nameable ? find(c, hash_key(c, server, q), server, q) : NULL;
 	struct centry *e;
+	uint32_t age_s;
 
 	if (!link) {
 		c->st.misses++;
@@ -271,15 +271,48 @@ bool dns_cache_get(struct dns_cache *c, uint32_t server, const struct dns_questi
 		c->st.misses++;
 		return false;
 	}
+	/* Live: now - stored < TTL <= INT32_MAX seconds. */
+	age_s = now_ns > e->stored_ns ? (uint32_t)((now_ns - e->stored_ns) / NS_PER_S) : 0;
+	if (!fn(arg, e->msg, e->len, &e->a, age_s)) {
+		/* Later lookups would refuse it too: the upstream's next answer takes its place. */
+		entry_remove(c, link);
+		c->st.unusable++;
+		c->st.misses++;
+		return false;
+	}
 	lru_unlink(c, e);
 	lru_append(c, e);
 	c->st.hits++;
-	*msg = e->msg;
-	*len = e->len;
-	*a = &e->a;
-	/* Live: now - stored < TTL <= INT32_MAX seconds. */
-	*age_s = now_ns > e->stored_ns ? (uint32_t)((now_ns - e->stored_ns) / NS_PER_S) : 0;
 	return true;
+}
+
+struct borrow {
+	const uint8_t **msg;
+	size_t *len;
+	const struct dns_answer **a;
+	uint32_t *age_s;
+};
+
+/* dns_cache_get's use: the entry lent to the caller as it is. */
+static bool lend(void *arg, const uint8_t *msg, size_t len, const struct dns_answer *a,
+		 uint32_t age_s)
+{
+	struct borrow *b = arg;
+
+	*b->msg = msg;
+	*b->len = len;
+	*b->a = a;
+	*b->age_s = age_s;
+	return true;
+}
+
+bool dns_cache_get(struct dns_cache *c, uint32_t server, const struct dns_question *q,
+		   int64_t now_ns, const uint8_t **msg, size_t *len, const struct dns_answer **a,
+		   uint32_t *age_s)
+{
+	struct borrow b = { msg, len, a, age_s };
+
+	return dns_cache_use(c, server, q, now_ns, lend, &b);
 }
 
 void dns_cache_clear(struct dns_cache *c)

@@ -47,11 +47,12 @@ struct dns_cache_config {
 };
 
 struct dns_cache_stats {
-	uint64_t hits, misses;  /* lookups (an expired entry found is a miss) */
+	uint64_t hits, misses;  /* lookups (an expired or unusable entry found is a miss) */
 	uint64_t entries;       /* gauge */
 	uint64_t evictions;     /* live entries pushed out past max_entries */
 	uint64_t expired;       /* entries removed past their TTL (found by a lookup, or at the
 				 * least recently used end when room was needed) */
+	uint64_t unusable;      /* live entries dns_cache_use's caller refused (removed) */
 	uint64_t stored;        /* puts that stored (a replacement included) */
 	uint64_t not_stored;    /* puts refused by the rules above */
 	uint64_t bytes;         /* gauge: message bytes held */
@@ -79,10 +80,22 @@ int dns_cache_put(struct dns_cache *c, uint32_t server, const uint8_t *msg, size
  * stored message, its parsed answer and its age in whole seconds (so the caller builds the
  * client's reply with dns_build_from_answer(..., msg, a, age_s)); an expired entry is removed
  * (counted) and is a miss. A hit moves the entry to the most recently used end. *msg and *a
- * are borrowed: valid until the next put, get, clear or free on c. */
+ * are borrowed: valid until the next call on c. */
 bool dns_cache_get(struct dns_cache *c, uint32_t server, const struct dns_question *q,
 		   int64_t now_ns, const uint8_t **msg, size_t *len, const struct dns_answer **a,
 		   uint32_t *age_s);
+
+/* The live entry's message, its parsed answer and its age in whole seconds (borrowed for the
+ * call; fn must not call the cache). true: the caller could use it (built its reply). */
+typedef bool (*dns_cache_use_fn)(void *arg, const uint8_t *msg, size_t len,
+				 const struct dns_answer *a, uint32_t age_s);
+
+/* dns_cache_get with the use decided inside the lookup: a live entry is handed to fn, and only
+ * if fn takes it is the lookup a hit (true). An entry fn refuses (a reply that cannot be
+ * rebuilt from it) goes, counted as unusable, and the lookup is a miss (false), as it is
+ * when no live entry is found. */
+bool dns_cache_use(struct dns_cache *c, uint32_t server, const struct dns_question *q,
+		   int64_t now_ns, dns_cache_use_fn fn, void *arg);
 
 /* Reload: every entry goes (the counters stay). */
 void dns_cache_clear(struct dns_cache *c);

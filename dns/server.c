@@ -649,6 +649,28 @@ static int fake_new(struct dns_server *s)
 static int query(struct dns_server *s, const uint8_t *m, size_t len, bool tcp, size_t mtu_payload,
 		 bool real, dns_reply_fn fn, void *arg, struct dns_ticket **ticket);
 
+struct cached_reply {
+	struct dns_server *s;
+	const struct dns_query *q;
+	const uint8_t *m;
+	size_t limit;
+	int n;                            /* the reply's length in s->out */
+};
+
+/* The client's reply built from a cached answer, into s->out. false: it cannot be (an aged
+ * TTL would change how the answer reads: core/dns_msg.h); the cache drops the entry and the
+ * query goes upstream as a miss. */
+static bool reply_cached(void *arg, const uint8_t *msg, size_t len, const struct dns_answer *a,
+			 uint32_t age_s)
+{
+	struct cached_reply *r = arg;
+
+	(void)len;
+	r->n = dns_build_from_answer(r->s->out, sizeof(r->s->out), r->limit, r->q, r->m, msg, a,
+				     age_s);
+	return r->n > 0;
+}
+
 int dns_server_query(struct dns_server *s, const uint8_t *m, size_t len, bool tcp,
 		     size_t mtu_payload, dns_reply_fn fn, void *arg, struct dns_ticket **ticket)
 {
@@ -668,10 +690,9 @@ static int query(struct dns_server *s, const uint8_t *m, size_t len, bool tcp, s
 	const struct ts_dns_host *h;
 	const struct ts_dns_rule *r;
 	struct dns_query q;
-	uint32_t server = d->final, age;
-	const uint8_t *cm;
-	const struct dns_answer *ca;
-	size_t clen, limit;
+	uint32_t server = d->final;
+	struct cached_reply cr;
+	size_t limit;
 	int ret;
 
 	*ticket = NULL;
@@ -711,13 +732,11 @@ static int query(struct dns_server *s, const uint8_t *m, size_t len, bool tcp, s
 	}
 	if (!r && !real && s->fake && q.q.qclass == 1 && fake_answer(s, &q, m, limit, fn, arg))
 		return 0;
-	if (s->cache && dns_cache_get(s->cache, server, &q.q, ts_now_ns(), &cm, &clen, &ca, &age)) {
-		int n = dns_build_from_answer(s->out, sizeof(s->out), limit, &q, m, cm, ca, age);
-		if (n > 0) {
-			ctr_inc(&s->ctr.cache);
-			fn(arg, s->out, (size_t)n);
-			return 0;
-		}
+	cr = (struct cached_reply){ .s = s, .q = &q, .m = m, .limit = limit };
+	if (s->cache && dns_cache_use(s->cache, server, &q.q, ts_now_ns(), reply_cached, &cr)) {
+		ctr_inc(&s->ctr.cache);
+		fn(arg, s->out, (size_t)cr.n);
+		return 0;
 	}
 	return wait_upstream(s, server, &q, m, len, limit, fn, arg, ticket);
 }

@@ -28,6 +28,10 @@ struct rr {
 	const char *name;
 	bool nx;            /* NXDOMAIN */
 	bool silent;        /* never answers */
+	/* A: a forged answer of two RRs, a[0] and a[1], whose second name points into the first
+	 * one's TTL bytes (TTL 0x00010100: from its second byte they read as the name "\x01").
+	 * It parses as sent; aged by a second it no longer does (core/dns_msg.c refuses it). */
+	bool ttl_pointer;
 	uint32_t ttl;
 	const char *a[4];
 	const char *aaaa[4];
@@ -111,7 +115,16 @@ static void dns_on_query(evutil_socket_t fd, short what, void *arg)
 	tu_put16(r + 8, 0);
 	tu_put16(r + 10, 0);  /* no additional records, whatever the query carried */
 	n = qend + 4;
-	for (int i = 0; e->name && !e->nx && i < 4; i++) {
+	if (e->name && e->ttl_pointer && type == 1) {
+		size_t ttl_at = n + 6, second;
+
+		n = add_answer(r, n, type, 0x00010100, e->a[0]);
+		second = n;
+		n = add_answer(r, n, type, e->ttl, e->a[1]);
+		tu_put16(r + second, (uint16_t)(0xc000 | (ttl_at + 1)));
+		an = 2;
+	}
+	for (int i = 0; e->name && !e->nx && !e->ttl_pointer && i < 4; i++) {
 		const char *t = type == 28 ? e->aaaa[i] : type == 1 ? e->a[i] : NULL;
 
 		if (!t)

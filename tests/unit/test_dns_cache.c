@@ -2,8 +2,9 @@
  * question, parsed by dns_parse_answer) stored and found again; the client's reply rebuilt from
  * a hit carries TTLs aged by the entry's age; expiry at exactly the TTL; TTL caps (positive
  * and negative, the stored TTLs lowered to the cap); what is never stored; LRU eviction order;
- * per-server entries; case-insensitive names; replacement; clear; exact counters; and a
- * randomized run against a dumb reference model.
+ * per-server entries; case-insensitive names; replacement; clear; an entry its user refuses
+ * (dns_cache_use: gone, a miss); exact counters; and a randomized run against a dumb reference
+ * model.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -258,6 +259,59 @@ Test(dns_cache, expires_at_exactly_the_ttl)
 	st = stats(c);
 	cr_assert_eq(st.expired, 1, "removed once");
 	cr_assert_eq(st.misses, 2);
+	dns_cache_free(c);
+	CHECK_LEAKS();
+}
+
+/* dns_cache_use: a live entry is a hit only if its user takes it; one it refuses goes, and
+ * that lookup is a miss. */
+struct use_log {
+	int calls;
+	bool take;
+	uint32_t age;
+	size_t len;
+};
+
+static bool use(void *arg, const uint8_t *msg, size_t len, const struct dns_answer *a,
+		uint32_t age_s)
+{
+	struct use_log *l = arg;
+
+	(void)msg;
+	(void)a;
+	l->calls++;
+	l->age = age_s;
+	l->len = len;
+	return l->take;
+}
+
+Test(dns_cache, an_entry_its_user_refuses_is_a_miss_and_goes)
+{
+	struct dns_cache *c = cache(16, 3600, 300);
+	struct dns_question q = question("a.test", DNS_T_A);
+	struct use_log l = { .take = true };
+	struct dns_cache_stats st;
+	struct up u;
+
+	upstream(&u, (struct spec){ .name = "a.test", .n_a = 1, .ttl = { 300 } });
+	put_ok(c, 0, &u, T0);
+	cr_assert(dns_cache_use(c, 0, &q, T0 + SEC(3), use, &l));
+	cr_assert_eq(l.calls, 1);
+	cr_assert_eq(l.age, 3);
+	cr_assert_eq(l.len, u.n);
+	l.take = false;
+	cr_assert_not(dns_cache_use(c, 0, &q, T0 + SEC(4), use, &l));
+	cr_assert_eq(l.calls, 2);
+	st = stats(c);
+	cr_assert_eq(st.hits, 1, "only the use that took it");
+	cr_assert_eq(st.misses, 1);
+	cr_assert_eq(st.unusable, 1);
+	cr_assert_eq(st.entries, 0, "refused: gone");
+	cr_assert_eq(st.bytes, 0);
+	cr_assert_eq(st.expired + st.evictions, 0);
+	cr_assert_not(dns_cache_use(c, 0, &q, T0 + SEC(5), use, &l));
+	cr_assert_eq(l.calls, 2, "nothing left to hand out");
+	cr_assert_eq(stats(c).misses, 2);
 	dns_cache_free(c);
 	CHECK_LEAKS();
 }
