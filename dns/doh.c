@@ -1039,6 +1039,32 @@ int dns_doh_ask(struct dns_doh *d, const struct dns_question *q, dns_upstream_cb
 	return 0;
 }
 
+int dns_doh_set_detour(struct dns_doh *d, const struct ts_outbound *detour)
+{
+	struct link *l = &d->l;
+
+	if (outbound_same(&d->ob, detour))
+		return 0;
+	d->ob = *detour;
+	if (l->state == LINK_CLOSED)
+		return 1;
+	/* The open connection went through the old one: its tries are asked again on a new one
+	 * through the new one, first in line, given back (never a callback here: a try past its
+	 * deadline gets its last moment on the new connection, as assign bounds it). */
+	link_close(d);
+	while (l->sent.tail) {
+		struct dns_doh_q *q = l->sent.tail;
+
+		q->stream_id = -1;
+		evtimer_del(q->timer);
+		response_reset(q);
+		q->tries_left++;
+		list_push(&d->wait, q, true);
+	}
+	pump(d);
+	return 1;
+}
+
 void dns_doh_cancel(struct dns_doh *d, struct dns_doh_q *h)
 {
 	if (!d || !h)

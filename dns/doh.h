@@ -103,6 +103,13 @@ int dns_doh_ask(struct dns_doh *d, const struct dns_question *q, dns_upstream_cb
 /* The callback will not be called; the ask's stream, if open, is reset (CANCEL). */
 void dns_doh_cancel(struct dns_doh *d, struct dns_doh_q *h);
 
+/* From now on the connections leave through detour (copied; a reload that changed the outbound
+ * the server goes through), as dns_upstream_set_detour: 0 the same outbound (nothing happens),
+ * 1 another: an open connection is closed and its tries are asked again on a new one through
+ * detour, given back. No callback runs inside. */
+int dns_doh_set_detour(struct dns_doh *d, const struct ts_outbound *detour)
+	__attribute__((warn_unused_result));
+
 /* Counters (cumulative) and one gauge. */
 struct dns_doh_stats {
 	uint64_t queries;               /* asks accepted */

@@ -812,11 +812,32 @@ fail:
 	return ret;
 }
 
+/* Each server's connections from now on through the outbound cfg names for it (its detour,
+ * or route.final's), when that outbound changed (a udp server's is direct: the config's
+ * validation sees to it). */
+static void detours_set(struct dns_server *s, const struct ts_config *cfg)
+{
+	for (size_t i = 0; i < s->n_ups; i++) {
+		const struct ts_dns_server *sv = &cfg->dns.servers[i];
+		const struct ts_outbound *ob = &cfg->outbounds[sv->detour];
+		int ret = s->dohs[i] ? dns_doh_set_detour(s->dohs[i], ob)
+				     : dns_upstream_set_detour(s->ups[i], ob);
+
+		if (ret > 0 && s->log)
+			log_info(s->log, "dns: server %s now goes through outbound %s", sv->tag,
+				 ob->tag);
+		else if (ret < 0 && s->log)
+			log_warn(s->log, "dns: server %s keeps its outbound: %s", sv->tag,
+				 strerror(-ret));
+	}
+}
+
 int dns_server_reconfigure(struct dns_server *s, const struct ts_config *cfg)
 {
 	if (cfg->dns.resolver_sig != s->cfg->dns.resolver_sig ||
 	    cfg->dns.n_servers != s->cfg->dns.n_servers)
 		return -EBUSY;
+	detours_set(s, cfg);
 	s->cfg = cfg;
 	return 0;
 }

@@ -55,8 +55,11 @@ int dns_server_new(struct event_base *base, const struct ts_config *cfg, struct 
 		   struct dns_server **out) __attribute__((warn_unused_result));
 /* Reload: the resolver reads its rules, final, hosts, ipv6 and fake-IP exclusions (and the
  * rule sets they name) from cfg from now on, if cfg's servers, cache and fake-IP pool are the
- * ones it runs (resolver_sig equal): 0. Else -EBUSY and nothing changes (a restart applies
- * them). cfg must outlive its use: until the next successful call or dns_server_free. */
+ * ones it runs (resolver_sig equal): 0. A server whose outbound in cfg (its detour, or
+ * route.final's) differs from the one it goes through takes the new one: its open connection
+ * is closed and the queries in flight on it asked again through the new outbound (logged).
+ * Else -EBUSY and nothing changes (a restart applies them). cfg must outlive its use: until
+ * the next successful call or dns_server_free. */
 int dns_server_reconfigure(struct dns_server *s, const struct ts_config *cfg);
 /* The configuration the resolver reads now. */
 const struct ts_config *dns_server_config(const struct dns_server *s);

@@ -994,6 +994,32 @@ int dns_upstream_ask(struct dns_upstream *u, const struct dns_question *q, dns_u
 	return 0;
 }
 
+int dns_upstream_set_detour(struct dns_upstream *u, const struct ts_outbound *detour)
+{
+	struct link *l = &u->l;
+
+	if (u->kind == DNS_UP_UDP && detour->type != TS_OUT_DIRECT)
+		return -EINVAL;
+	if (outbound_same(&u->ob, detour))
+		return 0;
+	u->ob = *detour;
+	if (l->state == LINK_CLOSED)
+		return 1;
+	/* The open connection went through the old one: its queries are sent again through the
+	 * new one, first in line, their tries given back (never a callback here: a try past its
+	 * deadline gets its last moment on the new connection, as tcp_assign bounds it). */
+	link_close(u);
+	while (l->sent.tail) {
+		struct dns_uq *q = l->sent.tail;
+
+		evtimer_del(q->timer);
+		q->tries_left++;
+		list_push(&u->wait, q, true);
+	}
+	tcp_pump(u);
+	return 1;
+}
+
 void dns_upstream_cancel(struct dns_upstream *u, struct dns_uq *h)
 {
 	if (!u || !h)

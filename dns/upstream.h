@@ -113,6 +113,15 @@ int dns_upstream_ask(struct dns_upstream *u, const struct dns_question *q, dns_u
 /* The callback will not be called; the ask's socket (udp) is closed. */
 void dns_upstream_cancel(struct dns_upstream *u, struct dns_uq *h);
 
+/* From now on the upstream's traffic leaves through detour (copied; a reload that changed the
+ * outbound a server goes through). The same outbound (outbound_same): nothing happens, 0.
+ * Another: 1; UDP tries from the next one on use it, and an open TCP connection (made through
+ * the old one) is closed: the queries in flight on it are sent again on a new connection
+ * through detour, their tries given back. No callback runs inside. -EINVAL: udp through
+ * anything but a direct outbound (nothing changes). */
+int dns_upstream_set_detour(struct dns_upstream *u, const struct ts_outbound *detour)
+	__attribute__((warn_unused_result));
+
 /* Counters (cumulative) and one gauge. */
 struct dns_upstream_stats {
 	uint64_t queries;               /* asks accepted */

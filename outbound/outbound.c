@@ -82,6 +82,28 @@ static const start_fn starts[] = {
 	[TS_OUT_HTTP] = http_start,
 };
 
+/* A server name pinned in both to other addresses differs; one not pinned (yet) resolves
+ * the same name. */
+static bool hostport_same(const struct ts_hostport *a, const struct ts_hostport *b)
+{
+	return strcmp(a->host, b->host) == 0 && a->is_addr == b->is_addr && a->port == b->port &&
+	       (a->is_addr ? netaddr_eq(&a->addr, &b->addr)
+			   : !a->pinned || !b->pinned || netaddr_eq(&a->addr, &b->addr));
+}
+
+bool outbound_same(const struct ts_outbound *a, const struct ts_outbound *b)
+{
+	return a->type == b->type && a->has_routing_mark == b->has_routing_mark &&
+	       a->routing_mark == b->routing_mark &&
+	       strcmp(a->bind_interface, b->bind_interface) == 0 &&
+	       a->has_server == b->has_server &&
+	       (!a->has_server || hostport_same(&a->server, &b->server)) &&
+	       a->has_auth == b->has_auth && strcmp(a->username, b->username) == 0 &&
+	       strcmp(a->password, b->password) == 0 && a->udp == b->udp &&
+	       strcmp(a->http_headers, b->http_headers) == 0 &&
+	       a->domain_strategy == b->domain_strategy;
+}
+
 bool outbound_name_valid(const char *name)
 {
 	size_t len = name ? strnlen(name, OUTBOUND_NAME_MAX + 1) : 0;

@@ -61,6 +61,14 @@ int outbound_connect(struct event_base *base, const struct ts_outbound *ob,
 		     const struct flow_key *key, uint32_t timeout_ms, outbound_done_fn done,
 		     void *arg, struct outbound_conn **out) __attribute__((warn_unused_result));
 
+/* a and b are configured to make the same connections: every field from the config that a
+ * socket or a proxy server sees is equal (the tag is not one of them; a server name pinned in
+ * both must be pinned to one address). The running proxy's wiring (socket hook, loop guard,
+ * log, resolver, budget) is not compared: the proxy gives it to every configuration, and a
+ * copy taken early in the start predates part of it. For a reload: whether what holds a copy
+ * of an outbound (a DNS upstream's detour) must take the new one. */
+bool outbound_same(const struct ts_outbound *a, const struct ts_outbound *b);
+
 /* The longest destination name, in bytes (RFC 1928's DOMAINNAME length octet). */
 #define OUTBOUND_NAME_MAX 255
 

@@ -260,8 +260,8 @@ int proxy_reload(struct ts_proxy *p, struct reload_prep *r, int prep_ret, const 
 	p->generation++;
 	dispatcher_set_config(p->disp, &g->cfg, on_release, p);
 	udp_path_set_config(p->udp, &g->cfg, on_release, p);
-	/* The resolver takes the new rules and hosts when it can; it holds the configuration it
-	 * reads like the other users. */
+	/* The resolver takes the new rules and hosts, and its servers the outbounds they now go
+	 * through, when it can; it holds the configuration it reads like the other users. */
 	if (p->dns) {
 		const struct ts_config *was = dns_server_config(p->dns);
 		if (dns_server_reconfigure(p->dns, &g->cfg) == 0) {

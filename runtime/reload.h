@@ -1,7 +1,8 @@
 /* reload.h — a new configuration for a running proxy (internal to runtime/), without dropping
  * a session.
  *
- * What changes: outbounds, route rules, DNS upstream, timeouts, log level and every auto_route
+ * What changes: outbounds (the ones the resolver's servers go through included), route rules,
+ * DNS upstream, the resolver's rules and hosts, timeouts, log level and every auto_route
  * option. New sessions use the new configuration; live ones keep the configuration (and the
  * outbound) they were routed with, which stays allocated until the last of them ends (the
  * dispatcher and the UDP path release it).

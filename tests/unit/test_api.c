@@ -1,8 +1,9 @@
 /* test_api.c — the public C API (include/twinstack.h), as an embedding program uses it:
  * create/start/stop/wait/free, bad configs, a caller's TUN fd with and without a virtio
  * header, the socket and log hooks, stats before/while/after running, the same /stats keys
- * for both stacks, one lwIP proxy per process, and two system-stack proxies in one process
- * carrying traffic side by side with separate counters.
+ * for both stacks, one lwIP proxy per process, two system-stack proxies in one process
+ * carrying traffic side by side with separate counters, and reloads (kept keys, refusals, the
+ * file; the resolver's server moved to another SOCKS5 server with no restart).
  *
  * Topology of the traffic tests (the test's own namespaces; nothing leaves them):
  *
@@ -20,6 +21,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -34,6 +36,7 @@
 #include "stacks/netstack.h"
 #include "twinstack.h"
 #include "netns_child.h"
+#include "testutil.h"
 
 #define ECHO_PORT 7000
 #define XFER_BYTES (512 * 1024)
@@ -791,4 +794,293 @@ static void reload(void)
 Test(api, reload, .timeout = 60)
 {
 	run_in_netns(reload);
+}
+
+/* ---- a reload that moves the resolver's upstream to another proxy -------------------------- */
+
+/* A scripted SOCKS5 server that is also the DNS server behind it: it takes any CONNECT
+ * (counted; RFC 1929 credentials when offered, the user name kept), then answers every query
+ * framed on the connection (RFC 7766) with one A record, 192.0.2.<id>: an answer tells which
+ * server carried it. plain: no SOCKS5, a DNS over TCP server only (each connection counted).
+ * One thread, poll over the listener and up to 8 connections. */
+struct socks_dns {
+	int ls;
+	uint16_t port;
+	uint8_t id;
+	bool plain;
+	pthread_t th;
+	atomic_bool stop;
+	atomic_int connects, open, queries;
+	char user[64];              /* written before connects moves */
+};
+
+/* n bytes, or false (EOF, error, 2 s without them). */
+static bool read_n(int fd, uint8_t *b, size_t n)
+{
+	while (n) {
+		ssize_t r = recv(fd, b, n, 0);
+		if (r <= 0)
+			return false;
+		b += r;
+		n -= (size_t)r;
+	}
+	return true;
+}
+
+static bool socks_handshake(struct socks_dns *sd, int fd)
+{
+	uint8_t b[512], method = 0x00;
+	char user[64] = "";
+
+	if (sd->plain) {
+		atomic_fetch_add(&sd->connects, 1);
+		return true;
+	}
+	if (!read_n(fd, b, 2) || b[0] != 5 || !read_n(fd, b + 2, b[1]))
+		return false;
+	for (int i = 0; i < b[1]; i++)
+		if (b[2 + i] == 0x02)
+			method = 0x02;
+	if (send(fd, (uint8_t[]){ 5, method }, 2, MSG_NOSIGNAL) != 2)
+		return false;
+	if (method == 0x02) {
+		if (!read_n(fd, b, 2) || !read_n(fd, b + 2, b[1] + 1u))
+			return false;
+		snprintf(user, sizeof(user), "%.*s", b[1], (const char *)b + 2);
+		if (!read_n(fd, b + 3 + b[1], b[2 + b[1]]) ||
+		    send(fd, (uint8_t[]){ 1, 0 }, 2, MSG_NOSIGNAL) != 2)
+			return false;
+	}
+	if (!read_n(fd, b, 4) || b[0] != 5 || b[1] != 1)
+		return false;
+	if (b[3] == 1 ? !read_n(fd, b, 6) : b[3] == 4 ? !read_n(fd, b, 18) :
+	    b[3] == 3 ? !read_n(fd, b, 1) || !read_n(fd, b + 1, b[0] + 2u) : true)
+		return false;
+	if (send(fd, (uint8_t[]){ 5, 0, 0, 1, 0, 0, 0, 0, 0, 0 }, 10, MSG_NOSIGNAL) != 10)
+		return false;
+	snprintf(sd->user, sizeof(sd->user), "%s", user);
+	atomic_fetch_add(&sd->connects, 1);
+	return true;
+}
+
+/* One framed query answered. false: the connection is over. */
+static bool socks_dns_answer(struct socks_dns *sd, int fd)
+{
+	uint8_t b[600];
+	size_t len, end = 12;
+
+	if (!read_n(fd, b, 2) || (len = (size_t)b[0] << 8 | b[1]) < 17 || len > 512 ||
+	    !read_n(fd, b + 2, len))
+		return false;
+	while (end < len && b[2 + end])
+		end += b[2 + end] + 1u;
+	end += 5; /* the root label, type, class */
+	if (end > len)
+		return false;
+	tu_put16(b + 2 + 2, 0x8180);
+	tu_put16(b + 2 + 6, 1);
+	tu_put16(b + 2 + 8, 0);
+	tu_put16(b + 2 + 10, 0);
+	memcpy(b + 2 + end, (uint8_t[]){ 0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2,
+					  sd->id }, 16);
+	end += 16;
+	tu_put16(b, (uint16_t)end);
+	if (send(fd, b, end + 2, MSG_NOSIGNAL) != (ssize_t)(end + 2))
+		return false;
+	atomic_fetch_add(&sd->queries, 1);
+	return true;
+}
+
+static void *socks_dns_main(void *arg)
+{
+	struct socks_dns *sd = arg;
+	struct pollfd pf[9] = { { .fd = sd->ls, .events = POLLIN } };
+	struct timeval tv = { 2, 0 };
+	int n = 1;
+
+	while (!atomic_load(&sd->stop)) {
+		if (poll(pf, (nfds_t)n, 50) <= 0)
+			continue;
+		for (int i = n - 1; i > 0; i--) {
+			if (!pf[i].revents || socks_dns_answer(sd, pf[i].fd))
+				continue;
+			close(pf[i].fd);
+			pf[i] = pf[--n];
+			atomic_fetch_sub(&sd->open, 1);
+		}
+		if (pf[0].revents && n < 9) {
+			int fd = accept4(sd->ls, NULL, NULL, SOCK_CLOEXEC);
+			if (fd < 0)
+				continue;
+			setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+			if (!socks_handshake(sd, fd)) {
+				close(fd);
+				continue;
+			}
+			pf[n++] = (struct pollfd){ .fd = fd, .events = POLLIN };
+			atomic_fetch_add(&sd->open, 1);
+		}
+	}
+	for (int i = 1; i < n; i++)
+		close(pf[i].fd);
+	return NULL;
+}
+
+static void socks_dns_start(struct socks_dns *sd, uint8_t id, bool plain)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	memset(sd, 0, sizeof(*sd));
+	sd->id = id;
+	sd->plain = plain;
+	sd->ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CHECK(sd->ls >= 0 && bind(sd->ls, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	      listen(sd->ls, 8) == 0 && getsockname(sd->ls, (struct sockaddr *)&sa, &len) == 0,
+	      "listen: %s", strerror(errno));
+	sd->port = ntohs(sa.sin_port);
+	CHECK(pthread_create(&sd->th, NULL, socks_dns_main, sd) == 0, "thread");
+}
+
+static void socks_dns_stop(struct socks_dns *sd)
+{
+	atomic_store(&sd->stop, true);
+	pthread_join(sd->th, NULL);
+	close(sd->ls);
+}
+
+/* An A query for name over UDP to port 53 through the TUN (the proxy answers it): the answer's
+ * last address byte (its server's id), or -errno / -rcode. */
+static int resolve_via_tun(const char *name, uint16_t id)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(53) };
+	uint8_t q[256], r[512];
+	size_t n = 12;
+	ssize_t got;
+	int fd, ret;
+
+	memset(q, 0, 12);
+	tu_put16(q, id);
+	tu_put16(q + 2, 0x0100);
+	tu_put16(q + 4, 1);
+	for (const char *p = name; *p;) {
+		const char *dot = strchr(p, '.');
+		size_t l = dot ? (size_t)(dot - p) : strlen(p);
+		q[n++] = (uint8_t)l;
+		memcpy(q + n, p, l);
+		n += l;
+		p += l + (dot ? 1 : 0);
+	}
+	q[n++] = 0;
+	tu_put16(q + n, 1);
+	tu_put16(q + n + 2, 1);
+	n += 4;
+	inet_pton(AF_INET, "198.18.9.9", &sa.sin_addr);
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+	    send(fd, q, n, 0) != (ssize_t)n) {
+		ret = -errno;
+		goto out;
+	}
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+	if (poll(&pf, 1, 5000) != 1) {
+		ret = -ETIMEDOUT;
+		goto out;
+	}
+	got = recv(fd, r, sizeof(r), 0);
+	if (got < 12 || tu_get16(r) != id) {
+		ret = -EPROTO;
+		goto out;
+	}
+	if ((ret = -(tu_get16(r + 2) & 0xf)) == 0)
+		ret = tu_get16(r + 6) == 1 ? r[got - 1] : -ENODATA;
+out:
+	close(fd);
+	return ret;
+}
+
+static const char dns_detour_cfg_fmt[] =
+	"{\"log\": {\"level\": \"warn\"}, \"tun\": {\"name\": \"trd0\", \"address\": "
+	"\"198.18.0.1/15\"}, \"timeouts\": {\"connect_ms\": %u},"
+	" \"outbounds\": [{\"tag\": \"p\", \"type\": \"socks5\", \"server\": \"127.0.0.1:%u\"},"
+	" {\"tag\": \"q\", \"type\": \"socks5\", \"server\": \"127.0.0.1:%u\","
+	" \"username\": \"u2\", \"password\": \"pw\"}, {\"tag\": \"direct\", \"type\": \"direct\"}],"
+	" \"route\": {\"final\": \"%s\"},"
+	" \"dns\": {\"hijack\": true, \"servers\": [{\"tag\": \"remote\","
+	" \"address\": \"tcp://10.53.0.1\"}, {\"tag\": \"lan\", \"address\": \"tcp://127.0.0.1:%u\","
+	" \"detour\": \"direct\"}], \"rules\": [{\"domain_suffix\": [\"lan.test\"],"
+	" \"server\": \"lan\"}], \"final\": \"remote\"}}";
+
+/* The resolver's server "remote" goes through route.final's outbound (no detour of its own),
+ * "lan" through a direct one. A reload that changes remote's outbound (its server, then which
+ * outbound route.final names, with credentials) sends the next query through the new one,
+ * without a restart; a reload that leaves an outbound alone keeps its open connection. */
+static void dns_detour_reload(void)
+{
+	struct socks_dns s1, s2, s3;
+	char cfg[2048], err[512] = "";
+	struct ts_proxy *p;
+	cJSON *doc;
+	int ret;
+
+	sh("ip link set lo up");
+	socks_dns_start(&s1, 1, false);
+	socks_dns_start(&s2, 2, false);
+	socks_dns_start(&s3, 3, true);
+	snprintf(cfg, sizeof(cfg), dns_detour_cfg_fmt, 5000, s1.port, s2.port, "p", s3.port);
+	p = new_proxy(cfg);
+	start(p);
+	CHECK((ret = resolve_via_tun("a.example", 1)) == 1, "through server 1: %d", ret);
+	CHECK((ret = resolve_via_tun("a.lan.test", 2)) == 3, "direct to server 3: %d", ret);
+
+	/* A reload that leaves both outbounds as they are: both connections stay. */
+	snprintf(cfg, sizeof(cfg), dns_detour_cfg_fmt, 6000, s1.port, s2.port, "p", s3.port);
+	CHECK(reload_json(p, cfg, err, sizeof(err)) == 0, "reload: %s", err);
+	CHECK((ret = resolve_via_tun("b.example", 3)) == 1, "server 1: %d", ret);
+	CHECK((ret = resolve_via_tun("b.lan.test", 4)) == 3, "server 3: %d", ret);
+	CHECK(atomic_load(&s1.connects) == 1 && atomic_load(&s3.connects) == 1,
+	      "the same connections: %d through server 1, %d to server 3",
+	      atomic_load(&s1.connects), atomic_load(&s3.connects));
+
+	/* remote's outbound moves to another server. */
+	snprintf(cfg, sizeof(cfg), dns_detour_cfg_fmt, 6000, s2.port, s2.port, "p", s3.port);
+	CHECK(reload_json(p, cfg, err, sizeof(err)) == 0, "reload: %s", err);
+	doc = stats(p);
+	CHECK(strcmp(str(doc, "reload.kept"), "") == 0, "kept: %s", str(doc, "reload.kept"));
+	cJSON_Delete(doc);
+	CHECK((ret = resolve_via_tun("c.example", 5)) == 2,
+	      "after the reload, through server 2: %d (server 1: %d queries)", ret,
+	      atomic_load(&s1.queries));
+	CHECK(atomic_load(&s2.connects) == 1 && s2.user[0] == '\0', "server 2: %d connections",
+	      atomic_load(&s2.connects));
+	for (int i = 0; i < 100 && atomic_load(&s1.open) > 0; i++)
+		usleep(20000);
+	CHECK(atomic_load(&s1.open) == 0, "the connection through server 1 closed");
+	CHECK((ret = resolve_via_tun("c.lan.test", 6)) == 3 && atomic_load(&s3.connects) == 1,
+	      "lan untouched: %d, %d connections", ret, atomic_load(&s3.connects));
+
+	/* route.final names another outbound (the same server, with credentials). */
+	snprintf(cfg, sizeof(cfg), dns_detour_cfg_fmt, 6000, s2.port, s2.port, "q", s3.port);
+	CHECK(reload_json(p, cfg, err, sizeof(err)) == 0, "reload: %s", err);
+	CHECK((ret = resolve_via_tun("d.example", 7)) == 2, "server 2: %d", ret);
+	CHECK(atomic_load(&s2.connects) == 2 && strcmp(s2.user, "u2") == 0,
+	      "a new connection as u2: %d connections, user \"%s\"", atomic_load(&s2.connects),
+	      s2.user);
+	doc = stats(p);
+	CHECK(strcmp(str(doc, "reload.kept"), "") == 0, "kept: %s", str(doc, "reload.kept"));
+	CHECK(num(doc, "dns.answered.upstream") == 7, "answered %g",
+	      num(doc, "dns.answered.upstream"));
+	cJSON_Delete(doc);
+	ts_proxy_stop(p);
+	CHECK(ts_proxy_wait(p) == 0, "stopped");
+	ts_proxy_free(p);
+	socks_dns_stop(&s1);
+	socks_dns_stop(&s2);
+	socks_dns_stop(&s3);
+}
+
+Test(api, reload_sends_dns_through_the_new_detour, .timeout = 60)
+{
+	run_in_netns(dns_detour_reload);
 }

@@ -8,8 +8,8 @@
  * unrelated CA) are made with the openssl command in a temporary directory per test. Cases: an
  * answer; many asks on one connection (beyond the stream limit, and the server's own lower
  * limit); a certificate name mismatch; an unknown CA; a 404 path; no h2 by ALPN (openssl
- * s_server); a server that never answers (timeouts); the ask bound; cancel; idle close; free
- * with asks pending and from inside a callback. Every wait is bounded by a guard timer;
+ * s_server); a server that never answers (timeouts); the ask bound; a new detour; cancel; idle
+ * close; free with asks pending and from inside a callback. Every wait is bounded by a guard timer;
  * counters are checked by exact amounts; every test checks that no descriptor stays open.
  */
 #include <arpa/inet.h>
@@ -797,6 +797,62 @@ Test(dns_doh, lost_connection_retries_on_a_new_one)
 	cr_assert_eq(st.errors, 1, "the lost try");
 	cr_assert_eq(st.tries, 3);
 	cr_assert_eq(st.timeouts + st.http_errors + st.bad_answers + st.tls_failures, 0);
+	dns_doh_free(f.d);
+	f.d = NULL;
+	relay_stop(&rl);
+	fx_stop(&f);
+}
+
+static int count_sockets(void *arg, int fd, int family, int type)
+{
+	(void)fd;
+	(void)family;
+	(void)type;
+	++*(int *)arg;
+	return 0;
+}
+
+/* A new detour (a reload): the open connection, made through the old one, is closed and the
+ * ask in flight on it is asked again on a new one through the new outbound, its try given
+ * back; the same outbound again changes nothing. */
+Test(dns_doh, new_detour_takes_the_asks_off_the_old_connection)
+{
+	struct ts_outbound a = { .type = TS_OUT_DIRECT }, b;
+	struct res r1 = { 0 }, r2 = { 0 };
+	struct dns_doh_stats st;
+	struct relay rl;
+	int na = 0, nb = 0;
+	struct fx f;
+
+	a.sock_hook.fn = count_sockets;
+	a.sock_hook.arg = &na;
+	b = a;
+	b.sock_hook.arg = &nb;  /* which one opened a socket */
+	b.domain_strategy = TS_DS_IPV4_ONLY;  /* configured otherwise (any field would do) */
+	fx_start(&f, 100);
+	relay_start(&rl, f.base, f.port);
+	f.cfg.server.port = local_port(rl.lfd);
+	f.cfg.detour = &a;
+	fx_new(&f);
+	ask(&f, "a.doh.test", &r1);
+	cr_assert(run_until(f.base, &r1.calls, 1, WAIT_MS));
+	cr_assert_eq(dns_doh_set_detour(f.d, &a), 0, "the same outbound");
+	relay_hold(&rl);
+	ask(&f, "a.doh.test", &r2);
+	run_until(f.base, NULL, -1, 100);
+	cr_assert_eq(r2.calls, 0, "answered though the server heard nothing");
+	cr_assert_eq(dns_doh_set_detour(f.d, &b), 1);
+	cr_assert_eq(r2.calls, 0, "no callback inside");
+	cr_assert(run_until(f.base, &r2.calls, 1, WAIT_MS));
+	assert_addr(&r2, 192, 0, 2, 44);
+	st = stats(&f);
+	cr_assert_eq(na, 1, "the first connection through the old detour");
+	cr_assert_eq(nb, 1, "the second through the new one");
+	cr_assert_eq(rl.accepted, 2);
+	cr_assert_eq(st.connects, 2);
+	cr_assert_eq(st.tries, 3);
+	cr_assert_eq(st.errors + st.timeouts + st.http_errors + st.bad_answers, 0);
+	cr_assert_eq(st.tls_failures, 0);
 	dns_doh_free(f.d);
 	f.d = NULL;
 	relay_stop(&rl);

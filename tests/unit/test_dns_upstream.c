@@ -8,7 +8,8 @@
  * over TCP, so a result tells which transport answered. Scripts: answer; a wrong id first; never
  * answer; TC set (UDP); two pipelined queries in reverse order, hold everything, close the
  * first connection after one answer, a too-short length prefix, a first connection that never
- * answers (TCP). A socket hook on the detour shows which sockets the upstream opens. Every
+ * answers (TCP). A socket hook on the detour shows which sockets the upstream opens, before
+ * and after a new detour is set. Every
  * wait is bounded by a guard timer; counters are checked by exact amounts.
  */
 #include <arpa/inet.h>
@@ -1049,6 +1050,53 @@ Test(dns_upstream, tcp_through_a_reject_outbound_is_refused)
 	cr_assert_eq(r.err, -ECONNREFUSED);
 	cr_assert_eq(stats(&f).errors, 2);
 	cr_assert_eq(f.m.tcp_conns, 0);
+	fx_stop(&f);
+}
+
+/* A new detour (a reload): the open connection, made through the old one, is closed and the
+ * query in flight on it is sent again through the new one with its try given back, well
+ * before that try would have timed out; the same outbound again changes nothing. */
+Test(dns_upstream, new_detour_takes_the_queries_off_the_old_connection)
+{
+	struct ts_outbound a = { .type = TS_OUT_DIRECT }, b, socks = { .type = TS_OUT_SOCKS5 };
+	struct hook_log ha = { 0 }, hb = { 0 };
+	struct dns_upstream_stats st;
+	struct res r1 = { 0 }, r2 = { 0 };
+	struct fx f;
+
+	a.sock_hook.fn = hook;
+	a.sock_hook.arg = &ha;
+	b = a;
+	b.sock_hook.arg = &hb;  /* which one opened a socket */
+	b.domain_strategy = TS_DS_IPV4_ONLY;  /* configured otherwise (any field would do) */
+	fx_start(&f, DNS_UP_TCP, U_SILENT, T_SILENT_FIRST);
+	f.cfg.detour = &a;
+	fx_new(&f);
+	cr_assert_eq(dns_upstream_set_detour(f.u, &a), 0, "the same outbound");
+	ask(&f, 1, &r1);
+	cr_assert(run_until(f.base, &f.m.tcp_queries, 1, WAIT_MS));
+	cr_assert_eq(dns_upstream_set_detour(f.u, &b), 1);
+	cr_assert_eq(r1.calls, 0, "no callback inside");
+	cr_assert(run_until(f.base, &r1.calls, 1, 500), "asked again at once, not after 1 s");
+	assert_addr(&r1, 198, 51, 100, 1);
+	cr_assert_eq(ha.stream, 1, "the first connection through the old detour");
+	cr_assert_eq(hb.stream, 1, "the second through the new one");
+	cr_assert_eq(dns_upstream_set_detour(f.u, &b), 0, "the same outbound");
+	ask(&f, 2, &r2);
+	cr_assert(run_until(f.base, &r2.calls, 1, WAIT_MS));
+	assert_addr(&r2, 198, 51, 100, 2);
+	st = stats(&f);
+	cr_assert_eq(st.tcp_connects, 2, "the connection stays when nothing changed");
+	cr_assert_eq(st.tries, 3);
+	cr_assert_eq(st.timeouts + st.errors, 0);
+	cr_assert_eq(f.m.tcp_conns, 2);
+	cr_assert_eq(hb.calls, 1);
+	dns_upstream_free(f.u);
+	/* A udp server goes direct only: refused, nothing changes. */
+	f.cfg.kind = DNS_UP_UDP;
+	f.cfg.detour = &a;
+	fx_new(&f);
+	cr_assert_eq(dns_upstream_set_detour(f.u, &socks), -EINVAL);
 	fx_stop(&f);
 }
 

@@ -6,6 +6,8 @@
  *   test (libevent loop) ──► microsocks (real, child process) ──► echo server thread
  *   test (libevent loop) ──► fake HTTP CONNECT proxy thread (scripted response, then echo)
  *
+ * outbound_same (what a reload compares) needs none of them.
+ *
  * Every wait is bounded: the loop runs under a guard timer, server threads poll with timeouts,
  * microsocks dies with the test process (PR_SET_PDEATHSIG) and is killed at the end.
  * Runs as root: SO_MARK needs CAP_NET_ADMIN.
@@ -1666,4 +1668,70 @@ Test(http_fake, refused_when_nothing_listens)
 	connect_and_wait(base, &ob, &k, 2000, &r);
 	cr_assert_eq(r.err, -ECONNREFUSED);
 	event_base_free(base);
+}
+
+/* ---- outbound_same ---- */
+
+/* Two outbounds are configured alike when every field from the config but the tag is equal;
+ * any field a socket or a proxy server sees makes them differ, the running proxy's wiring does
+ * not, nor does a server name pinned in one of them only. */
+Test(outbound, same_unless_a_field_a_connection_sees_differs)
+{
+	struct ts_outbound a, b;
+	int hook_arg;
+
+	memset(&a, 0, sizeof(a));
+	strcpy(a.tag, "proxy");
+	a.type = TS_OUT_SOCKS5;
+	a.has_server = true;
+	strcpy(a.server.host, "127.0.0.1");
+	a.server.is_addr = true;
+	cr_assert_eq(netaddr_parse("127.0.0.1", &a.server.addr), 0);
+	a.server.port = 1080;
+	a.has_auth = true;
+	strcpy(a.username, "u");
+	strcpy(a.password, "p");
+	a.udp = true;
+	b = a;
+	cr_assert(outbound_same(&a, &b));
+	strcpy(b.tag, "other");
+	cr_assert(outbound_same(&a, &b), "the tag reaches no socket");
+	b.username[5] = 'x'; /* past the terminator: not part of the name */
+	cr_assert(outbound_same(&a, &b));
+#define DIFFERS(stmt)                                                       \
+	do {                                                                \
+		b = a;                                                      \
+		stmt;                                                       \
+		cr_assert_not(outbound_same(&a, &b), "%s", #stmt);          \
+	} while (0)
+	DIFFERS(b.type = TS_OUT_HTTP);
+	DIFFERS(b.server.port = 1081);
+	DIFFERS(b.server.addr.a[3] = 2);
+	DIFFERS(strcpy(b.server.host, "127.0.0.2"));
+	DIFFERS(strcpy(b.username, "v"));
+	DIFFERS(strcpy(b.password, "q"));
+	DIFFERS(b.has_auth = false);
+	DIFFERS((b.has_routing_mark = true, b.routing_mark = 1));
+	DIFFERS(strcpy(b.bind_interface, "lo"));
+	DIFFERS(b.udp = false);
+	DIFFERS(strcpy(b.http_headers, "X-A: 1\r\n"));
+#undef DIFFERS
+	b = a;
+	b.sock_hook.arg = &hook_arg;
+	b.resolver = (struct resolver *)&hook_arg;
+	b.log = (struct log *)&hook_arg;
+	cr_assert(outbound_same(&a, &b), "the wiring is not the configuration");
+	/* A server by name: pinned in one only, the same; pinned in both, to one address. */
+	a.server.is_addr = false;
+	strcpy(a.server.host, "proxy.example");
+	memset(&a.server.addr, 0, sizeof(a.server.addr));
+	b = a;
+	b.server.pinned = true;
+	cr_assert_eq(netaddr_parse("192.0.2.1", &b.server.addr), 0);
+	cr_assert(outbound_same(&a, &b), "not pinned yet: the same name");
+	a.server.pinned = true;
+	a.server.addr = b.server.addr;
+	cr_assert(outbound_same(&a, &b));
+	cr_assert_eq(netaddr_parse("192.0.2.2", &b.server.addr), 0);
+	cr_assert_not(outbound_same(&a, &b), "the name now stands for another address");
 }
