@@ -412,8 +412,13 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (c->inflight > 0 || !STAILQ_EMPTY(&c->out) || quiet < c->idle_ns) {
-		idle_arm(c, c->inflight > 0 || quiet >= c->idle_ns ? c->idle_ns
-								    : c->idle_ns - quiet);
+		int64_t next = c->inflight > 0 || quiet >= c->idle_ns ? c->idle_ns
+								      : c->idle_ns - quiet;
+
+		/* Waiting replies: no later than their stall deadline. */
+		if (!STAILQ_EMPTY(&c->out) && c->idle_ns - (now - c->out_moved_ns) < next)
+			next = c->idle_ns - (now - c->out_moved_ns);
+		idle_arm(c, next > 1000000 ? next : 1000000);
 		return;
 	}
 	end(c, END_IDLE);

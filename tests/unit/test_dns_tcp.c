@@ -672,19 +672,23 @@ Test(dns_tcp, a_client_that_stops_reading_is_reset)
 {
 	enum { N = 10, PAD = 20000 };
 	uint8_t ids[N];
+	int64_t t0;
 
 	for (size_t i = 0; i < N; i++) {
 		ids[i] = (uint8_t)i;
 		E.fk.immediate[i] = true;
 	}
 	E.fk.pad = PAD;
-	conn_open_bufs(300, true);
+	conn_open_bufs(1000, true);
+	t0 = mono_ms();
 	app_send_queries(&E.app, ids, N);
-	loop_only(100);
+	loop_only(300);
 	cr_assert_eq(E.done_calls, 0, "replies wait; not stalled yet");
-	for (int64_t end = mono_ms() + 3000; E.done_calls == 0 && mono_ms() < end;)
+	for (int64_t end = mono_ms() + 4000; E.done_calls == 0 && mono_ms() < end;)
 		loop_only(10);
 	cr_assert_eq(E.done_calls, 1, "reset once the replies stalled for idle_ms");
+	/* At the stall deadline, not a whole idle_ms after it. */
+	cr_assert_lt(mono_ms() - t0, 1700, "reset after %lld ms", (long long)(mono_ms() - t0));
 	cr_assert_eq(ctr_get(&E.ctr.closed_stalled), 1);
 	cr_assert_eq(ctr_get(&E.ctr.closed_idle), 0);
 	cr_assert_lt(ctr_get(&E.ctr.replies), N, "not every reply was written");
