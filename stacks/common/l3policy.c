@@ -77,8 +77,11 @@ static bool group_addr(int family, const uint8_t *a)
 	return (a[0] & 0xf0) == 0xe0 || (a[0] == 255 && a[1] == 255 && a[2] == 255 && a[3] == 255);
 }
 
-enum l3policy_answer l3policy_answer(const struct pkt_view *v, enum l3policy_verdict vd)
+enum l3policy_answer l3policy_answer(const struct l3policy *p, const struct pkt_view *v,
+				     enum l3policy_verdict vd)
 {
+	uint32_t s;
+
 	if (v->proto != IPPROTO_TCP || (v->tcp_flags & TCP_RST))
 		return L3POLICY_ANSWER_NONE; /* a RST is never answered (RFC 9293 section 3.10.7) */
 	if (v->family == 4 && !pkt_v4_csum_ok(v))
@@ -88,6 +91,9 @@ enum l3policy_answer l3policy_answer(const struct pkt_view *v, enum l3policy_ver
 	if (vd != L3POLICY_DROP_special_destination || group_addr(v->family, pkt_dst(v)) ||
 	    l3policy_special_exact(v->family, pkt_src(v)))
 		return L3POLICY_ANSWER_NONE;
+	s = l3policy_src_offset(p, v);
+	if (s >= 1 && s <= p->n_addrs)
+		return L3POLICY_ANSWER_NONE; /* from a NAT address: forged, the answer is ours */
 	return L3POLICY_ANSWER_UNREACH;
 }
 

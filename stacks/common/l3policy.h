@@ -437,10 +437,12 @@ enum l3policy_answer {
  *   A RST would come from the special address, and the kernel refuses many of those as a
  *   source: 127/8 on any device but lo (a martian source, without route_localnet), 0/8 before
  *   Linux 5.3, :: when forwarding. None to a multicast or broadcast destination (such a SYN is
- *   discarded silently, RFC 1122 4.2.3.10) nor for a SYN whose source does not name one host
- *   (itself special: RFC 1122 3.2.2 sends no ICMP error about such a datagram).
+ *   discarded silently, RFC 1122 4.2.3.10), nor for a SYN whose source does not name one host
+ *   (itself special: RFC 1122 3.2.2 sends no ICMP error about such a datagram) or is one of
+ *   our NAT addresses (forged: the answer would be addressed to ourselves).
  * Any other verdict: none. */
-enum l3policy_answer l3policy_answer(const struct pkt_view *v, enum l3policy_verdict vd);
+enum l3policy_answer l3policy_answer(const struct l3policy *p, const struct pkt_view *v,
+				     enum l3policy_verdict vd);
 
 /* The source of an L3POLICY_ANSWER_UNREACH of family (4 or 6, served): 4 or 16 bytes, valid as
  * long as p. It is the first NAT address, gateway + 1, because the kernel must take a packet

@@ -193,7 +193,7 @@ size_t rewrite_tcp_rst(const struct pkt_view *v)
 size_t rewrite_icmp_unreach(const struct pkt_view *v, const uint8_t *src)
 {
 	size_t alen = v->family == 4 ? 4 : 16, hl = v->family == 4 ? 20 : 40;
-	size_t room = v->len > REWRITE_ANSWER_ROOM ? v->len : REWRITE_ANSWER_ROOM;
+	size_t room = REWRITE_ANSWER_ROOM; /* RFC 1812 4.3.2.3 (and within IPv6's 1280) */
 	size_t quote = (size_t)v->l3_len + v->tcp_hlen;
 	uint8_t daddr[16], *ip = v->ip, *icmp = v->ip + hl;
 	uint64_t sum;

@@ -70,8 +70,8 @@ size_t rewrite_tcp_rst(const struct pkt_view *v);
  * (options and extension headers included) and its TCP header, no payload (RFC 1122 section
  * 3.2.2 asks for the header and 8 bytes of data; the receiving TCP finds its connection by the
  * quoted addresses, ports and sequence number). Built in place: buf (v->ip) must have room
- * for REWRITE_ANSWER_ROOM bytes, or for v->len if that is more; the answer never exceeds that
- * room. Returns the new length, or 0 (buf untouched) when not even the IP header and 8 bytes
+ * for REWRITE_ANSWER_ROOM bytes, and the answer never exceeds them, whatever the segment's
+ * length (the quote is cut). Returns the new length, or 0 (buf untouched) when not even the IP header and 8 bytes
  * of TCP fit. Port unreachable is one of the hard errors of RFC 1122 section 4.2.3.9, on which
  * a TCP aborts a connection being opened: the app's connect fails with ECONNREFUSED. */
 size_t rewrite_icmp_unreach(const struct pkt_view *v, const uint8_t *src);

@@ -1029,7 +1029,7 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 static enum driver_verdict answer(struct lwip_stack *st, const struct pkt_view *v,
 				  enum l3policy_verdict vd, size_t *out_len, bool *plain)
 {
-	switch (l3policy_answer(v, vd)) {
+	switch (l3policy_answer(&st->pol, v, vd)) {
 	case L3POLICY_ANSWER_RST:
 		*out_len = rewrite_tcp_rst(v);
 		break;

@@ -239,7 +239,7 @@ static struct sys_disp answer(const struct sysproc *p, const struct pkt_view *v,
 {
 	size_t len;
 
-	switch (l3policy_answer(v, vd)) {
+	switch (l3policy_answer(&p->pol, v, vd)) {
 	case L3POLICY_ANSWER_RST:
 		len = rewrite_tcp_rst(v);
 		break;

@@ -7,8 +7,9 @@
  *   NAT address:port from the record) so reverse lookups and recovery run; 2 advance the
  *   virtual clock by len ms and purge; 3 accept the tuple named by the first bytes; 4 mark that
  *   tuple closing with the generation of the last accept; 5 collect, then process, then remove.
- * Invariants checked: a write never exceeds the buffer, a rewritten packet still parses, a
- * RST we built has a valid IPv4 header checksum, a UDP verdict's view gives the UDP codec the
+ * Invariants checked: a write never exceeds the packet's length or, for an answer the stack
+ * builds in its place, REWRITE_ANSWER_ROOM; a rewritten packet still parses; a RST or ICMP
+ * error we built has a valid IPv4 header checksum and a valid ICMP checksum; a UDP verdict's view gives the UDP codec the
  * same answer as parsing the bytes again, and the counters account for every packet.
  */
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include "core/csum.h"
 #include "core/pkt.h"
 #include "core/udp_codec.h"
+#include "stacks/common/rewrite.h"
 #include "stacks/system/nat.h"
 #include "stacks/system/sysproc.h"
 
@@ -150,12 +152,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			       a.sport_be == b.sport_be && memcmp(a.src, b.src, 16) == 0));
 		}
 		if (d.action == SYS_WRITE) {
-			check(d.len <= len);
+			/* An answer built in place may be longer than what it answers, within
+			 * the room every driver buffer has. */
+			check(d.len <= (len > REWRITE_ANSWER_ROOM ? len : REWRITE_ANSWER_ROOM));
 			check(pkt_parse(&v, buf, d.len) == PKT_OK);
 			/* A RST is built from scratch: its IPv4 header checksum must verify (an
 			 * echo reply is updated incrementally and keeps whatever the input had). */
-			if (d.plain && v.family == 4 && v.proto == 6)
+			if (d.plain && v.family == 4 && (v.proto == 6 || v.proto == 1))
 				check(csum_fold(csum_partial(buf, v.l3_len, 0)) == 0xffff);
+			/* An ICMP error we built: its own checksum verifies from scratch. */
+			if (d.plain && v.family == 4 && v.proto == 1 && v.l4[0] == 3)
+				check(csum_fold(csum_partial(v.l4, d.len - v.l3_len, 0)) == 0xffff);
+			if (d.plain && v.family == 6 && v.proto == 58 && v.l4[0] == 1)
+				check(csum_fold(csum_partial(v.l4, d.len - v.l3_len,
+							     csum_pseudo6(buf + 8, buf + 24, 58,
+									  (uint32_t)(d.len -
+										     v.l3_len)))) ==
+				      0xffff);
 		}
 		for (size_t i = 0; i < nc_found; i++)
 			nat_remove_if_expired(nat, &cands[i], now + 40000000000LL);

@@ -676,6 +676,8 @@ Test(l3policy, special_destination_answers)
 		{ "198.18.0.9", "127.0.0.1", K_UDP, L3POLICY_ANSWER_NONE },
 		{ "127.0.0.5", "127.0.0.1", K_SYN, L3POLICY_ANSWER_NONE },
 		{ "0.0.0.0", "0.1.2.3", K_SYN, L3POLICY_ANSWER_NONE },
+		{ "198.18.0.2", "0.1.2.3", K_SYN, L3POLICY_ANSWER_NONE },     /* a NAT address */
+		{ "198.18.0.1", "0.1.2.3", K_SYN, L3POLICY_ANSWER_UNREACH },  /* the gateway */
 		{ "224.0.0.9", "127.0.0.1", K_SYN, L3POLICY_ANSWER_NONE },
 		{ "fd00:7f::9", "::1", K_SYN, L3POLICY_ANSWER_UNREACH },
 		{ "fd00:7f::9", "::ffff:127.0.0.1", K_SYN, L3POLICY_ANSWER_UNREACH },
@@ -684,6 +686,7 @@ Test(l3policy, special_destination_answers)
 		{ "fd00:7f::9", "ff02::1", K_SYN, L3POLICY_ANSWER_NONE },
 		{ "fd00:7f::9", "::1", K_UDP, L3POLICY_ANSWER_NONE },
 		{ "::", "::1", K_SYN, L3POLICY_ANSWER_NONE },
+		{ "fd00:7f::2", "::1", K_SYN, L3POLICY_ANSWER_NONE },
 		{ "::ffff:10.0.0.1", "::1", K_SYN, L3POLICY_ANSWER_NONE },
 		{ "ff02::9", "::1", K_SYN, L3POLICY_ANSWER_NONE },
 	};
@@ -700,7 +703,7 @@ Test(l3policy, special_destination_answers)
 		size_t len = build(&row, buf, sizeof(buf));
 		cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
 		cr_assert_eq(l3policy_classify(&p, &v, &r, &c), SPECIAL, "%s", cases[i].dst);
-		cr_assert_eq(l3policy_answer(&v, SPECIAL), cases[i].want, "%s -> %s kind %d",
+		cr_assert_eq(l3policy_answer(&p, &v, SPECIAL), cases[i].want, "%s -> %s kind %d",
 			     cases[i].src, cases[i].dst, cases[i].kind);
 	}
 }
@@ -727,18 +730,18 @@ Test(l3policy, special_destination_rst_and_bad_header_get_no_answer)
 		buf[l3 + 13] |= TCP_RST; /* SYN|RST (the TCP checksum is not what is asked) */
 		cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
 		cr_assert_eq(l3policy_classify(&p, &v, &r, &c), SPECIAL, "%s", dsts[i]);
-		cr_assert_eq(l3policy_answer(&v, SPECIAL), L3POLICY_ANSWER_NONE,
+		cr_assert_eq(l3policy_answer(&p, &v, SPECIAL), L3POLICY_ANSWER_NONE,
 			     "%s: SYN|RST answered", dsts[i]);
 	}
 	const struct row row = { "127.0.0.1", K_SYN, "198.18.0.9", 5000, "127.0.0.1", 80, 0, 0,
 				 false, SPECIAL, { 0, 0 } };
 	size_t len = build(&row, buf, sizeof(buf));
 	cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
-	cr_assert_eq(l3policy_answer(&v, SPECIAL), L3POLICY_ANSWER_UNREACH,
+	cr_assert_eq(l3policy_answer(&p, &v, SPECIAL), L3POLICY_ANSWER_UNREACH,
 		     "the plain SYN is answered");
 	buf[10] ^= 0x55; /* the IPv4 header checksum */
 	cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
-	cr_assert_eq(l3policy_answer(&v, SPECIAL), L3POLICY_ANSWER_NONE,
+	cr_assert_eq(l3policy_answer(&p, &v, SPECIAL), L3POLICY_ANSWER_NONE,
 		     "a bad IPv4 header is not answered");
 	cr_assert_eq(ctr_get(&c.drop_special_destination), 2);
 }
@@ -749,24 +752,26 @@ Test(l3policy, answer_by_verdict)
 {
 	static uint8_t buf[256];
 	static const char *const dsts[] = { "10.9.0.1", "fd99::1" };
+	struct l3policy p;
 	struct pkt_view v;
 
+	policy(&p, true, false);
 	for (size_t i = 0; i < 2; i++) {
 		const struct row row = { dsts[i], K_SYN, i ? "fd00:7f::1" : "198.18.0.1", 5000,
 					 dsts[i], 443, 0, 0, false, L3POLICY_DROP_loop, { 0, 0 } };
 		size_t len = build(&row, buf, sizeof(buf));
 
 		cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
-		cr_assert_eq(l3policy_answer(&v, L3POLICY_DROP_loop), L3POLICY_ANSWER_RST, "%s",
+		cr_assert_eq(l3policy_answer(&p, &v, L3POLICY_DROP_loop), L3POLICY_ANSWER_RST, "%s",
 			     dsts[i]);
 		for (int vd = 0; vd < L3POLICY_VERDICT_MAX; vd++)
 			if (vd != L3POLICY_DROP_loop && vd != SPECIAL)
-				cr_assert_eq(l3policy_answer(&v, (enum l3policy_verdict)vd),
+				cr_assert_eq(l3policy_answer(&p, &v, (enum l3policy_verdict)vd),
 					     L3POLICY_ANSWER_NONE, "%s",
 					     l3policy_verdict_name((enum l3policy_verdict)vd));
 		buf[(i ? 40 : 20) + 13] |= TCP_RST;
 		cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
-		cr_assert_eq(l3policy_answer(&v, L3POLICY_DROP_loop), L3POLICY_ANSWER_NONE,
+		cr_assert_eq(l3policy_answer(&p, &v, L3POLICY_DROP_loop), L3POLICY_ANSWER_NONE,
 			     "%s: a RST is not answered", dsts[i]);
 	}
 }
@@ -817,7 +822,7 @@ Test(l3policy, special_destination_answer_packet)
 		memcpy(syn, buf, len);
 		cr_assert_eq(pkt_parse(&v, buf, len), PKT_OK);
 		cr_assert_eq(l3policy_classify(&p, &v, &r, &c), SPECIAL, "%s", dsts[i]);
-		cr_assert_eq(l3policy_answer(&v, SPECIAL), L3POLICY_ANSWER_UNREACH, "%s", dsts[i]);
+		cr_assert_eq(l3policy_answer(&p, &v, SPECIAL), L3POLICY_ANSWER_UNREACH, "%s", dsts[i]);
 
 		size_t n = rewrite_icmp_unreach(&v, l3policy_answer_src(&p, v.family));
 		cr_assert_eq(n, l3 + 8 + len, "%s: the header, 8 bytes, the whole SYN (%zu)",
