@@ -1046,6 +1046,8 @@ int dns_doh_set_detour(struct dns_doh *d, const struct ts_outbound *detour)
 	if (outbound_same(&d->ob, detour))
 		return 0;
 	d->ob = *detour;
+	d->ob.resolver = NULL; /* a server is an address: never resolved (and the proxy's
+				* resolver goes before the DNS server) */
 	if (l->state == LINK_CLOSED)
 		return 1;
 	/* The open connection went through the old one: its tries are asked again on a new one

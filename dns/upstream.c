@@ -1003,6 +1003,8 @@ int dns_upstream_set_detour(struct dns_upstream *u, const struct ts_outbound *de
 	if (outbound_same(&u->ob, detour))
 		return 0;
 	u->ob = *detour;
+	u->ob.resolver = NULL; /* a server is an address: never resolved (and the proxy's
+				* resolver goes before the DNS server) */
 	if (l->state == LINK_CLOSED)
 		return 1;
 	/* The open connection went through the old one: its queries are sent again through the

@@ -425,7 +425,8 @@ static int launch(struct ts_proxy *p, char *err, size_t errlen)
 
 int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen)
 {
-	char summary[512], dev[TS_IFNAME_MAX + 1] = "";
+	char *summary, dev[TS_IFNAME_MAX + 1] = "";
+	size_t summary_len;
 	int ret;
 
 	pthread_mutex_lock(&p->lock);
@@ -455,11 +456,15 @@ int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen)
 		return ret;
 	}
 	/* From here the loop thread owns the state: it may already have stopped. */
-	config_summary(&p->cfg, summary, sizeof(summary));
+	/* Room for every rule set's tag and figures: the line is never cut. */
+	summary_len = 512 + p->cfg.n_rule_sets * (TS_TAG_MAX + 80);
+	if ((summary = malloc(summary_len)) != NULL)
+		config_summary(&p->cfg, summary, summary_len);
 	if (strcmp(dev, p->cfg.tun.name) != 0)
-		log_info(&p->log, "proxy: ready: %s (device %s)", summary, dev);
+		log_info(&p->log, "proxy: ready: %s (device %s)", summary ? summary : "", dev);
 	else
-		log_info(&p->log, "proxy: ready: %s", summary);
+		log_info(&p->log, "proxy: ready: %s", summary ? summary : "");
+	free(summary);
 	config_log_rule_sets(&p->cfg, &p->log);
 	return 0;
 }
