@@ -158,11 +158,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			check(pkt_parse(&v, buf, d.len) == PKT_OK);
 			/* A RST is built from scratch: its IPv4 header checksum must verify (an
 			 * echo reply is updated incrementally and keeps whatever the input had). */
-			if (d.plain && v.family == 4 && (v.proto == 6 || v.proto == 1))
+			if (d.plain && v.family == 4 && v.proto == 6)
 				check(csum_fold(csum_partial(buf, v.l3_len, 0)) == 0xffff);
-			/* An ICMP error we built: its own checksum verifies from scratch. */
-			if (d.plain && v.family == 4 && v.proto == 1 && v.l4[0] == 3)
+			/* An ICMP error we built (not an echo reply): both checksums verify from
+			 * scratch. */
+			if (d.plain && v.family == 4 && v.proto == 1 && v.l4[0] == 3) {
+				check(csum_fold(csum_partial(buf, v.l3_len, 0)) == 0xffff);
 				check(csum_fold(csum_partial(v.l4, d.len - v.l3_len, 0)) == 0xffff);
+			}
 			if (d.plain && v.family == 6 && v.proto == 58 && v.l4[0] == 1)
 				check(csum_fold(csum_partial(v.l4, d.len - v.l3_len,
 							     csum_pseudo6(buf + 8, buf + 24, 58,

@@ -85,6 +85,11 @@ def main():
         'v6_ext': rec(0, 2, tcp6(CLI6, SRV6, 7, 8, SYN, ext=bytes([6, 0, 1, 4, 0, 0, 0, 0]),
                               nh_first=0)),
         'icmp_echo': rec(0, 0, icmp4_echo(CLI4, GW4)),
+        # SYNs to special destinations: answered with an ICMP(v6) port unreachable built in
+        # place, longer than the SYN.
+        'syn_special4': rec(0, 0, tcp4(CLI4, [127, 1, 2, 3], 5003, 80, SYN)),
+        'syn_special6': rec(0, 2, tcp6(CLI6, [0] * 15 + [1], 7, 8, SYN,
+                                        ext=bytes([6, 0, 1, 4, 0, 0, 0, 0]), nh_first=0)),
     }
     for name, data in seeds.items():
         with open(os.path.join(out, name), 'wb') as f:
