@@ -115,8 +115,7 @@ static int cmd_check(int argc, char **argv)
 		config_fini(&cfg);
 		return ret == -ENOENT || ret == -EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
 	}
-	/* Room for every rule set's tag and figures: the line is never cut. */
-	summary_len = 512 + cfg.n_rule_sets * (TS_TAG_MAX + 80);
+	summary_len = config_summary_size(&cfg); /* the line is never cut */
 	summary = malloc(summary_len);
 	if (!summary) {
 		fprintf(stderr, "twinstack check: out of memory\n");

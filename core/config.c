@@ -1452,6 +1452,11 @@ static void roles_summary(const struct netaddr_roles *r, char *buf, size_t len)
 	snprintf(buf, len, "%s-%s", first, netaddr_format(&a, last, sizeof(last)));
 }
 
+size_t config_summary_size(const struct ts_config *cfg)
+{
+	return 512 + cfg->n_rule_sets * (TS_TAG_MAX + 80);
+}
+
 char *config_summary(const struct ts_config *cfg, char *buf, size_t len)
 {
 	char tun[NETADDR_CIDR_STRLEN], nat[2 * NETADDR_STRLEN + 2];

@@ -386,6 +386,8 @@ int config_load_buffer(const char *buf, size_t len, struct ts_config *cfg, char 
 /* One line without newline, e.g. "stack=system tun=tun0 198.18.0.1/15 nat=198.18.0.2-198.18.0.5
  * outbounds=1 rules=0" (plus " tun6=... nat6=..." with tun.address6). Returns buf. */
 char *config_summary(const struct ts_config *cfg, char *buf, size_t len);
+/* A buffer size with room for cfg's whole summary, every rule set included. */
+size_t config_summary_size(const struct ts_config *cfg);
 
 /* Index of the outbound tagged tag, or -1. */
 int config_outbound_index(const struct ts_config *cfg, const char *tag);

@@ -456,8 +456,7 @@ int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen)
 		return ret;
 	}
 	/* From here the loop thread owns the state: it may already have stopped. */
-	/* Room for every rule set's tag and figures: the line is never cut. */
-	summary_len = 512 + p->cfg.n_rule_sets * (TS_TAG_MAX + 80);
+	summary_len = config_summary_size(&p->cfg); /* the line is never cut */
 	if ((summary = malloc(summary_len)) != NULL)
 		config_summary(&p->cfg, summary, summary_len);
 	if (strcmp(dev, p->cfg.tun.name) != 0)

@@ -137,6 +137,33 @@ static uint32_t get32be(const uint8_t *p)
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* A fresh IP header of family at ip (DF, TTL / hop limit 64, no options) for l4_len bytes of
+ * proto from src to dst. Returns its length. */
+static size_t put_ip(uint8_t *ip, int family, uint8_t proto, size_t l4_len, const uint8_t *src,
+		     const uint8_t *dst)
+{
+	if (family == 4) {
+		memset(ip, 0, 20);
+		ip[0] = 0x45;
+		pkt_put16(ip + 2, (uint16_t)(20 + l4_len));
+		ip[6] = 0x40; /* DF */
+		ip[8] = 64;
+		ip[9] = proto;
+		memcpy(ip + PKT_V4_SRC, src, 4);
+		memcpy(ip + PKT_V4_DST, dst, 4);
+		csum_store16(ip + 10, csum_buf(ip, 20));
+		return 20;
+	}
+	memset(ip, 0, 40);
+	ip[0] = 0x60;
+	pkt_put16(ip + 4, (uint16_t)l4_len);
+	ip[6] = proto;
+	ip[7] = 64;
+	memcpy(ip + PKT_V6_SRC, src, 16);
+	memcpy(ip + PKT_V6_DST, dst, 16);
+	return 40;
+}
+
 size_t rewrite_tcp_rst(const struct pkt_view *v)
 {
 	uint8_t saddr[16], daddr[16], tcp[20];
@@ -159,31 +186,9 @@ size_t rewrite_tcp_rst(const struct pkt_view *v)
 	}
 	tcp[12] = 5 << 4;
 
-	size_t hl;
-	uint64_t pseudo;
-	if (v->family == 4) {
-		hl = 20;
-		memset(ip, 0, 20);
-		ip[0] = 0x45;
-		ip[3] = 40;
-		ip[6] = 0x40; /* DF */
-		ip[8] = 64;
-		ip[9] = IPPROTO_TCP;
-		memcpy(ip + PKT_V4_SRC, saddr, 4);
-		memcpy(ip + PKT_V4_DST, daddr, 4);
-		csum_store16(ip + 10, csum_buf(ip, 20));
-		pseudo = csum_pseudo4(saddr, daddr, IPPROTO_TCP, 20);
-	} else {
-		hl = 40;
-		memset(ip, 0, 40);
-		ip[0] = 0x60;
-		ip[5] = 20;
-		ip[6] = IPPROTO_TCP;
-		ip[7] = 64;
-		memcpy(ip + PKT_V6_SRC, saddr, 16);
-		memcpy(ip + PKT_V6_DST, daddr, 16);
-		pseudo = csum_pseudo6(saddr, daddr, IPPROTO_TCP, 20);
-	}
+	size_t hl = put_ip(ip, v->family, IPPROTO_TCP, 20, saddr, daddr);
+	uint64_t pseudo = v->family == 4 ? csum_pseudo4(saddr, daddr, IPPROTO_TCP, 20)
+					 : csum_pseudo6(saddr, daddr, IPPROTO_TCP, 20);
 	uint16_t c = (uint16_t)~csum_fold(csum_partial(tcp, 20, pseudo));
 	csum_store16(tcp + TCP_OFF_CSUM, c ? c : 0xffff);
 	memcpy(ip + hl, tcp, 20);
@@ -205,27 +210,13 @@ size_t rewrite_icmp_unreach(const struct pkt_view *v, const uint8_t *src)
 	memcpy(daddr, pkt_src(v), alen); /* the answer goes to the segment's source */
 	memmove(icmp + 8, ip, quote);
 	memset(icmp, 0, 8); /* type, code, checksum, 4 unused bytes */
+	put_ip(ip, v->family, v->family == 4 ? IPPROTO_ICMP : IPPROTO_ICMPV6, 8 + quote, src,
+	       daddr);
 	if (v->family == 4) {
-		memset(ip, 0, 20);
-		ip[0] = 0x45;
-		pkt_put16(ip + 2, (uint16_t)(20 + 8 + quote));
-		ip[6] = 0x40; /* DF */
-		ip[8] = 64;
-		ip[9] = IPPROTO_ICMP;
-		memcpy(ip + PKT_V4_SRC, src, 4);
-		memcpy(ip + PKT_V4_DST, daddr, 4);
-		csum_store16(ip + 10, csum_buf(ip, 20));
 		icmp[0] = 3; /* destination unreachable */
 		icmp[1] = 3; /* port unreachable */
 		sum = 0;     /* ICMP's checksum covers the message only */
 	} else {
-		memset(ip, 0, 40);
-		ip[0] = 0x60;
-		pkt_put16(ip + 4, (uint16_t)(8 + quote));
-		ip[6] = IPPROTO_ICMPV6;
-		ip[7] = 64;
-		memcpy(ip + PKT_V6_SRC, src, 16);
-		memcpy(ip + PKT_V6_DST, daddr, 16);
 		icmp[0] = 1; /* destination unreachable */
 		icmp[1] = 4; /* port unreachable */
 		sum = csum_pseudo6(src, daddr, IPPROTO_ICMPV6, (uint32_t)(8 + quote));

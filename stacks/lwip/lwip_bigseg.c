@@ -225,9 +225,8 @@ bool lwip_bigseg_after_input(void)
 	return pcb && lwip_bigseg_fit(pcb);
 }
 
-bool lwip_bigseg_announce(struct tcp_pcb *pcb, struct tcp_hdr *hdr)
+bool lwip_bigseg_announce(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t wire)
 {
-	uint16_t wire = lwip_bigseg_wire(pcb);
 	u32_t edge;
 
 	if (!wire || pcb->mss <= wire || (TCPH_FLAGS(hdr) & (TCP_SYN | TCP_RST)))

@@ -92,8 +92,9 @@ bool lwip_bigseg_after_input(void);
  * larger than the wire MSS, the edge moves as soon as it can move by one wire MSS, as lwIP's
  * own rule does for a connection with wire-size segments. The edge only ever moves right, and
  * pcb's announced edge stays the one sent, so lwIP's explicit window updates (a quarter of the
- * window opened since the last segment) come as before. True when it rewrote the field. */
+ * window opened since the last segment) come as before. wire: lwip_bigseg_wire(pcb), which
+ * the hook has read already. True when it rewrote the field. */
 struct tcp_hdr;
-bool lwip_bigseg_announce(struct tcp_pcb *pcb, struct tcp_hdr *hdr);
+bool lwip_bigseg_announce(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t wire);
 
 #endif

@@ -332,7 +332,7 @@ void ts_lwip_tcp_out(struct tcp_pcb *pcb, struct tcp_hdr *hdr)
 		ctr_inc(&st->ctr.split_fin_moved);
 	if (st && st->bigseg) {
 		st->out_wire = lwip_bigseg_wire(pcb);
-		if (st->out_wire && lwip_bigseg_announce(pcb, hdr))
+		if (st->out_wire && lwip_bigseg_announce(pcb, hdr, st->out_wire))
 			ctr_inc(&st->ctr.big_window_edges);
 	}
 }
