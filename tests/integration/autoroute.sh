@@ -100,7 +100,10 @@ topology() {
 
 # leaked: datagrams to the sink port S has seen so far.
 leaked() { inS nft -j list chain inet tsleak pre | jq '[.nftables[].rule.expr[]?.counter.packets // empty] | add // 0'; }
-leak_reset() { inS nft reset counters table inet tsleak >/dev/null; }
+# leak_reset: the counter from zero ("reset counters" resets named counters only, not a rule's).
+leak_reset() {
+	inS nft flush chain inet tsleak pre && inS nft add rule inet tsleak pre udp dport "$P_SINK" counter
+}
 
 # config FILE [OVERLAY_JSON]: the base (auto_route on, every flow to the reject outbound)
 # deep-merged with OVERLAY.
