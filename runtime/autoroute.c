@@ -1,5 +1,5 @@
-/* autoroute.c — tun.auto_route / strict_route: plan, install, reconcile and remove the policy
- * rules and routes (see autoroute.h for the rule set). The plan is pure data; everything that
+/* autoroute.c — tun.auto_route / strict_route: plan, install, reconcile, look past (a reload's
+ * checks) and remove the policy rules and routes (see autoroute.h for the rule set). The plan is pure data; everything that
  * talks to the kernel goes through core/netlink.h, never through ip(8).
  */
 #include "runtime/autoroute.h"
@@ -39,6 +39,8 @@ struct autoroute {
 	struct netaddr gw[AUTOROUTE_GW_MAX]; /* the gateways the plan excludes */
 	size_t n_gw;
 	int rpf_old; /* the TUN's rp_filter before we changed it; -1: untouched */
+	struct autoroute_step *temp; /* a bypass's temporary exemptions, installed */
+	size_t n_temp;
 };
 
 /* ---- options ---- */
@@ -1012,6 +1014,196 @@ out:
 	return ret;
 }
 
+/* ---- lookups beside the set ---- */
+
+/* The fwmark selectors of the namespace's rules that are not ours. */
+struct mark_rules {
+	struct autoroute_mark *v; /* mask as the kernel holds it (0: any mark) */
+	size_t n, cap;
+	int err;
+};
+
+static void on_other_rule(void *arg, const struct netlink_rule *r)
+{
+	struct mark_rules *m = arg;
+
+	if (r->protocol == AUTOROUTE_PROTO || !r->has_fwmark)
+		return;
+	if (m->n == m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 16;
+		struct autoroute_mark *v = realloc(m->v, cap * sizeof(*v));
+		if (!v) {
+			m->err = -ENOMEM;
+			return;
+		}
+		m->v = v;
+		m->cap = cap;
+	}
+	m->v[m->n++] = (struct autoroute_mark){ r->fwmark, r->fwmask };
+}
+
+static int read_mark_rules(struct autoroute *ar, struct mark_rules *m)
+{
+	static const uint8_t fams[2] = { 4, 6 };
+	int ret = -EAGAIN;
+
+	for (int tries = 0; tries < DUMP_TRIES && ret == -EAGAIN; tries++) {
+		m->n = 0;
+		m->err = 0;
+		ret = 0;
+		for (size_t i = 0; i < 2 && ret == 0; i++)
+			if (family_planned(&ar->o, fams[i]))
+				ret = netlink_rule_dump(&ar->nl, fams[i], on_other_rule, m);
+		if (ret == 0)
+			ret = m->err;
+	}
+	return ret;
+}
+
+/* Does every rule of m treat a packet with mark x as it treats an unmarked one? A fwmark
+ * selector matches mark x when (x ^ mark) & mask is 0, as the kernel decides it. */
+static bool like_unmarked(const struct mark_rules *m, uint32_t x)
+{
+	for (size_t i = 0; i < m->n; i++) {
+		const struct autoroute_mark *r = &m->v[i];
+		if ((((x ^ r->mark) & r->mask) == 0) != ((r->mark & r->mask) == 0))
+			return false;
+	}
+	return true;
+}
+
+/* Does ar's set send mark x to P+19 at P+0? */
+static bool exempts(const struct autoroute *ar, uint32_t x)
+{
+	for (size_t i = 0; i < ar->o.n_marks; i++) {
+		const struct autoroute_mark *k = &ar->o.marks[i];
+		if (k->mark && ((x ^ k->mark) & (k->mask ? k->mask : 0xffffffffu)) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* A non-zero mark that m cannot tell from none: one ar's set exempts already (nothing to
+ * add), else one bit, else two, the high ones first. */
+static bool pick_unmarked(const struct autoroute *ar, const struct mark_rules *m, uint32_t *out)
+{
+	for (size_t i = 0; i < ar->o.n_marks; i++) {
+		if (ar->o.marks[i].mark && like_unmarked(m, ar->o.marks[i].mark)) {
+			*out = ar->o.marks[i].mark;
+			return true;
+		}
+	}
+	for (int b = 31; b >= 0; b--) {
+		if (like_unmarked(m, 1u << b)) {
+			*out = 1u << b;
+			return true;
+		}
+	}
+	for (int b = 31; b > 0; b--) {
+		for (int c = b - 1; c >= 0; c--) {
+			if (like_unmarked(m, (1u << b) | (1u << c))) {
+				*out = (1u << b) | (1u << c);
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* A temporary "fwmark x goto P+19" at P+0 in each family of the set. One already there is
+ * a stray of ours: taken over, so that the bypass's end removes it too. */
+static int exempt_temp(struct autoroute *ar, uint32_t x, char *err, size_t errlen)
+{
+	static const uint8_t fams[2] = { 4, 6 };
+	struct plan pl = { &ar->o, NULL, 0, 0, eff_prio(&ar->o), eff_table(&ar->o) };
+	char what[160];
+	int ret;
+
+	for (size_t i = 0; i < 2; i++) {
+		struct autoroute_step s;
+		if (!family_planned(&ar->o, fams[i]))
+			continue;
+		s = rule_step(&pl, fams[i], 0, NETLINK_RULE_GOTO);
+		s.rule.has_fwmark = true;
+		s.rule.fwmark = x;
+		s.rule.fwmask = 0xffffffffu;
+		if (steps_contain(ar->temp, ar->n_temp, &s))
+			continue;
+		if ((ret = apply(ar, &s, true)) != 0 && ret != -EEXIST) {
+			snprintf(err, errlen, "auto_route: cannot add %s: %s%s%s",
+				 autoroute_step_format(&s, what, sizeof(what)), strerror(-ret),
+				 ar->nl.ext_msg[0] ? ": " : "", ar->nl.ext_msg);
+			return ret;
+		}
+		ar->temp[ar->n_temp++] = s;
+	}
+	return 0;
+}
+
+int autoroute_bypass_begin(struct autoroute *ar, const uint32_t *marks, size_t n_marks,
+			   uint32_t *unmarked, char *err, size_t errlen)
+{
+	struct mark_rules mr = { 0 };
+	struct autoroute_step *v;
+	int ret = 0;
+
+	*unmarked = 0;
+	if (errlen)
+		err[0] = '\0';
+	autoroute_bypass_end(ar);
+	/* Per family: the stand-in and each mark at most once, after what an earlier end could
+	 * not remove. */
+	if (!(v = realloc(ar->temp, (ar->n_temp + 2 * (n_marks + 1)) * sizeof(*v)))) {
+		snprintf(err, errlen, "auto_route: out of memory");
+		return -ENOMEM;
+	}
+	ar->temp = v;
+	if ((ret = read_mark_rules(ar, &mr)) != 0) {
+		snprintf(err, errlen, "auto_route: reading rules: %s", strerror(-ret));
+		goto out;
+	}
+	if (!pick_unmarked(ar, &mr, unmarked)) {
+		snprintf(err, errlen, "auto_route: every mark is told from none by a rule of another "
+			 "owner (%zu rules with fwmark)", mr.n);
+		ret = -ENOENT;
+		goto out;
+	}
+	if (!exempts(ar, *unmarked) && (ret = exempt_temp(ar, *unmarked, err, errlen)) != 0)
+		goto out;
+	for (size_t i = 0; i < n_marks; i++)
+		if (marks[i] && !exempts(ar, marks[i]) &&
+		    (ret = exempt_temp(ar, marks[i], err, errlen)) != 0)
+			goto out;
+	log_debug(ar->log, "auto_route: lookups beside the rules: mark %#x for unmarked ones, "
+		  "%zu temporary exemptions", *unmarked, ar->n_temp);
+out:
+	free(mr.v);
+	if (ret != 0) {
+		autoroute_bypass_end(ar);
+		*unmarked = 0;
+	}
+	return ret;
+}
+
+void autoroute_bypass_end(struct autoroute *ar)
+{
+	char what[160];
+	size_t kept = 0;
+
+	/* Newest first; one that cannot be removed stays listed for autoroute_free (and is
+	 * not in the plan, so a reconcile removes it as well). */
+	for (size_t i = ar->n_temp; i-- > 0;) {
+		const struct autoroute_step *s = &ar->temp[i];
+		int ret = apply(ar, s, false);
+		if (ret == 0 || gone(ret))
+			continue;
+		log_warn(ar->log, "auto_route: cannot remove %s: %s",
+			 autoroute_step_format(s, what, sizeof(what)), strerror(-ret));
+		ar->temp[kept++] = *s;
+	}
+	ar->n_temp = kept;
+}
+
 /* ---- replacing the set, sweeping a dead one ---- */
 
 /* Add the steps of plan[0..n) that sc does not hold, in install order. On a failure, take back
@@ -1170,13 +1362,16 @@ void autoroute_free(struct autoroute *ar)
 {
 	if (!ar)
 		return;
-	if (ar->nl.fd >= 0)
+	if (ar->nl.fd >= 0) {
+		autoroute_bypass_end(ar);
 		remove_installed(ar);
+	}
 	rpf_restore(ar);
 	netlink_close(&ar->nl);
 	if (ar->lock_fd >= 0)
 		close(ar->lock_fd); /* releases the name */
 	free(ar->steps);
+	free(ar->temp);
 	free_opts(ar);
 	free(ar);
 }

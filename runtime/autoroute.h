@@ -15,6 +15,8 @@
  *   P+6  [uidrange a-b] lookup T      capture: included uid ranges, or everything
  *   P+19 nop                          the goto target: after it the system rules (main,
  *                                     default) decide, as if our rules were not there
+ * While a reload that turns auto_route off is checked, P+0 may hold temporary
+ * "fwmark M goto P+19" rules too (autoroute_bypass_begin).
  * Table T: each route_address CIDR dev TUN; when the TUN has no address of a family but strict
  * is on, the family's CIDRs are "unreachable" instead (fails fast instead of leaking).
  *
@@ -140,6 +142,25 @@ int autoroute_replace(struct autoroute *ar, const struct autoroute_opts *o, char
  * -EBUSY when a running proxy owns the namespace (nothing touched), or -errno of the first
  * failure; err then holds one line starting "auto_route: ". */
 int autoroute_sweep(struct log *lg, char *err, size_t errlen) NETLINK_WUR;
+
+/* Let route lookups see the namespace as if ar's rules were not there while they stay in
+ * place (a reload that turns auto_route off is checked before they go). A lookup whose mark ar's
+ * set exempts (P+0, goto P+19) meets no rule of ours that decides anything; so each of
+ * marks[0..n_marks) that the set does not exempt gets a temporary exemption, a tagged rule
+ * "fwmark M goto P+19" at P+0, and a lookup meant to be unmarked is to carry *unmarked
+ * instead: a non-zero mark that no rule of another owner tells from none (rules dumped now;
+ * one the set exempts already when one qualifies, so that usually nothing is added), exempted
+ * the same way. Meanwhile packets that carry one of these marks are not captured either.
+ * 0; -ENOENT when every mark is told from none (nothing added, *unmarked 0); another -errno when
+ * the rules could not be read or an exemption not added (what was added is taken back); err
+ * then holds one line starting "auto_route: ". Undone by autoroute_bypass_end (and by
+ * autoroute_free). */
+int autoroute_bypass_begin(struct autoroute *ar, const uint32_t *marks, size_t n_marks,
+			   uint32_t *unmarked, char *err, size_t errlen) NETLINK_WUR;
+
+/* Remove the temporary exemptions of autoroute_bypass_begin. One that cannot be removed is
+ * logged, and removed by autoroute_free or the next reconcile. No-op without a bypass. */
+void autoroute_bypass_end(struct autoroute *ar);
 
 /* A second descriptor of ar's ownership of the namespace (close-on-exec), for the set that
  * replaces it (autoroute_opts.has_lock): the ownership lasts while either is open. -errno on

@@ -109,7 +109,8 @@ static int target_loops(const struct routecheck *rc, const struct routecheck_tar
 	if (t->oif_name[0] && !(oif = (int)if_nametoindex(t->oif_name)))
 		return 0; /* its sockets cannot even bind: they fail, they do not loop */
 	for (uint8_t i = 0; i < t->n_dst; i++) {
-		ret = netlink_route_get_ex(nl, &t->dst[i], t->mark, oif, &r);
+		ret = netlink_route_get_ex(nl, &t->dst[i], t->mark ? t->mark : rc->unmarked_mark,
+					   oif, &r);
 		if (ret == -ENETUNREACH || ret == -EHOSTUNREACH || ret == -ENOENT ||
 		    ret == -EACCES || ret == -EINVAL)
 			continue;

@@ -41,6 +41,9 @@ struct routecheck {
 	struct routecheck_target *t;     /* one per outbound */
 	size_t n;
 	int tun_ifindex;
+	uint32_t unmarked_mark;          /* the mark lookups of targets without one carry (0:
+					  * none): a stand-in while auto_route's rules are
+					  * looked past (autoroute_bypass_begin) */
 	uint64_t episodes;               /* an outbound started to loop (routes.loop_risk) */
 	uint64_t looping_now;            /* outbounds looping after the last scan */
 };

@@ -162,8 +162,9 @@ out:
 
 /* A fake-IP range outside the TUN's prefix must be routed into the TUN (auto_route adds it;
  * without auto_route, the user's routes must): else connections to fake addresses would leave
- * by another interface. One route lookup per range, of its first address. */
-static int check_fake_routes(struct ts_proxy *p, char *err, size_t errlen)
+ * by another interface. One route lookup per range, of its first address, carrying mark (0:
+ * none; else the stand-in for none of autoroute_bypass_begin). */
+static int check_fake_routes(struct ts_proxy *p, uint32_t mark, char *err, size_t errlen)
 {
 	const struct netaddr_cidr *fr[2] = { &p->cfg.dns.fakeip.range4, &p->cfg.dns.fakeip.range6 };
 	char a[NETADDR_CIDR_STRLEN];
@@ -176,7 +177,7 @@ static int check_fake_routes(struct ts_proxy *p, char *err, size_t errlen)
 			continue;
 		if (netaddr_add(&fr[i]->addr, 1, &first) != 0)
 			continue;
-		ret = netlink_route_get_ex(&p->nl, &first, 0, 0, &r);
+		ret = netlink_route_get_ex(&p->nl, &first, mark, 0, &r);
 		if (ret == 0 && r.type == RTN_UNICAST && r.oif == tun_ifindex(p->tun))
 			continue;
 		snprintf(err, errlen, "config: $.dns.fakeip.inet%d_range: %s is not routed into the TUN "
@@ -221,7 +222,7 @@ int routing_start(struct ts_proxy *p, char *err, size_t errlen)
 		sweep_auto_route(p);
 	if ((ret = routecheck_scan(&p->rc, &p->nl, &p->log, true, err, errlen)) < 0)
 		return ret;
-	if ((ret = check_fake_routes(p, err, errlen)) != 0)
+	if ((ret = check_fake_routes(p, 0, err, errlen)) != 0)
 		return ret;
 	if ((ret = routewatch_new(p->base, on_routes_changed, p, &p->rw)) != 0) {
 		snprintf(err, errlen, "proxy: routing watch: %s", strerror(-ret));
@@ -280,8 +281,9 @@ static void carry_history(struct routecheck *n, const struct routecheck *o)
 
 /* auto_route from the rules of from to those of to (its route check targets to_rc): replaced
  * make-before-break when both have it; installed when only to has it (with the namespace kept
- * in p->lock_keep, if any); removed when only from has it, the namespace kept in p->lock_keep
- * so that no other proxy steps in before the reload is done. On a failure p->ar is as before. */
+ * in p->lock_keep, if any); removed when only from has it (a reload whose checks could not
+ * look past the rules, or its undo), the namespace kept in p->lock_keep so that no other proxy
+ * steps in before the reload is done. On a failure p->ar is as before. */
 static int switch_auto_route(struct ts_proxy *p, const struct ts_config *from,
 			     const struct ts_config *to, const struct routecheck *to_rc, char *err,
 			     size_t errlen)
@@ -297,31 +299,80 @@ static int switch_auto_route(struct ts_proxy *p, const struct ts_config *from,
 	return 0;
 }
 
+/* The checks of a reload that turns auto_route off (rc: the route check of its outbounds; the
+ * fake-IP ranges), made while p->ar's rules stay in place and see the namespace as if they
+ * were gone (autoroute_bypass_begin): what they capture never leaves by the uplink while the
+ * reload is checked, nor when it is refused. *beside false: that could not be arranged (the
+ * reason logged), nothing was checked and the rules are as they were. 0 or -errno with one line
+ * in err. */
+static int check_beside_rules(struct ts_proxy *p, struct routecheck *rc, bool *beside, char *err,
+			      size_t errlen)
+{
+	uint32_t marks[TS_MAX_OUTBOUNDS], unmarked;
+	char why[TS_ERRLEN];
+	size_t n = 0;
+	int ret;
+
+	*beside = false;
+	for (size_t i = 0; i < rc->n && i < TS_MAX_OUTBOUNDS; i++)
+		if (rc->t[i].active && rc->t[i].mark)
+			marks[n++] = rc->t[i].mark;
+	if ((ret = autoroute_bypass_begin(p->ar, marks, n, &unmarked, why, sizeof(why))) != 0) {
+		if (ret == -ENOENT)
+			log_debug(&p->log, "%s: the rules go before the checks", why);
+		else
+			log_warn(&p->log, "%s: the rules go before the checks", why);
+		return 0;
+	}
+	*beside = true;
+	rc->unmarked_mark = unmarked;
+	ret = routecheck_scan(rc, &p->nl, &p->log, true, err, errlen);
+	rc->unmarked_mark = 0;
+	if (ret >= 0)
+		ret = check_fake_routes(p, unmarked, err, errlen);
+	autoroute_bypass_end(p->ar);
+	return ret < 0 ? ret : 0;
+}
+
 int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct ts_config *n,
 		   struct routecheck *nrc, char *err, size_t errlen)
 {
 	struct routecheck rc = *nrc;
 	char why[TS_ERRLEN];
-	bool redo;
+	bool redo, beside = false;
 	int ret;
 
 	memset(nrc, 0, sizeof(*nrc)); /* ours now */
 	redo = auto_route_changed(old, n, &p->rc, &rc);
+	/* auto_route off now: its rules stay while the reload is checked and go once it is
+	 * accepted. */
+	if (redo && !n->tun.auto_route && p->ar &&
+	    (ret = check_beside_rules(p, &rc, &beside, err, errlen)) != 0)
+		goto refuse;
+	if (beside) {
+		autoroute_free(p->ar);
+		p->ar = NULL;
+		goto accept;
+	}
 	/* A failure here leaves the running rules as they were. */
 	if (redo && (ret = switch_auto_route(p, old, n, &rc, err, errlen)) != 0)
 		goto refuse;
 	if ((ret = routecheck_scan(&rc, &p->nl, &p->log, true, err, errlen)) < 0)
 		goto undo;
-	/* auto_route off now: the fake-IP ranges its routes led into the TUN must still get
-	 * there, as a start without it requires (the running resolver keeps its ranges). */
-	if (redo && !n->tun.auto_route && (ret = check_fake_routes(p, err, errlen)) != 0)
+	/* auto_route off now (its rules already gone, when they could not be looked past): the
+	 * fake-IP ranges its routes led into the TUN must still get there, as a start without it
+	 * requires (the running resolver keeps its ranges). */
+	if (redo && !n->tun.auto_route && (ret = check_fake_routes(p, 0, err, errlen)) != 0)
 		goto undo;
+accept:
 	carry_history(&rc, &p->rc);
 	routecheck_fini(&p->rc);
 	p->rc = rc;
 	drop_lock_keep(p);
-	if (redo)
+	if (redo && n->tun.auto_route)
 		log_info(&p->log, "auto_route: rules rebuilt for the new configuration");
+	else if (redo && old->tun.auto_route)
+		log_info(&p->log, "auto_route: rules removed (off in the new configuration)");
 	return 0;
 undo:
 	/* Back to the old rules, make-before-break again where both configurations have them. */

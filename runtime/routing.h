@@ -27,7 +27,9 @@ void routing_stop(struct ts_proxy *p);
  * make-before-break (autoroute_replace), so traffic both configurations capture never leaves
  * by the uplink; nothing is touched when nothing they depend on changed. n's rules failing
  * refuse it with the old ones untouched; n's outbounds looping refuse it with the old rules
- * put back, make-before-break again. 0 or -errno with one line in err. */
+ * put back, make-before-break again. When n turns auto_route off, the old rules stay while n
+ * is checked (the lookups look past them: autoroute_bypass_begin) and go only once n is
+ * accepted; a refusal leaves them untouched. 0 or -errno with one line in err. */
 int routing_reload(struct ts_proxy *p, const struct ts_config *old, const struct ts_config *n,
 		   struct routecheck *nrc, char *err, size_t errlen)
 	__attribute__((warn_unused_result));

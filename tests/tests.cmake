@@ -137,9 +137,10 @@ if(TS_SANITIZE STREQUAL "")
     LABELS integration TIMEOUT 120 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   # auto_route's rules while they change (tests/integration/autoroute.sh): 60 reloads that move
   # exclusions, priorities and the table under a UDP sender, with a counter in the "internet"
-  # namespace that must see no datagram bypass the TUN; reloads that change nothing touch no
-  # rule; a SIGKILLed proxy's leftovers removed by a start without auto_route and by `twinstack
-  # cleanup`; about 15 s.
+  # namespace that must see no datagram bypass the TUN; reloads that turn auto_route off and are
+  # refused (a fake-IP range) under the same sender, the rules never removed meanwhile; reloads
+  # that change nothing touch no rule; a SIGKILLed proxy's leftovers removed by a start without
+  # auto_route and by `twinstack cleanup`; about 25 s.
   add_test(NAME integration_autoroute
     COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/autoroute.sh --stack system
             --bin $<TARGET_FILE:twinstack>)

@@ -25,13 +25,18 @@
 #      counter does count a bypass
 #   N  reloads that change only route rules and log.level: no rule or route event with
 #      proto 116 in D (ip monitor), rules identical before and after
+#   F  reloads that turn auto_route off while dns.fakeip's range (outside the TUN's prefix) is
+#      routed into the TUN by nothing but auto_route: each is refused, and while the sender runs
+#      S counts zero datagrams and the rules afterwards are those before (no removal of a proto
+#      116 capture rule in ip monitor); with a route of the user's leading the range into the
+#      TUN the same reload is accepted and leaves nothing tagged
 #   K  SIGKILL leftovers: with strict_route and an IPv4-only TUN the leftover "unreachable ::/0"
 #      cuts D's IPv6; a start without auto_route removes them (IPv6 back); without strict_route
 #      the leftovers fall through (IPv4/IPv6 reach S) and `twinstack cleanup` removes them;
 #      cleanup refuses while a proxy owns the namespace, touching nothing
 #
 # usage: autoroute.sh [--stack system|lwip] [--bin PATH] [--reloads N] [--only LETTERS] [--keep] [-v]
-#   --reloads  reloads in case R (default 60)
+#   --reloads  reloads in case R (default 60), half as many refused ones in case F
 # Exit: 0 all passed, 77 skipped (not root, no /dev/net/tun, no namespaces), 1 otherwise.
 # Output: 'ok - NAME' / 'not ok - NAME: REASON' lines, '#' notes, then 'N passed, N failed'.
 set -uo pipefail
@@ -40,7 +45,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
 STACK=system
 BIN=$SRC/build/twinstack
-ONLY=RNK
+ONLY=RNFK
 RELOADS=60
 KEEP_TMP=0
 VERBOSE=0
@@ -269,6 +274,114 @@ case_n() {
 	check "N: SIGTERM" stop
 }
 
+# --- F: reloads turning auto_route off, refused for the fake-IP range -----------------------
+
+# sender_start TAG: the sender in D for up to 120 s, until $TMP/TAG.stop exists. Sets SND.
+sender_start() {
+	rm -f "$TMP/$1.stop"
+	ip netns exec "$NS_D" "$PY" -c "$SENDER" "$SRV4" "$P_SINK" "$SPORT" 120 "$TMP/$1.stop" \
+		>"$TMP/$1.sender" 2>&1 &
+	SND=$!
+	PIDS+=("$SND")
+}
+sender_stop() { touch "$TMP/$1.stop"; wait "$SND"; }
+
+case_f() {
+	local i n mon before after sent errs leak rej g0 refused res why dels
+	n=$((RELOADS / 2))
+	# auto_route captures S's prefix and, as route_address is given, the fake-IP range outside
+	# the TUN's prefix; nothing else routes that range into the TUN.
+	config "$TMP/f-on.json" '{"tun": {"route_address": ["10.202.9.0/24"]},
+		"dns": {"hijack": true, "servers": [{"tag": "up", "address": "udp://10.202.0.2", "detour": "direct"}],
+			"fakeip": {"inet4_range": "100.64.0.0/16"}}}'
+	jq '.tun.auto_route = false | del(.tun.route_address)' "$TMP/f-on.json" >"$TMP/f-off.json"
+	cp "$TMP/f-on.json" "$TMP/run.json"
+	check "F: start with auto_route and a fake-IP range outside the TUN's prefix" start "$TMP/run.json" f || return
+	check "F: auto_route routes the fake range into the TUN" eval "inD ip -o route get 100.64.0.1 | grep -q 'dev $TUN'"
+	sleep 0.3 # the watch's own repair pass after the start, if any
+	before=$(rules_text)
+	g0=$(stat_get .config.generation)
+	spawn "$NS_D" "$TMP/f.monitor" ip monitor rule
+	mon=$SPAWNED
+	leak_reset
+	sender_start f
+	sleep 0.5
+	for ((i = 1; i <= n; i++)); do
+		reload "$TMP/f-off.json" "$i" || { note "F: reload $i gave no result line within 2 s"; break; }
+		cp "$TMP/f-on.json" "$TMP/run.json" # the running configuration's file again
+	done
+	sleep 0.3
+	sender_stop f
+	read -r sent errs <"$TMP/f.sender"
+	leak=$(leaked)
+	rej=$(stat_get .udp.drops.rejected)
+	stop_pid "$mon" 1
+	after=$(rules_text)
+	refused=$(stat_get .reload.refused)
+	res=$(stat_get .reload.last_result)
+	why=$(stat_get .reload.last_error)
+	note "F: $((i - 1)) reloads; sender: $sent datagrams, $errs send errors; proxy rejected $rej"
+	if [ "$((i - 1))" -eq "$n" ] && [ "$refused" = "$n" ] && [ "$res" = refused ] &&
+		[[ "$why" == *"inet4_range: 100.64.0.0/16 is not routed into the TUN"* ]] &&
+		[ "$(stat_get .config.generation)" = "$g0" ]; then
+		ok "F: $n reloads turning auto_route off were refused" "$why"
+	else
+		not_ok "F: $n reloads turning auto_route off were refused" "$((i - 1)) answered, reload.refused $refused, last '$res': $why"
+	fi
+	if [ "$leak" = 0 ]; then
+		ok "F: no datagram bypassed the TUN during the refused reloads" "S counted 0 of $sent sent"
+	else
+		not_ok "F: no datagram bypassed the TUN during the refused reloads" "S counted $leak of $sent sent (left D by the uplink)"
+	fi
+	if [ -n "$before" ] && [ "$before" = "$after" ]; then
+		ok "F: the rule set afterwards is the one before" "$(wc -l <<<"$before") rules and routes with proto $RULE_PROTO"
+	else
+		not_ok "F: the rule set afterwards is the one before" "$(diff <(echo "$before") <(echo "$after") | tr '\n' ';' | head -c 300)"
+	fi
+	# The capture rule (P+6, "lookup T" without other selectors) never went away.
+	dels=$(grep -cE "^Deleted [0-9]+:\s+from all lookup [0-9]+ proto $RULE_PROTO\$" "$TMP/f.monitor")
+	if [ "$dels" -eq 0 ]; then
+		ok "F: no capture rule was removed meanwhile" "$(grep -c "proto $RULE_PROTO" "$TMP/f.monitor") rule events with proto $RULE_PROTO"
+	else
+		not_ok "F: no capture rule was removed meanwhile" "$dels removals: $(grep -m 1 -E '^Deleted [0-9]+:\s+from all lookup' "$TMP/f.monitor")"
+	fi
+	# With a route of the user's leading the range into the TUN the same reload is accepted
+	# and removes everything auto_route had installed.
+	inD ip route add 100.64.0.0/16 dev "$TUN"
+	reload "$TMP/f-off.json" "$((n + 1))"
+	res=$(stat_get .reload.last_result)
+	if [ "$res" = ok ] && [ "$(stat_get .config.generation)" -gt "$g0" ]; then
+		ok "F: with the range routed into the TUN by the user, the reload is accepted"
+	else
+		not_ok "F: with the range routed into the TUN by the user, the reload is accepted" "'$res': $(stat_get .reload.last_error)"
+	fi
+	check "F: nothing tagged is left after the accepted reload" eval "[ \$(tagged) = 0 ]"
+	check "F: the user's route still leads the range into the TUN" eval "inD ip -o route get 100.64.0.1 | grep -q 'dev $TUN'"
+	check "F: SIGTERM" stop
+	# Everything captured, then off with an outbound that carries no mark and one with a mark
+	# the old rules do not exempt: their route check looks past the old rules (no loop), and
+	# the mark's temporary exemption is gone with the rest.
+	config "$TMP/f-all.json"
+	config "$TMP/f-marks.json" '{"tun": {"auto_route": false}, "route": {"default_mark": 0},
+		"outbounds": [{"tag": "direct", "type": "direct", "routing_mark": 5},
+			      {"tag": "plain", "type": "direct"}, {"tag": "block", "type": "reject"}]}'
+	cp "$TMP/f-all.json" "$TMP/run.json"
+	check "F: start with auto_route capturing everything" start "$TMP/run.json" f2 || return
+	spawn "$NS_D" "$TMP/f2.monitor" ip monitor rule
+	mon=$SPAWNED
+	sleep 0.3
+	reload "$TMP/f-marks.json" 1
+	sleep 0.2
+	stop_pid "$mon" 1
+	res=$(stat_get .reload.last_result)
+	if [ "$res" = ok ] && [ "$(tagged)" = 0 ]; then
+		ok "F: off with an unmarked outbound and a new mark is accepted, nothing tagged left" "$(grep -c 'fwmark 0x5 goto' "$TMP/f2.monitor") events of the temporary exemption"
+	else
+		not_ok "F: off with an unmarked outbound and a new mark is accepted, nothing tagged left" "'$res': $(stat_get .reload.last_error); $(tagged) tagged"
+	fi
+	check "F: SIGTERM" stop
+}
+
 # --- K: what a SIGKILLed proxy leaves ---------------------------------------------------------
 
 ping6_s() { inD ping -6 -c 1 -W 1 "$SRV6" >/dev/null 2>&1; }
@@ -349,7 +462,7 @@ if [ "$topo_rc" -ne 0 ]; then
 fi
 ok "topology: namespaces D and S, one veth, default routes" "$NS_D $NS_S"
 T_START=$(date +%s%N)
-for c in R N K; do
+for c in R N F K; do
 	[[ "${ONLY^^}" == *$c* ]] && "case_${c,,}"
 done
 note "elapsed $(($(elapsed_ms "$T_START") / 1000)) s"

@@ -891,6 +891,97 @@ Test(autoroute_ns, failed_replace_keeps_the_old_set)
 	run_in_netns(replace_rollback_scenario);
 }
 
+/* ---- lookups beside the set (a reload that turns auto_route off is checked) ---- */
+
+static void bypass_scenario(void)
+{
+	struct autoroute_opts o;
+	struct autoroute *ar;
+	struct log lg;
+	struct logbuf lb;
+	const uint32_t marks[2] = { 0x74000001, 0x5 }; /* exempted by the set already; new */
+	char before[16384], installed[16384], now[16384], rules[4096], seq[256], err[256];
+	uint32_t x = 1;
+	int mon, ret;
+
+	setup(true);
+	logger(&lg, &lb);
+	tun_opts(&o, true);
+	snapshot(before, sizeof(before));
+	ar = must_new(&o, &lg);
+	snapshot(installed, sizeof(installed));
+	mon = monitor_open();
+
+	/* No rule of another owner looks at marks: the set's own mark stands in for none, and
+	 * only the new mark gets a temporary exemption, one per family. Nothing is removed. */
+	ret = autoroute_bypass_begin(ar, marks, 2, &x, err, sizeof(err));
+	CHECK(ret == 0 && x == 0x74000000, "begin: %d 0x%x %s", ret, x, err);
+	monitor_read(mon, seq, sizeof(seq));
+	CHECK(strcmp(seq, "++") == 0, "kernel saw %s", seq);
+	sh_out("ip -4 rule; ip -6 rule", rules, sizeof(rules));
+	CHECK(strstr(rules, "8700:\tfrom all fwmark 0x5 goto 8719 proto 116"), "%.700s", rules);
+	CHECK_DEV("1.1.1.1", "tst0"); /* still captured */
+	CHECK_DEV("2001:db8::1", "tst0");
+	CHECK_DEV("1.1.1.1 mark 0x74000000", "up0");
+	CHECK_DEV("1.1.1.1 mark 0x5", "up0");
+	CHECK_DEV("2001:db8::1 mark 0x5", "up0");
+	autoroute_bypass_end(ar);
+	monitor_read(mon, seq, sizeof(seq));
+	CHECK(strcmp(seq, "--") == 0, "kernel saw %s", seq);
+	snapshot(now, sizeof(now));
+	CHECK(strcmp(installed, now) == 0, "exactly the set again:\n%.360s\n---\n%.360s",
+	      installed, now);
+	CHECK_DEV("1.1.1.1 mark 0x5", "tst0");
+
+	/* Rules of the user's that route the set's mark and the top bit their own way: the
+	 * stand-in is the next bit, which neither matches, exempted for the time being. */
+	sh("ip rule add pref 100 fwmark 0x74000000/0xff000000 lookup 100 && "
+	   "ip rule add pref 101 fwmark 0x80000000/0x80000000 lookup 100 && "
+	   "ip rule add pref 102 not fwmark 0x0/0x1 lookup 100");
+	snapshot(installed, sizeof(installed));
+	monitor_read(mon, seq, sizeof(seq));
+	ret = autoroute_bypass_begin(ar, NULL, 0, &x, err, sizeof(err));
+	CHECK(ret == 0 && x == 0x40000000, "begin: %d 0x%x %s", ret, x, err);
+	CHECK_DEV("1.1.1.1 mark 0x40000000", "up0");
+	CHECK_DEV("1.1.1.1", "tst0");
+	autoroute_bypass_end(ar);
+	snapshot(now, sizeof(now));
+	CHECK(strcmp(installed, now) == 0, "exactly the set again:\n%.360s\n---\n%.360s",
+	      installed, now);
+
+	/* A rule that matches unmarked packets only: no mark can stand in; nothing is touched. */
+	sh("ip rule add pref 103 fwmark 0x0/0xffffffff lookup 100");
+	snapshot(installed, sizeof(installed));
+	monitor_read(mon, seq, sizeof(seq));
+	ret = autoroute_bypass_begin(ar, marks, 2, &x, err, sizeof(err));
+	CHECK(ret == -ENOENT && x == 0 && strncmp(err, "auto_route: ", 12) == 0, "begin: %d 0x%x %s",
+	      ret, x, err);
+	monitor_read(mon, seq, sizeof(seq));
+	CHECK(seq[0] == '\0', "kernel saw %s", seq);
+	snapshot(now, sizeof(now));
+	CHECK(strcmp(installed, now) == 0, "untouched");
+	autoroute_bypass_end(ar); /* without a bypass: a no-op */
+	monitor_read(mon, seq, sizeof(seq));
+	CHECK(seq[0] == '\0', "kernel saw %s", seq);
+
+	/* Freed in the middle of a bypass: the temporary exemptions go with the set. */
+	sh("ip rule del pref 103 && ip rule del pref 102 && ip rule del pref 101 && "
+	   "ip rule del pref 100");
+	ret = autoroute_bypass_begin(ar, marks, 2, &x, err, sizeof(err));
+	CHECK(ret == 0 && x == 0x74000000, "begin: %d 0x%x %s", ret, x, err);
+	close(mon);
+	autoroute_free(ar);
+	snapshot(now, sizeof(now));
+	CHECK(strcmp(before, now) == 0, "state differs after free:\n%.360s\n---\n%.360s", before,
+	      now);
+	child_leak_check();
+}
+
+Test(autoroute_ns, bypass_looks_past_the_set_in_place)
+{
+	run_in_netns(bypass_scenario);
+}
+
 /* A process that installs o and dies without cleaning up (as after SIGKILL). */
 static void install_and_die(const struct autoroute_opts *o)
 {
