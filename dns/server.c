@@ -110,7 +110,7 @@ struct dns_server {
 	struct {
 		ctr_t queries, queries_tcp;
 		ctr_t hosts, fake, cache, upstream, refused, empty, servfail;
-		ctr_t malformed, busy, nomem, coalesced;
+		ctr_t malformed, busy, nomem, gone, coalesced;
 	} ctr;
 	uint8_t out[OUT_CAP];
 };
@@ -335,6 +335,8 @@ void dns_server_cancel(struct dns_server *s, struct dns_ticket *t)
 			budget_mfree(s->b, f);
 		}
 	}
+	/* Its client went away before the answer: the query's outcome (it was pending). */
+	ctr_inc(&s->ctr.gone);
 	ticket_done(s, t);
 }
 
@@ -867,6 +869,8 @@ void dns_server_free(struct dns_server *s)
 		while ((t = f->waiters)) {
 			waiter_unlink(f, t);
 			t->fn(t->arg, NULL, 0);
+			/* Its owner lets go of it, as if its client had left. */
+			ctr_inc(&s->ctr.gone);
 			ticket_done(s, t);
 		}
 		budget_mfree(s->b, f);
@@ -906,6 +910,7 @@ void dns_server_get_stats(const struct dns_server *s, struct dns_server_stats *o
 	o->drops_malformed = ctr_get(&s->ctr.malformed);
 	o->drops_busy = ctr_get(&s->ctr.busy);
 	o->drops_no_memory = ctr_get(&s->ctr.nomem);
+	o->drops_client_gone = ctr_get(&s->ctr.gone);
 	o->coalesced = ctr_get(&s->ctr.coalesced);
 	o->pending = s->pending;
 	if (s->cache) {

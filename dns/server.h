@@ -65,7 +65,7 @@ int dns_server_reconfigure(struct dns_server *s, const struct ts_config *cfg);
 const struct ts_config *dns_server_config(const struct dns_server *s);
 
 /* Every query still waiting gets its fn with len 0 (nothing to send), so that its owner lets
- * go of it. */
+ * go of it (counted as drops_client_gone). */
 void dns_server_free(struct dns_server *s);
 
 /* Answer the query m (len bytes, copied if it must wait). tcp: it came over TCP (the limit is
@@ -82,7 +82,8 @@ int dns_server_query(struct dns_server *s, const uint8_t *m, size_t len, bool tc
 int dns_server_query_real(struct dns_server *s, const uint8_t *m, size_t len, dns_reply_fn fn,
 			  void *arg, struct dns_ticket **ticket) __attribute__((warn_unused_result));
 
-/* The client went away: its reply is never delivered (fn not called). */
+/* The client went away: its reply is never delivered (fn not called). The query's outcome is
+ * drops_client_gone. */
 void dns_server_cancel(struct dns_server *s, struct dns_ticket *ticket);
 
 /* Fake-IP: the name addr (family 4 or 6, its 4 or 16 bytes) stands for: its length (name
@@ -119,6 +120,8 @@ struct dns_server_stats {
 	uint64_t answered_refused, answered_empty, answered_servfail;
 	uint64_t drops_malformed, drops_busy;
 	uint64_t drops_no_memory;               /* an upstream ask the heap had no memory for */
+	uint64_t drops_client_gone;             /* pending, then cancelled: the client left
+						 * (or its owner let go at dns_server_free) */
 	uint64_t cache_hits, cache_misses, cache_entries, cache_evictions;
 	uint64_t upstream_queries, upstream_timeouts, upstream_errors, upstream_bad_answers;
 	uint64_t upstream_tls_failures;         /* tls:// servers' failed handshakes */

@@ -279,6 +279,7 @@ static void add_dns(struct ts_proxy *p, struct stats_doc *d, const struct dns_tc
 	stats_doc_counter(d, "dns.drops.malformed", st.drops_malformed);
 	stats_doc_counter(d, "dns.drops.busy", st.drops_busy);
 	stats_doc_counter(d, "dns.drops.no_memory", st.drops_no_memory);
+	stats_doc_counter(d, "dns.drops.client_gone", st.drops_client_gone);
 	stats_doc_counter(d, "dns.coalesced", st.coalesced);
 	stats_doc_add_u64(d, "dns.pending", STATS_GAUGE, st.pending);
 	stats_doc_counter(d, "dns.cache.hits", st.cache_hits);

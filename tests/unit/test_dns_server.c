@@ -4,7 +4,8 @@
  * one upstream query), SERVFAIL when the upstream is gone, malformed and header-error queries,
  * the size limit (TC), cancellation, and the pending bound; a cached answer that cannot be
  * rebuilt aged (a miss, asked upstream again) and an ask without memory (counted), each query
- * ending in one outcome.
+ * ending in one outcome; a client that leaves before its answer (cancelled, or a DNS-over-TCP
+ * connection reset mid-query) is an outcome of its own.
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +22,8 @@
 #include "core/budget.h"
 #include "core/config.h"
 #include "core/dns_msg.h"
+#include "dispatch/dns_tcp.h"
+#include "dispatch/stream.h"
 #include "dns/fakeip.h"
 #include "dns/server.h"
 #include "fakedns.h"
@@ -280,6 +284,8 @@ Test(dns_server, coalescing_and_cancel)
 	dns_server_get_stats(f.s, &st);
 	cr_assert_eq(st.coalesced, 2);
 	cr_assert_eq(st.pending, 0);
+	cr_assert_eq(st.answered_upstream, 2);
+	cr_assert_eq(st.drops_client_gone, 1, "the cancelled one");
 	teardown(&f);
 }
 
@@ -575,14 +581,14 @@ Test(dns_server, reconfigure_takes_rules_but_not_servers)
 
 /* ---- every query ends in one outcome ---- */
 
-/* The answers and drops together: with nothing waiting (pending 0) and no query cancelled,
- * each query received is exactly one of them. */
+/* The answers and drops together (a client that left included): with nothing waiting
+ * (pending 0), each query received is exactly one of them. */
 static uint64_t outcomes(const struct dns_server_stats *st)
 {
 	return st->answered_hosts + st->answered_fake + st->answered_cache +
 	       st->answered_upstream + st->answered_refused + st->answered_empty +
 	       st->answered_servfail + st->drops_malformed + st->drops_busy +
-	       st->drops_no_memory;
+	       st->drops_no_memory + st->drops_client_gone;
 }
 
 /* libevent's allocator, made to fail on demand: an upstream ask's timer is the last thing it
@@ -673,5 +679,115 @@ Test(dns_server, a_cached_answer_that_cannot_be_rebuilt_is_a_miss)
 	dns_server_get_stats(f.s, &st);
 	cr_assert_eq(st.cache_hits, 1);
 	cr_assert_eq(st.answered_cache, 1);
+	teardown(&f);
+}
+
+/* ---- a client that leaves before its answer ---- */
+
+/* The identity /stats promises: every query received is answered, dropped (a client that left
+ * included) or still waiting. */
+static void identity_holds(const struct dns_server_stats *st)
+{
+	cr_assert_eq(st->queries, outcomes(st) + st->pending,
+		     "%llu queries, %llu outcomes, %llu pending", (unsigned long long)st->queries,
+		     (unsigned long long)outcomes(st), (unsigned long long)st->pending);
+}
+
+/* Two clients wait on one flight (slow.test is never answered); each leaves in turn: each is
+ * one outcome of its own, and the one still waiting is pending until it leaves too. */
+Test(dns_server, a_client_that_leaves_mid_query_is_counted)
+{
+	struct dns_server_stats st;
+	struct got g1 = { 0 }, g2 = { 0 };
+	struct dns_ticket *t1, *t2;
+	struct fix f;
+	uint8_t q[512];
+	size_t n;
+
+	setup(&f, basic);
+	n = mkq(q, 70, "slow.test", DNS_T_A, 0);
+	cr_assert_eq(dns_server_query(f.s, q, n, false, 1472, on_reply, &g1, &t1), 0);
+	tu_put16(q, 71);
+	cr_assert_eq(dns_server_query(f.s, q, n, false, 1472, on_reply, &g2, &t2), 0);
+	cr_assert_not_null(t1);
+	cr_assert_not_null(t2);
+	loop_ms(f.base, 20);
+	dns_server_get_stats(f.s, &st);
+	cr_assert_eq(st.pending, 2);
+	identity_holds(&st);
+	dns_server_cancel(f.s, t1);
+	dns_server_get_stats(f.s, &st);
+	cr_assert_eq(st.pending, 1);
+	identity_holds(&st);
+	cr_assert_eq(st.drops_client_gone, 1);
+	dns_server_cancel(f.s, t2);
+	dns_server_get_stats(f.s, &st);
+	cr_assert_eq(st.pending, 0);
+	identity_holds(&st);
+	cr_assert_eq(st.drops_client_gone, 2);
+	cr_assert_eq(g1.calls + g2.calls, 0, "a client that left gets nothing");
+	teardown(&f);
+}
+
+struct tcp_client {
+	int done;
+};
+
+static void tcp_done(void *arg)
+{
+	((struct tcp_client *)arg)->done++;
+}
+
+/* A DNS-over-TCP client asks through a connection to the real resolver, then resets the
+ * connection while its query waits for the upstream: the connection cancels the query, and
+ * the query ends in exactly one outcome. */
+Test(dns_server, a_tcp_client_that_resets_mid_query_is_counted)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct linger lg = { 1, 0 };
+	socklen_t sl = sizeof(sa);
+	struct dns_tcp_counters ctr;
+	struct dns_tcp_resolver res;
+	struct dns_tcp_params p = { .resolver = &res, .idle_ms = 5000, .counters = &ctr };
+	struct dns_server_stats st;
+	struct tcp_client cl = { 0 };
+	struct stream *s;
+	struct fix f;
+	uint8_t q[514];
+	size_t n;
+	int l, app, acc;
+
+	setup(&f, basic);
+	memset(&ctr, 0, sizeof(ctr));
+	dns_tcp_resolver_server(&res, f.s);
+	p.budget = f.b;
+	cr_assert_geq(l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), 0);
+	cr_assert_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(l, 1), 0);
+	cr_assert_eq(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+	cr_assert_geq(app = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), 0);
+	cr_assert_eq(connect(app, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_geq(acc = accept4(l, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), 0);
+	close(l);
+	cr_assert_eq(stream_sock_new(f.base, acc, &s), 0);
+	cr_assert_eq(dns_tcp_new(f.base, s, &p, tcp_done, &cl, NULL), 0);
+	n = mkq(q + 2, 80, "slow.test", DNS_T_A, 0);
+	tu_put16(q, (uint16_t)n);
+	cr_assert_eq(send(app, q, n + 2, MSG_NOSIGNAL), (ssize_t)(n + 2));
+	for (int i = 0; i < 200 && (dns_server_get_stats(f.s, &st), st.pending == 0); i++)
+		loop_ms(f.base, 10);
+	cr_assert_eq(st.pending, 1, "the query waits for the upstream");
+	cr_assert_eq(st.queries_tcp, 1);
+	identity_holds(&st);
+	cr_assert_eq(setsockopt(app, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+	close(app);
+	for (int i = 0; i < 200 && !cl.done; i++)
+		loop_ms(f.base, 10);
+	cr_assert_eq(cl.done, 1, "the connection ended");
+	cr_assert_eq(ctr_get(&ctr.closed_reset), 1);
+	dns_server_get_stats(f.s, &st);
+	cr_assert_eq(st.pending, 0);
+	identity_holds(&st);
+	cr_assert_eq(st.drops_client_gone, 1);
 	teardown(&f);
 }
