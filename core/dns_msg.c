@@ -260,6 +260,158 @@ int dns_parse_answer(const uint8_t *m, size_t len, uint16_t id, const struct dns
 	return 0;
 }
 
+/* ---- names that read TTL bytes ------------------------------------------------------------ */
+
+/* Does [p, p + n) hold a byte of one of the k TTL fields at ttl[] (ascending, 4 bytes each)? */
+static bool in_ttls(const uint16_t *ttl, size_t k, size_t p, size_t n)
+{
+	size_t lo = 0, hi = k;
+
+	/* The first TTL that starts at or past p + n: only the one before it can overlap. */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (ttl[mid] < p + n)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo > 0 && ttl[lo - 1] + 4u > p;
+}
+
+/* The most bytes read_name looks at for one name: DNS_WIRE_NAME_MAX of labels and the
+ * pointers it follows, and the one it refuses. */
+#define READ_NAME_MAX_SEEN (DNS_WIRE_NAME_MAX + 2 * (DNS_MAX_JUMPS + 1))
+
+/* Does the name at off read a byte of a TTL at ttl[]? Read as the most lenient reader would:
+ * pointers followed in any direction, in place past its RR's end, until it has looked at more
+ * bytes than the message holds (where a reader that detects loops by counting, as glibc's
+ * does, gives up) or than read_name would, past the message's end or at a reserved label
+ * type. Every byte looked at on the way counts: bytes no TTL covers read the same however the
+ * TTLs change, and so does every decision taken on them. *end: where the name ends at off, 0
+ * when it does not read as a name. */
+static bool name_reads_ttl(const uint8_t *m, size_t len, size_t off, const uint16_t *ttl,
+			   size_t k, size_t *end)
+{
+	size_t pos = off, seen = 0, most = len > READ_NAME_MAX_SEEN ? len : READ_NAME_MAX_SEEN;
+
+	*end = 0;
+	for (;;) {
+		uint8_t l;
+		if (pos >= len)
+			break;
+		l = m[pos];
+		if ((l & 0xc0) == 0xc0) {
+			if (in_ttls(ttl, k, pos, pos + 1 < len ? 2 : 1))
+				return true;
+			if (pos + 1 >= len || (seen += 2) > most)
+				break;
+			if (!*end)
+				*end = pos + 2;
+			pos = (size_t)(l & 0x3f) << 8 | m[pos + 1];
+			continue;
+		}
+		if (l & 0xc0) {
+			*end = 0;
+			return in_ttls(ttl, k, pos, 1);
+		}
+		if (in_ttls(ttl, k, pos, pos + 1u + l <= len ? 1u + l : len - pos))
+			return true;
+		if (l == 0) {
+			if (!*end)
+				*end = pos + 1;
+			return false;
+		}
+		if (pos + 1 + l > len || (seen += 1u + l) > most)
+			break;
+		pos += 1u + l;
+	}
+	*end = 0;
+	return false;
+}
+
+/* Where the names of a type's RDATA are (RFC 3597 section 4: the types a reader decompresses,
+ * the well-known ones of RFC 1035 and those it should also decompress, plus DNAME and RRSIG,
+ * which older writers compressed): count names one after another from off. */
+struct rdata_names {
+	uint16_t type;
+	uint8_t off, count;
+};
+
+static const struct rdata_names rdata_names[] = {
+	{ DNS_T_NS, 0, 1 },
+	{ 3, 0, 1 },            /* MD */
+	{ 4, 0, 1 },            /* MF */
+	{ DNS_T_CNAME, 0, 1 },
+	{ DNS_T_SOA, 0, 2 },    /* MNAME, RNAME */
+	{ 7, 0, 1 },            /* MB */
+	{ 8, 0, 1 },            /* MG */
+	{ 9, 0, 1 },            /* MR */
+	{ DNS_T_PTR, 0, 1 },
+	{ 14, 0, 2 },           /* MINFO */
+	{ 15, 2, 1 },           /* MX: after PREFERENCE */
+	{ 17, 0, 2 },           /* RP */
+	{ 18, 2, 1 },           /* AFSDB */
+	{ 21, 2, 1 },           /* RT */
+	{ 24, 18, 1 },          /* SIG: the signer's name */
+	{ 26, 2, 2 },           /* PX */
+	{ 30, 0, 1 },           /* NXT */
+	{ 33, 6, 1 },           /* SRV: after PRIORITY, WEIGHT, PORT */
+	{ 36, 2, 1 },           /* KX */
+	{ 39, 0, 1 },           /* DNAME */
+	{ 46, 18, 1 },          /* RRSIG: the signer's name */
+};
+
+/* Does a name in r's RDATA read a byte of a TTL at ttl[]? */
+static bool rdata_reads_ttl(const uint8_t *m, size_t len, const struct rr *r, const uint16_t *ttl,
+			    size_t k)
+{
+	size_t off = r->rdata_off, stop = r->rdata_off + r->rdlen, end;
+	int count = 0;
+
+	if (r->type == 35) {
+		/* NAPTR: ORDER, PREFERENCE, then FLAGS, SERVICES and REGEXP (character strings),
+		 * then REPLACEMENT. */
+		off += 4;
+		for (int i = 0; i < 3 && off < stop; i++)
+			off += 1u + m[off];
+		count = 1;
+	}
+	for (size_t i = 0; !count && i < sizeof(rdata_names) / sizeof(rdata_names[0]); i++) {
+		if (rdata_names[i].type == r->type) {
+			off += rdata_names[i].off;
+			count = rdata_names[i].count;
+		}
+	}
+	for (int i = 0; i < count && off < stop; i++) {
+		if (name_reads_ttl(m, len, off, ttl, k, &end))
+			return true;
+		if (!end)
+			break; /* not a name: nothing after it is read as one */
+		off = end;
+	}
+	return false;
+}
+
+bool dns_answer_names_read_ttls(const uint8_t *m, size_t len, const struct dns_answer *a)
+{
+	size_t off = a->rr_off, end, kept = (size_t)a->keep_an + a->keep_ns + a->keep_ar;
+
+	if (a->n_ttl_overflow)
+		return true; /* some kept TTLs are not known */
+	/* The question's name has no pointer and ends before the first RR: it reads no TTL. */
+	for (size_t i = 0; i < kept; i++) {
+		size_t start = off;
+		struct rr r;
+		if (read_rr(m, len, off, &r, &off) != 0)
+			return true; /* not the message a was parsed from */
+		if (name_reads_ttl(m, len, start, a->ttl_off, a->n_ttl, &end))
+			return true;
+		if (rdata_reads_ttl(m, len, &r, a->ttl_off, a->n_ttl))
+			return true;
+	}
+	return false;
+}
+
 size_t dns_reply_limit(const struct dns_query *q, bool tcp, size_t mtu_payload)
 {
 	size_t lim;

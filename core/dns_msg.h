@@ -122,6 +122,15 @@ int dns_build_from_answer(uint8_t *out, size_t cap, size_t limit, const struct d
 			  const uint8_t *qmsg, const uint8_t *ans, const struct dns_answer *a,
 			  uint32_t age_s);
 
+/* Would a name of the answer's kept RRs read as another name once their TTLs changed (lowered
+ * to a cap, aged)? Each kept RR's owner name and the names in its RDATA (for the types whose
+ * RDATA holds names a reader decompresses: NS, CNAME, SOA, PTR, MX, SRV, ... RFC 3597 section
+ * 4) are read as the most lenient reader would: pointers in any direction, in place past the
+ * RDATA's end. true when any of them reads a byte of a kept RR's TTL field (only a forged
+ * answer makes one do so; a->n_ttl_overflow: true too, those TTLs are not all known): a cache
+ * that rewrites TTLs must not keep it. m and len: the message *a was parsed from. */
+bool dns_answer_names_read_ttls(const uint8_t *m, size_t len, const struct dns_answer *a);
+
 /* A reply made here: rcode, and for NOERROR n addresses (family 4: A records, 16 bytes each
  * with IPv4 in the first 4; family 6: AAAA) with ttl, n 0 for an empty answer. Same header,
  * question and OPT rules and the same limit as dns_build_from_answer. Returns the length or

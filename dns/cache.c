@@ -237,6 +237,13 @@ int dns_cache_put(struct dns_cache *c, uint32_t server, const uint8_t *msg, size
 		c->st.not_stored++;
 		return 1;
 	}
+	/* The copy's TTLs are lowered to the cap and every reply ages them: a name that reads
+	 * a TTL's bytes (a forged answer) would read as another name. The answer is sent as it
+	 * came, but never kept. */
+	if (dns_answer_names_read_ttls(msg, len, a)) {
+		c->st.not_stored_name_in_ttl++;
+		return 1;
+	}
 	if (!(e = entry_new(server, msg, len, a, ttl, ttl_cap(c, a), now_ns)))
 		return -ENOMEM;
 	e->h = hash_key(c, server, &a->q);

@@ -17,8 +17,10 @@
  * A TTL with the top bit set counts as 0 (RFC 2181 8) and a TTL of 0 is not stored. In the
  * stored copy every kept RR's TTL above the cap (max_ttl_s, or neg_ttl_max_s for a negative
  * answer) is lowered to it, so that the cap holds for the clients too; the others are left as
- * the upstream sent them, and a reply ages each by the entry's age. An entry is live while
- * now < stored + TTL: at exactly TTL seconds it is gone.
+ * the upstream sent them, and a reply ages each by the entry's age. So an answer one of whose
+ * names reads bytes of a TTL (a compression pointer into it: only a forged answer has one)
+ * is not stored: with those bytes rewritten the name would read as another one. An entry is
+ * live while now < stored + TTL: at exactly TTL seconds it is gone.
  *
  * Bounds: at most max_entries entries; storing one more evicts the least recently used (a hit
  * makes an entry the most recently used). Expired entries leave when a lookup finds them or
@@ -55,6 +57,8 @@ struct dns_cache_stats {
 	uint64_t unusable;      /* live entries dns_cache_use's caller refused (removed) */
 	uint64_t stored;        /* puts that stored (a replacement included) */
 	uint64_t not_stored;    /* puts refused by the rules above */
+	uint64_t not_stored_name_in_ttl; /* puts refused because a name of the answer reads bytes
+				 * of a TTL the cache rewrites (dns_answer_names_read_ttls) */
 	uint64_t bytes;         /* gauge: message bytes held */
 };
 
@@ -70,7 +74,8 @@ void dns_cache_free(struct dns_cache *c);
  * differently) at now_ns. Only rcode NOERROR and NXDOMAIN are stored; TTL: a->min_ttl capped at
  * max_ttl_s; for a negative answer (NXDOMAIN, or no answer-section RRs) min_ttl capped at
  * neg_ttl_max_s, and when a->min_ttl is UINT32_MAX (no SOA) not stored; TTL 0: not stored;
- * a->n_ttl_overflow: not stored (its TTLs could not be aged). An existing entry for the same key
+ * a->n_ttl_overflow: not stored (its TTLs could not be aged); a name that reads a TTL's bytes
+ * (dns_answer_names_read_ttls): not stored, counted apart. An existing entry for the same key
  * is replaced. 0 stored, 1 not stored (counted), -ENOMEM (nothing changed), -EINVAL (len over
  * 65535 or shorter than *a says: not an answer dns_parse_answer accepted). msg is copied. */
 int dns_cache_put(struct dns_cache *c, uint32_t server, const uint8_t *msg, size_t len,

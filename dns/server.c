@@ -660,8 +660,9 @@ struct cached_reply {
 };
 
 /* The client's reply built from a cached answer, into s->out. false: it cannot be (an aged
- * TTL would change how the answer reads: core/dns_msg.h); the cache drops the entry and the
- * query goes upstream as a miss. */
+ * TTL would change how the answer reads: core/dns_msg.h; the cache keeps no answer whose names
+ * read a TTL, so this is a guard); the cache drops the entry and the query goes upstream as a
+ * miss. */
 static bool reply_cached(void *arg, const uint8_t *msg, size_t len, const struct dns_answer *a,
 			 uint32_t age_s)
 {
@@ -919,6 +920,7 @@ void dns_server_get_stats(const struct dns_server *s, struct dns_server_stats *o
 		o->cache_misses = cs.misses;
 		o->cache_entries = cs.entries;
 		o->cache_evictions = cs.evictions;
+		o->cache_not_stored_name_in_ttl = cs.not_stored_name_in_ttl;
 	}
 	if (s->fake) {
 		struct fakeip_stats fs;

@@ -123,6 +123,7 @@ struct dns_server_stats {
 	uint64_t drops_client_gone;             /* pending, then cancelled: the client left
 						 * (or its owner let go at dns_server_free) */
 	uint64_t cache_hits, cache_misses, cache_entries, cache_evictions;
+	uint64_t cache_not_stored_name_in_ttl;  /* answers not kept: a name read a TTL's bytes */
 	uint64_t upstream_queries, upstream_timeouts, upstream_errors, upstream_bad_answers;
 	uint64_t upstream_tls_failures;         /* tls:// servers' failed handshakes */
 	uint64_t upstream_http_errors;          /* https:// servers' answers not 200 dns-message */

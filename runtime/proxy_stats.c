@@ -286,6 +286,7 @@ static void add_dns(struct ts_proxy *p, struct stats_doc *d, const struct dns_tc
 	stats_doc_counter(d, "dns.cache.misses", st.cache_misses);
 	stats_doc_add_u64(d, "dns.cache.entries", STATS_GAUGE, st.cache_entries);
 	stats_doc_counter(d, "dns.cache.evictions", st.cache_evictions);
+	stats_doc_counter(d, "dns.cache.not_stored_name_in_ttl", st.cache_not_stored_name_in_ttl);
 	stats_doc_add_u64(d, "dns.cache.hit_rate_pct", STATS_GAUGE,
 			  looked ? st.cache_hits * 100 / looked : 0);
 	stats_doc_counter(d, "dns.upstream.queries", st.upstream_queries);

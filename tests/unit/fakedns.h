@@ -30,7 +30,7 @@ struct rr {
 	bool silent;        /* never answers */
 	/* A: a forged answer of two RRs, a[0] and a[1], whose second name points into the first
 	 * one's TTL bytes (TTL 0x00010100: from its second byte they read as the name "\x01").
-	 * It parses as sent; aged by a second it no longer does (core/dns_msg.c refuses it). */
+	 * It parses as sent; aged by a second it no longer would (so a cache does not keep it). */
 	bool ttl_pointer;
 	uint32_t ttl;
 	const char *a[4];

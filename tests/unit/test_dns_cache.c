@@ -3,8 +3,9 @@
  * a hit carries TTLs aged by the entry's age; expiry at exactly the TTL; TTL caps (positive
  * and negative, the stored TTLs lowered to the cap); what is never stored; LRU eviction order;
  * per-server entries; case-insensitive names; replacement; clear; an entry its user refuses
- * (dns_cache_use: gone, a miss); exact counters; and a randomized run against a dumb reference
- * model.
+ * (dns_cache_use: gone, a miss); an answer one of whose names reads a TTL's bytes (not stored,
+ * counted) while ordinary compression is stored and reads the same capped and aged; exact
+ * counters; and a randomized run against a dumb reference model.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -435,6 +436,196 @@ Test(dns_cache, what_is_never_stored)
 	cr_assert_eq(st.entries, 0);
 	cr_assert_eq(st.bytes, 0);
 	cr_assert_eq(st.misses, n);
+	dns_cache_free(c);
+	CHECK_LEAKS();
+}
+
+/* ---- names that read a TTL's bytes ------------------------------------------------------- */
+
+/* The name at off as text in lower case (a reply carries the client's case of the question),
+ * every byte that is not a letter, digit or '-' as \xHH, labels joined by '.', "." for the
+ * root; pointers followed only backwards (as a strict reader would). false: it does not read
+ * as a name. */
+static bool name_text(const uint8_t *b, size_t len, size_t off, char *out, size_t cap)
+{
+	size_t o = 0;
+	int jumps = 0;
+
+	out[0] = 0;
+	for (;;) {
+		if (off >= len)
+			return false;
+		uint8_t l = b[off];
+		if ((l & 0xc0) == 0xc0) {
+			size_t to;
+			if (off + 1 >= len)
+				return false;
+			to = (size_t)(l & 0x3f) << 8 | b[off + 1];
+			if (to >= off || to < DNS_HDR_LEN || ++jumps > 64)
+				return false;
+			off = to;
+			continue;
+		}
+		if (l & 0xc0 || off + 1 + l > len)
+			return false;
+		if (l == 0)
+			break;
+		for (size_t i = 0; i < l; i++) {
+			uint8_t c = b[off + 1 + i];
+			if (c >= 'A' && c <= 'Z')
+				c = (uint8_t)(c + 32);
+			if (o + 6 >= cap)
+				return false;
+			if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')
+				out[o++] = (char)c;
+			else
+				o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+		}
+		out[o++] = '.';
+		out[o] = 0;
+		off += 1u + l;
+	}
+	if (o == 0)
+		snprintf(out, cap, ".");
+	return true;
+}
+
+/* Each kept RR's owner name, and a CNAME's or an NS's target, reads the same in x (the
+ * upstream's answer) and y (a reply to a client whose question is as long): the RRs sit at
+ * the same offsets in both. */
+static void names_read_the_same(const uint8_t *x, size_t xn, const uint8_t *y, size_t yn,
+				const struct dns_answer *a)
+{
+	size_t p = a->rr_off;
+	char tx[1200], ty[1200];
+
+	for (size_t i = 0; i < (size_t)a->keep_an + a->keep_ns + a->keep_ar; i++) {
+		bool okx = name_text(x, xn, p, tx, sizeof(tx));
+		bool oky = name_text(y, yn, p, ty, sizeof(ty));
+		uint16_t type;
+		cr_assert(okx && oky && strcmp(tx, ty) == 0,
+			  "RR %zu's owner: \"%s\" in the answer, \"%s\" in the reply", i, tx, ty);
+		p = skip_name(x, p);
+		type = rd16(x + p);
+		if (type == DNS_T_CNAME || type == DNS_T_NS) {
+			okx = name_text(x, xn, p + 10, tx, sizeof(tx));
+			oky = name_text(y, yn, p + 10, ty, sizeof(ty));
+			cr_assert(okx == oky && strcmp(tx, ty) == 0,
+				  "RR %zu's target: \"%s\" in the answer, \"%s\" in the reply", i, tx,
+				  ty);
+		}
+		p += 10u + rd16(x + p + 8);
+	}
+}
+
+/* A forged answer to x.test A: RR 1 an A record with TTL 65536 (00 01 00 00); RR 2 (an A
+ * record, or with cname a CNAME) whose owner name (or CNAME target) is a pointer to RR 1's
+ * TTL's third byte: 00, the root. With RR 1's TTL lowered to a cap of 3600 (00 00 0e 10) the
+ * same pointer reads a label of 14 bytes (0x10, RR 1's RDLENGTH and RDATA, RR 2's first 7
+ * bytes), then RR 2's TTL's second byte 00: a name, another one, that still parses. */
+static void forged_upstream(struct up *u, bool cname)
+{
+	uint8_t qb[512];
+	size_t ttl_at;
+	int qn;
+
+	u->q = question("x.test", DNS_T_A);
+	qn = dns_build_query(qb, sizeof(qb), UP_ID, &u->q);
+	cr_assert_gt(qn, 0);
+	u->n = DNS_HDR_LEN + u->q.name_len + 2 + 4;
+	memcpy(u->b, qb, u->n);
+	u->b[2] = (uint8_t)((DNS_F_QR | DNS_F_RD | DNS_F_RA) >> 8);
+	u->b[3] = (uint8_t)(DNS_F_QR | DNS_F_RD | DNS_F_RA);
+	u->b[6] = 0, u->b[7] = 2;
+	u->b[8] = 0, u->b[9] = 0;
+	u->b[10] = 0, u->b[11] = 1;
+	u16(u, 0xc00c), u16(u, DNS_T_A), u16(u, 1);
+	ttl_at = u->n;
+	u32(u, 65536), u16(u, 4), u8(u, 192), u8(u, 0), u8(u, 2), u8(u, 1);
+	if (cname) {
+		u16(u, 0xc00c), u16(u, DNS_T_CNAME), u16(u, 1), u32(u, 60), u16(u, 2);
+		u16(u, (uint16_t)(0xc000 | (ttl_at + 2)));
+	} else {
+		u16(u, (uint16_t)(0xc000 | (ttl_at + 2))), u16(u, DNS_T_A), u16(u, 1), u32(u, 60);
+		u16(u, 4), u8(u, 192), u8(u, 0), u8(u, 2), u8(u, 2);
+	}
+	u8(u, 0), u16(u, DNS_T_OPT), u16(u, 1232), u32(u, 0), u16(u, 0);
+	cr_assert_eq(dns_parse_answer(u->b, u->n, UP_ID, &u->q, &u->a), 0, "it parses as sent");
+}
+
+/* The cache lowers TTLs in its copy and ages them when it serves: a name that reads a TTL's
+ * bytes would read as another name. Such an answer is not stored (counted); the reply built
+ * from the upstream's own bytes is unaffected. */
+Test(dns_cache, an_answer_whose_name_reads_a_ttl_is_not_stored)
+{
+	for (int cname = 0; cname < 2; cname++) {
+		struct dns_cache *c = cache(16, 3600, 300);
+		struct dns_cache_stats st;
+		struct hit h;
+		struct up u;
+		int ret;
+
+		forged_upstream(&u, cname);
+		ret = dns_cache_put(c, 0, u.b, u.n, &u.a, T0);
+		if (get(c, 0, "x.test", DNS_T_A, T0, &h)) {
+			struct reply r = client_reply("x.test", DNS_T_A, h.msg, h.a, h.age);
+			names_read_the_same(u.b, u.n, r.b, (size_t)r.n, &u.a);
+		}
+		cr_assert_eq(ret, 1, "not stored");
+		st = stats(c);
+		cr_assert_eq(st.not_stored_name_in_ttl, 1, "counted");
+		cr_assert_eq(st.not_stored, 0, "not one of the other rules");
+		cr_assert_eq(st.stored + st.entries + st.bytes, 0);
+		/* Unaged and uncapped, the reply reads as the answer did. */
+		struct reply r = client_reply("x.test", DNS_T_A, u.b, &u.a, 0);
+		names_read_the_same(u.b, u.n, r.b, (size_t)r.n, &u.a);
+		dns_cache_free(c);
+	}
+	CHECK_LEAKS();
+}
+
+/* What compression normally does, pointers to the question's name and into names in RDATA
+ * (a CNAME's target, an NS's), is stored and reads the same when served capped and aged. */
+Test(dns_cache, compressed_names_are_stored)
+{
+	struct dns_cache *c = cache(16, 3600, 300);
+	uint8_t qb[512];
+	struct hit h;
+	struct up u;
+	size_t at_edge, at_ns1;
+	int qn;
+
+	u.q = question("www.x.test", DNS_T_A);
+	qn = dns_build_query(qb, sizeof(qb), UP_ID, &u.q);
+	cr_assert_gt(qn, 0);
+	u.n = DNS_HDR_LEN + u.q.name_len + 2 + 4;
+	memcpy(u.b, qb, u.n);
+	u.b[2] = (uint8_t)((DNS_F_QR | DNS_F_RD | DNS_F_RA) >> 8);
+	u.b[3] = (uint8_t)(DNS_F_QR | DNS_F_RD | DNS_F_RA);
+	u.b[6] = 0, u.b[7] = 2;  /* www.x.test CNAME edge.x.test; edge.x.test A */
+	u.b[8] = 0, u.b[9] = 1;  /* x.test NS ns1.x.test */
+	u.b[10] = 0, u.b[11] = 2; /* ns1.x.test A; OPT */
+	u16(&u, 0xc00c), u16(&u, DNS_T_CNAME), u16(&u, 1), u32(&u, 86400), u16(&u, 7);
+	at_edge = u.n;
+	u8(&u, 4), u8(&u, 'e'), u8(&u, 'd'), u8(&u, 'g'), u8(&u, 'e'), u16(&u, 0xc010);
+	u16(&u, (uint16_t)(0xc000 | at_edge)), u16(&u, DNS_T_A), u16(&u, 1), u32(&u, 300);
+	u16(&u, 4), u8(&u, 192), u8(&u, 0), u8(&u, 2), u8(&u, 7);
+	u16(&u, 0xc010), u16(&u, DNS_T_NS), u16(&u, 1), u32(&u, 172800), u16(&u, 6);
+	at_ns1 = u.n;
+	u8(&u, 3), u8(&u, 'n'), u8(&u, 's'), u8(&u, '1'), u16(&u, 0xc010);
+	u16(&u, (uint16_t)(0xc000 | at_ns1)), u16(&u, DNS_T_A), u16(&u, 1), u32(&u, 172800);
+	u16(&u, 4), u8(&u, 192), u8(&u, 0), u8(&u, 2), u8(&u, 53);
+	u8(&u, 0), u16(&u, DNS_T_OPT), u16(&u, 1232), u32(&u, 0), u16(&u, 0);
+	cr_assert_eq(dns_parse_answer(u.b, u.n, UP_ID, &u.q, &u.a), 0);
+	put_ok(c, 0, &u, T0);
+	for (int64_t age = 0; age < 300; age += 37) {
+		cr_assert(get(c, 0, "WWW.x.test", DNS_T_A, T0 + SEC(age), &h));
+		struct reply r = client_reply("WWW.x.test", DNS_T_A, h.msg, h.a, h.age);
+		cr_assert_eq(r.an, 2);
+		cr_assert_eq(r.ttl[0], 3600 - age, "capped and aged");
+		names_read_the_same(u.b, u.n, r.b, (size_t)r.n, &u.a);
+	}
+	cr_assert_eq(stats(c).not_stored_name_in_ttl, 0);
 	dns_cache_free(c);
 	CHECK_LEAKS();
 }

@@ -2,7 +2,9 @@
  * (pointers only backwards, a bounded number of them, 255 wire bytes, label types), nameable
  * names, answers checked against the question asked, negative TTLs from the SOA, replies
  * rebuilt for the asking client (its id, question bytes and OPT; TTLs aged; truncation to its
- * limit), replies made up here, header-only errors and the upstream query.
+ * limit), replies made up here, header-only errors and the upstream query; names that read a
+ * TTL's bytes (owners, RDATA names, pointers either way, names read on past their RDATA) found,
+ * ordinary compression not.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -454,4 +456,105 @@ Test(dns_msg, a_name_pointing_into_a_ttl_is_not_rebuilt_aged)
 	/* Aged by 2 s: the TTL becomes 0x000100fe, its byte 01 00 fe: a label of length 0xfe. */
 	n = dns_build_from_answer(out, sizeof(out), 512, &cq, q.b, ans.b, &a, 2);
 	cr_assert_eq(n, -EBADMSG);
+}
+
+/* ---- names that read a TTL's bytes -------------------------------------------------------- */
+
+/* An answer to x.test A with one A record (TTL 300): the header and question done, the A
+ * record's TTL offset in *ttl_at; the caller appends the RRs under test (counted by an). */
+static void ttl_answer(struct msg *m, struct dns_query *cq, uint16_t an, size_t *ttl_at)
+{
+	struct msg q;
+
+	hdr(&q, 0x0303, DNS_F_RD, 1, 0, 0, 0);
+	question(&q, "x.test", DNS_T_A);
+	*cq = parse_q(&q);
+	hdr(m, 0x0303, DNS_F_QR | DNS_F_RD | DNS_F_RA, 1, (uint16_t)(1 + an), 0, 0);
+	question(m, "x.test", DNS_T_A);
+	*ttl_at = m->n + 6;
+	a_rr(m, 300, 1);
+}
+
+static bool reads_ttl(const struct msg *m, const struct dns_query *cq)
+{
+	struct dns_answer a;
+
+	cr_assert_eq(dns_parse_answer(m->b, m->n, 0x0303, &cq->q, &a), 0, "it parses as sent");
+	return dns_answer_names_read_ttls(m->b, m->n, &a);
+}
+
+/* Every way a name can reach a TTL's bytes is found: an owner's pointer into it, a pointer
+ * to the bytes before it that reads on into it, a CNAME's or an MX's target (names the parser
+ * itself does not read) pointing into it backwards or forwards, and a target read in place
+ * past its RDATA's end into the next RR's TTL. */
+Test(dns_msg, names_that_read_a_ttl_are_found)
+{
+	struct dns_query cq;
+	struct msg m;
+	size_t ttl_at, fwd;
+
+	/* An owner's pointer to the TTL's third byte (00 00 01 2c: the label "\x2c"). */
+	ttl_answer(&m, &cq, 1, &ttl_at);
+	u16(&m, (uint16_t)(0xc000 | (ttl_at + 2))), u16(&m, DNS_T_A), u16(&m, 1), u32(&m, 60);
+	u16(&m, 4), u32(&m, 0xc0000202);
+	cr_assert(reads_ttl(&m, &cq), "owner into a TTL");
+	/* An owner's pointer to the class's low byte (01): a label of one byte, the TTL's first. */
+	ttl_answer(&m, &cq, 1, &ttl_at);
+	u16(&m, (uint16_t)(0xc000 | (ttl_at - 1))), u16(&m, DNS_T_A), u16(&m, 1), u32(&m, 60);
+	u16(&m, 4), u32(&m, 0xc0000202);
+	cr_assert(reads_ttl(&m, &cq), "a name read on into a TTL");
+	/* A CNAME's target pointing back into the TTL. */
+	ttl_answer(&m, &cq, 1, &ttl_at);
+	u16(&m, 0xc00c), u16(&m, DNS_T_CNAME), u16(&m, 1), u32(&m, 60), u16(&m, 2);
+	u16(&m, (uint16_t)(0xc000 | (ttl_at + 2)));
+	cr_assert(reads_ttl(&m, &cq), "a CNAME's target");
+	/* An MX's exchange (after its preference) pointing into the TTL. */
+	ttl_answer(&m, &cq, 1, &ttl_at);
+	u16(&m, 0xc00c), u16(&m, 15), u16(&m, 1), u32(&m, 60), u16(&m, 4), u16(&m, 10);
+	u16(&m, (uint16_t)(0xc000 | (ttl_at + 2)));
+	cr_assert(reads_ttl(&m, &cq), "an MX's exchange");
+	/* A CNAME's target pointing forwards, into the next RR's TTL. */
+	ttl_answer(&m, &cq, 2, &ttl_at);
+	u16(&m, 0xc00c), u16(&m, DNS_T_CNAME), u16(&m, 1), u32(&m, 60), u16(&m, 2);
+	fwd = m.n + 2 + 8;
+	u16(&m, (uint16_t)(0xc000 | fwd));
+	a_rr(&m, 60, 3);
+	cr_assert(reads_ttl(&m, &cq), "a forward pointer");
+	/* A CNAME whose RDLENGTH ends inside its target: the target is read on, in place, past
+	 * it into the next RR's owner, type, class and TTL. */
+	ttl_answer(&m, &cq, 2, &ttl_at);
+	u16(&m, 0xc00c), u16(&m, DNS_T_CNAME), u16(&m, 1), u32(&m, 60), u16(&m, 1);
+	u8(&m, 9); /* a label of 9 bytes: the next RR's owner, type, class and its TTL's first 3 */
+	a_rr(&m, 60, 3);
+	cr_assert(reads_ttl(&m, &cq), "a target read past its RDATA");
+}
+
+/* What compression normally does is not refused, nor are pointers to bytes no TTL covers,
+ * even odd ones (into an A record's address): those bytes never change. */
+Test(dns_msg, names_clear_of_ttls_are_not_refused)
+{
+	struct msg q, ans, m;
+	struct dns_query cq;
+	size_t ttl_at;
+
+	hdr(&q, 7, DNS_F_RD, 1, 0, 0, 0);
+	question(&q, "www.example.com", DNS_T_A);
+	cq = parse_q(&q);
+	answer(&ans, 7, "www.example.com", 300, 60);
+	struct dns_answer a;
+	cr_assert_eq(dns_parse_answer(ans.b, ans.n, 7, &cq.q, &a), 0);
+	cr_assert_not(dns_answer_names_read_ttls(ans.b, ans.n, &a));
+	/* A CNAME's target pointing at the A record's address 192.0.2.1: c0 00 is a pointer into
+	 * the header (a strict reader refuses it), nothing of a TTL. */
+	ttl_answer(&m, &cq, 1, &ttl_at);
+	u16(&m, 0xc00c), u16(&m, DNS_T_CNAME), u16(&m, 1), u32(&m, 60), u16(&m, 2);
+	u16(&m, (uint16_t)(0xc000 | (ttl_at + 6)));
+	cr_assert_not(reads_ttl(&m, &cq));
+	/* An SOA whose names point to the question's name. */
+	ttl_answer(&m, &cq, 0, &ttl_at);
+	m.b[9] = 1; /* NSCOUNT */
+	u16(&m, 0xc00c), u16(&m, DNS_T_SOA), u16(&m, 1), u32(&m, 60), u16(&m, 4 + 20);
+	u16(&m, 0xc00c), u16(&m, 0xc00c), u32(&m, 1), u32(&m, 2), u32(&m, 3), u32(&m, 4);
+	u32(&m, 5);
+	cr_assert_not(reads_ttl(&m, &cq));
 }
