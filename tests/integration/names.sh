@@ -6,7 +6,8 @@
 # prefix (198.19.0.53), the same over TCP; a second identical query answered from the cache (dnsmasq sees one query; the
 # cache counters in /stats move); dns.hosts; a "refuse" rule; a rule sending a suffix to a
 # tcp:// server (dnsmasq over TCP); AAAA answered empty with "ipv6": "empty"; a corpus of
-# malformed queries dropped and counted (dns.drops.malformed) with the proxy still answering.
+# malformed queries dropped and counted (dns.drops.malformed) with the proxy still answering;
+# every query counted in exactly one outcome (dns.queries = answered + drops + pending).
 #
 #   ns D: proxy (auto_route) + dig                           ns S: dnsmasq 10.202.0.2:53
 #   vDS 10.202.0.1/24 ------------------------------------ vSD 10.202.0.2/24
@@ -190,6 +191,14 @@ bad=$(delta dns.drops.malformed "$s3" "$s4")
 check "4. malformed queries get no reply" test "$(jq .replies "$TMP/bad.json")" -eq 0
 check "4. dns.drops.malformed +6" test "$bad" = 6
 check "4. the resolver still answers" test "$(q @"$NORES" e.test.twinstack A)" = 10.9.8.7
+# Every query ends in one answered or dropped key unless it still waits (docs/stats.md).
+outcomes_hold() {
+	local o
+	o=$(stats | jq -r '.dns | "\(.queries) \(([.answered[]] | add) + ([.drops[]] | add) + .pending)"')
+	echo "queries, answered + drops + pending: $o"
+	[[ "$o" =~ ^[0-9]+\ [0-9]+$ ]] && [ "${o% *}" = "${o#* }" ]
+}
+check "4. dns.queries = answered + drops + pending" outcomes_hold
 
 if kill -0 "$TS_PID" 2>/dev/null; then ok "the proxy is alive"; else not_ok "the proxy is alive" "exited"; fi
 [ "$VERBOSE" -eq 1 ] && stats | jq -c '.dns'
