@@ -42,32 +42,12 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SRC=$(cd "$HERE/../.." && pwd)
-STACK=system
-BIN=$SRC/build/twinstack
 ONLY=RNFK
 RELOADS=60
-KEEP_TMP=0
-VERBOSE=0
-
-usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
-# shellcheck disable=SC2034 # KEEP_TMP and VERBOSE are read by lib.sh
-while [ $# -gt 0 ]; do
-	case $1 in
-	--stack) STACK=${2:?--stack needs a value}; shift 2 ;;
-	--bin) BIN=${2:?--bin needs a path}; shift 2 ;;
-	--reloads) RELOADS=${2:?--reloads needs a number}; shift 2 ;;
-	--only) ONLY=${2:?--only needs letters}; shift 2 ;;
-	--keep) KEEP_TMP=1; shift ;;
-	-v | --verbose) VERBOSE=1; shift ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "autoroute.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-	esac
-done
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 
 # shellcheck source=tests/integration/lib.sh
 . "$HERE/lib.sh"
+suite_args autoroute --reloads RELOADS --only ONLY -- "$@"
 suite_begin autoroute ip nft jq curl ping timeout
 
 NS_D=tsaD-$TOK NS_S=tsaS-$TOK

@@ -51,34 +51,11 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SRC=$(cd "$HERE/../.." && pwd)
-STACK=system
-BIN=$SRC/build/twinstack
 ONLY=ABCDEFGHI
-KEEP_TMP=0
-VERBOSE=0
-
-usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
-# shellcheck disable=SC2034 # KEEP_TMP and VERBOSE are read by lib.sh
-while [ $# -gt 0 ]; do
-	case $1 in
-	--stack) STACK=${2:?--stack needs a value}; shift 2 ;;
-	--stack=*) STACK=${1#*=}; shift ;;
-	--bin) BIN=${2:?--bin needs a path}; shift 2 ;;
-	--bin=*) BIN=${1#*=}; shift ;;
-	--only) ONLY=${2:?--only needs letters}; shift 2 ;;
-	--only=*) ONLY=${1#*=}; shift ;;
-	--keep) KEEP_TMP=1; shift ;;
-	-v | --verbose) VERBOSE=1; shift ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "desktop.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-	esac
-done
-case $STACK in system | lwip) ;; *) echo "desktop.sh: --stack must be system or lwip" >&2; exit 2 ;; esac
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 
 # shellcheck source=tests/integration/lib.sh
 . "$HERE/lib.sh"
+suite_args desktop --only ONLY -- "$@"
 
 # --- preconditions: 77 = cannot run here, not a failure --------------------------------------
 if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root (network namespaces, TUN)"; exit 77; fi

@@ -70,40 +70,20 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SRC=$(cd "$HERE/../.." && pwd)
-STACK=system
-BIN=$SRC/build/twinstack
 ALL_CASES=kill,nofile,tcp_sessions,udp_sessions,nat_entries,fds,buffer_bytes,udp_up_queue
 CASES=$ALL_CASES
-KEEP_TMP=0
-VERBOSE=0
 CONNECT_MS=1000
 RESET_BOUND_MS=1000 # a killed peer's connection ends at the app within this
 IDLE_S=5            # back to idle within this (the NAT's linger 300 ms, idle pipes 1 s)
 CASE_S=80           # the cases not done by then are stopped and fail
 
-usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
-# shellcheck disable=SC2034 # KEEP_TMP and VERBOSE are read by lib.sh
-while [ $# -gt 0 ]; do
-	case $1 in
-	--stack) STACK=${2:?}; shift 2 ;;
-	--bin) BIN=${2:?}; shift 2 ;;
-	--cases) CASES=${2:?}; shift 2 ;;
-	--keep) KEEP_TMP=1; shift ;;
-	-v | --verbose) VERBOSE=1; shift ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "faults.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-	esac
-done
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
-case $STACK in system | lwip) ;; *) echo "faults.sh: --stack is system or lwip" >&2; exit 2 ;; esac
+# shellcheck source=tests/integration/lib.sh
+. "$HERE/lib.sh"
+suite_args faults --cases CASES -- "$@"
 for c in ${CASES//,/ }; do
 	case ",$ALL_CASES," in *",$c,"*) ;; *) echo "faults.sh: unknown case '$c'" >&2; exit 2 ;; esac
 done
 want() { case ",$CASES," in *",$1,"*) return 0 ;; esac; return 1; }
-
-# shellcheck source=tests/integration/lib.sh
-. "$HERE/lib.sh"
 
 suite_begin faults ip ss curl jq nft nsenter prlimit microsocks
 # The polls (here and in lib.sh) sleep inside the shell, in a read that times out on a FIFO

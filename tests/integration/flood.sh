@@ -33,55 +33,20 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SRC=$(cd "$HERE/../.." && pwd)
-STACK=system
-BIN=$SRC/build/twinstack
 MODE=syn
 RATE=5000
 COUNT=5000
 SECONDS_FLOOD=4
-KEEP_TMP=0
-VERBOSE=0
 RESOLVER=0
-
-usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
-# shellcheck disable=SC2034 # KEEP_TMP and VERBOSE are read by lib.sh
-while [ $# -gt 0 ]; do
-	case $1 in
-	--stack) STACK=${2:?}; shift 2 ;;
-	--bin) BIN=${2:?}; shift 2 ;;
-	--mode) MODE=${2:?}; shift 2 ;;
-	--resolver) RESOLVER=1; shift ;;
-	--rate) RATE=${2:?}; shift 2 ;;
-	--count) COUNT=${2:?}; shift 2 ;;
-	--seconds) SECONDS_FLOOD=${2:?}; shift 2 ;;
-	--keep) KEEP_TMP=1; shift ;;
-	-v | --verbose) VERBOSE=1; shift ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "flood.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-	esac
-done
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
-case $MODE in syn | dns) ;; *) echo "flood.sh: --mode is syn or dns" >&2; exit 2 ;; esac
 
 # shellcheck source=tests/integration/lib.sh
 . "$HERE/lib.sh"
+suite_args flood --mode MODE --resolver RESOLVER=1 --rate RATE --count COUNT --seconds SECONDS_FLOOD -- "$@"
+case $MODE in syn | dns) ;; *) echo "flood.sh: --mode is syn or dns" >&2; exit 2 ;; esac
 
-if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root"; exit 77; fi
-if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3)
-need=(ip curl jq "$PY")
+need=(ip curl jq)
 [ "$MODE" = dns ] && need+=(dnsmasq)
-for t in "${need[@]}"; do
-	command -v "$t" >/dev/null 2>&1 || { echo "not ok - prerequisites: no $t"; echo "0 passed, 1 failed"; exit 1; }
-done
-
-TOK=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/twinstack-flood.XXXXXX")
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+suite_begin flood "${need[@]}"
 NS_D=tsfD-$TOK NS_S=tsfS-$TOK V_DS=tsfds$TOK V_SD=tsfsd$TOK TUN=tsft$TOK
 SRV=10.202.9.2 P_STATS=9191
 inD() { ip netns exec "$NS_D" "$@"; }

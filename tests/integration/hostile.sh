@@ -33,47 +33,15 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SRC=$(cd "$HERE/../.." && pwd)
-STACK=system
-BIN=$SRC/build/twinstack
 COUNT=200
-KEEP_TMP=0
-VERBOSE=0
-
-usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
-# shellcheck disable=SC2034 # KEEP_TMP and VERBOSE are read by lib.sh
-while [ $# -gt 0 ]; do
-	case $1 in
-	--stack) STACK=${2:?}; shift 2 ;;
-	--bin) BIN=${2:?}; shift 2 ;;
-	--count) COUNT=${2:?}; shift 2 ;;
-	--keep) KEEP_TMP=1; shift ;;
-	-v | --verbose) VERBOSE=1; shift ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "hostile.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-	esac
-done
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
-case $STACK in system | lwip) ;; *) echo "hostile.sh: --stack is system or lwip" >&2; exit 2 ;; esac
-case $COUNT in '' | *[!0-9]*) echo "hostile.sh: --count is a number" >&2; exit 2 ;; esac
 
 # shellcheck source=tests/integration/lib.sh
 . "$HERE/lib.sh"
+suite_args hostile --count COUNT -- "$@"
+case $COUNT in '' | *[!0-9]*) echo "hostile.sh: --count is a number" >&2; exit 2 ;; esac
 
-if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root"; exit 77; fi
-if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3)
-for t in ip ss curl jq microsocks tinyproxy sha256sum "$PY"; do
-	command -v "$t" >/dev/null 2>&1 || { echo "not ok - prerequisites: no $t"; echo "0 passed, 1 failed"; exit 1; }
-done
-
-TOK=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/twinstack-hostile.XXXXXX")
+suite_begin hostile ip ss curl jq microsocks tinyproxy sha256sum
 chmod 755 "$TMP" # tinyproxy runs as nobody and reads its config from here
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 NS_D=tshD-$TOK NS_S=tshS-$TOK V_DS=tshd$TOK V_SD=tshs$TOK TUN=tsht$TOK
 D4=10.204.0.1 S4=10.204.0.2 D6=fd00:204::1 S6=fd00:204::2
 GW4=198.18.0.1 GW6=fd00:7f::1 NAT_ADDRS=4

@@ -1,15 +1,71 @@
 # shellcheck shell=bash
-# lib.sh — helpers of the namespace suite (sourced by netns.sh, not run on its own):
-# TAP-like reporting, namespaces and processes created by the suite and destroyed by cleanup(),
-# bounded waits. Every name the suite creates carries $TOK, unique per run.
+# lib.sh — helpers of the namespace suites (sourced by each suite first, not run on its own):
+# the options every suite shares, TAP-like reporting, namespaces and processes created by the
+# suite and destroyed by cleanup(), bounded waits. Every name a suite creates carries $TOK,
+# unique per run.
 #
-# Globals it expects: TMP (work directory), TOK (unique token), VERBOSE (0/1).
+# Globals it sets: STACK, BIN, KEEP_TMP, VERBOSE (suite_args); TOK, TMP, PY (suite_begin).
+# A suite that makes TOK and TMP itself sets them before anything here uses them.
 
 PASSED=0
 FAILED=0
 SKIPPED=0
 PIDS=()        # every background process the suite started (killed by cleanup)
 NETNS=()       # every namespace the suite created (deleted by cleanup)
+
+# --- the command line ---------------------------------------------------------------------
+
+# suite_usage: the script's usage lines, its header from "# usage:" to "# Output:".
+suite_usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
+
+# suite_args NAME [OPTION VAR | OPTION VAR=VALUE]... -- ARGS...: parses a suite's command line.
+# Every suite has --bin PATH (BIN, default build/twinstack of this checkout, made absolute),
+# --keep (KEEP_TMP=1: cleanup keeps the work directory), -v/--verbose (VERBOSE=1), -h/--help
+# (the usage lines, exit 0) and, unless SUITE_NO_STACK=1, --stack system|lwip (STACK, default
+# system). Each OPTION VAR pair adds one of the suite's own: "OPTION VAR" takes a value into
+# VAR, "OPTION VAR=VALUE" is a flag that sets VAR to VALUE; the suite sets their defaults
+# first. A value may also follow as OPTION=VALUE. An unknown argument, a missing value or
+# another stack exits 2 with a line that names NAME.sh.
+suite_args() {
+	local name=$1.sh opt val n
+	local -A takes=() flags=() # keyed by "x" and the option, so that '' is a key too
+	shift
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do
+		case $2 in *=*) flags[x$1]=$2 ;; *) takes[x$1]=$2 ;; esac
+		shift 2
+	done
+	shift
+	# shellcheck disable=SC2034 # STACK is read by the suites
+	[ "${SUITE_NO_STACK:-0}" -eq 1 ] || { STACK=system; takes[x--stack]=STACK; }
+	BIN=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build/twinstack
+	KEEP_TMP=0
+	VERBOSE=0
+	takes[x--bin]=BIN flags[x--keep]=KEEP_TMP=1 flags[x-v]=VERBOSE=1 flags[x--verbose]=VERBOSE=1
+	while [ $# -gt 0 ]; do
+		case $1 in
+		-h | --help) suite_usage; exit 0 ;;
+		--*=*) opt=${1%%=*} val=${1#*=} n=1 ;;
+		*) opt=$1 val=${2-} n=2 ;;
+		esac
+		if [ -n "${flags[x$1]:-}" ]; then
+			printf -v "${flags[x$1]%%=*}" %s "${flags[x$1]#*=}"
+			shift
+			continue
+		fi
+		if [ -z "${takes[x$opt]:-}" ]; then
+			echo "$name: unknown argument '$1'" >&2
+			suite_usage >&2
+			exit 2
+		fi
+		if [ "$n" -eq 2 ] && [ -z "$val" ]; then echo "$name: $opt needs a value" >&2; exit 2; fi
+		printf -v "${takes[x$opt]}" %s "$val"
+		shift "$n"
+	done
+	if [ -n "${takes[x--stack]:-}" ]; then
+		case $STACK in system | lwip) ;; *) echo "$name: --stack is system or lwip" >&2; exit 2 ;; esac
+	fi
+	case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
+}
 
 # --- reporting ---------------------------------------------------------------------------
 
@@ -146,11 +202,13 @@ suite_begin() {
 	shift
 	if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root"; exit 77; fi
 	if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
+	# Debian's interpreter, not a version manager's shim (a shell script per start, slow).
 	PY=/usr/bin/python3
-	[ -x "$PY" ] || PY=$(command -v python3)
+	[ -x "$PY" ] || PY=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null || command -v python3)
 	for t in "$@" "$PY"; do
 		command -v "$t" >/dev/null 2>&1 || { echo "not ok - prerequisites: no $t"; echo "0 passed, 1 failed"; exit 1; }
 	done
+	# shellcheck disable=SC2034 # TOK is read by the suites
 	TOK=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 	TMP=$(mktemp -d "${TMPDIR:-/tmp}/twinstack-$name.XXXXXX")
 	trap cleanup EXIT

@@ -19,42 +19,11 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SRC=$(cd "$HERE/../.." && pwd)
-STACK=system
-BIN=$SRC/build/twinstack
-KEEP_TMP=0
-VERBOSE=0
-
-usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
-# shellcheck disable=SC2034 # KEEP_TMP and VERBOSE are read by lib.sh
-while [ $# -gt 0 ]; do
-	case $1 in
-	--stack) STACK=${2:?}; shift 2 ;;
-	--bin) BIN=${2:?}; shift 2 ;;
-	--keep) KEEP_TMP=1; shift ;;
-	-v | --verbose) VERBOSE=1; shift ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "names.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-	esac
-done
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 
 # shellcheck source=tests/integration/lib.sh
 . "$HERE/lib.sh"
-
-if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root"; exit 77; fi
-if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3)
-for t in ip curl jq dig dnsmasq danted "$PY"; do
-	command -v "$t" >/dev/null 2>&1 || { echo "not ok - prerequisites: no $t"; echo "0 passed, 1 failed"; exit 1; }
-done
-
-TOK=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/twinstack-names.XXXXXX")
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+suite_args names -- "$@"
+suite_begin names ip curl jq dig dnsmasq danted
 NS_D=tsnD-$TOK NS_S=tsnS-$TOK V_DS=tsnds$TOK V_SD=tsnsd$TOK TUN=tsnt$TOK
 P_STATS=9192 NORES=10.202.9.2 INPFX=198.19.0.53
 inD() { ip netns exec "$NS_D" "$@"; }

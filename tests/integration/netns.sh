@@ -48,51 +48,21 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SRC=$(cd "$HERE/../.." && pwd)
-STACK=system
-BIN=$SRC/build/twinstack
 RELAY=
 OFFLOAD=on
 IO_URING=on
 QUEUES=1
 SUBSET=0
 BYPASS=0
-KEEP_TMP=0
-VERBOSE=0
 
-usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
-while [ $# -gt 0 ]; do
-	case $1 in
-	--stack) STACK=${2:?--stack needs a value}; shift 2 ;;
-	--stack=*) STACK=${1#*=}; shift ;;
-	--bin) BIN=${2:?--bin needs a path}; shift 2 ;;
-	--bin=*) BIN=${1#*=}; shift ;;
-	--relay) RELAY=${2:?--relay needs a value}; shift 2 ;;
-	--relay=*) RELAY=${1#*=}; shift ;;
-	--offload) OFFLOAD=${2:?--offload needs a value}; shift 2 ;;
-	--offload=*) OFFLOAD=${1#*=}; shift ;;
-	--io-uring) IO_URING=${2:?--io-uring needs a value}; shift 2 ;;
-	--io-uring=*) IO_URING=${1#*=}; shift ;;
-	--queues) QUEUES=${2:?--queues needs a value}; shift 2 ;;
-	--queues=*) QUEUES=${1#*=}; shift ;;
-	--subset) SUBSET=1; shift ;;
-	--bypass) BYPASS=1; shift ;;
-	--keep) KEEP_TMP=1; shift ;;
-	-v | --verbose) VERBOSE=1; shift ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "netns.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-	esac
-done
-case $STACK in system | lwip) ;; *) echo "netns.sh: --stack must be system or lwip" >&2; exit 2 ;; esac
+# shellcheck source=tests/integration/lib.sh
+. "$HERE/lib.sh"
+suite_args netns --relay RELAY --offload OFFLOAD --io-uring IO_URING --queues QUEUES --subset SUBSET=1 --bypass BYPASS=1 -- "$@"
 case $RELAY in "" | splice | copy) ;; *) echo "netns.sh: --relay must be splice or copy" >&2; exit 2 ;; esac
 case $OFFLOAD in on | off) ;; *) echo "netns.sh: --offload must be on or off" >&2; exit 2 ;; esac
 [[ "$QUEUES" =~ ^[1-9][0-9]*$ ]] || { echo "netns.sh: --queues must be a positive integer" >&2; exit 2; }
 RELAY_JSON=
 [ -n "$RELAY" ] && RELAY_JSON="\"relay\": { \"mode\": \"$RELAY\" },"
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
-
-# shellcheck source=tests/integration/lib.sh
-. "$HERE/lib.sh"
 
 # --- preconditions: 77 = cannot run here, not a failure --------------------------------------
 if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root (network namespaces, TUN)"; exit 77; fi

@@ -37,46 +37,13 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SRC=$(cd "$HERE/../.." && pwd)
-STACK=system
-BIN=$SRC/build/twinstack
-KEEP_TMP=0
-VERBOSE=0
-
-usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
-# shellcheck disable=SC2034 # KEEP_TMP and VERBOSE are read by lib.sh
-while [ $# -gt 0 ]; do
-	case $1 in
-	--stack) STACK=${2:?}; shift 2 ;;
-	--bin) BIN=${2:?}; shift 2 ;;
-	--keep) KEEP_TMP=1; shift ;;
-	-v | --verbose) VERBOSE=1; shift ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "proxies.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-	esac
-done
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
-case $STACK in system | lwip) ;; *) echo "proxies.sh: --stack is system or lwip" >&2; exit 2 ;; esac
 
 # shellcheck source=tests/integration/lib.sh
 . "$HERE/lib.sh"
-
-if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root"; exit 77; fi
-if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
-# Debian's interpreter, not a version manager's shim (a shell script per start, slow).
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null || command -v python3)
+suite_args proxies -- "$@"
 DANTED=$(command -v danted || echo /usr/sbin/danted)
-for t in ip ss curl jq dig dnsmasq tinyproxy unshare openssl sha256sum "$DANTED" "$PY"; do
-	command -v "$t" >/dev/null 2>&1 || { echo "not ok - prerequisites: no $t"; echo "0 passed, 1 failed"; exit 1; }
-done
-
-TOK=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/twinstack-proxies.XXXXXX")
+suite_begin proxies ip ss curl jq dig dnsmasq tinyproxy unshare openssl sha256sum "$DANTED"
 chmod 755 "$TMP" # tinyproxy runs as nobody and reads its config from here
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 NS_D=tspD-$TOK NS_S=tspS-$TOK V_DS=tspd$TOK V_SD=tsps$TOK TUN=tspt$TOK
 D4=10.203.0.1 S4=10.203.0.2 F4=10.203.0.3 D6=fd00:203::1 S6=fd00:203::2
 GW4=198.18.0.1 GW6=fd00:7f::1

@@ -32,26 +32,10 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SRC=$(cd "$HERE/../.." && pwd)
-BIN=$SRC/build/twinstack
-KEEP_TMP=0
-VERBOSE=0
-
-usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
-# shellcheck disable=SC2034 # KEEP_TMP and VERBOSE are read by lib.sh
-while [ $# -gt 0 ]; do
-	case $1 in
-	--bin) BIN=${2:?}; shift 2 ;;
-	--keep) KEEP_TMP=1; shift ;;
-	-v | --verbose) VERBOSE=1; shift ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "redirect.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-	esac
-done
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 
 # shellcheck source=tests/integration/lib.sh
 . "$HERE/lib.sh"
+SUITE_NO_STACK=1 suite_args redirect -- "$@"
 
 if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root"; exit 77; fi
 if ! command -v nft >/dev/null 2>&1; then

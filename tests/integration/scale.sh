@@ -51,52 +51,20 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SRC=$(cd "$HERE/../.." && pwd)
-STACK=system
-BIN=$SRC/build/twinstack
 CONNS=2000
 CHURN=20000
 CONC=64
-KEEP_TMP=0
-VERBOSE=0
 IDLE_S=15 # the bound on the return to idle after CHURN; after HELD, 15 s + 1 s per 250 held
 
-usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
-# shellcheck disable=SC2034 # KEEP_TMP and VERBOSE are read by lib.sh
-while [ $# -gt 0 ]; do
-	case $1 in
-	--stack) STACK=${2:?}; shift 2 ;;
-	--bin) BIN=${2:?}; shift 2 ;;
-	--conns) CONNS=${2:?}; shift 2 ;;
-	--churn) CHURN=${2:?}; shift 2 ;;
-	--concurrency) CONC=${2:?}; shift 2 ;;
-	--keep) KEEP_TMP=1; shift ;;
-	-v | --verbose) VERBOSE=1; shift ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "scale.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-	esac
-done
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
-case $STACK in system | lwip) ;; *) echo "scale.sh: --stack is system or lwip" >&2; exit 2 ;; esac
+# shellcheck source=tests/integration/lib.sh
+. "$HERE/lib.sh"
+suite_args scale --conns CONNS --churn CHURN --concurrency CONC -- "$@"
 for v in "$CONNS" "$CHURN" "$CONC"; do
 	case $v in '' | *[!0-9]*) echo "scale.sh: --conns, --churn, --concurrency are numbers" >&2; exit 2 ;; esac
 done
 [ "$CONC" -gt 0 ] || { echo "scale.sh: --concurrency must be > 0" >&2; exit 2; }
 
-# shellcheck source=tests/integration/lib.sh
-. "$HERE/lib.sh"
-
-if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root"; exit 77; fi
-if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
-for t in ip ss curl jq prlimit awk; do
-	command -v "$t" >/dev/null 2>&1 || { echo "not ok - prerequisites: no $t"; echo "0 passed, 1 failed"; exit 1; }
-done
-
-TOK=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/twinstack-scale.XXXXXX")
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+suite_begin scale ip ss curl jq prlimit awk
 NS_D=tssD-$TOK NS_S=tssS-$TOK V_D=tssd$TOK V_S=tsss$TOK TUN=tsst$TOK
 SRV=10.206.9.2 P_STATS=9191
 PORTS=7000,7001,7002,7003,7004,7005,7006,7007

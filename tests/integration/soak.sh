@@ -83,13 +83,8 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SRC=$(cd "$HERE/../.." && pwd)
-STACK=system
-BIN=$SRC/build/twinstack
 SECONDS_RUN=45
 SAMPLE_S=
-KEEP_TMP=0
-VERBOSE=0
 TUN_JSON='{}'
 
 # The workloads: moderate and paced, so that a loaded 2-core machine keeps up with them and
@@ -109,23 +104,9 @@ LINGER_MS=100        # nat.linger_ms: a closed connection's entry lingers this l
 UDP_IDLE_MS=5000     # timeouts.udp_idle_ms: a chunk's UDP session ends this long after it
 IDLE_S=20            # the bound on the return to idle: linger + UDP idle + closing, with room
 
-usage() { sed -n '/^# usage:/,/^# Output:/p' "$0" | sed 's/^# \{0,1\}//'; }
-# shellcheck disable=SC2034 # KEEP_TMP and VERBOSE are read by lib.sh
-while [ $# -gt 0 ]; do
-	case $1 in
-	--stack) STACK=${2:?}; shift 2 ;;
-	--bin) BIN=${2:?}; shift 2 ;;
-	--seconds) SECONDS_RUN=${2:?}; shift 2 ;;
-	--sample-s) SAMPLE_S=${2:?}; shift 2 ;;
-	--tun) TUN_JSON=${2:?}; shift 2 ;;
-	--keep) KEEP_TMP=1; shift ;;
-	-v | --verbose) VERBOSE=1; shift ;;
-	-h | --help) usage; exit 0 ;;
-	*) echo "soak.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-	esac
-done
-case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
-case $STACK in system | lwip) ;; *) echo "soak.sh: --stack is system or lwip" >&2; exit 2 ;; esac
+# shellcheck source=tests/integration/lib.sh
+. "$HERE/lib.sh"
+suite_args soak --seconds SECONDS_RUN --sample-s SAMPLE_S --tun TUN_JSON -- "$@"
 case $SECONDS_RUN in '' | *[!0-9]*) echo "soak.sh: --seconds is a number" >&2; exit 2 ;; esac
 [ "$SECONDS_RUN" -ge 30 ] || { echo "soak.sh: --seconds must be at least 30" >&2; exit 2; }
 jq -e 'type == "object"' <<<"$TUN_JSON" >/dev/null 2>&1 || { echo "soak.sh: --tun is a JSON object" >&2; exit 2; }
@@ -144,9 +125,6 @@ fi
 # tuples grows for that long: it must be full by the middle of the warm-up, so in a run under
 # 12 minutes (a window under 2) a tuple rests half a window.
 QUARANTINE_MS=$((WIN_MS / 2 < 60000 ? WIN_MS / 2 : 60000))
-
-# shellcheck source=tests/integration/lib.sh
-. "$HERE/lib.sh"
 
 suite_begin soak ip ss curl jq awk sha256sum dnsmasq dig
 NS_D=tskD-$TOK NS_S=tskS-$TOK V_D=tskd$TOK V_S=tsks$TOK TUN=tskt$TOK
