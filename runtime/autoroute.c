@@ -475,18 +475,30 @@ struct scan {
 	size_t n_uplink4;
 };
 
+/* v (n items of size bytes, capacity *cap) with room for one more: v itself, or v moved to
+ * twice the capacity (first at first); NULL without memory, v left as it was. */
+static void *grow(void *v, size_t *cap, size_t n, size_t size, size_t first)
+{
+	size_t c;
+
+	if (n < *cap)
+		return v;
+	c = *cap ? *cap * 2 : first;
+	if (!(v = realloc(v, c * size)))
+		return NULL;
+	*cap = c;
+	return v;
+}
+
 static void scan_push(struct scan *sc, const struct autoroute_step *s)
 {
-	if (sc->n == sc->cap) {
-		size_t cap = sc->cap ? sc->cap * 2 : 32;
-		struct autoroute_step *v = realloc(sc->v, cap * sizeof(*v));
-		if (!v) {
-			sc->err = -ENOMEM;
-			return;
-		}
-		sc->v = v;
-		sc->cap = cap;
+	struct autoroute_step *v = grow(sc->v, &sc->cap, sc->n, sizeof(*v), 32);
+
+	if (!v) {
+		sc->err = -ENOMEM;
+		return;
 	}
+	sc->v = v;
 	sc->v[sc->n++] = *s;
 }
 
@@ -1026,19 +1038,15 @@ struct mark_rules {
 static void on_other_rule(void *arg, const struct netlink_rule *r)
 {
 	struct mark_rules *m = arg;
+	struct autoroute_mark *v;
 
 	if (r->protocol == AUTOROUTE_PROTO || !r->has_fwmark)
 		return;
-	if (m->n == m->cap) {
-		size_t cap = m->cap ? m->cap * 2 : 16;
-		struct autoroute_mark *v = realloc(m->v, cap * sizeof(*v));
-		if (!v) {
-			m->err = -ENOMEM;
-			return;
-		}
-		m->v = v;
-		m->cap = cap;
+	if (!(v = grow(m->v, &m->cap, m->n, sizeof(*v), 16))) {
+		m->err = -ENOMEM;
+		return;
 	}
+	m->v = v;
 	m->v[m->n++] = (struct autoroute_mark){ r->fwmark, r->fwmask };
 }
 

@@ -406,6 +406,18 @@ static void child_leak_check(void)
 #endif
 }
 
+/* The namespace's rules and routes are as they were before (a snapshot): nothing of ours left,
+ * nothing of anyone else's touched. Then the child's leak check. */
+static void expect_as_before(const char *before)
+{
+	char now[16384];
+
+	snapshot(now, sizeof(now));
+	CHECK(strcmp(before, now) == 0, "state differs after free:\n%.360s\n---\n%.360s", before,
+	      now);
+	child_leak_check();
+}
+
 static void install_scenario(void)
 {
 	struct autoroute_opts o;
@@ -415,7 +427,7 @@ static void install_scenario(void)
 	struct netaddr_cidr ex = { { 4, { 203, 0, 113, 0 } }, 24 };
 	struct netaddr srv = { 4, { 192, 0, 2, 50 } };
 	const char *ifs = "up0";
-	char before[16384], after[16384], rules[4096];
+	char before[16384], rules[4096];
 
 	setup(true);
 	write_text("/proc/sys/net/ipv4/ip_forward", "1");
@@ -453,10 +465,7 @@ static void install_scenario(void)
 	CHECK(autoroute_reconcile(ar) == 0, "a fresh install needs no repair:\n%.600s", lb.text);
 
 	autoroute_free(ar);
-	snapshot(after, sizeof(after));
-	CHECK(strcmp(before, after) == 0, "state differs after free:\n%.360s\n---\n%.360s", before,
-	      after);
-	child_leak_check();
+	expect_as_before(before);
 }
 
 Test(autoroute_ns, install_lookups_free)
@@ -484,7 +493,7 @@ static void strict_scenario(void)
 	struct autoroute *ar;
 	struct log lg;
 	struct logbuf lb;
-	char before[16384], after[16384];
+	char before[16384];
 
 	setup(true);
 	write_text("/proc/sys/net/ipv4/conf/all/rp_filter", "0");
@@ -509,9 +518,7 @@ static void strict_scenario(void)
 
 	autoroute_free(ar);
 	CHECK(read_rpf("tst0") == 1, "TUN's rp_filter restored");
-	snapshot(after, sizeof(after));
-	CHECK(strcmp(before, after) == 0, "state differs after free");
-	child_leak_check();
+	expect_as_before(before);
 }
 
 Test(autoroute_ns, strict_dns_rp_filter)
@@ -567,7 +574,7 @@ static void stale_scenario(void)
 	struct autoroute *ar;
 	struct log lg;
 	struct logbuf lb;
-	char before[16384], after[16384];
+	char before[16384];
 	int st, clean;
 	pid_t pid;
 
@@ -600,10 +607,7 @@ static void stale_scenario(void)
 	CHECK(strstr(lb.text, "stale"), "%.600s", lb.text);
 	CHECK(count_tagged() == clean, "only ours: %d vs %d", count_tagged(), clean);
 	autoroute_free(ar);
-	snapshot(after, sizeof(after));
-	CHECK(strcmp(before, after) == 0, "state differs after free:\n%.360s\n---\n%.360s", before,
-	      after);
-	child_leak_check();
+	expect_as_before(before);
 }
 
 Test(autoroute_ns, stale_state_cleaned)
@@ -649,7 +653,7 @@ static void gateway_scenario(void)
 	struct autoroute *ar;
 	struct log lg;
 	struct logbuf lb;
-	char rules[4096], before[16384], after[16384];
+	char rules[4096], before[16384];
 	int n;
 
 	setup(true);
@@ -671,9 +675,7 @@ static void gateway_scenario(void)
 	CHECK(autoroute_reconcile(ar) == 0, "settled");
 	autoroute_free(ar);
 	sh("ip route replace default via 10.0.0.1 dev up0");
-	snapshot(after, sizeof(after));
-	CHECK(strcmp(before, after) == 0, "state differs after free");
-	child_leak_check();
+	expect_as_before(before);
 }
 
 Test(autoroute_ns, gateway_change_moves_exclusion)
@@ -844,9 +846,7 @@ static void replace_scenario(void)
 	      now);
 	close(mon);
 	autoroute_free(ar);
-	snapshot(now, sizeof(now));
-	CHECK(strcmp(before, now) == 0, "state differs after free");
-	child_leak_check();
+	expect_as_before(before);
 }
 
 Test(autoroute_ns, replace_makes_before_it_breaks)
@@ -971,10 +971,7 @@ static void bypass_scenario(void)
 	CHECK(ret == 0 && x == 0x74000000, "begin: %d 0x%x %s", ret, x, err);
 	close(mon);
 	autoroute_free(ar);
-	snapshot(now, sizeof(now));
-	CHECK(strcmp(before, now) == 0, "state differs after free:\n%.360s\n---\n%.360s", before,
-	      now);
-	child_leak_check();
+	expect_as_before(before);
 }
 
 Test(autoroute_ns, bypass_looks_past_the_set_in_place)
