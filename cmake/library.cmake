@@ -64,9 +64,9 @@ foreach(_d LIBDIR INCLUDEDIR)
     set(TS_PC_${_d} "\${prefix}/${CMAKE_INSTALL_${_d}}")
   endif()
 endforeach()
-# What the objects call (libevent's core, cJSON, libcap, c-ares, PCRE2): keep in step with the
-# .so's NEEDED list. OpenSSL and nghttp2 are not in it: core/tlslib.c opens them when needed.
-set(TS_PC_REQUIRES_PRIVATE "libevent libcjson libcap libcares libpcre2-8")
+# What the objects call (libevent's core, cJSON, libcap, c-ares, PCRE2, libbpf): keep in step
+# with the .so's NEEDED list. OpenSSL and nghttp2 are not in it: core/tlslib.c opens them when needed.
+set(TS_PC_REQUIRES_PRIVATE "libevent libcjson libcap libcares libpcre2-8 libbpf")
 set(prefix "@prefix@")
 configure_file(${CMAKE_SOURCE_DIR}/cmake/twinstack.pc.in ${CMAKE_BINARY_DIR}/twinstack.pc.tmpl @ONLY)
 unset(prefix)

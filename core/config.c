@@ -20,6 +20,7 @@
 
 _Static_assert(sizeof(enum ts_stack) == sizeof(int), "CFGP_ENUM stores an int");
 _Static_assert(sizeof(enum ts_offload) == sizeof(int), "CFGP_ENUM stores an int");
+_Static_assert(sizeof(enum ts_fast_path) == sizeof(int), "CFGP_ENUM stores an int");
 _Static_assert(sizeof(enum ts_outbound_type) == sizeof(int), "CFGP_ENUM stores an int");
 _Static_assert(sizeof(enum ts_relay_mode) == sizeof(int), "CFGP_ENUM stores an int");
 _Static_assert(sizeof(enum ts_network) == sizeof(int), "CFGP_ENUM stores an int");
@@ -38,6 +39,7 @@ struct load {
 
 static const char *const stack_names[] = { "system", "lwip", NULL };
 static const char *const offload_names[] = { "auto", "on", "off", NULL };
+static const char *const fast_path_names[] = { "auto", "on", "off", NULL };
 static const char *const rps_names[] = { "auto", "on", "off", NULL };
 static const char *const io_uring_names[] = { "auto", "on", "off", NULL };
 _Static_assert(sizeof(enum ts_io_uring) == sizeof(int), "CFGP_ENUM stores an int");
@@ -834,6 +836,8 @@ static const struct cfgp_field nat_fields[] = {
 	  .off = offsetof(struct ts_nat, accepted_sndbuf) },
 	{ .key = "accepted_congestion", .kind = CFGP_STR, .min = 1, .max = TS_CC_NAME_MAX,
 	  .off = offsetof(struct ts_nat, accepted_congestion) },
+	{ .key = "fast_path", .kind = CFGP_ENUM, .names = fast_path_names,
+	  .off = offsetof(struct ts_nat, fast_path) },
 };
 
 /* A congestion control's name as the kernel spells them (reno, cubic, bbr, dctcp, ...): the
@@ -1195,6 +1199,7 @@ void config_init(struct ts_config *cfg)
 	cfg->tun.txqueuelen = TS_TUN_TXQUEUELEN_DEFAULT;
 	cfg->tun.queues = TS_TUN_QUEUES_AUTO;
 	cfg->tun.offload = TS_OFFLOAD_AUTO;
+	cfg->nat.fast_path = TS_FAST_PATH_AUTO;
 	cfg->tun.gso_output = true;
 	cfg->tun.large_segments = true;
 	cfg->tun.rps = TS_RPS_AUTO;

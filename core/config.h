@@ -58,6 +58,9 @@ struct loopguard;
 
 enum ts_stack { TS_STACK_SYSTEM, TS_STACK_LWIP };
 enum ts_offload { TS_OFFLOAD_AUTO, TS_OFFLOAD_ON, TS_OFFLOAD_OFF };
+/* nat.fast_path: the system stack's in-kernel NAT for accepted connections (auto: where the
+ * kernel and the privileges allow it; on: or the start fails; off: userspace only). */
+enum ts_fast_path { TS_FAST_PATH_AUTO, TS_FAST_PATH_ON, TS_FAST_PATH_OFF };
 enum ts_rps { TS_RPS_AUTO, TS_RPS_ON, TS_RPS_OFF };
 enum ts_io_uring { TS_IO_URING_AUTO, TS_IO_URING_ON, TS_IO_URING_OFF };
 enum ts_outbound_type { TS_OUT_DIRECT, TS_OUT_SOCKS5, TS_OUT_REJECT, TS_OUT_HTTP };
@@ -117,6 +120,7 @@ struct ts_nat {
 				      * TS_ACCEPTED_SNDBUF_AUTO: the system stack decides */
 	/* TCP congestion control of the accepted sockets ("host": the namespace's default) */
 	char accepted_congestion[TS_CC_NAME_MAX + 1];
+	enum ts_fast_path fast_path;
 };
 
 struct ts_timeouts {

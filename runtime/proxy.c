@@ -35,6 +35,7 @@
 #include "runtime/reload.h"
 #include "runtime/routing.h"
 #include "runtime/workers.h"
+#include "stacks/system/fastpath.h"
 
 /* ---- stopping ------------------------------------------------------------------------------ */
 
@@ -243,10 +244,19 @@ static int start_stack(struct ts_proxy *p, char *err, size_t errlen)
 		.tx_flush = driver_offload(p->driver) ? driver_tx_flush : NULL,
 		.rx_take = driver_offload(p->driver) ? driver_rx_take : NULL,
 		.tun_name = tun_name(p->tun),
+		.tun_ifindex = tun_ifindex(p->tun),
 		.fatal = on_fatal,
 		.fatal_arg = p,
 		.dns_tcp = p->dns != NULL, /* TCP to gateway:53 is the dispatcher's to answer */
 	};
+	/* A device we did not create may carry the system stack's fast-path filter from an
+	 * earlier process; a stack that does not use it must not have it rewrite its flows (the
+	 * system stack clears or replaces it itself). */
+	if (p->cfg.stack != TS_STACK_SYSTEM && !tun_created(p->tun) && tun_ifindex(p->tun) > 0)
+		fastpath_clear(tun_ifindex(p->tun));
+	if (p->cfg.stack != TS_STACK_SYSTEM && p->cfg.nat.fast_path == TS_FAST_PATH_ON)
+		log_info(&p->log, "proxy: nat.fast_path is the system stack's: the %s stack "
+			 "goes without it", config_stack_name(p->cfg.stack));
 	return p->ops->start(&env, &p->ns, err, errlen);
 }
 

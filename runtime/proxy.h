@@ -41,7 +41,7 @@ enum proxy_state {
 };
 
 /* The byte counters throughput.* rates (runtime/proxy_stats.c). */
-#define PROXY_RATES 6
+#define PROXY_RATES 7
 
 struct ts_proxy {
 	struct ts_config cfg;

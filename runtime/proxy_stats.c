@@ -124,6 +124,16 @@ static void add_tun(struct ts_proxy *p, struct stats_doc *d, const struct netsta
 	stats_doc_add_u64(d, "tun.rx_gso", STATS_COUNTER, ctr_get(&c->rx_gso));
 	stats_doc_add_u64(d, "tun.tx_gso", STATS_COUNTER, ctr_get(&c->tx_gso));
 	stats_doc_add_u64(d, "tun.rewrites", STATS_COUNTER, ns->rewrites);
+	static const char *const fp_state[] = { "none", "off", "unavailable", "on" };
+	stats_doc_add_str(d, "fast_path.state", fp_state[ns->fast_path]);
+	stats_doc_add_u64(d, "fast_path.conns", STATS_GAUGE, ns->fast_path_conns);
+	stats_doc_add_u64(d, "fast_path.conns_added", STATS_COUNTER, ns->fast_path_added);
+	stats_doc_add_u64(d, "fast_path.map_full", STATS_COUNTER, ns->fast_path_full);
+	stats_doc_add_u64(d, "fast_path.add_failed", STATS_COUNTER, ns->fast_path_failed);
+	stats_doc_add_u64(d, "fast_path.packets", STATS_COUNTER, ns->fast_path_packets);
+	stats_doc_add_u64(d, "fast_path.segments", STATS_COUNTER, ns->fast_path_segments);
+	stats_doc_add_u64(d, "fast_path.bytes", STATS_COUNTER, ns->fast_path_bytes);
+	stats_doc_add_u64(d, "fast_path.dropped", STATS_COUNTER, ns->fast_path_dropped);
 	stats_doc_add_u64(d, "tun.tx_dropped", STATS_COUNTER, ctr_get(&c->tx_dropped));
 	for (uint32_t q = 0; q < p->nworkers; q++) {
 		const struct worker *w = &p->workers[q];
@@ -340,18 +350,20 @@ static void add_stats_http(struct ts_proxy *p, struct stats_doc *d)
 }
 
 /* throughput.*: bits per second over the window since the newest sample at least a second old
- * (core/ratemeter.h): TUN bytes both ways (IP), TCP and UDP payload both ways. */
+ * (core/ratemeter.h): TUN bytes both ways (IP), TCP and UDP payload both ways, the system
+ * stack's fast path (IP, both ways together). */
 static void add_throughput(struct ts_proxy *p, struct stats_doc *d,
 			   const struct driver_counters *c, const struct dispatcher_stats *ds,
-			   const struct udp_path_stats *us)
+			   const struct udp_path_stats *us, const struct netstack_stats *ns)
 {
 	static const char *const keys[PROXY_RATES] = {
 		"throughput.tun_rx_bps", "throughput.tun_tx_bps", "throughput.tcp_up_bps",
 		"throughput.tcp_down_bps", "throughput.udp_up_bps", "throughput.udp_down_bps",
+		"throughput.fast_path_bps",
 	};
 	const uint64_t v[PROXY_RATES] = { ctr_get(&c->rx_bytes), ctr_get(&c->tx_bytes),
 					  ds->bytes_up, ds->bytes_down, us->up_bytes,
-					  us->down_bytes };
+					  us->down_bytes, ns->fast_path_bytes };
 	uint64_t rate[PROXY_RATES] = { 0 };
 	int64_t win = 0;
 
@@ -383,7 +395,7 @@ void proxy_stats_fill(struct ts_proxy *p, struct stats_doc *d)
 	ns.drops_malformed += ctr_get(&dc.rx_bad_vnet_hdr) + ctr_get(&dc.udp_split_bad);
 	add_process(p, d);
 	add_tun(p, d, &ns, &dc);
-	add_throughput(p, d, &dc, &ds, &us);
+	add_throughput(p, d, &dc, &ds, &us, &ns);
 	add_drops(d, &ns, &us);
 	add_sessions(p, d, &ns, &us, &ds);
 	add_budget(p, d);

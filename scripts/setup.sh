@@ -11,7 +11,7 @@ deps="$top/build/deps"
 export DEBIAN_FRONTEND=noninteractive
 
 pkgs=(
-	build-essential cmake pkg-config libevent-dev libcjson-dev libcriterion-dev libcap-dev libc-ares-dev libpcre2-dev libnghttp2-dev libssl-dev dpkg-dev
+	build-essential cmake pkg-config libevent-dev libcjson-dev libcriterion-dev libcap-dev libc-ares-dev libpcre2-dev libnghttp2-dev libssl-dev libbpf-dev dpkg-dev
 	clang libclang-rt-14-dev
 	iperf3 curl socat jq python3 python3-prometheus-client dnsmasq-base unbound bind9-dnsutils
 	microsocks dante-server tinyproxy proxychains4 iputils-ping iproute2 ethtool gnuplot-nox

@@ -56,6 +56,7 @@ struct netstack_env {
 	 * its loop (lwIP). NULL without offload. */
 	struct driver_rxbuf *(*rx_take)(void *arg, const uint8_t *pkt);
 	const char *tun_name;
+	int tun_ifindex;    /* the TUN device's index in this namespace (0: not in it) */
 	/* A fatal runtime error inside the stack (e.g. the accept loop's "anything else"): the
 	 * stack calls this once with -errno and a message; the process stops with exit 1. */
 	void (*fatal)(void *arg, int err, const char *msg);
@@ -77,6 +78,13 @@ struct netstack_stats {
 	uint64_t nat_half_open, nat_active, nat_closing, nat_quarantined;
 	uint64_t accepted;                /* sessions handed to the dispatcher */
 	uint64_t stack_bytes;             /* userspace bytes the stack itself holds */
+	/* The system stack's in-kernel fast path (nat.fast_path): its state, the connections in
+	 * its map now, those put in it, those it had no room for, those it refused otherwise, and
+	 * what it rewrote (packets as the TUN saw them, the segments they hold, bytes). */
+	enum netstack_fast_path { NETSTACK_FAST_PATH_NONE, NETSTACK_FAST_PATH_OFF,
+				  NETSTACK_FAST_PATH_UNAVAILABLE, NETSTACK_FAST_PATH_ON } fast_path;
+	uint64_t fast_path_conns, fast_path_added, fast_path_full, fast_path_failed;
+	uint64_t fast_path_packets, fast_path_segments, fast_path_bytes, fast_path_dropped;
 };
 
 struct netstack_ops {

@@ -78,7 +78,12 @@ endif()
 # TUN offload on (the default; netns.sh writes "offload": "on" so a refused offload fails the
 # start), then the short subset (--subset: downloads, bulk/UDP echo, 200 connections, the
 # mode's /stats) for the other I/O modes: per-packet for both stacks, 2 queues for the system
-# stack (lwIP is single-queue by design). The reflector gate runs offload on and off.
+# stack (lwIP is single-queue by design). The system stack's whole suite runs with its
+# in-kernel fast path (nat.fast_path's default), and its TUN checks on a second instance
+# without it; its per-packet subset runs both with it (the kernel hands the hook GSO
+# super-packets with or without TUN offload) and without it, its 2-queue subset without it, so
+# that the userspace path carries the bulk transfers end to end in those modes. The reflector
+# gate runs offload on and off.
 if(TS_SANITIZE STREQUAL "")
   add_test(NAME reflect_netns
     COMMAND ${CMAKE_SOURCE_DIR}/tests/gate/reflect_netns.sh $<TARGET_FILE:twinstack> 3)
@@ -119,8 +124,9 @@ if(TS_SANITIZE STREQUAL "")
       LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   endforeach()
   # The per-packet system stack also reads and writes its TUN with a system call per packet.
-  foreach(mode "system_perpacket;system;--offload;off;--io-uring;off" "system_2q;system;--queues;2"
-               "lwip_perpacket;lwip;--offload;off")
+  foreach(mode "system_perpacket;system;--offload;off;--io-uring;off;--fast-path;off"
+               "system_perpacket_fast;system;--offload;off;--io-uring;off"
+               "system_2q;system;--queues;2;--fast-path;off" "lwip_perpacket;lwip;--offload;off")
     list(POP_FRONT mode name stack)
     add_test(NAME integration_${name}
       COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/netns.sh --stack ${stack} ${mode} --subset
@@ -257,12 +263,13 @@ if(TS_SANITIZE STREQUAL "")
 endif()
 
 # The multi-queue system stack under ThreadSanitizer: two queue workers and the main loop
-# share the NAT table, budgets and counters while real traffic flows (the TSan tree runs with
-# halt_on_error=1, so a race kills the proxy and fails the run).
+# share the NAT table, budgets and counters while real traffic flows, with the fast path off so
+# that the bulk transfers cross the workers (the TSan tree runs with halt_on_error=1, so a race
+# kills the proxy and fails the run).
 if(TS_SANITIZE STREQUAL "thread")
   add_test(NAME integration_system_2q_tsan
     COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/netns.sh --stack system --subset --queues 2
-            --bin $<TARGET_FILE:twinstack>)
+            --fast-path off --bin $<TARGET_FILE:twinstack>)
   set_tests_properties(integration_system_2q_tsan PROPERTIES
     LABELS integration TIMEOUT 180 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
 endif()

@@ -26,6 +26,7 @@
 #include "dispatch/dispatcher.h"
 #include "dispatch/stream.h"
 #include "stacks/netstack.h"
+#include "stacks/system/fastpath.h"
 #include "stacks/system/nat.h"
 #include "stacks/system/sys_config.h"
 #include "stacks/system/sysproc.h"
@@ -35,6 +36,9 @@
 #define TRIM_MIN_ENTRIES 256               /* a NAT peak below this is not worth a trim */
 #define TRIM_MIN_QUARANTINE 4096           /* the same for the quarantine ring (16 B each) */
 #define TRIM_DELAY_MS 1000
+/* A connection joins the in-kernel fast path once it has lived this long: the map's four
+ * system calls are not spent on the many that end sooner (a request and its answer). */
+#define FAST_PATH_AGE_NS (10 * TS_NS_PER_MS)
 #define BACKOFF_RESOURCE_NS (50 * TS_NS_PER_MS) /* EMFILE, ENFILE, ENOBUFS, ENOMEM */
 #define BACKOFF_TRANSIENT_NS (1 * TS_NS_PER_MS) /* EINTR, EPROTO, ECONNABORTED, ... */
 
@@ -88,6 +92,11 @@ struct sys_stack {
 	struct event *trim_ev;             /* one-shot: the NAT's memory back (maybe_trim) */
 	uint64_t trim_peak, trim_qpeak;    /* most entries / resting tuples since the last trim */
 	struct log_ratelimit rl_accept;
+	struct fastpath *fp;               /* the in-kernel fast path, or NULL */
+	bool fp_unavailable;               /* nat.fast_path "auto" and it could not start */
+	ctr_t fp_added, fp_full, fp_failed; /* connections: put in its map, no room, refused */
+	struct sys_guard *fp_oldest, *fp_newest; /* waiting to join it, oldest first */
+	struct event *fp_ev;               /* one-shot: the oldest waiting one is old enough */
 };
 
 /* One per session: marks the NAT entry closing and returns the permit and fd however the
@@ -96,6 +105,11 @@ struct sys_guard {
 	struct sys_stack *st;
 	struct nat_tuple tuple;
 	uint64_t gen;
+	bool fast;               /* in the fast path's map: out again before the linger */
+	bool waiting;            /* in the list of those to join it (fast_wait) */
+	struct flow_key key;     /* the app's side, as fastpath_add gets it */
+	int64_t since;           /* accepted at (monotonic ns) */
+	struct sys_guard *prev, *next; /* the waiting list, oldest first */
 };
 
 /* The connection number of a queue's last write (0: none), for write_queue, on a cache line of
@@ -246,12 +260,107 @@ static void close_reset(int fd)
 	close(fd);
 }
 
+/* Hand an accepted connection's segments to the in-kernel fast path. Failing that, the
+ * userspace path goes on translating them: nothing is lost. A map the process may no longer
+ * write (kernels before 6.0 check the capability at every map update, and least privilege
+ * has dropped it) ends the fast path for good: no connection is in it then, since no update
+ * ever succeeded, or it would have kept succeeding. */
+static void fast_add(struct sys_stack *st, struct sys_guard *g)
+{
+	const uint8_t *nat, *gw;
+	uint16_t lport;
+	int ret;
+
+	if (sysproc_tuple_rewrite(st->proc, &g->tuple, &nat, &gw, &lport) != 0)
+		return;
+	ret = fastpath_add(st->fp, &g->key, nat, htons(g->tuple.port), gw, lport);
+	if (ret == 0) {
+		g->fast = true;
+		ctr_inc(&st->fp_added);
+		return;
+	}
+	if (ret == -E2BIG) {
+		ctr_inc(&st->fp_full);
+		return;
+	}
+	ctr_inc(&st->fp_failed);
+	if ((ret == -EPERM || ret == -EACCES) && ctr_get(&st->fp_added) == 0) {
+		log_warn(st->env.log, "system stack: in-kernel fast path unavailable: its map "
+			 "refuses updates (%s); every connection takes the userspace path",
+			 strerror(-ret));
+		fastpath_free(st->fp);
+		st->fp = NULL;
+		st->fp_unavailable = true;
+	}
+}
+
+static void fast_del(struct sys_stack *st, struct sys_guard *g)
+{
+	const uint8_t *nat, *gw;
+	uint16_t lport;
+
+	if (sysproc_tuple_rewrite(st->proc, &g->tuple, &nat, &gw, &lport) == 0)
+		fastpath_del(st->fp, &g->key, nat, htons(g->tuple.port), gw, lport);
+	g->fast = false;
+}
+
+/* The waiting list: accepted connections, oldest first, that join the fast path when
+ * FAST_PATH_AGE_NS old; one timer for the oldest. All on the main loop (accepts, session
+ * ends and the timer). */
+static void fast_unwait(struct sys_stack *st, struct sys_guard *g)
+{
+	*(g->prev ? &g->prev->next : &st->fp_oldest) = g->next;
+	*(g->next ? &g->next->prev : &st->fp_newest) = g->prev;
+	g->prev = g->next = NULL;
+	g->waiting = false;
+}
+
+static void fast_arm(struct sys_stack *st, int64_t now)
+{
+	int64_t left = st->fp_oldest ? st->fp_oldest->since + FAST_PATH_AGE_NS - now : 0;
+	struct timeval tv = { 0, left > 0 ? (suseconds_t)(left / 1000) + 1 : 0 };
+
+	if (st->fp_oldest)
+		evtimer_add(st->fp_ev, &tv);
+}
+
+static void fast_wait(struct sys_stack *st, struct sys_guard *g, int64_t now)
+{
+	g->since = now;
+	g->waiting = true;
+	g->next = NULL;
+	g->prev = st->fp_newest;
+	*(st->fp_newest ? &st->fp_newest->next : &st->fp_oldest) = g;
+	st->fp_newest = g;
+	if (!evtimer_pending(st->fp_ev, NULL))
+		fast_arm(st, now);
+}
+
+static void on_fast_due(evutil_socket_t fd, short what, void *arg)
+{
+	struct sys_stack *st = arg;
+	int64_t now = ts_now_ns();
+	struct sys_guard *g;
+
+	while ((g = st->fp_oldest) && (!st->fp || now - g->since >= FAST_PATH_AGE_NS)) {
+		fast_unwait(st, g);
+		if (st->fp)
+			fast_add(st, g);
+	}
+	fast_arm(st, now);
+}
+
 static void session_end(void *arg)
 {
 	struct sys_guard *g = arg;
 	struct sys_stack *st = g->st;
-	int64_t now = ts_now_ns();
+	int64_t now;
 
+	if (g->waiting)
+		fast_unwait(st, g);
+	if (g->fast && st->fp)
+		fast_del(st, g);
+	now = ts_now_ns();
 	nat_mark_closing(st->nat, &g->tuple, g->gen, now);
 	budget_tcp_release(st->env.budget);
 	budget_fd_release(st->env.budget, 1);
@@ -363,7 +472,9 @@ static void session_start(struct sys_listener *l, int fd, const struct sockaddr_
 		refuse(st, fd, &t, gen, &st->ctr.session_setup_failed);
 		return;
 	}
-	*g = (struct sys_guard){ .st = st, .tuple = t, .gen = gen };
+	*g = (struct sys_guard){ .st = st, .tuple = t, .gen = gen, .key = key };
+	if (st->fp)
+		fast_wait(st, g, ts_now_ns());
 	ctr_inc(&st->ctr.accepted);
 	/* From here the dispatcher owns the stream and calls session_end exactly once. */
 	dispatcher_start_tcp(st->env.dispatcher, &key, s, session_end, g);
@@ -629,6 +740,48 @@ static int build_proc(struct sys_stack *st, const uint16_t ports[2][NAT_MAX_LIST
 
 static void sys_free(struct netstack *ns);
 
+/* nat.fast_path: load the in-kernel fast path and attach it to the TUN. "auto" goes on without
+ * it when it cannot (the log says why, /stats shows it unavailable); "on" makes that a start
+ * failure; "off" (and a failed "auto") removes a filter an earlier process may have left. */
+static int fast_start(struct sys_stack *st, char *err, size_t errlen)
+{
+	const struct ts_config *cfg = st->env.cfg;
+	uint32_t conns = cfg->budget.nat_entries < FASTPATH_MAX_CONNS ? cfg->budget.nat_entries
+								   : FASTPATH_MAX_CONNS;
+	int idx = st->env.tun_ifindex;
+	char why[200] = "";
+	int ret;
+
+	if (cfg->nat.fast_path == TS_FAST_PATH_OFF) {
+		if (idx > 0)
+			fastpath_clear(idx);
+		return 0;
+	}
+	if (idx <= 0) {
+		ret = -ENODEV;
+		snprintf(why, sizeof(why), "the TUN device %s is not in this network namespace",
+			 st->env.tun_name ? st->env.tun_name : "");
+	} else if ((ret = fastpath_open(conns, &st->fp, why, sizeof(why))) == 0 &&
+		   (ret = fastpath_attach(st->fp, idx, why, sizeof(why))) != 0) {
+		fastpath_free(st->fp);
+		st->fp = NULL;
+	}
+	if (ret == 0) {
+		log_info(st->env.log, "system stack: in-kernel fast path on %s (room for %u "
+			 "connections)", st->env.tun_name ? st->env.tun_name : "the TUN", conns);
+		return 0;
+	}
+	if (idx > 0)
+		fastpath_clear(idx);
+	if (cfg->nat.fast_path == TS_FAST_PATH_ON) {
+		snprintf(err, errlen, "system stack: nat.fast_path \"on\": %s", why);
+		return ret;
+	}
+	log_info(st->env.log, "system stack: in-kernel fast path unavailable: %s", why);
+	st->fp_unavailable = true;
+	return 0;
+}
+
 static int sys_start(const struct netstack_env *env, struct netstack **out, char *err,
 		     size_t errlen)
 {
@@ -684,7 +837,8 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 	st->purge_ev = evtimer_new(env->base, on_purge, st);
 	st->resume_ev = evtimer_new(env->base, on_resume, st);
 	st->trim_ev = evtimer_new(env->base, on_trim, st);
-	if (!st->purge_ev || !st->resume_ev || !st->trim_ev) {
+	st->fp_ev = evtimer_new(env->base, on_fast_due, st);
+	if (!st->purge_ev || !st->resume_ev || !st->trim_ev || !st->fp_ev) {
 		ret = -ENOMEM;
 		snprintf(err, errlen, "system stack: out of memory");
 		goto fail;
@@ -700,6 +854,8 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 			goto fail;
 		}
 	}
+	if ((ret = fast_start(st, err, errlen)) != 0)
+		goto fail;
 	/* Only now, with every listener bound, may the caller report "ready" (before, no TCP could
 	 * get in). */
 	listeners_enable(st, true);
@@ -744,10 +900,13 @@ static void sys_free(struct netstack *ns)
 		event_free(st->resume_ev);
 	if (st->trim_ev)
 		event_free(st->trim_ev);
+	if (st->fp_ev)
+		event_free(st->fp_ev);
 	if (st->kick_ev)
 		event_free(st->kick_ev);
 	if (st->kick_fd >= 0)
 		close(st->kick_fd);
+	fastpath_free(st->fp);
 	sysproc_free(st->proc);
 	nat_table_free(st->nat);
 	free(st->qto);
@@ -843,6 +1002,21 @@ static void sys_stats(struct netstack *ns, struct netstack_stats *o)
 	o->drops_unmapped_rst = ctr_get(&c->drop_rst_no_mapping);
 	o->drops_half_open = ctr_get(&c->drop_nat_half_open);
 	o->rewrites = ctr_get(&c->uplink) + ctr_get(&c->downlink);
+	o->fast_path = st->fp ? NETSTACK_FAST_PATH_ON
+		     : st->fp_unavailable ? NETSTACK_FAST_PATH_UNAVAILABLE : NETSTACK_FAST_PATH_OFF;
+	o->fast_path_added = ctr_get(&st->fp_added);
+	o->fast_path_full = ctr_get(&st->fp_full);
+	o->fast_path_failed = ctr_get(&st->fp_failed);
+	if (st->fp) {
+		struct fastpath_totals ft;
+		fastpath_totals(st->fp, &ft);
+		o->fast_path_conns = fastpath_conns(st->fp);
+		o->fast_path_packets = ft.packets;
+		o->fast_path_segments = ft.segments;
+		o->fast_path_bytes = ft.bytes;
+		o->fast_path_dropped = ft.failed;
+		o->rewrites += ft.packets;
+	}
 	o->admission_refused = ctr_get(&st->ctr.admission_refused);
 	o->fd_exhausted = ctr_get(&st->ctr.fd_exhausted);
 	o->accepted = ctr_get(&st->ctr.accepted);

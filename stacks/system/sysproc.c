@@ -124,6 +124,20 @@ bool sysproc_is_own(const struct sysproc *p, int family, const uint8_t *addr)
 	return l3policy_is_own(&p->pol, family, addr);
 }
 
+int sysproc_tuple_rewrite(const struct sysproc *p, const struct nat_tuple *t,
+			  const uint8_t **nat_addr, const uint8_t **gateway, uint16_t *lport_be)
+{
+	const struct fam *f = t->family == 4 ? &p->f4 : &p->f6;
+
+	if ((t->family != 4 && t->family != 6) || !f->enabled || t->addr >= p->n_addrs ||
+	    t->listener >= f->n_lports)
+		return -EINVAL;
+	*nat_addr = f->nat[t->addr];
+	*gateway = f->gateway;
+	*lport_be = f->lport_be[t->listener];
+	return 0;
+}
+
 uint32_t sysproc_conn_hash(const struct flow_key *k)
 {
 	size_t last = k->family == 4 ? 0 : 12;

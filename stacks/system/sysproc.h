@@ -151,4 +151,10 @@ static inline enum sys_class sysproc_classify(const struct sysproc *p, const str
 /* Our gateway or one of our NAT addresses? (addr: 4 or 16 bytes of the given family) */
 bool sysproc_is_own(const struct sysproc *p, int family, const uint8_t *addr);
 
+/* What the uplink rewrite of tuple t's mapping writes: its NAT address (t->addr), the gateway
+ * and the listener port (network order), as the in-kernel fast path must write them too.
+ * 0, or -EINVAL when t names no configured address or listener. */
+int sysproc_tuple_rewrite(const struct sysproc *p, const struct nat_tuple *t,
+			  const uint8_t **nat_addr, const uint8_t **gateway, uint16_t *lport_be);
+
 #endif

@@ -28,7 +28,8 @@
 # rule). 10.200.0.2 (B's veth address) is reached straight over the veth: the iperf3 baseline.
 #
 # usage: netns.sh [--stack system|lwip] [--bin PATH] [--relay splice|copy] [--offload on|off]
-#                 [--io-uring on|off] [--queues N] [--subset] [--bypass] [--keep] [-v]
+#                 [--io-uring on|off] [--queues N] [--fast-path auto|on|off] [--subset]
+#                 [--bypass] [--keep] [-v]
 #   --stack   the config's "stack" (the only thing that differs between the stacks' runs)
 #   --relay   the config's "relay.mode" (default: the program's default)
 #   --offload the config's "tun.offload" (default on: written explicitly, so a kernel that
@@ -36,6 +37,12 @@
 #   --io-uring the config's "tun.io_uring" (default on: written explicitly, so a kernel that
 #             refuses the ring fails the start instead of silently testing system calls)
 #   --queues  the config's "tun.queues" (default 1; > 1 is for the system stack)
+#   --fast-path the config's "nat.fast_path" (default: not written, the program's default
+#             "auto"). With the system stack, anything but "off" must find the in-kernel fast
+#             path on (we are root): the bulk transfers then bypass the TUN's userspace path, so
+#             the checks of what crosses the TUN (tun.tx_bytes, tun.rx_gso, io_uring rounds,
+#             per-queue trims) run on a second instance without it (CAP_BPF and CAP_SYS_ADMIN
+#             taken from its bounding set: "auto" finds the fast path unavailable)
 #   --subset  only the short subset for the extra modes: 100 MiB v4/v6 downloads from A and
 #             from C, the bulk echo, UDP echo, 200 concurrent connections, the mode's /stats,
 #             teardown and SIGTERM
@@ -52,17 +59,28 @@ RELAY=
 OFFLOAD=on
 IO_URING=on
 QUEUES=1
+FAST_PATH=
 SUBSET=0
 BYPASS=0
 
 # shellcheck source=tests/integration/lib.sh
 . "$HERE/lib.sh"
-suite_args netns --relay RELAY --offload OFFLOAD --io-uring IO_URING --queues QUEUES --subset SUBSET=1 --bypass BYPASS=1 -- "$@"
+suite_args netns --relay RELAY --offload OFFLOAD --io-uring IO_URING --queues QUEUES \
+	--fast-path FAST_PATH --subset SUBSET=1 --bypass BYPASS=1 -- "$@"
 case $RELAY in "" | splice | copy) ;; *) echo "netns.sh: --relay must be splice or copy" >&2; exit 2 ;; esac
 case $OFFLOAD in on | off) ;; *) echo "netns.sh: --offload must be on or off" >&2; exit 2 ;; esac
 [[ "$QUEUES" =~ ^[1-9][0-9]*$ ]] || { echo "netns.sh: --queues must be a positive integer" >&2; exit 2; }
+case $FAST_PATH in "" | auto | on | off) ;; *) echo "netns.sh: --fast-path must be auto, on or off" >&2; exit 2 ;; esac
 RELAY_JSON=
 [ -n "$RELAY" ] && RELAY_JSON="\"relay\": { \"mode\": \"$RELAY\" },"
+FAST_PATH_JSON=
+[ -n "$FAST_PATH" ] && FAST_PATH_JSON=", \"fast_path\": \"$FAST_PATH\""
+# FP_STATE: the fast_path.state /stats must show (lwIP has none; as root the system stack's
+# loads unless it is off). FAST=1: the main instance's TCP payload bypasses the TUN's userspace
+# path, which a second instance without the fast path then carries for the TUN checks.
+FP_STATE=on FAST=1
+[ "$STACK" = lwip ] && FP_STATE=none FAST=0
+[ "$STACK" = system ] && [ "$FAST_PATH" = off ] && FP_STATE=off FAST=0
 
 # --- preconditions: 77 = cannot run here, not a failure --------------------------------------
 if [ "$(id -u)" -ne 0 ]; then echo "# SKIP: needs root (network namespaces, TUN)"; exit 77; fi
@@ -70,8 +88,8 @@ if [ ! -c /dev/net/tun ]; then echo "# SKIP: no /dev/net/tun"; exit 77; fi
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3)
 missing=()
-for t in ip ss sysctl ethtool curl jq iperf3 socat dnsmasq microsocks dig ping unshare timeout \
-	sha256sum "$PY"; do
+for t in ip ss sysctl ethtool curl jq iperf3 socat dnsmasq microsocks dig ping unshare setpriv \
+	timeout sha256sum "$PY"; do
 	command -v "$t" >/dev/null 2>&1 || missing+=("$t")
 done
 "$PY" -c 'import prometheus_client.parser' 2>/dev/null || missing+=(python3-prometheus-client)
@@ -115,6 +133,7 @@ inB() { ip netns exec "$NS_B" "$@"; }
 inC() { ip netns exec "$NS_C" "$@"; }
 
 note "twinstack netns suite: stack=$STACK relay=${RELAY:-default} offload=$OFFLOAD queues=$QUEUES" \
+	"fast_path=${FAST_PATH:-default}" \
 	"mode=$([ "$BYPASS" -eq 1 ] && echo bypass || echo proxy)$([ "$SUBSET" -eq 1 ] && echo ' (subset)')" \
 	"bin=$BIN token=$TOK"
 
@@ -214,7 +233,7 @@ config_main() {
   "tun": { "name": "$2", "address": "$GW4/15", "address6": "$GW6/64", "mtu": 1500,
            "txqueuelen": 10000, "offload": "$OFFLOAD", "io_uring": "$IO_URING",
            "large_segments": true, "queues": $QUEUES },
-  "nat": { "linger_ms": 300, "half_open_timeout_ms": 3000, "port_quarantine_ms": 500 },
+  "nat": { "linger_ms": 300, "half_open_timeout_ms": 3000, "port_quarantine_ms": 500$FAST_PATH_JSON },
   "timeouts": { "connect_ms": 3000, "udp_idle_ms": 1000 },
   "outbounds": [
     { "tag": "direct", "type": "direct", "routing_mark": 1 },
@@ -240,7 +259,7 @@ config_socks() {
   "stack": "$STACK",
   "tun": { "name": "$2", "address": "$GW4/15", "address6": "$GW6/64",
            "offload": "$OFFLOAD", "io_uring": "$IO_URING", "queues": $QUEUES },
-  "nat": { "linger_ms": 300, "port_quarantine_ms": 500 },
+  "nat": { "linger_ms": 300, "port_quarantine_ms": 500$FAST_PATH_JSON },
   "timeouts": { "connect_ms": 3000 },
   $RELAY_JSON
   "outbounds": [
@@ -255,12 +274,14 @@ config_socks() {
 EOF
 }
 
-# ts_start CONFIG TAG: starts `twinstack run` in A; waits (10 s at most) for the ready byte on
-# --ready-fd. Sets TS_PID; returns 1 (reason in TS_ERR) if it died or timed out.
+# ts_start CONFIG TAG [WRAPPER...]: starts `twinstack run` in A (through WRAPPER, a command
+# that execs the rest, when given); waits (10 s at most) for the ready byte on --ready-fd.
+# Sets TS_PID; returns 1 (reason in TS_ERR) if it died or timed out.
 ts_start() {
 	local cfg=$1 tag=$2 i
+	shift 2
 	: >"$TMP/ready.$tag"
-	ip netns exec "$NS_A" "$BIN" run --config "$cfg" --ready-fd 3 \
+	ip netns exec "$NS_A" "$@" "$BIN" run --config "$cfg" --ready-fd 3 \
 		3>"$TMP/ready.$tag" </dev/null >"$TMP/twinstack.$tag.log" 2>&1 &
 	TS_PID=$!
 	PIDS+=("$TS_PID")
@@ -341,7 +362,9 @@ throughput.tcp_down_bps throughput.udp_up_bps throughput.udp_down_bps
 udp.datagrams_up udp.bytes_up udp.datagrams_down udp.bytes_down
 driver.uring_enters driver.uring_flushes driver.uring_flush_writes driver.tx_lent driver.rx_taken
 driver.uring_reads_empty driver.uring_read_refused
-driver.uring_write_refused driver.uring_enter_failed'
+driver.uring_write_refused driver.uring_enter_failed
+fast_path.conns fast_path.conns_added fast_path.map_full fast_path.add_failed fast_path.packets
+fast_path.segments fast_path.bytes fast_path.dropped throughput.fast_path_bps'
 
 # stats_keys: every documented key is present (numbers, `stack` the configured one).
 stats_keys() {
@@ -379,6 +402,83 @@ stats_mode() {
 	[ ${#bad[@]} -eq 0 ] && { echo "tun.io_mode $want, tun.queues $QUEUES, tun.io_uring $rings"; return 0; }
 	echo "${bad[*]}"
 	return 1
+}
+
+# fast_path_state WANT: /stats says fast_path.state WANT ("none", "off", "unavailable", "on").
+fast_path_state() {
+	local got
+	got=$(stat_get .fast_path.state) || { echo "GET /stats failed"; return 1; }
+	echo "fast_path.state \"$got\"$([ "$got" = "$1" ] || echo ", want \"$1\"")"
+	[ "$got" = "$1" ]
+}
+
+# fast_downloads TX_BEFORE REWRITES_BEFORE FAST_PATH_BEFORE: the fast path (on) carried the
+# four downloads: fast_path.bytes and tun.tx_bytes (what the proxy wrote to the TUN) grew by at
+# least their 4 x 100 MiB together, the fast path's share more than half (a
+# connection joins the fast path 10 ms after its accept; the userspace path carries what came
+# before, the handshake, and what follows its session's end), and tun.rewrites by at least the
+# fast path's packets (it counts them with its own). FAST_PATH_BEFORE: the fast_path object of
+# /stats before the downloads.
+fast_downloads() {
+	local tx0=$1 rw0=$2 b=$3 j tx rw p bytes
+	j=$(stats_json) || { echo "GET /stats failed"; return 1; }
+	tx=$(jq -r '.tun.tx_bytes' <<<"$j") rw=$(jq -r '.tun.rewrites' <<<"$j")
+	p=$(jq -r --argjson b "$b" '.fast_path.packets - $b.packets' <<<"$j")
+	bytes=$(jq -r --argjson b "$b" '.fast_path.bytes - $b.bytes' <<<"$j")
+	[[ "$tx0" =~ ^[0-9]+$ && "$rw0" =~ ^[0-9]+$ && "$tx" =~ ^[0-9]+$ && "$rw" =~ ^[0-9]+$ &&
+		"$p" =~ ^[0-9]+$ && "$bytes" =~ ^[0-9]+$ ]] ||
+		{ echo "tun.tx_bytes '$tx0' -> '$tx', tun.rewrites '$rw0' -> '$rw'," \
+			"fast_path.packets +'$p', fast_path.bytes +'$bytes'"; return 1; }
+	echo "fast_path.bytes +$((bytes >> 20)) MiB in +$p packets, tun.rewrites +$((rw - rw0))," \
+		"tun.tx_bytes +$(((tx - tx0) >> 10)) KiB"
+	[ $((bytes + tx - tx0)) -ge $((4 * FILE_BYTES)) ] ||
+		{ echo "fast_path.bytes +$bytes and tun.tx_bytes +$((tx - tx0)), want" \
+			"+$((4 * FILE_BYTES)) or more together"; return 1; }
+	if [ "$bytes" -le $((2 * FILE_BYTES)) ]; then
+		echo "fast_path.bytes +$bytes: half of the downloads or less took the fast path"
+		return 1
+	fi
+	if [ $((rw - rw0)) -lt "$p" ]; then
+		echo "tun.rewrites +$((rw - rw0)), fewer than the fast path's +$p packets"
+		return 1
+	fi
+}
+
+# fast_whole FAST_PATH_BEFORE: the fast path took the downloads' and the bulk echo's
+# super-packets whole (fast_path.segments grew by more than fast_path.packets: a GSO packet
+# counts once among the packets and by its segments among the segments). With offload off too:
+# the kernel's TCP builds super-packets for any device and cuts them in software only after
+# the egress hook the fast path sits on.
+fast_whole() {
+	local b=$1 j p seg
+	j=$(stats_json) || { echo "GET /stats failed"; return 1; }
+	p=$(jq -r --argjson b "$b" '.fast_path.packets - $b.packets' <<<"$j")
+	seg=$(jq -r --argjson b "$b" '.fast_path.segments - $b.segments' <<<"$j")
+	[[ "$p" =~ ^[0-9]+$ && "$seg" =~ ^[0-9]+$ ]] ||
+		{ echo "fast_path.packets +'$p', fast_path.segments +'$seg'"; return 1; }
+	echo "fast_path.packets +$p, fast_path.segments +$seg"
+	[ "$p" -gt 0 ] && [ "$seg" -gt "$p" ]
+}
+
+# fast_short: SHORT_CONNS connections one after the other, each a half-close echo of 16 bytes
+# (over in well under a millisecond); a connection joins the fast path only once it has lived
+# 10 ms, so fewer than half of them may have joined (fast_path.conns_added), and none stays in
+# its map (fast_path.conns back where it was once the proxy has ended their sessions). A loaded
+# machine may stretch a few past 10 ms; a fast path that took every connection at its accept
+# fails.
+SHORT_CONNS=40
+conns_at_most() { [ "$(stat_get .fast_path.conns)" -le "$1" ]; }
+fast_short() {
+	local a0 a1 c0 c1
+	a0=$(stat_get .fast_path.conns_added) && c0=$(stat_get .fast_path.conns) ||
+		{ echo "GET /stats failed"; return 1; }
+	inA "${TSNET[@]}" half-close --host "$SRV4" --port "$P_ECHO" --bytes 16 \
+		--count "$SHORT_CONNS" --timeout 5 || return 1
+	wait_until 50 0.1 conns_at_most "$c0"
+	a1=$(stat_get .fast_path.conns_added) && c1=$(stat_get .fast_path.conns) ||
+		{ echo "GET /stats failed"; return 1; }
+	echo "fast_path.conns_added +$((a1 - a0)) of $SHORT_CONNS, fast_path.conns $c0 -> $c1"
+	[ $((a1 - a0)) -lt $((SHORT_CONNS / 2)) ] && [ "$c1" -le "$c0" ]
 }
 
 # gso_moved BEFORE: tun.rx_gso (super-packets read) after the bulk transfers: it moved with
@@ -636,13 +736,15 @@ metrics_parse() {
 	fi
 }
 
-# idle_state: zero NAT entries (quarantined aside), sessions and pipes, fds at the idle count.
+# idle_state: zero NAT entries (quarantined aside), sessions, pipes and connections in the fast
+# path's map, fds at the idle count.
 idle_state() {
 	local j
 	j=$(stats_json) || { echo "GET /stats failed"; return 1; }
-	jq -r --argjson fds "$FDS_IDLE" '"nat half_open=\(.nat.half_open) active=\(.nat.active) closing=\(.nat.closing) quarantined=\(.nat.quarantined), sessions.active=\(.sessions.active), udp.sessions=\(.udp.sessions), splice.pipes=\(.splice.pipes), fds=\(.fds) (idle \($fds))"' <<<"$j"
+	jq -r --argjson fds "$FDS_IDLE" '"nat half_open=\(.nat.half_open) active=\(.nat.active) closing=\(.nat.closing) quarantined=\(.nat.quarantined), sessions.active=\(.sessions.active), udp.sessions=\(.udp.sessions), splice.pipes=\(.splice.pipes), fast_path.conns=\(.fast_path.conns), fds=\(.fds) (idle \($fds))"' <<<"$j"
 	jq -e --argjson fds "$FDS_IDLE" '(.nat.half_open + .nat.active + .nat.closing) == 0
-		and .sessions.active == 0 and .splice.pipes == 0 and .fds == $fds' <<<"$j" >/dev/null
+		and .sessions.active == 0 and .splice.pipes == 0 and .fast_path.conns == 0
+		and .fds == $fds' <<<"$j" >/dev/null
 }
 
 # =============================================================================================
@@ -695,6 +797,113 @@ else
 	done
 fi
 
+# queues_trimmed: every queue that read 2 MiB or more has trimmed on its own loop once the
+# load stopped (runtime/memback.h: one per queue's loop), and a queue other than 0 did read
+# that much (else the check would look at queue 0 alone).
+queues_trimmed() {
+	local q b t s out="" worker=0
+	s=$(stats_json) || return 1
+	for ((q = 0; q < QUEUES; q++)); do
+		b=$(jq -r ".tun.q$q.rx_bytes" <<<"$s") && t=$(jq -r ".tun.q$q.quiet_trims" <<<"$s")
+		out+="q$q: rx_bytes $b, quiet_trims $t; "
+		[[ "$b" =~ ^[0-9]+$ && "$t" =~ ^[0-9]+$ ]] || { echo "$out"; return 1; }
+		[ "$b" -lt $((2 << 20)) ] && continue
+		[ "$q" -gt 0 ] && worker=1
+		[ "$t" -ge 1 ] || { echo "$out"; return 1; }
+	done
+	[ "$worker" -eq 1 ] || { echo "${out}no queue but 0 read 2 MiB"; return 1; }
+	echo "$out"
+}
+queues_trimmed_soon() { wait_until 40 0.1 queues_trimmed >/dev/null; queues_trimmed; }
+# worker_loaded: a queue other than 0 has read 2 MiB or more.
+worker_loaded() {
+	local s q
+	s=$(stats_json) || return 1
+	for ((q = 1; q < QUEUES; q++)); do
+		[ "$(jq -r ".tun.q$q.rx_bytes" <<<"$s")" -ge $((2 << 20)) ] 2>/dev/null && return 0
+	done
+	return 1
+}
+# queue_checks PREFIX: with more than one queue, a worker queue loaded and every queue's memory
+# back afterwards. A connection's packets go to the queue its number picks (a hash of its ports
+# and addresses), so the few large transfers before may all have landed on queue 0: 8 MiB more
+# echoed on fresh connections until a worker queue has carried one (each has an even chance;
+# at most 10).
+queue_checks() {
+	local extra
+	[ "$QUEUES" -gt 1 ] || return 0
+	for ((extra = 0; extra < 10; extra++)); do
+		worker_loaded && break
+		inA "${TSNET[@]}" bulk-echo --host "$SRV4" --port "$P_ECHO" --mib 8 --timeout 30 >/dev/null
+	done
+	check "${1}stats: every queue's loop gives its memory back after the load (quiet trim per queue)" \
+		queues_trimmed_soon
+}
+
+# downloads_crossed TX_BEFORE N: the proxy wrote at least N files' bytes to the TUN
+# (tun.tx_bytes: both stacks emit the downlink through it), and the fast path rewrote nothing
+# (fast_path.packets 0): proof that the traffic took the TUN's userspace path.
+downloads_crossed() {
+	local tx0=$1 n=$2 tx1 fpp
+	if ! tx1=$(stat_get .tun.tx_bytes) || ! fpp=$(stat_get .fast_path.packets); then
+		echo "GET /stats failed"
+		return 1
+	fi
+	[[ "$tx0" =~ ^[0-9]+$ && "$tx1" =~ ^[0-9]+$ && "$fpp" =~ ^[0-9]+$ ]] ||
+		{ echo "tun.tx_bytes '$tx0' -> '$tx1', fast_path.packets '$fpp'"; return 1; }
+	[ $((tx1 - tx0)) -ge $((n * FILE_BYTES)) ] ||
+		{ echo "tun.tx_bytes $tx0 -> $tx1, want +$((n * FILE_BYTES))"; return 1; }
+	[ "$fpp" -eq 0 ] || { echo "fast_path.packets $fpp, want 0"; return 1; }
+	echo "tun.tx_bytes +$(((tx1 - tx0) / 1048576)) MiB, fast_path.packets 0"
+}
+
+# --- the system stack without its fast path ----------------------------------------------------
+# NOBPF: runs the rest with CAP_BPF and CAP_SYS_ADMIN out of the bounding set, so the exec'd
+# root process has neither and cannot load a tc BPF program (it keeps CAP_NET_ADMIN for the
+# TUN). nat.fast_path "on" must then fail the start; "auto" must start without it and carry the
+# traffic through userspace. With FAST that instance is also where the TUN's own checks run
+# (what the proxy writes, super-packets read, io_uring rounds, per-queue trims): the main
+# instance's bulk transfers bypass the TUN's userspace path.
+NOBPF=(setpriv --bounding-set "-bpf,-sys_admin" --)
+nofp_instance() {
+	local tx0 gso0
+	jq '.nat.fast_path = "auto"' "$TMP/nofp-base.json" >"$TMP/nofp.json" || return 1
+	local name="no fast path: nat.fast_path \"auto\" without CAP_BPF and CAP_SYS_ADMIN starts"
+	local log=$TMP/twinstack.nofp.log
+	if ! ts_start "$TMP/nofp.json" nofp "${NOBPF[@]}"; then
+		not_ok "$name" "$TS_ERR"
+		return 1
+	fi
+	ok "$name" "pid $TS_PID"
+	if grep -q 'fast path unavailable' "$log"; then
+		ok "no fast path: the log says why" "$(grep -m1 'fast path unavailable' "$log" | cut -c1-160)"
+	else
+		not_ok "no fast path: the log says why" \
+			"no 'fast path unavailable' line: $(tail -n 2 "$log" | tr '\n' ' ')"
+	fi
+	check "no fast path: routes into the TUN ($TUN3)" routes_tun "$TUN3" || return 1
+	check "no fast path: stats: fast_path.state \"unavailable\"" fast_path_state unavailable
+	tx0=$(stat_get .tun.tx_bytes) gso0=$(stat_get .tun.rx_gso)
+	check "no fast path: http v4 from A: 100 MiB" download "$NS_A" "http://$SRV4:$P_HTTP/file.bin"
+	check "no fast path: stats: the download crossed the TUN" downloads_crossed "$tx0" 1
+	check "no fast path: tcp: 32 MiB bulk echo v4, both directions at once, sha256" \
+		inA "${TSNET[@]}" bulk-echo --host "$SRV4" --port "$P_ECHO" --mib 32 --timeout 30
+	check "no fast path: stats: tun.rx_gso after the bulk transfers (offload $OFFLOAD)" gso_moved "$gso0"
+	check "no fast path: stats: TUN reads and writes in rounds (tun.io_uring $IO_URING)" uring_rounds
+	[ "$FAST" -eq 1 ] && queue_checks "no fast path: "
+	check "no fast path: SIGTERM exits 0 within 2 s" ts_sigterm nofp
+}
+if [ "$STACK" = system ] && [ "$BYPASS" -eq 0 ] && [ "$HAVE_RUN" -eq 1 ] &&
+	{ [ "$SUBSET" -eq 0 ] || [ "$FAST" -eq 1 ]; }; then
+	config_main "$TMP/nofp-base.json" "$TUN3"
+	if [ "$SUBSET" -eq 0 ]; then
+		jq '.nat.fast_path = "on"' "$TMP/nofp-base.json" >"$TMP/nofp-on.json"
+		start_fails "start: nat.fast_path \"on\" without CAP_BPF and CAP_SYS_ADMIN exits 1 naming it" \
+			1 'nat\.fast_path' "${NOBPF[@]}" "$BIN" run --config "$TMP/nofp-on.json" --ready-fd 3
+	fi
+	nofp_instance
+fi
+
 # --- the proxy (or the bypass routes) ------------------------------------------------------
 FDS_IDLE=
 if [ "$BYPASS" -eq 1 ]; then
@@ -738,28 +947,28 @@ else
 	check "routes into the TUN ($TUN)" routes_tun "$TUN"
 	check "stats: /stats has every documented key" stats_keys
 	check "stats: the I/O mode asked for (offload $OFFLOAD, $QUEUES queue(s)) is in effect" stats_mode
+	check "stats: fast_path.state \"$FP_STATE\" (stack $STACK, nat.fast_path ${FAST_PATH:-default})" \
+		fast_path_state "$FP_STATE"
 	FDS_IDLE=$(stat_get .fds)
 	RX_START=$(stat_get .tun.rx_packets)
 	note "idle: fds=$FDS_IDLE rss_kb=$(stat_get .rss_kb)"
 fi
 
 # --- assertions ------------------------------------------------------------------------------
-[ "$BYPASS" -eq 0 ] && tx0=$(stat_get .tun.tx_bytes) && gso0=$(stat_get .tun.rx_gso)
+[ "$BYPASS" -eq 0 ] && tx0=$(stat_get .tun.tx_bytes) && gso0=$(stat_get .tun.rx_gso) &&
+	rw0=$(stat_get .tun.rewrites) && fp0=$(stats_json | jq -c .fast_path)
 [ "$BYPASS" -eq 0 ] && [ "$STACK" = lwip ] && big0=$(stats_json | jq -r '.stack_counters.gso_big_packets // 0') &&
 	lent0=$(stat_get .driver.tx_lent)
 check "http v4 from A: 100 MiB" download "$NS_A" "http://$SRV4:$P_HTTP/file.bin"
 check "http v6 from A: 100 MiB" download "$NS_A" "http://[$SRV6]:$P_HTTP/file.bin"
 check "http v4 from C (gateway mode): 100 MiB" download "$NS_C" "http://$SRV4:$P_HTTP/file.bin"
 check "http v6 from C (gateway mode): 100 MiB" download "$NS_C" "http://[$SRV6]:$P_HTTP/file.bin"
-if [ "$BYPASS" -eq 0 ]; then
-	# The downloads' payload must have been written to the TUN by twinstack (both stacks emit
-	# the downlink through it): proof that the traffic took the path under test.
-	tx1=$(stat_get .tun.tx_bytes)
-	if [[ "$tx0" =~ ^[0-9]+$ && "$tx1" =~ ^[0-9]+$ ]] && [ $((tx1 - tx0)) -ge $((4 * FILE_BYTES)) ]; then
-		ok "stats: the downloads crossed the TUN" "tun.tx_bytes +$(((tx1 - tx0) / 1048576)) MiB"
-	else
-		not_ok "stats: the downloads crossed the TUN" "tun.tx_bytes $tx0 -> $tx1, want +$((4 * FILE_BYTES))"
-	fi
+# The downloads took the path under test: the in-kernel fast path, or the TUN's userspace path.
+if [ "$BYPASS" -eq 0 ] && [ "$FAST" -eq 1 ]; then
+	check "stats: the downloads took the in-kernel fast path, not the TUN's userspace path" \
+		fast_downloads "$tx0" "$rw0" "$fp0"
+elif [ "$BYPASS" -eq 0 ]; then
+	check "stats: the downloads crossed the TUN" downloads_crossed "$tx0" 4
 fi
 if [ "$BYPASS" -eq 0 ] && [ "$STACK" = lwip ]; then
 	check "stats: lwIP's downloads in large segments (offload $OFFLOAD)" lwip_big "$big0" "$lent0"
@@ -768,53 +977,24 @@ fi
 # loop through it); the bulk echo sends large uplink writes through both stacks.
 check "tcp: 32 MiB bulk echo v4, both directions at once, sha256" \
 	inA "${TSNET[@]}" bulk-echo --host "$SRV4" --port "$P_ECHO" --mib 32 --timeout 30
-if [ "$BYPASS" -eq 0 ]; then
+# With the fast path, the bulk transfers' super-packets never reach the proxy (the instance
+# without it checked tun.rx_gso): the fast path must have taken them whole.
+if [ "$BYPASS" -eq 0 ] && [ "$FAST" -eq 1 ]; then
+	check "stats: the fast path took the bulk transfers' super-packets whole (offload $OFFLOAD)" \
+		fast_whole "$fp0"
+	check "stats: short connections mostly stay off the fast path ($SHORT_CONNS half-closes)" \
+		fast_short
+elif [ "$BYPASS" -eq 0 ] && [ "$FAST" -eq 0 ]; then
 	check "stats: tun.rx_gso after the bulk transfers (offload $OFFLOAD)" gso_moved "$gso0"
 fi
 if [ "$BYPASS" -eq 0 ] && [ "$STACK" = lwip ]; then
 	check "stats: lwIP uploads taken from the read buffers uncopied (offload $OFFLOAD) and handed on from lwIP's" lwip_gathered
 fi
-if [ "$BYPASS" -eq 0 ]; then
+if [ "$BYPASS" -eq 0 ] && [ "$FAST" -eq 0 ]; then
 	check "stats: TUN reads and writes in rounds (tun.io_uring $IO_URING)" uring_rounds
 fi
-# queues_trimmed: every queue that read 2 MiB or more has trimmed on its own loop once the
-# load stopped (runtime/memback.h: one per queue's loop), and a queue other than 0 did read
-# that much (else the check would look at queue 0 alone).
-queues_trimmed() {
-	local q b t s out="" worker=0
-	s=$(stats_json) || return 1
-	for ((q = 0; q < QUEUES; q++)); do
-		b=$(jq -r ".tun.q$q.rx_bytes" <<<"$s") && t=$(jq -r ".tun.q$q.quiet_trims" <<<"$s")
-		out+="q$q: rx_bytes $b, quiet_trims $t; "
-		[[ "$b" =~ ^[0-9]+$ && "$t" =~ ^[0-9]+$ ]] || { echo "$out"; return 1; }
-		[ "$b" -lt $((2 << 20)) ] && continue
-		[ "$q" -gt 0 ] && worker=1
-		[ "$t" -ge 1 ] || { echo "$out"; return 1; }
-	done
-	[ "$worker" -eq 1 ] || { echo "${out}no queue but 0 read 2 MiB"; return 1; }
-	echo "$out"
-}
-queues_trimmed_soon() { wait_until 40 0.1 queues_trimmed >/dev/null; queues_trimmed; }
-# worker_loaded: a queue other than 0 has read 2 MiB or more.
-worker_loaded() {
-	local s q
-	s=$(stats_json) || return 1
-	for ((q = 1; q < QUEUES; q++)); do
-		[ "$(jq -r ".tun.q$q.rx_bytes" <<<"$s")" -ge $((2 << 20)) ] 2>/dev/null && return 0
-	done
-	return 1
-}
-if [ "$BYPASS" -eq 0 ] && [ "$QUEUES" -gt 1 ]; then
-	# A connection's packets go to the queue its number picks (a hash of its ports and
-	# addresses), so the few large transfers above may all have landed on queue 0: 8 MiB more
-	# echoed on fresh connections until a worker queue has carried one (each has an even
-	# chance; at most 10).
-	for ((extra = 0; extra < 10; extra++)); do
-		worker_loaded && break
-		inA "${TSNET[@]}" bulk-echo --host "$SRV4" --port "$P_ECHO" --mib 8 --timeout 30 >/dev/null
-	done
-	check "stats: every queue's loop gives its memory back after the load (quiet trim per queue)" \
-		queues_trimmed_soon
+if [ "$BYPASS" -eq 0 ] && [ "$FAST" -eq 0 ]; then
+	queue_checks ""
 fi
 
 # udp_echo_counted: the v4 echo (3 datagrams of 70, 470 and 870 payload bytes each way) moves
@@ -957,20 +1137,20 @@ declare -A GBPS
 [ "$SUBSET" -eq 1 ] || full_suite
 
 if [ "$BYPASS" -eq 1 ]; then
-	skip "teardown: zero NAT entries, sessions, pipes; fds at idle" "bypass"
+	skip "teardown: zero NAT entries, sessions, pipes, fast-path connections; fds at idle" "bypass"
 	skip "SIGTERM exits 0 within 2 s" "bypass"
 else
 	# linger 300 ms + quarantine 500 ms + udp idle 1 s: idle well within 10 s.
 	if wait_until 40 0.25 idle_state >/dev/null; then
-		ok "teardown: zero NAT entries, sessions, pipes; fds at idle" "$(idle_state)"
+		ok "teardown: zero NAT entries, sessions, pipes, fast-path connections; fds at idle" "$(idle_state)"
 	else
-		not_ok "teardown: zero NAT entries, sessions, pipes; fds at idle" "after 10 s: $(idle_state)"
+		not_ok "teardown: zero NAT entries, sessions, pipes, fast-path connections; fds at idle" "after 10 s: $(idle_state)"
 	fi
 	if [ "$QUEUES" -gt 1 ]; then
 		check "stats: per-queue tun.qN.rx_packets add up to tun.rx_packets ($QUEUES queues)" \
 			queues_sum "$RX_START"
 	fi
-	note "stats: $(stats_json | jq -c '{rss_kb, peak_rss_kb, fds, sessions, drops: (.drops | with_entries(select(.value != 0))), buffers, tun, tun_device}')"
+	note "stats: $(stats_json | jq -c '{rss_kb, peak_rss_kb, fds, sessions, drops: (.drops | with_entries(select(.value != 0))), buffers, tun, tun_device, fast_path}')"
 	check "SIGTERM exits 0 within 2 s" ts_sigterm main
 fi
 

@@ -8,6 +8,7 @@ Clients (run inside namespace A or C); each prints one line and exits 0 on succe
   echo-many --host H --port P -n N    N concurrent connections, each writes a distinct payload
                                       and must read exactly that payload back
   half-close --host H --port P        write, shutdown(SHUT_WR), read to EOF: the echo is complete
+             [--bytes B] [--count K]  (B bytes, 256 KiB by default; K connections one after another)
   bulk-echo --host H --port P --mib M M MiB of random bytes written while the echo is read
                                       back (two threads), then SHUT_WR and EOF; sha256 equal:
                                       bulk data both ways, the uplink in large writes
@@ -108,29 +109,32 @@ def cmd_echo_many(args):
 
 
 def cmd_half_close(args):
-    payload = os.urandom(256 * 1024)
-    s = socket.socket(family_of(args.host), socket.SOCK_STREAM)
-    s.settimeout(args.timeout)
-    got = bytearray()
-    try:
-        s.connect((args.host, args.port))
-        s.sendall(payload)
-        s.shutdown(socket.SHUT_WR)
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            got += chunk
-    except OSError as e:
-        print("%s after %d bytes back" % (type(e).__name__, len(got)))
-        return 1
-    finally:
-        s.close()
-    if bytes(got) != payload:
-        print("echo after half-close: %d of %d bytes, %s" %
-              (len(got), len(payload), "prefix ok" if payload.startswith(bytes(got)) else "mismatch"))
-        return 1
-    print("%d bytes echoed after shutdown(SHUT_WR), then EOF" % len(payload))
+    for i in range(args.count):
+        payload = os.urandom(args.bytes)
+        s = socket.socket(family_of(args.host), socket.SOCK_STREAM)
+        s.settimeout(args.timeout)
+        got = bytearray()
+        try:
+            s.connect((args.host, args.port))
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+        except OSError as e:
+            print("connection %d: %s after %d bytes back" % (i, type(e).__name__, len(got)))
+            return 1
+        finally:
+            s.close()
+        if bytes(got) != payload:
+            print("connection %d: echo after half-close: %d of %d bytes, %s" %
+                  (i, len(got), len(payload),
+                   "prefix ok" if payload.startswith(bytes(got)) else "mismatch"))
+            return 1
+    print("%d bytes echoed after shutdown(SHUT_WR), then EOF%s" %
+          (args.bytes, "" if args.count == 1 else ", %d connections" % args.count))
     return 0
 
 
@@ -270,6 +274,9 @@ def main():
         q.set_defaults(fn=fn)
         if name == "echo-many":
             q.add_argument("-n", type=int, default=200)
+        if name == "half-close":
+            q.add_argument("--bytes", type=int, default=256 * 1024)
+            q.add_argument("--count", type=int, default=1)
         if name == "bulk-echo":
             q.add_argument("--mib", type=int, default=32)
         if name == "rst":

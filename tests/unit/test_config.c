@@ -106,6 +106,7 @@ Test(config, defaults)
 	cr_assert_eq(cfg.nat.port_quarantine_ms, 60000);
 	cr_assert_eq(cfg.nat.accepted_sndbuf, TS_ACCEPTED_SNDBUF_AUTO);
 	cr_assert_str_eq(cfg.nat.accepted_congestion, "reno");
+	cr_assert_eq(cfg.nat.fast_path, TS_FAST_PATH_AUTO);
 	cr_assert_eq(cfg.timeouts.connect_ms, 5000);
 	cr_assert_eq(cfg.timeouts.relay_idle_ms, 300000);
 	cr_assert_eq(cfg.timeouts.udp_idle_ms, 60000);
@@ -536,6 +537,44 @@ Test(config, accepted_congestion)
 		  "congestion control's name" },
 		{ "{'nat':{'accepted_congestion':1}}", "$.nat.accepted_congestion",
 		  "expected a string" },
+	};
+	BAD_TABLE(b);
+}
+
+/* nat.fast_path: the system stack's in-kernel fast path, "auto" unless the config says "on" or
+ * "off"; anything else is an error naming the field. */
+Test(config, fast_path)
+{
+	static const struct {
+		const char *json;
+		enum ts_fast_path want;
+	} ok[] = {
+		{ "{}", TS_FAST_PATH_AUTO },
+		{ "{'nat':{}}", TS_FAST_PATH_AUTO },
+		{ "{'nat':{'fast_path':'auto'}}", TS_FAST_PATH_AUTO },
+		{ "{'nat':{'fast_path':'on'}}", TS_FAST_PATH_ON },
+		{ "{'nat':{'fast_path':'off'}}", TS_FAST_PATH_OFF },
+		{ "{'stack':'lwip','nat':{'fast_path':'on'}}", TS_FAST_PATH_ON },
+	};
+	struct ts_config cfg;
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		load_ok(ok[i].json, &cfg);
+		cr_expect_eq(cfg.nat.fast_path, ok[i].want, "%s: fast_path %d, want %d", ok[i].json,
+			     (int)cfg.nat.fast_path, (int)ok[i].want);
+		config_fini(&cfg);
+	}
+
+	static const struct bad b[] = {
+		{ "{'nat':{'fast_path':'yes'}}", "$.nat.fast_path",
+		  "expected one of \"auto\", \"on\", \"off\", got \"yes\"" },
+		{ "{'nat':{'fast_path':'On'}}", "$.nat.fast_path",
+		  "expected one of \"auto\", \"on\", \"off\", got \"On\"" },
+		{ "{'nat':{'fast_path':''}}", "$.nat.fast_path", "expected one of" },
+		{ "{'nat':{'fast_path':1}}", "$.nat.fast_path", "expected a string, got a number" },
+		{ "{'nat':{'fast_path':true}}", "$.nat.fast_path",
+		  "expected a string, got a boolean" },
+		{ "{'nat':{'fast_path':null}}", "$.nat.fast_path", "expected a string, got null" },
 	};
 	BAD_TABLE(b);
 }

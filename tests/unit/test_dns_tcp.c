@@ -1020,11 +1020,14 @@ static void rig_start(const char *stack)
 
 	signal(SIGPIPE, SIG_IGN);
 	R.app.fd = -1;
+	/* The system stack's in-kernel fast path off: it would hand the kernel's segments for
+	 * HAND straight back to the TUN's ingress, where no one but this rig's capture (which
+	 * reads what the stack writes) stands for the app. */
 	snprintf(json, sizeof(json),
 		 "{ \"stack\": \"%s\","
 		 "  \"tun\": { \"name\": \"tsd0\", \"address\": \"198.18.0.1/15\","
 		 "           \"offload\": \"off\", \"rps\": \"off\" },"
-		 "  \"nat\": { \"listeners\": 1 },"
+		 "  \"nat\": { \"listeners\": 1, \"fast_path\": \"off\" },"
 		 "  \"outbounds\": [ { \"tag\": \"block\", \"type\": \"reject\" } ],"
 		 "  \"route\": { \"final\": \"block\" },"
 		 "  \"relay\": { \"mode\": \"copy\" } }", stack);

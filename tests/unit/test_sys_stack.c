@@ -180,11 +180,14 @@ static void rig_start(struct rig *r, const char *budgets)
 	memset(r, 0, sizeof(*r));
 	r->guard = guard;
 	signal(SIGPIPE, SIG_IGN);
+	/* The in-kernel fast path off: it would hand the kernel's segments for the app straight
+	 * back to the TUN's ingress, and the app here is this rig, which reads what the stack
+	 * writes to the TUN. */
 	snprintf(json, sizeof(json),
 		 "{ \"stack\": \"system\","
 		 "  \"tun\": { \"name\": \"tss0\", \"address\": \"198.18.0.1/15\","
 		 "           \"offload\": \"off\", \"rps\": \"off\" },"
-		 "  \"nat\": { \"listeners\": 1 },"
+		 "  \"nat\": { \"listeners\": 1, \"fast_path\": \"off\" },"
 		 "  \"relay\": { \"mode\": \"copy\" },"
 		 "  \"budgets\": %s }", budgets);
 	CHECK(config_load_string(json, &r->cfg, err, sizeof(err)) == 0, "%s", err);
