@@ -248,6 +248,8 @@ class Launcher:
             "stats": {"listen": "127.0.0.1:%d" % STATS_PORT},
             "log": {"level": "warn"},
         }
+        if not subj.fast_path:
+            cfg["nat"]["fast_path"] = "off"
         if subj.via_socks5:
             # Everything to the SOCKS5 server: TCP by CONNECT, UDP by UDP ASSOCIATE.
             cfg["outbounds"] = [{"tag": "s5", "type": "socks5",

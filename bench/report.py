@@ -815,17 +815,22 @@ class Report:
         other = [r for r in rows if r["workload"] != "tcp_bulk" and r["stack"] != "micro" and
                  not r["workload"].startswith("hold_")]
         if other:
-            order = [s.stack for s in cols]
+            # Rows by subject (a stack may be measured more ways than one: its label tells).
+            order = [s.key for s in cols]
+            labels = {s.key: s.label for s in self.subjects}
+
+            def subj_key(r):
+                return (r["stack"], r["io_mode"], r["queues"])
             L.append("## Other workloads and figures")
             L.append("")
             L.append("| subject | workload | metric | unit | median | min | max | n |")
             L.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
             for r in sorted(other, key=lambda r: (r["workload"], r["metric"],
-                                                   order.index(r["stack"]) if r["stack"] in order
-                                                   else 99)):
+                                                   order.index(subj_key(r))
+                                                   if subj_key(r) in order else 99)):
                 L.append("| %s | %s | %s | %s | %s | %s | %s | %d |" % (
-                    r["stack"], r["workload"], r["metric"], r["unit"], fmt(r["median"]),
-                    fmt(r["min"]), fmt(r["max"]), r["n"]))
+                    labels.get(subj_key(r), r["stack"]), r["workload"], r["metric"],
+                    r["unit"], fmt(r["median"]), fmt(r["min"]), fmt(r["max"]), r["n"]))
             L.append("")
         micro = [r for r in rows if r["stack"] == "micro"]
         if micro:

@@ -9,7 +9,8 @@ results.json, (stack, io_mode, queues) and its label, is named from those fields
 in the form results.json has always used (bench/report.py, `twinstack gate` and the committed
 baselines read it): io_mode is the TUN I/O mode with a suffix for the one setting that
 differs from the default ("offload-rx", "offload-norps", "offload-rps", "offload-socks5",
-"offload-sniffidle", "offload-snifflook"; an A/B run's "offload-base" and "offload-cand").
+"offload-sniffidle", "offload-snifflook", "offload-userspace"; an A/B run's "offload-base"
+and "offload-cand").
 
 Python 3 standard library only.
 """
@@ -59,9 +60,12 @@ KINDS = {
 STACKS = ("system", "lwip")
 
 
-def io_mode_name(offload, rps="auto", gso_output=True, via_socks5=False, sniff=None):
+def io_mode_name(offload, rps="auto", gso_output=True, via_socks5=False, sniff=None,
+                 fast_path=True):
     """The io_mode results.json names a subject by (see the file comment)."""
     name = "offload" if offload else "per-packet"
+    if not fast_path:
+        return name + "-userspace"
     if not gso_output:
         return name + "-rx"
     if rps != "auto":
@@ -86,7 +90,10 @@ class Subject:
     SOCKS5 server (TCP by CONNECT, UDP by UDP ASSOCIATE) instead of direct. sniff: route.sniff
     on, None (off), "idle" (a name rule that covers no port the workloads use: what sniffing
     costs when it looks at nothing) or "look" (one that covers every port: every connection
-    waits for its first bytes and is looked at). binary: the twinstack binary a stack is
+    waits for its first bytes and is looked at). fast_path: the system stack's in-kernel fast
+    path (nat.fast_path: True leaves the default, "auto"; False writes "off", every segment
+    through the userspace NAT, the stack as it is without the kernel's help).
+    binary: the twinstack binary a stack is
     started from, None for the run's own; side: "base" or "cand" in an A/B run (bench/ab.py),
     where the same stack runs from two binaries: its io_mode then ends in "-base" / "-cand".
     io_mode and label default to the names derived from these fields; given, they are kept as
@@ -99,6 +106,7 @@ class Subject:
     gso_output: bool = True
     via_socks5: bool = False
     sniff: Optional[str] = None
+    fast_path: bool = True
     label: Optional[str] = None
     io_mode: Optional[str] = None
     command: Optional[str] = None
@@ -112,7 +120,7 @@ class Subject:
             self.io_mode = "external"
         if self.io_mode is None:
             self.io_mode = io_mode_name(self.offload, self.rps, self.gso_output,
-                                        self.via_socks5, self.sniff)
+                                        self.via_socks5, self.sniff, self.fast_path)
             if self.side:
                 self.io_mode += "-" + self.side
         if self.label is None:
@@ -203,8 +211,8 @@ def ab_subject(name, offload, side, binary, cpus=None):
 
 def stack_subject(name, offload, label=None, **settings):
     """A stack ("system" or "lwip"); settings: the Subject fields that differ from the
-    defaults (queues, rps, gso_output, via_socks5, sniff). Without queues it runs the queue
-    count the product's default picks here."""
+    defaults (queues, rps, gso_output, via_socks5, sniff, fast_path). Without queues it runs
+    the queue count the product's default picks here."""
     settings.setdefault("queues", default_queues(name, offload))
     return Subject("stack", name, offload, label=label, **settings)
 
@@ -284,13 +292,18 @@ def plan_sniff(stacks, offload):
     return subjects, None, None
 
 
-def plan_compare(stacks, offload):
+def plan_compare(stacks, offload, full=False):
     """A full or --quick run: the baselines (veth, redirect, reflector) and each stack, all in
-    one I/O mode."""
+    one I/O mode; a full run also the system stack without its in-kernel fast path ("system
+    userspace": the userspace NAT alone)."""
     v = veth_subject(offload, label="veth")
     ceiling = reflector_subject(offload, label="reflector")
-    return [v, redirect_subject(offload), ceiling] + \
-        [stack_subject(s, offload, label=s) for s in stacks], v, ceiling
+    subs = [v, redirect_subject(offload), ceiling]
+    for s in stacks:
+        subs.append(stack_subject(s, offload, label=s))
+        if s == "system" and full:
+            subs.append(stack_subject(s, offload, label="system userspace", fast_path=False))
+    return subs, v, ceiling
 
 
 def plan(mode, stacks, io_mode, externals=()):
@@ -305,7 +318,7 @@ def plan(mode, stacks, io_mode, externals=()):
     elif mode == "sniff":
         return plan_sniff(stacks, offload)
     else:
-        subs, v, c = plan_compare(stacks, offload)
+        subs, v, c = plan_compare(stacks, offload, full=mode == "full")
     for e in externals:
         e.offload = offload
     return subs + list(externals), v, c
