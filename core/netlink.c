@@ -332,9 +332,21 @@ static void on_route(void *arg, const struct nlmsghdr *h)
 	c->found = true;
 	c->out->type = rtm->rtm_type;
 	len = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof(*rtm)));
-	for (rta = RTM_RTA(rtm); RTA_OK(rta, len); rta = RTA_NEXT(rta, len))
-		if (rta->rta_type == RTA_OIF && RTA_PAYLOAD(rta) == sizeof(uint32_t))
+	for (rta = RTM_RTA(rtm); RTA_OK(rta, len); rta = RTA_NEXT(rta, len)) {
+		if (rta->rta_type == RTA_OIF && RTA_PAYLOAD(rta) == sizeof(uint32_t)) {
 			memcpy(&c->out->oif, RTA_DATA(rta), sizeof(uint32_t));
+		} else if ((rta->rta_type == RTA_PREFSRC || rta->rta_type == RTA_GATEWAY) &&
+			   (rtm->rtm_family == AF_INET || rtm->rtm_family == AF_INET6) &&
+			   RTA_PAYLOAD(rta) == (rtm->rtm_family == AF_INET ? 4u : 16u)) {
+			struct netaddr *a = rta->rta_type == RTA_PREFSRC ? &c->out->src
+									   : &c->out->gw;
+
+			a->family = rtm->rtm_family == AF_INET ? 4 : 6;
+			memcpy(a->a, RTA_DATA(rta), RTA_PAYLOAD(rta));
+		} else if (rta->rta_type == RTA_VIA) {
+			c->out->via = true;
+		}
+	}
 }
 
 int netlink_route_get(struct netlink *nl, const struct netaddr *dst, struct netlink_route *out)

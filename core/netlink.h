@@ -66,6 +66,10 @@ int netlink_addr_del(struct netlink *nl, int ifindex, const struct netaddr_cidr 
 struct netlink_route {
 	uint8_t type;  /* RTN_LOCAL, RTN_UNICAST, ... */
 	int oif;       /* output interface index, 0 if none was reported */
+	struct netaddr src; /* the source address it would choose (RTA_PREFSRC); family 0: none */
+	struct netaddr gw;  /* its gateway (RTA_GATEWAY); family 0: none, the destination is on
+			     * the link (or a gateway of the other family: via) */
+	bool via;           /* the gateway is of the other family (RTA_VIA) */
 };
 int netlink_route_get(struct netlink *nl, const struct netaddr *dst, struct netlink_route *out)
 	NETLINK_WUR;

@@ -60,6 +60,8 @@ void udp_gauge_dec(ctr_t *c)
 	ctr_add(c, (uint64_t)-1);
 }
 
+#define QUIC_PORT 443
+
 /* ---- addresses ---------------------------------------------------------------------------- */
 
 /* Family (4/6, 0 if neither), address (flow_key layout) and port of a recvfrom peer. */
@@ -707,6 +709,141 @@ static void down_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* ---- flows in the kernel (udp_path_set_offload) ------------------------------------------- */
+
+static void fast_out(struct udp_path *up, struct udp_session *s, struct ufast *f);
+
+/* Take s's flows out of the kernel: those sent through k, or all (k NULL). */
+static void fast_leave(struct udp_path *up, struct udp_session *s, const struct usock *k)
+{
+	for (int i = 0; s->n_fast_in && i < UDP_FAST_MAX; i++) {
+		struct ufast *f = &s->fast[i];
+
+		if (f->state == UF_IN && (!k || f->k == k))
+			fast_out(up, s, f);
+	}
+}
+
+/* Offer f (datagrams to it sent through k for UDP_FAST_AGE_NS now) to the offload. */
+static void fast_join(struct udp_path *up, struct udp_session *s, struct usock *k,
+		      struct ufast *f, const struct target *t, const struct udp_view *v)
+{
+	const struct ts_config *cfg = s->gen->cfg;
+	struct udp_fast_flow ff = { .fd = k->fd, .ob = &cfg->outbounds[t->ob],
+				    .idle_ns = (uint64_t)up->exp[0].ns };
+
+	/* A new QUIC connection on this flow must still meet route.sniff: its handshake
+	 * datagrams (long header) come to us. */
+	ff.quic_handshakes = v->dport_be == htons(QUIC_PORT) &&
+			     ts_sniff_on(&cfg->route.sniff, TS_SNIFF_QUIC);
+
+	/* What k still gathers goes first: the kernel's datagrams must not overtake it. */
+	if (up->ut.n && up->ut.k == k)
+		uptrain_flush(up);
+	udp_flow_key(v, &ff.app);
+	if (up->off->add(up->off_arg, &ff, &f->cookie) != 0) {
+		f->state = UF_REFUSED;
+		ctr_inc(&up->ctr.fast_refused);
+		return;
+	}
+	f->state = UF_IN;
+	f->k = k;
+	s->n_fast_in++;
+	ctr_inc(&up->ctr.fast_flows);
+	ctr_inc(&up->ctr.fast_added);
+}
+
+/* t sends v to the very address and port the client sent it to (not to a name's answer). */
+static bool sent_as_addressed(const struct target *t, const struct udp_view *v)
+{
+	uint8_t a[16] = { 0 };
+	uint16_t port_be;
+
+	return netaddr_from_sockaddr(&t->to, a, &port_be) == v->family &&
+	       port_be == v->dport_be && memcmp(a, v->dst, v->family == 4 ? 4 : 16) == 0;
+}
+
+/* Take one flow of s out of the kernel. */
+static void fast_out(struct udp_path *up, struct udp_session *s, struct ufast *f)
+{
+	up->off->del(up->off_arg, f->cookie);
+	f->state = UF_FREE;
+	f->k = NULL;
+	f->cookie = NULL;
+	s->n_fast_in--;
+	udp_gauge_dec(&up->ctr.fast_flows);
+}
+
+/* A datagram of s to v's destination, about to go through k. eligible: by address, through a
+ * direct socket of the client's family, nothing about the session asking for userspace. Such
+ * a flow becomes a candidate, or joins once it has gone on long enough (and nothing of k's
+ * waits to be sent, which its datagrams would overtake). A flow in the kernel meets this only
+ * with a datagram the kernel left to us (larger than the uplink's MTU, a QUIC handshake
+ * datagram under route.sniff, one that raced the add): if it is no longer eligible, or now
+ * goes through another socket (a look at QUIC chose another outbound), it leaves. Slots taken
+ * by candidates or refused flows are reused, oldest first; ones in the kernel only when they
+ * leave. */
+static __attribute__((noinline)) void fast_consider(struct udp_path *up, struct udp_session *s,
+						     struct usock *k, const struct target *t,
+						     const struct udp_view *v, bool eligible,
+						     int64_t now)
+{
+	struct ufast *f, *reuse = NULL;
+
+	if (!s->fast) {
+		if (!eligible)
+			return;
+		if (!(s->fast = budget_malloc(up->b, UDP_FAST_MAX * sizeof(*s->fast))))
+			return;
+		memset(s->fast, 0, UDP_FAST_MAX * sizeof(*s->fast));
+	}
+	for (int i = 0; i < UDP_FAST_MAX; i++) {
+		f = &s->fast[i];
+		if (f->state != UF_FREE && f->dport_be == v->dport_be &&
+		    memcmp(f->dst, v->dst, 16) == 0) {
+			if (f->state == UF_IN && (!eligible || f->k != k))
+				fast_out(up, s, f);
+			else if (!eligible)
+				f->state = UF_FREE;
+			else if (f->state == UF_CANDIDATE && now - f->since_ns >= UDP_FAST_AGE_NS &&
+				 STAILQ_EMPTY(&k->q))
+				fast_join(up, s, k, f, t, v);
+			return;
+		}
+		if (f->state == UF_IN)
+			continue;
+		if (!reuse || (reuse->state != UF_FREE &&
+			       (f->state == UF_FREE || f->since_ns < reuse->since_ns)))
+			reuse = f;
+	}
+	if (!reuse || !eligible)
+		return;
+	reuse->state = UF_CANDIDATE;
+	reuse->dport_be = v->dport_be;
+	memcpy(reuse->dst, v->dst, 16);
+	reuse->since_ns = now;
+}
+
+/* s is due to expire: has the kernel sent any of its flows' datagrams since its last
+ * activity here? Then that is its last activity (true: not due after all). */
+static bool fast_active(struct udp_path *up, struct udp_session *s, int64_t timeout,
+			int64_t now)
+{
+	int64_t last = s->last_ns;
+
+	for (int i = 0; i < UDP_FAST_MAX; i++) {
+		int64_t seen;
+
+		if (s->fast[i].state == UF_IN &&
+		    (seen = up->off->seen(up->off_arg, s->fast[i].cookie)) > last)
+			last = seen;
+	}
+	if (last + timeout <= now)
+		return false;
+	s->last_ns = last;
+	return true;
+}
+
 /* ---- sessions ----------------------------------------------------------------------------- */
 
 /* gen: held by the caller; the session takes that hold (not on failure). */
@@ -761,6 +898,10 @@ void udp_session_free(struct udp_path *up, struct udp_session *s)
 		TAILQ_REMOVE(&up->down_list, s, down);
 	while (!TAILQ_EMPTY(&s->dnames))
 		udp_dname_free(up, TAILQ_FIRST(&s->dnames), UDP_DROP_session_closed);
+	if (s->fast) {
+		fast_leave(up, s, NULL); /* before the sockets whose ports they use close */
+		budget_mfree(up->b, s->fast);
+	}
 	while ((k = SLIST_FIRST(&s->socks))) {
 		SLIST_REMOVE_HEAD(&s->socks, link);
 		sock_close(up, k);
@@ -786,6 +927,14 @@ static void expire(struct udp_path *up, struct expiry *x, ctr_t *expired)
 		if (n++ == UDP_EXPIRE_BATCH) {
 			idle_arm(x, now, UDP_RETRY_NS);
 			return;
+		}
+		if (s->n_fast_in && fast_active(up, s, x->ns, now)) {
+			/* Active in the kernel: to the tail, by the time it was (later ones may
+			 * stand before it now: their expiry comes late, never early). */
+			TAILQ_REMOVE(&x->list, s, idle);
+			TAILQ_INSERT_TAIL(&x->list, s, idle);
+			ctr_inc(&up->ctr.fast_kept);
+			continue;
 		}
 		udp_session_free(up, s);
 		ctr_inc(expired);
@@ -1289,8 +1438,6 @@ static __attribute__((noinline)) int route_name(struct udp_path *up, struct udp_
 	return 0;
 }
 
-#define QUIC_PORT 443
-
 /* The name of a datagram's destination before its route, and what became of it. */
 struct name_res {
 	int rc;                  /* 0: go on; 1: v waits for a look at its QUIC flow, or was
@@ -1444,6 +1591,15 @@ static void input(struct udp_path *up, const struct udp_view *v, int64_t now_ns,
 		return;
 	}
 	session_touch(up, s, now_ns);
+	/* To the remote's address through a direct socket of the client's family, and nothing
+	 * about the session asks for userspace (DNS, names, a look at QUIC under way): a flow
+	 * the kernel may carry. */
+	if (__builtin_expect(up->off != NULL, 0))
+		fast_consider(up, s, k, &t, v,
+			      !t.dns && !t.s5 && !s->dns_only && !s->n_dnames &&
+				      !udp_sniff_looking(s) && k->family == s->key.family &&
+				      sent_as_addressed(&t, v),
+			      now_ns);
 	if ((t.dns || s->dns_only) && dns_remember(up, s, v) != 0) {
 		udp_count_drop(up, UDP_DROP_no_buffer); /* its answer could not be matched */
 		return;
@@ -1711,6 +1867,10 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
 	out->sniff_route_changed = ctr_get(&c->sniff_route_changed);
 	out->sniff_overridden = ctr_get(&c->sniff_overridden);
 	out->sniff_active = ctr_get(&c->sniff_active);
+	out->fast_flows = ctr_get(&c->fast_flows);
+	out->fast_added = ctr_get(&c->fast_added);
+	out->fast_refused = ctr_get(&c->fast_refused);
+	out->fast_kept = ctr_get(&c->fast_kept);
 	for (int i = 0; i < UDP_DROP_MAX; i++)
 		out->drops[i] = ctr_get(&c->drops[i]);
 	out->queue_drops = out->drops[UDP_DROP_queue_full];
@@ -1726,6 +1886,25 @@ void udp_path_set_sendgso(struct udp_path *up, udp_sendgso_fn fn, void *arg)
 {
 	up->sendgso_fn = fn;
 	up->sendgso_arg = arg;
+}
+
+void udp_path_offload_reset(struct udp_path *up)
+{
+	for (size_t i = 0; up->off && i < up->nbuckets; i++)
+		for (struct udp_session *s = up->buckets[i]; s; s = s->hnext)
+			if (s->fast) {
+				fast_leave(up, s, NULL);
+				memset(s->fast, 0, UDP_FAST_MAX * sizeof(*s->fast));
+			}
+}
+
+void udp_path_set_offload(struct udp_path *up, const struct udp_offload *ops, void *arg)
+{
+	/* The offload going (or another coming) takes every flow out of it first: they go on
+	 * here, and may join the new one. */
+	udp_path_offload_reset(up);
+	up->off = ops;
+	up->off_arg = arg;
 }
 
 void udp_path_set_loopguard(struct udp_path *up, struct loopguard *lg)

@@ -80,6 +80,7 @@
 #include "core/budget.h"
 #include "core/config.h"
 #include "core/driver.h"
+#include "core/flow.h"
 #include "core/pkt.h"
 
 struct event_base;
@@ -171,6 +172,9 @@ struct udp_path_stats {
 	uint64_t sniff_started, sniff_quic, sniff_no_name, sniff_timeouts, sniff_route_changed,
 		sniff_overridden;
 	uint64_t sniff_active;      /* gauge: looks running (datagrams may be held) */
+	/* The offload (udp_path_set_offload): flows in the kernel now (gauge), flows it took,
+	 * flows it refused (they stay on this path), sessions its activity kept from expiring. */
+	uint64_t fast_flows, fast_added, fast_refused, fast_kept;
 	uint64_t drops[UDP_DROP_MAX];
 	uint64_t queue_drops;       /* drops[queue_full] (stats key udp.queue_drops) */
 };
@@ -297,6 +301,38 @@ ssize_t udp_sendto_os(int fd, const void *buf, size_t len, const struct sockaddr
 /* The DNS timeout (UDP_DNS_TIMEOUT_MS unless set; never longer than the idle timeout). For
  * tests and embedders; before the first datagram. */
 void udp_path_set_dns_timeout(struct udp_path *up, uint32_t ms);
+
+/* Flows carried in the kernel (the system stack's fast path). A flow is one client source and
+ * one remote, sent to by address (not a name, not hijacked DNS) through a direct outbound's
+ * socket. Once datagrams to that remote have gone on for UDP_FAST_AGE_NS, the path offers the
+ * flow to add: on success its datagrams and the remote's replies no longer reach this path
+ * (so neither do its counters), and its session's idle time is read with seen. The path takes
+ * a flow out (del) before its socket closes. All three are called on the path's thread. */
+#define UDP_FAST_AGE_NS 10000000
+#define UDP_FAST_MAX 4 /* flows of one session in the kernel at most */
+struct udp_fast_flow {
+	struct flow_key app;              /* src = the client, dst = the remote, proto UDP */
+	int fd;                           /* the outbound socket carrying it now */
+	const struct ts_outbound *ob;     /* that socket's outbound (mark, interface) */
+	uint64_t idle_ns;                 /* the session's idle timeout */
+	bool quic_handshakes;             /* QUIC handshake datagrams (long header) must still
+					   * come to the path: route.sniff looks at them */
+};
+struct udp_offload {
+	/* 0 with *cookie set (handed to del and seen), or -errno: the flow stays here. */
+	int (*add)(void *arg, const struct udp_fast_flow *f, void **cookie);
+	void (*del)(void *arg, void *cookie);
+	/* When the flow's last datagram went out through the kernel (CLOCK_MONOTONIC ns), or
+	 * -errno (then the session's own last activity counts). */
+	int64_t (*seen)(void *arg, void *cookie);
+};
+/* ops (static) and arg stay in use until replaced: another call (NULL: no offload) first takes
+ * every flow out of the old one (del), and so does udp_path_free. */
+void udp_path_set_offload(struct udp_path *up, const struct udp_offload *ops, void *arg);
+/* Take every flow out of the offload; they go on here and may join again (after
+ * UDP_FAST_AGE_NS). For a change of routes: a flow in the kernel keeps the uplink it joined
+ * with, a socket follows the routes. */
+void udp_path_offload_reset(struct udp_path *up);
 
 /* The loop check (core/loopguard.h): a datagram that would start a session although it comes
  * from the TUN's own address (gateway) and a port of one of the proxy's own live sockets is

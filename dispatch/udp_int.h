@@ -57,6 +57,19 @@ struct dns_pending {
 struct udp_session;
 struct usniff;
 
+/* A flow of a session the offload may carry (udp_path_set_offload): a candidate while its
+ * datagrams have gone on for less than UDP_FAST_AGE_NS, then in the kernel (cookie) or
+ * refused for good. */
+enum ufast_state { UF_FREE, UF_CANDIDATE, UF_IN, UF_REFUSED };
+struct ufast {
+	uint8_t state;
+	uint16_t dport_be;
+	uint8_t dst[16];
+	int64_t since_ns;        /* the first datagram seen to it */
+	struct usock *k;         /* UF_IN: the socket whose port the kernel sends from */
+	void *cookie;            /* UF_IN: the offload's */
+};
+
 /* A destination known by name through a direct outbound: the name resolved (outbound/
  * resolver.h), datagrams to it waiting meanwhile, then sent to the answer; replies from the
  * answer come back from the address the client sent to (vaddr). */
@@ -168,6 +181,8 @@ struct udp_session {
 	 * good by anything else (then on the idle list). */
 	bool dns_only;
 	struct usniff *sniff;              /* route.sniff's look at a QUIC flow, or NULL */
+	struct ufast *fast;                /* UDP_FAST_MAX slots (budget memory), or NULL */
+	uint8_t n_fast_in;                 /* slots UF_IN */
 };
 TAILQ_HEAD(session_list, udp_session);
 
@@ -214,6 +229,7 @@ struct udp_counters {
 	ctr_t assocs, assocs_total, assoc_failures, assoc_control_closed, resolve_failures;
 	ctr_t sniff_started, sniff_quic, sniff_no_name, sniff_timeouts, sniff_route_changed,
 		sniff_overridden, sniff_active;
+	ctr_t fast_flows, fast_added, fast_refused, fast_kept;
 	ctr_t drops[UDP_DROP_MAX];
 };
 
@@ -240,6 +256,8 @@ struct udp_path {
 	udp_sendgso_fn sendgso_fn;         /* NULL: sendmsg(2) with UDP_SEGMENT */
 	void *sendgso_arg;
 	struct loopguard *loopguard;       /* the proxy's own ports, or NULL */
+	const struct udp_offload *off;     /* flows carried in the kernel, or NULL */
+	void *off_arg;
 	struct log *log;                   /* association and name failures at debug, or NULL */
 	udp_namer_fn namer;                /* destination names, or NULL */
 	void *namer_arg;

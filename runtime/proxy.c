@@ -243,6 +243,7 @@ static int start_stack(struct ts_proxy *p, char *err, size_t errlen)
 		.tx_lend = driver_offload(p->driver) ? driver_tx_lend : NULL,
 		.tx_flush = driver_offload(p->driver) ? driver_tx_flush : NULL,
 		.rx_take = driver_offload(p->driver) ? driver_rx_take : NULL,
+		.udp = p->udp,
 		.tun_name = tun_name(p->tun),
 		.tun_ifindex = tun_ifindex(p->tun),
 		.fatal = on_fatal,

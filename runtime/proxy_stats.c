@@ -134,6 +134,16 @@ static void add_tun(struct ts_proxy *p, struct stats_doc *d, const struct netsta
 	stats_doc_add_u64(d, "fast_path.segments", STATS_COUNTER, ns->fast_path_segments);
 	stats_doc_add_u64(d, "fast_path.bytes", STATS_COUNTER, ns->fast_path_bytes);
 	stats_doc_add_u64(d, "fast_path.dropped", STATS_COUNTER, ns->fast_path_dropped);
+	stats_doc_add_u64(d, "fast_path.udp_flows", STATS_GAUGE, ns->fast_path_udp_flows);
+	stats_doc_add_u64(d, "fast_path.uplinks", STATS_GAUGE, ns->fast_path_uplinks);
+	stats_doc_add_u64(d, "fast_path.udp_no_uplink", STATS_COUNTER, ns->fast_path_udp_no_uplink);
+	stats_doc_add_u64(d, "fast_path.udp_map_failed", STATS_COUNTER,
+			  ns->fast_path_udp_map_failed);
+	stats_doc_add_u64(d, "fast_path.udp_datagrams_out", STATS_COUNTER, ns->fast_path_udp_out);
+	stats_doc_add_u64(d, "fast_path.udp_bytes_out", STATS_COUNTER, ns->fast_path_udp_out_bytes);
+	stats_doc_add_u64(d, "fast_path.udp_datagrams_in", STATS_COUNTER, ns->fast_path_udp_in);
+	stats_doc_add_u64(d, "fast_path.udp_bytes_in", STATS_COUNTER, ns->fast_path_udp_in_bytes);
+	stats_doc_add_u64(d, "fast_path.udp_dropped", STATS_COUNTER, ns->fast_path_udp_dropped);
 	stats_doc_add_u64(d, "tun.tx_dropped", STATS_COUNTER, ctr_get(&c->tx_dropped));
 	for (uint32_t q = 0; q < p->nworkers; q++) {
 		const struct worker *w = &p->workers[q];
@@ -221,6 +231,10 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_counter(d, "udp.up_trains", us->up_trains);
 	stats_doc_counter(d, "udp.up_train_datagrams", us->up_train_datagrams);
 	stats_doc_counter(d, "udp.up_train_errors", us->up_train_errors);
+	stats_doc_add_u64(d, "udp.fast_flows", STATS_GAUGE, us->fast_flows);
+	stats_doc_counter(d, "udp.fast_added", us->fast_added);
+	stats_doc_counter(d, "udp.fast_refused", us->fast_refused);
+	stats_doc_counter(d, "udp.fast_kept", us->fast_kept);
 	for (int i = 0; i < UDP_DROP_MAX; i++) {
 		char key[64];
 		snprintf(key, sizeof(key), "udp.drops.%s", udp_drop_name((enum udp_drop)i));

@@ -10,6 +10,7 @@
 
 #include "core/stats_doc.h"
 #include "core/tun.h"
+#include "dispatch/udp.h"
 #include "runtime/autoroute.h"
 #include "runtime/proxy.h"
 #include "runtime/routecheck.h"
@@ -31,6 +32,10 @@ static void on_routes_changed(void *arg)
 			log_warn(&p->log, "auto_route: repair failed: %s", strerror(-ret));
 	}
 	(void)routecheck_scan(&p->rc, &p->nl, &p->log, false, NULL, 0);
+	/* UDP flows in the kernel keep the uplink they joined with; the proxy's sockets follow
+	 * the routes: back to the sockets, to join again on the new routes. */
+	if (p->udp)
+		udp_path_offload_reset(p->udp);
 }
 
 /* The outbounds' distinct marks; the default mark under its mask, so that other software may

@@ -21,6 +21,7 @@
 
 struct event_base;
 struct ts_config;
+struct udp_path;
 struct budget;
 struct dispatcher;
 struct log;
@@ -55,6 +56,9 @@ struct netstack_env {
 	 * 0's driver, so only for a stack that reads that queue alone and frees what it took on
 	 * its loop (lwIP). NULL without offload. */
 	struct driver_rxbuf *(*rx_take)(void *arg, const uint8_t *pkt);
+	/* The UDP path (dispatch/udp.h): a stack may carry some of its flows in the kernel
+	 * (udp_path_set_offload), and must take the offload away again in its free. */
+	struct udp_path *udp;
 	const char *tun_name;
 	int tun_ifindex;    /* the TUN device's index in this namespace (0: not in it) */
 	/* A fatal runtime error inside the stack (e.g. the accept loop's "anything else"): the
@@ -85,6 +89,13 @@ struct netstack_stats {
 				  NETSTACK_FAST_PATH_UNAVAILABLE, NETSTACK_FAST_PATH_ON } fast_path;
 	uint64_t fast_path_conns, fast_path_added, fast_path_full, fast_path_failed;
 	uint64_t fast_path_packets, fast_path_segments, fast_path_bytes, fast_path_dropped;
+	/* Its UDP flows: in its maps now; offers refused for want of an uplink it can use, or
+	 * by the maps; datagrams and their bytes out to the uplinks and in to the TUN, datagrams
+	 * dropped half-way (both ways). */
+	uint64_t fast_path_udp_flows, fast_path_udp_no_uplink, fast_path_udp_map_failed;
+	uint64_t fast_path_uplinks;       /* devices its reply program is attached to */
+	uint64_t fast_path_udp_out, fast_path_udp_out_bytes, fast_path_udp_in,
+		fast_path_udp_in_bytes, fast_path_udp_dropped;
 };
 
 struct netstack_ops {

@@ -1,10 +1,13 @@
 /* fastpath.c — loads fastpath.bpf.c (built into the binary as an object image), attaches it to
- * the TUN's egress and keeps its flows map (fastpath.h). */
+ * the TUN's egress and its reply program to the uplinks' ingress, and keeps its maps
+ * (fastpath.h). */
 #include "stacks/system/fastpath.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <net/if.h>
+#include <net/if_arp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -12,11 +15,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "stacks/system/fastpath_abi.h"
 
-/* Our filter on the clsact egress hook: priority 1, handle "ts". */
+/* Our filter on the clsact egress hook (the TUN) and ingress hook (the uplinks): priority 1,
+ * handle "ts". */
 #define FASTPATH_TC_PRIORITY 1
 #define FASTPATH_TC_HANDLE 0x7473
 
@@ -24,16 +31,31 @@
 extern const unsigned char ts_fastpath_obj[];
 extern const unsigned long ts_fastpath_obj_len;
 
+/* The tcx hooks (Linux 6.6), by number: the system's kernel headers may predate them. */
+#define TS_BPF_TCX_INGRESS 46
+
+/* An uplink the reply program is attached to: a tcx link, which goes when its fd closes (at
+ * fastpath_free, or with the process, however it ends). */
+struct uplink {
+	int ifindex;
+	int link_fd;
+};
+
 struct fastpath {
 	struct bpf_object *obj;
-	int flows_fd, counts_fd;
+	int flows_fd, counts_fd, udp_out_fd, udp_in_fd;
 	int ncpu;
 	bool hook_created;  /* the clsact qdisc is ours: remove it on free */
 	bool attached;
-	int prog_fd;
-	_Atomic uint64_t conns;
+	bool udp;           /* room for UDP flows was asked */
+	int prog_fd, uplink_fd;
+	_Atomic uint64_t conns, udp_flows;
 	struct bpf_tc_hook hook;
 	struct bpf_tc_opts opts;
+	struct uplink uplinks[FASTPATH_MAX_UPLINKS];
+	int nuplinks;
+	bool no_tcx;        /* the kernel refused a tcx link: no uplink will take one */
+	char udp_off[160];  /* why room for UDP flows was asked and the kernel refused it */
 };
 
 /* libbpf reports through one process-wide callback. While we load, it is ours: its first
@@ -102,11 +124,67 @@ static void key_of(struct fastpath_key *k, uint8_t family, const uint8_t *src, u
 	memcpy(k->dst, dst, alen);
 }
 
-int fastpath_open(uint32_t max_conns, struct fastpath **out, char *err, size_t errlen)
+/* Open the program image and load it into fp: the egress program with UDP flows (max_udp >
+ * 0) or the TCP-only one. 0, or -errno with err. */
+static int load(struct fastpath *fp, uint32_t max_conns, uint32_t max_udp, char *err,
+		size_t errlen)
+{
+	struct bpf_program *prog, *tcp, *uplink;
+	struct bpf_map *flows, *udp_out, *udp_in;
+	int ret;
+
+	fp->udp = max_udp > 0;
+	LIBBPF_OPTS(bpf_object_open_opts, oo, .object_name = "ts_fastpath");
+	fp->obj = bpf_object__open_mem(ts_fastpath_obj, ts_fastpath_obj_len, &oo);
+	if (!fp->obj) {
+		ret = -errno;
+		load_failed(err, errlen, "open", ret);
+		return ret;
+	}
+	prog = bpf_object__find_program_by_name(fp->obj, "fastpath_egress");
+	tcp = bpf_object__find_program_by_name(fp->obj, "fastpath_egress_tcp");
+	uplink = bpf_object__find_program_by_name(fp->obj, "fastpath_uplink");
+	flows = bpf_object__find_map_by_name(fp->obj, "flows");
+	udp_out = bpf_object__find_map_by_name(fp->obj, "udp_out");
+	udp_in = bpf_object__find_map_by_name(fp->obj, "udp_in");
+	if (!prog || !tcp || !uplink || !flows || !udp_out || !udp_in) {
+		snprintf(err, errlen, "program image incomplete");
+		return -EINVAL;
+	}
+	/* Without UDP the maps keep one entry each (the egress program names them) and neither
+	 * the UDP egress program nor the reply program is loaded. */
+	if ((ret = bpf_map__set_max_entries(flows, 2 * max_conns)) != 0 ||
+	    (ret = bpf_map__set_max_entries(udp_out, fp->udp ? max_udp : 1)) != 0 ||
+	    (ret = bpf_map__set_max_entries(udp_in, fp->udp ? max_udp : 1)) != 0 ||
+	    (ret = bpf_program__set_autoload(prog, fp->udp)) != 0 ||
+	    (ret = bpf_program__set_autoload(tcp, !fp->udp)) != 0 ||
+	    (ret = bpf_program__set_autoload(uplink, fp->udp)) != 0) {
+		snprintf(err, errlen, "map size: %s", strerror(-ret));
+		return ret;
+	}
+	if ((ret = bpf_object__load(fp->obj)) != 0) {
+		load_failed(err, errlen, "load", ret);
+		return ret;
+	}
+	fp->prog_fd = bpf_program__fd(fp->udp ? prog : tcp);
+	fp->uplink_fd = fp->udp ? bpf_program__fd(uplink) : -1;
+	fp->flows_fd = bpf_map__fd(flows);
+	fp->udp_out_fd = bpf_map__fd(udp_out);
+	fp->udp_in_fd = bpf_map__fd(udp_in);
+	fp->counts_fd = bpf_object__find_map_fd_by_name(fp->obj, "counts");
+	fp->ncpu = libbpf_num_possible_cpus();
+	if (fp->prog_fd < 0 || (fp->udp && fp->uplink_fd < 0) || fp->flows_fd < 0 ||
+	    fp->udp_out_fd < 0 || fp->udp_in_fd < 0 || fp->counts_fd < 0 || fp->ncpu <= 0) {
+		snprintf(err, errlen, "program image incomplete");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int fastpath_open(uint32_t max_conns, uint32_t max_udp, struct fastpath **out, char *err,
+		  size_t errlen)
 {
 	struct fastpath *fp = calloc(1, sizeof(*fp));
-	struct bpf_program *prog;
-	struct bpf_map *flows;
 	libbpf_print_fn_t prev_print = NULL;
 	bool printing = false;
 	int ret;
@@ -114,46 +192,36 @@ int fastpath_open(uint32_t max_conns, struct fastpath **out, char *err, size_t e
 	*out = NULL;
 	if (!fp)
 		return -ENOMEM;
-	fp->flows_fd = fp->counts_fd = fp->prog_fd = -1;
+	fp->flows_fd = fp->counts_fd = fp->udp_out_fd = fp->udp_in_fd = -1;
+	fp->prog_fd = fp->uplink_fd = -1;
 	if (max_conns < 1 || max_conns > FASTPATH_MAX_CONNS) {
 		ret = -EINVAL;
 		snprintf(err, errlen, "room for %u connections asked, 1-%u possible", max_conns,
 			 FASTPATH_MAX_CONNS);
 		goto fail;
 	}
+	if (max_udp > FASTPATH_MAX_UDP_FLOWS) {
+		ret = -EINVAL;
+		snprintf(err, errlen, "room for %u UDP flows asked, 0-%u possible", max_udp,
+			 FASTPATH_MAX_UDP_FLOWS);
+		goto fail;
+	}
 	prev_print = print_begin(remember);
 	printing = true;
-	LIBBPF_OPTS(bpf_object_open_opts, oo, .object_name = "ts_fastpath");
-	fp->obj = bpf_object__open_mem(ts_fastpath_obj, ts_fastpath_obj_len, &oo);
-	if (!fp->obj) {
-		ret = -errno;
-		load_failed(err, errlen, "open", ret);
-		goto fail;
+	ret = load(fp, max_conns, max_udp, err, errlen);
+	/* A kernel that refuses what the UDP flows need (bpf_check_mtu: Linux 5.12) still takes
+	 * the TCP-only program; refused for want of privilege, it would refuse that too. */
+	if (ret != 0 && max_udp > 0 && ret != -EPERM) {
+		snprintf(fp->udp_off, sizeof(fp->udp_off), "%s", err);
+		bpf_object__close(fp->obj);
+		fp->obj = NULL;
+		fp->flows_fd = fp->counts_fd = fp->udp_out_fd = fp->udp_in_fd = -1;
+		fp->prog_fd = fp->uplink_fd = -1;
+		last_said[0] = '\0';
+		ret = load(fp, max_conns, 0, err, errlen);
 	}
-	prog = bpf_object__find_program_by_name(fp->obj, "fastpath_egress");
-	flows = bpf_object__find_map_by_name(fp->obj, "flows");
-	if (!prog || !flows) {
-		ret = -EINVAL;
-		snprintf(err, errlen, "program image incomplete");
+	if (ret != 0)
 		goto fail;
-	}
-	if ((ret = bpf_map__set_max_entries(flows, 2 * max_conns)) != 0) {
-		snprintf(err, errlen, "map size: %s", strerror(-ret));
-		goto fail;
-	}
-	if ((ret = bpf_object__load(fp->obj)) != 0) {
-		load_failed(err, errlen, "load", ret);
-		goto fail;
-	}
-	fp->prog_fd = bpf_program__fd(prog);
-	fp->flows_fd = bpf_map__fd(flows);
-	fp->counts_fd = bpf_object__find_map_fd_by_name(fp->obj, "counts");
-	fp->ncpu = libbpf_num_possible_cpus();
-	if (fp->prog_fd < 0 || fp->flows_fd < 0 || fp->counts_fd < 0 || fp->ncpu <= 0) {
-		ret = -EINVAL;
-		snprintf(err, errlen, "program image incomplete");
-		goto fail;
-	}
 	print_end(prev_print);
 	*out = fp;
 	return 0;
@@ -162,6 +230,11 @@ fail:
 		print_end(prev_print);
 	fastpath_free(fp);
 	return ret;
+}
+
+const char *fastpath_udp_off(const struct fastpath *fp)
+{
+	return fp->udp_off[0] ? fp->udp_off : NULL;
 }
 
 int fastpath_attach(struct fastpath *fp, int ifindex, char *err, size_t errlen)
@@ -227,6 +300,8 @@ void fastpath_free(struct fastpath *fp)
 	if (!fp)
 		return;
 	prev = print_begin(NULL); /* the device may be gone already: nothing to say */
+	for (int i = 0; i < fp->nuplinks; i++)
+		close(fp->uplinks[i].link_fd);
 	if (fp->attached) {
 		struct bpf_tc_opts o = { .sz = sizeof(o), .handle = FASTPATH_TC_HANDLE,
 					 .priority = FASTPATH_TC_PRIORITY };
@@ -275,13 +350,13 @@ void fastpath_del(struct fastpath *fp, const struct flow_key *app, const uint8_t
 		atomic_fetch_sub_explicit(&fp->conns, 1, memory_order_relaxed);
 }
 
-void fastpath_totals(struct fastpath *fp, struct fastpath_totals *out)
+/* Counter slot `slot` summed over CPUs (zeros when it cannot be read). */
+static void sum_slot(struct fastpath *fp, uint32_t slot, struct fastpath_totals *out)
 {
 	struct fastpath_counts *per = calloc((size_t)fp->ncpu, sizeof(*per));
-	uint32_t zero = 0;
 
 	memset(out, 0, sizeof(*out));
-	if (!per || bpf_map_lookup_elem(fp->counts_fd, &zero, per) != 0) {
+	if (!per || bpf_map_lookup_elem(fp->counts_fd, &slot, per) != 0) {
 		free(per);
 		return;
 	}
@@ -292,4 +367,186 @@ void fastpath_totals(struct fastpath *fp, struct fastpath_totals *out)
 		out->failed += per[i].failed;
 	}
 	free(per);
+}
+
+void fastpath_totals(struct fastpath *fp, struct fastpath_totals *out)
+{
+	sum_slot(fp, FASTPATH_COUNT_TCP, out);
+}
+
+/* ---- UDP flows ---- */
+
+/* Is device ifindex an Ethernet device (ARPHRD_ETHER)? 0 (yes), -EOPNOTSUPP (no), or -errno
+ * (no such device). Asked of the kernel through a socket of our network namespace, as the
+ * program's filter will be. */
+static int ethernet(int ifindex)
+{
+	struct ifreq ifr;
+	int s, ret = 0;
+
+	memset(&ifr, 0, sizeof(ifr));
+	if (!if_indextoname((unsigned)ifindex, ifr.ifr_name))
+		return -errno;
+	s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	if (ioctl(s, SIOCGIFHWADDR, &ifr) != 0)
+		ret = -errno;
+	else if (ifr.ifr_hwaddr.sa_family != ARPHRD_ETHER)
+		ret = -EOPNOTSUPP;
+	close(s);
+	return ret;
+}
+
+int fastpath_udp_uplink(struct fastpath *fp, int ifindex, char *err, size_t errlen)
+{
+	struct uplink *u;
+	int ret, fd;
+
+	if (!fp->udp) {
+		snprintf(err, errlen, "uplink: no room for UDP flows was asked");
+		return -EINVAL;
+	}
+	if (fp->no_tcx) {
+		snprintf(err, errlen, "uplink: the kernel has no tcx (Linux 6.6 or later)");
+		return -EOPNOTSUPP;
+	}
+	for (int i = 0; i < fp->nuplinks; i++)
+		if (fp->uplinks[i].ifindex == ifindex)
+			return 0;
+	/* Devices that have gone (a USB or tethered uplink unplugged: it comes back with
+	 * another index) give their slots back; their links went with them. */
+	for (int i = 0; i < fp->nuplinks; i++) {
+		char name[IF_NAMESIZE];
+
+		if (!if_indextoname((unsigned)fp->uplinks[i].ifindex, name) && errno == ENXIO) {
+			close(fp->uplinks[i].link_fd);
+			fp->uplinks[i--] = fp->uplinks[--fp->nuplinks];
+		}
+	}
+	if (fp->nuplinks == FASTPATH_MAX_UPLINKS) {
+		snprintf(err, errlen, "uplink: %d devices already", FASTPATH_MAX_UPLINKS);
+		return -ENOSPC;
+	}
+	if ((ret = ethernet(ifindex)) != 0) {
+		snprintf(err, errlen, "uplink: %s", ret == -EOPNOTSUPP ? "not an Ethernet device"
+									: strerror(-ret));
+		return ret;
+	}
+	/* A tcx link: after whatever runs there already, beside any qdisc and filter, and gone
+	 * with the process. A kernel without tcx (before 6.6) refuses the attach type. */
+	fd = bpf_link_create(fp->uplink_fd, ifindex, (enum bpf_attach_type)TS_BPF_TCX_INGRESS,
+			     NULL);
+	if (fd < 0) {
+		ret = fd;
+		if (ret == -EINVAL || ret == -EOPNOTSUPP) {
+			fp->no_tcx = true;
+			snprintf(err, errlen, "uplink: the kernel has no tcx (Linux 6.6 or later): %s",
+				 strerror(-ret));
+		}
+		else
+			snprintf(err, errlen, "uplink: tcx link: %s%s", strerror(-ret),
+				 ret == -EPERM ? " (needs CAP_BPF and CAP_NET_ADMIN)" : "");
+		return ret == -EINVAL ? -EOPNOTSUPP : ret;
+	}
+	u = &fp->uplinks[fp->nuplinks++];
+	u->ifindex = ifindex;
+	u->link_fd = fd;
+	return 0;
+}
+
+/* The keys of a flow's two directions: its datagrams out as the TUN sees them, its replies as
+ * they arrive on the uplink. */
+static void udp_keys(const struct fastpath_udp *f, struct fastpath_key *out,
+		     struct fastpath_key *in)
+{
+	const struct flow_key *a = &f->app;
+
+	key_of(out, a->family, a->src, a->sport_be, a->dst, a->dport_be);
+	key_of(in, a->family, a->dst, a->dport_be, f->local, f->lport_be);
+}
+
+int fastpath_udp_add(struct fastpath *fp, const struct fastpath_udp *f)
+{
+	const struct flow_key *a = &f->app;
+	struct fastpath_key kout, kin;
+	struct fastpath_udp_out vout;
+	struct fastpath_udp_in vin;
+	struct timespec now;
+
+	if (!fp->udp || (a->family != 4 && a->family != 6) || f->uplink <= 0 || f->tun <= 0)
+		return -EINVAL;
+	udp_keys(f, &kout, &kin);
+	memset(&vout, 0, sizeof(vout));
+	key_of(&vout.to, a->family, f->local, f->lport_be, a->dst, a->dport_be);
+	memcpy(vout.nexthop, f->nexthop, a->family == 4 ? 4 : 16);
+	vout.ifindex = (uint32_t)f->uplink;
+	vout.mark = f->mark;
+	vout.flags = (f->quic_handshakes ? FASTPATH_UDP_PASS_QUIC_LONG : 0) |
+		     (f->sock_bound_dev ? 0 : FASTPATH_UDP_CHECK_SOCK);
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	vout.seen_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+	memset(&vin, 0, sizeof(vin));
+	key_of(&vin.to, a->family, a->dst, a->dport_be, a->src, a->sport_be);
+	vin.ifindex = (uint32_t)f->tun;
+	vin.seen_ns = vout.seen_ns;
+	/* Neither may be there: a flow is added once, and a reply key taken means another flow
+	 * holds the socket's port for that remote (the rollback then takes out only what this
+	 * add put in). */
+	if (bpf_map_update_elem(fp->udp_out_fd, &kout, &vout, BPF_NOEXIST) != 0)
+		return -errno;
+	if (bpf_map_update_elem(fp->udp_in_fd, &kin, &vin, BPF_NOEXIST) != 0) {
+		int ret = -errno;
+		(void)bpf_map_delete_elem(fp->udp_out_fd, &kout);
+		return ret;
+	}
+	atomic_fetch_add_explicit(&fp->udp_flows, 1, memory_order_relaxed);
+	return 0;
+}
+
+void fastpath_udp_del(struct fastpath *fp, const struct fastpath_udp *f)
+{
+	struct fastpath_key kout, kin;
+
+	if (!fp->udp)
+		return;
+	udp_keys(f, &kout, &kin);
+	int gone = bpf_map_delete_elem(fp->udp_out_fd, &kout);
+
+	(void)bpf_map_delete_elem(fp->udp_in_fd, &kin);
+	if (gone == 0) /* what fastpath_udp_add counted */
+		atomic_fetch_sub_explicit(&fp->udp_flows, 1, memory_order_relaxed);
+}
+
+int64_t fastpath_udp_seen(struct fastpath *fp, const struct fastpath_udp *f)
+{
+	struct fastpath_key kout, kin;
+	struct fastpath_udp_out vo;
+	struct fastpath_udp_in vi;
+
+	if (!fp->udp)
+		return -ENOENT;
+	udp_keys(f, &kout, &kin);
+	if (bpf_map_lookup_elem(fp->udp_out_fd, &kout, &vo) != 0)
+		return -errno;
+	if (bpf_map_lookup_elem(fp->udp_in_fd, &kin, &vi) == 0 && vi.seen_ns > vo.seen_ns)
+		return (int64_t)vi.seen_ns;
+	return (int64_t)vo.seen_ns;
+}
+
+int fastpath_udp_uplinks(const struct fastpath *fp)
+{
+	return fp->nuplinks;
+}
+
+uint64_t fastpath_udp_flows(const struct fastpath *fp)
+{
+	return atomic_load_explicit(&fp->udp_flows, memory_order_relaxed);
+}
+
+void fastpath_udp_totals(struct fastpath *fp, struct fastpath_totals *out,
+			 struct fastpath_totals *in)
+{
+	sum_slot(fp, FASTPATH_COUNT_UDP_OUT, out);
+	sum_slot(fp, FASTPATH_COUNT_UDP_IN, in);
 }

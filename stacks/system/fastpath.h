@@ -12,6 +12,7 @@
 #ifndef TS_STACKS_SYSTEM_FASTPATH_H
 #define TS_STACKS_SYSTEM_FASTPATH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,11 +31,20 @@ struct fastpath_totals {
 	uint64_t failed;   /* dropped: a rewrite helper failed half-way */
 };
 
-/* Load the program with room for max_conns connections (two map entries each). 0, or -errno
+/* The most UDP flows fastpath_open takes room for. */
+#define FASTPATH_MAX_UDP_FLOWS (1u << 20)
+
+/* Load the program with room for max_conns connections (two map entries each) and max_udp UDP
+ * flows (0: no UDP; one entry in each UDP map). 0, or -errno
  * with a message in err (-EPERM without CAP_BPF or CAP_SYS_ADMIN; -EINVAL, -EOPNOTSUPP and
  * the like when the kernel lacks what the program needs). */
-int fastpath_open(uint32_t max_conns, struct fastpath **out, char *err, size_t errlen)
+int fastpath_open(uint32_t max_conns, uint32_t max_udp, struct fastpath **out, char *err,
+		  size_t errlen)
 	__attribute__((warn_unused_result));
+/* Room for UDP flows was asked, but the kernel refused what they need (the program with them
+ * needs Linux 5.12): fastpath_open loaded the TCP-only program instead, and this says why.
+ * NULL otherwise. */
+const char *fastpath_udp_off(const struct fastpath *fp);
 /* Attach the loaded program to the egress of network device ifindex (the TUN). A clsact qdisc
  * is added if the device has none (and removed again by fastpath_free); a filter of ours left
  * by an earlier process on a persistent device is replaced. 0 or -errno with err. */
@@ -65,5 +75,52 @@ void fastpath_del(struct fastpath *fp, const struct flow_key *app, const uint8_t
 
 /* Everything the kernel side rewrote, summed over CPUs. */
 void fastpath_totals(struct fastpath *fp, struct fastpath_totals *out);
+
+/* ---- UDP flows of direct outbound sockets ----
+ * A flow is one (app address and port, remote address and port) pair. Its datagrams from the
+ * app leave on the uplink from the outbound socket's address and port (the TUN's egress
+ * program: rewritten, then the kernel's neighbour output of the uplink), and the remote's
+ * datagrams to that address and port reach the app from the remote (a program on the
+ * uplink's ingress: rewritten, then the TUN's ingress). Userspace keeps everything else:
+ * first datagrams, other remotes' replies, names, DNS, associations. */
+struct fastpath_udp {
+	struct flow_key app;    /* as the TUN sees it: family, src/sport = the app, dst/dport =
+				 * the remote (proto ignored) */
+	uint8_t local[16];      /* our address on the uplink (app.family's size) */
+	uint16_t lport_be;      /* the outbound socket's port */
+	uint8_t nexthop[16];    /* the uplink's next hop: the route's gateway, or the remote */
+	int uplink;             /* the uplink's ifindex (an Ethernet device) */
+	int tun;                /* the TUN's ifindex */
+	uint32_t mark;          /* the outbound socket's SO_MARK (0: none) */
+	bool quic_handshakes;   /* QUIC handshake datagrams (long header) stay in userspace */
+	bool sock_bound_dev;    /* the socket is bound to a device (SO_BINDTODEVICE) */
+};
+
+/* Attach the reply program to the ingress of device ifindex, if it is not there yet: a tcx
+ * link (Linux 6.6 or later), which goes with the process however it ends, runs after the
+ * programs already there and leaves the device's qdiscs and filters alone. Up to
+ * FASTPATH_MAX_UPLINKS devices. 0, or -errno with err (-EOPNOTSUPP: not an Ethernet device,
+ * or a kernel without tcx; -ENOSPC: too many uplinks). Not thread-safe: the thread that calls
+ * fastpath_udp_add. */
+#define FASTPATH_MAX_UPLINKS 8
+int fastpath_udp_uplink(struct fastpath *fp, int ifindex, char *err, size_t errlen)
+	__attribute__((warn_unused_result));
+/* Put a flow's two directions in the maps (its uplink attached first: fastpath_udp_uplink).
+ * 0 or -errno (-E2BIG: the maps are full; -EINVAL: no room for UDP was asked). */
+int fastpath_udp_add(struct fastpath *fp, const struct fastpath_udp *f)
+	__attribute__((warn_unused_result));
+/* Take both directions out again (what fastpath_udp_add put in). */
+void fastpath_udp_del(struct fastpath *fp, const struct fastpath_udp *f);
+/* When the flow's last datagram went out or its last reply came in through the kernel
+ * (CLOCK_MONOTONIC ns; the time of the add if none did), or -errno (-ENOENT: not in the map). */
+int64_t fastpath_udp_seen(struct fastpath *fp, const struct fastpath_udp *f);
+/* UDP flows in the maps now. */
+uint64_t fastpath_udp_flows(const struct fastpath *fp);
+/* Uplinks the reply program is attached to (one fd each). */
+int fastpath_udp_uplinks(const struct fastpath *fp);
+/* What the kernel side carried, summed over CPUs: datagrams out to uplinks (out) and replies
+ * in to the TUN (in). segments: datagrams (a GSO packet's count); failed: dropped half-way. */
+void fastpath_udp_totals(struct fastpath *fp, struct fastpath_totals *out,
+			 struct fastpath_totals *in);
 
 #endif

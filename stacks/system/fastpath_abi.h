@@ -33,4 +33,49 @@ struct fastpath_counts {
 	__u64 failed;
 };
 
+/* UDP flows of direct outbound sockets (udp_out, udp_in): room for this many each as compiled;
+ * the loader sets the size it is asked for. */
+#define FASTPATH_MAX_UDP 65536
+
+/* The value of udp_out, keyed by a datagram as the TUN's egress sees it (the app's address
+ * and port to the remote's): the datagram leaves on the uplink ifindex as from our local
+ * address and the outbound socket's port (to.src, to.sport_be; to.dst and to.dport_be are the
+ * remote's, unchanged), with the socket's mark, through the kernel's neighbour output to the
+ * next hop the route had when the flow joined (no route lookup per datagram). It is
+ * taken only while a socket with that mark is bound to that port to receive the replies
+ * (FASTPATH_UDP_CHECK_SOCK): a filter a killed process left on a persistent TUN goes on
+ * matching only as long as its sockets would. seen_ns: the
+ * program's bpf_ktime_get_ns (CLOCK_MONOTONIC) at the flow's last datagram out; userspace
+ * sets it to the time of the add and reads it for the session's idle time. */
+struct fastpath_udp_out {
+	struct fastpath_key to;
+	__u8 nexthop[16];   /* the uplink's next hop: the route's gateway, or the remote itself */
+	__u32 ifindex;
+	__u32 mark;
+	__u32 flags;
+	__u32 pad;
+	__u64 seen_ns;
+};
+/* flags: QUIC handshake datagrams (a long header) go on to userspace; the socket check is made
+ * (not for a socket bound to a device: the lookup on the TUN's egress cannot find it). */
+#define FASTPATH_UDP_PASS_QUIC_LONG 1u
+#define FASTPATH_UDP_CHECK_SOCK 2u
+
+/* The value of udp_in, keyed by a datagram as it arrives on the uplink (the remote's address
+ * and port to our local address and the socket's port): it is handed to the ingress of the
+ * TUN (ifindex) as from the remote to the app (to.dst, to.dport_be). */
+struct fastpath_udp_in {
+	struct fastpath_key to;
+	__u32 ifindex;
+	__u32 pad;
+	__u64 seen_ns;      /* as udp_out's, for the flow's last reply */
+};
+
+/* The counts map's slots: TCP segments rewritten on the TUN (0), UDP datagrams out to the
+ * uplink (1) and replies in to the TUN (2). */
+#define FASTPATH_COUNT_TCP 0
+#define FASTPATH_COUNT_UDP_OUT 1
+#define FASTPATH_COUNT_UDP_IN 2
+#define FASTPATH_COUNT_SLOTS 3
+
 #endif

@@ -30,6 +30,7 @@
 #include "stacks/system/nat.h"
 #include "stacks/system/sys_config.h"
 #include "stacks/system/sysproc.h"
+#include "stacks/system/udpfast.h"
 
 #define ACCEPT_BATCH 64                    /* accepts per wakeup: bounded work */
 #define PURGE_BUDGET 1024                  /* NAT entries removed per purge run */
@@ -97,6 +98,8 @@ struct sys_stack {
 	ctr_t fp_added, fp_full, fp_failed; /* connections: put in its map, no room, refused */
 	struct sys_guard *fp_oldest, *fp_newest; /* waiting to join it, oldest first */
 	struct event *fp_ev;               /* one-shot: the oldest waiting one is old enough */
+	struct udpfast uf;                 /* UDP flows into it (the UDP path's offload) */
+	bool uf_on;                        /* the UDP path has the offload */
 };
 
 /* One per session: marks the NAT entry closing and returns the permit and fd however the
@@ -260,6 +263,16 @@ static void close_reset(int fd)
 	close(fd);
 }
 
+/* The UDP path's flows out of the fast path, and no more offered (before it goes). */
+static void fast_udp_off(struct sys_stack *st)
+{
+	if (!st->uf_on)
+		return;
+	udp_path_set_offload(st->env.udp, NULL, NULL);
+	udpfast_fini(&st->uf);
+	st->uf_on = false;
+}
+
 /* Hand an accepted connection's segments to the in-kernel fast path. Failing that, the
  * userspace path goes on translating them: nothing is lost. A map the process may no longer
  * write (kernels before 6.0 check the capability at every map update, and least privilege
@@ -288,6 +301,7 @@ static void fast_add(struct sys_stack *st, struct sys_guard *g)
 		log_warn(st->env.log, "system stack: in-kernel fast path unavailable: its map "
 			 "refuses updates (%s); every connection takes the userspace path",
 			 strerror(-ret));
+		fast_udp_off(st);
 		fastpath_free(st->fp);
 		st->fp = NULL;
 		st->fp_unavailable = true;
@@ -748,6 +762,9 @@ static int fast_start(struct sys_stack *st, char *err, size_t errlen)
 	const struct ts_config *cfg = st->env.cfg;
 	uint32_t conns = cfg->budget.nat_entries < FASTPATH_MAX_CONNS ? cfg->budget.nat_entries
 								   : FASTPATH_MAX_CONNS;
+	/* UDP flows: as many as the sessions could offer (none without a UDP path). */
+	uint64_t uflows = st->env.udp ? (uint64_t)cfg->budget.udp_sessions * UDP_FAST_MAX : 0;
+	uint32_t udp = uflows < FASTPATH_MAX_UDP_FLOWS ? (uint32_t)uflows : FASTPATH_MAX_UDP_FLOWS;
 	int idx = st->env.tun_ifindex;
 	char why[200] = "";
 	int ret;
@@ -761,14 +778,25 @@ static int fast_start(struct sys_stack *st, char *err, size_t errlen)
 		ret = -ENODEV;
 		snprintf(why, sizeof(why), "the TUN device %s is not in this network namespace",
 			 st->env.tun_name ? st->env.tun_name : "");
-	} else if ((ret = fastpath_open(conns, &st->fp, why, sizeof(why))) == 0 &&
+	} else if ((ret = fastpath_open(conns, udp, &st->fp, why, sizeof(why))) == 0 &&
 		   (ret = fastpath_attach(st->fp, idx, why, sizeof(why))) != 0) {
 		fastpath_free(st->fp);
 		st->fp = NULL;
 	}
 	if (ret == 0) {
 		log_info(st->env.log, "system stack: in-kernel fast path on %s (room for %u "
-			 "connections)", st->env.tun_name ? st->env.tun_name : "the TUN", conns);
+			 "connections, %u UDP flows)", st->env.tun_name ? st->env.tun_name : "the TUN",
+			 conns, udp);
+		if (udp && fastpath_udp_off(st->fp)) {
+			log_info(st->env.log, "system stack: UDP flows stay in userspace: %s",
+				 fastpath_udp_off(st->fp));
+		} else if (udp && (ret = udpfast_init(&st->uf, &st->fp, idx, st->env.log)) != 0) {
+			log_info(st->env.log, "system stack: UDP flows stay in userspace: netlink: %s",
+				 strerror(-ret));
+		} else if (udp) {
+			udp_path_set_offload(st->env.udp, &udpfast_ops, &st->uf);
+			st->uf_on = true;
+		}
 		return 0;
 	}
 	if (idx > 0)
@@ -906,6 +934,8 @@ static void sys_free(struct netstack *ns)
 		event_free(st->kick_ev);
 	if (st->kick_fd >= 0)
 		close(st->kick_fd);
+	/* Its UDP flows out of the kernel first: the UDP path outlives the stack. */
+	fast_udp_off(st);
 	fastpath_free(st->fp);
 	sysproc_free(st->proc);
 	nat_table_free(st->nat);
@@ -1007,6 +1037,8 @@ static void sys_stats(struct netstack *ns, struct netstack_stats *o)
 	o->fast_path_added = ctr_get(&st->fp_added);
 	o->fast_path_full = ctr_get(&st->fp_full);
 	o->fast_path_failed = ctr_get(&st->fp_failed);
+	o->fast_path_udp_no_uplink = ctr_get(&st->uf.no_uplink);
+	o->fast_path_udp_map_failed = ctr_get(&st->uf.map_failed);
 	if (st->fp) {
 		struct fastpath_totals ft;
 		fastpath_totals(st->fp, &ft);
@@ -1015,6 +1047,15 @@ static void sys_stats(struct netstack *ns, struct netstack_stats *o)
 		o->fast_path_segments = ft.segments;
 		o->fast_path_bytes = ft.bytes;
 		o->fast_path_dropped = ft.failed;
+		struct fastpath_totals uo, ui;
+		fastpath_udp_totals(st->fp, &uo, &ui);
+		o->fast_path_udp_flows = fastpath_udp_flows(st->fp);
+		o->fast_path_uplinks = (uint64_t)fastpath_udp_uplinks(st->fp);
+		o->fast_path_udp_out = uo.segments;
+		o->fast_path_udp_out_bytes = uo.bytes;
+		o->fast_path_udp_in = ui.segments;
+		o->fast_path_udp_in_bytes = ui.bytes;
+		o->fast_path_udp_dropped = uo.failed + ui.failed;
 		o->rewrites += ft.packets;
 	}
 	o->admission_refused = ctr_get(&st->ctr.admission_refused);

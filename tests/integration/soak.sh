@@ -228,7 +228,11 @@ idle_diff() {
 		    "budget.udp_in_use", "budget.fds_in_use", "buffers.in_use_bytes", "dns.pending",
 		    "dns.tcp.connections"][] as $k
 		   | ($k | split(".")) as $p
-		   | if ($n | getpath($p)) != ($i | getpath($p))
+		   # The fast path keeps one fd per uplink its reply program went onto (a UDP
+		   # flow joined it) while the proxy runs.
+		   | (if $k == "fds" then ($n.fast_path.uplinks // 0) - ($i.fast_path.uplinks // 0)
+		      else 0 end) as $extra
+		   | if ($n | getpath($p)) != ($i | getpath($p)) + $extra
 		     then "\($k) \($n | getpath($p)) (idle \($i | getpath($p)))" else empty end)
 		] | join(", ")'
 }

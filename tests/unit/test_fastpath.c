@@ -37,9 +37,11 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
@@ -125,7 +127,7 @@ static void probe_kernel(int ifindex)
 	frame_mode = o.retval == sizeof(f) ? FRAME_IS_PACKET : FRAME_ETH_HEADER;
 }
 
-static void env_up(struct env *e, uint32_t max_conns)
+static void env_up_udp(struct env *e, uint32_t max_conns, uint32_t max_udp)
 {
 	char err[256] = "";
 	int ret;
@@ -134,10 +136,15 @@ static void env_up(struct env *e, uint32_t max_conns)
 	e->ifindex = (int)if_nametoindex(TUN_NAME);
 	CHECK(e->ifindex > 0, "if_nametoindex: %s", strerror(errno));
 	probe_kernel(e->ifindex);
-	ret = fastpath_open(max_conns, &e->fp, err, sizeof(err));
+	ret = fastpath_open(max_conns, max_udp, &e->fp, err, sizeof(err));
 	CHECK(ret == 0 && e->fp, "fastpath_open = %d: %s", ret, err);
 	e->prog = fastpath_prog_fd(e->fp);
 	CHECK(e->prog >= 0, "prog fd %d", e->prog);
+}
+
+static void env_up(struct env *e, uint32_t max_conns)
+{
+	env_up_udp(e, max_conns, 0);
 }
 
 static void env_down(struct env *e)
@@ -147,13 +154,14 @@ static void env_down(struct env *e)
 }
 
 /* Run the program on pkt[0..len) as a packet of the given ethertype (its bytes 12-13 must
- * read as that: see the top of the file); the context names the TUN (gso_segs as given). The
+ * read as that: see the top of the file); the context names the TUN (gso_segs, gso_size as
+ * given). The
  * output goes to out, its length to *olen; returns the program's verdict. */
-static uint32_t run_eth(const struct env *e, const uint8_t *p, size_t len, uint16_t ethertype,
-			uint32_t gso_segs, size_t *olen)
+static uint32_t run_gso(const struct env *e, const uint8_t *p, size_t len, uint16_t ethertype,
+			uint32_t gso_segs, uint32_t gso_size, size_t *olen)
 {
 	struct __sk_buff ctx = { .ifindex = (uint32_t)e->ifindex, .gso_segs = gso_segs,
-				 .gso_size = gso_segs ? 1000 : 0, .mark = IN_MARK };
+				 .gso_size = gso_size, .mark = IN_MARK };
 	struct __sk_buff ctx_out = { 0 };
 	size_t flen = len;
 	int ret;
@@ -178,6 +186,13 @@ static uint32_t run_eth(const struct env *e, const uint8_t *p, size_t len, uint1
 	*olen = o.data_size_out;
 	mark_out = ctx_out.mark;
 	return o.retval;
+}
+
+/* The same, a GSO packet's segments (if any) 1000 bytes each. */
+static uint32_t run_eth(const struct env *e, const uint8_t *p, size_t len, uint16_t ethertype,
+			uint32_t gso_segs, size_t *olen)
+{
+	return run_gso(e, p, len, ethertype, gso_segs, gso_segs ? 1000 : 0, olen);
 }
 
 /* The same, the ethertype from the IP version. */
@@ -861,7 +876,7 @@ Test(fastpath, open_rejects_bad_sizes)
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		err[0] = '\0';
-		ret = fastpath_open(bad[i], &fp, err, sizeof(err));
+		ret = fastpath_open(bad[i], 0, &fp, err, sizeof(err));
 		cr_assert_eq(ret, -EINVAL, "fastpath_open(%u) = %d", bad[i], ret);
 		cr_assert_null(fp, "fastpath_open(%u) left an object", bad[i]);
 		cr_assert(strstr(err, "connections") != NULL, "fastpath_open(%u): message \"%s\"",
@@ -937,7 +952,7 @@ static struct fastpath *open_attached(int ifindex)
 {
 	struct fastpath *fp;
 	char err[256] = "";
-	int ret = fastpath_open(4, &fp, err, sizeof(err));
+	int ret = fastpath_open(4, 0, &fp, err, sizeof(err));
 
 	CHECK(ret == 0, "fastpath_open: %s", err);
 	ret = fastpath_attach(fp, ifindex, err, sizeof(err));
@@ -992,7 +1007,7 @@ static void scenario_attach(void)
 
 	/* No such device: an error with a message, and the object still frees. */
 	fp = NULL;
-	CHECK(fastpath_open(4, &fp, err, sizeof(err)) == 0, "%s", err);
+	CHECK(fastpath_open(4, 0, &fp, err, sizeof(err)) == 0, "%s", err);
 	err[0] = '\0';
 	ret = fastpath_attach(fp, idx + 1000, err, sizeof(err));
 	CHECK(ret < 0 && err[0], "attach to a missing device: %d \"%s\"", ret, err);
@@ -1206,4 +1221,806 @@ static void scenario_live(void)
 Test(fastpath, on_the_tun_egress)
 {
 	run_in_netns(scenario_live);
+}
+
+/* ---- UDP flows of direct outbound sockets ----
+ *
+ * The uplink is a veth device (Ethernet, MTU 1500) of the scenario's namespace: the egress
+ * program checks datagrams against its MTU and names it in the redirect; the reply program
+ * (attached to its ingress by fastpath_udp_uplink, its fd found through the filter) runs on
+ * Ethernet frames with the veth in its context. A test run does not carry out a redirect: the
+ * verdict, the bytes, the mark and the counters are what is asserted. */
+
+#define UPLINK "fpu0"
+#define UPLINK_MTU 1500
+#define FLOW_MARK 0x77
+
+struct uenv {
+	struct env e;
+	int uplink; /* the veth's ifindex */
+	int reply;  /* the reply program (fastpath_uplink) */
+};
+
+/* The tcx hooks by number (the system's kernel headers may predate them). */
+#define TCX_INGRESS 46
+#define TCX_EGRESS 47
+
+/* The programs on device ifindex's tcx hook (TCX_INGRESS or TCX_EGRESS): how many, and the
+ * first's id in *id. */
+static uint32_t tcx_progs(int ifindex, int hook, uint32_t *id)
+{
+	uint32_t ids[16] = { 0 };
+	LIBBPF_OPTS(bpf_prog_query_opts, q, .prog_ids = ids, .prog_cnt = 16);
+
+	if (bpf_prog_query_opts(ifindex, (enum bpf_attach_type)hook, &q) != 0)
+		return 0;
+	if (id)
+		*id = ids[0];
+	return q.prog_cnt;
+}
+
+/* The reply program on device ifindex's tcx ingress: its fd. */
+static int ingress_prog(int ifindex)
+{
+	uint32_t id = 0;
+	int fd;
+
+	CHECK(tcx_progs(ifindex, TCX_INGRESS, &id) == 1, "not one program on the tcx ingress: %u",
+	      tcx_progs(ifindex, TCX_INGRESS, NULL));
+	fd = bpf_prog_get_fd_by_id(id);
+	CHECK(fd >= 0, "program %u: %s", id, strerror(errno));
+	return fd;
+}
+
+/* An Ethernet device of the scenario's namespace: one end of a veth pair (its peer: the name
+ * with a "p" after it). */
+static void uplink_add(const char *name)
+{
+	char cmd[160];
+
+	snprintf(cmd, sizeof(cmd), "ip link add %s mtu %d type veth peer name %sp", name,
+		 UPLINK_MTU, name);
+	sh_ok(cmd);
+}
+
+static void uenv_up(struct uenv *u, uint32_t max_udp)
+{
+	char err[256] = "";
+	int ret;
+
+	env_up_udp(&u->e, 4, max_udp);
+	uplink_add(UPLINK);
+	u->uplink = (int)if_nametoindex(UPLINK);
+	CHECK(u->uplink > 0, "if_nametoindex: %s", strerror(errno));
+	ret = fastpath_udp_uplink(u->e.fp, u->uplink, err, sizeof(err));
+	CHECK(ret == 0, "fastpath_udp_uplink = %d: %s", ret, err);
+	u->reply = ingress_prog(u->uplink);
+}
+
+static void uenv_down(struct uenv *u)
+{
+	close(u->reply);
+	env_down(&u->e);
+}
+
+/* The flows of the fixed cases: the app's sources read as the family's ethertype at bytes
+ * 12-13 (the top of the file). */
+static void uflow_text(struct fastpath_udp *f, const struct uenv *u, const char *app,
+		       uint16_t sport, const char *remote, uint16_t dport, const char *local,
+		       uint16_t lport)
+{
+	memset(f, 0, sizeof(*f));
+	f->app.family = (uint8_t)tu_addr(f->app.src, app);
+	CHECK(tu_addr(f->app.dst, remote) == f->app.family, "%s", remote);
+	CHECK(tu_addr(f->local, local) == f->app.family, "%s", local);
+	f->app.proto = IPPROTO_UDP;
+	f->app.sport_be = htons(sport);
+	f->app.dport_be = htons(dport);
+	f->lport_be = htons(lport);
+	f->uplink = u->uplink;
+	f->tun = u->e.ifindex;
+	f->mark = FLOW_MARK;
+	/* No socket check (a socket bound to a device): the check has a scenario of its own. */
+	f->sock_bound_dev = true;
+}
+
+static void uflow_v4(struct fastpath_udp *f, const struct uenv *u)
+{
+	uflow_text(f, u, "8.0.0.2", 40000, "93.184.216.34", 443, "192.0.2.10", 50000);
+}
+
+static void uflow_v6(struct fastpath_udp *f, const struct uenv *u)
+{
+	uflow_text(f, u, "fd00:0:86dd::2", 40000, "2606:2800:220:1:248:1893:25c8:1946", 443,
+		   "2001:db8:1::10", 50000);
+}
+
+static void uflow_add_ok(const struct uenv *u, const struct fastpath_udp *f)
+{
+	int ret = fastpath_udp_add(u->e.fp, f);
+
+	CHECK(ret == 0, "fastpath_udp_add = %d (%s)", ret, strerror(-ret));
+}
+
+/* A UDP datagram's spec: addresses and ports (ports in network order) as given, payload of
+ * plen bytes from seed, the other header fields fixed. */
+static void uspec(struct tu_spec *s, uint8_t fam, const uint8_t *src, uint16_t sport_be,
+		  const uint8_t *dst, uint16_t dport_be, size_t plen, uint64_t seed)
+{
+	tu_spec_udp(s, fam == 4 ? "1.1.1.1" : "::1", 1, fam == 4 ? "2.2.2.2" : "::2", 2);
+	spec_set(s, fam, src, ntohs(sport_be), dst, ntohs(dport_be));
+	s->ttl = 63;
+	s->tos = 0x28;
+	s->ip_id = 0x1234;
+	s->ip4_frag = 0x4000; /* DF */
+	s->payload_len = plen;
+	s->payload_seed = seed;
+}
+
+/* A flow's datagram out as the TUN sees it (in), and as it must leave (to). */
+static void uspec_out(struct tu_spec *in, struct tu_spec *to, const struct fastpath_udp *f,
+		      size_t plen, uint64_t seed)
+{
+	const struct flow_key *a = &f->app;
+
+	uspec(in, a->family, a->src, a->sport_be, a->dst, a->dport_be, plen, seed);
+	uspec(to, a->family, f->local, f->lport_be, a->dst, a->dport_be, plen, seed);
+}
+
+/* A flow's reply as it arrives on the uplink (in), and as it must reach the app (to). */
+static void uspec_in(struct tu_spec *in, struct tu_spec *to, const struct fastpath_udp *f,
+		     size_t plen, uint64_t seed)
+{
+	const struct flow_key *a = &f->app;
+
+	uspec(in, a->family, a->dst, a->dport_be, f->local, f->lport_be, plen, seed);
+	uspec(to, a->family, a->dst, a->dport_be, a->src, a->sport_be, plen, seed);
+}
+
+/* The datagram `in` on the TUN's egress leaves redirected as exactly `to`, with the flow's
+ * mark, behind an Ethernet header of zeros but for its ethertype (for the neighbour output to
+ * fill in); its UDP checksum (and the IPv4 header's) verify when computed from scratch.
+ * Returns the IP packet's length. */
+static size_t expect_udp_out(const struct uenv *u, const struct tu_spec *in,
+			     const struct tu_spec *to, const char *what)
+{
+	static const uint8_t zeros[12];
+	size_t len = tu_build(in, pkt, sizeof(pkt)), wlen = tu_build(to, want, sizeof(want)), olen;
+	uint32_t rv = run(&u->e, pkt, len, &olen);
+	const uint8_t *ip = out + ETH_LEN;
+
+	CHECK(rv == TC_ACT_REDIRECT, "%s: verdict %u, not TC_ACT_REDIRECT", what, rv);
+	CHECK(mark_out == FLOW_MARK, "%s: redirected with mark %#x", what, mark_out);
+	CHECK(olen == len + ETH_LEN && wlen == len, "%s: %zu bytes out of %zu", what, olen, len);
+	CHECK(memcmp(out, zeros, 12) == 0 &&
+	      tu_get16(out + 12) == (in->family == 4 ? ETH_P_IP : ETH_P_IPV6),
+	      "%s: the Ethernet header in front is not zeros and the ethertype", what);
+	CHECK(tu_verify_l4(ip, len), "%s: UDP checksum %#x does not verify", what,
+	      tu_l4_field(ip, len));
+	if (in->family == 4)
+		CHECK(tu_verify_ip4_header(ip), "%s: IPv4 header checksum does not verify", what);
+	if (memcmp(ip, want, len) != 0) {
+		tu_dump("in", pkt, len < 64 ? len : 64);
+		tu_dump("out", ip, len < 64 ? len : 64);
+		tu_dump("want", want, len < 64 ? len : 64);
+		CHECK(0, "%s: output differs from the datagram built with the mapped tuple", what);
+	}
+	return len;
+}
+
+/* ---- the reply program's runs: Ethernet frames on the uplink ---- */
+
+static uint8_t uframe[ETH_LEN + TU_PKT_MAX], uwant[ETH_LEN + TU_PKT_MAX];
+
+static size_t eth_frame(uint8_t *fr, uint16_t ethertype, const uint8_t *p, size_t len)
+{
+	static const uint8_t macs[12] = { 0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2 };
+
+	memcpy(fr, macs, sizeof(macs));
+	tu_put16(fr + 12, ethertype);
+	memcpy(fr + ETH_LEN, p, len);
+	return ETH_LEN + len;
+}
+
+static uint32_t run_uplink(const struct uenv *u, const uint8_t *fr, size_t flen, size_t *olen)
+{
+	struct __sk_buff ctx = { .ifindex = (uint32_t)u->uplink, .mark = IN_MARK };
+	struct __sk_buff ctx_out = { 0 };
+
+	memset(out, 0xa5, sizeof(out));
+	LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = fr, .data_size_in = (uint32_t)flen,
+		    .data_out = out, .data_size_out = sizeof(out), .ctx_in = &ctx,
+		    .ctx_size_in = sizeof(ctx), .ctx_out = &ctx_out,
+		    .ctx_size_out = sizeof(ctx_out), .repeat = 1);
+	CHECK(bpf_prog_test_run_opts(u->reply, &o) == 0, "BPF_PROG_TEST_RUN (%zu bytes): %s",
+	      flen, strerror(errno));
+	*olen = o.data_size_out;
+	mark_out = ctx_out.mark;
+	return o.retval;
+}
+
+static uint16_t ethertype_of(const struct tu_spec *s)
+{
+	return s->family == 4 ? ETH_P_IP : ETH_P_IPV6;
+}
+
+/* The reply `in`, in an Ethernet frame on the uplink, is redirected as exactly `to` in the
+ * same frame, without a mark. Returns the IP packet's length. */
+static size_t expect_udp_in(const struct uenv *u, const struct tu_spec *in,
+			    const struct tu_spec *to, const char *what)
+{
+	size_t len = tu_build(in, pkt, sizeof(pkt)), flen = eth_frame(uframe, ethertype_of(in),
+								       pkt, len);
+	size_t wlen = tu_build(to, want, sizeof(want)), olen;
+	uint32_t rv;
+
+	eth_frame(uwant, ethertype_of(in), want, wlen);
+	rv = run_uplink(u, uframe, flen, &olen);
+	CHECK(rv == TC_ACT_REDIRECT, "%s: verdict %u, not TC_ACT_REDIRECT", what, rv);
+	CHECK(mark_out == 0, "%s: redirected with mark %#x", what, mark_out);
+	CHECK(olen == flen && wlen == len, "%s: %zu bytes out of %zu", what, olen, flen);
+	CHECK(tu_verify_l4(out + ETH_LEN, olen - ETH_LEN), "%s: UDP checksum %#x does not verify",
+	      what, tu_l4_field(out + ETH_LEN, olen - ETH_LEN));
+	if (in->family == 4)
+		CHECK(tu_verify_ip4_header(out + ETH_LEN), "%s: IPv4 header checksum", what);
+	if (memcmp(out, uwant, flen) != 0) {
+		tu_dump("in", uframe, flen < 78 ? flen : 78);
+		tu_dump("out", out, olen < 78 ? olen : 78);
+		tu_dump("want", uwant, flen < 78 ? flen : 78);
+		CHECK(0, "%s: output differs from the frame built with the app's tuple", what);
+	}
+	return len;
+}
+
+/* The frame fr goes through the reply program untouched. */
+static void expect_uplink_pass(const struct uenv *u, const uint8_t *fr, size_t flen,
+			       const char *what)
+{
+	size_t olen;
+	uint32_t rv = run_uplink(u, fr, flen, &olen);
+
+	CHECK(rv == PASS, "%s: verdict %u, not TC_ACT_UNSPEC", what, rv);
+	CHECK(mark_out == IN_MARK, "%s: passed with mark %#x", what, mark_out);
+	CHECK(olen == flen && memcmp(out, fr, flen) == 0, "%s: bytes changed", what);
+}
+
+/* The IP packet pkt[0..len) in a frame of its family's ethertype passes untouched. */
+static void expect_uplink_pass_pkt(const struct uenv *u, size_t len, const char *what)
+{
+	size_t flen = eth_frame(uframe, pkt[0] >> 4 == 4 ? ETH_P_IP : ETH_P_IPV6, pkt, len);
+
+	expect_uplink_pass(u, uframe, flen, what);
+}
+
+/* The rewritten datagram's UDP sum steered to zero (through its first payload word, given to
+ * the original too): it must leave as 0xFFFF, the from-scratch checksum's UDP form. Returns the
+ * IP packet's length. */
+static size_t udp_zero_sum(const struct uenv *u, const struct fastpath_udp *f, bool up)
+{
+	static uint8_t payload[64];
+	struct tu_spec in, to;
+	size_t len, l3 = f->app.family == 4 ? 20 : 40;
+
+	if (up)
+		uspec_out(&in, &to, f, sizeof(payload), 41);
+	else
+		uspec_in(&in, &to, f, sizeof(payload), 42);
+	len = tu_build(&to, want, sizeof(want));
+	CHECK(tu_steer_l4_csum(want, len, 8, 0x0000), "steer");
+	memcpy(payload, want + l3 + 8, sizeof(payload));
+	in.payload = to.payload = payload;
+	CHECK(tu_build(&to, want, sizeof(want)) == len && tu_l4_field(want, len) == 0xffff,
+	      "steered checksum %#x", tu_l4_field(want, len));
+	if (up)
+		expect_udp_out(u, &in, &to, "zero sum out");
+	else
+		expect_udp_in(u, &in, &to, "zero sum in");
+	CHECK(tu_l4_field(out + ETH_LEN, len) == 0xffff, "zero sum: field %#x",
+	      tu_l4_field(out + ETH_LEN, len));
+	return len;
+}
+
+/* ---- a mapped flow's datagrams, both directions, both families ---- */
+
+static void check_udp_mapped(void (*make)(struct fastpath_udp *, const struct uenv *))
+{
+	struct uenv u;
+	struct fastpath_udp f;
+	struct tu_spec in, to;
+	struct fastpath_totals o0, i0, o1, i1, t;
+	/* The kernel test-runs no input shorter than an Ethernet and an IP header: on the TUN,
+	 * where the input is the packet, 6 bytes of payload at least. */
+	static const size_t lens[] = { 6, 7, 512, 1400 };
+	uint64_t bytes_out = 0, bytes_in = 0, n = 0;
+	size_t len;
+
+	uenv_up(&u, 16);
+	make(&f, &u);
+	uflow_add_ok(&u, &f);
+	CHECK(fastpath_udp_flows(u.e.fp) == 1, "flows %llu",
+	      (unsigned long long)fastpath_udp_flows(u.e.fp));
+	fastpath_udp_totals(u.e.fp, &o0, &i0);
+	CHECK(o0.packets == 0 && i0.packets == 0, "fresh UDP counters not zero");
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		uspec_out(&in, &to, &f, lens[i], 300 + i);
+		bytes_out += expect_udp_out(&u, &in, &to, "out");
+		uspec_in(&in, &to, &f, lens[i], 400 + i);
+		bytes_in += expect_udp_in(&u, &in, &to, "in");
+		n++;
+		if (f.app.family != 4)
+			continue;
+		/* No checksum ("none", IPv4 only): it stays 0 both ways. */
+		uspec_out(&in, &to, &f, lens[i], 500 + i);
+		in.udp_no_csum = to.udp_no_csum = true;
+		len = expect_udp_out(&u, &in, &to, "out, no checksum");
+		CHECK(tu_l4_field(out + ETH_LEN, len) == 0, "out: a zero checksum became %#x",
+		      tu_l4_field(out + ETH_LEN, len));
+		bytes_out += len;
+		uspec_in(&in, &to, &f, lens[i], 600 + i);
+		in.udp_no_csum = to.udp_no_csum = true;
+		len = expect_udp_in(&u, &in, &to, "in, no checksum");
+		CHECK(tu_l4_field(out + ETH_LEN, len) == 0, "in: a zero checksum became %#x",
+		      tu_l4_field(out + ETH_LEN, len));
+		bytes_in += len;
+		n++;
+	}
+	bytes_out += udp_zero_sum(&u, &f, true);
+	bytes_in += udp_zero_sum(&u, &f, false);
+	n++;
+
+	fastpath_udp_totals(u.e.fp, &o1, &i1);
+	fastpath_totals(u.e.fp, &t);
+	CHECK(t.packets == 0, "the TCP counters moved: %llu", (unsigned long long)t.packets);
+	CHECK(o1.packets - o0.packets == n && o1.segments - o0.segments == n &&
+	      o1.bytes - o0.bytes == bytes_out && o1.failed == 0,
+	      "out: %llu packets, %llu segments, %llu bytes; want %llu, %llu",
+	      (unsigned long long)(o1.packets - o0.packets),
+	      (unsigned long long)(o1.segments - o0.segments),
+	      (unsigned long long)(o1.bytes - o0.bytes), (unsigned long long)n,
+	      (unsigned long long)bytes_out);
+	CHECK(i1.packets - i0.packets == n && i1.segments - i0.segments == n &&
+	      i1.bytes - i0.bytes == bytes_in && i1.failed == 0,
+	      "in: %llu packets, %llu segments, %llu bytes; want %llu, %llu",
+	      (unsigned long long)(i1.packets - i0.packets),
+	      (unsigned long long)(i1.segments - i0.segments),
+	      (unsigned long long)(i1.bytes - i0.bytes), (unsigned long long)n,
+	      (unsigned long long)bytes_in);
+
+	/* Taken out: both directions pass. */
+	fastpath_udp_del(u.e.fp, &f);
+	CHECK(fastpath_udp_flows(u.e.fp) == 0, "flows %llu after the del",
+	      (unsigned long long)fastpath_udp_flows(u.e.fp));
+	CHECK(fastpath_udp_seen(u.e.fp, &f) == -ENOENT, "seen after the del");
+	uspec_out(&in, &to, &f, 100, 1);
+	expect_pass(&u.e, pkt, build(&in), "out after the del");
+	uspec_in(&in, &to, &f, 100, 2);
+	expect_uplink_pass_pkt(&u, build(&in), "in after the del");
+	uenv_down(&u);
+}
+
+static void scenario_udp_v4(void)
+{
+	check_udp_mapped(uflow_v4);
+}
+
+static void scenario_udp_v6(void)
+{
+	check_udp_mapped(uflow_v6);
+}
+
+Test(fastpath, udp_v4_flow_both_ways)
+{
+	run_in_netns(scenario_udp_v4);
+}
+
+Test(fastpath, udp_v6_flow_both_ways)
+{
+	run_in_netns(scenario_udp_v6);
+}
+
+/* ---- what goes through untouched, and the uplink's MTU ---- */
+
+static void check_udp_pass_family(struct uenv *u, void (*make)(struct fastpath_udp *,
+							       const struct uenv *))
+{
+	struct fastpath_udp f;
+	struct tu_spec in, to;
+	uint8_t fam;
+	size_t len, l3, flen;
+	uint32_t rv;
+
+	make(&f, u);
+	fam = f.app.family;
+	l3 = fam == 4 ? 20 : 40;
+	uflow_add_ok(u, &f);
+
+	/* Unmapped: another source port, another remote, another remote port in. */
+	uspec_out(&in, &to, &f, 100, 1);
+	in.sport++;
+	expect_pass(&u->e, pkt, build(&in), "out: other source port");
+	in.sport--;
+	in.dst[fam == 4 ? 3 : 15] ^= 1;
+	expect_pass(&u->e, pkt, build(&in), "out: other remote");
+	uspec_in(&in, &to, &f, 100, 2);
+	in.sport++;
+	expect_uplink_pass_pkt(u, build(&in), "in: other remote port");
+
+	/* TCP with the flow's tuple, both ways. */
+	spec_base(&in, fam, 50, 3);
+	spec_set(&in, fam, f.app.src, ntohs(f.app.sport_be), f.app.dst, ntohs(f.app.dport_be));
+	expect_pass(&u->e, pkt, build(&in), "out: TCP with the flow's tuple");
+	spec_set(&in, fam, f.app.dst, ntohs(f.app.dport_be), f.local, ntohs(f.lport_be));
+	expect_uplink_pass_pkt(u, build(&in), "in: TCP with the flow's tuple");
+
+	if (fam == 4) {
+		static const uint16_t frags[] = { 0x2000, 0x0010, 0x2010, 0x6000, 0x1fff };
+
+		for (size_t i = 0; i < sizeof(frags) / sizeof(frags[0]); i++) {
+			uspec_out(&in, &to, &f, 80, 4);
+			in.ip4_frag = frags[i];
+			expect_pass(&u->e, pkt, build(&in), "out: IPv4 fragment");
+			uspec_in(&in, &to, &f, 80, 5);
+			in.ip4_frag = frags[i];
+			expect_uplink_pass_pkt(u, build(&in), "in: IPv4 fragment");
+		}
+		uspec_out(&in, &to, &f, 50, 6);
+		in.ip4_opts_len = 4;
+		memcpy(in.ip4_opts, "\x01\x01\x01\x00", 4);
+		expect_pass(&u->e, pkt, build(&in), "out: IPv4 options");
+		uspec_in(&in, &to, &f, 50, 6);
+		in.ip4_opts_len = 4;
+		memcpy(in.ip4_opts, "\x01\x01\x01\x00", 4);
+		expect_uplink_pass_pkt(u, build(&in), "in: IPv4 options");
+	} else {
+		static const uint8_t types[] = { 0, 60, 43, 44 };
+
+		for (size_t i = 0; i < sizeof(types); i++) {
+			uspec_out(&in, &to, &f, 50, 7);
+			in.ext[0] = (struct tu_ext){ .type = types[i], .hdr_len = 0 };
+			in.ext_n = 1;
+			expect_pass(&u->e, pkt, build(&in), "out: IPv6 extension header");
+			uspec_in(&in, &to, &f, 50, 7);
+			in.ext[0] = (struct tu_ext){ .type = types[i], .hdr_len = 0 };
+			in.ext_n = 1;
+			expect_uplink_pass_pkt(u, build(&in), "in: IPv6 extension header");
+		}
+	}
+
+	/* The reply in a frame of another ethertype: 802.1Q-tagged (tag, then the IP ethertype),
+	 * ARP, the other IP family's. */
+	uspec_in(&in, &to, &f, 60, 8);
+	len = build(&in);
+	flen = eth_frame(uframe, ETH_P_8021Q, pkt, len);
+	memmove(uframe + 18, uframe + 14, len);
+	tu_put16(uframe + 14, 5);
+	tu_put16(uframe + 16, fam == 4 ? ETH_P_IP : ETH_P_IPV6);
+	expect_uplink_pass(u, uframe, flen + 4, "in: VLAN-tagged");
+	flen = eth_frame(uframe, ETH_P_ARP, pkt, len);
+	expect_uplink_pass(u, uframe, flen, "in: ARP ethertype");
+	flen = eth_frame(uframe, fam == 4 ? ETH_P_IPV6 : ETH_P_IP, pkt, len);
+	expect_uplink_pass(u, uframe, flen, "in: the other family's ethertype");
+
+	/* The uplink's MTU: a datagram of exactly the MTU goes, one byte more (up to what the
+	 * link-layer header would hide) passes to userspace. */
+	uspec_out(&in, &to, &f, UPLINK_MTU - l3 - 8, 9);
+	expect_udp_out(u, &in, &to, "out: datagram of the uplink's MTU");
+	for (size_t extra = 1; extra <= ETH_LEN; extra += ETH_LEN - 1) {
+		uspec_out(&in, &to, &f, UPLINK_MTU - l3 - 8 + extra, 10);
+		expect_pass(&u->e, pkt, build(&in), "out: larger than the uplink's MTU");
+	}
+	/* GSO: segments that fit go (counted as such); segments that do not, pass. */
+	uspec_out(&in, &to, &f, 3 * 1000, 11);
+	len = build(&in);
+	rv = run_gso(&u->e, pkt, len, fam == 4 ? ETH_P_IP : ETH_P_IPV6, 3, 1000, &len);
+	CHECK(rv == TC_ACT_REDIRECT, "out: GSO of 1000-byte segments: verdict %u", rv);
+	uspec_out(&in, &to, &f, 2 * (UPLINK_MTU - l3 - 8 + 1), 12);
+	len = build(&in);
+	rv = run_gso(&u->e, pkt, len, fam == 4 ? ETH_P_IP : ETH_P_IPV6, 2,
+		     (uint32_t)(UPLINK_MTU - l3 - 8 + 1), &flen);
+	CHECK(rv == PASS && flen == len && memcmp(out, pkt, len) == 0,
+	      "out: GSO of segments one byte over the MTU: verdict %u", rv);
+	fastpath_udp_del(u->e.fp, &f);
+}
+
+static void scenario_udp_pass(void)
+{
+	struct uenv u;
+	struct fastpath_totals o, i;
+	size_t l4 = 8;
+
+	uenv_up(&u, 16);
+	check_udp_pass_family(&u, uflow_v4);
+	check_udp_pass_family(&u, uflow_v6);
+	/* Counted: per family the datagram of the MTU and the GSO packet (3 segments). */
+	fastpath_udp_totals(u.e.fp, &o, &i);
+	CHECK(o.packets == 4 && o.segments == 8 && i.packets == 0,
+	      "out %llu packets, %llu segments; in %llu packets", (unsigned long long)o.packets,
+	      (unsigned long long)o.segments, (unsigned long long)i.packets);
+	CHECK(o.bytes == 2 * UPLINK_MTU + (20 + l4 + 3000) + (40 + l4 + 3000), "out %llu bytes",
+	      (unsigned long long)o.bytes);
+	uenv_down(&u);
+}
+
+Test(fastpath, udp_passes_what_it_must_not_touch)
+{
+	run_in_netns(scenario_udp_pass);
+}
+
+/* ---- datagrams out only while the socket is there; QUIC handshakes to userspace ---- */
+
+/* A UDP socket on the wildcard address and port lport_be of family fam, with mark. */
+static int udp_sock(uint8_t fam, uint16_t lport_be, uint32_t mark)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int fd = socket(fam == 4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	CHECK(fd >= 0, "socket: %s", strerror(errno));
+	memset(&ss, 0, sizeof(ss));
+	if (fam == 4) {
+		((struct sockaddr_in *)&ss)->sin_family = AF_INET;
+		((struct sockaddr_in *)&ss)->sin_port = lport_be;
+		len = sizeof(struct sockaddr_in);
+	} else {
+		((struct sockaddr_in6 *)&ss)->sin6_family = AF_INET6;
+		((struct sockaddr_in6 *)&ss)->sin6_port = lport_be;
+		len = sizeof(struct sockaddr_in6);
+	}
+	CHECK(setsockopt(fd, SOL_SOCKET, SO_MARK, &mark, sizeof(mark)) == 0, "SO_MARK: %s",
+	      strerror(errno));
+	CHECK(bind(fd, (struct sockaddr *)&ss, len) == 0, "bind: %s", strerror(errno));
+	return fd;
+}
+
+static void check_udp_socket(struct uenv *u, void (*make)(struct fastpath_udp *,
+							 const struct uenv *))
+{
+	struct fastpath_udp f;
+	struct tu_spec in, to;
+	int fd;
+
+	make(&f, u);
+	f.sock_bound_dev = false;
+	uflow_add_ok(u, &f);
+	/* No socket on the port: a left-over entry must not send from it. */
+	uspec_out(&in, &to, &f, 40, 1);
+	expect_pass(&u->e, pkt, build(&in), "out: no socket on the flow's port");
+	/* Another program's socket (another mark) on it: the same. */
+	fd = udp_sock(f.app.family, f.lport_be, FLOW_MARK + 1);
+	expect_pass(&u->e, pkt, build(&in), "out: a socket with another mark on the flow's port");
+	close(fd);
+	/* The flow's socket: out it goes. */
+	fd = udp_sock(f.app.family, f.lport_be, FLOW_MARK);
+	expect_udp_out(u, &in, &to, "out: the flow's socket there");
+	close(fd);
+	expect_pass(&u->e, pkt, build(&in), "out: the socket closed again");
+	/* Replies are the reply program's: no socket check there (it goes with the process).
+	 * A reply is activity too: the flow's time moves with it. */
+	int64_t seen0 = fastpath_udp_seen(u->e.fp, &f);
+
+	usleep(2000);
+	uspec_in(&in, &to, &f, 40, 2);
+	expect_udp_in(u, &in, &to, "in: without the socket");
+	CHECK(fastpath_udp_seen(u->e.fp, &f) > seen0 + 1000000, "seen %lld did not move with a "
+	      "reply (was %lld)", (long long)fastpath_udp_seen(u->e.fp, &f), (long long)seen0);
+	fastpath_udp_del(u->e.fp, &f);
+}
+
+static void check_udp_quic(struct uenv *u)
+{
+	struct fastpath_udp f;
+	struct tu_spec in, to;
+	uint8_t payload[40];
+
+	uflow_v4(&f, u);
+	f.quic_handshakes = true;
+	uflow_add_ok(u, &f);
+	memset(payload, 0x11, sizeof(payload));
+	uspec_out(&in, &to, &f, sizeof(payload), 1);
+	in.payload = to.payload = payload;
+	/* A long header (first bit set): userspace looks at it. */
+	payload[0] = 0xc3;
+	expect_pass(&u->e, pkt, build(&in), "out: a QUIC long-header datagram");
+	/* A short header: out it goes. */
+	payload[0] = 0x43;
+	expect_udp_out(u, &in, &to, "out: a QUIC short-header datagram");
+	fastpath_udp_del(u->e.fp, &f);
+	/* Without the flag the long header goes out too. */
+	f.quic_handshakes = false;
+	uflow_add_ok(u, &f);
+	payload[0] = 0xc3;
+	expect_udp_out(u, &in, &to, "out: a long header without the flag");
+	fastpath_udp_del(u->e.fp, &f);
+}
+
+static void scenario_udp_socket(void)
+{
+	struct uenv u;
+
+	uenv_up(&u, 16);
+	check_udp_socket(&u, uflow_v4);
+	check_udp_socket(&u, uflow_v6);
+	check_udp_quic(&u);
+	uenv_down(&u);
+}
+
+Test(fastpath, udp_out_only_with_the_socket_and_quic_handshakes_to_userspace)
+{
+	run_in_netns(scenario_udp_socket);
+}
+
+/* ---- the maps' room, and adds that cannot be ---- */
+
+static void scenario_udp_room(void)
+{
+	struct uenv u;
+	struct fastpath_udp a, b, c;
+	struct tu_spec in, to;
+	char err[256] = "";
+	struct fastpath *off;
+	int ret;
+
+	uenv_up(&u, 1);
+	uflow_v4(&a, &u);
+	uflow_v6(&b, &u);
+	uflow_add_ok(&u, &a);
+	ret = fastpath_udp_add(u.e.fp, &b);
+	CHECK(ret == -E2BIG, "second flow in room for one: %d (%s)", ret, strerror(-ret));
+	CHECK(fastpath_udp_flows(u.e.fp) == 1, "flows %llu",
+	      (unsigned long long)fastpath_udp_flows(u.e.fp));
+	CHECK(fastpath_udp_seen(u.e.fp, &b) == -ENOENT, "the refused flow is in udp_out");
+	ret = fastpath_udp_add(u.e.fp, &a);
+	CHECK(ret == -EEXIST, "the same flow twice: %d", ret);
+	uspec_out(&in, &to, &a, 20, 1);
+	expect_udp_out(&u, &in, &to, "first flow out");
+	uspec_in(&in, &to, &a, 20, 2);
+	expect_udp_in(&u, &in, &to, "first flow in");
+	fastpath_udp_del(u.e.fp, &a);
+	uenv_down(&u);
+	sh_ok("ip link del " UPLINK);
+
+	/* The reply side taken (another app source on the same socket and remote): the flow's
+	 * datagram side is taken out again. */
+	uenv_up(&u, 4);
+	uflow_v4(&a, &u);
+	c = a;
+	c.app.sport_be = htons(40001);
+	uflow_add_ok(&u, &a);
+	ret = fastpath_udp_add(u.e.fp, &c);
+	CHECK(ret == -EEXIST, "a flow whose reply key is taken: %d", ret);
+	CHECK(fastpath_udp_seen(u.e.fp, &c) == -ENOENT, "its udp_out entry stayed");
+	CHECK(fastpath_udp_seen(u.e.fp, &a) > 0, "the first flow's entry went");
+	CHECK(fastpath_udp_flows(u.e.fp) == 1, "flows %llu",
+	      (unsigned long long)fastpath_udp_flows(u.e.fp));
+	uspec_out(&in, &to, &c, 20, 3);
+	expect_pass(&u.e, pkt, build(&in), "the refused flow's datagram");
+	uenv_down(&u);
+
+	/* No room for UDP asked: no add, no uplink. */
+	CHECK(fastpath_open(4, 0, &off, err, sizeof(err)) == 0, "%s", err);
+	ret = fastpath_udp_add(off, &a);
+	CHECK(ret == -EINVAL, "add without UDP room: %d", ret);
+	err[0] = '\0';
+	ret = fastpath_udp_uplink(off, a.uplink, err, sizeof(err));
+	CHECK(ret == -EINVAL && err[0], "uplink without UDP room: %d \"%s\"", ret, err);
+	CHECK(fastpath_udp_seen(off, &a) == -ENOENT, "seen without UDP room");
+	fastpath_udp_del(off, &a);
+	fastpath_free(off);
+}
+
+Test(fastpath, udp_room_and_refused_adds)
+{
+	run_in_netns(scenario_udp_room);
+}
+
+Test(fastpath, open_rejects_bad_udp_sizes)
+{
+	static const uint32_t bad[] = { FASTPATH_MAX_UDP_FLOWS + 1, UINT32_MAX };
+	struct fastpath *fp = (struct fastpath *)&fp;
+	char err[256];
+	int ret;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		ret = fastpath_open(4, bad[i], &fp, err, sizeof(err));
+		cr_assert_eq(ret, -EINVAL, "fastpath_open(4, %u) = %d", bad[i], ret);
+		cr_assert_null(fp, "fastpath_open(4, %u) left an object", bad[i]);
+		cr_assert(strstr(err, "UDP flows") != NULL, "fastpath_open(4, %u): message \"%s\"",
+			  bad[i], err);
+	}
+}
+
+/* ---- the reply program on uplinks' ingress ---- */
+
+static int filters_of(const char *dev, const char *hook, const char *what)
+{
+	char cmd[128], buf[4096];
+	int n = 0;
+
+	snprintf(cmd, sizeof(cmd), "tc filter show dev %s %s 2>&1", dev, hook);
+	sh(cmd, buf, sizeof(buf));
+	for (const char *p = buf; (p = strstr(p, what)) != NULL; p++)
+		n++;
+	return n;
+}
+
+static bool clsact_on(const char *dev)
+{
+	char cmd[128], buf[4096];
+
+	snprintf(cmd, sizeof(cmd), "tc qdisc show dev %s 2>&1", dev);
+	sh(cmd, buf, sizeof(buf));
+	return strstr(buf, "qdisc clsact") != NULL;
+}
+
+static uint32_t tcx_in(const char *dev)
+{
+	return tcx_progs((int)if_nametoindex(dev), TCX_INGRESS, NULL);
+}
+
+static void scenario_uplink_attach(void)
+{
+	struct uenv u;
+	char err[256] = "", name[16];
+	struct bpf_prog_info info;
+	uint32_t ilen = sizeof(info);
+	int ret;
+
+	if (system("tc qdisc show >/dev/null 2>&1") != 0)
+		child_report(SKIP_STATUS, "no tc(8) to look at the qdiscs with");
+	uenv_up(&u, 4);
+	/* The reply program on the uplink's tcx ingress only; no qdisc added. */
+	CHECK(!clsact_on(UPLINK), "a clsact qdisc on the uplink");
+	CHECK(tcx_progs(u.uplink, TCX_EGRESS, NULL) == 0, "a program on the uplink's egress");
+	memset(&info, 0, sizeof(info));
+	CHECK(bpf_obj_get_info_by_fd(u.reply, &info, &ilen) == 0, "%s", strerror(errno));
+	CHECK(strcmp(info.name, "fastpath_uplink") == 0, "the link runs \"%s\"", info.name);
+	/* Again: nothing more. */
+	ret = fastpath_udp_uplink(u.e.fp, u.uplink, err, sizeof(err));
+	CHECK(ret == 0 && tcx_in(UPLINK) == 1, "second call: %d, %u programs", ret,
+	      tcx_in(UPLINK));
+	/* Not an Ethernet device (the TUN), no such device. */
+	err[0] = '\0';
+	ret = fastpath_udp_uplink(u.e.fp, u.e.ifindex, err, sizeof(err));
+	CHECK(ret == -EOPNOTSUPP && err[0], "the TUN as an uplink: %d \"%s\"", ret, err);
+	CHECK(tcx_in(TUN_NAME) == 0, "a program on the TUN's ingress");
+	err[0] = '\0';
+	ret = fastpath_udp_uplink(u.e.fp, u.uplink + 1000, err, sizeof(err));
+	CHECK(ret < 0 && err[0], "a missing device: %d \"%s\"", ret, err);
+	/* A device with a clsact and a filter of someone else's: both stay, both work on. */
+	uplink_add("fpu1");
+	sh_ok("tc qdisc add dev fpu1 clsact");
+	sh_ok("tc filter add dev fpu1 ingress pref 2 protocol all u32 match u32 0 0");
+	ret = fastpath_udp_uplink(u.e.fp, (int)if_nametoindex("fpu1"), err, sizeof(err));
+	CHECK(ret == 0, "fpu1: %d %s", ret, err);
+	CHECK(tcx_in("fpu1") == 1 && filters_of("fpu1", "ingress", "pref 2 u32") > 0,
+	      "fpu1: %u tcx programs, the other filter %s", tcx_in("fpu1"),
+	      filters_of("fpu1", "ingress", "pref 2 u32") > 0 ? "there" : "gone");
+	/* Up to FASTPATH_MAX_UPLINKS devices. */
+	for (int i = 2; i < FASTPATH_MAX_UPLINKS; i++) {
+		snprintf(name, sizeof(name), "fpu%d", i);
+		uplink_add(name);
+		ret = fastpath_udp_uplink(u.e.fp, (int)if_nametoindex(name), err, sizeof(err));
+		CHECK(ret == 0, "%s: %d %s", name, ret, err);
+	}
+	uplink_add("fpu99");
+	err[0] = '\0';
+	ret = fastpath_udp_uplink(u.e.fp, (int)if_nametoindex("fpu99"), err, sizeof(err));
+	CHECK(ret == -ENOSPC && err[0], "one uplink too many: %d \"%s\"", ret, err);
+	CHECK(tcx_in("fpu99") == 0, "a program on the refused device");
+
+	/* Freed: our links gone everywhere, the other's qdisc and filter stay. */
+	uenv_down(&u);
+	CHECK(tcx_in(UPLINK) == 0, "the reply program left on the uplink after fastpath_free");
+	for (int i = 1; i < FASTPATH_MAX_UPLINKS; i++) {
+		snprintf(name, sizeof(name), "fpu%d", i);
+		CHECK(tcx_in(name) == 0, "the reply program left on %s", name);
+	}
+	CHECK(clsact_on("fpu1") && filters_of("fpu1", "ingress", "pref 2 u32") > 0,
+	      "fpu1's qdisc or filter gone after free");
+}
+
+Test(fastpath, uplink_attach_and_free)
+{
+	run_in_netns(scenario_uplink_attach);
 }
