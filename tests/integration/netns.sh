@@ -484,6 +484,31 @@ fast_udp() {
 		$a.fast_path.udp_dropped == $b.fast_path.udp_dropped' >/dev/null ||
 		{ echo "want _out and _in +750 or more, fast_added +1, fast_kept +1 or more, no drops"; return 1; }
 }
+# fast_udp_reroute: a 2 s stream (as fast_udp's, v4) while a route is added in A 0.8 s in (to a
+# prefix nothing sends to; removed after): the proxy's route watcher takes the flow out of the
+# kernel, the socket carries it, and it joins again 10 ms later (udp.fast_added +2); every
+# datagram comes back intact, most of them through the kernel.
+fast_udp_reroute() {
+	local b a out rc pid
+	b=$(stats_json) || return 1
+	inA "$PY" "$HERE/udpcheck.py" stream --dst "$SRV4:$P_BURST" --size 1000 --count 2000 \
+		--interval-ms 1 --wait 3 --min-pct 99 >"$TMP/reroute.out" 2>&1 &
+	pid=$!
+	sleep 0.8
+	inA ip route add 10.200.9.0/24 via "$B_A4"
+	wait "$pid"
+	rc=$?
+	inA ip route del 10.200.9.0/24 via "$B_A4"
+	out=$(cat "$TMP/reroute.out")
+	a=$(stats_json) || return 1
+	echo "$out; $(jq -rn --argjson b "$b" --argjson a "$a" '"udp.fast_added +\($a.udp.fast_added - $b.udp.fast_added), fast_path.udp_datagrams_out +\($a.fast_path.udp_datagrams_out - $b.fast_path.udp_datagrams_out), _in +\($a.fast_path.udp_datagrams_in - $b.fast_path.udp_datagrams_in)"')"
+	[ "$rc" -eq 0 ] || return 1
+	jq -en --argjson b "$b" --argjson a "$a" '
+		($a.udp.fast_added - $b.udp.fast_added) >= 2 and
+		($a.fast_path.udp_datagrams_out - $b.fast_path.udp_datagrams_out) >= 1000 and
+		($a.fast_path.udp_datagrams_in - $b.fast_path.udp_datagrams_in) >= 1000' >/dev/null ||
+		{ echo "want udp.fast_added +2 or more, _out and _in +1000 or more"; return 1; }
+}
 # fast_udp_gone: once the streams' sessions have expired (udp_idle_ms 1 s after their last
 # datagram), no flow is left in the fast path's maps nor counted in the UDP path.
 udp_fast_empty() { [ "$(stat_get '.fast_path.udp_flows + .udp.fast_flows')" -eq 0 ]; }
@@ -1022,6 +1047,8 @@ if [ "$BYPASS" -eq 0 ] && [ "$FAST" -eq 1 ]; then
 		fast_udp "$SRV4"
 	check "udp: a 1.5 s stream (v6) through the in-kernel fast path, one session past the idle timeout" \
 		fast_udp "[$SRV6]"
+	check "udp: a change of routes takes the flow back to its socket, and it joins again" \
+		fast_udp_reroute
 	check "udp: the stream's flows leave the fast path with their sessions" fast_udp_gone
 elif [ "$BYPASS" -eq 0 ] && [ "$FAST" -eq 0 ]; then
 	check "stats: tun.rx_gso after the bulk transfers (offload $OFFLOAD)" gso_moved "$gso0"
