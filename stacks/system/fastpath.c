@@ -316,24 +316,37 @@ void fastpath_free(struct fastpath *fp)
 	free(fp);
 }
 
+/* Both entries in (flags: BPF_ANY or BPF_NOEXIST), or neither: a refused second one takes
+ * the first out again. 0 or -errno. */
+static int put_pair(int fd_a, const void *ka, const void *va, int fd_b, const void *kb,
+		    const void *vb, uint64_t flags)
+{
+	int ret;
+
+	if (bpf_map_update_elem(fd_a, ka, va, flags) != 0)
+		return -errno;
+	if (bpf_map_update_elem(fd_b, kb, vb, flags) != 0) {
+		ret = -errno;
+		(void)bpf_map_delete_elem(fd_a, ka);
+		return ret;
+	}
+	return 0;
+}
+
 int fastpath_add(struct fastpath *fp, const struct flow_key *app, const uint8_t *nat_addr,
 		 uint16_t nat_port_be, const uint8_t *gw, uint16_t lport_be)
 {
 	struct fastpath_key up, up_to, down, down_to;
+	int ret;
 
 	key_of(&up, app->family, app->src, app->sport_be, app->dst, app->dport_be);
 	key_of(&up_to, app->family, nat_addr, nat_port_be, gw, lport_be);
 	key_of(&down, app->family, gw, lport_be, nat_addr, nat_port_be);
 	key_of(&down_to, app->family, app->dst, app->dport_be, app->src, app->sport_be);
-	if (bpf_map_update_elem(fp->flows_fd, &up, &up_to, BPF_ANY) != 0)
-		return -errno;
-	if (bpf_map_update_elem(fp->flows_fd, &down, &down_to, BPF_ANY) != 0) {
-		int ret = -errno;
-		(void)bpf_map_delete_elem(fp->flows_fd, &up);
-		return ret;
-	}
-	atomic_fetch_add_explicit(&fp->conns, 1, memory_order_relaxed);
-	return 0;
+	ret = put_pair(fp->flows_fd, &up, &up_to, fp->flows_fd, &down, &down_to, BPF_ANY);
+	if (ret == 0)
+		atomic_fetch_add_explicit(&fp->conns, 1, memory_order_relaxed);
+	return ret;
 }
 
 void fastpath_del(struct fastpath *fp, const struct flow_key *app, const uint8_t *nat_addr,
@@ -473,6 +486,7 @@ int fastpath_udp_add(struct fastpath *fp, const struct fastpath_udp *f)
 	struct fastpath_udp_out vout;
 	struct fastpath_udp_in vin;
 	struct timespec now;
+	int ret;
 
 	if (!fp->udp || (a->family != 4 && a->family != 6) || f->uplink <= 0 || f->tun <= 0)
 		return -EINVAL;
@@ -493,15 +507,10 @@ int fastpath_udp_add(struct fastpath *fp, const struct fastpath_udp *f)
 	/* Neither may be there: a flow is added once, and a reply key taken means another flow
 	 * holds the socket's port for that remote (the rollback then takes out only what this
 	 * add put in). */
-	if (bpf_map_update_elem(fp->udp_out_fd, &kout, &vout, BPF_NOEXIST) != 0)
-		return -errno;
-	if (bpf_map_update_elem(fp->udp_in_fd, &kin, &vin, BPF_NOEXIST) != 0) {
-		int ret = -errno;
-		(void)bpf_map_delete_elem(fp->udp_out_fd, &kout);
-		return ret;
-	}
-	atomic_fetch_add_explicit(&fp->udp_flows, 1, memory_order_relaxed);
-	return 0;
+	ret = put_pair(fp->udp_out_fd, &kout, &vout, fp->udp_in_fd, &kin, &vin, BPF_NOEXIST);
+	if (ret == 0)
+		atomic_fetch_add_explicit(&fp->udp_flows, 1, memory_order_relaxed);
+	return ret;
 }
 
 void fastpath_udp_del(struct fastpath *fp, const struct fastpath_udp *f)

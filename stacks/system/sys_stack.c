@@ -784,19 +784,23 @@ static int fast_start(struct sys_stack *st, char *err, size_t errlen)
 		st->fp = NULL;
 	}
 	if (ret == 0) {
-		log_info(st->env.log, "system stack: in-kernel fast path on %s (room for %u "
-			 "connections, %u UDP flows)", st->env.tun_name ? st->env.tun_name : "the TUN",
-			 conns, udp);
-		if (udp && fastpath_udp_off(st->fp)) {
-			log_info(st->env.log, "system stack: UDP flows stay in userspace: %s",
-				 fastpath_udp_off(st->fp));
-		} else if (udp && (ret = udpfast_init(&st->uf, &st->fp, idx, st->env.log)) != 0) {
-			log_info(st->env.log, "system stack: UDP flows stay in userspace: netlink: %s",
-				 strerror(-ret));
-		} else if (udp) {
+		const char *uoff = udp ? fastpath_udp_off(st->fp) : NULL;
+
+		if (udp && !uoff && (ret = udpfast_init(&st->uf, &st->fp, idx, st->env.log)) != 0) {
+			snprintf(why, sizeof(why), "netlink: %s", strerror(-ret));
+			uoff = why;
+		} else if (udp && !uoff) {
 			udp_path_set_offload(st->env.udp, &udpfast_ops, &st->uf);
 			st->uf_on = true;
 		}
+		if (uoff)
+			log_info(st->env.log, "system stack: in-kernel fast path on %s (room for %u "
+				 "connections; UDP flows stay in userspace: %s)",
+				 st->env.tun_name ? st->env.tun_name : "the TUN", conns, uoff);
+		else
+			log_info(st->env.log, "system stack: in-kernel fast path on %s (room for %u "
+				 "connections, %u UDP flows)",
+				 st->env.tun_name ? st->env.tun_name : "the TUN", conns, udp);
 		return 0;
 	}
 	if (idx > 0)

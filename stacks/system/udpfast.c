@@ -40,6 +40,7 @@ void udpfast_fini(struct udpfast *uf)
 /* The port and, if it is bound to one, the address the socket sends from (family 0: none). */
 static int sock_local(int fd, int family, uint16_t *port_be, struct netaddr *a)
 {
+	static const uint8_t any[16];
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 
@@ -47,10 +48,8 @@ static int sock_local(int fd, int family, uint16_t *port_be, struct netaddr *a)
 		return -errno;
 	if (netaddr_from_sockaddr(&ss, a->a, port_be) != family || *port_be == 0)
 		return -EADDRNOTAVAIL; /* never sent yet: no port */
-	a->family = (uint8_t)family;
-	if (family == 4 ? memcmp(a->a, "\0\0\0", 4) == 0 :
-	    memcmp(a->a, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 16) == 0)
-		a->family = 0;
+	/* Bound to the wildcard address: the route's source decides (family 0). */
+	a->family = memcmp(a->a, any, family == 4 ? 4 : 16) == 0 ? 0 : (uint8_t)family;
 	return 0;
 }
 

@@ -319,3 +319,81 @@ Test(udp_offload, a_reset_takes_every_flow_out_and_they_join_again)
 	env_fini(&e);
 	cr_assert_eq(e.fk.dels, 2);
 }
+
+/* A datagram with payload p from 10.0.0.9:sport to dst:443 at time now (a batch of its own). */
+static void send_443_at(struct env *e, uint16_t sport, const char *dst, const void *p,
+			size_t len, int64_t now)
+{
+	struct tu_spec s;
+	uint8_t pkt[2048];
+	size_t n;
+
+	tu_spec_udp(&s, "10.0.0.9", sport, dst, 443);
+	s.payload = p;
+	s.payload_len = len;
+	n = tu_build(&s, pkt, sizeof(pkt));
+	udp_path_input(e->up, pkt, n, now);
+	udp_path_batch_end(e->up);
+}
+
+/* A flow in the kernel whose datagram the kernel left to us (a QUIC Initial of a new
+ * connection on the same ports, under route.sniff) now goes through another socket: the look
+ * at its name chose another outbound. The flow leaves, its datagrams go on through the new
+ * socket, and it joins again with that socket after another 10 ms. */
+Test(udp_offload, a_flow_that_a_look_sends_through_another_socket_leaves_and_joins_again)
+{
+	static const char short_hdr[] = "\x40short-header";
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(443) };
+	struct env e;
+	struct event *ev;
+	uint8_t msg[256], pkt[1500];
+	int srv, first_fd;
+	size_t n;
+	int64_t t0;
+
+	env_start(&e, "{\"outbounds\":[{\"tag\":\"direct\",\"type\":\"direct\"},"
+		      "{\"tag\":\"other\",\"type\":\"direct\"}],"
+		      "\"route\":{\"sniff\":{\"timeout_ms\":300},"
+		      "\"rules\":[{\"domain_suffix\":[\"other.test\"],\"outbound\":\"other\"}],"
+		      "\"final\":\"direct\"}}");
+	srv = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	cr_assert_geq(srv, 0);
+	inet_pton(AF_INET, "127.0.0.90", &sin.sin_addr);
+	cr_assert_eq(bind(srv, (struct sockaddr *)&sin, sizeof(sin)), 0, "bind 127.0.0.90:443: %s",
+		     strerror(errno));
+	ev = event_new(e.base, srv, EV_READ | EV_PERSIST, echo_cb, NULL);
+	cr_assert_eq(event_add(ev, NULL), 0);
+
+	/* Short-header datagrams are never looked at: by address, through "direct". */
+	t0 = ts_now_ns();
+	send_443_at(&e, 5600, "127.0.0.90", short_hdr, sizeof(short_hdr) - 1, t0);
+	send_443_at(&e, 5600, "127.0.0.90", short_hdr, sizeof(short_hdr) - 1,
+		    t0 + UDP_FAST_AGE_NS);
+	cr_assert_eq(e.fk.adds, 1);
+	cr_assert(e.fk.last.quic_handshakes, "its QUIC handshakes are not left to the look");
+	first_fd = e.fk.last.fd;
+
+	/* A new connection's Initial naming www.other.test: the look sends it through "other". */
+	n = ut_quic_initial(pkt, sizeof(pkt), 0, 0, msg,
+			    tu_client_hello(msg, "www.other.test", false));
+	send_443_at(&e, 5600, "127.0.0.90", pkt, n, t0 + UDP_FAST_AGE_NS + 1);
+	cr_assert_eq(ut_stats(e.up).sniff_route_changed, 1);
+	cr_assert_eq(e.fk.dels, 1, "the flow stayed in the kernel on its old socket");
+	cr_assert_eq(ut_stats(e.up).fast_flows, 0);
+
+	/* The flow goes on through "other": a candidate again, in after 10 ms with that socket. */
+	send_443_at(&e, 5600, "127.0.0.90", short_hdr, sizeof(short_hdr) - 1,
+		    t0 + UDP_FAST_AGE_NS + 2);
+	cr_assert_eq(e.fk.adds, 1);
+	send_443_at(&e, 5600, "127.0.0.90", short_hdr, sizeof(short_hdr) - 1,
+		    t0 + 2 * UDP_FAST_AGE_NS + 2);
+	cr_assert_eq(e.fk.adds, 2);
+	cr_assert_neq(e.fk.last.fd, first_fd, "joined again with the old socket");
+	cr_assert_eq(ut_stats(e.up).fast_flows, 1);
+	/* Every datagram reached the server and came back: nothing lost across the moves. */
+	cr_assert(UT_PUMP_UNTIL(e.base, e.replies == 5, 2000), "%d replies", e.replies);
+	env_fini(&e);
+	cr_assert_eq(e.fk.dels, 2);
+	event_free(ev);
+	close(srv);
+}

@@ -20,7 +20,6 @@
 #include "core/budget.h"
 #include "core/config.h"
 #include "dispatch/udp.h"
-#include "sniff/quic_initial.h"
 #include "testutil.h"
 #include "udptest.h"
 
@@ -105,26 +104,6 @@ static struct udp_path_stats stats(struct env *e)
 	return ut_stats(e->up);
 }
 
-/* A protected client Initial whose payload is one CRYPTO frame (data at offset off) padded to
- * 1100 bytes of frames. */
-static size_t initial(uint8_t *out, size_t cap, uint32_t pn, uint64_t off, const uint8_t *data,
-		      size_t len)
-{
-	static const uint8_t dcid[8] = { 0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08 };
-	uint8_t frames[1100];
-	size_t i = 0, out_len = 0;
-
-	memset(frames, 0, sizeof(frames)); /* PADDING */
-	frames[i++] = 0x06;
-	frames[i++] = (uint8_t)(0x40 | (off >> 8)), frames[i++] = (uint8_t)off;
-	frames[i++] = (uint8_t)(0x40 | (len >> 8)), frames[i++] = (uint8_t)len;
-	cr_assert_leq(i + len, sizeof(frames));
-	memcpy(frames + i, data, len);
-	cr_assert_eq(quic_initial_seal(QUIC_V1, dcid, sizeof(dcid), NULL, 0, pn, frames,
-				       sizeof(frames), out, cap, &out_len), 0);
-	return out_len;
-}
-
 static void send_to_443(struct env *e, uint16_t sport, const uint8_t *p, size_t len)
 {
 	ut_tun_send(e->up, "10.0.0.9", sport, e->server, 443, p, len);
@@ -137,7 +116,7 @@ Test(udp_sniff, a_named_flow_takes_the_names_route)
 	size_t n;
 
 	env_start(&e, 300, 72);
-	n = initial(pkt, sizeof(pkt), 0, 0, msg,
+	n = ut_quic_initial(pkt, sizeof(pkt), 0, 0, msg,
 		    tu_client_hello(msg, "video.blocked.test", false));
 	send_to_443(&e, 5000, pkt, n);
 	ut_pump_for(e.base, 30);
@@ -165,8 +144,8 @@ Test(udp_sniff, a_hello_over_two_initials_holds_the_first_then_sends_both_in_ord
 	size_t len = tu_client_hello(msg, "www.example.test", false), half = len / 2, n1, n2;
 
 	env_start(&e, 2000, 73);
-	n1 = initial(p1, sizeof(p1), 0, 0, msg, half);
-	n2 = initial(p2, sizeof(p2), 1, half, msg + half, len - half);
+	n1 = ut_quic_initial(p1, sizeof(p1), 0, 0, msg, half);
+	n2 = ut_quic_initial(p2, sizeof(p2), 1, half, msg + half, len - half);
 	send_to_443(&e, 5001, p1, n1);
 	ut_pump_for(e.base, 30);
 	cr_assert_eq(e.got, 0, "the first Initial waits");
@@ -196,8 +175,8 @@ Test(udp_sniff, a_blocked_name_over_two_initials_drops_both)
 	size_t len = tu_client_hello(msg, "ads.blocked.test", false), half = len / 2, n1, n2;
 
 	env_start(&e, 2000, 74);
-	n1 = initial(p1, sizeof(p1), 0, 0, msg, half);
-	n2 = initial(p2, sizeof(p2), 1, half, msg + half, len - half);
+	n1 = ut_quic_initial(p1, sizeof(p1), 0, 0, msg, half);
+	n2 = ut_quic_initial(p2, sizeof(p2), 1, half, msg + half, len - half);
 	send_to_443(&e, 5002, p1, n1);
 	send_to_443(&e, 5002, p2, n2);
 	ut_pump_for(e.base, 30);
@@ -215,7 +194,7 @@ Test(udp_sniff, an_unfinished_hello_goes_by_address_after_the_timeout)
 	int64_t t0;
 
 	env_start(&e, 150, 75);
-	n1 = initial(p1, sizeof(p1), 0, 0, msg, len / 2);
+	n1 = ut_quic_initial(p1, sizeof(p1), 0, 0, msg, len / 2);
 	t0 = ts_now_ns();
 	send_to_443(&e, 5003, p1, n1);
 	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 1, 2000), "never sent");
@@ -247,7 +226,8 @@ Test(udp_sniff, freeing_the_path_while_datagrams_wait_gives_everything_back)
 	size_t n1;
 
 	env_start(&e, 5000, 77);
-	n1 = initial(p1, sizeof(p1), 0, 0, msg, tu_client_hello(msg, "www.example.test", false) / 2);
+	n1 = ut_quic_initial(p1, sizeof(p1), 0, 0, msg,
+			     tu_client_hello(msg, "www.example.test", false) / 2);
 	send_to_443(&e, 5005, p1, n1);
 	send_to_443(&e, 5006, p1, n1);
 	ut_pump_for(e.base, 20);
@@ -262,7 +242,7 @@ Test(udp_sniff, a_second_flow_leaves_the_first_flows_name_alone)
 	size_t n;
 
 	env_start(&e, 300, 78);
-	n = initial(pkt, sizeof(pkt), 0, 0, msg, tu_client_hello(msg, "www.example.test", false));
+	n = ut_quic_initial(pkt, sizeof(pkt), 0, 0, msg, tu_client_hello(msg, "www.example.test", false));
 	send_to_443(&e, 5007, pkt, n);
 	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 1, 2000));
 	/* Another destination from the same source: by address, no second look. */
@@ -293,7 +273,8 @@ Test(udp_sniff, a_reload_keeps_a_running_look_and_the_order)
 	size_t n1;
 
 	env_start(&e, 2000, 80);
-	n1 = initial(p1, sizeof(p1), 0, 0, msg, tu_client_hello(msg, "www.example.test", false) / 2);
+	n1 = ut_quic_initial(p1, sizeof(p1), 0, 0, msg,
+			     tu_client_hello(msg, "www.example.test", false) / 2);
 	send_to_443(&e, 5008, p1, n1);
 	ut_pump_for(e.base, 20);
 	cr_assert_eq(stats(&e).up_queued, 1);

@@ -1,5 +1,6 @@
 /* udptest.h — what the UDP path's tests share: turning the loop until a condition holds, a
- * datagram "from the TUN", and the check of a reply packet the path handed to the TUN.
+ * datagram "from the TUN", the check of a reply packet the path handed to the TUN, and a
+ * client's QUIC Initial to look at.
  * Header-only (static functions); include it after criterion, testutil.h and dispatch/udp.h.
  */
 #ifndef TS_TESTS_UDPTEST_H
@@ -7,12 +8,14 @@
 
 #include <event2/event.h>
 #include <netinet/in.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core/budget.h"
 #include "core/clock.h"
 #include "core/config.h"
 #include "dispatch/udp.h"
+#include "sniff/quic_initial.h"
 #include "testutil.h"
 
 /* Run base's loop until cond holds (true) or timeout_ms passes (false). */
@@ -130,6 +133,26 @@ static inline void ut_check_reply(const uint8_t *buf, size_t len, const char *sr
 	cr_assert_eq(tu_get16(buf + lo.l3_len + 2), dport);
 	cr_assert_eq(lo.l4_len, plen + 8);
 	cr_assert_arr_eq(buf + lo.l3_len + 8, payload, plen, "payload differs");
+}
+
+/* A protected client Initial (RFC 9001 §5) whose payload is one CRYPTO frame (data at offset
+ * off) padded to 1100 bytes of frames, into out; its length. */
+static inline size_t ut_quic_initial(uint8_t *out, size_t cap, uint32_t pn, uint64_t off,
+				     const uint8_t *data, size_t len)
+{
+	static const uint8_t dcid[8] = { 0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08 };
+	uint8_t frames[1100];
+	size_t i = 0, out_len = 0;
+
+	memset(frames, 0, sizeof(frames)); /* PADDING */
+	frames[i++] = 0x06;
+	frames[i++] = (uint8_t)(0x40 | (off >> 8)), frames[i++] = (uint8_t)off;
+	frames[i++] = (uint8_t)(0x40 | (len >> 8)), frames[i++] = (uint8_t)len;
+	cr_assert_leq(i + len, sizeof(frames));
+	memcpy(frames + i, data, len);
+	cr_assert_eq(quic_initial_seal(QUIC_V1, dcid, sizeof(dcid), NULL, 0, pn, frames,
+				       sizeof(frames), out, cap, &out_len), 0);
+	return out_len;
 }
 
 #endif
