@@ -23,6 +23,17 @@ START_OVERHEAD_S = 0.8  # SETTLE_S + ~0.15 s start and checks, with margin
 SCALE_HOLD_CONNS = 10000
 
 
+# The back-to-back pass (full and --quick runs, bench/runner.py paired_pass): the short cells
+# whose targets compare a stack with a baseline in the same round, each (workload, the
+# baseline's stack). In a round's subject blocks the two runs of a cell are minutes apart, and
+# this shared machine's speed moves between levels about 30 % apart on that scale; here each
+# stack's run of the cell sits right beside a run of its baseline, seconds apart, each in a
+# fresh child. Not the TCP bulk cells: a fresh lwIP child moved less in bulk than the same
+# stack warmed by the round's earlier cells (docs/benchmarks.md).
+PAIRED_CELLS = (("connrate", "redirect"), ("latency_64B", "redirect"), ("udp_echo_64B", "veth"))
+PAIRED_QUICK = (("connrate", "redirect"),)
+
+
 class Plan:
     """A run's plan from its parsed arguments (bench/rig.py parse_args). A --report-from
     redraw replaces the recorded parts with the earlier run's (bench/results.py)."""
@@ -80,6 +91,22 @@ class Plan:
         self.subjects, self.veth, self.ceiling_ref = subjects_mod.plan(
             self.mode, self.stacks, self.io_mode, self.externals)
 
+    def paired(self):
+        """The back-to-back pass of one round: [(workload, baseline subject, [proxies])]: the
+        stacks measured in the run's I/O mode (those the targets name) and the external
+        subjects, each beside the baseline; none in other modes or without the baseline."""
+        if self.mode not in ("full", "quick"):
+            return []
+        proxies = [s for s in self.subjects if (s.is_stack and s.io_mode == self.io_mode) or
+                   s.kind == "external"]
+        P = []
+        for wl, base_stack in PAIRED_QUICK if self.quick else PAIRED_CELLS:
+            base = next((s for s in self.subjects if s.stack == base_stack), None)
+            subs = [s for s in proxies if not (wl.startswith("udp") and s.tcp_only)]
+            if base is not None and subs:
+                P.append((wl, base, subs))
+        return P
+
     def estimate_s(self):
         """Seconds an ablation takes: every subject through every cell, each round."""
         per_run = self.bulk_t + self.bulk_omit + RUN_OVERHEAD_S
@@ -100,6 +127,9 @@ class Plan:
                      "of the host" if self.cc == "host" else self.cc))
         for e in self.externals:
             L.append("external subject %s: %s" % (e.label, e.command))
+        for wl, base, subs in self.paired():
+            L.append("back to back, each round: %s of %s, each beside the %s's" % (
+                wl, ", ".join(s.label for s in subs), base.label))
         if self.via:
             L.append("socks5: danted (dante-server) at %s:%d in B, no authentication; plain "
                      "client: proxychains4 + iperf3 (TCP), twinstack load udp --socks5 (UDP); "
@@ -136,4 +166,5 @@ class Plan:
                 per += 2 * len(self.hold_scale) if s.has_child else 0  # start, larger hold
                 per += 1 if s.has_child else 0        # idle rss
                 per += 0 if self.quick else 1 if s.tcp_only else 4  # latency, udp x2, flows
+        per += sum(2 * len(P[-1]) for P in self.paired())  # back to back: 2 runs per pair
         return per * self.reps

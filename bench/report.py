@@ -325,20 +325,35 @@ class Report:
                     fr = [[r, ra[r] / rb[r]] for r in sorted(ra) if rb.get(r, 0) > 0]
                     if fr:
                         self.dsamples[s.key + ("tcp_bulk", d, n, "own_1stream_fraction")] = fr
+        for s in proxies if self.veth is not None else []:
+            fr = self.beside(s, self.veth, "udp_echo_64B", "pps", lambda x, y: x / y)
+            if fr:
+                self.dsamples[s.key + ("udp_echo_64B", None, None, "veth_fraction")] = fr
         if red is None:
             return
         for s in proxies:
-            fr = self.paired(s, red, "connrate", None, None, "conn_per_s", lambda x, y: x / y)
+            fr = self.beside(s, red, "connrate", "conn_per_s", lambda x, y: x / y)
             if fr:
                 self.dsamples[s.key + ("connrate", None, None, "redirect_fraction")] = fr
-            fr = self.paired(s, red, "latency_64B", None, None, "latency_p50_us",
-                             lambda x, y: x - y)
+            fr = self.beside(s, red, "latency_64B", "latency_p50_us", lambda x, y: x - y)
             if fr:
                 self.dsamples[s.key + ("latency_64B", None, None, "p50_over_redirect_us")] = fr
             # UDP: the redirect baseline's forwarder is the cheapest userspace UDP hop.
             fr = self.paired(s, red, "udp_echo_64B", None, None, "pps", lambda x, y: x / y)
             if fr:
                 self.dsamples[s.key + ("udp_echo_64B", None, None, "redirect_fraction")] = fr
+
+    def beside(self, s, base, wl, metric, fn):
+        """Per round fn(s's figure, base's figure) of cell wl: from the back-to-back pass
+        (bench/runner.py paired_pass: s's run, WL_paired, right beside the baseline's,
+        WL_paired_BASE, both recorded under s) where the run has it, else from the two
+        subjects' runs in the round's blocks (runs from before the pass, subjects it does not
+        pair)."""
+        a = self.by_round(s, wl + "_paired", None, None, metric)
+        b = self.by_round(s, wl + "_paired_" + base.stack, None, None, metric)
+        if a and b:
+            return [[r, fn(a[r], b[r])] for r in sorted(a) if r in b and b[r] > 0]
+        return self.paired(s, base, wl, None, None, metric, fn)
 
     def derive_copy_bound(self, s, red, d, n):
         """--perf: per round, the most of the throughput of red (the redirect baseline, or
@@ -633,8 +648,8 @@ class Report:
                     med(s, "connrate", None, None, "redirect_fraction"), ">= 0.7",
                     lambda v: v >= 0.7, ratio(0.7))
                 if self.veth is not None:
-                    fr = self.paired(s, self.veth, "udp_echo_64B", None, None, "pps",
-                                     lambda x, y: x / y)
+                    fr = self.by_round(s, "udp_echo_64B", None, None, "veth_fraction")
+                    fr = sorted(fr.items())
                     # Beside it, the same ratio of the redirect baseline's UDP forwarder (the
                     # cheapest userspace hop, no TUN): what any proxy process in the path
                     # reaches on this machine.
@@ -825,11 +840,15 @@ class Report:
             L.append("")
             L.append("| subject | workload | metric | unit | median | min | max | n |")
             L.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-            for r in sorted(other, key=lambda r: (r["workload"], r["metric"],
+            for r in sorted(other, key=lambda r: (r["workload"], r["direction"] or "",
+                                                   r["streams"] or 0, r["metric"],
                                                    order.index(subj_key(r))
                                                    if subj_key(r) in order else 99)):
                 L.append("| %s | %s | %s | %s | %s | %s | %s | %d |" % (
-                    labels.get(subj_key(r), r["stack"]), r["workload"], r["metric"],
+                    labels.get(subj_key(r), r["stack"]), r["workload"] + (
+                        "" if r["direction"] is None else " %s x%d" % (r["direction"],
+                                                                      r["streams"])),
+                    r["metric"],
                     r["unit"], fmt(r["median"]), fmt(r["min"]), fmt(r["max"]), r["n"]))
             L.append("")
         micro = [r for r in rows if r["stack"] == "micro"]
@@ -846,6 +865,17 @@ class Report:
         L.append("")
         L.append("- Subjects are interleaved: each repetition round runs every subject once "
                  "through every workload, in an order rotated per round.")
+        if any(k[3].endswith("_paired") for k in self.samples):
+            L.append("- Back to back: each round then measures the short cells whose "
+                     "targets compare a stack with a baseline again, each stack in a fresh "
+                     "child right beside a fresh run of its baseline (connection rate and "
+                     "latency: the redirect; UDP echo 64 B: the veth), which of the two first "
+                     "alternating by round: rows WL_paired (the stack) and WL_paired_BASE (the "
+                     "baseline beside it, recorded under the stack). In a round's blocks the "
+                     "two runs of a cell are minutes apart, and a shared machine's speed can "
+                     "move between them. The connection rate's redirect_fraction, the "
+                     "latency's p50 over the redirect's and UDP echo over the veth come from "
+                     "these pairs; every other figure from the blocks.")
         L.append("- veth: iperf3 over the bare veth from A to B (the physical path). reflector: "
                  "`twinstack reflect` swaps addresses on the TUN, iperf3 from %s to the mirror "
                  "%s (one TCP connection through the TUN, both directions). Stacks: `twinstack "

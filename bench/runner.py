@@ -99,6 +99,7 @@ class Rig:
                 k = rnd % len(plan.subjects)
                 for subj in plan.subjects[k:] + plan.subjects[:k]:
                     run(subj)
+                self.paired_pass(rnd)
         tb.teardown()
         if plan.mode == "full" and not plan.no_micro:
             self.wl.micro_rows()
@@ -219,6 +220,45 @@ class Rig:
                           ("udp", lambda: wl.udp(subj, 1400)),
                           ("udpflows", lambda: wl.udpflows(subj))]
         self.load_modes(subj, modes)
+
+    # -- the back-to-back pass (full and --quick runs; plan.paired)
+    LOAD_MODE = {"connrate": "connrate", "latency_64B": "latency", "udp_echo_64B": "udp"}
+
+    def paired_pass(self, rnd):
+        """Each cell of plan.paired: every proxy measured right beside its baseline, each in
+        a fresh child, the two seconds apart; which of the two goes first alternates by
+        round, the proxies' order rotates. Recorded under the proxy: workload WL_paired for
+        its own figures, WL_paired_BASE (e.g. connrate_paired_redirect) for the baseline's
+        run beside it; bench/report.py takes the targets' ratios from these pairs."""
+        for wl, base, subs in self.plan.paired():
+            k = rnd % len(subs)
+            for subj in subs[k:] + subs[:k]:
+                pair = [(base, wl + "_paired_" + base.stack), (subj, wl + "_paired")]
+                for who, name in pair[::-1] if rnd % 2 else pair:
+                    self.paired_cell(who, subj, wl, name)
+
+    def paired_cell(self, who, subj, wl, name):
+        """One run of cell wl on subject who, recorded under (subj, name)."""
+        mode = self.LOAD_MODE[wl]
+        self.tick("%s: %s, back to back (%s)" % (who.label, wl, subj.label))
+        why = self.launcher.missing(who)
+        if why or not self.binary.has_load(mode):
+            self.results.note_na(subj.label, name, why or "`twinstack load %s` not available"
+                                 % mode)
+            return
+        running = None
+        try:
+            running = self.launcher.start(who)
+            if who.has_child:
+                time.sleep(SETTLE_S)
+            rec = (subj, name)
+            {"connrate": lambda: self.wl.connrate(who, rec),
+             "latency": lambda: self.wl.latency(who, rec),
+             "udp": lambda: self.wl.udp(who, 64, rec)}[mode]()
+        except RuntimeError as e:
+            self.results.fail("%s %s: %s" % (who.label, name, e))
+        finally:
+            self.launcher.stop(running)
 
     # -- --sniff: one subject through the connection rate and the latency, once
     def run_sniff_subject(self, subj):

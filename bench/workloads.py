@@ -203,18 +203,21 @@ class Workloads:
                                                         (r.stderr or r.stdout).strip()[-200:]))
         return j
 
-    def connrate(self, subject):
+    def connrate(self, subject, rec=None):
+        """rec: (subject, workload) the figures are recorded under (the back-to-back pass);
+        default (subject, "connrate"). The same for latency and udp."""
+        rs, wl = rec or (subject, "connrate")
         d = self.plan.load_s
         j = self.load("connrate", ["--target", TARGET4, "--ports",
                                    ",".join(map(str, ECHO_PORTS)), "--duration", str(d),
                                    "--concurrency", "16" if self.plan.quick else "32"], d + 20)
-        self.emit(subject, "connrate", None, None, "conn_per_s", j.get("conn_per_s"))
+        self.emit(rs, wl, None, None, "conn_per_s", j.get("conn_per_s"))
         # A rate is sustained only while the connections succeed: every failed attempt (a
         # connect refused, reset or timed out, an echo short or wrong) is counted beside it.
         errs, tries = j.get("errors"), j.get("attempts") or 0
         causes = ", ".join("%s %d" % kv for kv in sorted((j.get("error_causes") or {}).items())
                            if kv[1])
-        self.emit(subject, "connrate", None, None, "conn_errors", errs,
+        self.emit(rs, wl, None, None, "conn_errors", errs,
                   "of %d attempts%s" % (tries, ": " + causes if causes else ""))
         if errs and tries and errs > CONN_ERRORS_MAX * tries:
             self.fail("%s connrate: %d of %d attempts failed (%s): not a sustained rate" % (
@@ -223,14 +226,16 @@ class Workloads:
             self.results.notes.append("%s connrate: %d of %d attempts failed (%s)" % (
                 subject.label, errs, tries, causes))
 
-    def latency(self, subject):
+    def latency(self, subject, rec=None):
+        rs, wl = rec or (subject, "latency_64B")
         d = self.plan.load_s
         j = self.load("latency", ["--target", "%s:%d" % (TARGET4, ECHO_PORTS[0]), "--duration",
                                   str(d), "--size", "64"], d + 20)
         for k in ("latency_p50_us", "latency_p99_us", "latency_p999_us"):
-            self.emit(subject, "latency_64B", None, None, k, j.get(k))
+            self.emit(rs, wl, None, None, k, j.get(k))
 
-    def udp(self, subject, size):
+    def udp(self, subject, size, rec=None):
+        rs, wl = rec or (subject, "udp_echo_%dB" % size)
         d = self.plan.load_s
         via = ["--socks5", "%s:%d" % (B_VETH4, S5_PORT)] \
             if subject.kind == "socks5-client" else []
@@ -239,16 +244,15 @@ class Workloads:
         j = self.load("udp", ["--target", "%s:%d" % (TARGET4, UDP_PORT), "--size", str(size),
                               "--duration", str(d)] + via, d + 20)
         host1 = host_cpu_s()
-        wl = "udp_echo_%dB" % size
-        self.emit(subject, wl, None, None, "pps", j.get("pps"))
-        self.emit(subject, wl, None, None, "loss_pct", j.get("loss_pct"))
+        self.emit(rs, wl, None, None, "pps", j.get("pps"))
+        self.emit(rs, wl, None, None, "loss_pct", j.get("loss_pct"))
         # CPU per echo: the whole testbed's CPU time (/proc/stat) over the load's span, the
         # client's start and JSON included, per echo that came back.
         got = j.get("received")
         if got and host0 is not None and host1 is not None:
-            self.add(subject, wl, None, None, "testbed_cpu_us_per_echo",
+            self.add(rs, wl, None, None, "testbed_cpu_us_per_echo",
                      (host1 - host0) / got * 1e6)
-            self.add(subject, wl, None, None, "testbed_cpus_busy", (host1 - host0) / d)
+            self.add(rs, wl, None, None, "testbed_cpus_busy", (host1 - host0) / d)
         if subject.is_stack:
             # Replies in trains (one TUN write for several): the share of the echoes that
             # went in one, and their mean length.
@@ -256,18 +260,18 @@ class Workloads:
             dt = u1.get("trains", 0) - u0.get("trains", 0)
             dd = u1.get("train_datagrams", 0) - u0.get("train_datagrams", 0)
             if got:
-                self.emit(subject, wl, None, None, "in_trains_pct", 100.0 * dd / got)
+                self.emit(rs, wl, None, None, "in_trains_pct", 100.0 * dd / got)
             if dt > 0:
-                self.emit(subject, wl, None, None, "train_len", dd / dt)
+                self.emit(rs, wl, None, None, "train_len", dd / dt)
             # Datagrams out in trains (one UDP GSO send for several): the share of the
             # datagrams sent that went in one, and their mean length.
             ut = u1.get("up_trains", 0) - u0.get("up_trains", 0)
             ud = u1.get("up_train_datagrams", 0) - u0.get("up_train_datagrams", 0)
             sent = j.get("sent")
             if sent:
-                self.emit(subject, wl, None, None, "up_in_trains_pct", 100.0 * ud / sent)
+                self.emit(rs, wl, None, None, "up_in_trains_pct", 100.0 * ud / sent)
             if ut > 0:
-                self.emit(subject, wl, None, None, "up_train_len", ud / ut)
+                self.emit(rs, wl, None, None, "up_train_len", ud / ut)
 
     def udpflows(self, subject):
         j = self.load("udpflows", ["--target", "%s:%d" % (TARGET4, UDP_PORT), "--flows", "1000"],

@@ -397,6 +397,17 @@ samples = [{"key": [st, "offload", 1, "tcp_bulk", "up", 1, "throughput_gbps"],
 for st, v in (("veth", 100000.0), ("redirect", 45000.0), ("system", 50000.0)):
     samples.append({"key": [st, "offload", 1, "udp_echo_64B", None, None, "pps"],
                     "values": [[1, v]]})
+# Connection rate and latency in the round's blocks (0.5 of the redirect's, +50 us) and again
+# back to back (0.9, +10 us): the targets read the pairs.
+for st, wl, m, v in (("redirect", "connrate", "conn_per_s", 10000.0),
+                     ("system", "connrate", "conn_per_s", 5000.0),
+                     ("system", "connrate_paired", "conn_per_s", 9000.0),
+                     ("system", "connrate_paired_redirect", "conn_per_s", 10000.0),
+                     ("redirect", "latency_64B", "latency_p50_us", 80.0),
+                     ("system", "latency_64B", "latency_p50_us", 130.0),
+                     ("system", "latency_64B_paired", "latency_p50_us", 90.0),
+                     ("system", "latency_64B_paired_redirect", "latency_p50_us", 80.0)):
+    samples.append({"key": [st, "offload", 1, wl, None, None, m], "values": [[1, v]]})
 for n, held, before, during in ((1000, 1000, 3000, 5000), (10000, 9967, 1000,
                                                            1000 + 2.2 * 9967)):
     for m, v in (("conns_held", held), ("rss_anon_before_kb", before), ("rss_anon_kb", during),
@@ -440,6 +451,16 @@ if grep -qF "| MISS | system, TCP bulk up, 1 stream: fraction of the redirect ba
 else
 	echo "not ok - a figure just under its target line"
 	grep -F "fraction of the redirect baseline" "$out/full/report.md" 2>/dev/null | sed 's/^/# /'
+	fails=$((fails + 1))
+fi
+if grep -qF "| PASS | system, new connections per second over the redirect baseline's | 0.900 | >= 0.7 |" \
+	"$out/full/report.md" &&
+	grep -qF "| PASS | system, request/response latency p50 over the redirect baseline's | +10 us | <= +20 us |" \
+	"$out/full/report.md" && grep -qF -- "- Back to back: " "$out/full/report.md"; then
+	echo "ok - a full run's connection-rate and latency targets read the back-to-back pairs, not the blocks"
+else
+	echo "not ok - the connection-rate and latency targets from the back-to-back pairs"
+	grep -F -e "connections per second" -e "latency p50" "$out/full/report.md" 2>/dev/null | sed 's/^/# /'
 	fails=$((fails + 1))
 fi
 # --across: two synthetic full runs' targets side by side, and the files it must refuse.
@@ -540,7 +561,7 @@ for s in ("system", "lwip"):
     r = get(s, "peak_rss_kb")
     check(f"{s}: peak RSS", bool(r) and 100 < r[0]["median"] < 4_000_000,
           f"{r[0]['median']:.0f} KiB" if r else "missing")
-    c = get(s, "conn_per_s")
+    c = get(s, "conn_per_s", "connrate")
     check(f"{s}: connection rate", bool(c) and c[0]["median"] > 0,
           f"{c[0]['median']:.0f}/s" if c else "missing")
     t = get(s, "throughput_gbps")
@@ -553,9 +574,17 @@ for s in ("system", "lwip"):
     f = get(s, "ceiling_fraction", streams=1)
     print(f"# {s}: fraction of the two-hop ceiling at 1 stream: "
           + (f"{f[0]['median']:.2f}" if f else "n/a") + " (reported, not judged)")
-r = get("redirect", "conn_per_s")
+r = get("redirect", "conn_per_s", "connrate")
 check("redirect: connection rate", bool(r) and r[0]["median"] > 0,
       f"{r[0]['median']:.0f}/s" if r else "missing")
+# The back-to-back pass: each stack's connection rate right beside a fresh redirect's, both
+# recorded under the stack.
+for s in ("system", "lwip"):
+    a = get(s, "conn_per_s", "connrate_paired")
+    b = get(s, "conn_per_s", "connrate_paired_redirect")
+    check(f"{s}: connection rate back to back with the redirect's",
+          bool(a) and bool(b) and a[0]["median"] > 0 and b[0]["median"] > 0,
+          f"{a[0]['median']:.0f}/s beside {b[0]['median']:.0f}/s" if a and b else "missing")
 # 1,000 connections held through each proxy: all connected, carried and echoed back, and the
 # proxy's memory read while they were held.
 for s in ("redirect", "system", "lwip"):
