@@ -648,8 +648,6 @@ class Report:
                     med(s, "connrate", None, None, "redirect_fraction"), ">= 0.7",
                     lambda v: v >= 0.7, ratio(0.7))
                 if self.veth is not None:
-                    fr = self.by_round(s, "udp_echo_64B", None, None, "veth_fraction")
-                    fr = sorted(fr.items())
                     # Beside it, the same ratio of the redirect baseline's UDP forwarder (the
                     # cheapest userspace hop, no TUN): what any proxy process in the path
                     # reaches on this machine.
@@ -657,7 +655,7 @@ class Report:
                                       "pps", lambda x, y: x / y) if self.redirect else None
                     hop_v = summary([v for _, v in hop])[0] if hop else None
                     add("system, UDP echo 64 B packets/s over the veth's",
-                        summary([v for _, v in fr])[0] if fr else None, ">= 0.75",
+                        med(s, "udp_echo_64B", None, None, "veth_fraction"), ">= 0.75",
                         lambda v: v >= 0.75,
                         lambda v, h=hop_v: against(v, 0.75) + (
                             "" if h is None else " (the redirect's UDP hop: %.3f)" % h))

@@ -785,6 +785,7 @@ static int fast_start(struct sys_stack *st, char *err, size_t errlen)
 	}
 	if (ret == 0) {
 		const char *uoff = udp ? fastpath_udp_off(st->fp) : NULL;
+		const char *tun = st->env.tun_name ? st->env.tun_name : "the TUN";
 
 		if (udp && !uoff && (ret = udpfast_init(&st->uf, &st->fp, idx, st->env.log)) != 0) {
 			snprintf(why, sizeof(why), "netlink: %s", strerror(-ret));
@@ -795,12 +796,10 @@ static int fast_start(struct sys_stack *st, char *err, size_t errlen)
 		}
 		if (uoff)
 			log_info(st->env.log, "system stack: in-kernel fast path on %s (room for %u "
-				 "connections; UDP flows stay in userspace: %s)",
-				 st->env.tun_name ? st->env.tun_name : "the TUN", conns, uoff);
+				 "connections; UDP flows stay in userspace: %s)", tun, conns, uoff);
 		else
 			log_info(st->env.log, "system stack: in-kernel fast path on %s (room for %u "
-				 "connections, %u UDP flows)",
-				 st->env.tun_name ? st->env.tun_name : "the TUN", conns, udp);
+				 "connections, %u UDP flows)", tun, conns, udp);
 		return 0;
 	}
 	if (idx > 0)

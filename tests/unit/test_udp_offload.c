@@ -145,20 +145,27 @@ static void env_fini(struct env *e)
 	event_base_free(e->base);
 }
 
-/* One datagram from src:sport to dst:dport at time now (a batch of its own). */
-static void send_at(struct env *e, const char *src, uint16_t sport, const char *dst,
-		    uint16_t dport, int64_t now)
+/* One datagram with payload p from src:sport to dst:dport at time now (a batch of its own). */
+static void send_payload_at(struct env *e, const char *src, uint16_t sport, const char *dst,
+			    uint16_t dport, const void *p, size_t len, int64_t now)
 {
 	struct tu_spec s;
-	uint8_t pkt[256];
+	uint8_t pkt[2048];
 	size_t n;
 
 	tu_spec_udp(&s, src, sport, dst, dport);
-	s.payload = (const uint8_t *)"offload";
-	s.payload_len = 7;
+	s.payload = p;
+	s.payload_len = len;
 	n = tu_build(&s, pkt, sizeof(pkt));
 	udp_path_input(e->up, pkt, n, now);
 	udp_path_batch_end(e->up);
+}
+
+/* The same with the payload "offload". */
+static void send_at(struct env *e, const char *src, uint16_t sport, const char *dst,
+		    uint16_t dport, int64_t now)
+{
+	send_payload_at(e, src, sport, dst, dport, "offload", 7, now);
 }
 
 /* The flow 10.0.0.9:5353 -> the echo server offered once its datagrams have gone on for
@@ -320,22 +327,6 @@ Test(udp_offload, a_reset_takes_every_flow_out_and_they_join_again)
 	cr_assert_eq(e.fk.dels, 2);
 }
 
-/* A datagram with payload p from 10.0.0.9:sport to dst:443 at time now (a batch of its own). */
-static void send_443_at(struct env *e, uint16_t sport, const char *dst, const void *p,
-			size_t len, int64_t now)
-{
-	struct tu_spec s;
-	uint8_t pkt[2048];
-	size_t n;
-
-	tu_spec_udp(&s, "10.0.0.9", sport, dst, 443);
-	s.payload = p;
-	s.payload_len = len;
-	n = tu_build(&s, pkt, sizeof(pkt));
-	udp_path_input(e->up, pkt, n, now);
-	udp_path_batch_end(e->up);
-}
-
 /* A flow in the kernel whose datagram the kernel left to us (a QUIC Initial of a new
  * connection on the same ports, under route.sniff) now goes through another socket: the look
  * at its name chose another outbound. The flow leaves, its datagrams go on through the new
@@ -366,9 +357,10 @@ Test(udp_offload, a_flow_that_a_look_sends_through_another_socket_leaves_and_joi
 
 	/* Short-header datagrams are never looked at: by address, through "direct". */
 	t0 = ts_now_ns();
-	send_443_at(&e, 5600, "127.0.0.90", short_hdr, sizeof(short_hdr) - 1, t0);
-	send_443_at(&e, 5600, "127.0.0.90", short_hdr, sizeof(short_hdr) - 1,
-		    t0 + UDP_FAST_AGE_NS);
+	send_payload_at(&e, "10.0.0.9", 5600, "127.0.0.90", 443, short_hdr, sizeof(short_hdr) - 1,
+			t0);
+	send_payload_at(&e, "10.0.0.9", 5600, "127.0.0.90", 443, short_hdr, sizeof(short_hdr) - 1,
+			t0 + UDP_FAST_AGE_NS);
 	cr_assert_eq(e.fk.adds, 1);
 	cr_assert(e.fk.last.quic_handshakes, "its QUIC handshakes are not left to the look");
 	first_fd = e.fk.last.fd;
@@ -376,17 +368,18 @@ Test(udp_offload, a_flow_that_a_look_sends_through_another_socket_leaves_and_joi
 	/* A new connection's Initial naming www.other.test: the look sends it through "other". */
 	n = ut_quic_initial(pkt, sizeof(pkt), 0, 0, msg,
 			    tu_client_hello(msg, "www.other.test", false));
-	send_443_at(&e, 5600, "127.0.0.90", pkt, n, t0 + UDP_FAST_AGE_NS + 1);
+	send_payload_at(&e, "10.0.0.9", 5600, "127.0.0.90", 443, pkt, n,
+			t0 + UDP_FAST_AGE_NS + 1);
 	cr_assert_eq(ut_stats(e.up).sniff_route_changed, 1);
 	cr_assert_eq(e.fk.dels, 1, "the flow stayed in the kernel on its old socket");
 	cr_assert_eq(ut_stats(e.up).fast_flows, 0);
 
 	/* The flow goes on through "other": a candidate again, in after 10 ms with that socket. */
-	send_443_at(&e, 5600, "127.0.0.90", short_hdr, sizeof(short_hdr) - 1,
-		    t0 + UDP_FAST_AGE_NS + 2);
+	send_payload_at(&e, "10.0.0.9", 5600, "127.0.0.90", 443, short_hdr, sizeof(short_hdr) - 1,
+			t0 + UDP_FAST_AGE_NS + 2);
 	cr_assert_eq(e.fk.adds, 1);
-	send_443_at(&e, 5600, "127.0.0.90", short_hdr, sizeof(short_hdr) - 1,
-		    t0 + 2 * UDP_FAST_AGE_NS + 2);
+	send_payload_at(&e, "10.0.0.9", 5600, "127.0.0.90", 443, short_hdr, sizeof(short_hdr) - 1,
+			t0 + 2 * UDP_FAST_AGE_NS + 2);
 	cr_assert_eq(e.fk.adds, 2);
 	cr_assert_neq(e.fk.last.fd, first_fd, "joined again with the old socket");
 	cr_assert_eq(ut_stats(e.up).fast_flows, 1);
