@@ -19,8 +19,8 @@ import signal
 import subprocess
 import time
 
-from rigtb import (B_VETH4, GW4, MARK, REDIR_PORT, S5_PORT, STATS_PORT, TARGET4, TUN_CIDR,
-                   UDP_PORT)
+from rigtb import (B_VETH4, BESIDE_STATS_PORT, GW4, MARK, REDIR_PORT, S5_PORT, STATS_PORT,
+                   TARGET4, TUN_CIDR, UDP_PORT)
 
 SETTLE_S = 0.5          # after a start, before the first measurement
 
@@ -110,32 +110,59 @@ class Launcher:
             raise
         return running
 
-    def start_redirect(self, subj):
+    def start_redirect(self, subj, standby=False):
         """`twinstack redirect` on A's loopback, then the rule set that sends the target's TCP
         to it (the target stays routed over the veth: the rule needs a route to match). It has
         no ready byte: ready is its listener in the kernel (10 s at most). Via SOCKS5 its
         outbound is the testbed's SOCKS5 server (CONNECT), from the same marked sockets.
         Direct, it also forwards the UDP echo port's datagrams to the target's echo server
-        (--udp-listen, --udp-to): the cheapest userspace UDP hop."""
-        self.tb.route_target_via_veth()
+        (--udp-listen, --udp-to): the cheapest userspace UDP hop. standby: beside a running
+        proxy (beside_on/beside_off), with stats on a port of its own, the route and the
+        rule set left alone until beside_on."""
+        stats = BESIDE_STATS_PORT if standby else STATS_PORT
+        if not standby:
+            self.tb.route_target_via_veth()
         t0 = time.monotonic()
         p = self.tb.spawn(self.tb.ns_a, [self.binary.path, "redirect", "--listen",
                                          "127.0.0.1:%d" % REDIR_PORT, "--mark", str(MARK),
-                                         "--stats", "127.0.0.1:%d" % STATS_PORT] +
+                                         "--stats", "127.0.0.1:%d" % stats] +
                           (["--socks5", "%s:%d" % (B_VETH4, S5_PORT)] if subj.via_socks5
                            else ["--udp-listen", "127.0.0.1:%d" % REDIR_PORT,
                                  "--udp-to", "%s:%d" % (TARGET4, UDP_PORT)]),
-                          "%s.log" % subj.slug)
+                          "%s%s.log" % (subj.slug, "-beside" if standby else ""))
         try:
             if not self.tb.wait_listen(self.tb.ns_a, "tcp", REDIR_PORT, fatal=False) or \
-                    not self.tb.wait_listen(self.tb.ns_a, "tcp", STATS_PORT, fatal=False):
+                    not self.tb.wait_listen(self.tb.ns_a, "tcp", stats, fatal=False):
                 raise RuntimeError("redirect: not listening within 10 s (exit %s)" % p.poll())
-            self.tb.redirect_on(udp=not subj.via_socks5)
+            if not standby:
+                self.tb.redirect_on(udp=not subj.via_socks5)
         except RuntimeError:
             self.tb.stop(p)
-            self.tb.redirect_off()
+            if not standby:
+                self.tb.redirect_off()
             raise
         return Running(subj, p, (time.monotonic() - t0) * 1000)
+
+    # -- a baseline beside a running proxy (bench/runner.py Beside)
+    def start_beside(self, base):
+        """Start baseline base for runs beside a proxy that stays up: the redirect on
+        standby; the plain SOCKS5 client needs nothing (its traffic goes to the server's
+        address, never routed into a TUN). A Running."""
+        if base.kind == "redirect":
+            return self.start_redirect(base, standby=True)
+        return Running(base)
+
+    def beside_on(self, base):
+        """The target's TCP to baseline base from now on (the proxy stays up, idle)."""
+        if base.kind == "redirect":
+            self.tb.route_target_via_veth()
+            self.tb.redirect_on(udp=False)
+
+    def beside_off(self, base):
+        """The target back into the TUN, to the proxy."""
+        if base.kind == "redirect":
+            self.tb.redirect_off()
+            self.tb.route_target_via_tun()
 
     def stop_redirect(self, running):
         self.tb.redirect_off()

@@ -107,6 +107,21 @@ class Plan:
                 P.append((wl, base, subs))
         return P
 
+    def beside(self, subj):
+        """The baseline measured right beside each of subj's TCP bulk cells while subj stays
+        up (bench/runner.py Beside), or None: in full and --quick runs the redirect beside
+        each stack in the run's I/O mode and each external subject; with --via socks5 the
+        plain SOCKS5 client beside each stack via the server and each external subject."""
+        if self.mode in ("full", "quick"):
+            ok = (subj.is_stack and subj.io_mode == self.io_mode) or subj.kind == "external"
+            kind = "redirect"
+        elif self.mode == "socks5":
+            ok = (subj.is_stack and subj.via_socks5) or subj.kind == "external"
+            kind = "socks5-client"
+        else:
+            return None
+        return next((s for s in self.subjects if s.kind == kind), None) if ok else None
+
     def estimate_s(self):
         """Seconds an ablation takes: every subject through every cell, each round."""
         per_run = self.bulk_t + self.bulk_omit + RUN_OVERHEAD_S
@@ -130,6 +145,13 @@ class Plan:
         for wl, base, subs in self.paired():
             L.append("back to back, each round: %s of %s, each beside the %s's" % (
                 wl, ", ".join(s.label for s in subs), base.label))
+        beside = [(s, self.beside(s)) for s in self.subjects if self.beside(s)]
+        if beside:
+            L.append("tcp bulk beside, each cell: the %s right %s each cell of %s (the "
+                     "proxy up meanwhile)" % (beside[0][1].label,
+                                              "before or after, by round," if self.reps > 1
+                                              else "after", ", ".join(s.label for s, _ in
+                                                                      beside)))
         if self.via:
             L.append("socks5: danted (dante-server) at %s:%d in B, no authentication; plain "
                      "client: proxychains4 + iperf3 (TCP), twinstack load udp --socks5 (UDP); "
@@ -150,13 +172,14 @@ class Plan:
         if self.ablation:
             return self.reps * len(self.bulk_cells) * len(self.subjects)
         if self.via:
-            return self.reps * sum(len(self.bulk_cells) + (0 if s.tcp_only else 1) +
-                                   (1 if s.has_child else 0) for s in self.subjects)
+            return self.reps * sum(len(self.bulk_cells) * (2 if self.beside(s) else 1) +
+                                   (0 if s.tcp_only else 1) + (1 if s.has_child else 0)
+                                   for s in self.subjects)
         if self.sniff:
             return self.reps * 3 * len(self.subjects)
         per = 0
         for s in self.subjects:
-            per += len(self.bulk_cells)
+            per += len(self.bulk_cells) * (2 if self.beside(s) else 1)
             if s.has_child:
                 per += 1  # start
             if s.is_stack:

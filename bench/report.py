@@ -313,8 +313,9 @@ class Report:
                 for base, metric in ((red, "redirect_fraction"), (self.veth, "veth_fraction")):
                     if base is None:
                         continue
-                    fr = self.paired(s, base, "tcp_bulk", d, n, "throughput_gbps",
-                                     lambda x, y: x / y)
+                    fr = self.bulk_beside(s, base, d, n) if base is red else \
+                        self.paired(s, base, "tcp_bulk", d, n, "throughput_gbps",
+                                    lambda x, y: x / y)
                     if fr:
                         self.dsamples[s.key + ("tcp_bulk", d, n, metric)] = fr
                 if not self.socks5:
@@ -342,6 +343,16 @@ class Report:
             fr = self.paired(s, red, "udp_echo_64B", None, None, "pps", lambda x, y: x / y)
             if fr:
                 self.dsamples[s.key + ("udp_echo_64B", None, None, "redirect_fraction")] = fr
+
+    def bulk_beside(self, s, base, d, n):
+        """Per round s's TCP bulk throughput over base's in cell (d, n): base's run right
+        beside s's (bench/runner.py Beside: tcp_bulk_paired_BASE, recorded under s) where the
+        run has it, else base's run in its own block (runs from before the pairing)."""
+        a = self.by_round(s, "tcp_bulk", d, n, "throughput_gbps")
+        b = self.by_round(s, "tcp_bulk_paired_" + base.stack, d, n, "throughput_gbps")
+        if a and b:
+            return [[r, a[r] / b[r]] for r in sorted(a) if b.get(r, 0) > 0]
+        return self.paired(s, base, "tcp_bulk", d, n, "throughput_gbps", lambda x, y: x / y)
 
     def beside(self, s, base, wl, metric, fn):
         """Per round fn(s's figure, base's figure) of cell wl: from the back-to-back pass
@@ -468,7 +479,8 @@ class Report:
             return
         for _, via in self.socks5_pairs():
             for wl, d, n, metric in self.socks5_figures():
-                fr = self.paired(via, plain, wl, d, n, metric, lambda x, y: x / y)
+                fr = self.bulk_beside(via, plain, d, n) if wl == "tcp_bulk" else \
+                    self.paired(via, plain, wl, d, n, metric, lambda x, y: x / y)
                 if fr:
                     self.dsamples[via.key + (wl, d, n, "plain_socks5_fraction")] = fr
         # Each proxy through the server over the redirect baseline through it: how far from
@@ -764,6 +776,39 @@ class Report:
             return "n/a"
         return fmt_stat((r["median"], r["min"], r["max"], r["n"]), digits)
 
+    def beside_table(self, L, base):
+        """The baseline's runs right beside each proxy's bulk cells (bench/runner.py Beside)
+        next to the proxy's and the baseline's own block: how far the baseline moved between
+        its block and the proxy's."""
+        if base is None:
+            return
+        name = "tcp_bulk_paired_" + base.stack
+        T = []
+        for s in self.subjects:
+            for d, n in self.bulk_cells:
+                b = self.get(s, name, d, n, "throughput_gbps")
+                if not b:
+                    continue
+                T.append("| %s | %s %d | %s | %s | %s |" % (
+                    s.label, d, n, self.cell(self.get(s, "tcp_bulk", d, n, "throughput_gbps"),
+                                             2),
+                    self.cell(b, 2), self.cell(self.get(base, "tcp_bulk", d, n,
+                                                        "throughput_gbps"), 2)))
+        if not T:
+            return
+        L.append("## TCP bulk: the %s beside each proxy (Gbit/s)" % base.label)
+        L.append("")
+        L.append("Each proxy's bulk cells are paired with a run of the %s right before or "
+                 "after each one, the proxy up and idle meanwhile; the fractions of the %s "
+                 "above come from these pairs. Its run in its own block, minutes away, is "
+                 "beside them." % (base.label, base.label))
+        L.append("")
+        L.append("| proxy | cell | proxy | %s beside | %s in its block |" % (base.label,
+                                                                           base.label))
+        L.append("| --- | --- | --- | --- | --- |")
+        L += T
+        L.append("")
+
     def tail_sections(self, L):
         """Not measured, failures, notes: the same in every report."""
         L.append("## Not measured")
@@ -794,6 +839,7 @@ class Report:
         L.append("")
         self.summary_table(L)
         self.targets_section(L, targets)
+        self.beside_table(L, self.redirect)
         cols = self.subjects + [self.ceiling]
         stacks = self.stack_subjects()
         L.append("## TCP bulk throughput (Gbit/s, median of per-second iperf3 intervals after a "
@@ -874,6 +920,14 @@ class Report:
                      "move between them. The connection rate's redirect_fraction, the "
                      "latency's p50 over the redirect's and UDP echo over the veth come from "
                      "these pairs; every other figure from the blocks.")
+        if any(k[3] == "tcp_bulk_paired_redirect" for k in self.samples):
+            L.append("- TCP bulk beside: each proxy's bulk cells run in its block, and the "
+                     "redirect baseline runs each cell right before or after it (alternating "
+                     "by round), started once on standby beside the proxy, which stays up "
+                     "and idle meanwhile; the target is routed to the redirect only for its "
+                     "run (row tcp_bulk_paired_redirect, recorded under the proxy). The bulk "
+                     "cells' redirect_fraction comes from these pairs. (A fresh proxy child "
+                     "per pair would understate a stack warmed by its block.)")
         L.append("- veth: iperf3 over the bare veth from A to B (the physical path). reflector: "
                  "`twinstack reflect` swaps addresses on the TUN, iperf3 from %s to the mirror "
                  "%s (one TCP connection through the TUN, both directions). Stacks: `twinstack "
@@ -1147,6 +1201,7 @@ class Report:
                       fmt_stat(self.stat(via, wl, d, n, "plain_socks5_fraction"), 3)]
             L.append("| " + " | ".join(c) + " |")
         L.append("")
+        self.beside_table(L, plain)
         self.socks5_bound_table(L, pairs)
         L.append("## Targets (each stack via SOCKS5 at least %.1f of the plain SOCKS5 client, "
                  "on the medians of this run)" % SOCKS5_TARGET)
@@ -1180,6 +1235,13 @@ class Report:
                  "relay with the RFC 1928 header, each echo back with it." % (
                      s5.get("tcp_client", "proxychains4 iperf3"), self.target,
                      s5.get("udp_client", "twinstack load udp --socks5")))
+        if any(k[3] == "tcp_bulk_paired_socks5-client" for k in self.samples):
+            L.append("- TCP bulk beside: each stack via SOCKS5 (and each external subject) "
+                     "runs its bulk cells in its block, and the plain client runs each cell "
+                     "right before or after it (alternating by round), the stack up and idle "
+                     "meanwhile (row tcp_bulk_paired_socks5-client, recorded under the "
+                     "stack). The bulk cells' ratios to the plain client come from these "
+                     "pairs; the UDP echo's from the blocks.")
         if self.redirect_via():
             L.append("- redirect via socks5: no TUN. nftables in A redirects the target's TCP to "
                      "`twinstack redirect --socks5 %s`: a kernel listener, the product's "

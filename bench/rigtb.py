@@ -34,6 +34,7 @@ TARGET4 = "10.200.1.2"
 GW4, MIRROR4 = "198.18.0.1", "198.18.1.1"
 TUN_CIDR = "198.18.0.1/15"
 STATS_PORT = 9090
+BESIDE_STATS_PORT = 9091  # the redirect baseline's stats while a proxy's block runs beside it
 IPERF_PORTS = [5201, 5202, 5203, 5204]
 REFL_IPERF_PORT = 5301
 ECHO_PORTS = [7001, 7002, 7003, 7004]

@@ -122,18 +122,42 @@ class Rig:
 
     def bulk_cells(self, running):
         """subj through every TCP bulk cell once; a cell's failure is recorded and the next
-        runs, a child that exited ends the subject's round."""
+        runs, a child that exited ends the subject's round. Where the plan has a baseline
+        beside subj (plan.beside), it is measured right before or after each of subj's
+        cells (Beside)."""
         subj = running.subj
-        for direction, streams in self.plan.bulk_cells:
-            self.tick("%s: tcp bulk %s, %d stream%s" % (subj.label, direction, streams,
-                                                        "s" if streams > 1 else ""))
-            try:
-                self.wl.bulk(subj, running.pid, direction, streams)
-            except RuntimeError as e:
-                self.results.fail(str(e))
-            if running.exited() is not None:
-                raise RuntimeError("%s exited (%s) during the bulk workloads" % (
-                    subj.label, running.exited()))
+        base = self.plan.beside(subj)
+        beside = None
+        try:
+            if base is not None and not self.launcher.missing(base):
+                try:
+                    beside = Beside(self, base, running)
+                except RuntimeError as e:
+                    self.results.fail("%s beside %s: %s" % (base.label, subj.label, e))
+            for direction, streams in self.plan.bulk_cells:
+                runs = [lambda: self.bulk_cell(running, direction, streams)]
+                if beside is not None:
+                    runs.append(lambda: beside.cell(direction, streams))
+                    if self.results.cur_round % 2 == 0:
+                        runs.reverse()
+                for run in runs:
+                    run()
+                    if running.exited() is not None:
+                        raise RuntimeError("%s exited (%s) during the bulk workloads" % (
+                            subj.label, running.exited()))
+        finally:
+            if beside is not None:
+                beside.stop()
+
+    def bulk_cell(self, running, direction, streams):
+        """One TCP bulk cell of running's subject; a failure is recorded."""
+        subj = running.subj
+        self.tick("%s: tcp bulk %s, %d stream%s" % (subj.label, direction, streams,
+                                                    "s" if streams > 1 else ""))
+        try:
+            self.wl.bulk(subj, running.pid, direction, streams)
+        except RuntimeError as e:
+            self.results.fail(str(e))
 
     def load_modes(self, subj, wl):
         """The `twinstack load` workloads wl, [(mode, fn)], each a progress step; n/a where
@@ -295,3 +319,44 @@ class Rig:
             self.results.fail("%s: %s" % (subj.label, e))
         finally:
             self.launcher.stop(running)
+
+
+class Beside:
+    """A baseline (plan.beside: the redirect, or with --via socks5 the plain SOCKS5 client)
+    measured right beside each TCP bulk cell of a proxy that stays up through its block.
+
+    In a round's blocks a proxy's run of a cell and its baseline's are minutes apart, and this
+    shared machine's speed moves between levels about 30 % apart on that scale. Re-measuring
+    the proxy in a fresh child beside a fresh baseline understates a stack warmed by its block
+    (lwIP moved less in bulk fresh than warmed), so the proxy keeps its block and the
+    baseline comes to it: started on standby once (its own stats port; no rule set, the route
+    into the TUN), it takes the target's TCP for its run of the cell (beside_on: the route
+    over the veth and the REDIRECT rule set) and gives it back (beside_off) right after. The
+    proxy sits idle in the meantime. Recorded under the proxy: workload
+    tcp_bulk_paired_BASE (e.g. tcp_bulk_paired_redirect); bench/report.py takes the bulk
+    cells' fractions of the baseline from these pairs."""
+
+    def __init__(self, rig, base, proxy):
+        self.rig, self.base, self.proxy = rig, base, proxy
+        self.name = "tcp_bulk_paired_" + base.stack
+        self.running = rig.launcher.start_beside(base)
+
+    def cell(self, direction, streams):
+        rig, base = self.rig, self.base
+        rig.tick("%s: tcp bulk %s, %d stream%s, beside %s" % (
+            base.label, direction, streams, "s" if streams > 1 else "", self.proxy.subj.label))
+        if self.running.exited() is not None:
+            rig.results.fail("%s beside %s: exited (%s)" % (base.label, self.proxy.subj.label,
+                                                           self.running.exited()))
+            return
+        try:
+            rig.launcher.beside_on(base)
+            rig.wl.bulk(base, self.running.pid, direction, streams,
+                        rec=(self.proxy.subj, self.name))
+        except RuntimeError as e:
+            rig.results.fail("%s beside %s: %s" % (base.label, self.proxy.subj.label, e))
+        finally:
+            rig.launcher.beside_off(base)
+
+    def stop(self):
+        self.rig.launcher.stop_child(self.running)

@@ -52,9 +52,12 @@ class Workloads:
         return max(now, self.peaks.get(pid, 0))
 
     # -- TCP bulk
-    def bulk(self, subj, pid, direction, streams):
-        """One iperf3 run of subj (its child's pid, or None) in one cell; returns Gbit/s."""
+    def bulk(self, subj, pid, direction, streams, rec=None):
+        """One iperf3 run of subj (its child's pid, or None) in one cell; returns Gbit/s.
+        rec: (subject, workload) the figures are recorded under (a baseline's run beside a
+        proxy's cell, bench/runner.py Beside); default (subj, "tcp_bulk")."""
         tb, plan = self.tb, self.plan
+        rs, wl = rec or (subj, "tcp_bulk")
         if subj.is_mirror:
             args = ["iperf3", "-c", MIRROR4, "-B", GW4, "-p", str(REFL_IPERF_PORT)]
         else:
@@ -75,7 +78,7 @@ class Workloads:
         via = plan.via and (subj.via_socks5 or subj.kind in ("socks5-client", "external"))
         srv0 = self.servers.dante_cpu() if via else None
         drops0 = tb.tun_drops() if subj.has_tun else None
-        prof = self.perf_start(subj, direction, streams)
+        prof = self.perf_start(subj, direction, streams, rs if rec else None)
         host0 = host_cpu_s()
         r = tb.sh(args, ns=tb.ns_a, check=False, timeout=plan.bulk_t + plan.bulk_omit + 20)
         host1 = host_cpu_s()
@@ -97,46 +100,45 @@ class Workloads:
             raise RuntimeError("iperf3 %s %s x%d: no intervals after warm-up" % (
                 subj.label, direction, streams))
         gbps = statistics.median(bps) / 1e9
-        wl = "tcp_bulk"
-        self.emit(subj, wl, direction, streams, "throughput_gbps", gbps)
+        self.emit(rs, wl, direction, streams, "throughput_gbps", gbps)
         if gbps < STALL_GBPS:
             self.fail("iperf3 %s %s x%d: stalled (%.6f Gbit/s; recorded)" % (
                 subj.label, direction, streams, gbps))
         retr = j.get("end", {}).get("sum_sent", {}).get("retransmits")
         if retr is not None:
-            self.add(subj, wl, direction, streams, "retransmits", retr)
+            self.add(rs, wl, direction, streams, "retransmits", retr)
         if cpu0 and cpu1:
-            self.add(subj, wl, direction, streams, "cpu_user_s", cpu1[0] - cpu0[0])
-            self.add(subj, wl, direction, streams, "cpu_sys_s", cpu1[1] - cpu0[1])
+            self.add(rs, wl, direction, streams, "cpu_user_s", cpu1[0] - cpu0[0])
+            self.add(rs, wl, direction, streams, "cpu_sys_s", cpu1[1] - cpu0[1])
         # CPU per byte: every byte iperf3 moved, warm-up included, against the CPU time of the
         # same span (the whole testbed's from /proc/stat, and the proxy's own).
         gb = sum(iv["sum"].get("bytes", 0) for iv in j["intervals"]) / 1e9
         if gb > 0 and host0 is not None and host1 is not None:
-            self.add(subj, wl, direction, streams, "testbed_cpu_s_per_gb", (host1 - host0) / gb)
+            self.add(rs, wl, direction, streams, "testbed_cpu_s_per_gb", (host1 - host0) / gb)
             secs = sum(iv["sum"].get("seconds", 0) for iv in j["intervals"])
             if secs > 0:
-                self.add(subj, wl, direction, streams, "testbed_cpus_busy",
+                self.add(rs, wl, direction, streams, "testbed_cpus_busy",
                          (host1 - host0) / secs)
         if gb > 0 and cpu0 and cpu1:
-            self.add(subj, wl, direction, streams, "proxy_cpu_s_per_gb",
+            self.add(rs, wl, direction, streams, "proxy_cpu_s_per_gb",
                      (cpu1[0] - cpu0[0] + cpu1[1] - cpu0[1]) / gb)
         if gb > 0 and acct is not None:
             # --perf: the TUN's two copies of every byte (the proxy's) and netfilter's work
             # (the redirect's REDIRECT), per GB moved: bench/perfcopy.py, the bound in
             # bench/report.py. No copies figure where the profile could not tell them.
             if subj.has_tun and pid and acct["copies_s"] is not None:
-                self.add(subj, wl, direction, streams, "tun_copy_cpu_s_per_gb",
+                self.add(rs, wl, direction, streams, "tun_copy_cpu_s_per_gb",
                          acct["copies_s"] / gb)
-            self.add(subj, wl, direction, streams, "netfilter_cpu_s_per_gb",
+            self.add(rs, wl, direction, streams, "netfilter_cpu_s_per_gb",
                      acct["netfilter_s"] / gb)
         if peak:
             kb = proc_kb(pid, "VmHWM")
-            self.add(subj, wl, direction, streams, "peak_rss_kb", kb)
+            self.add(rs, wl, direction, streams, "peak_rss_kb", kb)
             self.peaks[pid] = max(self.peaks.get(pid, 0), kb or 0)
         if drops0 is not None and drops1 is not None:
-            self.add(subj, wl, direction, streams, "tun_drops", drops1 - drops0)
+            self.add(rs, wl, direction, streams, "tun_drops", drops1 - drops0)
         if srv0 is not None and srv1 is not None:
-            self.add(subj, wl, direction, streams, "server_cpu_s", srv1 - srv0)
+            self.add(rs, wl, direction, streams, "server_cpu_s", srv1 - srv0)
         if subj.is_stack:
             # tun.rps "auto": how often it switched so far (per cell in an ablation: a fresh
             # child per run) and how busy the loop's thread was in its last window.
@@ -144,10 +146,10 @@ class Workloads:
             for key, metric in (("rps_switches", "rps_switches"),
                                 ("loop_busy_pct", "loop_busy_pct")):
                 if isinstance(st.get(key), (int, float)) and st.get("rps_auto"):
-                    self.add(subj, wl, direction, streams, metric, st[key])
+                    self.add(rs, wl, direction, streams, metric, st[key])
         return gbps
 
-    def perf_start(self, subj, direction, streams):
+    def perf_start(self, subj, direction, streams, beside=None):
         """--perf DIR: a system-wide call-graph profile of this bulk run (all CPUs: the
         kernel work of a TUN proxy runs in iperf3's and softirq context as much as in the
         proxy's), DIR/<subject>-<dir>-<streams>-r<round>.data; read it with perf report.
@@ -157,8 +159,9 @@ class Workloads:
         if not self.plan.perf:
             return None
         os.makedirs(self.plan.perf, exist_ok=True)
-        path = os.path.join(self.plan.perf, "%s-%s-%d-r%d.data" % (
-            subj.slug, direction, streams, self.results.cur_round))
+        path = os.path.join(self.plan.perf, "%s%s-%s-%d-r%d.data" % (
+            subj.slug, "-beside-" + beside.slug if beside else "", direction, streams,
+            self.results.cur_round))
         if os.path.exists(path):
             os.unlink(path)
         with open(path + ".log", "w") as lf:

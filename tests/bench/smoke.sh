@@ -385,7 +385,8 @@ fi
 # forwarder 45,000, the system stack 50,000: 0.500 of the veth (a MISS), with the forwarder's
 # 0.450 beside it, and 1.111 of the forwarder. TCP bulk up 1: the redirect baseline 10 Gbit/s
 # and the system stack 6.9996, a fraction of 0.69996: a MISS against 0.70, shown with the
-# decimals that keep it below the line (never "0.700").
+# decimals that keep it below the line (never "0.700"). TCP bulk down 1: the redirect 20 Gbit/s
+# in its block but 10 right beside the system stack's 9: 0.900 (PASS), not the blocks' 0.45.
 mkdir -p "$out/full"
 python3 - "$out/full/results.json" <<'PY'
 import json, sys
@@ -394,6 +395,10 @@ subjects = [("veth", "offload", 1, "veth"), ("redirect", "offload", 1, "redirect
 samples = [{"key": [st, "offload", 1, "tcp_bulk", "up", 1, "throughput_gbps"],
             "values": [[1, v]]} for st, v in (("veth", 20.0), ("reflector", 12.0),
                                               ("system", 6.9996), ("redirect", 10.0))]
+samples += [{"key": [st, "offload", 1, wl, "down", 1, "throughput_gbps"], "values": [[1, v]]}
+            for st, wl, v in (("veth", "tcp_bulk", 30.0), ("reflector", "tcp_bulk", 15.0),
+                              ("redirect", "tcp_bulk", 20.0), ("system", "tcp_bulk", 9.0),
+                              ("system", "tcp_bulk_paired_redirect", 10.0))]
 for st, v in (("veth", 100000.0), ("redirect", 45000.0), ("system", 50000.0)):
     samples.append({"key": [st, "offload", 1, "udp_echo_64B", None, None, "pps"],
                     "values": [[1, v]]})
@@ -419,7 +424,7 @@ meta = {"mode": "full", "started_utc": "2026-12-03T00:00:00Z", "duration_s": 1.0
         "repetitions": 1, "ceiling_io_mode": "offload", "io_mode": "offload",
         "subjects": [{"stack": s, "io_mode": i, "queues": q, "label": l}
                      for s, i, q, l in subjects],
-        "bulk_cells": [["up", 1]], "iperf3": {"seconds": 5, "omit": 1},
+        "bulk_cells": [["up", 1], ["down", 1]], "iperf3": {"seconds": 5, "omit": 1},
         "idle_wakeup_window_s": 20, "hold_conns": 1000, "hold_conns_scale": [10000],
         "host": {"kernel": "synthetic", "cpus": 2, "machine": "x86_64"},
         "tcp_congestion": {"testbed": "reno", "host_default": "bbr"},
@@ -461,6 +466,16 @@ if grep -qF "| PASS | system, new connections per second over the redirect basel
 else
 	echo "not ok - the connection-rate and latency targets from the back-to-back pairs"
 	grep -F -e "connections per second" -e "latency p50" "$out/full/report.md" 2>/dev/null | sed 's/^/# /'
+	fails=$((fails + 1))
+fi
+if grep -qF "| PASS | system, TCP bulk down, 1 stream: fraction of the redirect baseline | 0.900 | >= 0.70 |" \
+	"$out/full/report.md" &&
+	grep -qF "| system | down 1 | 9.00 | 10.00 | 20.00 |" "$out/full/report.md" &&
+	grep -qF -- "- TCP bulk beside: " "$out/full/report.md"; then
+	echo "ok - a full run's bulk fractions read the redirect's run beside the stack's cell, not its block"
+else
+	echo "not ok - the bulk fractions from the redirect's runs beside the stack's cells"
+	grep -F -e "down, 1 stream" -e "| down 1 |" "$out/full/report.md" 2>/dev/null | sed 's/^/# /'
 	fails=$((fails + 1))
 fi
 # --across: two synthetic full runs' targets side by side, and the files it must refuse.
@@ -578,8 +593,13 @@ r = get("redirect", "conn_per_s", "connrate")
 check("redirect: connection rate", bool(r) and r[0]["median"] > 0,
       f"{r[0]['median']:.0f}/s" if r else "missing")
 # The back-to-back pass: each stack's connection rate right beside a fresh redirect's, both
-# recorded under the stack.
+# recorded under the stack; and the redirect's bulk run right beside each stack's bulk cell.
 for s in ("system", "lwip"):
+    a = get(s, "throughput_gbps", "tcp_bulk", streams=1)
+    b = get(s, "throughput_gbps", "tcp_bulk_paired_redirect", streams=1)
+    check(f"{s}: TCP bulk up 1 with the redirect's run beside it",
+          bool(a) and bool(b) and a[0]["median"] > 0 and b[0]["median"] > 0,
+          f"{a[0]['median']:.1f} beside {b[0]['median']:.1f} Gbit/s" if a and b else "missing")
     a = get(s, "conn_per_s", "connrate_paired")
     b = get(s, "conn_per_s", "connrate_paired_redirect")
     check(f"{s}: connection rate back to back with the redirect's",
