@@ -90,8 +90,8 @@ bench: build
 
 # Both stacks with their outbound pointed at a SOCKS5 server (dante in the server namespace),
 # next to the same stacks direct and a plain SOCKS5 client without a TUN through the same
-# server: TCP bulk and UDP echo, each stack's ratio to the plain client (~12 minutes;
-# BENCH_ARGS=--quick: ~1 minute). Output in bench-results/socks5/.
+# server: TCP bulk and UDP echo, each stack's ratio to the plain client (~16 minutes;
+# BENCH_ARGS=--quick: ~2 minutes). Output in bench-results/socks5/.
 bench-socks5: build
 	./build/twinstack bench --via socks5 --out bench-results/socks5 $(BENCH_ARGS)
 

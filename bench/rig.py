@@ -128,7 +128,7 @@ def parse_args(argv):
                     "(dante in the server namespace) next to the same stack direct and a plain "
                     "SOCKS5 client without a TUN (proxychains4 + iperf3, load udp --socks5): "
                     "TCP bulk and UDP echo, the ratios to the plain client with the >= 0.8 "
-                    "targets (~12 minutes; --quick ~2)")
+                    "targets (~16 minutes; --quick ~2)")
     ap.add_argument("--sniff", action="store_true",
                     help="each stack with route.sniff off, on with no flow looked at (a name "
                     "rule for port 443 only: \"sniff idle\") and on with every connection looked "

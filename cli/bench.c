@@ -53,7 +53,7 @@ void usage_bench(FILE *out)
 	      "                      and a plain SOCKS5 client without a TUN (proxychains4 +\n"
 	      "                      iperf3, load udp --socks5): TCP bulk and UDP echo, each\n"
 	      "                      stack's ratio to the plain client as PASS/MISS (>= 0.8;\n"
-	      "                      ~12 minutes, with --quick ~1)\n"
+	      "                      ~16 minutes, with --quick ~2)\n"
 	      "  --sniff             each stack with route.sniff off, on with no flow looked at\n"
 	      "                      and on with every connection looked at: connection rate\n"
 	      "                      and latency, the ratios to the stack without sniffing\n"
