@@ -152,7 +152,8 @@ class Workloads:
     def perf_start(self, subj, direction, streams, beside=None):
         """--perf DIR: a system-wide call-graph profile of this bulk run (all CPUs: the
         kernel work of a TUN proxy runs in iperf3's and softirq context as much as in the
-        proxy's), DIR/<subject>-<dir>-<streams>-r<round>.data; read it with perf report.
+        proxy's), DIR/<subject>-<dir>-<streams>-r<round>.data (a baseline's run beside a proxy:
+        <baseline>-beside-<proxy>-...); read it with perf report.
         cpu-clock samples (their period is CPU time, whatever the host's PMU), recording
         from before iperf3 starts until perf_stop, right after it ends: the span the
         testbed's CPU per GB is measured over. (path, process), or None."""
