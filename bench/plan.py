@@ -145,13 +145,12 @@ class Plan:
         for wl, base, subs in self.paired():
             L.append("back to back, each round: %s of %s, each beside the %s's" % (
                 wl, ", ".join(s.label for s in subs), base.label))
-        beside = [(s, self.beside(s)) for s in self.subjects if self.beside(s)]
+        beside = [s for s in self.subjects if self.beside(s)]
         if beside:
             L.append("tcp bulk beside, each cell: the %s right %s each cell of %s (the "
-                     "proxy up meanwhile)" % (beside[0][1].label,
+                     "proxy up meanwhile)" % (self.beside(beside[0]).label,
                                               "before or after, by round," if self.reps > 1
-                                              else "after", ", ".join(s.label for s, _ in
-                                                                      beside)))
+                                              else "after", ", ".join(s.label for s in beside)))
         if self.via:
             L.append("socks5: danted (dante-server) at %s:%d in B, no authentication; plain "
                      "client: proxychains4 + iperf3 (TCP), twinstack load udp --socks5 (UDP); "

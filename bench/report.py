@@ -344,27 +344,23 @@ class Report:
             if fr:
                 self.dsamples[s.key + ("udp_echo_64B", None, None, "redirect_fraction")] = fr
 
-    def bulk_beside(self, s, base, d, n):
-        """Per round s's TCP bulk throughput over base's in cell (d, n): base's run right
-        beside s's (bench/runner.py Beside: tcp_bulk_paired_BASE, recorded under s) where the
-        run has it, else base's run in its own block (runs from before the pairing)."""
-        a = self.by_round(s, "tcp_bulk", d, n, "throughput_gbps")
-        b = self.by_round(s, "tcp_bulk_paired_" + base.stack, d, n, "throughput_gbps")
+    def beside(self, s, base, wl, metric, fn, d=None, n=None, own=None):
+        """Per round fn(s's figure, base's figure) of cell (wl, d, n), from base's run right
+        beside s's, WL_paired_BASE recorded under s, where the run has it: the back-to-back
+        pass (bench/runner.py paired_pass) with s's own run WL_paired, or (own="tcp_bulk")
+        the TCP bulk cells (bench/runner.py Beside) with s's run in its block. Else from the
+        two subjects' runs in the round's blocks (runs from before the pairing, subjects it
+        does not pair)."""
+        a = self.by_round(s, own or wl + "_paired", d, n, metric)
+        b = self.by_round(s, wl + "_paired_" + base.stack, d, n, metric)
         if a and b:
-            return [[r, a[r] / b[r]] for r in sorted(a) if b.get(r, 0) > 0]
-        return self.paired(s, base, "tcp_bulk", d, n, "throughput_gbps", lambda x, y: x / y)
+            return [[r, fn(a[r], b[r])] for r in sorted(a) if b.get(r, 0) > 0]
+        return self.paired(s, base, wl, d, n, metric, fn)
 
-    def beside(self, s, base, wl, metric, fn):
-        """Per round fn(s's figure, base's figure) of cell wl: from the back-to-back pass
-        (bench/runner.py paired_pass: s's run, WL_paired, right beside the baseline's,
-        WL_paired_BASE, both recorded under s) where the run has it, else from the two
-        subjects' runs in the round's blocks (runs from before the pass, subjects it does not
-        pair)."""
-        a = self.by_round(s, wl + "_paired", None, None, metric)
-        b = self.by_round(s, wl + "_paired_" + base.stack, None, None, metric)
-        if a and b:
-            return [[r, fn(a[r], b[r])] for r in sorted(a) if r in b and b[r] > 0]
-        return self.paired(s, base, wl, None, None, metric, fn)
+    def bulk_beside(self, s, base, d, n):
+        """Per round s's TCP bulk throughput over base's in cell (d, n) (beside)."""
+        return self.beside(s, base, "tcp_bulk", "throughput_gbps", lambda x, y: x / y, d, n,
+                           own="tcp_bulk")
 
     def derive_copy_bound(self, s, red, d, n):
         """--perf: per round, the most of the throughput of red (the redirect baseline, or
