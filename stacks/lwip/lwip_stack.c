@@ -324,9 +324,11 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optl
 }
 
 /* The one lwIP stack is the default netif's state (netif_start); none between stacks. */
-void ts_lwip_tcp_out(struct tcp_pcb *pcb, struct tcp_hdr *hdr)
+void ts_lwip_tcp_out(struct tcp_pcb *pcb, struct tcp_hdr *hdr, const struct pbuf *p)
 {
 	struct lwip_stack *st = netif_default ? netif_default->state : NULL;
+
+	lwip_stream_push(pcb, hdr, p);
 
 	if (lwip_split_fin_repair(pcb, hdr) && st)
 		ctr_inc(&st->ctr.split_fin_moved);

@@ -21,8 +21,11 @@
 #include "dispatch/stream.h"
 #include "stacks/lwip/lwip_bigseg.h"
 
+#include "lwip/def.h"
 #include "lwip/pbuf.h"
+#include "lwip/prot/tcp.h"
 #include "lwip/tcp.h"
+#include "lwip_hooks.h"
 
 /* Writable fires once this much send buffer is free (send_lowat). */
 #define SEND_LOWAT (16u << 10)
@@ -431,10 +434,49 @@ static err_t write_chunk(struct tcp_pcb *pcb, const uint8_t *buf, u16_t c, u8_t 
 		if (e != ERR_MEM || c <= TCP_MSS)
 			break;
 		c /= 2;
-		more = TCP_WRITE_FLAG_MORE;
+		more = 0; /* memory is short: no room beyond the bytes (ts_lwip_oversize) */
 	}
 	*queued = e == ERR_OK ? c : 0;
 	return e;
+}
+
+/* Will some of n more bytes wait in lwIP's unsent queue after tcp_output? Bytes already wait
+ * there, or those in flight and the n would pass the window lwIP may fill (the smaller of the
+ * peer's window and the congestion window). Then the next write extends the last segment:
+ * lwIP copies into the room that segment's pbuf was given (TCP_OVERSIZE), and past that room
+ * chains a new pbuf onto it, and a chain goes to the TUN copied into one buffer instead of
+ * lent from its own memory. Such writes are made with TCP_WRITE_FLAG_MORE, for which lwIP
+ * asks ts_lwip_oversize how much room to give a new segment. The flag also leaves PSH off the
+ * segment; lwip_stream_push puts it back on the one that goes out with the last byte. */
+static bool held_back(const struct tcp_pcb *pcb, size_t n)
+{
+	tcpwnd_size_t wnd = pcb->snd_wnd < pcb->cwnd ? pcb->snd_wnd : pcb->cwnd;
+	u32_t in_flight = pcb->snd_nxt - pcb->lastack;
+
+	return pcb->unsent != NULL || (uint64_t)in_flight + n > wnd;
+}
+
+/* The room of a whole segment (lwIP caps what this returns at the size it cuts at) where the
+ * new segment will surely wait behind others: the window is shut, or a whole segment's bytes
+ * already wait unsent before it (they go first, and only whole). The writes after it then
+ * fill it in place. Elsewhere lwIP's own rule, TCP_OVERSIZE bytes beyond the data: a segment
+ * given a whole segment's room and then sent short (the window opened before the next write)
+ * would hold that memory for a few bytes until acknowledged. */
+unsigned ts_lwip_oversize(const struct tcp_pcb *pcb, unsigned length)
+{
+	if (pcb->snd_wnd == 0 || (u32_t)(pcb->snd_lbb - pcb->snd_nxt) >= pcb->mss)
+		return 0xFFFFu;
+	return length + TCP_OVERSIZE;
+}
+
+void lwip_stream_push(const struct tcp_pcb *pcb, struct tcp_hdr *hdr, const struct pbuf *p)
+{
+	u16_t hl = TCPH_HDRLEN_BYTES(hdr);
+
+	if (!pcb || !p || p->tot_len <= hl || (TCPH_FLAGS(hdr) & TCP_PSH))
+		return;
+	if (lwip_ntohl(hdr->seqno) + (u32_t)(p->tot_len - hl) == pcb->snd_lbb)
+		TCPH_SET_FLAG(hdr, TCP_PSH);
 }
 
 /* Queue up to n bytes, never more than the free send buffer; u16 chunks (tcp_write's len). */
@@ -444,6 +486,7 @@ static ssize_t ls_write(struct stream *s, const void *buf, size_t n)
 	struct tcp_pcb *pcb = ls->pcb;
 	size_t room, done = 0;
 	err_t e = ERR_OK;
+	u8_t more;
 
 	if (ls->err)
 		return ls->err;
@@ -457,12 +500,13 @@ static ssize_t ls_write(struct stream *s, const void *buf, size_t n)
 		ls->wr_blocked = true; /* tcp_sent: the last large segment went */
 		return -EAGAIN;
 	}
+	more = held_back(pcb, n) ? TCP_WRITE_FLAG_MORE : 0;
 	while (done < n) {
 		size_t left = n - done;
 		u16_t c = left > 0xFFFF ? 0xFFFF : (u16_t)left, got;
 
 		e = write_chunk(pcb, (const uint8_t *)buf + done, c,
-				left > c ? TCP_WRITE_FLAG_MORE : 0, &got);
+				left > c ? TCP_WRITE_FLAG_MORE : more, &got);
 		done += got;
 		if (e != ERR_OK || got < c)
 			break;

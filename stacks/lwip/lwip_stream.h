@@ -103,4 +103,13 @@ int lwip_stream_new(struct event_base *base, struct tcp_pcb *pcb,
 		    const struct lwip_stream_hooks *h, struct stream **out)
 	__attribute__((warn_unused_result));
 
+/* A data segment about to go out (lwIP's output hook; p starts at the TCP header hdr and holds
+ * the payload): if it carries the last byte written to pcb so far, PSH is set on it, as lwIP
+ * sets it on a write's last segment. A write made with "more to come" (its bytes had to wait)
+ * has none, and some receivers deliver to the application only on PSH or a full buffer. pcb
+ * and p may be NULL (nothing is done). */
+struct pbuf;
+struct tcp_hdr;
+void lwip_stream_push(const struct tcp_pcb *pcb, struct tcp_hdr *hdr, const struct pbuf *p);
+
 #endif

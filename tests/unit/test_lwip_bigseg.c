@@ -72,6 +72,7 @@ static size_t acks;           /* pure ACKs sent to the app */
 static uint32_t last_ack;     /* the last one's acknowledgement, relative to the app's ISN + 1 */
 static uint32_t last_wnd;     /* and its window in bytes (lwIP's field, scaled by its shift) */
 static uint32_t last_data_wnd; /* the window of the last piece with data */
+static size_t push_end;        /* where the last piece with data and PSH ended */
 
 static void piece(const uint8_t *p, size_t len)
 {
@@ -114,6 +115,8 @@ static void piece(const uint8_t *p, size_t len)
 	}
 	if (pl) {
 		last_data_wnd = (uint32_t)tu_get16(v.l4 + 14) << TCP_RCV_SCALE;
+		if (v.tcp_flags & TCP_PSH)
+			push_end = off + pl;
 		cr_assert_leq(off + pl, DATA_MAX, "data beyond what was written");
 		for (size_t i = 0; i < pl; i++) {
 			if (seen[off + i])
@@ -254,7 +257,7 @@ static void start_lend(bool offload, bool large, bool lend)
 	got = calloc(1, DATA_MAX);
 	seen = calloc(1, DATA_MAX);
 	acc = NULL;
-	pieces = max_piece = frames_big = fin_at = acks = 0;
+	pieces = max_piece = frames_big = fin_at = acks = push_end = 0;
 	nlent = lent_total = lent_small = lent_flushes = 0;
 	lend_hold = false;
 	fin_seen = false;
@@ -438,6 +441,44 @@ Test(lwip_bigseg, large_segments_lent_and_written_by_the_pass_end, .fini = teard
 	cr_assert_eq(frames_big, 8);
 	cr_assert_eq(counter("gso_big_packets"), 8);
 	cr_assert_geq(lent_flushes, 1);
+}
+
+/* Writes shorter than a large segment that cannot go yet (the window is shut) fill one
+ * segment of one pbuf, not a chain: the first of them is given the room of a whole segment,
+ * and the next ones are copied into it. When the window opens, that segment is lent like one
+ * written whole, the app receives every byte in order, and the last byte comes with PSH
+ * (the writes were made with "more to come", which leaves it off). */
+Test(lwip_bigseg, short_writes_held_back_fill_one_lent_segment, .fini = teardown)
+{
+	static uint8_t data[1000 + 2 * 46 * MSS];
+	const size_t parts[] = { 20000, 20000, 24400, 7000, 30000, 27400 }; /* 2 x 46 MSS */
+	size_t at = 1000;
+
+	start_lend(true, true, true);
+	connect_app(65535);
+	pattern(data, sizeof(data), 12);
+	cr_assert_eq(acc->ops->write(acc, data, 1000), 1000);
+	run();
+	ack(1000, 0); /* everything acknowledged, the window shut */
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+		cr_assert_eq(acc->ops->write(acc, data + at, parts[i]), (ssize_t)parts[i]);
+		at += parts[i];
+		run();
+	}
+	cr_assert_eq(at, sizeof(data));
+	cr_assert_eq(counter("gso_big_packets"), 0, "nothing went into a shut window");
+	ack(1000, 65535);
+	size_t edge = 0;
+	while (edge < sizeof(data) && seen[edge])
+		edge++;
+	cr_assert_eq(edge, sizeof(data), "both segments went once the window opened");
+	ack((uint32_t)edge, 65535);
+	cr_assert_arr_eq(got, data, sizeof(data));
+	cr_assert_eq(counter("gso_big_packets"), 2);
+	cr_assert_eq(lent_total, 2, "each segment made of short writes was one pbuf, lent");
+	cr_assert_eq(counter("big_lent"), 2);
+	cr_assert_eq(frames_big, 2);
+	cr_assert_eq(push_end, sizeof(data), "PSH with the last byte written");
 }
 
 /* A lent frame keeps its memory after lwIP is done with the segment: the connection is reset

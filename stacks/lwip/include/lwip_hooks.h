@@ -32,15 +32,21 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optl
 	((void)(p), ts_lwip_tcp_inpacket((pcb), (hdr), (optlen), (opt1len), (opt2)))
 
 /* Where a segment's options are written: in tcp_output_segment right before ip_output_if (every
- * segment with data, retransmissions included), and where the header of a control segment (an
- * ACK, a RST, a window probe) is built, before its output. The pcb (NULL for a RST sent without
- * one) tells the stack the wire MSS of what its output is about to get; a data segment lwIP cut
- * in two loses the FIN it wrongly kept (stacks/lwip/lwip_split.h); a connection with large
- * segments announces its window edge by the wire MSS (lwip_bigseg_announce; the checksum is
- * computed after the hook). Returns opts unchanged: no option is added. */
-void ts_lwip_tcp_out(struct tcp_pcb *pcb, struct tcp_hdr *hdr);
+ * segment with data, retransmissions included; p starts at the TCP header and holds the
+ * payload), and where the header of a control segment (an ACK, a RST, a window probe) is
+ * built, before its output. The pcb (NULL for a RST sent without one) tells the stack the wire
+ * MSS of what its output is about to get; a data segment lwIP cut in two loses the FIN it
+ * wrongly kept (stacks/lwip/lwip_split.h); a connection with large segments announces its
+ * window edge by the wire MSS (lwip_bigseg_announce); a segment that carries the last byte
+ * written so far gets PSH (lwip_stream_push). The checksum is computed after the hook. Returns
+ * opts unchanged: no option is added. */
+void ts_lwip_tcp_out(struct tcp_pcb *pcb, struct tcp_hdr *hdr, const struct pbuf *p);
 #define LWIP_HOOK_TCP_OUT_ADD_TCPOPTS(p, hdr, pcb, opts)                                        \
-	((void)(p), ts_lwip_tcp_out((pcb), (hdr)), (opts))
+	(ts_lwip_tcp_out((pcb), (hdr), (p)), (opts))
+
+/* The pbuf room lwIP's tcp_write gives a segment of length bytes written with "more to come"
+ * (TCP_OVERSIZE_CALC_LENGTH in lwipopts.h; stacks/lwip/lwip_stream.c). */
+unsigned ts_lwip_oversize(const struct tcp_pcb *pcb, unsigned length);
 
 /* RFC 6528 initial sequence numbers (stacks/lwip/lwip_isn.h), keyed per stack: lwIP's own
  * generator is a counter plus its tick count, which anyone can predict. */

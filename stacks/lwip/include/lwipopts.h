@@ -94,6 +94,11 @@
 #define LWIP_CALLBACK_API 1
 #define LWIP_EVENT_API 0
 #define TCP_OVERSIZE TCP_MSS
+/* The room a segment written with TCP_WRITE_FLAG_MORE gets (lwIP caps it at the segment size it
+ * cuts at): that of a whole segment where it will wait, so the writes after it are copied into
+ * the same pbuf instead of chained (stacks/lwip/lwip_stream.c, ts_lwip_oversize). The macro
+ * is expanded in tcp_pbuf_prealloc, where pcb is the connection written to. */
+#define TCP_OVERSIZE_CALC_LENGTH(length) ts_lwip_oversize(pcb, (length))
 #define LWIP_TCP_TIMESTAMPS 0
 /* Two extension arguments per pcb: the large-segment state (stacks/lwip/lwip_bigseg.c) and
  * the place of an ACK owed at the end of the loop pass (stacks/lwip/lwip_ackq.c). */
