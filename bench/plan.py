@@ -44,8 +44,10 @@ class Plan:
         self.quick = args.quick
         self.via = getattr(args, "via", None)
         self.sniff = getattr(args, "sniff", False)
+        self.beside_check = getattr(args, "beside_check", False)
         self.mode = "ablation" if self.ablation else "socks5" if self.via else \
-            "sniff" if self.sniff else "quick" if self.quick else "full"
+            "sniff" if self.sniff else "besidecheck" if self.beside_check else \
+            "quick" if self.quick else "full"
         self.io_mode = args.io_mode or "offload"
         self.reps = args.reps if args.reps else (1 if args.quick else 3)
         self.stacks = [s for s in args.stacks.split(",") if s]
@@ -115,6 +117,8 @@ class Plan:
         if self.mode in ("full", "quick"):
             ok = (subj.is_stack and subj.io_mode == self.io_mode) or subj.kind == "external"
             kind = "redirect"
+        elif self.mode == "besidecheck":
+            ok, kind = subj.is_stack, "redirect"
         elif self.mode == "socks5":
             ok = (subj.is_stack and subj.via_socks5) or subj.kind == "external"
             kind = "socks5-client"
@@ -146,6 +150,10 @@ class Plan:
             L.append("back to back, each round: %s of %s, each beside the %s's" % (
                 wl, ", ".join(s.label for s in subs), base.label))
         beside = [s for s in self.subjects if self.beside(s)]
+        if self.beside_check:
+            L.append("beside check, each round: per stack and cell, the stack started "
+                     "for the cell with the redirect beside it, and the redirect alone, "
+                     "which first alternating by round, stack and cell")
         if beside:
             L.append("tcp bulk beside, each cell: the %s right %s each cell of %s (the "
                      "proxy up meanwhile)" % (self.beside(beside[0]).label,
@@ -176,6 +184,10 @@ class Plan:
                                    for s in self.subjects)
         if self.sniff:
             return self.reps * 3 * len(self.subjects)
+        if self.beside_check:
+            # per stack and cell: its start and 2 runs; the redirect's start and 1 run
+            stacks = sum(1 for s in self.subjects if s.is_stack)
+            return self.reps * stacks * 5 * len(self.bulk_cells)
         per = 0
         for s in self.subjects:
             per += len(self.bulk_cells) * (2 if self.beside(s) else 1)

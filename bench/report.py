@@ -215,6 +215,7 @@ class Report:
         self.ablation = meta["mode"] == "ablation"
         self.socks5 = meta["mode"] == "socks5"
         self.sniff = meta["mode"] == "sniff"
+        self.beside_check = meta["mode"] == "besidecheck"
         self.reps = meta["repetitions"]
         self.io_mode = meta["io_mode"]
         self.bulk_cells = [(d, n) for d, n in meta["bulk_cells"]]
@@ -293,6 +294,12 @@ class Report:
                     self.dsamples[s.key + ("tcp_bulk", d, n, "ceiling_fraction")] = fr
         self.has_ceiling = any(k[-1] == "ceiling_fraction" for k in self.dsamples)
         self.derive_baselines()
+        for s in self.stack_subjects() if self.beside_check else []:
+            for d, n in self.bulk_cells:
+                r = self.beside_over_alone(s, d, n)
+                if r:
+                    self.dsamples[s.key + ("tcp_bulk", d, n, "redirect_beside_over_alone")] = \
+                        [[k, v] for k, v in r.items()]
 
     def paired(self, a, b, wl, d, n, metric, fn):
         """fn(a's value, b's value) per round where both were measured."""
@@ -738,7 +745,7 @@ class Report:
             self.ablation_charts()
         elif self.socks5:
             self.ablation_charts("socks5_throughput", "TCP bulk throughput, direct and via SOCKS5")
-        elif not self.sniff:
+        elif not self.sniff and not self.beside_check:
             self.charts()
             self.cpu_chart()
         meta = self.meta
@@ -751,6 +758,8 @@ class Report:
             self.write_socks5_report(meta, targets)
         elif self.sniff:
             self.write_sniff_report(meta)
+        elif self.beside_check:
+            self.write_beside_check_report(meta)
         else:
             self.write_report(rows, meta, targets)
         with open(os.path.join(self.out, "results.json"), "w") as f:
@@ -1316,6 +1325,76 @@ class Report:
                      meta.get("load_seconds", "?")))
         L.append("- \"connections looked at\" and \"look timeouts\" are the proxy's "
                  "`sniff.started` and `sniff.timeouts` after the workloads.")
+        L.append("")
+        with open(os.path.join(self.out, "report.md"), "w") as f:
+            f.write("\n".join(L) + "\n")
+
+    # -- --beside-check
+    def beside_over_alone(self, s, d, n):
+        """Per round the redirect's throughput beside stack s (s up and idle) over its own
+        alone (no stack, no TUN) in cell (d, n), both recorded under s: {round: ratio}."""
+        b = self.by_round(s, "tcp_bulk_paired_redirect", d, n, "throughput_gbps")
+        a = self.by_round(s, "tcp_bulk_alone_redirect", d, n, "throughput_gbps")
+        return {r: b[r] / a[r] for r in sorted(b) if a.get(r, 0) > 0}
+
+    def write_beside_check_report(self, meta):
+        L = ["# twinstack bench --beside-check report", ""]
+        L.append("%s, %d round(s), %.0f s, kernel %s, %d CPUs, %s. Does a stack that sits up "
+                 "and idle beside the redirect baseline change the baseline's figures? Each "
+                 "round, per stack and TCP bulk cell: the stack started for the cell with the "
+                 "redirect right beside it (the stack up and idle meanwhile, as in a full "
+                 "run), and the redirect alone (no stack process, no TUN) right before or "
+                 "after it. "
+                 "Figures: median [min – max] over the rounds; ratios per round (paired), "
+                 "then median [min – max]." % (
+                     meta["started_utc"], meta["repetitions"], meta["duration_s"],
+                     meta["host"]["kernel"], meta["host"]["cpus"], cc_text(meta)))
+        L.append("")
+        L.append("| stack | cell | stack (Gbit/s) | redirect beside | redirect alone | "
+                 "beside / alone | rounds lower beside | stack / beside | stack / alone |")
+        L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        allr, lower_cells, cells = [], 0, 0
+        for s in self.stack_subjects():
+            for d, n in self.bulk_cells:
+                r = self.beside_over_alone(s, d, n)
+                own = self.by_round(s, "tcp_bulk", d, n, "throughput_gbps")
+                bes = self.by_round(s, "tcp_bulk_paired_redirect", d, n, "throughput_gbps")
+                alo = self.by_round(s, "tcp_bulk_alone_redirect", d, n, "throughput_gbps")
+                st = summary(list(r.values()))
+                if st:
+                    allr += list(r.values())
+                    cells += 1
+                    lower_cells += st[0] < 1
+                L.append("| %s | %s %d | %s | %s | %s | %s | %s | %s | %s |" % (
+                    s.label, d, n, fmt_stat(summary(list(own.values()))),
+                    fmt_stat(summary(list(bes.values()))),
+                    fmt_stat(summary(list(alo.values()))), fmt_stat(st, 3),
+                    "%d of %d" % (sum(v < 1 for v in r.values()), len(r)) if r else "n/a",
+                    fmt_stat(summary([own[k] / bes[k] for k in own if bes.get(k, 0) > 0]), 3),
+                    fmt_stat(summary([own[k] / alo[k] for k in own if alo.get(k, 0) > 0]), 3)))
+        L.append("")
+        st = summary(allr)
+        L.append("Over every cell and round: beside / alone %s; %d of %d rounds and %d of %d "
+                 "cell medians lower beside. Where beside / alone is under 1, a stack's "
+                 "fraction of the redirect beside it reads higher than of the redirect alone "
+                 "by as much." % (fmt_stat(st, 3), sum(v < 1 for v in allr), len(allr),
+                                  lower_cells, cells))
+        L.append("")
+        self.tail_sections(L)
+        L.append("## Method")
+        L.append("")
+        L.append("- Beside: `twinstack run` of the stack (as in a full run), iperf3 through "
+                 "it and through the redirect beside it, which of the two first alternating "
+                 "by round; the redirect (started on standby with the stack) gets the "
+                 "target's TCP for its run (the route over the veth and the REDIRECT rule "
+                 "set) and gives it back right after, the stack up and idle meanwhile (row "
+                 "tcp_bulk_paired_redirect, under the stack); then the stack is stopped.")
+        L.append("- Alone: no stack process and no TUN, `twinstack redirect` started as in "
+                 "its own block of a full run, the same cell (row tcp_bulk_alone_redirect, "
+                 "under the stack it is paired with).")
+        L.append("- iperf3 -t %d -O %d per run; beside first or alone first alternates by "
+                 "round, stack and cell; the stacks' order rotates by round." % (
+                     self.bulk_t, self.bulk_omit))
         L.append("")
         with open(os.path.join(self.out, "report.md"), "w") as f:
             f.write("\n".join(L) + "\n")

@@ -128,7 +128,8 @@ class Results:
         plan.veth = next((s for s in plan.subjects if s.stack == "veth"), None)
         plan.ceiling_ref = next((s for s in plan.subjects if s.stack == "reflector" and
                                  s.io_mode == meta.get("ceiling_io_mode", "offload")), None)
-        if not plan.via and not plan.sniff and (plan.veth is None or plan.ceiling_ref is None):
+        if plan.mode in ("full", "quick", "ablation") and (plan.veth is None or
+                                                           plan.ceiling_ref is None):
             raise ValueError("no veth or no ceiling reflector among meta.subjects")
         self.socks5_from = meta.get("socks5")
         plan.bulk_cells = [(d, n) for d, n in meta["bulk_cells"]]

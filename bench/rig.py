@@ -71,13 +71,15 @@ def report_from(a):
     if isinstance(meta, dict) and meta.get("mode") == "ab":
         return ab.report_from(a, data)
     if not isinstance(meta, dict) or meta.get("mode") not in ("full", "quick", "ablation",
-                                                              "socks5", "sniff"):
+                                                              "socks5", "sniff",
+                                                              "besidecheck"):
         raise CannotRun("--report-from %s: not a results.json of this rig (meta.mode)" %
                         a.report_from)
     a.ablation = meta["mode"] == "ablation"
     a.quick = meta["mode"] == "quick"
     a.via = "socks5" if meta["mode"] == "socks5" else None
     a.sniff = meta["mode"] == "sniff"
+    a.beside_check = meta["mode"] == "besidecheck"
     a.io_mode = None if a.ablation else meta.get("io_mode")
     if a.out is None:
         a.out = os.path.dirname(os.path.abspath(a.report_from))
@@ -101,7 +103,7 @@ def run_options_given(a):
                            ("--bulk-seconds", a.bulk_seconds),
                            ("--time-limit", a.time_limit), ("--dry-run", a.dry_run),
                            ("--cc", a.cc), ("--subject", a.subject), ("--link", a.link),
-                           ("--smoke", a.smoke)) if v]
+                           ("--smoke", a.smoke), ("--beside-check", a.beside_check)) if v]
 
 
 def parse_args(argv):
@@ -140,6 +142,14 @@ def parse_args(argv):
                     "its gateway; veth vs each stack: TCP bulk each way, a 4 MiB download's "
                     "completion time, retransmits; the line calibrated per condition "
                     "(bench/linkrun.py; ~15 minutes, --quick ~2)")
+    ap.add_argument("--beside-check", action="store_true",
+                    help="does a stack that sits idle beside the redirect baseline change the "
+                    "baseline's figures? Each round, per stack and TCP bulk cell: the stack "
+                    "started for the cell with the redirect right beside it (the stack up and "
+                    "idle meanwhile, as in a full run), and right before or after it the "
+                    "redirect alone (no stack, no TUN); the report: per cell the redirect "
+                    "beside over alone, paired by round (~4 minutes a round; --quick: up 1 "
+                    "and 16 streams, ~1.5)")
     ap.add_argument("--subject", action="append", metavar="NAME=COMMAND",
                     help="also measure another TUN proxy, started in the client namespace by "
                     "COMMAND (sh -c) with the placeholders {tun} (the TUN name it must create), "
@@ -243,6 +253,10 @@ def parse_args(argv):
     if a.link and (a.ablation or a.via or a.sniff or a.subject or a.io_mode):
         bad("--link is a run of its own, not with --ablation, --via, --sniff, --subject or "
             "--io-mode")
+    if a.beside_check and (a.ablation or a.via or a.sniff or a.link or a.subject or
+                           getattr(a, "ab", None)):
+        bad("--beside-check is a run of its own, not with --ablation, --via, --sniff, --link, "
+            "--subject or --ab")
     if a.subject and (a.ablation or a.sniff):
         bad("--subject is measured in full, --quick and --via socks5 runs, not with %s" % (
             "--ablation" if a.ablation else "--sniff"))

@@ -90,6 +90,10 @@ class Rig:
             ablation.run(self)
         elif hasattr(self, "schedule"):
             self.schedule()     # a Rig with a schedule of its own (bench/ab.py)
+        elif plan.mode == "besidecheck":
+            for rnd in range(plan.reps):
+                res.cur_round = rnd + 1
+                self.beside_check_round(rnd)
         else:
             run = {"socks5": self.run_socks5_subject,
                    "sniff": self.run_sniff_subject}.get(plan.mode, self.run_subject)
@@ -120,11 +124,11 @@ class Rig:
             self.results.emit(subj, "startup", None, None, "startup_ms", running.startup_ms)
         return running
 
-    def bulk_cells(self, running):
-        """subj through every TCP bulk cell once; a cell's failure is recorded and the next
-        runs, a child that exited ends the subject's round. Where the plan has a baseline
-        beside subj (plan.beside), it is measured right before or after each of subj's
-        cells (Beside)."""
+    def bulk_cells(self, running, cells=None):
+        """subj through every TCP bulk cell (or those of cells) once; a cell's failure is
+        recorded and the next runs, a child that exited ends the subject's round. Where the
+        plan has a baseline beside subj (plan.beside), it is measured right before or after
+        each of subj's cells (Beside)."""
         subj = running.subj
         base = self.plan.beside(subj)
         beside = None
@@ -134,7 +138,7 @@ class Rig:
                     beside = Beside(self, base, running)
                 except RuntimeError as e:
                     self.results.fail("%s beside %s: %s" % (base.label, subj.label, e))
-            for direction, streams in self.plan.bulk_cells:
+            for direction, streams in cells or self.plan.bulk_cells:
                 runs = [lambda: self.bulk_cell(running, direction, streams)]
                 if beside is not None:
                     runs.append(lambda: beside.cell(direction, streams))
@@ -296,6 +300,72 @@ class Rig:
                 self.wl.sniff_counters(subj)
         except RuntimeError as e:
             self.results.fail("%s: %s" % (subj.label, e))
+        finally:
+            self.launcher.stop(running)
+
+    # -- --beside-check: the redirect beside each stack against the redirect alone
+    ALONE = "tcp_bulk_alone_redirect"
+
+    def beside_check_round(self, rnd):
+        """One round of --beside-check: for each stack (the order rotated by round) and each
+        TCP bulk cell, the stack started and run through the cell with the redirect right
+        beside it (Beside: the stack up and idle meanwhile, as in a full run), then stopped;
+        and the redirect alone through the same cell (no stack process, no TUN), right
+        before or after (alternating by round, stack and cell), so the two runs of the
+        redirect are seconds apart. The alone runs are recorded under the stack (workload
+        tcp_bulk_alone_redirect) so that bench/report.py pairs them by round with the runs
+        beside it."""
+        red = next(s for s in self.plan.subjects if s.kind == "redirect")
+        stacks = [s for s in self.plan.subjects if s.is_stack]
+        k = rnd % len(stacks)
+        for i, subj in enumerate(stacks[k:] + stacks[:k]):
+            for j, cell in enumerate(self.plan.bulk_cells):
+                steps = [lambda: self.stack_block(subj, [cell]),
+                         lambda: self.redirect_alone(red, subj, [cell])]
+                if (rnd + i + j) % 2:
+                    steps.reverse()
+                for step in steps:
+                    step()
+
+    def stack_block(self, subj, cells):
+        """subj started, through cells with the redirect beside each (Beside), stopped."""
+        running = None
+        why = self.launcher.missing(subj)
+        if why:
+            self.results.note_na(subj.label, "all", why)
+            return
+        try:
+            running = self.start(subj)
+            time.sleep(SETTLE_S)
+            self.bulk_cells(running, cells)
+        except RuntimeError as e:
+            self.results.fail("%s: %s" % (subj.label, e))
+        finally:
+            self.launcher.stop(running)
+
+    def redirect_alone(self, red, subj, cells):
+        """The redirect started as in its own block, through cells, stopped; recorded under
+        subj."""
+        running = None
+        why = self.launcher.missing(red)
+        if why:
+            self.results.note_na(subj.label, self.ALONE, why)
+            return
+        try:
+            running = self.start(red)
+            time.sleep(SETTLE_S)
+            for direction, streams in cells:
+                self.tick("%s alone: tcp bulk %s, %d stream%s (for %s)" % (
+                    red.label, direction, streams, "s" if streams > 1 else "", subj.label))
+                try:
+                    self.wl.bulk(red, running.pid, direction, streams, rec=(subj, self.ALONE))
+                except RuntimeError as e:
+                    self.results.fail("%s alone (for %s): %s" % (red.label, subj.label, e))
+                if running.exited() is not None:
+                    raise RuntimeError("exited (%s) during the bulk workloads" %
+                                       running.exited())
+        except RuntimeError as e:
+            self.results.fail("%s alone (for %s): %s" % (red.label, subj.label, e))
         finally:
             self.launcher.stop(running)
 

@@ -306,6 +306,12 @@ def plan_compare(stacks, offload, full=False):
     return subs, v, ceiling
 
 
+def plan_beside_check(stacks, offload):
+    """--beside-check: the redirect baseline and each stack, nothing else."""
+    return [redirect_subject(offload)] + [stack_subject(s, offload, label=s)
+                                          for s in stacks], None, None
+
+
 def plan(mode, stacks, io_mode, externals=()):
     """The subjects of a run of this mode, in table order: (subjects, veth, the reflector
     the two-hop ceiling is computed from); the last two None where the run has no
@@ -317,6 +323,8 @@ def plan(mode, stacks, io_mode, externals=()):
         subs, v, c = plan_socks5(stacks, offload)
     elif mode == "sniff":
         return plan_sniff(stacks, offload)
+    elif mode == "besidecheck":
+        return plan_beside_check(stacks, offload)
     else:
         subs, v, c = plan_compare(stacks, offload, full=mode == "full")
     for e in externals:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# smoke.sh TWINSTACK — the bench rig: its arguments and reports, then three sanity runs.
+# smoke.sh TWINSTACK — the bench rig: its arguments and reports, then four sanity runs.
 #  1. No root needed: `twinstack bench --ablation` argument checks (a plan prints, bad
 #     combinations exit 2), and the ablation report redrawn (--report-from) from a synthetic
 #     run with known figures: the ceiling, the fractions, the differences, the PASS/MISS target
@@ -10,21 +10,22 @@
 #     subjects of each mode: their names, and each setting in the configuration it starts with.
 #     And a full run's memory table (both hold cells) redrawn from a synthetic run, and
 #     --across: the targets of two synthetic runs side by side, and the files it refuses.
-#  2-4. Root, side by side, each `--smoke` (the rig's sanity run: --quick with one 1 s bulk
+#  2-5. Root, side by side, each `--smoke` (the rig's sanity run: --quick with one 1 s bulk
 #     cell and every fixed wait shortened): 2. the comparison (offload I/O,
 #     the default): every stack and baseline must produce sane figures (throughput > 0, RSS >
 #     0, 1,000 connections held and answered), the report and the gate read them; the ratios
 #     are printed, never judged (this machine is shared and noisy). 3. `--via socks5` with an
 #     external subject (a second twinstack). 4. `--link`: the delay line calibrated within its
-#     bounds, data moved both ways through each subject.
-# Exit 77 = parts 2-4 skipped (not root or no /dev/net/tun; part 1 passed), 0 = sane, 1 = a
+#     bounds, data moved both ways through each subject. 5. `--beside-check` with lwIP: the
+#     redirect beside it and alone, and their ratio.
+# Exit 77 = parts 2-5 skipped (not root or no /dev/net/tun; part 1 passed), 0 = sane, 1 = a
 # check failed.
 set -uo pipefail
 bin=${1:?usage: smoke.sh path/to/twinstack}
 out=$(mktemp -d)
 # The root runs in the background (each pid cleared once waited for, never killed after).
-link_pid= s5_pid= main_pid=
-trap 'for p in $link_pid $s5_pid $main_pid; do kill "$p" 2>/dev/null; done; wait; rm -rf "$out"' EXIT
+link_pid= s5_pid= main_pid= bc_pid=
+trap 'for p in $link_pid $s5_pid $main_pid $bc_pid; do kill "$p" 2>/dev/null; done; wait; rm -rf "$out"' EXIT
 fails=0
 # `twinstack bench` execs python3 from PATH, once per check below: put the interpreter's own
 # directory first, so that a version manager's wrapper script (which finds the interpreter
@@ -379,6 +380,82 @@ else
 	echo "not ok - a --via socks5 redraw of the redrawn results.json differs"
 	fails=$((fails + 1))
 fi
+# --beside-check: its plan and argument checks, and its report redrawn from a synthetic run
+# (the redirect beside system 27 and 30 Gbit/s against 30 and 30 alone: 0.9 and 1.0 by round;
+# beside lwip 33 and 33 against 30 and 33: 1.1 and 1.0).
+expect_rc 0 --beside-check --quick --dry-run
+grep -q "^beside check, each round: per stack and cell" "$out/args.txt" &&
+	grep -q "^subjects: redirect (redirect/offload/q1), system (system/offload/q2), lwip" \
+		"$out/args.txt" ||
+	{ echo "not ok - the --beside-check plan names its subjects and schedule"; fails=$((fails + 1)); }
+expect_rc 2 --beside-check --via socks5
+expect_rc 2 --beside-check --ablation
+expect_rc 2 --beside-check --link
+mkdir -p "$out/bc"
+python3 - "$out/bc/results.json" <<'PY'
+import json, sys
+S = {("system", 2): {"tcp_bulk": (30.0, 32.0), "tcp_bulk_paired_redirect": (27.0, 30.0),
+                     "tcp_bulk_alone_redirect": (30.0, 30.0)},
+     ("lwip", 1): {"tcp_bulk": (20.0, 22.0), "tcp_bulk_paired_redirect": (33.0, 33.0),
+                   "tcp_bulk_alone_redirect": (30.0, 33.0)}}
+samples = [{"key": [st, "offload", q, wl, "up", 1, "throughput_gbps"],
+            "values": [[1, v[0]], [2, v[1]]]} for (st, q), w in S.items() for wl, v in w.items()]
+subjects = [{"stack": "redirect", "io_mode": "offload", "queues": 1, "label": "redirect"}] + [
+    {"stack": st, "io_mode": "offload", "queues": q, "label": st} for st, q in S]
+meta = {"mode": "besidecheck", "started_utc": "2026-12-02T00:00:00Z", "duration_s": 1.0,
+        "repetitions": 2, "ceiling_io_mode": None, "io_mode": "offload", "subjects": subjects,
+        "bulk_cells": [["up", 1]], "iperf3": {"seconds": 5, "omit": 1},
+        "idle_wakeup_window_s": 20, "hold_conns": 1000,
+        "host": {"kernel": "synthetic", "cpus": 2, "machine": "x86_64"},
+        "tcp_congestion": {"testbed": "reno", "host_default": "bbr"},
+        "not_measured": [], "failures": [], "notes": []}
+json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w"))
+PY
+if "$bin" bench --report-from "$out/bc/results.json" >"$out/bc/stdout.txt" 2>&1; then
+	echo "ok - bench --report-from a synthetic --beside-check run exits 0"
+else
+	echo "not ok - bench --report-from a synthetic --beside-check run"
+	sed 's/^/# /' "$out/bc/stdout.txt"
+	fails=$((fails + 1))
+fi
+python3 - "$out/bc" <<'PY' || fails=$((fails + 1))
+import json, os, sys
+d = sys.argv[1]
+rows = json.load(open(os.path.join(d, "results.json")))["rows"]
+report = open(os.path.join(d, "report.md")).read()
+bad = 0
+def check(name, ok):
+    global bad
+    print(("ok - " if ok else "not ok - ") + name)
+    bad += not ok
+def row(stack):
+    r = [r for r in rows if (r["stack"], r["workload"], r["metric"]) ==
+         (stack, "tcp_bulk", "redirect_beside_over_alone")]
+    return (r[0]["median"], r[0]["min"], r[0]["max"]) if len(r) == 1 else None
+def near(a, b):
+    return a is not None and all(abs(x - y) < 1e-9 for x, y in zip(a, b))
+check("beside check: system's redirect beside / alone 0.95 [0.9 - 1.0]",
+      near(row("system"), (0.95, 0.9, 1.0)))
+check("beside check: lwip's 1.05 [1.0 - 1.1]", near(row("lwip"), (1.05, 1.0, 1.1)))
+check("beside check: the table row, with the stack over each",
+      "| system | up 1 | 31.00 [30.00 – 32.00] | 28.50 [27.00 – 30.00] | 30.00 | 0.950 "
+      "[0.900 – 1.000] | 1 of 2 | 1.089 [1.067 – 1.111] | 1.033 [1.000 – 1.067] |" in report)
+check("beside check: the summary over every cell and round",
+      "beside / alone 1.000 [0.900 – 1.100]; 1 of 4 rounds and 1 of 2 cell medians lower "
+      "beside." in report)
+sys.exit(1 if bad else 0)
+PY
+mkdir -p "$out/bcb"
+cp "$out/bc/results.json" "$out/bcb/"
+if "$bin" bench --report-from "$out/bcb/results.json" >/dev/null 2>&1 &&
+	cmp -s "$out/bc/results.json" "$out/bcb/results.json" &&
+	cmp -s "$out/bc/report.md" "$out/bcb/report.md"; then
+	echo "ok - a --beside-check redraw of the redrawn results.json is the same"
+else
+	echo "not ok - a --beside-check redraw of the redrawn results.json differs"
+	fails=$((fails + 1))
+fi
+
 # A full run's memory table redrawn from a synthetic run: the system stack held all of 1,000
 # (RssAnon 3,000 -> 5,000 KiB: 2.00 KiB per connection) and 9,967 of 10,000 (1,000 ->
 # 1,000 + 2.2 x 9,967 KiB: 2.20). UDP echo: veth 100,000 packets/s, the redirect baseline's
@@ -521,12 +598,12 @@ if [ "$fails" -ne 0 ]; then
 	exit 1
 fi
 
-# ---- 2-4. three sanity runs side by side (root) ----
+# ---- 2-5. four sanity runs side by side (root) ----
 # 2. The comparison: every stack and baseline must produce sane figures (throughput > 0,
 # RSS > 0, 1,000 connections held, answered); the ratios are printed, never judged.
 [ "$root" -eq 1 ] || { echo "smoke: needs root and /dev/net/tun: quick run skipped"; exit 77; }
-# The comparison (2), --via socks5 with an external subject (3) and --link (4, started above)
-# run at the same time, each with --smoke (the rig's sanity run: one bulk cell of 1 s, every
+# The comparison (2), --via socks5 with an external subject (3), --link (4, started above)
+# and --beside-check with one stack (5) run at the same time, each with --smoke (the rig's sanity run: one bulk cell of 1 s, every
 # wait shortened) and each in a testbed of its own (namespaces named by a token of its own):
 # their figures are only checked for sanity here, never compared. Each is bounded by its own
 # waits.
@@ -537,6 +614,11 @@ if command -v danted >/dev/null 2>&1 || [ -x /usr/sbin/danted ]; then
 		--out "$out/s5run" >"$out/s5run/stdout.txt" 2>"$out/s5run/stderr.txt" &
 	s5_pid=$!
 fi
+# 5. --beside-check with one stack: the redirect beside it and alone, each round.
+mkdir -p "$out/bcrun"
+"$bin" bench --beside-check --smoke --stacks lwip --out "$out/bcrun" \
+	>"$out/bcrun/stdout.txt" 2>"$out/bcrun/stderr.txt" &
+bc_pid=$!
 "$bin" bench --smoke --no-micro --out "$out" >"$out/stdout.txt" 2>"$out/stderr.txt" &
 main_pid=$!
 wait "$main_pid"
@@ -686,6 +768,36 @@ PY
 	fi
 else
 	echo "# --via socks5 part skipped: no danted (Debian package dante-server)"
+fi
+
+# ---- 5. --beside-check --smoke (root, started beside part 2) ----
+wait "$bc_pid"
+rc=$?
+bc_pid=
+if [ "$rc" -ne 0 ]; then
+	tail -n 20 "$out/bcrun/stderr.txt"
+	echo "not ok - bench --beside-check --smoke exited $rc"
+	fails=$((fails + 1))
+else
+	python3 - "$out/bcrun" <<'PY' || fails=$((fails + 1))
+import json, os, sys
+d = sys.argv[1]
+rows = json.load(open(os.path.join(d, "results.json")))["rows"]
+report = open(os.path.join(d, "report.md")).read()
+def val(wl, metric):
+    r = [r for r in rows if (r["stack"], r["workload"], r["direction"], r["streams"],
+                             r["metric"]) == ("lwip", wl, "up", 1, metric)]
+    return r[0]["median"] if len(r) == 1 else 0
+got = {wl: val(wl, "throughput_gbps") for wl in
+       ("tcp_bulk", "tcp_bulk_paired_redirect", "tcp_bulk_alone_redirect")}
+ratio = val("tcp_bulk", "redirect_beside_over_alone")
+ok = all(v > 0 for v in got.values()) and ratio > 0 and "| lwip | up 1 | " in report and \
+    abs(ratio - got["tcp_bulk_paired_redirect"] / got["tcp_bulk_alone_redirect"]) < 1e-9
+print(("ok - " if ok else "not ok - ") + "beside check: lwip, the redirect beside it and "
+      "alone, and their ratio (%s, ratio %.3f)" % (
+          ", ".join("%s %.1f" % kv for kv in sorted(got.items())), ratio))
+sys.exit(0 if ok else 1)
+PY
 fi
 
 # ---- 4. --link --smoke (root, started beside part 2) ----
