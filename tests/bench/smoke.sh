@@ -58,6 +58,33 @@ expect_rc() {
 		fails=$((fails + 1))
 	fi
 }
+# redraw WHAT DIR: `bench --report-from DIR/results.json` (a synthetic run of WHAT) exits 0;
+# its output in DIR/stdout.txt.
+redraw() {
+	if "$bin" bench --report-from "$2/results.json" >"$2/stdout.txt" 2>&1; then
+		echo "ok - bench --report-from a synthetic $1 exits 0"
+	else
+		echo "not ok - bench --report-from a synthetic $1"
+		sed 's/^/# /' "$2/stdout.txt"
+		fails=$((fails + 1))
+	fi
+}
+# redraw_again WHAT DIR: the results.json a redraw wrote into DIR, redrawn in DIR.again,
+# gives the same results.json and report.md (bench/report.py reads nothing else).
+redraw_again() {
+	local again="$2.again"
+	mkdir -p "$again"
+	cp "$2/results.json" "$again/"
+	if "$bin" bench --report-from "$again/results.json" >"$again/stdout.txt" 2>&1 &&
+		cmp -s "$2/results.json" "$again/results.json" &&
+		cmp -s "$2/report.md" "$again/report.md"; then
+		echo "ok - $1: a redraw of the redrawn results.json writes the same results.json and report.md"
+	else
+		echo "not ok - $1: a redraw of the redrawn results.json differs"
+		sed 's/^/# /' "$again/stdout.txt"
+		fails=$((fails + 1))
+	fi
+}
 expect_rc 0 --ablation --reps 1 --bulk-seconds 2 --dry-run
 grep -q "system offload 2q (system/offload/q2)" "$out/args.txt" &&
 	grep -q "^estimate: " "$out/args.txt" ||
@@ -182,13 +209,7 @@ meta = {"mode": "ablation", "started_utc": "2026-11-30T00:00:00Z", "duration_s":
         "not_measured": [], "failures": [], "notes": []}
 json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w"))
 PY
-if "$bin" bench --report-from "$out/synth/results.json" >"$out/synth/stdout.txt" 2>&1; then
-	echo "ok - bench --report-from a synthetic ablation exits 0"
-else
-	echo "not ok - bench --report-from a synthetic ablation"
-	sed 's/^/# /' "$out/synth/stdout.txt"
-	fails=$((fails + 1))
-fi
+redraw "ablation" "$out/synth"
 python3 - "$out/synth" <<'PY' || fails=$((fails + 1))
 import json, os, shutil, sys
 d = sys.argv[1]
@@ -250,17 +271,7 @@ if shutil.which("gnuplot"):
               for e in ("svg", "png")))
 sys.exit(1 if bad else 0)
 PY
-mkdir -p "$out/redraw"
-cp "$out/synth/results.json" "$out/redraw/"
-if "$bin" bench --report-from "$out/redraw/results.json" >"$out/redraw/stdout.txt" 2>&1 &&
-	cmp -s "$out/synth/results.json" "$out/redraw/results.json" &&
-	cmp -s "$out/synth/report.md" "$out/redraw/report.md"; then
-	echo "ok - a redraw of the redrawn results.json writes the same results.json and report.md"
-else
-	echo "not ok - a redraw of the redrawn results.json differs"
-	sed 's/^/# /' "$out/redraw/stdout.txt"
-	fails=$((fails + 1))
-fi
+redraw_again "ablation" "$out/synth"
 if "$bin" gate --baseline "$out/synth/results.json" --current "$out/synth/results.json" \
 	>"$out/synth/gate.txt" 2>&1 &&
 	grep -Eq "^redirect_fraction +system/offload/q2/tcp_bulk/up/s16 .* ok$" "$out/synth/gate.txt"; then
@@ -313,13 +324,7 @@ meta = {"mode": "socks5", "started_utc": "2026-12-02T00:00:00Z", "duration_s": 1
         "not_measured": [], "failures": [], "notes": []}
 json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w"))
 PY
-if "$bin" bench --report-from "$out/s5/results.json" >"$out/s5/stdout.txt" 2>&1; then
-	echo "ok - bench --report-from a synthetic --via socks5 run exits 0"
-else
-	echo "not ok - bench --report-from a synthetic --via socks5 run"
-	sed 's/^/# /' "$out/s5/stdout.txt"
-	fails=$((fails + 1))
-fi
+redraw "--via socks5 run" "$out/s5"
 python3 - "$out/s5" <<'PY' || fails=$((fails + 1))
 import json, os, sys
 d = sys.argv[1]
@@ -370,16 +375,7 @@ check("one table row per figure with the ratio columns",
       "[11.88 – 12.12] | 9.00 [8.91 – 9.09] | 0.900 |" in report and "| UDP echo 64 B, packets/s |" in report)
 sys.exit(1 if bad else 0)
 PY
-mkdir -p "$out/s5b"
-cp "$out/s5/results.json" "$out/s5b/"
-if "$bin" bench --report-from "$out/s5b/results.json" >/dev/null 2>&1 &&
-	cmp -s "$out/s5/results.json" "$out/s5b/results.json" &&
-	cmp -s "$out/s5/report.md" "$out/s5b/report.md"; then
-	echo "ok - a --via socks5 redraw of the redrawn results.json is the same"
-else
-	echo "not ok - a --via socks5 redraw of the redrawn results.json differs"
-	fails=$((fails + 1))
-fi
+redraw_again "--via socks5" "$out/s5"
 # --beside-check: its plan and argument checks, and its report redrawn from a synthetic run
 # (the redirect beside system 27 and 30 Gbit/s against 30 and 30 alone: 0.9 and 1.0 by round;
 # beside lwip 33 and 33 against 30 and 33: 1.1 and 1.0).
@@ -411,13 +407,7 @@ meta = {"mode": "besidecheck", "started_utc": "2026-12-02T00:00:00Z", "duration_
         "not_measured": [], "failures": [], "notes": []}
 json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w"))
 PY
-if "$bin" bench --report-from "$out/bc/results.json" >"$out/bc/stdout.txt" 2>&1; then
-	echo "ok - bench --report-from a synthetic --beside-check run exits 0"
-else
-	echo "not ok - bench --report-from a synthetic --beside-check run"
-	sed 's/^/# /' "$out/bc/stdout.txt"
-	fails=$((fails + 1))
-fi
+redraw "--beside-check run" "$out/bc"
 python3 - "$out/bc" <<'PY' || fails=$((fails + 1))
 import json, os, sys
 d = sys.argv[1]
@@ -445,16 +435,7 @@ check("beside check: the summary over every cell and round",
       "beside." in report)
 sys.exit(1 if bad else 0)
 PY
-mkdir -p "$out/bcb"
-cp "$out/bc/results.json" "$out/bcb/"
-if "$bin" bench --report-from "$out/bcb/results.json" >/dev/null 2>&1 &&
-	cmp -s "$out/bc/results.json" "$out/bcb/results.json" &&
-	cmp -s "$out/bc/report.md" "$out/bcb/report.md"; then
-	echo "ok - a --beside-check redraw of the redrawn results.json is the same"
-else
-	echo "not ok - a --beside-check redraw of the redrawn results.json differs"
-	fails=$((fails + 1))
-fi
+redraw_again "--beside-check" "$out/bc"
 
 # A full run's memory table redrawn from a synthetic run: the system stack held all of 1,000
 # (RssAnon 3,000 -> 5,000 KiB: 2.00 KiB per connection) and 9,967 of 10,000 (1,000 ->
