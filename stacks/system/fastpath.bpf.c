@@ -152,15 +152,25 @@ static __always_inline __u8 ip_proto(struct __sk_buff *skb, __u32 proto_off)
 	return proto;
 }
 
-/* The start of a packet whose IP header (up to l4) and the header of protocol proto (TCP or
- * UDP) after it are in the linear part, pulled there if need be, or NULL: then the packet is
- * not for us. */
-static __always_inline void *linear_headers(struct __sk_buff *skb, __u32 l4, __u8 proto)
+/* Which protocols a program handles: the parsers below give up on any other one before
+ * they read, or pull, anything past the IP header. */
+#define WANT_TCP 1u
+#define WANT_UDP 2u
+
+/* The start of a packet whose IP header (up to l4) and the header of protocol proto after it
+ * are in the linear part, pulled there if need be, or NULL: then the packet is not for us
+ * (proto is not one of want's). */
+static __always_inline void *linear_headers(struct __sk_buff *skb, __u32 l4, __u8 proto,
+					    __u32 want)
 {
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
-	__u32 need = l4 + (proto == IPPROTO_TCP ? sizeof(struct tcphdr) : sizeof(struct udphdr));
+	__u32 need;
 
-	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+	if (proto == IPPROTO_TCP && (want & WANT_TCP))
+		need = l4 + sizeof(struct tcphdr);
+	else if (proto == IPPROTO_UDP && (want & WANT_UDP))
+		need = l4 + sizeof(struct udphdr);
+	else
 		return NULL;
 	if (data + need > end) {
 		/* Headers outside the linear part (the kernel's own never are): pull them in, for
@@ -175,14 +185,15 @@ static __always_inline void *linear_headers(struct __sk_buff *skb, __u32 l4, __u
 	return data;
 }
 
-/* An IPv4 packet at off without options and not a fragment, with the TCP or UDP header it
- * names linear after it: its start (its protocol in *proto, its addresses and ports in k), or
- * NULL: not for us. Options and fragments take the userspace path, which handles them. */
-static __always_inline void *parse4(struct __sk_buff *skb, __u32 off, __u8 *proto,
+/* An IPv4 packet at off without options and not a fragment, with the header of the TCP or UDP
+ * it names (one of want's) linear after it: its start (its protocol in *proto, its addresses
+ * and ports in k), or NULL: not for us. Options and fragments take the userspace path, which
+ * handles them. */
+static __always_inline void *parse4(struct __sk_buff *skb, __u32 off, __u32 want, __u8 *proto,
 				    struct fastpath_key *k)
 {
 	__u8 p = ip_proto(skb, off + offsetof(struct iphdr, protocol));
-	void *data = linear_headers(skb, off + sizeof(struct iphdr), p);
+	void *data = linear_headers(skb, off + sizeof(struct iphdr), p, want);
 	struct iphdr *ip;
 	__be16 *ports;
 
@@ -204,11 +215,11 @@ static __always_inline void *parse4(struct __sk_buff *skb, __u32 off, __u8 *prot
 
 /* The same for IPv6: TCP or UDP directly after the fixed header (extension headers take the
  * userspace path). */
-static __always_inline void *parse6(struct __sk_buff *skb, __u32 off, __u8 *proto,
+static __always_inline void *parse6(struct __sk_buff *skb, __u32 off, __u32 want, __u8 *proto,
 				    struct fastpath_key *k)
 {
 	__u8 p = ip_proto(skb, off + offsetof(struct ipv6hdr, nexthdr));
-	void *data = linear_headers(skb, off + sizeof(struct ipv6hdr), p);
+	void *data = linear_headers(skb, off + sizeof(struct ipv6hdr), p, want);
 	struct ipv6hdr *ip;
 	__be16 *ports;
 
@@ -455,11 +466,12 @@ static __always_inline int udp_egress(struct __sk_buff *skb, void *data, __u8 fa
 static __always_inline int egress(struct __sk_buff *skb, bool udp)
 {
 	struct fastpath_key k = { 0 };
+	__u32 want = WANT_TCP | (udp ? WANT_UDP : 0);
 	__u8 proto = 0;
 	void *data;
 
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		data = parse4(skb, AT_TUN, &proto, &k);
+		data = parse4(skb, AT_TUN, want, &proto, &k);
 		if (!data)
 			return PASS;
 		if (proto == IPPROTO_TCP)
@@ -467,7 +479,7 @@ static __always_inline int egress(struct __sk_buff *skb, bool udp)
 		return udp ? udp_egress(skb, data, 4, &k) : PASS;
 	}
 	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
-		data = parse6(skb, AT_TUN, &proto, &k);
+		data = parse6(skb, AT_TUN, want, &proto, &k);
 		if (!data)
 			return PASS;
 		if (proto == IPPROTO_TCP)
@@ -513,16 +525,16 @@ int fastpath_uplink(struct __sk_buff *skb)
 		return PASS;
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		family = 4;
-		data = parse4(skb, AT_ETH, &proto, &k);
+		data = parse4(skb, AT_ETH, WANT_UDP, &proto, &k);
 		hdr = sizeof(struct iphdr);
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		family = 6;
-		data = parse6(skb, AT_ETH, &proto, &k);
+		data = parse6(skb, AT_ETH, WANT_UDP, &proto, &k);
 		hdr = sizeof(struct ipv6hdr);
 	} else {
 		return PASS;
 	}
-	if (!data || proto != IPPROTO_UDP)
+	if (!data)
 		return PASS;
 	v = bpf_map_lookup_elem(&udp_in, &k);
 	if (!v)
