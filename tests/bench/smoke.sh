@@ -32,6 +32,10 @@ fails=0
 # anew on every start) is not run each time.
 py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) && [ -x "$py" ] &&
 	PATH="$(dirname "$py"):$PATH"
+# The python checks below begin with `from smokecheck import *` (this directory's
+# smokecheck.py); none of them leaves a bytecode cache in the source tree.
+PYTHONPATH="$(cd "$(dirname "$0")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH PYTHONDONTWRITEBYTECODE=1
 root=0
 [ "$(id -u)" -eq 0 ] && [ -c /dev/net/tun ] && root=1
 # Part 4 starts first: the delay line's calibration (its RTT and loss within their bounds)
@@ -119,17 +123,12 @@ expect_rc 2 --smoke --ablation
 # with (bench/launch.py), under the names results.json has always used (bench/subjects.py).
 python3 - "$(dirname "$0")/../../bench" "$out" <<'PY' || fails=$((fails + 1))
 import json, os, sys
+from smokecheck import *
 sys.path.insert(0, sys.argv[1])
-sys.dont_write_bytecode = True
 import subjects
 from launch import Launcher
 class Tb:
     tun = "tsbtX"
-bad = 0
-def check(name, ok):
-    global bad
-    print(("ok - " if ok else "not ok - ") + name)
-    bad += not ok
 def config(subj):
     path = os.path.join(sys.argv[2], "cfg.json")
     Launcher(Tb(), None, sys.argv[2], None).write_config(subj, path)
@@ -169,7 +168,7 @@ check("sniff idle / look: a name rule for port 443 only / for every port",
       [s.io_mode for s in subs] == ["offload", "offload-sniffidle", "offload-snifflook"]
       and idle["rules"][0].get("port") == [443] and "port" not in look["rules"][0]
       and "sniff" in idle and "sniff" not in config(subs[0])["route"])
-sys.exit(1 if bad else 0)
+finish()
 PY
 
 mkdir -p "$out/synth"
@@ -211,17 +210,13 @@ json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w")
 PY
 redraw "ablation" "$out/synth"
 python3 - "$out/synth" <<'PY' || fails=$((fails + 1))
-import json, os, shutil, sys
+import os, shutil, sys
+from smokecheck import *
 d = sys.argv[1]
-res = json.load(open(os.path.join(d, "results.json")))
+res = results(d)
 rows = res["rows"]
-stdout = open(os.path.join(d, "stdout.txt")).read()
-report = open(os.path.join(d, "report.md")).read()
-bad = 0
-def check(name, ok):
-    global bad
-    print(("ok - " if ok else "not ok - ") + name)
-    bad += not ok
+stdout = text(d, "stdout.txt")
+report = text(d, "report.md")
 def row(stack, io, q, dr, n, metric):
     r = [r for r in rows if (r["stack"], r["io_mode"], r["queues"], r["direction"],
                              r["streams"], r["metric"]) == (stack, io, q, dr, n, metric)]
@@ -258,7 +253,6 @@ check("results.json keeps meta.tcp_congestion",
 check("peak RSS in MiB (9000 KiB = 8.8)", "| 8.8 |" in report or "| 8.8 " in report)
 def tally_ok(stdout, report):
     """The verdicts counted once in the report and on stdout, as many as the lines printed."""
-    import re
     p = sum(1 for l in stdout.splitlines() if l.startswith("PASS  "))
     m = sum(1 for l in stdout.splitlines() if l.startswith("MISS  "))
     na = sum(1 for l in stdout.splitlines() if l.startswith("N/A   ") or l.startswith("N/A  "))
@@ -269,7 +263,7 @@ if shutil.which("gnuplot"):
     check("chart: ablation_throughput.svg and .png",
           all(os.path.getsize(os.path.join(d, "ablation_throughput." + e)) > 1000
               for e in ("svg", "png")))
-sys.exit(1 if bad else 0)
+finish()
 PY
 redraw_again "ablation" "$out/synth"
 if "$bin" gate --baseline "$out/synth/results.json" --current "$out/synth/results.json" \
@@ -326,16 +320,12 @@ json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w")
 PY
 redraw "--via socks5 run" "$out/s5"
 python3 - "$out/s5" <<'PY' || fails=$((fails + 1))
-import json, os, sys
+import sys
+from smokecheck import *
 d = sys.argv[1]
-rows = json.load(open(os.path.join(d, "results.json")))["rows"]
-stdout = open(os.path.join(d, "stdout.txt")).read()
-report = open(os.path.join(d, "report.md")).read()
-bad = 0
-def check(name, ok):
-    global bad
-    print(("ok - " if ok else "not ok - ") + name)
-    bad += not ok
+rows = rows_of(d)
+stdout = text(d, "stdout.txt")
+report = text(d, "report.md")
 def frac(stack, wl, n):
     r = [r for r in rows if (r["stack"], r["io_mode"], r["workload"], r["streams"],
                              r["metric"]) == (stack, "offload-socks5", wl, n,
@@ -373,7 +363,7 @@ check("the targets counted: PASS and MISS as many as the lines", tally_ok(stdout
 check("one table row per figure with the ratio columns",
       "| TCP up, 16 streams | 10.00 [9.90 – 10.10] | 7.50 [7.42 – 7.58] | 0.750 | 12.00 "
       "[11.88 – 12.12] | 9.00 [8.91 – 9.09] | 0.900 |" in report and "| UDP echo 64 B, packets/s |" in report)
-sys.exit(1 if bad else 0)
+finish()
 PY
 redraw_again "--via socks5" "$out/s5"
 # --beside-check: its plan and argument checks, and its report redrawn from a synthetic run
@@ -409,15 +399,11 @@ json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w")
 PY
 redraw "--beside-check run" "$out/bc"
 python3 - "$out/bc" <<'PY' || fails=$((fails + 1))
-import json, os, sys
+import sys
+from smokecheck import *
 d = sys.argv[1]
-rows = json.load(open(os.path.join(d, "results.json")))["rows"]
-report = open(os.path.join(d, "report.md")).read()
-bad = 0
-def check(name, ok):
-    global bad
-    print(("ok - " if ok else "not ok - ") + name)
-    bad += not ok
+rows = rows_of(d)
+report = text(d, "report.md")
 def row(stack):
     r = [r for r in rows if (r["stack"], r["workload"], r["metric"]) ==
          (stack, "tcp_bulk", "redirect_beside_over_alone")]
@@ -433,7 +419,7 @@ check("beside check: the table row, with the stack over each",
 check("beside check: the summary over every cell and round",
       "beside / alone 1.000 [0.900 – 1.100]; 1 of 4 rounds and 1 of 2 cell medians lower "
       "beside." in report)
-sys.exit(1 if bad else 0)
+finish()
 PY
 redraw_again "--beside-check" "$out/bc"
 
@@ -611,19 +597,14 @@ if [ "$rc" -ne 0 ]; then
 	exit 1
 fi
 python3 - "$out/results.json" <<'PY'
-import json, sys
-res = json.load(open(sys.argv[1]))
+import sys
+from smokecheck import *
+res = results(sys.argv[1])
 rows = res["rows"]
 def get(stack, metric, workload=None, streams=None):
     return [r for r in rows if r["stack"] == stack and r["metric"] == metric
             and (workload is None or r["workload"] == workload)
             and (streams is None or r["streams"] == streams)]
-passed = failed = 0
-def check(name, ok, detail):
-    global passed, failed
-    print(("ok - " if ok else "not ok - ") + name + " (" + detail + ")")
-    if ok: passed += 1
-    else: failed += 1
 for s in ("veth", "redirect", "reflector", "system", "lwip"):
     t = get(s, "throughput_gbps", streams=1)
     check(f"{s}: 1-stream throughput", bool(t) and 0 < t[0]["median"] < 1000,
@@ -689,8 +670,7 @@ check("report.md's memory table has the held connections",
 cc = res["meta"].get("tcp_congestion") or {}
 check("the testbed ran reno (pinned, read back)", cc.get("testbed") == "reno",
       f"meta.tcp_congestion {cc}")
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish(summary=True)
 PY
 [ $? -eq 0 ] || fails=$((fails + 1))
 # The gate reads the run's own redirect_fraction rows, the bulk ones and the connection rate's
@@ -722,16 +702,12 @@ if [ -n "$s5_pid" ]; then
 		fails=$((fails + 1))
 	else
 		python3 - "$out/s5run/results.json" <<'PY' || fails=$((fails + 1))
-import json, sys
-rows = json.load(open(sys.argv[1]))["rows"]
+import sys
+from smokecheck import *
+rows = rows_of(sys.argv[1])
 def get(stack, metric, workload, streams=None):
     return [r for r in rows if r["stack"] == stack and r["metric"] == metric
             and r["workload"] == workload and (streams is None or r["streams"] == streams)]
-bad = 0
-def check(name, ok, detail):
-    global bad
-    print(("ok - " if ok else "not ok - ") + name + " (" + detail + ")")
-    bad += not ok
 t = get("ext", "throughput_gbps", "tcp_bulk", 1)
 check("external subject: TCP bulk through the SOCKS5 server", bool(t) and t[0]["median"] > 0,
       f"{t[0]['median']:.2f} Gbit/s" if t else "missing")
@@ -744,7 +720,7 @@ check("external subject: UDP echo through the SOCKS5 server", bool(u) and u[0]["
 r = get("ext", "peak_rss_kb", "run")
 check("external subject: the process holding the TUN is measured (peak RSS)",
       bool(r) and r[0]["median"] > 100, f"{r[0]['median']:.0f} KiB" if r else "missing")
-sys.exit(1 if bad else 0)
+finish()
 PY
 	fi
 else
@@ -761,10 +737,11 @@ if [ "$rc" -ne 0 ]; then
 	fails=$((fails + 1))
 else
 	python3 - "$out/bcrun" <<'PY' || fails=$((fails + 1))
-import json, os, sys
+import sys
+from smokecheck import *
 d = sys.argv[1]
-rows = json.load(open(os.path.join(d, "results.json")))["rows"]
-report = open(os.path.join(d, "report.md")).read()
+rows = rows_of(d)
+report = text(d, "report.md")
 def val(wl, metric):
     r = [r for r in rows if (r["stack"], r["workload"], r["direction"], r["streams"],
                              r["metric"]) == ("lwip", wl, "up", 1, metric)]
@@ -772,12 +749,11 @@ def val(wl, metric):
 got = {wl: val(wl, "throughput_gbps") for wl in
        ("tcp_bulk", "tcp_bulk_paired_redirect", "tcp_bulk_alone_redirect")}
 ratio = val("tcp_bulk", "redirect_beside_over_alone")
-ok = all(v > 0 for v in got.values()) and ratio > 0 and "| lwip | up 1 | " in report and \
-    abs(ratio - got["tcp_bulk_paired_redirect"] / got["tcp_bulk_alone_redirect"]) < 1e-9
-print(("ok - " if ok else "not ok - ") + "beside check: lwip, the redirect beside it and "
-      "alone, and their ratio (%s, ratio %.3f)" % (
-          ", ".join("%s %.1f" % kv for kv in sorted(got.items())), ratio))
-sys.exit(0 if ok else 1)
+check("beside check: lwip, the redirect beside it and alone, and their ratio",
+      all(v > 0 for v in got.values()) and ratio > 0 and "| lwip | up 1 | " in report and
+      abs(ratio - got["tcp_bulk_paired_redirect"] / got["tcp_bulk_alone_redirect"]) < 1e-9,
+      "%s, ratio %.3f" % (", ".join("%s %.1f" % kv for kv in sorted(got.items())), ratio))
+finish()
 PY
 fi
 
@@ -796,12 +772,8 @@ if [ -n "$link_pid" ]; then
 	else
 		python3 - "$out/link/link.json" <<'PY' || fails=$((fails + 1))
 import json, sys
+from smokecheck import *
 j = json.load(open(sys.argv[1]))
-bad = 0
-def check(name, ok, detail):
-    global bad
-    print(("ok - " if ok else "not ok - ") + name + " (" + detail + ")")
-    bad += not ok
 c = j["calibration"][0] if j["calibration"] else {}
 check("link: the line calibrated (RTT within 10 %, loss within +-20 %)", c.get("ok") is True,
       "ping %s ms, loss %s %%" % ((c.get("ping") or {}).get("median_ms"),
@@ -811,7 +783,7 @@ for s in ("veth", "system", "lwip"):
     ok = all(got.get(m, 0) > 0 for m in ("bulk_up_gbps", "bulk_down_gbps", "transfer_ms"))
     check(f"link: {s} moved data both ways and completed the download", ok,
           ", ".join("%s %.4g" % kv for kv in sorted(got.items())))
-sys.exit(1 if bad else 0)
+finish()
 PY
 	fi
 else
