@@ -134,6 +134,7 @@ static void add_tun(struct ts_proxy *p, struct stats_doc *d, const struct netsta
 	stats_doc_add_u64(d, "fast_path.segments", STATS_COUNTER, ns->fast_path_segments);
 	stats_doc_add_u64(d, "fast_path.bytes", STATS_COUNTER, ns->fast_path_bytes);
 	stats_doc_add_u64(d, "fast_path.dropped", STATS_COUNTER, ns->fast_path_dropped);
+	stats_doc_add_str(d, "fast_path.udp_state", fp_state[ns->fast_path_udp]);
 	stats_doc_add_u64(d, "fast_path.udp_flows", STATS_GAUGE, ns->fast_path_udp_flows);
 	stats_doc_add_u64(d, "fast_path.uplinks", STATS_GAUGE, ns->fast_path_uplinks);
 	stats_doc_add_u64(d, "fast_path.udp_no_uplink", STATS_COUNTER, ns->fast_path_udp_no_uplink);

@@ -89,9 +89,11 @@ struct netstack_stats {
 				  NETSTACK_FAST_PATH_UNAVAILABLE, NETSTACK_FAST_PATH_ON } fast_path;
 	uint64_t fast_path_conns, fast_path_added, fast_path_full, fast_path_failed;
 	uint64_t fast_path_packets, fast_path_segments, fast_path_bytes, fast_path_dropped;
-	/* Its UDP flows: in its maps now; offers refused for want of an uplink it can use, or
-	 * by the maps; datagrams and their bytes out to the uplinks and in to the TUN, datagrams
+	/* Its UDP flows: their state (as fast_path's: unavailable where the kernel refused what
+	 * they need); in its maps now; offers refused for want of an uplink it can use, or by
+	 * the maps; datagrams and their bytes out to the uplinks and in to the TUN, datagrams
 	 * dropped half-way (both ways). */
+	enum netstack_fast_path fast_path_udp;
 	uint64_t fast_path_udp_flows, fast_path_udp_no_uplink, fast_path_udp_map_failed;
 	uint64_t fast_path_uplinks;       /* devices its reply program is attached to */
 	uint64_t fast_path_udp_out, fast_path_udp_out_bytes, fast_path_udp_in,

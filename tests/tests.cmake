@@ -116,10 +116,15 @@ if(TS_SANITIZE STREQUAL "")
   add_test(NAME bench_ab COMMAND ${CMAKE_SOURCE_DIR}/tests/bench/ab_run.sh $<TARGET_FILE:twinstack>)
   set_tests_properties(bench_ab PROPERTIES
     LABELS integration TIMEOUT 120 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+  # What older kernels lack, refused to one process (LD_PRELOAD): the system stack's whole
+  # suite runs its fast path's fallbacks for them (tests/integration/oldkernel.c).
+  add_library(ts_oldkernel SHARED ${CMAKE_SOURCE_DIR}/tests/integration/oldkernel.c)
+  target_compile_options(ts_oldkernel PRIVATE ${TS_WARN})
+  target_link_libraries(ts_oldkernel PRIVATE ${CMAKE_DL_LIBS})
   foreach(stack system lwip)
     add_test(NAME integration_${stack}
       COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/netns.sh --stack ${stack}
-              --bin $<TARGET_FILE:twinstack>)
+              --bin $<TARGET_FILE:twinstack> --oldkernel $<TARGET_FILE:ts_oldkernel>)
     set_tests_properties(integration_${stack} PROPERTIES
       LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   endforeach()

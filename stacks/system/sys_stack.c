@@ -100,6 +100,8 @@ struct sys_stack {
 	struct event *fp_ev;               /* one-shot: the oldest waiting one is old enough */
 	struct udpfast uf;                 /* UDP flows into it (the UDP path's offload) */
 	bool uf_on;                        /* the UDP path has the offload */
+	bool uf_asked;                     /* there is a UDP path to give it flows */
+	bool uf_refused;                   /* the fast path started without them (refused) */
 };
 
 /* One per session: marks the NAT entry closing and returns the permit and fd however the
@@ -783,6 +785,7 @@ static int fast_start(struct sys_stack *st, char *err, size_t errlen)
 		fastpath_free(st->fp);
 		st->fp = NULL;
 	}
+	st->uf_asked = udp > 0;
 	if (ret == 0) {
 		const char *uoff = udp ? fastpath_udp_off(st->fp) : NULL;
 		const char *tun = st->env.tun_name ? st->env.tun_name : "the TUN";
@@ -794,6 +797,7 @@ static int fast_start(struct sys_stack *st, char *err, size_t errlen)
 			udp_path_set_offload(st->env.udp, &udpfast_ops, &st->uf);
 			st->uf_on = true;
 		}
+		st->uf_refused = uoff != NULL;
 		if (uoff)
 			log_info(st->env.log, "system stack: in-kernel fast path on %s (room for %u "
 				 "connections; UDP flows stay in userspace: %s)", tun, conns, uoff);
@@ -1037,6 +1041,12 @@ static void sys_stats(struct netstack *ns, struct netstack_stats *o)
 	o->rewrites = ctr_get(&c->uplink) + ctr_get(&c->downlink);
 	o->fast_path = st->fp ? NETSTACK_FAST_PATH_ON
 		     : st->fp_unavailable ? NETSTACK_FAST_PATH_UNAVAILABLE : NETSTACK_FAST_PATH_OFF;
+	/* Its UDP flows: unavailable where they were asked for and the kernel refused them, or
+	 * the fast path as a whole. */
+	o->fast_path_udp = st->uf_on ? NETSTACK_FAST_PATH_ON
+			 : st->uf_asked && (st->uf_refused || st->fp_unavailable)
+				 ? NETSTACK_FAST_PATH_UNAVAILABLE
+				 : NETSTACK_FAST_PATH_OFF;
 	o->fast_path_added = ctr_get(&st->fp_added);
 	o->fast_path_full = ctr_get(&st->fp_full);
 	o->fast_path_failed = ctr_get(&st->fp_failed);

@@ -29,7 +29,7 @@
 #
 # usage: netns.sh [--stack system|lwip] [--bin PATH] [--relay splice|copy] [--offload on|off]
 #                 [--io-uring on|off] [--queues N] [--fast-path auto|on|off] [--subset]
-#                 [--bypass] [--keep] [-v]
+#                 [--oldkernel LIB] [--bypass] [--keep] [-v]
 #   --stack   the config's "stack" (the only thing that differs between the stacks' runs)
 #   --relay   the config's "relay.mode" (default: the program's default)
 #   --offload the config's "tun.offload" (default on: written explicitly, so a kernel that
@@ -46,6 +46,10 @@
 #   --subset  only the short subset for the extra modes: 100 MiB v4/v6 downloads from A and
 #             from C, the bulk echo, UDP echo, 200 concurrent connections, the mode's /stats,
 #             teardown and SIGTERM
+#   --oldkernel the test library tests/integration/oldkernel.c builds (libts_oldkernel.so):
+#             with it, the system stack's whole suite also starts two instances on a kernel
+#             that refuses what older ones lack (tcx: Linux 6.6; bpf_check_mtu: 5.12), whose
+#             fast path must keep TCP and leave UDP to userspace, saying so
 #   --bin     the twinstack binary (default: build/twinstack of this checkout)
 #   --bypass  same topology and servers, but A's clients are routed straight over the veth and
 #             no twinstack carries the traffic: proves the harness and measures the bare veth
@@ -62,15 +66,18 @@ QUEUES=1
 FAST_PATH=
 SUBSET=0
 BYPASS=0
+OLDKERNEL=
 
 # shellcheck source=tests/integration/lib.sh
 . "$HERE/lib.sh"
 suite_args netns --relay RELAY --offload OFFLOAD --io-uring IO_URING --queues QUEUES \
-	--fast-path FAST_PATH --subset SUBSET=1 --bypass BYPASS=1 -- "$@"
+	--fast-path FAST_PATH --subset SUBSET=1 --oldkernel OLDKERNEL --bypass BYPASS=1 -- "$@"
 case $RELAY in "" | splice | copy) ;; *) echo "netns.sh: --relay must be splice or copy" >&2; exit 2 ;; esac
 case $OFFLOAD in on | off) ;; *) echo "netns.sh: --offload must be on or off" >&2; exit 2 ;; esac
 [[ "$QUEUES" =~ ^[1-9][0-9]*$ ]] || { echo "netns.sh: --queues must be a positive integer" >&2; exit 2; }
 case $FAST_PATH in "" | auto | on | off) ;; *) echo "netns.sh: --fast-path must be auto, on or off" >&2; exit 2 ;; esac
+[ -z "$OLDKERNEL" ] || [ -f "$OLDKERNEL" ] || { echo "netns.sh: --oldkernel: no file $OLDKERNEL" >&2; exit 2; }
+case $OLDKERNEL in "" | /*) ;; *) OLDKERNEL=$PWD/$OLDKERNEL ;; esac
 RELAY_JSON=
 [ -n "$RELAY" ] && RELAY_JSON="\"relay\": { \"mode\": \"$RELAY\" },"
 FAST_PATH_JSON=
@@ -116,7 +123,7 @@ T_START=$(date +%s%N)
 # --- names and addresses ---------------------------------------------------------------------
 NS_A=tsA-$TOK NS_B=tsB-$TOK NS_C=tsC-$TOK
 V_AB=tsab$TOK V_BA=tsba$TOK V_AC=tsac$TOK V_CA=tsca$TOK
-TUN=tst$TOK TUN2=tss$TOK TUN3=tsx$TOK
+TUN=tst$TOK TUN2=tss$TOK TUN3=tsx$TOK TUN4=tso$TOK
 A_B4=10.200.0.1 B_A4=10.200.0.2 A_B6=fd00:200::1 B_A6=fd00:200::2
 A_C4=10.200.2.1 C4=10.200.2.2 A_C6=fd00:200:2::1 C6=fd00:200:2::2
 SRV4=10.200.1.2 SRV6=fd00:200:1::2
@@ -407,12 +414,15 @@ stats_mode() {
 	return 1
 }
 
-# fast_path_state WANT: /stats says fast_path.state WANT ("none", "off", "unavailable", "on").
+# fast_path_state WANT [UDP_WANT]: /stats says fast_path.state WANT ("none", "off",
+# "unavailable", "on"), and fast_path.udp_state UDP_WANT (default: the same).
 fast_path_state() {
-	local got
-	got=$(stat_get .fast_path.state) || { echo "GET /stats failed"; return 1; }
-	echo "fast_path.state \"$got\"$([ "$got" = "$1" ] || echo ", want \"$1\"")"
-	[ "$got" = "$1" ]
+	local got udp want_udp=${2:-$1}
+	got=$(stat_get .fast_path.state) && udp=$(stat_get .fast_path.udp_state) ||
+		{ echo "GET /stats failed"; return 1; }
+	echo "fast_path.state \"$got\"$([ "$got" = "$1" ] || echo ", want \"$1\"")," \
+		"fast_path.udp_state \"$udp\"$([ "$udp" = "$want_udp" ] || echo ", want \"$want_udp\"")"
+	[ "$got" = "$1" ] && [ "$udp" = "$want_udp" ]
 }
 
 # fast_downloads TX_BEFORE REWRITES_BEFORE FAST_PATH_BEFORE: the fast path (on) carried the
@@ -968,6 +978,90 @@ if [ "$STACK" = system ] && [ "$BYPASS" -eq 0 ] && [ "$HAVE_RUN" -eq 1 ] &&
 			1 'nat\.fast_path' "${NOBPF[@]}" "$BIN" run --config "$TMP/nofp-on.json" --ready-fd 3
 	fi
 	nofp_instance
+fi
+
+# oldkernel_instance WHAT: an instance (before the main one, on its own TUN) to which this
+# kernel refuses WHAT (--oldkernel's library): "tcx", as Linux 6.1 to 6.5 (Debian bookworm's
+# 6.1 among them), which cannot attach the UDP flows' reply program to an uplink; or
+# "check_mtu", as a kernel before 5.12, which refuses the UDP flows' egress program. Either
+# way the fast path stays on for TCP (a 100 MiB download takes it) and UDP flows stay in
+# userspace, saying so: a stream arrives whole through the proxy's sockets, none of it through
+# the kernel. With "tcx" the flow is offered and counted where it failed
+# (fast_path.udp_no_uplink); with "check_mtu" it is never offered (fast_path.udp_state
+# "unavailable").
+oldkernel_instance() {
+	local what=$1 b a out fp0
+	local tag=old-$what log=$TMP/twinstack.old-$what.log
+	local name="older kernel ($what refused): starts with the fast path"
+	config_main "$TMP/$tag.json" "$TUN4"
+	if ! ts_start "$TMP/$tag.json" "$tag" env LD_PRELOAD="$OLDKERNEL" TS_OLDKERNEL="$what"; then
+		not_ok "$name" "$TS_ERR"
+		return 1
+	fi
+	ok "$name" "pid $TS_PID"
+	check "older kernel ($what refused): routes into the TUN ($TUN4)" routes_tun "$TUN4" || return 1
+	if [ "$what" = check_mtu ]; then
+		check "older kernel ($what refused): stats: fast path on, its UDP flows unavailable" \
+			fast_path_state on unavailable
+		if grep -q 'UDP flows stay in userspace: load' "$log"; then
+			ok "older kernel ($what refused): the log says why UDP stays in userspace" \
+				"$(grep -m1 -o 'UDP flows stay in userspace.*' "$log" | cut -c1-140)"
+		else
+			not_ok "older kernel ($what refused): the log says why UDP stays in userspace" \
+				"$(grep -m1 'fast path' "$log" | cut -c1-200)"
+		fi
+	else
+		check "older kernel ($what refused): stats: fast path on, UDP flows too" fast_path_state on
+	fi
+	fp0=$(stats_json | jq -c .fast_path)
+	check "older kernel ($what refused): http v4 from A: 100 MiB" \
+		download "$NS_A" "http://$SRV4:$P_HTTP/file.bin"
+	check "older kernel ($what refused): stats: the download took the fast path" \
+		old_fast_download "$fp0"
+	b=$(stats_json) || { not_ok "older kernel ($what refused): udp stream" "GET /stats failed"; return 1; }
+	if out=$(inA "$PY" "$HERE/udpcheck.py" stream --dst "$SRV4:$P_BURST" --size 1000 \
+		--count 300 --interval-ms 1 --wait 3 --min-pct 99 2>&1) && a=$(stats_json) &&
+		jq -en --argjson b "$b" --argjson a "$a" --arg what "$what" '
+			$a.fast_path.udp_datagrams_out == $b.fast_path.udp_datagrams_out and
+			$a.fast_path.udp_datagrams_in == $b.fast_path.udp_datagrams_in and
+			$a.fast_path.udp_flows == 0 and $a.fast_path.uplinks == 0 and
+			($a.udp.datagrams_up - $b.udp.datagrams_up) >= 297 and
+			($a.udp.datagrams_down - $b.udp.datagrams_down) >= 297 and
+			(if $what == "tcx"
+			 then ($a.fast_path.udp_no_uplink - $b.fast_path.udp_no_uplink) >= 1
+			 else ($a.udp.fast_added - $b.udp.fast_added) == 0 and
+			      ($a.fast_path.udp_no_uplink - $b.fast_path.udp_no_uplink) == 0 end)' \
+			>/dev/null; then
+		ok "older kernel ($what refused): udp: a stream arrives whole through the sockets" \
+			"$out; $(jq -rn --argjson b "$b" --argjson a "$a" '"udp.datagrams_up +\($a.udp.datagrams_up - $b.udp.datagrams_up), fast_path.udp_no_uplink +\($a.fast_path.udp_no_uplink - $b.fast_path.udp_no_uplink), fast_path.uplinks \($a.fast_path.uplinks)"')"
+	else
+		not_ok "older kernel ($what refused): udp: a stream arrives whole through the sockets" \
+			"$out; before $(jq -c '.fast_path' <<<"$b"), after $(stats_json | jq -c '[.fast_path, .udp.datagrams_up, .udp.fast_added]')"
+	fi
+	if [ "$what" = tcx ]; then
+		if grep -q 'stay in userspace: uplink: the kernel has no tcx' "$log"; then
+			ok "older kernel ($what refused): the log says why UDP stays in userspace" \
+				"$(grep -m1 -o 'UDP flows out of .*' "$log" | cut -c1-140)"
+		else
+			not_ok "older kernel ($what refused): the log says why UDP stays in userspace" \
+				"$(grep -m1 'stay in userspace' "$log" | cut -c1-200)"
+		fi
+	fi
+	check "older kernel ($what refused): SIGTERM exits 0 within 2 s" ts_sigterm "$tag"
+}
+# old_fast_download FAST_PATH_BEFORE: one 100 MiB download, more than half of it through the
+# fast path (as fast_downloads checks four).
+old_fast_download() {
+	local bytes
+	bytes=$(stats_json | jq -r --argjson b "$1" '.fast_path.bytes - $b.bytes') ||
+		{ echo "GET /stats failed"; return 1; }
+	echo "fast_path.bytes +$((bytes >> 20)) MiB"
+	[ "$bytes" -gt $((FILE_BYTES / 2)) ]
+}
+if [ "$STACK" = system ] && [ "$BYPASS" -eq 0 ] && [ "$HAVE_RUN" -eq 1 ] && [ "$SUBSET" -eq 0 ] &&
+	[ "$FAST" -eq 1 ] && [ -n "$OLDKERNEL" ]; then
+	oldkernel_instance tcx
+	oldkernel_instance check_mtu
 fi
 
 # --- the proxy (or the bypass routes) ------------------------------------------------------
