@@ -146,6 +146,12 @@ if(TS_SANITIZE STREQUAL "")
             --bin $<TARGET_FILE:twinstack>)
   set_tests_properties(integration_desktop PROPERTIES
     LABELS integration TIMEOUT 120 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+  # The system stack's UDP flows in the kernel over a bridge and over a macvlan as the uplink
+  # (tests/integration/uplinks.sh): streams both families, most of them carried by the kernel.
+  add_test(NAME integration_uplinks
+    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/uplinks.sh --bin $<TARGET_FILE:twinstack>)
+  set_tests_properties(integration_uplinks PROPERTIES
+    LABELS integration TIMEOUT 90 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   # auto_route's rules while they change (tests/integration/autoroute.sh): 60 reloads that move
   # exclusions, priorities and the table under a UDP sender, with a counter in the "internet"
   # namespace that must see no datagram bypass the TUN; reloads that turn auto_route off and are
