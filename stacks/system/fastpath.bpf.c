@@ -174,7 +174,7 @@ static __always_inline void *linear_headers(struct __sk_buff *skb, __u32 l4, __u
 		return NULL;
 	if (data + need > end) {
 		/* Headers outside the linear part (the kernel's own never are): pull them in, for
-		 * TCP and UDP only (a pull may copy the packet's head). */
+		 * the protocols the program handles only (a pull may copy the packet's head). */
 		if (bpf_skb_pull_data(skb, need) != 0)
 			return NULL;
 		data = (void *)(long)skb->data;

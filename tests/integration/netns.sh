@@ -948,6 +948,7 @@ nofp_instance() {
 	local log=$TMP/twinstack.nofp.log
 	if ! ts_start "$TMP/nofp.json" nofp "${NOBPF[@]}"; then
 		not_ok "$name" "$TS_ERR"
+		stop_pid "$TS_PID"
 		return 1
 	fi
 	ok "$name" "pid $TS_PID"
@@ -957,7 +958,8 @@ nofp_instance() {
 		not_ok "no fast path: the log says why" \
 			"no 'fast path unavailable' line: $(tail -n 2 "$log" | tr '\n' ' ')"
 	fi
-	check "no fast path: routes into the TUN ($TUN3)" routes_tun "$TUN3" || return 1
+	check "no fast path: routes into the TUN ($TUN3)" routes_tun "$TUN3" ||
+		{ stop_pid "$TS_PID"; return 1; }
 	check "no fast path: stats: fast_path.state \"unavailable\"" fast_path_state unavailable
 	tx0=$(stat_get .tun.tx_bytes) gso0=$(stat_get .tun.rx_gso)
 	check "no fast path: http v4 from A: 100 MiB" download "$NS_A" "http://$SRV4:$P_HTTP/file.bin"
@@ -996,10 +998,12 @@ oldkernel_instance() {
 	config_main "$TMP/$tag.json" "$TUN4"
 	if ! ts_start "$TMP/$tag.json" "$tag" env LD_PRELOAD="$OLDKERNEL" TS_OLDKERNEL="$what"; then
 		not_ok "$name" "$TS_ERR"
+		stop_pid "$TS_PID"
 		return 1
 	fi
 	ok "$name" "pid $TS_PID"
-	check "older kernel ($what refused): routes into the TUN ($TUN4)" routes_tun "$TUN4" || return 1
+	check "older kernel ($what refused): routes into the TUN ($TUN4)" routes_tun "$TUN4" ||
+		{ stop_pid "$TS_PID"; return 1; }
 	if [ "$what" = check_mtu ]; then
 		check "older kernel ($what refused): stats: fast path on, its UDP flows unavailable" \
 			fast_path_state on unavailable
@@ -1018,7 +1022,8 @@ oldkernel_instance() {
 		download "$NS_A" "http://$SRV4:$P_HTTP/file.bin"
 	check "older kernel ($what refused): stats: the download took the fast path" \
 		old_fast_download "$fp0"
-	b=$(stats_json) || { not_ok "older kernel ($what refused): udp stream" "GET /stats failed"; return 1; }
+	b=$(stats_json) ||
+		{ not_ok "older kernel ($what refused): udp stream" "GET /stats failed"; stop_pid "$TS_PID"; return 1; }
 	if out=$(inA "$PY" "$HERE/udpcheck.py" stream --dst "$SRV4:$P_BURST" --size 1000 \
 		--count 300 --interval-ms 1 --wait 3 --min-pct 99 2>&1) && a=$(stats_json) &&
 		jq -en --argjson b "$b" --argjson a "$a" --arg what "$what" '

@@ -66,12 +66,19 @@ static bool refused(long cmd, const union bpf_attr *a)
 	return false;
 }
 
+/* libc's syscall(), found once before the program runs (its threads call syscall() too). */
+static long (*next)(long, ...);
+
+__attribute__((constructor)) static void find_next(void)
+{
+	next = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
+}
+
 /* syscall() takes up to six arguments after the number and, as libc's own does, this one
  * reads six whatever the call passed: on x86-64 and arm64 the extra ones are whatever the
  * registers held, and the kernel ignores them. */
 long syscall(long nr, ...)
 {
-	static long (*next)(long, ...);
 	long a[6];
 	va_list ap;
 
@@ -83,7 +90,7 @@ long syscall(long nr, ...)
 		errno = EINVAL;
 		return -1;
 	}
-	if (!next && !(next = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall"))) {
+	if (!next) {
 		errno = ENOSYS;
 		return -1;
 	}
