@@ -108,9 +108,13 @@ static int uf_add(void *arg, const struct udp_fast_flow *f, void **cookie)
 		goto no_uplink;
 	}
 	if ((ret = fastpath_udp_uplink(fp, rt.oif, why, sizeof(why))) != 0) {
-		if (!uf->warned)
-			log_info(uf->log, "system stack: UDP flows out of interface %d stay in "
-				 "userspace: %s", rt.oif, why);
+		char name[IF_NAMESIZE] = "?";
+
+		if (!uf->warned) {
+			if_indextoname((unsigned)rt.oif, name);
+			log_info(uf->log, "system stack: UDP flows out of %s (interface %d) stay in "
+				 "userspace: %s", name, rt.oif, why);
+		}
 		uf->warned = true;
 		goto no_uplink;
 	}

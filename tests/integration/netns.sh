@@ -1044,11 +1044,11 @@ oldkernel_instance() {
 			"$out; before $(jq -c '.fast_path' <<<"$b"), after $(stats_json | jq -c '[.fast_path, .udp.datagrams_up, .udp.fast_added]')"
 	fi
 	if [ "$what" = tcx ]; then
-		if grep -q 'stay in userspace: uplink: the kernel has no tcx' "$log"; then
-			ok "older kernel ($what refused): the log says why UDP stays in userspace" \
+		if grep -qE "UDP flows out of $V_AB \(interface [0-9]+\) stay in userspace: uplink: the kernel has no tcx" "$log"; then
+			ok "older kernel ($what refused): the log names the uplink and why UDP stays in userspace" \
 				"$(grep -m1 -o 'UDP flows out of .*' "$log" | cut -c1-140)"
 		else
-			not_ok "older kernel ($what refused): the log says why UDP stays in userspace" \
+			not_ok "older kernel ($what refused): the log names the uplink and why UDP stays in userspace" \
 				"$(grep -m1 'stay in userspace' "$log" | cut -c1-200)"
 		fi
 	fi
