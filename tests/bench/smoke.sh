@@ -89,6 +89,21 @@ redraw_again() {
 		fails=$((fails + 1))
 	fi
 }
+# finished WHAT PIDVAR DIR: waits for the background run whose pid is in the variable
+# PIDVAR (WHAT, writing into DIR), then clears PIDVAR; where it exited non-zero, the tail of
+# DIR/stderr.txt (and of a report's failures) and a not-ok line, counted, and returns 1.
+finished() {
+	local rc
+	wait "${!2}"
+	rc=$?
+	printf -v "$2" %s ""
+	[ "$rc" -eq 0 ] && return 0
+	tail -n 20 "$3/stderr.txt"
+	grep -A5 '^## Failures' "$3"/*.md 2>/dev/null
+	echo "not ok - $1 exited $rc"
+	fails=$((fails + 1))
+	return 1
+}
 expect_rc 0 --ablation --reps 1 --bulk-seconds 2 --dry-run
 grep -q "system offload 2q (system/offload/q2)" "$out/args.txt" &&
 	grep -q "^estimate: " "$out/args.txt" ||
@@ -175,7 +190,8 @@ mkdir -p "$out/synth"
 python3 - "$out/synth/results.json" <<'PY'
 # Two rounds; veth 20 and reflector-offload 12 Gbit/s give a ceiling of 7.5 in every cell; the
 # redirect baseline 10 Gbit/s (the gated redirect_fraction: system offload 2q 7.2 / 10 = 0.72).
-import json, sys
+import sys
+from smokecheck import *
 subjects = [("veth", "offload", 1), ("redirect", "offload", 1), ("reflector", "offload", 1),
             ("reflector", "per-packet", 1), ("system", "per-packet", 1), ("system", "offload", 1),
             ("system", "offload", 2), ("lwip", "per-packet", 1), ("lwip", "offload", 1)]
@@ -198,15 +214,12 @@ for st, io, q in subjects:
                 k = rss[label] + (1500 if (label, n) == ("system offload", 64) else 0)
                 samples.append({"key": [st, io, q, "tcp_bulk", d, n, "peak_rss_kb"],
                                 "values": [[1, k], [2, k]]})
-meta = {"mode": "ablation", "started_utc": "2026-11-30T00:00:00Z", "duration_s": 1.0,
-        "repetitions": 2, "ceiling_io_mode": "offload",
-        "subjects": [{"stack": s, "io_mode": i, "queues": q} for s, i, q in subjects],
-        "bulk_cells": [[d, n] for n in (1, 16, 64) for d in ("up", "down")],
-        "iperf3": {"seconds": 5, "omit": 1}, "time_limit_s": 1800,
-        "host": {"kernel": "synthetic", "cpus": 2, "machine": "x86_64"},
-        "tcp_congestion": {"testbed": "reno", "host_default": "bbr"},
-        "not_measured": [], "failures": [], "notes": []}
-json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w"))
+write_run(sys.argv[1], samples,
+          mode="ablation", started_utc="2026-11-30T00:00:00Z",
+          repetitions=2, ceiling_io_mode="offload",
+          subjects=[{"stack": s, "io_mode": i, "queues": q} for s, i, q in subjects],
+          bulk_cells=[[d, n] for n in (1, 16, 64) for d in ("up", "down")],
+          iperf3={"seconds": 5, "omit": 1}, time_limit_s=1800)
 PY
 redraw "ablation" "$out/synth"
 python3 - "$out/synth" <<'PY' || fails=$((fails + 1))
@@ -288,7 +301,8 @@ expect_rc 2 --via socks4 --dry-run
 expect_rc 2 --report-from "$out/none.json" --via socks5
 mkdir -p "$out/s5"
 python3 - "$out/s5/results.json" <<'PY'
-import json, sys
+import sys
+from smokecheck import *
 thr = {("socks5-client", "offload"): 10.0, ("system", "offload"): 12.0,
        ("system", "offload-socks5"): 9.0, ("lwip", "offload"): 8.0,
        ("lwip", "offload-socks5"): 6.0, ("redirect", "offload-socks5"): 7.5}
@@ -308,15 +322,12 @@ labels = {"socks5-client": "plain socks5"}
 subjects = [{"stack": st, "io_mode": io, "queues": 1,
              "label": labels.get(st, st + (" via socks5" if io.endswith("-socks5") else ""))}
             for st, io in thr]
-meta = {"mode": "socks5", "started_utc": "2026-12-02T00:00:00Z", "duration_s": 1.0,
-        "repetitions": 2, "ceiling_io_mode": None, "io_mode": "offload", "subjects": subjects,
-        "bulk_cells": [["up", 1], ["up", 16]], "iperf3": {"seconds": 3, "omit": 1},
-        "idle_wakeup_window_s": 5, "hold_conns": 1000,
-        "host": {"kernel": "synthetic", "cpus": 2, "machine": "x86_64"},
-        "tcp_congestion": {"testbed": "reno", "host_default": "bbr"},
-        "socks5": {"server": "danted 1.4.2", "address": "10.200.0.2:1080"},
-        "not_measured": [], "failures": [], "notes": []}
-json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w"))
+write_run(sys.argv[1], samples,
+          mode="socks5", started_utc="2026-12-02T00:00:00Z",
+          repetitions=2, ceiling_io_mode=None, io_mode="offload", subjects=subjects,
+          bulk_cells=[["up", 1], ["up", 16]], iperf3={"seconds": 3, "omit": 1},
+          idle_wakeup_window_s=5, hold_conns=1000,
+          socks5={"server": "danted 1.4.2", "address": "10.200.0.2:1080"})
 PY
 redraw "--via socks5 run" "$out/s5"
 python3 - "$out/s5" <<'PY' || fails=$((fails + 1))
@@ -379,7 +390,8 @@ expect_rc 2 --beside-check --ablation
 expect_rc 2 --beside-check --link
 mkdir -p "$out/bc"
 python3 - "$out/bc/results.json" <<'PY'
-import json, sys
+import sys
+from smokecheck import *
 S = {("system", 2): {"tcp_bulk": (30.0, 32.0), "tcp_bulk_paired_redirect": (27.0, 30.0),
                      "tcp_bulk_alone_redirect": (30.0, 30.0)},
      ("lwip", 1): {"tcp_bulk": (20.0, 22.0), "tcp_bulk_paired_redirect": (33.0, 33.0),
@@ -388,14 +400,11 @@ samples = [{"key": [st, "offload", q, wl, "up", 1, "throughput_gbps"],
             "values": [[1, v[0]], [2, v[1]]]} for (st, q), w in S.items() for wl, v in w.items()]
 subjects = [{"stack": "redirect", "io_mode": "offload", "queues": 1, "label": "redirect"}] + [
     {"stack": st, "io_mode": "offload", "queues": q, "label": st} for st, q in S]
-meta = {"mode": "besidecheck", "started_utc": "2026-12-02T00:00:00Z", "duration_s": 1.0,
-        "repetitions": 2, "ceiling_io_mode": None, "io_mode": "offload", "subjects": subjects,
-        "bulk_cells": [["up", 1]], "iperf3": {"seconds": 5, "omit": 1},
-        "idle_wakeup_window_s": 20, "hold_conns": 1000,
-        "host": {"kernel": "synthetic", "cpus": 2, "machine": "x86_64"},
-        "tcp_congestion": {"testbed": "reno", "host_default": "bbr"},
-        "not_measured": [], "failures": [], "notes": []}
-json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w"))
+write_run(sys.argv[1], samples,
+          mode="besidecheck", started_utc="2026-12-02T00:00:00Z",
+          repetitions=2, ceiling_io_mode=None, io_mode="offload", subjects=subjects,
+          bulk_cells=[["up", 1]], iperf3={"seconds": 5, "omit": 1},
+          idle_wakeup_window_s=20, hold_conns=1000)
 PY
 redraw "--beside-check run" "$out/bc"
 python3 - "$out/bc" <<'PY' || fails=$((fails + 1))
@@ -433,7 +442,8 @@ redraw_again "--beside-check" "$out/bc"
 # in its block but 10 right beside the system stack's 9: 0.900 (PASS), not the blocks' 0.45.
 mkdir -p "$out/full"
 python3 - "$out/full/results.json" <<'PY'
-import json, sys
+import sys
+from smokecheck import *
 subjects = [("veth", "offload", 1, "veth"), ("redirect", "offload", 1, "redirect"),
             ("reflector", "offload", 1, "reflector"), ("system", "offload", 1, "system")]
 samples = [{"key": [st, "offload", 1, "tcp_bulk", "up", 1, "throughput_gbps"],
@@ -464,16 +474,13 @@ for n, held, before, during in ((1000, 1000, 3000, 5000), (10000, 9967, 1000,
                  ("kernel_kb_per_conn", 0.26)):
         samples.append({"key": ["system", "offload", 1, "hold_%d" % n, None, n, m],
                         "values": [[1, v]]})
-meta = {"mode": "full", "started_utc": "2026-12-03T00:00:00Z", "duration_s": 1.0,
-        "repetitions": 1, "ceiling_io_mode": "offload", "io_mode": "offload",
-        "subjects": [{"stack": s, "io_mode": i, "queues": q, "label": l}
-                     for s, i, q, l in subjects],
-        "bulk_cells": [["up", 1], ["down", 1]], "iperf3": {"seconds": 5, "omit": 1},
-        "idle_wakeup_window_s": 20, "hold_conns": 1000, "hold_conns_scale": [10000],
-        "host": {"kernel": "synthetic", "cpus": 2, "machine": "x86_64"},
-        "tcp_congestion": {"testbed": "reno", "host_default": "bbr"},
-        "not_measured": [], "failures": [], "notes": []}
-json.dump({"meta": meta, "rows": [], "samples": samples}, open(sys.argv[1], "w"))
+write_run(sys.argv[1], samples,
+          mode="full", started_utc="2026-12-03T00:00:00Z",
+          repetitions=1, ceiling_io_mode="offload", io_mode="offload",
+          subjects=[{"stack": s, "io_mode": i, "queues": q, "label": l}
+                    for s, i, q, l in subjects],
+          bulk_cells=[["up", 1], ["down", 1]], iperf3={"seconds": 5, "omit": 1},
+          idle_wakeup_window_s=20, hold_conns=1000, hold_conns_scale=[10000])
 PY
 if "$bin" bench --report-from "$out/full/results.json" >/dev/null 2>&1 &&
 	grep -q "^| system | 1000 | 1000 | 131 | 0.26 | 8.8 | 4.9 | 2.00 |$" "$out/full/report.md" &&
@@ -693,14 +700,7 @@ fi
 # the external subject is started from its command line, found by its TUN, measured under
 # the same workloads and reported with its ratio to the plain client.
 if [ -n "$s5_pid" ]; then
-	wait "$s5_pid"
-	rc=$?
-	s5_pid=
-	if [ "$rc" -ne 0 ]; then
-		tail -n 20 "$out/s5run/stderr.txt"
-		echo "not ok - bench --via socks5 --smoke --subject ext exited $rc"
-		fails=$((fails + 1))
-	else
+	if finished "bench --via socks5 --smoke --subject ext" s5_pid "$out/s5run"; then
 		python3 - "$out/s5run/results.json" <<'PY' || fails=$((fails + 1))
 import sys
 from smokecheck import *
@@ -728,14 +728,7 @@ else
 fi
 
 # ---- 5. --beside-check --smoke (root, started beside part 2) ----
-wait "$bc_pid"
-rc=$?
-bc_pid=
-if [ "$rc" -ne 0 ]; then
-	tail -n 20 "$out/bcrun/stderr.txt"
-	echo "not ok - bench --beside-check --smoke exited $rc"
-	fails=$((fails + 1))
-else
+if finished "bench --beside-check --smoke" bc_pid "$out/bcrun"; then
 	python3 - "$out/bcrun" <<'PY' || fails=$((fails + 1))
 import sys
 from smokecheck import *
@@ -761,15 +754,7 @@ fi
 # One link condition (RTT 10 ms, 1 % loss): the line calibrated, then the bare path and both
 # stacks on the client's gateway, each through TCP bulk both ways and a 4 MiB download.
 if [ -n "$link_pid" ]; then
-	wait "$link_pid"
-	rc=$?
-	link_pid=
-	if [ "$rc" -ne 0 ]; then
-		tail -n 20 "$out/link/stderr.txt"
-		grep -A5 '^## Failures' "$out/link/link.md" 2>/dev/null
-		echo "not ok - bench --link --smoke exited $rc"
-		fails=$((fails + 1))
-	else
+	if finished "bench --link --smoke" link_pid "$out/link"; then
 		python3 - "$out/link/link.json" <<'PY' || fails=$((fails + 1))
 import json, sys
 from smokecheck import *

@@ -2,13 +2,14 @@
 
 Each check there is a script on standard input (`python3 - ARGS <<'PY'`) that starts with
 `from smokecheck import *` (smoke.sh puts this directory on PYTHONPATH): one TAP line per
-check, the failed ones counted, and the files of a run directory read by name.
+check, the failed ones counted, and the files of a run directory read by name; and the
+synthetic runs they redraw written with the metadata every run shares.
 """
 import json
 import os
 import sys
 
-__all__ = ["check", "finish", "results", "rows_of", "text"]
+__all__ = ["check", "finish", "results", "rows_of", "text", "write_run"]
 
 _passed = 0
 _failed = 0
@@ -51,3 +52,16 @@ def text(d, name):
     """The file NAME of the run directory d (report.md, stdout.txt), whole."""
     with open(os.path.join(d, name)) as f:
         return f.read()
+
+
+def write_run(path, samples, **meta):
+    """A synthetic run's results.json at path: its samples, no rows, and meta (mode,
+    subjects, bulk cells ...) over what every synthetic run shares (a 2-CPU host, reno in the
+    testbed, nothing failed or left unmeasured)."""
+    m = {"duration_s": 1.0,
+         "host": {"kernel": "synthetic", "cpus": 2, "machine": "x86_64"},
+         "tcp_congestion": {"testbed": "reno", "host_default": "bbr"},
+         "not_measured": [], "failures": [], "notes": []}
+    m.update(meta)
+    with open(path, "w") as f:
+        json.dump({"meta": m, "rows": [], "samples": samples}, f)
