@@ -14,6 +14,7 @@
 
 static uint8_t ext_id = LWIP_TCP_PCB_NUM_EXT_ARG_ID_INVALID;
 static struct tcp_pcb *noted[LWIP_ACKQ_MAX]; /* NULL: the pcb was freed since */
+static bool owed[LWIP_ACKQ_MAX];             /* an ACK lwIP would have sent at once was held */
 static unsigned n_noted;
 
 static void on_destroyed(u8_t id, void *data)
@@ -41,10 +42,46 @@ bool lwip_ackq_note(struct tcp_pcb *pcb)
 		return true;
 	if (n_noted == LWIP_ACKQ_MAX)
 		return false;
+	owed[n_noted] = false;
 	noted[n_noted++] = pcb;
 	tcp_ext_arg_set_callbacks(pcb, ext_id, &callbacks);
 	tcp_ext_arg_set(pcb, ext_id, (void *)(uintptr_t)n_noted);
 	return true;
+}
+
+bool lwip_ackq_announces(const struct tcp_pcb *pcb)
+{
+	return pcb->state == ESTABLISHED || pcb->state == CLOSE_WAIT ||
+	       pcb->state == FIN_WAIT_1 || pcb->state == FIN_WAIT_2;
+}
+
+/* The slot of a noted pcb, or -1. */
+static int slot_of(const struct tcp_pcb *pcb)
+{
+	uintptr_t slot;
+
+	if (ext_id == LWIP_TCP_PCB_NUM_EXT_ARG_ID_INVALID)
+		return -1;
+	slot = (uintptr_t)pcb->ext_args[ext_id].data;
+	return slot && slot <= n_noted && noted[slot - 1] == pcb ? (int)slot - 1 : -1;
+}
+
+void lwip_ackq_hold(struct tcp_pcb *pcb)
+{
+	int i = slot_of(pcb);
+
+	if (i >= 0 && (pcb->flags & TF_ACK_DELAY)) {
+		tcp_clear_flags(pcb, TF_ACK_DELAY);
+		owed[i] = true;
+	}
+}
+
+void lwip_ackq_sent(const struct tcp_pcb *pcb)
+{
+	int i = slot_of(pcb);
+
+	if (i >= 0)
+		owed[i] = false;
 }
 
 bool lwip_ackq_pending(void)
@@ -65,7 +102,11 @@ unsigned lwip_ackq_flush(void)
 			continue;
 		noted[i] = NULL;
 		tcp_ext_arg_set(pcb, ext_id, NULL);
-		if (pcb->flags & TF_ACK_DELAY) {
+		/* The window the reader opened since the last segment: announced now when it is
+		 * what tcp_recved would have sent an update for (lwIP's own test). */
+		if (owed[i] || (pcb->flags & TF_ACK_DELAY) ||
+		    (lwip_ackq_announces(pcb) &&
+		     tcp_update_rcv_ann_wnd(pcb) >= TS_LWIP_WND_UPDATE(pcb))) {
 			tcp_ack_now(pcb);
 			tcp_output(pcb);
 			sent++;

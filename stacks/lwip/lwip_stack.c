@@ -8,6 +8,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -71,9 +72,10 @@ _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
 	X(drop_input_too_big) /* a super-packet over pbuf's u16 length (BIG TCP): dropped */     \
 	X(csum_trusted)       /* NEEDS_CSUM/DATA_VALID segments fed without lwIP's check */      \
 	X(gso_quick_acks)     /* super-packets acknowledged in their loop pass (lwip_ackq.h) */    \
-	X(gso_acks_pass_end)  /* ... by an ACK at the end of the pass (the rest rode on another \
-			       * segment: lwIP's every-second-segment ACK, a window update) */   \
-	X(gso_acks_at_once)   /* ... at once: more pcbs owed one than a pass notes */             \
+	X(gso_acks_pass_end)  /* segments the end of a pass sent (the ACK and window owed; the \
+			       * rest rode on a segment the connection sent anyway) */            \
+	X(gso_acks_at_once)   /* super-packets acknowledged at once: more pcbs than a pass notes */ \
+	X(wnd_updates_held)   /* tcp_recved calls whose window update test waited for the pass end */ \
 	X(admission_refused)                                                                   \
 	X(session_setup_failed)                                                                \
 	X(syn_rcvd_evicted)   /* half-open connections dropped to let new SYNs in (flood) */ \
@@ -317,6 +319,8 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optl
 		if (!st->ack_ev || !lwip_ackq_note(pcb)) {
 			tcp_ack_now(pcb);
 			ctr_inc(&st->ctr.gso_acks_at_once);
+		} else {
+			lwip_ackq_hold(pcb);
 		}
 		ctr_inc(&st->ctr.gso_quick_acks);
 	}
@@ -329,6 +333,8 @@ void ts_lwip_tcp_out(struct tcp_pcb *pcb, struct tcp_hdr *hdr, const struct pbuf
 	struct lwip_stack *st = netif_default ? netif_default->state : NULL;
 
 	lwip_stream_push(pcb, hdr, p);
+	if (pcb && st && st->ack_ev && lwip_ackq_pending())
+		lwip_ackq_sent(pcb);
 
 	if (lwip_split_fin_repair(pcb, hdr) && st)
 		ctr_inc(&st->ctr.split_fin_moved);
@@ -337,6 +343,24 @@ void ts_lwip_tcp_out(struct tcp_pcb *pcb, struct tcp_hdr *hdr, const struct pbuf
 		if (st->out_wire && lwip_bigseg_announce(pcb, hdr, st->out_wire))
 			ctr_inc(&st->ctr.big_window_edges);
 	}
+}
+
+/* tcp_recved's test for an explicit window update. With offload input the update is held for
+ * the end of the loop pass (lwip_ackq.h): the pcb is noted and the pass's flush is due, and
+ * tcp_recved sends nothing now. Without the flush (no offload, the queue full, no stack) the
+ * update goes at once, at TS_LWIP_WND_UPDATE. */
+unsigned ts_lwip_wnd_update_threshold(struct tcp_pcb *pcb)
+{
+	struct lwip_stack *st = netif_default ? netif_default->state : NULL;
+
+	if (!st || !st->ack_ev || !lwip_ackq_announces(pcb) || !lwip_ackq_note(pcb))
+		return TS_LWIP_WND_UPDATE(pcb);
+	if (!st->ack_armed) {
+		event_active(st->ack_ev, EV_TIMEOUT, 1);
+		st->ack_armed = true;
+	}
+	ctr_inc(&st->ctr.wnd_updates_held);
+	return UINT_MAX;
 }
 
 /* lwIP picks an ISN in tcp_listen_input, inside our input: the stack is the input netif's

@@ -4,8 +4,10 @@
  *     refused (its caller acknowledges at once);
  *   - a noted pcb that lwIP frees leaves the queue (its slot is emptied by the destroy
  *     callback), and the flush skips it;
- *   - the flush sends only for pcbs that still owe an ACK (TF_ACK_DELAY), empties the queue,
- *     and a pcb may be noted again afterwards.
+ *   - the flush sends only for pcbs that still owe an ACK (TF_ACK_DELAY, or one held from
+ *     lwIP), empties the queue, and a pcb may be noted again afterwards;
+ *   - holding moves lwIP's owed ACK into the queue (the flag cleared, the flush sends it), a
+ *     segment the pcb sends meanwhile settles it, and a pcb not noted is left alone.
  * The end-to-end behaviour (one ACK per pass, the window riding on it) is in
  * test_lwip_bigseg.c. */
 #include <criterion/criterion.h>
@@ -75,4 +77,32 @@ Test(lwip_ackq, the_flush_sends_for_those_that_still_owe)
 	cr_assert_eq(lwip_ackq_flush(), 1);
 	cr_assert_eq(pcbs[0]->ext_args[0].data == NULL && pcbs[0]->ext_args[1].data == NULL, 1,
 		     "no slot left in the pcb's extension arguments");
+}
+
+/* lwIP's TF_ACK_DELAY, which would make the next segment's input send an ACK at once, moves
+ * into the queue: cleared on the pcb, sent by the flush. A segment the pcb sends before the
+ * flush (lwip_ackq_sent) carried it: nothing is sent then. */
+Test(lwip_ackq, a_held_ack_is_sent_by_the_flush_unless_a_segment_carried_it)
+{
+	cr_assert(lwip_ackq_note(pcbs[0]));
+	cr_assert(lwip_ackq_note(pcbs[1]));
+	pcbs[0]->flags |= TF_ACK_DELAY;
+	pcbs[1]->flags |= TF_ACK_DELAY;
+	lwip_ackq_hold(pcbs[0]);
+	lwip_ackq_hold(pcbs[1]);
+	cr_assert_eq(pcbs[0]->flags & TF_ACK_DELAY, 0, "the flag moved into the queue");
+	cr_assert_eq(pcbs[1]->flags & TF_ACK_DELAY, 0);
+	lwip_ackq_sent(pcbs[1]);
+	cr_assert_eq(lwip_ackq_flush(), 1, "only the one no segment carried");
+}
+
+/* Holding touches only a noted pcb: one the queue has no room for keeps its flag, and lwIP
+ * sends its ACK as it always would. */
+Test(lwip_ackq, a_pcb_not_noted_keeps_its_flag)
+{
+	pcbs[2]->flags |= TF_ACK_DELAY;
+	lwip_ackq_hold(pcbs[2]);
+	cr_assert_neq(pcbs[2]->flags & TF_ACK_DELAY, 0);
+	lwip_ackq_sent(pcbs[2]); /* nor does a segment of a pcb not noted change anything */
+	cr_assert_not(lwip_ackq_pending());
 }

@@ -890,8 +890,9 @@ Test(lwip_bigseg, a_super_packet_is_acknowledged_at_the_end_of_its_pass, .fini =
 }
 
 /* The window the relay opens in the pass rides on the same ACK: the second super-packet's
- * pass sends one segment, the window update with its acknowledgement, where acknowledging at
- * once sent two (the ACK, then the update). */
+ * pass sends one segment, the acknowledgement with the window update, where acknowledging at
+ * once sent two (the ACK, then the update), and where the update would otherwise go out
+ * inside the read, before the reader has taken all it will. */
 Test(lwip_bigseg, the_ack_carries_the_window_the_reader_opened, .fini = teardown)
 {
 	size_t before;
@@ -906,13 +907,65 @@ Test(lwip_bigseg, the_ack_carries_the_window_the_reader_opened, .fini = teardown
 	before = acks;
 	upload(40000, 40000);
 	lwip_stack_ops.batch_end(ns, 0, 0);
-	take(0, 80000); /* the relay, first in the pass: a window update goes out */
+	take(0, 80000); /* the relay, first in the pass */
+	cr_assert_eq(acks, before, "the read sends nothing: its update waits for the pass's end");
+	cr_assert_gt(counter("wnd_updates_held"), 0);
 	run();
 	cr_assert_eq(acks, before + 1, "one segment for the pass, %zu", acks - before);
 	cr_assert_eq(last_ack, 80000);
 	cr_assert_geq(last_wnd + (1u << TCP_RCV_SCALE), TCP_WND - 80000 + UPDATE_THRESHOLD_SCALED,
 		      "it announces the quarter of the window the reader opened: %u", last_wnd);
-	cr_assert_eq(counter("gso_acks_pass_end"), 1, "the second pass's flush had nothing to send");
+	cr_assert_eq(counter("gso_acks_pass_end"), 2, "each pass's flush sent its one segment");
+}
+
+/* Two super-packets of one connection in one pass: lwIP acknowledges every second segment at
+ * once, inside the input; the queue holds that ACK too, and the pass sends one segment for
+ * both. */
+Test(lwip_bigseg, two_super_packets_in_a_pass_get_one_ack, .fini = teardown)
+{
+	size_t before;
+
+	start(true, false);
+	connect_app(2000);
+	before = acks;
+	upload(0, 30000);
+	upload(30000, 30000);
+	upload(60000, 30000);
+	cr_assert_eq(acks, before, "no ACK inside the input");
+	lwip_stack_ops.batch_end(ns, 0, 0);
+	run();
+	cr_assert_eq(acks, before + 1, "one ACK for the pass, %zu", acks - before);
+	cr_assert_eq(last_ack, 90000);
+	cr_assert_eq(counter("gso_quick_acks"), 3);
+	cr_assert_eq(counter("gso_acks_pass_end"), 1);
+	take(0, 90000);
+}
+
+/* The reader takes bytes outside a batch (its outbound socket became writable): the window
+ * update waits for the end of that loop pass, then goes as one segment; a read that opens less
+ * than a quarter of the window sends nothing, as lwIP's own test would. */
+Test(lwip_bigseg, a_read_outside_a_batch_updates_the_window_at_the_end_of_its_pass,
+     .fini = teardown)
+{
+	size_t before;
+
+	start(true, false);
+	connect_app(2000);
+	upload(0, 40000);
+	upload(40000, 40000);
+	lwip_stack_ops.batch_end(ns, 0, 0);
+	run();
+	cr_assert_eq(last_ack, 80000);
+	before = acks;
+	take(0, 20000);
+	run();
+	cr_assert_eq(acks, before, "20,000 bytes: under a quarter of the window, no update");
+	take(20000, 60000);
+	cr_assert_eq(acks, before, "none inside the read");
+	run();
+	cr_assert_eq(acks, before + 1, "one update at the end of the pass");
+	cr_assert_eq(last_ack, 80000);
+	cr_assert_geq(last_wnd + (1u << TCP_RCV_SCALE), TCP_WND, "the whole window: %u", last_wnd);
 }
 
 /* A connection that builds large segments has a pcb->mss of ~46 wire MSS, and lwIP moves the

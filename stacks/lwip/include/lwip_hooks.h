@@ -48,6 +48,11 @@ void ts_lwip_tcp_out(struct tcp_pcb *pcb, struct tcp_hdr *hdr, const struct pbuf
  * (TCP_OVERSIZE_CALC_LENGTH in lwipopts.h; stacks/lwip/lwip_stream.c). */
 unsigned ts_lwip_oversize(const struct tcp_pcb *pcb, unsigned length);
 
+/* The window update threshold tcp_recved compares the window's growth with
+ * (TCP_WND_UPDATE_THRESHOLD in lwipopts.h): TS_LWIP_WND_UPDATE(pcb), or, when the stack holds
+ * the update for the end of the loop pass (stacks/lwip/lwip_ackq.h), more than any growth. */
+unsigned ts_lwip_wnd_update_threshold(struct tcp_pcb *pcb);
+
 /* RFC 6528 initial sequence numbers (stacks/lwip/lwip_isn.h), keyed per stack: lwIP's own
  * generator is a counter plus its tick count, which anyone can predict. */
 struct ip_addr;

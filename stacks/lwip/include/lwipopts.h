@@ -73,8 +73,11 @@
  * A shut window always has the whole window queued in lwIP, so draining a quarter of it
  * always comes, and the update with it. The quarter is of the connection's own window: one
  * that did not negotiate window scaling has at most 65535 bytes, of which TCP_WND / 4 could
- * never be taken (its only use, in tcp_recved, has the pcb in scope). */
-#define TCP_WND_UPDATE_THRESHOLD (TCP_WND_MAX(pcb) / 4)
+ * never be taken. Its only use is in tcp_recved, with the pcb in scope: there the stack may
+ * instead hold the update for the end of the loop pass, sent with the ACK the pass owes
+ * anyway (ts_lwip_wnd_update_threshold, stacks/lwip/lwip_ackq.h). */
+#define TS_LWIP_WND_UPDATE(pcb) (TCP_WND_MAX(pcb) / 4)
+#define TCP_WND_UPDATE_THRESHOLD ts_lwip_wnd_update_threshold(pcb)
 #define TCP_SND_BUF (256 * 1024)
 #define TCP_SND_QUEUELEN ((4 * TCP_SND_BUF) / TCP_MSS)
 #define TCP_SNDLOWAT (0xFFFF - 4 * TCP_MSS - 1) /* init.c: 4*MSS below u16 */
