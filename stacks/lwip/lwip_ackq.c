@@ -1,5 +1,5 @@
-/* lwip_ackq.c — the acknowledgement an offloaded super-packet is owed, sent at the end of the
- * loop pass (see lwip_ackq.h).
+/* lwip_ackq.c — the acknowledgement an offloaded super-packet is owed and the window update a
+ * read is owed, sent at the end of the loop pass (see lwip_ackq.h).
  *
  * A noted pcb's extension argument holds its index in the queue plus one (0: not noted), so
  * noting twice is one look, and lwIP's destroy callback, which gets only that value, can
@@ -104,7 +104,7 @@ unsigned lwip_ackq_flush(void)
 		tcp_ext_arg_set(pcb, ext_id, NULL);
 		/* The window the reader opened since the last segment: announced now when it is
 		 * what tcp_recved would have sent an update for (lwIP's own test). */
-		if (owed[i] || (pcb->flags & TF_ACK_DELAY) ||
+		if (owed[i] || (pcb->flags & (TF_ACK_DELAY | TF_ACK_NOW)) ||
 		    (lwip_ackq_announces(pcb) &&
 		     tcp_update_rcv_ann_wnd(pcb) >= TS_LWIP_WND_UPDATE(pcb))) {
 			tcp_ack_now(pcb);

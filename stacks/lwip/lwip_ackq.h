@@ -35,8 +35,9 @@ struct tcp_pcb;
 
 /* Allocate the extension argument slot (once per process, at the first claim of lwIP). */
 void lwip_ackq_init(void);
-/* pcb was sent a super-packet: note it for the end of the pass. False when the queue is
- * full (then the caller acknowledges it at once); true when it is noted or already was. */
+/* pcb was sent a super-packet, or its reader opened enough window for an update: note it for
+ * the end of the pass. False when the queue is full (then the caller acknowledges or updates
+ * at once); true when it is noted or already was. */
 bool lwip_ackq_note(struct tcp_pcb *pcb);
 /* A noted pcb is about to take a segment: an ACK lwIP owes it for an earlier one (its
  * TF_ACK_DELAY, which would make this segment's input send one at once) moves into the queue,
@@ -49,9 +50,9 @@ void lwip_ackq_sent(const struct tcp_pcb *pcb);
 bool lwip_ackq_announces(const struct tcp_pcb *pcb);
 /* Any pcb noted? */
 bool lwip_ackq_pending(void);
-/* Send the ACKs still owed (a noted pcb that held one, still has TF_ACK_DELAY set, or whose
- * window has grown by TS_LWIP_WND_UPDATE since it was last announced) and empty the queue.
- * Returns how many were sent. */
+/* Send the ACKs still owed (a noted pcb that held one, still has TF_ACK_DELAY or TF_ACK_NOW
+ * set, or is in a state that announces and whose window has grown by TS_LWIP_WND_UPDATE since
+ * it was last announced) and empty the queue. Returns how many were sent. */
 unsigned lwip_ackq_flush(void);
 /* Empty the queue without sending (the stack stops). */
 void lwip_ackq_clear(void);

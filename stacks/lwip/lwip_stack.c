@@ -75,7 +75,7 @@ _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
 	X(gso_acks_pass_end)  /* segments the end of a pass sent (the ACK and window owed; the \
 			       * rest rode on a segment the connection sent anyway) */            \
 	X(gso_acks_at_once)   /* super-packets acknowledged at once: more pcbs than a pass notes */ \
-	X(wnd_updates_held)   /* tcp_recved calls whose window update test waited for the pass end */ \
+	X(wnd_updates_held)   /* tcp_recved calls that would have sent an update: held instead */ \
 	X(admission_refused)                                                                   \
 	X(session_setup_failed)                                                                \
 	X(syn_rcvd_evicted)   /* half-open connections dropped to let new SYNs in (flood) */ \
@@ -345,15 +345,18 @@ void ts_lwip_tcp_out(struct tcp_pcb *pcb, struct tcp_hdr *hdr, const struct pbuf
 	}
 }
 
-/* tcp_recved's test for an explicit window update. With offload input the update is held for
- * the end of the loop pass (lwip_ackq.h): the pcb is noted and the pass's flush is due, and
- * tcp_recved sends nothing now. Without the flush (no offload, the queue full, no stack) the
- * update goes at once, at TS_LWIP_WND_UPDATE. */
+/* tcp_recved's test for an explicit window update (it has just moved rcv_ann_wnd with
+ * tcp_update_rcv_ann_wnd). Growth under TS_LWIP_WND_UPDATE sends nothing either way. An update
+ * that would go is held for the end of the loop pass when the stack has one (lwip_ackq.h): the
+ * pcb is noted, the pass's flush made due, and tcp_recved told to send nothing now. Without
+ * the flush (no offload, the queue full, no stack) it goes at once, as lwIP would send it. */
 unsigned ts_lwip_wnd_update_threshold(struct tcp_pcb *pcb)
 {
 	struct lwip_stack *st = netif_default ? netif_default->state : NULL;
+	u32_t edge = pcb->rcv_nxt + pcb->rcv_wnd;
 
-	if (!st || !st->ack_ev || !lwip_ackq_announces(pcb) || !lwip_ackq_note(pcb))
+	if (!TCP_SEQ_GEQ(edge, pcb->rcv_ann_right_edge + TS_LWIP_WND_UPDATE(pcb)) || !st ||
+	    !st->ack_ev || !lwip_ackq_announces(pcb) || !lwip_ackq_note(pcb))
 		return TS_LWIP_WND_UPDATE(pcb);
 	if (!st->ack_armed) {
 		event_active(st->ack_ev, EV_TIMEOUT, 1);

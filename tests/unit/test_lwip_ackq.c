@@ -97,12 +97,24 @@ Test(lwip_ackq, a_held_ack_is_sent_by_the_flush_unless_a_segment_carried_it)
 }
 
 /* Holding touches only a noted pcb: one the queue has no room for keeps its flag, and lwIP
- * sends its ACK as it always would. */
+ * sends its ACK as it always would; the flush, which serves only noted pcbs, sends nothing
+ * for it. */
 Test(lwip_ackq, a_pcb_not_noted_keeps_its_flag)
 {
+	cr_assert(lwip_ackq_note(pcbs[0]));
 	pcbs[2]->flags |= TF_ACK_DELAY;
 	lwip_ackq_hold(pcbs[2]);
+	cr_assert_neq(pcbs[2]->flags & TF_ACK_DELAY, 0, "not noted: its flag stays");
+	lwip_ackq_sent(pcbs[2]);
+	cr_assert_eq(lwip_ackq_flush(), 0, "the noted one owes nothing, the other is lwIP's");
 	cr_assert_neq(pcbs[2]->flags & TF_ACK_DELAY, 0);
-	lwip_ackq_sent(pcbs[2]); /* nor does a segment of a pcb not noted change anything */
-	cr_assert_not(lwip_ackq_pending());
+}
+
+/* An ACK lwIP wanted sent at once (TF_ACK_NOW: a send that failed for memory left it) is
+ * owed too: the flush sends it. */
+Test(lwip_ackq, an_ack_now_left_by_lwip_is_sent_by_the_flush)
+{
+	cr_assert(lwip_ackq_note(pcbs[0]));
+	pcbs[0]->flags |= TF_ACK_NOW;
+	cr_assert_eq(lwip_ackq_flush(), 1);
 }

@@ -72,6 +72,7 @@ static size_t acks;           /* pure ACKs sent to the app */
 static uint32_t last_ack;     /* the last one's acknowledgement, relative to the app's ISN + 1 */
 static uint32_t last_wnd;     /* and its window in bytes (lwIP's field, scaled by its shift) */
 static uint32_t last_data_wnd; /* the window of the last piece with data */
+static uint32_t last_data_ack; /* and its acknowledgement, relative to the app's ISN + 1 */
 static size_t push_end;        /* where the last piece with data and PSH ended */
 
 static void piece(const uint8_t *p, size_t len)
@@ -115,6 +116,7 @@ static void piece(const uint8_t *p, size_t len)
 	}
 	if (pl) {
 		last_data_wnd = (uint32_t)tu_get16(v.l4 + 14) << TCP_RCV_SCALE;
+		last_data_ack = tu_get32(v.l4 + 8) - 1001;
 		if (v.tcp_flags & TCP_PSH)
 			push_end = off + pl;
 		cr_assert_leq(off + pl, DATA_MAX, "data beyond what was written");
@@ -939,6 +941,31 @@ Test(lwip_bigseg, two_super_packets_in_a_pass_get_one_ack, .fini = teardown)
 	cr_assert_eq(counter("gso_quick_acks"), 3);
 	cr_assert_eq(counter("gso_acks_pass_end"), 1);
 	take(0, 90000);
+}
+
+/* The relay writes download data in the pass (the other direction of the same connection):
+ * that segment carries the acknowledgement of both super-packets, the one lwIP owed for the
+ * first (held in the queue) included, and the end of the pass has nothing left to send. */
+Test(lwip_bigseg, a_data_segment_in_the_pass_carries_the_held_ack, .fini = teardown)
+{
+	static uint8_t d[1000];
+	size_t before, data_before;
+
+	start(true, false);
+	connect_app(2000);
+	before = acks;
+	upload(0, 30000);
+	upload(30000, 30000);
+	lwip_stack_ops.batch_end(ns, 0, 0);
+	data_before = pieces;
+	pattern(d, sizeof(d), 5);
+	cr_assert_eq(acc->ops->write(acc, d, sizeof(d)), (ssize_t)sizeof(d));
+	run();
+	cr_assert_gt(pieces, data_before, "the write went out");
+	cr_assert_eq(last_data_ack, 60000, "it acknowledges both super-packets");
+	cr_assert_eq(acks, before, "no pure ACK besides");
+	cr_assert_eq(counter("gso_acks_pass_end"), 0, "the flush had nothing left to send");
+	take(0, 60000);
 }
 
 /* The reader takes bytes outside a batch (its outbound socket became writable): the window
