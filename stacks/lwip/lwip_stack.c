@@ -345,6 +345,15 @@ void ts_lwip_tcp_out(struct tcp_pcb *pcb, struct tcp_hdr *hdr, const struct pbuf
 	}
 }
 
+/* The pass's flush (on_ack_flush) runs once the callbacks active now have run. */
+static void ack_flush_due(struct lwip_stack *st)
+{
+	if (!st->ack_armed) {
+		event_active(st->ack_ev, EV_TIMEOUT, 1);
+		st->ack_armed = true;
+	}
+}
+
 /* tcp_recved's test for an explicit window update (it has just moved rcv_ann_wnd with
  * tcp_update_rcv_ann_wnd). Growth under TS_LWIP_WND_UPDATE sends nothing either way. An update
  * that would go is held for the end of the loop pass when the stack has one (lwip_ackq.h): the
@@ -358,10 +367,7 @@ unsigned ts_lwip_wnd_update_threshold(struct tcp_pcb *pcb)
 	if (!TCP_SEQ_GEQ(edge, pcb->rcv_ann_right_edge + TS_LWIP_WND_UPDATE(pcb)) || !st ||
 	    !st->ack_ev || !lwip_ackq_announces(pcb) || !lwip_ackq_note(pcb))
 		return TS_LWIP_WND_UPDATE(pcb);
-	if (!st->ack_armed) {
-		event_active(st->ack_ev, EV_TIMEOUT, 1);
-		st->ack_armed = true;
-	}
+	ack_flush_due(st);
 	ctr_inc(&st->ctr.wnd_updates_held);
 	return UINT_MAX;
 }
@@ -1142,10 +1148,8 @@ static void lw_batch_end(struct netstack *ns, unsigned q, int64_t now_ns)
 		gso_train_flush(st->train);
 	/* Activated now, after the callbacks this batch's data made active: the relay takes
 	 * what it can first, and the ACK carries the window it opened. */
-	if (st->ack_ev && !st->ack_armed && lwip_ackq_pending()) {
-		event_active(st->ack_ev, EV_TIMEOUT, 1);
-		st->ack_armed = true;
-	}
+	if (st->ack_ev && lwip_ackq_pending())
+		ack_flush_due(st);
 	check_timer(st);
 }
 
