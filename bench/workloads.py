@@ -113,9 +113,9 @@ class Workloads:
         # CPU per byte: every byte iperf3 moved, warm-up included, against the CPU time of the
         # same span (the whole testbed's from /proc/stat, and the proxy's own).
         gb = sum(iv["sum"].get("bytes", 0) for iv in j["intervals"]) / 1e9
+        secs = sum(iv["sum"].get("seconds", 0) for iv in j["intervals"])
         if gb > 0 and host0 is not None and host1 is not None:
             self.add(rs, wl, direction, streams, "testbed_cpu_s_per_gb", (host1 - host0) / gb)
-            secs = sum(iv["sum"].get("seconds", 0) for iv in j["intervals"])
             if secs > 0:
                 self.add(rs, wl, direction, streams, "testbed_cpus_busy",
                          (host1 - host0) / secs)
@@ -138,7 +138,12 @@ class Workloads:
         if drops0 is not None and drops1 is not None:
             self.add(rs, wl, direction, streams, "tun_drops", drops1 - drops0)
         if srv0 is not None and srv1 is not None:
+            # The SOCKS5 server's share (every danted process) per second and per byte.
             self.add(rs, wl, direction, streams, "server_cpu_s", srv1 - srv0)
+            if secs > 0:
+                self.add(rs, wl, direction, streams, "server_cpus_busy", (srv1 - srv0) / secs)
+            if gb > 0:
+                self.add(rs, wl, direction, streams, "server_cpu_s_per_gb", (srv1 - srv0) / gb)
         if subj.is_stack:
             # tun.rps "auto": how often it switched so far (per cell in an ablation: a fresh
             # child per run) and how busy the loop's thread was in its last window.

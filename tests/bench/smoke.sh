@@ -291,7 +291,9 @@ fi
 # --via socks5: its plan and argument checks, and its report redrawn from a synthetic run
 # (plain client 10 Gbit/s and 10,000 packets/s; system via socks5 0.9 and 1.2 of it: PASS;
 # lwip via socks5 0.6 and 0.7: MISS; redirect via socks5 7.5 Gbit/s, TCP only: 0.75 of the
-# plain client, reported, never judged; system via socks5 1.2 of it, lwip 0.8).
+# plain client, reported, never judged; system via socks5 1.2 of it, lwip 0.8; lwip via socks5
+# at 16 streams up with 1.6 and 2.1 CPUs busy: 0.75 and 0.6 with every CPU busy, median 0.675,
+# the plain client's server at 1.0 CPU).
 expect_rc 0 --via socks5 --quick --dry-run
 grep -q "lwip via socks5 (lwip/offload-socks5/q1)" "$out/args.txt" &&
 	grep -q "plain socks5 (socks5-client/offload/q1)" "$out/args.txt" ||
@@ -316,6 +318,12 @@ for (st, io), v in thr.items():
                         "values": [[1, v * 0.99], [2, v * 1.01]]})
     if st == "redirect":
         continue
+    if (st, io) == ("lwip", "offload-socks5"):
+        samples.append({"key": [st, io, 1, "tcp_bulk", "up", 16, "testbed_cpus_busy"],
+                        "values": [[1, 1.6], [2, 2.1]]})
+    if st == "socks5-client":
+        samples.append({"key": [st, io, 1, "tcp_bulk", "up", 16, "server_cpus_busy"],
+                        "values": [[1, 1.0], [2, 1.0]]})
     samples.append({"key": [st, io, 1, "udp_echo_64B", None, None, "pps"],
                     "values": [[1, pps[(st, io)] * 0.99], [2, pps[(st, io)] * 1.01]]})
 labels = {"socks5-client": "plain socks5"}
@@ -358,11 +366,24 @@ check("system via / redirect via = 1.2, lwip 0.8 (TCP up 16)",
       abs((rfrac("system", 16) or 0) - 1.2) < 1e-9 and abs((rfrac("lwip", 16) or 0) - 0.8) < 1e-9)
 check("the bound table: a row per TCP cell",
       "| TCP up, 16 streams | 0.750 | 1.200 | 0.800 |" in report)
+cb = [r for r in rows if (r["stack"], r["io_mode"], r["streams"], r["metric"]) ==
+      ("lwip", "offload-socks5", 16, "cpu_bound_plain")]
+ok = len(cb) == 1 and abs(cb[0]["median"] - 0.675) < 1e-9 and \
+    abs(cb[0]["min"] - 0.6) < 1e-9 and abs(cb[0]["max"] - 0.75) < 1e-9
+check("with every CPU busy: 0.6 x 2 / 1.6 and 0.6 x 2.1 / 2.1, median 0.675 (lwip up 16)", ok,
+      None if ok else str(cb))
+check("no such bound without the CPUs busy (system up 16)", not any(
+    r["metric"] == "cpu_bound_plain" and r["stack"] == "system" for r in rows))
+ok = "| lwip via socks5 | up | 16 | n/a | 1.85 [1.60 – 2.10] | n/a | n/a | n/a | 1.00 | " \
+    "0.675 [0.600 – 0.750] | 0.600 |" in report
+check("the CPU table: lwip's row, the plain client's server at 1.00 CPU", ok,
+      None if ok else report[report.find("## What the CPUs"):][:1600])
 check("no ratio for the direct stacks", not any(
     r["metric"] == "plain_socks5_fraction" and r["io_mode"] == "offload" for r in rows))
 for w in ("PASS  system via socks5: TCP bulk up, 1 stream over the plain socks5 client: 0.900",
           "PASS  system via socks5: UDP echo 64 B packets/s over the plain socks5 client: 1.200",
-          "MISS  lwip via socks5: TCP bulk up, 16 streams over the plain socks5 client: 0.600",
+          "MISS  lwip via socks5: TCP bulk up, 16 streams over the plain socks5 client: 0.600 "
+          "(0.675 with every CPU busy)",
           "MISS  lwip via socks5: UDP echo 64 B packets/s over the plain socks5 client: 0.700"):
     check("target line: " + w[:40], w in stdout and w in report)
 def tally_ok(stdout, report):
@@ -720,6 +741,20 @@ check("external subject: UDP echo through the SOCKS5 server", bool(u) and u[0]["
 r = get("ext", "peak_rss_kb", "run")
 check("external subject: the process holding the TUN is measured (peak RSS)",
       bool(r) and r[0]["median"] > 100, f"{r[0]['median']:.0f} KiB" if r else "missing")
+# The SOCKS5 server's share of the bulk runs: every danted process's CPU over iperf3's
+# seconds, and the fraction with every CPU busy, never below the measured one.
+b = get("socks5-client", "server_cpus_busy", "tcp_bulk", 1)
+check("the SOCKS5 server's CPUs busy in the plain client's bulk run",
+      bool(b) and 0 < b[0]["median"] < 4, f"{b[0]['median']:.2f}" if b else "missing")
+g = get("lwip", "server_cpu_s_per_gb", "tcp_bulk", 1)
+check("the SOCKS5 server's CPU per GB beside lwip via socks5", bool(g) and g[0]["median"] > 0,
+      f"{g[0]['median']:.3f} s/GB" if g else "missing")
+c = [x for x in get("lwip", "cpu_bound_plain", "tcp_bulk", 1) if x["io_mode"].endswith("-socks5")]
+f = [x for x in get("lwip", "plain_socks5_fraction", "tcp_bulk", 1)
+     if x["io_mode"].endswith("-socks5")]
+check("lwip via socks5: its fraction with every CPU busy, at least the measured one",
+      bool(c) and bool(f) and c[0]["median"] >= f[0]["median"] - 1e-9,
+      f"{c[0]['median']:.3f} >= {f[0]['median']:.3f}" if c and f else "missing")
 finish()
 PY
 	fi
