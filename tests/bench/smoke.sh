@@ -378,6 +378,13 @@ ok = "| lwip via socks5 | up | 16 | n/a | 1.85 [1.60 – 2.10] | n/a | n/a | n/a
     "0.675 [0.600 – 0.750] | 0.600 |" in report
 check("the CPU table: lwip's row, the plain client's server at 1.00 CPU", ok,
       None if ok else report[report.find("## What the CPUs"):][:1600])
+import os, shutil
+if shutil.which("gnuplot"):
+    dat = text(d, "socks5_cpu_bound.dat")
+    ok = '"16 up" 0.6000 0.6000 0.6000 0.6750 0.6000 0.7500' in dat and all(
+        os.path.getsize(os.path.join(d, "socks5_cpu_bound." + e)) > 1000 for e in ("svg", "png"))
+    check("chart socks5_cpu_bound: lwip's measured and bound series in the 16-stream upload, "
+          "no series for the system stack (no CPUs busy)", ok, None if ok else dat)
 check("no ratio for the direct stacks", not any(
     r["metric"] == "plain_socks5_fraction" and r["io_mode"] == "offload" for r in rows))
 for w in ("PASS  system via socks5: TCP bulk up, 1 stream over the plain socks5 client: 0.900",
