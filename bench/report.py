@@ -542,8 +542,8 @@ class Report:
                 if not b:
                     continue
 
-                def st(m, wl="tcp_bulk", via=via, d=d, n=n):
-                    return self.stat(via, wl, d, n, m)
+                def st(m, via=via, d=d, n=n):
+                    return self.stat(via, "tcp_bulk", d, n, m)
 
                 def pl(m, via=via, d=d, n=n):
                     return self.stat(via, paired, d, n, m) or self.stat(plain, "tcp_bulk", d, n, m)
@@ -1486,10 +1486,41 @@ class Report:
             return False
         return True
 
+    def bar_chart(self, name, title, ylabel, header, series, extra=""):
+        """Grouped bars with error bars: one group per bulk cell, one bar per series (label,
+        fn(d, n) -> its summary or None, gnuplot style appended to its plot item), the
+        [min – max] of the rounds as error bars; extra: more gnuplot set-up lines. NAME.dat,
+        NAME.gp and the SVG and PNG they draw, next to the report."""
+        order = [(d, n) for n in (1, 16, 64) for d in ("up", "down") if (d, n) in self.bulk_cells]
+        base = os.path.join(self.out, name)
+        with open(base + ".dat", "w") as f:
+            f.write("# cell, then median min max per subject: %s\n" % header)
+            for d, n in order:
+                v = []
+                for _, fn, _ in series:
+                    st = fn(d, n)
+                    v += ["%.4f %.4f %.4f" % st[:3]] if st else ["NaN NaN NaN"]
+                f.write("\"%d %s\" %s\n" % (n, d, " ".join(v)))
+        plot = ", ".join("'%s.dat' using %d:%d:%d%s title '%s'%s" % (
+            base, 2 + 3 * i, 3 + 3 * i, 4 + 3 * i, ":xtic(1)" if i == 0 else "", label, style)
+            for i, (label, _, style) in enumerate(series))
+        common = ("set title '%s (median, bars: "
+                  "min-max of %d rounds)'\n"
+                  "set ylabel '%s'\nset xlabel 'streams, direction'\n"
+                  "set style data histograms\nset style histogram errorbars gap 1 lw 1\n"
+                  "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
+                  "set key outside right top\nset grid ytics\nset yrange [0:*]\n%s" % (
+                      title, self.reps, ylabel, extra))
+        with open(base + ".gp", "w") as f:
+            f.write("set terminal svg size 1200,520 dynamic enhanced font 'sans,11' background "
+                    "'white'\nset output '%s.svg'\n%splot %s\n" % (base, common, plot))
+            f.write("set terminal pngcairo size 1200,520 enhanced font 'sans,10' background "
+                    "'white'\nset output '%s.png'\nreplot\n" % base)
+        self.gnuplot(base + ".gp", name)
+
     def ablation_charts(self, name="ablation_throughput",
                         title="TCP bulk throughput by stack and TUN I/O mode"):
-        """Grouped bars: one group per cell, one bar per subject and the ceiling, with the
-        [min – max] of the rounds as error bars. SVG and PNG next to the report."""
+        """Grouped bars: one group per cell, one bar per subject and the ceiling (bar_chart)."""
         if not shutil.which("gnuplot"):
             note_once(self.notes, "charts: gnuplot not installed, %s not drawn" % name)
             return
@@ -1498,39 +1529,14 @@ class Report:
         if not cols:
             note_once(self.notes, "charts: no throughput figures, %s not drawn" % name)
             return
-        order = [(d, n) for n in (1, 16, 64) for d in ("up", "down") if (d, n) in self.bulk_cells]
-        base = os.path.join(self.out, name)
-        with open(base + ".dat", "w") as f:
-            f.write("# cell, then median min max per subject: %s\n" % ", ".join(
-                s.label for s in cols))
-            for d, n in order:
-                v = []
-                for s in cols:
-                    st = self.stat(s, "tcp_bulk", d, n, "throughput_gbps")
-                    v += ["%.4f %.4f %.4f" % st[:3]] if st else ["NaN NaN NaN"]
-                f.write("\"%d %s\" %s\n" % (n, d, " ".join(v)))
-        plot = ", ".join("'%s.dat' using %d:%d:%d%s title '%s'%s" % (
-            base, 2 + 3 * i, 3 + 3 * i, 4 + 3 * i, ":xtic(1)" if i == 0 else "", s.label,
-            " lc rgb '%s'" % BAR_COLORS[s.key] if s.key in BAR_COLORS else "")
-            for i, s in enumerate(cols))
-        common = ("set title '%s (median, bars: "
-                  "min-max of %d rounds)'\n"
-                  "set ylabel 'Gbit/s'\nset xlabel 'streams, direction'\n"
-                  "set style data histograms\nset style histogram errorbars gap 1 lw 1\n"
-                  "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
-                  "set key outside right top\nset grid ytics\nset yrange [0:*]\n" % (
-                      title, self.reps))
-        with open(base + ".gp", "w") as f:
-            f.write("set terminal svg size 1200,520 dynamic enhanced font 'sans,11' background "
-                    "'white'\nset output '%s.svg'\n%splot %s\n" % (base, common, plot))
-            f.write("set terminal pngcairo size 1200,520 enhanced font 'sans,10' background "
-                    "'white'\nset output '%s.png'\nreplot\n" % base)
-        self.gnuplot(base + ".gp", name)
+        self.bar_chart(name, title, "Gbit/s", ", ".join(s.label for s in cols), [
+            (s.label, lambda d, n, s=s: self.stat(s, "tcp_bulk", d, n, "throughput_gbps"),
+             " lc rgb '%s'" % BAR_COLORS[s.key] if s.key in BAR_COLORS else "") for s in cols])
 
     def socks5_cpu_chart(self, name="socks5_cpu_bound"):
-        """--via socks5: per bulk cell, each proxy's fraction of the plain client (median, bars:
-        min-max) beside its fraction with every CPU busy (derive_cpu_bound), and the target
-        line. SVG and PNG next to the report; nothing without those figures."""
+        """--via socks5: per bulk cell, each proxy's fraction of the plain client beside its
+        fraction with every CPU busy (derive_cpu_bound), and the target line (bar_chart);
+        nothing without those figures."""
         cols = [s for _, s in self.socks5_pairs() if any(
             self.stat(s, "tcp_bulk", d, n, "cpu_bound_plain") for d, n in self.bulk_cells)]
         if not cols:
@@ -1538,17 +1544,6 @@ class Report:
         if not shutil.which("gnuplot"):
             note_once(self.notes, "charts: gnuplot not installed, %s not drawn" % name)
             return
-        order = [(d, n) for n in (1, 16, 64) for d in ("up", "down") if (d, n) in self.bulk_cells]
-        series = [(s, m) for s in cols for m in ("plain_socks5_fraction", "cpu_bound_plain")]
-        base = os.path.join(self.out, name)
-        with open(base + ".dat", "w") as f:
-            f.write("# cell, then median min max per subject: measured, with every CPU busy\n")
-            for d, n in order:
-                v = []
-                for s, m in series:
-                    st = self.stat(s, "tcp_bulk", d, n, m)
-                    v += ["%.4f %.4f %.4f" % st[:3]] if st else ["NaN NaN NaN"]
-                f.write("\"%d %s\" %s\n" % (n, d, " ".join(v)))
         # One colour per subject (its own where it has one), solid measured, hatched bound.
         spare = ["#17becf", "#8c564b", "#bcbd22", "#7f7f7f"]
         colour, k = {}, 0
@@ -1556,26 +1551,16 @@ class Report:
             colour[s.key] = BAR_COLORS.get(s.key) or BAR_COLORS.get(s.key[:2] + (1,))
             if not colour[s.key]:
                 colour[s.key], k = spare[k % len(spare)], k + 1
-        plot = ", ".join("'%s.dat' using %d:%d:%d%s title '%s%s' lc rgb '%s'%s" % (
-            base, 2 + 3 * i, 3 + 3 * i, 4 + 3 * i, ":xtic(1)" if i == 0 else "", s.label,
-            "" if m == "plain_socks5_fraction" else ", every CPU busy", colour[s.key],
-            " fs pattern 4" if m == "cpu_bound_plain" else "")
-            for i, (s, m) in enumerate(series))
-        common = ("set title 'TCP bulk via SOCKS5: fraction of the plain client, measured and "
-                  "with every CPU busy (median, bars: min-max of %d rounds)'\n"
-                  "set ylabel 'fraction of the plain SOCKS5 client'\n"
-                  "set xlabel 'streams, direction'\n"
-                  "set style data histograms\nset style histogram errorbars gap 1 lw 1\n"
-                  "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
-                  "set key outside right top\nset grid ytics\nset yrange [0:*]\n"
-                  "set arrow from graph 0, first %.2f to graph 1, first %.2f nohead dt 2 lw 2\n"
-                  % (self.reps, SOCKS5_TARGET, SOCKS5_TARGET))
-        with open(base + ".gp", "w") as f:
-            f.write("set terminal svg size 1200,520 dynamic enhanced font 'sans,11' background "
-                    "'white'\nset output '%s.svg'\n%splot %s\n" % (base, common, plot))
-            f.write("set terminal pngcairo size 1200,520 enhanced font 'sans,10' background "
-                    "'white'\nset output '%s.png'\nreplot\n" % base)
-        self.gnuplot(base + ".gp", name)
+        series = [(s.label + ("" if m == "plain_socks5_fraction" else ", every CPU busy"),
+                   lambda d, n, s=s, m=m: self.stat(s, "tcp_bulk", d, n, m),
+                   " lc rgb '%s'%s" % (colour[s.key],
+                                       " fs pattern 4" if m == "cpu_bound_plain" else ""))
+                  for s in cols for m in ("plain_socks5_fraction", "cpu_bound_plain")]
+        self.bar_chart(name, "TCP bulk via SOCKS5: fraction of the plain client, measured and "
+                       "with every CPU busy", "fraction of the plain SOCKS5 client",
+                       "measured, with every CPU busy", series,
+                       "set arrow from graph 0, first %.2f to graph 1, first %.2f nohead dt 2 "
+                       "lw 2\n" % (SOCKS5_TARGET, SOCKS5_TARGET))
 
     def cpu_chart(self):
         """cpu_vs_throughput.svg: one point per subject and bulk cell, Gbit/s against the
