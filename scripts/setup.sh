@@ -16,7 +16,7 @@ pkgs=(
 	iperf3 curl socat jq python3 python3-prometheus-client dnsmasq-base unbound bind9-dnsutils
 	microsocks dante-server tinyproxy proxychains4 iputils-ping iproute2 ethtool gnuplot-nox
 	ngtcp2-client ngtcp2-server nftables
-	valgrind
+	valgrind bpftool
 )
 
 die() { echo "setup: $*" >&2; exit 1; }

@@ -30,8 +30,9 @@
 #   its own pattern every second, checked byte for byte.
 #
 # Every SAMPLE_S seconds the proxy's /stats (rss_kb, peak_rss_kb, fds, nat.* entries,
-# sessions, UDP sessions, buffers, splice pipes, budget in use, DNS pending and cache entries)
-# and its /proc/PID/status (VmRSS, RssAnon, VmHWM) are sampled. The run is cut in six windows
+# sessions, UDP sessions, buffers, splice pipes, budget in use, DNS pending and cache entries,
+# the in-kernel fast path's connections and UDP flows), its /proc/PID/status (VmRSS, RssAnon,
+# VmHWM) and, with bpftool, the entries the kernel holds in the fast path's maps are sampled. The run is cut in six windows
 # (10 minutes each in the 1 h run): the first is the warm-up; the second and the last are
 # compared.
 #
@@ -51,13 +52,16 @@
 #   echoing;
 # - the proxy answered every sample and refused or failed nothing (no drops.* refusal,
 #   sessions.refused, sessions.failed.*, budget.*_refused, udp.drops.*, DNS SERVFAIL, drop or
-#   upstream failure, NAT refusal or quarantine reuse, lwIP memory refusal);
+#   upstream failure, NAT refusal or quarantine reuse, lwIP memory refusal, a fast path map
+#   refusal or failed add, a packet the fast path dropped);
 # - flat: in the last window the largest RSS (/stats rss_kb and VmRSS), RssAnon, peak RSS,
 #   fds and NAT entries (system stack) are at most the second window's largest + 1 % (rounded
 #   up) + a slack;
 # - within IDLE_S of the traffic's end: NAT entries 0, and sessions, UDP sessions, splice
 #   pipes, fds, budget in use, buffers in use, DNS pending and DNS-over-TCP connections at
-#   their values before the traffic.
+#   their values before the traffic, and the fast path's connections and UDP flows 0;
+# - where the system stack's fast path runs: it carried connections in the run, and once idle
+#   the kernel's maps hold no entry (read with bpftool; a note where it is missing).
 #
 # The slack on top of the 1 % (its figures are computed at "flat" below): descriptors and NAT
 # entries count what is in flight at the instant of the sample, and the workloads' own bounds
@@ -200,7 +204,26 @@ ok "setup: namespaces, echo/HTTP/DNS servers, the proxy" "$STACK, pid $TS_PID"
 # --- figures -------------------------------------------------------------------------------
 sk() { stat_key "$1" "$2"; }
 # The columns of a sample, in order (t_ms is the time since the traffic started).
-COLS="t_ms rss_kb peak_rss_kb vmrss_kb rssanon_kb vmhwm_kb fds nat_entries nat_quarantined sessions udp_sessions buffers_bytes buffers_peak stack_bytes pipes tcp_in_use udp_in_use fds_in_use dns_pending dns_cache"
+COLS="t_ms rss_kb peak_rss_kb vmrss_kb rssanon_kb vmhwm_kb fds nat_entries nat_quarantined sessions udp_sessions buffers_bytes buffers_peak stack_bytes pipes tcp_in_use udp_in_use fds_in_use dns_pending dns_cache fp_conns fp_udp_flows fp_kernel"
+# fp_kernel_entries: how many entries the in-kernel fast path's hash maps hold, as the kernel
+# has them: the maps of the programs on the TUN's egress and on the uplink's ingress (each
+# accepted connection two, each UDP flow one per direction); -1 when they cannot be read (no
+# bpftool, no program attached: the lwIP stack, or a fast path that is off).
+fp_kernel_entries() {
+	local ids maps m c n=0
+	command -v bpftool >/dev/null 2>&1 || { echo -1; return; }
+	ids=$({ inD tc -j filter show dev "$TUN" egress; inD tc -j filter show dev "$V_D" ingress; } 2>/dev/null |
+		jq -r '.[]? | .options.prog.id // empty' 2>/dev/null | sort -u)
+	[ -n "$ids" ] || { echo -1; return; }
+	maps=$(for m in $ids; do bpftool prog show id "$m" -j 2>/dev/null | jq -r '.map_ids[]?'; done | sort -u)
+	for m in $maps; do
+		[ "$(bpftool map show id "$m" -j 2>/dev/null | jq -r '.type')" = hash ] || continue
+		c=$(bpftool map dump id "$m" -j 2>/dev/null | jq 'length' 2>/dev/null)
+		case $c in '' | *[!0-9]*) echo -1; return ;; esac
+		n=$((n + c))
+	done
+	echo "$n"
+}
 # sample T_MS: one row, or "" when /stats or /proc did not answer.
 sample() {
 	local doc st
@@ -208,14 +231,15 @@ sample() {
 	st=$(awk '/^(VmRSS|RssAnon|VmHWM):/ { v[$1] = $2 } END { printf "%d %d %d", v["VmRSS:"], v["RssAnon:"], v["VmHWM:"] }' \
 		"/proc/$TS_PID/status" 2>/dev/null) || return 1
 	[ -n "$st" ] || return 1
-	jq -rn --argjson d "$doc" --arg t "$1" --arg st "$st" '
+	jq -rn --argjson d "$doc" --arg t "$1" --arg st "$st" --arg k "$(fp_kernel_entries)" '
 		($st | split(" ") | map(tonumber)) as $p
 		| [($t | tonumber), $d.rss_kb, $d.peak_rss_kb, $p[0], $p[1], $p[2], $d.fds,
 		   ($d.nat.half_open + $d.nat.active + $d.nat.closing), $d.nat.quarantined,
 		   $d.sessions.active, $d.udp.sessions, $d.buffers.in_use_bytes, $d.buffers.peak_bytes,
 		   $d.buffers.stack_bytes,
 		   $d.splice.pipes, $d.budget.tcp_in_use, $d.budget.udp_in_use, $d.budget.fds_in_use,
-		   $d.dns.pending, $d.dns.cache.entries] | map(tostring) | join(" ")'
+		   $d.dns.pending, $d.dns.cache.entries, ($d.fast_path.conns // 0),
+		   ($d.fast_path.udp_flows // 0), ($k | tonumber)] | map(tostring) | join(" ")'
 }
 
 IDLE=$(stats)
@@ -226,7 +250,7 @@ idle_diff() {
 		   then "nat entries \($n.nat.half_open)/\($n.nat.active)/\($n.nat.closing)" else empty end),
 		  (["sessions.active", "udp.sessions", "splice.pipes", "fds", "budget.tcp_in_use",
 		    "budget.udp_in_use", "budget.fds_in_use", "buffers.in_use_bytes", "dns.pending",
-		    "dns.tcp.connections"][] as $k
+		    "dns.tcp.connections", "fast_path.conns", "fast_path.udp_flows"][] as $k
 		   | ($k | split(".")) as $p
 		   # The fast path keeps one fd per uplink its reply program went onto (a UDP
 		   # flow joined it) while the proxy runs.
@@ -242,7 +266,7 @@ failures() {
 	jq -rn --argjson a "$1" --argjson b "$2" '
 		def flat: [paths(numbers) as $p | {key: ($p | map(tostring) | join(".")), value: getpath($p)}] | from_entries;
 		($a | flat) as $x | ($b | flat) | to_entries[]
-		| select(.key | test("^(drops\\.(nat_exhausted|half_open|admission_refused|fd_exhausted|udp_queue_full|udp_handoff)|sessions\\.refused|sessions\\.failed\\..*|budget\\..*_refused|udp\\.drops\\..*|udp\\.queue_drops|dns\\.drops\\..*|dns\\.answered\\.(servfail|refused)|dns\\.upstream\\.(timeouts|errors|bad_answers)|dns\\.tcp\\.(refused|closed_bad_length|closed_nomem)|stack_counters\\.(drop_nat_.*|nat_(budget_exhausted|ports_exhausted|half_open_.*|quarantine_reuse)|drop_nomem|drop_backlog_full|write_nomem|rx_payload_nomem|syn_rcvd_evicted))$"))
+		| select(.key | test("^(drops\\.(nat_exhausted|half_open|admission_refused|fd_exhausted|udp_queue_full|udp_handoff)|sessions\\.refused|sessions\\.failed\\..*|budget\\..*_refused|udp\\.drops\\..*|udp\\.queue_drops|dns\\.drops\\..*|dns\\.answered\\.(servfail|refused)|dns\\.upstream\\.(timeouts|errors|bad_answers)|dns\\.tcp\\.(refused|closed_bad_length|closed_nomem)|fast_path\\.(map_full|add_failed|dropped|udp_map_failed|udp_dropped)|stack_counters\\.(drop_nat_.*|nat_(budget_exhausted|ports_exhausted|half_open_.*|quarantine_reuse)|drop_nomem|drop_backlog_full|write_nomem|rx_payload_nomem|syn_rcvd_evicted))$"))
 		| select(.value != ($x[.key] // 0)) | "\(.key) +\(.value - ($x[.key] // 0))"' | paste -sd, -
 }
 
@@ -544,6 +568,30 @@ else
 fi
 AFTER=$(stats)
 printf '%s\n' "$AFTER" >"$TMP/stats_end.json"
+# The in-kernel fast path (the system stack's, where it runs): it carried connections and UDP
+# flows in the run, and once idle the kernel's maps hold none of them: an entry whose removal
+# failed unnoticed would be kernel memory, outside every figure above.
+FP_FIG=""
+if [ "$(stat_key fast_path.state "$AFTER")" = on ]; then
+	fp_added=$(delta fast_path.conns_added "$BEFORE" "$AFTER")
+	fp_udp=$(delta fast_path.udp_datagrams_out "$BEFORE" "$AFTER")
+	if [ "$fp_added" != invalid ] && [ "$fp_added" -gt 0 ]; then
+		ok "fast path: it carried connections" "conns_added +$fp_added, udp_datagrams_out +$fp_udp ($(stat_key fast_path.udp_state "$AFTER"))"
+	else
+		not_ok "fast path: it carried connections" "conns_added +$fp_added"
+	fi
+	fp_kmax=$(awk 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "fp_kernel") c = i; next }
+		$c > m { m = $c } END { print m + 0 }' "$TMP/samples.txt")
+	fp_k=$(fp_kernel_entries)
+	FP_FIG=" fp_conns_added=$fp_added fp_udp_out=$fp_udp fp_kernel_max=$fp_kmax fp_kernel_idle=$fp_k"
+	if [ "$fp_k" -lt 0 ]; then
+		note "fast path: the kernel's maps not read (bpftool: $(command -v bpftool || echo none))"
+	elif [ "$fp_k" -eq 0 ] && [ "$fp_kmax" -gt 0 ]; then
+		ok "fast path: the kernel's maps empty once idle" "up to $fp_kmax entries in the samples"
+	else
+		not_ok "fast path: the kernel's maps empty once idle" "$fp_k entries; up to $fp_kmax in the samples"
+	fi
+fi
 f=$(failures "$BEFORE" "$AFTER")
 if [ -z "$f" ]; then ok "nothing refused, no session failed, no UDP or DNS drop or failure"
 else not_ok "nothing refused, no session failed, no UDP or DNS drop or failure" "$f"; fi
@@ -560,7 +608,7 @@ if [ "$VERBOSE" -eq 1 ]; then
 			END { for (r = 1; r <= NR; r++) { printf "#  "; for (i = 1; i <= n[r]; i++) printf " %*s", w[i], c[r, i]; printf "\n" } }'
 	note "rss after idle: $(sk rss_kb "$AFTER") KiB, fds $(sk fds "$AFTER"), idle before the traffic: rss $(sk rss_kb "$IDLE") fds $(sk fds "$IDLE")"
 fi
-note "figures: stack=$STACK seconds=$SECONDS_RUN sample_s=$SAMPLE_S window_s=$((WIN_MS / 1000)) (warm-up/second/last max)$FLAT_FIG idle_rss_kb=$(sk rss_kb "$IDLE") idle_fds=$(sk fds "$IDLE") bulk_mib=$BULK_MIB downloads=$DL_OK echoes=$EC_OK churned=$CHURN_DONE udp_sent=$UDP_SENT udp_loss_pct=$UDP_LOSS dns_queries=$DNS_SENT dns_tcp=$DNS_TCP_OK held=$HELD_N idle_ms=$IDLE_MS"
+note "figures: stack=$STACK seconds=$SECONDS_RUN sample_s=$SAMPLE_S window_s=$((WIN_MS / 1000)) (warm-up/second/last max)$FLAT_FIG idle_rss_kb=$(sk rss_kb "$IDLE") idle_fds=$(sk fds "$IDLE") bulk_mib=$BULK_MIB downloads=$DL_OK echoes=$EC_OK churned=$CHURN_DONE udp_sent=$UDP_SENT udp_loss_pct=$UDP_LOSS dns_queries=$DNS_SENT dns_tcp=$DNS_TCP_OK held=$HELD_N idle_ms=$IDLE_MS$FP_FIG"
 stop_pid "$TS_PID" 3
 stop_pid "$SERVE_PID" 2
 stop_pid "$HTTPD_PID" 2
