@@ -161,6 +161,31 @@ stats() {
 }
 # stat_key KEY DOC: a dotted key's value, "missing" when the document has none.
 stat_key() { jq -r ".$1 // \"missing\"" <<<"$2" 2>/dev/null || echo missing; }
+# fp_kernel_entries NS TUN: how many entries the kernel holds in the hash maps of the system
+# stack's in-kernel fast path on TUN (in namespace NS): the maps of the program on TUN's tc
+# egress and of every program that shares a map with it (the uplinks' reply program, attached
+# with tcx, which tc does not list); an accepted connection has two, a UDP flow one per
+# direction. -1 when they cannot be read (no bpftool, no program on TUN: the lwIP stack, or a
+# fast path that is off).
+fp_kernel_entries() {
+	local ids own maps m c n=0
+	command -v bpftool >/dev/null 2>&1 || { echo -1; return; }
+	ids=$(ip netns exec "$1" tc -j filter show dev "$2" egress 2>/dev/null |
+		jq -r '.[]? | .options.prog.id // empty' 2>/dev/null | sort -u)
+	[ -n "$ids" ] || { echo -1; return; }
+	own=$(for m in $ids; do bpftool prog show id "$m" -j 2>/dev/null | jq -c '.map_ids // []'; done |
+		jq -sc 'add // []')
+	maps=$(bpftool prog show -j 2>/dev/null | jq -r --argjson own "$own" '
+		[.[] | select(((.map_ids // []) - ((.map_ids // []) - $own)) | length > 0) | .map_ids[]]
+		| unique | .[]')
+	for m in $maps; do
+		[ "$(bpftool map show id "$m" -j 2>/dev/null | jq -r '.type')" = hash ] || continue
+		c=$(bpftool map dump id "$m" -j 2>/dev/null | jq 'length' 2>/dev/null)
+		case $c in '' | *[!0-9]*) echo -1; return ;; esac
+		n=$((n + c))
+	done
+	echo "$n"
+}
 # delta KEY BEFORE AFTER: how much KEY grew, or "invalid" (so that a check fails, never skips).
 delta() {
 	local a b

@@ -150,7 +150,7 @@ idle_diff() {
 		[ (if ($n.nat.half_open + $n.nat.active + $n.nat.closing) != 0
 		   then "nat entries \($n.nat.half_open)/\($n.nat.active)/\($n.nat.closing)" else empty end),
 		  (["sessions.active", "udp.sessions", "splice.pipes", "fds", "budget.tcp_in_use",
-		    "budget.udp_in_use", "budget.fds_in_use"][] as $k
+		    "budget.udp_in_use", "budget.fds_in_use", "fast_path.conns"][] as $k
 		   | ($k | split(".")) as $p
 		   | if ($n | getpath($p)) != ($i | getpath($p))
 		     then "\($k) \($n | getpath($p)) (idle \($i | getpath($p)))" else empty end)
@@ -178,7 +178,7 @@ refusals() {
 	jq -rn --arg skip "$skip" --argjson a "$1" --argjson b "$2" '
 		def flat: [paths(numbers) as $p | {key: ($p | map(tostring) | join(".")), value: getpath($p)}] | from_entries;
 		($a | flat) as $x | ($b | flat) | to_entries[]
-		| select(.key | test("^(drops\\.(nat_exhausted|half_open|admission_refused|fd_exhausted)|sessions\\.refused|sessions\\.failed\\..*|budget\\..*_refused|stack_counters\\.(drop_nat_.*|nat_(budget_exhausted|ports_exhausted|half_open_.*|quarantine_reuse)))$"))
+		| select(.key | test("^(drops\\.(nat_exhausted|half_open|admission_refused|fd_exhausted)|sessions\\.refused|sessions\\.failed\\..*|budget\\..*_refused|fast_path\\.(map_full|add_failed|dropped)|stack_counters\\.(drop_nat_.*|nat_(budget_exhausted|ports_exhausted|half_open_.*|quarantine_reuse)))$"))
 		| select(.key | test($skip) | not)
 		| select(.value != ($x[.key] // 0)) | "\(.key) +\(.value - ($x[.key] // 0))"' | paste -sd, -
 }
@@ -229,6 +229,19 @@ held_phase() {
 	if [ "$STACK" = system ]; then
 		check "held: $HELD_N NAT entries active" test "$(sk nat.active "$at")" -eq "$HELD_N"
 	fi
+	# The in-kernel fast path, where it runs: every held connection in its map, two entries
+	# each as the kernel holds them (bpftool), and none left once they are closed (below).
+	local fp_on=0 fp_k
+	if [ "$(sk fast_path.state "$at")" = on ]; then
+		fp_on=1
+		fp_k=$(fp_kernel_entries "$NS_D" "$TUN")
+		check "held: the fast path carries the $HELD_N connections" test "$(sk fast_path.conns "$at")" -eq "$HELD_N"
+		if [ "$fp_k" -ge 0 ]; then
+			check "held: the kernel's fast path map holds 2 x $HELD_N entries ($fp_k)" test "$fp_k" -eq $((2 * HELD_N))
+		else
+			note "fast path: the kernel's maps not read (bpftool: $(command -v bpftool || echo none))"
+		fi
+	fi
 	kill -TERM "$HOLD_PID" 2>/dev/null
 	for ((i = 0; i < 300; i++)); do kill -0 "$HOLD_PID" 2>/dev/null || break; sleep 0.1; done
 	stop_pid "$HOLD_PID" 2
@@ -245,6 +258,10 @@ held_phase() {
 	fi
 	wait_idle "held" $((15 + HELD_N / 250))
 	after=$(stats)
+	if [ "$fp_on" -eq 1 ] && [ "$fp_k" -ge 0 ]; then
+		fp_k=$(fp_kernel_entries "$NS_D" "$TUN")
+		check "held: the kernel's fast path map empty once they are closed ($fp_k entries)" test "$fp_k" -eq 0
+	fi
 	r=$(refusals "$before" "$after")
 	if [ -z "$r" ]; then ok "held: nothing refused, no session failed"; else not_ok "held: nothing refused, no session failed" "$r"; fi
 	[ "$STACK" = lwip ] && note "SYNs deferred at lwIP's backlog: drops.half_open +$(delta drops.half_open "$before" "$after")"
