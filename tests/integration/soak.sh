@@ -32,9 +32,9 @@
 # Every SAMPLE_S seconds the proxy's /stats (rss_kb, peak_rss_kb, fds, nat.* entries,
 # sessions, UDP sessions, buffers, splice pipes, budget in use, DNS pending and cache entries,
 # the in-kernel fast path's connections and UDP flows), its /proc/PID/status (VmRSS, RssAnon,
-# VmHWM) and, with bpftool, the entries the kernel holds in the fast path's maps are sampled. The run is cut in six windows
-# (10 minutes each in the 1 h run): the first is the warm-up; the second and the last are
-# compared.
+# VmHWM) and, with bpftool, the entries the kernel holds in the fast path's maps are sampled.
+# The run is cut in six windows (10 minutes each in the 1 h run): the first is the warm-up; the
+# second and the last are compared.
 #
 # Time-bound state must fill up within the warm-up, or a short run compares a table still
 # filling: so the NAT's closing entries linger LINGER_MS (the closing handshake takes
@@ -538,7 +538,7 @@ flat rssanon_kb "$MEM_SLACK_KB" "$MEM_ALLOW" "3 x buffer high-water growth"
 # heap's layout decides how many pages the same bytes take). Over an hour a stationary swing
 # reaches a little higher now and then, so the peak may rise past the second window's by as
 # much as RSS was seen to swing within that window (its largest sample less its smallest); a
-# swing that widens, or memory that grows, passes that (and the figures above catch growth).
+# swing that widens, or memory that grows, goes past that (and the figures above catch growth).
 SWING_KB=$(($(wmax rss_kb 1) - $(wmin rss_kb 1)))
 flat peak_rss_kb "$MEM_SLACK_KB" $((MEM_ALLOW + SWING_KB)) "3 x buffer high-water growth + the second window's RSS swing"
 flat fds "$FD_SLACK"
