@@ -63,6 +63,7 @@ struct dns_doh_q {
 	uint32_t tries_left;
 	int32_t stream_id;             /* > 0: its try's stream on the session */
 	uint64_t rx_mark;              /* link rx when the try was assigned */
+	bool full_try;                 /* its timer is a whole timeout, not cut by the deadline */
 	int64_t deadline_ns;           /* no try after this (asked + tries x timeout) */
 	uint8_t req[QUERY_MAX];        /* the query, id 0: the same for every try */
 	size_t req_len, req_off;
@@ -758,6 +759,7 @@ static void assign(struct dns_doh *d, struct dns_doh_q *q)
 	d->st.tries++;
 	q->stream_id = -1;
 	q->rx_mark = d->l.rx;
+	q->full_try = left_ms >= d->timeout_ms;
 	list_push(&d->l.sent, q, false);
 	evtimer_add(q->timer, &tv);
 }
@@ -851,8 +853,11 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
 	struct dns_doh_q *q = arg;
 	struct dns_doh *d = q->d;
-	/* Nothing at all came back since this try was assigned: the connection is dead. */
-	bool dead = d->l.rx == q->rx_mark && d->l.state != LINK_CLOSED;
+	/* Nothing at all came back for a whole timeout since this try was assigned: the
+	 * connection is dead. A try cut short by its ask's deadline proves nothing; voiding the
+	 * connection on it would make asks spread over time on a silent server open one
+	 * connection per deadline. */
+	bool dead = q->full_try && d->l.rx == q->rx_mark && d->l.state != LINK_CLOSED;
 
 	stream_detach(d, q);
 	d->st.timeouts++;

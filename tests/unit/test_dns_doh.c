@@ -713,6 +713,37 @@ Test(dns_doh, silent_server_fails_every_ask_within_its_tries)
 	fx_stop(&f);
 }
 
+/* Asks that arrive spread out over a silent server: a try cut short by its ask's deadline is no
+ * proof that the connection is dead, so the stragglers finish on the connection that is open
+ * instead of each voiding it and opening the next (one connection per deadline before). */
+Test(dns_doh, silent_server_spread_asks_do_not_storm)
+{
+	struct res r[8];
+	struct fx f;
+	int lfd, n = 0;
+	char name[32];
+
+	memset(r, 0, sizeof(r));
+	fx_init(&f);
+	cr_assert_geq(lfd = listen_lo(f.port), 0);
+	f.cfg.timeout_ms = 200;
+	fx_new(&f);
+	for (int i = 0; i < 8; i++) {
+		snprintf(name, sizeof(name), "s%d.doh.test", i);
+		r[i].counter = &n;
+		ask(&f, name, &r[i]);
+		run_until(f.base, NULL, -1, 12);
+	}
+	cr_assert(run_until(f.base, &n, 8, WAIT_MS), "%d of 8 failed in time", n);
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(r[i].err, -ETIMEDOUT, "ask %d: %d", i, r[i].err);
+	/* The first ask's two full tries void two connections; the rest end on the third. */
+	cr_assert_eq(stats(&f).connects, 3, "%llu connections",
+		     (unsigned long long)stats(&f).connects);
+	close(lfd);
+	fx_stop(&f);
+}
+
 Test(dns_doh, asks_are_bounded)
 {
 	static struct res r[DNS_DOH_MAX_ASKS + 1];
