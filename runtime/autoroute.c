@@ -1196,10 +1196,11 @@ out:
 void autoroute_bypass_end(struct autoroute *ar)
 {
 	char what[160];
-	size_t kept = 0;
+	size_t top = ar->n_temp;
 
 	/* Newest first; one that cannot be removed stays listed for autoroute_free (and is
-	 * not in the plan, so a reconcile removes it as well). */
+	 * not in the plan, so a reconcile removes it as well), packed at the end in its order:
+	 * every slot above i has been seen, so nothing unseen is overwritten. */
 	for (size_t i = ar->n_temp; i-- > 0;) {
 		const struct autoroute_step *s = &ar->temp[i];
 		int ret = apply(ar, s, false);
@@ -1207,9 +1208,11 @@ void autoroute_bypass_end(struct autoroute *ar)
 			continue;
 		log_warn(ar->log, "auto_route: cannot remove %s: %s",
 			 autoroute_step_format(s, what, sizeof(what)), strerror(-ret));
-		ar->temp[kept++] = *s;
+		ar->temp[--top] = *s;
 	}
-	ar->n_temp = kept;
+	if (top > 0 && top < ar->n_temp)
+		memmove(ar->temp, ar->temp + top, (ar->n_temp - top) * sizeof(*ar->temp));
+	ar->n_temp -= top;
 }
 
 /* ---- replacing the set, sweeping a dead one ---- */

@@ -19,6 +19,9 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/capability.h>
 #include <linux/if_tun.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -977,6 +980,83 @@ static void bypass_scenario(void)
 Test(autoroute_ns, bypass_looks_past_the_set_in_place)
 {
 	run_in_netns(bypass_scenario);
+}
+
+/* CAP_NET_ADMIN in or out of this process's effective set (kept in its permitted set): the
+ * kernel checks it on each rtnetlink change, so changes fail with EPERM while it is out, on
+ * a socket opened before. Programs run by sh() get it back from their exec as root. */
+static void net_admin(bool on)
+{
+	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct d[2];
+
+	CHECK(syscall(SYS_capget, &h, d) == 0, "capget: %s", strerror(errno));
+	if (on)
+		d[0].effective |= 1u << CAP_NET_ADMIN;
+	else
+		d[0].effective &= ~(1u << CAP_NET_ADMIN);
+	CHECK(syscall(SYS_capset, &h, d) == 0, "capset: %s", strerror(errno));
+}
+
+/* The kernel refuses the changes of a bypass: refused at its start, nothing is left and the
+ * error names the rule; refused at its end, the exemptions stay listed and go with the set. */
+static void bypass_refused_scenario(void)
+{
+	struct autoroute_opts o;
+	struct autoroute *ar;
+	struct log lg;
+	struct logbuf lb;
+	const uint32_t marks[1] = { 0x5 };
+	char before[16384], installed[16384], now[16384], rules[4096], err[256];
+	uint32_t x = 1;
+	int ret;
+
+	setup(true);
+	logger(&lg, &lb);
+	tun_opts(&o, true);
+	snapshot(before, sizeof(before));
+	ar = must_new(&o, &lg);
+	snapshot(installed, sizeof(installed));
+
+	net_admin(false);
+	ret = autoroute_bypass_begin(ar, marks, 1, &x, err, sizeof(err));
+	net_admin(true);
+	CHECK(ret == -EPERM && x == 0, "begin: %d 0x%x %s", ret, x, err);
+	CHECK(strstr(err, "auto_route: cannot add ") && strstr(err, "fwmark 0x5") &&
+	      strstr(err, strerror(EPERM)), "%s", err);
+	snapshot(now, sizeof(now));
+	CHECK(strcmp(installed, now) == 0, "untouched:\n%.360s\n---\n%.360s", installed, now);
+	CHECK_DEV("1.1.1.1 mark 0x5", "tst0"); /* no exemption was left */
+
+	ret = autoroute_bypass_begin(ar, marks, 1, &x, err, sizeof(err));
+	CHECK(ret == 0 && x == 0x74000000, "begin: %d 0x%x %s", ret, x, err);
+	CHECK_DEV("1.1.1.1 mark 0x5", "up0");
+	net_admin(false);
+	autoroute_bypass_end(ar);
+	net_admin(true);
+	CHECK(strstr(lb.text, "auto_route: cannot remove "), "%.600s", lb.text);
+	sh_out("ip -4 rule; ip -6 rule", rules, sizeof(rules));
+	CHECK(strstr(rules, "fwmark 0x5 goto"), "the exemptions stay: %.700s", rules);
+	CHECK_DEV("1.1.1.1 mark 0x5", "up0");
+	/* The next end tries them again. */
+	autoroute_bypass_end(ar);
+	snapshot(now, sizeof(now));
+	CHECK(strcmp(installed, now) == 0, "exactly the set again:\n%.360s\n---\n%.360s",
+	      installed, now);
+
+	/* Refused at the end once more, then freed: they go with the set. */
+	ret = autoroute_bypass_begin(ar, marks, 1, &x, err, sizeof(err));
+	CHECK(ret == 0, "begin: %d %s", ret, err);
+	net_admin(false);
+	autoroute_bypass_end(ar);
+	net_admin(true);
+	autoroute_free(ar);
+	expect_as_before(before);
+}
+
+Test(autoroute_ns, bypass_refused_by_the_kernel_leaves_nothing)
+{
+	run_in_netns(bypass_refused_scenario);
 }
 
 /* A process that installs o and dies without cleaning up (as after SIGKILL). */
