@@ -663,7 +663,7 @@ int resolver_lookup(struct resolver *r, const char *name, int family_pref, resol
 		return -ENOMEM;
 	}
 	r->st.lookups++;
-	*out = q;
+	*out = q;  /* taken back below if the lookup cannot start */
 	if (netaddr_parse(key, &lit) == 0) {
 		query_ready(q, 0, &lit, 1);
 		return 0;
@@ -684,11 +684,13 @@ int resolver_lookup(struct resolver *r, const char *name, int family_pref, resol
 		r->st.coalesced++;
 		q->pend = p;
 		q->next = p->waiters;
-		p->waiters->prev = q;
+		if (p->waiters) /* none when every waiter was cancelled: it goes on for the cache */
+			p->waiters->prev = q;
 		p->waiters = q;
 		return 0;
 	}
 	if ((ret = start_resolution(r, q, key)) != 0) {
+		*out = NULL;
 		event_free(q->ev);
 		free(q);
 		return ret;

@@ -417,6 +417,29 @@ Test(resolver, cancel_before_the_answer_and_before_a_cache_hit)
 	fx_stop(&fx);
 }
 
+/* The only waiter cancelled while its resolution is out, then the name asked again before the
+ * answer: the new ask joins the resolution that goes on (it has no waiter left). */
+Test(resolver, ask_again_after_the_only_waiter_was_cancelled)
+{
+	struct resolver_query *q = NULL;
+	struct resolver_stats st;
+	struct fixture fx;
+	struct res r = { 0 }, r2;
+
+	fx_start(&fx, TABLE);
+	fx_resolver(&fx);
+	cr_assert_eq(resolver_lookup(fx.r, "both.test", 0, on_res, &r, &q), 0);
+	resolver_cancel(q);
+	lookup(&fx, "both.test", 4, &r2);
+	cr_assert_eq(r2.err, 0);
+	cr_assert_eq(r2.n, 3);
+	cr_assert_eq(r.calls, 0, "done ran after cancel");
+	cr_assert_eq(fx.dns.queries, 2, "one resolution");
+	resolver_get_stats(fx.r, &st);
+	cr_assert_eq(st.coalesced, 1);
+	fx_stop(&fx);
+}
+
 Test(resolver, concurrent_lookups_share_one_resolution)
 {
 	struct resolver_query *q1, *q2, *q3;
