@@ -75,6 +75,7 @@ struct dns_uq {
 	int transport_err;             /* the last transport error of a try, 0 none */
 	int final_err;                 /* in done: what the callback gets */
 	uint64_t rx_mark;              /* tcp: link rx when the query was assigned */
+	bool full_try;                 /* tcp: its timer is a whole timeout, not cut by the deadline */
 	int64_t deadline_ns;           /* tcp: no try after this (asked + tries x timeout) */
 };
 
@@ -799,6 +800,7 @@ static void tcp_assign(struct dns_upstream *u, struct dns_uq *q)
 	u->st.tries++;
 	list_push(&l->sent, q, false);
 	q->rx_mark = l->rx;
+	q->full_try = left_ms >= u->timeout_ms;
 	evtimer_add(q->timer, &tv);
 	do {
 		if (rand_id(&q->id) != 0)
@@ -859,8 +861,11 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 	} else if (!q->tcp) {
 		try_end(q, -ETIMEDOUT);
 	} else {
-		/* Nothing at all came back since this query went out: the connection is dead. */
-		dead = u->l.rx == q->rx_mark && u->l.state != LINK_CLOSED;
+		/* Nothing at all came back for a whole timeout since this query went out: the
+		 * connection is dead. A try cut short by its ask's deadline proves nothing; voiding
+		 * the connection on it would make asks spread over time on a silent server open one
+		 * connection per deadline. */
+		dead = q->full_try && u->l.rx == q->rx_mark && u->l.state != LINK_CLOSED;
 		try_end(q, -ETIMEDOUT);
 		if (dead)
 			link_void(u);

@@ -821,6 +821,36 @@ Test(dns_upstream, tcp_silent_server_fails_every_ask_within_its_tries)
 	fx_stop(&f);
 }
 
+/* Asks that arrive spread out over a silent server: a try cut short by its ask's deadline is no
+ * proof that the connection is dead, so the stragglers finish on the connection that is open
+ * instead of each voiding it and opening the next (one connection per deadline before). */
+Test(dns_upstream, tcp_silent_server_spread_asks_do_not_storm)
+{
+	enum { N = 5 };
+	struct res r[N];
+	struct fx f;
+	int n = 0;
+
+	memset(r, 0, sizeof(r));
+	fx_start(&f, DNS_UP_TCP, U_SILENT, T_SILENT);
+	f.cfg.timeout_ms = 150;
+	f.cfg.tries = 2;
+	fx_new(&f);
+	for (int i = 0; i < N; i++) {
+		r[i].counter = &n;
+		ask(&f, i + 1, &r[i]);
+		run_until(f.base, NULL, -1, 12);
+	}
+	cr_assert(run_until(f.base, &n, N, WAIT_MS), "%d of %d failed in time", n, N);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(r[i].err, -ETIMEDOUT, "ask %d: %d", i + 1, r[i].err);
+	/* The first ask's two full tries void two connections; the rest end on the third. */
+	cr_assert_eq(stats(&f).tcp_connects, 3, "%llu connections",
+		     (unsigned long long)stats(&f).tcp_connects);
+	cr_assert_eq(stats(&f).inflight, 0);
+	fx_stop(&f);
+}
+
 Test(dns_upstream, tcp_at_most_32_in_flight_the_rest_queued)
 {
 	struct res r[40];
