@@ -64,6 +64,7 @@ struct dns_doh_q {
 	int32_t stream_id;             /* > 0: its try's stream on the session */
 	uint64_t rx_mark;              /* link rx when the try was assigned */
 	bool full_try;                 /* its timer is a whole timeout, not cut by the deadline */
+	bool refused_once;             /* a refusal was given back during the current try */
 	int64_t deadline_ns;           /* no try after this (asked + tries x timeout) */
 	uint8_t req[QUERY_MAX];        /* the query, id 0: the same for every try */
 	size_t req_len, req_off;
@@ -277,6 +278,7 @@ static void try_end(struct dns_doh_q *q, int err)
 
 	evtimer_del(q->timer);
 	response_reset(q);
+	q->refused_once = false;
 	if (ts_now_ns() >= q->deadline_ns)
 		q->tries_left = 0; /* its time is up, whatever tries were given back */
 	if (q->tries_left > 0) {
@@ -405,9 +407,18 @@ static void stream_done(struct dns_doh *d, struct dns_doh_q *q, uint32_t error_c
 {
 	q->stream_id = -1;
 	if (error_code == NGHTTP2_REFUSED_STREAM) {
-		/* RFC 9113 section 8.7: the server did not process it; safe to ask again. */
+		/* RFC 9113 section 8.7: the server did not process it; safe to ask again, the try
+		 * given back. Once per try: refused again, the server refuses outright (overloaded,
+		 * or a GOAWAY on every connection), and the try counts; else each ask would open
+		 * one connection after another until its deadline and end as a timeout. */
 		d->st.refused++;
-		try_refund(q);
+		if (!q->refused_once) {
+			q->refused_once = true;
+			try_refund(q);
+			return;
+		}
+		d->st.errors++;
+		try_end(q, -ECONNREFUSED);
 		return;
 	}
 	if (error_code != NGHTTP2_NO_ERROR) {

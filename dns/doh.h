@@ -116,12 +116,15 @@ struct dns_doh_stats {
 	uint64_t tries;                 /* tries started (assigned to a connection), refused
 					 * ones included */
 	uint64_t timeouts;              /* tries that ended by their timeout */
-	uint64_t errors;                /* tries that ended by a connection loss or stream reset */
+	uint64_t errors;                /* tries that ended by a connection loss, a stream reset
+					 * or a second refusal */
 	uint64_t bad_answers;           /* 200 answers that failed the check, or were too long */
 	uint64_t refused;               /* streams the server refused unprocessed (REFUSED_STREAM,
 					 * above a GOAWAY's last id): asked again, the try given
-					 * back. A server whose SETTINGS allow fewer streams than
-					 * we open before they arrive refuses the excess once. */
+					 * back the first time in a try; refused again, the try
+					 * ends (counted in errors too). A server whose SETTINGS
+					 * allow fewer streams than we open before they arrive
+					 * refuses the excess once. */
 	uint64_t http_errors;           /* answers with another status or content-type */
 	uint64_t tls_failures;          /* handshakes that failed (verification included), or
 					 * that did not select "h2" */

@@ -8,7 +8,8 @@
  * unrelated CA) are made with the openssl command in a temporary directory per test. Cases: an
  * answer; many asks on one connection (beyond the stream limit, and the server's own lower
  * limit); a certificate name mismatch; an unknown CA; a 404 path; no h2 by ALPN (openssl
- * s_server); a server that never answers (timeouts); the ask bound; a new detour; cancel; idle
+ * s_server); a server that never answers (timeouts); one that refuses every stream (a GOAWAY
+ * from a small Python server); the ask bound; a new detour; cancel; idle
  * close; free with asks pending and from inside a callback. Every wait is bounded by a guard timer;
  * counters are checked by exact amounts; every test checks that no descriptor stays open.
  */
@@ -741,6 +742,66 @@ Test(dns_doh, silent_server_spread_asks_do_not_storm)
 	cr_assert_eq(stats(&f).connects, 3, "%llu connections",
 		     (unsigned long long)stats(&f).connects);
 	close(lfd);
+	fx_stop(&f);
+}
+
+/* A server that takes each connection, sends its SETTINGS and a GOAWAY with last stream id 0
+ * (ENHANCE_YOUR_CALM), and reads until the client closes: every stream is refused unprocessed. */
+static const char REFUSER_PY[] =
+	"import socket, ssl, sys\n"
+	"ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n"
+	"ctx.load_cert_chain(sys.argv[2], sys.argv[3])\n"
+	"ctx.set_alpn_protocols(['h2'])\n"
+	"s = socket.socket()\n"
+	"s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+	"s.bind(('127.0.0.1', int(sys.argv[1])))\n"
+	"s.listen(16)\n"
+	"while True:\n"
+	"    c, _ = s.accept()\n"
+	"    try:\n"
+	"        t = ctx.wrap_socket(c, server_side=True)\n"
+	"        t.sendall(bytes.fromhex('000000040000000000' '000008070000000000'\n"
+	"                                '000000000000000b'))\n"
+	"        t.settimeout(5)\n"
+	"        while t.recv(65536):\n"
+	"            pass\n"
+	"    except Exception:\n"
+	"        pass\n"
+	"    c.close()\n";
+
+/* A server that refuses every stream: an ask gets its try back for the first refusal of each
+ * try only, so it ends by its tries (refused), promptly, instead of opening one connection
+ * after another until its deadline and ending as a timeout. */
+Test(dns_doh, server_refusing_every_stream_ends_the_ask_by_its_tries)
+{
+	struct res r = { 0 };
+	struct dns_doh_stats st;
+	struct fx f;
+	char port[8], cert[128], key[128];
+	char *argv[] = { "python3", "-c", (char *)REFUSER_PY, port, cert, key, NULL };
+	int64_t t0;
+
+	fx_init(&f);
+	if (access("/usr/bin/python3", X_OK) != 0)
+		cr_skip_test("no python3 for the refusing server");
+	snprintf(port, sizeof(port), "%u", f.port);
+	snprintf(cert, sizeof(cert), "%s/srv.pem", f.dir);
+	snprintf(key, sizeof(key), "%s/srv.key", f.dir);
+	f.pid = spawn(argv);
+	wait_listening(f.pid, f.port);
+	fx_new(&f);
+	t0 = mono_ms();
+	ask(&f, "a.doh.test", &r);
+	cr_assert(run_until(f.base, &r.calls, 1, WAIT_MS));
+	cr_assert_eq(r.err, -ECONNREFUSED, "err %d", r.err);
+	cr_assert_lt(mono_ms() - t0, f.cfg.timeout_ms, "ended by its tries, not a timeout");
+	st = stats(&f);
+	/* Two tries, each refused twice: the first refusal given back, the second counted. */
+	cr_assert_eq(st.refused, 4);
+	cr_assert_eq(st.tries, 4);
+	cr_assert_eq(st.errors, 2);
+	cr_assert_eq(st.connects, 4, "%llu connections", (unsigned long long)st.connects);
+	cr_assert_eq(st.timeouts + st.http_errors + st.bad_answers + st.tls_failures, 0);
 	fx_stop(&f);
 }
 
