@@ -41,6 +41,7 @@ struct autoroute {
 	int rpf_old; /* the TUN's rp_filter before we changed it; -1: untouched */
 	struct autoroute_step *temp; /* a bypass's temporary exemptions, installed */
 	size_t n_temp;
+	bool owner; /* installed, holding the namespace: every tagged item in it is ours */
 };
 
 /* ---- options ---- */
@@ -942,6 +943,7 @@ int autoroute_new(const struct autoroute_opts *o, struct log *lg, struct autorou
 	}
 	if ((ret = start(ar, err, errlen)) != 0)
 		goto fail;
+	ar->owner = true;
 	*out = ar;
 	return 0;
 fail:
@@ -1374,8 +1376,17 @@ void autoroute_free(struct autoroute *ar)
 	if (!ar)
 		return;
 	if (ar->nl.fd >= 0) {
+		struct scan sc = { 0 };
+		int first_err = 0;
+
 		autoroute_bypass_end(ar);
 		remove_installed(ar);
+		/* What a replacement or a repair could not remove and no repair removed since:
+		 * tagged, in no plan any more. Only by the namespace's owner: a set that failed
+		 * to start (another proxy owns it) must not touch the owner's. */
+		if (ar->owner && scan_kernel(&ar->nl, ar->o.tun_ifindex, &sc) == 0)
+			remove_extra(ar, &sc, NULL, 0, &first_err);
+		free(sc.v);
 	}
 	rpf_restore(ar);
 	netlink_close(&ar->nl);

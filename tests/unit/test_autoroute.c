@@ -1059,6 +1059,59 @@ Test(autoroute_ns, bypass_refused_by_the_kernel_leaves_nothing)
 	run_in_netns(bypass_refused_scenario);
 }
 
+/* A replacement whose removals the kernel refuses (an exclusion taken out): the old rule stays
+ * while the process runs, a repair removes it, and if none did, it goes with the set. */
+static void replace_refused_scenario(void)
+{
+	struct autoroute_opts o, w;
+	struct autoroute *ar;
+	struct log lg;
+	struct logbuf lb;
+	struct netaddr_cidr ex = { { 4, { 203, 0, 113, 0 } }, 24 };
+	char before[16384], rules[4096], err[256];
+	int ret, tagged;
+
+	setup(true);
+	logger(&lg, &lb);
+	tun_opts(&o, true);
+	o.exclude = &ex;
+	o.n_exclude = 1;
+	snapshot(before, sizeof(before));
+	ar = must_new(&o, &lg);
+	tagged = count_tagged();
+	w = o;
+	w.n_exclude = 0;
+
+	net_admin(false);
+	ret = autoroute_replace(ar, &w, err, sizeof(err));
+	net_admin(true);
+	CHECK(ret == 0, "replace: %d %s", ret, err);
+	CHECK(strstr(lb.text, "auto_route: cannot remove "), "%.600s", lb.text);
+	sh_out("ip -4 rule", rules, sizeof(rules));
+	CHECK(strstr(rules, "to 203.0.113.0/24"), "the old exclusion stays: %.700s", rules);
+	CHECK(count_tagged() == tagged, "%d tagged, want %d", count_tagged(), tagged);
+	/* The next repair removes it. */
+	CHECK(autoroute_reconcile(ar) == 1, "one repair");
+	CHECK(count_tagged() == tagged - 1, "%d tagged", count_tagged());
+
+	/* Refused again, with no repair after: freeing the set removes it. */
+	CHECK(autoroute_replace(ar, &o, err, sizeof(err)) == 0, "%s", err);
+	CHECK(count_tagged() == tagged, "%d tagged", count_tagged());
+	net_admin(false);
+	ret = autoroute_replace(ar, &w, err, sizeof(err));
+	net_admin(true);
+	CHECK(ret == 0, "replace: %d %s", ret, err);
+	CHECK(count_tagged() == tagged, "%d tagged", count_tagged());
+	autoroute_free(ar);
+	CHECK(count_tagged() == 0, "freed, %d tagged left", count_tagged());
+	expect_as_before(before);
+}
+
+Test(autoroute_ns, replace_refused_by_the_kernel_leaves_nothing_after_free)
+{
+	run_in_netns(replace_refused_scenario);
+}
+
 /* A process that installs o and dies without cleaning up (as after SIGKILL). */
 static void install_and_die(const struct autoroute_opts *o)
 {
