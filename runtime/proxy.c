@@ -289,6 +289,7 @@ static int make_resolver(struct ts_proxy *p, char *err, size_t errlen)
 
 	sock.has_routing_mark = p->cfg.route.default_mark != 0;
 	sock.routing_mark = p->cfg.route.default_mark;
+	p->resolver_mark = sock.routing_mark;
 	if ((ret = resolver_new(p->base, &rc, &p->resolver)) != 0) {
 		snprintf(err, errlen, "proxy: resolver: %s", strerror(-ret));
 		return ret;

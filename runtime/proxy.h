@@ -78,6 +78,7 @@ struct ts_proxy {
 	struct budget_limits budget_loaded; /* cfg.budget as the config gave it (fds not fitted) */
 	struct loopguard *loopguard; /* the ports of our own outbound sockets */
 	struct resolver *resolver;   /* proxy server names not pinned (outbound/resolver.h) */
+	uint32_t resolver_mark;      /* its sockets' mark: the start's route.default_mark */
 	struct dns_server *dns;      /* the own resolver (dns.servers with hijack), or NULL */
 	struct dns_local *dns_local; /* it on 127.0.0.1, for dns_resolver */
 	struct dns_tcp_resolver dns_tcp; /* it for the dispatcher's TCP/53 sessions */

@@ -38,25 +38,31 @@ static void on_routes_changed(void *arg)
 		udp_path_offload_reset(p->udp);
 }
 
-/* The outbounds' distinct marks; the default mark under its mask, so that other software may
- * use the low bits of a marked packet. */
-static size_t collect_marks(const struct ts_config *cfg, struct autoroute_mark *m, size_t cap)
+static void add_mark(struct autoroute_mark *m, size_t *n, size_t cap, uint32_t mark)
+{
+	struct autoroute_mark k = { mark, mark == TS_DEFAULT_MARK ? TS_DEFAULT_MARK_MASK : 0 };
+	bool dup = false;
+
+	for (size_t j = 0; j < *n; j++)
+		dup |= m[j].mark == k.mark && m[j].mask == k.mask;
+	if (!dup && *n < cap)
+		m[(*n)++] = k;
+}
+
+/* The distinct marks of the proxy's own resolver (own, 0 none: it runs with the start's
+ * default mark, whichever outbounds carry it) and of the outbounds; the default mark under
+ * its mask, so that other software may use the low bits of a marked packet. cap: at least
+ * TS_MAX_OUTBOUNDS + 1. */
+static size_t collect_marks(const struct ts_config *cfg, uint32_t own, struct autoroute_mark *m,
+			    size_t cap)
 {
 	size_t n = 0;
 
-	for (size_t i = 0; i < cfg->n_outbounds; i++) {
-		const struct ts_outbound *ob = &cfg->outbounds[i];
-		struct autoroute_mark k = { 0, 0 };
-		bool dup = false;
-		if (!ob->has_routing_mark)
-			continue;
-		k.mark = ob->routing_mark;
-		k.mask = k.mark == TS_DEFAULT_MARK ? TS_DEFAULT_MARK_MASK : 0;
-		for (size_t j = 0; j < n; j++)
-			dup |= m[j].mark == k.mark && m[j].mask == k.mask;
-		if (!dup && n < cap)
-			m[n++] = k;
-	}
+	if (own)
+		add_mark(m, &n, cap, own);
+	for (size_t i = 0; i < cfg->n_outbounds; i++)
+		if (cfg->outbounds[i].has_routing_mark)
+			add_mark(m, &n, cap, cfg->outbounds[i].routing_mark);
 	return n;
 }
 
@@ -104,7 +110,7 @@ static int apply_auto_route(struct ts_proxy *p, const struct ts_config *cfg,
 			    const struct routecheck *rc, char *err, size_t errlen)
 {
 	const struct ts_tun *t = &cfg->tun;
-	struct autoroute_mark marks[TS_MAX_OUTBOUNDS];
+	struct autoroute_mark marks[TS_MAX_OUTBOUNDS + 1];
 	struct netaddr servers[SERVERS_MAX];
 	struct autoroute_uid_range *inc = NULL, *exc = NULL;
 	const char **ifs = NULL;
@@ -147,7 +153,7 @@ static int apply_auto_route(struct ts_proxy *p, const struct ts_config *cfg,
 		.exclude_interface = ifs,
 		.n_exclude_interface = t->n_exclude_interface,
 		.marks = marks,
-		.n_marks = collect_marks(cfg, marks, TS_MAX_OUTBOUNDS),
+		.n_marks = collect_marks(cfg, p->resolver_mark, marks, TS_MAX_OUTBOUNDS + 1),
 		.servers = servers,
 		.n_servers = routecheck_servers(rc, servers, SERVERS_MAX),
 		.has_lock = p->lock_keep >= 0,
@@ -241,7 +247,7 @@ static bool auto_route_changed(const struct ts_config *o, const struct ts_config
 			       const struct routecheck *orc, const struct routecheck *nrc)
 {
 	const struct ts_tun *a = &o->tun, *b = &n->tun;
-	struct autoroute_mark ma[TS_MAX_OUTBOUNDS], mb[TS_MAX_OUTBOUNDS];
+	struct autoroute_mark ma[TS_MAX_OUTBOUNDS + 1], mb[TS_MAX_OUTBOUNDS + 1];
 	struct netaddr sa[SERVERS_MAX], sb[SERVERS_MAX];
 	size_t nma, nmb, nsa, nsb;
 
@@ -255,8 +261,8 @@ static bool auto_route_changed(const struct ts_config *o, const struct ts_config
 	    LIST_DIFF(exclude_interface, n_exclude_interface))
 		return true;
 #undef LIST_DIFF
-	nma = collect_marks(o, ma, TS_MAX_OUTBOUNDS);
-	nmb = collect_marks(n, mb, TS_MAX_OUTBOUNDS);
+	nma = collect_marks(o, 0, ma, TS_MAX_OUTBOUNDS + 1);
+	nmb = collect_marks(n, 0, mb, TS_MAX_OUTBOUNDS + 1);
 	nsa = routecheck_servers(orc, sa, SERVERS_MAX);
 	nsb = routecheck_servers(nrc, sb, SERVERS_MAX);
 	return nma != nmb || memcmp(ma, mb, nma * sizeof(*ma)) != 0 || nsa != nsb ||

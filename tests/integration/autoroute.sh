@@ -34,6 +34,9 @@
 #      cuts D's IPv6; a start without auto_route removes them (IPv6 back); without strict_route
 #      the leftovers fall through (IPv4/IPv6 reach S) and `twinstack cleanup` removes them;
 #      cleanup refuses while a proxy owns the namespace, touching nothing
+#   M  marks: with every socket outbound carrying a mark of its own, the proxy's own resolver
+#      (whose sockets carry the start's route.default_mark) is exempted beside them, and stays
+#      so after a reload that changes route.default_mark; unmarked traffic is still captured
 #
 # usage: autoroute.sh [--stack system|lwip] [--bin PATH] [--reloads N] [--only LETTERS] [--keep] [-v]
 #   --reloads  reloads in case R (default 60), half as many refused ones in case F
@@ -42,7 +45,7 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ONLY=RNFK
+ONLY=RNFKM
 RELOADS=60
 
 # shellcheck source=tests/integration/lib.sh
@@ -425,6 +428,32 @@ case_k() {
 	check "K: SIGTERM" stop
 }
 
+# --- M: the marks exempted ---------------------------------------------------------------------
+
+# routed_by MARK: the device D routes SRV4 by for packets carrying MARK (0: none).
+routed_by() { inD ip -o route get "$SRV4" mark "$1" | grep -o 'dev [^ ]*'; }
+
+case_m() {
+	local ob='[{"tag": "direct", "type": "direct", "routing_mark": 5}, {"tag": "block", "type": "reject"}]'
+	config "$TMP/m0.json" "{\"outbounds\": $ob}"
+	config "$TMP/m1.json" "{\"outbounds\": $ob, \"route\": {\"default_mark\": 256},
+		\"tun\": {\"route_exclude_address\": [\"192.0.2.0/24\"]}}"
+	cp "$TMP/m0.json" "$TMP/run.json"
+	check "M: start, the one socket outbound marked 5" start "$TMP/run.json" m || return
+	check "M: unmarked traffic is captured" eval "[ \"\$(routed_by 0)\" = 'dev $TUN' ]"
+	check "M: the outbound's mark is exempted" eval "[ \"\$(routed_by 5)\" = 'dev $V_D' ]"
+	check "M: the resolver's mark (the default 0x74000000) is exempted" \
+		eval "[ \"\$(routed_by 0x74000000)\" = 'dev $V_D' ]"
+	reload "$TMP/m1.json" 1
+	check "M: a reload with another default_mark and an exclusion took" \
+		eval "[ \"\$(stat_get .reload.last_result)\" = ok ] && inD ip rule | grep -q 'to 192.0.2.0/24'"
+	check "M: the running resolver's mark stays exempted" \
+		eval "[ \"\$(routed_by 0x74000000)\" = 'dev $V_D' ]"
+	check "M: unmarked traffic is still captured" eval "[ \"\$(routed_by 0)\" = 'dev $TUN' ]"
+	check "M: SIGTERM" stop
+	check "M: nothing tagged is left after SIGTERM" eval "[ \$(tagged) = 0 ]"
+}
+
 is_num() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
 # =============================================================================================
@@ -442,7 +471,7 @@ if [ "$topo_rc" -ne 0 ]; then
 fi
 ok "topology: namespaces D and S, one veth, default routes" "$NS_D $NS_S"
 T_START=$(date +%s%N)
-for c in R N F K; do
+for c in R N F K M; do
 	[[ "${ONLY^^}" == *$c* ]] && "case_${c,,}"
 done
 note "elapsed $(($(elapsed_ms "$T_START") / 1000)) s"
