@@ -675,13 +675,21 @@ static void *reload_thread_main(void *arg)
 	struct ts_proxy *p = arg;
 	char err[TS_ERRLEN];
 
-	do {
-		atomic_store(&p->reload_again, false);
-		log_info(&p->log, "reload: requested: reading %s",
-			 p->config_path ? p->config_path : "(no file)");
-		(void)ts_proxy_reload(p, NULL, 0, err, sizeof(err));
-	} while (atomic_load(&p->reload_again) && !atomic_load(&p->stop_requested));
-	atomic_store(&p->reload_thread_busy, false);
+	for (;;) {
+		do {
+			atomic_store(&p->reload_again, false);
+			log_info(&p->log, "reload: requested: reading %s",
+				 p->config_path ? p->config_path : "(no file)");
+			(void)ts_proxy_reload(p, NULL, 0, err, sizeof(err));
+		} while (atomic_load(&p->reload_again) && !atomic_load(&p->stop_requested));
+		atomic_store(&p->reload_thread_busy, false);
+		/* A request between the last look and the store saw this thread busy and only set
+		 * reload_again: taken here, unless the loop has started a thread since (then busy
+		 * is already taken, and that thread reads the file). */
+		if (!atomic_load(&p->reload_again) || atomic_load(&p->stop_requested) ||
+		    atomic_exchange(&p->reload_thread_busy, true))
+			break;
+	}
 	return NULL;
 }
 
