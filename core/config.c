@@ -1093,6 +1093,22 @@ static bool is_ours(const struct ts_config *cfg, const struct netaddr *a)
 	return netaddr_roles_is_ours(&cfg->roles6, a->a);
 }
 
+/* Is a (an IPv4-mapped address as its IPv4 one) inside one of the TUN's prefixes? */
+static bool in_tun_prefix(const struct ts_config *cfg, const struct netaddr *a)
+{
+	struct netaddr_cidr net = cfg->tun.addr4;
+	struct netaddr x = *a;
+
+	netaddr_unmap(&x);
+	if (x.family == 6) {
+		if (!cfg->tun.has_addr6)
+			return false;
+		net = cfg->tun.addr6;
+	}
+	netaddr_cidr_normalize(&net);
+	return netaddr_in_cidr(&x, &net);
+}
+
 /* Sending to our own gateway or NAT addresses can never reach a real peer: a loop. */
 static int validate_loops(struct cfgp *p, struct ts_config *cfg)
 {
@@ -1102,6 +1118,10 @@ static int validate_loops(struct cfgp *p, struct ts_config *cfg)
 		return cfgp_fail_at(p, "$.dns.upstream",
 				    "%s is one of the TUN's own addresses (gateway or NAT): "
 				    "queries would loop",
+				    netaddr_format(&cfg->dns.upstream.addr, buf, sizeof(buf)));
+	if (cfg->dns.has_upstream && in_tun_prefix(cfg, &cfg->dns.upstream.addr))
+		return cfgp_fail_at(p, "$.dns.upstream",
+				    "%s is inside the TUN's prefix: queries would be sent into the TUN",
 				    netaddr_format(&cfg->dns.upstream.addr, buf, sizeof(buf)));
 	for (size_t i = 0; i < cfg->dns.n_servers; i++) {
 		if (!is_ours(cfg, &cfg->dns.servers[i].addr.addr))

@@ -51,12 +51,15 @@ static bool host_name_ok(const char *s, size_t n)
 static int parse_https(const char *s, struct ts_dns_server *sv)
 {
 	const char *slash = strchr(s, '/'), *end = slash ? slash : s + strlen(s), *hend, *colon;
+	bool bracketed = s[0] == '[';
 	char host[256];
 	size_t hl;
 
 	sv->transport = TS_DNS_HTTPS;
 	sv->addr.port = DOH_PORT;
-	if (s[0] == '[') {
+	if (slash && strlen(slash) >= sizeof(sv->path))
+		return -ENAMETOOLONG;
+	if (bracketed) {
 		if (!(hend = memchr(s, ']', (size_t)(end - s))))
 			return -EINVAL;
 		s++;
@@ -82,11 +85,13 @@ static int parse_https(const char *s, struct ts_dns_server *sv)
 			return -EINVAL;
 	}
 	if (netaddr_parse(host, &sv->addr.addr) == 0) {
+		if (bracketed != (sv->addr.addr.family == 6))
+			return -EINVAL; /* brackets hold an IPv6 address, and one needs them */
 		netaddr_unmap(&sv->addr.addr);
 		sv->host_is_addr = true;
-	}
-	else if (!host_name_ok(host, hl))
+	} else if (bracketed || !host_name_ok(host, hl)) {
 		return -EINVAL;
+	}
 	memcpy(sv->sni, host, hl + 1);
 	snprintf(sv->path, sizeof(sv->path), "%s", slash ? slash : "/dns-query");
 	for (const char *c = sv->path; *c; c++)
@@ -149,6 +154,9 @@ static int f_server_address(struct cfgp *p, const cJSON *item, void *target)
 	if (ret == -EPROTONOSUPPORT)
 		return cfgp_fail(p, "\"%s\": the transports are udp://, tcp://, tls:// and https://",
 				 cfgp_quote(s, q, sizeof(q)));
+	if (ret == -ENAMETOOLONG)
+		return cfgp_fail(p, "the URL's path is longer than %zu bytes",
+				 sizeof(((struct ts_dns_server *)target)->path) - 1);
 	if (ret != 0)
 		return cfgp_fail(p, "expected \"udp://ip[:port]\", \"tcp://ip[:port]\", "
 				    "\"tls://ip[:port]\", \"https://host[:port][/path]\" or \"ip[:port]\" "
@@ -784,11 +792,12 @@ static int check_range(struct cfgp *p, const struct ts_config *cfg, const struct
 
 	netaddr_cidr_normalize(&net);
 	if (roles->family == r->addr.family) {
+		/* The gateway (k 0), then the NAT addresses, gateway + 1 + (k - 1). */
 		for (uint32_t k = 0; k <= roles->n_nat; k++) {
 			if (k == 0)
 				a = roles->gateway;
 			else
-				netaddr_roles_nat(roles, k, &a);
+				netaddr_roles_nat(roles, k - 1, &a);
 			if (netaddr_in_cidr(&a, r))
 				return cfgp_fail_at(p, path, "holds %s, the TUN's %s address",
 						    netaddr_format(&a, buf, sizeof(buf)),

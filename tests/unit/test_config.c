@@ -1265,6 +1265,46 @@ Test(config, dns_fakeip)
 	config_fini(&cfg);
 }
 
+/* What a reviewer found accepted that must not be, and refused that must not be. */
+Test(config, dns_addresses_bounds)
+{
+	char json[700], path[400];
+
+	/* A DoH path longer than the 255 bytes kept: refused, not cut. */
+	memset(path, 'a', 300);
+	path[300] = '\0';
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://192.0.2.1/%s'}]}}", path);
+	expect_err(json, "$.dns.servers[0].address", "path is longer than 255 bytes");
+	path[254] = '\0'; /* with its '/', 255: kept whole */
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://192.0.2.1/%s'}]}}", path);
+	expect_ok(json);
+
+	static const struct bad b[] = {
+		/* Brackets hold an IPv6 address only. */
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://[dns.example]/q',"
+		  "'address_ip':'192.0.2.1'}]}}", "$.dns.servers[0].address", "expected" },
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://[192.0.2.1]/q'}]}}",
+		  "$.dns.servers[0].address", "expected" },
+		/* The forwarder's upstream, like a server, not inside the TUN's prefix. */
+		{ "{'dns':{'hijack':true,'upstream':'198.18.0.10:53'}}", "$.dns.upstream",
+		  "inside the TUN's prefix" },
+	};
+	BAD_TABLE(b);
+	expect_ok("{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://[2001:db8::1]/q'}]}}");
+
+	/* The fake range is checked against the NAT addresses there are: gateway + 1 .. + n. */
+	expect_ok("{'nat':{'addresses':2},'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		  "'192.0.2.53'}],'fakeip':{'inet4_range':'198.18.0.4/30'}}}");
+	expect_err("{'nat':{'addresses':3},'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		   "'192.0.2.53'}],'fakeip':{'inet4_range':'198.18.0.4/30'}}}",
+		   "$.dns.fakeip.inet4_range", "holds 198.18.0.4, the TUN's NAT address");
+	expect_ok("{'tun':{'address':'10.0.0.3/24'},'nat':{'addresses':4},'dns':{'hijack':true,"
+		  "'servers':[{'tag':'a','address':'192.0.2.53'}],'fakeip':{'inet4_range':"
+		  "'10.0.0.8/30'}}}");
+}
+
 /* ---- budgets ------------------------------------------------------------------------------ */
 
 Test(config, budgets_profiles_and_overrides)
