@@ -1244,7 +1244,7 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 	/* A pass may gather a whole train: its datagrams cost one write together. */
 	int batch = train ? UDP_CODEC_TRAIN_MAX : UDP_RX_BATCH;
 
-	for (int i = 0; i < batch && !(s->dns_only && !s->dns_waiting); i++) {
+	for (int i = 0; i < batch; i++) {
 		struct sockaddr_storage from;
 		/* A train's next datagram lands right after its payloads: the buffer has room
 		 * for a whole train and the largest read after it, so nothing truncates. */
@@ -1257,6 +1257,13 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
 			/* E.g. ECONNREFUSED from an ICMP error on the connected DNS socket: the
 			 * error is consumed by this call, so keep reading. */
 			ctr_inc(&up->ctr.recv_errors);
+			continue;
+		}
+		/* A DNS-only session waiting for no answer (its last one still queued for the
+		 * TUN): whatever else comes matches nothing. Read and counted, not left on the
+		 * socket, whose read event would wake the loop on every pass meanwhile. */
+		if (s->dns_only && !s->dns_waiting) {
+			udp_count_drop(up, UDP_DROP_dns_unmatched);
 			continue;
 		}
 		got = true;

@@ -443,6 +443,41 @@ Test(udp, dns_hijack_answers_from_the_asked_address)
 	env_fini(&e);
 }
 
+/* A DNS-only session whose answer waits for the TUN (the write would block) while a stray
+ * second answer sits on its socket: the stray is read and counted, not left there to wake the
+ * loop on every pass until the session's timeout. */
+Test(udp, dns_answer_waiting_for_the_tun_with_a_stray_behind_it)
+{
+	struct env e;
+	struct server dns;
+	uint8_t q[32] = { 0x56, 0x78, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 'T', 'W', 'I', 'C', 'E' };
+	int64_t t0;
+
+	env_base(&e);
+	server_open(&e, &dns, "127.0.0.1", SRV_DNS);
+	env_start(&e, "{\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.1:%u\"}}", dns.port);
+	e.tx_ret = -EAGAIN;
+	tun_send(&e, "10.0.0.9", 5353, "198.18.0.1", 53, q, 17);
+	cr_assert(PUMP_UNTIL(&e, stats(&e).drops[UDP_DROP_dns_unmatched] == 1, 2000),
+		  "the stray answer was not read: %llu queued, %llu answers",
+		  (unsigned long long)stats(&e).down_queued,
+		  (unsigned long long)stats(&e).dns_answers);
+	cr_assert_eq(stats(&e).down_queued, 1, "the answer waits for the TUN");
+	cr_assert_eq(stats(&e).sessions, 1);
+	t0 = ts_now_ns();
+	for (int i = 0; i < 20; i++)
+		event_base_loop(e.base, EVLOOP_NONBLOCK);
+	cr_assert_lt(ts_now_ns() - t0, MS(200), "the loop spins: %lld ms",
+		     (long long)((ts_now_ns() - t0) / 1000000));
+	e.tx_ret = 0;
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000));
+	cr_assert(PUMP_UNTIL(&e, stats(&e).dns_done == 1, 2000));
+	cr_assert_eq(stats(&e).sessions, 0);
+	cr_assert_eq(stats(&e).dns_expired, 0);
+	server_close(&dns);
+	env_fini(&e);
+}
+
 /* A session pays for the slots that match DNS answers to queries only once it sends a query:
  * the thousand flows of a busy desktop carry none. A plain session with its socket (and the
  * socket's read event) is at most 600 bytes of budget. */
