@@ -1393,6 +1393,17 @@ static bool from_self(struct udp_path *up, const struct udp_view *v)
 	       loopguard_hit(up->loopguard, 1, v->family, v->sport_be);
 }
 
+/* v waits for its destination's answer, or was dropped and counted (udp_dname_route false): s
+ * kept for what it holds; a fresh one that holds nothing (no named destination, no socket) is
+ * freed rather than kept for the idle timeout with its budget slot and its name. */
+static void held_or_freed(struct udp_path *up, struct udp_session *s, bool fresh, int64_t now)
+{
+	if (fresh && s->n_dnames == 0 && SLIST_EMPTY(&s->socks) && s->up_queued == 0)
+		udp_session_free(up, s);
+	else
+		session_touch(up, s, now);
+}
+
 /* With a namer: t aimed at v's destination's name, if it has one (socks5: the name goes in
  * the header; direct: the name's answer). false when v is done with (it waits for the answer,
  * or was dropped and counted; a fresh session then freed if it holds nothing). */
@@ -1415,7 +1426,7 @@ static __attribute__((noinline)) bool name_target(struct udp_path *up, struct ud
 	if (t->s5) {
 		t->name = name;
 	} else if (name && !udp_dname_route(up, s, t, v, name, now)) {
-		session_touch(up, s, now); /* waits for the answer, or dropped */
+		held_or_freed(up, s, fresh, now);
 		return false;
 	}
 	return true;
@@ -1518,7 +1529,7 @@ static __attribute__((noinline)) bool names_after_route(struct udp_path *up,
 		t->name = name;
 	} else if (s->gen->cfg->outbounds[t->ob].type == TS_OUT_DIRECT &&
 		   !udp_dname_route(up, s, t, v, name, now)) {
-		session_touch(up, s, now); /* waits for the answer, or dropped */
+		held_or_freed(up, s, fresh, now);
 		return false;
 	}
 	return true;

@@ -23,6 +23,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "dispatch/udp.h"
+#include "dispatch/udp_int.h"
 #include "fakedns.h"
 #include "outbound/resolver.h"
 #include "testutil.h"
@@ -280,6 +281,37 @@ Test(udp_names, a_name_that_does_not_resolve_drops_and_waits_before_asking_again
 	tun_send(&e, "127.0.0.8", "d", 1);
 	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 3000));
 	check_reply(&e, 0, "127.0.0.8", "d", 1);
+	env_fini(&e);
+}
+
+/* A new session whose first datagram to a name is dropped before anything waits for the answer
+ * (no memory for the named destination) holds nothing: it is freed, not kept for the idle
+ * timeout with its budget slot and its name. */
+Test(udp_names, a_fresh_session_dropped_before_its_lookup_is_not_kept)
+{
+	struct budget_buffer_stats bs;
+	struct env e;
+	uint64_t keep, held;
+
+	env_start(&e, NULL);
+	tun_send(&e, "127.0.0.8", "a", 1);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 3000));
+	cr_assert_eq(stats(&e).sessions, 1);
+	/* Room for a session and the name it keeps ("echo4.test"), not for its destination. */
+	budget_buffer_stats(e.b, 0, &bs);
+	keep = ((sizeof(struct udp_session) + 15) / 16) * 16 + sizeof("echo4.test");
+	held = bs.bytes_limit - bs.bytes_in_use - keep;
+	cr_assert_eq(budget_bytes_reserve(e.b, held), 0);
+	ut_tun_send(e.up, "10.0.0.9", 5001, "127.0.0.8", e.e4.port, "b", 1);
+	budget_bytes_release(e.b, held);
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.drops[UDP_DROP_no_buffer], 1, "the destination found no memory");
+	cr_assert_eq(st.up_queued, 0);
+	cr_assert_eq(st.sessions, 1, "the new session holds nothing: freed");
+	/* The same client port again, with memory: a session of its own, answered. */
+	ut_tun_send(e.up, "10.0.0.9", 5001, "127.0.0.8", e.e4.port, "c", 1);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 2, 3000));
+	cr_assert_eq(stats(&e).sessions, 2);
 	env_fini(&e);
 }
 
