@@ -288,7 +288,7 @@ static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const
 		goto fail_close;
 	k = slab_zalloc(up->sock_slab);
 	if (!k)
-		goto fail_close;
+		goto fail_memory;
 	k->s = s;
 	k->ob = t->ob;
 	k->family = t->family;
@@ -304,11 +304,16 @@ static struct usock *sock_open(struct udp_path *up, struct udp_session *s, const
 	}
 	if (udp_sock_setup(up, k, fd) != 0) {
 		slab_put(up->sock_slab, k);
-		goto fail_close;
+		goto fail_memory;
 	}
 	SLIST_INSERT_HEAD(&s->socks, k, link);
 	ctr_inc(&up->ctr.sockets);
 	return k;
+fail_memory:
+	close(fd);
+	budget_fd_release(up->b, 1);
+	udp_count_drop(up, UDP_DROP_no_memory);
+	return NULL;
 fail_close:
 	close(fd);
 fail_fd:
@@ -582,7 +587,8 @@ void udp_sock_flush(struct udp_path *up, struct usock *k)
 		k->s->up_queued--;
 		udp_gauge_dec(&up->ctr.up_queued);
 		if (r < 0)
-			udp_count_drop(up, UDP_DROP_send_error);
+			udp_count_drop(up, r == -EAGAIN ? UDP_DROP_watch_failed
+							 : UDP_DROP_send_error);
 		else
 			count_up(up, k, q->len);
 		bufpool_put(up->pool, q);

@@ -478,6 +478,40 @@ Test(udp, dns_answer_waiting_for_the_tun_with_a_stray_behind_it)
 	env_fini(&e);
 }
 
+/* A new session gets its slot but no memory is left for its socket: counted as memory, not as
+ * a socket error, the descriptor closed and given back, and the session not kept. */
+Test(udp, no_memory_for_the_socket_is_counted_as_memory)
+{
+	struct budget_buffer_stats bs;
+	struct budget_stats st0, st1;
+	struct server echo;
+	struct env e;
+	uint64_t held;
+
+	env_base(&e);
+	server_open(&e, &echo, "127.0.0.1", SRV_ECHO);
+	env_start(&e, "{}");
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", echo.port, "a", 1);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 1, 2000));
+	budget_get_stats(e.b, &st0);
+	budget_buffer_stats(e.b, 0, &bs);
+	/* Room for a session object (its slab is warm), not for a socket's. */
+	held = bs.bytes_limit - bs.bytes_in_use - ((sizeof(struct udp_session) + 15) / 16) * 16;
+	cr_assert_eq(budget_bytes_reserve(e.b, held), 0);
+	tun_send(&e, "10.0.0.9", 5354, "127.0.0.1", echo.port, "b", 1);
+	budget_bytes_release(e.b, held);
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.drops[UDP_DROP_no_memory], 1);
+	cr_assert_eq(st.drops[UDP_DROP_socket_error], 0);
+	cr_assert_eq(st.sessions, 1, "the new session holds nothing: freed");
+	budget_get_stats(e.b, &st1);
+	cr_assert_eq(st1.fds_in_use, st0.fds_in_use, "the descriptor given back");
+	tun_send(&e, "10.0.0.9", 5354, "127.0.0.1", echo.port, "c", 1);
+	cr_assert(PUMP_UNTIL(&e, e.ncap == 2, 2000));
+	server_close(&echo);
+	env_fini(&e);
+}
+
 /* A session pays for the slots that match DNS answers to queries only once it sends a query:
  * the thousand flows of a busy desktop carry none. A plain session with its socket (and the
  * socket's read event) is at most 600 bytes of budget. */
