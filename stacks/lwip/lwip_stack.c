@@ -1273,6 +1273,7 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	st->txbuf_size = st->bigseg ? GSO_TRAIN_MAX : st->mtu;
 	if ((ret = policy_init(&st->pol, env)) != 0 || (ret = lwip_isn_init(&st->isn)) != 0)
 		goto fail;
+	ret = -ENOMEM; /* what each failure below is */
 	st->txbuf = budget_malloc(env->budget, st->txbuf_size);
 	st->tmr_ev = evtimer_new(env->base, on_tmr, st);
 	st->accept_ev = event_new(env->base, -1, 0, on_accepted, st);

@@ -459,6 +459,44 @@ Test(lwip_stack, free_then_start_again)
 	cr_assert_null(ns2);
 }
 
+static int tx_meta_stub(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m)
+{
+	(void)arg;
+	(void)pkt;
+	(void)len;
+	(void)m;
+	return 0;
+}
+
+/* A start whose buffers the budget refuses (a 64 KiB send buffer with large segments, over a
+ * 32 KiB budget) fails with its error, writes no stack out and leaves lwIP unclaimed. */
+Test(lwip_stack, a_start_the_budget_refuses_fails_cleanly)
+{
+	char err[TS_ERRLEN] = "";
+	struct netstack *ns2 = (struct netstack *)&err; /* not to be written */
+	struct budget *small;
+	int ret;
+
+	teardown();
+	config_init(&cfg);
+	cr_assert_eq(config_load_string("{\"stack\":\"lwip\"}", &cfg, err, sizeof(err)), 0, "%s",
+		     err);
+	cfg.budget.buffer_bytes = 32768;
+	cr_assert_eq(budget_new(&cfg.budget, &small), 0);
+	base = event_base_new();
+	struct netstack_env env = { .base = base, .cfg = &cfg, .budget = small, .log = &lg,
+				    .tx = tx, .tx_meta = tx_meta_stub };
+	ret = lwip_stack_ops.start(&env, &ns2, err, sizeof(err));
+	cr_assert_eq(ret, -ENOMEM, "start: %d %s", ret, err);
+	cr_assert(strstr(err, strerror(ENOMEM)), "%s", err);
+	cr_assert_eq(ns2, (struct netstack *)&err, "no stack written out");
+	event_base_free(base);
+	budget_free(small);
+	config_fini(&cfg);
+	start(64); /* lwIP is free again; the suite's teardown frees it */
+	handshake("10.0.0.9", 40001, "1.1.1.1", 80, 0);
+}
+
 /* ---- half-open connections beyond lwIP's backlog (255) ------------------------------------ */
 
 /* A SYN from src:port to 1.1.1.1:80 at now; returns lwIP's ISN from its SYN-ACK, or 0 when it
