@@ -149,6 +149,7 @@ struct nat_table {
 	uint64_t hk[8];                 /* hash keys derived from the seed */
 	uint32_t space;                 /* tuples per family: addrs * listeners * ports */
 	uint32_t probe_max;             /* min(space, NAT_PROBE_LIMIT) */
+	uint32_t stride;                /* the whole space's escape: about 0.618 x space */
 	struct fastdiv div_l, div_a, div_n; /* by listeners, by addresses, by space */
 	struct sketch src[SRC_LEVELS];  /* HALF_OPEN entries per source host, per source network */
 	uint64_t sk[SRC_LEVELS * SRC_ROWS + 1]; /* their hash keys */
@@ -861,12 +862,25 @@ __attribute__((noinline)) static uint32_t window_escape(struct nat_table *t, int
 	return next;
 }
 
+/* A run of NAT_WHOLE_RUN busy tuples once the window is the whole space: the cursor jumps
+ * ahead by about 0.618 of the space (the golden ratio: the places of successive jumps spread
+ * evenly over the space, however many there were), so that an attempt looks at up to
+ * probe_max / NAT_WHOLE_RUN places across the space. Walking on in order would spend the whole
+ * probe limit inside a block of held tuples longer than it (one claimed in order, such as the
+ * last window, full past half when it grew into the whole space) and refuse connections with
+ * much of the space free, once a lap for as long as the block is held. */
+__attribute__((noinline)) static void whole_escape(struct nat_table *t, int fam)
+{
+	atomic_fetch_add_explicit(&t->cursor[fam], t->stride, memory_order_relaxed);
+}
+
 /* At most probe_max probes from the shared cursor; every probe advances it.
  *
  * The cursor walks a window of NAT_WINDOW_MIN tuples from a random start in the space, and the
  * window doubles when more than half of it could be busy (tuples_busy, looked at every
  * NAT_WINDOW_CHECK steps of the cursor) or when NAT_WINDOW_RUN probes in a row find busy
- * tuples, until it is the whole space; it never shrinks. A shorter block of held tuples costs
+ * tuples, until it is the whole space (where a run of NAT_WHOLE_RUN makes the cursor jump
+ * instead: whole_escape); it never shrinks. A shorter block of held tuples costs
  * its length in probes once a lap, less than a doubling would cost in memory. Walking the
  * window in order still gives every tuple the longest rest the window allows before its reuse;
  * but the owner map is touched only as far as the demand has ever reached, where a walk over
@@ -894,6 +908,8 @@ HOT int tuple_alloc(struct nat_table *t, int fam, uint32_t fs, uint64_t *tkey_ou
 		}
 		if (mask && (n + 1) % NAT_WINDOW_RUN == 0)
 			mask = window_escape(t, fam, mask);
+		else if (!mask && (n + 1) % NAT_WHOLE_RUN == 0)
+			whole_escape(t, fam);
 	}
 	ctr_add_shared(&t->ctr.ports_exhausted, 1);
 	return -EADDRNOTAVAIL;
@@ -1270,6 +1286,7 @@ int nat_table_new(const struct nat_config *cfg, struct nat_table **out)
 	/* <= 64 * 16 * 65535 < 2^27: fits the qrec slot beside the family bit. */
 	t->space = cfg->n_addrs * cfg->n_listeners * (uint32_t)(cfg->port_max - cfg->port_min + 1);
 	t->probe_max = t->space < NAT_PROBE_LIMIT ? t->space : NAT_PROBE_LIMIT;
+	t->stride = (uint32_t)(((uint64_t)t->space * 40503u) >> 16) | 1u;
 	fastdiv_init(&t->div_l, cfg->n_listeners);
 	fastdiv_init(&t->div_a, cfg->n_addrs);
 	fastdiv_init(&t->div_n, t->space);
@@ -1569,6 +1586,8 @@ lock_tuple(struct nat_table *t, const struct nat_tuple *tuple, struct fwd_shard 
 		struct fwd_shard *sh = &t->fwd[fs];
 		struct nat_entry *e;
 
+		uint32_t next;
+
 		pthread_mutex_lock(&sh->lock);
 		pthread_mutex_lock(&rs->lock);
 		e = rev_find(&rs->map, tkey, rh);
@@ -1577,11 +1596,14 @@ lock_tuple(struct nat_table *t, const struct nat_tuple *tuple, struct fwd_shard 
 			*rs_out = rs;
 			return e;
 		}
+		/* Read under the reverse lock (after it, the entry may be purged and its memory
+		 * trimmed): valid as a guess after it. */
+		next = e ? e->fshard : 0;
 		pthread_mutex_unlock(&rs->lock);
 		pthread_mutex_unlock(&sh->lock);
 		if (!e)
 			return NULL;
-		fs = e->fshard; /* read under the reverse lock: valid as a guess after it */
+		fs = next;
 	}
 	return NULL;
 }

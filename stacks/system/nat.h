@@ -40,6 +40,7 @@
 #define NAT_PROBE_LIMIT 4096
 #define NAT_WINDOW_MIN 16384  /* tuples the cursor walks at first (a power of two) */
 #define NAT_WINDOW_RUN 1024   /* busy tuples in a row that double the window */
+#define NAT_WHOLE_RUN 64      /* busy tuples in a row that move the whole space's cursor */
 #define NAT_WINDOW_CHECK 64   /* cursor steps between two looks at the window's occupancy */
 #define NAT_MAX_ADDRS 64
 #define NAT_MAX_LISTENERS 16

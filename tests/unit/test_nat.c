@@ -966,7 +966,9 @@ Test(nat, budget_refuses_and_recovers)
 
 Test(nat, probe_limit_is_4096)
 {
-	/* 8192 tuples, all taken but one that the cursor reaches only at probe 4097. */
+	/* 8192 tuples, walked in order while free, then all taken: an attempt gives up after its
+	 * probes (NAT_PROBE_LIMIT, jumps past busy runs included), counted, and so does the next;
+	 * one tuple freed is then found within a few attempts. */
 	struct nat_config c = cfg_small();
 	struct nat_table *t;
 	static struct nat_tuple tp[8192];
@@ -975,6 +977,7 @@ Test(nat, probe_limit_is_4096)
 	uint64_t gen;
 	int64_t now = SEC(1);
 	struct snap s0;
+	int ret = -1;
 
 	c.n_addrs = 1;
 	c.n_listeners = 1;
@@ -990,22 +993,23 @@ Test(nat, probe_limit_is_4096)
 			cr_assert_eq(tuple_index(&c, &tp[i]),
 				     (tuple_index(&c, &tp[i - 1]) + 1) % 8192,
 				     "the cursor walks the space in order");
-		if (i != NAT_PROBE_LIMIT)
+		if (i != 5000)
 			cr_assert_eq(nat_accept(t, &tp[i], now, &back, &gen), 0);
 	}
-	/* Flow 4096 expires; its tuple rests for zero time. */
-	cr_assert_eq(nat_purge(t, now + c.half_open_ns, 10), 1);
-	now += c.half_open_ns + SEC(1);
-	nat_purge(t, now, 10);
-	cr_expect_eq(nat_tuple_status(t, &tp[NAT_PROBE_LIMIT]), NAT_TUPLE_FREE);
-
 	s0 = snap(t);
 	k = key4(0x0b000000, 40000, 0x01010101, 80);
 	cr_expect_eq(nat_uplink(t, &k, true, now, &x), -EADDRNOTAVAIL);
-	DELTA(s0, t, .ports_exhausted = 1);
-	/* The failed attempt advanced the cursor by exactly NAT_PROBE_LIMIT: next probe hits. */
-	cr_assert_eq(nat_uplink(t, &k, true, now, &x), 0);
-	cr_expect(tuple_eq(&x, &tp[NAT_PROBE_LIMIT]));
+	cr_expect_eq(nat_uplink(t, &k, true, now, &x), -EADDRNOTAVAIL);
+	DELTA(s0, t, .ports_exhausted = 2);
+	/* Flow 5000 expires; its tuple rests for zero time. */
+	cr_assert_eq(nat_purge(t, now + c.half_open_ns, 10), 1);
+	now += c.half_open_ns + SEC(1);
+	nat_purge(t, now, 10);
+	cr_expect_eq(nat_tuple_status(t, &tp[5000]), NAT_TUPLE_FREE);
+	for (int i = 0; i < 16 && ret != 0; i++)
+		ret = nat_uplink(t, &k, true, now, &x);
+	cr_assert_eq(ret, 0);
+	cr_expect(tuple_eq(&x, &tp[5000]));
 	nat_table_free(t);
 }
 
@@ -1258,6 +1262,35 @@ Test(nat, window_that_becomes_the_whole_space_keeps_its_place)
 		      .expired = 3 * NAT_WINDOW_MIN + 5000, .quarantined = 3 * NAT_WINDOW_MIN + 5000,
 		      .released = 3 * NAT_WINDOW_MIN + 5000 - nat_quarantine_count(t),
 		      .window_grown = 2);
+		nat_table_free(t);
+	}
+}
+
+Test(nat, whole_space_walk_gets_past_a_block_longer_than_the_probe_limit)
+{
+	/* 50,000 held one after another in a space of 64,512: the first windows fill in order and
+	 * the last growth makes the window the whole space, the cursor past the old window; when
+	 * it comes round to the held block (longer than the probe limit) it jumps ahead instead of
+	 * refusing connections with a fifth of the space free. Then a churn beside them laps the
+	 * space's free rest without a refusal. Several seeds: each puts the window elsewhere. */
+	for (uint64_t seed = 1; seed <= 4; seed++) {
+		struct nat_config c = cfg_window();
+		struct nat_table *t;
+		int64_t now = SEC(1);
+		struct snap s0;
+
+		c.n_addrs = 1;
+		c.n_listeners = 1;
+		c.seed = seed;
+		t = table(&c);
+		s0 = snap(t);
+		hold(t, 50000, 0, now);
+		churn(t, &c, 20000, 0, &now, NULL);
+		DELTA(s0, t, .created = 70000, .accepted = 70000, .closed = 20000, .expired = 20000,
+		      .quarantined = 20000, .released = 20000 - nat_quarantine_count(t),
+		      .window_grown = 2);
+		cr_expect_eq(ctr_get(&nat_get_counters(t)->ports_exhausted), 0, "seed %llu",
+			     (unsigned long long)seed);
 		nat_table_free(t);
 	}
 }
