@@ -587,8 +587,11 @@ static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
 				       .window_splits = &st->ctr.big_window_splits };
 	struct pending *q;
 
-	if (err != ERR_OK || !pcb)
+	if (err != ERR_OK || !pcb) {
+		/* lwIP found no memory for the SYN's new pcb and drops it: the app retransmits. */
+		ctr_inc(&st->ctr.drop_nomem);
 		return ERR_VAL;
+	}
 	tcp_backlog_accepted(pcb);
 	if (budget_tcp_acquire(st->env.budget) != 0) {
 		ctr_inc(&st->ctr.admission_refused);
@@ -1022,6 +1025,11 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 		*plain = true;
 		return DRIVER_WRITE;
 	}
+	/* The eviction deadline is of the handshakes a full backlog held: with room, it is of
+	 * none of the next ones. */
+	if ((v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN && st->listener &&
+	    !backlog_full(st))
+		st->evict_after_ns = 0;
 	if ((v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN && st->listener &&
 	    backlog_full(st)) {
 		evict_syn_rcvd(st, own_address(st, v->family == 6, v->ip + (v->family == 6 ? 8 : 12)));

@@ -676,6 +676,45 @@ Test(lwip_stack, a_local_syn_gets_in_when_nothing_is_old_enough)
 	tx_discard = true;
 }
 
+/* The wait before the next eviction is of the handshakes the full backlog held when it was
+ * set: once they complete and a spread flood fills the backlog again, the flood's stale
+ * handshakes go at once, not after the old wait (about 3 s, a single source's). */
+Test(lwip_stack, the_eviction_wait_goes_with_the_backlog_it_was_set_for)
+{
+	static uint32_t isn[255];
+	int64_t t = SEC(1);
+
+	teardown();
+	start(1000);
+	for (uint16_t i = 0; i < 255; i++)
+		cr_assert_neq(isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0);
+	cr_expect_eq(syn_at(spread(300), 20000, t + MS(8)), 0, "nothing evictable yet");
+	for (uint16_t i = 0; i < 255; i++)
+		ack_at("10.0.1.1", (uint16_t)(20000 + i), isn[i], t + MS(10));
+	cr_expect_eq(n_acc, 255, "the burst completed");
+	spread_syns(255, t + MS(20), 20000);
+	cr_expect_neq(syn_at(spread(400), 20000, t + MS(30)), 0, "a new SYN gets in");
+	cr_expect_eq(counter("syn_rcvd_evicted"), 255 - 255 / 2, "the older half goes");
+	tx_discard = true;
+}
+
+/* A SYN whose new pcb lwIP has no memory for is dropped by lwIP: counted as such. */
+Test(lwip_stack, a_syn_without_memory_for_its_pcb_is_counted)
+{
+	struct budget_buffer_stats bs;
+	uint64_t held;
+
+	budget_buffer_stats(bud, 0, &bs);
+	held = bs.bytes_limit - bs.bytes_in_use - 200;
+	cr_assert_eq(budget_bytes_reserve(bud, held), 0);
+	cr_expect_eq(syn_at("10.0.1.1", 20000, SEC(1)), 0, "no SYN-ACK");
+	budget_bytes_release(bud, held);
+	cr_expect_eq(counter("to_lwip"), 1);
+	cr_expect_eq(counter("drop_nomem"), 1);
+	cr_expect_neq(syn_at("10.0.1.1", 20000, SEC(2)), 0, "its retransmission gets in");
+	tx_discard = true;
+}
+
 /* A burst of a local application's own connections keeps every handshake, as any burst does:
  * there is nothing from elsewhere to make room, and the 256th SYN waits for its retransmission. */
 Test(lwip_stack, a_local_burst_beyond_the_backlog_keeps_every_handshake)
