@@ -1008,8 +1008,8 @@ static bool dns_match(struct udp_session *s, const uint8_t *answer, size_t len,
 {
 	uint16_t txid;
 
-	if (len < 2 || !s->dns)
-		return false;
+	if (len < DNS_HDR_LEN || !(answer[2] & 0x80) || !s->dns)
+		return false; /* not an answer (QR clear: a query echoed back, say) */
 	memcpy(&txid, answer, 2);
 	for (int i = 0; i < UDP_DNS_PENDING; i++) {
 		struct dns_pending *p = &s->dns[i];

@@ -227,6 +227,20 @@ static const enum udp_drop s5_drops[SOCKS5_UDP_DROP_MAX] = {
 	[SOCKS5_UDP_DROP_NAME] = UDP_DROP_s5_name,
 };
 
+/* Is d's SOCKS5 source the DNS upstream of k's session's configuration (address, family and
+ * port)? */
+static bool from_upstream(const struct usock *k, const struct socks5_udp_dgram *d)
+{
+	const struct netaddr_ep *u = &k->s->gen->cfg->dns.upstream;
+	uint8_t a[16] = { 0 };
+
+	if ((d->src.atyp == SOCKS5_ATYP_IPV4 ? 4 : d->src.atyp == SOCKS5_ATYP_IPV6 ? 6 : 0) !=
+	    u->addr.family || d->src.port != u->port)
+		return false;
+	memcpy(a, d->src.a, u->addr.family == 4 ? 4 : 16);
+	return memcmp(a, u->addr.a, u->addr.family == 4 ? 4 : 16) == 0;
+}
+
 /* A datagram on an association's socket (at rxbuf + header room, n bytes): only the relay or
  * the server may send (from any port: some relays answer from another one); its SOCKS5
  * header gives the remote (h->src, h->sport_be), and the payload is moved to where a plain
@@ -266,6 +280,12 @@ bool udp_s5_unwrap(struct udp_path *up, struct usock *k, const struct sockaddr_s
 		}
 		memcpy(h->src, nm->e[i].addr, 16);
 		h->sport_be = nm->e[i].port_be;
+	} else if (k->dns && !from_upstream(k, &d)) {
+		/* A relay passes on what any host sends to the association's port: a hijacked
+		 * query's answer must come from the upstream asked (on a connected socket the
+		 * kernel sees to that). */
+		udp_count_drop(up, UDP_DROP_dns_unmatched);
+		return false;
 	} else if (!k->dns && (d.src.atyp == SOCKS5_ATYP_IPV4 ? 4 : 6) != k->s->key.family) {
 		/* (The hijacked DNS answer's source is replaced by the address asked.) */
 		udp_count_drop(up, UDP_DROP_s5_family);

@@ -47,6 +47,7 @@ enum relay_mode {
 	R_FAMILY,        /* an IPv6 source (::1) whatever was asked */
 	R_FOREIGN,       /* the echo, sent from 127.0.0.3 (neither relay nor server) */
 	R_DNS,           /* a DNS answer: the query with QR set */
+	R_DNS_OTHER,     /* the same, its SOCKS5 source 127.0.0.77 (not the upstream asked) */
 };
 
 /* How the scripted server fills BND in its ASSOCIATE reply. */
@@ -172,11 +173,15 @@ static void relay_cb(evutil_socket_t fd, short what, void *arg)
 		break;
 	case R_OTHER_PORT: send_fd = s->other_fd; break;
 	case R_FOREIGN: send_fd = s->foreign_fd; break;
+	case R_DNS_OTHER:
+		cr_assert_eq(out[3], 1, "an IPv4 upstream");
+		out[7] = 77;
+		break;
 	default: break;
 	}
 	if (s->mode != R_TRUNC) {
 		memcpy(out + o, buf + hl, (size_t)n - hl);
-		if (s->mode == R_DNS)
+		if (s->mode == R_DNS || s->mode == R_DNS_OTHER)
 			out[o + 2] |= 0x80;
 		o += (size_t)n - hl;
 	}
@@ -621,6 +626,29 @@ Test(udp_socks5, hijacked_dns_goes_through_the_association)
 	cr_assert_eq(stats(&e).dns_done, 1);
 	cr_assert_eq(fds_in_use(&e), 0);
 	env_fini(&e);
+}
+
+/* Through an association the kernel no longer lets only the upstream answer (a relay passes
+ * on what any host sends to its port): a hijacked query's answer must come from the upstream
+ * asked, and be an answer (QR set). Neither a datagram from another source with the query's
+ * id, nor the query echoed back, reaches the client. */
+Test(udp_socks5, hijacked_dns_answers_only_from_the_upstream)
+{
+	enum relay_mode modes[2] = { R_DNS_OTHER, R_ECHO };
+	struct env e;
+	uint8_t q[16] = { 0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 'q', 'q', 'q', 0 };
+
+	for (int i = 0; i < 2; i++) {
+		env_start(&e, NULL, ",\"dns\":{\"hijack\":true,\"upstream\":\"127.0.0.2:53\"}");
+		e.srv.mode = modes[i];
+		tun_send(&e, "10.0.0.9", 6000, "198.18.0.1", 53, q, sizeof(q));
+		cr_assert(PUMP_UNTIL(&e, stats(&e).drops[UDP_DROP_dns_unmatched] == 1, 2000),
+			  "mode %d: %d delivered", i, e.ncap);
+		pump_for(&e, 50);
+		cr_assert_eq(e.ncap, 0, "mode %d: nothing delivered", i);
+		cr_assert_eq(stats(&e).dns_answers, 0);
+		env_fini(&e);
+	}
 }
 
 Test(udp_socks5, an_unreachable_server_fails_promptly)
