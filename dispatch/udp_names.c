@@ -120,7 +120,9 @@ static int dname_lookup(struct udp_path *up, struct dname *d)
 		r = up->own_resolver;
 	}
 	d->state = DN_RESOLVING;
-	return resolver_lookup(r, d->name, fam, dname_resolved, d, &d->rq);
+	if ((ret = resolver_lookup(r, d->name, fam, dname_resolved, d, &d->rq)) != 0)
+		d->state = DN_FAILED; /* no lookup behind it: the next datagram tries again */
+	return ret;
 }
 
 /* A new named destination of s, its lookup started; the oldest one makes room. NULL: dropped
