@@ -208,6 +208,11 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 		return NULL;
 	}
 	bufferevent_incref(c->bev);
+	/* What a connection may buffer, whatever evhttp counts: a chunked body's size line is
+	 * counted against the body limit only once it ends, so a client streaming one endless
+	 * line would otherwise grow the buffer until the request cap. Reading stops above this;
+	 * the request cap then closes the connection. */
+	bufferevent_setwatermark(c->bev, EV_READ, 0, STATS_HTTP_MAX_HEADERS + MAX_BODY_SIZE + 4096);
 	c->refused = ctr_get(&s->nconns) >= STATS_HTTP_MAX_CONNS;
 	if (c->refused) {
 		ctr_inc(&s->refused);

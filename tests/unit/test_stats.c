@@ -20,6 +20,7 @@
 #include <event2/event.h>
 
 #include "core/clock.h"
+#include "core/rss.h"
 #include "core/stats_http.h"
 #include "testutil.h"
 
@@ -466,6 +467,48 @@ Test(stats_http, trickled_request_is_cut_off_at_the_total_cap)
 		      (long long)elapsed_ms);
 	cr_assert_eq(http_stats(&srv).timeouts, 1);
 	cr_assert_eq(http_stats(&srv).connections, 0);
+	get(&srv, "/stats", &resp);
+	cr_assert_eq(resp.status, 200, "the endpoint still serves");
+}
+
+/* A chunked body whose chunk-size line never ends is not counted against evhttp's body limit
+ * until the line is whole: a connection's input buffer must be bounded by itself, or a client
+ * streaming such a line grows the process by megabytes a second until the request cap. */
+Test(stats_http, an_endless_chunk_size_line_is_not_buffered)
+{
+	static const char req[] = "POST /stats HTTP/1.1\r\nHost: localhost\r\n"
+				  "Transfer-Encoding: chunked\r\n\r\n";
+	static char zeros[65536];
+	struct rss_info r0, r1;
+	uint64_t sent = 0;
+	int64_t t0;
+	char err[256];
+	int fd;
+
+	memset(zeros, '0', sizeof(zeros));
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	rss_heap_trim();
+	cr_assert_eq(rss_sample(&r0), 0);
+	fd = connect_to(AF_INET, stats_http_port(srv.http));
+	cr_assert_eq(write(fd, req, sizeof(req) - 1), (ssize_t)sizeof(req) - 1);
+	t0 = ts_now_ns();
+	while (ts_now_ns() - t0 < MS(STATS_HTTP_REQUEST_MS / 2)) {
+		ssize_t n = send(fd, zeros, sizeof(zeros), MSG_NOSIGNAL | MSG_DONTWAIT);
+		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+		if (n > 0)
+			sent += (uint64_t)n;
+		else if (n < 0 && errno != EAGAIN)
+			break;
+		else
+			(void)poll(&pfd, 1, 50);
+	}
+	cr_assert_eq(rss_sample(&r1), 0);
+	close(fd);
+	cr_assert_lt(r1.rss_bytes, r0.rss_bytes + 8u * 1024 * 1024,
+		     "RSS grew by %llu KiB while %llu KiB were sent",
+		     (unsigned long long)(r1.rss_bytes - r0.rss_bytes) / 1024,
+		     (unsigned long long)sent / 1024);
 	get(&srv, "/stats", &resp);
 	cr_assert_eq(resp.status, 200, "the endpoint still serves");
 }
