@@ -36,7 +36,8 @@ void usage_gate(FILE *out)
 	      "  -c, --current FILE         the results to judge (required)\n"
 	      "      --instr-tolerance PCT  instruction-count tolerance, default 2\n"
 	      "      --ratio-tolerance PCT  redirect-fraction tolerance; default per row:\n"
-	      "                             max(10, the row's (max-min)/median in either file)\n"
+	      "                             max(10, the row's (max-min) in either file over\n"
+	      "                             the baseline's median), at most 50\n"
 	      "      --strict               a row missing from the current file is a failure\n"
 	      "  -h, --help                 this text\n",
 	      out);

@@ -373,22 +373,30 @@ static double dmax(double a, double b)
 	return a > b ? a : b;
 }
 
-static double spread_pct(const struct gate_entry *e)
+/* e's spread (max - min) as a percentage of ref, the baseline's median: measured against its
+ * own median, a current row whose median fell would widen its own tolerance as it fell. */
+static double spread_pct(const struct gate_entry *e, double ref)
 {
-	if (e->median <= 0)
+	if (ref <= 0)
 		return 0;
-	return (e->max - e->min) / e->median * 100.0;
+	return (e->max - e->min) / ref * 100.0;
 }
 
-/* The tolerance for one baseline/current pair. */
+/* The tolerance for one baseline/current pair: from the rows' spreads, at most
+ * GATE_MAX_RATIO_TOL_PCT (a median that fell by more than that is never noise: with three
+ * rounds, two bad ones and a good one make a spread that would excuse anything). */
 static double tolerance(const struct gate_entry *b, const struct gate_entry *c,
 			const struct gate_opts *o)
 {
+	double t;
+
 	if (b->metric == GATE_INSTR)
 		return o->instr_tol_pct;
 	if (o->ratio_tol_pct >= 0)
 		return o->ratio_tol_pct;
-	return dmax(GATE_DEFAULT_RATIO_TOL_PCT, dmax(spread_pct(b), spread_pct(c)));
+	t = dmax(GATE_DEFAULT_RATIO_TOL_PCT, dmax(spread_pct(b, b->median),
+						 spread_pct(c, b->median)));
+	return t < GATE_MAX_RATIO_TOL_PCT ? t : GATE_MAX_RATIO_TOL_PCT;
 }
 
 /* Instructions: higher is worse. Redirect fractions: lower is worse. */

@@ -42,6 +42,7 @@
 #define GATE_FILE_MAX (64u << 20) /* a results file larger than this is not ours */
 #define GATE_DEFAULT_INSTR_TOL_PCT 2.0
 #define GATE_DEFAULT_RATIO_TOL_PCT 10.0
+#define GATE_MAX_RATIO_TOL_PCT 50.0 /* the spread-derived tolerance never exceeds this */
 
 enum gate_metric { GATE_INSTR, GATE_REDIRECT };
 
@@ -68,7 +69,8 @@ struct gate_set {
 
 struct gate_opts {
 	double instr_tol_pct;  /* >= 0 */
-	double ratio_tol_pct;  /* < 0: from the spread, floor GATE_DEFAULT_RATIO_TOL_PCT */
+	double ratio_tol_pct;  /* < 0: from the spread, floor GATE_DEFAULT_RATIO_TOL_PCT, cap
+				* GATE_MAX_RATIO_TOL_PCT */
 	bool strict;           /* a row missing from current is a failure */
 };
 

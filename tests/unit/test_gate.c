@@ -476,11 +476,26 @@ Test(gate, ratio_tolerance_from_spread)
 	cr_expect_float_eq(rep.l[0].tol_pct, 40.0, 1e-9);
 	gate_report_fini(&rep);
 
-	/* the spread of the current file counts too */
+	/* the spread of the current file counts too, as a share of the baseline's median */
 	redirect_json(b, sizeof(b), 0.5, 0.5, 0.5);
-	redirect_json(c, sizeof(c), 0.425, 0.34, 0.51); /* spread 40 % of 0.425 */
+	redirect_json(c, sizeof(c), 0.425, 0.34, 0.51); /* spread 0.17: 34 % of 0.5 */
 	cr_expect_eq(compare_text(b, c, &o, &rep), 0);
-	cr_expect_float_eq(rep.l[0].tol_pct, 40.0, 1e-6);
+	cr_expect_float_eq(rep.l[0].tol_pct, 34.0, 1e-6);
+	gate_report_fini(&rep);
+
+	/* A median that fell by more than half is a regression, whatever the spread: two bad
+	 * rounds and a good one (measured against its own median, that spread was 140 %). */
+	redirect_json(b, sizeof(b), 0.8, 0.78, 0.82);
+	redirect_json(c, sizeof(c), 0.35, 0.30, 0.79);
+	cr_expect_eq(compare_text(b, c, &o, &rep), 1);
+	cr_expect_float_eq(rep.l[0].tol_pct, GATE_MAX_RATIO_TOL_PCT, 1e-9);
+	cr_expect_eq(rep.l[0].verdict, GATE_REGRESSION);
+	gate_report_fini(&rep);
+
+	/* A stalled subject's tiny, erratic fractions: a spread of 150 % of their own median. */
+	redirect_json(c, sizeof(c), 0.001, 0.0005, 0.002);
+	cr_expect_eq(compare_text(b, c, &o, &rep), 1);
+	cr_expect_eq(rep.l[0].verdict, GATE_REGRESSION);
 	gate_report_fini(&rep);
 
 	o.ratio_tol_pct = 5;
