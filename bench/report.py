@@ -312,12 +312,12 @@ class Report:
         cheapest terminating proxy without a TUN) and of the bare veth; its connection rate
         as a fraction of the redirect's, its latency p50 over the redirect's, and (stacks)
         each multi-stream cell over the same stack's 1 stream."""
-        red = self.redirect
         # Of the proxies only (stacks, --subject): a baseline's fraction of another baseline
         # would fall when the other got faster, and the gate judges every such row.
         proxies = [s for s in self.subjects if s.is_stack or s.io_mode == "external"]
         for d, n in self.bulk_cells:
             for s in proxies:
+                red = self.redirect_for(s)
                 for base, metric in ((red, "redirect_fraction"), (self.veth, "veth_fraction")):
                     if base is None:
                         continue
@@ -327,7 +327,7 @@ class Report:
                     if fr:
                         self.dsamples[s.key + ("tcp_bulk", d, n, metric)] = fr
                 if not self.socks5:
-                    self.derive_copy_bound(s, red, d, n)
+                    self.derive_copy_bound(s, self.redirect, d, n)
                 if s.is_stack and n > 1 and (d, 1) in self.bulk_cells:
                     ra = self.by_round(s, "tcp_bulk", d, n, "throughput_gbps")
                     rb = self.by_round(s, "tcp_bulk", d, 1, "throughput_gbps")
@@ -338,9 +338,10 @@ class Report:
             fr = self.beside(s, self.veth, "udp_echo_64B", "pps", lambda x, y: x / y)
             if fr:
                 self.dsamples[s.key + ("udp_echo_64B", None, None, "veth_fraction")] = fr
-        if red is None:
-            return
         for s in proxies:
+            red = self.redirect_for(s)
+            if red is None:
+                continue
             fr = self.beside(s, red, "connrate", "conn_per_s", lambda x, y: x / y)
             if fr:
                 self.dsamples[s.key + ("connrate", None, None, "redirect_fraction")] = fr
@@ -351,6 +352,19 @@ class Report:
             fr = self.paired(s, red, "udp_echo_64B", None, None, "pps", lambda x, y: x / y)
             if fr:
                 self.dsamples[s.key + ("udp_echo_64B", None, None, "redirect_fraction")] = fr
+
+    def redirect_for(self, s):
+        """The redirect baseline s is a fraction of: the run's; in a --via socks5 run, for a
+        subject through the SOCKS5 server (a stack via it, an external subject) the redirect
+        through the same server, and none for a direct stack (a redirect_fraction row of it
+        there would be over the redirect through the server, under the same gate key as a
+        full run's row over the direct redirect)."""
+        if not self.socks5:
+            return self.redirect
+        if s.io_mode.endswith("-socks5") or s.io_mode == "external":
+            return self.redirect_via()
+        return next((x for x in self.subjects if x.stack == "redirect" and
+                     not x.io_mode.endswith("-socks5")), None)
 
     def beside(self, s, base, wl, metric, fn, d=None, n=None, own=None):
         """Per round fn(s's figure, base's figure) of cell (wl, d, n), from base's run right

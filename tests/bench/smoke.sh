@@ -387,6 +387,8 @@ if shutil.which("gnuplot"):
           "no series for the system stack (no CPUs busy)", ok, None if ok else dat)
 check("no ratio for the direct stacks", not any(
     r["metric"] == "plain_socks5_fraction" and r["io_mode"] == "offload" for r in rows))
+check("no redirect_fraction for the direct stacks (the run's redirect goes through the server)",
+      not any(r["metric"] == "redirect_fraction" and r["io_mode"] == "offload" for r in rows))
 for w in ("PASS  system via socks5: TCP bulk up, 1 stream over the plain socks5 client: 0.900",
           "PASS  system via socks5: UDP echo 64 B packets/s over the plain socks5 client: 1.200",
           "MISS  lwip via socks5: TCP bulk up, 16 streams over the plain socks5 client: 0.600 "
