@@ -220,7 +220,9 @@ enum rps_action rps_policy_sample(struct rps_policy *p, int64_t now_ns, int64_t 
 	p->win_bytes = bytes_total;
 	p->busy_run = p->last_pct >= p->prm.on_pct ? p->busy_run + 1 : 0;
 	p->quiet_run = p->last_pct < p->off_now ? p->quiet_run + 1 : 0;
-	p->calm_ns = p->last_pct < p->prm.off_pct ? p->calm_ns + wall : 0;
+	/* Calm counts with steering off only: during a trial or with steering on, a calm
+	 * thread is steering's own effect, not the load gone. */
+	p->calm_ns = p->phase == PH_OFF && p->last_pct < p->prm.off_pct ? p->calm_ns + wall : 0;
 	switch (p->phase) {
 	case PH_OFF:
 		if (p->busy_run == 0 || back) {

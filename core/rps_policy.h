@@ -17,8 +17,9 @@
  *   trial --(settle_windows ignored, then trial_windows windows that together move at least
  *            gain_pct more bytes per second than the (up to 4) busy windows before it)--> on
  *   trial --(otherwise)--> off; the next trial waits retry_min_ns, doubling per failed trial up
- *            to retry_max_ns; off_windows' worth of time under off_pct (the load changed)
- *            clears the wait
+ *            to retry_max_ns; off_windows' worth of time under off_pct with steering off
+ *            (the load changed; calm windows of a trial are steering's own doing) clears
+ *            the wait
  *   trial --(a pause: a window over twice as long as it should be; or no baseline)--> off,
  *            not counted as a failure, no wait
  *   on    --(off_windows consecutive windows below the quiet threshold, and on for at least

@@ -404,6 +404,25 @@ Test(rps_policy, a_calm_second_clears_the_wait)
 	rps_policy_free(s.p);
 }
 
+/* The calm that clears the wait is counted after the trial: calm windows during it (steering
+ * moved the work away, the very effect it is meant to have) do not count, or one calm window
+ * after a failed trial would clear the wait and steering would flap. */
+Test(rps_policy, calm_windows_of_the_trial_do_not_clear_the_wait)
+{
+	struct sim s;
+	int64_t retry_at;
+
+	sim_new(&s);
+	s.rate_on = RATE / 2;
+	cr_assert_eq(windows(&s, 2, 100), RPS_TURN_ON);
+	cr_assert_eq(windows(&s, 5, 40), RPS_TURN_OFF, "the trial failed");
+	retry_at = rps_policy_retry_at_ns(s.p);
+	cr_assert_eq(window(&s, 60), RPS_KEEP);
+	cr_assert_eq(rps_policy_retry_at_ns(s.p), retry_at, "one calm window: still waiting");
+	cr_assert_eq(windows(&s, 2, 100), RPS_KEEP, "not tried again yet");
+	rps_policy_free(s.p);
+}
+
 /* A trial that cannot measure is dropped, not failed: a pause (no traffic, the stream ended), a
  * byte counter that went back, a baseline of no bytes. Steering off, no wait, no failure. */
 Test(rps_policy, a_trial_without_a_measurement_is_dropped)
