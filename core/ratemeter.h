@@ -1,9 +1,11 @@
 /* ratemeter.h — rates of cumulative counters over a recent window, sampled when read.
  *
- * The reader (the stats document) hands in the counters' values and the time; each rate is the
- * growth per second since the most recent kept sample at least min_window old. Two samples are
- * kept: a reader polling every P seconds sees rates over max(P, min_window) to P + min_window,
- * and two readers at once never shrink the window below min_window. No timer: nothing runs
+ * The reader (the stats document) hands in the counters' values and the time. Two samples are
+ * kept: a read at least min_window after the newer one replaces the older with the newer and
+ * becomes the newer itself. Each rate is the growth per second since the older kept sample, so
+ * the window is at least min_window and shorter than 2 x min_window + P for a reader polling
+ * every P seconds (exactly P when P >= min_window); two readers at once never shrink it below
+ * min_window. No timer: nothing runs
  * while nobody reads, so an idle proxy does not wake up for it. Sans-IO: the time is passed in.
  * Not thread-safe: one reader at a time (the proxy builds its document on its loop).
  */

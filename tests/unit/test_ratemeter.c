@@ -47,6 +47,29 @@ Test(ratemeter, window_follows_the_reader_and_never_shrinks_below_the_minimum)
 	cr_assert_eq(out[0], 990, "still averaged over at least a second");
 }
 
+/* The window starts at the older kept read, not at the newest read a second old: reads at 1,
+ * 1.5, 2.4 and 2.6 s keep 1 and 2.4, so the last is over 1.6 s (from 1), not 1.1 (from 1.5).
+ * A reader every 0.4 s sees up to 2 s: under 2 x 1 s + 0.4 s. */
+Test(ratemeter, window_starts_at_the_older_kept_read)
+{
+	uint64_t zero[2] = { 0, 0 };
+	int64_t w, most = 0;
+
+	ratemeter_init(&m, 2, SEC(1), 0, zero);
+	cr_assert_eq(at(SEC(1), 0, 0), SEC(1));
+	cr_assert_eq(at(MS(1500), 0, 0), MS(1500));
+	cr_assert_eq(at(MS(2400), 0, 0), MS(1400));
+	cr_assert_eq(at(MS(2600), 0, 0), MS(1600));
+	ratemeter_init(&m, 2, SEC(1), 0, zero);
+	for (int i = 1; i <= 50; i++) {
+		w = at(MS(400) * i, 0, 0);
+		cr_assert_geq(w, i * MS(400) < SEC(1) ? i * MS(400) : SEC(1));
+		most = w > most ? w : most;
+	}
+	cr_assert_eq(most, SEC(2));
+	cr_assert_lt(most, 2 * SEC(1) + MS(400));
+}
+
 /* Traffic that stopped reads 0 once the window has moved past it. */
 Test(ratemeter, idle_reads_zero)
 {
