@@ -77,6 +77,15 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
 	struct evbuffer *buf = evbuffer_new();
 	char clen[24];
 
+	/* No memory for the body: evhttp's own error page, with no header of ours (a
+	 * Content-Length of the body meant would cut or stall the client's read). */
+	if (!buf || (evhttp_request_get_command(req) != EVHTTP_REQ_HEAD && len &&
+		     evbuffer_add(buf, body, len) != 0)) {
+		if (buf)
+			evbuffer_free(buf);
+		evhttp_send_error(req, 500, NULL);
+		return;
+	}
 	snprintf(clen, sizeof(clen), "%zu", len);
 	evhttp_add_header(h, "Content-Type", ctype);
 	evhttp_add_header(h, "Content-Length", clen);
@@ -84,16 +93,6 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
 	evhttp_add_header(h, "Cache-Control", "no-store");
 	if (code == 405)
 		evhttp_add_header(h, "Allow", "GET, HEAD");
-	if (!buf) {
-		evhttp_send_error(req, 500, NULL);
-		return;
-	}
-	if (evhttp_request_get_command(req) != EVHTTP_REQ_HEAD && len &&
-	    evbuffer_add(buf, body, len) != 0) {
-		evbuffer_free(buf);
-		evhttp_send_error(req, 500, NULL);
-		return;
-	}
 	evhttp_send_reply(req, code, reason, buf);
 	evbuffer_free(buf);
 }
