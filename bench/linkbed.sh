@@ -368,7 +368,7 @@ cat >"$TMP/probe.py" <<'EOF'
 #   DEADLINE_S in all); one-way delay = the kernel's receive stamp (SO_TIMESTAMPNS, the same
 #   clock) - the send stamp: how late this process reads a datagram does not count.
 # Prints one JSON line.
-import json, socket, struct, sys, time
+import json, math, socket, struct, sys, time
 mode = sys.argv[1]
 if mode == "send":
     dst, port, count, pps = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
@@ -431,7 +431,17 @@ else:
         if time.monotonic() > end:
             break
     delays.sort()
-    q = lambda f: round(delays[min(len(delays) - 1, int(f * len(delays)))] / 1e6, 3) if delays else None
+    def q(f):
+        """Nearest rank (the ceil(f * n)-th smallest); the median of an even count is the
+        mean of the two middle ones."""
+        n = len(delays)
+        if not n:
+            return None
+        if f == 0.5 and n % 2 == 0:
+            v = (delays[n // 2 - 1] + delays[n // 2]) / 2
+        else:
+            v = delays[max(0, min(n, math.ceil(f * n)) - 1)]
+        return round(v / 1e6, 3)
     print(json.dumps({"received": got, "duplicates": dup, "bad": bad, "one_way_median_ms": q(0.5),
                       "one_way_p99_ms": q(0.99), "one_way_max_ms": q(1.0)}))
 EOF
