@@ -366,6 +366,10 @@ static void *loop_main(void *arg)
 	pthread_mutex_lock(&p->lock);
 	p->loop_ended = true;
 	pthread_cond_broadcast(&p->cond);
+	/* A reload being prepared reads the TUN, the resolver and the configuration that
+	 * proxy_close frees: it ends first (it then finds the loop ended: -ESRCH). */
+	while (p->rl_preparing)
+		pthread_cond_wait(&p->cond, &p->lock);
 	pthread_mutex_unlock(&p->lock);
 	/* The last figures stay readable after the stop (the CLI's exit line, embedders). */
 	if (proxy_stats_json(p, &json, &len) != 0)
@@ -628,14 +632,21 @@ int ts_proxy_reload(struct ts_proxy *p, const char *json, size_t len, char *err,
 		write_err(err, errlen, "proxy: a reload cannot be asked for from the proxy's thread");
 		return -EDEADLK;
 	}
-	if (!ts_proxy_running(p)) {
+	/* Reading and resolving here, on the caller's thread: the loop stays free. The prepare
+	 * reads what the proxy closes when it stops: counted, so that the stop waits for it. */
+	pthread_mutex_lock(&p->lock);
+	if (p->state != PROXY_RUNNING || p->loop_ended) {
+		pthread_mutex_unlock(&p->lock);
 		write_err(err, errlen, "proxy: not running");
 		return -ESRCH;
 	}
-	/* Reading and resolving here, on the caller's thread: the loop stays free. */
+	p->rl_preparing++;
+	pthread_mutex_unlock(&p->lock);
 	pret = reload_prepare(p, json, len, &prep, perr, sizeof(perr));
 	pthread_mutex_lock(&p->reload_req_lock);
 	pthread_mutex_lock(&p->lock);
+	p->rl_preparing--;
+	pthread_cond_broadcast(&p->cond);
 	if (p->state != PROXY_RUNNING || p->loop_ended) {
 		pthread_mutex_unlock(&p->lock);
 		pthread_mutex_unlock(&p->reload_req_lock);

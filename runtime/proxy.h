@@ -116,6 +116,9 @@ struct ts_proxy {
 	struct reload_prep *rl_prep;     /* under lock: the prepared request, or NULL */
 	int rl_prep_ret;
 	uint64_t rl_asked, rl_answered;
+	unsigned rl_preparing;           /* under lock: reloads being prepared on callers' threads
+					  * (they read p's TUN, resolver, configuration): the
+					  * loop's thread waits for none before closing those */
 	int rl_ret;
 	char rl_err[TS_ERRLEN];          /* the preparation's error, then the answer's */
 	struct tun *tun;

@@ -1098,3 +1098,67 @@ Test(api, reload_sends_dns_through_the_new_detour, .timeout = 60)
 {
 	run_in_netns(dns_detour_reload);
 }
+
+/* ---- a reload being prepared when the proxy stops ------------------------------------------ */
+
+struct slow_reload {
+	struct ts_proxy *p;
+	const char *json;
+	_Atomic int started;
+	int ret;
+	char err[512];
+};
+
+static void *slow_reload_main(void *arg)
+{
+	struct slow_reload *r = arg;
+
+	atomic_store(&r->started, 1);
+	r->ret = reload_json(r->p, r->json, r->err, sizeof(r->err));
+	return NULL;
+}
+
+/* A reload still reading a large rule set (on the caller's thread) when a stop comes: the stop
+ * waits for it (it reads the TUN and the configuration the stop closes), and it answers
+ * -ESRCH. Before, the stop freed them under it: a crash on the TUN's index. */
+static void reload_during_stop(void)
+{
+	char cfg[1024], json[2048], path[] = "/tmp/ts-bigset-XXXXXX";
+	struct slow_reload r = { 0 };
+	struct ts_proxy *p;
+	pthread_t t;
+	FILE *f;
+	int fd;
+
+	CHECK((fd = mkstemp(path)) >= 0, "mkstemp");
+	CHECK((f = fdopen(fd, "w")) != NULL, "fdopen");
+	for (int i = 0; i < 1000000; i++)
+		fprintf(f, "d%d.bigset.example\n", i);
+	CHECK(fclose(f) == 0, "write %s", path);
+	snprintf(cfg, sizeof(cfg), reload_cfg_fmt, 1500, 1000, "");
+	snprintf(json, sizeof(json),
+		 "{\"log\": {\"level\": \"warn\"}, \"tun\": {\"name\": \"trl0\", \"address\": "
+		 "\"198.18.0.1/15\"}, \"rule_sets\": [{\"tag\": \"big\", \"format\": \"plain\","
+		 " \"path\": \"%s\"}], \"route\": {\"rules\": [{\"rule_set\": [\"big\"],"
+		 " \"outbound\": \"direct\"}]},"
+		 " \"outbounds\": [{\"tag\": \"direct\", \"type\": \"direct\"}]}", path);
+	p = new_proxy(cfg);
+	start(p);
+	r.p = p;
+	r.json = json;
+	CHECK(pthread_create(&t, NULL, slow_reload_main, &r) == 0, "thread");
+	while (!atomic_load(&r.started))
+		usleep(1000);
+	usleep(50000);
+	ts_proxy_stop(p);
+	CHECK(ts_proxy_wait(p) == 0, "stopped");
+	CHECK(pthread_join(t, NULL) == 0, "join");
+	CHECK(r.ret == -ESRCH, "the reload: %d %s", r.ret, r.err);
+	ts_proxy_free(p);
+	unlink(path);
+}
+
+Test(api, reload_being_prepared_when_the_proxy_stops, .timeout = 60)
+{
+	run_in_netns(reload_during_stop);
+}
