@@ -82,7 +82,8 @@ TS_API int ts_proxy_new_file(const char *path, struct ts_proxy **out, char *err,
 /* Log lines: level is one of TS_LOG_*; line is one formatted line without its newline,
  * NUL-terminated, len bytes, borrowed for the call. Called from the proxy's threads (and from
  * the caller's thread inside ts_proxy_start), possibly concurrently: the callback must be
- * thread-safe and must not call back into this proxy. */
+ * thread-safe and should not call back into this proxy (ts_proxy_stats_json and
+ * ts_proxy_reload from it return -EDEADLK, or -ESRCH before the proxy runs). */
 enum ts_log_level {
 	TS_LOG_ERROR = 0,
 	TS_LOG_WARN = 1,
@@ -201,7 +202,8 @@ TS_API int ts_proxy_running(const struct ts_proxy *p);
 /* The stats document: the same JSON object the /stats endpoint serves (docs/config.md, "stats"),
  * built from live counters. *out is NUL-terminated, *len bytes without the NUL (len may be
  * NULL); the caller frees it with ts_free(). Any thread but the proxy's own (from its log
- * callback: -EDEADLK): while the proxy runs the document is built on its loop thread and this
+ * callback, on the loop or inside ts_proxy_start: -EDEADLK): while the proxy runs the document
+ * is built on its loop thread and this
  * call waits for it (at most ~1 s: -ETIMEDOUT). After a stop it returns the final figures,
  * taken as the loop stopped; before start, a document of zeros. 0, -ENOMEM. */
 TS_API int ts_proxy_stats_json(struct ts_proxy *p, char **out, size_t *len);

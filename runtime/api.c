@@ -435,8 +435,10 @@ int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen)
 
 	pthread_mutex_lock(&p->lock);
 	ret = p->state == PROXY_NEW ? 0 : p->state == PROXY_STARTING ? -EBUSY : -EALREADY;
-	if (ret == 0)
+	if (ret == 0) {
 		p->state = PROXY_STARTING;
+		p->start_thread = pthread_self();
+	}
 	pthread_mutex_unlock(&p->lock);
 	if (ret != 0) {
 		write_err(err, errlen, ret == -EBUSY ? "proxy: a start is under way"
@@ -444,9 +446,11 @@ int ts_proxy_start(struct ts_proxy *p, char *err, size_t errlen)
 		return ret;
 	}
 	/* A stop asked before start is forgotten; one asked from now on stops the loop as soon
-	 * as it runs. */
+	 * as it runs. So is a reload asked before start (a no-op while not running). */
 	drain(p->stop_fd);
 	atomic_store(&p->stop_requested, false);
+	drain(p->reload_fd);
+	atomic_store(&p->reload_file_pending, false);
 	ret = proxy_open(p, err, errlen);
 	if (ret == 0) {
 		/* The device's own name: tun.name may be a template ("ts%d") the kernel numbered. */
@@ -571,8 +575,16 @@ int ts_proxy_stats_json(struct ts_proxy *p, char **out, size_t *len)
 		return -EDEADLK;
 	pthread_mutex_lock(&p->stats_req_lock);
 	pthread_mutex_lock(&p->lock);
-	while (p->state == PROXY_STARTING) /* the parts are being built: wait for the outcome */
+	/* The parts are being built: wait for the outcome, unless this is the starting thread
+	 * itself (its log callback): it would wait for itself. */
+	while (p->state == PROXY_STARTING) {
+		if (pthread_equal(pthread_self(), p->start_thread)) {
+			pthread_mutex_unlock(&p->lock);
+			pthread_mutex_unlock(&p->stats_req_lock);
+			return -EDEADLK;
+		}
 		pthread_cond_wait(&p->cond, &p->lock);
+	}
 	if (p->state == PROXY_RUNNING) {
 		ret = ask_loop(p, out, len);
 	} else if (p->state == PROXY_STOPPED) {

@@ -68,6 +68,7 @@ struct ts_proxy {
 	int stop_fd;                 /* eventfd, made at creation: wakes the loop to stop */
 	struct event *stop_ev;
 	pthread_t loop_thread;
+	pthread_t start_thread;          /* under lock: the thread in ts_proxy_start (STARTING) */
 	bool joined;
 	int exit_err;                /* 0 (stop on request) or the -errno that stopped it */
 	bool stopping;               /* main loop only */

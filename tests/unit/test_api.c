@@ -221,12 +221,22 @@ static const char caller_cfg_fmt[] =
 /* ---- lifecycle -------------------------------------------------------------------------- */
 
 static _Atomic int log_lines, ready_lines, ready_device, stats_from_loop = 1;
+static _Atomic int starting = 0, deadlk_while_starting, other_while_starting;
 static struct ts_proxy *sig_proxy;
 
 static void count_log(void *arg, int level, const char *line, size_t len)
 {
 	(void)arg;
 	atomic_fetch_add(&log_lines, 1);
+	/* Inside ts_proxy_start: from its own thread while it starts (or the loop's) -EDEADLK,
+	 * not a wait for itself; once running, from the starting thread, the document. */
+	if (atomic_load(&starting)) {
+		char *json = NULL;
+		int r = ts_proxy_stats_json(sig_proxy, &json, NULL);
+		ts_free(json);
+		atomic_fetch_add(r == -EDEADLK ? &deadlk_while_starting : r == 0 ? &log_lines
+							  : &other_while_starting, r == 0 ? 0 : 1);
+	}
 	/* Logged on the loop thread: the loop cannot answer a stats request from itself. */
 	if (strstr(line, "stop requested")) {
 		char *json = NULL;
@@ -258,7 +268,15 @@ static void lifecycle(void)
 		 " \"address\": \"198.18.0.1/15\"}}");
 	p = new_proxy(cfg);
 	CHECK(ts_proxy_set_log(p, count_log, NULL) == 0, "set_log");
+	/* A reload asked before start: a no-op, not one done once the loop runs. */
+	ts_proxy_request_reload(p);
+	sig_proxy = p;
+	atomic_store(&starting, 1);
 	start(p);
+	atomic_store(&starting, 0);
+	CHECK(atomic_load(&deadlk_while_starting) > 0 && atomic_load(&other_while_starting) == 0,
+	      "stats from the log callback inside the start: %d -EDEADLK, %d other errors",
+	      atomic_load(&deadlk_while_starting), atomic_load(&other_while_starting));
 	CHECK(ts_proxy_running(p) == 1, "running");
 	CHECK(atomic_load(&ready_lines) == 1, "one ready line through the callback (%d lines)",
 	      atomic_load(&log_lines));
@@ -268,8 +286,12 @@ static void lifecycle(void)
 	CHECK(ts_proxy_set_tun_fd(p, 0) == -EBUSY, "fd after start");
 	CHECK(ts_proxy_start(p, err, sizeof(err)) == -EALREADY, "second start");
 	CHECK(access("/sys/class/net/tlc0", F_OK) == 0, "the proxy's TUN exists");
+	usleep(200000);
 	doc = stats(p);
 	CHECK(strcmp(str(doc, "tun.owner"), "proxy") == 0, "owner");
+	CHECK(strcmp(str(doc, "reload.last_result"), "none") == 0 && num(doc, "reload.refused") == 0,
+	      "the reload asked before start was not done: %s, %g refused",
+	      str(doc, "reload.last_result"), num(doc, "reload.refused"));
 	/* "auto": the system stack takes a queue per CPU it may run on, up to two. */
 	CHECK(num(doc, "tun.queues") == (cpus_allowed() >= 2 ? 2 : 1), "queues %g with %d CPUs",
 	      num(doc, "tun.queues"), cpus_allowed());
