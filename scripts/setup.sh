@@ -39,10 +39,20 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	policy=/usr/sbin/policy-rc.d
 	had_policy=0
 	[ -e "$policy" ] && had_policy=1
-	if [ "$had_policy" -eq 0 ]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"; fi
+	if [ "$had_policy" -eq 0 ]; then
+		# Ours: removed however the install ends (an interrupted one too), or no later apt
+		# run on this host could start a service.
+		trap 'rm -f "$policy"' EXIT
+		trap 'rm -f "$policy"; exit 130' INT
+		trap 'rm -f "$policy"; exit 143' TERM
+		printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"
+	fi
 	rc=0
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
-	[ "$had_policy" -eq 1 ] || rm -f "$policy"
+	if [ "$had_policy" -eq 0 ]; then
+		rm -f "$policy"
+		trap - EXIT INT TERM
+	fi
 	[ "$rc" -eq 0 ] || die "apt-get install failed ($rc)"
 fi
 
@@ -56,11 +66,20 @@ apt_dir="$deps/apt"
 mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/parts" "$deps"
 
 # Reuse the system's own Debian mirror (deb822 or one-line format) for a deb-src line of our own.
-uris=$(awk '/^URIs:/ {for (i = 2; i <= NF; i++) print $i}' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v -- '-security' || true)
-if [ -z "$uris" ] && [ -f /etc/apt/sources.list ]; then
-	uris=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; break } }' /etc/apt/sources.list | grep -v -- '-security' || true)
-fi
-uris=$(printf '%s\n' "$uris" | grep -E '/debian/?$' | sort -u || true)
+# Both formats are read (a third-party .sources file beside a one-line Debian sources.list is
+# common); a URI counts only when its entry names a bookworm suite and it ends in /debian, and
+# known third-party hosts that use that path (Docker's) are left out.
+uris=$( {
+	awk 'function flush() { if (u != "" && ok) print u; u = ""; ok = 0 }
+	     FNR == 1 || /^[ \t]*$/ { flush() }
+	     /^URIs:/ { for (i = 2; i <= NF; i++) u = u " " $i }
+	     /^Suites:/ { for (i = 2; i <= NF; i++) if ($i ~ /^bookworm/) ok = 1 }
+	     END { flush() }' /etc/apt/sources.list.d/*.sources 2>/dev/null
+	[ -f /etc/apt/sources.list ] && awk '$1 == "deb" {
+		u = ""; for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { u = $i; s = $(i + 1); break }
+		if (u != "" && s ~ /^bookworm/) print u }' /etc/apt/sources.list
+} | tr ' ' '\n' | grep -v -- '-security' | grep -E '^[a-z]+://[^ ]+/debian/?$' |
+	grep -v -E '://download\.docker\.com/' | sort -u || true)
 [ -n "$uris" ] || die "no Debian mirror found in the system's apt sources"
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 [ -f "$keyring" ] || die "missing $keyring (package debian-archive-keyring)"
