@@ -196,9 +196,27 @@ class Testbed:
                  "src", GW4])
 
     def teardown(self):
+        """Idempotent. Signals that come meanwhile wait until it is done, then are delivered:
+        a handler that tears down and exits (the runner's) would otherwise find it marked done
+        and exit with the namespaces and their processes still there."""
         if self.torn_down:
             return
         self.torn_down = True
+        held, prev = [], {}
+        try:
+            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                prev[s] = signal.signal(s, lambda signum, frame: held.append(signum))
+        except ValueError:
+            prev = {}  # not the main thread: signals are the main thread's anyway
+        try:
+            self._teardown()
+        finally:
+            for s, h in prev.items():
+                signal.signal(s, h)
+            if held:
+                os.kill(os.getpid(), held[0])
+
+    def _teardown(self):
         for p in list(self.procs):
             try:
                 if p.poll() is None:
@@ -385,10 +403,29 @@ def raise_nofile():
 
 
 def proc_ctxt(pid):
-    st = proc_status(pid)
-    if not st:
+    """{thread id: its context switches so far} over every thread of pid (the event loop and
+    the queue workers are threads of their own; /proc/PID/status counts the main thread
+    only, which in `twinstack run` just waits), or None when pid is gone."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
         return None
-    return int(st.get("voluntary_ctxt_switches", 0)) + int(st.get("nonvoluntary_ctxt_switches", 0))
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                st = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
+        except OSError:
+            continue  # the thread ended meanwhile
+        out[int(tid)] = int(st.get("voluntary_ctxt_switches", 0)) + \
+            int(st.get("nonvoluntary_ctxt_switches", 0))
+    return out
+
+
+def ctxt_delta(before, after):
+    """The context switches between two proc_ctxt() readings: each thread's growth (all of
+    it for one that started between them)."""
+    return sum(n - before.get(tid, 0) for tid, n in after.items())
 
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -20,7 +20,7 @@ import ablation
 from launch import SETTLE_S, Launcher
 from report import clear_progress, log, out, progress
 from results import Results
-from rigtb import EXIT_FAIL, EXIT_OK, CannotRun, Testbed, proc_ctxt, proc_kb
+from rigtb import EXIT_FAIL, EXIT_OK, CannotRun, Testbed, ctxt_delta, proc_ctxt, proc_kb
 from servers import Binary, Servers
 from workloads import Workloads
 
@@ -197,7 +197,7 @@ class Rig:
                 time.sleep(idle_s)
                 c1 = proc_ctxt(pid)
                 if c0 is not None and c1 is not None:
-                    res.emit(subj, "idle", None, None, "idle_wakeups_20s", c1 - c0,
+                    res.emit(subj, "idle", None, None, "idle_wakeups_20s", ctxt_delta(c0, c1),
                              "over %d s" % idle_s if idle_s != 20 else "")
             self.bulk_cells(running)
             if not subj.is_mirror:

@@ -80,9 +80,12 @@ class Workloads:
         drops0 = tb.tun_drops() if subj.has_tun else None
         prof = self.perf_start(subj, direction, streams, rs if rec else None)
         host0 = host_cpu_s()
-        r = tb.sh(args, ns=tb.ns_a, check=False, timeout=plan.bulk_t + plan.bulk_omit + 20)
-        host1 = host_cpu_s()
-        self.perf_stop(prof)
+        try:
+            r = tb.sh(args, ns=tb.ns_a, check=False, timeout=plan.bulk_t + plan.bulk_omit + 20)
+        finally:
+            # Also when iperf3 timed out: a system-wide recorder must not outlive its cell.
+            host1 = host_cpu_s()
+            self.perf_stop(prof)
         cpu1 = proc_cpu(pid) if pid else None
         srv1 = self.servers.dante_cpu() if via else None
         drops1 = tb.tun_drops() if subj.has_tun else None
@@ -173,6 +176,7 @@ class Workloads:
         with open(path + ".log", "w") as lf:
             p = subprocess.Popen(["perf", "record", "-a", "-g", "-F", "499", "-e", "cpu-clock",
                                   "-o", path], stdout=lf, stderr=subprocess.STDOUT)
+        self.tb.procs.append(p)  # the teardown stops it if the rig ends first
         t0 = time.monotonic()
         while not os.path.exists(path) and p.poll() is None and time.monotonic() - t0 < 5:
             time.sleep(0.01)
