@@ -123,6 +123,8 @@ static int make_budget(struct ts_proxy *p, char *err, size_t errlen)
 	int ret;
 
 	p->budget_loaded = p->cfg.budget; /* before the fit: what a reload compares with */
+	memcpy(p->tun_name_loaded, p->cfg.tun.name, sizeof(p->tun_name_loaded));
+	p->tun_mtu_loaded = p->cfg.tun.mtu; /* before a caller's TUN puts the device's there */
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
 		p->cfg.budget.fds = budget_fds_fit(p->cfg.budget.fds, rl.rlim_cur, reserve);
 	if (p->cfg.budget.fds == 0) {

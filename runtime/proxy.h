@@ -77,6 +77,8 @@ struct ts_proxy {
 	struct event_base *base;
 	struct budget *budget;
 	struct budget_limits budget_loaded; /* cfg.budget as the config gave it (fds not fitted) */
+	char tun_name_loaded[TS_IFNAME_MAX + 1]; /* cfg.tun.name and .mtu as the config gave them */
+	uint32_t tun_mtu_loaded;                 /* (a caller's TUN puts the device's in cfg) */
 	struct loopguard *loopguard; /* the ports of our own outbound sockets */
 	struct resolver *resolver;   /* proxy server names not pinned (outbound/resolver.h) */
 	uint32_t resolver_mark;      /* its sockets' mark: the start's route.default_mark */

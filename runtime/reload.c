@@ -83,18 +83,23 @@ static void note_kept(struct kept *k, bool differs, const char *name)
 	} while (0)
 
 /* Give n the running values of every key that cannot change, listing those that differed. */
-static void keep_fixed(const struct ts_config *old, const struct budget_limits *loaded_budget,
-		       struct ts_config *n, char *list, size_t len)
+static void keep_fixed(const struct ts_proxy *p, struct ts_config *n, char *list, size_t len)
 {
+	const struct ts_config *old = &p->cfg;
+	const struct budget_limits *loaded_budget = &p->budget_loaded;
 	struct kept k = { list, len, 0 };
 
 	list[0] = '\0';
 	KEEP(&k, old, n, stack, "stack");
-	KEEP(&k, old, n, tun.name, "tun.name");
+	/* Compared with what the config said: a caller's TUN puts the device's name and MTU in
+	 * the running values. */
+	note_kept(&k, strcmp(p->tun_name_loaded, n->tun.name) != 0, "tun.name");
+	memcpy(n->tun.name, old->tun.name, sizeof(n->tun.name));
 	KEEP(&k, old, n, tun.addr4, "tun.address");
 	KEEP(&k, old, n, tun.has_addr6, "tun.address6");
 	KEEP(&k, old, n, tun.addr6, "tun.address6");
-	KEEP(&k, old, n, tun.mtu, "tun.mtu");
+	note_kept(&k, p->tun_mtu_loaded != n->tun.mtu, "tun.mtu");
+	n->tun.mtu = old->tun.mtu;
 	KEEP(&k, old, n, tun.txqueuelen, "tun.txqueuelen");
 	/* A count the start picked for "auto" is what "auto" still says. */
 	note_kept(&k, n->tun.queues != (old->tun.queues_auto ? TS_TUN_QUEUES_AUTO : old->tun.queues),
@@ -182,7 +187,7 @@ int reload_prepare(struct ts_proxy *p, const char *json, size_t len, struct relo
 		return ret;
 	}
 	/* p->cfg keeps the running values of the fixed keys: it never changes after start. */
-	keep_fixed(&p->cfg, &p->budget_loaded, &r->g->cfg, r->kept, sizeof(r->kept));
+	keep_fixed(p, &r->g->cfg, r->kept, sizeof(r->kept));
 	for (size_t i = 0; i < r->g->cfg.n_outbounds; i++) {
 		r->g->cfg.outbounds[i].sock_hook = p->sock_hook;
 		r->g->cfg.outbounds[i].loopguard = p->loopguard;

@@ -122,6 +122,8 @@ static void sh(const char *fmt, ...)
 	CHECK(st == 0, "'%s' exited %d", cmd, st);
 }
 
+static int reload_json(struct ts_proxy *p, const char *json, char *err, size_t errlen);
+
 static struct ts_proxy *new_proxy(const char *json)
 {
 	struct ts_proxy *p = NULL;
@@ -341,6 +343,12 @@ static void caller_fd(void)
 	      str(doc, "tun.io_mode"));
 	CHECK(strstr(str(doc, "tun.unavailable"), "tun.txqueuelen") != NULL, "unavailable: %s",
 	      str(doc, "tun.unavailable"));
+	cJSON_Delete(doc);
+	/* The same configuration again: nothing to keep (the device's name and MTU in the
+	 * running values are not the config's to change). */
+	CHECK(reload_json(p, cfg, err, sizeof(err)) == 0, "reload: %s", err);
+	doc = stats(p);
+	CHECK(strcmp(str(doc, "reload.kept"), "") == 0, "kept: %s", str(doc, "reload.kept"));
 	cJSON_Delete(doc);
 	ts_proxy_free(p);
 	CHECK(fcntl(fd, F_GETFD) >= 0, "the caller's fd stays open");
