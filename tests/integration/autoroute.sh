@@ -126,13 +126,14 @@ start() {
 stop() {
 	local rc
 	[ -n "$TS_PID" ] || { echo "no proxy"; return 1; }
-	stop_pid "$TS_PID" 3
-	wait "$TS_PID" 2>/dev/null
+	ts_sigterm 3
 	rc=$?
+	[ "$rc" -eq 0 ] || stop_pid "$TS_PID" 1
 	TS_PID=
-	wait_until 40 0.05 eval "! ip -n $NS_D link show $TUN >/dev/null 2>&1"
-	echo "stopped"
-	return 0
+	[ "$rc" -eq 0 ] || return 1
+	wait_until 40 0.05 eval "! ip -n $NS_D link show $TUN >/dev/null 2>&1" ||
+		{ echo "exit 0, but $TUN is still there"; return 1; }
+	echo "exit 0, $TUN gone"
 }
 
 stat_get() { inD curl -sS --fail --max-time 3 "http://127.0.0.1:$P_STATS/stats" | jq -r "$1 // \"absent\""; }
@@ -405,6 +406,8 @@ case_k() {
 	kill9
 	n=$(tagged)
 	note "K: after SIGKILL (not strict) $n tagged rules are left"
+	check "K: the SIGKILLed proxy left tagged rules (what the cleanup checks below remove)" \
+		test "$n" -gt 0
 	check "K: non-strict leftovers fall through: IPv4 and IPv6 from D reach S" eval "ping4_s && ping6_s"
 	out=$(inD "$BIN" cleanup 2>&1)
 	rc=$?

@@ -269,8 +269,13 @@ wait_idle() {
 }
 # deltas NAME BEFORE AFTER KEY=N...: each KEY grew by exactly N (one line each).
 deltas() {
-	local name=$1 b=$2 a=$3 res k n d
+	local name=$1 b=$2 a=$3 res k n d kv
 	shift 3
+	# A /stats read that failed is a failure of every check, not a check left out.
+	if ! jq -e . <<<"$b" >/dev/null 2>&1 || ! jq -e . <<<"$a" >/dev/null 2>&1; then
+		for kv in "$@"; do not_ok "$name: ${kv%%=*} +${kv#*=}" "no /stats document"; done
+		return
+	fi
 	while read -r res k n d; do
 		if [ "$res" = ok ]; then ok "$name: $k +$n"; else not_ok "$name: $k +$n" "moved by $d"; fi
 	done < <(jq -rn --argjson b "$b" --argjson a "$a" '$ARGS.positional[] | split("=") as [$k, $n]
@@ -281,6 +286,9 @@ deltas() {
 # refusals BEFORE AFTER: every refusal or failure counter that moved, "key +n", comma-separated
 # (but the IPv6 router solicitations the kernel sends into a new TUN, dropped as malformed).
 refusals() {
+	# A /stats read that failed reads as refusals, not as none.
+	jq -e . <<<"$1" >/dev/null 2>&1 && jq -e . <<<"$2" >/dev/null 2>&1 ||
+		{ echo "no /stats document"; return; }
 	jq -rn --argjson a "$1" --argjson b "$2" '
 		def flat: [paths(numbers) as $p | {key: ($p | map(tostring) | join(".")), value: getpath($p)}] | from_entries;
 		($a | flat) as $x | ($b | flat) | to_entries[]
@@ -381,7 +389,7 @@ killed() {
 	[ "$2" = download ] && ends='["reset", "eof"]'
 	verdict=$(jq -r --argjson ends "$ends" --argjson b "$RESET_BOUND_MS" '
 		if (.end as $e | $ends | index($e)) != null and .before_kill == false and .ms <= $b
-		   and (.pattern_ok // true)
+		   and (.pattern_ok != false)
 		then "ok \(.ms) the app'"'"'s connection ends (\(.end)) \(.ms) ms after the SIGKILL|\(.sent // .received) bytes moved, bound \($b) ms"
 		else "no \(.ms // -1)" end' <<<"$3" 2>/dev/null)
 	read -r res ms _ <<<"$verdict"

@@ -175,6 +175,9 @@ wait_idle() {
 refusals() {
 	local skip='^$'
 	[ "$STACK" = lwip ] && skip='^drops\.half_open$'
+	# A /stats read that failed reads as refusals, not as none.
+	jq -e . <<<"$1" >/dev/null 2>&1 && jq -e . <<<"$2" >/dev/null 2>&1 ||
+		{ echo "no /stats document"; return; }
 	jq -rn --arg skip "$skip" --argjson a "$1" --argjson b "$2" '
 		def flat: [paths(numbers) as $p | {key: ($p | map(tostring) | join(".")), value: getpath($p)}] | from_entries;
 		($a | flat) as $x | ($b | flat) | to_entries[]

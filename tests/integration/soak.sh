@@ -244,6 +244,9 @@ idle_diff() {
 # failures BEFORE AFTER: every counter of a refusal, a failed session, a UDP or DNS drop or a
 # failed DNS answer that moved, "" if none.
 failures() {
+	# A /stats read that failed reads as failures, not as none.
+	jq -e . <<<"$1" >/dev/null 2>&1 && jq -e . <<<"$2" >/dev/null 2>&1 ||
+		{ echo "no /stats document"; return; }
 	jq -rn --argjson a "$1" --argjson b "$2" '
 		def flat: [paths(numbers) as $p | {key: ($p | map(tostring) | join(".")), value: getpath($p)}] | from_entries;
 		($a | flat) as $x | ($b | flat) | to_entries[]

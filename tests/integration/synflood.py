@@ -59,22 +59,25 @@ def main():
         src = base + 1 + (i % (hosts - 2))
         sport = 1024 + (i // (hosts - 2)) % 64000
         pool.append(syn(struct.pack("!I", src), dst, sport, a.dport, random.getrandbits(32)))
-    sent, start, batch = 0, time.monotonic(), max(1, a.rate // 1000)
+    tried, sent, errors = 0, 0, 0
+    start, batch = time.monotonic(), max(1, a.rate // 1000)
     end = start + a.seconds
     while True:
         now = time.monotonic()
         if now >= end:
             break
         due = int((now - start) * a.rate)
-        while sent < due:
-            for _ in range(min(batch, due - sent)):
+        while tried < due:
+            for _ in range(min(batch, due - tried)):
                 try:
-                    s.send(pool[sent % len(pool)])
+                    s.send(pool[tried % len(pool)])
+                    sent += 1
                 except OSError:
-                    pass  # a full TUN queue: the packet is lost, as on a real link
-                sent += 1
+                    errors += 1  # a full TUN queue: the packet is lost, as on a real link
+                tried += 1
         time.sleep(0.0005)
-    print(json.dumps({"sent": sent, "seconds": round(time.monotonic() - start, 2)}))
+    print(json.dumps({"sent": sent, "send_errors": errors,
+                      "seconds": round(time.monotonic() - start, 2)}))
 
 
 if __name__ == "__main__":

@@ -504,13 +504,16 @@ Test(stats_http, an_endless_chunk_size_line_is_not_buffered)
 			(void)poll(&pfd, 1, 50);
 	}
 	cr_assert_eq(rss_sample(&r1), 0);
-	close(fd);
 	cr_assert_lt(r1.rss_bytes, r0.rss_bytes + 8u * 1024 * 1024,
 		     "RSS grew by %llu KiB while %llu KiB were sent",
 		     (unsigned long long)(r1.rss_bytes - r0.rss_bytes) / 1024,
 		     (unsigned long long)sent / 1024);
 	get(&srv, "/stats", &resp);
 	cr_assert_eq(resp.status, 200, "the endpoint still serves");
+	/* Its reading stopped, the connection is ended by the request time cap. */
+	cr_assert(closed_within(fd, STATS_HTTP_REQUEST_MS + 1000), "still open past the cap");
+	close(fd);
+	cr_assert_eq(http_stats(&srv).timeouts, 1);
 }
 
 /* STATS_HTTP_MAX_CONNS idle connections fill the endpoint: one more is closed at once and
