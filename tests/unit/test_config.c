@@ -1265,7 +1265,8 @@ Test(config, dns_fakeip)
 	config_fini(&cfg);
 }
 
-/* What a reviewer found accepted that must not be, and refused that must not be. */
+/* DNS addresses at the edges of what is accepted: a DoH path too long to keep, brackets, the
+ * forwarder inside the TUN prefix, a fake range beside the NAT addresses. */
 Test(config, dns_addresses_bounds)
 {
 	char json[700], path[400];
