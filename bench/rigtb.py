@@ -348,10 +348,12 @@ class Testbed:
 
 # ---- /proc and tool output ------------------------------------------------------------------
 
-def proc_status(pid):
+def proc_status(pid, tid=None):
+    """/proc/PID/status (or one thread's, /proc/PID/task/TID/status) as a dict, or None."""
     d = {}
+    path = "/proc/%d/status" % pid if tid is None else "/proc/%d/task/%s/status" % (pid, tid)
     try:
-        with open("/proc/%d/status" % pid) as f:
+        with open(path) as f:
             for line in f:
                 k, _, v = line.partition(":")
                 d[k] = v.strip()
@@ -412,10 +414,8 @@ def proc_ctxt(pid):
     except OSError:
         return None
     for tid in tids:
-        try:
-            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
-                st = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
-        except OSError:
+        st = proc_status(pid, tid)
+        if st is None:
             continue  # the thread ended meanwhile
         out[int(tid)] = int(st.get("voluntary_ctxt_switches", 0)) + \
             int(st.get("nonvoluntary_ctxt_switches", 0))
