@@ -36,19 +36,17 @@ foreach(src ${TS_UNIT_SRC})
   if(TS_SANITIZE STREQUAL "thread" AND NOT is_mt)
     continue()
   endif()
-  add_executable(${name} ${src} ${CMAKE_SOURCE_DIR}/tests/unit/testutil.c)
+  add_executable(${name} ${src} ${CMAKE_SOURCE_DIR}/tests/unit/testutil.c
+    ${CMAKE_SOURCE_DIR}/tests/unit/failalloc.c)
   target_compile_options(${name} PRIVATE ${TS_WARN})
+  # Any one allocation of the project's code can be refused (tests/unit/failalloc.h).
+  target_link_options(${name} PRIVATE
+    "LINKER:--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=strdup")
+  target_compile_definitions(${name} PRIVATE TS_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit)
   target_link_libraries(${name} PRIVATE tscore PkgConfig::CRITERION)
   if(name STREQUAL "test_delayq")
     target_sources(${name} PRIVATE ${TS_DELAYQ_SRC}) # a bench tool's module, not in tscore
-  endif()
-  if(name MATCHES "^test_nomem")
-    # One chosen allocation of the project's code refused (tests/unit/failalloc.h).
-    target_sources(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit/failalloc.c)
-    target_link_options(${name} PRIVATE
-      "LINKER:--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=strdup")
-    target_compile_definitions(${name} PRIVATE TS_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   endif()
   if(name STREQUAL "test_lwip_ackq")
     target_include_directories(${name} PRIVATE ${TS_LWIP_INCLUDES}) # it makes lwIP pcbs

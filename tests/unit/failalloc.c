@@ -1,8 +1,10 @@
 /* failalloc.c — the allocation wrappers of failalloc.h (linked with -Wl,--wrap=...). */
+#include <criterion/criterion.h>
 #include <stddef.h>
 #include <stdlib.h>
 
 #include "failalloc.h"
+#include "testutil.h"
 
 void *__real_malloc(size_t n);
 void *__real_calloc(size_t n, size_t size);
@@ -19,6 +21,7 @@ char *__wrap_strdup(const char *s);
 static _Thread_local long fail_at; /* 0: disarmed */
 static _Thread_local long seen;
 static _Thread_local bool fired;
+static _Thread_local int held;
 
 void failalloc_arm(long n)
 {
@@ -29,6 +32,11 @@ void failalloc_arm(long n)
 	fail_at = n;
 	seen = 0;
 	fired = false;
+}
+
+void failalloc_hold(bool on)
+{
+	held += on ? 1 : -1;
 }
 
 long failalloc_seen(void)
@@ -44,7 +52,7 @@ bool failalloc_fired(void)
 /* True when this allocation is the one to refuse. */
 static bool refuse(void)
 {
-	if (!fail_at)
+	if (!fail_at || held)
 		return false;
 	if (++seen != fail_at)
 		return false;
@@ -75,4 +83,24 @@ void *__wrap_aligned_alloc(size_t align, size_t n)
 char *__wrap_strdup(const char *s)
 {
 	return refuse() ? NULL : __real_strdup(s);
+}
+
+long failalloc_sweep(void (*scenario)(void *arg, bool sweep), void *arg, long min, long max)
+{
+	long n;
+
+	scenario(arg, false);
+	CHECK_LEAKS();
+	for (n = 1; n <= max; n++) {
+		failalloc_arm(n);
+		scenario(arg, true);
+		failalloc_arm(0);
+		CHECK_LEAKS();
+		if (!failalloc_fired())
+			break;
+	}
+	cr_assert_leq(n, max, "the scenario still allocated after %ld refusals", max);
+	cr_assert_gt(n, min, "the scenario made %ld allocations, fewer than %ld (is the wrapping "
+		     "linked?)", n - 1, min);
+	return n - 1;
 }

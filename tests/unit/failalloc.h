@@ -1,14 +1,14 @@
 /* failalloc.h — make one chosen allocation of the project's own code fail.
  *
- * A test executable named test_nomem* is linked with -Wl,--wrap for malloc, calloc, realloc,
+ * Every unit test executable is linked with -Wl,--wrap for malloc, calloc, realloc,
  * aligned_alloc and strdup (tests/tests.cmake): every call to them from the project's objects
  * and the test's own goes through the wrappers in failalloc.c, which pass it on (to ASan's
  * allocator in the ASan tree, so LeakSanitizer still sees everything) unless it is the one
  * armed to fail. Shared libraries (libevent, c-ares, cJSON) are not wrapped: what is tested is
  * how this project's code meets a refused allocation of its own.
  *
- * The usual use is a sweep: for n = 1, 2, ... arm the nth allocation, run a scenario from
- * start to teardown, and stop at the first n the scenario never reached.
+ * The usual use is a sweep (failalloc_sweep): for n = 1, 2, ... arm the nth allocation, run a
+ * scenario from start to teardown, and stop at the first n the scenario never reached.
  */
 #ifndef TS_TESTS_FAILALLOC_H
 #define TS_TESTS_FAILALLOC_H
@@ -20,8 +20,20 @@
  * thread's allocations count and fail. */
 void failalloc_arm(long n);
 
+/* While held, this thread's allocations are neither counted nor refused: for a test's own
+ * buffers amid a scenario. Calls nest. */
+void failalloc_hold(bool on);
+
 /* Allocations seen on this thread since the last arm, and whether the armed one failed. */
 long failalloc_seen(void);
 bool failalloc_fired(void);
+
+/* Run scenario(arg, false) once unarmed, then scenario(arg, true) with the nth allocation
+ * refused for n = 1, 2, ... until an n it never reached (at most max; more fails the test).
+ * After each run, in the ASan tree, LeakSanitizer must find nothing. The scenario asserts what
+ * must hold; sweep tells it that a call may fail for want of memory. Returns the number of
+ * allocations the scenario makes, and fails the test when it is below min (the wrapping not
+ * linked, or a scenario that no longer reaches what it was written for). */
+long failalloc_sweep(void (*scenario)(void *arg, bool sweep), void *arg, long min, long max);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "core/config.h"
 #include "core/config_dns.h"
+#include "failalloc.h"
 #include "testutil.h"
 
 static char *dq(const char *s)
@@ -1581,4 +1582,71 @@ Test(config, route_sniff)
 	cr_assert_not(ts_sniff_on(&cfg.route.sniff, TS_SNIFF_TLS | TS_SNIFF_HTTP | TS_SNIFF_QUIC));
 	config_fini(&cfg);
 	BAD_TABLE(b);
+}
+
+/* ---- every allocation of the loader refused in turn (failalloc.h) ---- */
+
+static char *read_doc(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	long n;
+
+	cr_assert_not_null(f, "%s", path);
+	cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+	n = ftell(f);
+	cr_assert_gt(n, 0);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	cr_assert_not_null(buf);
+	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	buf[n] = '\0';
+	return buf;
+}
+
+/* The blocks of doc that open with a line "```json" alone, up to the next "```" (cut there). */
+static int json_blocks(char *doc, char **blocks, int cap)
+{
+	int n = 0;
+	char *p = doc;
+
+	while ((p = strstr(p, "\n```json\n")) && n < cap) {
+		char *start = p + strlen("\n```json\n");
+		char *end = strstr(start, "\n```");
+
+		cr_assert_not_null(end);
+		*end = '\0';
+		blocks[n++] = start;
+		p = end + 1;
+	}
+	return n;
+}
+
+/* It loads, or fails with -ENOMEM (only when an allocation was refused), leaving cfg as
+ * config_init does. */
+static void load_scenario(void *arg, bool sweep)
+{
+	char err[TS_ERRLEN];
+	struct ts_config cfg;
+	int rc = config_load_string(arg, &cfg, err, sizeof(err));
+
+	if (rc == 0)
+		cr_assert_not(sweep && failalloc_fired(), "a refused allocation still loaded");
+	else
+		cr_assert(sweep && rc == -ENOMEM, "rc %d: %s", rc, err);
+	config_fini(&cfg);
+}
+
+Test(config, every_example_with_each_allocation_refused)
+{
+	char *blocks[16];
+	char *doc = read_doc(TS_SOURCE_DIR "/docs/config.md");
+	int nb = json_blocks(doc, blocks, 16);
+
+	cr_assert_geq(nb, 2, "the complete and the desktop example");
+	for (int b = 0; b < nb; b++)
+		cr_log_info("example %d: %ld allocations refused in turn", b,
+			    failalloc_sweep(load_scenario, blocks[b], 3, 1000));
+	free(doc);
 }

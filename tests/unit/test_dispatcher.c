@@ -28,6 +28,7 @@
 #include "core/config.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/stream.h"
+#include "failalloc.h"
 #include "fakedns.h"
 #include "outbound/resolver.h"
 #include "testutil.h"
@@ -286,12 +287,16 @@ static int dispatch(struct sess *s, int family, const char *dst, uint16_t dport)
 /* Send n bytes from the app and read the echo back; true if identical. */
 static bool roundtrip(struct sess *s, size_t n)
 {
-	uint8_t *tx = malloc(n), *rx = malloc(n);
+	uint8_t *tx, *rx;
 	size_t sent = 0, got = 0;
 	int64_t end = mono_ms() + 10000;
 	struct tu_rng r;
 	bool ok;
 
+	failalloc_hold(true); /* the test's own buffers */
+	tx = malloc(n);
+	rx = malloc(n);
+	failalloc_hold(false);
 	cr_assert(tx && rx);
 	tu_rng_seed(&r, n);
 	tu_rand_bytes(&r, tx, n);
@@ -1147,4 +1152,118 @@ Test(session, sniff_app_closing_early_is_routed_by_address)
 	cr_assert_eq(dstats().sniff.timeouts, 0);
 	cr_assert(run_until(ended, &s, 1000));
 	close(s.app);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+/* One accepted connection to dst:port, as a stack hands it over: its one on_end always runs
+ * (at once when the dispatcher could not even take it); with echo, the bytes come back whole
+ * unless an allocation was refused (then the app is reset). The session is ended unless kept
+ * (live at the dispatcher's free). */
+static void nomem_session(struct sess *s, const char *dst, uint16_t port, bool echo, bool keep,
+			  bool sweep)
+{
+	struct flow_key k;
+	struct stream *client;
+	struct app_wait w;
+	int accepted, rc;
+
+	memset(s, 0, sizeof(*s));
+	app_pair(4, &s->app, &accepted);
+	cr_assert_eq(budget_fd_reserve(budget, 1), 0);
+	s->fd_held = true;
+	if ((rc = stream_sock_new(base, accepted, &client)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "stream_sock_new: %d", rc);
+		close(accepted);
+		on_end(s);
+		close(s->app);
+		s->app = -1;
+		return;
+	}
+	flow(&k, 4, dst, port, s->app);
+	rc = dispatcher_start_tcp(disp, &k, client, on_end, s);
+	if (rc) {
+		cr_assert(sweep && rc == -ENOMEM, "dispatcher_start_tcp: %d", rc);
+		cr_assert_eq(s->ends, 1, "on_end ran before the refusal's return");
+	} else {
+		cr_assert_eq(s->ends, 0, "on_end never runs inside dispatcher_start_tcp");
+	}
+	if (echo && rc == 0)
+		cr_assert(roundtrip(s, 64 << 10) || sweep, "echo differs");
+	if (keep)
+		return;
+	shutdown(s->app, SHUT_WR);
+	w = (struct app_wait){ .fd = s->app };
+	cr_assert(run_until(app_closed, &w, 5000), "the app's connection never ended");
+	cr_assert(run_until(ended, s, 5000), "on_end never ran");
+	cr_assert_eq(s->ends, 1);
+	close(s->app);
+	s->app = -1;
+}
+
+/* A dispatcher's life in relay mode arg: a session relayed to the echo server, one routed to
+ * reject, one live at the free. Every on_end runs once; every fd and byte comes back. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	const char *mode = arg;
+	char json[512], err[TS_ERRLEN];
+	struct budget_stats bs;
+	struct sess a, r, live;
+	struct echo e;
+	int rc;
+
+	signal(SIGPIPE, SIG_IGN);
+	budget = NULL;
+	disp = NULL;
+	cr_assert_not_null(base = event_base_new());
+	echo_start(&e, 4);
+	snprintf(json, sizeof(json),
+		 "{ \"timeouts\": { \"connect_ms\": 2000 },"
+		 "  \"outbounds\": [ { \"tag\": \"direct\", \"type\": \"direct\" },"
+		 "                   { \"tag\": \"block\", \"type\": \"reject\" } ],"
+		 "  \"relay\": { \"mode\": \"%s\" },"
+		 "  \"route\": { \"rules\": [ { \"port\": [%d], \"outbound\": \"block\" } ],"
+		 "               \"final\": \"direct\" } }", mode, REJECT_PORT);
+	if ((rc = config_load_string(json, &cfg, err, sizeof(err))) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "%s", err);
+		goto out;
+	}
+	if ((rc = budget_new(&cfg.budget, &budget)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM);
+		goto out;
+	}
+	if ((rc = dispatcher_new(base, &cfg, budget, &disp)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "dispatcher_new: %d", rc);
+		goto out;
+	}
+	nomem_session(&a, "127.0.0.1", e.port, true, false, sweep);
+	nomem_session(&r, "127.0.0.1", REJECT_PORT, false, false, sweep);
+	nomem_session(&live, "127.0.0.1", e.port, true, true, sweep);
+	dispatcher_free(disp);
+	disp = NULL;
+	cr_assert_eq(live.ends, 1, "the live session's on_end at the free");
+	if (live.app >= 0)
+		close(live.app);
+	budget_get_stats(budget, &bs);
+	cr_assert_eq(bs.fds_in_use, 0, "fds kept");
+	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes kept");
+out:
+	evconnlistener_free(e.l);
+	budget_free(budget);
+	budget = NULL;
+	config_fini(&cfg);
+	event_base_free(base);
+	base = NULL;
+}
+
+Test(dispatcher_nomem, each_allocation_refused_in_turn_splice)
+{
+	cr_log_info("splice: %ld allocations refused in turn",
+		    failalloc_sweep(nomem_scenario, "splice", 10, 2000));
+}
+
+Test(dispatcher_nomem, each_allocation_refused_in_turn_copy)
+{
+	cr_log_info("copy: %ld allocations refused in turn",
+		    failalloc_sweep(nomem_scenario, "copy", 10, 2000));
 }

@@ -26,6 +26,7 @@
 #include "dispatch/stream.h"
 #include "dns/fakeip.h"
 #include "dns/server.h"
+#include "failalloc.h"
 #include "fakedns.h"
 #include "testutil.h"
 
@@ -791,4 +792,103 @@ Test(dns_server, a_tcp_client_that_resets_mid_query_is_counted)
 	identity_holds(&st);
 	cr_assert_eq(st.drops_client_gone, 1);
 	teardown(&f);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+struct nomem {
+	struct event_base *base;
+	struct dns up, up2;
+	const char *cfg_fmt;
+};
+
+static const struct {
+	const char *name;
+	uint16_t type;
+	bool tcp;
+} nomem_asks[] = {
+	{ "a.test", DNS_T_A, false },       { "a.test", DNS_T_A, false }, /* the cache */
+	{ "a.test", DNS_T_AAAA, true },     { "printer.lan", DNS_T_A, false },
+	{ "ads.test", DNS_T_A, false },     { "x.tracker.test", DNS_T_A, false },
+	{ "corp.example", DNS_T_A, false }, { "www.example.org", DNS_T_A, false },
+	{ "www.example.org", DNS_T_AAAA, false }, { "www.example.org", DNS_T_HTTPS, true },
+};
+
+/* One server's life: every ask gets exactly one reply, or is refused at once (-ENOBUFS,
+ * -ENOMEM: nothing called); one ask left pending at the free gets its one reply then (or had
+ * it at once); every budget byte comes back. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	struct nomem *nm = arg;
+	struct budget_limits l;
+	struct budget_stats bs;
+	struct budget *b = NULL;
+	struct dns_server *s = NULL;
+	struct ts_config cfg;
+	struct dns_ticket *t;
+	struct got pend = { 0 };
+	char json[2048], err[TS_ERRLEN], name[256];
+	uint8_t q[512], fake[16] = { 198, 18, 0, 9 };
+	size_t n;
+	int rc;
+
+	budget_limits_profile(&l, BUDGET_PROFILE_DESKTOP);
+	if ((rc = budget_new(&l, &b)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM);
+		return;
+	}
+	snprintf(json, sizeof(json), nm->cfg_fmt, nm->up.port, nm->up2.port);
+	if ((rc = config_load_string(json, &cfg, err, sizeof(err))) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "%s", err);
+		goto out;
+	}
+	if ((rc = dns_server_new(nm->base, &cfg, b, &s)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "dns_server_new: %d", rc);
+		goto out;
+	}
+	for (size_t i = 0; i < sizeof(nomem_asks) / sizeof(nomem_asks[0]); i++) {
+		struct got g = { 0 };
+
+		n = mkq(q, (uint16_t)(i + 1), nomem_asks[i].name, nomem_asks[i].type, 0);
+		rc = dns_server_query(s, q, n, nomem_asks[i].tcp, 1472, on_reply, &g, &t);
+		if (rc) {
+			cr_assert(sweep && (rc == -ENOBUFS || rc == -ENOMEM), "ask %zu: %d", i, rc);
+			cr_assert_eq(g.calls, 0);
+			continue;
+		}
+		for (int k = 0; k < 300 && g.calls == 0; k++)
+			loop_ms(nm->base, 10);
+		loop_ms(nm->base, 1); /* a second reply would show here */
+		cr_assert_eq(g.calls, 1, "ask %zu: one reply", i);
+		cr_assert(sweep || g.len > 0, "ask %zu dropped", i);
+	}
+	(void)dns_server_fake_name(s, 4, fake, name, sizeof(name));
+	n = mkq(q, 99, "slow.test", DNS_T_A, 0);
+	rc = dns_server_query(s, q, n, false, 1472, on_reply, &pend, &t);
+	cr_assert(rc == 0 || (sweep && (rc == -ENOBUFS || rc == -ENOMEM)));
+	dns_server_free(s);
+	cr_assert_eq(pend.calls, rc == 0 ? 1 : 0, "the pending ask's one reply");
+	budget_get_stats(b, &bs);
+	cr_assert_eq(bs.buffer_bytes_in_use, 0, "budget bytes kept");
+out:
+	config_fini(&cfg);
+	budget_free(b);
+}
+
+Test(dns_server, each_allocation_refused_in_turn)
+{
+	struct nomem nm;
+
+	cr_assert_not_null(nm.base = event_base_new());
+	dns_start(&nm.up, nm.base, table);
+	dns_start(&nm.up2, nm.base, table);
+	nm.cfg_fmt = basic;
+	cr_log_info("hosts, rules, cache: %ld allocations refused in turn",
+		    failalloc_sweep(nomem_scenario, &nm, 10, 2000));
+	nm.cfg_fmt = fake_cfg;
+	cr_log_info("fake-IP: %ld allocations refused in turn",
+		    failalloc_sweep(nomem_scenario, &nm, 10, 2000));
+	dns_stop(&nm.up);
+	dns_stop(&nm.up2);
+	event_base_free(nm.base);
 }

@@ -18,6 +18,7 @@
 
 #include <event2/event.h>
 
+#include "failalloc.h"
 #include "fakedns.h"
 #include "outbound/resolver.h"
 #include "testutil.h"
@@ -573,5 +574,77 @@ Test(resolver, bad_arguments)
 	cr_assert_eq(resolver_lookup(fx.r, "x.test", 0, NULL, NULL, &q), -EINVAL);
 	cr_assert_eq(resolver_new(fx.base, &bad, &r2), -EINVAL);
 	cr_assert_null(r2);
+	fx_stop(&fx);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+/* Start a lookup and run the loop until its done ran (bounded): the lookup's rc. A refused
+ * lookup calls nothing and leaves the handle NULL, which the caller may cancel. */
+static int nomem_lookup(struct fixture *fx, const char *name, struct res *out, bool sweep)
+{
+	struct resolver_query *q = NULL;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = resolver_lookup(fx->r, name, 0, on_res, out, &q);
+	if (rc < 0) {
+		cr_assert(sweep && rc == -ENOMEM, "lookup %s: %d", name, rc);
+		cr_assert_eq(out->calls, 0, "a refused lookup called back");
+		resolver_cancel(q); /* as a caller's teardown does with the handle it kept */
+		return rc;
+	}
+	cr_assert(run_until(fx->base, &out->calls, WAIT_MS), "no result for %s", name);
+	cr_assert_eq(out->calls, 1);
+	/* A socket the resolver could not watch leaves c-ares to time its query out. */
+	cr_assert(out->err == 0 || out->err == -ENXIO ||
+		  (sweep && (out->err == -ENOMEM || out->err == -ETIMEDOUT)),
+		  "%s: %d", name, out->err);
+	return 0;
+}
+
+/* One resolver's life: a name (then from the cache), a name that does not exist, a lookup
+ * cancelled and its name asked again while its resolution goes on, one left pending at the
+ * free (its done never runs). */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	struct fixture *fx = arg;
+	struct resolver_query *q = NULL;
+	struct res r;
+	int rc;
+
+	fx->r = NULL;
+	rc = resolver_new(fx->base, &fx->cfg, &fx->r);
+	if (rc) {
+		cr_assert(sweep && rc == -ENOMEM, "resolver_new: %d", rc);
+		cr_assert_null(fx->r);
+		return;
+	}
+	if (nomem_lookup(fx, "both.test", &r, sweep) == 0 && !sweep)
+		cr_assert(r.err == 0 && r.n == 5);
+	(void)nomem_lookup(fx, "both.test", &r, sweep);
+	if (nomem_lookup(fx, "gone.test", &r, sweep) == 0 && !sweep)
+		cr_assert_eq(r.err, -ENXIO);
+	memset(&r, 0, sizeof(r));
+	rc = resolver_lookup(fx->r, "short.test", 0, on_res, &r, &q);
+	cr_assert(rc == 0 || (sweep && rc == -ENOMEM));
+	resolver_cancel(q);
+	(void)nomem_lookup(fx, "short.test", &r, sweep);
+	memset(&r, 0, sizeof(r));
+	q = NULL;
+	rc = resolver_lookup(fx->r, "v6only.test", 0, on_res, &r, &q);
+	cr_assert(rc == 0 || (sweep && rc == -ENOMEM));
+	resolver_free(fx->r);
+	fx->r = NULL;
+	cr_assert_eq(r.calls, 0, "a lookup pending at the free called back");
+}
+
+Test(resolver, each_allocation_refused_in_turn)
+{
+	struct fixture fx;
+
+	fx_start(&fx, TABLE);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &fx, 10,
+								      1000));
 	fx_stop(&fx);
 }

@@ -24,6 +24,7 @@
 #include "core/config.h"
 #include "dispatch/udp.h"
 #include "dispatch/udp_int.h"
+#include "failalloc.h"
 #include "fakedns.h"
 #include "outbound/resolver.h"
 #include "testutil.h"
@@ -338,4 +339,104 @@ Test(udp_names, route_rules_see_the_name)
 	cr_assert_eq(stats(&e).drops[UDP_DROP_rejected], 2);
 	cr_assert_eq(e.e4.received, 0);
 	env_fini(&e);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+static uint64_t drops_total(const struct udp_path *up)
+{
+	struct udp_path_stats st = ut_stats(up);
+	uint64_t sum = 0;
+
+	for (int i = 0; i < UDP_DROP_MAX; i++)
+		sum += st.drops[i];
+	return sum;
+}
+
+/* A datagram from the client 10.0.0.9:sport to dst at the echo port, as if later_ms had
+ * passed (the retry of a name that failed waits a second). */
+static void send_later(struct env *e, uint16_t sport, const char *dst, int later_ms)
+{
+	struct tu_spec sp;
+	uint8_t pkt[256];
+	size_t n;
+
+	tu_spec_udp(&sp, "10.0.0.9", sport, dst, e->e4.port);
+	sp.payload = (const uint8_t *)"x";
+	sp.payload_len = 1;
+	n = tu_build(&sp, pkt, sizeof(pkt));
+	udp_path_input(e->up, pkt, n, ts_now_ns() + MS(later_ms));
+	udp_path_batch_end(e->up);
+}
+
+/* The path's life: datagrams to a name, to a name that does not resolve, to an address, and
+ * to the failed name twice more, each after its retry wait. Each is echoed or counted as a
+ * drop; every unit comes back at the free. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	static const char *dst[] = { "127.0.0.8", "127.0.0.6", "127.0.0.1", "127.0.0.6",
+				     "127.0.0.6" };
+	static const uint16_t sport[] = { 5000, 5001, 5002, 5001, 5001 };
+	static const int later[] = { 0, 0, 0, 2000, 4000 };
+	struct env *e = arg;
+	struct resolver_config rc = { .servers = e->dns.servers, .timeout_ms = 300, .tries = 1 };
+	char err[TS_ERRLEN];
+	int ret;
+
+	e->ncap = 0;
+	e->b = NULL;
+	e->res = NULL;
+	ret = config_load_string("{\"outbounds\":[{\"tag\":\"direct\",\"type\":\"direct\"}]}",
+				 &e->cfg, err, sizeof(err));
+	if (ret) {
+		cr_assert(sweep && ret == -ENOMEM, "%s", err);
+		goto out;
+	}
+	if ((ret = resolver_new(e->base, &rc, &e->res)) != 0) {
+		cr_assert(sweep && ret == -ENOMEM);
+		goto out;
+	}
+	e->cfg.outbounds[0].resolver = e->res;
+	if ((ret = budget_new(&e->cfg.budget, &e->b)) != 0) {
+		cr_assert(sweep && ret == -ENOMEM);
+		goto out;
+	}
+	if ((ret = udp_path_new(e->base, &e->cfg, e->b, fake_tx, e, &e->up)) != 0) {
+		cr_assert(sweep && (ret == -ENOMEM || ret == -ENOBUFS), "udp_path_new: %d", ret);
+		goto out;
+	}
+	ret = udp_path_set_uptrains(e->up, true);
+	cr_assert(ret == 0 || (sweep && (ret == -ENOMEM || ret == -ENOBUFS)), "uptrains %d", ret);
+	udp_path_set_namer(e->up, namer, e);
+	for (int i = 0; i < 5; i++) {
+		uint64_t before = drops_total(e->up);
+		int got = e->ncap;
+
+		send_later(e, sport[i], dst[i], later[i]);
+		cr_assert(PUMP_UNTIL(e, e->ncap > got || drops_total(e->up) > before, 3000),
+			  "datagram %d to %s: neither echoed nor counted as a drop", i, dst[i]);
+		if (!sweep)
+			cr_assert_eq(e->ncap, got + (dst[i][8] == '6' ? 0 : 1), "datagram %d", i);
+	}
+	ut_path_free_checked(e->up, e->b);
+out:
+	resolver_free(e->res);
+	budget_free(e->b);
+	config_fini(&e->cfg);
+}
+
+Test(udp_names, each_allocation_refused_in_turn)
+{
+	struct env e;
+
+	memset(&e, 0, sizeof(e));
+	e.base = event_base_new();
+	cr_assert_not_null(e.base);
+	dns_start(&e.dns, e.base, names);
+	echo_open(e.base, &e.e4, 4, 0);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &e, 10,
+								      1000));
+	echo_close(&e.e4);
+	dns_stop(&e.dns);
+	event_base_free(e.base);
 }

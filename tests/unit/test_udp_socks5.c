@@ -24,6 +24,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "dispatch/udp.h"
+#include "failalloc.h"
 #include "testutil.h"
 #include "udptest.h"
 
@@ -776,4 +777,87 @@ Test(udp_socks5, an_attempt_refused_on_the_spot_waits_for_the_retry_like_a_faile
 	cr_assert_eq(hook_stream_calls, 3);
 	cr_assert_eq(e.srv.nconns, 1);
 	env_fini(&e);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+static uint64_t drops_total(struct env *e)
+{
+	struct udp_path_stats st = stats(e);
+	uint64_t sum = 0;
+
+	for (int i = 0; i < UDP_DROP_MAX; i++)
+		sum += st.drops[i];
+	return sum;
+}
+
+/* One datagram: echoed or counted as a drop, within the bound. */
+static void nomem_send(struct env *e, const char *src, uint16_t sport, const char *dst,
+		       uint16_t dport, bool sweep)
+{
+	uint64_t before = drops_total(e);
+	int got = e->ncap;
+
+	tun_send(e, src, sport, dst, dport, "z", 1);
+	cr_assert(PUMP_UNTIL(e, e->ncap > got || drops_total(e) > before, 3000),
+		  "%s -> %s: neither echoed nor counted as a drop", src, dst);
+	cr_assert(sweep || e->ncap == got + 1, "%s -> %s: dropped", src, dst);
+}
+
+/* The path's life through an authenticating server: a v4 and a v6 session, each with its
+ * association; the first's control connection closed by the server, and the client sending
+ * again (a new association). Every descriptor, session and byte comes back at the free. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	struct env *e = arg;
+	char json[1024], err[TS_ERRLEN];
+	int rc;
+
+	memset(e, 0, sizeof(*e));
+	cr_assert_not_null(e->base = event_base_new());
+	srv_open(&e->srv, e->base);
+	e->srv.user = "u";
+	e->srv.pass = "p";
+	snprintf(json, sizeof(json),
+		 "{\"outbounds\":[{\"tag\":\"proxy\",\"type\":\"socks5\","
+		 "\"server\":\"127.0.0.1:%u\",\"username\":\"u\",\"password\":\"p\"}]}",
+		 e->srv.port);
+	if ((rc = config_load_string(json, &e->cfg, err, sizeof(err))) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "%s", err);
+		goto out;
+	}
+	if ((rc = budget_new(&e->cfg.budget, &e->b)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM);
+		goto out;
+	}
+	if ((rc = udp_path_new(e->base, &e->cfg, e->b, fake_tx, e, &e->up)) != 0) {
+		cr_assert(sweep && (rc == -ENOMEM || rc == -ENOBUFS), "udp_path_new: %d", rc);
+		goto out;
+	}
+	rc = udp_path_set_uptrains(e->up, true);
+	cr_assert(rc == 0 || (sweep && (rc == -ENOMEM || rc == -ENOBUFS)), "uptrains %d", rc);
+	nomem_send(e, "10.0.0.9", 5000, "127.0.0.2", 7, sweep);
+	nomem_send(e, "fd00::9", 5353, "::1", 9, sweep);
+	if (e->srv.nconns > 0) {
+		uint32_t sessions = stats(e).sessions;
+
+		conn_drop(&e->srv.conns[0]);
+		cr_assert(PUMP_UNTIL(e, stats(e).sessions < sessions, 2000) ||
+			  (sweep && e->ncap < 2), "the session outlived its control");
+	}
+	nomem_send(e, "10.0.0.9", 5000, "127.0.0.2", 7, sweep);
+	ut_path_free_checked(e->up, e->b);
+out:
+	srv_close(&e->srv);
+	budget_free(e->b);
+	config_fini(&e->cfg);
+	event_base_free(e->base);
+}
+
+Test(udp_socks5, each_allocation_refused_in_turn)
+{
+	struct env e;
+
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &e, 10,
+								      2000));
 }
