@@ -796,9 +796,30 @@ Test(config, socks5_server_and_auth)
 		{ "{'tun':{'address6':'fd00::1/64'},'outbounds':[{'tag':'s','type':'socks5',"
 		  "'server':'[fd00::5]:1080'}]}",
 		  "$.outbounds[0].server", "own addresses" },
+		/* Anywhere else inside the TUN's prefix: sent into the TUN, a loop too. */
+		{ "{'outbounds':[{'tag':'d','type':'direct'},{'tag':'s','type':'socks5',"
+		  "'server':'198.18.0.6:1080'}]}",
+		  "$.outbounds[1].server", "198.18.0.6 is inside the TUN's prefix" },
+		{ "{'outbounds':[{'tag':'h','type':'http','server':'198.19.255.254:3128'}]}",
+		  "$.outbounds[0].server", "inside the TUN's prefix" },
+		{ "{'outbounds':[{'tag':'s','type':'socks5','server':'[::ffff:198.19.0.1]:1080'}]}",
+		  "$.outbounds[0].server", "inside the TUN's prefix" },
+		{ "{'tun':{'address6':'fd00::1/64'},'outbounds':[{'tag':'s','type':'socks5',"
+		  "'server':'[fd00::1:0:0:99]:1080'}]}",
+		  "$.outbounds[0].server", "fd00::1:0:0:99 is inside the TUN's prefix" },
+		{ "{'tun':{'address':'10.0.0.1/24'},'outbounds':[{'tag':'s','type':'socks5',"
+		  "'server':'10.0.0.200:1080'}]}",
+		  "$.outbounds[0].server", "inside the TUN's prefix" },
 	};
 	BAD_TABLE(b);
-	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'198.18.0.6:1080'}]}");
+	/* Just outside the prefix; an IPv6 server with no tun.address6; a name, which only the
+	 * start's route check can judge (it may resolve anywhere). */
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'198.20.0.1:1080'}]}");
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'198.17.255.255:1080'}]}");
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'[fd00::99]:1080'}]}");
+	expect_ok("{'tun':{'address':'10.0.0.1/24'},'outbounds':[{'tag':'s','type':'socks5',"
+		  "'server':'10.0.1.1:1080'}]}");
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'proxy.example:1080'}]}");
 }
 
 Test(config, outbounds_limit)
@@ -1290,6 +1311,12 @@ Test(config, dns_addresses_bounds)
 		  "$.dns.servers[0].address", "expected" },
 		/* The forwarder's upstream, like a server, not inside the TUN's prefix. */
 		{ "{'dns':{'hijack':true,'upstream':'198.18.0.10:53'}}", "$.dns.upstream",
+		  "inside the TUN's prefix" },
+		/* DoT and DoH servers given by address: the same check as a UDP server's. */
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://198.19.0.53',"
+		  "'sni':'dns.example'}]}}", "$.dns.servers[0].address", "inside the TUN's prefix" },
+		{ "{'tun':{'address6':'fd00::1/64'},'dns':{'hijack':true,'servers':[{'tag':'a',"
+		  "'address':'https://[fd00::1:0:0:53]/q'}]}}", "$.dns.servers[0].address",
 		  "inside the TUN's prefix" },
 	};
 	BAD_TABLE(b);
