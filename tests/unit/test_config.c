@@ -1333,6 +1333,57 @@ Test(config, dns_addresses_bounds)
 		  "'10.0.0.8/30'}}}");
 }
 
+/* A DoH URL too long in one of its parts is refused naming the part and its limit, however
+ * long the whole URL; the address's own limit (600 bytes, every form) comes before. */
+Test(config, dns_doh_url_lengths)
+{
+	char json[1400], part[700], path[256];
+	struct ts_config cfg;
+
+	/* A path of 540 bytes: the path's limit, not a generic "expected". */
+	memset(part, 'a', 540);
+	part[540] = '\0';
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://192.0.2.1/%s'}]}}", part);
+	expect_err(json, "$.dns.servers[0].address", "the URL's path is longer than 255 bytes");
+
+	/* A host name of 254 bytes (with a port and a path, the URL stays under 600). */
+	memset(part, 'a', 254);
+	for (int i = 63; i < 254; i += 64)
+		part[i] = '.';
+	part[254] = '\0';
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://%s:8443/dns-query','address_ip':'192.0.2.1'}]}}", part);
+	expect_err(json, "$.dns.servers[0].address", "the URL's host is longer than 253 bytes");
+	memset(part + 200, 'b', 260); /* one label of 260 bytes */
+	part[460] = '\0';
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://%s/q','address_ip':'192.0.2.1'}]}}", part);
+	expect_err(json, "$.dns.servers[0].address", "the URL's host is longer than 253 bytes");
+
+	/* 253 bytes of host and 255 of path (a URL of 524 bytes): both kept whole. */
+	memset(part, 'a', 253);
+	for (int i = 63; i < 253; i += 64)
+		part[i] = '.';
+	part[253] = '\0';
+	memset(path, 'p', 254);
+	path[254] = '\0';
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://%s:65535/%s','address_ip':'192.0.2.1'}]}}", part, path);
+	load_ok(json, &cfg);
+	cr_assert_eq(strlen(cfg.dns.servers[0].sni), 253);
+	cr_assert_eq(strlen(cfg.dns.servers[0].path), 255);
+	cr_assert_eq(cfg.dns.servers[0].addr.port, 65535);
+	config_fini(&cfg);
+
+	/* Over the address's own limit. */
+	memset(part, 'a', 600);
+	part[600] = '\0';
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://192.0.2.1/%s'}]}}", part);
+	expect_err(json, "$.dns.servers[0].address", "must be 1 to 600 bytes long, got 618");
+}
+
 /* ---- budgets ------------------------------------------------------------------------------ */
 
 Test(config, budgets_profiles_and_overrides)
