@@ -260,7 +260,7 @@ class ABRig(Rig):
         if plan.throttle:
             import abcg
             try:
-                self.cg = abcg.CpuLimit(self.tb.tok)
+                self.cg = abcg.CpuLimit(self.tb.tok, log=log)
             except abcg.CgroupError as e:
                 raise CannotRun("--ab-throttle: %s" % e)
             res.cg_meta = {"cgroup": self.cg.path, "cgroup_kind": self.cg.kind,

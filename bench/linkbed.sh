@@ -31,7 +31,8 @@
 # segments, and the delay line moves ~45x more packets (its ceiling drops to match).
 # Only IPv4/IPv6 packets are dropped (ARP is not).
 #
-# A and B: TCP congestion control pinned (--cc, default reno; read back), tcp_rmem and
+# A and B: TCP congestion control pinned (--cc NAME, default reno; --cc host: the one a new
+# namespace inherits from the host, read in A; read back either way), tcp_rmem and
 # tcp_wmem maxima raised to 128 MiB (a 50 ms bandwidth-delay product at 10 Gbit/s is 62.5 MB),
 # rp_filter off. M: forwarding on, IPv6 off (so nothing of M's own reaches the TUN).
 #
@@ -39,7 +40,7 @@
 #        linkbed.sh up [--rtt-ms R] [--loss PCT] [OPTIONS]
 #        linkbed.sh check
 # Options: --bin PATH (twinstack-delayline; default build/twinstack-delayline),
-#   --loss-dir both|ab|ba, --loss-unit segment|packet, --veth-offload on|off, --cc reno|bbr,
+#   --loss-dir both|ab|ba, --loss-unit segment|packet, --veth-offload on|off, --cc NAME|host,
 #   --udp-count N (the loss probe's datagrams; default 200000), --no-rt (the delay line under
 #   the default scheduling policy instead of SCHED_FIFO 10), --keep, -v.
 #  calibrate: build the testbed, then measure and print one JSON record: ping RTT (20 pings,
@@ -49,7 +50,8 @@
 #    at R, loss off, and through M without the delay line (plain forwarding) for reference;
 #    --iperf S adds iperf3 -t S at the set conditions, reno and bbr (throughput,
 #    retransmits, the rule's drops, the line's late sends).
-#  up: build the testbed, print {"ns_a", "ns_b", "ns_m", "addr_a", "addr_b", "net_t", ...} as one
+#  up: build the testbed, print {"ns_a", "ns_b", "ns_m", "addr_a", "addr_b", "net_t",
+#    "tcp_congestion" (the name pinned, host resolved), ...} as one
 #    JSON line, hold it until SIGTERM/SIGINT, tear it down (for running other tools through).
 #  check: the short test (RTT 10 ms, 1 % loss both ways, about 10 s): ping median within
 #    10 %, 30,000 datagrams' loss within +-20 % and their one-way delay within 10 % of 5 ms,
@@ -199,8 +201,12 @@ tcp_setup() {
 	got=$(ip netns exec "$ns" sysctl -n net.ipv4.tcp_congestion_control)
 	[ "$got" = "$CC" ] || { note "$ns: congestion control $got, not $CC"; return 1; }
 }
-set_cc() { # NAME: both end namespaces
+set_cc() { # NAME|host: both end namespaces; host: the one A inherited, so CC names it after
 	CC=$1
+	if [ "$CC" = host ]; then
+		CC=$(ip netns exec "$NS_A" sysctl -n net.ipv4.tcp_congestion_control) && [ -n "$CC" ] ||
+			{ note "$NS_A: cannot read its congestion control"; return 1; }
+	fi
 	tcp_setup "$NS_A" && tcp_setup "$NS_B"
 }
 
@@ -537,10 +543,11 @@ servers_up() {
 
 # --- modes ------------------------------------------------------------------------------------
 calibrate() {
-	local t0 ping udp='null' ceil='[]' ip='[]' dl rec cc0=$CC r load0
+	local t0 ping udp='null' ceil='[]' ip='[]' dl rec cc0 r load0
 	t0=$(date +%s)
 	load0=$(cut -d' ' -f1-3 /proc/loadavg)
 	bed_up || { note "testbed setup failed"; return 1; }
+	cc0=$CC # the name pinned (--cc host resolved)
 	servers_up || { note "iperf3 server did not start"; return 1; }
 	dl_start "$ONE_WAY" || return 1
 	loss_set "$LOSS"
@@ -597,9 +604,9 @@ up() {
 	loss_set "$LOSS"
 	jq -cn --arg a "$NS_A" --arg m "$NS_M" --arg b "$NS_B" --arg tun "$TUN" --arg pid "$DL_PID" \
 		--argjson rtt "$RTT_MS" --argjson loss "$LOSS" --arg dir "$LOSS_DIR" \
-		--arg va "$V_A" --arg vb "$V_B" --arg nt "$NET_T" '{ns_a: $a,
+		--arg va "$V_A" --arg vb "$V_B" --arg nt "$NET_T" --arg cc "$CC" '{ns_a: $a,
 		ns_m: $m, ns_b: $b, addr_a: "10.210.1.1", addr_b: "10.210.2.1", tun: $tun,
-		veth_a: $va, veth_b: $vb, net_t: $nt,
+		veth_a: $va, veth_b: $vb, net_t: $nt, tcp_congestion: $cc,
 		delayline_pid: ($pid | tonumber), rtt_ms: $rtt, loss_pct: $loss, loss_dir: $dir}'
 	# Held until a signal; `wait` returns on one (the traps then tear everything down).
 	sleep infinity &

@@ -21,8 +21,9 @@ ours in the middle namespace M, nftables numgen loss per segment on the receivin
 Per link condition (RTT, loss): the line is calibrated first (`linkbed.sh calibrate`: ping
 RTT within 10 % of the set value, measured loss within +-20 % of the set rate); then a testbed
 is held up (`linkbed.sh up`) and each subject, interleaved per round, runs TCP bulk one stream
-each way (iperf3 -t, reno) and the completion time of a fixed-size download (iperf3 -n -R,
-the median of three; --quick: one, 2 s bulk runs, one condition, no ceiling; --smoke, the
+each way (iperf3 -t; reno, or --cc NAME, or --cc host: the algorithm a new namespace inherits,
+named once the testbed has read it back) and the completion time of a fixed-size download
+(iperf3 -n -R, the median of three; --quick: one, 2 s bulk runs, one condition, no ceiling; --smoke, the
 test suite's sanity run: as --quick with 1 s bulk runs and no warm-up second). Retransmissions:
 the kernel's TcpRetransSegs in A and B over each run
 (the sender's kernel; lwIP sends the download over the link for the lwip stack and keeps no
@@ -69,7 +70,10 @@ class LinkRun:
         # --smoke (the test suite's sanity run): no warm-up second either
         self.omit = 0 if self.smoke else 1
         self.transfers = 1 if a.quick else 3
-        self.cc = a.cc if a.cc and a.cc != "host" else "reno"
+        # --cc as asked ("host": what a new namespace inherits); the testbed pins it, reads it
+        # back and reports the name (host resolved), which self.cc then holds.
+        self.cc_asked = a.cc or "reno"
+        self.cc = None if self.cc_asked == "host" else self.cc_asked
         self.stacks = [s for s in a.stacks.split(",") if s]
         self.subjects = ["veth"] + self.stacks
         self.rows = []          # {cond, subject, round, metric, value}
@@ -119,7 +123,24 @@ class LinkRun:
 
     def linkbed(self, mode, cond, extra=()):
         return [LINKBED, mode, "--rtt-ms", str(cond[0]), "--loss", str(cond[1]), "--cc",
-                self.cc, "--bin", self.delayline] + list(extra)
+                self.cc_asked, "--bin", self.delayline] + list(extra)
+
+    def take_cc(self, rec, what):
+        """The congestion control a testbed record (rec, from linkbed.sh what) says it pinned:
+        with --cc host the first one names it; every one after must agree."""
+        got = rec.get("tcp_congestion")
+        if not got:
+            raise RuntimeError("linkbed.sh %s: no tcp_congestion in its record" % what)
+        if self.cc is None:
+            self.cc = got
+        elif got != self.cc:
+            raise RuntimeError("linkbed.sh %s: its namespaces run %s, not %s (--cc %s)" % (
+                what, got, self.cc, self.cc_asked))
+
+    def cc_text(self):
+        if self.cc is None:
+            return "the host's congestion control (--cc host)"
+        return self.cc + (" (--cc host)" if self.cc_asked == "host" else "")
 
     # -- the testbed of one condition
     def calibrate(self, cond, ceiling=False):
@@ -144,6 +165,7 @@ class LinkRun:
         except (ValueError, IndexError):
             raise RuntimeError("linkbed.sh calibrate %s: no record (exit %d): %s" % (
                 cond, p.returncode, stderr.strip()[-300:]))
+        self.take_cc(rec, "calibrate %s" % (cond,))
         return rec
 
     def bed_up(self, cond):
@@ -184,6 +206,7 @@ class LinkRun:
             raise RuntimeError("linkbed.sh up %s: no testbed (see work/linkbed-up.log)" % (
                 cond,))
         bed["proc"] = p
+        self.take_cc(bed, "up %s" % (cond,))
         b = bed["ns_b"]
         self.sh(["ip", "addr", "add", TARGET + "/32", "dev", "lo"], ns=b)
         self.sh(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=b)
@@ -315,7 +338,7 @@ class LinkRun:
         log("twinstack bench --link%s: conditions %s, subjects %s, %d round(s), iperf3 -t %d, "
             "%s" % (" --smoke (sanity only)" if self.smoke else "",
                     ", ".join("%d ms/%g %%" % c for c in self.conds), ", ".join(self.subjects),
-                    self.reps, self.bulk_t, self.cc))
+                    self.reps, self.bulk_t, self.cc_text()))
         for ci, cond in enumerate(self.conds):
             progress("link %d ms, %g %% loss: calibrating" % cond)
             try:
@@ -384,11 +407,11 @@ class LinkRun:
                  "stack's own TCP meets the delay and the loss (bench/linkrun.py). Figures: "
                  "median [min – max] over the rounds." % (
                      len(self.conds), ", ".join(self.subjects), self.reps, self.bulk_t,
-                     self.cc, secs))
+                     self.cc_text(), secs))
         L.append("")
         L.append("The delay line's own ceiling (loss off, 0 ms, %s): %s Gbit/s; a cell at %d %% "
                  "of it or more is marked *capped*." % (
-                     self.cc, "%.2f" % self.ceiling if self.ceiling else "not measured",
+                     self.cc_text(), "%.2f" % self.ceiling if self.ceiling else "not measured",
                      CAPPED * 100) if not self.a.quick else "The delay line's own ceiling: "
                  "not measured (--quick).")
         L.append("")
@@ -439,6 +462,7 @@ class LinkRun:
         with open(os.path.join(self.out, "link.json"), "w") as fo:
             json.dump({"conditions": self.conds, "subjects": self.subjects, "reps": self.reps,
                        "bulk_seconds": self.bulk_t, "smoke": self.smoke, "cc": self.cc,
+                       "cc_asked": self.cc_asked,
                        "ceiling_gbps": self.ceiling,
                        "calibration": self.calib, "rows": self.rows,
                        "failures": self.failures, "notes": self.notes}, fo, indent=1)

@@ -1109,7 +1109,8 @@ static bool in_tun_prefix(const struct ts_config *cfg, const struct netaddr *a)
 	return netaddr_in_cidr(&x, &net);
 }
 
-/* Sending to our own gateway or NAT addresses can never reach a real peer: a loop. */
+/* Sending to our own gateway or NAT addresses, or anywhere else in the TUN's prefix (routed
+ * into the TUN), can never reach a real peer: a loop. */
 static int validate_loops(struct cfgp *p, struct ts_config *cfg)
 {
 	char buf[NETADDR_STRLEN];
@@ -1133,16 +1134,23 @@ static int validate_loops(struct cfgp *p, struct ts_config *cfg)
 				     "queries would loop",
 				     netaddr_format(&cfg->dns.servers[i].addr.addr, buf, sizeof(buf)));
 	}
+	/* A server given by name is judged at start, once resolved (the route check). */
 	for (size_t i = 0; i < cfg->n_outbounds; i++) {
 		const struct ts_outbound *ob = &cfg->outbounds[i];
-		if (ob->has_server && ob->server.is_addr && is_ours(cfg, &ob->server.addr)) {
-			cfgp_set_path(p, ".outbounds");
-			cfgp_push_index(p, i);
-			return cfgp_fail_key(p, "server",
-					     "%s is one of the TUN's own addresses (gateway or "
-					     "NAT): connections would loop",
-					     ob->server.host);
-		}
+		const char *why;
+
+		if (!ob->has_server || !ob->server.is_addr)
+			continue;
+		if (is_ours(cfg, &ob->server.addr))
+			why = "is one of the TUN's own addresses (gateway or NAT): connections would "
+			      "loop";
+		else if (in_tun_prefix(cfg, &ob->server.addr))
+			why = "is inside the TUN's prefix: connections would be sent into the TUN";
+		else
+			continue;
+		cfgp_set_path(p, ".outbounds");
+		cfgp_push_index(p, i);
+		return cfgp_fail_key(p, "server", "%s %s", ob->server.host, why);
 	}
 	return 0;
 }

@@ -47,7 +47,9 @@ static bool host_name_ok(const char *s, size_t n)
 }
 
 /* "https://HOST[:PORT][/PATH]": HOST a name or an address ([IPv6]); port 443, path
- * "/dns-query" by default. A host that is an address is also where to connect. */
+ * "/dns-query" by default. A host that is an address is also where to connect. Each part is
+ * bounded by what is kept of it: -ENAMETOOLONG a path longer than sv->path holds, -EMSGSIZE a
+ * host longer than sv->sni holds. */
 static int parse_https(const char *s, struct ts_dns_server *sv)
 {
 	const char *slash = strchr(s, '/'), *end = slash ? slash : s + strlen(s), *hend, *colon;
@@ -70,7 +72,9 @@ static int parse_https(const char *s, struct ts_dns_server *sv)
 		colon = memchr(s, ':', (size_t)(end - s));
 		hend = colon ? colon : end;
 	}
-	if ((hl = (size_t)(hend - s)) == 0 || hl >= sizeof(host))
+	if ((hl = (size_t)(hend - s)) >= sizeof(sv->sni))
+		return -EMSGSIZE;
+	if (hl == 0)
 		return -EINVAL;
 	memcpy(host, s, hl);
 	host[hl] = 0;
@@ -108,7 +112,7 @@ static int parse_server_address(const char *s, struct ts_dns_server *sv)
 	char buf[NETADDR_EP_STRLEN + 8];
 
 	if (strncmp(s, "https://", 8) == 0)
-		return strlen(s + 8) < 520 ? parse_https(s + 8, sv) : -EINVAL;
+		return parse_https(s + 8, sv);
 	sv->transport = TS_DNS_UDP;
 	if (strncmp(s, "udp://", 6) == 0) {
 		s += 6;
@@ -157,6 +161,9 @@ static int f_server_address(struct cfgp *p, const cJSON *item, void *target)
 	if (ret == -ENAMETOOLONG)
 		return cfgp_fail(p, "the URL's path is longer than %zu bytes",
 				 sizeof(((struct ts_dns_server *)target)->path) - 1);
+	if (ret == -EMSGSIZE)
+		return cfgp_fail(p, "the URL's host is longer than %zu bytes",
+				 sizeof(((struct ts_dns_server *)target)->sni) - 1);
 	if (ret != 0)
 		return cfgp_fail(p, "expected \"udp://ip[:port]\", \"tcp://ip[:port]\", "
 				    "\"tls://ip[:port]\", \"https://host[:port][/path]\" or \"ip[:port]\" "

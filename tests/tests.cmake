@@ -76,6 +76,10 @@ if(NOT TS_SANITIZE STREQUAL "thread")
     # --perf's TUN copy bound without root or perf: the profile reader, the bound, the report.
     add_test(NAME bench_perfcopy COMMAND ${CMAKE_SOURCE_DIR}/tests/bench/perfcopy.sh $<TARGET_FILE:twinstack>)
     set_tests_properties(bench_perfcopy PROPERTIES LABELS cli TIMEOUT 60)
+    # --link's congestion control without root: --cc as asked reaches the testbed (a stand-in
+    # linkbed.sh), the name it reads back is the one run and recorded.
+    add_test(NAME bench_link_cc COMMAND ${CMAKE_SOURCE_DIR}/tests/bench/link_cc.sh $<TARGET_FILE:twinstack>)
+    set_tests_properties(bench_link_cc PROPERTIES LABELS cli TIMEOUT 60)
   endif()
 endif()
 

@@ -14,7 +14,12 @@
 #     again, a redraw of the redrawn file is the same;
 #  4. the arguments: --ab with --ablation, --via, --link or --sniff, a missing base binary,
 #     an --ab-throttle, --ab-min-effect, --ab-nice or --ab-pin out of range, or --ab-throttle
-#     without --ab exit 2; --dry-run prints the plan; --help formats every option's text.
+#     without --ab exit 2; --dry-run prints the plan; --help formats every option's text;
+#  5. the CPU cgroup of --ab-throttle (bench/abcg.py) on a fake cgroup v2 root (a directory):
+#     the cpu controller enabled in the root's subtree_control only when it was not, and then
+#     disabled again once the group is gone; left enabled when it was before, when another
+#     group of the root limits or weighs CPU, when another A/B run's group is there, and when
+#     the kernel refuses (EBUSY), each time saying why.
 # Exit 0 all passed, 1 a check failed.
 set -uo pipefail
 bin=${1:?usage: ab_stat.sh path/to/twinstack}
@@ -308,6 +313,106 @@ check("--help lists the A/B options with their percent signs",
 so = expect(["--ab", base, "--ab-throttle", "15", "--quick", "--dry-run"], 0)
 check("the plan names the injected slowdown",
       "injected slowdown (test aid): the candidate's proxy limited to 85 %" in so)
+sys.exit(1 if bad else 0)
+PY
+
+# ---- 5. the cgroup's controller, on a fake cgroup v2 root ----
+# A directory stands in for /sys/fs/cgroup: the test plays the kernel's part where a plain
+# directory cannot (a write of "+cpu" reads back as "cpu"; a group whose interface files are
+# the kernel's is removed with them).
+python3 - "$bench" "$out/cg" <<'PY' || fails=$((fails + 1))
+import errno, os, shutil, sys
+sys.path.insert(0, sys.argv[1])
+sys.dont_write_bytecode = True
+import abcg
+base = sys.argv[2]
+bad = 0
+def check(name, ok, detail=""):
+    global bad
+    print(("ok - " if ok else "not ok - ") + name + (" (%s)" % detail if detail else ""))
+    bad += not ok
+
+def cgroup_rmdir(path, real=os.rmdir):
+    if path.startswith(base):
+        for f in os.listdir(path):
+            os.unlink(os.path.join(path, f))
+    real(path)
+abcg.os.rmdir = cgroup_rmdir
+
+def fake_root(name, subtree, siblings=()):
+    root = os.path.join(base, name)
+    os.makedirs(root)
+    with open(os.path.join(root, "cgroup.controllers"), "w") as f:
+        f.write("cpuset cpu io memory pids\n")
+    with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
+        f.write(subtree + "\n")
+    for sib, files in siblings:
+        os.makedirs(os.path.join(root, sib))
+        for k, v in files.items():
+            with open(os.path.join(root, sib, k), "w") as f:
+                f.write(v + "\n")
+    return root
+
+def subtree(root):
+    with open(os.path.join(root, "cgroup.subtree_control")) as f:
+        return f.read().strip()
+
+def one_run(name, before, siblings=(), kernel_ok=True):
+    """A group made and removed on a fake root; returns (root, what was written, log)."""
+    root = fake_root(name, before, siblings)
+    logged = []
+    cg = abcg.CpuLimit("t" + name, root=root, log=logged.append)
+    written = subtree(root)
+    if written == "+cpu":
+        with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
+            f.write("cpu\n")          # what the kernel shows after "+cpu"
+    cg.limit(0.5)
+    with open(os.path.join(cg.path, "cgroup.procs"), "w") as f:
+        f.write("")
+    path = cg.path
+    real_write = abcg._write
+    if not kernel_ok:
+        def busy(p, v):
+            if p.endswith("cgroup.subtree_control") and str(v) == "-cpu":
+                raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
+            real_write(p, v)
+        abcg._write = busy
+    try:
+        cg.remove()
+        cg.remove()                     # a second removal (a signal after the finally) is a no-op
+    finally:
+        abcg._write = real_write
+    check("%s: the group is gone" % name, not os.path.exists(path))
+    return root, written, logged
+
+plain = {"cpu.max": "max 100000", "cpu.weight": "100", "cgroup.subtree_control": ""}
+root, written, logged = one_run("off-before", "memory pids", [("system.slice", plain)])
+check("cpu off before: enabled for the group", written == "+cpu", written)
+check("cpu off before: disabled again once the group is gone", subtree(root) == "-cpu",
+      "%s; %s" % (subtree(root), logged))
+
+root, written, logged = one_run("on-before", "cpu memory pids")
+check("cpu on before: never written, left on", written == "cpu memory pids" and
+      subtree(root) == "cpu memory pids", subtree(root))
+
+limited = dict(plain, **{"cpu.max": "50000 100000"})
+root, written, logged = one_run("limited", "", [("system.slice", limited)])
+check("another group with a CPU limit: left on, saying why", subtree(root) == "cpu" and
+      any("system.slice" in m for m in logged), "%s; %s" % (subtree(root), logged))
+
+weighed = dict(plain, **{"cpu.weight": "200"})
+root, written, logged = one_run("weighed", "", [("user.slice", weighed)])
+check("another group with a CPU weight: left on, saying why", subtree(root) == "cpu" and
+      any("user.slice" in m for m in logged), "%s; %s" % (subtree(root), logged))
+
+root, written, logged = one_run("two-runs", "", [("tsab-0a0b0c", plain)])
+check("another A/B run's group: left on, saying why", subtree(root) == "cpu" and
+      any("tsab-0a0b0c" in m for m in logged), "%s; %s" % (subtree(root), logged))
+
+root, written, logged = one_run("busy", "", [("system.slice", plain)], kernel_ok=False)
+check("the kernel refuses (EBUSY): left on, saying so", subtree(root) == "cpu" and
+      any("cpu" in m and os.strerror(errno.EBUSY) in m for m in logged),
+      "%s; %s" % (subtree(root), logged))
 sys.exit(1 if bad else 0)
 PY
 [ "$fails" -eq 0 ]

@@ -15,9 +15,9 @@
 #     the default): every stack and baseline must produce sane figures (throughput > 0, RSS >
 #     0, 1,000 connections held and answered), the report and the gate read them; the ratios
 #     are printed, never judged (this machine is shared and noisy). 3. `--via socks5` with an
-#     external subject (a second twinstack). 4. `--link`: the delay line calibrated within its
-#     bounds, data moved both ways through each subject. 5. `--beside-check` with lwIP: the
-#     redirect beside it and alone, and their ratio.
+#     external subject (a second twinstack). 4. `--link`: reno pinned and recorded, the delay
+#     line calibrated within its bounds, data moved both ways through each subject.
+#     5. `--beside-check` with lwIP: the redirect beside it and alone, and their ratio.
 # Exit 77 = parts 2-5 skipped (not root or no /dev/net/tun; part 1 passed), 0 = sane, 1 = a
 # check failed.
 set -uo pipefail
@@ -804,6 +804,11 @@ import json, sys
 from smokecheck import *
 j = json.load(open(sys.argv[1]))
 c = j["calibration"][0] if j["calibration"] else {}
+check("link: the default congestion control, reno, asked, pinned and recorded",
+      j.get("cc") == "reno" and j.get("cc_asked") == "reno" and
+      c.get("tcp_congestion") == "reno",
+      "cc %s, cc_asked %s, testbed %s" % (j.get("cc"), j.get("cc_asked"),
+                                          c.get("tcp_congestion")))
 check("link: the line calibrated (RTT within 10 %, loss within +-20 %)", c.get("ok") is True,
       "ping %s ms, loss %s %%" % ((c.get("ping") or {}).get("median_ms"),
                                   (c.get("udp") or {}).get("loss_pct")))

@@ -797,9 +797,30 @@ Test(config, socks5_server_and_auth)
 		{ "{'tun':{'address6':'fd00::1/64'},'outbounds':[{'tag':'s','type':'socks5',"
 		  "'server':'[fd00::5]:1080'}]}",
 		  "$.outbounds[0].server", "own addresses" },
+		/* Anywhere else inside the TUN's prefix: sent into the TUN, a loop too. */
+		{ "{'outbounds':[{'tag':'d','type':'direct'},{'tag':'s','type':'socks5',"
+		  "'server':'198.18.0.6:1080'}]}",
+		  "$.outbounds[1].server", "198.18.0.6 is inside the TUN's prefix" },
+		{ "{'outbounds':[{'tag':'h','type':'http','server':'198.19.255.254:3128'}]}",
+		  "$.outbounds[0].server", "inside the TUN's prefix" },
+		{ "{'outbounds':[{'tag':'s','type':'socks5','server':'[::ffff:198.19.0.1]:1080'}]}",
+		  "$.outbounds[0].server", "inside the TUN's prefix" },
+		{ "{'tun':{'address6':'fd00::1/64'},'outbounds':[{'tag':'s','type':'socks5',"
+		  "'server':'[fd00::1:0:0:99]:1080'}]}",
+		  "$.outbounds[0].server", "fd00::1:0:0:99 is inside the TUN's prefix" },
+		{ "{'tun':{'address':'10.0.0.1/24'},'outbounds':[{'tag':'s','type':'socks5',"
+		  "'server':'10.0.0.200:1080'}]}",
+		  "$.outbounds[0].server", "inside the TUN's prefix" },
 	};
 	BAD_TABLE(b);
-	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'198.18.0.6:1080'}]}");
+	/* Just outside the prefix; an IPv6 server with no tun.address6; a name, which only the
+	 * start's route check can judge (it may resolve anywhere). */
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'198.20.0.1:1080'}]}");
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'198.17.255.255:1080'}]}");
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'[fd00::99]:1080'}]}");
+	expect_ok("{'tun':{'address':'10.0.0.1/24'},'outbounds':[{'tag':'s','type':'socks5',"
+		  "'server':'10.0.1.1:1080'}]}");
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'proxy.example:1080'}]}");
 }
 
 Test(config, outbounds_limit)
@@ -1292,6 +1313,12 @@ Test(config, dns_addresses_bounds)
 		/* The forwarder's upstream, like a server, not inside the TUN's prefix. */
 		{ "{'dns':{'hijack':true,'upstream':'198.18.0.10:53'}}", "$.dns.upstream",
 		  "inside the TUN's prefix" },
+		/* DoT and DoH servers given by address: the same check as a UDP server's. */
+		{ "{'dns':{'hijack':true,'servers':[{'tag':'a','address':'tls://198.19.0.53',"
+		  "'sni':'dns.example'}]}}", "$.dns.servers[0].address", "inside the TUN's prefix" },
+		{ "{'tun':{'address6':'fd00::1/64'},'dns':{'hijack':true,'servers':[{'tag':'a',"
+		  "'address':'https://[fd00::1:0:0:53]/q'}]}}", "$.dns.servers[0].address",
+		  "inside the TUN's prefix" },
 	};
 	BAD_TABLE(b);
 	expect_ok("{'dns':{'hijack':true,'servers':[{'tag':'a','address':'https://[2001:db8::1]/q'}]}}");
@@ -1305,6 +1332,57 @@ Test(config, dns_addresses_bounds)
 	expect_ok("{'tun':{'address':'10.0.0.3/24'},'nat':{'addresses':4},'dns':{'hijack':true,"
 		  "'servers':[{'tag':'a','address':'192.0.2.53'}],'fakeip':{'inet4_range':"
 		  "'10.0.0.8/30'}}}");
+}
+
+/* A DoH URL too long in one of its parts is refused naming the part and its limit, however
+ * long the whole URL; the address's own limit (600 bytes, every form) comes before. */
+Test(config, dns_doh_url_lengths)
+{
+	char json[1400], part[700], path[256];
+	struct ts_config cfg;
+
+	/* A path of 540 bytes: the path's limit, not a generic "expected". */
+	memset(part, 'a', 540);
+	part[540] = '\0';
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://192.0.2.1/%s'}]}}", part);
+	expect_err(json, "$.dns.servers[0].address", "the URL's path is longer than 255 bytes");
+
+	/* A host name of 254 bytes (with a port and a path, the URL stays under 600). */
+	memset(part, 'a', 254);
+	for (int i = 63; i < 254; i += 64)
+		part[i] = '.';
+	part[254] = '\0';
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://%s:8443/dns-query','address_ip':'192.0.2.1'}]}}", part);
+	expect_err(json, "$.dns.servers[0].address", "the URL's host is longer than 253 bytes");
+	memset(part + 200, 'b', 260); /* one label of 260 bytes */
+	part[460] = '\0';
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://%s/q','address_ip':'192.0.2.1'}]}}", part);
+	expect_err(json, "$.dns.servers[0].address", "the URL's host is longer than 253 bytes");
+
+	/* 253 bytes of host and 255 of path (a URL of 524 bytes): both kept whole. */
+	memset(part, 'a', 253);
+	for (int i = 63; i < 253; i += 64)
+		part[i] = '.';
+	part[253] = '\0';
+	memset(path, 'p', 254);
+	path[254] = '\0';
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://%s:65535/%s','address_ip':'192.0.2.1'}]}}", part, path);
+	load_ok(json, &cfg);
+	cr_assert_eq(strlen(cfg.dns.servers[0].sni), 253);
+	cr_assert_eq(strlen(cfg.dns.servers[0].path), 255);
+	cr_assert_eq(cfg.dns.servers[0].addr.port, 65535);
+	config_fini(&cfg);
+
+	/* Over the address's own limit. */
+	memset(part, 'a', 600);
+	part[600] = '\0';
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://192.0.2.1/%s'}]}}", part);
+	expect_err(json, "$.dns.servers[0].address", "must be 1 to 600 bytes long, got 618");
 }
 
 /* ---- budgets ------------------------------------------------------------------------------ */
