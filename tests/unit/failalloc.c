@@ -1,7 +1,10 @@
 /* failalloc.c — the allocation wrappers of failalloc.h (linked with -Wl,--wrap=...). */
 #include <criterion/criterion.h>
+#include <execinfo.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "failalloc.h"
 #include "testutil.h"
@@ -57,6 +60,13 @@ static bool refuse(void)
 	if (++seen != fail_at)
 		return false;
 	fired = true;
+	if (getenv("FAILALLOC_TRACE")) { /* where the refused allocation was asked for */
+		void *pc[16];
+		int n = backtrace(pc, 16);
+
+		dprintf(2, "failalloc: allocation %ld refused at\n", seen);
+		backtrace_symbols_fd(pc, n, 2);
+	}
 	return true;
 }
 

@@ -7,6 +7,8 @@
  * armed to fail. Shared libraries (libevent, c-ares, cJSON) are not wrapped: what is tested is
  * how this project's code meets a refused allocation of its own.
  *
+ * With FAILALLOC_TRACE set in the environment, each refusal prints its call stack (stderr).
+ *
  * The usual use is a sweep (failalloc_sweep): for n = 1, 2, ... arm the nth allocation, run a
  * scenario from start to teardown, and stop at the first n the scenario never reached.
  */

@@ -27,6 +27,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -47,6 +48,7 @@
 #include "core/pkt.h"
 #include "core/tun.h"
 #include "dispatch/dispatcher.h"
+#include "failalloc.h"
 #include "netns_child.h"
 #include "stacks/system/sys_stack.h"
 #include "testutil.h"
@@ -149,11 +151,13 @@ static void lo_up(void)
 	struct netlink nl;
 	struct netlink_link_req req = { .up = 1 };
 	struct netaddr_cidr srv;
+	int ret;
 
 	CHECK(netlink_open(&nl) == 0, "netlink");
 	CHECK(netlink_link_set(&nl, 1, &req) == 0, "lo up"); /* lo is ifindex 1 in a new netns */
 	CHECK(netaddr_parse_cidr(SRV "/32", &srv) == 0, "parse");
-	CHECK(netlink_addr_add(&nl, 1, &srv, 0) == 0, "the server's address on lo");
+	ret = netlink_addr_add(&nl, 1, &srv, 0);
+	CHECK(ret == 0 || ret == -EEXIST, "the server's address on lo: %d", ret); /* a rig again */
 	netlink_close(&nl);
 }
 
@@ -169,16 +173,20 @@ static int server_listen(void)
 	return s;
 }
 
-/* Start everything; budgets is the JSON of "budgets" (tiny limits). */
-static void rig_start(struct rig *r, const char *budgets)
+/* Start everything; budgets is the JSON of "budgets" (tiny limits). With sweep, a step may
+ * fail for want of memory (failalloc.h): false then, with what was started undone. */
+static bool rig_try_start(struct rig *r, const char *budgets, bool sweep)
 {
-	char json[1024], err[TS_ERRLEN], note[TS_ERRLEN];
+	char json[1024], err[TS_ERRLEN] = "", note[TS_ERRLEN];
 	struct netstack_env env;
+	const char *step;
+	int rc;
 
 	struct loopguard *guard = r->guard;
 
 	memset(r, 0, sizeof(*r));
 	r->guard = guard;
+	r->srv = -1;
 	signal(SIGPIPE, SIG_IGN);
 	/* The in-kernel fast path off: it would hand the kernel's segments for the app straight
 	 * back to the TUN's ingress, and the app here is this rig, which reads what the stack
@@ -190,17 +198,24 @@ static void rig_start(struct rig *r, const char *budgets)
 		 "  \"nat\": { \"listeners\": 1, \"fast_path\": \"off\" },"
 		 "  \"relay\": { \"mode\": \"copy\" },"
 		 "  \"budgets\": %s }", budgets);
-	CHECK(config_load_string(json, &r->cfg, err, sizeof(err)) == 0, "%s", err);
+	step = "config";
+	if ((rc = config_load_string(json, &r->cfg, err, sizeof(err))) != 0)
+		goto undo;
 	lo_up();
 	/* No IPv6 on the TUN: only the test's traffic enters it (no MLD, no RS). */
 	write_text("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1");
-	CHECK(tun_open_config(&r->cfg.tun, &r->tun, note, sizeof(note), err, sizeof(err)) == 0,
-	      "%s", err);
+	step = "TUN";
+	if ((rc = tun_open_config(&r->cfg.tun, &r->tun, note, sizeof(note), err, sizeof(err))) != 0)
+		goto undo;
 	r->tfd = tun_fd(r->tun, 0);
 	r->base = event_base_new();
 	CHECK(r->base != NULL, "event_base_new");
-	CHECK(budget_new(&r->cfg.budget, &r->bud) == 0, "budget");
-	CHECK(dispatcher_new(r->base, &r->cfg, r->bud, &r->disp) == 0, "dispatcher");
+	step = "budget";
+	if ((rc = budget_new(&r->cfg.budget, &r->bud)) != 0)
+		goto undo;
+	step = "dispatcher";
+	if ((rc = dispatcher_new(r->base, &r->cfg, r->bud, &r->disp)) != 0)
+		goto undo;
 	log_init(&r->lg, LOG_LEVEL_WARN, -1);
 	r->lg.sink = log_sink;
 	r->lg.sink_arg = r;
@@ -208,8 +223,27 @@ static void rig_start(struct rig *r, const char *budgets)
 				     .dispatcher = r->disp, .log = &r->lg, .tx = tun_tx,
 				     .tx_arg = r, .tun_name = tun_name(r->tun),
 				     .fatal = on_fatal, .fatal_arg = r, .loopguard = r->guard };
-	CHECK(sys_stack_ops.start(&env, &r->ns, err, sizeof(err)) == 0, "start: %s", err);
+	step = "start";
+	if ((rc = sys_stack_ops.start(&env, &r->ns, err, sizeof(err))) != 0) {
+		r->ns = NULL;
+		goto undo;
+	}
 	r->srv = server_listen();
+	return true;
+undo:
+	CHECK(sweep && (rc == -ENOMEM || rc == -ENOBUFS), "%s: %d: %s", step, rc, err);
+	dispatcher_free(r->disp);
+	budget_free(r->bud);
+	if (r->base)
+		event_base_free(r->base);
+	tun_close(r->tun);
+	config_fini(&r->cfg);
+	return false;
+}
+
+static void rig_start(struct rig *r, const char *budgets)
+{
+	rig_try_start(r, budgets, false);
 }
 
 static void rig_stop(struct rig *r)
@@ -703,4 +737,132 @@ Test(sys_stack_netns, emfile_backs_off_then_accepts)
 Test(sys_stack_netns, other_accept_error_is_fatal)
 {
 	run_in_netns(scenario_fatal_error);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+static long nomem_at; /* the allocation refused now (0: none) */
+
+/* Pump until cond holds or ms pass: whether it held. */
+#define PUMP_UNTIL(r, cond, ms)                                                                \
+	({                                                                                     \
+		int64_t end_ = mono_ms() + (ms);                                               \
+		bool ok_;                                                                      \
+		while (!(ok_ = (cond)) && mono_ms() < end_)                                    \
+			pump_once((r), 5);                                                     \
+		ok_;                                                                           \
+	})
+
+/* A connection from the app: answered (SYN-ACK), refused (RST), or its SYN dropped and
+ * counted (no memory for its NAT entry: the app's retransmission then gets in); once
+ * answered, its bytes reach the server or the app is reset; the app's reset ends it, its
+ * entry closing and its permit and fds back. Unless sweeping, it must get through. */
+static void nomem_session(struct rig *r, uint16_t cport, bool sweep)
+{
+	struct app_pkt *sa = NULL, *rst = NULL;
+	struct app_conn a = { .cport = cport, .dport = SRV_PORT, .src = APP };
+	uint64_t dropped = stats(r).drops_nat_exhausted;
+	uint8_t pkt[256];
+	struct tu_spec sp;
+	char buf[8];
+	int n = r->n_conns;
+	ssize_t got = -1;
+
+	tu_spec_tcp(&sp, APP, cport, SRV, SRV_PORT);
+	sp.tcp_flags = TCP_SYN;
+	sp.seq = 1000;
+	sp.mss = 1400;
+	for (int syn = 0; syn < 2 && !sa && !rst; syn++) {
+		input(r, pkt, tu_build(&sp, pkt, sizeof(pkt)));
+		CHECK(PUMP_UNTIL(r, (sa = app_find(r, cport, TCP_SYN | TCP_ACK)) ||
+				    (rst = app_find(r, cport, TCP_RST)) ||
+				    (syn == 0 && stats(r).drops_nat_exhausted > dropped), 2000),
+		      "port %u: SYN %d neither answered nor counted (allocation %ld refused)",
+		      cport, syn, nomem_at);
+	}
+	if (!sa) {
+		CHECK(sweep, "port %u refused", cport);
+		return;
+	}
+	a.their = tu_get32(sa->b + 24) + 1;
+	app_segment(r, &a, TCP_ACK, 1001, NULL);
+	app_segment(r, &a, TCP_ACK | TCP_PSH, 1001, "hello");
+	CHECK(PUMP_UNTIL(r, (r->n_conns > n &&
+			     (got = recv(r->conns[n], buf, sizeof(buf), MSG_DONTWAIT)) == 5) ||
+			    (rst = app_find(r, cport, TCP_RST)), 2000),
+	      "port %u: neither relayed nor reset (allocation %ld refused)", cport,
+	      nomem_at);
+	CHECK(rst || memcmp(buf, "hello", 5) == 0, "payload");
+	CHECK(sweep || !rst, "port %u reset", cport);
+	if (!rst)
+		app_segment(r, &a, TCP_RST, 1006, NULL);
+	CHECK(PUMP_UNTIL(r, bstats(r).tcp_in_use == 0 && bstats(r).fds_in_use == 0, 2000),
+	      "port %u: permit/fds held (%u, %u; allocation %ld refused)", cport,
+	      bstats(r).tcp_in_use, bstats(r).fds_in_use, nomem_at);
+}
+
+/* The rig's life: started, two sessions in turn, a third live at the stop; then nothing kept:
+ * no thread, and (ASan tree) no memory. */
+static void nomem_run(bool sweep)
+{
+	struct rig *r = &rig;
+	struct app_pkt *sa = NULL;
+	struct app_conn live;
+
+	r->guard = NULL;
+	if (!rig_try_start(r, "{ " TCP8 " }", sweep))
+		return;
+	nomem_session(r, 40001, sweep);
+	nomem_session(r, 40002, sweep);
+	live = (struct app_conn){ .cport = 40003, .dport = SRV_PORT, .src = APP };
+	app_segment(r, &live, TCP_SYN, 1000, NULL);
+	(void)PUMP_UNTIL(r, (sa = app_find(r, 40003, TCP_SYN | TCP_ACK)) != NULL, 500);
+	if (sa) {
+		live.their = tu_get32(sa->b + 24) + 1;
+		app_segment(r, &live, TCP_ACK, 1001, NULL);
+		(void)PUMP_UNTIL(r, stats(r).accepted >= 3, 500);
+	}
+	rig_stop(r);
+}
+
+static int threads(void)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/task");
+
+	CHECK(d != NULL, "opendir");
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static void scenario_each_allocation_refused(void)
+{
+	int before = threads();
+	long n;
+
+	nomem_run(false);
+	CHECK(threads() == before, "a thread outlived the stack");
+	for (n = 1; n <= 2000; n++) {
+		nomem_at = n;
+		failalloc_arm(n);
+		nomem_run(true);
+		failalloc_arm(0);
+		CHECK(threads() == before, "a thread outlived the stack (allocation %ld refused)", n);
+#ifdef TS_LSAN
+		CHECK(__lsan_do_recoverable_leak_check() == 0, "leaked with allocation %ld refused",
+		      n);
+#endif
+		if (!failalloc_fired())
+			break;
+	}
+	CHECK(n > 10 && n <= 2000, "%ld allocations", n - 1);
+}
+
+TestSuite(sys_stack_nomem, .timeout = 300);
+
+Test(sys_stack_nomem, each_allocation_refused_in_turn)
+{
+	run_in_netns(scenario_each_allocation_refused);
 }
