@@ -32,6 +32,10 @@ struct lwip_halfopen {
 	uint32_t mask;     /* buckets - 1 */
 	uint32_t free;     /* the first free entry, plus one; 0: none */
 	uint32_t *buckets; /* the first entry of each, plus one; 0: empty */
+	/* The handshake the segment now inside lwIP opened, until lwip_halfopen_input_end; set
+	 * to NULL, and abandoned to true, when its pcb is freed before then. */
+	struct lwip_halfopen_entry *opening;
+	bool abandoned;
 	struct lwip_halfopen_entry e[];
 };
 
@@ -159,10 +163,17 @@ void lwip_halfopen_key(const struct tcp_pcb *pcb, struct flow_key *k)
 static void on_destroyed(u8_t id, void *data)
 {
 	struct lwip_halfopen_entry *e = data;
+	struct lwip_halfopen *h;
 
 	(void)id;
-	if (e)
-		lwip_halfopen_remove(e->h, e);
+	if (!e)
+		return;
+	h = e->h;
+	if (h->opening == e) {
+		h->opening = NULL;
+		h->abandoned = true;
+	}
+	lwip_halfopen_remove(h, e);
 }
 
 static const struct tcp_ext_arg_callbacks pcb_callbacks = { .destroy = on_destroyed };
@@ -184,6 +195,7 @@ static err_t on_passive_open(u8_t id, struct tcp_pcb_listen *lpcb, struct tcp_pc
 	assert(e);
 	if (!e)
 		return ERR_OK;
+	h->opening = e;
 	tcp_ext_arg_set_callbacks(cpcb, id, &pcb_callbacks);
 	tcp_ext_arg_set(cpcb, id, e);
 	return ERR_OK;
@@ -209,5 +221,16 @@ void lwip_halfopen_accepted(struct lwip_halfopen *h, struct tcp_pcb *pcb)
 	    !(e = pcb->ext_args[ext_id].data) || e->h != h)
 		return;
 	tcp_ext_arg_set(pcb, ext_id, NULL);
+	if (h->opening == e)
+		h->opening = NULL;
 	lwip_halfopen_remove(h, e);
+}
+
+bool lwip_halfopen_input_end(struct lwip_halfopen *h)
+{
+	bool abandoned = h->abandoned;
+
+	h->opening = NULL;
+	h->abandoned = false;
+	return abandoned;
 }

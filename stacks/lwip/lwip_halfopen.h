@@ -17,8 +17,12 @@
  * Memory: one entry per handshake the listener's backlog admits, allocated with the index.
  * lwIP admits no more (it refuses a SYN while the backlog is full), so a new handshake always
  * finds a free entry. Nothing here touches a data segment: only a SYN, an accept and a freed
- * handshake's pcb cost anything. Everything runs on the thread that owns lwIP
- * (lwip_glue_claim). */
+ * handshake's pcb cost anything.
+ *
+ * A handshake whose pcb lwIP frees before tcp_listen_input returns got no SYN-ACK: lwIP 2.1.3
+ * abandons the new pcb when tcp_enqueue_flags fails, which on a new pcb only a failed
+ * allocation makes it do. lwip_halfopen_input_end tells the stack, after each segment it fed, whether that
+ * happened. Everything runs on the thread that owns lwIP (lwip_glue_claim). */
 #ifndef TS_STACKS_LWIP_HALFOPEN_H
 #define TS_STACKS_LWIP_HALFOPEN_H
 
@@ -48,6 +52,9 @@ bool lwip_halfopen_holds(const struct lwip_halfopen *h, const struct flow_key *k
 /* pcb completed its handshake (the accept callback): it leaves the index. No effect on a pcb
  * the index does not hold. */
 void lwip_halfopen_accepted(struct lwip_halfopen *h, struct tcp_pcb *pcb);
+/* After each segment fed to lwIP: true if it opened a handshake whose pcb lwIP freed before
+ * queueing its SYN-ACK (the SYN was dropped for want of memory). Resets for the next. */
+bool lwip_halfopen_input_end(struct lwip_halfopen *h);
 /* Handshakes held now. */
 unsigned lwip_halfopen_count(const struct lwip_halfopen *h);
 

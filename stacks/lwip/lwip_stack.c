@@ -63,8 +63,9 @@ _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
 	X(tx_packets)         /* packets lwIP emitted */                                       \
 	X(accepted)                                                                            \
 	X(drop_nomem)         /* an input segment without memory: a SYN (the app retransmits */ \
-	                      /* it), a bare ACK or RST with the stack's own buffer out too, a */ \
-	                      /* header that got no buffer, or a checksum that then failed */    \
+	                      /* it) that got no buffer, pcb or SYN-ACK, a bare ACK or RST */  \
+	                      /* with the stack's own buffer out too, a header that got no */   \
+	                      /* buffer, or a checksum that then failed */                      \
 	X(rx_payload_nomem)   /* no memory for a segment's payload: dropped (retransmitted), */ \
 	                      /* its acknowledgement and window still given to lwIP */          \
 	X(ooseq_freed)        /* out-of-order queues let go when a payload found no memory */   \
@@ -1059,6 +1060,10 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 		pbuf_free(p);
 	if (st->bigseg && lwip_bigseg_after_input())
 		ctr_inc(&st->ctr.big_window_splits);
+	/* A SYN whose SYN-ACK lwIP had no memory to queue: it abandoned the new pcb. Dropped
+	 * for want of memory, as a SYN without a pcb is (on_accept); the client retransmits. */
+	if (syn && st->halfopen && lwip_halfopen_input_end(st->halfopen))
+		ctr_inc(&st->ctr.drop_nomem);
 	st->cur = NULL;
 	st->cur_gso = false;
 	/* Segments without sequence space are never kept (should one ever be, ctl_pbuf

@@ -803,6 +803,40 @@ Test(lwip_stack, a_syn_without_memory_for_its_pcb_is_counted)
 	tx_discard = true;
 }
 
+/* lwIP abandons the new pcb of a SYN whose SYN-ACK it has no memory to queue: that SYN is
+ * dropped for want of memory too, and counted so. The bytes a SYN takes are measured on a
+ * first one (the budget's peak: its input segment, the pcb, the SYN-ACK and its segment, all
+ * held at once); one byte less fails the last of them, the SYN-ACK's. */
+Test(lwip_stack, a_syn_without_memory_for_its_syn_ack_is_counted)
+{
+	struct budget_buffer_stats bs;
+	uint64_t base_bytes, need, held;
+
+	budget_buffer_stats(bud, 0, &bs);
+	base_bytes = bs.bytes_in_use;
+	budget_buffer_peak_reset(bud);
+	cr_assert_neq(syn_at("10.0.1.1", 20000, SEC(1)), 0);
+	budget_buffer_stats(bud, 0, &bs);
+	need = bs.bytes_peak - base_bytes;
+	base_bytes = bs.bytes_in_use;
+
+	held = bs.bytes_limit - base_bytes - (need - 1);
+	cr_assert_eq(budget_bytes_reserve(bud, held), 0);
+	cr_expect_eq(syn_at("10.0.1.1", 20001, SEC(1)), 0, "no SYN-ACK");
+	budget_bytes_release(bud, held);
+	cr_expect_eq(counter("to_lwip"), 2, "lwIP had it");
+	cr_expect_eq(counter("drop_nomem"), 1, "counted");
+	budget_buffer_stats(bud, 0, &bs);
+	cr_expect_eq(bs.bytes_in_use, base_bytes, "lwIP kept nothing of it");
+
+	held = bs.bytes_limit - base_bytes - need;
+	cr_assert_eq(budget_bytes_reserve(bud, held), 0);
+	cr_expect_neq(syn_at("10.0.1.1", 20002, SEC(1)), 0, "with the bytes measured, it gets in");
+	budget_bytes_release(bud, held);
+	cr_expect_eq(counter("drop_nomem"), 1);
+	tx_discard = true;
+}
+
 /* A burst of a local application's own connections keeps every handshake, as any burst does:
  * there is nothing from elsewhere to make room, and the 256th SYN waits for its retransmission. */
 Test(lwip_stack, a_local_burst_beyond_the_backlog_keeps_every_handshake)
