@@ -67,6 +67,7 @@
 #include "core/clock.h"
 #include "stacks/lwip/lwip_ackq.h"
 #include "stacks/lwip/lwip_bigseg.h"
+#include "stacks/lwip/lwip_halfopen.h"
 
 /* 16 bytes, so the block's payload keeps malloc's alignment. */
 struct blk {
@@ -137,6 +138,7 @@ int lwip_glue_claim(struct budget *b)
 		lwip_init();
 		lwip_bigseg_init();
 		lwip_ackq_init();
+		lwip_halfopen_init();
 		lwip_initialised = true;
 	}
 	return 0;

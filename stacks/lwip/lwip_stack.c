@@ -29,6 +29,7 @@
 #include "dispatch/dispatcher.h"
 #include "dispatch/stream.h"
 #include "stacks/lwip/lwip_glue.h"
+#include "stacks/lwip/lwip_halfopen.h"
 #include "stacks/lwip/lwip_isn.h"
 #include "stacks/lwip/lwip_stream.h"
 #include "stacks/common/l3policy.h"
@@ -62,8 +63,9 @@ _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
 	X(tx_packets)         /* packets lwIP emitted */                                       \
 	X(accepted)                                                                            \
 	X(drop_nomem)         /* an input segment without memory: a SYN (the app retransmits */ \
-	                      /* it), a bare ACK or RST with the stack's own buffer out too, a */ \
-	                      /* header that got no buffer, or a checksum that then failed */    \
+	                      /* it) that got no buffer, pcb or SYN-ACK, a bare ACK or RST */  \
+	                      /* with the stack's own buffer out too, a header that got no */   \
+	                      /* buffer, or a checksum that then failed */                      \
 	X(rx_payload_nomem)   /* no memory for a segment's payload: dropped (retransmitted), */ \
 	                      /* its acknowledgement and window still given to lwIP */          \
 	X(ooseq_freed)        /* out-of-order queues let go when a payload found no memory */   \
@@ -167,6 +169,7 @@ struct lwip_stack {
 	int64_t ooseq_freed_ns;       /* when free_ooseq last walked the connections */
 	struct lwip_isn isn;          /* the ISN key, drawn at start */
 	int64_t evict_after_ns;       /* no half-open connection is old enough to evict before */
+	struct lwip_halfopen *halfopen; /* the listener's handshakes under way, by 4-tuple */
 	/* The TUN's own addresses: the source of every local application's connections. */
 	uint8_t own4[4], own6[16];
 	/* When the budget refuses an input segment's memory, a segment that occupies no
@@ -559,24 +562,6 @@ static void on_accepted(evutil_socket_t fd, short what, void *arg)
 	check_timer(st);
 }
 
-static void pcb_key(const struct tcp_pcb *pcb, struct flow_key *k)
-{
-	memset(k, 0, sizeof(*k));
-	k->proto = IPPROTO_TCP;
-	if (IP_IS_V6(&pcb->local_ip)) {
-		k->family = 6;
-		memcpy(k->src, ip_2_ip6(&pcb->remote_ip)->addr, 16);
-		memcpy(k->dst, ip_2_ip6(&pcb->local_ip)->addr, 16);
-	} else {
-		k->family = 4;
-		memcpy(k->src, &ip_2_ip4(&pcb->remote_ip)->addr, 4);
-		memcpy(k->dst, &ip_2_ip4(&pcb->local_ip)->addr, 4);
-	}
-	/* The accepted pcb's local address and port are the original destination. */
-	k->sport_be = htons(pcb->remote_port);
-	k->dport_be = htons(pcb->local_port);
-}
-
 /* Inside tcp_input. Refusals abort the new pcb (a RST to the app) and return ERR_ABRT, as lwIP
  * requires after tcp_abort in a callback. */
 static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
@@ -593,6 +578,7 @@ static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
 		return ERR_VAL;
 	}
 	tcp_backlog_accepted(pcb);
+	lwip_halfopen_accepted(st->halfopen, pcb);
 	if (budget_tcp_acquire(st->env.budget) != 0) {
 		ctr_inc(&st->ctr.admission_refused);
 		tcp_abort(pcb);
@@ -606,7 +592,8 @@ static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
 		tcp_abort(pcb);
 		return ERR_ABRT;
 	}
-	pcb_key(pcb, &q->key);
+	/* The accepted pcb's local address and port are the original destination. */
+	lwip_halfopen_key(pcb, &q->key);
 	/* lwIP sets the first cwnd from pcb->mss right after this callback returns. */
 	if (st->bigseg && lwip_bigseg_start(pcb, (uint16_t)(st->mtu - (IP_IS_V6(&pcb->remote_ip)
 									 ? 60 : 40))))
@@ -862,7 +849,11 @@ static struct pbuf *input_pbuf(struct lwip_stack *st, const struct pkt_view *v, 
  * that finds nothing evictable (the flood's SYNs read in one burst are all young) takes the
  * place of the oldest handshake from any other address rather than wait a second for its
  * retransmission. A flood from the own address itself needs a local process that can send raw
- * packets, and fills the backlog for at most SYN_RCVD_STALE_NS, as any single source can. */
+ * packets, and fills the backlog for at most SYN_RCVD_STALE_NS, as any single source can.
+ * A SYN that repeats a handshake lwIP holds (its client lost the SYN-ACK) needs no room: it
+ * evicts nothing and goes to lwIP, which sends the SYN-ACK again. The index of the held
+ * handshakes (lwip_halfopen.h) tells one in O(1): asking adds no walk of lwIP's pcbs to a
+ * flood's SYNs. */
 #define SYN_RCVD_SCAN_MAX 256
 #define SYN_RCVD_YOUNG_NS 2000000LL     /* 2 ms: a few of the loop's turns */
 #define SYN_RCVD_STALE_NS 3000000000LL  /* 3 s: the client's second SYN retransmission */
@@ -1005,11 +996,21 @@ static void evict_syn_rcvd(struct lwip_stack *st, bool for_own)
 	}
 }
 
+/* Is v, a SYN, a repetition of a handshake lwIP holds (its SYN-ACK lost on the way)? */
+static bool syn_held(const struct lwip_stack *st, const struct pkt_view *v)
+{
+	struct flow_key k;
+
+	pkt_flow_key(v, &k);
+	return lwip_halfopen_holds(st->halfopen, &k);
+}
+
 static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 				  const struct pkt_meta *meta, size_t *out_len, bool *plain)
 {
 	struct pbuf *p;
 	uint32_t len = v->family == 6 ? 40 + v->l4_len : v->len;
+	bool syn = (v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN;
 
 	/* lwIP's own IPv4 header check is off (csum_ctrl): it dropped without a count. */
 	if (v->family == 4 && !pkt_v4_csum_ok(v))
@@ -1017,8 +1018,7 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 	/* Admission is decided at the SYN, as the system stack's app sees it: lwIP would
 	 * complete the handshake before its accept callback could refuse. The permit itself is
 	 * taken at accept (a handshake that never completes holds none). */
-	if ((v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN &&
-	    !budget_tcp_would_admit(st->env.budget)) {
+	if (syn && !budget_tcp_would_admit(st->env.budget)) {
 		ctr_inc(&st->ctr.admission_refused);
 		budget_tcp_count_refusal(st->env.budget);
 		*out_len = rewrite_tcp_rst(v);
@@ -1026,15 +1026,17 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 		return DRIVER_WRITE;
 	}
 	/* The eviction deadline is of the handshakes a full backlog held: with room, it is of
-	 * none of the next ones. */
-	if ((v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN && st->listener &&
-	    !backlog_full(st))
-		st->evict_after_ns = 0;
-	if ((v->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN && st->listener &&
-	    backlog_full(st)) {
-		evict_syn_rcvd(st, own_address(st, v->family == 6, v->ip + (v->family == 6 ? 8 : 12)));
-		if (backlog_full(st)) /* lwIP would drop it silently: count it here */
-			return drop(&st->ctr.drop_backlog_full);
+	 * none of the next ones. A repeated SYN of a handshake lwIP holds needs no room: lwIP
+	 * sends that handshake's SYN-ACK again. */
+	if (syn && st->listener) {
+		if (!backlog_full(st)) {
+			st->evict_after_ns = 0;
+		} else if (!syn_held(st, v)) {
+			evict_syn_rcvd(st, own_address(st, v->family == 6,
+							v->ip + (v->family == 6 ? 8 : 12)));
+			if (backlog_full(st)) /* lwIP would drop it silently: count it here */
+				return drop(&st->ctr.drop_backlog_full);
+		}
 	}
 	/* A super-packet (TUN offload) goes in as one large segment: lwIP accepts it on receive.
 	 * pbuf lengths are u16; the kernel's GSO limit keeps a TUN read under 64 KiB unless BIG
@@ -1058,6 +1060,10 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 		pbuf_free(p);
 	if (st->bigseg && lwip_bigseg_after_input())
 		ctr_inc(&st->ctr.big_window_splits);
+	/* A SYN whose SYN-ACK lwIP had no memory to queue: it abandoned the new pcb. Dropped
+	 * for want of memory, as a SYN without a pcb is (on_accept); the client retransmits. */
+	if (syn && st->halfopen && lwip_halfopen_input_end(st->halfopen))
+		ctr_inc(&st->ctr.drop_nomem);
 	st->cur = NULL;
 	st->cur_gso = false;
 	/* Segments without sequence space are never kept (should one ever be, ctl_pbuf
@@ -1201,6 +1207,7 @@ static u8_t listen_backlog(const struct budget *b)
 static int listener_start(struct lwip_stack *st)
 {
 	struct tcp_pcb *pcb = tcp_new_ip_type(IPADDR_TYPE_ANY);
+	uint64_t k0, k1;
 	err_t e;
 
 	if (!pcb)
@@ -1216,6 +1223,13 @@ static int listener_start(struct lwip_stack *st)
 	}
 	tcp_arg(st->listener, st);
 	tcp_accept(st->listener, on_accept);
+	/* Its handshakes under way, as many as its backlog admits (lwIP takes 0 for 1). */
+	k0 = (uint64_t)lwip_isn_rand32() << 32 | lwip_isn_rand32();
+	k1 = (uint64_t)lwip_isn_rand32() << 32 | lwip_isn_rand32();
+	if (lwip_halfopen_new(((struct tcp_pcb_listen *)st->listener)->backlog, k0, k1,
+			      &st->halfopen) != 0)
+		return -ENOMEM;
+	lwip_halfopen_watch(st->halfopen, st->listener);
 	return 0;
 }
 
@@ -1342,6 +1356,7 @@ static void lw_free(struct netstack *ns)
 		tcp_abort(tcp_active_pcbs);
 	while (tcp_tw_pcbs)
 		tcp_abort(tcp_tw_pcbs);
+	lwip_halfopen_free(st->halfopen); /* after its pcbs: their destroy callbacks use it */
 	if (st->netif.input)
 		netif_remove(&st->netif);
 	if (st->tmr_ev)

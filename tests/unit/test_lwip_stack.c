@@ -612,6 +612,94 @@ Test(lwip_stack, listen_backlog_from_the_budget)
 	tx_discard = true;
 }
 
+/* A client whose SYN-ACK was lost sends its SYN again. With the backlog full, a SYN for a
+ * handshake lwIP already holds needs no room: it reaches lwIP, which answers it with its
+ * SYN-ACK again at once (instead of the client waiting for lwIP's own retransmission, a
+ * second or more), and it is no refused new handshake. A SYN for a new tuple is still
+ * refused and counted. */
+Test(lwip_stack, a_repeated_syn_of_a_held_handshake_is_answered_when_the_backlog_is_full)
+{
+	static uint32_t isn[8];
+	int64_t t = SEC(1);
+
+	teardown();
+	start_backlog(1000, 8);
+	for (uint16_t i = 0; i < 8; i++)
+		cr_assert_neq(isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0, "SYN %u", i);
+	cr_expect_eq(syn_at("10.0.1.1", 20003, t + MS(1)), isn[3],
+		     "the repeated SYN gets the held handshake's SYN-ACK");
+	cr_expect_eq(counter("drop_backlog_full"), 0, "a held handshake is no refused one");
+	cr_expect_eq(counter("syn_rcvd_evicted") + counter("syn_rcvd_yielded"), 0);
+	cr_expect_eq(syn_at("10.0.1.1", 20008, t + MS(1)), 0, "a new tuple finds no room");
+	cr_expect_eq(counter("drop_backlog_full"), 1);
+	ack_at("10.0.1.1", 20003, isn[3], t + MS(2));
+	cr_expect_eq(n_acc, 1, "the repeated SYN's handshake completes");
+	tx_discard = true;
+}
+
+/* The same with a backlog full of a flood's handshakes old enough to evict: the repeated SYN
+ * of one of them evicts nothing (it needs no room) and gets its SYN-ACK again. */
+Test(lwip_stack, a_repeated_syn_evicts_nothing)
+{
+	uint32_t isn;
+	int64_t t = SEC(1);
+
+	teardown();
+	start(1000);
+	cr_assert_neq(isn = syn_at(spread(0), 20000, t), 0);
+	for (unsigned i = 1; i < 255; i++)
+		cr_assert_neq(syn_at(spread(i), 20000, t + (int64_t)i * 20000), 0, "SYN %u", i);
+	cr_expect_eq(syn_at(spread(0), 20000, t + MS(6)), isn, "its SYN-ACK again");
+	cr_expect_eq(counter("syn_rcvd_evicted"), 0, "nothing evicted for it");
+	cr_expect_eq(counter("drop_backlog_full"), 0);
+	tx_discard = true;
+}
+
+/* The handshakes the full backlog checks a SYN against are those lwIP holds now: one its
+ * client reset, one that completed and one evicted are gone, and a SYN for their tuples is a
+ * new handshake, refused while the backlog is full. */
+Test(lwip_stack, a_handshake_gone_is_no_longer_held)
+{
+	static uint32_t isn[10];
+	struct tu_spec s;
+	bool plain = false;
+	size_t ol = 0, len;
+	int64_t t = SEC(1);
+
+	teardown();
+	start_backlog(1000, 8);
+	for (uint16_t i = 0; i < 8; i++)
+		cr_assert_neq(isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0, "SYN %u", i);
+	/* The client of 20003 resets its handshake: lwIP frees the pcb itself. */
+	tu_spec_tcp(&s, "10.0.1.1", 20003, "1.1.1.1", 80);
+	s.tcp_flags = TCP_RST;
+	s.seq = 1001;
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(lwip_stack_ops.input(ns, 0, buf, len, NULL, t, &ol, &plain, &view),
+		     DRIVER_DONE);
+	/* 20000 completes. */
+	ack_at("10.0.1.1", 20000, isn[0], t + MS(1));
+	cr_assert_eq(n_acc, 1);
+	cr_assert_neq(isn[8] = syn_at("10.0.1.1", 20008, t + MS(1)), 0);
+	cr_assert_neq(isn[9] = syn_at("10.0.1.1", 20009, t + MS(1)), 0);
+	cr_expect_eq(syn_at("10.0.1.1", 20003, t + MS(1)), 0, "the reset handshake is gone");
+	cr_expect_eq(counter("drop_backlog_full"), 1);
+	cr_expect_eq(syn_at("10.0.1.1", 20000, t + MS(1)), 0, "the completed one is no handshake");
+	cr_expect_eq(counter("drop_backlog_full"), 2);
+	/* Three seconds on, the next SYN evicts the older half of the eight: 20001, 20002, 20004
+	 * and 20005; three more fill the backlog again. A SYN for 20001 is then a new handshake:
+	 * it evicts two of the four older ones left and gets in (were it taken for one lwIP holds,
+	 * it would reach lwIP's full backlog and get nothing). */
+	cr_assert_neq(syn_at("10.0.2.2", 30000, t + SEC(3)), 0);
+	cr_expect_eq(counter("syn_rcvd_evicted"), 4);
+	for (uint16_t i = 0; i < 3; i++)
+		cr_assert_neq(syn_at("10.0.2.2", (uint16_t)(30001 + i), t + SEC(3)), 0);
+	cr_expect_neq(syn_at("10.0.1.1", 20001, t + SEC(3)), 0, "the evicted one is gone");
+	cr_expect_eq(counter("syn_rcvd_evicted"), 6);
+	cr_expect_eq(counter("drop_backlog_full"), 2);
+	tx_discard = true;
+}
+
 /* Spoofed SYNs from spread sources never complete: once the backlog is full of them, a new SYN
  * evicts the older half of those a few milliseconds old and gets in (flood defence). */
 Test(lwip_stack, syn_flood_evicts_the_older_half_of_stale_handshakes)
@@ -712,6 +800,40 @@ Test(lwip_stack, a_syn_without_memory_for_its_pcb_is_counted)
 	cr_expect_eq(counter("to_lwip"), 1);
 	cr_expect_eq(counter("drop_nomem"), 1);
 	cr_expect_neq(syn_at("10.0.1.1", 20000, SEC(2)), 0, "its retransmission gets in");
+	tx_discard = true;
+}
+
+/* lwIP abandons the new pcb of a SYN whose SYN-ACK it has no memory to queue: that SYN is
+ * dropped for want of memory too, and counted so. The bytes a SYN takes are measured on a
+ * first one (the budget's peak: its input segment, the pcb, the SYN-ACK and its segment, all
+ * held at once); one byte less fails the last of them, the SYN-ACK's. */
+Test(lwip_stack, a_syn_without_memory_for_its_syn_ack_is_counted)
+{
+	struct budget_buffer_stats bs;
+	uint64_t base_bytes, need, held;
+
+	budget_buffer_stats(bud, 0, &bs);
+	base_bytes = bs.bytes_in_use;
+	budget_buffer_peak_reset(bud);
+	cr_assert_neq(syn_at("10.0.1.1", 20000, SEC(1)), 0);
+	budget_buffer_stats(bud, 0, &bs);
+	need = bs.bytes_peak - base_bytes;
+	base_bytes = bs.bytes_in_use;
+
+	held = bs.bytes_limit - base_bytes - (need - 1);
+	cr_assert_eq(budget_bytes_reserve(bud, held), 0);
+	cr_expect_eq(syn_at("10.0.1.1", 20001, SEC(1)), 0, "no SYN-ACK");
+	budget_bytes_release(bud, held);
+	cr_expect_eq(counter("to_lwip"), 2, "lwIP had it");
+	cr_expect_eq(counter("drop_nomem"), 1, "counted");
+	budget_buffer_stats(bud, 0, &bs);
+	cr_expect_eq(bs.bytes_in_use, base_bytes, "lwIP kept nothing of it");
+
+	held = bs.bytes_limit - base_bytes - need;
+	cr_assert_eq(budget_bytes_reserve(bud, held), 0);
+	cr_expect_neq(syn_at("10.0.1.1", 20002, SEC(1)), 0, "with the bytes measured, it gets in");
+	budget_bytes_release(bud, held);
+	cr_expect_eq(counter("drop_nomem"), 1);
 	tx_discard = true;
 }
 

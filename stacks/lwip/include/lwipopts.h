@@ -103,9 +103,10 @@
  * is expanded in tcp_pbuf_prealloc, where pcb is the connection written to. */
 #define TCP_OVERSIZE_CALC_LENGTH(length) ts_lwip_oversize(pcb, (length))
 #define LWIP_TCP_TIMESTAMPS 0
-/* Two extension arguments per pcb: the large-segment state (stacks/lwip/lwip_bigseg.c) and
- * the place of an ACK owed at the end of the loop pass (stacks/lwip/lwip_ackq.c). */
-#define LWIP_TCP_PCB_NUM_EXT_ARGS 2
+/* Three extension arguments per pcb: the large-segment state (stacks/lwip/lwip_bigseg.c),
+ * the place of an ACK owed at the end of the loop pass (stacks/lwip/lwip_ackq.c) and a
+ * handshake's entry in the index of half-open ones (stacks/lwip/lwip_halfopen.c). */
+#define LWIP_TCP_PCB_NUM_EXT_ARGS 3
 
 /* ---- debugging ---- */
 #define LWIP_DEBUG 0
