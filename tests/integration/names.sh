@@ -330,15 +330,29 @@ check "5. http through the fake address and dante arrives intact" cmp -s "$TMP/b
 # dante got the name, not the fake address: it asked dnsmasq for it from its own address.
 check "5. dante was asked for the name (it resolved it through dnsmasq)" \
 	grep -q "query\[A\] www.web.twinstack from 10.202.0.2" "$TMP/dnsmasq.log"
-# A live connection holds its fake address (pinned), let go when it ends.
-inD "$PY" -c 'import socket,sys,time; s=socket.create_connection((sys.argv[1],80),3); time.sleep(1.5); s.close()' "$fake" &
+# A live connection holds its fake address (pinned), let go when it ends. The connection is
+# held until the test releases it (at most 10 s); each state is polled for, bounded at 5 s.
+# pinned OP N: dns.fakeip.pinned compares so to N (echoes the value).
+pinned() {
+	local p
+	p=$(stat_key dns.fakeip.pinned "$(stats)")
+	echo "dns.fakeip.pinned $p"
+	test "$p" "-$1" "$2" 2>/dev/null
+}
+check "5. nothing pinned before (the fetch's session ended)" wait_until 50 0.1 pinned eq 0
+inD "$PY" -c 'import os, socket, sys, time
+s = socket.create_connection((sys.argv[1], 80), 3)
+open(sys.argv[2], "w").close()
+end = time.monotonic() + 10
+while not os.path.exists(sys.argv[3]) and time.monotonic() < end:
+    time.sleep(0.02)
+s.close()' "$fake" "$TMP/held" "$TMP/release" &
 HOLD=$!
-sleep 0.7
-pinned=$(stat_key dns.fakeip.pinned "$(stats)")
+wait_until 50 0.1 test -e "$TMP/held"
+check "5. a live connection pins its fake address" wait_until 50 0.1 pinned ge 1
+touch "$TMP/release"
 wait "$HOLD"
-sleep 0.3
-check "5. a live connection pins its fake address (dns.fakeip.pinned $pinned)" test "$pinned" -ge 1
-check "5. and lets it go when it ends" test "$(stat_key dns.fakeip.pinned "$(stats)")" -eq 0
+check "5. and lets it go when it ends" wait_until 50 0.1 pinned eq 0
 dfake=$(q @"$NORES" www.direct.twinstack A)
 fetch www.direct.twinstack "$dfake"
 check "5. direct: the name resolved through the resolver, the page arrives" \
