@@ -609,7 +609,7 @@ case_buffer_bytes() {
 }
 
 case_udp_up_queue() {
-	local before mid after j u pu
+	local before mid after j u pu t0
 	proxy_fresh udp_up_queue '{budgets: {udp_up_queue: 4}}' || return
 	before=$(stats)
 	fx udp --target "$SRV:7000" --flows 1 --timeout-ms 500 >"$TMP/udp.direct" &
@@ -622,8 +622,15 @@ case_udp_up_queue() {
 	else not_ok "udp_up_queue: 10 datagrams to a SOCKS5 server that never answers, none answered" "${j:-no JSON}"; fi
 	deltas udp_up_queue "$before" "$mid" udp.drops.queue_full=6
 	check "udp_up_queue: a UDP flow through the direct outbound is answered meanwhile" jq -e '.first == 1 and .again == 1' <<<"$u"
-	sleep $((CONNECT_MS / 1000 + 1))
-	after=$(stats)
+	# The queued four go when the association times out (connect_ms after it began): polled
+	# until both counters reach their figures, for five times connect_ms at most; the deltas
+	# below then say whether they went past them.
+	t0=$(date +%s%N)
+	until after=$(stats) && [ "$(delta udp.drops.assoc_failed "$before" "$after")" -ge 4 ] 2>/dev/null &&
+		[ "$(delta udp.assoc_failures "$before" "$after")" -ge 1 ] 2>/dev/null; do
+		[ "$(elapsed_ms "$t0")" -lt $((CONNECT_MS * 5)) ] || break
+		sleep 0.1
+	done
 	deltas udp_up_queue "$before" "$after" udp.drops.assoc_failed=4 udp.assoc_failures=1
 	alive udp_up_queue
 }

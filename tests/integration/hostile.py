@@ -15,9 +15,15 @@ so the defect alone decides where it is dropped. Addresses come from the command
   --only A,B        only these classes
   --ready FILE      create FILE once every packet is built
   --go FILE         build every packet first, send once FILE exists (at most 30 s later)
-Prints one JSON line: {"classes": {NAME: {"sent": N, "failed": N}}, "seconds": S}.
+  --sent FILE       create FILE once the last packet is sent (before waiting for answers)
+  --answers A,B     these classes' packets (ACK segments of no connection) must each be answered
+                    with a RST: count the answers the TUN carries back (waits --answer-wait
+                    seconds at most after the last send for the missing ones)
+Prints one JSON line: {"classes": {NAME: {"sent": N, "failed": N}}, "seconds": S}, with
+"answered": N in each class of --answers.
 """
 import argparse
+import ctypes
 import ipaddress
 import json
 import os
@@ -25,11 +31,37 @@ import random
 import socket
 import struct
 import sys
+import threading
 import time
 
 ETH_P_IP = 0x0800
 ETH_P_IPV6 = 0x86DD
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+SO_ATTACH_FILTER = 26
+SO_RCVBUFFORCE = 33
 TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+
+# Classic BPF on the TUN (no link-layer header: offset 0 is the IP header): TCP segments with
+# RST set, IPv6 without extension headers or IPv4; everything else stays in the kernel, so a
+# download through the same TUN does not crowd the answers out of the receive buffer.
+RST_FILTER = [
+    (0x30, 0, 0, 0),     # 0  ldb [0]
+    (0x54, 0, 0, 0xF0),  # 1  and #0xf0
+    (0x15, 0, 4, 0x60),  # 2  jeq #0x60 ? 3 : 7
+    (0x30, 0, 0, 6),     # 3  ldb [6] (Next Header)
+    (0x15, 0, 9, 6),     # 4  jeq #6 ? 5 : drop
+    (0x30, 0, 0, 53),    # 5  ldb [40 + 13] (TCP flags)
+    (0x45, 6, 7, 0x04),  # 6  jset #RST ? accept : drop
+    (0x15, 0, 6, 0x40),  # 7  jeq #0x40 ? 8 : drop
+    (0x30, 0, 0, 9),     # 8  ldb [9] (Protocol)
+    (0x15, 0, 4, 6),     # 9  jeq #6 ? 10 : drop
+    (0xB1, 0, 0, 0),     # 10 ldxb 4 * ([0] & 0xf)
+    (0x50, 0, 0, 13),    # 11 ldb [x + 13] (TCP flags)
+    (0x45, 0, 1, 0x04),  # 12 jset #RST ? accept : drop
+    (0x06, 0, 0, 0xFFFF),  # 13 accept
+    (0x06, 0, 0, 0),     # 14 drop
+]
 
 
 def csum(data):
@@ -343,6 +375,90 @@ class Gen:
 CLASSES = [n[2:] for n in Gen.__dict__ if n.startswith("c_")]
 
 
+def tcp_tuple(pkt):
+    """(src, dst, sport, dport, seq, ack, flags) of an IPv4 or IPv6 TCP packet (IPv6: after
+    any Hop-by-Hop, Routing and Destination Options headers), or None."""
+    if not pkt:
+        return None
+    if pkt[0] >> 4 == 4:
+        off = (pkt[0] & 15) * 4
+        if off < 20 or len(pkt) < off + 20 or pkt[9] != 6:
+            return None
+        src, dst = pkt[12:16], pkt[16:20]
+    elif pkt[0] >> 4 == 6:
+        if len(pkt) < 40:
+            return None
+        nh, off = pkt[6], 40
+        while nh in (0, 43, 60):
+            if len(pkt) < off + 8:
+                return None
+            nh, off = pkt[off], off + (pkt[off + 1] + 1) * 8
+        if nh != 6 or len(pkt) < off + 20:
+            return None
+        src, dst = pkt[8:24], pkt[24:40]
+    else:
+        return None
+    return (src, dst) + struct.unpack_from("!HHIIxB", pkt, off)
+
+
+class Answers:
+    """The RSTs the proxy writes back into the TUN for the packets of some classes, one per
+    packet: from the packet's destination to its source, ports swapped, its sequence number
+    the packet's acknowledgement number (RFC 9293 3.10.7.1 and 3.10.7.2: a closed port, or a
+    listener, answers an ACK segment so). A reader thread counts them per class."""
+
+    def __init__(self, dev):
+        self.s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, 0)
+        self.s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 4 << 20)
+        self.prog = ctypes.create_string_buffer(
+            b"".join(struct.pack("HBBI", *i) for i in RST_FILTER))
+        self.s.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER,
+                          struct.pack("HL", len(RST_FILTER), ctypes.addressof(self.prog)))
+        self.s.bind((dev, ETH_P_ALL))  # after the filter: nothing unfiltered is queued
+        self.s.settimeout(0.1)
+        self.want = {}  # answer key -> the classes of the packets still waiting for it
+        self.got = {}
+        self.waiting = 0
+        self.lock = threading.Lock()
+        self.all_in = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.read, daemon=True)
+
+    def expect(self, cls, pkt):
+        t = tcp_tuple(pkt)
+        if t is None or not t[6] & TCP_ACK:
+            raise ValueError("class %s: not an ACK segment, no RST to wait for" % cls)
+        src, dst, sport, dport, _, ack, _ = t
+        self.want.setdefault((dst, src, dport, sport, ack), []).append(cls)
+        self.got.setdefault(cls, 0)
+        self.waiting += 1
+
+    def read(self):
+        while not self.stop.is_set():
+            try:
+                data, sa = self.s.recvfrom(256)
+            except socket.timeout:
+                continue
+            t = tcp_tuple(data)
+            if sa[2] == PACKET_OUTGOING or t is None:
+                continue
+            with self.lock:
+                waiting = self.want.get(t[:5])
+                if waiting:
+                    self.got[waiting.pop()] += 1
+                    self.waiting -= 1
+                    if self.waiting == 0:
+                        self.all_in.set()
+
+    def wait(self, seconds):
+        if self.waiting:
+            self.all_in.wait(seconds)
+        self.stop.set()
+        self.thread.join()
+        with self.lock:
+            return dict(self.got)
+
+
 def addr(s):
     return ipaddress.ip_address(s).packed
 
@@ -367,6 +483,10 @@ def main():
     ap.add_argument("--pause-ms", type=float, default=1.0)
     ap.add_argument("--ready", help="create this file once every packet is built")
     ap.add_argument("--go", help="build the packets, then send once this file exists")
+    ap.add_argument("--sent", help="create this file once the last packet is sent")
+    ap.add_argument("--answers", default="", help="comma-separated classes answered by RSTs")
+    ap.add_argument("--answer-wait", type=float, default=2.0,
+                    help="seconds after the last send to wait for the missing answers")
     ap.add_argument("--list", action="store_true")
     a = ap.parse_args()
     if a.list:
@@ -383,7 +503,8 @@ def main():
     a.lports = [int(p) for p in a.lports.split(",") if p]
     a.lports6 = [int(p) for p in a.lports6.split(",") if p]
     names = [n for n in a.only.split(",") if n] or CLASSES
-    for n in names:
+    answered = [n for n in a.answers.split(",") if n]
+    for n in names + answered:
         if n not in CLASSES:
             ap.error("unknown class %r (--list)" % n)
     gen = Gen(a, random.Random(a.seed))
@@ -392,6 +513,13 @@ def main():
     # second, so it falls inside the transfers it is meant to disturb.
     bursts = [(n, [getattr(gen, "c_" + n)() for _ in range(a.count + CLASSES.index(n))])
               for n in names]
+    answers = Answers(a.dev) if answered else None
+    for n, pkts in bursts:
+        if n in answered:
+            for pkt in pkts:
+                answers.expect(n, pkt)
+    if answers:
+        answers.thread.start()
     if a.ready:
         open(a.ready, "w").close()
     if a.go:
@@ -429,7 +557,13 @@ def main():
         out[n] = {"sent": sent, "failed": failed}
         if errs:
             out[n]["errors"] = errs
-    print(json.dumps({"classes": out, "seconds": round(time.monotonic() - start, 3)}))
+    seconds = time.monotonic() - start
+    if a.sent:
+        open(a.sent, "w").close()
+    if answers:
+        for n, got in answers.wait(a.answer_wait).items():
+            out.setdefault(n, {"sent": 0, "failed": 0})["answered"] = got
+    print(json.dumps({"classes": out, "seconds": round(seconds, 3)}))
     return 0
 
 

@@ -5,12 +5,14 @@
 # Cases: dig over UDP to an address with no resolver (10.202.9.2) and to one inside the TUN's
 # prefix (198.19.0.53), the same over TCP; a second identical query answered from the cache (dnsmasq sees one query; the
 # cache counters in /stats move); dns.hosts; a "refuse" rule; a rule sending a suffix to a
-# tcp:// server (dnsmasq over TCP); AAAA answered empty with "ipv6": "empty"; a corpus of
+# tcp:// server (one that listens on TCP only, with an answer of its own, so that an answer
+# proves the proxy asked over TCP); AAAA answered empty with "ipv6": "empty"; a corpus of
 # malformed queries dropped and counted (dns.drops.malformed) with the proxy still answering;
 # every query counted in exactly one outcome (dns.queries = answered + drops + pending).
 #
 #   ns D: proxy (auto_route) + dig                           ns S: dnsmasq 10.202.0.2:53
-#   vDS 10.202.0.1/24 ------------------------------------ vSD 10.202.0.2/24
+#                                                          TCP-only DNS 10.202.0.3:53
+#   vDS 10.202.0.1/24 ------------------------------------ vSD 10.202.0.2/24, 10.202.0.3/24
 #                                                          route 198.18.0.0/15 via D
 #
 # usage: names.sh [--stack system|lwip] [--bin PATH] [--keep] [-v]
@@ -25,7 +27,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 suite_args names -- "$@"
 suite_begin names ip curl jq dig dnsmasq danted
 NS_D=tsnD-$TOK NS_S=tsnS-$TOK V_DS=tsnds$TOK V_SD=tsnsd$TOK TUN=tsnt$TOK
-P_STATS=9192 NORES=10.202.9.2 INPFX=198.19.0.53
+P_STATS=9192 NORES=10.202.9.2 INPFX=198.19.0.53 TCPDNS=10.202.0.3
 inD() { ip netns exec "$NS_D" "$@"; }
 # dig in D: the answer section's first address (or the status with +status), bounded.
 q() { inD dig +time=2 +tries=1 +short "$@" 2>/dev/null | head -n 1; }
@@ -40,6 +42,7 @@ ip -n "$NS_D" link set "$V_DS" up
 ip -n "$NS_S" link set "$V_SD" up
 ip -n "$NS_D" addr add 10.202.0.1/24 dev "$V_DS"
 ip -n "$NS_S" addr add 10.202.0.2/24 dev "$V_SD"
+ip -n "$NS_S" addr add "$TCPDNS/24" dev "$V_SD"
 ip -n "$NS_D" route add default via 10.202.0.2
 ip -n "$NS_S" route add 198.18.0.0/15 via 10.202.0.1
 ip -n "$NS_S" addr add 10.202.9.80/32 dev lo
@@ -48,18 +51,62 @@ ip -n "$NS_S" addr add 10.202.9.80/32 dev lo
 spawn "$NS_S" "$TMP/dnsmasq.log" dnsmasq --keep-in-foreground --log-facility=- \
 	--conf-file=/dev/null --no-resolv \
 	--no-hosts --log-queries --local-ttl=300 --address=/test.twinstack/10.9.8.7 \
-	--address=/corp.twinstack/10.9.8.8 --address=/v6.twinstack/fd00:99::7 \
+	--address=/v6.twinstack/fd00:99::7 \
 	--address=/web.twinstack/10.202.9.80 --address=/direct.twinstack/10.202.9.80 \
 	--address=/captive.apple.com/10.202.9.81 \
 	--listen-address=10.202.0.2 --bind-interfaces -p 53 --pid-file="$TMP/dnsmasq.pid" --user=root
 wait_listen "$NS_S" udp 53 100 || { not_ok setup "no dnsmasq"; exit 1; }
 wait_listen "$NS_S" tcp 53 100 || { not_ok setup "no dnsmasq on TCP"; exit 1; }
+# The tcp:// server: DNS over TCP only (nothing listens on UDP there), answering A queries for
+# *.corp.twinstack with 10.9.8.18, which dnsmasq does not know, and logging each one.
+cat >"$TMP/tcpdns.py" <<'EOF'
+import socketserver, struct, sys
+
+class Conn(socketserver.BaseRequestHandler):
+    def handle(self):
+        f = self.request.makefile("rb")
+        while len(n := f.read(2)) == 2:
+            q = f.read(struct.unpack("!H", n)[0])
+            i, labels = 12, []
+            while i < len(q) and q[i]:
+                labels.append(q[i + 1:i + 1 + q[i]].decode(errors="replace"))
+                i += 1 + q[i]
+            if len(q) < i + 5:
+                return
+            name, qtype = ".".join(labels), struct.unpack("!H", q[i + 1:i + 3])[0]
+            with open(sys.argv[2], "a") as log:
+                print("query[%s] %s from %s over tcp" % ({1: "A", 28: "AAAA"}.get(qtype, qtype),
+                      name, self.client_address[0]), file=log)
+            ours = qtype == 1 and name.lower().endswith("corp.twinstack")
+            flags = 0x8080 | (q[2] << 8 & 0x0100) | (0 if ours else 5)  # QR RA (RD), or REFUSED
+            m = q[:2] + struct.pack("!HHHHH", flags, 1, int(ours), 0, 0) + q[12:i + 5]
+            if ours:
+                m += b"\xc0\x0c" + struct.pack("!HHIH4B", 1, 1, 300, 4, 10, 9, 8, 18)
+            self.request.sendall(struct.pack("!H", len(m)) + m)
+
+socketserver.ThreadingTCPServer.allow_reuse_address = True
+socketserver.ThreadingTCPServer.daemon_threads = True
+socketserver.ThreadingTCPServer((sys.argv[1], 53), Conn).serve_forever()
+EOF
+spawn "$NS_S" "$TMP/tcpdns.err" "$PY" "$TMP/tcpdns.py" "$TCPDNS" "$TMP/tcpdns.log"
+tcpdns_up() { ip netns exec "$NS_S" ss -ltnH "src $TCPDNS:53" | grep -q .; }
+wait_until 100 0.1 tcpdns_up || { not_ok setup "no TCP-only DNS server: $(tail -n 2 "$TMP/tcpdns.err")"; exit 1; }
+# It answers over TCP, and a query over UDP gets nothing (asked inside S, before the proxy
+# hijacks every query from D).
+tcpdns_only() {
+	local t u
+	t=$(ip netns exec "$NS_S" dig +time=2 +tries=1 +short +tcp @"$TCPDNS" s.corp.twinstack A 2>/dev/null | head -n 1)
+	u=$(ip netns exec "$NS_S" dig +time=1 +tries=1 +short +notcp @"$TCPDNS" s.corp.twinstack A 2>&1 | head -n 1)
+	echo "over TCP: $t; over UDP: $u"
+	[ "$t" = 10.9.8.18 ] && [[ "$u" != *10.9.8.18* ]]
+}
+check "setup: the tcp:// server answers over TCP only" tcpdns_only || exit 1
 
 jq -n --arg s "$STACK" --arg t "$TUN" --arg l "127.0.0.1:$P_STATS" \
 	'{stack: $s, tun: {name: $t, auto_route: true}, stats: {listen: $l}, log: {level: "warn"},
 	  dns: {hijack: true,
 		servers: [{tag: "plain", address: "udp://10.202.0.2"},
-			  {tag: "bytcp", address: "tcp://10.202.0.2:53"}],
+			  {tag: "bytcp", address: "tcp://10.202.0.3:53"}],
 		rules: [{domain_suffix: ["corp.twinstack"], server: "bytcp"},
 			{domain: ["ads.twinstack"], action: "refuse"}],
 		final: "plain", ipv6: "empty",
@@ -95,8 +142,13 @@ check "2. dns.queries_tcp +2" test "$(delta dns.queries_tcp "$s1" "$s2")" = 2
 # 3. hosts, a refuse rule, a rule to the tcp:// server, AAAA empty.
 check "3. dns.hosts answers" test "$(q @"$NORES" printer.lan A)" = 10.0.0.9
 check "3. a refuse rule answers REFUSED" test "$(status @"$NORES" ads.twinstack A)" = REFUSED
-check "3. corp.twinstack through the tcp:// server" test "$(q @"$NORES" x.corp.twinstack A)" = 10.9.8.8
-check "3. dnsmasq was asked for it over TCP" grep -q "query\[A\] x.corp.twinstack from 10.202.0.1" "$TMP/dnsmasq.log"
+# Only the server that listens on TCP alone knows 10.9.8.18: the answer proves the proxy asked
+# it over TCP.
+check "3. corp.twinstack through the tcp:// server (its own answer: over TCP)" \
+	test "$(q @"$NORES" x.corp.twinstack A)" = 10.9.8.18
+check "3. the TCP-only server logged the query from the proxy" \
+	grep -q "query\[A\] x.corp.twinstack from 10.202.0.1 over tcp" "$TMP/tcpdns.log"
+check "3. and dnsmasq never saw it" test "$(upstream_queries A x.corp.twinstack)" -eq 0
 check "3. AAAA answered empty (ipv6: empty)" test "$(status @"$NORES" v6.twinstack AAAA)" = NOERROR
 check "3. and dnsmasq never asked for it" test "$(upstream_queries AAAA v6.twinstack)" -eq 0
 
@@ -278,15 +330,29 @@ check "5. http through the fake address and dante arrives intact" cmp -s "$TMP/b
 # dante got the name, not the fake address: it asked dnsmasq for it from its own address.
 check "5. dante was asked for the name (it resolved it through dnsmasq)" \
 	grep -q "query\[A\] www.web.twinstack from 10.202.0.2" "$TMP/dnsmasq.log"
-# A live connection holds its fake address (pinned), let go when it ends.
-inD "$PY" -c 'import socket,sys,time; s=socket.create_connection((sys.argv[1],80),3); time.sleep(1.5); s.close()' "$fake" &
+# A live connection holds its fake address (pinned), let go when it ends. The connection is
+# held until the test releases it (at most 10 s); each state is polled for, bounded at 5 s.
+# pinned OP N: dns.fakeip.pinned compares so to N (echoes the value).
+pinned() {
+	local p
+	p=$(stat_key dns.fakeip.pinned "$(stats)")
+	echo "dns.fakeip.pinned $p"
+	test "$p" "-$1" "$2" 2>/dev/null
+}
+check "5. nothing pinned before (the fetch's session ended)" wait_until 50 0.1 pinned eq 0
+inD "$PY" -c 'import os, socket, sys, time
+s = socket.create_connection((sys.argv[1], 80), 3)
+open(sys.argv[2], "w").close()
+end = time.monotonic() + 10
+while not os.path.exists(sys.argv[3]) and time.monotonic() < end:
+    time.sleep(0.02)
+s.close()' "$fake" "$TMP/held" "$TMP/release" &
 HOLD=$!
-sleep 0.7
-pinned=$(stat_key dns.fakeip.pinned "$(stats)")
+wait_until 50 0.1 test -e "$TMP/held"
+check "5. a live connection pins its fake address" wait_until 50 0.1 pinned ge 1
+touch "$TMP/release"
 wait "$HOLD"
-sleep 0.3
-check "5. a live connection pins its fake address (dns.fakeip.pinned $pinned)" test "$pinned" -ge 1
-check "5. and lets it go when it ends" test "$(stat_key dns.fakeip.pinned "$(stats)")" -eq 0
+check "5. and lets it go when it ends" wait_until 50 0.1 pinned eq 0
 dfake=$(q @"$NORES" www.direct.twinstack A)
 fetch www.direct.twinstack "$dfake"
 check "5. direct: the name resolved through the resolver, the page arrives" \
