@@ -75,6 +75,7 @@ struct budget {
 	gauge_t udp_in_use, udp_peak;
 	gauge_t fds_in_use, fds_peak;
 	gauge_t bytes_in_use, bytes_peak;
+	gauge_t bytes_abandoned;     /* in bytes_in_use for good (budget_bytes_abandon) */
 	gauge_t malloc_bytes, malloc_blocks;
 	_Atomic bool fd_pool;        /* also draws descriptors from the process pool */
 	/* budget_set_fd_reclaim: fn and ctx are written before reclaim_on is set (release) and
@@ -187,8 +188,9 @@ void budget_free(struct budget *b)
 {
 	if (!b)
 		return;
-	/* Outstanding buffers would be freed into a dead budget later: a caller bug. */
-	assert(atomic_load(&b->bytes_in_use) == 0);
+	/* Outstanding buffers would be freed into a dead budget later: a caller bug. Abandoned
+	 * ones never come back. */
+	assert(atomic_load(&b->bytes_in_use) == atomic_load(&b->bytes_abandoned));
 	if (atomic_load(&b->fd_pool)) {
 		fdpool_give((uint32_t)atomic_load(&b->fds_in_use));
 		fdpool_leave();
@@ -426,6 +428,12 @@ void budget_bytes_release(struct budget *b, uint64_t n)
 	gauge_give(b, &b->bytes_in_use, n);
 }
 
+void budget_bytes_abandon(struct budget *b, uint64_t n)
+{
+	assert(n <= gauge_get(&b->bytes_in_use) - gauge_get(&b->bytes_abandoned));
+	atomic_fetch_add_explicit(&b->bytes_abandoned, n, memory_order_relaxed);
+}
+
 void budget_buffer_peak_reset(struct budget *b)
 {
 	atomic_store_explicit(&b->bytes_peak, gauge_get(&b->bytes_in_use), memory_order_relaxed);
@@ -533,6 +541,7 @@ void budget_get_stats(const struct budget *b, struct budget_stats *out)
 	out->fd_refused = ctr_get(&b->fd_refused);
 	out->buffer_bytes_in_use = gauge_get(&b->bytes_in_use);
 	out->buffer_bytes_peak = gauge_get(&b->bytes_peak);
+	out->buffer_bytes_abandoned = gauge_get(&b->bytes_abandoned);
 	out->buffer_refused = ctr_get(&b->buffer_refused);
 	out->malloc_bytes_in_use = gauge_get(&b->malloc_bytes);
 	out->malloc_blocks = gauge_get(&b->malloc_blocks);

@@ -98,7 +98,8 @@ struct budget;
  * budget_limits_check) or -ENOMEM. */
 int budget_new(const struct budget_limits *l, struct budget **out) BUDGET_WUR;
 
-/* Free the budget. NULL is fine. Every pool and budget_malloc block must be gone first. */
+/* Free the budget. NULL is fine. Every pool and budget_malloc block must be gone first, every
+ * reserved byte released or abandoned (budget_bytes_abandon). */
 void budget_free(struct budget *b);
 
 /* Borrowed; valid until budget_free. */
@@ -167,6 +168,10 @@ void budget_join_fd_pool(struct budget *b);
  * Returns 0 or -ENOBUFS (counted in buffer_refused). */
 int budget_bytes_reserve(struct budget *b, uint64_t n) BUDGET_WUR;
 void budget_bytes_release(struct budget *b, uint64_t n);
+/* n reserved bytes will never be released: memory left allocated on purpose for as long as
+ * the process lives (a read buffer the kernel may still write into). They stay in use, are
+ * counted in buffer_bytes_abandoned, and budget_free accepts them. */
+void budget_bytes_abandon(struct budget *b, uint64_t n);
 
 /* Accounted heap for code that cannot use fixed-size pools (lwIP's heap). The size lives in a
  * 16-byte header (alignment preserved); only the n requested bytes are counted against
@@ -213,6 +218,7 @@ struct budget_stats {
 	uint64_t fd_refused;
 
 	uint64_t buffer_bytes_in_use, buffer_bytes_peak;
+	uint64_t buffer_bytes_abandoned; /* of those in use, never to be released */
 	uint64_t buffer_refused;       /* every refused reserve: pools and budget_malloc */
 	uint64_t malloc_bytes_in_use, malloc_blocks;
 	uint64_t malloc_refused;       /* budget_malloc: over budget (also in buffer_refused) */

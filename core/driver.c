@@ -21,6 +21,22 @@
 #include "core/tun.h"
 #include "core/uring.h"
 
+/* Memory left allocated on purpose (the kernel may still write into it) is no leak for
+ * LeakSanitizer either. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TS_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TS_LSAN 1
+#endif
+#endif
+#ifdef TS_LSAN
+#include <sanitizer/lsan_interface.h>
+#define leave_allocated(p) __lsan_ignore_object(p)
+#else
+#define leave_allocated(p) ((void)(p))
+#endif
+
 /* struct virtio_net_hdr (linux/virtio_net.h). tun_open sets TUNSETVNETLE, so its fields are
  * little-endian on every host (virtio 1.0). Defined here so the layout is explicit and
  * bookworm's missing VIRTIO_NET_HDR_GSO_UDP_L4 (5) does not matter. */
@@ -560,7 +576,8 @@ struct driver_rxbuf *driver_rx_take(void *driver, const uint8_t *pkt)
 	struct driver *d = driver;
 	struct driver_rxbuf *old = d->in_buf, *fresh;
 
-	if (!old || pkt != old->frame + d->hdr || !(fresh = rxbuf_new(d->pool)))
+	/* After a lost round the slots are the kernel's for good (ring_lost): none is given. */
+	if (!old || pkt != old->frame + d->hdr || d->ring_stuck || !(fresh = rxbuf_new(d->pool)))
 		return NULL;
 	d->slot[d->in_slot] = fresh;
 	d->in_buf = NULL;
@@ -650,13 +667,20 @@ static void ring_off(struct driver *d, ctr_t *why, const char *name)
 /* An operation of the ring never completed, nor could it be cancelled: the kernel may still
  * write into its buffer, or read from it. The slots and the ring are never reused nor freed,
  * and the driver stops reading, as for a device that went away (-ENOTRECOVERABLE to the
- * owner). The writes of that round are lost (counted as drops), and the frames lent for them
- * are never given back: the stack's memory stays allocated rather than reused under a write
- * the kernel may still be making. */
+ * owner). The slots' charge stays with the budget as abandoned (counted in uring_lost_bytes),
+ * so the budget can still be freed. The writes of that round are lost (counted as drops),
+ * and the frames lent for them are never given back: the stack's memory stays allocated
+ * rather than reused under a write the kernel may still be making. */
 static void ring_lost(struct driver *d, unsigned lost_writes)
 {
-	(void)ring_detach(d, &d->ctr.uring_enter_failed); /* never freed */
+	leave_allocated(ring_detach(d, &d->ctr.uring_enter_failed));
 	d->ring_stuck = true;
+	for (unsigned i = 0; i < d->nslots; i++) {
+		leave_allocated(d->slot[i]);
+		if (d->pool->budget)
+			budget_bytes_abandon(d->pool->budget, d->pool->size);
+	}
+	ctr_add(&d->ctr.uring_lost_bytes, (uint64_t)d->nslots * d->pool->size);
 	ctr_add(&d->ctr.tx_dropped, lost_writes + d->nwq);
 	d->nwq = 0;
 	d->nlent = 0;
@@ -1028,7 +1052,7 @@ void driver_free(struct driver *d)
 		flush_writes(d);
 	if (d->ring_stuck) {
 		/* The kernel may still write into the slots: they and the ring stay (each holds
-		 * the pool, which outlives the driver). */
+		 * the pool, which outlives the driver), their charge abandoned (ring_lost). */
 		pool_leave(d);
 		free(d);
 		return;

@@ -110,6 +110,8 @@ struct driver_ops {
 	X(tx_lent)        /* frames the stack lent, written with a later round */             \
 	X(uring_reads_empty) /* batched I/O: reads that found the device empty */             \
 	X(rx_taken)       /* read buffers a stack took with their packet (driver_rx_take) */  \
+	X(uring_lost_bytes) /* read buffers' bytes left allocated for good: the ring lost a    \
+			     * round, and the kernel may still write into them */             \
 	/* batched I/O given up (read() and write() from then on), by reason: */              \
 	X(uring_read_refused)  /* the ring could not read the device, read() could */          \
 	X(uring_write_refused) /* the ring could not write to it (EOPNOTSUPP), writev() could */ \
@@ -229,8 +231,9 @@ struct driver_rxbuf {
  * the holder frees the buffer with b->free(b): on the driver's own thread (the buffers share an
  * unlocked pool with it), or on any one thread once the driver's loop has stopped, before or
  * after driver_free. The input must then return DRIVER_DONE. Returns the buffer (the holder's
- * now), or NULL: pkt is not the packet of the input under way, it was taken already, or the
- * budget refused the new buffer (counted there as a refused reserve). */
+ * now), or NULL: pkt is not the packet of the input under way, it was taken already, the ring
+ * lost a round (its buffers are left to the kernel, uring_lost_bytes), or the budget refused
+ * the new buffer (counted there as a refused reserve). */
 struct driver_rxbuf *driver_rx_take(void *driver, const uint8_t *pkt);
 /* Buffers given back and kept for the next takes (not charged to the budget). */
 unsigned driver_rx_kept(const struct driver *d);

@@ -28,6 +28,8 @@
 #include "core/counter.h"
 
 #define MAX_BODY_SIZE 1024 /* we take no bodies; a larger one is refused (413) by evhttp */
+/* What a connection may buffer, whatever evhttp counts (see make_bev). */
+#define CONN_INPUT_MAX (STATS_HTTP_MAX_HEADERS + MAX_BODY_SIZE + 4096)
 
 /* One accepted connection: removed and freed by on_conn_close, which evhttp calls once when it
  * closes the connection for whatever reason (our deadline included), or by on_timer when it
@@ -183,6 +185,18 @@ static void request_done(struct stats_http *s, struct evhttp_request *req)
 		}
 }
 
+/* An input buffer (of bufferevent arg) grew to CONN_INPUT_MAX: reading is disabled until evhttp
+ * enables it again (after an answer, with the buffered requests to parse). The watermark alone
+ * only suspends it, and libevent then runs the read callback again in every loop iteration
+ * while the buffer stays full and reading enabled: the loop would spin, and the callback
+ * pending when the loop stops holds a reference that keeps the bufferevent (and its buffered
+ * input) alive past evhttp_free. */
+static void pause_reading(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	if (info->n_added && evbuffer_get_length(buf) >= CONN_INPUT_MAX)
+		bufferevent_disable(arg, EV_READ);
+}
+
 /* evhttp asks for a bufferevent for each connection it accepts, before it reads anything:
  * the one place we see a new connection. Counted (or marked refused over the cap) here; the
  * rest happens in on_timer at once, when evhttp has made the connection. A reference on the
@@ -198,7 +212,8 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 	c->s = s;
 	c->timer = evtimer_new(base, on_timer, c);
 	c->bev = bufferevent_socket_new(base, -1, 0);
-	if (!c->timer || !c->bev) {
+	if (!c->timer || !c->bev ||
+	    !evbuffer_add_cb(bufferevent_get_input(c->bev), pause_reading, c->bev)) {
 		if (c->timer)
 			event_free(c->timer);
 		if (c->bev)
@@ -209,9 +224,10 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 	bufferevent_incref(c->bev);
 	/* What a connection may buffer, whatever evhttp counts: a chunked body's size line is
 	 * counted against the body limit only once it ends, so a client streaming one endless
-	 * line would otherwise grow the buffer until the request cap. Reading stops above this;
-	 * the request cap then closes the connection. */
-	bufferevent_setwatermark(c->bev, EV_READ, 0, STATS_HTTP_MAX_HEADERS + MAX_BODY_SIZE + 4096);
+	 * line would otherwise grow the buffer until the request cap. The watermark keeps each
+	 * read within CONN_INPUT_MAX, pause_reading stops reading there; the request cap then
+	 * closes the connection. */
+	bufferevent_setwatermark(c->bev, EV_READ, 0, CONN_INPUT_MAX);
 	c->refused = ctr_get(&s->nconns) >= STATS_HTTP_MAX_CONNS;
 	if (c->refused) {
 		ctr_inc(&s->refused);

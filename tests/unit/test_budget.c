@@ -416,6 +416,35 @@ Test(bytes, buffer_stats_per_session)
 	budget_free(b);
 }
 
+/* Bytes abandoned for good (memory the kernel may still write) stay in use and under the
+ * limit, are counted apart, and the budget can be freed with them outstanding. */
+Test(bytes, abandoned_bytes_stay_in_use_and_the_budget_frees)
+{
+	struct budget *b = mk_bytes(1000);
+
+	cr_assert_eq(budget_bytes_reserve(b, 600), 0);
+	budget_bytes_abandon(b, 400);
+	budget_bytes_release(b, 200);
+	cr_assert_eq(stats(b).buffer_bytes_in_use, 400);
+	cr_assert_eq(stats(b).buffer_bytes_abandoned, 400);
+	cr_assert_eq(budget_bytes_reserve(b, 601), -ENOBUFS, "the abandoned bytes still count");
+	cr_assert_eq(budget_bytes_reserve(b, 600), 0);
+	budget_bytes_release(b, 600);
+	budget_free(b);
+}
+
+#ifndef NDEBUG
+/* Bytes neither released nor abandoned at the end are a caller's bug, abandoned or not. */
+Test(bytes, outstanding_bytes_assert_at_free, .signal = SIGABRT)
+{
+	struct budget *b = mk_bytes(1000);
+
+	cr_assert_eq(budget_bytes_reserve(b, 600), 0);
+	budget_bytes_abandon(b, 400);
+	budget_free(b);
+}
+#endif
+
 Test(heap, malloc_is_accounted_and_refused_over_budget)
 {
 	struct budget *b = mk_bytes(1000);

@@ -11,7 +11,9 @@
  *   written back whole with its header, a DATA_VALID super-packet made partial; read buffers a
  *   stack takes with their packet (driver_rx_take): the packet intact while the driver reads
  *   on into new buffers, charged to the budget, kept for reuse when given back, refused when
- *   the budget has no room, valid after the driver is freed.
+ *   the budget has no room, valid after the driver is freed; a round the ring loses (a
+ *   seccomp listener answers io_uring_enter for the kernel): its read buffers left allocated,
+ *   their charge abandoned so the budget still closes, none given to a stack.
  *
  *   A real TUN in a fresh network namespace (tests/unit/netns_child.h): a local UDP socket's
  *   datagrams to a peer behind the TUN are reflected by the input function and come back to
@@ -29,14 +31,18 @@
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <pty.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
+#include <linux/io_uring.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -119,6 +125,54 @@ static void break_io_uring_enter(void)
 
 	cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
 	cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+}
+
+/* Answers every io_uring_enter for the kernel without running it (the listener of
+ * lose_io_uring_rounds): a submission took all its entries, a wait found nothing. */
+static void *answer_io_uring_enter(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+
+	for (;;) {
+		struct seccomp_notif req;
+		struct seccomp_notif_resp resp;
+
+		memset(&req, 0, sizeof(req));
+		if (ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) {
+			if (errno == EINTR)
+				continue;
+			return NULL;
+		}
+		resp = (struct seccomp_notif_resp){
+			.id = req.id,
+			.val = req.data.args[3] & IORING_ENTER_GETEVENTS ? 0
+								   : (int64_t)req.data.args[1],
+		};
+		(void)ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+	}
+}
+
+/* From now on every io_uring round is lost: a seccomp filter hands io_uring_enter to a thread
+ * that answers as if the kernel took the operations, which then neither complete nor can be
+ * cancelled (uring_run's -ETIMEDOUT, core/uring.h). The kernel never sees them, so it never
+ * touches the buffers either. */
+static void lose_io_uring_rounds(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_enter, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
+	pthread_t t;
+	long fd;
+
+	cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+	fd = syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+	cr_assert_geq(fd, 0, "seccomp listener: %s", strerror(errno));
+	cr_assert_eq(pthread_create(&t, NULL, answer_io_uring_enter, (void *)(intptr_t)fd), 0);
+	cr_assert_eq(pthread_detach(t), 0);
 }
 
 static enum driver_verdict in_fn(void *arg, uint8_t *buf, size_t len, const struct pkt_meta *m,
@@ -1089,6 +1143,139 @@ Test(driver_ring, lent_frames_survive_the_ring_failing)
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "child status %d (10: fallback, 11: after, 12: order, 13: totals, 20+i: frame i)",
 		  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+/* The ring loses a round (its operations neither completed nor cancelled): the driver stops
+ * reading, and its read buffers, which the kernel may still write, are never reused nor freed.
+ * Their charge stays with the budget as given up for good, so the budget still closes. */
+Test(driver_ring, a_lost_round_leaves_the_read_buffers_and_the_budget_closes)
+{
+	struct event_base *base = event_base_new();
+	struct driver_params p = { .mtu = 1500, .vnet_hdr = true, .uring = true };
+	uint8_t pkt[256], frame[VH + 256] = { 0 };
+	struct budget_limits l;
+	struct budget_stats st;
+	struct seen s = { 0 };
+	struct budget *b;
+	struct driver *d;
+	uint64_t charged;
+	size_t len;
+	int sv[2];
+
+	budget_limits_profile(&l, BUDGET_PROFILE_DESKTOP);
+	cr_assert_eq(budget_new(&l, &b), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+	p.fd = sv[0];
+	s.script_default.v = DRIVER_DONE;
+	cr_assert_eq(driver_new(base, &p, &ops, &s, b, &d), 0);
+	cr_assert(driver_uring(d));
+	budget_get_stats(b, &st);
+	charged = st.buffer_bytes_in_use;
+	cr_assert_gt(charged, 0, "the read buffers are charged");
+	len = udp_pkt(pkt, sizeof(pkt), 30, 1);
+	memcpy(frame + VH, pkt, len);
+	cr_assert_eq(send(sv[1], frame, VH + len, 0), (ssize_t)(VH + len));
+	lose_io_uring_rounds();
+	cr_assert_eq(driver_poll(d), 0);
+	cr_assert_eq(s.inputs, 0, "nothing read by a lost round is handled");
+	cr_assert_not(driver_uring(d));
+	cr_assert_eq(CTR(d, uring_enter_failed), 1);
+	cr_assert_eq(CTR(d, rx_gone), 1, "reading stopped");
+	cr_assert_eq(CTR(d, uring_lost_bytes), charged, "every read buffer left to the kernel");
+	budget_get_stats(b, &st);
+	cr_assert_eq(st.buffer_bytes_abandoned, charged);
+	driver_free(d);
+	budget_get_stats(b, &st);
+	cr_assert_eq(st.buffer_bytes_in_use, charged, "the memory is still in use");
+	cr_assert_eq(st.buffer_bytes_abandoned, charged);
+	budget_free(b);
+	event_base_free(base);
+	close(sv[0]);
+	close(sv[1]);
+	CHECK_LEAKS();
+}
+
+/* What the input does when a round is lost under it: the first packet is written back (queued
+ * for the next round), the second loses that round (a stack's own packet flushes it) and then
+ * tries to take its read buffer. */
+struct loser {
+	struct driver *d;
+	int inputs;
+	int tx;                  /* driver_tx's result */
+	struct driver_rxbuf *took;
+};
+
+static enum driver_verdict lose_fn(void *arg, uint8_t *buf, size_t len, const struct pkt_meta *m,
+				   int64_t now, size_t *out_len, bool *plain, struct pkt_view *view)
+{
+	struct loser *t = arg;
+
+	(void)m, (void)now, (void)view;
+	if (t->inputs++ == 0) {
+		*out_len = len;
+		*plain = false;
+		return DRIVER_WRITE;
+	}
+	lose_io_uring_rounds();
+	t->tx = driver_tx(t->d, buf, len);
+	t->took = driver_rx_take(t->d, buf);
+	return DRIVER_DONE;
+}
+
+static const struct driver_ops lose_ops = { .input = lose_fn };
+
+/* A round lost while a stack handles a packet (its own write flushes the queued write-back):
+ * the write-back is a counted drop, the stack's packet goes with writev(), and the buffer
+ * under the stack's packet can no longer be taken: every slot is the kernel's now, and a
+ * taken one would be freed, or reused, under a write the kernel may still make. */
+Test(driver_ring, a_round_lost_during_input_gives_no_buffer_away)
+{
+	struct event_base *base = event_base_new();
+	struct driver_params p = { .mtu = 1500, .vnet_hdr = true, .uring = true };
+	uint8_t pkt[2][256], frame[VH + 256] = { 0 }, got[VH + 256];
+	struct budget_limits l;
+	struct budget_stats st;
+	struct loser t = { 0 };
+	struct budget *b;
+	struct driver *d;
+	uint64_t charged;
+	size_t len[2];
+	int sv[2];
+
+	budget_limits_profile(&l, BUDGET_PROFILE_DESKTOP);
+	cr_assert_eq(budget_new(&l, &b), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+	p.fd = sv[0];
+	cr_assert_eq(driver_new(base, &p, &lose_ops, &t, b, &d), 0);
+	t.d = d;
+	budget_get_stats(b, &st);
+	charged = st.buffer_bytes_in_use;
+	for (int i = 0; i < 2; i++) {
+		len[i] = udp_pkt(pkt[i], sizeof(pkt[i]), 30, (uint8_t)i);
+		memcpy(frame + VH, pkt[i], len[i]);
+		cr_assert_eq(send(sv[1], frame, VH + len[i], 0), (ssize_t)(VH + len[i]));
+	}
+	cr_assert_eq(driver_poll(d), 2);
+	cr_assert_eq(t.inputs, 2);
+	cr_assert_not(driver_uring(d));
+	cr_assert_eq(t.tx, 0);
+	cr_assert_null(t.took, "a slot given away after the round was lost");
+	cr_assert_eq(CTR(d, rx_taken), 0);
+	cr_assert_eq(CTR(d, tx_dropped), 1, "the lost write-back");
+	cr_assert_eq(CTR(d, tx_packets), 1);
+	cr_assert_eq(recv(sv[1], got, sizeof(got), MSG_DONTWAIT), (ssize_t)(VH + len[1]));
+	cr_assert_eq(memcmp(got + VH, pkt[1], len[1]), 0, "the stack's packet, alone");
+	cr_assert_eq(recv(sv[1], got, sizeof(got), MSG_DONTWAIT), -1);
+	cr_assert_eq(CTR(d, uring_lost_bytes), charged);
+	driver_free(d);
+	budget_get_stats(b, &st);
+	cr_assert_eq(st.buffer_bytes_in_use, charged);
+	cr_assert_eq(st.buffer_bytes_abandoned, charged);
+	budget_free(b);
+	event_base_free(base);
+	close(sv[0]);
+	close(sv[1]);
+	CHECK_LEAKS();
 }
 
 /* Frames still lent when the driver is freed are written and given back first. */

@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -327,6 +328,37 @@ Test(stats_http, keep_alive_serves_several_requests)
 	close(fd);
 }
 
+/* Requests pipelined in one burst larger than a connection may buffer: reading pauses at the
+ * bound and goes on after each answer, and every request is answered, in order. */
+Test(stats_http, pipelined_requests_beyond_the_input_bound_are_all_served)
+{
+	enum { N = 24, PAD = 1024 };
+	static char burst[N * (PAD + 128)];
+	char err[256], pad[PAD + 1];
+	size_t len = 0;
+	int fd;
+
+	memset(pad, 'a', PAD);
+	pad[PAD] = '\0';
+	for (int i = 0; i < N; i++)
+		len += (size_t)snprintf(burst + len, sizeof(burst) - len,
+					"GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Pad: %s\r\n\r\n",
+					pad);
+	cr_assert_gt(len, (size_t)STATS_HTTP_MAX_HEADERS + 1024 + 4096, "not beyond the bound");
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	fd = connect_to(AF_INET, stats_http_port(srv.http));
+	cr_assert_eq(send(fd, burst, len, MSG_NOSIGNAL), (ssize_t)len);
+	for (int i = 1; i <= N; i++) {
+		char want[64];
+
+		read_one(fd, &resp); /* the socket's 5 s receive timeout fails a stall */
+		cr_assert_eq(resp.status, 200, "answer %d: %s", i, resp.head);
+		snprintf(want, sizeof(want), "twinstack_tun_rx_packets %d\n", i);
+		cr_assert_not_null(strstr(resp.body, want), "answer %d", i);
+	}
+	close(fd);
+}
+
 Test(stats_http, unknown_path_404_other_method_405)
 {
 	static const char *const paths[] = { "/", "/statsx", "/stats/", "/metrics.txt", "/STATS" };
@@ -471,28 +503,20 @@ Test(stats_http, trickled_request_is_cut_off_at_the_total_cap)
 	cr_assert_eq(resp.status, 200, "the endpoint still serves");
 }
 
-/* A chunked body whose chunk-size line never ends is not counted against evhttp's body limit
- * until the line is whole: a connection's input buffer must be bounded by itself, or a client
- * streaming such a line grows the process by megabytes a second until the request cap. */
-Test(stats_http, an_endless_chunk_size_line_is_not_buffered)
+/* Stream an endless chunk-size line to the endpoint for ms: its reading pauses at the
+ * connection's bound and the sends then find the socket buffers full. Returns the bytes sent. */
+static uint64_t stream_endless_chunk(int fd, int ms)
 {
 	static const char req[] = "POST /stats HTTP/1.1\r\nHost: localhost\r\n"
 				  "Transfer-Encoding: chunked\r\n\r\n";
 	static char zeros[65536];
-	struct rss_info r0, r1;
 	uint64_t sent = 0;
 	int64_t t0;
-	char err[256];
-	int fd;
 
 	memset(zeros, '0', sizeof(zeros));
-	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
-	rss_heap_trim();
-	cr_assert_eq(rss_sample(&r0), 0);
-	fd = connect_to(AF_INET, stats_http_port(srv.http));
 	cr_assert_eq(write(fd, req, sizeof(req) - 1), (ssize_t)sizeof(req) - 1);
 	t0 = ts_now_ns();
-	while (ts_now_ns() - t0 < MS(STATS_HTTP_REQUEST_MS / 2)) {
+	while (ts_now_ns() - t0 < MS(ms)) {
 		ssize_t n = send(fd, zeros, sizeof(zeros), MSG_NOSIGNAL | MSG_DONTWAIT);
 		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
 
@@ -503,6 +527,36 @@ Test(stats_http, an_endless_chunk_size_line_is_not_buffered)
 		else
 			(void)poll(&pfd, 1, 50);
 	}
+	return sent;
+}
+
+/* CPU time of the whole process (the server's loop thread included), in ms. */
+static int64_t process_cpu_ms(void)
+{
+	struct timespec ts;
+
+	cr_assert_eq(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts), 0);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A chunked body whose chunk-size line never ends is not counted against evhttp's body limit
+ * until the line is whole: a connection's input buffer must be bounded by itself, or a client
+ * streaming such a line grows the process by megabytes a second until the request cap. While
+ * its reading is paused the loop sleeps: it does not run the connection's callbacks again and
+ * again until the cap. */
+Test(stats_http, an_endless_chunk_size_line_is_not_buffered)
+{
+	struct rss_info r0, r1;
+	int64_t cpu0, cpu_ms;
+	uint64_t sent;
+	char err[256];
+	int fd;
+
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	rss_heap_trim();
+	cr_assert_eq(rss_sample(&r0), 0);
+	fd = connect_to(AF_INET, stats_http_port(srv.http));
+	sent = stream_endless_chunk(fd, STATS_HTTP_REQUEST_MS / 2);
 	cr_assert_eq(rss_sample(&r1), 0);
 	cr_assert_lt(r1.rss_bytes, r0.rss_bytes + 8u * 1024 * 1024,
 		     "RSS grew by %llu KiB while %llu KiB were sent",
@@ -511,9 +565,34 @@ Test(stats_http, an_endless_chunk_size_line_is_not_buffered)
 	get(&srv, "/stats", &resp);
 	cr_assert_eq(resp.status, 200, "the endpoint still serves");
 	/* Its reading stopped, the connection is ended by the request time cap. */
+	cpu0 = process_cpu_ms();
 	cr_assert(closed_within(fd, STATS_HTTP_REQUEST_MS + 1000), "still open past the cap");
+	cpu_ms = process_cpu_ms() - cpu0;
 	close(fd);
 	cr_assert_eq(http_stats(&srv).timeouts, 1);
+	cr_assert_lt(cpu_ms, STATS_HTTP_REQUEST_MS / 10,
+		     "%lld ms of CPU while the paused connection waited for the cap",
+		     (long long)cpu_ms);
+}
+
+/* A stop while such a client streams: the endpoint is freed with the connection open and its
+ * reading paused, and frees it all the same (LeakSanitizer checks) and closes its socket. */
+Test(stats_http, free_with_a_paused_connection_open_frees_it)
+{
+	char err[256];
+	uint64_t sent;
+	int fd;
+
+	cr_assert_eq(server_start(&srv, "127.0.0.1", err, sizeof(err)), 0, "%s", err);
+	fd = connect_to(AF_INET, stats_http_port(srv.http));
+	sent = stream_endless_chunk(fd, 500);
+	cr_assert_gt(sent, (uint64_t)(STATS_HTTP_MAX_HEADERS + 8192), "the bound was not reached");
+	cr_assert_eq(http_stats(&srv).connections, 1);
+	cr_assert(!closed_within(fd, 0), "closed before the stop");
+	server_stop(&srv);
+	cr_assert(closed_within(fd, 1000), "the connection outlived the endpoint");
+	close(fd);
+	CHECK_LEAKS();
 }
 
 /* STATS_HTTP_MAX_CONNS idle connections fill the endpoint: one more is closed at once and
