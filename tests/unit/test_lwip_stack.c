@@ -19,6 +19,7 @@
 #include "dispatch/stream.h"
 #include "stacks/lwip/lwip_glue.h"
 #include "stacks/lwip/lwip_stack.h"
+#include "failalloc.h"
 #include "testutil.h"
 
 #define MAX_OUT 64
@@ -966,4 +967,150 @@ Test(lwip_stack, mss_options_found_where_lwip_would_read_them)
 		cr_assert(w > 0 || w == -EAGAIN, "case %zu: write %zd", i, w);
 	}
 	tx_discard = true;
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+/* start_backlog's stack, each step allowed to fail for want of memory: false then, with
+ * what was made undone. */
+static bool nomem_start(bool sweep)
+{
+	char err[TS_ERRLEN] = "";
+	int rc;
+
+	ns = NULL;
+	bud = NULL;
+	base = NULL;
+	rc = config_load_string("{\"stack\":\"lwip\",\"tun\":{\"address\":\"198.18.0.1/15\","
+				"\"address6\":\"fd00:7f::1/64\"}}", &cfg, err, sizeof(err));
+	if (rc)
+		goto undo;
+	cfg.budget.listen_backlog = 4;
+	if ((rc = budget_new(&cfg.budget, &bud)) != 0)
+		goto undo;
+	base = event_base_new();
+	cr_assert_not_null(base);
+	log_init(&lg, LOG_LEVEL_ERROR, 2);
+	struct netstack_env env = { .base = base, .cfg = &cfg, .budget = bud, .log = &lg,
+				    .tx = tx };
+	if ((rc = lwip_stack_ops.start(&env, &ns, err, sizeof(err))) != 0) {
+		ns = NULL;
+		goto undo;
+	}
+	lwip_stack_set_accept_hook(ns, on_acc, NULL);
+	n_out = n_acc = 0;
+	tx_discard = false;
+	return true;
+undo:
+	cr_assert(sweep && (rc == -ENOMEM || rc == -ENOBUFS), "start: %d: %s", rc, err);
+	if (base)
+		event_base_free(base);
+	budget_free(bud);
+	config_fini(&cfg);
+	return false;
+}
+
+/* What the stack answered to the client at cport among the packets from `from` on: the
+ * first one's TCP flags (0: none). */
+static uint8_t answer_to(int from, uint16_t cport, uint32_t *their)
+{
+	for (int i = from; i < n_out; i++) {
+		struct pkt_view v;
+
+		if (pkt_parse(&v, out[i], out_len[i]) != PKT_OK || v.proto != IPPROTO_TCP ||
+		    ntohs(v.dport_be) != cport)
+			continue;
+		if (their)
+			*their = tu_get32(v.l4 + 4);
+		return v.tcp_flags;
+	}
+	return 0;
+}
+
+/* A connection from cli:cport: its SYN answered (SYN-ACK), refused (RST) or dropped and
+ * counted as no memory (the client's retransmission then gets in); once answered, the
+ * handshake's ACK and a segment of data reach an accepted stream, or the client is reset.
+ * Unless sweeping, it must be accepted. */
+static void nomem_conn(const char *cli, uint16_t cport, bool sweep)
+{
+	const char *srv = cli[0] == 'f' ? "2001:db8::80" : "192.0.2.80";
+	uint64_t nomem = counter("drop_nomem");
+	struct tu_spec s;
+	uint32_t their = 0;
+	uint8_t flags = 0;
+	int acc = n_acc, from;
+
+	for (int syn = 0; syn < 2 && !flags; syn++) {
+		tu_spec_tcp(&s, cli, cport, srv, 443);
+		s.tcp_flags = TCP_SYN;
+		s.seq = 1000;
+		s.mss = 1400;
+		from = n_out;
+		(void)feed(tu_build(&s, buf, sizeof(buf)), NULL);
+		flags = answer_to(from, cport, &their);
+		cr_assert(flags || (syn == 0 && counter("drop_nomem") > nomem),
+			  "port %u: SYN %d neither answered nor counted", cport, syn);
+	}
+	if (flags & TCP_RST) {
+		cr_assert(sweep, "port %u refused", cport);
+		return;
+	}
+	cr_assert_eq(flags, TCP_SYN | TCP_ACK);
+	tu_spec_tcp(&s, cli, cport, srv, 443);
+	s.tcp_flags = TCP_ACK;
+	s.seq = 1001;
+	s.ack = their + 1;
+	from = n_out;
+	(void)feed(tu_build(&s, buf, sizeof(buf)), NULL);
+	if (n_acc == acc) {
+		/* Refused at accept (no memory for the session): the client is reset. */
+		cr_assert(sweep, "port %u not accepted", cport);
+		cr_assert(answer_to(from, cport, NULL) & TCP_RST, "port %u: neither accepted nor "
+			  "reset", cport);
+		return;
+	}
+	tu_spec_tcp(&s, cli, cport, srv, 443);
+	s.tcp_flags = TCP_ACK | TCP_PSH;
+	s.seq = 1001;
+	s.ack = their + 1;
+	s.payload = (const uint8_t *)"hello";
+	s.payload_len = 5;
+	(void)feed(tu_build(&s, buf, sizeof(buf)), NULL);
+}
+
+/* The stack's life: started, a v4 and a v6 connection accepted (one written to), freed with
+ * both open; every budget unit back. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	struct budget_stats bs;
+
+	(void)arg;
+	if (!nomem_start(sweep))
+		return;
+	nomem_conn("10.0.0.9", 40001, sweep);
+	nomem_conn("fd00::9", 40002, sweep);
+	nomem_conn("10.0.0.9", 40003, sweep);
+	if (n_acc)
+		(void)acc_s[0]->ops->write(acc_s[0], (const uint8_t *)"world", 5);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	tx_discard = true;
+	for (int i = 0; i < n_acc; i++) {
+		acc_s[i]->ops->abort(acc_s[i]);
+		lwip_stack_session_end(ns);
+	}
+	n_acc = 0;
+	lwip_stack_ops.free(ns);
+	ns = NULL;
+	budget_get_stats(bud, &bs);
+	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes kept");
+	cr_assert_eq(bs.tcp_in_use, 0, "permits kept");
+	event_base_free(base);
+	budget_free(bud);
+	config_fini(&cfg);
+}
+
+Test(lwip_stack_nomem, each_allocation_refused_in_turn, .timeout = 300)
+{
+	cr_log_info("%ld allocations refused in turn",
+		    failalloc_sweep(nomem_scenario, NULL, 10, 5000));
 }
