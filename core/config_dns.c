@@ -30,11 +30,27 @@ static const char *const action_names[] = { "refuse", "empty", NULL };
 
 /* ---- servers ------------------------------------------------------------------------------ */
 
+/* A label of s (n bytes) longer than a DNS label can be: 63 bytes (RFC 1035 section
+ * 2.3.4). */
+static bool label_too_long(const char *s, size_t n)
+{
+	size_t run = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		run = s[i] == '.' ? 0 : run + 1;
+		if (run > 63)
+			return true;
+	}
+	return false;
+}
+
 /* A host name a certificate is checked against: letters, digits, '-' and '.', no empty
- * label, no label that begins or ends with '-' (RFC 1123 section 2.1), no trailing dot. */
+ * label, no label that begins or ends with '-' (RFC 1123 section 2.1) or is longer than 63
+ * bytes, no trailing dot. */
 static bool host_name_ok(const char *s, size_t n)
 {
-	if (n == 0 || n > 253 || s[n - 1] == '.' || s[0] == '-' || s[n - 1] == '-')
+	if (n == 0 || n > 253 || s[n - 1] == '.' || s[0] == '-' || s[n - 1] == '-' ||
+	    label_too_long(s, n))
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
@@ -49,7 +65,7 @@ static bool host_name_ok(const char *s, size_t n)
 /* "https://HOST[:PORT][/PATH]": HOST a name or an address ([IPv6]); port 443, path
  * "/dns-query" by default. A host that is an address is also where to connect. Each part is
  * bounded by what is kept of it: -ENAMETOOLONG a path longer than sv->path holds, -EMSGSIZE a
- * host longer than sv->sni holds. */
+ * host longer than sv->sni holds, -ERANGE a host name with a label longer than a DNS label. */
 static int parse_https(const char *s, struct ts_dns_server *sv)
 {
 	const char *slash = strchr(s, '/'), *end = slash ? slash : s + strlen(s), *hend, *colon;
@@ -93,6 +109,8 @@ static int parse_https(const char *s, struct ts_dns_server *sv)
 			return -EINVAL; /* brackets hold an IPv6 address, and one needs them */
 		netaddr_unmap(&sv->addr.addr);
 		sv->host_is_addr = true;
+	} else if (!bracketed && label_too_long(host, hl)) {
+		return -ERANGE;
 	} else if (bracketed || !host_name_ok(host, hl)) {
 		return -EINVAL;
 	}
@@ -164,6 +182,8 @@ static int f_server_address(struct cfgp *p, const cJSON *item, void *target)
 	if (ret == -EMSGSIZE)
 		return cfgp_fail(p, "the URL's host is longer than %zu bytes",
 				 sizeof(((struct ts_dns_server *)target)->sni) - 1);
+	if (ret == -ERANGE)
+		return cfgp_fail(p, "a label of the URL's host is longer than 63 bytes");
 	if (ret != 0)
 		return cfgp_fail(p, "expected \"udp://ip[:port]\", \"tcp://ip[:port]\", "
 				    "\"tls://ip[:port]\", \"https://host[:port][/path]\" or \"ip[:port]\" "
@@ -185,8 +205,8 @@ static int f_sni(struct cfgp *p, const cJSON *item, void *target)
 		return ret;
 	n = strlen(s);
 	if (!host_name_ok(s, n))
-		return cfgp_fail(p, "a host name (letters, digits, '-', '.'; no trailing dot), got "
-				    "\"%s\"", s);
+		return cfgp_fail(p, "a host name (letters, digits, '-', '.'; labels of at most 63 "
+				    "bytes; no trailing dot), got \"%s\"", s);
 	if (netaddr_parse(s, &(struct netaddr){ 0 }) == 0)
 		return cfgp_fail(p, "a host name, not an address (a TLS server name cannot be one), "
 				    "got \"%s\"", s);

@@ -1362,6 +1362,23 @@ Test(config, dns_doh_url_lengths)
 		 "'https://%s/q','address_ip':'192.0.2.1'}]}}", part);
 	expect_err(json, "$.dns.servers[0].address", "the URL's host is longer than 253 bytes");
 
+	/* A label of 64 bytes: longer than a DNS label, in the URL's host and as a server name;
+	 * 63 is taken. */
+	memset(part, 'a', 64);
+	memcpy(part + 64, ".test", 6);
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://%s/q','address_ip':'192.0.2.1'}]}}", part);
+	expect_err(json, "$.dns.servers[0].address", "a label of the URL's host is longer than 63 "
+		   "bytes");
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'tls://192.0.2.1','sni':'%s'}]}}", part);
+	expect_err(json, "$.dns.servers[0].sni", "labels of at most 63 bytes");
+	snprintf(json, sizeof(json), "{'dns':{'hijack':true,'servers':[{'tag':'a','address':"
+		 "'https://%s/q','address_ip':'192.0.2.1'}]}}", part + 1);
+	load_ok(json, &cfg);
+	cr_assert_str_eq(cfg.dns.servers[0].sni, part + 1);
+	config_fini(&cfg);
+
 	/* 253 bytes of host and 255 of path (a URL of 524 bytes): both kept whole. */
 	memset(part, 'a', 253);
 	for (int i = 63; i < 253; i += 64)
