@@ -1201,6 +1201,11 @@ static void nomem_session(struct sess *s, const char *dst, uint16_t port, bool e
 	s->app = -1;
 }
 
+static bool echo_idle(void *arg)
+{
+	return ((struct echo *)arg)->live == 0;
+}
+
 /* A dispatcher's life in relay mode arg: a session relayed to the echo server, one routed to
  * reject, one live at the free. Every on_end runs once; every fd and byte comes back. */
 static void nomem_scenario(void *arg, bool sweep)
@@ -1248,6 +1253,8 @@ static void nomem_scenario(void *arg, bool sweep)
 	cr_assert_eq(bs.fds_in_use, 0, "fds kept");
 	cr_assert_eq(bs.buffer_bytes_in_use, 0, "buffer bytes kept");
 out:
+	/* The echo server's own connections end once it reads their end (its bufferevents). */
+	cr_assert(run_until(echo_idle, &e, 5000), "the echo server kept %d connections", e.live);
 	evconnlistener_free(e.l);
 	budget_free(budget);
 	budget = NULL;
