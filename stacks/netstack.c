@@ -51,7 +51,7 @@ void netstack_parse_drops(const ctr_t drops[PKT_REASON_MAX], struct netstack_sta
 
 void netstack_policy_drops(const struct l3policy_counters *c, struct netstack_stats *o)
 {
-	o->drops_malformed += ctr_get(&c->drop_family);
+	o->drops_malformed += ctr_get(&c->drop_family) + ctr_get(&c->drop_special_source);
 	o->drops_icmp += ctr_get(&c->drop_icmp);
 	o->drops_own_address += ctr_get(&c->drop_own_address) + ctr_get(&c->drop_nat_address) +
 				ctr_get(&c->drop_from_nat_address);

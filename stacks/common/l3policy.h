@@ -8,6 +8,8 @@
  *           it with an ICMP port unreachable from a NAT address so the app
  *           fails at once (l3policy_answer says which get one and why)
  *                                                                      drop special_destination
+ *           a first SYN from a special address (below): no host sends from one;
+ *           lwIP would drop it uncounted, the kernel as a martian    drop special_source
  *           from one of our NAT addresses: nothing legitimate comes from there
  *           (the kernel never sends from them; only the system stack's
  *           rewritten segments carry them, toward the kernel)       drop from_nat_address
@@ -89,7 +91,8 @@
 	X(proto)       /* neither TCP, UDP nor the family's ICMP */                              \
 	X(family)      /* a family the TUN has no address for */                                \
 	X(loop)        /* a SYN of one of the proxy's own sockets (UDP: dispatch/udp.h) */      \
-	X(special_destination) /* a first SYN or a datagram to a special destination (above) */
+	X(special_destination) /* a first SYN or a datagram to a special destination (above) */ \
+	X(special_source) /* a first SYN from a special address (above): no host sends from it */
 
 enum l3policy_verdict {
 	L3POLICY_TCP,       /* TCP to a foreign destination: the stack's TCP path */
@@ -248,22 +251,29 @@ static inline enum l3policy_verdict l3policy_listener_reply(const struct l3polic
 /* Is addr (4 or 16 bytes of family) a special destination? The exact test, for any address. */
 bool l3policy_special_exact(int family, const uint8_t *addr);
 
-/* The destination of v a special one? A table load decides for all but the few first bytes
- * that may be special; those go to the exact test. */
+/* Is addr (4 or 16 bytes) special? A table load by its first byte decides for all but the
+ * few first bytes that may be special; those go to the exact test. */
+static inline bool l3policy_special4(const struct l3policy *p, const uint8_t *addr)
+{
+	return __builtin_expect(p->special_first[addr[0]] & L3POLICY_SPECIAL4, 0) &&
+	       l3policy_special_exact(4, addr);
+}
+
+static inline bool l3policy_special6(const struct l3policy *p, const uint8_t *addr)
+{
+	return __builtin_expect(p->special_first[addr[0]] & L3POLICY_SPECIAL6, 0) &&
+	       l3policy_special_exact(6, addr);
+}
+
+/* The destination of v a special one? */
 static inline bool l3policy_special_dst4(const struct l3policy *p, const struct pkt_view *v)
 {
-	const uint8_t *dst = v->ip + PKT_V4_DST;
-
-	return __builtin_expect(p->special_first[dst[0]] & L3POLICY_SPECIAL4, 0) &&
-	       l3policy_special_exact(4, dst);
+	return l3policy_special4(p, v->ip + PKT_V4_DST);
 }
 
 static inline bool l3policy_special_dst6(const struct l3policy *p, const struct pkt_view *v)
 {
-	const uint8_t *dst = v->ip + PKT_V6_DST;
-
-	return __builtin_expect(p->special_first[dst[0]] & L3POLICY_SPECIAL6, 0) &&
-	       l3policy_special_exact(6, dst);
+	return l3policy_special6(p, v->ip + PKT_V6_DST);
 }
 
 /* The TCP rules by destination for a served family (v->proto is TCP): TCP, TCP_REPLY (*reply
@@ -317,24 +327,39 @@ static inline bool l3policy_addr_from_self(const struct l3policy *p, int family,
 	return l3policy_from_self(p, family, s, sport_be);
 }
 
-/* A first SYN to a special destination? Only a connection's first SYN is checked: without it
- * no connection exists. The SYN bit is tested first (a segment without it, most of them, pays
- * one test), the ACK bit only for a special destination. */
-static inline bool l3policy_syn_special4(const struct l3policy *p, const struct pkt_view *v)
+/* A connection's first SYN (SYN without ACK): only it is checked against special addresses,
+ * since without it no connection exists. A segment without the SYN bit, most of them, pays
+ * this one test. */
+static inline bool l3policy_first_syn(const struct pkt_view *v)
 {
-	return (v->tcp_flags & TCP_SYN) && l3policy_special_dst4(p, v) &&
-	       !(v->tcp_flags & TCP_ACK);
+	return __builtin_expect((v->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN, 0);
 }
 
-static inline bool l3policy_syn_special6(const struct l3policy *p, const struct pkt_view *v)
+/* A first SYN's addresses: to a special destination, then from a special source (no host
+ * sends from one; lwIP's IP input would drop it uncounted); else TCP. */
+static inline enum l3policy_verdict l3policy_first_syn4(const struct l3policy *p,
+							const struct pkt_view *v)
 {
-	return (v->tcp_flags & TCP_SYN) && l3policy_special_dst6(p, v) &&
-	       !(v->tcp_flags & TCP_ACK);
+	if (l3policy_special4(p, v->ip + PKT_V4_DST))
+		return L3POLICY_DROP_special_destination;
+	if (l3policy_special4(p, v->ip + PKT_V4_SRC))
+		return L3POLICY_DROP_special_source;
+	return L3POLICY_TCP;
 }
 
-/* All TCP rules for a served family (v->proto is TCP): by destination, then a first SYN to a
- * special destination, then TCP from one of our NAT addresses is dropped, then a first SYN of
- * the proxy's own. Counts nothing. */
+static inline enum l3policy_verdict l3policy_first_syn6(const struct l3policy *p,
+							const struct pkt_view *v)
+{
+	if (l3policy_special6(p, v->ip + PKT_V6_DST))
+		return L3POLICY_DROP_special_destination;
+	if (l3policy_special6(p, v->ip + PKT_V6_SRC))
+		return L3POLICY_DROP_special_source;
+	return L3POLICY_TCP;
+}
+
+/* All TCP rules for a served family (v->proto is TCP): by destination, then a first SYN's
+ * special addresses (destination, then source), then TCP from one of our NAT addresses is
+ * dropped, then a first SYN of the proxy's own. Counts nothing. */
 static inline enum l3policy_verdict l3policy_tcp(const struct l3policy *p,
 						 const struct pkt_view *v,
 						 struct l3policy_reply *reply)
@@ -345,20 +370,20 @@ static inline enum l3policy_verdict l3policy_tcp(const struct l3policy *p,
 	if (v->family == 4) {
 		if ((vd = l3policy_tcp_dst(p, v, reply)) != L3POLICY_TCP)
 			return vd;
-		if (l3policy_syn_special4(p, v))
-			return L3POLICY_DROP_special_destination;
+		if (l3policy_first_syn(v) && (vd = l3policy_first_syn4(p, v)) != L3POLICY_TCP)
+			return vd;
 		s = l3policy_offset4(&p->f4, v->ip + PKT_V4_SRC);
 	} else {
 		if ((vd = l3policy_tcp_dst6(p, v, reply)) != L3POLICY_TCP)
 			return vd;
-		if (l3policy_syn_special6(p, v))
-			return L3POLICY_DROP_special_destination;
+		if (l3policy_first_syn(v) && (vd = l3policy_first_syn6(p, v)) != L3POLICY_TCP)
+			return vd;
 		s = l3policy_offset6(&p->f6, v->ip + PKT_V6_SRC);
 	}
 	if (s - 1 < p->n_addrs)
 		return L3POLICY_DROP_from_nat_address;
 	/* Only a connection's first segment is checked: a looping one never gets further. */
-	if (s == 0 && (v->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN && l3policy_from_self(p, v->family, s, v->sport_be))
+	if (s == 0 && l3policy_first_syn(v) && l3policy_from_self(p, v->family, s, v->sport_be))
 		return L3POLICY_DROP_loop;
 	return vd;
 }

@@ -341,6 +341,39 @@ Test(l3policy, special_destinations_ipv6)
 		check(&special6[i], true);
 }
 
+/* A first SYN from a special source (unspecified, loopback, multicast, broadcast, IPv4-mapped
+ * or -compatible IPv6): no host can be answered there, and lwIP would drop it uncounted. It
+ * is dropped as drop_special_source, once. A later segment is the stack's; a datagram goes
+ * on (the UDP path answers to where it came from). */
+#define SPSRC L3POLICY_DROP_special_source
+#define SS(name, kind, src, dst, want) { name, kind, src, 5000, dst, 443, 0, 0, false, want, { 0, 0 } }
+static const struct row special_src[] = {
+	SS("syn from 0.0.0.0", K_SYN, "0.0.0.0", "10.0.0.1", SPSRC),
+	SS("syn from 127.0.0.1", K_SYN, "127.0.0.1", "10.0.0.1", SPSRC),
+	SS("syn from 224.0.0.9", K_SYN, "224.0.0.9", "10.0.0.1", SPSRC),
+	SS("syn from 255.255.255.255", K_SYN, "255.255.255.255", "10.0.0.1", SPSRC),
+	SS("syn from ::", K_SYN, "::", "2001:db8::1", SPSRC),
+	SS("syn from ::1", K_SYN, "::1", "2001:db8::1", SPSRC),
+	SS("syn from ::ffff:10.0.0.9 (mapped)", K_SYN, "::ffff:10.0.0.9", "2001:db8::1", SPSRC),
+	SS("syn from ff02::1", K_SYN, "ff02::1", "2001:db8::1", SPSRC),
+	/* A special destination is the first reason. */
+	SS("syn 224.0.0.9 -> 127.0.0.1", K_SYN, "224.0.0.9", "127.0.0.1", SPECIAL),
+	/* Not a first SYN, not TCP, not special. */
+	SS("ack from 224.0.0.9", K_TCP, "224.0.0.9", "10.0.0.1", L3POLICY_TCP),
+	SS("ack from ff02::1", K_TCP, "ff02::1", "2001:db8::1", L3POLICY_TCP),
+	SS("udp from 224.0.0.9", K_UDP, "224.0.0.9", "10.0.0.1", L3POLICY_UDP),
+	SS("syn from 10.0.0.9", K_SYN, "10.0.0.9", "10.0.0.1", L3POLICY_TCP),
+	SS("syn from 169.254.1.1", K_SYN, "169.254.1.1", "10.0.0.1", L3POLICY_TCP),
+	SS("syn from fe80::1", K_SYN, "fe80::1", "2001:db8::1", L3POLICY_TCP),
+};
+#undef SS
+
+Test(l3policy, special_sources)
+{
+	for (size_t i = 0; i < sizeof(special_src) / sizeof(special_src[0]); i++)
+		check(&special_src[i], true);
+}
+
 Test(l3policy, family_not_served)
 {
 	static const struct row rows[] = {
@@ -860,4 +893,8 @@ Test(l3policy, special_destination_in_stack_stats)
 	cr_assert_eq(o.drops_loop, 2);
 	cr_assert_eq(o.drops_protocol, 3);
 	cr_assert_eq(o.drops_malformed + o.drops_own_address + o.drops_icmp, 0);
+	/* A SYN from a special source cannot have come from a host: malformed. */
+	ctr_add(&c.drop_special_source, 4);
+	netstack_policy_drops(&c, &o);
+	cr_assert_eq(o.drops_malformed, 4);
 }

@@ -195,6 +195,31 @@ Test(lwip_stack, any_destination_v6_and_extension_headers)
 	cr_assert_eq(counter("accepted"), 2);
 }
 
+/* A SYN from a multicast, broadcast or IPv4-mapped source: lwIP's IP input would drop it
+ * uncounted; it is counted before (drop_special_source, in drops.malformed) and never reaches
+ * lwIP or its backlog. */
+Test(lwip_stack, a_syn_from_a_special_source_is_counted_before_lwip)
+{
+	static const char *const src[][2] = { { "224.0.0.9", "192.0.2.80" },
+					      { "255.255.255.255", "192.0.2.80" },
+					      { "::ffff:10.0.0.9", "2001:db8::80" },
+					      { "ff02::1", "2001:db8::80" } };
+	struct netstack_stats st;
+	struct tu_spec s;
+
+	for (size_t i = 0; i < sizeof(src) / sizeof(src[0]); i++) {
+		tu_spec_tcp(&s, src[i][0], 40000, src[i][1], 443);
+		s.tcp_flags = TCP_SYN;
+		s.seq = 1000;
+		cr_assert_eq(feed(tu_build(&s, buf, sizeof(buf)), NULL), DRIVER_DONE);
+	}
+	cr_assert_eq(counter("drop_special_source"), 4);
+	cr_assert_eq(counter("to_lwip"), 0, "none reached lwIP");
+	cr_assert_eq(n_out, 0, "none answered");
+	lwip_stack_ops.stats(ns, &st);
+	cr_assert_eq(st.drops_malformed, 4);
+}
+
 Test(lwip_stack, filtering_before_lwip)
 {
 	struct tu_spec s;
