@@ -85,8 +85,12 @@ class CpuLimit:
                 _write(os.path.join(self.path, "cpu.cfs_period_us"), PERIOD_US)
             self.unlimit()
         except OSError as e:
-            self.remove()
-            raise CgroupError("%s: %s" % (self.path, e))
+            path = self.path
+            try:
+                self.remove()
+            except OSError as e2:
+                raise CgroupError("%s: %s (and its removal: %s)" % (path, e, e2))
+            raise CgroupError("%s: %s" % (path, e))
 
     @property
     def kind(self):

@@ -568,7 +568,9 @@ calibrate() {
 	dl=$(dl_stats)
 	if [ "$CEILING" -eq 1 ]; then
 		loss_set 0
-		for cc in reno bbr; do
+		# reno and bbr for comparison, and the run's own algorithm (--cc host: the host's),
+		# whose ceiling marks the cells it caps.
+		for cc in $(printf '%s\n' reno bbr "$cc0" | awk '!seen[$0]++'); do
 			r=$(ceiling_run direct direct "$cc") && ceil=$(jq -c ". + [$r]" <<<"$ceil")
 			for d in 0 $([ "$ONE_WAY" = 0.000 ] || echo "$ONE_WAY"); do
 				r=$(ceiling_run "delay line $d ms one way" "$d" "$cc") &&
