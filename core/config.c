@@ -1144,7 +1144,9 @@ static int validate_loops(struct cfgp *p, struct ts_config *cfg)
 		if (is_ours(cfg, &ob->server.addr))
 			why = "is one of the TUN's own addresses (gateway or NAT): connections would "
 			      "loop";
-		else if (in_tun_prefix(cfg, &ob->server.addr))
+		else if (!ob->bind_interface[0] && in_tun_prefix(cfg, &ob->server.addr))
+			/* Bound to an interface, the prefix may be another network's there: the
+			 * start's route check asks the kernel with the interface. */
 			why = "is inside the TUN's prefix: connections would be sent into the TUN";
 		else
 			continue;

@@ -821,6 +821,12 @@ Test(config, socks5_server_and_auth)
 	expect_ok("{'tun':{'address':'10.0.0.1/24'},'outbounds':[{'tag':'s','type':'socks5',"
 		  "'server':'10.0.1.1:1080'}]}");
 	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'proxy.example:1080'}]}");
+	/* Bound to an interface: the prefix may be another network's there (overlapping
+	 * subnets); the start's route check, which asks the kernel with the interface, judges. */
+	expect_ok("{'outbounds':[{'tag':'s','type':'socks5','server':'198.18.0.6:1080',"
+		  "'bind_interface':'eth1'}]}");
+	expect_err("{'outbounds':[{'tag':'s','type':'socks5','server':'198.18.0.3:1080',"
+		   "'bind_interface':'eth1'}]}", "$.outbounds[0].server", "own addresses");
 }
 
 Test(config, outbounds_limit)
