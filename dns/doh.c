@@ -71,6 +71,7 @@ struct dns_doh_q {
 	int status;                    /* the response's :status, 0 none yet */
 	bool type_ok;                  /* content-type application/dns-message */
 	bool too_long;                 /* the body passed BODY_MAX */
+	bool no_memory;                /* no memory to keep the body: the try fails */
 	uint8_t *body;                 /* the response body, at most BODY_MAX bytes */
 	size_t blen, bcap;
 	int final_err;                 /* in done: what the callback gets */
@@ -203,7 +204,7 @@ static void response_reset(struct dns_doh_q *q)
 	q->body = NULL;
 	q->blen = q->bcap = 0;
 	q->status = 0;
-	q->type_ok = q->too_long = false;
+	q->type_ok = q->too_long = q->no_memory = false;
 }
 
 static void q_release(struct dns_doh_q *q)
@@ -379,7 +380,7 @@ static int h2_on_data(nghttp2_session *s, uint8_t flags, int32_t sid, const uint
 	size_t cap;
 	uint8_t *b;
 
-	if (!q || q->status != 200 || !q->type_ok || q->too_long)
+	if (!q || q->status != 200 || !q->type_ok || q->too_long || q->no_memory)
 		return 0;  /* not kept: the try fails when the stream closes */
 	if (len > BODY_MAX - q->blen) {
 		q->too_long = true;
@@ -391,7 +392,7 @@ static int h2_on_data(nghttp2_session *s, uint8_t flags, int32_t sid, const uint
 			cap *= 2;
 		cap = cap > BODY_MAX ? BODY_MAX : cap;
 		if (!(b = realloc(q->body, cap))) {
-			q->too_long = true;  /* counted as a bad answer: the try ends */
+			q->no_memory = true;  /* not the server's fault: an error, not a bad answer */
 			return 0;
 		}
 		q->body = b;
@@ -429,6 +430,11 @@ static void stream_done(struct dns_doh *d, struct dns_doh_q *q, uint32_t error_c
 	if (q->status != 200 || !q->type_ok) {
 		d->st.http_errors++;
 		try_end(q, -EBADMSG);
+		return;
+	}
+	if (q->no_memory) {
+		d->st.errors++;
+		try_end(q, -ENOMEM);
 		return;
 	}
 	/* RFC 8484 section 4.1: the query went with id 0, the answer carries it back. */

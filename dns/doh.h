@@ -15,8 +15,8 @@
  * section 4.1: id 0 keeps HTTP caches effective). Answers are matched by stream, and checked
  * with dns_parse_answer against id 0 and the question. A response whose status is not 200 or
  * whose content-type is not application/dns-message ends the try (http_errors), as does a body
- * that fails the check or is longer than 65535 bytes (bad_answers), or a stream reset by the
- * server (errors). A stream the server refused unprocessed (REFUSED_STREAM, or above a GOAWAY's
+ * that fails the check or is longer than 65535 bytes (bad_answers), a stream reset by the
+ * server, or a body there was no memory to keep (errors). A stream the server refused unprocessed (REFUSED_STREAM, or above a GOAWAY's
  * last stream id: RFC 9113 section 8.7) is asked again without losing a try.
  *
  * At most min(DNS_DOH_MAX_STREAMS, the server's SETTINGS_MAX_CONCURRENT_STREAMS) streams are
@@ -84,6 +84,7 @@ struct dns_doh_q;
  *                  protocol error, or an answer that failed the check;
  *   -EBADMSG       an HTTP status other than 200, or another content-type;
  *   -ECONNRESET    the connection was lost, or the server reset the stream;
+ *   -ENOMEM        no memory to keep the answer's body;
  *   another -errno of the transport (of the outbound: outbound/outbound.h). */
 
 /* 0 and *out, or -EINVAL (address, port, host, path, a ca file without a certificate),
@@ -116,8 +117,8 @@ struct dns_doh_stats {
 	uint64_t tries;                 /* tries started (assigned to a connection), refused
 					 * ones included */
 	uint64_t timeouts;              /* tries that ended by their timeout */
-	uint64_t errors;                /* tries that ended by a connection loss, a stream reset
-					 * or a second refusal */
+	uint64_t errors;                /* tries that ended by a connection loss, a stream reset,
+					 * a second refusal or no memory for the answer */
 	uint64_t bad_answers;           /* 200 answers that failed the check, or were too long */
 	uint64_t refused;               /* streams the server refused unprocessed (REFUSED_STREAM,
 					 * above a GOAWAY's last id): asked again, the try given

@@ -197,23 +197,25 @@ static void index_entry(struct fakeip *f, uint32_t i)
 	f->h_addr[ha] = i;
 }
 
-/* A slot for a new mapping, or NIL when max_mappings are live. */
-static uint32_t slot_new(struct fakeip *f)
+/* A slot for a new mapping: 0 and *i, -ENOSPC when max_mappings are live, or -ENOMEM when
+ * the table could not grow (not a full pool: nothing may be recycled for it). */
+static int slot_new(struct fakeip *f, uint32_t *i)
 {
 	if (f->n_e >= f->cfg.max_mappings)
-		return NIL;
+		return -ENOSPC;
 	if (f->n_e == f->cap_e) {
 		uint32_t cap = f->cap_e ? f->cap_e * 2 : 256;
 		struct fentry *e;
 		if (cap > f->cfg.max_mappings)
 			cap = f->cfg.max_mappings;
 		if (!(e = realloc(f->e, (size_t)cap * sizeof(*e))))
-			return NIL;
+			return -ENOMEM;
 		f->e = e;
 		f->cap_e = cap;
 	}
 	memset(&f->e[f->n_e], 0, sizeof(f->e[0]));
-	return f->n_e++;
+	*i = f->n_e++;
+	return 0;
 }
 
 /* Lower case copy of a valid name; its length or -EINVAL. */
@@ -334,6 +336,7 @@ int fakeip_address(struct fakeip *f, const char *name, size_t len, int family, i
 	char low[DNS_NAME_CAP], *copy;
 	int n = lower_name(name, len, low);
 	uint32_t i;
+	int ret;
 
 	if (r->c.addr.family != family || (family != 4 && family != 6))
 		return -EAFNOSUPPORT;
@@ -357,8 +360,10 @@ int fakeip_address(struct fakeip *f, const char *name, size_t len, int family, i
 		}
 		if (!(copy = dup_name(low, (size_t)n)))
 			return -ENOMEM;
-		if ((i = slot_new(f)) == NIL) {
+		if ((ret = slot_new(f, &i)) != 0) {
 			free(copy);
+			if (ret == -ENOMEM)
+				return ret;
 			fresh = true; /* an address, but max_mappings are live */
 			break;
 		}
@@ -492,12 +497,16 @@ void fakeip_load(struct fakeip *f, const char *text, size_t len, int64_t now_s,
 			st->duplicates++;
 		} else {
 			char *copy = dup_name(low, (size_t)n);
-			if (copy && (i = slot_new(f)) != NIL) {
+			int ret = copy ? slot_new(f, &i) : -ENOMEM;
+			if (ret == 0) {
 				set_entry(f, i, a.family, copy, (size_t)n, a.a, now_s);
 				st->loaded++;
 			} else {
 				free(copy);
-				st->full++; /* max_mappings reached, or out of memory */
+				if (ret == -ENOSPC)
+					st->full++;
+				else
+					st->no_memory++;
 			}
 		}
 next:

@@ -13,8 +13,8 @@
  * free, the lookup fails (-ENOSPC, the DNS answer is SERVFAIL) and nothing held is disturbed.
  *
  * Persistence is text, one "ADDRESS NAME" a line, written by fakeip_dump and read by
- * fakeip_load (bad lines, addresses outside the ranges and names already mapped are counted
- * and skipped): the caller does the file I/O, off the loop.
+ * fakeip_load (bad lines, addresses outside the ranges, names already mapped, lines past
+ * max_mappings and lines no memory was found for are counted and skipped): the caller does the file I/O, off the loop.
  *
  * Single-threaded: every call on one thread (the proxy's loop). The clock is the caller's, in
  * seconds (monotonic).
@@ -50,6 +50,7 @@ struct fakeip_load_stats {
 	uint64_t outside;      /* addresses outside the ranges (the ranges changed) */
 	uint64_t duplicates;   /* an address or name already mapped */
 	uint64_t full;         /* past max_mappings */
+	uint64_t no_memory;    /* not added: an allocation failed */
 };
 
 struct fakeip;
@@ -63,7 +64,7 @@ void fakeip_free(struct fakeip *f);
 /* The fake address of name (len bytes, a name outbound_name_valid accepts, compared
  * case-insensitively, stored in lower case) for family 4 or 6 into addr (16 bytes, IPv4 in
  * the first 4). 0, -EAFNOSUPPORT (no range of that family), -EINVAL (not a valid name),
- * -ENOSPC (every mapping is pinned or cooling down). */
+ * -ENOSPC (every mapping is pinned or cooling down), -ENOMEM (nothing changed). */
 int fakeip_address(struct fakeip *f, const char *name, size_t len, int family, int64_t now_s,
 		   uint8_t addr[16]);
 

@@ -390,7 +390,8 @@ static bool fake_answer(struct dns_server *s, const struct dns_query *q, const u
 	ret = fakeip_address(s->fake, q->q.name, q->q.name_len, family, ts_now_ns() / TS_NS_PER_SEC,
 			     addr[0]);
 	if (ret != 0) {
-		/* Every mapping held or cooling down (-ENOSPC), or a name fake-IP refuses. */
+		/* Every mapping held or cooling down (-ENOSPC), no memory for a new one, or a
+		 * name fake-IP refuses. */
 		ctr_inc(&s->ctr.servfail);
 		reply_synth(s, q, m, limit, DNS_R_SERVFAIL, 0, NULL, 0, 0, fn, arg);
 		return true;

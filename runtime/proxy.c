@@ -385,10 +385,12 @@ static int start_dns(struct ts_proxy *p, char *err, size_t errlen)
 	}
 	if (p->cfg.dns.fakeip.persist)
 		log_info(&p->log, "dns: fakeip: %llu mappings read back from %s (%llu bad lines, "
-			 "%llu outside the ranges, %llu duplicates, %llu past max_mappings)",
+			 "%llu outside the ranges, %llu duplicates, %llu past max_mappings, %llu "
+			 "without memory)",
 			 (unsigned long long)ls.loaded, p->cfg.dns.fakeip.persist,
 			 (unsigned long long)ls.bad, (unsigned long long)ls.outside,
-			 (unsigned long long)ls.duplicates, (unsigned long long)ls.full);
+			 (unsigned long long)ls.duplicates, (unsigned long long)ls.full,
+			 (unsigned long long)ls.no_memory);
 	return start_dns_local(p, err, errlen);
 }
 

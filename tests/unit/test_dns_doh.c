@@ -36,6 +36,7 @@
 #include "core/config.h"
 #include "dns/doh.h"
 #include "dns/server.h"
+#include "failalloc.h"
 #include "testutil.h"
 
 #define WAIT_MS 10000             /* generous: the tests also run under valgrind */
@@ -1106,5 +1107,67 @@ Test(dns_doh, resolver_answers_through_an_https_server)
 	dns_server_free(s);
 	config_fini(&cfg);
 	budget_free(b);
+	fx_stop(&f);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+/* One DoH upstream's life: three asks answered in turn as streams of one connection, each
+ * called back once with its answer, or refused at once (-ENOMEM: nothing called), or failed
+ * for memory on its last try (never counted as a bad answer); one ask pending at the free is
+ * never called; every descriptor comes back. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	struct fx *f = arg;
+	struct dns_question q = question("a.doh.test", DNS_T_A);
+	struct dns_doh_stats st;
+	struct res pend = { 0 };
+	struct dns_doh_q *h;
+	int fds = count_fds(), rc, answered = 0;
+
+	f->d = NULL;
+	if ((rc = dns_doh_new(f->base, &f->cfg, &f->d)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "dns_doh_new: %d", rc);
+		cr_assert_null(f->d);
+		return;
+	}
+	for (int k = 0; k < 3; k++) {
+		struct res r = { 0 };
+
+		if ((rc = dns_doh_ask(f->d, &q, on_res, &r, &h)) != 0) {
+			cr_assert(sweep && rc == -ENOMEM, "ask %d: %d", k, rc);
+			continue;
+		}
+		cr_assert(run_until(f->base, &r.calls, 1, WAIT_MS), "ask %d: no callback", k);
+		run_until(f->base, NULL, -1, 1); /* a second callback would show here */
+		cr_assert_eq(r.calls, 1);
+		if (r.err != 0) {
+			cr_assert(sweep && r.err == -ENOMEM, "ask %d: %d", k, r.err);
+			continue;
+		}
+		assert_addr(&r, 192, 0, 2, 44);
+		answered++;
+	}
+	st = stats(f);
+	cr_assert(sweep || answered == 3);
+	cr_assert_eq(st.inflight, 0);
+	cr_assert_eq(st.timeouts + st.http_errors + st.tls_failures + st.refused, 0);
+	cr_assert_eq(st.bad_answers, 0, "an answer without memory is no bad answer");
+	cr_assert(sweep || (st.connects == 1 && st.errors == 0), "one connection, reused");
+	rc = dns_doh_ask(f->d, &q, on_res, &pend, &h);
+	cr_assert(rc == 0 || (sweep && rc == -ENOMEM), "the pending ask: %d", rc);
+	dns_doh_free(f->d);
+	f->d = NULL;
+	run_until(f->base, NULL, -1, 20);
+	cr_assert_eq(pend.calls, 0, "an ask pending at the free was called");
+	cr_assert_eq(count_fds(), fds, "a descriptor left open");
+}
+
+Test(dns_doh, each_allocation_refused_in_turn)
+{
+	struct fx f;
+
+	fx_start(&f, 100);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &f, 4, 200));
 	fx_stop(&f);
 }

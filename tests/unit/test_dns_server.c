@@ -892,3 +892,149 @@ Test(dns_server, each_allocation_refused_in_turn)
 	dns_stop(&nm.up2);
 	event_base_free(nm.base);
 }
+
+/* ---- fake-IP's persistence, every allocation refused in turn ---- */
+
+#define PERSIST_NAMES 6
+
+struct persist {
+	struct event_base *base;
+	struct dns up, up2;
+	char dir[40], path[80], fmt[1024];
+};
+
+static int file_lines(const char *path)
+{
+	FILE *fp = fopen(path, "r");
+	int n = 0, c;
+
+	if (!fp)
+		return -1;
+	while ((c = fgetc(fp)) != EOF)
+		n += c == '\n';
+	fclose(fp);
+	return n;
+}
+
+/* A server with dns.fakeip.persist: names mapped (each answered with its fake address, or
+ * SERVFAIL when its mapping found no memory), a save by the writer thread, the save at the
+ * free; a second server reads the file back: each line loaded or counted as refused for
+ * memory, and each name loaded stands for its address again. A save that found no memory
+ * leaves no file (there was none), and the read of no file loads nothing. */
+static void persist_scenario(void *arg, bool sweep)
+{
+	struct persist *p = arg;
+	struct budget_limits l;
+	struct budget_stats bs;
+	struct budget *b = NULL;
+	struct dns_server *s = NULL;
+	struct fakeip_load_stats ls;
+	struct ts_config cfg;
+	uint8_t q[512], addr[PERSIST_NAMES][16];
+	bool mapped[PERSIST_NAMES] = { false };
+	char json[1024], err[TS_ERRLEN], name[256], want[32];
+	int rc, lines, n_mapped = 0;
+
+	unlink(p->path);
+	config_init(&cfg);
+	budget_limits_profile(&l, BUDGET_PROFILE_DESKTOP);
+	if ((rc = budget_new(&l, &b)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM);
+		return;
+	}
+	snprintf(json, sizeof(json), p->fmt, p->up.port, p->up2.port);
+	if ((rc = config_load_string(json, &cfg, err, sizeof(err))) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "%s", err);
+		goto out;
+	}
+	if ((rc = dns_server_new(p->base, &cfg, b, &s)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "dns_server_new: %d", rc);
+		goto out;
+	}
+	for (int i = 0; i < PERSIST_NAMES; i++) {
+		struct dns_ticket *t;
+		struct got g = { 0 };
+
+		snprintf(want, sizeof(want), "n%d.saved.example", i);
+		rc = dns_server_query(s, q, mkq(q, (uint16_t)(i + 1), want, DNS_T_A, 0), false, 1472,
+				      on_reply, &g, &t);
+		if (rc != 0) {
+			cr_assert(sweep && (rc == -ENOMEM || rc == -ENOBUFS), "ask %d: %d", i, rc);
+			continue;
+		}
+		for (int k = 0; k < 300 && g.calls == 0; k++)
+			loop_ms(p->base, 10);
+		cr_assert_eq(g.calls, 1, "ask %d: one reply", i);
+		if (DNS_RCODE(tu_get16(g.msg + 2)) == DNS_R_SERVFAIL) {
+			cr_assert(sweep, "ask %d: SERVFAIL", i);
+			continue;
+		}
+		cr_assert_eq(ancount(&g), 1, "ask %d", i);
+		last_addr(&g, 4, addr[i]);
+		mapped[i] = true;
+		n_mapped++;
+	}
+	cr_assert(sweep || n_mapped == PERSIST_NAMES);
+	rc = dns_server_fake_save_start(s);
+	cr_assert(rc == 0 || (sweep && rc == -ENOMEM), "save_start: %d", rc);
+	cr_assert_eq(dns_server_fake_save_wait(s), 0);
+	dns_server_free(s); /* saves again, at once */
+	s = NULL;
+	lines = file_lines(p->path);
+	cr_assert(lines == n_mapped || (sweep && lines == -1), "%d lines for %d names", lines,
+		  n_mapped);
+	if ((rc = dns_server_new(p->base, &cfg, b, &s)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "dns_server_new: %d", rc);
+		goto out;
+	}
+	rc = dns_server_fake_restore(s, &ls);
+	if (rc != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "restore: %d", rc);
+	} else {
+		cr_assert_eq(ls.bad + ls.outside + ls.duplicates + ls.full, 0);
+		cr_assert_eq(ls.loaded + ls.no_memory, (uint64_t)(lines < 0 ? 0 : lines),
+			     "a line neither loaded nor counted");
+		cr_assert(sweep || ls.loaded == PERSIST_NAMES);
+		for (int i = 0; i < PERSIST_NAMES; i++) {
+			if (!mapped[i])
+				continue;
+			snprintf(want, sizeof(want), "n%d.saved.example", i);
+			rc = dns_server_fake_name(s, 4, addr[i], name, sizeof(name));
+			cr_assert(rc == 0 || (rc == (int)strlen(want) && !strcmp(name, want)),
+				  "%s: %d %s", want, rc, name);
+			cr_assert(sweep || lines < 0 || rc > 0, "%s not read back", want);
+		}
+	}
+	dns_server_free(s);
+	s = NULL;
+	budget_get_stats(b, &bs);
+	cr_assert_eq(bs.buffer_bytes_in_use, 0, "budget bytes kept");
+out:
+	dns_server_free(s);
+	config_fini(&cfg);
+	budget_free(b);
+}
+
+Test(dns_server, fakeip_persistence_each_allocation_refused_in_turn)
+{
+	struct persist p;
+
+	memset(&p, 0, sizeof(p));
+	strcpy(p.dir, "/tmp/test_dns_persist_XXXXXX");
+	cr_assert_not_null(mkdtemp(p.dir));
+	snprintf(p.path, sizeof(p.path), "%s/fake.txt", p.dir);
+	snprintf(p.fmt, sizeof(p.fmt),
+		 "{\"dns\":{\"hijack\":true,\"servers\":[{\"tag\":\"u\",\"address\":"
+		 "\"udp://127.0.0.1:%%u\"},{\"tag\":\"v\",\"address\":\"127.0.0.1:%%u\"}],"
+		 "\"fakeip\":{\"persist\":\"%s\"}}}", p.path);
+	cr_assert_not_null(p.base = event_base_new());
+	dns_start(&p.up, p.base, table);
+	dns_start(&p.up2, p.base, table);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(persist_scenario, &p, 10,
+								      2000));
+	dns_stop(&p.up);
+	dns_stop(&p.up2);
+	event_base_free(p.base);
+	unlink(p.path);
+	rmdir(p.dir);
+}

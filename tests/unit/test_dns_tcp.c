@@ -37,6 +37,7 @@
 #include "core/tun.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/dns_tcp.h"
+#include "failalloc.h"
 #include "netns_child.h"
 #include "stacks/common/l3policy.h"
 #include "stacks/netstack.h"
@@ -753,6 +754,93 @@ Test(dns_tcp, resolver_refusal_answers_refused)
 	cr_assert_eq(memcmp(E.app.rx, want, sizeof(want)), 0);
 	cr_assert_eq(ctr_get(&E.ctr.queries_refused), 1);
 	cr_assert_eq(ctr_get(&E.ctr.queries), 0);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+/* conn_open's pair and connection: 0, or -ENOMEM with nothing left open. */
+static int nomem_open(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	struct dns_tcp_params p = { .resolver = &E.res, .budget = E.bud, .idle_ms = 5000,
+				    .counters = &E.ctr };
+	struct stream *s;
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), acc, rc;
+
+	cr_assert(l >= 0);
+	cr_assert_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(l, 4), 0);
+	cr_assert_eq(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+	E.app.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(E.app.fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	acc = accept4(l, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	cr_assert(acc >= 0);
+	close(l);
+	cr_assert_eq(fcntl(E.app.fd, F_SETFL, O_NONBLOCK), 0);
+	if ((rc = stream_sock_new(E.base, acc, &s)) != 0) {
+		close(acc);
+		return rc;
+	}
+	if ((rc = dns_tcp_new(E.base, s, &p, on_done, NULL, &E.conn)) != 0)
+		stream_abort(s);
+	return rc;
+}
+
+/* One connection's life: four queries, two answered inside the call, one later, one pending
+ * at the cancel. The app gets every reply, in the order answered, or the connection is reset
+ * and counted in closed_nomem; done runs once; every ticket is answered or cancelled; every
+ * budget byte comes back. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	static const uint8_t ids[] = { 1, 2, 3, 4 }, order[] = { 1, 3, 2 };
+	struct budget_stats bs;
+	uint64_t nomem0 = ctr_get(&E.ctr.closed_nomem);
+	int rc, i;
+
+	(void)arg;
+	memset(&E.fk, 0, sizeof(E.fk));
+	E.fk.ctr = &E.ctr;
+	E.fk.immediate[1] = E.fk.immediate[3] = true;
+	E.app.rx_len = 0;
+	E.app.eof = false;
+	E.app.err = 0;
+	E.conn = NULL;
+	E.done_calls = 0;
+	if ((rc = nomem_open()) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "open: %d", rc);
+		cr_assert_null(E.conn);
+		goto out;
+	}
+	app_send_queries(&E.app, ids, 4);
+	WAIT_FOR(E.fk.n == 4 || E.done_calls, 2000);
+	if ((i = fake_index(&E.fk, 2)) >= 0 && E.fk.q[i].st == FQ_PENDING)
+		fake_answer(&E.fk, i);
+	WAIT_FOR(app_got(&E.app, order, 3) || E.app.err || E.app.eof, 2000);
+	if (!app_got(&E.app, order, 3)) {
+		cr_assert(sweep, "the replies did not come");
+		WAIT_FOR(E.done_calls == 1, 2000);
+		cr_assert_eq(ctr_get(&E.ctr.closed_nomem), nomem0 + 1, "a reset not counted");
+		cr_assert_eq(E.app.err, ECONNRESET);
+	}
+	if (E.conn)
+		dns_tcp_cancel(E.conn);
+	cr_assert_eq(E.done_calls, 1);
+	cr_assert_eq(ctr_get(&E.ctr.live), 0);
+	for (i = 0; i < E.fk.n; i++)
+		cr_assert_neq(E.fk.q[i].st, FQ_PENDING, "query %d neither answered nor cancelled", i);
+	cr_assert_eq(E.fk.bad, 0);
+out:
+	budget_get_stats(E.bud, &bs);
+	cr_assert_eq(bs.buffer_bytes_in_use, 0, "budget bytes kept");
+	close(E.app.fd);
+	E.app.fd = -1;
+}
+
+Test(dns_tcp, each_allocation_refused_in_turn)
+{
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, NULL, 3,
+								      200));
 }
 
 /* ---- the dispatcher's hook ----------------------------------------------------------------- */

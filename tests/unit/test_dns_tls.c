@@ -15,6 +15,7 @@
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -36,6 +37,7 @@
 #include "core/dns_msg.h"
 #include "dns/server.h"
 #include "dns/upstream.h"
+#include "failalloc.h"
 #include "testutil.h"
 
 #define WAIT_MS 5000
@@ -769,5 +771,88 @@ Test(dns_tls, bad_configs_are_refused)
 	cfg.ca = d.ca;
 	cr_assert_eq(dns_upstream_new(d.base, &cfg, &u), 0);
 	dns_upstream_free(u);
+	dot_stop(&d);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+static int count_fds(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	int n = 0;
+
+	cr_assert_not_null(dir);
+	while (readdir(dir))
+		n++;
+	closedir(dir);
+	return n;
+}
+
+/* One DoT upstream's life: three asks answered in turn on one TLS connection, each called
+ * back once with its answer, or refused at once (-ENOMEM: nothing called), or failed for
+ * memory on its last try; one ask pending at the free is never called; every descriptor
+ * comes back. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	struct dot *d = arg;
+	struct dns_upstream_config cfg = { .kind = DNS_UP_TLS, .timeout_ms = 2000, .tries = 2,
+					   .sni = "dot.test", .ca = d->ca };
+	static const uint8_t want[4] = { 192, 0, 2, 53 };
+	struct dns_upstream_stats st;
+	struct dns_upstream *u = NULL;
+	struct res pend = { 0 };
+	struct dns_question q;
+	struct dns_uq *h;
+	int fds = count_fds(), rc, answered = 0, never = 0;
+
+	cr_assert_eq(netaddr_parse("127.0.0.1", &cfg.server.addr), 0);
+	cfg.server.port = d->port;
+	if ((rc = dns_upstream_new(d->base, &cfg, &u)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "dns_upstream_new: %d", rc);
+		cr_assert_null(u);
+		return;
+	}
+	memset(&q, 0, sizeof(q));
+	strcpy(q.name, "a.dot.test");
+	q.name_len = strlen(q.name);
+	q.nameable = true;
+	q.qtype = DNS_T_A;
+	q.qclass = 1;
+	for (int k = 0; k < 3; k++) {
+		struct res r = { 0 };
+
+		if ((rc = dns_upstream_ask(u, &q, on_res, &r, &h)) != 0) {
+			cr_assert(sweep && rc == -ENOMEM, "ask %d: %d", k, rc);
+			continue;
+		}
+		cr_assert(run_until(d->base, &r.calls, 1, WAIT_MS), "ask %d: no callback", k);
+		run_until(d->base, &never, 1, 1); /* a second callback would show here */
+		cr_assert_eq(r.calls, 1);
+		if (r.err != 0) {
+			cr_assert(sweep && r.err == -ENOMEM, "ask %d: %d", k, r.err);
+			continue;
+		}
+		cr_assert_arr_eq(r.addr, want, 4);
+		answered++;
+	}
+	st = stats(u);
+	cr_assert(sweep || answered == 3);
+	cr_assert_eq(st.inflight, 0);
+	cr_assert_eq(st.timeouts + st.bad_answers + st.late_answers + st.tls_failures, 0);
+	cr_assert(sweep || (st.tcp_connects == 1 && st.errors == 0), "one connection, reused");
+	rc = dns_upstream_ask(u, &q, on_res, &pend, &h);
+	cr_assert(rc == 0 || (sweep && rc == -ENOMEM), "the pending ask: %d", rc);
+	dns_upstream_free(u);
+	run_until(d->base, &never, 1, 20);
+	cr_assert_eq(pend.calls, 0, "an ask pending at the free was called");
+	cr_assert_eq(count_fds(), fds, "a descriptor left open");
+}
+
+Test(dns_tls, each_allocation_refused_in_turn)
+{
+	struct dot d;
+
+	dot_start(&d, true);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &d, 4, 200));
 	dot_stop(&d);
 }

@@ -32,6 +32,7 @@
 
 #include "core/dns_msg.h"
 #include "dns/upstream.h"
+#include "failalloc.h"
 #include "testutil.h"
 
 #define WAIT_MS 3000
@@ -224,7 +225,9 @@ static void on_mock_accept(evutil_socket_t fd, short what, void *arg)
 	if (cfd < 0)
 		return;
 	cr_assert_lt(m->tcp_conns, MAX_CONNS);
+	failalloc_hold(true); /* the mock's, not the upstream's */
 	c = calloc(1, sizeof(*c));
+	failalloc_hold(false);
 	cr_assert_not_null(c);
 	c->m = m;
 	c->fd = cfd;
@@ -1267,4 +1270,92 @@ Test(dns_upstream, real_dnsmasq_over_udp_and_tcp)
 	reap(pid);
 	event_base_free(base);
 	CHECK_LEAKS();
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+/* Run the loop until the descriptors open are n again (the mock closes its side when it
+ * reads the upstream's close), at most 1 s. */
+static bool fds_back(struct event_base *base, int n)
+{
+	int never = 0;
+
+	for (int i = 0; i < 100 && count_fds() != n; i++)
+		run_until(base, &never, -1, 10);
+	return count_fds() == n;
+}
+
+/* One upstream's life: three asks answered in turn (over TCP: on one reused connection; over
+ * UDP: each truncated, then asked again over TCP), each called back once with its answer, or
+ * refused at once (-ENOMEM: nothing called), or failed for memory on its last try; one ask
+ * pending at the free is never called; every descriptor comes back. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	struct fx *f = arg;
+	struct dns_upstream_stats st;
+	struct res pend = { 0 };
+	struct dns_question q;
+	struct dns_uq *h;
+	int fds = count_fds(), rc, answered = 0, never = 0;
+
+	for (int i = 0; i < MAX_CONNS; i++)
+		cr_assert_null(f->m.conns[i]);
+	f->m.tcp_conns = 0;
+	f->u = NULL;
+	if ((rc = dns_upstream_new(f->base, &f->cfg, &f->u)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "dns_upstream_new: %d", rc);
+		cr_assert_null(f->u);
+		return;
+	}
+	for (int k = 1; k <= 3; k++) {
+		struct res r = { 0 };
+		char name[32];
+
+		snprintf(name, sizeof(name), "q%d.test", k);
+		q = question(name, DNS_T_A);
+		if ((rc = dns_upstream_ask(f->u, &q, on_res, &r, &h)) != 0) {
+			cr_assert(sweep && rc == -ENOMEM, "ask %d: %d", k, rc);
+			continue;
+		}
+		cr_assert(run_until(f->base, &r.calls, 1, WAIT_MS), "ask %d: no callback", k);
+		run_until(f->base, &never, -1, 1); /* a second callback would show here */
+		cr_assert_eq(r.calls, 1);
+		if (r.err != 0) {
+			cr_assert(sweep && r.err == -ENOMEM, "ask %d: %d", k, r.err);
+			continue;
+		}
+		assert_addr(&r, 198, 51, 100, k);
+		answered++;
+	}
+	st = stats(f);
+	cr_assert(sweep || answered == 3);
+	cr_assert_eq(st.inflight, 0);
+	cr_assert_eq(st.timeouts + st.bad_answers + st.late_answers, 0);
+	cr_assert(sweep || (st.tcp_connects == 1 && st.errors == 0), "one connection, reused");
+	q = question("q9.test", DNS_T_A);
+	rc = dns_upstream_ask(f->u, &q, on_res, &pend, &h);
+	cr_assert(rc == 0 || (sweep && rc == -ENOMEM), "the pending ask: %d", rc);
+	dns_upstream_free(f->u);
+	f->u = NULL;
+	run_until(f->base, &never, -1, 20);
+	cr_assert_eq(pend.calls, 0, "an ask pending at the free was called");
+	cr_assert(fds_back(f->base, fds), "a descriptor left open");
+}
+
+Test(dns_upstream, tcp_each_allocation_refused_in_turn)
+{
+	struct fx f;
+
+	fx_start(&f, DNS_UP_TCP, U_SILENT, T_ANSWER);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &f, 4, 200));
+	fx_stop(&f);
+}
+
+Test(dns_upstream, udp_truncated_each_allocation_refused_in_turn)
+{
+	struct fx f;
+
+	fx_start(&f, DNS_UP_UDP, U_TC, T_ANSWER);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &f, 4, 200));
+	fx_stop(&f);
 }

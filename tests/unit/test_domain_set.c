@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/domain_set.h"
+#include "failalloc.h"
 
 static struct domain_set *set_new(void)
 {
@@ -229,4 +230,103 @@ Test(domain_set, a_fixed_key_only_on_an_empty_set)
 	cr_assert(match(ds, "a.example.com"));
 	cr_assert_not(match(ds, "example.net"));
 	domain_set_free(ds);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+#define NOMEM_SUFFIXES 220 /* past the table's and the arena's first sizes */
+#define NOMEM_EXACT 12
+#define NOMEM_KEYWORDS 10  /* past the first keyword array */
+#define NOMEM_REGEX 6      /* past the first pattern array */
+#define NOMEM_ENTRIES (NOMEM_SUFFIXES + NOMEM_EXACT + NOMEM_KEYWORDS + NOMEM_REGEX)
+
+/* The v2fly text: entries of every kind in turn, a bad line, an include and a duplicate among
+ * them. Entry i's name to match: *probe. */
+static size_t nomem_text(char *t, size_t cap)
+{
+	size_t len = 0;
+
+	for (int i = 0; i < NOMEM_ENTRIES; i++) {
+		if (i == 5)
+			len += (size_t)snprintf(t + len, cap - len, "include:other\nbad name\n");
+		if (i == 9)
+			len += (size_t)snprintf(t + len, cap - len, "domain:s0.some-zone.example\n");
+		if (i < NOMEM_SUFFIXES)
+			len += (size_t)snprintf(t + len, cap - len, "s%d.some-zone.example @ads\n", i);
+		else if (i < NOMEM_SUFFIXES + NOMEM_EXACT)
+			len += (size_t)snprintf(t + len, cap - len, "full:f%d.test\n", i);
+		else if (i < NOMEM_SUFFIXES + NOMEM_EXACT + NOMEM_KEYWORDS)
+			len += (size_t)snprintf(t + len, cap - len, "keyword:zq%dzq\n", i);
+		else
+			len += (size_t)snprintf(t + len, cap - len, "regexp:^re%d\\.test$\n", i);
+	}
+	cr_assert_lt(len, cap);
+	return len;
+}
+
+static void nomem_probe(int i, char *name, size_t cap)
+{
+	if (i < NOMEM_SUFFIXES)
+		snprintf(name, cap, "www.s%d.some-zone.example", i);
+	else if (i < NOMEM_SUFFIXES + NOMEM_EXACT)
+		snprintf(name, cap, "F%d.test.", i);
+	else if (i < NOMEM_SUFFIXES + NOMEM_EXACT + NOMEM_KEYWORDS)
+		snprintf(name, cap, "azq%dzqb.test", i);
+	else
+		snprintf(name, cap, "RE%d.test", i);
+}
+
+/* A set loaded from a v2fly text with every kind of entry: loaded whole, or -ENOMEM with the
+ * entries before the refused one in the set and none after (every line counted until
+ * there); a plain and a hosts text added to it. Whatever was added matches, nothing else. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	static char text[NOMEM_ENTRIES * 48];
+	struct domain_load_stats st = { 0 };
+	struct domain_set *ds = NULL;
+	size_t len = nomem_text(text, sizeof(text));
+	char name[96];
+	int rc, matched = 0;
+	bool more = true;
+
+	if ((rc = domain_set_new(&ds)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM);
+		return;
+	}
+	rc = domain_set_load(ds, DOMAIN_FMT_V2FLY, text, len, &st);
+	cr_assert(rc == 0 || (sweep && rc == -ENOMEM), "load: %d", rc);
+	for (int i = 0; i < NOMEM_ENTRIES; i++) {
+		nomem_probe(i, name, sizeof(name));
+		if (match(ds, name)) {
+			cr_assert(more, "%s matches after an entry that did not", name);
+			matched++;
+		} else {
+			more = false;
+		}
+	}
+	cr_assert_eq(st.added, (uint64_t)matched, "entries counted added and those that match");
+	cr_assert(rc != 0 || (st.added == NOMEM_ENTRIES && st.bad == 1 && st.includes == 1 &&
+			      st.duplicates == 1));
+	cr_assert_not(match(ds, "s0.some-zone.example.org"));
+	cr_assert_not(match(ds, "a.f240.test"), "full: is exact");
+	if (rc == 0) {
+		static const char plain[] = "# plain\nplain-a.test\n\nplain-b.test  # b\n";
+		static const char hosts[] = "127.0.0.1 host-a.test host-b.test\n::1 host-c.test\n";
+
+		memset(&st, 0, sizeof(st));
+		rc = domain_set_load(ds, DOMAIN_FMT_PLAIN, plain, sizeof(plain) - 1, &st);
+		cr_assert(rc == 0 || (sweep && rc == -ENOMEM));
+		cr_assert_eq(match(ds, "x.plain-b.test"), rc == 0);
+		rc = domain_set_load(ds, DOMAIN_FMT_HOSTS, hosts, sizeof(hosts) - 1, &st);
+		cr_assert(rc == 0 || (sweep && rc == -ENOMEM));
+		cr_assert_eq(match(ds, "host-c.test"), rc == 0);
+		cr_assert_not(match(ds, "x.host-a.test"));
+	}
+	domain_set_free(ds);
+}
+
+Test(domain_set, each_allocation_refused_in_turn)
+{
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, NULL, 10,
+								      500));
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dns/fakeip.h"
+#include "failalloc.h"
 #include "testutil.h"
 
 static struct fakeip *pool(const char *r4, const char *r6, uint32_t max, uint32_t cooldown)
@@ -216,4 +217,110 @@ Test(fakeip, persistence_round_trip)
 	cr_assert_str_eq(addr_of(g, "a.test", 4, 11, NULL), "198.19.0.1", "the loaded mapping");
 	fakeip_free(f);
 	fakeip_free(g);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+#define NOMEM_NAMES 280 /* past the first 256 slots: the table grows once */
+
+struct text {
+	char p[NOMEM_NAMES * 64];
+	size_t len;
+	int lines;
+};
+
+static int to_text(void *arg, const char *line, size_t len)
+{
+	struct text *t = arg;
+
+	cr_assert_lt(t->len + len, sizeof(t->p));
+	memcpy(t->p + t->len, line, len);
+	t->len += len;
+	t->lines++;
+	return 0;
+}
+
+/* A pool's life and its persistence: names of both families mapped (each mapped, stable and
+ * reversible, or refused with -ENOMEM and nothing counted as exhausted), one pinned, the
+ * mappings dumped and loaded into a new pool (each line loaded or counted as refused for
+ * memory: none past max_mappings, none lost uncounted), and each loaded one gives its name
+ * back. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	static struct text t;
+	struct fakeip_config c = { .max_mappings = 300 };
+	struct fakeip_load_stats ls = { 0 };
+	struct fakeip_stats st;
+	struct fakeip *f = NULL, *g = NULL;
+	char name[32], buf[254];
+	int rc, mapped = 0;
+
+	cr_assert_eq(netaddr_parse_cidr("198.19.0.0/16", &c.range4), 0);
+	cr_assert_eq(netaddr_parse_cidr("fd00:7f:8000::/65", &c.range6), 0);
+	if ((rc = fakeip_new(&c, &f)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "fakeip_new: %d", rc);
+		return;
+	}
+	for (int i = 0; i < NOMEM_NAMES; i++) {
+		struct netaddr a = { .family = (uint8_t)(i % 3 ? 4 : 6) };
+
+		snprintf(name, sizeof(name), "n%d.test", i);
+		rc = fakeip_address(f, name, strlen(name), a.family, i, a.a);
+		if (rc != 0) {
+			cr_assert(sweep && rc == -ENOMEM, "%s: %d", name, rc);
+			continue;
+		}
+		mapped++;
+		cr_assert_eq(fakeip_name(f, a.family, a.a, i, buf, sizeof(buf)),
+			     (int)strlen(name), "%s", name);
+		cr_assert_str_eq(buf, name);
+		if (i == 7)
+			fakeip_pin(f, a.family, a.a);
+	}
+	fakeip_get_stats(f, &st);
+	cr_assert_eq(st.mappings, (uint64_t)mapped);
+	cr_assert_eq(st.created, (uint64_t)mapped);
+	cr_assert_eq(st.exhausted, 0, "a refused allocation is not an exhausted pool");
+	cr_assert_eq(st.reused, 0, "nothing recycled below max_mappings");
+	cr_assert(sweep || mapped == NOMEM_NAMES);
+	t.len = 0;
+	t.lines = 0;
+	cr_assert_eq(fakeip_dump(f, to_text, &t), 0);
+	cr_assert_eq(t.lines, mapped);
+	fakeip_free(f);
+	if ((rc = fakeip_new(&c, &g)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "fakeip_new: %d", rc);
+		return;
+	}
+	fakeip_load(g, t.p, t.len, 1000, &ls);
+	cr_assert_eq(ls.bad + ls.outside + ls.duplicates + ls.full, 0);
+	cr_assert_eq(ls.loaded + ls.no_memory, (uint64_t)mapped, "a line neither loaded nor counted");
+	cr_assert(sweep || ls.no_memory == 0);
+	for (const char *p = t.p, *nl; p < t.p + t.len; p = nl + 1) {
+		char atext[NETADDR_STRLEN + 1];
+		const char *sp = memchr(p, ' ', (size_t)(t.p + t.len - p));
+		uint8_t a[16];
+		int family, n;
+
+		nl = memchr(p, '\n', (size_t)(t.p + t.len - p));
+		cr_assert(sp && nl && sp < nl);
+		snprintf(atext, sizeof(atext), "%.*s", (int)(sp - p), p);
+		family = tu_addr(a, atext);
+		n = fakeip_name(g, family, a, 1000, buf, sizeof(buf));
+		if (n == 0) {
+			cr_assert(ls.no_memory > 0, "%.*s lost", (int)(nl - p), p);
+			continue;
+		}
+		cr_assert_eq(n, (int)(nl - sp - 1));
+		cr_assert_eq(memcmp(buf, sp + 1, (size_t)n), 0);
+	}
+	fakeip_get_stats(g, &st);
+	cr_assert_eq(st.mappings, ls.loaded);
+	fakeip_free(g);
+}
+
+Test(fakeip, each_allocation_refused_in_turn)
+{
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, NULL, 5,
+								      2000));
 }

@@ -35,6 +35,7 @@
 
 #include <event2/event.h>
 
+#include "failalloc.h"
 #include "fakedns.h"
 #include "netns_child.h"
 #include "outbound/http_codec.h"
@@ -1734,4 +1735,176 @@ Test(outbound, same_unless_a_field_a_connection_sees_differs)
 	cr_assert(outbound_same(&a, &b));
 	cr_assert_eq(netaddr_parse("192.0.2.2", &b.server.addr), 0);
 	cr_assert_not(outbound_same(&a, &b), "the name now stands for another address");
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+/* A scripted server thread for many attempts in turn, one listener per script: SOCKS5 without
+ * authentication, SOCKS5 with RFC 1929, HTTP CONNECT with Basic authentication and extra
+ * header fields. Each connection: the handshake checked byte for byte, a success reply with
+ * five early bytes, then an echo until the client closes. */
+enum { NM_S5, NM_S5_AUTH, NM_HTTP, NM_KINDS };
+
+struct nm_server {
+	int lfd[NM_KINDS];
+	uint16_t port[NM_KINDS];
+	pthread_t th;
+	atomic_bool stop;
+	atomic_int served;        /* connections whose script ran to the end */
+	char why[160];            /* the first failure, "" none */
+};
+
+static const char NM_HTTP_HEAD[] = "CONNECT 127.0.0.1:8080 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
+				   "Proxy-Authorization: Basic YWxpY2U6c2VjcmV0\r\n"
+				   "X-Tenant: a\r\n\r\n";
+
+static bool nm_serve(struct nm_server *s, int kind, int fd)
+{
+	static const uint8_t http_ok[] = "HTTP/1.1 200 Connection established\r\n\r\nEARLY";
+	uint8_t req[SOCKS5_REQUEST_MAX];
+	size_t req_len = connect_req(req, 4, 8080);
+	struct fake f = { .steps = {
+		STEP(ST_EXPECT, GREET_NOAUTH), STEP(ST_SEND, PICK_NOAUTH),
+		{ ST_EXPECT, req, req_len }, STEP(ST_SEND, REPLY_OK_EARLY), { ST_ECHO, NULL, 0 } } };
+	struct fake fa = { .steps = {
+		STEP(ST_EXPECT, GREET_AUTH), STEP(ST_SEND, PICK_USERPASS), STEP(ST_EXPECT, AUTH_REQ),
+		STEP(ST_SEND, AUTH_OK), { ST_EXPECT, req, req_len }, STEP(ST_SEND, REPLY_OK_EARLY),
+		{ ST_ECHO, NULL, 0 } } };
+	struct fake fh = { .steps = {
+		{ ST_EXPECT, (const uint8_t *)NM_HTTP_HEAD, sizeof(NM_HTTP_HEAD) - 1 },
+		{ ST_SEND, http_ok, sizeof(http_ok) - 1 }, { ST_ECHO, NULL, 0 } } };
+	struct fake *sc = kind == NM_S5 ? &f : kind == NM_S5_AUTH ? &fa : &fh;
+
+	for (size_t i = 0; i < 8 && sc->steps[i].kind != ST_END; i++) {
+		if (!fake_step(sc, fd, &sc->steps[i])) {
+			snprintf(s->why, sizeof(s->why), "script %d, step %zu: %.100s", kind, i,
+				 sc->why[0] ? sc->why : "failed");
+			return false;
+		}
+	}
+	return true;
+}
+
+static void *nm_main(void *arg)
+{
+	struct nm_server *s = arg;
+
+	while (!atomic_load(&s->stop) && !s->why[0]) {
+		struct pollfd p[NM_KINDS];
+
+		for (int i = 0; i < NM_KINDS; i++)
+			p[i] = (struct pollfd){ .fd = s->lfd[i], .events = POLLIN };
+		if (poll(p, NM_KINDS, 20) <= 0)
+			continue;
+		for (int i = 0; i < NM_KINDS; i++) {
+			int fd;
+
+			if (!(p[i].revents & POLLIN) || (fd = accept4(s->lfd[i], NULL, NULL,
+								      SOCK_CLOEXEC)) < 0)
+				continue;
+			if (nm_serve(s, i, fd))
+				atomic_fetch_add(&s->served, 1);
+			close(fd);
+		}
+	}
+	return NULL;
+}
+
+struct nm {
+	struct event_base *base;
+	struct dns dns;
+	struct nm_server srv;
+};
+
+/* One attempt through ob (tag: which one): refused at once (-ENOMEM, nothing called), or done
+ * called once, promptly: a connected stream whose early bytes and echo come through, or
+ * -ENOMEM. By name, also -ETIMEDOUT at the lookup's timeout: the resolver leaves a query whose
+ * socket it had no memory to watch to c-ares's timeout (outbound/resolver.c). Returns whether
+ * a stream was made. */
+static bool nm_attempt(struct nm *nm, struct ts_outbound *ob, const char *tag, bool sweep)
+{
+	struct outbound_conn *c = NULL;
+	struct result r = { .fd = -2 };
+	struct flow_key k;
+	uint8_t buf[4];
+	int rc;
+
+	strcpy(ob->tag, tag);
+	key_loopback(&k, 4, 8080);
+	if ((rc = outbound_connect(nm->base, ob, &k, 2000, on_done, &r, &c)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "%s: outbound_connect: %d", ob->tag, rc);
+		return false;
+	}
+	cr_assert_eq(r.calls, 0, "done ran inside outbound_connect");
+	cr_assert(run_until_done(nm->base, &r, WAIT_MS), "%s: no result in time", ob->tag);
+	event_base_loop(nm->base, EVLOOP_NONBLOCK);
+	cr_assert_eq(r.calls, 1, "%s: done ran twice", ob->tag);
+	if (r.err != 0) {
+		cr_assert(sweep && (r.err == -ENOMEM || (ob->resolver && r.err == -ETIMEDOUT)),
+			  "%s: %d", ob->tag, r.err);
+		cr_assert_eq(r.fd, -1);
+		return false;
+	}
+	cr_assert_eq(r.early_len, 5, "%s", ob->tag);
+	cr_assert_arr_eq(r.early, "EARLY", 5);
+	cr_assert(write_all(r.fd, (const uint8_t *)"ping", 4, WAIT_MS));
+	cr_assert(read_exact(r.fd, buf, 4, WAIT_MS), "%s: no echo", ob->tag);
+	cr_assert_arr_eq(buf, "ping", 4);
+	close(r.fd);
+	return true;
+}
+
+/* Four attempts: SOCKS5 without and with authentication, HTTP CONNECT with Basic
+ * authentication and an extra header, SOCKS5 to a server given by a name looked up with a
+ * resolver of the scenario's own; each ends in a stream or a prompt -ENOMEM; every stream
+ * reached the server's script, and every descriptor comes back. */
+static void nm_scenario(void *arg, bool sweep)
+{
+	struct nm *nm = arg;
+	struct resolver_config rc = { .servers = nm->dns.servers, .timeout_ms = 300,
+				      .tries = 1 };
+	struct resolver *res = NULL;
+	struct ts_outbound ob;
+	int fds = open_fds(), served = atomic_load(&nm->srv.served), made = 0, ret;
+
+	ob_socks5(&ob, 4, nm->srv.port[NM_S5], NULL, NULL);
+	made += nm_attempt(nm, &ob, "socks5", sweep);
+	ob_socks5(&ob, 4, nm->srv.port[NM_S5_AUTH], "alice", "secret");
+	made += nm_attempt(nm, &ob, "socks5-auth", sweep);
+	ob_http(&ob, 4, nm->srv.port[NM_HTTP], "alice", "secret");
+	strcpy(ob.http_headers, "X-Tenant: a\r\n");
+	made += nm_attempt(nm, &ob, "http", sweep);
+	if ((ret = resolver_new(nm->base, &rc, &res)) != 0) {
+		cr_assert(sweep && ret == -ENOMEM, "resolver_new: %d", ret);
+	} else {
+		ob_socks5_name(&ob, nm->srv.port[NM_S5], "socks.test");
+		ob.resolver = res;
+		made += nm_attempt(nm, &ob, "socks5-by-name", sweep);
+		resolver_free(res);
+	}
+	cr_assert(sweep || made == 4);
+	for (int i = 0; i < 100 && atomic_load(&nm->srv.served) - served < made; i++)
+		usleep(10000); /* the server's echo sees the close */
+	cr_assert_eq(nm->srv.why[0], '\0', "server: %s", nm->srv.why);
+	cr_assert_eq(atomic_load(&nm->srv.served) - served, made, "a stream the server never saw");
+	cr_assert_eq(open_fds(), fds, "a descriptor left open");
+}
+
+Test(outbound, each_allocation_refused_in_turn)
+{
+	struct nm nm;
+
+	memset(&nm, 0, sizeof(nm));
+	cr_assert_not_null(nm.base = event_base_new());
+	dns_start(&nm.dns, nm.base, NAMES);
+	for (int i = 0; i < NM_KINDS; i++)
+		nm.srv.lfd[i] = listen_loopback(4, 8, &nm.srv.port[i]);
+	cr_assert_eq(pthread_create(&nm.srv.th, NULL, nm_main, &nm.srv), 0);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nm_scenario, &nm, 5, 500));
+	atomic_store(&nm.srv.stop, true);
+	pthread_join(nm.srv.th, NULL);
+	for (int i = 0; i < NM_KINDS; i++)
+		close(nm.srv.lfd[i]);
+	dns_stop(&nm.dns);
+	event_base_free(nm.base);
 }

@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -25,6 +26,7 @@
 
 #include <event2/event.h>
 
+#include "failalloc.h"
 #include "fakedns.h"
 #include "outbound/outbound.h"
 #include "outbound/resolver.h"
@@ -588,4 +590,109 @@ Test(outbound_name, direct_with_a_resolver_of_its_own)
 	close(r.fd);
 	pair_close(&p);
 	event_base_free(base);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* Accept and close whatever connected to fd (a listener), without waiting. */
+static void drain(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int c;
+
+	while (poll(&p, 1, 0) == 1 && (c = accept(fd, NULL, NULL)) >= 0)
+		close(c);
+}
+
+struct nm {
+	struct event_base *base;
+	struct dns dns;
+	struct pair both, v4;     /* both listening; only 127.0.0.1 listening */
+};
+
+/* One attempt to dual.test (prefer_ipv6) at port: refused at once (-ENOMEM, nothing called),
+ * or done called once, promptly: a stream to the family expected, or -ENOMEM, or -ETIMEDOUT at
+ * the lookup's timeout (the resolver leaves a query whose socket it had no memory to watch to
+ * c-ares's timeout: outbound/resolver.c). Returns whether a stream was made. */
+static bool nm_attempt(struct nm *nm, struct resolver *res, uint16_t port, int family,
+		       bool sweep)
+{
+	struct ts_outbound ob = { .type = TS_OUT_DIRECT, .domain_strategy = TS_DS_PREFER_IPV6,
+				  .resolver = res };
+	struct outbound_conn *c = NULL;
+	struct result r = { .fd = -2 };
+	struct flow_key k;
+	int rc;
+
+	key_named(&k, port);
+	rc = outbound_connect_name(nm->base, &ob, &k, "dual.test", 2000, on_done, &r, &c);
+	if (rc != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "outbound_connect_name: %d", rc);
+		return false;
+	}
+	cr_assert_eq(r.calls, 0, "done ran inside outbound_connect_name");
+	run(nm->base, &r, WAIT_MS, true);
+	cr_assert_eq(r.calls, 1, "no result in time");
+	event_base_loop(nm->base, EVLOOP_NONBLOCK);
+	cr_assert_eq(r.calls, 1, "done ran twice");
+	if (r.err != 0) {
+		cr_assert(sweep && (r.err == -ENOMEM || r.err == -ETIMEDOUT), "%d", r.err);
+		cr_assert_eq(r.fd, -1);
+		return false;
+	}
+	cr_assert_eq(peer_family(r.fd), family);
+	close(r.fd);
+	return true;
+}
+
+/* A resolver of the scenario's own, then Happy Eyeballs to a name with both families: once
+ * with both listeners up (IPv6 wins), once with IPv6 refusing (IPv4 at once after the
+ * refusal); each ends in a stream or a prompt error; every descriptor comes back. */
+static void nm_scenario(void *arg, bool sweep)
+{
+	struct nm *nm = arg;
+	struct resolver_config cfg = { .servers = nm->dns.servers, .timeout_ms = 300, .tries = 1 };
+	struct resolver *res = NULL;
+	int fds = open_fds(), made = 0, rc;
+
+	if ((rc = resolver_new(nm->base, &cfg, &res)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "resolver_new: %d", rc);
+		return;
+	}
+	made += nm_attempt(nm, res, nm->both.port, 6, sweep);
+	made += nm_attempt(nm, res, nm->v4.port, 4, sweep);
+	cr_assert(sweep || made == 2);
+	resolver_free(res);
+	drain(nm->both.fd4);
+	drain(nm->both.fd6);
+	drain(nm->v4.fd4);
+	cr_assert_eq(open_fds(), fds, "a descriptor left open");
+}
+
+Test(outbound_name, direct_each_allocation_refused_in_turn)
+{
+	struct nm nm;
+
+	memset(&nm, 0, sizeof(nm));
+	cr_assert_not_null(nm.base = event_base_new());
+	dns_start(&nm.dns, nm.base, NAMES);
+	pair_open(&nm.both, true, true);
+	pair_open(&nm.v4, true, false);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nm_scenario, &nm, 5, 500));
+	pair_close(&nm.both);
+	pair_close(&nm.v4);
+	dns_stop(&nm.dns);
+	event_base_free(nm.base);
 }

@@ -11,6 +11,7 @@
 
 #include "core/config.h"
 #include "dispatch/route.h"
+#include "failalloc.h"
 #include "testutil.h"
 
 static struct ts_config cfg;
@@ -197,4 +198,98 @@ Test(route, name_matters_only_where_a_name_rule_comes_first)
 	cr_assert_not(matters("1.2.3.4", 22, IPPROTO_TCP), "every name leads to d, as the address");
 	cr_assert(matters("1.2.4.4", 22, IPPROTO_TCP), "the name would lead to d, the address to p");
 	config_fini(&cfg);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+struct nomem {
+	char dir[32];
+	char json[2048];
+};
+
+static const struct {
+	const char *dst, *name;
+	uint32_t out;
+} nomem_cases[] = {
+	{ "192.0.2.1", "ads.example", 1 },      { "192.0.2.1", "x.ads.example", 0 },
+	{ "192.0.2.1", "tracker.example", 1 },  { "10.1.2.3", "www.cn.example", 2 },
+	{ "192.0.2.1", "www.cn.example", 0 },   { "10.1.2.3", "only.example", 2 },
+	{ "10.1.2.3", "a.only.example", 0 },    { "10.1.2.3", "abcnzzb.test", 2 },
+	{ "10.1.2.3", "img9.cdn.example", 2 },  { "192.0.2.1", "a.blocked.test", 1 },
+	{ "192.0.2.1", "own.example", 1 },      { "192.0.2.1", "x.own-suffix.example", 1 },
+	{ "192.0.2.1", "telemetry-x.test", 1 }, { "192.0.2.1", "ad7.test", 1 },
+	{ "192.0.2.1", "other.test", 0 },       { "192.0.2.1", NULL, 0 },
+};
+
+/* The configuration loaded with three rule-set files (hosts, v2fly with every kind of entry,
+ * plain) and rules naming them beside their own names: it loads whole or fails with -ENOMEM
+ * (leaving nothing); loaded, every name goes where the rules say. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	struct nomem *nm = arg;
+	char err[TS_ERRLEN];
+	int rc;
+
+	config_init(&cfg);
+	rc = config_load_string(nm->json, &cfg, err, sizeof(err));
+	if (rc != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "rc %d: %s", rc, err);
+		cr_assert_null(cfg.rule_sets);
+		cr_assert_eq(cfg.route.n_rules, 0);
+		config_fini(&cfg);
+		return;
+	}
+	cr_assert_not(sweep && failalloc_fired(), "a refused allocation still loaded");
+	cr_assert_eq(cfg.n_rule_sets, 3);
+	cr_assert_eq(cfg.rule_sets[1].stats.added, 6);
+	cr_assert_eq(cfg.rule_sets[1].stats.bad, 1);
+	for (size_t i = 0; i < sizeof(nomem_cases) / sizeof(nomem_cases[0]); i++)
+		cr_assert_eq(seln(nomem_cases[i].dst, nomem_cases[i].name), nomem_cases[i].out,
+			     "%s %s", nomem_cases[i].dst, nomem_cases[i].name);
+	config_fini(&cfg);
+}
+
+static void put_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	cr_assert_not_null(f, "%s", path);
+	fputs(text, f);
+	cr_assert_eq(fclose(f), 0);
+}
+
+Test(route, each_allocation_refused_in_turn)
+{
+	struct nomem nm = { .dir = "/tmp/test_route_XXXXXX" };
+	char ads[64], cn[64], blk[64];
+
+	cr_assert_not_null(mkdtemp(nm.dir));
+	snprintf(ads, sizeof(ads), "%s/ads.hosts", nm.dir);
+	snprintf(cn, sizeof(cn), "%s/cn.v2fly", nm.dir);
+	snprintf(blk, sizeof(blk), "%s/blocked.txt", nm.dir);
+	put_file(ads, "# hosts\n0.0.0.0 ads.example tracker.example\n::1 pixel.example\n");
+	put_file(cn, "cn.example @cn\nfull:only.example\ndomain:cn2.example\nkeyword:bcnz\n"
+		     "regexp:^img[0-9]+\\.cdn\\.example$\nbad line here\ninclude:other\n"
+		     "full:dup.example\n");
+	put_file(blk, "blocked.test\n\n# comment\n");
+	snprintf(nm.json, sizeof(nm.json),
+		 "{\"outbounds\":[{\"tag\":\"d\",\"type\":\"direct\"},{\"tag\":\"r\",\"type\":\"reject\"},"
+		 "{\"tag\":\"d2\",\"type\":\"direct\"}],"
+		 "\"rule_sets\":[{\"tag\":\"ads\",\"format\":\"hosts\",\"path\":\"%s\"},"
+		 "{\"tag\":\"cn\",\"format\":\"v2fly\",\"path\":\"%s\"},"
+		 "{\"tag\":\"blk\",\"format\":\"plain\",\"path\":\"%s\"}],"
+		 "\"route\":{\"rules\":["
+		 "{\"rule_set\":[\"ads\",\"blk\"],\"domain\":[\"own.example\"],"
+		 "\"domain_suffix\":[\"own-suffix.example\"],\"domain_keyword\":[\"telemetry\"],"
+		 "\"domain_regex\":[\"^ad[0-9]\\\\.test$\"],\"outbound\":\"r\"},"
+		 "{\"rule_set\":[\"cn\"],\"network\":\"tcp\",\"cidr\":[\"10.0.0.0/8\"],"
+		 "\"outbound\":\"d2\"}],"
+		 "\"final\":\"d\"}}",
+		 ads, cn, blk);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &nm, 10,
+								      1000));
+	unlink(ads);
+	unlink(cn);
+	unlink(blk);
+	rmdir(nm.dir);
 }

@@ -20,6 +20,7 @@
 #include "core/budget.h"
 #include "core/config.h"
 #include "dispatch/udp.h"
+#include "failalloc.h"
 #include "testutil.h"
 #include "udptest.h"
 
@@ -286,4 +287,113 @@ Test(udp_sniff, a_reload_keeps_a_running_look_and_the_order)
 	cr_assert_eq(e.got_len[1], 13);
 	env_fini(&e);
 	config_fini(&off);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
+
+static uint64_t drops_total(const struct udp_path *up)
+{
+	struct udp_path_stats st = ut_stats(up);
+	uint64_t sum = 0;
+
+	for (int i = 0; i < UDP_DROP_MAX; i++)
+		sum += st.drops[i];
+	return sum;
+}
+
+/* Send p into the path and pump until the server got a datagram more or a drop more was
+ * counted, or (held: a look holds it) until it waits in the session's queue. */
+static void nomem_send(struct env *e, uint16_t sport, const uint8_t *p, size_t n, bool held,
+		       const char *what)
+{
+	uint64_t drops = drops_total(e->up), queued = stats(e).up_queued;
+	int got = e->got;
+
+	send_to_443(e, sport, p, n);
+	cr_assert(UT_PUMP_UNTIL(e->base, e->got > got || drops_total(e->up) > drops ||
+				(held && stats(e).up_queued > queued), 2000),
+		  "%s: neither sent, held nor counted as a drop", what);
+}
+
+/* The path's life with QUIC sniffing: a blocked name in one Initial (dropped as the reject
+ * rule says), a name over two Initials (the first held until the second decides, then both
+ * sent in order), and a first half held when the path is freed. Each datagram reaches the
+ * server, waits, or is counted as a drop; every session, descriptor and buffer byte comes
+ * back at the free. A look that found no memory lets its datagram go by address; the flow's
+ * next Initial then starts a look that cannot see the hello's start and ends at timeout_ms. */
+static void nomem_scenario(void *arg, bool sweep)
+{
+	struct env *e = arg;
+	uint8_t msg[256], blk[1500], p1[1500], p2[1500];
+	size_t len = tu_client_hello(msg, "www.example.test", false), half = len / 2;
+	size_t nb, n1, n2;
+	char json[512], err[TS_ERRLEN];
+	int ret;
+
+	e->got = 0;
+	e->b = NULL;
+	e->up = NULL;
+	config_init(&e->cfg);
+	snprintf(json, sizeof(json),
+		 "{\"outbounds\":[{\"tag\":\"direct\",\"type\":\"direct\"},"
+		 "{\"tag\":\"block\",\"type\":\"reject\"}],"
+		 "\"route\":{\"sniff\":{\"timeout_ms\":300},"
+		 "\"rules\":[{\"domain_suffix\":[\"blocked.test\"],\"outbound\":\"block\"}],"
+		 "\"final\":\"direct\"}}");
+	if ((ret = config_load_string(json, &e->cfg, err, sizeof(err))) != 0) {
+		cr_assert(sweep && ret == -ENOMEM, "%s", err);
+		goto out;
+	}
+	if ((ret = budget_new(&e->cfg.budget, &e->b)) != 0) {
+		cr_assert(sweep && ret == -ENOMEM);
+		goto out;
+	}
+	if ((ret = udp_path_new(e->base, &e->cfg, e->b, no_tx, e, &e->up)) != 0) {
+		cr_assert(sweep && (ret == -ENOMEM || ret == -ENOBUFS), "udp_path_new: %d", ret);
+		goto out;
+	}
+	ret = udp_path_set_uptrains(e->up, true);
+	cr_assert(ret == 0 || (sweep && (ret == -ENOMEM || ret == -ENOBUFS)), "uptrains %d", ret);
+	nb = ut_quic_initial(blk, sizeof(blk), 0, 0, msg,
+			     tu_client_hello(msg, "video.blocked.test", false));
+	nomem_send(e, 5000, blk, nb, false, "the blocked Initial");
+	if (!sweep)
+		cr_assert(e->got == 0 && stats(e).drops[UDP_DROP_rejected] == 1);
+	len = tu_client_hello(msg, "www.example.test", false);
+	n1 = ut_quic_initial(p1, sizeof(p1), 0, 0, msg, half);
+	n2 = ut_quic_initial(p2, sizeof(p2), 1, half, msg + half, len - half);
+	nomem_send(e, 5001, p1, n1, true, "the first half");
+	nomem_send(e, 5001, p2, n2, false, "the second half");
+	if (!sweep) {
+		cr_assert(UT_PUMP_UNTIL(e->base, e->got == 2, 2000));
+		cr_assert_eq(e->got_len[0], n1, "the held half went first");
+		cr_assert_eq(stats(e).sniff_quic, 2, "both names found");
+	}
+	nomem_send(e, 5002, p1, n1, true, "a half held at the free");
+	ut_path_free_checked(e->up, e->b);
+out:
+	budget_free(e->b);
+	config_fini(&e->cfg);
+}
+
+Test(udp_sniff, each_allocation_refused_in_turn)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(443) };
+	struct env e;
+
+	memset(&e, 0, sizeof(e));
+	snprintf(e.server, sizeof(e.server), "127.0.0.81");
+	cr_assert_not_null(e.base = event_base_new());
+	e.srv = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	cr_assert_geq(e.srv, 0);
+	inet_pton(AF_INET, e.server, &sin.sin_addr);
+	cr_assert_eq(bind(e.srv, (struct sockaddr *)&sin, sizeof(sin)), 0, "bind: %s",
+		     strerror(errno));
+	e.srv_ev = event_new(e.base, e.srv, EV_READ | EV_PERSIST, srv_cb, &e);
+	cr_assert_eq(event_add(e.srv_ev, NULL), 0);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &e, 10,
+								      2000));
+	event_free(e.srv_ev);
+	close(e.srv);
+	event_base_free(e.base);
 }
