@@ -229,13 +229,16 @@ static void echo_accept(struct evconnlistener *l, evutil_socket_t fd, struct soc
 			int len, void *arg)
 {
 	struct echo *e = arg;
-	struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+	struct bufferevent *bev;
 
+	failalloc_hold(true); /* the test's server, not the code under test */
+	bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
 	cr_assert(bev);
 	e->conns++;
 	e->live++;
 	bufferevent_setcb(bev, echo_read, NULL, echo_event, e);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
+	failalloc_hold(false);
 }
 
 static void echo_start(struct echo *e, int family)
@@ -1220,8 +1223,10 @@ static void nomem_scenario(void *arg, bool sweep)
 	signal(SIGPIPE, SIG_IGN);
 	budget = NULL;
 	disp = NULL;
+	failalloc_hold(true); /* the loop and the test's server */
 	cr_assert_not_null(base = event_base_new());
 	echo_start(&e, 4);
+	failalloc_hold(false);
 	snprintf(json, sizeof(json),
 		 "{ \"timeouts\": { \"connect_ms\": 2000 },"
 		 "  \"outbounds\": [ { \"tag\": \"direct\", \"type\": \"direct\" },"
@@ -1263,14 +1268,17 @@ out:
 	base = NULL;
 }
 
+#include "core/evmem.h"
 Test(dispatcher_nomem, each_allocation_refused_in_turn_splice)
 {
+	cr_assert_eq(evmem_install(), 0);
 	cr_log_info("splice: %ld allocations refused in turn",
 		    failalloc_sweep(nomem_scenario, "splice", 10, 2000));
 }
 
 Test(dispatcher_nomem, each_allocation_refused_in_turn_copy)
 {
+	cr_assert_eq(evmem_install(), 0);
 	cr_log_info("copy: %ld allocations refused in turn",
 		    failalloc_sweep(nomem_scenario, "copy", 10, 2000));
 }
