@@ -158,8 +158,10 @@ static void arm_purge(struct sys_stack *st, int64_t now, bool after_purge)
 				delay = after_purge ? TS_NS_PER_MS : 0;
 			struct timeval tv = { .tv_sec = delay / TS_NS_PER_SEC,
 					      .tv_usec = (delay % TS_NS_PER_SEC) / 1000 };
-			evtimer_add(st->purge_ev, &tv);
-			st->purge_at = next;
+			/* Not armed (no memory for the timer): purge_at stays, so the next
+			 * call tries again. */
+			if (evtimer_add(st->purge_ev, &tv) == 0)
+				st->purge_at = next;
 		}
 		if (st->nq == 1)
 			return;
@@ -498,29 +500,51 @@ static void session_start(struct sys_listener *l, int fd, const struct sockaddr_
 
 /* ---- accept loop ------------------------------------------------------------------------------ */
 
-static void listeners_enable(struct sys_stack *st, bool on)
+/* Watch (on) or stop watching every listener. 0, or -ENOMEM: libevent had no memory to watch
+ * one (those before it are watched; the caller decides). */
+static int listeners_enable(struct sys_stack *st, bool on)
 {
+	int ret = 0;
+
 	for (int f = 0; f < 2; f++)
-		for (uint32_t i = 0; i < st->n_lis; i++)
-			if (st->lis[f][i].ev)
-				on ? event_add(st->lis[f][i].ev, NULL) : event_del(st->lis[f][i].ev);
+		for (uint32_t i = 0; i < st->n_lis; i++) {
+			struct event *ev = st->lis[f][i].ev;
+
+			if (!ev)
+				continue;
+			if (!on)
+				event_del(ev);
+			else if (event_add(ev, NULL) != 0)
+				ret = -ENOMEM;
+		}
 	st->paused = !on;
+	return ret;
 }
+
+#define RESUME_RETRY_NS (50 * TS_NS_PER_MS)
+
+static void pause_accept(struct sys_stack *st, int64_t delay_ns);
 
 static void on_resume(evutil_socket_t fd, short what, void *arg)
 {
 	struct sys_stack *st = arg;
 	(void)fd;
 	(void)what;
-	if (!st->stopped)
-		listeners_enable(st, true);
+	/* A listener libevent could not watch again would never accept: try again shortly. */
+	if (!st->stopped && listeners_enable(st, true) != 0)
+		pause_accept(st, RESUME_RETRY_NS);
 }
 
+/* Stop accepting for delay_ns. If the resume cannot be timed (no memory for the timer), the
+ * listeners stay watched: accepting too early beats never accepting again. */
 static void pause_accept(struct sys_stack *st, int64_t delay_ns)
 {
-	struct timeval tv = { .tv_sec = 0, .tv_usec = delay_ns / 1000 };
+	struct timeval tv = { .tv_sec = delay_ns / TS_NS_PER_SEC,
+			      .tv_usec = (delay_ns % TS_NS_PER_SEC) / 1000 };
+
+	if (evtimer_add(st->resume_ev, &tv) != 0)
+		return;
 	listeners_enable(st, false);
-	evtimer_add(st->resume_ev, &tv);
 }
 
 enum sys_accept_class sys_stack_accept_error_class(int err)
@@ -892,8 +916,12 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 	if ((ret = fast_start(st, err, errlen)) != 0)
 		goto fail;
 	/* Only now, with every listener bound, may the caller report "ready" (before, no TCP could
-	 * get in). */
-	listeners_enable(st, true);
+	 * get in). A listener not watched would take connections the kernel completes and never
+	 * accept them. */
+	if ((ret = listeners_enable(st, true)) != 0) {
+		snprintf(err, errlen, "system stack: out of memory");
+		goto fail;
+	}
 	*out = (struct netstack *)st;
 	return 0;
 fail:
