@@ -24,6 +24,7 @@
 #include "core/config.h"
 #include "dispatch/udp.h"
 #include "dispatch/udp_int.h"
+#include "core/evmem.h"
 #include "failalloc.h"
 #include "fakedns.h"
 #include "outbound/resolver.h"
@@ -428,6 +429,9 @@ out:
 Test(udp_names, each_allocation_refused_in_turn)
 {
 	struct env e;
+
+	/* libevent allocates through the project's allocator, as twinstack runs it. */
+	cr_assert_eq(evmem_install(), 0);
 
 	memset(&e, 0, sizeof(e));
 	e.base = event_base_new();
