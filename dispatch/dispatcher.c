@@ -17,7 +17,9 @@
  * lwIP), never taken, so the relay later moves them untouched; between looks the stream's
  * low-water mark is raised past what was seen, so the loop is woken for more bytes only. A
  * timer bounds the wait: a client that speaks only after the server (SMTP, SSH servers' banners)
- * is routed by address after route.sniff.timeout_ms. One look buffer serves every session.
+ * is routed by address after route.sniff.timeout_ms. One look buffer serves every session. A
+ * session whose look finds no memory (that buffer, or its timer) is routed by address too, as
+ * one whose look found no name, and counted (sniff.skipped_no_memory).
  */
 #include "dispatch/dispatcher.h"
 
@@ -565,7 +567,24 @@ static void on_sniff_timeout(evutil_socket_t fd, short what, void *arg)
 	sniff_done(s, NULL, SNIFF_PROTO_NONE);
 }
 
-/* Wait for the app's first bytes; -ENOMEM: the caller routes by address instead. */
+/* A look that could not start: counted, and one debug line, since the session now goes by
+ * address and a name rule that would have matched it does not apply. */
+static void sniff_skipped(struct session *s)
+{
+	struct netaddr a = { .family = s->orig.family };
+	char addr[NETADDR_STRLEN];
+
+	s->d->sniff.skipped_no_memory++;
+	if (!s->d->log || s->d->log->level < LOG_LEVEL_DEBUG)
+		return;
+	memcpy(a.a, s->orig.dst, 16);
+	log_debug(s->d->log, "tcp to %s%s%s port %u: not looked at (route.sniff): no memory; "
+		  "routed by address", s->orig.family == 6 ? "[" : "",
+		  netaddr_format(&a, addr, sizeof(addr)), s->orig.family == 6 ? "]" : "",
+		  ntohs(s->orig.dport_be));
+}
+
+/* Wait for the app's first bytes; -ENOMEM (counted): the caller routes by address instead. */
 static int session_start_sniff(struct session *s)
 {
 	static const struct stream_cbs sniff_cbs = { on_sniff_readable, NULL, on_client_error };
@@ -573,13 +592,16 @@ static int session_start_sniff(struct session *s)
 	uint32_t ms = s->gen->cfg->route.sniff.timeout_ms;
 	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
 
-	if (!d->sniff_buf && !(d->sniff_buf = malloc(TS_SNIFF_MAX_BYTES)))
+	if (!d->sniff_buf && !(d->sniff_buf = malloc(TS_SNIFF_MAX_BYTES))) {
+		sniff_skipped(s);
 		return -ENOMEM;
+	}
 	if (!(s->sniff_ev = evtimer_new(d->base, on_sniff_timeout, s)) ||
 	    evtimer_add(s->sniff_ev, &tv) != 0) {
 		if (s->sniff_ev)
 			event_free(s->sniff_ev);
 		s->sniff_ev = NULL;
+		sniff_skipped(s);
 		return -ENOMEM;
 	}
 	s->state = S_SNIFFING;

@@ -163,6 +163,7 @@ struct dispatcher_sniff_stats {
 	uint64_t timeouts;       /* no decision within timeout_ms: routed by address */
 	uint64_t route_changed;  /* the name chose another outbound than the address alone */
 	uint64_t overridden;     /* override_destination: the name went to the outbound */
+	uint64_t skipped_no_memory; /* no memory for the look (its buffer, its timer): by address */
 };
 
 struct dispatcher_stats {

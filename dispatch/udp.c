@@ -1891,6 +1891,9 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
 	out->sniff_route_changed = ctr_get(&c->sniff_route_changed);
 	out->sniff_overridden = ctr_get(&c->sniff_overridden);
 	out->sniff_active = ctr_get(&c->sniff_active);
+	out->sniff_skipped_no_memory = ctr_get(&c->sniff_skipped_no_memory);
+	out->sniff_skipped_busy = ctr_get(&c->sniff_skipped_busy);
+	out->sniff_skipped_other_flow = ctr_get(&c->sniff_skipped_other_flow);
 	out->fast_flows = ctr_get(&c->fast_flows);
 	out->fast_added = ctr_get(&c->fast_added);
 	out->fast_refused = ctr_get(&c->fast_refused);

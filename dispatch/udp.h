@@ -172,6 +172,10 @@ struct udp_path_stats {
 	uint64_t sniff_started, sniff_quic, sniff_no_name, sniff_timeouts, sniff_route_changed,
 		sniff_overridden;
 	uint64_t sniff_active;      /* gauge: looks running (datagrams may be held) */
+	/* Initials worth a look that went by address without one, and their sessions never
+	 * looked at again: no memory (the heap or budgets.buffer_bytes), UDP_SNIFF_LOOKS looks
+	 * already running, the session looking at or named by another flow. */
+	uint64_t sniff_skipped_no_memory, sniff_skipped_busy, sniff_skipped_other_flow;
 	/* The offload (udp_path_set_offload): flows in the kernel now (gauge), flows it took,
 	 * flows it refused (they stay on this path), sessions its activity kept from expiring. */
 	uint64_t fast_flows, fast_added, fast_refused, fast_kept;

@@ -180,6 +180,9 @@ struct udp_session {
 	 * is on the DNS list (short timeout) and closes when dns_waiting drops to 0. Cleared for
 	 * good by anything else (then on the idle list). */
 	bool dns_only;
+	/* A QUIC Initial worth a look went out without one (udp_sniff.c): no look starts on the
+	 * session again, since one could meet a handshake in its middle and never decide. */
+	bool sniff_passed;
 	struct usniff *sniff;              /* route.sniff's look at a QUIC flow, or NULL */
 	struct ufast *fast;                /* UDP_FAST_MAX slots (budget memory), or NULL */
 	uint8_t n_fast_in;                 /* slots UF_IN */
@@ -229,6 +232,7 @@ struct udp_counters {
 	ctr_t assocs, assocs_total, assoc_failures, assoc_control_closed, resolve_failures;
 	ctr_t sniff_started, sniff_quic, sniff_no_name, sniff_timeouts, sniff_route_changed,
 		sniff_overridden, sniff_active;
+	ctr_t sniff_skipped_no_memory, sniff_skipped_busy, sniff_skipped_other_flow;
 	ctr_t fast_flows, fast_added, fast_refused, fast_kept;
 	ctr_t drops[UDP_DROP_MAX];
 };
@@ -375,7 +379,8 @@ void udp_dns_cancel_all(struct udp_path *up);
  * and a name could change the route, or override_destination)? */
 bool udp_sniff_wanted(const struct ts_config *cfg, const struct udp_view *v);
 /* v of s, to port 443 (wanted: udp_sniff_wanted said so). 0: route v now, *name the name its
- * flow announced (NULL: none, or not looked at); 1: v waits for the look's decision, or was
+ * flow announced (NULL: none, or not looked at: a wanted v a look could not be started for is
+ * counted by why, and s is not looked at again); 1: v waits for the look's decision, or was
  * dropped (counted). Datagrams that waited go out (through udp_input) before 0 is returned for
  * the one that decided. */
 int udp_sniff_input(struct udp_path *up, struct udp_session *s, const struct udp_view *v,

@@ -17,6 +17,13 @@
  * charged to the budget's buffer bytes while it runs, and at most UDP_SNIFF_LOOKS run at once
  * (beyond that, flows go by address), so Initials from many source ports cannot pin memory
  * the budget does not see.
+ *
+ * A look must see the flow's first Initial: the ClientHello's start may be in no other (a
+ * client sends it once, unless it is lost), so a look started later could only hold the
+ * flow's datagrams until the timeout. So once an Initial worth a look goes out without one —
+ * no memory for the look, UDP_SNIFF_LOOKS already running, or the session busy with another
+ * flow — it is counted by why and its session (one client source port) is not looked at
+ * again: its flows go by address, as a flow without a name does.
  */
 #include <errno.h>
 #include <string.h>
@@ -26,6 +33,8 @@
 
 #include "core/bufpool.h"
 #include "core/clock.h"
+#include "core/log.h"
+#include "core/netaddr.h"
 #include "dispatch/route.h"
 #include "dispatch/udp_int.h"
 #include "sniff/sniff.h"
@@ -194,13 +203,74 @@ static int look(struct udp_path *up, struct usniff *x, const struct udp_view *v,
 	return 0;
 }
 
+/* v, an Initial worth a look, goes by address without one: counted in c, one debug line, and
+ * s is never looked at again (the file's header says why). 0, as udp_sniff_input. */
+static int pass(struct udp_path *up, struct udp_session *s, const struct udp_view *v, ctr_t *c,
+		const char *why)
+{
+	struct netaddr a = { .family = v->family };
+	char addr[NETADDR_STRLEN];
+
+	s->sniff_passed = true;
+	ctr_inc(c);
+	if (!up->log || !log_enabled(up->log, LOG_LEVEL_DEBUG))
+		return 0;
+	memcpy(a.a, v->dst, 16);
+	log_debug(up->log, "udp from port %u to %s%s%s port %u: QUIC Initial not looked at "
+		  "(route.sniff): %s; the session's flows go by address", ntohs(v->sport_be),
+		  v->family == 6 ? "[" : "", netaddr_format(&a, addr, sizeof(addr)),
+		  v->family == 6 ? "]" : "", ntohs(v->dport_be), why);
+	return 0;
+}
+
+/* s's look state, made at its first look; NULL without memory. */
+static struct usniff *usniff_new(struct udp_path *up, struct udp_session *s)
+{
+	struct usniff *x = budget_calloc(up->b, 1, sizeof(*x));
+
+	if (!x)
+		return NULL;
+	if (!(x->ev = evtimer_new(up->base, on_timeout, x))) {
+		budget_mfree(up->b, x);
+		return NULL;
+	}
+	x->up = up;
+	x->s = s;
+	STAILQ_INIT(&x->held);
+	s->sniff = x;
+	up->sniff_live++;
+	udp_name_work_update(up);
+	return x;
+}
+
+/* A look at v's flow begins: its memory charged to the budget, its timer armed. -ENOMEM, with
+ * nothing changed, when the budget, the heap or the timer refuses (sniff_quic_new's library
+ * is loaded before a configuration that sniffs QUIC is taken: runtime/proxy.c). */
+static int look_start(struct udp_path *up, struct usniff *x, const struct udp_view *v)
+{
+	uint32_t ms = x->s->gen->cfg->route.sniff.timeout_ms;
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	if (budget_bytes_reserve(up->b, LOOK_BYTES) != 0)
+		return -ENOMEM;
+	if (sniff_quic_new(&x->q) != 0 || evtimer_add(x->ev, &tv) != 0) {
+		sniff_quic_free(x->q);
+		x->q = NULL;
+		budget_bytes_release(up->b, LOOK_BYTES);
+		return -ENOMEM;
+	}
+	ctr_inc(&up->ctr.sniff_active);
+	memcpy(x->dst, v->dst, 16);
+	x->dport_be = v->dport_be;
+	x->name[0] = '\0';
+	ctr_inc(&up->ctr.sniff_started);
+	return 0;
+}
+
 int udp_sniff_input(struct udp_path *up, struct udp_session *s, const struct udp_view *v,
 		    int64_t now, bool wanted, const char **name)
 {
-	const struct ts_sniff *sn = &s->gen->cfg->route.sniff;
 	struct usniff *x = s->sniff;
-	struct timeval tv = { .tv_sec = sn->timeout_ms / 1000,
-			      .tv_usec = (sn->timeout_ms % 1000) * 1000 };
 
 	*name = NULL;
 	if (x && same_flow(x, v)) {
@@ -209,36 +279,15 @@ int udp_sniff_input(struct udp_path *up, struct udp_session *s, const struct udp
 		*name = x->name[0] ? x->name : NULL;
 		return 0;
 	}
-	/* Not worth a look; or the session looks at, or knows the name of, another flow. */
-	if (!wanted || (x && (x->q || x->name[0])) ||
-	    ctr_get(&up->ctr.sniff_active) >= UDP_SNIFF_LOOKS)
+	if (!wanted || s->sniff_passed)
 		return 0;
-	if (!x) {
-		if (!(x = budget_calloc(up->b, 1, sizeof(*x))))
-			return 0;
-		if (!(x->ev = evtimer_new(up->base, on_timeout, x))) {
-			budget_mfree(up->b, x);
-			return 0;
-		}
-		x->up = up;
-		x->s = s;
-		STAILQ_INIT(&x->held);
-		s->sniff = x;
-		up->sniff_live++;
-		udp_name_work_update(up);
-	}
-	if (budget_bytes_reserve(up->b, LOOK_BYTES) != 0)
-		return 0;
-	if (sniff_quic_new(&x->q) != 0) {
-		budget_bytes_release(up->b, LOOK_BYTES);
-		return 0;
-	}
-	ctr_inc(&up->ctr.sniff_active);
-	memcpy(x->dst, v->dst, 16);
-	x->dport_be = v->dport_be;
-	x->name[0] = '\0';
-	evtimer_add(x->ev, &tv);
-	ctr_inc(&up->ctr.sniff_started);
+	/* The session looks at, or knows the name of, another flow (it keeps one flow's). */
+	if (x && (x->q || x->name[0]))
+		return pass(up, s, v, &up->ctr.sniff_skipped_other_flow, "busy with another flow");
+	if (ctr_get(&up->ctr.sniff_active) >= UDP_SNIFF_LOOKS)
+		return pass(up, s, v, &up->ctr.sniff_skipped_busy, "too many looks at once");
+	if ((!x && !(x = usniff_new(up, s))) || look_start(up, x, v) != 0)
+		return pass(up, s, v, &up->ctr.sniff_skipped_no_memory, "no memory");
 	return look(up, x, v, now, name);
 }
 

@@ -272,6 +272,10 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_counter(d, "sniff.route_changed",
 			  ds->sniff.route_changed + us->sniff_route_changed);
 	stats_doc_counter(d, "sniff.overridden", ds->sniff.overridden + us->sniff_overridden);
+	stats_doc_counter(d, "sniff.skipped.no_memory",
+			  ds->sniff.skipped_no_memory + us->sniff_skipped_no_memory);
+	stats_doc_counter(d, "sniff.skipped.busy", us->sniff_skipped_busy);
+	stats_doc_counter(d, "sniff.skipped.other_flow", us->sniff_skipped_other_flow);
 }
 
 /* The own resolver (dns/server.h); zeros without one, so the keys never change. */

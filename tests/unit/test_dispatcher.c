@@ -1157,6 +1157,53 @@ Test(session, sniff_app_closing_early_is_routed_by_address)
 	close(s.app);
 }
 
+/* The look's buffer refused (the first look allocates it): the session goes by address, as
+ * a look without a name would, and the skip is counted. A name rule (here, reject) cannot
+ * apply then; the next session gets its look. */
+Test(session, sniff_without_memory_goes_by_address_and_is_counted)
+{
+	uint8_t hello[512];
+	size_t n = tu_client_hello(hello, "www.blocked.test", true);
+	struct dispatcher_stats st;
+	struct flow_key k;
+	struct stream *client;
+	struct echo e;
+	struct sess s, t;
+	int accepted;
+
+	sniff_json = SNIFF_ON;
+	start("copy", 2000, 1000); /* no pool pipe holds fds at the reset's check */
+	echo_start(&e, 4);
+	memset(&s, 0, sizeof(s));
+	app_pair(4, &s.app, &accepted);
+	cr_assert_eq(budget_fd_reserve(budget, 1), 0);
+	s.fd_held = true;
+	cr_assert_eq(stream_sock_new(base, accepted, &client), 0);
+	flow(&k, 4, "127.0.0.1", e.port, s.app);
+	failalloc_arm(2); /* the session, then the look's buffer */
+	cr_assert_eq(dispatcher_start_tcp(disp, &k, client, on_end, &s), 0);
+	cr_assert(failalloc_fired());
+	failalloc_arm(0);
+	st = dstats();
+	cr_assert_eq(st.sessions_active, 1, "the session itself got its memory");
+	cr_assert_eq(st.sniff.started, 0);
+	cr_assert_eq(st.sniff.active, 0, "no look waits");
+	cr_assert(send_parts_echoed(&s, hello, n, n, 0), "not relayed by address");
+	st = dstats();
+	cr_assert_eq(st.sniff.skipped_no_memory, 1);
+	cr_assert_eq(st.sniff.found[0], 0);
+	cr_assert_eq(st.fail[DISPATCHER_FAIL_REJECT], 0);
+	finish(&s);
+	/* Memory again: the next session's name is read, and its rule applies. */
+	cr_assert_eq(dispatch(&t, 4, "127.0.0.1", e.port), 0);
+	cr_assert_eq(send(t.app, hello, n, MSG_NOSIGNAL), (ssize_t)n);
+	expect_prompt_reset(&t, DISPATCHER_FAIL_REJECT);
+	st = dstats();
+	cr_assert_eq(st.sniff.started, 1);
+	cr_assert_eq(st.sniff.skipped_no_memory, 1);
+	evconnlistener_free(e.l);
+}
+
 /* ---- every allocation refused in turn (failalloc.h) ---- */
 
 /* One accepted connection to dst:port, as a stack hands it over: its one on_end always runs

@@ -6,7 +6,9 @@
  * holds the first until the second decides, then both go out in order, and later packets of
  * the flow follow without a look; an Initial that never completes goes by address after the
  * timeout; other datagrams to port 443 are never looked at; a path freed while datagrams wait
- * gives every buffer back.
+ * gives every buffer back; a look that could not start (no memory, too many at once, the
+ * session busy with another flow) is counted, and its flow is not looked at later in the
+ * middle of its hello.
  */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
@@ -103,6 +105,16 @@ static void env_fini(struct env *e)
 static struct udp_path_stats stats(struct env *e)
 {
 	return ut_stats(e->up);
+}
+
+static uint64_t drops_total(const struct udp_path *up)
+{
+	struct udp_path_stats st = ut_stats(up);
+	uint64_t sum = 0;
+
+	for (int i = 0; i < UDP_DROP_MAX; i++)
+		sum += st.drops[i];
+	return sum;
 }
 
 static void send_to_443(struct env *e, uint16_t sport, const uint8_t *p, size_t len)
@@ -289,17 +301,115 @@ Test(udp_sniff, a_reload_keeps_a_running_look_and_the_order)
 	config_fini(&off);
 }
 
-/* ---- every allocation refused in turn (failalloc.h) ---- */
+/* ---- looks that could not start ---- */
 
-static uint64_t drops_total(const struct udp_path *up)
+/* Each allocation the first half of a hello makes, refused in turn. Where the look could not
+ * start, the half goes by address and the skip is counted; the flow's second half then goes
+ * at once: a look that started there could never see the hello's start, and would only hold
+ * datagrams until the timeout. */
+Test(udp_sniff, a_look_without_memory_is_counted_and_its_flow_not_looked_at_again)
 {
-	struct udp_path_stats st = ut_stats(up);
-	uint64_t sum = 0;
+	struct env e;
+	uint8_t msg[256], p1[1500], p2[1500];
+	size_t len = tu_client_hello(msg, "www.example.test", false), half = len / 2, n1, n2;
+	int skipped = 0;
+	bool fired = true;
 
-	for (int i = 0; i < UDP_DROP_MAX; i++)
-		sum += st.drops[i];
-	return sum;
+	n1 = ut_quic_initial(p1, sizeof(p1), 0, 0, msg, half);
+	n2 = ut_quic_initial(p2, sizeof(p2), 1, half, msg + half, len - half);
+	for (long n = 1; fired; n++) {
+		struct udp_path_stats st;
+		uint64_t drops;
+		bool looked;
+		int got;
+
+		env_start(&e, 2000, 82);
+		failalloc_arm(n);
+		send_to_443(&e, 5009, p1, n1);
+		fired = failalloc_fired();
+		failalloc_arm(0);
+		ut_pump_for(e.base, 5);
+		st = stats(&e);
+		looked = st.sniff_started == 1;
+		if (!looked && UT_PUMP_UNTIL(e.base, e.got == 1, 500)) {
+			skipped++;
+			cr_assert_eq(stats(&e).sniff_skipped_no_memory, 1,
+				     "allocation %ld refused: by address, not counted", n);
+		}
+		drops = drops_total(e.up);
+		got = e.got;
+		send_to_443(&e, 5009, p2, n2);
+		cr_assert(UT_PUMP_UNTIL(e.base, e.got > got || drops_total(e.up) > drops, 500),
+			  "allocation %ld refused: the second half was held (%d sent, %lu looks)", n,
+			  e.got, (unsigned long)stats(&e).sniff_started);
+		st = stats(&e);
+		cr_assert_eq(st.sniff_started, looked ? 1 : 0, "allocation %ld refused", n);
+		cr_assert_eq(st.sniff_timeouts, 0, "allocation %ld refused", n);
+		cr_assert_eq(st.up_queued, 0, "allocation %ld refused", n);
+		env_fini(&e);
+	}
+	cr_assert_gt(skipped, 0, "no allocation of the look was refused");
 }
+
+/* A session looks at one flow at a time: an Initial of another flow from the same port goes
+ * by address meanwhile, and that flow is not looked at once the first look has ended (its
+ * next Initial carries the rest of a hello whose start already went). */
+Test(udp_sniff, a_flow_passed_by_during_a_look_is_not_looked_at_after_it)
+{
+	struct env e;
+	uint8_t msg[256], p1[1500], p2[1500];
+	size_t len = tu_client_hello(msg, "www.example.test", false), half = len / 2, n1, n2;
+
+	env_start(&e, 100, 83);
+	n1 = ut_quic_initial(p1, sizeof(p1), 0, 0, msg, half);
+	n2 = ut_quic_initial(p2, sizeof(p2), 1, half, msg + half, len - half);
+	/* Flow A (no server there) is looked at; flow B, to the test's server, passes by. */
+	ut_tun_send(e.up, "10.0.0.9", 5010, "127.0.0.85", 443, p1, n1);
+	cr_assert_eq(stats(&e).up_queued, 1, "A's first half waits");
+	send_to_443(&e, 5010, p1, n1);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 1, 2000), "B's first half goes by address");
+	cr_assert_eq(stats(&e).sniff_skipped_other_flow, 1);
+	cr_assert(UT_PUMP_UNTIL(e.base, stats(&e).sniff_timeouts == 1, 2000), "A's look ends");
+	send_to_443(&e, 5010, p2, n2);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 2, 2000));
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.sniff_started, 1, "B was looked at in the middle of its hello");
+	cr_assert_eq(st.sniff_timeouts, 1);
+	cr_assert_eq(st.up_queued, 0);
+	env_fini(&e);
+}
+
+/* UDP_SNIFF_LOOKS looks at once (256): the next flow goes by address, counted, and is not
+ * looked at later either, when a look has ended. */
+Test(udp_sniff, a_flow_beyond_the_looks_at_once_is_counted_and_not_looked_at_later)
+{
+	struct env e;
+	uint8_t msg[256], p1[1500], p2[1500];
+	size_t len = tu_client_hello(msg, "www.example.test", false), half = len / 2, n1, n2;
+
+	env_start(&e, 5000, 84); /* no look ends by itself within the test */
+	n1 = ut_quic_initial(p1, sizeof(p1), 0, 0, msg, half);
+	n2 = ut_quic_initial(p2, sizeof(p2), 1, half, msg + half, len - half);
+	for (uint16_t i = 0; i < 256; i++)
+		send_to_443(&e, (uint16_t)(6000 + i), p1, n1);
+	cr_assert_eq(stats(&e).sniff_active, 256);
+	send_to_443(&e, 6256, p1, n1);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 1, 2000), "the 257th goes by address");
+	cr_assert_eq(stats(&e).sniff_skipped_busy, 1);
+	/* One look ends (its hello completes): room for a look again. */
+	send_to_443(&e, 6000, p2, n2);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 3, 2000));
+	cr_assert_eq(stats(&e).sniff_active, 255);
+	send_to_443(&e, 6256, p2, n2);
+	cr_assert(UT_PUMP_UNTIL(e.base, e.got == 4, 1000), "the 257th flow's second half was held");
+	struct udp_path_stats st = stats(&e);
+	cr_assert_eq(st.sniff_started, 256);
+	cr_assert_eq(st.sniff_active, 255);
+	cr_assert_eq(st.sniff_skipped_busy, 1, "counted once, when the flow went by");
+	env_fini(&e);
+}
+
+/* ---- every allocation refused in turn (failalloc.h) ---- */
 
 /* Send p into the path and pump until the server got a datagram more or a drop more was
  * counted, or (held: a look holds it) until it waits in the session's queue. */
@@ -319,8 +429,8 @@ static void nomem_send(struct env *e, uint16_t sport, const uint8_t *p, size_t n
  * rule says), a name over two Initials (the first held until the second decides, then both
  * sent in order), and a first half held when the path is freed. Each datagram reaches the
  * server, waits, or is counted as a drop; every session, descriptor and buffer byte comes
- * back at the free. A look that found no memory lets its datagram go by address; the flow's
- * next Initial then starts a look that cannot see the hello's start and ends at timeout_ms. */
+ * back at the free. A look that found no memory lets its datagram go by address, counted, and
+ * the flow's next Initial goes at once: no look in this scenario waits out its timeout. */
 static void nomem_scenario(void *arg, bool sweep)
 {
 	struct env *e = arg;
@@ -369,6 +479,7 @@ static void nomem_scenario(void *arg, bool sweep)
 		cr_assert_eq(e->got_len[0], n1, "the held half went first");
 		cr_assert_eq(stats(e).sniff_quic, 2, "both names found");
 	}
+	cr_assert_eq(stats(e).sniff_timeouts, 0, "a look held datagrams until its timeout");
 	nomem_send(e, 5002, p1, n1, true, "a half held at the free");
 	ut_path_free_checked(e->up, e->b);
 out:
