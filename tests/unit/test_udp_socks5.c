@@ -24,6 +24,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "dispatch/udp.h"
+#include "core/evmem.h"
 #include "failalloc.h"
 #include "testutil.h"
 #include "udptest.h"
@@ -250,8 +251,10 @@ static int ctl_step(struct s5conn *c)
 		cr_assert_eq(c->in[3], 1, "DST ATYP 1");
 		c->in_len = 0;
 		c->ufd = udp_socket_on("127.0.0.1", &uport);
+		failalloc_hold(true); /* the scripted server, not the code under test */
 		c->uev = event_new(s->base, c->ufd, EV_READ | EV_PERSIST, relay_cb, c);
 		cr_assert_eq(event_add(c->uev, NULL), 0);
+		failalloc_hold(false);
 		if (s->bnd == BND_MAPPED_EXACT || s->bnd == BND_MAPPED_ZERO) {
 			uint8_t r6[22] = { 5, 0, 0, 4, [14] = 0xff, [15] = 0xff };
 
@@ -305,8 +308,10 @@ static void accept_cb(evutil_socket_t fd, short what, void *arg)
 	c->srv = s;
 	c->fd = cfd;
 	c->ufd = -1;
+	failalloc_hold(true); /* the scripted server, not the code under test */
 	c->ev = event_new(s->base, cfd, EV_READ | EV_PERSIST, ctl_cb, c);
 	cr_assert_eq(event_add(c->ev, NULL), 0);
+	failalloc_hold(false);
 }
 
 static void srv_open(struct s5srv *s, struct event_base *base)
@@ -322,8 +327,10 @@ static void srv_open(struct s5srv *s, struct event_base *base)
 	cr_assert_eq(listen(s->lfd, 16), 0);
 	cr_assert_eq(getsockname(s->lfd, (struct sockaddr *)&sin, &len), 0);
 	s->port = ntohs(sin.sin_port);
+	failalloc_hold(true); /* the scripted server, not the code under test */
 	s->lev = event_new(base, s->lfd, EV_READ | EV_PERSIST, accept_cb, s);
 	cr_assert_eq(event_add(s->lev, NULL), 0);
+	failalloc_hold(false);
 	s->other_fd = udp_socket_on("127.0.0.1", NULL);
 	s->foreign_fd = udp_socket_on("127.0.0.3", NULL);
 }
@@ -814,7 +821,9 @@ static void nomem_scenario(void *arg, bool sweep)
 	int rc;
 
 	memset(e, 0, sizeof(*e));
+	failalloc_hold(true);
 	cr_assert_not_null(e->base = event_base_new());
+	failalloc_hold(false);
 	srv_open(&e->srv, e->base);
 	e->srv.user = "u";
 	e->srv.pass = "p";
@@ -857,6 +866,9 @@ out:
 Test(udp_socks5, each_allocation_refused_in_turn)
 {
 	struct env e;
+
+	/* libevent allocates through the project's allocator, as twinstack runs it. */
+	cr_assert_eq(evmem_install(), 0);
 
 	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &e, 10,
 								      2000));
