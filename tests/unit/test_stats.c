@@ -1,8 +1,8 @@
 /* test_stats.c — the stats endpoint for real: an evhttp server on 127.0.0.1 port 0 runs its
  * event loop in a thread; the test is a plain-socket HTTP client. Status codes, headers, bodies
  * (JSON parsed with cJSON), freshness per request, 404/405/500, loopback-only binding. Last,
- * with the loop on the test's thread: the start with each allocation refused in turn,
- * libevent's included (failalloc.h). */
+ * with the loop on the test's thread: each allocation refused in turn (failalloc.h), the
+ * endpoint's own and, for its start, libevent's too. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -662,7 +662,7 @@ Test(stats_http, oversized_headers_are_refused)
 	cr_assert_lt(STATS_HTTP_MAX_HEADERS, (int)sizeof(req));
 }
 
-/* ---- allocations refused (failalloc.h) ------------------------------------------------------ */
+/* ---- every allocation refused in turn (failalloc.h) ---------------------------------------- */
 
 /* One request on a connection of its own, the endpoint's loop pumped on this thread (so that
  * the sweep's count, which is this thread's, sees every allocation of the endpoint and its
@@ -706,8 +706,65 @@ static bool pumped_fetch(struct server *s, const char *request, struct resp *r)
 	return sscanf(r->raw, "HTTP/1.%*d %d", &r->status) == 1;
 }
 
-/* libevent's own allocations, routed through the wrappers (event_set_mem_functions takes the
- * test's malloc, which is failalloc's): only here, for the start, where the endpoint must
+/* The endpoint's life: made, three requests (/stats, /metrics, /stats) each answered whole or
+ * refused with a 500 that says why, every connection gone, freed. With sweep, making it may
+ * fail for want of memory, with the reason in err. */
+static void nomem_endpoint(void *arg, bool sweep)
+{
+	static const char *const paths[] = { "/stats", "/metrics", "/stats" };
+	struct netaddr_ep ep = { .port = 0 };
+	struct server *s = arg;
+	char err[256] = "", req[128];
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	cr_assert_eq(netaddr_parse("127.0.0.1", &ep.addr), 0);
+	s->base = event_base_new();
+	cr_assert_not_null(s->base);
+	ret = stats_http_new(s->base, &ep, provider, s, &s->http, err, sizeof(err));
+	if (ret != 0) {
+		cr_assert(sweep && ret == -ENOMEM, "new: %d %s", ret, err);
+		cr_assert(err[0] != '\0' && s->http == NULL, "new: %d without a message", ret);
+		event_base_free(s->base);
+		return;
+	}
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", paths[i]);
+		cr_assert(pumped_fetch(s, req, &resp), "%s: no whole answer: %s", paths[i], resp.raw);
+		if (resp.status != 200) {
+			cr_assert(sweep && resp.status == 500, "%s: %s", paths[i], resp.head);
+			cr_assert_gt(resp.body_len, 0, "%s: a 500 that does not say why", paths[i]);
+			continue;
+		}
+		check_content_length(&resp);
+		if (i == 1) {
+			cr_assert_not_null(strstr(resp.body, "twinstack_nat_active 3\n"), "%s",
+					   resp.body);
+			continue;
+		}
+		cJSON *j = cJSON_Parse(resp.body);
+		cr_assert_not_null(j, "not JSON: %s", resp.body);
+		cr_assert_not_null(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "nat"), "active"),
+				   "a document without its last key: %s", resp.body);
+		cJSON_Delete(j);
+	}
+	/* Each connection closed after its answer: none is left counted. */
+	for (int i = 0; i < 100 && http_stats(s).connections > 0; i++)
+		event_base_loop(s->base, EVLOOP_NONBLOCK);
+	cr_assert_eq(http_stats(s).connections, 0, "connections left open");
+	stats_http_free(s->http);
+	event_base_free(s->base);
+}
+
+Test(stats_http_nomem, each_allocation_refused_in_turn, .timeout = 60)
+{
+	static struct server s;
+
+	failalloc_sweep(nomem_endpoint, &s, 10, 500);
+}
+
+/* libevent's own allocations, routed through the wrappers too (event_set_mem_functions takes
+ * the test's malloc, which is failalloc's): only here, for the start, where the endpoint must
  * notice each failure of what it asks of libevent. A start that returns 0 serves. */
 static void *ev_malloc(size_t n)
 {
