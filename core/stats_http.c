@@ -328,12 +328,15 @@ static int listen_socket(const struct netaddr_ep *ep, int *fd_out, uint16_t *por
 	return 0;
 }
 
-/* Hand the socket to evhttp. The listener owns (closes) fd from evconnlistener_new on. */
+/* Hand the socket to evhttp. The listener owns (closes) fd from evconnlistener_new on. It is
+ * made disabled and enabled here: enabling adds its event to the loop, which may fail for want
+ * of memory, and libevent drops that result when evhttp_bind_listener enables it (the endpoint
+ * would look started and never accept). Once bound, evhttp_free frees it. */
 static int attach_listener(struct stats_http *s, struct event_base *base, int fd)
 {
 	struct evconnlistener *l = evconnlistener_new(base, NULL, NULL,
-						      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
-						      0, fd);
+						      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
+						      LEV_OPT_DISABLED, 0, fd);
 
 	if (!l) {
 		close(fd);
@@ -343,7 +346,7 @@ static int attach_listener(struct stats_http *s, struct event_base *base, int fd
 		evconnlistener_free(l);
 		return -ENOMEM;
 	}
-	return 0;
+	return evconnlistener_enable(l) == 0 ? 0 : -ENOMEM;
 }
 
 int stats_http_new(struct event_base *base, const struct netaddr_ep *listen,

@@ -56,6 +56,11 @@ struct fastpath {
 	int nuplinks;
 	bool no_tcx;        /* the kernel refused a tcx link: no uplink will take one */
 	char udp_off[160];  /* why room for UDP flows was asked and the kernel refused it */
+	/* The counters' read: a buffer for one value per CPU, made with the rest, so that a read
+	 * needs no memory; each slot's last sums, what a read that fails reports (a counter
+	 * never goes back). */
+	struct fastpath_counts *per;
+	struct fastpath_totals last[FASTPATH_COUNT_SLOTS];
 };
 
 /* libbpf reports through one process-wide callback. While we load, it is ours: its first
@@ -177,6 +182,10 @@ static int load(struct fastpath *fp, uint32_t max_conns, uint32_t max_udp, char 
 	    fp->udp_out_fd < 0 || fp->udp_in_fd < 0 || fp->counts_fd < 0 || fp->ncpu <= 0) {
 		snprintf(err, errlen, "program image incomplete");
 		return -EINVAL;
+	}
+	if (!(fp->per = calloc((size_t)fp->ncpu, sizeof(*fp->per)))) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
 	}
 	return 0;
 }
@@ -313,6 +322,7 @@ void fastpath_free(struct fastpath *fp)
 	}
 	bpf_object__close(fp->obj);
 	print_end(prev);
+	free(fp->per);
 	free(fp);
 }
 
@@ -366,20 +376,18 @@ void fastpath_del(struct fastpath *fp, const struct flow_key *app, const uint8_t
 /* Counter slot `slot` summed over CPUs (zeros when it cannot be read). */
 static void sum_slot(struct fastpath *fp, uint32_t slot, struct fastpath_totals *out)
 {
-	struct fastpath_counts *per = calloc((size_t)fp->ncpu, sizeof(*per));
+	struct fastpath_totals *last = &fp->last[slot];
 
-	memset(out, 0, sizeof(*out));
-	if (!per || bpf_map_lookup_elem(fp->counts_fd, &slot, per) != 0) {
-		free(per);
-		return;
+	if (bpf_map_lookup_elem(fp->counts_fd, &slot, fp->per) == 0) {
+		memset(last, 0, sizeof(*last));
+		for (int i = 0; i < fp->ncpu; i++) {
+			last->packets += fp->per[i].packets;
+			last->segments += fp->per[i].segments;
+			last->bytes += fp->per[i].bytes;
+			last->failed += fp->per[i].failed;
+		}
 	}
-	for (int i = 0; i < fp->ncpu; i++) {
-		out->packets += per[i].packets;
-		out->segments += per[i].segments;
-		out->bytes += per[i].bytes;
-		out->failed += per[i].failed;
-	}
-	free(per);
+	*out = *last;
 }
 
 void fastpath_totals(struct fastpath *fp, struct fastpath_totals *out)

@@ -73,7 +73,8 @@ int fastpath_add(struct fastpath *fp, const struct flow_key *app, const uint8_t 
 void fastpath_del(struct fastpath *fp, const struct flow_key *app, const uint8_t *nat_addr,
 		  uint16_t nat_port_be, const uint8_t *gw, uint16_t lport_be);
 
-/* Everything the kernel side rewrote, summed over CPUs. */
+/* Everything the kernel side rewrote, summed over CPUs. Needs no memory; a read the kernel
+ * refuses gives the last figures read. One caller at a time (the read buffer is fp's). */
 void fastpath_totals(struct fastpath *fp, struct fastpath_totals *out);
 
 /* ---- UDP flows of direct outbound sockets ----
@@ -119,7 +120,8 @@ uint64_t fastpath_udp_flows(const struct fastpath *fp);
 /* Uplinks the reply program is attached to (one fd each). */
 int fastpath_udp_uplinks(const struct fastpath *fp);
 /* What the kernel side carried, summed over CPUs: datagrams out to uplinks (out) and replies
- * in to the TUN (in). segments: datagrams (a GSO packet's count); failed: dropped half-way. */
+ * in to the TUN (in). segments: datagrams (a GSO packet's count); failed: dropped half-way.
+ * As fastpath_totals: no memory needed, the last figures when a read is refused. */
 void fastpath_udp_totals(struct fastpath *fp, struct fastpath_totals *out,
 			 struct fastpath_totals *in);
 

@@ -850,7 +850,7 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 	int ret;
 
 	if (!st)
-		return -ENOMEM;
+		goto nomem;
 	st->env = *env;
 	st->purge_at = INT64_MAX;
 	st->kick_fd = -1;
@@ -858,17 +858,12 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 	/* One counter block per queue, each on its own cache lines (no false sharing). */
 	size_t csz = pctr_stride();
 	st->pctr = aligned_alloc(64, csz * st->nq);
-	if (!st->pctr) {
-		free(st);
-		return -ENOMEM;
-	}
+	if (!st->pctr)
+		goto nomem;
 	memset(st->pctr, 0, csz * st->nq);
 	st->qto = aligned_alloc(64, sizeof(*st->qto) * st->nq);
-	if (!st->qto) {
-		free(st->pctr);
-		free(st);
-		return -ENOMEM;
-	}
+	if (!st->qto)
+		goto nomem;
 	for (uint32_t q = 0; q < st->nq; q++)
 		st->qto[q].conn = 0;
 	st->n_lis = env->cfg->nat.listeners;
@@ -927,6 +922,12 @@ static int sys_start(const struct netstack_env *env, struct netstack **out, char
 fail:
 	sys_free((struct netstack *)st);
 	return ret;
+nomem: /* before the listeners are marked closed: sys_free cannot take it yet */
+	snprintf(err, errlen, "system stack: out of memory");
+	if (st)
+		free(st->pctr);
+	free(st);
+	return -ENOMEM;
 }
 
 static void sys_stop(struct netstack *ns)

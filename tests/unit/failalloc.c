@@ -1,6 +1,7 @@
 /* failalloc.c — the allocation wrappers of failalloc.h (linked with -Wl,--wrap=...). */
 #include <criterion/criterion.h>
 #include <execinfo.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,9 +26,16 @@ static _Thread_local long fail_at; /* 0: disarmed */
 static _Thread_local long seen;
 static _Thread_local bool fired;
 static _Thread_local int held;
+/* failalloc_arm_all: every thread's allocations, one counter. */
+static atomic_long all_fail_at; /* 0: disarmed */
+static atomic_long all_seen;
+static atomic_bool all_fired;
+static atomic_bool all_mode;    /* seen and fired report the process-wide count */
 
 void failalloc_arm(long n)
 {
+	atomic_store(&all_mode, false);
+	atomic_store(&all_fail_at, 0);
 	if (n <= 0) {
 		fail_at = 0;
 		return;
@@ -37,6 +45,19 @@ void failalloc_arm(long n)
 	fired = false;
 }
 
+void failalloc_arm_all(long n)
+{
+	atomic_store(&all_mode, true);
+	fail_at = 0;
+	if (n <= 0) {
+		atomic_store(&all_fail_at, 0);
+		return;
+	}
+	atomic_store(&all_seen, 0);
+	atomic_store(&all_fired, false);
+	atomic_store(&all_fail_at, n);
+}
+
 void failalloc_hold(bool on)
 {
 	held += on ? 1 : -1;
@@ -44,27 +65,37 @@ void failalloc_hold(bool on)
 
 long failalloc_seen(void)
 {
-	return seen;
+	return atomic_load(&all_mode) ? atomic_load(&all_seen) : seen;
 }
 
 bool failalloc_fired(void)
 {
-	return fired;
+	return atomic_load(&all_mode) ? atomic_load(&all_fired) : fired;
 }
 
-/* True when this allocation is the one to refuse. */
+/* True when this allocation is the one to refuse: the thread's armed one, or the process's. */
 static bool refuse(void)
 {
-	if (!fail_at || held)
+	long at;
+
+	if (held)
 		return false;
-	if (++seen != fail_at)
-		return false;
-	fired = true;
+	if (fail_at) {
+		if (++seen != fail_at)
+			return false;
+		fired = true;
+		at = seen;
+	} else {
+		long all = atomic_load_explicit(&all_fail_at, memory_order_relaxed);
+		if (!all || (at = atomic_fetch_add(&all_seen, 1) + 1) != all)
+			return false;
+		atomic_store(&all_fired, true);
+	}
 	if (getenv("FAILALLOC_TRACE")) { /* where the refused allocation was asked for */
 		void *pc[16];
 		int n = backtrace(pc, 16);
 
-		dprintf(2, "failalloc: allocation %ld refused at\n", seen);
+		dprintf(2, "failalloc: allocation %ld refused at\n", at);
 		backtrace_symbols_fd(pc, n, 2);
 	}
 	return true;

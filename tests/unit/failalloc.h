@@ -11,6 +11,18 @@
  *
  * The usual use is a sweep (failalloc_sweep): for n = 1, 2, ... arm the nth allocation, run a
  * scenario from start to teardown, and stop at the first n the scenario never reached.
+ *
+ * Two ways to count. failalloc_arm counts the calling thread's allocations only: the order is
+ * the code's own, the same on every run, whatever other threads do. failalloc_arm_all counts
+ * every thread's (one atomic counter), for a scenario whose work happens on threads the test
+ * does not run — the public API's proxy assembles itself on the caller's thread but answers
+ * stats and reloads, carries traffic and takes itself apart on its loop thread. Its order is
+ * deterministic only while one thread allocates at a time: the test does one step, waits for
+ * its outcome, then the next (a start; a connection; a datagram; a stats request; a reload; a
+ * stop), and the configuration has no thread of its own that allocates meanwhile (one TUN
+ * queue, nothing on a timer that allocates). Where that does not hold, a sweep still ends and
+ * still refuses each allocation it reaches; it may only refuse a different one than a run
+ * before it reached at the same n.
  */
 #ifndef TS_TESTS_FAILALLOC_H
 #define TS_TESTS_FAILALLOC_H
@@ -22,11 +34,18 @@
  * thread's allocations count and fail. */
 void failalloc_arm(long n);
 
+/* The same for every thread's allocations (see above): the nth allocation of any thread not
+ * held returns NULL; n <= 0 disarms. failalloc_seen and failalloc_fired then report the
+ * process-wide count until failalloc_arm is called (arming either way disarms the other).
+ * Arm it while no thread of the scenario allocates (between two steps). */
+void failalloc_arm_all(long n);
+
 /* While held, this thread's allocations are neither counted nor refused: for a test's own
  * buffers amid a scenario. Calls nest. */
 void failalloc_hold(bool on);
 
-/* Allocations seen on this thread since the last arm, and whether the armed one failed. */
+/* Allocations seen since the last arm (on this thread, or on every thread after
+ * failalloc_arm_all), and whether the armed one failed. */
 long failalloc_seen(void);
 bool failalloc_fired(void);
 
