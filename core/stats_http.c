@@ -28,8 +28,10 @@
 #include "core/counter.h"
 
 #define MAX_BODY_SIZE 1024 /* we take no bodies; a larger one is refused (413) by evhttp */
-/* What a connection may buffer, whatever evhttp counts (see make_bev). */
+/* What a connection may buffer, whatever evhttp counts (see make_bev): reading stops once
+ * CONN_INPUT_MAX bytes wait, and one read adds at most READ_CHUNK. */
 #define CONN_INPUT_MAX (STATS_HTTP_MAX_HEADERS + MAX_BODY_SIZE + 4096)
+#define READ_CHUNK 2048
 
 /* One accepted connection: removed and freed by on_conn_close, which evhttp calls once when it
  * closes the connection for whatever reason (our deadline included), or by on_timer when it
@@ -101,11 +103,12 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
 
 /* ---- connections: cap and deadline --------------------------------------------------------- */
 
-static void arm(struct conn *c, int ms)
+/* 0, or -1: libevent had no memory for the timer (only a first arming can need any). */
+static int arm(struct conn *c, int ms)
 {
 	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
 
-	evtimer_add(c->timer, &tv);
+	return evtimer_add(c->timer, &tv);
 }
 
 static void conn_free(struct conn *c)
@@ -169,7 +172,8 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 	c->bev = NULL;
 	c->evcon = evcon;
 	evhttp_connection_set_closecb(evcon, on_conn_close, c);
-	arm(c, STATS_HTTP_REQUEST_MS);
+	if (arm(c, STATS_HTTP_REQUEST_MS) != 0)
+		evhttp_connection_free(evcon); /* no deadline, no connection (c goes with it) */
 }
 
 /* A request arrived whole: the clock restarts for the answer and the next request. */
@@ -180,17 +184,17 @@ static void request_done(struct stats_http *s, struct evhttp_request *req)
 
 	TAILQ_FOREACH(c, &s->conns, link)
 		if (c->evcon == evcon) {
-			arm(c, STATS_HTTP_REQUEST_MS);
+			(void)arm(c, STATS_HTTP_REQUEST_MS); /* pending: moving it allocates nothing */
 			return;
 		}
 }
 
 /* An input buffer (of bufferevent arg) grew to CONN_INPUT_MAX: reading is disabled until evhttp
- * enables it again (after an answer, with the buffered requests to parse). The watermark alone
- * only suspends it, and libevent then runs the read callback again in every loop iteration
- * while the buffer stays full and reading enabled: the loop would spin, and the callback
- * pending when the loop stops holds a reference that keeps the bufferevent (and its buffered
- * input) alive past evhttp_free. */
+ * enables it again (after an answer, with the buffered requests to parse). Disabled, not
+ * suspended as a read watermark would: a suspended read makes libevent run the read callback
+ * again in every loop iteration while the buffer stays full and reading enabled (the loop
+ * would spin, and the callback pending when the loop stops holds a reference that keeps the
+ * bufferevent and its buffered input alive past evhttp_free). */
 static void pause_reading(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
 	if (info->n_added && evbuffer_get_length(buf) >= CONN_INPUT_MAX)
@@ -212,8 +216,16 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 	c->s = s;
 	c->timer = evtimer_new(base, on_timer, c);
 	c->bev = bufferevent_socket_new(base, -1, 0);
+	/* What a connection may buffer, whatever evhttp counts: a chunked body's size line is
+	 * counted against the body limit only once it ends, so a client streaming one endless
+	 * line would otherwise grow the buffer until the request cap. pause_reading stops
+	 * reading once CONN_INPUT_MAX is buffered, reads of at most READ_CHUNK keep what one read
+	 * adds small, and the request cap then closes the connection. Not a read watermark:
+	 * libevent 2.1's bufferevent_setwatermark adds a buffer callback of its own without
+	 * checking the allocation, and crashes when it fails. */
 	if (!c->timer || !c->bev ||
-	    !evbuffer_add_cb(bufferevent_get_input(c->bev), pause_reading, c->bev)) {
+	    !evbuffer_add_cb(bufferevent_get_input(c->bev), pause_reading, c->bev) ||
+	    bufferevent_set_max_single_read(c->bev, READ_CHUNK) != 0) {
 		if (c->timer)
 			event_free(c->timer);
 		if (c->bev)
@@ -221,13 +233,15 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 		free(c);
 		return NULL;
 	}
+	/* The first run of on_timer picks the connection up: without it the connection would
+	 * never be watched, nor its place given back. */
+	if (arm(c, 0) != 0) {
+		event_free(c->timer);
+		bufferevent_free(c->bev);
+		free(c);
+		return NULL;
+	}
 	bufferevent_incref(c->bev);
-	/* What a connection may buffer, whatever evhttp counts: a chunked body's size line is
-	 * counted against the body limit only once it ends, so a client streaming one endless
-	 * line would otherwise grow the buffer until the request cap. The watermark keeps each
-	 * read within CONN_INPUT_MAX, pause_reading stops reading there; the request cap then
-	 * closes the connection. */
-	bufferevent_setwatermark(c->bev, EV_READ, 0, CONN_INPUT_MAX);
 	c->refused = ctr_get(&s->nconns) >= STATS_HTTP_MAX_CONNS;
 	if (c->refused) {
 		ctr_inc(&s->refused);
@@ -236,7 +250,6 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 		ctr_inc(&s->accepted);
 	}
 	TAILQ_INSERT_TAIL(&s->conns, c, link);
-	arm(c, 0);
 	return c->bev;
 }
 

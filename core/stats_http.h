@@ -30,7 +30,7 @@ struct stats_http;
  * connection is closed at once (counted in refused). A request must arrive whole and be
  * answered within STATS_HTTP_REQUEST_MS of its connection's accept (or of the previous answer
  * on a kept-alive connection), however slowly its bytes trickle in (counted in timeouts):
- * each connection holds one fd and at most about 13 KiB of buffered input (the headers'
+ * each connection holds one fd and at most about 15 KiB of buffered input (the headers'
  * STATS_HTTP_MAX_HEADERS, a 1 KiB body, a margin; reading stops above it) for at most that
  * long. */
 #define STATS_HTTP_MAX_CONNS 8
