@@ -17,7 +17,6 @@
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/if_tun.h>
@@ -1257,18 +1256,6 @@ static void nomem_log(void *arg, int level, const char *line, size_t len)
 	pthread_mutex_unlock(&nomem_log_lock);
 }
 
-static int count_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	int n = 0;
-
-	CHECK(d != NULL, "opendir %s", dir);
-	for (struct dirent *e; (e = readdir(d));)
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
 /* The namespace's links, rules and routes, as text. */
 static void ip_state(char *out, size_t cap)
 {
@@ -1508,7 +1495,7 @@ static void nomem_life(const struct nomem_case *c, bool sweep)
 static void nomem_sweep(const struct nomem_case *c)
 {
 	static char before[16384], after[16384];
-	int fds = count_entries("/proc/self/fd"), threads = count_entries("/proc/self/task");
+	int fds = tu_dir_entries("/proc/self/fd"), threads = tu_dir_entries("/proc/self/task");
 	long n;
 
 	ip_state(before, sizeof(before));
@@ -1519,11 +1506,11 @@ static void nomem_sweep(const struct nomem_case *c)
 		failalloc_arm_all(n);
 		nomem_life(c, true);
 		failalloc_arm_all(0);
-		CHECK(count_entries("/proc/self/task") == threads,
+		CHECK(tu_dir_entries("/proc/self/task") == threads,
 		      "%s: a thread outlived the proxy (allocation %ld refused)", c->stack, n);
-		CHECK(count_entries("/proc/self/fd") == fds,
+		CHECK(tu_dir_entries("/proc/self/fd") == fds,
 		      "%s: %d descriptors left (allocation %ld refused)", c->stack,
-		      count_entries("/proc/self/fd") - fds, n);
+		      tu_dir_entries("/proc/self/fd") - fds, n);
 		ip_state(after, sizeof(after));
 		CHECK(strcmp(before, after) == 0,
 		      "%s: links, rules or routes left (allocation %ld refused):\n%.600s", c->stack,

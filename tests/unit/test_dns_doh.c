@@ -15,7 +15,6 @@
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -49,18 +48,6 @@ static int64_t mono_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	cr_assert_not_null(d);
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
 }
 
 static int listen_lo(uint16_t port)
@@ -413,7 +400,7 @@ static void fx_init(struct fx *f)
 	memset(f, 0, sizeof(*f));
 	if (access("/usr/bin/openssl", X_OK) != 0)
 		cr_skip_test("no openssl command to make the test certificates");
-	f->fds0 = count_fds();
+	f->fds0 = tu_dir_entries("/proc/self/fd");
 	strcpy(f->dir, "/tmp/ts-doh-XXXXXX");
 	cr_assert_not_null(mkdtemp(f->dir));
 	strcpy(tmp_dir, f->dir);
@@ -451,7 +438,7 @@ static void fx_stop(struct fx *f)
 	if (f->pid)
 		reap(f->pid);
 	event_base_free(f->base);
-	cr_assert_eq(count_fds(), f->fds0, "a descriptor left open");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), f->fds0, "a descriptor left open");
 	CHECK_LEAKS();
 }
 
@@ -991,11 +978,11 @@ Test(dns_doh, idle_connection_is_closed)
 	fx_new(&f);
 	ask(&f, "a.doh.test", &r1);
 	cr_assert(run_until(f.base, &r1.calls, 1, WAIT_MS));
-	up = count_fds();
+	up = tu_dir_entries("/proc/self/fd");
 	run_until(f.base, NULL, -1, 50);
-	cr_assert_eq(count_fds(), up, "the connection stays open while not idle");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), up, "the connection stays open while not idle");
 	run_until(f.base, NULL, -1, 400);
-	cr_assert_eq(count_fds(), up - 1, "the idle connection is closed");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), up - 1, "the idle connection is closed");
 	ask(&f, "a.doh.test", &r2);
 	cr_assert(run_until(f.base, &r2.calls, 1, WAIT_MS));
 	assert_addr(&r2, 192, 0, 2, 44);
@@ -1123,7 +1110,7 @@ static void nomem_scenario(void *arg, bool sweep)
 	struct dns_doh_stats st;
 	struct res pend = { 0 };
 	struct dns_doh_q *h;
-	int fds = count_fds(), rc, answered = 0;
+	int fds = tu_dir_entries("/proc/self/fd"), rc, answered = 0;
 
 	f->d = NULL;
 	if ((rc = dns_doh_new(f->base, &f->cfg, &f->d)) != 0) {
@@ -1160,7 +1147,7 @@ static void nomem_scenario(void *arg, bool sweep)
 	f->d = NULL;
 	run_until(f->base, NULL, -1, 20);
 	cr_assert_eq(pend.calls, 0, "an ask pending at the free was called");
-	cr_assert_eq(count_fds(), fds, "a descriptor left open");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), fds, "a descriptor left open");
 }
 
 Test(dns_doh, each_allocation_refused_in_turn)

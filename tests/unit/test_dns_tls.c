@@ -15,7 +15,6 @@
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -776,18 +775,6 @@ Test(dns_tls, bad_configs_are_refused)
 
 /* ---- every allocation refused in turn (failalloc.h) ---- */
 
-static int count_fds(void)
-{
-	DIR *dir = opendir("/proc/self/fd");
-	int n = 0;
-
-	cr_assert_not_null(dir);
-	while (readdir(dir))
-		n++;
-	closedir(dir);
-	return n;
-}
-
 /* One DoT upstream's life: three asks answered in turn on one TLS connection, each called
  * back once with its answer, or refused at once (-ENOMEM: nothing called), or failed for
  * memory on its last try; one ask pending at the free is never called; every descriptor
@@ -803,7 +790,7 @@ static void nomem_scenario(void *arg, bool sweep)
 	struct res pend = { 0 };
 	struct dns_question q;
 	struct dns_uq *h;
-	int fds = count_fds(), rc, answered = 0, never = 0;
+	int fds = tu_dir_entries("/proc/self/fd"), rc, answered = 0, never = 0;
 
 	cr_assert_eq(netaddr_parse("127.0.0.1", &cfg.server.addr), 0);
 	cfg.server.port = d->port;
@@ -845,7 +832,7 @@ static void nomem_scenario(void *arg, bool sweep)
 	dns_upstream_free(u);
 	run_until(d->base, &never, 1, 20);
 	cr_assert_eq(pend.calls, 0, "an ask pending at the free was called");
-	cr_assert_eq(count_fds(), fds, "a descriptor left open");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), fds, "a descriptor left open");
 }
 
 Test(dns_tls, each_allocation_refused_in_turn)

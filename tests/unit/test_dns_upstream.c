@@ -14,7 +14,6 @@
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -378,18 +377,6 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	cr_assert_not_null(d);
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
 static struct dns_question question(const char *name, uint16_t type)
 {
 	struct dns_question q;
@@ -414,7 +401,7 @@ struct fx {
 static void fx_start(struct fx *f, enum dns_up_kind kind, enum udp_mode um, enum tcp_mode tm)
 {
 	memset(f, 0, sizeof(*f));
-	f->fds0 = count_fds();
+	f->fds0 = tu_dir_entries("/proc/self/fd");
 	f->base = event_base_new();
 	cr_assert_not_null(f->base);
 	mock_start(&f->m, f->base, um, tm);
@@ -435,7 +422,7 @@ static void fx_stop(struct fx *f)
 	dns_upstream_free(f->u);
 	mock_stop(&f->m);
 	event_base_free(f->base);
-	cr_assert_eq(count_fds(), f->fds0, "a descriptor left open");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), f->fds0, "a descriptor left open");
 	CHECK_LEAKS();
 }
 
@@ -482,15 +469,15 @@ Test(dns_upstream, udp_answer)
 
 	fx_start(&f, DNS_UP_UDP, U_ANSWER, T_SILENT);
 	fx_new(&f);
-	fds = count_fds();
+	fds = tu_dir_entries("/proc/self/fd");
 	ask(&f, 7, &r);
-	cr_assert_eq(count_fds(), fds + 1, "one socket for the try");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), fds + 1, "one socket for the try");
 	cr_assert_eq(stats(&f).inflight, 1);
 	cr_assert(run_until(f.base, &r.calls, 1, WAIT_MS));
 	cr_assert_eq(r.calls, 1);
 	assert_addr(&r, 192, 0, 2, 7);
 	cr_assert(r.flags & DNS_F_QR);
-	cr_assert_eq(count_fds(), fds, "the socket closed once answered");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), fds, "the socket closed once answered");
 	st = stats(&f);
 	cr_assert_eq(st.queries, 1);
 	cr_assert_eq(st.tries, 1);
@@ -532,7 +519,7 @@ Test(dns_upstream, udp_silent_server_times_out_each_try_on_a_new_socket)
 	f.cfg.timeout_ms = 150;
 	f.cfg.tries = 3;
 	fx_new(&f);
-	fds = count_fds();
+	fds = tu_dir_entries("/proc/self/fd");
 	t0 = mono_ms();
 	ask(&f, 1, &r);
 	cr_assert(run_until(f.base, &r.calls, 1, WAIT_MS));
@@ -547,7 +534,7 @@ Test(dns_upstream, udp_silent_server_times_out_each_try_on_a_new_socket)
 	/* A new socket (source port) and id per try: three equal ones would be a reused socket. */
 	cr_assert(!(f.m.udp_ports[0] == f.m.udp_ports[1] && f.m.udp_ports[1] == f.m.udp_ports[2]));
 	cr_assert(!(f.m.udp_ids[0] == f.m.udp_ids[1] && f.m.udp_ids[1] == f.m.udp_ids[2]));
-	cr_assert_eq(count_fds(), fds);
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), fds);
 	fx_stop(&f);
 }
 
@@ -625,10 +612,10 @@ Test(dns_upstream, cancelled_ask_is_never_called_and_its_socket_closed)
 	fx_start(&f, DNS_UP_UDP, U_SILENT, T_SILENT);
 	f.cfg.timeout_ms = 100;
 	fx_new(&f);
-	fds = count_fds();
+	fds = tu_dir_entries("/proc/self/fd");
 	h = ask(&f, 1, &r);
 	dns_upstream_cancel(f.u, h);
-	cr_assert_eq(count_fds(), fds);
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), fds);
 	cr_assert_eq(stats(&f).inflight, 0);
 	run_until(f.base, &r.calls, -1, 400);
 	cr_assert_eq(r.calls, 0);
@@ -1280,9 +1267,9 @@ static bool fds_back(struct event_base *base, int n)
 {
 	int never = 0;
 
-	for (int i = 0; i < 100 && count_fds() != n; i++)
+	for (int i = 0; i < 100 && tu_dir_entries("/proc/self/fd") != n; i++)
 		run_until(base, &never, -1, 10);
-	return count_fds() == n;
+	return tu_dir_entries("/proc/self/fd") == n;
 }
 
 /* One upstream's life: three asks answered in turn (over TCP: on one reused connection; over
@@ -1296,7 +1283,7 @@ static void nomem_scenario(void *arg, bool sweep)
 	struct res pend = { 0 };
 	struct dns_question q;
 	struct dns_uq *h;
-	int fds = count_fds(), rc, answered = 0, never = 0;
+	int fds = tu_dir_entries("/proc/self/fd"), rc, answered = 0, never = 0;
 
 	for (int i = 0; i < MAX_CONNS; i++)
 		cr_assert_null(f->m.conns[i]);

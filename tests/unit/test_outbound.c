@@ -14,7 +14,6 @@
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -54,18 +53,6 @@ static int64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	cr_assert_not_null(d);
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
 }
 
 static socklen_t loop_sa(int family, uint16_t port, struct sockaddr_storage *ss)
@@ -387,14 +374,14 @@ Test(outbound_socket, ipv6_only)
 Test(outbound_socket, errors_close_the_fd)
 {
 	struct ts_outbound ob;
-	int fd = -7, before = open_fds();
+	int fd = -7, before = tu_dir_entries("/proc/self/fd");
 
 	ob_direct(&ob);
 	cr_assert_eq(outbound_socket(&ob, 5, SOCK_STREAM, &fd), -EAFNOSUPPORT);
 	strcpy(ob.bind_interface, "nosuchdev0");
 	cr_assert_eq(outbound_socket(&ob, 4, SOCK_STREAM, &fd), -ENODEV);
 	cr_assert_eq(fd, -7, "fd_out untouched on failure");
-	cr_assert_eq(open_fds(), before, "no fd leaked");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), before, "no fd leaked");
 }
 
 /* ---- direct ---- */
@@ -539,7 +526,7 @@ Test(direct, socket_failure_reported_synchronously)
 	struct ts_outbound ob;
 	struct flow_key k;
 	struct result r = { 0 };
-	int before = open_fds();
+	int before = tu_dir_entries("/proc/self/fd");
 
 	ob_direct(&ob);
 	strcpy(ob.bind_interface, "nosuchdev0");
@@ -547,7 +534,7 @@ Test(direct, socket_failure_reported_synchronously)
 	cr_assert_eq(outbound_connect(base, &ob, &k, 1000, on_done, &r, &c), -ENODEV);
 	run_for(base, 50);
 	cr_assert_eq(r.calls, 0, "nothing started: done never runs");
-	cr_assert_eq(open_fds(), before);
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), before);
 	event_base_free(base);
 }
 
@@ -585,7 +572,7 @@ Test(reject, refused_from_the_loop)
 	struct ts_outbound ob;
 	struct flow_key k;
 	struct result r;
-	int before = open_fds();
+	int before = tu_dir_entries("/proc/self/fd");
 
 	memset(&ob, 0, sizeof(ob));
 	ob.type = TS_OUT_REJECT;
@@ -593,7 +580,7 @@ Test(reject, refused_from_the_loop)
 	connect_and_wait(base, &ob, &k, 1000, &r);  /* asserts "not re-entrant" */
 	cr_assert_eq(r.err, -ECONNREFUSED);
 	cr_assert_eq(r.fd, -1);
-	cr_assert_eq(open_fds(), before, "reject opens no socket");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), before, "reject opens no socket");
 	event_base_free(base);
 }
 
@@ -613,7 +600,7 @@ Test(cancel, at_every_stage_done_never_runs)
 		fill[i] = -1;
 	lfd = full_listener(&port, fill, 8);
 	slfd = listen_loopback(4, 16, &sport);  /* a "SOCKS5 server" that never answers */
-	before = open_fds();
+	before = tu_dir_entries("/proc/self/fd");
 
 	/* reject: cancelled before the loop runs its deferred result */
 	memset(&ob, 0, sizeof(ob));
@@ -639,7 +626,7 @@ Test(cancel, at_every_stage_done_never_runs)
 
 	run_for(base, 400);  /* past every deadline */
 	cr_assert_eq(r.calls, 0, "done ran after cancel");
-	cr_assert_eq(open_fds(), before, "cancel closes every socket");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), before, "cancel closes every socket");
 	for (size_t i = 0; i < 8; i++)
 		if (fill[i] >= 0)
 			close(fill[i]);
@@ -1546,7 +1533,7 @@ static void http_success(int srv_family, int dst_family)
 	struct ts_outbound ob;
 	struct result r;
 	uint8_t buf[5];
-	int before = open_fds();
+	int before = tu_dir_entries("/proc/self/fd");
 
 	hfake_start(&f, srv_family);
 	ob_http(&ob, srv_family, f.port, NULL, NULL);
@@ -1566,7 +1553,7 @@ static void http_success(int srv_family, int dst_family)
 	else
 		cr_assert_str_eq(f.req, "CONNECT [::1]:8443 HTTP/1.1\r\nHost: [::1]:8443\r\n\r\n");
 	close(r.fd);
-	cr_assert_eq(open_fds(), before);
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), before);
 }
 
 Test(http_fake, success_with_early_bytes_v4)
@@ -1603,7 +1590,7 @@ static void http_refused(const char *reply, size_t reply_len, int want)
 	struct hfake f = { .reply = reply, .reply_len = reply_len };
 	struct ts_outbound ob;
 	struct result r;
-	int before = open_fds();
+	int before = tu_dir_entries("/proc/self/fd");
 
 	hfake_start(&f, 4);
 	ob_http(&ob, 4, f.port, NULL, NULL);
@@ -1613,7 +1600,7 @@ static void http_refused(const char *reply, size_t reply_len, int want)
 		     want);
 	cr_assert_eq(r.fd, -1);
 	cr_assert_eq(r.early_len, 0);
-	cr_assert_eq(open_fds(), before);
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), before);
 }
 
 Test(http_fake, statuses_map_to_errors)
@@ -1865,7 +1852,7 @@ static void nm_scenario(void *arg, bool sweep)
 				      .tries = 1 };
 	struct resolver *res = NULL;
 	struct ts_outbound ob;
-	int fds = open_fds(), served = atomic_load(&nm->srv.served), made = 0, ret;
+	int fds = tu_dir_entries("/proc/self/fd"), served = atomic_load(&nm->srv.served), made = 0, ret;
 
 	ob_socks5(&ob, 4, nm->srv.port[NM_S5], NULL, NULL);
 	made += nm_attempt(nm, &ob, "socks5", sweep);
@@ -1887,7 +1874,7 @@ static void nm_scenario(void *arg, bool sweep)
 		usleep(10000); /* the server's echo sees the close */
 	cr_assert_eq(nm->srv.why[0], '\0', "server: %s", nm->srv.why);
 	cr_assert_eq(atomic_load(&nm->srv.served) - served, made, "a stream the server never saw");
-	cr_assert_eq(open_fds(), fds, "a descriptor left open");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), fds, "a descriptor left open");
 }
 
 Test(outbound, each_allocation_refused_in_turn)

@@ -11,7 +11,6 @@
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -594,18 +593,6 @@ Test(outbound_name, direct_with_a_resolver_of_its_own)
 
 /* ---- every allocation refused in turn (failalloc.h) ---- */
 
-static int open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	cr_assert_not_null(d);
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
 /* Accept and close whatever connected to fd (a listener), without waiting. */
 static void drain(int fd)
 {
@@ -665,7 +652,7 @@ static void nm_scenario(void *arg, bool sweep)
 	struct nm *nm = arg;
 	struct resolver_config cfg = { .servers = nm->dns.servers, .timeout_ms = 300, .tries = 1 };
 	struct resolver *res = NULL;
-	int fds = open_fds(), made = 0, rc;
+	int fds = tu_dir_entries("/proc/self/fd"), made = 0, rc;
 
 	if ((rc = resolver_new(nm->base, &cfg, &res)) != 0) {
 		cr_assert(sweep && rc == -ENOMEM, "resolver_new: %d", rc);
@@ -678,7 +665,7 @@ static void nm_scenario(void *arg, bool sweep)
 	drain(nm->both.fd4);
 	drain(nm->both.fd6);
 	drain(nm->v4.fd4);
-	cr_assert_eq(open_fds(), fds, "a descriptor left open");
+	cr_assert_eq(tu_dir_entries("/proc/self/fd"), fds, "a descriptor left open");
 }
 
 Test(outbound_name, direct_each_allocation_refused_in_turn)

@@ -27,7 +27,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -828,21 +827,9 @@ static void nomem_run(bool sweep)
 	rig_stop(r);
 }
 
-static int threads(void)
-{
-	int n = 0;
-	DIR *d = opendir("/proc/self/task");
-
-	CHECK(d != NULL, "opendir");
-	for (struct dirent *e; (e = readdir(d));)
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
 static void scenario_each_allocation_refused(void)
 {
-	int before = threads();
+	int before = tu_dir_entries("/proc/self/task");
 	long n;
 
 	/* libevent's allocations through the project's allocator, as twinstack runs it: they
@@ -850,13 +837,13 @@ static void scenario_each_allocation_refused(void)
 	CHECK(evmem_install() == 0, "evmem");
 
 	nomem_run(false);
-	CHECK(threads() == before, "a thread outlived the stack");
+	CHECK(tu_dir_entries("/proc/self/task") == before, "a thread outlived the stack");
 	for (n = 1; n <= 2000; n++) {
 		nomem_at = n;
 		failalloc_arm(n);
 		nomem_run(true);
 		failalloc_arm(0);
-		CHECK(threads() == before, "a thread outlived the stack (allocation %ld refused)", n);
+		CHECK(tu_dir_entries("/proc/self/task") == before, "a thread outlived the stack (allocation %ld refused)", n);
 #ifdef TS_LSAN
 		CHECK(__lsan_do_recoverable_leak_check() == 0, "leaked with allocation %ld refused",
 		      n);

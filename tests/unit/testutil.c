@@ -7,6 +7,7 @@
 #include "testutil.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -939,4 +940,17 @@ uint64_t tu_stack_counter(const struct netstack_ops *ops, struct netstack *ns, c
 	ops->counters(ns, tu_counter_visit, &q);
 	*found = q.found;
 	return q.v;
+}
+
+int tu_dir_entries(const char *path)
+{
+	DIR *d = opendir(path);
+	int n = 0;
+
+	if (!d)
+		return -1;
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
 }

@@ -32,6 +32,10 @@
 #define CHECK_LEAKS() ((void)0)
 #endif
 
+/* Entries of a directory but "." and "..", as /proc/self/fd (open descriptors, the one
+ * reading it included) or /proc/self/task (threads) list them; -1 if it cannot be read. */
+int tu_dir_entries(const char *path);
+
 #define MS(x) ((int64_t)(x) * 1000000LL)
 #define SEC(x) ((int64_t)(x) * 1000000000LL)
 
