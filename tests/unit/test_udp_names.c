@@ -344,16 +344,6 @@ Test(udp_names, route_rules_see_the_name)
 
 /* ---- every allocation refused in turn (failalloc.h) ---- */
 
-static uint64_t drops_total(const struct udp_path *up)
-{
-	struct udp_path_stats st = ut_stats(up);
-	uint64_t sum = 0;
-
-	for (int i = 0; i < UDP_DROP_MAX; i++)
-		sum += st.drops[i];
-	return sum;
-}
-
 /* A datagram from the client 10.0.0.9:sport to dst at the echo port, as if later_ms had
  * passed (the retry of a name that failed waits a second). */
 static void send_later(struct env *e, uint16_t sport, const char *dst, int later_ms)
@@ -410,11 +400,11 @@ static void nomem_scenario(void *arg, bool sweep)
 	cr_assert(ret == 0 || (sweep && (ret == -ENOMEM || ret == -ENOBUFS)), "uptrains %d", ret);
 	udp_path_set_namer(e->up, namer, e);
 	for (int i = 0; i < 5; i++) {
-		uint64_t before = drops_total(e->up);
+		uint64_t before = ut_drops_total(e->up);
 		int got = e->ncap;
 
 		send_later(e, sport[i], dst[i], later[i]);
-		cr_assert(PUMP_UNTIL(e, e->ncap > got || drops_total(e->up) > before, 3000),
+		cr_assert(PUMP_UNTIL(e, e->ncap > got || ut_drops_total(e->up) > before, 3000),
 			  "datagram %d to %s: neither echoed nor counted as a drop", i, dst[i]);
 		if (!sweep)
 			cr_assert_eq(e->ncap, got + (dst[i][8] == '6' ? 0 : 1), "datagram %d", i);

@@ -107,16 +107,6 @@ static struct udp_path_stats stats(struct env *e)
 	return ut_stats(e->up);
 }
 
-static uint64_t drops_total(const struct udp_path *up)
-{
-	struct udp_path_stats st = ut_stats(up);
-	uint64_t sum = 0;
-
-	for (int i = 0; i < UDP_DROP_MAX; i++)
-		sum += st.drops[i];
-	return sum;
-}
-
 static void send_to_443(struct env *e, uint16_t sport, const uint8_t *p, size_t len)
 {
 	ut_tun_send(e->up, "10.0.0.9", sport, e->server, 443, p, len);
@@ -336,10 +326,10 @@ Test(udp_sniff, a_look_without_memory_is_counted_and_its_flow_not_looked_at_agai
 			cr_assert_eq(stats(&e).sniff_skipped_no_memory, 1,
 				     "allocation %ld refused: by address, not counted", n);
 		}
-		drops = drops_total(e.up);
+		drops = ut_drops_total(e.up);
 		got = e.got;
 		send_to_443(&e, 5009, p2, n2);
-		cr_assert(UT_PUMP_UNTIL(e.base, e.got > got || drops_total(e.up) > drops, 500),
+		cr_assert(UT_PUMP_UNTIL(e.base, e.got > got || ut_drops_total(e.up) > drops, 500),
 			  "allocation %ld refused: the second half was held (%d sent, %lu looks)", n,
 			  e.got, (unsigned long)stats(&e).sniff_started);
 		st = stats(&e);
@@ -416,11 +406,11 @@ Test(udp_sniff, a_flow_beyond_the_looks_at_once_is_counted_and_not_looked_at_lat
 static void nomem_send(struct env *e, uint16_t sport, const uint8_t *p, size_t n, bool held,
 		       const char *what)
 {
-	uint64_t drops = drops_total(e->up), queued = stats(e).up_queued;
+	uint64_t drops = ut_drops_total(e->up), queued = stats(e).up_queued;
 	int got = e->got;
 
 	send_to_443(e, sport, p, n);
-	cr_assert(UT_PUMP_UNTIL(e->base, e->got > got || drops_total(e->up) > drops ||
+	cr_assert(UT_PUMP_UNTIL(e->base, e->got > got || ut_drops_total(e->up) > drops ||
 				(held && stats(e).up_queued > queued), 2000),
 		  "%s: neither sent, held nor counted as a drop", what);
 }

@@ -788,25 +788,15 @@ Test(udp_socks5, an_attempt_refused_on_the_spot_waits_for_the_retry_like_a_faile
 
 /* ---- every allocation refused in turn (failalloc.h) ---- */
 
-static uint64_t drops_total(struct env *e)
-{
-	struct udp_path_stats st = stats(e);
-	uint64_t sum = 0;
-
-	for (int i = 0; i < UDP_DROP_MAX; i++)
-		sum += st.drops[i];
-	return sum;
-}
-
 /* One datagram: echoed or counted as a drop, within the bound. */
 static void nomem_send(struct env *e, const char *src, uint16_t sport, const char *dst,
 		       uint16_t dport, bool sweep)
 {
-	uint64_t before = drops_total(e);
+	uint64_t before = ut_drops_total(e->up);
 	int got = e->ncap;
 
 	tun_send(e, src, sport, dst, dport, "z", 1);
-	cr_assert(PUMP_UNTIL(e, e->ncap > got || drops_total(e) > before, 3000),
+	cr_assert(PUMP_UNTIL(e, e->ncap > got || ut_drops_total(e->up) > before, 3000),
 		  "%s -> %s: neither echoed nor counted as a drop", src, dst);
 	cr_assert(sweep || e->ncap == got + 1, "%s -> %s: dropped", src, dst);
 }

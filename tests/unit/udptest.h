@@ -81,6 +81,17 @@ static inline struct udp_path_stats ut_stats(const struct udp_path *up)
 	return st;
 }
 
+/* Every datagram up dropped so far, whatever the reason. */
+static inline uint64_t ut_drops_total(const struct udp_path *up)
+{
+	struct udp_path_stats st = ut_stats(up);
+	uint64_t sum = 0;
+
+	for (int i = 0; i < UDP_DROP_MAX; i++)
+		sum += st.drops[i];
+	return sum;
+}
+
 /* A datagram src:sport -> dst:dport "from the TUN" into up, within a batch the caller ends
  * (udp_path_batch_end). */
 static inline void ut_tun_input(struct udp_path *up, const char *src, uint16_t sport,
