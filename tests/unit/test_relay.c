@@ -1938,6 +1938,15 @@ out:
 	cr_assert_eq(ctr_get(&E.ctr.buf_bytes_inflight), 0);
 }
 
+Test(relay, talk_with_libevent_allocations_refused_in_turn)
+{
+	struct nomem_relay o = { .talk = true };
+
+	cr_assert_eq(evmem_install(), 0);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_relay_scenario, &o, 3,
+									   200));
+}
+
 Test(relay, silence_with_libevent_allocations_refused_in_turn)
 {
 	struct nomem_relay o = { .talk = false };
