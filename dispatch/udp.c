@@ -261,13 +261,14 @@ int udp_sock_setup(struct udp_path *up, struct usock *k, int fd)
 	return 0;
 }
 
-/* Wake when k (with its socket) is writable: 0, or -ENOMEM (no event could be made). */
+/* Wake when k (with its socket) is writable: 0, or -ENOMEM (no event could be made, or
+ * libevent could not watch it: the caller drops what would wait for it). */
 static int sock_want_write(struct udp_path *up, struct usock *k)
 {
 	if (!k->wev && !(k->wev = event_new(up->base, k->fd, EV_WRITE, sock_write_cb, k)))
 		return -ENOMEM;
-	if (!event_pending(k->wev, EV_WRITE, NULL))
-		event_add(k->wev, NULL);
+	if (!event_pending(k->wev, EV_WRITE, NULL) && event_add(k->wev, NULL) != 0)
+		return -ENOMEM;
 	return 0;
 }
 
