@@ -28,8 +28,10 @@
 #include "core/counter.h"
 
 #define MAX_BODY_SIZE 1024 /* we take no bodies; a larger one is refused (413) by evhttp */
-/* What a connection may buffer, whatever evhttp counts (see make_bev). */
+/* What a connection may buffer, whatever evhttp counts (see make_bev), give or take one read
+ * of at most CONN_READ_MAX bytes. */
 #define CONN_INPUT_MAX (STATS_HTTP_MAX_HEADERS + MAX_BODY_SIZE + 4096)
+#define CONN_READ_MAX 4096
 
 /* One accepted connection: removed and freed by on_conn_close, which evhttp calls once when it
  * closes the connection for whatever reason (our deadline included), or by on_timer when it
@@ -224,10 +226,11 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 	bufferevent_incref(c->bev);
 	/* What a connection may buffer, whatever evhttp counts: a chunked body's size line is
 	 * counted against the body limit only once it ends, so a client streaming one endless
-	 * line would otherwise grow the buffer until the request cap. The watermark keeps each
-	 * read within CONN_INPUT_MAX, pause_reading stops reading there; the request cap then
-	 * closes the connection. */
-	bufferevent_setwatermark(c->bev, EV_READ, 0, CONN_INPUT_MAX);
+	 * line would otherwise grow the buffer until the request cap. Each read takes at most
+	 * CONN_READ_MAX bytes, pause_reading stops reading at CONN_INPUT_MAX; the request cap
+	 * then closes the connection. (Not a read watermark: libevent 2.1's
+	 * bufferevent_setwatermark dereferences the callback it could not allocate.) */
+	bufferevent_set_max_single_read(c->bev, CONN_READ_MAX);
 	c->refused = ctr_get(&s->nconns) >= STATS_HTTP_MAX_CONNS;
 	if (c->refused) {
 		ctr_inc(&s->refused);
