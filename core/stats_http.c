@@ -103,11 +103,12 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
 
 /* ---- connections: cap and deadline --------------------------------------------------------- */
 
-static void arm(struct conn *c, int ms)
+/* 0, or -ENOMEM: libevent had no memory for the timer (one already pending needs none). */
+static int arm(struct conn *c, int ms)
 {
 	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
 
-	evtimer_add(c->timer, &tv);
+	return evtimer_add(c->timer, &tv) == 0 ? 0 : -ENOMEM;
 }
 
 static void conn_free(struct conn *c)
@@ -145,8 +146,9 @@ static struct evhttp_connection *conn_of(struct bufferevent *bev)
 	return evcon;
 }
 
-/* First run (right after the accept): find the connection, close it if it was over the cap,
- * else watch it. Later runs: the deadline passed without a whole request. */
+/* First run (right after the accept): find the connection, close it if it was over the cap or
+ * its deadline cannot be timed (no memory: counted as refused), else watch it. Later runs: the
+ * deadline passed without a whole request. */
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c = arg;
@@ -159,9 +161,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	evcon = conn_of(c->bev);
-	if (!evcon || c->refused) {
-		if (!c->refused)
+	if (!evcon || c->refused || arm(c, STATS_HTTP_REQUEST_MS) != 0) {
+		if (!c->refused) {
 			ctr_add(&s->nconns, (uint64_t)-1);
+			if (evcon)
+				ctr_inc(&s->refused);
+		}
 		conn_free(c);
 		if (evcon)
 			evhttp_connection_free(evcon);
@@ -171,7 +176,6 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 	c->bev = NULL;
 	c->evcon = evcon;
 	evhttp_connection_set_closecb(evcon, on_conn_close, c);
-	arm(c, STATS_HTTP_REQUEST_MS);
 }
 
 /* A request arrived whole: the clock restarts for the answer and the next request. */
@@ -180,9 +184,11 @@ static void request_done(struct stats_http *s, struct evhttp_request *req)
 	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
 	struct conn *c;
 
+	/* The timer is pending until the connection closes: re-armed in place, with no memory
+	 * needed. */
 	TAILQ_FOREACH(c, &s->conns, link)
 		if (c->evcon == evcon) {
-			arm(c, STATS_HTTP_REQUEST_MS);
+			(void)arm(c, STATS_HTTP_REQUEST_MS);
 			return;
 		}
 }
@@ -202,8 +208,9 @@ static void pause_reading(struct evbuffer *buf, const struct evbuffer_cb_info *i
 /* evhttp asks for a bufferevent for each connection it accepts, before it reads anything:
  * the one place we see a new connection. Counted (or marked refused over the cap) here; the
  * rest happens in on_timer at once, when evhttp has made the connection. A reference on the
- * bufferevent lets on_timer tell whether the connection still exists. Out of memory: NULL,
- * and evhttp makes an uncounted one (still bounded by its own inactivity timeout). */
+ * bufferevent lets on_timer tell whether the connection still exists. Out of memory (the
+ * timer that finds the connection included): NULL, and evhttp makes an uncounted one (still
+ * bounded by its own inactivity timeout). */
 static struct bufferevent *make_bev(struct event_base *base, void *arg)
 {
 	struct stats_http *s = arg;
@@ -214,7 +221,7 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 	c->s = s;
 	c->timer = evtimer_new(base, on_timer, c);
 	c->bev = bufferevent_socket_new(base, -1, 0);
-	if (!c->timer || !c->bev ||
+	if (!c->timer || !c->bev || arm(c, 0) != 0 ||
 	    !evbuffer_add_cb(bufferevent_get_input(c->bev), pause_reading, c->bev)) {
 		if (c->timer)
 			event_free(c->timer);
@@ -239,7 +246,6 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 		ctr_inc(&s->accepted);
 	}
 	TAILQ_INSERT_TAIL(&s->conns, c, link);
-	arm(c, 0);
 	return c->bev;
 }
 

@@ -62,7 +62,7 @@ uint16_t stats_http_port(const struct stats_http *s);
 struct stats_http_stats {
 	uint64_t connections; /* gauge: open connections (<= STATS_HTTP_MAX_CONNS) */
 	uint64_t accepted;    /* connections admitted */
-	uint64_t refused;     /* closed at accept: the cap was reached */
+	uint64_t refused;     /* closed at accept: the cap was reached, or no memory for the timer */
 	uint64_t timeouts;    /* closed: no complete request within STATS_HTTP_REQUEST_MS */
 };
 
