@@ -463,7 +463,9 @@ static void on_sock_state(void *data, ares_socket_t fd, int readable, int writab
 		event_del(s->ev);
 		event_assign(s->ev, r->base, fd, flags | EV_PERSIST, on_sock, s);
 	}
-	event_add(s->ev, NULL);
+	/* Not watched (no memory): c-ares times the query out, on its timer or, if that cannot be
+	 * armed either, by giving it up (reschedule). */
+	(void)event_add(s->ev, NULL);
 }
 
 static ares_socket_t sk_socket(int domain, int type, int protocol, void *u)
