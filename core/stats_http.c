@@ -167,6 +167,11 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 			if (evcon)
 				ctr_inc(&s->refused);
 		}
+		/* evhttp had no memory for the connection: it never took the bufferevent (still
+		 * without its socket, which evhttp closed), so the reference made for it is
+		 * dropped here. One evhttp took and freed has its socket. */
+		if (!evcon && bufferevent_getfd(c->bev) < 0)
+			bufferevent_free(c->bev);
 		conn_free(c);
 		if (evcon)
 			evhttp_connection_free(evcon);
