@@ -234,24 +234,42 @@ static void session_start(struct redirector *r, int family, int fd,
 
 /* ---- accepting ----------------------------------------------------------------------------- */
 
-static void listeners_enable(struct redirector *r, bool on)
+/* Watch (on) or stop watching the listeners. 0, or -ENOMEM: libevent could not watch one. */
+static int listeners_enable(struct redirector *r, bool on)
 {
-	for (int i = 0; i < 2; i++)
-		if (r->lis[i].ev)
-			on ? event_add(r->lis[i].ev, NULL) : event_del(r->lis[i].ev);
+	int ret = 0;
+
+	for (int i = 0; i < 2; i++) {
+		if (!r->lis[i].ev)
+			continue;
+		if (!on)
+			event_del(r->lis[i].ev);
+		else if (event_add(r->lis[i].ev, NULL) != 0)
+			ret = -ENOMEM;
+	}
+	return ret;
 }
 
+#define RESUME_RETRY_MS 50
+
+static void pause_accept(struct redirector *r, uint32_t ms);
+
+/* A listener libevent could not watch again would never accept: try again shortly. */
 static void on_resume(evutil_socket_t fd, short what, void *arg)
 {
-	listeners_enable(arg, true);
+	if (listeners_enable(arg, true) != 0)
+		pause_accept(arg, RESUME_RETRY_MS);
 }
 
+/* Stop accepting for ms. If the resume cannot be timed (no memory for the timer), the
+ * listeners stay watched: accepting too early beats never accepting again. */
 static void pause_accept(struct redirector *r, uint32_t ms)
 {
-	struct timeval tv = { .tv_sec = 0, .tv_usec = (suseconds_t)ms * 1000 };
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
 
+	if (evtimer_add(r->resume_ev, &tv) != 0)
+		return;
 	listeners_enable(r, false);
-	evtimer_add(r->resume_ev, &tv);
 }
 
 /* Resource exhaustion backs off, an error of the pending connection retries soon, anything

@@ -28,10 +28,10 @@
 #include "core/counter.h"
 
 #define MAX_BODY_SIZE 1024 /* we take no bodies; a larger one is refused (413) by evhttp */
-/* What a connection may buffer, whatever evhttp counts (see make_bev): reading stops once
- * CONN_INPUT_MAX bytes wait, and one read adds at most READ_CHUNK. */
+/* What a connection may buffer, whatever evhttp counts (see make_bev), give or take one read
+ * of at most CONN_READ_MAX bytes. */
 #define CONN_INPUT_MAX (STATS_HTTP_MAX_HEADERS + MAX_BODY_SIZE + 4096)
-#define READ_CHUNK 2048
+#define CONN_READ_MAX 4096
 
 /* One accepted connection: removed and freed by on_conn_close, which evhttp calls once when it
  * closes the connection for whatever reason (our deadline included), or by on_timer when it
@@ -103,12 +103,12 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
 
 /* ---- connections: cap and deadline --------------------------------------------------------- */
 
-/* 0, or -1: libevent had no memory for the timer (only a first arming can need any). */
+/* 0, or -ENOMEM: libevent had no memory for the timer (one already pending needs none). */
 static int arm(struct conn *c, int ms)
 {
 	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
 
-	return evtimer_add(c->timer, &tv);
+	return evtimer_add(c->timer, &tv) == 0 ? 0 : -ENOMEM;
 }
 
 static void conn_free(struct conn *c)
@@ -146,8 +146,9 @@ static struct evhttp_connection *conn_of(struct bufferevent *bev)
 	return evcon;
 }
 
-/* First run (right after the accept): find the connection, close it if it was over the cap,
- * else watch it. Later runs: the deadline passed without a whole request. */
+/* First run (right after the accept): find the connection, close it if it was over the cap or
+ * its deadline cannot be timed (no memory: counted as refused), else watch it. Later runs: the
+ * deadline passed without a whole request. */
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c = arg;
@@ -160,9 +161,17 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	evcon = conn_of(c->bev);
-	if (!evcon || c->refused) {
-		if (!c->refused)
+	if (!evcon || c->refused || arm(c, STATS_HTTP_REQUEST_MS) != 0) {
+		if (!c->refused) {
 			ctr_add(&s->nconns, (uint64_t)-1);
+			if (evcon)
+				ctr_inc(&s->refused);
+		}
+		/* evhttp had no memory for the connection: it never took the bufferevent (still
+		 * without its socket, which evhttp closed), so the reference made for it is
+		 * dropped here. One evhttp took and freed has its socket. */
+		if (!evcon && bufferevent_getfd(c->bev) < 0)
+			bufferevent_free(c->bev);
 		conn_free(c);
 		if (evcon)
 			evhttp_connection_free(evcon);
@@ -172,8 +181,6 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 	c->bev = NULL;
 	c->evcon = evcon;
 	evhttp_connection_set_closecb(evcon, on_conn_close, c);
-	if (arm(c, STATS_HTTP_REQUEST_MS) != 0)
-		evhttp_connection_free(evcon); /* no deadline, no connection (c goes with it) */
 }
 
 /* A request arrived whole: the clock restarts for the answer and the next request. */
@@ -182,19 +189,21 @@ static void request_done(struct stats_http *s, struct evhttp_request *req)
 	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
 	struct conn *c;
 
+	/* The timer is pending until the connection closes: re-armed in place, with no memory
+	 * needed. */
 	TAILQ_FOREACH(c, &s->conns, link)
 		if (c->evcon == evcon) {
-			(void)arm(c, STATS_HTTP_REQUEST_MS); /* pending: moving it allocates nothing */
+			(void)arm(c, STATS_HTTP_REQUEST_MS);
 			return;
 		}
 }
 
 /* An input buffer (of bufferevent arg) grew to CONN_INPUT_MAX: reading is disabled until evhttp
- * enables it again (after an answer, with the buffered requests to parse). Disabled, not
- * suspended as a read watermark would: a suspended read makes libevent run the read callback
- * again in every loop iteration while the buffer stays full and reading enabled (the loop
- * would spin, and the callback pending when the loop stops holds a reference that keeps the
- * bufferevent and its buffered input alive past evhttp_free). */
+ * enables it again (after an answer, with the buffered requests to parse). The watermark alone
+ * only suspends it, and libevent then runs the read callback again in every loop iteration
+ * while the buffer stays full and reading enabled: the loop would spin, and the callback
+ * pending when the loop stops holds a reference that keeps the bufferevent (and its buffered
+ * input) alive past evhttp_free. */
 static void pause_reading(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
 	if (info->n_added && evbuffer_get_length(buf) >= CONN_INPUT_MAX)
@@ -204,8 +213,9 @@ static void pause_reading(struct evbuffer *buf, const struct evbuffer_cb_info *i
 /* evhttp asks for a bufferevent for each connection it accepts, before it reads anything:
  * the one place we see a new connection. Counted (or marked refused over the cap) here; the
  * rest happens in on_timer at once, when evhttp has made the connection. A reference on the
- * bufferevent lets on_timer tell whether the connection still exists. Out of memory: NULL,
- * and evhttp makes an uncounted one (still bounded by its own inactivity timeout). */
+ * bufferevent lets on_timer tell whether the connection still exists. Out of memory (the
+ * timer that finds the connection included): NULL, and evhttp makes an uncounted one (still
+ * bounded by its own inactivity timeout). */
 static struct bufferevent *make_bev(struct event_base *base, void *arg)
 {
 	struct stats_http *s = arg;
@@ -216,16 +226,8 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 	c->s = s;
 	c->timer = evtimer_new(base, on_timer, c);
 	c->bev = bufferevent_socket_new(base, -1, 0);
-	/* What a connection may buffer, whatever evhttp counts: a chunked body's size line is
-	 * counted against the body limit only once it ends, so a client streaming one endless
-	 * line would otherwise grow the buffer until the request cap. pause_reading stops
-	 * reading once CONN_INPUT_MAX is buffered, reads of at most READ_CHUNK keep what one read
-	 * adds small, and the request cap then closes the connection. Not a read watermark:
-	 * libevent 2.1's bufferevent_setwatermark adds a buffer callback of its own without
-	 * checking the allocation, and crashes when it fails. */
-	if (!c->timer || !c->bev ||
-	    !evbuffer_add_cb(bufferevent_get_input(c->bev), pause_reading, c->bev) ||
-	    bufferevent_set_max_single_read(c->bev, READ_CHUNK) != 0) {
+	if (!c->timer || !c->bev || arm(c, 0) != 0 ||
+	    !evbuffer_add_cb(bufferevent_get_input(c->bev), pause_reading, c->bev)) {
 		if (c->timer)
 			event_free(c->timer);
 		if (c->bev)
@@ -233,15 +235,14 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 		free(c);
 		return NULL;
 	}
-	/* The first run of on_timer picks the connection up: without it the connection would
-	 * never be watched, nor its place given back. */
-	if (arm(c, 0) != 0) {
-		event_free(c->timer);
-		bufferevent_free(c->bev);
-		free(c);
-		return NULL;
-	}
 	bufferevent_incref(c->bev);
+	/* What a connection may buffer, whatever evhttp counts: a chunked body's size line is
+	 * counted against the body limit only once it ends, so a client streaming one endless
+	 * line would otherwise grow the buffer until the request cap. Each read takes at most
+	 * CONN_READ_MAX bytes, pause_reading stops reading at CONN_INPUT_MAX; the request cap
+	 * then closes the connection. (Not a read watermark: libevent 2.1's
+	 * bufferevent_setwatermark dereferences the callback it could not allocate.) */
+	bufferevent_set_max_single_read(c->bev, CONN_READ_MAX);
 	c->refused = ctr_get(&s->nconns) >= STATS_HTTP_MAX_CONNS;
 	if (c->refused) {
 		ctr_inc(&s->refused);
@@ -341,15 +342,12 @@ static int listen_socket(const struct netaddr_ep *ep, int *fd_out, uint16_t *por
 	return 0;
 }
 
-/* Hand the socket to evhttp. The listener owns (closes) fd from evconnlistener_new on. It is
- * made disabled and enabled here: enabling adds its event to the loop, which may fail for want
- * of memory, and libevent drops that result when evhttp_bind_listener enables it (the endpoint
- * would look started and never accept). Once bound, evhttp_free frees it. */
+/* Hand the socket to evhttp. The listener owns (closes) fd from evconnlistener_new on. */
 static int attach_listener(struct stats_http *s, struct event_base *base, int fd)
 {
 	struct evconnlistener *l = evconnlistener_new(base, NULL, NULL,
-						      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
-						      LEV_OPT_DISABLED, 0, fd);
+						      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
+						      0, fd);
 
 	if (!l) {
 		close(fd);
@@ -359,7 +357,7 @@ static int attach_listener(struct stats_http *s, struct event_base *base, int fd
 		evconnlistener_free(l);
 		return -ENOMEM;
 	}
-	return evconnlistener_enable(l) == 0 ? 0 : -ENOMEM;
+	return 0;
 }
 
 int stats_http_new(struct event_base *base, const struct netaddr_ep *listen,

@@ -30,9 +30,9 @@ struct stats_http;
  * connection is closed at once (counted in refused). A request must arrive whole and be
  * answered within STATS_HTTP_REQUEST_MS of its connection's accept (or of the previous answer
  * on a kept-alive connection), however slowly its bytes trickle in (counted in timeouts):
- * each connection holds one fd and at most about 15 KiB of buffered input (the headers'
- * STATS_HTTP_MAX_HEADERS, a 1 KiB body, a margin; reading stops above it) for at most that
- * long. */
+ * each connection holds one fd and about 13 KiB of buffered input at most, give or take one
+ * read (the headers' STATS_HTTP_MAX_HEADERS, a 1 KiB body, a margin; reading stops above it)
+ * for at most that long. */
 #define STATS_HTTP_MAX_CONNS 8
 #define STATS_HTTP_REQUEST_MS 5000
 #define STATS_HTTP_MAX_HEADERS 8192
@@ -62,7 +62,7 @@ uint16_t stats_http_port(const struct stats_http *s);
 struct stats_http_stats {
 	uint64_t connections; /* gauge: open connections (<= STATS_HTTP_MAX_CONNS) */
 	uint64_t accepted;    /* connections admitted */
-	uint64_t refused;     /* closed at accept: the cap was reached */
+	uint64_t refused;     /* closed at accept: the cap was reached, or no memory for the timer */
 	uint64_t timeouts;    /* closed: no complete request within STATS_HTTP_REQUEST_MS */
 };
 

@@ -202,7 +202,10 @@ static void trim_maybe(struct dispatcher *d)
 	if (d->closing || !d->trim_ev || d->trim_peak < TRIM_MIN_PEAK ||
 	    d->active * 4 > d->trim_peak || evtimer_pending(d->trim_ev, NULL))
 		return;
-	evtimer_add(d->trim_ev, &delay);
+	/* A trim that cannot be timed (no memory for the timer) is done now: no later session
+	 * end may come to try again, and memory back is the right answer to a shortage. */
+	if (evtimer_add(d->trim_ev, &delay) != 0)
+		on_trim(-1, 0, d);
 }
 
 /* The one exit of every session. The client stream is already closed or aborted. */

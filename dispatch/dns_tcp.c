@@ -389,11 +389,11 @@ static void on_error(void *arg, int err)
 	end(arg, END_RESET);
 }
 
-static void idle_arm(struct dns_tcp *c, int64_t ns)
+static int idle_arm(struct dns_tcp *c, int64_t ns)
 {
 	struct timeval tv = { (time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL) / 1000 };
 
-	evtimer_add(c->idle_ev, &tv);
+	return evtimer_add(c->idle_ev, &tv) == 0 ? 0 : -ENOMEM;
 }
 
 /* Idle: nothing in flight, nothing to write, and idle_ns since the last query or reply.
@@ -415,10 +415,12 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
 		int64_t next = c->inflight > 0 || quiet >= c->idle_ns ? c->idle_ns
 								      : c->idle_ns - quiet;
 
-		/* Waiting replies: no later than their stall deadline. */
+		/* Waiting replies: no later than their stall deadline. A connection its timer
+		 * can no longer bound ends (no memory for the timer). */
 		if (!STAILQ_EMPTY(&c->out) && c->idle_ns - (now - c->out_moved_ns) < next)
 			next = c->idle_ns - (now - c->out_moved_ns);
-		idle_arm(c, next > 1000000 ? next : 1000000);
+		if (idle_arm(c, next > 1000000 ? next : 1000000) != 0)
+			end(c, END_NOMEM);
 		return;
 	}
 	end(c, END_IDLE);
@@ -439,7 +441,9 @@ int dns_tcp_new(struct event_base *base, struct stream *s, const struct dns_tcp_
 		return -ENOMEM;
 	c->work_ev = event_new(base, -1, 0, on_work, c);
 	c->idle_ev = evtimer_new(base, on_idle, c);
-	if (!c->work_ev || !c->idle_ev) {
+	c->idle_ns = (int64_t)p->idle_ms * 1000000LL;
+	/* A connection its idle timer cannot bound is not taken. */
+	if (!c->work_ev || !c->idle_ev || idle_arm(c, c->idle_ns) != 0) {
 		if (c->work_ev)
 			event_free(c->work_ev);
 		if (c->idle_ev)
@@ -453,7 +457,6 @@ int dns_tcp_new(struct event_base *base, struct stream *s, const struct dns_tcp_
 	c->ctr = p->counters;
 	c->done = done;
 	c->done_arg = arg;
-	c->idle_ns = (int64_t)p->idle_ms * 1000000LL;
 	c->last_active_ns = coarse_now_ns();
 	STAILQ_INIT(&c->out);
 	dns_tcp_framer_init(&c->fr);
@@ -462,7 +465,6 @@ int dns_tcp_new(struct event_base *base, struct stream *s, const struct dns_tcp_
 		c->free_idx[i] = (uint8_t)(DNS_TCP_MAX_INFLIGHT - 1 - i);
 	}
 	c->n_free = DNS_TCP_MAX_INFLIGHT;
-	idle_arm(c, c->idle_ns);
 	ctr_inc(&c->ctr->connections);
 	ctr_inc(&c->ctr->live);
 	stream_set_callbacks(s, &cbs, c);

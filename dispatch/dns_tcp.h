@@ -114,7 +114,8 @@ struct dns_tcp_counters {
 	ctr_t closed_idle;
 	ctr_t closed_bad_length;
 	ctr_t closed_reset;      /* the app reset, or a read or write failed */
-	ctr_t closed_nomem;      /* the budget refused a reply's copy */
+	ctr_t closed_nomem;      /* the budget refused a reply's copy, or the idle timer could
+				  * not be armed again (no memory) */
 	ctr_t closed_cancelled;  /* dns_tcp_cancel (dispatcher shutdown) */
 	ctr_t closed_stalled;    /* replies waited idle_ms with none of their bytes taken */
 	ctr_t live;              /* gauge: connections now */
@@ -141,7 +142,8 @@ struct dns_tcp_params {
 typedef void (*dns_tcp_done_fn)(void *arg);
 
 /* Answer the queries of the app on s. Takes s on success (replaces its callbacks); on failure
- * (-EINVAL, -ENOMEM: the budget refused) owns nothing and calls nothing. *out (may be NULL)
+ * (-EINVAL, -ENOMEM: the budget refused, or no memory for the idle timer) owns nothing and
+ * calls nothing. *out (may be NULL)
  * is valid until done runs. */
 int dns_tcp_new(struct event_base *base, struct stream *s, const struct dns_tcp_params *p,
 		dns_tcp_done_fn done, void *arg, struct dns_tcp **out)

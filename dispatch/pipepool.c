@@ -61,7 +61,8 @@ size_t pipepool_max_size(void)
 	return v;
 }
 
-static void arm_timer(struct pipepool *pp, int64_t delay_ns)
+/* 0, or -ENOMEM: libevent had no memory for the timer. */
+static int arm_timer(struct pipepool *pp, int64_t delay_ns)
 {
 	struct timeval tv;
 
@@ -69,8 +70,10 @@ static void arm_timer(struct pipepool *pp, int64_t delay_ns)
 		delay_ns = 0;
 	tv.tv_sec = delay_ns / 1000000000LL;
 	tv.tv_usec = (delay_ns % 1000000000LL) / 1000 + 1; /* round up: never fire early */
-	event_add(pp->timer, &tv);
+	if (event_add(pp->timer, &tv) != 0)
+		return -ENOMEM;
 	pp->timer_pending = true;
+	return 0;
 }
 
 static void close_pipe(struct pipepool *pp, struct pipepool_pipe *p)
@@ -93,7 +96,9 @@ static void unidle(struct pipepool *pp, struct pipepool_pipe *p)
 	}
 }
 
-/* Close the pipes idle for idle_ns or longer (from the tail), then re-arm for the next one. */
+/* Close the pipes idle for idle_ns or longer (from the tail), then re-arm for the next one;
+ * if the timer cannot be armed again (no memory), the rest are closed now: no timer would
+ * close them later. */
 static void on_shrink(evutil_socket_t fd, short what, void *arg)
 {
 	struct pipepool *pp = arg;
@@ -102,10 +107,9 @@ static void on_shrink(evutil_socket_t fd, short what, void *arg)
 
 	pp->timer_pending = false;
 	while ((p = TAILQ_LAST(&pp->idle_list, pipe_list)) != NULL) {
-		if (p->idle_since_ns + pp->idle_ns > now) {
-			arm_timer(pp, p->idle_since_ns + pp->idle_ns - now);
+		if (p->idle_since_ns + pp->idle_ns > now &&
+		    arm_timer(pp, p->idle_since_ns + pp->idle_ns - now) == 0)
 			return;
-		}
 		unidle(pp, p);
 		pp->closed_idle++;
 		close_pipe(pp, p);
@@ -239,11 +243,15 @@ void pipepool_put(struct pipepool *pp, struct pipepool_pipe *p)
 		close_pipe(pp, p);
 		return;
 	}
+	/* An idle pipe no timer would close (no memory for it) is closed now. */
+	if (!pp->timer_pending && arm_timer(pp, pp->idle_ns) != 0) {
+		pp->closed_idle++;
+		close_pipe(pp, p);
+		return;
+	}
 	p->idle_since_ns = now_ns();
 	TAILQ_INSERT_HEAD(&pp->idle_list, p, link);
 	pp->idle++;
-	if (!pp->timer_pending)
-		arm_timer(pp, pp->idle_ns);
 }
 
 void pipepool_discard(struct pipepool *pp, struct pipepool_pipe *p)

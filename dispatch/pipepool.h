@@ -83,7 +83,8 @@ struct pipepool_stats {
 	uint32_t idle;           /* open, waiting for reuse */
 	uint64_t pipe_bytes;     /* kernel capacity of every open pipe (lent + idle) */
 	uint64_t pipe_size;      /* the capacity asked of each new pipe (after bounding; 0 = default) */
-	uint64_t created, closed_idle, closed_full, discarded;
+	uint64_t created, closed_full, discarded;
+	uint64_t closed_idle;    /* after idle_ms; or at once, with no memory for the timer */
 	uint64_t reused;         /* gets served from the idle list */
 	uint64_t refused_budget; /* gets refused: no descriptors in the budget */
 	uint64_t failed;         /* pipe2 failures */

@@ -117,6 +117,7 @@ static const char *const end_names[RELAY_END_MAX] = {
 	[RELAY_ERROR_B] = "error_b",
 	[RELAY_IDLE] = "idle",
 	[RELAY_CANCELLED] = "cancelled",
+	[RELAY_NO_MEMORY] = "no_memory",
 };
 
 const char *relay_end_name(enum relay_end e)
@@ -271,11 +272,13 @@ void relay_cancel(struct relay *r)
 
 /* ---- a failed stream: the surviving direction, then the linger ---------------------------- */
 
+/* A linger no poll can be timed for would wait for good: the relay ends (both aborted). */
 static void linger_arm(struct relay *r)
 {
 	struct timeval tv = { 0, (long)r->linger_ms * 1000 };
 
-	evtimer_add(r->linger_ev, &tv);
+	if (evtimer_add(r->linger_ev, &tv) != 0)
+		relay_end(r, RELAY_NO_MEMORY, -ENOMEM);
 }
 
 /* Direction d delivered everything and its FIN, and the other direction is dead, so nothing
@@ -529,7 +532,12 @@ static ssize_t dir_pull_copy(struct rdir *d)
 			ctr_inc(&r->ctr->buf_waits);
 			if (!evtimer_pending(r->retry_ev, NULL)) {
 				struct timeval tv = { 0, RELAY_BUF_RETRY_MS * 1000 };
-				evtimer_add(r->retry_ev, &tv);
+
+				/* Nothing else would end the wait for a buffer. */
+				if (evtimer_add(r->retry_ev, &tv) != 0) {
+					relay_end(r, RELAY_NO_MEMORY, -ENOMEM);
+					return -1;
+				}
 			}
 			return 0;
 		}
@@ -790,24 +798,25 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 /* In whole milliseconds, rounded up: the remainder is measured on the coarse clock, which moves
  * only once per tick, so a delay rounded down to nothing would make the timer due at once and
  * fire again and again, finding the same remainder, until that clock moved (a busy loop). */
-static void arm_idle(struct relay *r, int64_t delay_ns)
+static int arm_idle(struct relay *r, int64_t delay_ns)
 {
 	int64_t ms = (delay_ns + 999999) / 1000000;
 	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
 
-	evtimer_add(r->idle_ev, &tv);
+	return evtimer_add(r->idle_ev, &tv) == 0 ? 0 : -ENOMEM;
 }
 
-/* Re-armed for the remainder when bytes moved since it was set: no timer work per byte. */
+/* Re-armed for the remainder when bytes moved since it was set: no timer work per byte. A
+ * remainder that cannot be timed ends the relay: nothing else would bound it. */
 static void on_idle(evutil_socket_t fd, short what, void *arg)
 {
 	struct relay *r = arg;
 	int64_t left = r->last_active_ns + r->idle_ns - coarse_now_ns();
 
-	if (left > 0)
-		arm_idle(r, left);
-	else
+	if (left <= 0)
 		relay_end(r, RELAY_IDLE, 0);
+	else if (arm_idle(r, left) != 0)
+		relay_end(r, RELAY_NO_MEMORY, -ENOMEM);
 }
 
 /* ---- creation ------------------------------------------------------------------------------ */
@@ -824,6 +833,10 @@ static int relay_alloc(struct event_base *base, const struct relay_params *p, st
 	r->retry_ev = evtimer_new(base, on_retry, r);
 	r->linger_ev = evtimer_new(base, on_linger, r);
 	if (!r->finish_ev || !r->idle_ev || !r->retry_ev || !r->linger_ev)
+		goto fail;
+	/* A relay its idle timeout cannot bound is not started. */
+	r->idle_ns = (int64_t)p->idle_ms * 1000000LL;
+	if (r->idle_ns && arm_idle(r, r->idle_ns) != 0)
 		goto fail;
 	if (p->early_len) {
 		r->dir[RELAY_DOWN].early = budget_malloc(p->budget, p->early_len);
@@ -882,10 +895,7 @@ int relay_new(struct event_base *base, struct stream *a, struct stream *b,
 	}
 	gauge_add(&r->ctr->buf_bytes_inflight, p->early_len);
 	gauge_add(&r->ctr->active, 1);
-	r->idle_ns = (int64_t)p->idle_ms * 1000000LL;
 	r->last_active_ns = coarse_now_ns();
-	if (r->idle_ns)
-		arm_idle(r, r->idle_ns);
 	relay_sync(r);
 	if (out)
 		*out = r;

@@ -77,6 +77,9 @@ enum relay_end {
 	RELAY_ERROR_B,   /* stream b failed or was reset; a aborted, or closed likewise */
 	RELAY_IDLE,      /* idle timeout; both aborted */
 	RELAY_CANCELLED, /* relay_cancel(); both aborted */
+	RELAY_NO_MEMORY, /* a timer the relay needed (idle, buffer retry, linger poll) could not
+			  * be armed (libevent out of memory): both aborted, rather than a wait
+			  * that nothing would end */
 	RELAY_END_MAX
 };
 
@@ -142,8 +145,8 @@ struct relay_stats {
 typedef void (*relay_done_fn)(void *arg, enum relay_end reason, const struct relay_stats *st);
 
 /* Start relaying between a and b. Takes ownership of both streams on success (and replaces
- * their callbacks); on failure (-EINVAL, -ENOMEM, -ENOBUFS for the early bytes) owns nothing
- * and calls nothing. *out (may be NULL) is valid until done runs. */
+ * their callbacks); on failure (-EINVAL, -ENOMEM: no memory for the relay or its idle timer,
+ * -ENOBUFS for the early bytes) owns nothing and calls nothing. *out (may be NULL) is valid until done runs. */
 int relay_new(struct event_base *base, struct stream *a, struct stream *b,
 	      const struct relay_params *p, relay_done_fn done, void *arg, struct relay **out)
 	__attribute__((warn_unused_result));

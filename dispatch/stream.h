@@ -64,7 +64,9 @@ struct stream_ops {
 	ssize_t (*write)(struct stream *s, const void *buf, size_t n);
 	/* Send FIN after the bytes already accepted. 0 or -errno. Called at most once. */
 	int (*shutdown_write)(struct stream *s);
-	/* Which of readable/writable should fire. Cheap when nothing changes. */
+	/* Which of readable/writable should fire. Cheap when nothing changes. A stream that
+	 * cannot watch what is asked (no memory) fails: the callback asked for runs from the
+	 * loop, and its calls return the error (-ENOMEM). */
 	void (*set_interest)(struct stream *s, bool read, bool write);
 	/* The kernel socket for splice(2), or -1 (then only the copy relay applies). A stream
 	 * that returns an fd must also accept splice on it: the relay reads and writes the fd

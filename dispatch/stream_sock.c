@@ -3,6 +3,11 @@
  * Two separate libevent events (read, write), both persistent and level-triggered, so each
  * libevent callback calls exactly one user callback and then returns without touching the
  * stream: the user callback may have closed it (stream.h).
+ *
+ * An interest libevent has no memory to watch (event_add: its table of descriptors, or
+ * epoll_ctl, refused) would leave the owner waiting for good. The stream fails instead: every
+ * later read, write, peek and shutdown returns -ENOMEM, and the callback the owner asked for
+ * runs once from the loop, where its call meets that error.
  */
 #include "dispatch/stream.h"
 
@@ -22,6 +27,7 @@ struct stream_sock {
 	int fd;
 	struct event *rd, *wr;
 	bool want_rd, want_wr;
+	int err;         /* -ENOMEM once an interest could not be watched; 0 */
 };
 
 static struct stream_sock *ss_of(struct stream *s)
@@ -33,6 +39,8 @@ static ssize_t ss_read(struct stream *s, void *buf, size_t n)
 {
 	ssize_t r;
 
+	if (ss_of(s)->err)
+		return ss_of(s)->err;
 	do
 		r = recv(ss_of(s)->fd, buf, n, 0);
 	while (r < 0 && errno == EINTR);
@@ -45,6 +53,8 @@ static ssize_t ss_write(struct stream *s, const void *buf, size_t n)
 {
 	ssize_t r;
 
+	if (ss_of(s)->err)
+		return ss_of(s)->err;
 	/* MSG_NOSIGNAL: a reset peer must come back as -EPIPE, not kill the process. */
 	do
 		r = send(ss_of(s)->fd, buf, n, MSG_NOSIGNAL);
@@ -59,6 +69,8 @@ static ssize_t ss_writev(struct stream *s, const struct iovec *iov, int cnt)
 	struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt };
 	ssize_t r;
 
+	if (ss_of(s)->err)
+		return ss_of(s)->err;
 	do
 		r = sendmsg(ss_of(s)->fd, &mh, MSG_NOSIGNAL);
 	while (r < 0 && errno == EINTR);
@@ -69,26 +81,31 @@ static ssize_t ss_writev(struct stream *s, const struct iovec *iov, int cnt)
 
 static int ss_shutdown_write(struct stream *s)
 {
+	if (ss_of(s)->err)
+		return ss_of(s)->err;
 	return shutdown(ss_of(s)->fd, SHUT_WR) == 0 ? 0 : -errno;
 }
 
-static void toggle(struct event *ev, bool *cur, bool want)
+/* Watch ev or stop. Not watched for want of memory: the stream fails (see the top). */
+static void toggle(struct stream_sock *ss, struct event *ev, bool *cur, bool want, short what)
 {
 	if (*cur == want)
 		return;
 	*cur = want;
-	if (want)
-		event_add(ev, NULL);
-	else
+	if (!want) {
 		event_del(ev);
+	} else if (ss->err || event_add(ev, NULL) != 0) {
+		ss->err = -ENOMEM;
+		event_active(ev, what, 1);
+	}
 }
 
 static void ss_set_interest(struct stream *s, bool read, bool write)
 {
 	struct stream_sock *ss = ss_of(s);
 
-	toggle(ss->rd, &ss->want_rd, read);
-	toggle(ss->wr, &ss->want_wr, write);
+	toggle(ss, ss->rd, &ss->want_rd, read, EV_READ);
+	toggle(ss, ss->wr, &ss->want_wr, write, EV_WRITE);
 }
 
 static int ss_fd(const struct stream *s)
@@ -130,6 +147,8 @@ static ssize_t ss_unacked(const struct stream *s)
 	int err = 0, n = 0;
 	socklen_t len = sizeof(err);
 
+	if (((const struct stream_sock *)s)->err)
+		return ((const struct stream_sock *)s)->err;
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0)
 		return -err;
 	if (ioctl(fd, SIOCOUTQ, &n) < 0)
@@ -141,6 +160,8 @@ static ssize_t ss_peek(struct stream *s, void *buf, size_t n)
 {
 	ssize_t r;
 
+	if (ss_of(s)->err)
+		return ss_of(s)->err;
 	do
 		r = recv(ss_of(s)->fd, buf, n, MSG_PEEK | MSG_DONTWAIT);
 	while (r < 0 && errno == EINTR);

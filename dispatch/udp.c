@@ -127,23 +127,30 @@ static void table_remove(struct udp_path *up, struct udp_session *s)
 
 /* ---- idle timer --------------------------------------------------------------------------- */
 
-/* Arm x's timer for the head of its list (nothing to wait for: not armed, so an idle path
- * never wakes). Rounded up to the microsecond: never early. */
-static void idle_arm(struct expiry *x, int64_t now, int64_t min_ns)
+/* Arm x's timer d ns from now (at least min_ns), rounded up to the microsecond: never early.
+ * 0, or -ENOMEM: libevent had no memory for it (a timer already pending never needs any). */
+static int idle_arm_in(struct expiry *x, int64_t d, int64_t min_ns)
 {
-	struct udp_session *s = TAILQ_FIRST(&x->list);
-	int64_t d;
 	struct timeval tv;
 
-	if (!s)
-		return;
-	d = s->last_ns + x->ns - now;
 	if (d < min_ns)
 		d = min_ns;
 	d = (d + 999) / 1000;
 	tv.tv_sec = (time_t)(d / 1000000);
 	tv.tv_usec = (suseconds_t)(d % 1000000);
-	evtimer_add(x->ev, &tv);
+	x->unarmed = evtimer_add(x->ev, &tv) != 0;
+	return x->unarmed ? -ENOMEM : 0;
+}
+
+/* Arm x's timer for the head of its list (nothing to wait for: not armed, so an idle path
+ * never wakes). Not armed for want of memory: x->unarmed, and the next datagram of a session
+ * of x (session_touch) or a new session tries again. */
+static int idle_arm(struct expiry *x, int64_t now, int64_t min_ns)
+{
+	struct udp_session *s = TAILQ_FIRST(&x->list);
+
+	x->unarmed = false;
+	return s ? idle_arm_in(x, s->last_ns + x->ns - now, min_ns) : 0;
 }
 
 static struct expiry *expiry_of(struct udp_path *up, const struct udp_session *s)
@@ -163,23 +170,29 @@ static void session_touch(struct udp_path *up, struct udp_session *s, int64_t no
 		TAILQ_REMOVE(&x->list, s, idle);
 		TAILQ_INSERT_TAIL(&x->list, s, idle);
 	}
+	if (__builtin_expect(x->unarmed, 0))
+		(void)idle_arm(x, now, 0);
 }
 
 /* Not (or no longer) DNS only: onto the idle list for good, at its tail (now is at least as
- * late as any last_ns there, so the order holds). */
+ * late as any last_ns there, so the order holds). Not while the idle list's timer cannot be
+ * armed (no memory): the session stays DNS only, bounded by the DNS timeout, and its next
+ * datagram tries again. */
 static void session_demote(struct udp_path *up, struct udp_session *s, int64_t now)
 {
 	struct expiry *x = &up->exp[0];
+	struct udp_session *h = TAILQ_FIRST(&x->list);
 
 	if (!s->dns_only)
+		return;
+	if (!evtimer_pending(x->ev, NULL) &&
+	    idle_arm_in(x, h ? h->last_ns + x->ns - now : x->ns, 0) != 0)
 		return;
 	TAILQ_REMOVE(&up->exp[1].list, s, idle);
 	s->dns_only = false;
 	if (now > s->last_ns)
 		s->last_ns = now;
 	TAILQ_INSERT_TAIL(&x->list, s, idle);
-	if (!evtimer_pending(x->ev, NULL))
-		idle_arm(x, now, 0);
 }
 
 /* ---- sockets ------------------------------------------------------------------------------ */
@@ -248,13 +261,14 @@ int udp_sock_setup(struct udp_path *up, struct usock *k, int fd)
 	return 0;
 }
 
-/* Wake when k (with its socket) is writable: 0, or -ENOMEM (no event could be made). */
+/* Wake when k (with its socket) is writable: 0, or -ENOMEM (no event could be made, or
+ * libevent could not watch it: the caller drops what would wait for it). */
 static int sock_want_write(struct udp_path *up, struct usock *k)
 {
 	if (!k->wev && !(k->wev = event_new(up->base, k->fd, EV_WRITE, sock_write_cb, k)))
 		return -ENOMEM;
-	if (!event_pending(k->wev, EV_WRITE, NULL))
-		event_add(k->wev, NULL);
+	if (!event_pending(k->wev, EV_WRITE, NULL) && event_add(k->wev, NULL) != 0)
+		return -ENOMEM;
 	return 0;
 }
 
@@ -626,12 +640,14 @@ static void count_down(struct udp_path *up, const struct udp_session *s, size_t 
 	ctr_add(&up->ctr.down_bytes, pkt_len - udp_codec_hdr_len(s->key.family));
 }
 
-static void down_arm(struct udp_path *up)
+/* 0, or -ENOMEM: libevent had no memory for the retry timer. */
+static int down_arm(struct udp_path *up)
 {
 	struct timeval tv = { 0, UDP_RETRY_NS / 1000 };
 
-	if (!evtimer_pending(up->down_ev, NULL))
-		evtimer_add(up->down_ev, &tv);
+	if (evtimer_pending(up->down_ev, NULL) || evtimer_add(up->down_ev, &tv) == 0)
+		return 0;
+	return -ENOMEM;
 }
 
 static void down_enqueue(struct udp_path *up, struct udp_session *s, const uint8_t *pkt,
@@ -641,6 +657,11 @@ static void down_enqueue(struct udp_path *up, struct udp_session *s, const uint8
 
 	if (s->dq_len >= up->down_limit) {
 		udp_count_drop(up, UDP_DROP_queue_full);
+		return;
+	}
+	/* Nothing would flush a queue whose retry timer cannot be armed (no memory). */
+	if (down_arm(up) != 0) {
+		udp_count_drop(up, UDP_DROP_no_memory);
 		return;
 	}
 	if (len > up->qcap || !(q = bufpool_get(up->pool))) {
@@ -656,7 +677,6 @@ static void down_enqueue(struct udp_path *up, struct udp_session *s, const uint8
 		TAILQ_INSERT_TAIL(&up->down_list, s, down);
 		s->in_down = true;
 	}
-	down_arm(up);
 }
 
 /* Hand a reply to the driver, or queue it behind earlier ones (order kept) or on EAGAIN. */
@@ -698,16 +718,28 @@ static int down_flush(struct udp_path *up, struct udp_session *s)
 	return 0;
 }
 
-/* Work is bounded by what is queued, itself bounded by sessions x udp_down_queue. */
+/* Work is bounded by what is queued, itself bounded by sessions x udp_down_queue. The driver
+ * still full and no memory to time the next try: what waits is dropped (no_memory) rather
+ * than left with nothing to flush it. */
 static void down_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct udp_path *up = arg;
 	struct udp_session *s;
+	struct qdgram *q;
+	bool drop = false;
 
 	while ((s = TAILQ_FIRST(&up->down_list))) {
-		if (down_flush(up, s) == -EAGAIN) {
-			down_arm(up);
-			return;
+		if (!drop && down_flush(up, s) == -EAGAIN) {
+			if (down_arm(up) == 0)
+				return;
+			drop = true;
+		}
+		while (drop && (q = STAILQ_FIRST(&s->dq))) {
+			STAILQ_REMOVE_HEAD(&s->dq, link);
+			s->dq_len--;
+			udp_gauge_dec(&up->ctr.down_queued);
+			udp_count_drop(up, UDP_DROP_no_memory);
+			bufpool_put(up->pool, q);
 		}
 		TAILQ_REMOVE(&up->down_list, s, down);
 		s->in_down = false;
@@ -856,10 +888,15 @@ static bool fast_active(struct udp_path *up, struct udp_session *s, int64_t time
 static struct udp_session *session_new(struct udp_path *up, const struct skey *k,
 				       struct cfg_gen *gen, bool dns_only, int64_t now)
 {
-	struct expiry *x;
+	struct expiry *x = &up->exp[dns_only];
+	struct udp_session *s = TAILQ_FIRST(&x->list);
 
-	struct udp_session *s;
-
+	/* A session no timer would expire is not made (no memory for the timer). */
+	if (!evtimer_pending(x->ev, NULL) &&
+	    idle_arm_in(x, s ? s->last_ns + x->ns - now : x->ns, 0) != 0) {
+		udp_count_drop(up, UDP_DROP_no_memory);
+		return NULL;
+	}
 	if (budget_udp_acquire(up->b) != 0) {
 		udp_count_drop(up, UDP_DROP_no_session_budget);
 		return NULL;
@@ -884,10 +921,7 @@ static struct udp_session *session_new(struct udp_path *up, const struct skey *k
 	s->hnext = *b;
 	*b = s;
 	up->nsessions++;
-	x = expiry_of(up, s);
 	TAILQ_INSERT_TAIL(&x->list, s, idle);
-	if (!evtimer_pending(x->ev, NULL))
-		idle_arm(x, now, 0);
 	ctr_inc(&up->ctr.sessions);
 	ctr_inc(&up->ctr.sessions_total);
 	return s;
@@ -931,7 +965,7 @@ static void expire(struct udp_path *up, struct expiry *x, ctr_t *expired)
 
 	while ((s = TAILQ_FIRST(&x->list)) && s->last_ns + x->ns <= now) {
 		if (n++ == UDP_EXPIRE_BATCH) {
-			idle_arm(x, now, UDP_RETRY_NS);
+			(void)idle_arm(x, now, UDP_RETRY_NS); /* if not armed: see idle_arm */
 			return;
 		}
 		if (s->n_fast_in && fast_active(up, s, x->ns, now)) {
@@ -945,7 +979,7 @@ static void expire(struct udp_path *up, struct expiry *x, ctr_t *expired)
 		udp_session_free(up, s);
 		ctr_inc(expired);
 	}
-	idle_arm(x, now, 0);
+	(void)idle_arm(x, now, 0);
 }
 
 static void idle_cb(evutil_socket_t fd, short what, void *arg)
@@ -1726,14 +1760,16 @@ static void set_timeouts(struct udp_path *up, const struct ts_config *cfg)
 }
 
 /* Re-arm both timers after a timeout changed: a shorter one takes effect now (a longer one:
- * the timer fires early and re-arms). */
+ * the timer fires early and re-arms). Re-armed in place: a pending timer needs no memory. */
 static void rearm(struct udp_path *up)
 {
 	int64_t now = ts_now_ns();
 
 	for (int i = 0; i < 2; i++) {
-		evtimer_del(up->exp[i].ev);
-		idle_arm(&up->exp[i], now, 0);
+		if (TAILQ_EMPTY(&up->exp[i].list))
+			evtimer_del(up->exp[i].ev);
+		else
+			(void)idle_arm(&up->exp[i], now, 0);
 	}
 }
 

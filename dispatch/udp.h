@@ -104,7 +104,7 @@ struct udp_path;
 	X(rejected)             /* the route chose a reject outbound */                         \
 	X(unsupported_outbound) /* an outbound without UDP: http, socks5 with "udp": false */   \
 	X(no_session_budget)    /* budget_udp_acquire refused the session */                    \
-	X(no_memory)            /* no room in the buffer budget or allocator: session, socket */ \
+	X(no_memory)            /* no room in the budget or allocator: session, socket, timer */ \
 	X(fd_budget)            /* budget_fd_reserve refused the outbound socket */             \
 	X(socket_error)         /* outbound_socket (or connect to the DNS upstream) failed */   \
 	X(queue_full)           /* up or down FIFO at its budget depth */                       \

@@ -194,6 +194,7 @@ struct expiry {
 	struct session_list list;
 	struct event *ev;
 	int64_t ns;
+	bool unarmed;  /* sessions wait, and libevent had no memory for the timer: retried */
 };
 
 /* Replies being gathered into a train (udp.c): their payloads back to back at rxbuf + header

@@ -59,7 +59,8 @@ struct dns_doh_q {
 	struct dns_question q;
 	dns_upstream_cb cb;
 	void *arg;
-	struct event *timer;           /* the try's timeout */
+	struct event *timer;           /* the try's timeout; a try that could not start */
+	int start_err;                 /* the try could not start (reported by timer), 0 */
 	uint32_t tries_left;
 	int32_t stream_id;             /* > 0: its try's stream on the session */
 	uint64_t rx_mark;              /* link rx when the try was assigned */
@@ -278,6 +279,7 @@ static void try_end(struct dns_doh_q *q, int err)
 	struct dns_doh *d = q->d;
 
 	evtimer_del(q->timer);
+	q->start_err = 0;
 	response_reset(q);
 	q->refused_once = false;
 	if (ts_now_ns() >= q->deadline_ns)
@@ -303,6 +305,7 @@ static void try_refund(struct dns_doh_q *q)
 		return;
 	}
 	evtimer_del(q->timer);
+	q->start_err = 0;
 	response_reset(q);
 	q->tries_left++;
 	list_push(&q->d->wait, q, true);
@@ -596,10 +599,10 @@ static int h2_io(struct dns_doh *d)
 	/* Both false: the session is over (a GOAWAY and every stream done, or a fatal error). */
 	if (!nghttp2_session_want_read(l->h2) && !nghttp2_session_want_write(l->h2))
 		return -ECONNRESET;
-	if (l->wblocked)
-		event_add(l->wev, NULL);
-	else
+	if (!l->wblocked)
 		event_del(l->wev);
+	else if (event_add(l->wev, NULL) != 0)
+		return -ENOMEM;  /* TLS could never go on */
 	return 0;
 }
 
@@ -655,7 +658,8 @@ static void tls_step(struct dns_doh *d)
 		return;
 	}
 	if (e == SSL_ERROR_WANT_WRITE) {
-		event_add(l->wev, NULL);
+		if (event_add(l->wev, NULL) != 0)
+			link_lost(d, -ENOMEM);  /* the handshake could never go on */
 		return;
 	}
 	if (e == SSL_ERROR_SYSCALL || e == SSL_ERROR_ZERO_RETURN ||
@@ -778,7 +782,12 @@ static void assign(struct dns_doh *d, struct dns_doh_q *q)
 	q->rx_mark = d->l.rx;
 	q->full_try = left_ms >= d->timeout_ms;
 	list_push(&d->l.sent, q, false);
-	evtimer_add(q->timer, &tv);
+	/* A try its timeout cannot bound would wait for good on a silent connection: it fails
+	 * from the loop, as one that could not start. */
+	if (evtimer_add(q->timer, &tv) != 0) {
+		q->start_err = -ENOMEM;
+		event_active(q->timer, EV_TIMEOUT, 1);
+	}
 }
 
 #define NV(n, v, vl) { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl), NGHTTP2_NV_FLAG_NONE }
@@ -854,8 +863,8 @@ static void pump(struct dns_doh *d)
 	}
 	if (l->state != LINK_UP || l->sent.n || d->wait.head)
 		evtimer_del(d->idle);
-	else if (!evtimer_pending(d->idle, NULL))
-		evtimer_add(d->idle, &tv);
+	else if (!evtimer_pending(d->idle, NULL) && evtimer_add(d->idle, &tv) != 0)
+		link_close(d);  /* idle, and no timer to close it later: now */
 }
 
 static void on_idle(evutil_socket_t fd, short what, void *arg)
@@ -877,6 +886,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 	bool dead = q->full_try && d->l.rx == q->rx_mark && d->l.state != LINK_CLOSED;
 
 	stream_detach(d, q);
+	if (q->start_err) {
+		d->st.errors++;
+		try_end(q, q->start_err);
+		settle(d);
+		return;
+	}
 	d->st.timeouts++;
 	try_end(q, -ETIMEDOUT);
 	if (dead)

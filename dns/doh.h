@@ -118,7 +118,8 @@ struct dns_doh_stats {
 					 * ones included */
 	uint64_t timeouts;              /* tries that ended by their timeout */
 	uint64_t errors;                /* tries that ended by a connection loss, a stream reset,
-					 * a second refusal or no memory for the answer */
+					 * a second refusal, no memory for the answer or for the
+					 * try's timer */
 	uint64_t bad_answers;           /* 200 answers that failed the check, or were too long */
 	uint64_t refused;               /* streams the server refused unprocessed (REFUSED_STREAM,
 					 * above a GOAWAY's last id): asked again, the try given

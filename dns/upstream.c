@@ -83,7 +83,7 @@ enum link_state { LINK_CLOSED, LINK_CONNECTING, LINK_HANDSHAKE, LINK_UP, LINK_FA
 
 struct link {
 	enum link_state state;
-	int err;                       /* FAILED: why */
+	int err;                       /* FAILED, or UP and unable to wait to write: why */
 	int fd;                        /* UP: the connection, else -1 */
 	struct outbound_conn *oc;      /* CONNECTING: the attempt */
 	struct event *rev, *wev;       /* HANDSHAKE, UP */
@@ -256,6 +256,7 @@ static void try_end(struct dns_uq *q, int err)
 	struct dns_upstream *u = q->u;
 
 	evtimer_del(q->timer);
+	q->start_err = 0;
 	if (err == -ETIMEDOUT) {
 		u->st.timeouts++;
 	} else {
@@ -355,14 +356,16 @@ static void udp_try(struct dns_uq *q)
 	q->tries_left--;
 	u->st.tries++;
 	list_push(&u->udp, q, false);
-	if ((err = udp_open(q)) != 0) {
+	/* A try its timeout cannot bound (no memory for the timer) would wait for good if the
+	 * server stays silent: it fails as one that could not start. */
+	if ((err = udp_open(q)) == 0 && evtimer_add(q->timer, &tv) != 0)
+		err = -ENOMEM;
+	if (err != 0) {
 		udp_close(q);
 		/* Reported from the loop: never a callback inside dns_upstream_ask. */
 		q->start_err = err;
 		event_active(q->timer, EV_TIMEOUT, 1);
-		return;
 	}
-	evtimer_add(q->timer, &tv);
 }
 
 /* ---- tcp: the connection ---- */
@@ -699,10 +702,11 @@ static void on_tls_io(evutil_socket_t fd, short what, void *arg)
 			u->st.tls_failures++;
 			link_lost(u, err);
 			return;
+		} else if (want_write && event_add(l->wev, NULL) != 0) {
+			link_lost(u, -ENOMEM);  /* the handshake could not go on */
+			return;
 		} else {
-			if (want_write)
-				event_add(l->wev, NULL);
-			else
+			if (!want_write)
 				event_del(l->wev);
 			return;
 		}
@@ -713,10 +717,12 @@ static void on_tls_io(evutil_socket_t fd, short what, void *arg)
 	}
 	if (!tls_read(u, &want_write))
 		return;
-	if (want_write || l->wlen)
-		event_add(l->wev, NULL);
-	else
+	if (!want_write && !l->wlen) {
 		event_del(l->wev);
+	} else if (event_add(l->wev, NULL) != 0) {
+		link_lost(u, -ENOMEM);  /* what waits to be written never would be */
+		return;
+	}
 	tcp_pump(u);
 }
 
@@ -748,8 +754,8 @@ static void on_connected(void *arg, int err, int fd, const uint8_t *early, size_
 			link_lost(u, -EPROTO);
 		} else if ((err = tls_start(u)) != 0) {
 			link_lost(u, err);
-		} else {
-			event_add(l->wev, NULL);  /* the ClientHello goes when writable */
+		} else if (event_add(l->wev, NULL) != 0) {  /* the ClientHello goes when writable */
+			link_lost(u, -ENOMEM);
 		}
 		return;
 	}
@@ -801,7 +807,13 @@ static void tcp_assign(struct dns_upstream *u, struct dns_uq *q)
 	list_push(&l->sent, q, false);
 	q->rx_mark = l->rx;
 	q->full_try = left_ms >= u->timeout_ms;
-	evtimer_add(q->timer, &tv);
+	/* A try its timeout cannot bound would wait for good on a silent connection: it fails
+	 * from the loop, unsent, as one that could not start. */
+	if (evtimer_add(q->timer, &tv) != 0) {
+		q->start_err = -ENOMEM;
+		event_active(q->timer, EV_TIMEOUT, 1);
+		return;
+	}
 	do {
 		if (rand_id(&q->id) != 0)
 			return;  /* nothing sent: the try times out */
@@ -829,12 +841,16 @@ static void tcp_pump(struct dns_upstream *u)
 		link_open(u);
 	while (u->wait.head && l->sent.n < DNS_UP_TCP_INFLIGHT && l->wlen + FRAME_MAX <= WBUF_LEN)
 		tcp_assign(u, u->wait.head);
-	if (l->state == LINK_UP && l->wlen)
-		event_add(l->wev, NULL);
+	/* Frames libevent cannot wait to write would never go: the connection is lost, from the
+	 * loop (this may run inside dns_upstream_ask). */
+	if (l->state == LINK_UP && l->wlen && event_add(l->wev, NULL) != 0) {
+		l->err = -ENOMEM;
+		event_active(u->kick, EV_TIMEOUT, 1);
+	}
 	if (l->state != LINK_UP || l->sent.n || u->wait.head)
 		evtimer_del(u->idle);
-	else if (!evtimer_pending(u->idle, NULL))
-		evtimer_add(u->idle, &tv);
+	else if (!evtimer_pending(u->idle, NULL) && evtimer_add(u->idle, &tv) != 0)
+		link_close(u);  /* idle, and no timer to close it later: now */
 }
 
 static void on_idle(evutil_socket_t fd, short what, void *arg)

@@ -127,7 +127,8 @@ struct dns_upstream_stats {
 	uint64_t queries;               /* asks accepted */
 	uint64_t tries;                 /* tries started, UDP or TCP (sent or failed to) */
 	uint64_t timeouts;              /* tries that ended by their timeout */
-	uint64_t errors;                /* tries that ended by a transport error or connection loss */
+	uint64_t errors;                /* tries that ended by a transport error or connection loss,
+					 * or that could not start (no memory: their timer too) */
 	uint64_t bad_answers;           /* messages that failed the check against the question */
 	uint64_t late_answers;          /* TCP answers to no query in flight on the connection */
 	uint64_t truncated_retried_tcp; /* UDP answers with TC set, asked again over TCP */

@@ -147,7 +147,7 @@ static int start_by_name(struct outbound_conn *c, const struct ts_outbound *ob,
 		return conn_defer(c, -ENXIO); /* a name the resolver cannot ask for: no such host */
 	if (ret != 0)
 		return ret;
-	return event_add(c->timer, &tv) != 0 ? -EIO : 0;
+	return event_add(c->timer, &tv) != 0 ? -ENOMEM : 0;
 }
 
 /* ---- by address ---------------------------------------------------------------------------- */
@@ -173,6 +173,6 @@ int direct_start(struct outbound_conn *c, const struct ts_outbound *ob,
 	if (!c->io)
 		return -ENOMEM;
 	if (event_add(c->io, &tv) != 0)
-		return -EIO;
+		return -ENOMEM;
 	return 0;
 }

@@ -106,7 +106,9 @@ static void on_writable(evutil_socket_t fd, short what, void *arg);
 /* Start attempts until one is in progress (then arm the delay before the next) or none is
  * left; with nothing in progress and nothing left, the failure goes out from the timer. With
  * no descriptor for another socket, the next attempt waits for the delay again, or for an
- * attempt in progress to fail. */
+ * attempt in progress to fail. A delay libevent has no memory to time is not waited for: the
+ * next attempt starts when the one in progress fails, and the caller's connect timeout (armed
+ * before the attempts start) bounds the whole. */
 static void start_next(struct happy *h)
 {
 	struct timeval tv = conn_timeval(h->delay_ms);
@@ -119,7 +121,7 @@ static void start_next(struct happy *h)
 		int ret, cerr;
 
 		if (!fd_take(h)) { /* only while another attempt is open: active > 0 */
-			evtimer_add(h->timer, &tv);
+			(void)evtimer_add(h->timer, &tv);
 			return;
 		}
 		h->next++;
@@ -133,7 +135,7 @@ static void start_next(struct happy *h)
 		    event_add(t->ev, NULL) == 0) {
 			h->active++;
 			if (h->next < h->n)
-				evtimer_add(h->timer, &tv);
+				(void)evtimer_add(h->timer, &tv);
 			return;
 		}
 		h->last_err = cerr ? cerr : -ENOMEM;

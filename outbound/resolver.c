@@ -87,6 +87,7 @@ struct resolver {
 	struct ts_outbound sock_ob;
 	bool use_hosts;
 	bool freeing;
+	bool untimed;                  /* cancelling every query: its timer could not be armed */
 	struct event *timer;
 	struct rsock *socks;
 	struct rpend *pending;
@@ -286,7 +287,7 @@ static void pend_finish(struct rpend *p)
 	struct resolver *r = p->r;
 	struct netaddr addrs[RESOLVER_MAX_ADDRS];
 	int64_t ttl_ms = r->max_ttl_ms;
-	bool temp = false, timeout = false;
+	bool temp = false, timeout = false, nomem = false;
 	size_t n = 0, i;
 	int err = 0;
 
@@ -297,6 +298,8 @@ static void pend_finish(struct rpend *p)
 			ttl_ms = (int64_t)f->ttl * 1000;
 		if (f->status == ARES_ETIMEOUT)
 			timeout = true;
+		else if (f->status == ARES_ECANCELLED && r->untimed)
+			nomem = true;
 		else if (f->status != ARES_SUCCESS && f->status != ARES_ENODATA &&
 			 f->status != ARES_ENOTFOUND)
 			temp = true;
@@ -304,9 +307,12 @@ static void pend_finish(struct rpend *p)
 	n = interleave(p->fam[0].addrs, p->fam[0].n, p->fam[1].addrs, p->fam[1].n, addrs);
 	if (n) {
 		/* One family failed temporarily: keep the half answer only briefly. */
-		if ((temp || timeout) && ttl_ms > r->neg_ttl_ms)
+		if ((temp || timeout || nomem) && ttl_ms > r->neg_ttl_ms)
 			ttl_ms = r->neg_ttl_ms;
 		cache_put(r, p->name, 0, addrs, (uint8_t)n, ttl_ms);
+	} else if (nomem) {
+		err = -ENOMEM;
+		r->st.failures++;
 	} else if (timeout) {
 		err = -ETIMEDOUT;
 		r->st.timeouts++;
@@ -387,6 +393,9 @@ static void on_answer(void *arg, int status, int timeouts, unsigned char *abuf, 
 
 /* ---- c-ares's sockets and timer on libevent ---- */
 
+/* c-ares's next timeout on the timer. One that cannot be armed (libevent out of memory) would
+ * leave every query on a silent server waiting for good: c-ares gives up each query under way
+ * instead, and their waiters get -ENOMEM (from the loop: results are delivered by events). */
 static void reschedule(struct resolver *r)
 {
 	struct timeval tv, *tvp;
@@ -394,10 +403,13 @@ static void reschedule(struct resolver *r)
 	if (r->freeing)
 		return;
 	tvp = ares_timeout(r->ch, NULL, &tv);
-	if (tvp)
-		evtimer_add(r->timer, tvp);
-	else
+	if (!tvp) {
 		evtimer_del(r->timer);
+	} else if (evtimer_add(r->timer, tvp) != 0) {
+		r->untimed = true;
+		ares_cancel(r->ch);
+		r->untimed = false;
+	}
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -451,7 +463,9 @@ static void on_sock_state(void *data, ares_socket_t fd, int readable, int writab
 		event_del(s->ev);
 		event_assign(s->ev, r->base, fd, flags | EV_PERSIST, on_sock, s);
 	}
-	event_add(s->ev, NULL);
+	/* Not watched (no memory): c-ares times the query out, on its timer or, if that cannot be
+	 * armed either, by giving it up (reschedule). */
+	(void)event_add(s->ev, NULL);
 }
 
 static ares_socket_t sk_socket(int domain, int type, int protocol, void *u)

@@ -61,7 +61,7 @@ struct resolver_stats {
 	uint64_t queries;        /* DNS queries started (two per resolution: A and AAAA) */
 	uint64_t nxdomain;       /* resolutions that found no address (cached negative) */
 	uint64_t timeouts;       /* resolutions that failed with -ETIMEDOUT */
-	uint64_t failures;       /* resolutions that failed otherwise (-EAGAIN...) */
+	uint64_t failures;       /* resolutions that failed otherwise (-EAGAIN, -ENOMEM) */
 	uint64_t evictions;      /* cached names evicted to make room */
 	uint64_t sockets;        /* sockets opened */
 	uint64_t socket_errors;  /* sockets that could not be opened (mark, hook...) */

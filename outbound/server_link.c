@@ -37,7 +37,7 @@ int server_link_arm(struct outbound_conn *c, short flags)
 	l->io_flags = 0;
 	if (event_assign(c->io, c->base, c->fd, flags, on_io, c) != 0 ||
 	    event_add(c->io, NULL) != 0)
-		return -EIO;
+		return -ENOMEM;
 	l->io_flags = flags;
 	return 0;
 }
@@ -187,7 +187,7 @@ int server_link_start(struct outbound_conn *c, struct server_link *l,
 	if (!hp->is_addr && !hp->pinned) {
 		if ((ret = start_by_name(c, l, ob)) != 0)
 			return ret;
-		return event_add(c->timer, &tv) != 0 ? -EIO : 0;
+		return event_add(c->timer, &tv) != 0 ? -ENOMEM : 0;
 	}
 	/* Known without a lookup: a literal, or pinned by the running proxy. */
 	len = (socklen_t)netaddr_sockaddr(hp->addr.family, hp->addr.a, htons(hp->port), &ss);
@@ -200,7 +200,7 @@ int server_link_start(struct outbound_conn *c, struct server_link *l,
 	if (cerr != 0)
 		return conn_defer(c, cerr);
 	if (event_add(c->timer, &tv) != 0 || event_add(c->io, NULL) != 0)
-		return -EIO;
+		return -ENOMEM;
 	l->io_flags = EV_WRITE;
 	return 0;
 }

@@ -8,15 +8,28 @@
 #include "core/clock.h"
 #include "core/rss.h"
 
-static void arm(struct memback *m, int64_t ns)
+/* false: libevent had no memory for the timer (not armed). */
+static bool arm(struct memback *m, int64_t ns)
 {
 	struct timeval tv = { .tv_sec = ns / TS_NS_PER_SEC,
 			      .tv_usec = (ns % TS_NS_PER_SEC) / 1000 + 1 };
 
-	evtimer_add(m->ev, &tv);
-	m->armed = true;
+	m->armed = evtimer_add(m->ev, &tv) == 0;
+	return m->armed;
 }
 
+static void trim(struct memback *m)
+{
+	m->armed = false;
+	m->bytes_trimmed = m->bytes;
+	for (unsigned i = 0; i < m->nhooks; i++)
+		m->hook[i].fn(m->hook[i].arg);
+	rss_heap_trim();
+	ctr_inc(&m->trims);
+}
+
+/* Traffic since: look again when it may be over. A look that cannot be timed (no memory for
+ * the timer) trims now: memory back is the right answer to that too. */
 static void on_quiet(evutil_socket_t fd, short what, void *arg)
 {
 	struct memback *m = arg;
@@ -24,16 +37,9 @@ static void on_quiet(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	if (idle < MEMBACK_QUIET_NS) {
-		arm(m, MEMBACK_QUIET_NS - idle); /* traffic since: look again when it may be over */
+	if (idle < MEMBACK_QUIET_NS && arm(m, MEMBACK_QUIET_NS - idle))
 		return;
-	}
-	m->armed = false;
-	m->bytes_trimmed = m->bytes;
-	for (unsigned i = 0; i < m->nhooks; i++)
-		m->hook[i].fn(m->hook[i].arg);
-	rss_heap_trim();
-	ctr_inc(&m->trims);
+	trim(m);
 }
 
 int memback_init(struct memback *m, struct event_base *base)
@@ -65,6 +71,9 @@ void memback_note(struct memback *m, int64_t now_ns, uint64_t bytes)
 {
 	m->last_ns = now_ns;
 	m->bytes = bytes;
-	if (!m->armed && m->ev && bytes - m->bytes_trimmed >= MEMBACK_MIN_BYTES)
-		arm(m, MEMBACK_QUIET_NS);
+	/* Not timed (no memory for the timer): the trim now, and no other try before another
+	 * MEMBACK_MIN_BYTES have moved. */
+	if (!m->armed && m->ev && bytes - m->bytes_trimmed >= MEMBACK_MIN_BYTES &&
+	    !arm(m, MEMBACK_QUIET_NS))
+		trim(m);
 }

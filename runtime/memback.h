@@ -9,7 +9,8 @@
  * MEMBACK_MIN_BYTES have moved since the last trim, a one-shot timer checks a second later
  * whether traffic still flows (then again when a second has passed since the last batch) and
  * otherwise calls malloc_trim(0). While traffic flows that is one wakeup a second at most; an
- * idle proxy, or one that sees only a trickle, never wakes for it.
+ * idle proxy, or one that sees only a trickle, never wakes for it. A check libevent has no
+ * memory to time is not waited for: the trim happens then and there.
  *
  * Before the trim it calls the quiet hooks: the owners of large I/O buffers that a load
  * touched from end to end (the TUN driver's read buffer, the UDP path's receive buffer) give

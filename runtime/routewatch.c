@@ -55,8 +55,10 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	if (!changed)
 		return;
 	rw->events++;
-	if (!evtimer_pending(rw->timer, NULL))
-		evtimer_add(rw->timer, &delay);
+	/* A burst that cannot be timed (no memory for the timer) is reported now, unfolded:
+	 * otherwise no callback would come until the next change. */
+	if (!evtimer_pending(rw->timer, NULL) && evtimer_add(rw->timer, &delay) != 0)
+		rw->fn(rw->arg);
 }
 
 static int join(int fd, unsigned group)

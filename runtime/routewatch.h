@@ -3,7 +3,8 @@
  * means changes were missed) arms a short timer; when it fires, the callback looks at the
  * whole state again (auto_route's reconcile, the route check). Changes arriving meanwhile are
  * folded into that one call, so a burst (a network manager rewriting its routes, our own
- * repairs) costs one pass, at most ROUTEWATCH_DELAY_MS after the first change.
+ * repairs) costs one pass, at most ROUTEWATCH_DELAY_MS after the first change (at once, when
+ * libevent has no memory for the timer).
  *
  * Main loop only.
  */

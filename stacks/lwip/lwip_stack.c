@@ -196,14 +196,16 @@ static struct lwip_stack *as_lw(struct netstack *ns)
 #define LWIP_CACHE_IDLE_TICKS (1000 / TCP_TMR_INTERVAL)
 
 /* tcp_tmr runs every TCP_TMR_INTERVAL while any pcb is active or in TIME_WAIT; with none, no
- * timer exists at all (an idle tunnel never wakes up). */
+ * timer exists at all (an idle tunnel never wakes up). A timer libevent has no memory to arm
+ * is not taken as armed: every later call tries again, and one comes with the next batch from
+ * the TUN, accept, session end or stream operation (a connection that waits on lwIP's
+ * retransmission meanwhile is bounded by its relay's idle timeout). */
 static void check_timer(struct lwip_stack *st)
 {
 	if (st->tmr_armed || (!tcp_active_pcbs && !tcp_tw_pcbs))
 		return;
 	struct timeval tv = { .tv_sec = 0, .tv_usec = TCP_TMR_INTERVAL * 1000 };
-	evtimer_add(st->tmr_ev, &tv);
-	st->tmr_armed = true;
+	st->tmr_armed = evtimer_add(st->tmr_ev, &tv) == 0;
 }
 
 static void on_tmr(evutil_socket_t fd, short what, void *arg)
@@ -216,7 +218,8 @@ static void on_tmr(evutil_socket_t fd, short what, void *arg)
 	check_timer(st);
 	/* The last pcb is gone: give lwIP's freed windows and segments back to the system (glibc
 	 * keeps freed heap otherwise, and an idle proxy would sit at its peak RSS). Once per
-	 * busy-to-idle transition, never on a timer of its own. */
+	 * busy-to-idle transition, never on a timer of its own. (Also when the timer could not be
+	 * armed again: memory back is the right answer to that too.) */
 	if (!st->tmr_armed) {
 		lwip_glue_trim();
 		rss_heap_trim();

@@ -44,6 +44,7 @@ struct lwip_stream {
 	bool eof;                   /* the peer's FIN arrived (it follows the queued bytes) */
 	bool wr_shut;               /* shutdown_write done */
 	bool wr_blocked;            /* write() found no room: wait for tcp_sent */
+	bool renotify;              /* the next iteration's notification could not be timed */
 	bool sending;               /* counted in hooks.share->senders: bytes queued in lwIP */
 	size_t in_share;            /* bytes of this stream counted in hooks.share->queued */
 	bool want_rd, want_wr;
@@ -257,9 +258,16 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 	}
 	ls->gone = NULL;
 	/* Level-triggered, but at most once per loop iteration: a zero timeout runs after the
-	 * next poll, so TUN input and other streams get their turn first. */
-	if (due(ls))
-		event_add(ls->ev, &next_iteration);
+	 * next poll, so TUN input and other streams get their turn first. Without memory for it
+	 * (libevent's timer heap), a stream with a pcb hears again from lwIP's poll (on_poll);
+	 * without a pcb, what is due is finite (the error once, the queue to its end, writes
+	 * that fail at once), and it runs again in this pass. */
+	if (due(ls) && event_add(ls->ev, &next_iteration) != 0) {
+		if (ls->pcb)
+			ls->renotify = true;
+		else
+			event_active(ls->ev, what, 0);
+	}
 }
 
 /* ---- the pcb -------------------------------------------------------------------------------- */
@@ -351,7 +359,8 @@ static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err)
 }
 
 /* lwIP's poll (every TCP_SLOW_INTERVAL): a write refused for memory is retried from here when no
- * acknowledgement (on_sent) came first, e.g. with nothing in flight to be acknowledged. */
+ * acknowledgement (on_sent) came first, e.g. with nothing in flight to be acknowledged; and a
+ * notification the loop could not time (on_notify) is given again. */
 static err_t on_poll(void *arg, struct tcp_pcb *pcb)
 {
 	struct lwip_stream *ls = arg;
@@ -360,6 +369,10 @@ static err_t on_poll(void *arg, struct tcp_pcb *pcb)
 	if (ls->wr_blocked) {
 		ls->wr_blocked = false;
 		notify(ls, EV_WRITE);
+	}
+	if (ls->renotify) {
+		ls->renotify = false;
+		notify(ls, EV_READ | EV_WRITE);
 	}
 	return ERR_OK;
 }

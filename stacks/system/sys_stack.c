@@ -239,8 +239,11 @@ static void maybe_trim(struct sys_stack *st)
 		st->trim_peak = nat_live(&n);
 	if (n.quarantine > st->trim_qpeak)
 		st->trim_qpeak = n.quarantine;
-	if (!st->stopped && trim_due(st, &n) && !evtimer_pending(st->trim_ev, NULL))
-		evtimer_add(st->trim_ev, &delay);
+	/* A trim that cannot be timed (no memory for the timer) is done now: memory back is the
+	 * right answer to a shortage. */
+	if (!st->stopped && trim_due(st, &n) && !evtimer_pending(st->trim_ev, NULL) &&
+	    evtimer_add(st->trim_ev, &delay) != 0)
+		on_trim(-1, 0, st);
 }
 
 static void on_purge(evutil_socket_t fd, short what, void *arg)
@@ -333,13 +336,15 @@ static void fast_unwait(struct sys_stack *st, struct sys_guard *g)
 	g->waiting = false;
 }
 
+/* Not armed for want of memory: the waiting connections go on in userspace, as every
+ * connection does before its age, and the next accepted one (fast_wait) tries again. */
 static void fast_arm(struct sys_stack *st, int64_t now)
 {
 	int64_t left = st->fp_oldest ? st->fp_oldest->since + FAST_PATH_AGE_NS - now : 0;
 	struct timeval tv = { 0, left > 0 ? (suseconds_t)(left / 1000) + 1 : 0 };
 
 	if (st->fp_oldest)
-		evtimer_add(st->fp_ev, &tv);
+		(void)evtimer_add(st->fp_ev, &tv);
 }
 
 static void fast_wait(struct sys_stack *st, struct sys_guard *g, int64_t now)

@@ -35,6 +35,7 @@
 #include "core/config.h"
 #include "dns/doh.h"
 #include "dns/server.h"
+#include "core/evmem.h"
 #include "failalloc.h"
 #include "testutil.h"
 
@@ -196,9 +197,13 @@ static bool run_until(struct event_base *base, const int *calls, int want, int m
 {
 	bool expired = false;
 	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
-	struct event *guard = evtimer_new(base, on_guard, &expired);
+	struct event *guard;
 
-	evtimer_add(guard, &tv);
+	failalloc_hold(true); /* the test's guard, not the code under test */
+	guard = evtimer_new(base, on_guard, &expired);
+	cr_assert_not_null(guard);
+	cr_assert_eq(evtimer_add(guard, &tv), 0);
+	failalloc_hold(false);
 	while (!expired && (want < 0 || *calls < want))
 		event_base_loop(base, EVLOOP_ONCE);
 	event_free(guard);
@@ -1156,5 +1161,89 @@ Test(dns_doh, each_allocation_refused_in_turn)
 
 	fx_start(&f, 100);
 	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &f, 4, 200));
+	fx_stop(&f);
+}
+
+/* ---- libevent's allocations refused in turn, a silent server (failalloc.h, evmem.h) ---- */
+
+/* With evmem installed libevent allocates through the project's allocator: a try's timer
+ * may find no room in the timer heap, which grows when its count reaches 8, 16, ... pending
+ * timers. Each run has a fresh loop with `pad` far timers of the test's already pending, so
+ * that the upstream's first timers (the connect's, then the try's) meet the heap's growth in
+ * turn. The server accepts and never speaks: each of two asks, one after the other, must end
+ * with -ETIMEDOUT within its tries (or, a refusal, -ENOMEM), never wait for good; every
+ * descriptor comes back. */
+struct silent_fx {
+	struct fx *f;
+	int pad;
+};
+
+static void silent_scenario(void *arg, bool sweep)
+{
+	const struct silent_fx *o = arg;
+	struct dns_question q = question("a.doh.test", DNS_T_A);
+	struct timeval far = { 3600, 0 };
+	struct event *pads[16];
+	struct dns_doh *d = NULL;
+	struct event_base *base;
+	struct res r[2] = { { 0 }, { 0 } };
+	struct dns_doh_q *h;
+	int fds = count_fds(), rc, never = 0, calls = 0;
+
+	failalloc_hold(true); /* the loop and the padding */
+	cr_assert_not_null(base = event_base_new());
+	for (int i = 0; i < o->pad; i++) {
+		cr_assert_not_null(pads[i] = evtimer_new(base, on_guard, &never));
+		cr_assert_eq(evtimer_add(pads[i], &far), 0);
+	}
+	failalloc_hold(false);
+	if ((rc = dns_doh_new(base, &o->f->cfg, &d)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "dns_doh_new: %d", rc);
+		goto out;
+	}
+	/* One after the other: a second ask's timer would rescue a first one without. */
+	for (int k = 0; k < 2; k++) {
+		r[k].counter = &calls;
+		if ((rc = dns_doh_ask(d, &q, on_res, &r[k], &h)) != 0) {
+			cr_assert(sweep && rc == -ENOMEM, "ask %d: %d", k, rc);
+			r[k].calls = 1;
+			r[k].err = -ENOMEM;
+			calls++;
+		}
+		cr_assert(run_until(base, &calls, k + 1, 2000), "ask %d never ended (pad %d)", k,
+			  o->pad);
+	}
+	for (int k = 0; k < 2; k++) {
+		cr_assert_eq(r[k].calls, 1);
+		cr_assert(r[k].err == -ETIMEDOUT || (sweep && r[k].err == -ENOMEM),
+			  "ask %d: %d", k, r[k].err);
+	}
+	dns_doh_free(d);
+out:
+	failalloc_hold(true);
+	for (int i = 0; i < o->pad; i++)
+		event_free(pads[i]);
+	event_base_free(base);
+	failalloc_hold(false);
+	cr_assert_eq(count_fds(), fds, "a descriptor left open");
+}
+
+Test(dns_doh, silent_with_libevent_allocations_refused_in_turn)
+{
+	static const int pads[] = { 0, 7, 8 };
+	struct fx f;
+	int lfd;
+
+	fx_init(&f);
+	cr_assert_geq(lfd = listen_lo(f.port), 0);
+	f.cfg.timeout_ms = 30;
+	cr_assert_eq(evmem_install(), 0);
+	for (size_t i = 0; i < sizeof(pads) / sizeof(pads[0]); i++) {
+		struct silent_fx o = { &f, pads[i] };
+
+		cr_log_info("pad %d: %ld allocations refused in turn", pads[i],
+			    failalloc_sweep(silent_scenario, &o, 3, 300));
+	}
+	close(lfd);
 	fx_stop(&f);
 }

@@ -37,6 +37,7 @@
 #include "core/tun.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/dns_tcp.h"
+#include "core/evmem.h"
 #include "failalloc.h"
 #include "netns_child.h"
 #include "stacks/common/l3policy.h"
@@ -759,11 +760,11 @@ Test(dns_tcp, resolver_refusal_answers_refused)
 /* ---- every allocation refused in turn (failalloc.h) ---- */
 
 /* conn_open's pair and connection: 0, or -ENOMEM with nothing left open. */
-static int nomem_open(void)
+static int nomem_open(uint32_t idle_ms)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t sl = sizeof(sa);
-	struct dns_tcp_params p = { .resolver = &E.res, .budget = E.bud, .idle_ms = 5000,
+	struct dns_tcp_params p = { .resolver = &E.res, .budget = E.bud, .idle_ms = idle_ms,
 				    .counters = &E.ctr };
 	struct stream *s;
 	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), acc, rc;
@@ -807,7 +808,7 @@ static void nomem_scenario(void *arg, bool sweep)
 	E.app.err = 0;
 	E.conn = NULL;
 	E.done_calls = 0;
-	if ((rc = nomem_open()) != 0) {
+	if ((rc = nomem_open(5000)) != 0) {
 		cr_assert(sweep && rc == -ENOMEM, "open: %d", rc);
 		cr_assert_null(E.conn);
 		goto out;
@@ -840,6 +841,57 @@ out:
 Test(dns_tcp, each_allocation_refused_in_turn)
 {
 	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, NULL, 3,
+								      200));
+}
+
+/* ---- libevent's allocations refused in turn, a silent app (failalloc.h, evmem.h) ---- */
+
+/* With evmem installed libevent allocates through the project's allocator; on a fresh loop the
+ * connection's idle timer is the one that makes libevent's timer heap, and its socket's watch
+ * the one that makes libevent's table of descriptors. The app connects and never sends: the
+ * connection must end by its 100 ms idle timeout (closed, an EOF to the app), or be refused
+ * (-ENOMEM) or reset at once; never stay open. */
+static void silent_scenario(void *arg, bool sweep)
+{
+	struct event_base *own = E.base;
+	int64_t t0;
+	int rc;
+
+	(void)arg;
+	memset(&E.fk, 0, sizeof(E.fk));
+	E.fk.ctr = &E.ctr;
+	E.app.rx_len = 0;
+	E.app.eof = false;
+	E.app.err = 0;
+	E.conn = NULL;
+	E.done_calls = 0;
+	failalloc_hold(true); /* the loop */
+	cr_assert_not_null(E.base = event_base_new());
+	failalloc_hold(false);
+	t0 = mono_ms();
+	if ((rc = nomem_open(100)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "open: %d", rc);
+		cr_assert_null(E.conn);
+		goto out;
+	}
+	WAIT_FOR(E.done_calls == 1, 2000);
+	WAIT_FOR(E.app.eof || E.app.err, 2000);
+	cr_assert(E.app.err == 0 || sweep, "reset: %d", E.app.err);
+	cr_assert(E.app.err != 0 || mono_ms() - t0 >= 90, "closed before its idle timeout");
+out:
+	close(E.app.fd);
+	E.app.fd = -1;
+	failalloc_hold(true);
+	event_base_free(E.base);
+	E.base = own;
+	failalloc_hold(false);
+	cr_assert_eq(ctr_get(&E.ctr.live), 0);
+}
+
+Test(dns_tcp, silent_app_with_libevent_allocations_refused_in_turn)
+{
+	cr_assert_eq(evmem_install(), 0);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(silent_scenario, NULL, 3,
 								      200));
 }
 

@@ -30,6 +30,7 @@
 #include <event2/event.h>
 
 #include "core/dns_msg.h"
+#include "core/evmem.h"
 #include "dns/upstream.h"
 #include "failalloc.h"
 #include "testutil.h"
@@ -224,15 +225,16 @@ static void on_mock_accept(evutil_socket_t fd, short what, void *arg)
 	if (cfd < 0)
 		return;
 	cr_assert_lt(m->tcp_conns, MAX_CONNS);
-	failalloc_hold(true); /* the mock's, not the upstream's */
+	failalloc_hold(true); /* the mock's, not the upstream's (libevent's too, with evmem) */
 	c = calloc(1, sizeof(*c));
-	failalloc_hold(false);
 	cr_assert_not_null(c);
 	c->m = m;
 	c->fd = cfd;
 	c->index = m->tcp_conns++;
 	c->ev = event_new(m->base, cfd, EV_READ | EV_PERSIST, on_mock_conn, c);
-	event_add(c->ev, NULL);
+	cr_assert_not_null(c->ev);
+	cr_assert_eq(event_add(c->ev, NULL), 0);
+	failalloc_hold(false);
 	m->conns[c->index] = c;
 }
 
@@ -360,9 +362,13 @@ static bool run_until(struct event_base *base, const int *calls, int want, int m
 {
 	bool expired = false;
 	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
-	struct event *guard = evtimer_new(base, on_guard, &expired);
+	struct event *guard;
 
-	evtimer_add(guard, &tv);
+	failalloc_hold(true); /* the test's guard, not the code under test */
+	guard = evtimer_new(base, on_guard, &expired);
+	cr_assert_not_null(guard);
+	cr_assert_eq(evtimer_add(guard, &tv), 0);
+	failalloc_hold(false);
 	while (!expired && (want < 0 || *calls < want))
 		event_base_loop(base, EVLOOP_ONCE);
 	event_free(guard);
@@ -1345,4 +1351,103 @@ Test(dns_upstream, udp_truncated_each_allocation_refused_in_turn)
 	fx_start(&f, DNS_UP_UDP, U_TC, T_ANSWER);
 	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &f, 4, 200));
 	fx_stop(&f);
+}
+
+/* ---- libevent's allocations refused in turn, a silent server (failalloc.h, evmem.h) ---- */
+
+/* With evmem installed libevent allocates through the project's allocator: a try's timer
+ * may find no room in the timer heap, which grows when its count reaches 8, 16, ... pending
+ * timers. Each run has a fresh loop with `pad` far timers of the test's already pending, so
+ * that the upstream's first timers (a connect's, then each try's) meet the heap's growth in
+ * turn. The server never answers: each of two asks, one after the other, must end with
+ * -ETIMEDOUT within its tries (or, a refusal, -ENOMEM), never wait for good; every descriptor
+ * comes back. */
+struct silent_fx {
+	enum dns_up_kind kind;
+	int pad;
+};
+
+static void silent_scenario(void *arg, bool sweep)
+{
+	const struct silent_fx *o = arg;
+	struct timeval far = { 3600, 0 };
+	struct event *pads[16];
+	struct dns_upstream_config cfg;
+	struct dns_upstream *u = NULL;
+	struct event_base *base;
+	struct res r[2] = { { 0 }, { 0 } };
+	struct dns_question q;
+	struct dns_uq *h;
+	struct mock m;
+	int fds = count_fds(), rc, never = 0, calls = 0;
+
+	failalloc_hold(true); /* the loop, the mock server, the padding */
+	cr_assert_not_null(base = event_base_new());
+	mock_start(&m, base, U_SILENT, T_SILENT);
+	for (int i = 0; i < o->pad; i++) {
+		cr_assert_not_null(pads[i] = evtimer_new(base, on_guard, &never));
+		cr_assert_eq(evtimer_add(pads[i], &far), 0);
+	}
+	failalloc_hold(false);
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.kind = o->kind;
+	cr_assert_eq(netaddr_parse("127.0.0.1", &cfg.server.addr), 0);
+	cfg.server.port = m.port;
+	cfg.timeout_ms = 30;
+	cfg.tries = 2;
+	if ((rc = dns_upstream_new(base, &cfg, &u)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "dns_upstream_new: %d", rc);
+		goto out;
+	}
+	/* One after the other: a second ask's timer would rescue a first one without (its
+	 * timeout voids the connection, and the first goes again on a new one). */
+	for (int k = 0; k < 2; k++) {
+		r[k].counter = &calls;
+		q = question(k ? "q2.test" : "q1.test", DNS_T_A);
+		if ((rc = dns_upstream_ask(u, &q, on_res, &r[k], &h)) != 0) {
+			cr_assert(sweep && rc == -ENOMEM, "ask %d: %d", k, rc);
+			r[k].calls = 1;
+			r[k].err = -ENOMEM;
+			calls++;
+		}
+		cr_assert(run_until(base, &calls, k + 1, 2000), "ask %d never ended (pad %d)", k,
+			  o->pad);
+	}
+	for (int k = 0; k < 2; k++) {
+		cr_assert_eq(r[k].calls, 1);
+		cr_assert(r[k].err == -ETIMEDOUT || (sweep && r[k].err == -ENOMEM),
+			  "ask %d: %d", k, r[k].err);
+	}
+	dns_upstream_free(u);
+out:
+	failalloc_hold(true);
+	for (int i = 0; i < o->pad; i++)
+		event_free(pads[i]);
+	mock_stop(&m);
+	event_base_free(base);
+	failalloc_hold(false);
+	cr_assert_eq(count_fds(), fds, "a descriptor left open");
+}
+
+static void silent_sweeps(enum dns_up_kind kind)
+{
+	static const int pads[] = { 0, 7, 8 };
+
+	cr_assert_eq(evmem_install(), 0);
+	for (size_t i = 0; i < sizeof(pads) / sizeof(pads[0]); i++) {
+		struct silent_fx o = { kind, pads[i] };
+
+		cr_log_info("pad %d: %ld allocations refused in turn", pads[i],
+			    failalloc_sweep(silent_scenario, &o, 3, 300));
+	}
+}
+
+Test(dns_upstream, udp_silent_with_libevent_allocations_refused_in_turn)
+{
+	silent_sweeps(DNS_UP_UDP);
+}
+
+Test(dns_upstream, tcp_silent_with_libevent_allocations_refused_in_turn)
+{
+	silent_sweeps(DNS_UP_TCP);
 }

@@ -1144,3 +1144,42 @@ Test(lwip_stack_nomem, each_allocation_refused_in_turn, .timeout = 300)
 	cr_log_info("%ld allocations refused in turn",
 		    failalloc_sweep(nomem_scenario, NULL, 10, 5000));
 }
+
+/* lwIP's TCP timer when libevent has no room for it in its timer heap (the first timer of a
+ * fresh loop makes the heap): each allocation of a handshake refused in turn, then one batch
+ * ends. While a pcb exists (here: an accepted connection) the timer must be pending by then (the only event this stack adds
+ * to its loop: its other events are only ever made active); a timer taken as armed when it
+ * was not would never tick again (no retransmission, no delayed ACK, no TIME_WAIT's end). */
+static void timer_scenario(void *arg, bool sweep)
+{
+	(void)arg;
+	failalloc_hold(true); /* the stack's start: not what this looks at */
+	bool started = nomem_start(sweep);
+	failalloc_hold(false);
+	cr_assert(started);
+	nomem_conn("10.0.0.9", 40001, sweep);
+	failalloc_hold(true);
+	lwip_stack_ops.batch_end(ns, 0, 0);
+	if (n_acc > 0) /* an accepted connection: its pcb exists */
+		cr_assert_gt(event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED), 0,
+			     "a pcb, and lwIP's timer not armed");
+	tx_discard = true;
+	for (int i = 0; i < n_acc; i++) {
+		acc_s[i]->ops->abort(acc_s[i]);
+		lwip_stack_session_end(ns);
+	}
+	n_acc = 0;
+	lwip_stack_ops.free(ns);
+	ns = NULL;
+	event_base_free(base);
+	budget_free(bud);
+	config_fini(&cfg);
+	failalloc_hold(false);
+}
+
+Test(lwip_stack_nomem, tcp_timer_armed_again_when_libevent_refused_it)
+{
+	cr_assert_eq(evmem_install(), 0);
+	cr_log_info("%ld allocations refused in turn",
+		    failalloc_sweep(timer_scenario, NULL, 3, 2000));
+}

@@ -17,17 +17,20 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/event.h>
 
 #include "core/budget.h"
 #include "core/config.h"
+#include "core/evmem.h"
 #include "core/pkt.h"
 #include "dispatch/stream.h"
 #include "stacks/lwip/include/lwipopts.h" /* TCP_WND, TCP_MSS, TCP_SND_BUF, TCP_RCV_SCALE */
 #include "stacks/lwip/lwip_glue.h"
 #include "stacks/lwip/lwip_stack.h"
 #include "stacks/lwip/lwip_stream.h"
+#include "failalloc.h"
 #include "testutil.h"
 
 /* TCP_WND_UPDATE_THRESHOLD of a connection with window scaling (lwipopts.h). */
@@ -1532,4 +1535,56 @@ Test(lwip_sendshare, bound_and_floor_hold_under_random_traffic)
 			peak = total;
 	}
 	cr_assert_geq(peak, POOL - 64 * KIB, "the streams never filled the pool: peak %zu", peak);
+}
+
+static void on_far(evutil_socket_t fd, short what, void *arg)
+{
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The next loop iteration's notification needs a zero timeout, a place in libevent's timer
+ * heap; with libevent out of memory for it (the heap, 8 timers full here, must grow) the owner
+ * that left data behind must still hear of it again, here from lwIP's poll. */
+Test(lwip_stream, readable_again_when_libevent_cannot_time_the_next_iteration)
+{
+	struct timeval far = { 3600, 0 };
+	struct event *pads[8];
+	uint8_t in[3000];
+	int64_t end;
+	int n = 0;
+
+	cr_assert_eq(evmem_install(), 0);
+	handshake();
+	fill(in, sizeof(in), 3);
+	app_send(in, sizeof(in));
+	pump();
+	/* lwIP's timer is one: seven more fill the heap's first eight places. */
+	for (int i = 0; i < 7; i++) {
+		cr_assert_not_null(pads[n] = evtimer_new(E.base, on_far, NULL));
+		cr_assert_eq(evtimer_add(pads[n++], &far), 0);
+	}
+	E.o.read_per_cb = 1000;
+	E.o.sink = test_alloc(sizeof(in));
+	E.o.sink_cap = sizeof(in);
+	stream_set_interest(E.s, true, false);
+	failalloc_arm(1); /* the heap's growth for the next iteration's zero timeout */
+	loop_once();
+	failalloc_arm(0);
+	cr_assert(failalloc_fired(), "the zero timeout needed no memory: nothing tested");
+	cr_assert_geq(E.o.readable, 1);
+	end = mono_ms() + 3000;
+	while (E.o.sunk < sizeof(in) && mono_ms() < end)
+		event_base_loop(E.base, EVLOOP_ONCE);
+	cr_assert_eq(E.o.sunk, sizeof(in), "the owner heard of %zu bytes of %zu", E.o.sunk,
+		     sizeof(in));
+	cr_assert_arr_eq(E.o.sink, in, sizeof(in));
+	for (int i = 0; i < n; i++)
+		event_free(pads[i]);
 }

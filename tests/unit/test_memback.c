@@ -6,7 +6,9 @@
 #include <event2/event.h>
 
 #include "core/clock.h"
+#include "core/evmem.h"
 #include "runtime/memback.h"
+#include "failalloc.h"
 
 /* Run the loop for ms milliseconds, noting a batch (bytes so far) every step_ms if step_ms. */
 static void run(struct event_base *base, struct memback *m, int ms, int step_ms, uint64_t *bytes,
@@ -81,6 +83,36 @@ Test(memback, hooks_run_at_the_quiet_trim)
 	cr_expect_eq(ctr_get(&m.trims), 1);
 	cr_expect_eq(a, 2);
 	cr_expect_eq(b, 2);
+	memback_fini(&m);
+	event_base_free(base);
+}
+
+/* The quiet check's timer when libevent has no memory for it (a fresh loop's first timer makes
+ * libevent's timer heap): a trim that cannot wait for the quiet is done at once, rather than
+ * taken as armed with no timer behind it (no trim again for the process's life). */
+Test(memback, a_trim_that_cannot_be_timed_is_done_at_once)
+{
+	struct event_base *base;
+	struct memback m;
+	int calls = 0;
+
+	cr_assert_eq(evmem_install(), 0);
+	failalloc_hold(true);
+	cr_assert_not_null(base = event_base_new());
+	cr_assert_eq(memback_init(&m, base), 0);
+	cr_assert_eq(memback_on_quiet(&m, count_hook, &calls), 0);
+	failalloc_hold(false);
+	failalloc_arm(1); /* the timer heap's first allocation */
+	memback_note(&m, ts_now_ns(), MEMBACK_MIN_BYTES);
+	failalloc_arm(0);
+	cr_assert(failalloc_fired(), "the timer needed no memory: nothing tested");
+	cr_assert_eq(ctr_get(&m.trims), 1, "no trim, and no timer for one");
+	cr_assert_eq(calls, 1);
+	cr_assert(!m.armed);
+	/* Memory back: the next load arms it as usual. */
+	memback_note(&m, ts_now_ns(), 2 * MEMBACK_MIN_BYTES);
+	cr_assert(m.armed);
+	cr_assert(evtimer_pending(m.ev, NULL));
 	memback_fini(&m);
 	event_base_free(base);
 }

@@ -11,7 +11,9 @@
 #include <event2/event.h>
 
 #include "core/budget.h"
+#include "core/evmem.h"
 #include "dispatch/pipepool.h"
+#include "failalloc.h"
 #include "testutil.h"
 
 static struct event_base *base;
@@ -352,4 +354,36 @@ Test(pipepool, free_removes_the_reclaim_hook)
 	cr_assert_eq(budget_fd_reserve(budget, 1), -EMFILE);
 	cr_assert_eq(fd_refused(), 1);
 	budget_fd_release(budget, 2);
+}
+
+/* ---- libevent's allocations refused (failalloc.h, evmem.h) ---- */
+
+/* A pipe given back when libevent has no memory for the shrink timer (its timer heap, 8 timers
+ * full here, must grow): no timer would ever close it, so it is closed at once, its
+ * descriptors back in the budget, rather than kept idle for good. */
+Test(pipepool, a_pipe_no_timer_could_close_is_closed_at_once)
+{
+	struct timeval far = { 3600, 0 };
+	struct pipepool_pipe *p;
+	struct event *pads[7];
+	struct pipepool_stats s;
+
+	cr_assert_eq(evmem_install(), 0);
+	make(100, 0, 100, 8);
+	for (int i = 0; i < 7; i++) { /* with the tick: the heap's first eight places */
+		cr_assert_not_null(pads[i] = evtimer_new(base, on_tick, NULL));
+		cr_assert_eq(evtimer_add(pads[i], &far), 0);
+	}
+	cr_assert_eq(pipepool_get(pool, &p), 0);
+	failalloc_arm(1); /* the heap's growth for the shrink timer */
+	pipepool_put(pool, p);
+	failalloc_arm(0);
+	cr_assert(failalloc_fired(), "the timer needed no memory: nothing tested");
+	run_for(300);
+	s = stats();
+	cr_assert_eq(s.idle, 0, "an idle pipe with no timer to close it");
+	cr_assert_eq(fds_in_use(), 0);
+	cr_assert(!s.timer_pending);
+	for (int i = 0; i < 7; i++)
+		event_free(pads[i]);
 }

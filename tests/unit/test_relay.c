@@ -28,9 +28,11 @@
 
 #include "core/budget.h"
 #include "core/bufpool.h"
+#include "core/evmem.h"
 #include "dispatch/pipepool.h"
 #include "dispatch/relay.h"
 #include "dispatch/stream.h"
+#include "failalloc.h"
 #include "testutil.h"
 
 #define MIB (1u << 20)
@@ -1837,3 +1839,119 @@ static void urgent_byte(bool from_app)
 
 Test(relay, urgent_byte_from_the_app_does_not_stall_splice) { urgent_byte(true); }
 Test(relay, urgent_byte_from_the_server_does_not_stall_splice) { urgent_byte(false); }
+
+/* ---- libevent's allocations refused in turn (failalloc.h, evmem.h) ---------------------------- */
+
+/* With evmem installed libevent allocates through the project's allocator, so relay_new's own
+ * calls into libevent (its events, the idle timer's place in the timer heap, the first watch
+ * of a socket) are refused in turn too. Each run has a fresh loop, so those first-time
+ * allocations happen inside relay_new; the peers, the sockets and the streams are the test's.
+ * talk: A sends 256 KiB and its FIN, B its own and a FIN, both read to the end, under a 10 s
+ * idle timeout: each run ends as done with every byte through, or (a refusal) the relay says
+ * -ENOMEM or ends at once with both aborted; never waiting for the idle timeout. silent:
+ * nobody sends, and a 100 ms idle timeout must end the relay (or relay_new says -ENOMEM). */
+struct nomem_relay {
+	bool talk;
+};
+
+static bool nomem_ended(void *arg)
+{
+	struct h *h = arg;
+
+	return h->done_calls > 0 && (h->a->eof || h->a->err) && (h->b->eof || h->b->err);
+}
+
+static void on_beat(evutil_socket_t fd, short what, void *arg)
+{
+}
+
+static void nomem_relay_scenario(void *arg, bool sweep)
+{
+	const struct nomem_relay *o = arg;
+	struct relay_params p = {
+		.mode = TS_RELAY_COPY,
+		.bufs = E.bufs,
+		.budget = E.budget,
+		.idle_ms = o->talk ? 10000 : 100,
+		.counters = &E.ctr,
+	};
+	struct timeval beat = { 0, 5000 };
+	int a_app, a_rel, b_rel, b_app, rc;
+	struct stream *sa, *sb;
+	struct event_base *base;
+	struct event *tick;
+	struct h h;
+	int64_t end;
+
+	memset(&h, 0, sizeof(h));
+	failalloc_hold(true); /* the loop, the sockets, the streams, the peers */
+	cr_assert_not_null(base = event_base_new());
+	tcp_pair(&a_app, &a_rel, false);
+	tcp_pair(&b_rel, &b_app, false);
+	cr_assert_eq(stream_sock_new(base, a_rel, &sa), 0);
+	cr_assert_eq(stream_sock_new(base, b_rel, &sb), 0);
+	h.a = peer_new_on(base, a_app, 0xA, o->talk ? 256 << 10 : 0, o->talk);
+	h.b = peer_new_on(base, b_app, 0xB, o->talk ? 256 << 10 : 0, o->talk);
+	failalloc_hold(false);
+	h.t_start = mono_ns();
+	rc = relay_new(base, sa, sb, &p, on_done, &h, &h.r);
+	failalloc_hold(true);
+	if (rc != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "relay_new: %d", rc);
+		stream_abort(sa);
+		stream_abort(sb);
+		goto out;
+	}
+	tick = event_new(base, -1, EV_PERSIST, on_beat, NULL);
+	cr_assert_eq(event_add(tick, &beat), 0);
+	peer_start(h.a);
+	peer_start(h.b);
+	failalloc_hold(false);
+	end = mono_ns() + 3000 * 1000000LL;
+	while (!nomem_ended(&h) && mono_ns() < end)
+		event_base_loop(base, EVLOOP_ONCE);
+	failalloc_hold(true);
+	cr_assert(nomem_ended(&h), "the relay never ended (%s)", o->talk ? "talk" : "silent");
+	if (o->talk && h.reason == RELAY_DONE) {
+		expect_intact(h.a, h.b);
+		expect_intact(h.b, h.a);
+	} else if (o->talk) {
+		cr_assert(sweep && (h.reason == RELAY_NO_MEMORY || h.st.err == -ENOMEM),
+			  "ended as %s (%d)", relay_end_name(h.reason), h.st.err);
+		cr_assert((h.t_done - h.t_start) / 1000000 < 2000, "ended only after %lld ms",
+			  (long long)((h.t_done - h.t_start) / 1000000));
+		cr_assert(h.a->err && h.b->err, "both aborted");
+	} else {
+		/* A refusal: the idle timer could not be armed, or a stream could not be
+		 * watched and failed with -ENOMEM. */
+		cr_assert(h.reason == RELAY_IDLE ||
+			  (sweep && (h.reason == RELAY_NO_MEMORY || h.st.err == -ENOMEM)),
+			  "ended as %s (%d)", relay_end_name(h.reason), h.st.err);
+	}
+	event_free(tick);
+out:
+	peer_free(h.a);
+	peer_free(h.b);
+	event_base_free(base);
+	failalloc_hold(false);
+	cr_assert_eq(ctr_get(&E.ctr.active), 0);
+	cr_assert_eq(ctr_get(&E.ctr.buf_bytes_inflight), 0);
+}
+
+Test(relay, talk_with_libevent_allocations_refused_in_turn)
+{
+	struct nomem_relay o = { .talk = true };
+
+	cr_assert_eq(evmem_install(), 0);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_relay_scenario, &o, 3,
+									   200));
+}
+
+Test(relay, silence_with_libevent_allocations_refused_in_turn)
+{
+	struct nomem_relay o = { .talk = false };
+
+	cr_assert_eq(evmem_install(), 0);
+	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_relay_scenario, &o, 3,
+									   200));
+}

@@ -656,3 +656,67 @@ Test(resolver, each_allocation_refused_in_turn)
 								      1000));
 	fx_stop(&fx);
 }
+
+/* ---- libevent's allocations refused in turn, a silent server (failalloc.h, evmem.h) ---- */
+
+/* c-ares's timer may find no room in libevent's timer heap, which grows when its count
+ * reaches 8, 16, ... pending timers. Each run has a fresh loop with `pad` far timers of the
+ * test's already pending, so that the resolver's timer meets the heap's growth. The server
+ * never answers: the lookup must end with -ETIMEDOUT (or, a refusal, -ENOMEM), never wait for
+ * good. */
+struct silent_fx {
+	int pad;
+};
+
+static void silent_scenario(void *arg, bool sweep)
+{
+	const struct silent_fx *o = arg;
+	struct timeval far = { 3600, 0 };
+	struct event *pads[16];
+	struct fixture fx;
+	struct resolver_query *q = NULL;
+	struct res r = { 0 };
+	bool never = false;
+	int rc;
+
+	failalloc_hold(true); /* the loop, the server, the padding */
+	fx_start(&fx, TABLE);
+	fx.cfg.timeout_ms = 100;
+	for (int i = 0; i < o->pad; i++) {
+		cr_assert_not_null(pads[i] = evtimer_new(fx.base, on_guard, &never));
+		cr_assert_eq(evtimer_add(pads[i], &far), 0);
+	}
+	failalloc_hold(false);
+	if ((rc = resolver_new(fx.base, &fx.cfg, &fx.r)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "resolver_new: %d", rc);
+		goto out;
+	}
+	if ((rc = resolver_lookup(fx.r, "silent.test", 0, on_res, &r, &q)) != 0) {
+		cr_assert(sweep && rc == -ENOMEM, "lookup: %d", rc);
+	} else {
+		cr_assert(run_until(fx.base, &r.calls, 2000), "the lookup never ended (pad %d)",
+			  o->pad);
+		cr_assert(r.err == -ETIMEDOUT || (sweep && r.err == -ENOMEM), "%d", r.err);
+	}
+	resolver_free(fx.r);
+out:
+	failalloc_hold(true);
+	for (int i = 0; i < o->pad; i++)
+		event_free(pads[i]);
+	fx.r = NULL;
+	fx_stop(&fx);
+	failalloc_hold(false);
+}
+
+Test(resolver, silent_with_libevent_allocations_refused_in_turn)
+{
+	static const int pads[] = { 0, 8 };
+
+	cr_assert_eq(evmem_install(), 0);
+	for (size_t i = 0; i < sizeof(pads) / sizeof(pads[0]); i++) {
+		struct silent_fx o = { pads[i] };
+
+		cr_log_info("pad %d: %ld allocations refused in turn", pads[i],
+			    failalloc_sweep(silent_scenario, &o, 3, 300));
+	}
+}

@@ -20,10 +20,12 @@
 #include "core/budget.h"
 #include "core/clock.h"
 #include "core/config.h"
+#include "core/evmem.h"
 #include "core/loopguard.h"
 #include "core/pkt.h"
 #include "dispatch/udp.h"
 #include "dispatch/udp_int.h"
+#include "failalloc.h"
 #include "testutil.h"
 #include "udptest.h"
 
@@ -1253,4 +1255,74 @@ Test(udp, plain_dns_to_port_53_closes_with_its_answer)
 	server_close(&dns);
 	server_close(&echo);
 	env_fini(&e);
+}
+
+/* ---- libevent's allocations refused in turn (failalloc.h, evmem.h) ---- */
+
+static void on_far(evutil_socket_t fd, short what, void *arg)
+{
+}
+
+/* The sessions' idle timer may find no room in libevent's timer heap, which grows when its
+ * count reaches 8, 16, ... pending timers: each run has a fresh loop with `pad` far timers of
+ * the test's already pending, so that the first session's timer meets the heap's growth. A
+ * datagram to a server that never answers: its session must expire by the 150 ms idle
+ * timeout, or the datagram be dropped and counted (no_memory); never a session that stays. */
+static void expiry_scenario(void *arg, bool sweep)
+{
+	const int *pad = arg;
+	char err[TS_ERRLEN];
+	struct timeval far = { 3600, 0 };
+	struct event *pads[16];
+	struct server quiet;
+	struct env e;
+	int rc;
+
+	failalloc_hold(true); /* the loop, the server, the configuration, the padding */
+	env_base(&e);
+	server_open(&e, &quiet, "127.0.0.1", SRV_SILENT);
+	cr_assert_eq(config_load_string("{\"timeouts\":{\"udp_idle_ms\":150}}", &e.cfg, err,
+					sizeof(err)), 0, "%s", err);
+	cr_assert_eq(budget_new(&e.cfg.budget, &e.b), 0);
+	for (int i = 0; i < *pad; i++) {
+		cr_assert_not_null(pads[i] = evtimer_new(e.base, on_far, NULL));
+		cr_assert_eq(evtimer_add(pads[i], &far), 0);
+	}
+	failalloc_hold(false);
+	if ((rc = udp_path_new(e.base, &e.cfg, e.b, fake_tx, &e, &e.up)) != 0) {
+		cr_assert(sweep && (rc == -ENOMEM || rc == -ENOBUFS), "udp_path_new: %d", rc);
+		failalloc_hold(true);
+		budget_free(e.b);
+		config_fini(&e.cfg);
+		goto out;
+	}
+	udp_path_set_sendto(e.up, seam_sendto, &e);
+	tun_send(&e, "10.0.0.9", 5353, "127.0.0.1", quiet.port, "k", 1);
+	if (stats(&e).sessions_total == 0) {
+		cr_assert(sweep, "no session");
+		cr_assert_geq(stats(&e).drops[UDP_DROP_no_memory], 1, "a drop not counted");
+	} else {
+		cr_assert(PUMP_UNTIL(&e, stats(&e).sessions == 0, 2000), "the session never expired "
+			  "(pad %d)", *pad);
+	}
+	failalloc_hold(true);
+	ut_path_free_checked(e.up, e.b);
+	budget_free(e.b);
+	config_fini(&e.cfg);
+out:
+	for (int i = 0; i < *pad; i++)
+		event_free(pads[i]);
+	server_close(&quiet);
+	event_base_free(e.base);
+	failalloc_hold(false);
+}
+
+Test(udp, sessions_expire_when_libevent_refused_their_timer)
+{
+	static const int pads[] = { 0, 8 };
+
+	cr_assert_eq(evmem_install(), 0);
+	for (size_t i = 0; i < sizeof(pads) / sizeof(pads[0]); i++)
+		cr_log_info("pad %d: %ld allocations refused in turn", pads[i],
+			    failalloc_sweep(expiry_scenario, (void *)&pads[i], 3, 500));
 }
