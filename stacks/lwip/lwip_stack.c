@@ -94,7 +94,8 @@ _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
 	                      /* written with the pass's others in one batch */                 \
 	X(small_lent)         /* small packets (pure ACKs, window updates) copied into a */      \
 	                      /* frame of the stack's and lent: written in the same batch */    \
-	X(mss_option_ignored) /* MSS options outside a SYN, made NOPs (RFC 9293 3.7.1) */     \
+	X(mss_option_ignored) /* MSS options outside a listener's SYN, made NOPs (RFC 9293 */ \
+	                      /* 3.7.1) */                                                     \
 	X(split_fin_moved)    /* a cut segment's first part sent without the FIN lwIP left on */ \
 	                      /* it (lwip_split.h) */
 
@@ -268,7 +269,10 @@ static int hook(struct pbuf *p, struct netif *inp)
 
 /* RFC 9293, 3.7.1: an MSS option is sent only in a SYN. lwIP's tcp_parseopt takes one from any
  * segment and would shrink the connection's MSS below segments it has already queued, which
- * its next tcp_write asserts against: one ACK from the app would abort the process. The
+ * its next tcp_write asserts against: one ACK from the app would abort the process. A SYN
+ * repeated while the handshake is open is parsed the same way, without the cap to the MTU
+ * lwIP's listener gives the first SYN's (tcp_eff_send_mss): one announcing more than the MTU
+ * allows made every segment too big to send. Only the SYN a listener takes sets the MSS. The
  * option's bytes become NOPs (its checksum was verified before; nothing checks it again). */
 static bool strip_mss(struct tcp_hdr *hdr, uint16_t optlen, uint16_t opt1len, uint8_t *opt2)
 {
@@ -306,7 +310,8 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optl
 	struct netif *inp = ip_current_input_netif();
 	struct lwip_stack *st = inp ? inp->state : NULL;
 
-	if (optlen && !(TCPH_FLAGS(hdr) & TCP_SYN) && strip_mss(hdr, optlen, opt1len, opt2) && st)
+	if (optlen && (!(TCPH_FLAGS(hdr) & TCP_SYN) || pcb->state != LISTEN) &&
+	    strip_mss(hdr, optlen, opt1len, opt2) && st)
 		ctr_inc(&st->ctr.mss_option_ignored);
 	/* Listening and TIME_WAIT pcbs get here too: only a pcb that takes data is touched (a
 	 * listen pcb has no flags, nrtx or mss field). */
