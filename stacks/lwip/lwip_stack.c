@@ -267,14 +267,21 @@ static int hook(struct pbuf *p, struct netif *inp)
 	return 0;
 }
 
-/* RFC 9293, 3.7.1: an MSS option is sent only in a SYN. lwIP's tcp_parseopt takes one from any
- * segment and would shrink the connection's MSS below segments it has already queued, which
- * its next tcp_write asserts against: one ACK from the app would abort the process. A SYN
- * repeated while the handshake is open is parsed the same way, without the cap to the MTU
- * lwIP's listener gives the first SYN's (tcp_eff_send_mss): one announcing more than the MTU
- * allows made every segment too big to send. Only the SYN a listener takes sets the MSS. The
- * option's bytes become NOPs (its checksum was verified before; nothing checks it again). */
-static bool strip_mss(struct tcp_hdr *hdr, uint16_t optlen, uint16_t opt1len, uint8_t *opt2)
+/* The options of a segment lwIP is about to parse (tcp_parseopt), with strip_mss:
+ * - RFC 9293, 3.7.1: an MSS option is sent only in a SYN. lwIP's tcp_parseopt takes one from
+ *   any segment and would shrink the connection's MSS below segments it has already queued,
+ *   which its next tcp_write asserts against: one ACK from the app would abort the process. A
+ *   SYN repeated while the handshake is open is parsed the same way, without the cap to the
+ *   MTU lwIP's listener gives the first SYN's (tcp_eff_send_mss): one announcing more than the
+ *   MTU allows made every segment too big to send. Only the SYN a listener takes sets the MSS:
+ *   elsewhere (strip_mss) the option's bytes become NOPs.
+ * - Always: an option kind (not EOL or NOP) that is the last byte of the options has no length
+ *   byte. tcp_parseopt reads the byte after the options as its length, past the end of a
+ *   segment without payload. It becomes EOL: lwIP stops there, as at a malformed length.
+ * The segment's checksum was verified before; nothing checks it again. Returns whether an MSS
+ * option was made NOPs. */
+static bool tidy_options(struct tcp_hdr *hdr, uint16_t optlen, uint16_t opt1len, uint8_t *opt2,
+			 bool strip_mss)
 {
 	uint8_t *o1 = (uint8_t *)(hdr + 1);
 	bool found = false;
@@ -289,9 +296,13 @@ static bool strip_mss(struct tcp_hdr *hdr, uint16_t optlen, uint16_t opt1len, ui
 			i++;
 			continue;
 		}
-		if (i + 1 >= optlen || (l = *OPT(i + 1)) < 2 || i + l > optlen)
+		if (i + 1 >= optlen) {
+			*OPT(i) = LWIP_TCP_OPT_EOL; /* no room for its length */
+			break;
+		}
+		if ((l = *OPT(i + 1)) < 2 || i + l > optlen)
 			break; /* malformed: lwIP stops parsing there too */
-		if (kind == LWIP_TCP_OPT_MSS) {
+		if (kind == LWIP_TCP_OPT_MSS && strip_mss) {
 			for (uint16_t k = 0; k < l; k++)
 				*OPT(i + k) = LWIP_TCP_OPT_NOP;
 			found = true;
@@ -310,8 +321,10 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optl
 	struct netif *inp = ip_current_input_netif();
 	struct lwip_stack *st = inp ? inp->state : NULL;
 
-	if (optlen && (!(TCPH_FLAGS(hdr) & TCP_SYN) || pcb->state != LISTEN) &&
-	    strip_mss(hdr, optlen, opt1len, opt2) && st)
+	if (optlen &&
+	    tidy_options(hdr, optlen, opt1len, opt2,
+			 !(TCPH_FLAGS(hdr) & TCP_SYN) || pcb->state != LISTEN) &&
+	    st)
 		ctr_inc(&st->ctr.mss_option_ignored);
 	/* Listening and TIME_WAIT pcbs get here too: only a pcb that takes data is touched (a
 	 * listen pcb has no flags, nrtx or mss field). */

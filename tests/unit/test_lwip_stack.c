@@ -1047,6 +1047,51 @@ Test(lwip_stack, a_repeated_syn_keeps_the_mss_of_the_first)
 	tx_discard = true;
 }
 
+/* An option kind that is the last byte of the options has no length byte: lwIP 2.1's option
+ * parser reads the byte after the options as its length, one past a segment without payload
+ * (a read past the end of lwIP's buffer, which AddressSanitizer reports). The options end
+ * there (an EOL) before lwIP parses them, as at a malformed length; what comes before is
+ * taken: the SYN's MSS of 1200. Both a SYN to the listener and an ACK of the connection. */
+Test(lwip_stack, an_option_without_its_length_ends_the_options)
+{
+	static const uint8_t opts[][8] = {
+		{ 2, 4, 0x04, 0xb0, 1, 1, 1, 30 }, /* MSS 1200, NOPs, kind 30 */
+		{ 2, 4, 0x04, 0xb0, 1, 1, 1, 2 },  /* ... an MSS kind */
+		{ 2, 4, 0x04, 0xb0, 1, 1, 1, 3 },  /* ... a window scale kind */
+	};
+	static uint8_t data[3000];
+	struct tu_spec s;
+	struct pkt_view v;
+
+	for (uint16_t i = 0; i < 3; i++) {
+		int before = n_out;
+
+		tu_spec_tcp(&s, "10.0.0.2", (uint16_t)(40000 + i), "198.18.0.9", 443);
+		s.tcp_flags = TCP_SYN;
+		s.seq = 1000;
+		memcpy(s.tcp_opts, opts[i], 8);
+		s.tcp_opts_len = 8;
+		cr_assert_eq(feed(tu_build(&s, buf, sizeof(buf)), NULL), DRIVER_DONE);
+		cr_assert_eq(n_out, before + 1, "SYN-ACK");
+		cr_assert_eq(pkt_parse(&v, out[before], out_len[before]), PKT_OK);
+		s.tcp_flags = TCP_ACK;
+		s.seq = 1001;
+		s.ack = tu_get32(v.l4 + 4) + 1;
+		memcpy(s.tcp_opts, (const uint8_t[]){ 1, 1, 1, 8 }, 4); /* a timestamps kind */
+		s.tcp_opts_len = 4;
+		cr_assert_eq(feed(tu_build(&s, buf, sizeof(buf)), NULL), DRIVER_DONE);
+		cr_assert_eq(n_acc, i + 1, "accepted");
+	}
+	memset(data, 'x', sizeof(data));
+	n_out = 0;
+	cr_assert_eq(acc_s[0]->ops->write(acc_s[0], data, sizeof(data)), (ssize_t)sizeof(data));
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	cr_assert_gt(n_out, 0);
+	cr_assert_eq(pkt_parse(&v, out[0], out_len[0]), PKT_OK);
+	cr_assert_eq(v.len - v.l3_len - v.tcp_hlen, 1200, "the MSS before the cut option");
+	tx_discard = true;
+}
+
 /* ---- every allocation refused in turn (failalloc.h) ---- */
 
 /* start_backlog's stack, each step allowed to fail for want of memory: false then, with
