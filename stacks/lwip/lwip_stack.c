@@ -207,12 +207,29 @@ static void check_timer(struct lwip_stack *st)
 	st->tmr_armed = true;
 }
 
+/* lwIP's slow timer asserts that a connection whose persist timer runs has nothing in flight
+ * and something unsent: the persist timer probes a shut window for the next segment. lwIP 2.1
+ * stops it only where tcp_output sends, and an ACK can empty the queues without a send: a
+ * retransmission timeout moves the segments in flight back to unsent, the shut window keeps
+ * them there and starts the persist timer, and an ACK of those segments (they had arrived, only
+ * their ACK was late) frees them from unsent. The next tcp_slowtmr aborted the process. Before
+ * each tick, a persist timer that has nothing to probe for, or a retransmission timer that
+ * covers the data in flight, stops. One walk over the active pcbs, as tcp_fasttmr makes one
+ * every tick itself. */
+static void stop_stale_persist(void)
+{
+	for (struct tcp_pcb *pcb = tcp_active_pcbs; pcb; pcb = pcb->next)
+		if (pcb->persist_backoff && (!pcb->unsent || pcb->unacked))
+			pcb->persist_backoff = 0;
+}
+
 static void on_tmr(evutil_socket_t fd, short what, void *arg)
 {
 	struct lwip_stack *st = arg;
 	(void)fd;
 	(void)what;
 	st->tmr_armed = false;
+	stop_stale_persist();
 	tcp_tmr();
 	check_timer(st);
 	/* The last pcb is gone: give lwIP's freed windows and segments back to the system (glibc
@@ -235,6 +252,7 @@ static void pcbs_changed(void *arg)
 
 void lwip_stack_tick(struct netstack *ns)
 {
+	stop_stale_persist();
 	tcp_tmr();
 	check_timer(as_lw(ns));
 }

@@ -1092,6 +1092,48 @@ Test(lwip_stack, an_option_without_its_length_ends_the_options)
 	tx_discard = true;
 }
 
+/* lwIP 2.1 starts its persist timer when the window cannot take the next unsent segment and
+ * nothing is in flight, and stops it only when tcp_output sends. A retransmission timeout moves
+ * the segments in flight back to unsent; with the window shut then, the persist timer starts.
+ * An ACK that acknowledges those segments (they had arrived: only the ACK was late) frees them
+ * from unsent and leaves the timer running on empty queues, and lwIP's next slow timer asserts
+ * ("persist ticking with empty send buffer"): the process aborted. */
+Test(lwip_stack, an_ack_of_segments_a_timeout_moved_back_stops_the_persist_timer)
+{
+	static uint8_t data[2800];
+	struct tu_spec s;
+	struct pkt_view v;
+	struct stream *st;
+	uint32_t their;
+	int before;
+
+	handshake("10.0.0.2", 40000, "198.18.0.9", 443, 0);
+	cr_assert_eq(pkt_parse(&v, out[0], out_len[0]), PKT_OK);
+	their = tu_get32(v.l4 + 4);
+	st = acc_s[0];
+	memset(data, 'x', sizeof(data));
+	cr_assert_eq(st->ops->write(st, data, sizeof(data)), (ssize_t)sizeof(data));
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	tu_spec_tcp(&s, "10.0.0.2", 40000, "198.18.0.9", 443);
+	s.tcp_flags = TCP_ACK;
+	s.seq = 1001;
+	s.ack = their + 1 + 1400; /* the first segment, and the window shut */
+	s.window = 0;
+	cr_assert_eq(feed(tu_build(&s, buf, sizeof(buf)), NULL), DRIVER_DONE);
+	for (int i = 0; i < 40; i++) /* 10 s: the retransmission timeout */
+		lwip_stack_tick(ns);
+	s.ack = their + 1 + sizeof(data); /* everything, the window open */
+	s.window = 65535;
+	cr_assert_eq(feed(tu_build(&s, buf, sizeof(buf)), NULL), DRIVER_DONE);
+	for (int i = 0; i < 40; i++)
+		lwip_stack_tick(ns);
+	before = n_out;
+	cr_assert_eq(st->ops->write(st, data, 1000), 1000);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	cr_assert_gt(n_out, before, "the connection sends on");
+	tx_discard = true;
+}
+
 /* ---- every allocation refused in turn (failalloc.h) ---- */
 
 /* start_backlog's stack, each step allowed to fail for want of memory: false then, with
