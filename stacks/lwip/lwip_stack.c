@@ -94,7 +94,8 @@ _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
 	                      /* written with the pass's others in one batch */                 \
 	X(small_lent)         /* small packets (pure ACKs, window updates) copied into a */      \
 	                      /* frame of the stack's and lent: written in the same batch */    \
-	X(mss_option_ignored) /* MSS options outside a SYN, made NOPs (RFC 9293 3.7.1) */     \
+	X(mss_option_ignored) /* MSS options outside a listener's SYN, made NOPs (RFC 9293 */ \
+	                      /* 3.7.1) */                                                     \
 	X(split_fin_moved)    /* a cut segment's first part sent without the FIN lwIP left on */ \
 	                      /* it (lwip_split.h) */
 
@@ -208,12 +209,29 @@ static void check_timer(struct lwip_stack *st)
 	st->tmr_armed = evtimer_add(st->tmr_ev, &tv) == 0;
 }
 
+/* lwIP's slow timer asserts that a connection whose persist timer runs has nothing in flight
+ * and something unsent: the persist timer probes a shut window for the next segment. lwIP 2.1
+ * stops it only where tcp_output sends, and an ACK can empty the queues without a send: a
+ * retransmission timeout moves the segments in flight back to unsent, the shut window keeps
+ * them there and starts the persist timer, and an ACK of those segments (they had arrived, only
+ * their ACK was late) frees them from unsent. The next tcp_slowtmr aborted the process. Before
+ * each tick, a persist timer that has nothing to probe for, or a retransmission timer that
+ * covers the data in flight, stops. One walk over the active pcbs, as tcp_fasttmr makes one
+ * every tick itself. */
+static void stop_stale_persist(void)
+{
+	for (struct tcp_pcb *pcb = tcp_active_pcbs; pcb; pcb = pcb->next)
+		if (pcb->persist_backoff && (!pcb->unsent || pcb->unacked))
+			pcb->persist_backoff = 0;
+}
+
 static void on_tmr(evutil_socket_t fd, short what, void *arg)
 {
 	struct lwip_stack *st = arg;
 	(void)fd;
 	(void)what;
 	st->tmr_armed = false;
+	stop_stale_persist();
 	tcp_tmr();
 	check_timer(st);
 	/* The last pcb is gone: give lwIP's freed windows and segments back to the system (glibc
@@ -237,6 +255,7 @@ static void pcbs_changed(void *arg)
 
 void lwip_stack_tick(struct netstack *ns)
 {
+	stop_stale_persist();
 	tcp_tmr();
 	check_timer(as_lw(ns));
 }
@@ -269,11 +288,21 @@ static int hook(struct pbuf *p, struct netif *inp)
 	return 0;
 }
 
-/* RFC 9293, 3.7.1: an MSS option is sent only in a SYN. lwIP's tcp_parseopt takes one from any
- * segment and would shrink the connection's MSS below segments it has already queued, which
- * its next tcp_write asserts against: one ACK from the app would abort the process. The
- * option's bytes become NOPs (its checksum was verified before; nothing checks it again). */
-static bool strip_mss(struct tcp_hdr *hdr, uint16_t optlen, uint16_t opt1len, uint8_t *opt2)
+/* The options of a segment lwIP is about to parse (tcp_parseopt), with strip_mss:
+ * - RFC 9293, 3.7.1: an MSS option is sent only in a SYN. lwIP's tcp_parseopt takes one from
+ *   any segment and would shrink the connection's MSS below segments it has already queued,
+ *   which its next tcp_write asserts against: one ACK from the app would abort the process. A
+ *   SYN repeated while the handshake is open is parsed the same way, without the cap to the
+ *   MTU lwIP's listener gives the first SYN's (tcp_eff_send_mss): one announcing more than the
+ *   MTU allows made every segment too big to send. Only the SYN a listener takes sets the MSS:
+ *   elsewhere (strip_mss) the option's bytes become NOPs.
+ * - Always: an option kind (not EOL or NOP) that is the last byte of the options has no length
+ *   byte. tcp_parseopt reads the byte after the options as its length, past the end of a
+ *   segment without payload. It becomes EOL: lwIP stops there, as at a malformed length.
+ * The segment's checksum was verified before; nothing checks it again. Returns whether an MSS
+ * option was made NOPs. */
+static bool tidy_options(struct tcp_hdr *hdr, uint16_t optlen, uint16_t opt1len, uint8_t *opt2,
+			 bool strip_mss)
 {
 	uint8_t *o1 = (uint8_t *)(hdr + 1);
 	bool found = false;
@@ -288,9 +317,13 @@ static bool strip_mss(struct tcp_hdr *hdr, uint16_t optlen, uint16_t opt1len, ui
 			i++;
 			continue;
 		}
-		if (i + 1 >= optlen || (l = *OPT(i + 1)) < 2 || i + l > optlen)
+		if (i + 1 >= optlen) {
+			*OPT(i) = LWIP_TCP_OPT_EOL; /* no room for its length */
+			break;
+		}
+		if ((l = *OPT(i + 1)) < 2 || i + l > optlen)
 			break; /* malformed: lwIP stops parsing there too */
-		if (kind == LWIP_TCP_OPT_MSS) {
+		if (kind == LWIP_TCP_OPT_MSS && strip_mss) {
 			for (uint16_t k = 0; k < l; k++)
 				*OPT(i + k) = LWIP_TCP_OPT_NOP;
 			found = true;
@@ -309,7 +342,10 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optl
 	struct netif *inp = ip_current_input_netif();
 	struct lwip_stack *st = inp ? inp->state : NULL;
 
-	if (optlen && !(TCPH_FLAGS(hdr) & TCP_SYN) && strip_mss(hdr, optlen, opt1len, opt2) && st)
+	if (optlen &&
+	    tidy_options(hdr, optlen, opt1len, opt2,
+			 !(TCPH_FLAGS(hdr) & TCP_SYN) || pcb->state != LISTEN) &&
+	    st)
 		ctr_inc(&st->ctr.mss_option_ignored);
 	/* Listening and TIME_WAIT pcbs get here too: only a pcb that takes data is touched (a
 	 * listen pcb has no flags, nrtx or mss field). */

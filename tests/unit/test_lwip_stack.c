@@ -40,6 +40,7 @@ static uint8_t buf[4096];
 static struct pkt_view view; /* the view input left: the packet's own with DRIVER_UDP */
 
 static bool tx_discard; /* a test's last packets (teardown's RSTs) are nobody's business */
+static uint32_t tun_mtu;  /* the next start's tun.mtu (0: the config's) */
 
 static int tx(void *arg, const uint8_t *pkt, size_t len)
 {
@@ -81,6 +82,8 @@ static void start_backlog(uint32_t tcp_sessions, uint32_t backlog)
 		tcp_sessions;
 	if (backlog)
 		cfg.budget.listen_backlog = backlog;
+	if (tun_mtu)
+		cfg.tun.mtu = tun_mtu;
 	cr_assert_eq(budget_new(&cfg.budget, &bud), 0);
 	base = event_base_new();
 	log_init(&lg, LOG_LEVEL_ERROR, 2);
@@ -992,6 +995,143 @@ Test(lwip_stack, mss_options_found_where_lwip_would_read_them)
 		ssize_t w = st->ops->write(st, data, 1400);
 		cr_assert(w > 0 || w == -EAGAIN, "case %zu: write %zd", i, w);
 	}
+	tx_discard = true;
+}
+
+/* A SYN repeated while the handshake is open may carry another MSS option. lwIP 2.1 takes it
+ * there (tcp_process parses the options of every segment) without the cap its listener applies
+ * to the first SYN's (the MTU of the interface): a repeated SYN announcing 1440 on a TUN of MTU
+ * 1280 made every data segment 1480 bytes, each dropped at output (drop_too_big), and the
+ * connection stalled. The connection keeps the MSS of the SYN that opened it. */
+Test(lwip_stack, a_repeated_syn_keeps_the_mss_of_the_first)
+{
+	static uint8_t data[6000];
+	struct tu_spec s;
+	struct pkt_view v;
+	size_t len, biggest = 0;
+
+	teardown();
+	tun_mtu = 1280;
+	start(64);
+	tun_mtu = 0;
+	tu_spec_tcp(&s, "10.0.0.2", 40000, "198.18.0.9", 443);
+	s.tcp_flags = TCP_SYN;
+	s.seq = 1000;
+	s.mss = 1240;
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+	s.mss = 1440; /* the same SYN again, another MSS */
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+	cr_assert_eq(n_out, 2, "two SYN-ACKs");
+	cr_assert_eq(pkt_parse(&v, out[0], out_len[0]), PKT_OK);
+	uint32_t their = tu_get32(v.l4 + 4);
+	tu_spec_tcp(&s, "10.0.0.2", 40000, "198.18.0.9", 443);
+	s.tcp_flags = TCP_ACK;
+	s.seq = 1001;
+	s.ack = their + 1;
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(feed(len, NULL), DRIVER_DONE);
+	cr_assert_eq(n_acc, 1);
+	memset(data, 'x', sizeof(data));
+	cr_assert_eq(acc_s[0]->ops->write(acc_s[0], data, sizeof(data)), (ssize_t)sizeof(data));
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	for (int i = 2; i < n_out; i++) {
+		cr_assert_leq(out_len[i], 1280, "a packet within the MTU");
+		cr_assert_eq(pkt_parse(&v, out[i], out_len[i]), PKT_OK);
+		if (v.len - v.l3_len - v.tcp_hlen > biggest)
+			biggest = v.len - v.l3_len - v.tcp_hlen;
+	}
+	cr_assert_eq(biggest, 1240, "segments of the first SYN's MSS");
+	cr_assert_eq(counter("drop_too_big"), 0);
+	cr_assert_eq(counter("mss_option_ignored"), 1);
+	tx_discard = true;
+}
+
+/* An option kind that is the last byte of the options has no length byte: lwIP 2.1's option
+ * parser reads the byte after the options as its length, one past a segment without payload
+ * (a read past the end of lwIP's buffer, which AddressSanitizer reports). The options end
+ * there (an EOL) before lwIP parses them, as at a malformed length; what comes before is
+ * taken: the SYN's MSS of 1200. Both a SYN to the listener and an ACK of the connection. */
+Test(lwip_stack, an_option_without_its_length_ends_the_options)
+{
+	static const uint8_t opts[][8] = {
+		{ 2, 4, 0x04, 0xb0, 1, 1, 1, 30 }, /* MSS 1200, NOPs, kind 30 */
+		{ 2, 4, 0x04, 0xb0, 1, 1, 1, 2 },  /* ... an MSS kind */
+		{ 2, 4, 0x04, 0xb0, 1, 1, 1, 3 },  /* ... a window scale kind */
+	};
+	static uint8_t data[3000];
+	struct tu_spec s;
+	struct pkt_view v;
+
+	for (uint16_t i = 0; i < 3; i++) {
+		int before = n_out;
+
+		tu_spec_tcp(&s, "10.0.0.2", (uint16_t)(40000 + i), "198.18.0.9", 443);
+		s.tcp_flags = TCP_SYN;
+		s.seq = 1000;
+		memcpy(s.tcp_opts, opts[i], 8);
+		s.tcp_opts_len = 8;
+		cr_assert_eq(feed(tu_build(&s, buf, sizeof(buf)), NULL), DRIVER_DONE);
+		cr_assert_eq(n_out, before + 1, "SYN-ACK");
+		cr_assert_eq(pkt_parse(&v, out[before], out_len[before]), PKT_OK);
+		s.tcp_flags = TCP_ACK;
+		s.seq = 1001;
+		s.ack = tu_get32(v.l4 + 4) + 1;
+		memcpy(s.tcp_opts, (const uint8_t[]){ 1, 1, 1, 8 }, 4); /* a timestamps kind */
+		s.tcp_opts_len = 4;
+		cr_assert_eq(feed(tu_build(&s, buf, sizeof(buf)), NULL), DRIVER_DONE);
+		cr_assert_eq(n_acc, i + 1, "accepted");
+	}
+	memset(data, 'x', sizeof(data));
+	n_out = 0;
+	cr_assert_eq(acc_s[0]->ops->write(acc_s[0], data, sizeof(data)), (ssize_t)sizeof(data));
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	cr_assert_gt(n_out, 0);
+	cr_assert_eq(pkt_parse(&v, out[0], out_len[0]), PKT_OK);
+	cr_assert_eq(v.len - v.l3_len - v.tcp_hlen, 1200, "the MSS before the cut option");
+	tx_discard = true;
+}
+
+/* lwIP 2.1 starts its persist timer when the window cannot take the next unsent segment and
+ * nothing is in flight, and stops it only when tcp_output sends. A retransmission timeout moves
+ * the segments in flight back to unsent; with the window shut then, the persist timer starts.
+ * An ACK that acknowledges those segments (they had arrived: only the ACK was late) frees them
+ * from unsent and leaves the timer running on empty queues, and lwIP's next slow timer asserts
+ * ("persist ticking with empty send buffer"): the process aborted. */
+Test(lwip_stack, an_ack_of_segments_a_timeout_moved_back_stops_the_persist_timer)
+{
+	static uint8_t data[2800];
+	struct tu_spec s;
+	struct pkt_view v;
+	struct stream *st;
+	uint32_t their;
+	int before;
+
+	handshake("10.0.0.2", 40000, "198.18.0.9", 443, 0);
+	cr_assert_eq(pkt_parse(&v, out[0], out_len[0]), PKT_OK);
+	their = tu_get32(v.l4 + 4);
+	st = acc_s[0];
+	memset(data, 'x', sizeof(data));
+	cr_assert_eq(st->ops->write(st, data, sizeof(data)), (ssize_t)sizeof(data));
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	tu_spec_tcp(&s, "10.0.0.2", 40000, "198.18.0.9", 443);
+	s.tcp_flags = TCP_ACK;
+	s.seq = 1001;
+	s.ack = their + 1 + 1400; /* the first segment, and the window shut */
+	s.window = 0;
+	cr_assert_eq(feed(tu_build(&s, buf, sizeof(buf)), NULL), DRIVER_DONE);
+	for (int i = 0; i < 40; i++) /* 10 s: the retransmission timeout */
+		lwip_stack_tick(ns);
+	s.ack = their + 1 + sizeof(data); /* everything, the window open */
+	s.window = 65535;
+	cr_assert_eq(feed(tu_build(&s, buf, sizeof(buf)), NULL), DRIVER_DONE);
+	for (int i = 0; i < 40; i++)
+		lwip_stack_tick(ns);
+	before = n_out;
+	cr_assert_eq(st->ops->write(st, data, 1000), 1000);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	cr_assert_gt(n_out, before, "the connection sends on");
 	tx_discard = true;
 }
 

@@ -17,7 +17,10 @@ int ts_lwip_ip6_hook(struct pbuf *p, struct netif *inp);
 
 /* After tcp_input matched a pcb, before it processes the segment (options pointers as
  * tcp_input split them: opt1len bytes after the header, the rest at opt2):
- * - an MSS option outside a SYN is made NOPs (lwIP would take it from any segment);
+ * - an MSS option outside the SYN a listener takes is made NOPs (lwIP would take it from any
+ *   segment, a repeated SYN's without the cap to the MTU);
+ * - an option kind that is the options' last byte becomes EOL (lwIP would read its length from
+ *   past the options);
  * - a TUN offload super-packet (one "segment" of up to ~44 MSS) asks for an immediate ACK, as
  *   Linux quick-acks GRO'd input; lwIP would otherwise ACK every second segment, i.e. every
  *   ~128 KiB;
