@@ -19,19 +19,12 @@
 #include "core/pkt.h"
 #include "core/rss.h"
 #include "core/tun.h"
+#include "core/lsan.h"
 #include "core/uring.h"
 
 /* Memory left allocated on purpose (the kernel may still write into it) is no leak for
  * LeakSanitizer either. */
-#if defined(__SANITIZE_ADDRESS__)
-#define TS_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TS_LSAN 1
-#endif
-#endif
 #ifdef TS_LSAN
-#include <sanitizer/lsan_interface.h>
 #define leave_allocated(p) __lsan_ignore_object(p)
 #else
 #define leave_allocated(p) ((void)(p))

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "failalloc.h"
 #include "testutil.h"
 
@@ -144,4 +146,31 @@ long failalloc_sweep(void (*scenario)(void *arg, bool sweep), void *arg, long mi
 	cr_assert_gt(n, min, "the scenario made %ld allocations, fewer than %ld (is the wrapping "
 		     "linked?)", n - 1, min);
 	return n - 1;
+}
+
+static void on_pad(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+}
+
+void failalloc_pad_timers(struct event_base *base, struct event **pads, int n)
+{
+	struct timeval far = { 3600, 0 };
+
+	failalloc_hold(true);
+	for (int i = 0; i < n; i++) {
+		cr_assert_not_null(pads[i] = evtimer_new(base, on_pad, NULL));
+		cr_assert_eq(evtimer_add(pads[i], &far), 0);
+	}
+	failalloc_hold(false);
+}
+
+void failalloc_unpad(struct event **pads, int n)
+{
+	failalloc_hold(true);
+	for (int i = 0; i < n; i++)
+		event_free(pads[i]);
+	failalloc_hold(false);
 }

@@ -49,6 +49,15 @@ void failalloc_hold(bool on);
 long failalloc_seen(void);
 bool failalloc_fired(void);
 
+struct event;
+struct event_base;
+
+/* n timers an hour away, pending on base, made out of the count: they take the first places
+ * of the base's timer heap, so that the code's next timer is the one that must grow it (a
+ * sweep with evmem installed then refuses that growth). failalloc_unpad frees them. */
+void failalloc_pad_timers(struct event_base *base, struct event **pads, int n);
+void failalloc_unpad(struct event **pads, int n);
+
 /* Run scenario(arg, false) once unarmed, then scenario(arg, true) with the nth allocation
  * refused for n = 1, 2, ... until an n it never reached (at most max; more fails the test).
  * After each run, in the ASan tree, LeakSanitizer must find nothing. The scenario asserts what

@@ -1182,21 +1182,17 @@ static void silent_scenario(void *arg, bool sweep)
 {
 	const struct silent_fx *o = arg;
 	struct dns_question q = question("a.doh.test", DNS_T_A);
-	struct timeval far = { 3600, 0 };
 	struct event *pads[16];
 	struct dns_doh *d = NULL;
 	struct event_base *base;
 	struct res r[2] = { { 0 }, { 0 } };
 	struct dns_doh_q *h;
-	int fds = tu_dir_entries("/proc/self/fd"), rc, never = 0, calls = 0;
+	int fds = tu_dir_entries("/proc/self/fd"), rc, calls = 0;
 
-	failalloc_hold(true); /* the loop and the padding */
+	failalloc_hold(true); /* the loop */
 	cr_assert_not_null(base = event_base_new());
-	for (int i = 0; i < o->pad; i++) {
-		cr_assert_not_null(pads[i] = evtimer_new(base, on_guard, &never));
-		cr_assert_eq(evtimer_add(pads[i], &far), 0);
-	}
 	failalloc_hold(false);
+	failalloc_pad_timers(base, pads, o->pad);
 	if ((rc = dns_doh_new(base, &o->f->cfg, &d)) != 0) {
 		cr_assert(sweep && rc == -ENOMEM, "dns_doh_new: %d", rc);
 		goto out;
@@ -1220,9 +1216,8 @@ static void silent_scenario(void *arg, bool sweep)
 	}
 	dns_doh_free(d);
 out:
+	failalloc_unpad(pads, o->pad);
 	failalloc_hold(true);
-	for (int i = 0; i < o->pad; i++)
-		event_free(pads[i]);
 	event_base_free(base);
 	failalloc_hold(false);
 	cr_assert_eq(tu_dir_entries("/proc/self/fd"), fds, "a descriptor left open");

@@ -1370,7 +1370,6 @@ struct silent_fx {
 static void silent_scenario(void *arg, bool sweep)
 {
 	const struct silent_fx *o = arg;
-	struct timeval far = { 3600, 0 };
 	struct event *pads[16];
 	struct dns_upstream_config cfg;
 	struct dns_upstream *u = NULL;
@@ -1379,16 +1378,13 @@ static void silent_scenario(void *arg, bool sweep)
 	struct dns_question q;
 	struct dns_uq *h;
 	struct mock m;
-	int fds = tu_dir_entries("/proc/self/fd"), rc, never = 0, calls = 0;
+	int fds = tu_dir_entries("/proc/self/fd"), rc, calls = 0;
 
 	failalloc_hold(true); /* the loop, the mock server, the padding */
 	cr_assert_not_null(base = event_base_new());
 	mock_start(&m, base, U_SILENT, T_SILENT);
-	for (int i = 0; i < o->pad; i++) {
-		cr_assert_not_null(pads[i] = evtimer_new(base, on_guard, &never));
-		cr_assert_eq(evtimer_add(pads[i], &far), 0);
-	}
 	failalloc_hold(false);
+	failalloc_pad_timers(base, pads, o->pad);
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.kind = o->kind;
 	cr_assert_eq(netaddr_parse("127.0.0.1", &cfg.server.addr), 0);
@@ -1420,9 +1416,8 @@ static void silent_scenario(void *arg, bool sweep)
 	}
 	dns_upstream_free(u);
 out:
+	failalloc_unpad(pads, o->pad);
 	failalloc_hold(true);
-	for (int i = 0; i < o->pad; i++)
-		event_free(pads[i]);
 	mock_stop(&m);
 	event_base_free(base);
 	failalloc_hold(false);

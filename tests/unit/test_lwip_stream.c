@@ -1537,10 +1537,6 @@ Test(lwip_sendshare, bound_and_floor_hold_under_random_traffic)
 	cr_assert_geq(peak, POOL - 64 * KIB, "the streams never filled the pool: peak %zu", peak);
 }
 
-static void on_far(evutil_socket_t fd, short what, void *arg)
-{
-}
-
 static int64_t mono_ms(void)
 {
 	struct timespec ts;
@@ -1554,7 +1550,6 @@ static int64_t mono_ms(void)
  * that left data behind must still hear of it again, here from lwIP's poll. */
 Test(lwip_stream, readable_again_when_libevent_cannot_time_the_next_iteration)
 {
-	struct timeval far = { 3600, 0 };
 	struct event *pads[8];
 	uint8_t in[3000];
 	int64_t end;
@@ -1566,10 +1561,7 @@ Test(lwip_stream, readable_again_when_libevent_cannot_time_the_next_iteration)
 	app_send(in, sizeof(in));
 	pump();
 	/* lwIP's timer is one: seven more fill the heap's first eight places. */
-	for (int i = 0; i < 7; i++) {
-		cr_assert_not_null(pads[n] = evtimer_new(E.base, on_far, NULL));
-		cr_assert_eq(evtimer_add(pads[n++], &far), 0);
-	}
+	failalloc_pad_timers(E.base, pads, n = 7);
 	E.o.read_per_cb = 1000;
 	E.o.sink = test_alloc(sizeof(in));
 	E.o.sink_cap = sizeof(in);
@@ -1585,6 +1577,5 @@ Test(lwip_stream, readable_again_when_libevent_cannot_time_the_next_iteration)
 	cr_assert_eq(E.o.sunk, sizeof(in), "the owner heard of %zu bytes of %zu", E.o.sunk,
 		     sizeof(in));
 	cr_assert_arr_eq(E.o.sink, in, sizeof(in));
-	for (int i = 0; i < n; i++)
-		event_free(pads[i]);
+	failalloc_unpad(pads, n);
 }

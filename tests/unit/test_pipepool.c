@@ -363,17 +363,13 @@ Test(pipepool, free_removes_the_reclaim_hook)
  * descriptors back in the budget, rather than kept idle for good. */
 Test(pipepool, a_pipe_no_timer_could_close_is_closed_at_once)
 {
-	struct timeval far = { 3600, 0 };
 	struct pipepool_pipe *p;
 	struct event *pads[7];
 	struct pipepool_stats s;
 
 	cr_assert_eq(evmem_install(), 0);
 	make(100, 0, 100, 8);
-	for (int i = 0; i < 7; i++) { /* with the tick: the heap's first eight places */
-		cr_assert_not_null(pads[i] = evtimer_new(base, on_tick, NULL));
-		cr_assert_eq(evtimer_add(pads[i], &far), 0);
-	}
+	failalloc_pad_timers(base, pads, 7); /* with the tick: the heap's first eight places */
 	cr_assert_eq(pipepool_get(pool, &p), 0);
 	failalloc_arm(1); /* the heap's growth for the shrink timer */
 	pipepool_put(pool, p);
@@ -384,6 +380,5 @@ Test(pipepool, a_pipe_no_timer_could_close_is_closed_at_once)
 	cr_assert_eq(s.idle, 0, "an idle pipe with no timer to close it");
 	cr_assert_eq(fds_in_use(), 0);
 	cr_assert(!s.timer_pending);
-	for (int i = 0; i < 7; i++)
-		event_free(pads[i]);
+	failalloc_unpad(pads, 7);
 }

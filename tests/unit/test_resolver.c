@@ -671,22 +671,17 @@ struct silent_fx {
 static void silent_scenario(void *arg, bool sweep)
 {
 	const struct silent_fx *o = arg;
-	struct timeval far = { 3600, 0 };
 	struct event *pads[16];
 	struct fixture fx;
 	struct resolver_query *q = NULL;
 	struct res r = { 0 };
-	bool never = false;
 	int rc;
 
 	failalloc_hold(true); /* the loop, the server, the padding */
 	fx_start(&fx, TABLE);
 	fx.cfg.timeout_ms = 100;
-	for (int i = 0; i < o->pad; i++) {
-		cr_assert_not_null(pads[i] = evtimer_new(fx.base, on_guard, &never));
-		cr_assert_eq(evtimer_add(pads[i], &far), 0);
-	}
 	failalloc_hold(false);
+	failalloc_pad_timers(fx.base, pads, o->pad);
 	if ((rc = resolver_new(fx.base, &fx.cfg, &fx.r)) != 0) {
 		cr_assert(sweep && rc == -ENOMEM, "resolver_new: %d", rc);
 		goto out;
@@ -700,9 +695,8 @@ static void silent_scenario(void *arg, bool sweep)
 	}
 	resolver_free(fx.r);
 out:
+	failalloc_unpad(pads, o->pad);
 	failalloc_hold(true);
-	for (int i = 0; i < o->pad; i++)
-		event_free(pads[i]);
 	fx.r = NULL;
 	fx_stop(&fx);
 	failalloc_hold(false);

@@ -15,18 +15,11 @@
 #include <stdint.h>
 
 #include "core/flow.h"
+#include "core/lsan.h"
 
 /* Criterion's test processes exit without LeakSanitizer's final pass (a leak would not fail
  * the test): CHECK_LEAKS() runs it explicitly in ASan builds (a Criterion assertion). */
-#if defined(__SANITIZE_ADDRESS__)
-#define TS_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TS_LSAN 1
-#endif
-#endif
 #ifdef TS_LSAN
-#include <sanitizer/lsan_interface.h>
 #define CHECK_LEAKS() cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "memory leaked")
 #else
 #define CHECK_LEAKS() ((void)0)
