@@ -11,6 +11,10 @@ Servers (namespace S); each prints "READY" once it listens:
   source --bind A --port P [--chunk B] [--every-ms MS]
          writes B bytes of its byte pattern every MS ms to every connection (64 KiB send
          buffer: little waits at the server when it dies)
+  gate   --bind A --port P --conns N [--hold-ms MS] [--max-wait-ms MS]
+         an echo server that reads nothing (a small receive buffer: what the clients send
+         waits on the path) until N connections are open and MS ms have passed since the
+         Nth, or MAX ms since the first; then echoes every byte of every connection
 Applications (namespace D):
   upload   --target A:P --kill PID --mark PATH [--after-ms MS] [--bound-ms MS]
            writes without pause; once the server got bytes (PATH exists: the whole path,
@@ -128,6 +132,45 @@ def source_conn(c, args):
     except OSError:
         pass
     c.close()
+
+
+class Gate:
+    """Opens once args.conns connections arrived and args.hold_ms passed, or args.max_wait_ms
+    after the first: until then every connection's bytes wait on the path."""
+
+    def __init__(self, args):
+        self.args = args
+        self.open = threading.Event()
+        self.lock = threading.Lock()
+        self.seen = 0
+
+    def arrived(self):
+        with self.lock:
+            self.seen += 1
+            n = self.seen
+        if n == 1:
+            threading.Timer(self.args.max_wait_ms / 1000.0, self.open.set).start()
+        if n == self.args.conns:
+            threading.Timer(self.args.hold_ms / 1000.0, self.open.set).start()
+
+
+def gate_conn(c, args):
+    args.gate.arrived()
+    args.gate.open.wait()
+    try:
+        while True:
+            b = c.recv(65536)
+            if not b:
+                break
+            c.sendall(b)
+    except OSError:
+        pass
+    c.close()
+
+
+def cmd_gate(args):
+    args.gate = Gate(args)
+    serve(args, gate_conn, rcvbuf=4096)
 
 
 def cmd_sink(args):
@@ -348,6 +391,12 @@ def main():
         p.add_argument("--chunk", type=int, default=chunk)
         p.add_argument("--every-ms", type=int, default=every)
         p.add_argument("--mark", default="")
+    p = sub.add_parser("gate")
+    p.add_argument("--bind", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--conns", type=int, required=True)
+    p.add_argument("--hold-ms", type=int, default=300)
+    p.add_argument("--max-wait-ms", type=int, default=3000)
     for name in ("upload", "download"):
         p = sub.add_parser(name)
         p.add_argument("--target", required=True)

@@ -6,8 +6,9 @@
 #
 #   ns D0..D7: one twinstack run (auto_route)          ns S: the servers, on lo
 #   each, one case each, + its apps                     10.207.9.2: load serve TCP+UDP :7000,
-#   faults.py (upload, download, push, rst, syn,                    sink :7101, source :7102
-#   udp, burst), twinstack load hold / connrate         10.207.9.3: sink :7103 (via SOCKS5)
+#   faults.py (upload, download, push, rst, syn,                    sink :7101, source :7102,
+#   udp, burst), twinstack load hold / connrate                     gated echo :7104
+#                                                       10.207.9.3: sink :7103 (via SOCKS5)
 #     | auto_route: everything -> tun                   10.207.9.4: microsocks :1080
 #     v                                                 10.207.9.6: :7301, a SOCKS5 server
 #   tun 198.18.0.1/15 (twinstack's)                                 that never answers
@@ -53,8 +54,9 @@
 # buffer_bytes: relay copy with 4 KiB buffers; the idle proxy's own buffers (measured on a
 #   proxy without limits) plus 8 KiB (system: an app that reads nothing pins both relay
 #   buffers) or 256 KiB (lwip, which charges its segments too), 4 held: 16 echo transfers of
-#   64 KiB at once all complete intact within 5 s; budget.buffer_refused moves; no session
-#   refused or failed.
+#   64 KiB at once to an echo server that reads nothing until all 16 are open and 300 ms have
+#   passed (their bytes wait in the proxy: the budget must say no, however fast the machine)
+#   all complete intact within 5 s; budget.buffer_refused moves; no session refused or failed.
 # udp_up_queue 4: ten datagrams to the SOCKS5 server that never answers: six dropped at once
 #   (udp.drops.queue_full +6), the four queued dropped when the association times out
 #   (assoc_failed +4, assoc_failures +1); a UDP flow through the direct outbound is answered
@@ -176,6 +178,12 @@ if want kill; then # the servers the kill case kills, one process each
 	serve_py sink_s5 sink "$VIA_S5" 7103 --mark "$MARK_S5"
 	spawn "$NS_S" "$TMP/microsocks.log" microsocks -i "$S5" -p 1080
 	P_MICROSOCKS=$SPAWNED
+fi
+if want buffer_bytes; then
+	# Holds the transfers' bytes on the path until all 16 are open: without it a fast
+	# machine can finish them one after the other and the budget never has to say no.
+	serve_py gate gate "$SRV" 7104 --conns 16 --hold-ms 300 --max-wait-ms 3000
+	wait_listen "$NS_S" tcp 7104 50 || { not_ok setup "the gated echo server: $(tail -n 2 "$TMP/gate.log")"; exit 1; }
 fi
 if ! { wait_listen "$NS_S" tcp 7000 100 && wait_listen "$NS_S" udp 7000 50; }; then
 	not_ok setup "load serve: $(tail -n 2 "$TMP/serve.log")"
@@ -586,7 +594,7 @@ case_buffer_bytes() {
 	fi
 	before=$(stats)
 	# Within 5 s, while the app above still holds both buffers (it is stopped afterwards).
-	j=$(inD "$BIN" load connrate --target "$SRV" --ports 7000 --count 16 --duration 6 \
+	j=$(inD "$BIN" load connrate --target "$SRV" --ports 7104 --count 16 --duration 6 \
 		--concurrency 16 --req 65536 --timeout-ms 5000 2>>"$TMP/connrate.err" | tail -n 1)
 	after=$(stats)
 	if jq -e '.completed == 16 and .errors == 0' <<<"$j" >/dev/null 2>&1; then
