@@ -22,162 +22,15 @@
  *    finds its tuple claimed anew counts quarantine_reuse and leaves the new claim alone.
  */
 #include "stacks/system/nat.h"
+#include "stacks/system/nat_impl.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdalign.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
-#define SHARD_BITS 6
-#define SHARD_MASK (NAT_SHARDS - 1)
-_Static_assert(NAT_SHARDS == 1 << SHARD_BITS, "shard index is the low hash bits");
-_Static_assert(sizeof(struct flow_key) == 40, "flow_key is hashed as five 64-bit words");
-
-#define CACHELINE 64
-#define HOT __attribute__((always_inline)) static inline /* small, on every flow's path */
-#define NO_HEAP UINT32_MAX
-#define BUCKETS_MIN 8          /* initial buckets per shard map */
-#define BUCKETS_MAX (1u << 30) /* stop doubling: chains just get longer */
-#define CHUNK_MIN 8            /* slab chunk sizes double from here ... */
-#define CHUNK_MAX 256          /* ... up to here (entries per chunk) */
-#define RING_MIN 64            /* initial quarantine ring capacity */
-#define RELEASE_BATCH 256      /* quarantine releases per lock hold in nat_purge */
-#define PURGE_BATCH 64         /* candidates per collect/remove round in nat_purge */
-#define Q_EMPTY UINT64_MAX     /* q_head when the quarantine is empty */
-#define OWNED 0x80             /* owner byte: claimed (mapped or quarantined); low bits fshard */
-#define RESTING 0x40           /* owner byte: with OWNED, the tuple is in the quarantine ring */
-#define Q_TICK_SHIFT 20
-_Static_assert(NAT_QUARANTINE_TICK_NS == 1 << Q_TICK_SHIFT, "tick and shift agree");
-_Static_assert((SHARD_MASK & (OWNED | RESTING)) == 0, "the owner byte's flags and fshard");
-
-struct nat_entry {
-	uint64_t kw[5];              /* the flow_key as words: hashed and compared */
-	struct nat_entry *fnext;     /* forward chain; free-list link while in the slab */
-	struct nat_entry *rnext;     /* reverse chain */
-	uint64_t gen;
-	_Atomic int64_t last_seen;   /* last translated packet (or the closing mark) */
-	uint64_t tkey;               /* the tuple, packed (tuple_pack) */
-	uint32_t fhash;              /* forward hash >> SHARD_BITS: bucket index source */
-	uint32_t heap_idx;           /* slot in the shard heap, NO_HEAP when not in it */
-	uint8_t state;               /* enum nat_state */
-	uint8_t fshard;              /* forward shard index (hash & SHARD_MASK) */
-	uint8_t acct;                /* HALF_OPEN and counted in the per-source sketches */
-};
-
-struct heap_node {
-	int64_t deadline; /* <= the entry's real deadline */
-	struct nat_entry *e;
-};
-
-struct chunk {
-	struct chunk *next;
-	uint32_t n;                  /* entries in e[] */
-	struct nat_entry e[];
-};
-
-/* A chained hash table; buckets a power of two, doubled when count exceeds them (load > 1).
- * At its smallest (BUCKETS_MIN) it uses the buckets inside it: a trim shrinks most maps of an
- * emptied table to that size, and their bucket arrays, made while the heap is full of a
- * load's holes, would each pin a page of it. */
-struct map {
-	struct nat_entry **b;        /* mini, or a heap array of mask + 1 */
-	uint32_t mask;
-	uint32_t count;
-	struct nat_entry *mini[BUCKETS_MIN];
-};
-
-struct fwd_shard {
-	alignas(CACHELINE) pthread_mutex_t lock;
-	struct map map;
-	struct heap_node *heap;         /* min-heap by deadline; capacity == slab capacity */
-	uint32_t heap_len;
-	uint32_t capacity;              /* entries in this shard's slab chunks */
-	struct nat_entry *free;         /* slab free list */
-	struct chunk *chunks;
-	_Atomic int64_t next_deadline;  /* heap minimum, INT64_MAX when empty: lock-free reads */
-	_Atomic uint64_t n_state[NAT_STATE_MAX]; /* single writer (the lock holder) */
-};
-
-struct rev_shard {
-	alignas(CACHELINE) pthread_mutex_t lock;
-	struct map map;
-};
-
-/* Division by a runtime constant without a divide (Lemire, "Faster Remainder by Direct
- * Computation", 2019): exact for every 32-bit numerator. */
-struct fastdiv {
-	uint64_t m; /* ceil(2^64 / d); 0 when d == 1 */
-	uint32_t d;
-};
-
-#define OCC_LIVE 1ULL
-#define OCC_HO (1ULL << 32)
-#define SRC_LEVELS 2 /* 0: host (IPv4 /32, IPv6 /64), 1: network (IPv4 /24, IPv6 /48) */
-#define SRC_ROWS 2   /* a count-min sketch: a source's count is the least of its rows' */
-#define SKETCH_SPREAD 64   /* buckets per source that can reach the limit: collisions rare */
-#define SKETCH_MIN 64
-#define SKETCH_MAX 65536
-
-/* HALF_OPEN entries per source prefix, counted in SRC_ROWS rows of keyed buckets. Every row
- * over-counts (other prefixes share buckets), never under-counts, so the least row bounds a
- * prefix from above: a prefix never gets more than limit counted entries, and another prefix
- * is wrongly refused only if it shares a full bucket in EVERY row. Relaxed atomics: racing
- * workers may each pass with the last free unit, so a prefix may exceed the limit by the
- * number of workers at most. */
-struct sketch {
-	_Atomic uint32_t *c; /* SRC_ROWS rows of mask + 1 counters */
-	uint32_t mask;
-	uint32_t limit;
-};
-
-/* A quarantined tuple: released once the tick clock reaches due. 64-bit ticks never wrap
- * (2^43 of them span the whole int64 clock), so a table idle for any time still releases. */
-struct qrec {
-	uint64_t due;  /* ceil((freed_at + quarantine_ns) / NAT_QUARANTINE_TICK_NS) */
-	uint32_t slot; /* tuple index | family bit 31 */
-};
-
-struct nat_table {
-	struct nat_config cfg;
-	int64_t timeout[NAT_STATE_MAX]; /* pf style: the state indexes its lifetime */
-	uint64_t hk[8];                 /* hash keys derived from the seed */
-	uint32_t space;                 /* tuples per family: addrs * listeners * ports */
-	uint32_t probe_max;             /* min(space, NAT_PROBE_LIMIT) */
-	uint32_t stride;                /* the whole space's escape: about 0.618 x space */
-	struct fastdiv div_l, div_a, div_n; /* by listeners, by addresses, by space */
-	struct sketch src[SRC_LEVELS];  /* HALF_OPEN entries per source host, per source network */
-	uint64_t sk[SRC_LEVELS * SRC_ROWS + 1]; /* their hash keys */
-	uint64_t pmask[2][SRC_LEVELS]; /* [v4, v6][level]: the prefix's bytes of a source word */
-	_Atomic uint8_t *owner[2];      /* per family [v4, v6], per tuple: OWNED|fshard or 0 */
-
-	alignas(CACHELINE) _Atomic uint32_t cursor[2];
-	_Atomic uint32_t wmask[2]; /* the cursor's window: size - 1 (a power of two), 0 = space */
-	uint32_t wbase[2];         /* where the window starts in the space */
-	_Atomic uint32_t purge_cursor;
-	alignas(CACHELINE) _Atomic uint64_t gen;
-	/* Entries reserved against max_entries (OCC_LIVE units, low half) and HALF_OPEN entries
-	 * against half_open_max (OCC_HO units, high half): one CAS checks and takes both. */
-	_Atomic uint64_t occ;
-	uint32_t ho_fast; /* min(half_open_max, half_open_quiet): below, share_take's fast path */
-	_Atomic uint64_t bytes;
-
-	alignas(CACHELINE) pthread_mutex_t qlock;
-	struct qrec *ring; /* FIFO; capacity a power of two */
-	uint32_t q_head, q_len, q_mask;
-	_Atomic uint64_t q_head_due; /* head's due tick, Q_EMPTY when empty: lock-free pre-check */
-	_Atomic uint64_t q_count;
-
-	alignas(CACHELINE) struct nat_counters ctr;
-	struct fwd_shard fwd[NAT_SHARDS];
-	struct rev_shard rev[NAT_SHARDS];
-	int n_locks; /* mutexes initialized so far (for a failed nat_table_new) */
-};
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
@@ -234,15 +87,6 @@ static inline uint64_t mum(uint64_t a, uint64_t b)
 	__uint128_t r = (__uint128_t)a * b;
 
 	return (uint64_t)r ^ (uint64_t)(r >> 64);
-}
-
-static uint64_t splitmix64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
 }
 
 /* Word i of a key (flow.h: 40 bytes, no holes), loaded in place. */
@@ -307,22 +151,6 @@ static inline bool key_eq(const uint64_t a[5], const struct flow_key *k)
 		(a[4] ^ kw(k, 4))) == 0;
 }
 
-static void fastdiv_init(struct fastdiv *f, uint32_t d)
-{
-	f->d = d;
-	f->m = d > 1 ? UINT64_MAX / d + 1 : 0;
-}
-
-static inline uint32_t fastdiv(const struct fastdiv *f, uint32_t n)
-{
-	return f->d == 1 ? n : (uint32_t)(((__uint128_t)f->m * n) >> 64);
-}
-
-static inline uint32_t fastmod(const struct fastdiv *f, uint32_t n)
-{
-	return (uint32_t)(((__uint128_t)(f->m * n) * f->d) >> 64);
-}
-
 static inline uint64_t now_tick(int64_t now_ns)
 {
 	return (uint64_t)now_ns >> Q_TICK_SHIFT; /* monotonic time: never negative */
@@ -365,11 +193,6 @@ static inline void state_add(struct fwd_shard *sh, int state, int64_t d)
 			      memory_order_relaxed);
 }
 
-static inline void bytes_add(struct nat_table *t, int64_t d)
-{
-	atomic_fetch_add_explicit(&t->bytes, (uint64_t)d, memory_order_relaxed);
-}
-
 /* ---- chained hash maps ------------------------------------------------------------------- */
 
 static inline struct nat_entry **next_of(struct nat_entry *e, bool rev)
@@ -382,26 +205,10 @@ static inline uint32_t bucket_hash(const struct nat_table *t, const struct nat_e
 	return rev ? (uint32_t)(tuple_hash(t, e->tkey) >> SHARD_BITS) : e->fhash;
 }
 
-static int map_init(struct nat_table *t, struct map *m)
-{
-	memset(m->mini, 0, sizeof(m->mini));
-	m->b = m->mini;
-	m->mask = BUCKETS_MIN - 1;
-	m->count = 0;
-	bytes_add(t, BUCKETS_MIN * sizeof(*m->b));
-	return 0;
-}
-
-static void map_free_buckets(struct map *m)
-{
-	if (m->b != m->mini)
-		free(m->b);
-}
-
 /* Rehash m into n buckets (a power of two). Returns the change of the table's bytes. A failed
  * allocation leaves m as it was (0): longer chains after a failed grow, more buckets than
  * needed after a failed shrink. */
-static int64_t map_resize(struct nat_table *t, struct map *m, bool rev, uint32_t n)
+int64_t nat_map_resize(struct nat_table *t, struct map *m, bool rev, uint32_t n)
 {
 	struct nat_entry **nb, *e, *next;
 	int64_t d;
@@ -435,7 +242,7 @@ static void map_grow(struct nat_table *t, struct map *m, bool rev)
 	uint32_t n = (m->mask + 1) * 2;
 
 	if (n <= BUCKETS_MAX)
-		(void)map_resize(t, m, rev, n);
+		(void)nat_map_resize(t, m, rev, n);
 }
 
 static void map_insert(struct nat_table *t, struct map *m, struct nat_entry *e, uint32_t h,
@@ -919,7 +726,7 @@ HOT int tuple_alloc(struct nat_table *t, int fam, uint32_t fs, uint64_t *tkey_ou
 
 /* Copy the ring into cap records (a power of two >= q_len), oldest first at index 0. Returns
  * the change of the table's bytes, or 0 with the ring as it was (no memory). */
-static int64_t ring_resize(struct nat_table *t, uint32_t cap)
+int64_t nat_ring_resize(struct nat_table *t, uint32_t cap)
 {
 	struct qrec *r = malloc((size_t)cap * sizeof(*r));
 	int64_t d;
@@ -941,14 +748,7 @@ static int ring_grow(struct nat_table *t)
 {
 	uint32_t cap = (t->q_mask + 1) * 2;
 
-	return cap != 0 && ring_resize(t, cap) != 0 ? 0 : -ENOMEM;
-}
-
-static void q_publish(struct nat_table *t)
-{
-	atomic_store_explicit(&t->q_head_due, t->q_len ? t->ring[t->q_head].due : Q_EMPTY,
-			      memory_order_relaxed);
-	atomic_store_explicit(&t->q_count, t->q_len, memory_order_relaxed);
+	return cap != 0 && nat_ring_resize(t, cap) != 0 ? 0 : -ENOMEM;
 }
 
 /* The n tuples rest until now + quarantine_ns (rounded up to a tick), in one lock hold, their
@@ -1025,324 +825,6 @@ __attribute__((noinline)) static size_t release_locked(struct nat_table *t, uint
 	if (__builtin_expect(reused != 0, 0))
 		ctr_add_shared(&t->ctr.quarantine_reuse, reused);
 	return n;
-}
-
-/* ---- giving memory back ------------------------------------------------------------------ */
-
-/* The smallest power of two >= v and >= floor. */
-static uint32_t pow2_at_least(uint32_t v, uint32_t floor)
-{
-	uint32_t n = floor;
-
-	while (n < v)
-		n *= 2;
-	return n;
-}
-
-/* A map at most an eighth full shrinks to twice its count (at least BUCKETS_MIN), so a table
- * that grows again doubles a few times before it rehashes as often as it did. Returns the
- * bytes given back. */
-static size_t map_shrink(struct nat_table *t, struct map *m, bool rev)
-{
-	uint32_t n = pow2_at_least(m->count * 2, BUCKETS_MIN);
-
-	if ((uint64_t)m->count * 8 > (uint64_t)m->mask + 1 || n >= m->mask + 1)
-		return 0;
-	return (size_t)-map_resize(t, m, rev, n);
-}
-
-static bool in_chunk(const struct chunk *c, const struct nat_entry *e)
-{
-	return e >= c->e && e < c->e + c->n;
-}
-
-/* Free the chunks of sh (lock held) whose every entry is on the free list, and shrink the heap
- * array to the capacity left. Live entries never move: their chunks stay, whole. Returns the
- * bytes given back. */
-static size_t slab_trim(struct nat_table *t, struct fwd_shard *sh)
-{
-	struct chunk **pc, *c;
-	struct nat_entry *e, **pe;
-	uint32_t freed = 0;
-	int64_t bytes = 0;
-
-	if (!sh->free)
-		return 0;
-	/* One walk of the free list per chunk: a shard has few chunks (sizes double up to
-	 * CHUNK_MAX), and this runs once after a load, not per packet. */
-	for (c = sh->chunks; c; c = c->next) {
-		uint32_t n_free = 0;
-
-		for (e = sh->free; e; e = e->fnext)
-			n_free += in_chunk(c, e);
-		if (n_free != c->n)
-			continue;
-		/* Unlink this chunk's entries from the free list, then mark it for freeing. */
-		for (pe = &sh->free; *pe;) {
-			if (in_chunk(c, *pe))
-				*pe = (*pe)->fnext;
-			else
-				pe = &(*pe)->fnext;
-		}
-		freed += c->n;
-		bytes -= (int64_t)sizeof(*c);
-		c->n = 0; /* empty: freed below */
-	}
-	for (pc = &sh->chunks; (c = *pc);) {
-		if (c->n == 0) {
-			*pc = c->next;
-			free(c);
-		} else {
-			pc = &c->next;
-		}
-	}
-	if (freed == 0)
-		return 0;
-	bytes -= (int64_t)freed * (int64_t)(sizeof(struct nat_entry) + sizeof(struct heap_node));
-	sh->capacity -= freed;
-	assert(sh->heap_len <= sh->capacity);
-	if (sh->capacity == 0) {
-		free(sh->heap);
-		sh->heap = NULL;
-	} else {
-		struct heap_node *h = realloc(sh->heap, (size_t)sh->capacity * sizeof(*h));
-
-		if (h)
-			sh->heap = h; /* else the larger array stays: never less than capacity */
-	}
-	bytes_add(t, bytes);
-	return (size_t)-bytes;
-}
-
-/* Under qlock: a ring at most a quarter full shrinks to twice what it holds (at least
- * RING_MIN). Returns the bytes given back. */
-static size_t ring_shrink(struct nat_table *t)
-{
-	uint32_t cap = pow2_at_least(t->q_len * 2, RING_MIN);
-	int64_t d;
-
-	if ((uint64_t)t->q_len * 4 > (uint64_t)t->q_mask + 1 || cap >= t->q_mask + 1)
-		return 0;
-	d = ring_resize(t, cap);
-	q_publish(t);
-	return (size_t)-d;
-}
-
-/* The owner map's resident pages that are all zero, discarded: no claim, mapped or resting,
- * is on them. Pages never touched are skipped (mincore), not read. Only with no other thread
- * on the table (see nat_trim). */
-static void owner_trim(struct nat_table *t)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), npages = (t->space + page - 1) / page;
-	size_t dropped = 0;
-	unsigned char *vec = malloc(npages);
-
-	if (!vec)
-		return;
-	for (int f = 0; f < 2; f++) {
-		uint8_t *m = (uint8_t *)t->owner[f];
-
-		if (mincore(m, t->space, vec) != 0)
-			continue;
-		for (size_t p = 0; p < npages; p++) {
-			size_t off = p * page, len = off + page <= t->space ? page : t->space - off;
-			const uint8_t *b = m + off;
-			uint8_t any = 0;
-
-			if (!(vec[p] & 1))
-				continue;
-			for (size_t i = 0; i < len; i++)
-				any |= b[i];
-			if (any == 0 && madvise(m + off, len, MADV_DONTNEED) == 0)
-				dropped++;
-		}
-	}
-	free(vec);
-	if (dropped)
-		ctr_add_shared(&t->ctr.owner_pages_dropped, dropped);
-}
-
-size_t nat_trim(struct nat_table *t, bool exclusive)
-{
-	size_t freed = 0;
-
-	for (int i = 0; i < NAT_SHARDS; i++) {
-		struct fwd_shard *sh = &t->fwd[i];
-		struct rev_shard *rs = &t->rev[i];
-
-		pthread_mutex_lock(&sh->lock);
-		freed += slab_trim(t, sh);
-		freed += map_shrink(t, &sh->map, false);
-		pthread_mutex_unlock(&sh->lock);
-		pthread_mutex_lock(&rs->lock);
-		freed += map_shrink(t, &rs->map, true);
-		pthread_mutex_unlock(&rs->lock);
-	}
-	pthread_mutex_lock(&t->qlock);
-	freed += ring_shrink(t);
-	pthread_mutex_unlock(&t->qlock);
-	if (exclusive)
-		owner_trim(t);
-	return freed;
-}
-
-/* ---- table lifecycle --------------------------------------------------------------------- */
-
-static int config_check(const struct nat_config *c)
-{
-	if (c->max_entries < 1 || c->n_addrs < 1 || c->n_addrs > NAT_MAX_ADDRS ||
-	    c->n_listeners < 1 || c->n_listeners > NAT_MAX_LISTENERS || c->port_min < 1 ||
-	    c->port_min > c->port_max || c->half_open_max < 1 || c->half_open_per_host < 1 ||
-	    c->half_open_per_net < 1)
-		return -EINVAL;
-	/* Bounded timeouts keep every deadline and quarantine tick far from wrapping. */
-	if (c->half_open_ns <= 0 || c->half_open_ns > NAT_TIMEOUT_MAX_NS || c->linger_ns < 0 ||
-	    c->linger_ns > NAT_TIMEOUT_MAX_NS || c->quarantine_ns < 0 ||
-	    c->quarantine_ns > NAT_TIMEOUT_MAX_NS)
-		return -EINVAL;
-	return 0;
-}
-
-/* Mutex k of the table: the quarantine lock, then forward/reverse shard locks interleaved. */
-static pthread_mutex_t *lock_at(struct nat_table *t, int k)
-{
-	if (k == 0)
-		return &t->qlock;
-	k--;
-	return k % 2 ? &t->rev[k / 2].lock : &t->fwd[k / 2].lock;
-}
-
-/* SKETCH_SPREAD buckets per row for every prefix that can reach the limit within the share
- * (half_open_max / limit of them), so an innocent prefix rarely shares a full bucket. */
-static int sketch_init(struct nat_table *t, struct sketch *sk, uint32_t limit)
-{
-	uint64_t want = (uint64_t)SKETCH_SPREAD * t->cfg.half_open_max / limit;
-	uint32_t n = SKETCH_MIN;
-
-	while (n < want && n < SKETCH_MAX)
-		n *= 2;
-	sk->limit = limit;
-	sk->mask = n - 1;
-	if ((sk->c = calloc((size_t)n * SRC_ROWS, sizeof(*sk->c))) == NULL)
-		return -ENOMEM;
-	bytes_add(t, (int64_t)n * SRC_ROWS * (int64_t)sizeof(*sk->c));
-	return 0;
-}
-
-static int table_alloc(struct nat_table *t)
-{
-	/* Mapped zeroed, without huge pages: a page of a family's map costs memory only once the
-	 * cursor's window reaches it (a family nobody uses, never). */
-	for (int f = 0; f < 2; f++) {
-		void *m = mmap(NULL, t->space, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			       -1, 0);
-
-		if (m == MAP_FAILED)
-			return -ENOMEM;
-		(void)madvise(m, t->space, MADV_NOHUGEPAGE);
-		t->owner[f] = m;
-		bytes_add(t, t->space);
-	}
-	if ((t->ring = malloc(RING_MIN * sizeof(*t->ring))) == NULL)
-		return -ENOMEM;
-	t->q_mask = RING_MIN - 1;
-	bytes_add(t, RING_MIN * sizeof(*t->ring));
-	if (sketch_init(t, &t->src[0], t->cfg.half_open_per_host) != 0 ||
-	    sketch_init(t, &t->src[1], t->cfg.half_open_per_net) != 0)
-		return -ENOMEM;
-	for (int i = 0; i < NAT_SHARDS; i++) {
-		atomic_init(&t->fwd[i].next_deadline, INT64_MAX);
-		if (map_init(t, &t->fwd[i].map) != 0 || map_init(t, &t->rev[i].map) != 0)
-			return -ENOMEM;
-	}
-	for (; t->n_locks < 1 + 2 * NAT_SHARDS; t->n_locks++)
-		if (pthread_mutex_init(lock_at(t, t->n_locks), NULL) != 0)
-			return -ENOMEM;
-	return 0;
-}
-
-int nat_table_new(const struct nat_config *cfg, struct nat_table **out)
-{
-	size_t size = (sizeof(struct nat_table) + CACHELINE - 1) / CACHELINE * CACHELINE;
-	struct nat_table *t;
-	uint64_t s;
-	int ret;
-
-	*out = NULL;
-	if (!cfg || config_check(cfg) != 0)
-		return -EINVAL;
-	if ((t = aligned_alloc(CACHELINE, size)) == NULL)
-		return -ENOMEM;
-	memset(t, 0, size);
-	t->cfg = *cfg;
-	t->timeout[NAT_HALF_OPEN] = cfg->half_open_ns;
-	t->timeout[NAT_ACTIVE] = INT64_MAX;
-	t->timeout[NAT_CLOSING] = cfg->linger_ns;
-	t->ho_fast = cfg->half_open_quiet < cfg->half_open_max ? cfg->half_open_quiet :
-								   cfg->half_open_max;
-	s = cfg->seed;
-	for (int i = 0; i < 8; i++)
-		t->hk[i] = splitmix64(&s);
-	/* <= 64 * 16 * 65535 < 2^27: fits the qrec slot beside the family bit. */
-	t->space = cfg->n_addrs * cfg->n_listeners * (uint32_t)(cfg->port_max - cfg->port_min + 1);
-	t->probe_max = t->space < NAT_PROBE_LIMIT ? t->space : NAT_PROBE_LIMIT;
-	t->stride = (uint32_t)(((uint64_t)t->space * 40503u) >> 16) | 1u;
-	fastdiv_init(&t->div_l, cfg->n_listeners);
-	fastdiv_init(&t->div_a, cfg->n_addrs);
-	fastdiv_init(&t->div_n, t->space);
-	for (int f = 0; f < 2; f++) {
-		atomic_init(&t->cursor[f], (uint32_t)splitmix64(&s));
-		t->wbase[f] = fastmod(&t->div_n, (uint32_t)splitmix64(&s));
-		atomic_init(&t->wmask[f], t->space > NAT_WINDOW_MIN ? NAT_WINDOW_MIN - 1 : 0);
-	}
-	for (int i = 0; i < SRC_LEVELS * SRC_ROWS + 1; i++)
-		t->sk[i] = splitmix64(&s);
-	for (int f = 0; f < 2; f++) {
-		static const uint8_t len[2][SRC_LEVELS] = { { 4, 3 }, { 8, 6 } };
-
-		for (int l = 0; l < SRC_LEVELS; l++) {
-			uint8_t b[8] = { 0 };
-
-			memset(b, 0xff, len[f][l]);
-			memcpy(&t->pmask[f][l], b, sizeof(b));
-		}
-	}
-	atomic_init(&t->q_head_due, Q_EMPTY);
-	atomic_init(&t->bytes, size);
-	if ((ret = table_alloc(t)) != 0) {
-		nat_table_free(t);
-		return ret;
-	}
-	*out = t;
-	return 0;
-}
-
-/* Safe on a partly built table (nat_table_new's failure path): every pointer starts NULL. */
-void nat_table_free(struct nat_table *t)
-{
-	if (!t)
-		return;
-	for (int k = 0; k < t->n_locks; k++)
-		pthread_mutex_destroy(lock_at(t, k));
-	for (int i = 0; i < NAT_SHARDS; i++) {
-		struct fwd_shard *sh = &t->fwd[i];
-		struct chunk *c, *next;
-
-		for (c = sh->chunks; c; c = next) {
-			next = c->next;
-			free(c);
-		}
-		free(sh->heap);
-		map_free_buckets(&sh->map);
-		map_free_buckets(&t->rev[i].map);
-	}
-	for (int f = 0; f < 2; f++)
-		if (t->owner[f])
-			munmap((void *)t->owner[f], t->space);
-	free(t->src[0].c);
-	free(t->src[1].c);
-	free(t->ring);
-	free(t);
 }
 
 /* ---- uplink ------------------------------------------------------------------------------ */
