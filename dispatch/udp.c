@@ -127,30 +127,48 @@ static void table_remove(struct udp_path *up, struct udp_session *s)
 
 /* ---- idle timer --------------------------------------------------------------------------- */
 
-/* Arm x's timer d ns from now (at least min_ns), rounded up to the microsecond: never early.
- * 0, or -ENOMEM: libevent had no memory for it (a timer already pending never needs any). */
-static int idle_arm_in(struct expiry *x, int64_t d, int64_t min_ns)
+/* d ns from now (at least min_ns), rounded up to the microsecond: never early. */
+static struct timeval idle_tv(int64_t d, int64_t min_ns)
 {
-	struct timeval tv;
-
 	if (d < min_ns)
 		d = min_ns;
 	d = (d + 999) / 1000;
-	tv.tv_sec = (time_t)(d / 1000000);
-	tv.tv_usec = (suseconds_t)(d % 1000000);
+	return (struct timeval){ .tv_sec = (time_t)(d / 1000000),
+				 .tv_usec = (suseconds_t)(d % 1000000) };
+}
+
+/* Arm x's timer d ns from now for a session about to join x, which can do without it (it is
+ * refused, or stays DNS only): the spare is kept for the sessions already there. 0, or
+ * -ENOMEM: libevent had no memory for it (a timer already pending never needs any). */
+static int idle_arm_in(struct expiry *x, int64_t d, int64_t min_ns)
+{
+	struct timeval tv = idle_tv(d, min_ns);
+
 	x->unarmed = evtimer_add(x->ev, &tv) != 0;
 	return x->unarmed ? -ENOMEM : 0;
 }
 
 /* Arm x's timer for the head of its list (nothing to wait for: not armed, so an idle path
- * never wakes). Not armed for want of memory: x->unarmed, and the next datagram of a session
- * of x (session_touch) or a new session tries again. */
-static int idle_arm(struct expiry *x, int64_t now, int64_t min_ns)
+ * never wakes). The sessions on the list have nothing else to end them: when libevent has no
+ * memory for the timer, it takes the spare's place (core/evspare.h). Without a spare it is
+ * not armed: x->unarmed, and the next datagram of a session of x (session_touch) or a new
+ * session tries again. */
+static void idle_arm(struct udp_path *up, struct expiry *x, int64_t now, int64_t min_ns)
 {
 	struct udp_session *s = TAILQ_FIRST(&x->list);
+	struct timeval tv;
+	int ret;
 
 	x->unarmed = false;
-	return s ? idle_arm_in(x, s->last_ns + x->ns - now, min_ns) : 0;
+	if (!s)
+		return;
+	tv = idle_tv(s->last_ns + x->ns - now, min_ns);
+	ret = evspare_add(&up->spare, x->ev, &tv);
+	x->unarmed = ret < 0;
+	if (ret == EVSPARE_SPENT)
+		ctr_inc(&up->ctr.expiry_spare_used);
+	else if (ret < 0)
+		ctr_inc(&up->ctr.expiry_unarmed);
 }
 
 static struct expiry *expiry_of(struct udp_path *up, const struct udp_session *s)
@@ -171,7 +189,7 @@ static void session_touch(struct udp_path *up, struct udp_session *s, int64_t no
 		TAILQ_INSERT_TAIL(&x->list, s, idle);
 	}
 	if (__builtin_expect(x->unarmed, 0))
-		(void)idle_arm(x, now, 0);
+		idle_arm(up, x, now, 0);
 }
 
 /* Not (or no longer) DNS only: onto the idle list for good, at its tail (now is at least as
@@ -924,6 +942,7 @@ static struct udp_session *session_new(struct udp_path *up, const struct skey *k
 	TAILQ_INSERT_TAIL(&x->list, s, idle);
 	ctr_inc(&up->ctr.sessions);
 	ctr_inc(&up->ctr.sessions_total);
+	(void)evspare_hold(&up->spare); /* for the expiry's re-arms (idle_arm) */
 	return s;
 }
 
@@ -955,6 +974,8 @@ void udp_session_free(struct udp_path *up, struct udp_session *s)
 	slab_put(up->sess_slab, s);
 	budget_udp_release(up->b);
 	udp_gauge_dec(&up->ctr.sessions);
+	if (up->nsessions == 0)
+		evspare_release(&up->spare); /* nothing to expire: an idle path never wakes */
 }
 
 static void expire(struct udp_path *up, struct expiry *x, ctr_t *expired)
@@ -965,7 +986,7 @@ static void expire(struct udp_path *up, struct expiry *x, ctr_t *expired)
 
 	while ((s = TAILQ_FIRST(&x->list)) && s->last_ns + x->ns <= now) {
 		if (n++ == UDP_EXPIRE_BATCH) {
-			(void)idle_arm(x, now, UDP_RETRY_NS); /* if not armed: see idle_arm */
+			idle_arm(up, x, now, UDP_RETRY_NS);
 			return;
 		}
 		if (s->n_fast_in && fast_active(up, s, x->ns, now)) {
@@ -979,7 +1000,7 @@ static void expire(struct udp_path *up, struct expiry *x, ctr_t *expired)
 		udp_session_free(up, s);
 		ctr_inc(expired);
 	}
-	(void)idle_arm(x, now, 0);
+	idle_arm(up, x, now, 0);
 }
 
 static void idle_cb(evutil_socket_t fd, short what, void *arg)
@@ -1750,7 +1771,7 @@ static int path_alloc(struct udp_path *up, const struct ts_config *cfg)
 	up->down_ev = evtimer_new(up->base, down_cb, up);
 	if (!up->exp[0].ev || !up->exp[1].ev || !up->down_ev)
 		return -ENOMEM;
-	return 0;
+	return evspare_init(&up->spare, up->base);
 }
 
 static void set_timeouts(struct udp_path *up, const struct ts_config *cfg)
@@ -1769,7 +1790,7 @@ static void rearm(struct udp_path *up)
 		if (TAILQ_EMPTY(&up->exp[i].list))
 			evtimer_del(up->exp[i].ev);
 		else
-			(void)idle_arm(&up->exp[i], now, 0);
+			idle_arm(up, &up->exp[i], now, 0);
 	}
 }
 
@@ -1837,6 +1858,7 @@ void udp_path_free(struct udp_path *up)
 	}
 	if (up->down_ev)
 		event_free(up->down_ev);
+	evspare_fini(&up->spare);
 	budget_mfree(up->b, up->buckets);
 	budget_mfree(up->b, up->rxbuf);
 	if (up->ut.buf)
@@ -1934,6 +1956,8 @@ void udp_path_stats(const struct udp_path *up, struct udp_path_stats *out)
 	out->fast_added = ctr_get(&c->fast_added);
 	out->fast_refused = ctr_get(&c->fast_refused);
 	out->fast_kept = ctr_get(&c->fast_kept);
+	out->expiry_spare_used = ctr_get(&c->expiry_spare_used);
+	out->expiry_unarmed = ctr_get(&c->expiry_unarmed);
 	for (int i = 0; i < UDP_DROP_MAX; i++)
 		out->drops[i] = ctr_get(&c->drops[i]);
 	out->queue_drops = out->drops[UDP_DROP_queue_full];

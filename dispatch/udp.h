@@ -34,7 +34,8 @@
  * times UDP_DNS_TIMEOUT_MS while the upstream does not answer. Any other datagram or reply
  * makes the session an ordinary one for good (another protocol on port 53 keeps its source
  * port and the idle timeout). DNS-only and ordinary sessions are on two idle-ordered lists,
- * each with one timeout and one timer.
+ * each with one timeout and one timer; while sessions exist a spare timer holds a place in
+ * libevent's timer heap for their re-arms (core/evspare.h).
  *
  * SOCKS5 (an outbound of type socks5 with "udp", RFC 1928 section 7): a session has one
  * association per such outbound it has used, whatever the destinations' families: a TCP
@@ -179,6 +180,11 @@ struct udp_path_stats {
 	/* The offload (udp_path_set_offload): flows in the kernel now (gauge), flows it took,
 	 * flows it refused (they stay on this path), sessions its activity kept from expiring. */
 	uint64_t fast_flows, fast_added, fast_refused, fast_kept;
+	/* An idle expiry re-armed while its sessions wait (after it fired, at a reload, at a
+	 * session's datagram) that libevent had no memory for: armed in the spare's place
+	 * (core/evspare.h); not armed, no spare held (retried at the list's next datagram or new
+	 * session). */
+	uint64_t expiry_spare_used, expiry_unarmed;
 	uint64_t drops[UDP_DROP_MAX];
 	uint64_t queue_drops;       /* drops[queue_full] (stats key udp.queue_drops) */
 };

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "core/counter.h"
+#include "core/evspare.h"
 #include "core/udp_codec.h"
 #include "dispatch/cfg_gen.h"
 #include "dispatch/udp.h"
@@ -235,6 +236,7 @@ struct udp_counters {
 		sniff_overridden, sniff_active;
 	ctr_t sniff_skipped_no_memory, sniff_skipped_busy, sniff_skipped_other_flow;
 	ctr_t fast_flows, fast_added, fast_refused, fast_kept;
+	ctr_t expiry_spare_used, expiry_unarmed;
 	ctr_t drops[UDP_DROP_MAX];
 };
 
@@ -280,6 +282,7 @@ struct udp_path {
 	/* [0]: ordinary sessions, timeouts.udp_idle_ms (the newest configuration's, for every
 	 * session); [1]: DNS-only sessions, min(dns_timeout_ns, that). Each session is on one. */
 	struct expiry exp[2];
+	struct evspare spare;              /* held while sessions exist: for exp's re-arms */
 	int64_t dns_timeout_ns;
 	struct session_list down_list;
 	struct event *down_ev;             /* retries down queues after EAGAIN */

@@ -236,6 +236,8 @@ static void add_sessions(struct ts_proxy *p, struct stats_doc *d, const struct n
 	stats_doc_counter(d, "udp.fast_added", us->fast_added);
 	stats_doc_counter(d, "udp.fast_refused", us->fast_refused);
 	stats_doc_counter(d, "udp.fast_kept", us->fast_kept);
+	stats_doc_counter(d, "udp.expiry_spare_used", us->expiry_spare_used);
+	stats_doc_counter(d, "udp.expiry_unarmed", us->expiry_unarmed);
 	for (int i = 0; i < UDP_DROP_MAX; i++) {
 		char key[64];
 		snprintf(key, sizeof(key), "udp.drops.%s", udp_drop_name((enum udp_drop)i));

@@ -22,6 +22,7 @@
 #include "core/config.h"
 #include "core/csum.h"
 #include "core/driver.h"
+#include "core/evspare.h"
 #include "core/gso.h"
 #include "core/log.h"
 #include "core/pkt.h"
@@ -97,7 +98,11 @@ _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
 	X(mss_option_ignored) /* MSS options outside a listener's SYN, made NOPs (RFC 9293 */ \
 	                      /* 3.7.1) */                                                     \
 	X(split_fin_moved)    /* a cut segment's first part sent without the FIN lwIP left on */ \
-	                      /* it (lwip_split.h) */
+	                      /* it (lwip_split.h) */                                          \
+	X(timer_spare_used)   /* lwIP's timer armed in its spare's place: libevent had no */    \
+	                      /* memory for it (core/evspare.h) */                             \
+	X(timer_unarmed)      /* ... and no spare was held: not armed until the next batch, */  \
+	                      /* accept, session end or stream operation */
 
 struct lwip_counters {
 #define LWIP_CTR_FIELD(name) ctr_t name;
@@ -121,6 +126,7 @@ struct lwip_stack {
 	struct tcp_pcb *listener;
 	struct lwip_sendshare share;  /* the streams' send buffers (lwip_stream.h) */
 	struct event *tmr_ev;
+	struct evspare tmr_spare; /* held while tmr_ev is needed (pcbs exist) */
 	struct event *accept_ev;
 	struct pending *pending, **pending_tail;
 	bool tmr_armed;
@@ -197,16 +203,29 @@ static struct lwip_stack *as_lw(struct netstack *ns)
 #define LWIP_CACHE_IDLE_TICKS (1000 / TCP_TMR_INTERVAL)
 
 /* tcp_tmr runs every TCP_TMR_INTERVAL while any pcb is active or in TIME_WAIT; with none, no
- * timer exists at all (an idle tunnel never wakes up). A timer libevent has no memory to arm
- * is not taken as armed: every later call tries again, and one comes with the next batch from
- * the TUN, accept, session end or stream operation (a connection that waits on lwIP's
- * retransmission meanwhile is bounded by its relay's idle timeout). */
+ * timer exists at all (an idle tunnel never wakes up), nor its spare. lwIP's retransmissions,
+ * delayed ACKs and TIME_WAIT's end all wait on this one timer: one libevent has no memory to
+ * arm takes the spare's place (core/evspare.h), so the pcbs keep their timer whenever a spare
+ * was held. Without one it is not taken as armed: every later call tries again, and one comes
+ * with the next batch from the TUN, accept, session end or stream operation (a connection
+ * that waits on lwIP's retransmission meanwhile is bounded by its relay's idle timeout). */
 static void check_timer(struct lwip_stack *st)
 {
-	if (st->tmr_armed || (!tcp_active_pcbs && !tcp_tw_pcbs))
+	int ret;
+
+	if (!tcp_active_pcbs && !tcp_tw_pcbs) {
+		evspare_release(&st->tmr_spare);
+		return;
+	}
+	if (st->tmr_armed)
 		return;
 	struct timeval tv = { .tv_sec = 0, .tv_usec = TCP_TMR_INTERVAL * 1000 };
-	st->tmr_armed = evtimer_add(st->tmr_ev, &tv) == 0;
+	ret = evspare_add(&st->tmr_spare, st->tmr_ev, &tv);
+	st->tmr_armed = ret >= 0;
+	if (ret == EVSPARE_SPENT)
+		ctr_inc(&st->ctr.timer_spare_used);
+	else if (ret < 0)
+		ctr_inc(&st->ctr.timer_unarmed);
 }
 
 /* lwIP's slow timer asserts that a connection whose persist timer runs has nothing in flight
@@ -1338,7 +1357,8 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	st->txbuf = budget_malloc(env->budget, st->txbuf_size);
 	st->tmr_ev = evtimer_new(env->base, on_tmr, st);
 	st->accept_ev = event_new(env->base, -1, 0, on_accepted, st);
-	if (!st->txbuf || !st->tmr_ev || !st->accept_ev)
+	if (!st->txbuf || !st->tmr_ev || !st->accept_ev ||
+	    evspare_init(&st->tmr_spare, env->base) != 0)
 		goto fail;
 	/* The IPv4 header checksum is checked before lwIP, where the drop is counted (tcp_in). */
 	st->csum_ctrl = NETIF_CHECKSUM_ENABLE_ALL & ~NETIF_CHECKSUM_CHECK_IP;
@@ -1400,6 +1420,7 @@ static void lw_free(struct netstack *ns)
 		netif_remove(&st->netif);
 	if (st->tmr_ev)
 		event_free(st->tmr_ev);
+	evspare_fini(&st->tmr_spare);
 	if (st->accept_ev)
 		event_free(st->accept_ev);
 	if (st->flush_ev)

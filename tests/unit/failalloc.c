@@ -167,6 +167,29 @@ void failalloc_pad_timers(struct event_base *base, struct event **pads, int n)
 	failalloc_hold(false);
 }
 
+int failalloc_fill_timers(struct event_base *base, struct event **pads, int max)
+{
+	struct timeval far = { 3600, 0 };
+	int n, rc;
+
+	for (n = 0; n < max; n++) {
+		failalloc_hold(true);
+		cr_assert_not_null(pads[n] = evtimer_new(base, on_pad, NULL));
+		failalloc_hold(false);
+		failalloc_arm(1); /* a place in the heap needs no allocation; its growth does */
+		rc = evtimer_add(pads[n], &far);
+		failalloc_arm(0);
+		if (rc != 0) {
+			failalloc_hold(true);
+			event_free(pads[n]);
+			failalloc_hold(false);
+			break;
+		}
+	}
+	cr_assert_lt(n, max, "the timer heap never filled (is evmem installed?)");
+	return n;
+}
+
 void failalloc_unpad(struct event **pads, int n)
 {
 	failalloc_hold(true);

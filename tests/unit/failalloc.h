@@ -58,6 +58,12 @@ struct event_base;
 void failalloc_pad_timers(struct event_base *base, struct event **pads, int n);
 void failalloc_unpad(struct event **pads, int n);
 
+/* Timers an hour away added to base until its timer heap is full (at most max): the next
+ * timer added that is not pending must grow the heap. Returns how many were added (pads[0..n),
+ * for failalloc_unpad). Needs evmem installed (the heap's growth must be one of the counted
+ * allocations); disarms any refusal armed before. */
+int failalloc_fill_timers(struct event_base *base, struct event **pads, int max);
+
 /* Run scenario(arg, false) once unarmed, then scenario(arg, true) with the nth allocation
  * refused for n = 1, 2, ... until an n it never reached (at most max; more fails the test).
  * After each run, in the ASan tree, LeakSanitizer must find nothing. The scenario asserts what

@@ -11,8 +11,10 @@
 #include <event2/event.h>
 #include <netinet/in.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/budget.h"
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/pkt.h"
@@ -1322,4 +1324,75 @@ Test(lwip_stack_nomem, tcp_timer_armed_again_when_libevent_refused_it)
 	cr_assert_eq(evmem_install(), 0);
 	cr_log_info("%ld allocations refused in turn",
 		    failalloc_sweep(timer_scenario, NULL, 3, 2000));
+}
+
+/* ---- lwIP's timer re-armed with libevent out of memory ---- */
+
+/* A timer of the test's, due just before lwIP's in the same loop pass: it takes the places in
+ * libevent's timer heap the two gave back, then refuses the next allocation. */
+struct heap_taker {
+	struct event *pads[64];
+	int n;
+};
+
+static void on_take_heap(evutil_socket_t fd, short what, void *arg)
+{
+	struct heap_taker *h = arg;
+
+	(void)fd;
+	(void)what;
+	h->n = failalloc_fill_timers(base, h->pads, 64);
+	failalloc_arm(1);
+}
+
+/* Segments from the stack to the client at cport carrying n bytes of payload, among all sent. */
+static int data_sent_to(uint16_t cport, size_t n)
+{
+	int count = 0;
+
+	for (int i = 0; i < n_out; i++) {
+		struct pkt_view v;
+
+		if (pkt_parse(&v, out[i], out_len[i]) == PKT_OK && v.proto == IPPROTO_TCP &&
+		    ntohs(v.dport_be) == cport && v.len - v.l3_len - v.tcp_hlen == n)
+			count++;
+	}
+	return count;
+}
+
+/* lwIP's timer fires and is re-armed from its callback; a callback that ran first in the same
+ * loop pass took the place it gave back in libevent's timer heap, and the heap cannot grow.
+ * A connection whose data the client never acknowledges, and that sees no other traffic,
+ * waits on lwIP's retransmission alone: the segment must still be sent again. */
+Test(lwip_stack_nomem, retransmits_when_the_timer_re_arm_finds_no_memory, .timeout = 30)
+{
+	struct heap_taker h = { 0 };
+	struct timeval soon = { 0, 1000 };
+	struct event *t;
+	int64_t end;
+
+	cr_assert_eq(evmem_install(), 0);
+	start(64);
+	handshake("10.0.0.9", 40001, "192.0.2.80", 443, 0);
+	cr_assert_eq(acc_s[0]->ops->write(acc_s[0], (const uint8_t *)"world", 5), 5);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	cr_assert_eq(data_sent_to(40001, 5), 1, "the data went out once");
+	cr_assert_not_null(t = evtimer_new(base, on_take_heap, &h));
+	cr_assert_eq(evtimer_add(t, &soon), 0); /* due before lwIP's next tick */
+	usleep(300000);                          /* both due */
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	failalloc_arm(0);
+	cr_assert(failalloc_fired(), "the re-arm needed no memory: nothing tested");
+	end = ts_now_ns() + 8 * TS_NS_PER_SEC; /* the retransmission timeout is a few seconds */
+	while (data_sent_to(40001, 5) < 2 && ts_now_ns() < end) {
+		event_base_loop(base, EVLOOP_NONBLOCK);
+		usleep(5000);
+	}
+	cr_assert_geq(data_sent_to(40001, 5), 2, "never retransmitted");
+	cr_assert_eq(counter("timer_spare_used"), 1);
+	cr_assert_eq(counter("timer_unarmed"), 0);
+	tx_discard = true;
+	failalloc_unpad(h.pads, h.n);
+	event_free(t);
+	teardown();
 }

@@ -1546,11 +1546,11 @@ static int64_t mono_ms(void)
 }
 
 /* The next loop iteration's notification needs a zero timeout, a place in libevent's timer
- * heap; with libevent out of memory for it (the heap, 8 timers full here, must grow) the owner
- * that left data behind must still hear of it again, here from lwIP's poll. */
+ * heap; with libevent out of memory for it (the heap full here, it must grow) the owner that
+ * left data behind must still hear of it again, here from lwIP's poll. */
 Test(lwip_stream, readable_again_when_libevent_cannot_time_the_next_iteration)
 {
-	struct event *pads[8];
+	struct event *pads[64];
 	uint8_t in[3000];
 	int64_t end;
 	int n = 0;
@@ -1560,8 +1560,7 @@ Test(lwip_stream, readable_again_when_libevent_cannot_time_the_next_iteration)
 	fill(in, sizeof(in), 3);
 	app_send(in, sizeof(in));
 	pump();
-	/* lwIP's timer is one: seven more fill the heap's first eight places. */
-	failalloc_pad_timers(E.base, pads, n = 7);
+	n = failalloc_fill_timers(E.base, pads, 64);
 	E.o.read_per_cb = 1000;
 	E.o.sink = test_alloc(sizeof(in));
 	E.o.sink_cap = sizeof(in);

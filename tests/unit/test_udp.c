@@ -1317,6 +1317,62 @@ out:
 	failalloc_hold(false);
 }
 
+/* A timer of the test's, due just before the idle expiry in the same loop pass: it takes the
+ * places in libevent's timer heap the two gave back, then refuses the next allocation. */
+struct heap_taker {
+	struct event_base *base;
+	struct event *pads[64];
+	int n;
+};
+
+static void on_take_heap(evutil_socket_t fd, short what, void *arg)
+{
+	struct heap_taker *h = arg;
+
+	h->n = failalloc_fill_timers(h->base, h->pads, 64);
+	failalloc_arm(1);
+}
+
+/* The idle expiry fires, closes the first session and is re-armed for the second one, which
+ * still waits; a callback that ran first in the same loop pass took the place the expiry gave
+ * back, and the heap cannot grow. The second session has nothing else to end it (its app and
+ * its server stay silent): it must still expire by its timeout, the re-arm counted. */
+Test(udp, a_waiting_session_expires_when_its_expiry_re_arm_finds_no_memory)
+{
+	struct heap_taker h = { 0 };
+	struct timeval tv = { 0, 200000 };
+	struct server quiet;
+	struct event *t;
+	struct env e;
+
+	cr_assert_eq(evmem_install(), 0);
+	env_base(&e);
+	server_open(&e, &quiet, "127.0.0.1", SRV_SILENT);
+	env_start(&e, "{\"timeouts\":{\"udp_idle_ms\":200}}");
+	h.base = e.base;
+	cr_assert_not_null(t = evtimer_new(e.base, on_take_heap, &h));
+	cr_assert_eq(evtimer_add(t, &tv), 0); /* due just before the first session's expiry */
+	tun_send(&e, "10.0.0.9", 5001, "127.0.0.1", quiet.port, "a", 1);
+	usleep(100000);
+	tun_send(&e, "10.0.0.9", 5002, "127.0.0.1", quiet.port, "b", 1);
+	cr_assert_eq(stats(&e).sessions, 2);
+	usleep(150000); /* the test's timer and the expiry due, the second session not yet */
+	event_base_loop(e.base, EVLOOP_NONBLOCK);
+	failalloc_arm(0);
+	cr_assert_geq(h.n, 0);
+	cr_assert(failalloc_fired(), "the re-arm needed no memory: nothing tested");
+	cr_assert_eq(stats(&e).sessions, 1, "the first session expired");
+	cr_assert(PUMP_UNTIL(&e, stats(&e).sessions == 0, 2000),
+		  "the second session never expired");
+	cr_assert_eq(stats(&e).sessions_expired, 2);
+	cr_assert_eq(stats(&e).expiry_spare_used, 1);
+	cr_assert_eq(stats(&e).expiry_unarmed, 0);
+	failalloc_unpad(h.pads, h.n);
+	event_free(t);
+	server_close(&quiet);
+	env_fini(&e);
+}
+
 Test(udp, sessions_expire_when_libevent_refused_their_timer)
 {
 	static const int pads[] = { 0, 8 };
