@@ -35,6 +35,7 @@
 
 #include "core/clock.h"
 #include "core/flow.h"
+#include "core/libmem.h"
 #include "core/tlslib.h"
 #include "outbound/outbound.h"
 
@@ -494,7 +495,7 @@ static int h2_start(struct dns_doh *d)
 	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, h2_on_data);
 	nghttp2_session_callbacks_set_on_stream_close_callback(cbs, h2_on_close);
 	nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, h2_on_frame);
-	rv = nghttp2_session_client_new2(&d->l.h2, cbs, d, opt);
+	rv = nghttp2_session_client_new3(&d->l.h2, cbs, d, opt, libmem_nghttp2());
 	nghttp2_session_callbacks_del(cbs);
 	nghttp2_option_del(opt);
 	if (rv != 0)
