@@ -1167,10 +1167,11 @@ Test(dns_doh, each_allocation_refused_in_turn)
 
 /* The same with OpenSSL and nghttp2 allocating through the project's allocator
  * (core/libmem.h), as twinstack runs them: the context, each handshake and record, the HTTP/2
- * session's frames, streams and header tables. Too many to refuse each in turn (over ten
- * thousand): about 1000 runs refuse one each, every twelfth or so, spread evenly over the
- * scenario, the project's own among them (those are refused each in turn above). A refusal inside a library must end as one of the
- * project's does: -ENOMEM, never a TLS failure, a bad answer or a hang. */
+ * session's frames, streams and header tables. Too many to refuse each in turn: about 1000
+ * runs refuse one each, spread evenly over the scenario, the project's own among them (those
+ * are refused each in turn above), nghttp2's few at least once. A refusal inside a library
+ * must end as one of the project's does: -ENOMEM, never a TLS failure, a bad answer or a
+ * hang. */
 Test(dns_doh, allocations_inside_openssl_and_nghttp2_refused_spread)
 {
 	struct libmem_stats ls;

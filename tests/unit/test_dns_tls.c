@@ -847,10 +847,11 @@ Test(dns_tls, each_allocation_refused_in_turn)
 
 /* The same with OpenSSL allocating through the project's allocator (core/libmem.h), as
  * twinstack runs it: the context, its trust anchors, each handshake and record. Too many to
- * refuse each in turn (over ten thousand, the context's and the certificate checks' most of
- * them): about 1000 runs refuse one each, every twelfth or so, spread evenly over the
- * scenario, the project's own among them (those are refused each in turn above). A refusal inside OpenSSL must end as one of the project's
- * does: -ENOMEM, never a TLS failure of the server's (tls_failures) or a hang. */
+ * refuse each in turn (the context's and the certificate checks' most of them): about 1000
+ * runs refuse one each, spread evenly over the scenario, the project's own among them (those
+ * are refused each in turn above). A refusal inside OpenSSL must end as one of the project's
+ * does: -ENOMEM, never a TLS failure of the server's (tls_failures) or a hang, and must not
+ * break later handshakes. */
 Test(dns_tls, allocations_inside_openssl_refused_spread)
 {
 	struct libmem_stats ls;
