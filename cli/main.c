@@ -17,6 +17,7 @@
 #include "cli/cli.h"
 #include "core/config.h"
 #include "core/evmem.h"
+#include "core/libmem.h"
 #include "core/rss.h"
 #include "runtime/autoroute.h"
 #include "runtime/privdrop.h"
@@ -297,6 +298,10 @@ int main(int argc, char **argv)
 	/* libevent's per-descriptor records off the heap (core/evmem.h). */
 	if (evmem_install() != 0) {
 		/* no region: libevent keeps malloc, which costs memory after a load, nothing else */
+	}
+	/* c-ares', OpenSSL's and nghttp2's allocations counted (core/libmem.h). */
+	if (libmem_install() != 0) {
+		/* c-ares refused its init: the libraries keep their own allocators */
 	}
 	int ret = sc->run(argc - 1, argv + 1);
 	/* Output that never reached its destination (a full disk, a closed pipe) is a failure. */

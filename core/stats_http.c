@@ -48,7 +48,7 @@ struct conn {
 struct stats_http {
 	struct evhttp *http;
 	TAILQ_HEAD(, conn) conns;
-	ctr_t nconns, accepted, refused, timeouts;
+	ctr_t nconns, accepted, refused, timeouts, no_memory;
 	stats_provider_fn fn;
 	void *arg;
 	struct stats_doc *doc;  /* reused: one loop thread serves one request at a time */
@@ -74,29 +74,32 @@ static enum route route_of(struct evhttp_request *req)
 /* Reply with body (len bytes) and the given content type. Content-Length is always set:
  * evhttp adds it only for HTTP/1.1 and keep-alive, and for HEAD it must be the length a GET
  * would get. libevent 2.1 would send a HEAD reply's body, so we do not hand it one. */
-static void reply(struct evhttp_request *req, int code, const char *reason, const char *ctype,
-		  const char *body, size_t len)
+static void reply(struct stats_http *s, struct evhttp_request *req, int code,
+		  const char *reason, const char *ctype, const char *body, size_t len)
 {
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
 	struct evbuffer *buf = evbuffer_new();
 	char clen[24];
 
-	/* No memory for the body: evhttp's own error page, with no header of ours (a
-	 * Content-Length of the body meant would cut or stall the client's read). */
-	if (!buf || (evhttp_request_get_command(req) != EVHTTP_REQ_HEAD && len &&
-		     evbuffer_add(buf, body, len) != 0)) {
+	snprintf(clen, sizeof(clen), "%zu", len);
+	/* No memory for the body or one of the headers (a reply without its length, or a 405
+	 * without Allow, would be misread): evhttp's own error page instead, with no header of
+	 * ours (a Content-Length of the body meant would cut or stall the client's read). */
+	if (!buf ||
+	    (evhttp_request_get_command(req) != EVHTTP_REQ_HEAD && len &&
+	     evbuffer_add(buf, body, len) != 0) ||
+	    evhttp_add_header(h, "Content-Type", ctype) != 0 ||
+	    evhttp_add_header(h, "Content-Length", clen) != 0 ||
+	    /* Counters change on every read: no cache may serve a stale copy. */
+	    evhttp_add_header(h, "Cache-Control", "no-store") != 0 ||
+	    (code == 405 && evhttp_add_header(h, "Allow", "GET, HEAD") != 0)) {
+		ctr_inc(&s->no_memory);
+		evhttp_clear_headers(h);
 		if (buf)
 			evbuffer_free(buf);
 		evhttp_send_error(req, 500, NULL);
 		return;
 	}
-	snprintf(clen, sizeof(clen), "%zu", len);
-	evhttp_add_header(h, "Content-Type", ctype);
-	evhttp_add_header(h, "Content-Length", clen);
-	/* Counters change on every read: no cache may serve a stale copy. */
-	evhttp_add_header(h, "Cache-Control", "no-store");
-	if (code == 405)
-		evhttp_add_header(h, "Allow", "GET, HEAD");
 	evhttp_send_reply(req, code, reason, buf);
 	evbuffer_free(buf);
 }
@@ -254,10 +257,21 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
 	return c->bev;
 }
 
-static void reply_text(struct evhttp_request *req, int code, const char *reason,
-		       const char *text)
+static void reply_text(struct stats_http *s, struct evhttp_request *req, int code,
+		       const char *reason, const char *text)
 {
-	reply(req, code, reason, "text/plain; charset=utf-8", text, strlen(text));
+	reply(s, req, code, reason, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+/* A 500 for want of memory (the document's): counted once, whether or not the reply itself
+ * had memory (reply counts it then). */
+static void reply_nomem(struct stats_http *s, struct evhttp_request *req, const char *text)
+{
+	uint64_t counted = ctr_get(&s->no_memory);
+
+	reply_text(s, req, 500, "Internal Server Error", text);
+	if (ctr_get(&s->no_memory) == counted)
+		ctr_inc(&s->no_memory);
 }
 
 /* Ask the provider for a fresh document and render it. */
@@ -270,18 +284,21 @@ static void serve(struct stats_http *s, struct evhttp_request *req, enum route r
 
 	stats_doc_reset(s->doc);
 	s->fn(s->arg, s->doc);
-	if (stats_doc_error(s->doc, &why) != 0) {
+	if ((ret = stats_doc_error(s->doc, &why)) != 0) {
 		snprintf(msg, sizeof(msg), "%s\n", why);
-		reply_text(req, 500, "Internal Server Error", msg);
+		if (ret == -ENOMEM)
+			reply_nomem(s, req, msg);
+		else
+			reply_text(s, req, 500, "Internal Server Error", msg);
 		return;
 	}
 	ret = r == ROUTE_JSON ? stats_doc_json(s->doc, &body, &len)
 			      : stats_doc_prometheus(s->doc, &body, &len);
 	if (ret != 0) {
-		reply_text(req, 500, "Internal Server Error", "stats: out of memory\n");
+		reply_nomem(s, req, "stats: out of memory\n");
 		return;
 	}
-	reply(req, 200, "OK", r == ROUTE_JSON ? STATS_HTTP_CT_JSON : STATS_HTTP_CT_PROM, body,
+	reply(s, req, 200, "OK", r == ROUTE_JSON ? STATS_HTTP_CT_JSON : STATS_HTTP_CT_PROM, body,
 	      len);
 	free(body);
 }
@@ -293,12 +310,12 @@ static void on_request(struct evhttp_request *req, void *arg)
 
 	request_done(arg, req);
 	if (r == ROUTE_NONE) {
-		reply_text(req, 404, "Not Found", "not found: try " STATS_HTTP_PATH_JSON " or "
+		reply_text(arg, req, 404, "Not Found", "not found: try " STATS_HTTP_PATH_JSON " or "
 			   STATS_HTTP_PATH_PROM "\n");
 		return;
 	}
 	if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
-		reply_text(req, 405, "Method Not Allowed", "method not allowed\n");
+		reply_text(arg, req, 405, "Method Not Allowed", "method not allowed\n");
 		return;
 	}
 	serve(arg, req, r);
@@ -417,6 +434,7 @@ void stats_http_stats(const struct stats_http *s, struct stats_http_stats *out)
 	out->accepted = ctr_get(&s->accepted);
 	out->refused = ctr_get(&s->refused);
 	out->timeouts = ctr_get(&s->timeouts);
+	out->no_memory = ctr_get(&s->no_memory);
 }
 
 uint16_t stats_http_port(const struct stats_http *s)

@@ -64,6 +64,8 @@ struct stats_http_stats {
 	uint64_t accepted;    /* connections admitted */
 	uint64_t refused;     /* closed at accept: the cap was reached, or no memory for the timer */
 	uint64_t timeouts;    /* closed: no complete request within STATS_HTTP_REQUEST_MS */
+	uint64_t no_memory;   /* requests answered 500 for want of memory: for the document, or
+			       * for the reply's body or headers (then evhttp's own page) */
 };
 
 /* A snapshot; any thread (relaxed counters). */

@@ -17,6 +17,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/libmem.h"
+
 struct tlslib_fns tlslib;
 _Static_assert(_Alignof(struct tlslib_fns) == 4096 && sizeof(struct tlslib_fns) % 4096 == 0,
 	       "the table must fill whole 4 KiB pages of its own");
@@ -75,8 +77,12 @@ static int open_crypto(void)
 	if (fail_ret[G_CRYPTO]) {
 		TLSLIB_CRYPTO_FNS(NULLED)
 		dlclose(crypto);
+		return fail_ret[G_CRYPTO];
 	}
-	return fail_ret[G_CRYPTO];
+	/* Before any other call into libcrypto: OpenSSL takes an allocator only before its
+	 * first allocation (core/libmem.h). */
+	libmem_crypto_opened(CRYPTO_set_mem_functions);
+	return 0;
 }
 
 static int open_tls(void)

@@ -59,6 +59,7 @@ int tlslib_load(unsigned what, char *err, size_t errlen);
 	X(BIO_set_data) \
 	X(BIO_set_flags) \
 	X(BIO_set_init) \
+	X(CRYPTO_set_mem_functions) \
 	X(ERR_clear_error) \
 	X(ERR_peek_error) \
 	X(EVP_CIPHER_CTX_ctrl) \
@@ -127,7 +128,7 @@ int tlslib_load(unsigned what, char *err, size_t errlen);
 	X(nghttp2_session_callbacks_set_on_header_callback) \
 	X(nghttp2_session_callbacks_set_on_stream_close_callback) \
 	X(nghttp2_session_callbacks_set_send_callback) \
-	X(nghttp2_session_client_new2) \
+	X(nghttp2_session_client_new3) \
 	X(nghttp2_session_del) \
 	X(nghttp2_session_get_remote_settings) \
 	X(nghttp2_session_mem_recv) \
@@ -171,6 +172,7 @@ extern struct tlslib_fns tlslib;
 #define BIO_set_data (tlslib.p_BIO_set_data)
 #define BIO_set_flags (tlslib.p_BIO_set_flags)
 #define BIO_set_init (tlslib.p_BIO_set_init)
+#define CRYPTO_set_mem_functions (tlslib.p_CRYPTO_set_mem_functions)
 #define ERR_clear_error (tlslib.p_ERR_clear_error)
 #define ERR_peek_error (tlslib.p_ERR_peek_error)
 #define EVP_CIPHER_CTX_ctrl (tlslib.p_EVP_CIPHER_CTX_ctrl)
@@ -235,7 +237,7 @@ extern struct tlslib_fns tlslib;
 #define nghttp2_session_callbacks_set_on_header_callback (tlslib.p_nghttp2_session_callbacks_set_on_header_callback)
 #define nghttp2_session_callbacks_set_on_stream_close_callback (tlslib.p_nghttp2_session_callbacks_set_on_stream_close_callback)
 #define nghttp2_session_callbacks_set_send_callback (tlslib.p_nghttp2_session_callbacks_set_send_callback)
-#define nghttp2_session_client_new2 (tlslib.p_nghttp2_session_client_new2)
+#define nghttp2_session_client_new3 (tlslib.p_nghttp2_session_client_new3)
 #define nghttp2_session_del (tlslib.p_nghttp2_session_del)
 #define nghttp2_session_get_remote_settings (tlslib.p_nghttp2_session_get_remote_settings)
 #define nghttp2_session_mem_recv (tlslib.p_nghttp2_session_mem_recv)

@@ -35,6 +35,7 @@
 
 #include "core/clock.h"
 #include "core/flow.h"
+#include "core/libmem.h"
 #include "core/tlslib.h"
 #include "outbound/outbound.h"
 
@@ -104,6 +105,8 @@ struct dns_doh {
 	char path[DNS_DOH_PATH_MAX + 1];
 	char authority[AUTHORITY_MAX + 1];
 	SSL_CTX *ctx;
+	bool ctx_stale;                /* made again before the next connection */
+	char *ca;                      /* the trust anchors' file, NULL: the system's */
 	uint32_t timeout_ms, tries, idle_ms;
 	struct dq_list wait, done;
 	size_t asks;
@@ -117,6 +120,7 @@ struct dns_doh {
 };
 
 static void pump(struct dns_doh *d);
+static int tls_ctx_new(struct dns_doh *d);
 
 /* ---- lists ---- */
 
@@ -230,6 +234,7 @@ static void destroy(struct dns_doh *d)
 	if (d->kick)
 		event_free(d->kick);
 	SSL_CTX_free(d->ctx);
+	free(d->ca);
 	free(d);
 }
 
@@ -494,7 +499,7 @@ static int h2_start(struct dns_doh *d)
 	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, h2_on_data);
 	nghttp2_session_callbacks_set_on_stream_close_callback(cbs, h2_on_close);
 	nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, h2_on_frame);
-	rv = nghttp2_session_client_new2(&d->l.h2, cbs, d, opt);
+	rv = nghttp2_session_client_new3(&d->l.h2, cbs, d, opt, libmem_nghttp2());
 	nghttp2_session_callbacks_del(cbs);
 	nghttp2_option_del(opt);
 	if (rv != 0)
@@ -566,11 +571,27 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 	link_lost(d, d->l.err);
 }
 
+/* Whether a failed OpenSSL call ran out of memory: an allocation of OpenSSL's was refused
+ * since refusals was read (core/libmem.h), or OpenSSL reports one. The queue is left as is. */
+static bool tls_nomem(uint64_t refusals)
+{
+	return libmem_refusals() != refusals ||
+	       ERR_GET_REASON(ERR_peek_error()) == ERR_R_MALLOC_FAILURE;
+}
+
+/* The same for an nghttp2 call that returned rv (h2_send's SSL_write runs inside one). */
+static bool h2_nomem(int rv, uint64_t refusals)
+{
+	return rv == NGHTTP2_ERR_NOMEM || tls_nomem(refusals);
+}
+
 /* Read what TLS has, feed it to the session, send what the session has. 0, or the error
  * that loses the connection. */
 static int h2_io(struct dns_doh *d)
 {
 	struct link *l = &d->l;
+	uint64_t refusals = libmem_refusals();
+	ssize_t rv;
 	int i, n, e;
 
 	l->wblocked = false;
@@ -579,8 +600,8 @@ static int h2_io(struct dns_doh *d)
 		n = SSL_read(l->ssl, d->rbuf, sizeof(d->rbuf));
 		if (n > 0) {
 			l->rx++;
-			if (nghttp2_session_mem_recv(l->h2, d->rbuf, (size_t)n) < 0)
-				return -EPROTO;
+			if ((rv = nghttp2_session_mem_recv(l->h2, d->rbuf, (size_t)n)) < 0)
+				return h2_nomem((int)rv, refusals) ? -ENOMEM : -EPROTO;
 			continue;
 		}
 		e = SSL_get_error(l->ssl, n);
@@ -590,12 +611,14 @@ static int h2_io(struct dns_doh *d)
 			l->wblocked = true;
 			break;
 		}
+		if (tls_nomem(refusals))
+			return -ENOMEM;
 		return e == SSL_ERROR_SSL ? -EPROTO : -ECONNRESET;
 	}
 	if (i == READS_PER_EVENT)
 		event_active(l->rev, EV_READ, 1);  /* more may be buffered inside TLS */
-	if (nghttp2_session_send(l->h2) != 0)
-		return -ECONNRESET;
+	if ((rv = nghttp2_session_send(l->h2)) != 0)
+		return h2_nomem((int)rv, refusals) ? -ENOMEM : -ECONNRESET;
 	/* Both false: the session is over (a GOAWAY and every stream done, or a fatal error). */
 	if (!nghttp2_session_want_read(l->h2) && !nghttp2_session_want_write(l->h2))
 		return -ECONNRESET;
@@ -643,6 +666,7 @@ static void tls_up(struct dns_doh *d)
 static void tls_step(struct dns_doh *d)
 {
 	struct link *l = &d->l;
+	uint64_t refusals = libmem_refusals();
 	int r, e;
 
 	ERR_clear_error();
@@ -660,6 +684,12 @@ static void tls_step(struct dns_doh *d)
 	if (e == SSL_ERROR_WANT_WRITE) {
 		if (event_add(l->wev, NULL) != 0)
 			link_lost(d, -ENOMEM);  /* the handshake could never go on */
+		return;
+	}
+	if (tls_nomem(refusals)) {
+		ERR_clear_error();
+		d->ctx_stale = true;    /* see tls_new */
+		link_lost(d, -ENOMEM);  /* no memory for the handshake: no fault of the server's */
 		return;
 	}
 	if (e == SSL_ERROR_SYSCALL || e == SSL_ERROR_ZERO_RETURN ||
@@ -689,7 +719,18 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
 static int tls_new(struct dns_doh *d)
 {
 	struct link *l = &d->l;
+	int ret;
 
+	/* A handshake OpenSSL had no memory for may have left a certificate of the context's
+	 * store marked invalid for good (OpenSSL caches the outcome of a certificate's first
+	 * check, a failed allocation included): the next connection gets a fresh context. */
+	if (d->ctx_stale) {
+		SSL_CTX_free(d->ctx);
+		d->ctx = NULL;
+		if ((ret = tls_ctx_new(d)) != 0)
+			return ret == -ENOMEM ? ret : -EKEYREJECTED;
+		d->ctx_stale = false;
+	}
 	if (!(l->ssl = SSL_new(d->ctx)) || SSL_set_fd(l->ssl, l->fd) != 1)
 		return -ENOMEM;
 	if (d->host_is_ip) {
@@ -922,9 +963,10 @@ static int load_ca(SSL_CTX *ctx, const char *path)
 	return ret ? ret : n ? 0 : -EINVAL;
 }
 
-static int tls_ctx_new(struct dns_doh *d, const char *ca)
+static int tls_ctx_new(struct dns_doh *d)
 {
 	static const unsigned char alpn[] = { 2, 'h', '2' };
+	uint64_t refusals = libmem_refusals();
 	int ret = -ENOMEM;
 
 	if (!(d->ctx = SSL_CTX_new(TLS_client_method())))
@@ -937,12 +979,22 @@ static int tls_ctx_new(struct dns_doh *d, const char *ca)
 	SSL_CTX_set_verify(d->ctx, SSL_VERIFY_PEER, NULL);
 	SSL_CTX_set_mode(d->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
 			 SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
-	if (ca)
-		ret = load_ca(d->ctx, ca);
+	if (d->ca)
+		ret = load_ca(d->ctx, d->ca);
 	else
 		ret = SSL_CTX_set_default_verify_paths(d->ctx) == 1 ? 0 : -EINVAL;
 out:
+	/* A refusal is a failure, whatever OpenSSL made of it: a certificate left out of the
+	 * store, or kept with a key it had no memory to decode (every handshake would then fail
+	 * verification for the context's life), an ALPN list not set. */
+	if (ret != -ENOMEM && (libmem_refusals() != refusals ||
+			       ERR_GET_REASON(ERR_peek_error()) == ERR_R_MALLOC_FAILURE))
+		ret = -ENOMEM;
 	ERR_clear_error();
+	if (ret != 0) {
+		SSL_CTX_free(d->ctx);
+		d->ctx = NULL;
+	}
 	return ret;
 }
 
@@ -1005,7 +1057,10 @@ int dns_doh_new(struct event_base *base, const struct dns_doh_config *cfg, struc
 	d->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : DNS_DOH_TIMEOUT_MS;
 	d->tries = cfg->tries ? cfg->tries : DNS_DOH_TRIES;
 	d->idle_ms = cfg->idle_ms ? cfg->idle_ms : DNS_DOH_IDLE_MS;
-	if ((ret = set_target(d, cfg)) != 0 || (ret = tls_ctx_new(d, cfg->ca)) != 0)
+	if ((ret = set_target(d, cfg)) != 0)
+		goto fail;
+	ret = -ENOMEM;
+	if ((cfg->ca && !(d->ca = strdup(cfg->ca))) || (ret = tls_ctx_new(d)) != 0)
 		goto fail;
 	ret = -ENOMEM;
 	if (!(d->idle = evtimer_new(base, on_idle, d)) ||

@@ -39,6 +39,7 @@
 
 #include "core/clock.h"
 #include "core/flow.h"
+#include "core/libmem.h"
 #include "core/tlslib.h"
 #include "outbound/outbound.h"
 
@@ -93,6 +94,7 @@ struct link {
 	uint8_t wbuf[WBUF_LEN];        /* frames not written yet */
 	size_t wlen;
 	uint64_t rx;                   /* answers received on this connection */
+	uint64_t refusals;             /* tls: libmem_refusals() when this event's work began */
 	struct uq_list sent;
 };
 
@@ -112,7 +114,9 @@ struct dns_upstream {
 	struct event *kick;            /* reports a FAILED link from the loop */
 	struct link l;
 	SSL_CTX *tls;                  /* tls: certificates checked against ca or the system's */
+	bool tls_stale;                /* tls: made again before the next connection */
 	BIO_METHOD *bio;               /* tls: our socket BIO */
+	char *ca;                      /* tls: the trust anchors' file, NULL: the system's */
 	char sni[254];
 	struct dns_upstream_stats st;
 	uint8_t ubuf[UDP_BUF_LEN];
@@ -215,6 +219,7 @@ static void destroy(struct dns_upstream *u)
 		SSL_CTX_free(u->tls);
 	if (u->bio)
 		BIO_meth_free(u->bio);
+	free(u->ca);
 	free(u);
 }
 
@@ -564,8 +569,54 @@ static long on_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
 	return cmd == BIO_CTRL_FLUSH;  /* nothing buffered here; no other control applies */
 }
 
+/* Whether a failed OpenSSL call ran out of memory: an allocation of OpenSSL's was refused
+ * since refusals was read (core/libmem.h), or OpenSSL reports one. Its error queue is left as
+ * it is. */
+static bool tls_nomem(uint64_t refusals)
+{
+	return libmem_refusals() != refusals ||
+	       ERR_GET_REASON(ERR_peek_error()) == ERR_R_MALLOC_FAILURE;
+}
+
 /* The upstream's SSL_CTX (peer verified, TLS 1.2 at least, trust anchors from ca or the
- * system's store) and BIO method. */
+ * system's store): 0, -ENOMEM, or -EINVAL (ca is not a PEM file with a certificate). */
+static int tls_ctx(struct dns_upstream *u)
+{
+	uint64_t refusals = libmem_refusals();
+
+	if (!(u->tls = SSL_CTX_new(TLS_client_method())) ||
+	    SSL_CTX_set_min_proto_version(u->tls, TLS1_2_VERSION) != 1)
+		goto nomem;
+	SSL_CTX_set_verify(u->tls, SSL_VERIFY_PEER, NULL);
+	/* wbuf moves (memmove) and grows between a WANT_WRITE and the retry. */
+	SSL_CTX_set_mode(u->tls, SSL_MODE_ENABLE_PARTIAL_WRITE |
+			 SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+	/* A close without close_notify is a close: the framing shows a cut answer anyway. */
+	SSL_CTX_set_options(u->tls, SSL_OP_IGNORE_UNEXPECTED_EOF);
+#endif
+	if (u->ca ? SSL_CTX_load_verify_locations(u->tls, u->ca, NULL) != 1 :
+		    SSL_CTX_set_default_verify_paths(u->tls) != 1) {
+		if (tls_nomem(refusals))
+			goto nomem;
+		ERR_clear_error();
+		return -EINVAL;
+	}
+	/* A refusal OpenSSL got over is a failure all the same: it keeps a certificate whose key
+	 * it had no memory to decode (as one of a key type it does not know), and every
+	 * handshake would then fail verification for the context's life. */
+	if (libmem_refusals() != refusals)
+		goto nomem;
+	return 0;
+nomem:
+	ERR_clear_error();
+	if (u->tls)
+		SSL_CTX_free(u->tls);
+	u->tls = NULL;
+	return -ENOMEM;
+}
+
+/* The upstream's SSL_CTX and BIO method. */
 static int tls_setup(struct dns_upstream *u, const struct dns_upstream_config *cfg)
 {
 	size_t n = cfg->sni ? strlen(cfg->sni) : 0;
@@ -578,30 +629,15 @@ static int tls_setup(struct dns_upstream *u, const struct dns_upstream_config *c
 	memcpy(u->sni, cfg->sni, n + 1);
 	if (cfg->ca && access(cfg->ca, R_OK) != 0)
 		return -errno;
-	if (!(u->tls = SSL_CTX_new(TLS_client_method())) ||
+	if ((cfg->ca && !(u->ca = strdup(cfg->ca))) ||
 	    !(u->bio = BIO_meth_new(BIO_TYPE_SOURCE_SINK, "twinstack dns")) ||
 	    BIO_meth_set_write(u->bio, on_bio_write) != 1 ||
 	    BIO_meth_set_read(u->bio, on_bio_read) != 1 ||
-	    BIO_meth_set_ctrl(u->bio, on_bio_ctrl) != 1 ||
-	    SSL_CTX_set_min_proto_version(u->tls, TLS1_2_VERSION) != 1)
-		goto nomem;
-	SSL_CTX_set_verify(u->tls, SSL_VERIFY_PEER, NULL);
-	/* wbuf moves (memmove) and grows between a WANT_WRITE and the retry. */
-	SSL_CTX_set_mode(u->tls, SSL_MODE_ENABLE_PARTIAL_WRITE |
-			 SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
-	/* A close without close_notify is a close: the framing shows a cut answer anyway. */
-	SSL_CTX_set_options(u->tls, SSL_OP_IGNORE_UNEXPECTED_EOF);
-#endif
-	if (cfg->ca ? SSL_CTX_load_verify_locations(u->tls, cfg->ca, NULL) != 1 :
-		      SSL_CTX_set_default_verify_paths(u->tls) != 1) {
+	    BIO_meth_set_ctrl(u->bio, on_bio_ctrl) != 1) {
 		ERR_clear_error();
-		return -EINVAL;  /* readable, but not a PEM file with a certificate */
+		return -ENOMEM;
 	}
-	return 0;
-nomem:
-	ERR_clear_error();
-	return -ENOMEM;
+	return tls_ctx(u);
 }
 
 /* The connection's SSL, a client with SNI and the certificate's name to check. */
@@ -609,7 +645,18 @@ static int tls_start(struct dns_upstream *u)
 {
 	struct link *l = &u->l;
 	BIO *b;
+	int ret;
 
+	/* A handshake OpenSSL had no memory for may have left a certificate of the context's
+	 * store marked invalid for good (OpenSSL caches the outcome of a certificate's first
+	 * check, a failed allocation included): the next connection gets a fresh context. */
+	if (u->tls_stale) {
+		SSL_CTX_free(u->tls);
+		u->tls = NULL;
+		if ((ret = tls_ctx(u)) != 0)
+			return ret == -ENOMEM ? ret : -EKEYREJECTED;
+		u->tls_stale = false;
+	}
 	if (!(l->ssl = SSL_new(u->tls)))
 		goto nomem;
 	if (!(b = BIO_new(u->bio)))
@@ -627,10 +674,13 @@ nomem:
 	return -ENOMEM;
 }
 
-/* What a failed SSL call (its return r) means: 0 and *want_write for a WANT_*, else -errno. */
+/* What a failed SSL call (its return r) means: 0 and *want_write for a WANT_*, else -errno;
+ * -ENOMEM when OpenSSL ran out of memory during this event's work (a certificate it had no
+ * memory to check, say), which is no fault of the server's. */
 static int tls_err(struct link *l, int r, bool *want_write)
 {
 	int e = SSL_get_error(l->ssl, r);
+	bool nomem = tls_nomem(l->refusals);
 
 	ERR_clear_error();
 	if (e == SSL_ERROR_WANT_READ)
@@ -639,6 +689,8 @@ static int tls_err(struct link *l, int r, bool *want_write)
 		*want_write = true;
 		return 0;
 	}
+	if (nomem)
+		return -ENOMEM;
 	if (l->state == LINK_HANDSHAKE && SSL_get_verify_result(l->ssl) != X509_V_OK)
 		return -EKEYREJECTED;
 	return e == SSL_ERROR_SYSCALL || e == SSL_ERROR_ZERO_RETURN ? -ECONNRESET : -EPROTO;
@@ -693,13 +745,17 @@ static void on_tls_io(evutil_socket_t fd, short what, void *arg)
 	bool want_write = false;
 	int err;
 
+	l->refusals = libmem_refusals();
 	if (l->state == LINK_HANDSHAKE) {
 		int r = SSL_do_handshake(l->ssl);
 
 		if (r == 1) {
 			l->state = LINK_UP;
 		} else if ((err = tls_err(l, r, &want_write)) != 0) {
-			u->st.tls_failures++;
+			if (err == -ENOMEM)
+				u->tls_stale = true;
+			else
+				u->st.tls_failures++;
 			link_lost(u, err);
 			return;
 		} else if (want_write && event_add(l->wev, NULL) != 0) {

@@ -31,7 +31,8 @@
  *      handshake that fails ends the tries in flight on it with -EKEYREJECTED (the certificate
  *      did not verify: untrusted chain, wrong name, expired), -ECONNRESET (closed by the
  *      server) or -EPROTO (anything else: not a TLS server, no common version) and is counted
- *      in tls_failures (a handshake cut short by the try's timeout counts as a timeout); there
+ *      in tls_failures (a handshake cut short by the try's timeout counts as a timeout; one
+ *      OpenSSL had no memory for fails with -ENOMEM and is no TLS failure); there
  *      is never a fallback to plain DNS. Bytes a proxy outbound passed on before our ClientHello cannot be
  *      the server's TLS records: such a connection fails with -EPROTO (counted the same).
  *      DNS over HTTPS (RFC 8484) would be a link of its own: dns_up_kind leaves room for it.

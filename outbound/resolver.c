@@ -298,8 +298,8 @@ static void pend_finish(struct rpend *p)
 			ttl_ms = (int64_t)f->ttl * 1000;
 		if (f->status == ARES_ETIMEOUT)
 			timeout = true;
-		else if (f->status == ARES_ECANCELLED && r->untimed)
-			nomem = true;
+		else if ((f->status == ARES_ECANCELLED && r->untimed) || f->status == ARES_ENOMEM)
+			nomem = true;  /* no fault of the server's */
 		else if (f->status != ARES_SUCCESS && f->status != ARES_ENODATA &&
 			 f->status != ARES_ENOTFOUND)
 			temp = true;
@@ -547,8 +547,8 @@ static int init_channel(struct resolver *r, const struct resolver_config *cfg)
 	if (rc != ARES_SUCCESS)
 		return rc == ARES_ENOMEM ? -ENOMEM : -EIO;
 	ares_set_socket_functions(r->ch, &sock_funcs, r);
-	if (cfg->servers && ares_set_servers_ports_csv(r->ch, cfg->servers) != ARES_SUCCESS)
-		return -EINVAL;
+	if (cfg->servers && (rc = ares_set_servers_ports_csv(r->ch, cfg->servers)) != ARES_SUCCESS)
+		return rc == ARES_ENOMEM ? -ENOMEM : -EINVAL;
 	return 0;
 }
 

@@ -368,6 +368,7 @@ static void add_stats_http(struct ts_proxy *p, struct stats_doc *d)
 	stats_doc_add_u64(d, "stats_http.connections", STATS_GAUGE, hs.connections);
 	stats_doc_counter(d, "stats_http.refused", hs.refused);
 	stats_doc_counter(d, "stats_http.timeouts", hs.timeouts);
+	stats_doc_counter(d, "stats_http.no_memory", hs.no_memory);
 }
 
 /* throughput.*: bits per second over the window since the newest sample at least a second old

@@ -1,6 +1,8 @@
 /* failalloc.c — the allocation wrappers of failalloc.h (linked with -Wl,--wrap=...). */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <execinfo.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -9,6 +11,7 @@
 
 #include <event2/event.h>
 
+#include "core/libmem.h"
 #include "failalloc.h"
 #include "testutil.h"
 
@@ -148,6 +151,31 @@ long failalloc_sweep(void (*scenario)(void *arg, bool sweep), void *arg, long mi
 	return n - 1;
 }
 
+long failalloc_sweep_stride(void (*scenario)(void *arg, bool sweep), void *arg, long min,
+			    long runs)
+{
+	long total, stride, n;
+
+	failalloc_arm(LONG_MAX); /* counts, never reached */
+	scenario(arg, false);
+	total = failalloc_seen();
+	failalloc_arm(0);
+	CHECK_LEAKS();
+	cr_assert_gt(total, min, "the scenario made %ld allocations, fewer than %ld (is the "
+		     "wrapping linked?)", total, min);
+	stride = total / runs > 1 ? total / runs : 1;
+	for (n = 1; n <= 2 * total; n += stride) {
+		failalloc_arm(n);
+		scenario(arg, true);
+		failalloc_arm(0);
+		CHECK_LEAKS();
+		if (!failalloc_fired())
+			break;
+	}
+	cr_assert_leq(n, 2 * total, "the scenario still allocated after %ld refusals", n);
+	return total;
+}
+
 static void on_pad(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd;
@@ -196,4 +224,38 @@ void failalloc_unpad(struct event **pads, int n)
 	for (int i = 0; i < n; i++)
 		event_free(pads[i]);
 	failalloc_hold(false);
+}
+
+/* OpenSSL in a test executable: Criterion's start-up (libgit2, then libssh2) initialises
+ * libcrypto before main, so core/tlslib.c's hand-over to core/libmem.c when it opens the
+ * library comes after OpenSSL's first allocation, and OpenSSL refuses it. These functions take
+ * its place, given to OpenSSL before main: once a test has installed libmem they pass each
+ * call to it (the allocations counted there and refusable here, as twinstack runs them), and
+ * before that, or in a test that never installs it, to the C library unwrapped (no refusal
+ * inside OpenSSL, as before). */
+static void *early_malloc(size_t n, const char *file, int line)
+{
+	return libmem_installed() ? libmem_crypto_malloc(n, file, line) : __real_malloc(n);
+}
+
+static void *early_realloc(void *p, size_t n, const char *file, int line)
+{
+	return libmem_installed() ? libmem_crypto_realloc(p, n, file, line) : __real_realloc(p, n);
+}
+
+static void early_free(void *p, const char *file, int line)
+{
+	if (libmem_installed())
+		libmem_crypto_free(p, file, line);
+	else
+		free(p);
+}
+
+__attribute__((constructor)) static void openssl_early(void)
+{
+	libmem_crypto_set_fn set = (libmem_crypto_set_fn)dlsym(RTLD_DEFAULT,
+							       "CRYPTO_set_mem_functions");
+
+	if (set)
+		(void)set(early_malloc, early_realloc, early_free);
 }

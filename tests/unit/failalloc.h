@@ -4,8 +4,10 @@
  * aligned_alloc and strdup (tests/tests.cmake): every call to them from the project's objects
  * and the test's own goes through the wrappers in failalloc.c, which pass it on (to ASan's
  * allocator in the ASan tree, so LeakSanitizer still sees everything) unless it is the one
- * armed to fail. Shared libraries (libevent, c-ares, cJSON) are not wrapped: what is tested is
- * how this project's code meets a refused allocation of its own.
+ * armed to fail. Shared libraries (libevent, c-ares, OpenSSL, nghttp2, cJSON) are not wrapped:
+ * what is tested is how this project's code meets a refused allocation of its own, and of a
+ * library's that allocates through the project's allocator (libevent once core/evmem.h is
+ * installed; c-ares, OpenSSL and nghttp2 once core/libmem.h is).
  *
  * With FAILALLOC_TRACE set in the environment, each refusal prints its call stack (stderr).
  *
@@ -71,5 +73,13 @@ int failalloc_fill_timers(struct event_base *base, struct event **pads, int max)
  * allocations the scenario makes, and fails the test when it is below min (the wrapping not
  * linked, or a scenario that no longer reaches what it was written for). */
 long failalloc_sweep(void (*scenario)(void *arg, bool sweep), void *arg, long min, long max);
+
+/* The same for a scenario with too many allocations to refuse each in turn (a TLS handshake's
+ * inside OpenSSL, with core/libmem.h installed): the unarmed run counts them (total), then
+ * about `runs` runs refuse one each, spread evenly: the first, and every stride-th after it
+ * (stride = total / runs, at least 1), until one the scenario never reached. Each run checks
+ * as failalloc_sweep's do. Returns total; fails the test when it is below min. */
+long failalloc_sweep_stride(void (*scenario)(void *arg, bool sweep), void *arg, long min,
+			    long runs);
 
 #endif

@@ -36,6 +36,7 @@
 #include "dns/doh.h"
 #include "dns/server.h"
 #include "core/evmem.h"
+#include "core/libmem.h"
 #include "failalloc.h"
 #include "testutil.h"
 
@@ -1161,6 +1162,30 @@ Test(dns_doh, each_allocation_refused_in_turn)
 
 	fx_start(&f, 100);
 	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &f, 4, 200));
+	fx_stop(&f);
+}
+
+/* The same with OpenSSL and nghttp2 allocating through the project's allocator
+ * (core/libmem.h), as twinstack runs them: the context, each handshake and record, the HTTP/2
+ * session's frames, streams and header tables. Too many to refuse each in turn: about 1000
+ * runs refuse one each, spread evenly over the scenario, the project's own among them (those
+ * are refused each in turn above), nghttp2's few at least once. A refusal inside a library
+ * must end as one of the project's does: -ENOMEM, never a TLS failure, a bad answer or a
+ * hang. */
+Test(dns_doh, allocations_inside_openssl_and_nghttp2_refused_spread)
+{
+	struct libmem_stats ls;
+	struct fx f;
+
+	cr_assert_eq(libmem_install(), 0);
+	fx_start(&f, 100);
+	cr_log_info("%ld allocations, about 1000 refused",
+		    failalloc_sweep_stride(nomem_scenario, &f, 500, 1000));
+	libmem_get_stats(LIBMEM_OPENSSL, &ls);
+	cr_assert_gt(ls.refused, 0, "no refusal reached OpenSSL");
+	libmem_get_stats(LIBMEM_NGHTTP2, &ls);
+	cr_log_info("%llu of nghttp2's refused", (unsigned long long)ls.refused);
+	cr_assert_gt(ls.refused, 0, "no refusal reached nghttp2");
 	fx_stop(&f);
 }
 

@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "core/evmem.h"
+#include "core/libmem.h"
 #include "failalloc.h"
 #include "fakedns.h"
 #include "outbound/resolver.h"
@@ -648,8 +649,10 @@ Test(resolver, each_allocation_refused_in_turn)
 {
 	struct fixture fx;
 
-	/* libevent allocates through the project's allocator, as twinstack runs it. */
+	/* libevent and c-ares allocate through the project's allocator, as twinstack runs them:
+	 * c-ares' own allocations are refused in turn too. */
 	cr_assert_eq(evmem_install(), 0);
+	cr_assert_eq(libmem_install(), 0);
 
 	fx_start(&fx, TABLE);
 	cr_log_info("%ld allocations refused in turn", failalloc_sweep(nomem_scenario, &fx, 10,
@@ -707,6 +710,7 @@ Test(resolver, silent_with_libevent_allocations_refused_in_turn)
 	static const int pads[] = { 0, 8 };
 
 	cr_assert_eq(evmem_install(), 0);
+	cr_assert_eq(libmem_install(), 0);
 	for (size_t i = 0; i < sizeof(pads) / sizeof(pads[0]); i++) {
 		struct silent_fx o = { pads[i] };
 

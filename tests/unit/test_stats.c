@@ -713,6 +713,13 @@ static void accept_scenario(void *arg, bool sweep)
 	buf[got] = '\0';
 	cr_assert(sweep || strncmp(buf, "HTTP/1.0 200", 12) == 0 || strncmp(buf, "HTTP/1.1 200", 12) == 0,
 		  "%s", buf);
+	/* A document goes with all of its headers, or a 500 (counted) goes instead. */
+	if (strstr(buf, " 200 "))
+		cr_assert(strstr(buf, "Content-Type: " STATS_HTTP_CT_JSON "\r\n") &&
+			  strstr(buf, "Content-Length: ") && strstr(buf, "Cache-Control: no-store\r\n"),
+			  "a document without one of its headers: %s", buf);
+	stats_http_stats(http, &st);
+	cr_assert_eq(st.no_memory, strstr(buf, " 500 ") ? 1u : 0u, "%s", buf);
 	close(fd);
 	end = ts_now_ns() + 1000 * TS_NS_PER_MS;
 	do {

@@ -70,7 +70,7 @@ Test(tlslib, crypto_alone_leaves_tls_closed)
 	cr_assert_eq(tls_unset(), N_TLS);
 	cr_assert(!mapped("/libssl.so") && !mapped("/libnghttp2.so"), "TLS libraries not opened");
 	cr_assert_null(tlslib.p_SSL_CTX_new);
-	cr_assert_null(tlslib.p_nghttp2_session_client_new2);
+	cr_assert_null(tlslib.p_nghttp2_session_client_new3);
 	cr_assert_eq(tlslib_load(TLSLIB_CRYPTO, NULL, 0), 0, "again");
 }
 
