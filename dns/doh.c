@@ -112,6 +112,8 @@ struct dns_doh {
 	size_t asks;
 	unsigned busy;                 /* a callback is running */
 	bool dying;                    /* freed from a callback: destroy when it returns */
+	bool sending;                  /* inside nghttp2_session_send */
+	uint64_t send_refusals;        /* libmem_refusals() when that send began */
 	struct event *idle;            /* closes the idle connection */
 	struct event *kick;            /* reports a FAILED link from the loop */
 	struct link l;
@@ -415,6 +417,20 @@ static int h2_on_data(nghttp2_session *s, uint8_t flags, int32_t sid, const uint
 static void stream_done(struct dns_doh *d, struct dns_doh_q *q, uint32_t error_code)
 {
 	q->stream_id = -1;
+	if (error_code == NGHTTP2_REFUSED_STREAM && d->sending) {
+		/* Refused by nghttp2 itself, not by the server: its request could not be sent
+		 * (nghttp2 found no memory to encode it, the session is going away). Never the
+		 * server's refusal; given back once per try, as a server's is, and then ended, so
+		 * that a loop short of memory does not open connection after connection. */
+		if (!q->refused_once) {
+			q->refused_once = true;
+			try_refund(q);
+			return;
+		}
+		d->st.errors++;
+		try_end(q, libmem_refusals() != d->send_refusals ? -ENOMEM : -ECONNREFUSED);
+		return;
+	}
 	if (error_code == NGHTTP2_REFUSED_STREAM) {
 		/* RFC 9113 section 8.7: the server did not process it; safe to ask again, the try
 		 * given back. Once per try: refused again, the server refuses outright (overloaded,
@@ -617,7 +633,11 @@ static int h2_io(struct dns_doh *d)
 	}
 	if (i == READS_PER_EVENT)
 		event_active(l->rev, EV_READ, 1);  /* more may be buffered inside TLS */
-	if ((rv = nghttp2_session_send(l->h2)) != 0)
+	d->sending = true;
+	d->send_refusals = libmem_refusals();
+	rv = nghttp2_session_send(l->h2);
+	d->sending = false;
+	if (rv != 0)
 		return h2_nomem((int)rv, refusals) ? -ENOMEM : -ECONNRESET;
 	/* Both false: the session is over (a GOAWAY and every stream done, or a fatal error). */
 	if (!nghttp2_session_want_read(l->h2) && !nghttp2_session_want_write(l->h2))
