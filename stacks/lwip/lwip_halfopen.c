@@ -22,6 +22,7 @@
 struct lwip_halfopen_entry {
 	struct flow_key key;
 	struct lwip_halfopen *h;
+	struct tcp_pcb *pcb; /* the handshake's (NULL: entered by lwip_halfopen_add alone) */
 	uint32_t next;   /* the next entry of its bucket or of the free list, plus one; 0: none */
 	uint32_t bucket; /* its bucket, while entered */
 };
@@ -113,6 +114,7 @@ struct lwip_halfopen_entry *lwip_halfopen_add(struct lwip_halfopen *h, const str
 	e = &h->e[i - 1];
 	h->free = e->next;
 	e->key = *k;
+	e->pcb = NULL;
 	e->bucket = b;
 	e->next = h->buckets[b];
 	h->buckets[b] = i;
@@ -195,6 +197,7 @@ static err_t on_passive_open(u8_t id, struct tcp_pcb_listen *lpcb, struct tcp_pc
 	assert(e);
 	if (!e)
 		return ERR_OK;
+	e->pcb = cpcb;
 	h->opening = e;
 	tcp_ext_arg_set_callbacks(cpcb, id, &pcb_callbacks);
 	tcp_ext_arg_set(cpcb, id, e);
@@ -211,6 +214,18 @@ void lwip_halfopen_watch(struct lwip_halfopen *h, struct tcp_pcb *listener)
 		return;
 	tcp_ext_arg_set_callbacks(listener, ext_id, &listener_callbacks);
 	tcp_ext_arg_set(listener, ext_id, h);
+}
+
+bool lwip_halfopen_abandon(struct lwip_halfopen *h, const struct flow_key *k)
+{
+	struct lwip_halfopen_entry *e;
+
+	assert(!h->opening);
+	if (!h->count || !(e = find(h, k, bucket_of(h, k))) || !e->pcb)
+		return false;
+	/* on_destroyed removes e before tcp_abandon returns. */
+	tcp_abandon(e->pcb, 0);
+	return true;
 }
 
 void lwip_halfopen_accepted(struct lwip_halfopen *h, struct tcp_pcb *pcb)

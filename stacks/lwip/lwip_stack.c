@@ -82,6 +82,9 @@ _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
 	X(session_setup_failed)                                                                \
 	X(syn_rcvd_evicted)   /* half-open connections dropped to let new SYNs in (flood) */ \
 	X(syn_rcvd_yielded)   /* ... from elsewhere, dropped for a local application's SYN */  \
+	X(syn_rcvd_refused)   /* half-open connections let go at once: a repeated SYN of */    \
+	                      /* theirs was refused by the session budget (its RST ended */     \
+	                      /* the client's connection) */                                    \
 	X(drop_backlog_full)  /* a SYN the full backlog refuses (nothing old enough to evict) */ \
 	X(big_conns)          /* connections that build large segments (lwip_bigseg.h) */     \
 	X(big_to_wire)        /* ... of them sent back toward MSS-sized ones by a retransmission */ \
@@ -1044,6 +1047,15 @@ static bool syn_held(const struct lwip_stack *st, const struct pkt_view *v)
 	return lwip_halfopen_holds(st->halfopen, &k);
 }
 
+/* Let go of the handshake lwIP holds that v, a SYN, repeats, if any (lwip_halfopen_abandon). */
+static bool syn_abandon(struct lwip_stack *st, const struct pkt_view *v)
+{
+	struct flow_key k;
+
+	pkt_flow_key(v, &k);
+	return lwip_halfopen_abandon(st->halfopen, &k);
+}
+
 static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 				  const struct pkt_meta *meta, size_t *out_len, bool *plain)
 {
@@ -1056,10 +1068,14 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 		return drop(&st->ctr.drop_parse[PKT_V4_BAD_CSUM]);
 	/* Admission is decided at the SYN, as the system stack's app sees it: lwIP would
 	 * complete the handshake before its accept callback could refuse. The permit itself is
-	 * taken at accept (a handshake that never completes holds none). */
+	 * taken at accept (a handshake that never completes holds none). A refused SYN that
+	 * repeats a handshake lwIP holds ends that handshake for its client (the RST acknowledges
+	 * the SYN): lwIP lets go of it too, sending nothing, and its backlog place is free. */
 	if (syn && !budget_tcp_would_admit(st->env.budget)) {
 		ctr_inc(&st->ctr.admission_refused);
 		budget_tcp_count_refusal(st->env.budget);
+		if (st->halfopen && syn_abandon(st, v))
+			ctr_inc(&st->ctr.syn_rcvd_refused);
 		*out_len = rewrite_tcp_rst(v);
 		*plain = true;
 		return DRIVER_WRITE;
