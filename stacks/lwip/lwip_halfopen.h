@@ -7,7 +7,9 @@
  * first and lets a repetition through, which needs no room. Under a SYN flood every SYN the
  * full backlog refuses asks, so the answer must not walk lwIP's pcb list. A repetition the
  * session budget refuses gets a RST, which ends its client's connection: the stack lets go of
- * the handshake through the index (lwip_halfopen_abandon), which keeps each one's pcb.
+ * the handshake through the index (lwip_halfopen_abandon), which keeps each one's pcb. The
+ * SYN-flood eviction lists the handshakes from it too (lwip_halfopen_pcbs, in the order they
+ * were opened), instead of walking lwIP's active pcbs, which are mostly established ones.
  *
  * lwIP reports every change through an extension argument (lwipopts.h): the listener's
  * passive-open callback enters each new handshake (before lwIP queues its SYN-ACK), the
@@ -64,6 +66,9 @@ void lwip_halfopen_accepted(struct lwip_halfopen *h, struct tcp_pcb *pcb);
 bool lwip_halfopen_input_end(struct lwip_halfopen *h);
 /* Handshakes held now. */
 unsigned lwip_halfopen_count(const struct lwip_halfopen *h);
+/* The pcbs of the handshakes h holds, newest first (the order lwIP opened them), at most max
+ * of them into pcbs; returns how many. Borrowed: valid until lwIP frees one. */
+unsigned lwip_halfopen_pcbs(const struct lwip_halfopen *h, struct tcp_pcb **pcbs, unsigned max);
 
 /* The key of pcb's connection as pkt_flow_key makes it from the client's segments: the
  * client (pcb's remote end) is src. */

@@ -869,10 +869,13 @@ static struct pbuf *input_pbuf(struct lwip_stack *st, const struct pkt_view *v, 
  * and drops every SYN while it is full: 255 spoofed SYNs, which never complete, would lock
  * every application out until they time out (lwIP's TCP_SYN_RCVD_TIMEOUT, 20 s). When a SYN
  * finds the backlog full, the older half of the evictable half-open connections goes, without
- * a RST (their sources may be spoofed). lwIP keeps new pcbs at the front of its active list, so
- * the older ones are the last found. A real handshake completes within a round trip on this
- * hop; even at 20,000 spoofed SYNs a second from many sources a new connection keeps its place
- * for about 255 SYNs (about 12 ms), and one scan of the list serves 128 SYNs.
+ * a RST (their sources may be spoofed). Older is opened earlier: the index of the held
+ * handshakes (lwip_halfopen.h) lists them in the order lwIP opened them, so a scan costs the
+ * backlog, not a walk of lwIP's active pcbs (every established connection; lwIP also moves a
+ * pcb to that list's front at each segment, so its order is not the handshakes' age). A real
+ * handshake completes within a round trip on this hop; even at 20,000 spoofed SYNs a second
+ * from many sources a new connection keeps its place for about 255 SYNs (about 12 ms), and one
+ * scan serves 128 SYNs.
  * Evictable: a handshake open SYN_RCVD_STALE_NS, or one open SYN_RCVD_YOUNG_NS whose source
  * address has fewer than SYN_RCVD_HOST_MAX of the backlog. Everything behind a TUN comes from a
  * handful of addresses, and one application may open hundreds of connections together: their
@@ -940,7 +943,7 @@ struct syn_rcvd {
 	struct tcp_pcb *pcb;
 	int64_t age;
 	uint64_t src;
-	uint32_t order; /* position in the active list: 0 is the newest */
+	uint32_t order; /* position in the order lwIP opened them: 0 is the newest */
 	bool own;       /* from the TUN's own address */
 };
 
@@ -1004,18 +1007,17 @@ static size_t evictable(struct syn_rcvd *c, size_t n, int64_t *wait)
 static void evict_syn_rcvd(struct lwip_stack *st, bool for_own)
 {
 	struct syn_rcvd c[SYN_RCVD_SCAN_MAX];
-	struct tcp_pcb_listen *lpcb = (struct tcp_pcb_listen *)st->listener;
-	size_t n = 0, k, oldest = SIZE_MAX;
+	struct tcp_pcb *held[SYN_RCVD_SCAN_MAX];
+	size_t n, k, oldest = SIZE_MAX;
 	int64_t wait;
 
 	if (st->now_ns < st->evict_after_ns && !for_own)
 		return;
-	for (struct tcp_pcb *pcb = tcp_active_pcbs; pcb && n < SYN_RCVD_SCAN_MAX; pcb = pcb->next) {
-		if (pcb->state != SYN_RCVD || pcb->listener != lpcb)
-			continue;
-		c[n] = (struct syn_rcvd){ pcb, handshake_age(st, pcb), source_key(pcb), (uint32_t)n,
-					  from_own_address(st, pcb) };
-		n++;
+	n = lwip_halfopen_pcbs(st->halfopen, held, SYN_RCVD_SCAN_MAX);
+	for (size_t i = 0; i < n; i++) {
+		assert(held[i]->state == SYN_RCVD);
+		c[i] = (struct syn_rcvd){ held[i], handshake_age(st, held[i]), source_key(held[i]),
+					  (uint32_t)i, from_own_address(st, held[i]) };
 	}
 	if ((k = evictable(c, n, &wait)) > 0) {
 		for (size_t i = k / 2; i < k; i++) {

@@ -734,6 +734,29 @@ Test(lwip_stack, a_repeated_syn_refused_by_the_budget_ends_its_held_handshake)
 	tx_discard = true;
 }
 
+/* The older half goes by when each handshake was opened: a repeated SYN (which lwIP answers,
+ * and for which it moves the pcb to the front of its active list) makes a handshake no
+ * younger, since a flood can repeat its SYNs as cheaply as it sends new ones. */
+Test(lwip_stack, a_repeated_syn_leaves_its_handshake_as_old_as_it_was)
+{
+	static uint32_t isn[8];
+	int64_t t = SEC(1);
+
+	teardown();
+	start_backlog(1000, 8);
+	for (uint16_t i = 0; i < 8; i++)
+		cr_assert_neq(isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0, "SYN %u", i);
+	cr_assert_eq(syn_at("10.0.1.1", 20000, t + MS(1)), isn[0], "the first one, repeated");
+	/* Three seconds on, all eight are evictable: the four opened first go, 20000 with them. */
+	cr_assert_neq(syn_at("10.0.2.2", 30000, t + SEC(3)), 0);
+	cr_expect_eq(counter("syn_rcvd_evicted"), 4);
+	ack_at("10.0.1.1", 20000, isn[0], t + SEC(3));
+	cr_expect_eq(n_acc, 0, "the repeated one was evicted");
+	ack_at("10.0.1.1", 20004, isn[4], t + SEC(3));
+	cr_expect_eq(n_acc, 1, "the fifth opened is kept");
+	tx_discard = true;
+}
+
 /* The handshakes the full backlog checks a SYN against are those lwIP holds now: one its
  * client reset, one that completed and one evicted are gone, and a SYN for their tuples is a
  * new handshake, refused while the backlog is full. */
