@@ -30,6 +30,7 @@
 #include "core/log.h"
 #include "core/loopguard.h"
 #include "core/pkt.h"
+#include "dispatch/stream.h"
 #include "dispatch/udp.h"
 #include "stacks/lwip/lwip_stack.h"
 #include "stacks/netstack.h"
@@ -71,6 +72,10 @@ struct bench {
 	char (*names)[64];
 	size_t *name_len;
 	bool *name_hit;
+	struct stream **streams; /* lw_synflood: the established connections' */
+	size_t n_streams;
+	uint8_t last[256];       /* ... and the last packet the stack sent (a SYN-ACK) */
+	uint32_t flood_src;      /* ... the next spoofed source */
 };
 
 struct micro_case {
@@ -602,7 +607,19 @@ static int count_tx(void *arg, const uint8_t *pkt, size_t len)
 	return 0;
 }
 
-static int setup_lw(struct bench *b, int family, uint8_t proto)
+/* count_tx, keeping the last packet too (lw_synflood reads lwIP's ISN from a SYN-ACK). */
+static int keep_tx(void *arg, const uint8_t *pkt, size_t len)
+{
+	struct bench *b = arg;
+
+	b->emitted++;
+	memcpy(b->last, pkt, len < sizeof(b->last) ? len : sizeof(b->last));
+	return 0;
+}
+
+/* tcp_sessions 0: the profile's. */
+static int setup_lw_sessions(struct bench *b, int family, uint8_t proto, uint32_t tcp_sessions,
+			     int (*tx)(void *arg, const uint8_t *pkt, size_t len))
 {
 	char err[TS_ERRLEN];
 	int ret;
@@ -617,6 +634,10 @@ static int setup_lw(struct bench *b, int family, uint8_t proto)
 		fprintf(stderr, "twinstack-micro: config: %s\n", err);
 		return ret;
 	}
+	for (int t = 0; t < 3 && tcp_sessions; t++)
+		b->cfg->budget.tcp_sessions[t] = tcp_sessions;
+	for (int t = 0; t < 3 && tcp_sessions; t++)
+		b->cfg->budget.tcp_sessions[t] = tcp_sessions;
 	if ((ret = budget_new(&b->cfg->budget, &b->bud)) != 0)
 		return ret;
 	if (!(b->base = event_base_new()))
@@ -625,7 +646,7 @@ static int setup_lw(struct bench *b, int family, uint8_t proto)
 	if ((ret = loopguard_new(b->gw, b->gw, &b->guard)) != 0)
 		return ret;
 	struct netstack_env env = { .base = b->base, .cfg = b->cfg, .budget = b->bud,
-				    .log = &b->lg, .loopguard = b->guard, .tx = count_tx,
+				    .log = &b->lg, .loopguard = b->guard, .tx = tx,
 				    .tx_arg = b };
 	if ((ret = lwip_stack_ops.start(&env, &b->ns, err, sizeof(err))) != 0) {
 		fprintf(stderr, "twinstack-micro: %s\n", err);
@@ -634,6 +655,11 @@ static int setup_lw(struct bench *b, int family, uint8_t proto)
 	build_input(b, proto);
 	b->expect = proto == IPPROTO_UDP ? DRIVER_UDP : DRIVER_DONE;
 	return 0;
+}
+
+static int setup_lw(struct bench *b, int family, uint8_t proto)
+{
+	return setup_lw_sessions(b, family, proto, 0, count_tx);
 }
 
 static int setup_lw_udp4(struct bench *b) { return setup_lw(b, 4, IPPROTO_UDP); }
@@ -657,6 +683,98 @@ static void run_lw_input(struct bench *b, uint64_t iters)
 	}
 	if (b->expect == DRIVER_DONE && b->emitted - before != iters)
 		die("lwip input: one SYN-ACK per SYN", EINVAL);
+}
+
+/* ---- lwIP: a SYN flood beside many established connections ----------------------------- */
+
+#define FLOOD_CONNS 10000
+#define FLOOD_STEP_NS 1000 /* one spoofed SYN a microsecond */
+#define FLOOD_WARMUP 4000  /* SYNs that fill the backlog and reach the eviction's rhythm */
+
+static void keep_stream(void *arg, const struct flow_key *k, struct stream *s)
+{
+	struct bench *b = arg;
+
+	(void)k;
+	if (b->n_streams == FLOOD_CONNS)
+		die("lw_synflood: more connections than made", EINVAL);
+	b->streams[b->n_streams++] = s;
+}
+
+/* Set a built segment's sequence and acknowledgement numbers, and its checksum again. */
+static void set_seq(uint8_t *p, size_t len, uint32_t seq, uint32_t ack)
+{
+	uint8_t *t = p + 20;
+
+	pkt_put16(t + 4, (uint16_t)(seq >> 16));
+	pkt_put16(t + 6, (uint16_t)seq);
+	pkt_put16(t + 8, (uint16_t)(ack >> 16));
+	pkt_put16(t + 10, (uint16_t)ack);
+	csum_store16(t + TCP_OFF_CSUM, 0);
+	csum_store16(t + TCP_OFF_CSUM,
+		     (uint16_t)~csum_fold(csum_partial(t, len - 20,
+						       csum_pseudo4(p + 12, p + 16, IPPROTO_TCP,
+								    (uint32_t)(len - 20)))));
+}
+
+static void flood_input(struct bench *b)
+{
+	struct pkt_view v;
+	size_t out_len;
+	bool plain;
+
+	if ((int)lwip_stack_ops.input(b->ns, 0, b->pkt, b->len, NULL, b->now, &out_len, &plain,
+				      &v) != DRIVER_DONE)
+		die("lwip input", EINVAL);
+}
+
+/* One spoofed SYN from a source of its own, a microsecond after the last. */
+static void flood_syn(struct bench *b)
+{
+	uint8_t src[16];
+
+	set_addr(src, 4, 0x0b000001 + b->flood_src++);
+	b->len = build_pkt(b->pkt, 4, IPPROTO_TCP, src, b->server, 20000, 443, TCP_SYN, 0);
+	b->now += FLOOD_STEP_NS;
+	flood_input(b);
+}
+
+/* FLOOD_CONNS connections established (10.0.0.0/16 to 1.1.1.1:443, each handshake completed),
+ * then a spread flood that fills the listener's backlog and reaches its eviction's rhythm. */
+static int setup_lw_synflood(struct bench *b)
+{
+	uint8_t src[16];
+	int ret;
+
+	if ((ret = setup_lw_sessions(b, 4, IPPROTO_TCP, 2 * FLOOD_CONNS, keep_tx)) != 0)
+		return ret;
+	if (!(b->streams = calloc(FLOOD_CONNS, sizeof(*b->streams))))
+		return -ENOMEM;
+	lwip_stack_set_accept_hook(b->ns, keep_stream, b);
+	for (uint32_t i = 0; i < FLOOD_CONNS; i++) {
+		set_addr(src, 4, 0x0a000001 + i);
+		b->len = build_pkt(b->pkt, 4, IPPROTO_TCP, src, b->server, 40000, 443, TCP_SYN, 0);
+		b->now += FLOOD_STEP_NS;
+		flood_input(b);
+		uint32_t isn = pkt_get32(b->last + 20 + 4);
+		b->len = build_pkt(b->pkt, 4, IPPROTO_TCP, src, b->server, 40000, 443, TCP_ACK, 0);
+		set_seq(b->pkt, b->len, 2, isn + 1);
+		flood_input(b);
+	}
+	event_base_loop(b->base, EVLOOP_NONBLOCK); /* the accepted connections to keep_stream */
+	if (b->n_streams != FLOOD_CONNS)
+		die("lw_synflood: connections not established", EINVAL);
+	for (int i = 0; i < FLOOD_WARMUP; i++)
+		flood_syn(b);
+	return 0;
+}
+
+/* One iteration: one spoofed SYN (most find the backlog full and are dropped; some make the
+ * eviction scan the half-open connections and get in). */
+static void run_lw_synflood(struct bench *b, uint64_t iters)
+{
+	for (uint64_t i = 0; i < iters; i++)
+		flood_syn(b);
 }
 
 /* ---- domain rules ------------------------------------------------------------------------- */
@@ -728,6 +846,7 @@ static const struct micro_case cases[] = {
 	{ "lw_udp6", "packet", 1, 2000000, setup_lw_udp6, run_lw_input },
 	{ "lw_syn4", "packet", 1, 200000, setup_lw_syn4, run_lw_input },
 	{ "lw_syn6", "packet", 1, 200000, setup_lw_syn6, run_lw_input },
+	{ "lw_synflood", "packet", 1, 20000, setup_lw_synflood, run_lw_synflood },
 	{ "domain_suffix_100k", "lookup", 1, 2000000, setup_domain_suffix, run_domain_suffix },
 };
 #define N_CASES (sizeof(cases) / sizeof(cases[0]))
@@ -742,6 +861,9 @@ static int64_t mono_ns(void)
 static void teardown(struct bench *b)
 {
 	udp_path_free(b->up);
+	for (size_t i = 0; i < b->n_streams; i++)
+		b->streams[i]->ops->abort(b->streams[i]);
+	free(b->streams);
 	if (b->ns)
 		lwip_stack_ops.free(b->ns);
 	if (b->base)

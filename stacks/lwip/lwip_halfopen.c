@@ -1,7 +1,8 @@
 /* lwip_halfopen.c — the index of the handshakes lwIP holds half-open (see lwip_halfopen.h).
  *
  * A chained hash table over a fixed array of entries: a power of two of buckets, at least two
- * per entry, each the index (plus one) of its first entry; free entries on a list of their own.
+ * per entry, each the index (plus one) of its first entry; free entries on a list of their own;
+ * the entries in use also on a doubly linked list in the order they were entered (newest first).
  * Entries never move, so a handshake's pcb carries a pointer to its entry in its extension
  * argument, and lwIP's destroy callback, which gets only that pointer, finds the index through
  * the entry. A pcb whose handshake left the index (accepted) has its pointer cleared first. */
@@ -22,8 +23,10 @@
 struct lwip_halfopen_entry {
 	struct flow_key key;
 	struct lwip_halfopen *h;
+	struct tcp_pcb *pcb; /* the handshake's (NULL: entered by lwip_halfopen_add alone) */
 	uint32_t next;   /* the next entry of its bucket or of the free list, plus one; 0: none */
 	uint32_t bucket; /* its bucket, while entered */
+	uint32_t newer, older; /* its neighbours in the order entered, plus one; 0: none */
 };
 
 struct lwip_halfopen {
@@ -31,6 +34,7 @@ struct lwip_halfopen {
 	unsigned cap, count;
 	uint32_t mask;     /* buckets - 1 */
 	uint32_t free;     /* the first free entry, plus one; 0: none */
+	uint32_t newest;   /* the entry entered last, plus one; 0: none */
 	uint32_t *buckets; /* the first entry of each, plus one; 0: empty */
 	/* The handshake the segment now inside lwIP opened, until lwip_halfopen_input_end; set
 	 * to NULL, and abandoned to true, when its pcb is freed before then. */
@@ -113,9 +117,15 @@ struct lwip_halfopen_entry *lwip_halfopen_add(struct lwip_halfopen *h, const str
 	e = &h->e[i - 1];
 	h->free = e->next;
 	e->key = *k;
+	e->pcb = NULL;
 	e->bucket = b;
 	e->next = h->buckets[b];
 	h->buckets[b] = i;
+	e->newer = 0;
+	e->older = h->newest;
+	if (h->newest)
+		h->e[h->newest - 1].newer = i;
+	h->newest = i;
 	h->count++;
 	return e;
 }
@@ -130,9 +140,25 @@ void lwip_halfopen_remove(struct lwip_halfopen *h, struct lwip_halfopen_entry *e
 		link = &h->e[*link - 1].next;
 	}
 	*link = e->next;
+	if (e->newer)
+		h->e[e->newer - 1].older = e->older;
+	else
+		h->newest = e->older;
+	if (e->older)
+		h->e[e->older - 1].newer = e->newer;
 	e->next = h->free;
 	h->free = i;
 	h->count--;
+}
+
+unsigned lwip_halfopen_pcbs(const struct lwip_halfopen *h, struct tcp_pcb **pcbs, unsigned max)
+{
+	unsigned n = 0;
+
+	for (uint32_t i = h->newest; i && n < max; i = h->e[i - 1].older)
+		if (h->e[i - 1].pcb)
+			pcbs[n++] = h->e[i - 1].pcb;
+	return n;
 }
 
 unsigned lwip_halfopen_count(const struct lwip_halfopen *h)
@@ -195,6 +221,7 @@ static err_t on_passive_open(u8_t id, struct tcp_pcb_listen *lpcb, struct tcp_pc
 	assert(e);
 	if (!e)
 		return ERR_OK;
+	e->pcb = cpcb;
 	h->opening = e;
 	tcp_ext_arg_set_callbacks(cpcb, id, &pcb_callbacks);
 	tcp_ext_arg_set(cpcb, id, e);
@@ -211,6 +238,18 @@ void lwip_halfopen_watch(struct lwip_halfopen *h, struct tcp_pcb *listener)
 		return;
 	tcp_ext_arg_set_callbacks(listener, ext_id, &listener_callbacks);
 	tcp_ext_arg_set(listener, ext_id, h);
+}
+
+bool lwip_halfopen_abandon(struct lwip_halfopen *h, const struct flow_key *k)
+{
+	struct lwip_halfopen_entry *e;
+
+	assert(!h->opening);
+	if (!h->count || !(e = find(h, k, bucket_of(h, k))) || !e->pcb)
+		return false;
+	/* on_destroyed removes e before tcp_abandon returns. */
+	tcp_abandon(e->pcb, 0);
+	return true;
 }
 
 void lwip_halfopen_accepted(struct lwip_halfopen *h, struct tcp_pcb *pcb)

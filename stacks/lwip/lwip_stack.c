@@ -83,6 +83,9 @@ _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
 	X(session_setup_failed)                                                                \
 	X(syn_rcvd_evicted)   /* half-open connections dropped to let new SYNs in (flood) */ \
 	X(syn_rcvd_yielded)   /* ... from elsewhere, dropped for a local application's SYN */  \
+	X(syn_rcvd_refused)   /* half-open connections let go at once: a repeated SYN of */    \
+	                      /* theirs was refused by the session budget (its RST ended */     \
+	                      /* the client's connection) */                                    \
 	X(drop_backlog_full)  /* a SYN the full backlog refuses (nothing old enough to evict) */ \
 	X(big_conns)          /* connections that build large segments (lwip_bigseg.h) */     \
 	X(big_to_wire)        /* ... of them sent back toward MSS-sized ones by a retransmission */ \
@@ -885,10 +888,13 @@ static struct pbuf *input_pbuf(struct lwip_stack *st, const struct pkt_view *v, 
  * and drops every SYN while it is full: 255 spoofed SYNs, which never complete, would lock
  * every application out until they time out (lwIP's TCP_SYN_RCVD_TIMEOUT, 20 s). When a SYN
  * finds the backlog full, the older half of the evictable half-open connections goes, without
- * a RST (their sources may be spoofed). lwIP keeps new pcbs at the front of its active list, so
- * the older ones are the last found. A real handshake completes within a round trip on this
- * hop; even at 20,000 spoofed SYNs a second from many sources a new connection keeps its place
- * for about 255 SYNs (about 12 ms), and one scan of the list serves 128 SYNs.
+ * a RST (their sources may be spoofed). Older is opened earlier: the index of the held
+ * handshakes (lwip_halfopen.h) lists them in the order lwIP opened them, so a scan costs the
+ * backlog, not a walk of lwIP's active pcbs (every established connection; lwIP also moves a
+ * pcb to that list's front at each segment, so its order is not the handshakes' age). A real
+ * handshake completes within a round trip on this hop; even at 20,000 spoofed SYNs a second
+ * from many sources a new connection keeps its place for about 255 SYNs (about 12 ms), and one
+ * scan serves 128 SYNs.
  * Evictable: a handshake open SYN_RCVD_STALE_NS, or one open SYN_RCVD_YOUNG_NS whose source
  * address has fewer than SYN_RCVD_HOST_MAX of the backlog. Everything behind a TUN comes from a
  * handful of addresses, and one application may open hundreds of connections together: their
@@ -956,7 +962,7 @@ struct syn_rcvd {
 	struct tcp_pcb *pcb;
 	int64_t age;
 	uint64_t src;
-	uint32_t order; /* position in the active list: 0 is the newest */
+	uint32_t order; /* position in the order lwIP opened them: 0 is the newest */
 	bool own;       /* from the TUN's own address */
 };
 
@@ -1020,18 +1026,17 @@ static size_t evictable(struct syn_rcvd *c, size_t n, int64_t *wait)
 static void evict_syn_rcvd(struct lwip_stack *st, bool for_own)
 {
 	struct syn_rcvd c[SYN_RCVD_SCAN_MAX];
-	struct tcp_pcb_listen *lpcb = (struct tcp_pcb_listen *)st->listener;
-	size_t n = 0, k, oldest = SIZE_MAX;
+	struct tcp_pcb *held[SYN_RCVD_SCAN_MAX];
+	size_t n, k, oldest = SIZE_MAX;
 	int64_t wait;
 
 	if (st->now_ns < st->evict_after_ns && !for_own)
 		return;
-	for (struct tcp_pcb *pcb = tcp_active_pcbs; pcb && n < SYN_RCVD_SCAN_MAX; pcb = pcb->next) {
-		if (pcb->state != SYN_RCVD || pcb->listener != lpcb)
-			continue;
-		c[n] = (struct syn_rcvd){ pcb, handshake_age(st, pcb), source_key(pcb), (uint32_t)n,
-					  from_own_address(st, pcb) };
-		n++;
+	n = lwip_halfopen_pcbs(st->halfopen, held, SYN_RCVD_SCAN_MAX);
+	for (size_t i = 0; i < n; i++) {
+		assert(held[i]->state == SYN_RCVD);
+		c[i] = (struct syn_rcvd){ held[i], handshake_age(st, held[i]), source_key(held[i]),
+					  (uint32_t)i, from_own_address(st, held[i]) };
 	}
 	if ((k = evictable(c, n, &wait)) > 0) {
 		for (size_t i = k / 2; i < k; i++) {
@@ -1063,6 +1068,15 @@ static bool syn_held(const struct lwip_stack *st, const struct pkt_view *v)
 	return lwip_halfopen_holds(st->halfopen, &k);
 }
 
+/* Let go of the handshake lwIP holds that v, a SYN, repeats, if any (lwip_halfopen_abandon). */
+static bool syn_abandon(struct lwip_stack *st, const struct pkt_view *v)
+{
+	struct flow_key k;
+
+	pkt_flow_key(v, &k);
+	return lwip_halfopen_abandon(st->halfopen, &k);
+}
+
 static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 				  const struct pkt_meta *meta, size_t *out_len, bool *plain)
 {
@@ -1075,10 +1089,14 @@ static enum driver_verdict tcp_in(struct lwip_stack *st, struct pkt_view *v,
 		return drop(&st->ctr.drop_parse[PKT_V4_BAD_CSUM]);
 	/* Admission is decided at the SYN, as the system stack's app sees it: lwIP would
 	 * complete the handshake before its accept callback could refuse. The permit itself is
-	 * taken at accept (a handshake that never completes holds none). */
+	 * taken at accept (a handshake that never completes holds none). A refused SYN that
+	 * repeats a handshake lwIP holds ends that handshake for its client (the RST acknowledges
+	 * the SYN): lwIP lets go of it too, sending nothing, and its backlog place is free. */
 	if (syn && !budget_tcp_would_admit(st->env.budget)) {
 		ctr_inc(&st->ctr.admission_refused);
 		budget_tcp_count_refusal(st->env.budget);
+		if (st->halfopen && syn_abandon(st, v))
+			ctr_inc(&st->ctr.syn_rcvd_refused);
 		*out_len = rewrite_tcp_rst(v);
 		*plain = true;
 		return DRIVER_WRITE;

@@ -687,6 +687,78 @@ Test(lwip_stack, a_repeated_syn_evicts_nothing)
 	tx_discard = true;
 }
 
+/* A repeated SYN that meets the full session budget gets the admission RST like any SYN, and
+ * its client's connection ends there: the handshake lwIP held for it is let go at once,
+ * sending nothing, and its place in the backlog is free for the next SYN (it used to stay
+ * until evicted or timed out, its SYN-ACK retransmitted to a client that had given up). */
+Test(lwip_stack, a_repeated_syn_refused_by_the_budget_ends_its_held_handshake)
+{
+	static uint32_t isn[9];
+	struct tu_spec s;
+	struct pkt_view v;
+	size_t ol = 0, len;
+	int64_t t = SEC(1);
+
+	teardown();
+	start_backlog(1, 8);
+	for (uint16_t i = 0; i < 8; i++)
+		cr_assert_neq(isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0, "SYN %u", i);
+	cr_assert_eq(budget_tcp_acquire(bud), 0, "the one permit taken: the budget is full");
+	n_out = 0;
+	tu_spec_tcp(&s, "10.0.1.1", 20003, "1.1.1.1", 80);
+	s.tcp_flags = TCP_SYN;
+	s.seq = 1000;
+	len = tu_build(&s, buf, sizeof(buf));
+	cr_assert_eq(feed(len, &ol), DRIVER_WRITE, "the admission RST, in place");
+	cr_assert_eq(pkt_parse(&v, buf, ol), PKT_OK);
+	cr_assert_eq(v.tcp_flags, TCP_RST | TCP_ACK);
+	cr_expect_eq(n_out, 0, "lwIP sent nothing for the handshake it let go");
+	budget_tcp_release(bud);
+	cr_expect_neq(isn[8] = syn_at("10.0.1.1", 20008, t + MS(1)), 0,
+		      "the handshake's place in the backlog is free at once");
+	cr_expect_eq(counter("drop_backlog_full"), 0);
+	cr_expect_eq(counter("admission_refused"), 1, "the SYN counted once, as refused");
+	cr_expect_eq(counter("syn_rcvd_refused"), 1, "the handshake it ended counted");
+	cr_expect_eq(counter("syn_rcvd_evicted") + counter("syn_rcvd_yielded"), 0);
+	/* The index let go of it too: with the backlog full again, a SYN for its tuple is a new
+	 * handshake that finds no room, not one lwIP holds. */
+	cr_expect_eq(syn_at("10.0.1.1", 20003, t + MS(1)), 0);
+	cr_expect_eq(counter("drop_backlog_full"), 1);
+	/* Its third ACK (a client that missed the RST) finds no handshake: lwIP resets it. */
+	ack_at("10.0.1.1", 20003, isn[3], t + MS(2));
+	cr_expect_eq(n_acc, 0);
+	cr_expect_eq(n_out, 1);
+	cr_assert_eq(pkt_parse(&v, out[0], out_len[0]), PKT_OK);
+	cr_expect_eq(v.tcp_flags & TCP_RST, TCP_RST);
+	/* The others are still held and complete. */
+	ack_at("10.0.1.1", 20008, isn[8], t + MS(2));
+	cr_expect_eq(n_acc, 1);
+	tx_discard = true;
+}
+
+/* The older half goes by when each handshake was opened: a repeated SYN (which lwIP answers,
+ * and for which it moves the pcb to the front of its active list) makes a handshake no
+ * younger, since a flood can repeat its SYNs as cheaply as it sends new ones. */
+Test(lwip_stack, a_repeated_syn_leaves_its_handshake_as_old_as_it_was)
+{
+	static uint32_t isn[8];
+	int64_t t = SEC(1);
+
+	teardown();
+	start_backlog(1000, 8);
+	for (uint16_t i = 0; i < 8; i++)
+		cr_assert_neq(isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0, "SYN %u", i);
+	cr_assert_eq(syn_at("10.0.1.1", 20000, t + MS(1)), isn[0], "the first one, repeated");
+	/* Three seconds on, all eight are evictable: the four opened first go, 20000 with them. */
+	cr_assert_neq(syn_at("10.0.2.2", 30000, t + SEC(3)), 0);
+	cr_expect_eq(counter("syn_rcvd_evicted"), 4);
+	ack_at("10.0.1.1", 20000, isn[0], t + SEC(3));
+	cr_expect_eq(n_acc, 0, "the repeated one was evicted");
+	ack_at("10.0.1.1", 20004, isn[4], t + SEC(3));
+	cr_expect_eq(n_acc, 1, "the fifth opened is kept");
+	tx_discard = true;
+}
+
 /* The handshakes the full backlog checks a SYN against are those lwIP holds now: one its
  * client reset, one that completed and one evicted are gone, and a SYN for their tuples is a
  * new handshake, refused while the backlog is full. */
