@@ -39,8 +39,9 @@ _Static_assert(sizeof(struct vnet_hdr) == TUN_VNET_HDR_LEN, "virtio_net_hdr is 1
 #define UDP_MAX_SEGMENTS 128 /* the kernel's limit for one UDP GSO packet */
 
 /* A write waiting for the next round of the ring: a write-back (slot's frame, header
- * included) or a frame the stack lent (driver_tx_lend: its header here, its packet in the
- * stack's memory until release). */
+ * included) or a frame the stack lent (driver_tx_lend: its header here, copied into the
+ * driver's round_hdr for the round that writes it; its packet in the stack's memory until
+ * release). */
 struct wback {
 	const uint8_t *pkt; /* lent: the packet; NULL: a write-back of slot */
 	void (*release)(void *arg, bool lost);
@@ -88,6 +89,10 @@ struct driver {
 	struct wback wq[WQ_MAX];
 	unsigned nwq;
 	unsigned nlent;   /* lent frames among them */
+	/* With the ring: the headers of a round's lent frames (WQ_MAX, by write), where the
+	 * kernel reads them. A block of its own: a lost round leaves it allocated (the kernel may
+	 * still read it) after the driver is freed. */
+	struct vnet_hdr *round_hdr;
 	struct driver_counters ctr;
 };
 
@@ -652,7 +657,8 @@ static void ring_off(struct driver *d, ctr_t *why, const char *name)
 }
 
 /* An operation of the ring never completed, nor could it be cancelled: the kernel may still
- * write into its buffer, or read from it. The slots and the ring are never reused nor freed, and the driver stops reading, as for a device that went away
+ * write into its buffer, or read from it. The slots, the ring and the round's headers are
+ * never reused nor freed, and the driver stops reading, as for a device that went away
  * (-ENOTRECOVERABLE to the owner). The slots' charge stays with the budget as abandoned
  * (counted in uring_lost_bytes), so the budget can still be freed. The round's writes wq[0..nw)
  * are lost (counted as drops); each frame lent for them goes back as lost (counted in
@@ -663,6 +669,8 @@ static void ring_lost(struct driver *d, const struct wback *wq, unsigned nw)
 	assert(d->nwq == 0); /* the round took every queued write */
 	lsan_leave_allocated(ring_detach(d, &d->ctr.uring_enter_failed));
 	d->ring_stuck = true;
+	lsan_leave_allocated(d->round_hdr);
+	d->round_hdr = NULL; /* driver_free leaves it */
 	for (unsigned i = 0; i < d->nslots; i++) {
 		lsan_leave_allocated(d->slot[i]);
 		if (d->pool->budget)
@@ -707,8 +715,14 @@ static int ring_round(struct driver *d, unsigned reads, int32_t *res)
 	memcpy(wq, d->wq, nw * sizeof(wq[0]));
 	d->nwq = 0;
 	d->nlent = 0;
+	/* The headers the kernel reads live in round_hdr, not in wq on this stack: after a lost
+	 * round it may read them at any time (the iovecs themselves it has copied when it took
+	 * the round: IORING_FEAT_SUBMIT_STABLE, which every kernel since 5.5 has). */
 	for (unsigned i = 0; i < nw; i++) {
-		int cnt = frame_iov(d, &wq[i], &wq[i].h, &iov[k]);
+		int cnt;
+
+		d->round_hdr[i] = wq[i].h;
+		cnt = frame_iov(d, &wq[i], &d->round_hdr[i], &iov[k]);
 
 		(void)uring_writev(d->ring, wq[i].fd >= 0 ? wq[i].fd : d->fd, &iov[k], cnt);
 		k += (unsigned)cnt;
@@ -999,11 +1013,15 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 	}
 	if (p->uring && (d->uring_err = uring_new(&d->ring)) != 0)
 		d->ring = NULL;
+	if (d->ring && !(d->round_hdr = calloc(WQ_MAX, sizeof(*d->round_hdr))))
+		goto fail;
 	if (!alloc_slots(d, d->ring ? hdr ? DRIVER_URING_SLOTS_OFFLOAD : DRIVER_URING_SLOTS : 1) &&
 	    d->ring) {
 		/* No room for the ring's buffers: one buffer, system calls. */
 		uring_free(d->ring);
 		d->ring = NULL;
+		free(d->round_hdr);
+		d->round_hdr = NULL;
 		d->uring_err = -ENOBUFS;
 		(void)alloc_slots(d, 1);
 	}
@@ -1043,13 +1061,15 @@ void driver_free(struct driver *d)
 	if (!d->ring_stuck)
 		flush_writes(d);
 	if (d->ring_stuck) {
-		/* The kernel may still write into the slots: they and the ring stay (each holds
-		 * the pool, which outlives the driver), their charge abandoned (ring_lost). */
+		/* The kernel may still write into the slots and read the round's headers: they
+		 * and the ring stay (each slot holds the pool, which outlives the driver), the
+		 * slots' charge abandoned (ring_lost). */
 		pool_leave(d);
 		free(d);
 		return;
 	}
 	uring_free(d->ring);
+	free(d->round_hdr);
 	free_slots(d); /* kept, then freed with the rest as the driver leaves */
 	pool_leave(d);
 	free(d);

@@ -7,7 +7,8 @@
  *   which also notes where the lost round's writes read from. Checked: every lent frame of the
  *   round goes back once, as lost, in order, and is counted (tx_dropped, uring_lost_lent);
  *   the owner's charge, abandoned, lets the budget close; frames lent afterwards are written
- *   at once.
+ *   at once; the headers the round gave the kernel are not on the stack and still hold
+ *   what was lent once the driver is freed (AddressSanitizer would see a freed block read).
  *
  *   The lwIP stack lending, wired to the driver as the proxy wires them (runtime/proxy.c): a
  *   lost round with a short segment in a small frame and a large one from its pbuf leaves
@@ -23,6 +24,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -217,6 +219,71 @@ Test(driver_lost, lent_frames_of_a_lost_round_go_back_as_lost)
 	cr_assert_eq(st.buffer_bytes_abandoned, slots + frames);
 	cr_assert_eq(st.buffer_bytes_in_use, slots + frames, "all of it still allocated");
 	budget_free(b);
+	CHECK_LEAKS();
+}
+
+/* Is p on this thread's stack? */
+static bool on_stack(const void *p)
+{
+	pthread_attr_t a;
+	void *lo;
+	size_t size;
+
+	cr_assert_eq(pthread_getattr_np(pthread_self(), &a), 0);
+	cr_assert_eq(pthread_attr_getstack(&a, &lo, &size), 0);
+	pthread_attr_destroy(&a);
+	return (const uint8_t *)p >= (const uint8_t *)lo &&
+	       (const uint8_t *)p < (const uint8_t *)lo + size;
+}
+
+/* Calls made after the round write over the stack it ran on. */
+static __attribute__((noinline)) void overwrite_stack(void)
+{
+	volatile uint8_t junk[64 * 1024];
+
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = 0xa5;
+}
+
+/* The headers of a lost round's lent frames are where the kernel may still read them: not on
+ * the stack (gone with the call that made the round), and still holding the header of their
+ * frame after the driver is freed and other calls have used the stack; the packets are the
+ * lender's memory. */
+Test(driver_lost, the_headers_of_a_lost_round_stay_for_the_kernel)
+{
+	static struct owner o;
+	static struct uring_lost_seen seen;
+	struct rig r;
+
+	rig_open(&r, NULL);
+	owner_fill(&o, NULL);
+	for (int i = 0; i < FRAMES; i++)
+		cr_assert_eq(owner_lend(r.d, &o, i), 0);
+	lose_io_uring_rounds(&seen);
+	driver_tx_flush(r.d);
+	cr_assert_eq(o.back, FRAMES);
+	cr_assert_eq(seen.writes, FRAMES, "the kernel was given the round's writes");
+	cr_assert_eq(atomic_load(&seen.n), 2 * FRAMES, "a header and a packet each");
+	for (int i = 0; i < FRAMES; i++) {
+		cr_assert_eq(seen.buf[2 * i].iov_len, VH);
+		cr_assert_not(on_stack(seen.buf[2 * i].iov_base), "frame %d: its header on the stack",
+			      i);
+		cr_assert_eq(seen.buf[2 * i + 1].iov_base, o.pkt[i]);
+		cr_assert_eq(seen.buf[2 * i + 1].iov_len, o.len[i]);
+	}
+	rig_close(&r);
+	overwrite_stack();
+	for (int i = 0; i < FRAMES; i++) {
+		const uint8_t *h = seen.buf[2 * i].iov_base;
+		const struct pkt_meta *m = &o.m[i];
+
+		cr_assert_eq(h[0], m->flags, "frame %d: flags", i);
+		cr_assert_eq(h[1], m->gso_type, "frame %d: gso_type", i);
+		cr_assert_eq(h[2] | h[3] << 8, m->hdr_len, "frame %d: hdr_len", i);
+		cr_assert_eq(h[4] | h[5] << 8, m->gso_size, "frame %d: gso_size", i);
+		cr_assert_eq(h[6] | h[7] << 8, m->csum_start, "frame %d: csum_start", i);
+		cr_assert_eq(h[8] | h[9] << 8, m->csum_offset, "frame %d: csum_offset", i);
+	}
 	CHECK_LEAKS();
 }
 
