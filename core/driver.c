@@ -22,14 +22,6 @@
 #include "core/lsan.h"
 #include "core/uring.h"
 
-/* Memory left allocated on purpose (the kernel may still write into it) is no leak for
- * LeakSanitizer either. */
-#ifdef TS_LSAN
-#define leave_allocated(p) __lsan_ignore_object(p)
-#else
-#define leave_allocated(p) ((void)(p))
-#endif
-
 /* struct virtio_net_hdr (linux/virtio_net.h). tun_open sets TUNSETVNETLE, so its fields are
  * little-endian on every host (virtio 1.0). Defined here so the layout is explicit and
  * bookworm's missing VIRTIO_NET_HDR_GSO_UDP_L4 (5) does not matter. */
@@ -47,11 +39,12 @@ _Static_assert(sizeof(struct vnet_hdr) == TUN_VNET_HDR_LEN, "virtio_net_hdr is 1
 #define UDP_MAX_SEGMENTS 128 /* the kernel's limit for one UDP GSO packet */
 
 /* A write waiting for the next round of the ring: a write-back (slot's frame, header
- * included) or a frame the stack lent (driver_tx_lend: its header here, its packet in the
- * stack's memory until release). */
+ * included) or a frame the stack lent (driver_tx_lend: its header here, copied into the
+ * driver's round_hdr for the round that writes it; its packet in the stack's memory until
+ * release). */
 struct wback {
 	const uint8_t *pkt; /* lent: the packet; NULL: a write-back of slot */
-	void (*release)(void *arg);
+	void (*release)(void *arg, bool lost);
 	void *arg;
 	struct vnet_hdr h; /* lent: the header */
 	int fd;           /* where it goes: -1 the driver's queue, else another queue of the same
@@ -96,6 +89,10 @@ struct driver {
 	struct wback wq[WQ_MAX];
 	unsigned nwq;
 	unsigned nlent;   /* lent frames among them */
+	/* With the ring: the headers of a round's lent frames (WQ_MAX, by write), where the
+	 * kernel reads them. A block of its own: a lost round leaves it allocated (the kernel may
+	 * still read it) after the driver is freed. */
+	struct vnet_hdr *round_hdr;
 	struct driver_counters ctr;
 };
 
@@ -186,8 +183,10 @@ static uint8_t *slot_frame(const struct driver *d, unsigned slot)
 	return d->slot[slot]->frame;
 }
 
-/* The buffers of queued write w, in iov (room for 3); returns how many. */
-static int frame_iov(const struct driver *d, const struct wback *w, struct iovec *iov)
+/* The buffers of queued write w, in iov (room for 3), a lent frame's header from h; returns
+ * how many. */
+static int frame_iov(const struct driver *d, const struct wback *w, const struct vnet_hdr *h,
+		     struct iovec *iov)
 {
 	int cnt = 0;
 
@@ -196,10 +195,10 @@ static int frame_iov(const struct driver *d, const struct wback *w, struct iovec
 					 .iov_len = d->hdr + w->len };
 		return 1;
 	}
-	iov[cnt++] = (struct iovec){ .iov_base = (void *)&w->h, .iov_len = sizeof(w->h) };
-	if (d->hdr > sizeof(w->h)) /* a longer header (num_buffers): zeros after ours */
+	iov[cnt++] = (struct iovec){ .iov_base = (void *)h, .iov_len = sizeof(*h) };
+	if (d->hdr > sizeof(*h)) /* a longer header (num_buffers): zeros after ours */
 		iov[cnt++] = (struct iovec){ .iov_base = (void *)plain_hdr,
-					     .iov_len = d->hdr - sizeof(w->h) };
+					     .iov_len = d->hdr - sizeof(*h) };
 	iov[cnt++] = (struct iovec){ .iov_base = (void *)w->pkt, .iov_len = w->len };
 	return cnt;
 }
@@ -208,14 +207,14 @@ static int frame_iov(const struct driver *d, const struct wback *w, struct iovec
 static void write_done(const struct wback *w)
 {
 	if (w->pkt)
-		w->release(w->arg);
+		w->release(w->arg, false);
 }
 
 /* Write w with writev() (without the ring, or a write the ring did not make). */
 static void write_plain(struct driver *d, const struct wback *w)
 {
 	struct iovec iov[3];
-	int cnt = frame_iov(d, w, iov);
+	int cnt = frame_iov(d, w, &w->h, iov); /* writev() is done with it when it returns */
 
 	if (send_frame(d, w->fd >= 0 ? w->fd : d->fd, iov, cnt, w->len, w->gso) == 0 && w->rewrite)
 		ctr_inc(&d->ctr.rewrites);
@@ -658,25 +657,33 @@ static void ring_off(struct driver *d, ctr_t *why, const char *name)
 }
 
 /* An operation of the ring never completed, nor could it be cancelled: the kernel may still
- * write into its buffer, or read from it. The slots and the ring are never reused nor freed,
- * and the driver stops reading, as for a device that went away (-ENOTRECOVERABLE to the
- * owner). The slots' charge stays with the budget as abandoned (counted in uring_lost_bytes),
- * so the budget can still be freed. The writes of that round are lost (counted as drops),
- * and the frames lent for them are never given back: the stack's memory stays allocated
- * rather than reused under a write the kernel may still be making. */
-static void ring_lost(struct driver *d, unsigned lost_writes)
+ * write into its buffer, or read from it. The slots, the ring and the round's headers are
+ * never reused nor freed, and the driver stops reading, as for a device that went away
+ * (-ENOTRECOVERABLE to the owner). The slots' charge stays with the budget as abandoned
+ * (counted in uring_lost_bytes), so the budget can still be freed. The round's writes wq[0..nw)
+ * are lost (counted as drops); each frame lent for them goes back as lost (counted in
+ * uring_lost_lent): its owner keeps the memory allocated for good, and abandons its charge,
+ * rather than reuse it under a write the kernel may still be reading. */
+static void ring_lost(struct driver *d, const struct wback *wq, unsigned nw)
 {
-	leave_allocated(ring_detach(d, &d->ctr.uring_enter_failed));
+	assert(d->nwq == 0); /* the round took every queued write */
+	lsan_leave_allocated(ring_detach(d, &d->ctr.uring_enter_failed));
 	d->ring_stuck = true;
+	lsan_leave_allocated(d->round_hdr);
+	d->round_hdr = NULL; /* driver_free leaves it */
 	for (unsigned i = 0; i < d->nslots; i++) {
-		leave_allocated(d->slot[i]);
+		lsan_leave_allocated(d->slot[i]);
 		if (d->pool->budget)
 			budget_bytes_abandon(d->pool->budget, d->pool->size);
 	}
 	ctr_add(&d->ctr.uring_lost_bytes, (uint64_t)d->nslots * d->pool->size);
-	ctr_add(&d->ctr.tx_dropped, lost_writes + d->nwq);
-	d->nwq = 0;
-	d->nlent = 0;
+	ctr_add(&d->ctr.tx_dropped, nw);
+	for (unsigned i = 0; i < nw; i++) {
+		if (!wq[i].pkt)
+			continue;
+		ctr_inc(&d->ctr.uring_lost_lent);
+		wq[i].release(wq[i].arg, true);
+	}
 	stop_reading(d, -ENOTRECOVERABLE);
 }
 
@@ -708,8 +715,14 @@ static int ring_round(struct driver *d, unsigned reads, int32_t *res)
 	memcpy(wq, d->wq, nw * sizeof(wq[0]));
 	d->nwq = 0;
 	d->nlent = 0;
+	/* The headers the kernel reads live in round_hdr, not in wq on this stack: after a lost
+	 * round it may read them at any time (the iovecs themselves it has copied when it took
+	 * the round: IORING_FEAT_SUBMIT_STABLE, which every kernel since 5.5 has). */
 	for (unsigned i = 0; i < nw; i++) {
-		int cnt = frame_iov(d, &wq[i], &iov[k]);
+		int cnt;
+
+		d->round_hdr[i] = wq[i].h;
+		cnt = frame_iov(d, &wq[i], &d->round_hdr[i], &iov[k]);
 
 		(void)uring_writev(d->ring, wq[i].fd >= 0 ? wq[i].fd : d->fd, &iov[k], cnt);
 		k += (unsigned)cnt;
@@ -719,7 +732,7 @@ static int ring_round(struct driver *d, unsigned reads, int32_t *res)
 	ctr_inc(&d->ctr.uring_enters);
 	r = uring_run(d->ring, all);
 	if (r == -ETIMEDOUT) {
-		ring_lost(d, nw);
+		ring_lost(d, wq, nw);
 		return -1;
 	}
 	for (unsigned i = 0; i < nw; i++) {
@@ -771,7 +784,7 @@ void driver_tx_flush(void *driver)
 }
 
 int driver_tx_lend(void *driver, const uint8_t *pkt, size_t len, const struct pkt_meta *m,
-		   void (*release)(void *arg), void *arg)
+		   void (*release)(void *arg, bool lost), void *arg)
 {
 	struct driver *d = driver;
 	struct wback *w;
@@ -781,7 +794,7 @@ int driver_tx_lend(void *driver, const uint8_t *pkt, size_t len, const struct pk
 		flush_writes(d);
 	if (!d->ring || !d->hdr) { /* no ring (or that round gave it up), or no header */
 		r = driver_tx_meta(d, pkt, len, m);
-		release(arg);
+		release(arg, false);
 		return r;
 	}
 	ctr_inc(&d->ctr.tx_lent);
@@ -1000,11 +1013,15 @@ int driver_new(struct event_base *base, const struct driver_params *p,
 	}
 	if (p->uring && (d->uring_err = uring_new(&d->ring)) != 0)
 		d->ring = NULL;
+	if (d->ring && !(d->round_hdr = calloc(WQ_MAX, sizeof(*d->round_hdr))))
+		goto fail;
 	if (!alloc_slots(d, d->ring ? hdr ? DRIVER_URING_SLOTS_OFFLOAD : DRIVER_URING_SLOTS : 1) &&
 	    d->ring) {
 		/* No room for the ring's buffers: one buffer, system calls. */
 		uring_free(d->ring);
 		d->ring = NULL;
+		free(d->round_hdr);
+		d->round_hdr = NULL;
 		d->uring_err = -ENOBUFS;
 		(void)alloc_slots(d, 1);
 	}
@@ -1044,13 +1061,15 @@ void driver_free(struct driver *d)
 	if (!d->ring_stuck)
 		flush_writes(d);
 	if (d->ring_stuck) {
-		/* The kernel may still write into the slots: they and the ring stay (each holds
-		 * the pool, which outlives the driver), their charge abandoned (ring_lost). */
+		/* The kernel may still write into the slots and read the round's headers: they
+		 * and the ring stay (each slot holds the pool, which outlives the driver), the
+		 * slots' charge abandoned (ring_lost). */
 		pool_leave(d);
 		free(d);
 		return;
 	}
 	uring_free(d->ring);
+	free(d->round_hdr);
 	free_slots(d); /* kept, then freed with the rest as the driver leaves */
 	pool_leave(d);
 	free(d);

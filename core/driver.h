@@ -112,6 +112,8 @@ struct driver_ops {
 	X(rx_taken)       /* read buffers a stack took with their packet (driver_rx_take) */  \
 	X(uring_lost_bytes) /* read buffers' bytes left allocated for good: the ring lost a    \
 			     * round, and the kernel may still write into them */             \
+	X(uring_lost_lent)  /* lent frames of a lost round, given back as lost: their owner    \
+			     * keeps them allocated for good (the kernel may still read them) */ \
 	/* batched I/O given up (read() and write() from then on), by reason: */              \
 	X(uring_read_refused)  /* the ring could not read the device, read() could */          \
 	X(uring_write_refused) /* the ring could not write to it (EOPNOTSUPP), writev() could */ \
@@ -192,17 +194,21 @@ int driver_tx(void *driver, const uint8_t *pkt, size_t len);
  * Without offload only plain metadata is accepted (-EOPNOTSUPP otherwise). */
 int driver_tx_meta(void *driver, const uint8_t *pkt, size_t len, const struct pkt_meta *m);
 
-/* The same, from memory the caller lends until release(arg) is called. With batched I/O the
- * frame joins the queued writes and goes, in order with them, with the driver's next round,
- * a packet written through driver_tx or driver_tx_meta, or driver_tx_flush, whichever comes
- * first: one io_uring_enter for several frames instead of a writev each. release(arg) is
- * called once the frame is written or dropped (counted as for driver_tx_meta), from this
- * thread; never when the ring lost track of its write (the kernel may still read the memory,
- * so it must stay allocated). Without the ring or without offload the frame is written now
- * and released before this returns. The caller flushes before its loop sleeps (a pass's end).
- * 0 (queued or written), or the failure of a write made now (-errno, counted). */
+/* The same, from memory the caller lends until release(arg, lost) is called. With batched
+ * I/O the frame joins the queued writes and goes, in order with them, with the driver's next
+ * round, a packet written through driver_tx or driver_tx_meta, or driver_tx_flush, whichever
+ * comes first: one io_uring_enter for several frames instead of a writev each. release is
+ * called once, from this thread: with lost false once the frame is written or dropped
+ * (counted as for driver_tx_meta), the memory the caller's again; with lost true when the
+ * ring lost track of its write (a dropped write, counted in uring_lost_lent too): the kernel
+ * may still read the memory at any time, so the caller must leave it allocated for as long
+ * as the process lives (lsan_leave_allocated) and abandon what it is charged to the budget
+ * (budget_bytes_abandon). Without the ring or without offload the frame is written now and
+ * released before this returns. The caller flushes before its loop sleeps (a pass's end), and
+ * before it frees what it lends from. 0 (queued or written), or the failure of a write made
+ * now (-errno, counted). */
 int driver_tx_lend(void *driver, const uint8_t *pkt, size_t len, const struct pkt_meta *m,
-		   void (*release)(void *arg), void *arg);
+		   void (*release)(void *arg, bool lost), void *arg);
 /* Write what is queued now (lent frames and write-backs), in one io_uring_enter. */
 void driver_tx_flush(void *driver);
 

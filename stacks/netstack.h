@@ -45,11 +45,13 @@ struct netstack_env {
 	/* With TUN offload: send a packet with offload metadata (a GSO super-packet), arg tx_arg.
 	 * NULL without offload. */
 	int (*tx_meta)(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m);
-	/* With tx_meta: the same from memory the stack lends until release(rel_arg), written
-	 * with later ones in one batch; tx_flush writes what is lent now. Both NULL, or both
-	 * set (core/driver.h: driver_tx_lend, driver_tx_flush). */
+	/* With tx_meta: the same from memory the stack lends until release(rel_arg, lost),
+	 * written with later ones in one batch; tx_flush writes what is lent now. lost: the
+	 * write was lost with the driver's ring, and the kernel may still read the memory: the
+	 * stack keeps it allocated for good and abandons its charge. Both NULL, or both set
+	 * (core/driver.h: driver_tx_lend, driver_tx_flush). */
 	int (*tx_lend)(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m,
-		       void (*release)(void *rel_arg), void *rel_arg);
+		       void (*release)(void *rel_arg, bool lost), void *rel_arg);
 	void (*tx_flush)(void *arg);
 	/* With tx_meta: keep the read buffer holding the packet the stack's input was given
 	 * instead of copying the packet out (core/driver.h: driver_rx_take), arg tx_arg: queue

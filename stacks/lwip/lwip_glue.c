@@ -65,6 +65,7 @@
 
 #include "core/budget.h"
 #include "core/clock.h"
+#include "core/lsan.h"
 #include "stacks/lwip/lwip_ackq.h"
 #include "stacks/lwip/lwip_bigseg.h"
 #include "stacks/lwip/lwip_halfopen.h"
@@ -338,6 +339,16 @@ void ts_lwip_free(void *p)
 		budget_bytes_release(h->budget, h->size);
 	if (!h->cls || !cache_push(h))
 		free(h);
+}
+
+void lwip_glue_abandon(void *p)
+{
+	struct blk *h = (struct blk *)p - 1;
+
+	atomic_fetch_sub_explicit(&lwip_bytes, h->size, memory_order_relaxed);
+	if (h->budget)
+		budget_bytes_abandon(h->budget, h->size);
+	lsan_leave_allocated(h);
 }
 
 u32_t sys_now(void)

@@ -32,6 +32,11 @@ uint64_t lwip_glue_rx_held_bytes(void);
  * charged to the owner's budget; NULL when over budget or out of memory. */
 void *ts_lwip_malloc(size_t size);
 void ts_lwip_free(void *p);
+/* p, a block of ts_lwip_malloc, will never be freed: the kernel may still read it (a frame lent
+ * to the driver whose write the ring lost, core/driver.h). It stays allocated for as long as
+ * the process lives (no leak for LeakSanitizer), its charge stays with its budget as abandoned
+ * (budget_bytes_abandon), and it leaves lwip_glue_mem_bytes. The caller never frees it. */
+void lwip_glue_abandon(void *p);
 /* Give the blocks kept for reuse back to the system (the owner's thread; release does it). */
 void lwip_glue_trim(void);
 /* The owner's thread, once per TCP timer tick while pcbs exist: counts the calls in a row in

@@ -25,6 +25,7 @@
 #include "core/evspare.h"
 #include "core/gso.h"
 #include "core/log.h"
+#include "core/lsan.h"
 #include "core/pkt.h"
 #include "core/rss.h"
 #include "dispatch/dispatcher.h"
@@ -54,6 +55,10 @@
 #define SMALL_FRAMES DRIVER_LEND_MAX
 #define SMALL_FRAME_BYTES 128
 _Static_assert(SMALL_FRAMES <= 32, "small_free is a 32-bit map");
+struct small_frame {
+	struct lwip_stack *st;
+	uint8_t bytes[SMALL_FRAME_BYTES];
+};
 
 #define LWIP_COUNTERS(X)                                                                       \
 	X(rx_packets)                                                                          \
@@ -149,15 +154,15 @@ struct lwip_stack {
 	struct pbuf *out_p;
 	bool lent;         /* frames lent since the last tx_flush */
 	/* Small packets the train emits as they are (pure ACKs, window updates) are copied into
-	 * one of these and lent, so a pass's ACKs go to the TUN in one batch with its large
-	 * segments instead of a write each. The driver writes every lent frame by the time
-	 * DRIVER_LEND_MAX are lent, so SMALL_FRAMES of them never run out while it runs; when
-	 * they do (a ring that lost a round keeps its frames), the packet is written at once. */
-	struct small_frame {
-		struct lwip_stack *st;
-		uint8_t bytes[SMALL_FRAME_BYTES];
-	} small[SMALL_FRAMES];
+	 * one of these (SMALL_FRAMES, with env.tx_lend) and lent, so a pass's ACKs go to the TUN
+	 * in one batch with its large segments instead of a write each. The driver writes every
+	 * lent frame by the time DRIVER_LEND_MAX are lent, so they never run out while it runs;
+	 * when they do (a ring that lost a round keeps its frames), the packet is written at
+	 * once. A block of their own, not in this struct: a frame the ring lost may still be read
+	 * by the kernel after the stack is freed, so then the block is never freed (small_lost). */
+	struct small_frame *small;
 	uint32_t small_free; /* bit i: small[i] is not lent */
+	bool small_lost;     /* a frame was lost with the driver's ring: small stays allocated */
 	/* With offload (and tun.gso_output): output segments of one flow leave as GSO trains,
 	 * flushed at the end of each driver batch and once per loop pass (flush_ev). */
 	struct gso_train *train;
@@ -499,27 +504,49 @@ static err_t output(struct netif *n, struct pbuf *p)
 	return ERR_OK; /* a dropped write is counted by the driver; TCP retransmits */
 }
 
-static void lent_release(void *arg)
+/* A lent pbuf is PBUF_RAM (train_emit): its struct and data are one block of lwIP's allocator,
+ * starting at the struct (mem_malloc adds no header without MEM_STATS). */
+_Static_assert(!(LWIP_STATS && MEM_STATS), "a PBUF_RAM pbuf starts its allocator block");
+
+/* The driver is done with a lent pbuf: the reference goes back. Lost (core/driver.h): the
+ * kernel may still read it, so the reference is kept for good — lwIP never frees the pbuf,
+ * nor retransmits from it (it skips a segment whose pbuf is referenced elsewhere) — and its
+ * block stays allocated, its charge abandoned. */
+static void lent_release(void *arg, bool lost)
 {
-	pbuf_free(arg);
+	struct pbuf *p = arg;
+
+	if (lost) {
+		assert(pbuf_match_allocsrc(p, PBUF_TYPE_ALLOC_SRC_MASK_STD_HEAP));
+		lwip_glue_abandon(p);
+		return;
+	}
+	pbuf_free(p);
 }
 
-static void small_release(void *arg)
+/* A small frame comes back; lost, it stays lent for good and its block is never freed. */
+static void small_release(void *arg, bool lost)
 {
 	struct small_frame *f = arg;
 
+	if (lost) {
+		f->st->small_lost = true;
+		return;
+	}
 	f->st->small_free |= 1u << (f - f->st->small);
 }
 
 /* A super-packet cut from the segment's own pbuf is lent: the reference keeps its memory (and
  * lwIP, seeing the pbuf in use, does not retransmit from it) until the driver has written it.
+ * Only a PBUF_RAM one, a single block of lwIP's allocator that a lost write can abandon whole.
  * Everything else — the train's own buffer, linearised chains — is written now. */
 static void train_emit(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m)
 {
 	struct lwip_stack *st = arg;
 	struct pbuf *p = st->out_p;
 
-	if (p && pkt == p->payload && m->gso_type != PKT_GSO_NONE) {
+	if (p && pkt == p->payload && m->gso_type != PKT_GSO_NONE &&
+	    pbuf_match_allocsrc(p, PBUF_TYPE_ALLOC_SRC_MASK_STD_HEAP)) {
 		pbuf_ref(p);
 		st->lent = true;
 		ctr_inc(&st->ctr.big_lent);
@@ -1363,9 +1390,6 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	if (st->has6)
 		memcpy(st->own6, env->cfg->tun.addr6.addr.a, sizeof(st->own6));
 	st->pending_tail = &st->pending;
-	for (unsigned i = 0; i < SMALL_FRAMES; i++)
-		st->small[i].st = st;
-	st->small_free = (uint32_t)((1ull << SMALL_FRAMES) - 1);
 	st->mtu = env->cfg->tun.mtu;
 	st->bigseg = env->tx_meta && env->cfg->tun.gso_output && env->cfg->tun.large_segments;
 	st->txbuf_size = st->bigseg ? GSO_TRAIN_MAX : st->mtu;
@@ -1378,6 +1402,13 @@ static int lw_start(const struct netstack_env *env, struct netstack **out, char 
 	if (!st->txbuf || !st->tmr_ev || !st->accept_ev ||
 	    evspare_init(&st->tmr_spare, env->base) != 0)
 		goto fail;
+	if (env->tx_lend) {
+		if (!(st->small = calloc(SMALL_FRAMES, sizeof(*st->small))))
+			goto fail;
+		for (unsigned i = 0; i < SMALL_FRAMES; i++)
+			st->small[i].st = st;
+		st->small_free = (uint32_t)((1ull << SMALL_FRAMES) - 1);
+	}
 	/* The IPv4 header checksum is checked before lwIP, where the drop is counted (tcp_in). */
 	st->csum_ctrl = NETIF_CHECKSUM_ENABLE_ALL & ~NETIF_CHECKSUM_CHECK_IP;
 	if (env->tx_meta && env->cfg->tun.gso_output) {
@@ -1451,6 +1482,10 @@ static void lw_free(struct netstack *ns)
 		gso_train_free(st->train);
 	}
 	budget_mfree(st->env.budget, st->txbuf);
+	if (st->small_lost) /* the kernel may still read a lost frame */
+		lsan_leave_allocated(st->small);
+	else
+		free(st->small);
 	free(st);
 	lwip_glue_release();
 }

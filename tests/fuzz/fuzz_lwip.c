@@ -354,7 +354,7 @@ struct lent {
 	size_t len;
 	struct pkt_meta m;
 	uint64_t sum;
-	void (*release)(void *arg);
+	void (*release)(void *arg, bool lost);
 	void *arg;
 };
 static struct lent lentq[DRIVER_LEND_MAX];
@@ -493,17 +493,17 @@ static void lent_write_all(void)
 	for (int i = 0; i < n; i++) {
 		check(sum64(lentq[i].pkt, lentq[i].len) == lentq[i].sum); /* unchanged since lent */
 		check_tx(lentq[i].pkt, lentq[i].len, &lentq[i].m);
-		lentq[i].release(lentq[i].arg);
+		lentq[i].release(lentq[i].arg, false);
 	}
 }
 
 static int tx_lend(void *arg, const uint8_t *pkt, size_t len, const struct pkt_meta *m,
-		   void (*release)(void *rel_arg), void *rel_arg)
+		   void (*release)(void *rel_arg, bool lost), void *rel_arg)
 {
 	(void)arg;
 	if (!ring_mode) { /* no ring: written and released now */
 		check_tx(pkt, len, m);
-		release(rel_arg);
+		release(rel_arg, false);
 		return 0;
 	}
 	if (n_lent == DRIVER_LEND_MAX)

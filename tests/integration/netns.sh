@@ -368,7 +368,7 @@ throughput.window_ms throughput.tun_rx_bps throughput.tun_tx_bps throughput.tcp_
 throughput.tcp_down_bps throughput.udp_up_bps throughput.udp_down_bps
 udp.datagrams_up udp.bytes_up udp.datagrams_down udp.bytes_down
 driver.uring_enters driver.uring_flushes driver.uring_flush_writes driver.tx_lent driver.rx_taken
-driver.uring_lost_bytes
+driver.uring_lost_bytes driver.uring_lost_lent
 driver.uring_reads_empty driver.uring_read_refused
 driver.uring_write_refused driver.uring_enter_failed
 fast_path.conns fast_path.conns_added fast_path.map_full fast_path.add_failed fast_path.packets

@@ -59,6 +59,7 @@
 #include "core/tun.h"
 #include "netns_child.h"
 #include "testutil.h"
+#include "uring_lose.h"
 
 #define MAX_SEEN 128
 #define VH TUN_VNET_HDR_LEN
@@ -125,54 +126,6 @@ static void break_io_uring_enter(void)
 
 	cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
 	cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
-}
-
-/* Answers every io_uring_enter for the kernel without running it (the listener of
- * lose_io_uring_rounds): a submission took all its entries, a wait found nothing. */
-static void *answer_io_uring_enter(void *arg)
-{
-	int fd = (int)(intptr_t)arg;
-
-	for (;;) {
-		struct seccomp_notif req;
-		struct seccomp_notif_resp resp;
-
-		memset(&req, 0, sizeof(req));
-		if (ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) {
-			if (errno == EINTR)
-				continue;
-			return NULL;
-		}
-		resp = (struct seccomp_notif_resp){
-			.id = req.id,
-			.val = req.data.args[3] & IORING_ENTER_GETEVENTS ? 0
-								   : (int64_t)req.data.args[1],
-		};
-		(void)ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
-	}
-}
-
-/* From now on every io_uring round is lost: a seccomp filter hands io_uring_enter to a thread
- * that answers as if the kernel took the operations, which then neither complete nor can be
- * cancelled (uring_run's -ETIMEDOUT, core/uring.h). The kernel never sees them, so it never
- * touches the buffers either. */
-static void lose_io_uring_rounds(void)
-{
-	struct sock_filter f[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_enter, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
-	pthread_t t;
-	long fd;
-
-	cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-	fd = syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
-	cr_assert_geq(fd, 0, "seccomp listener: %s", strerror(errno));
-	cr_assert_eq(pthread_create(&t, NULL, answer_io_uring_enter, (void *)(intptr_t)fd), 0);
-	cr_assert_eq(pthread_detach(t), 0);
 }
 
 static enum driver_verdict in_fn(void *arg, uint8_t *buf, size_t len, const struct pkt_meta *m,
@@ -870,10 +823,11 @@ struct lend_arg {
 	int id;
 };
 
-static void lend_release(void *arg)
+static void lend_release(void *arg, bool lost)
 {
 	struct lend_arg *a = arg;
 
+	cr_assert_not(lost, "frame %d given back as lost", a->id);
 	if (a->l->n < 64)
 		a->l->order[a->l->n] = a->id;
 	a->l->n++;
@@ -1175,7 +1129,7 @@ Test(driver_ring, a_lost_round_leaves_the_read_buffers_and_the_budget_closes)
 	len = udp_pkt(pkt, sizeof(pkt), 30, 1);
 	memcpy(frame + VH, pkt, len);
 	cr_assert_eq(send(sv[1], frame, VH + len, 0), (ssize_t)(VH + len));
-	lose_io_uring_rounds();
+	lose_io_uring_rounds(NULL);
 	cr_assert_eq(driver_poll(d), 0);
 	cr_assert_eq(s.inputs, 0, "nothing read by a lost round is handled");
 	cr_assert_not(driver_uring(d));
@@ -1216,7 +1170,7 @@ static enum driver_verdict lose_fn(void *arg, uint8_t *buf, size_t len, const st
 		*plain = false;
 		return DRIVER_WRITE;
 	}
-	lose_io_uring_rounds();
+	lose_io_uring_rounds(NULL);
 	t->tx = driver_tx(t->d, buf, len);
 	t->took = driver_rx_take(t->d, buf);
 	return DRIVER_DONE;

@@ -5,13 +5,16 @@
  * heap trimming would otherwise return and re-fault the pages of every large receive; a block
  * asked for in a class with nothing kept first gives back kept blocks of the other classes;
  * smaller blocks are charged exactly and freed; trimming and release empty the lists, and so
- * does a run of timer calls in which no kept block was reused. */
+ * does a run of timer calls in which no kept block was reused. A block abandoned to the kernel
+ * (lwip_glue_abandon) stays allocated, is no leak, leaves lwIP's bytes and keeps its charge
+ * as abandoned, so the budget still closes. */
 #include <criterion/criterion.h>
 
 #include <string.h>
 
 #include "core/budget.h"
 #include "stacks/lwip/lwip_glue.h"
+#include "testutil.h"
 
 static struct budget *bud;
 
@@ -311,4 +314,34 @@ Test(lwip_glue, room_comes_from_the_class_with_most_kept_bytes_not_the_largest)
 	cr_assert_not_null(x);
 	cr_assert_eq(lwip_glue_cached_bytes(), 2u * CLS(32) + CLS(64), "one 32 KiB block gone");
 	ts_lwip_free(x);
+}
+
+/* A block the kernel may still read (a lent frame whose write the driver's ring lost) is never
+ * freed: it leaves lwIP's bytes, its class-size charge stays with the budget as abandoned,
+ * nothing is kept for reuse, and the budget closes with it still allocated. Blocks of every
+ * kind: a class block and a small one. */
+Test(lwip_glue, an_abandoned_block_stays_allocated_and_the_budget_closes)
+{
+	struct budget_stats st;
+	uint8_t *big = ts_lwip_malloc(60000), *small = ts_lwip_malloc(300);
+
+	cr_assert_not_null(big);
+	cr_assert_not_null(small);
+	memset(big, 0x5a, 60000);
+	memset(small, 0x3c, 300);
+	lwip_glue_abandon(big);
+	lwip_glue_abandon(small);
+	cr_assert_eq(lwip_glue_mem_bytes(), 0, "no longer lwIP's");
+	cr_assert_eq(lwip_glue_cached_bytes(), 0);
+	budget_get_stats(bud, &st);
+	cr_assert_eq(st.buffer_bytes_in_use, CLS(64) + 300);
+	cr_assert_eq(st.buffer_bytes_abandoned, CLS(64) + 300, "charged for good");
+	lwip_glue_release();
+	budget_free(bud); /* every byte still in use is abandoned */
+	bud = NULL;
+	for (size_t i = 0; i < 60000; i++)
+		cr_assert_eq(big[i], 0x5a, "still allocated, untouched");
+	for (size_t i = 0; i < 300; i++)
+		cr_assert_eq(small[i], 0x3c);
+	CHECK_LEAKS();
 }

@@ -842,9 +842,10 @@ static void scenario_driver_tx_meta_tso(void)
 
 static int lend_released;
 
-static void lend_release(void *arg)
+static void lend_release(void *arg, bool lost)
 {
 	(void)arg;
+	CHECK(!lost, "a frame lost");
 	lend_released++;
 }
 
