@@ -92,6 +92,8 @@ struct small_frame {
 	                      /* theirs was refused by the session budget (its RST ended */     \
 	                      /* the client's connection) */                                    \
 	X(drop_backlog_full)  /* a SYN the full backlog refuses (nothing old enough to evict) */ \
+	X(drop_past_window)   /* an out-of-order segment past the receive window's right */   \
+	                      /* edge (lwIP would queue it untrimmed, then abort) */            \
 	X(big_conns)          /* connections that build large segments (lwip_bigseg.h) */     \
 	X(big_to_wire)        /* ... of them sent back toward MSS-sized ones by a retransmission */ \
 	X(big_window_splits)  /* large segments cut down to a small window at once */          \
@@ -363,8 +365,22 @@ static bool tidy_options(struct tcp_hdr *hdr, uint16_t optlen, uint16_t opt1len,
 
 /* The hook gets no netif, and the pcb's callback arg is its stream, not the stack: the stack is
  * the state of the netif tcp_input is serving, which ip4_input/ip6_input record for it. */
+/* Whether a segment (len payload bytes after hdr) is out of order and reaches past the right
+ * edge of pcb's receive window. lwIP queues such a segment untrimmed (the first one queued out
+ * of order, or a longer one with the sequence number of one queued), and once the gap before it
+ * fills, its receive path asserts that the window holds the segment: the process aborts. A
+ * sender that keeps to the window never sends one (the window announced is never larger than
+ * rcv_wnd, whose right edge never moves back); lwIP trims an in-order segment itself. */
+static bool past_window(const struct tcp_pcb *pcb, const struct tcp_hdr *hdr, uint16_t len)
+{
+	uint32_t seq = hdr->seqno; /* host order here: tcp_input converted it */
+	uint32_t end = seq + len + ((TCPH_FLAGS(hdr) & (TCP_FIN | TCP_SYN)) ? 1 : 0);
+
+	return TCP_SEQ_GT(seq, pcb->rcv_nxt) && TCP_SEQ_GT(end, pcb->rcv_nxt + pcb->rcv_wnd);
+}
+
 int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optlen,
-			 uint16_t opt1len, uint8_t *opt2)
+			 uint16_t opt1len, uint8_t *opt2, uint16_t len)
 {
 	struct netif *inp = ip_current_input_netif();
 	struct lwip_stack *st = inp ? inp->state : NULL;
@@ -378,6 +394,10 @@ int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optl
 	 * listen pcb has no flags, nrtx or mss field). */
 	if (!st || pcb->state == LISTEN || pcb->state == TIME_WAIT)
 		return ERR_OK;
+	if (past_window(pcb, hdr, len)) {
+		ctr_inc(&st->ctr.drop_past_window);
+		return ERR_VAL; /* lwIP frees it */
+	}
 	if (st->bigseg) {
 		if (lwip_bigseg_input(pcb))
 			ctr_inc(&st->ctr.big_to_wire);
@@ -1506,7 +1526,7 @@ static void lw_stats(struct netstack *ns, struct netstack_stats *o)
 	memset(o, 0, sizeof(*o));
 	netstack_parse_drops(c->drop_parse, o);
 	netstack_policy_drops(&c->policy, o);
-	o->drops_malformed += ctr_get(&c->drop_input_too_big);
+	o->drops_malformed += ctr_get(&c->drop_input_too_big) + ctr_get(&c->drop_past_window);
 	o->drops_half_open = ctr_get(&c->drop_backlog_full);
 	o->drops_no_memory = ctr_get(&c->drop_nomem);
 	o->admission_refused = ctr_get(&c->admission_refused);

@@ -992,6 +992,51 @@ static struct stream *queued_segments(uint8_t *data, uint32_t *their)
 	return st;
 }
 
+/* lwIP queues an out-of-order segment without trimming it to its receive window (the first one
+ * queued, or a longer one with a queued one's sequence number); once the gap before it fills,
+ * its receive path asserts that the window holds the segment, and the process aborts. A
+ * sender that keeps to the window never sends one: it is dropped before lwIP, counted (also in
+ * drops.malformed), and the connection goes on with every in-window byte delivered. */
+Test(lwip_stack, an_out_of_order_segment_past_the_window_is_dropped)
+{
+	static uint8_t got[70000];
+	struct netstack_stats ss;
+	struct tu_spec s;
+	struct pkt_view v;
+	uint32_t wnd, edge, sent = 0;
+	size_t n = 0;
+	ssize_t r;
+
+	handshake("10.0.0.2", 40000, "198.18.0.9", 443, 0); /* no window scaling: 64 KiB - 1 */
+	cr_assert_eq(pkt_parse(&v, out[0], out_len[0]), PKT_OK);
+	wnd = tu_get16(v.l4 + 14);
+	cr_assert_gt(wnd, 4000);
+	edge = 1001 + wnd;
+	tu_spec_tcp(&s, "10.0.0.2", 40000, "198.18.0.9", 443);
+	s.tcp_flags = TCP_ACK;
+	s.ack = tu_get32(v.l4 + 4) + 1;
+	s.seq = edge - 100; /* starts inside the window, ends 900 bytes past it */
+	s.payload_len = 1000;
+	s.payload_seed = 7;
+	(void)feed(tu_build(&s, buf, sizeof(buf)), NULL);
+	/* The gap filled, in order, up to 100 bytes short of the edge: the app reads nothing, so
+	 * the window is then 100 bytes. */
+	tx_discard = true;
+	while (sent < wnd - 100) {
+		s.seq = 1001 + sent;
+		s.payload_len = wnd - 100 - sent < 1400 ? wnd - 100 - sent : 1400;
+		s.payload_seed = 100 + sent;
+		(void)feed(tu_build(&s, buf, sizeof(buf)), NULL);
+		sent += (uint32_t)s.payload_len;
+	}
+	while ((r = acc_s[0]->ops->read(acc_s[0], got + n, sizeof(got) - n)) > 0)
+		n += (size_t)r;
+	cr_assert_eq(n, wnd - 100, "every in-window byte delivered");
+	cr_assert_eq(counter("drop_past_window"), 1);
+	lwip_stack_ops.stats(ns, &ss);
+	cr_assert_geq(ss.drops_malformed, 1);
+}
+
 /* RFC 9293 (3.7.1): the MSS option is sent only in SYN segments. lwIP would take one from any
  * segment and shrink the connection's MSS below segments it has already queued, which its next
  * tcp_write asserts against (the process would abort on an app's single ACK). The option is

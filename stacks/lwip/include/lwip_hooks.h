@@ -25,14 +25,16 @@ int ts_lwip_ip6_hook(struct pbuf *p, struct netif *inp);
  *   Linux quick-acks GRO'd input; lwIP would otherwise ACK every second segment, i.e. every
  *   ~128 KiB;
  * - a connection with large segments notes a retransmission (lwip_bigseg_input) and is checked
- *   again after the segment (lwip_stack.c).
- * Returns ERR_OK. */
+ *   again after the segment (lwip_stack.c);
+ * - an out-of-order segment (len payload bytes) that reaches past the receive window's right
+ *   edge is dropped (lwIP would queue it untrimmed and later abort on its own assertion).
+ * Returns ERR_OK, or ERR_VAL for a segment to drop (tcp_input frees it). */
 struct tcp_pcb;
 struct tcp_hdr;
 int ts_lwip_tcp_inpacket(struct tcp_pcb *pcb, struct tcp_hdr *hdr, uint16_t optlen,
-			 uint16_t opt1len, uint8_t *opt2);
+			 uint16_t opt1len, uint8_t *opt2, uint16_t len);
 #define LWIP_HOOK_TCP_INPACKET_PCB(pcb, hdr, optlen, opt1len, opt2, p)                         \
-	((void)(p), ts_lwip_tcp_inpacket((pcb), (hdr), (optlen), (opt1len), (opt2)))
+	ts_lwip_tcp_inpacket((pcb), (hdr), (optlen), (opt1len), (opt2), (p)->tot_len)
 
 /* Where a segment's options are written: in tcp_output_segment right before ip_output_if (every
  * segment with data, retransmissions included; p starts at the TCP header and holds the
