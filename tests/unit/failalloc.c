@@ -131,20 +131,26 @@ char *__wrap_strdup(const char *s)
 	return refuse() ? NULL : __real_strdup(s);
 }
 
+/* One run of scenario with the nth allocation refused, LeakSanitizer after it; whether the
+ * refusal was reached. */
+static bool refused_run(void (*scenario)(void *arg, bool sweep), void *arg, long n)
+{
+	failalloc_arm(n);
+	scenario(arg, true);
+	failalloc_arm(0);
+	CHECK_LEAKS();
+	return failalloc_fired();
+}
+
 long failalloc_sweep(void (*scenario)(void *arg, bool sweep), void *arg, long min, long max)
 {
 	long n;
 
 	scenario(arg, false);
 	CHECK_LEAKS();
-	for (n = 1; n <= max; n++) {
-		failalloc_arm(n);
-		scenario(arg, true);
-		failalloc_arm(0);
-		CHECK_LEAKS();
-		if (!failalloc_fired())
+	for (n = 1; n <= max; n++)
+		if (!refused_run(scenario, arg, n))
 			break;
-	}
 	cr_assert_leq(n, max, "the scenario still allocated after %ld refusals", max);
 	cr_assert_gt(n, min, "the scenario made %ld allocations, fewer than %ld (is the wrapping "
 		     "linked?)", n - 1, min);
@@ -164,14 +170,9 @@ long failalloc_sweep_stride(void (*scenario)(void *arg, bool sweep), void *arg, 
 	cr_assert_gt(total, min, "the scenario made %ld allocations, fewer than %ld (is the "
 		     "wrapping linked?)", total, min);
 	stride = total / runs > 1 ? total / runs : 1;
-	for (n = 1; n <= 2 * total; n += stride) {
-		failalloc_arm(n);
-		scenario(arg, true);
-		failalloc_arm(0);
-		CHECK_LEAKS();
-		if (!failalloc_fired())
+	for (n = 1; n <= 2 * total; n += stride)
+		if (!refused_run(scenario, arg, n))
 			break;
-	}
 	cr_assert_leq(n, 2 * total, "the scenario still allocated after %ld refusals", n);
 	return total;
 }

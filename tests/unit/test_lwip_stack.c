@@ -621,6 +621,16 @@ Test(lwip_stack, syn_burst_beyond_the_backlog_keeps_every_handshake)
 	tx_discard = true;
 }
 
+/* A fresh stack with a backlog of 8, filled at t by SYNs from 10.0.1.1 ports 20000-20007;
+ * isn[i]: the SYN-ACK's sequence number for port 20000 + i. */
+static void backlog_of_eight(uint32_t *isn, int64_t t)
+{
+	teardown();
+	start_backlog(1000, 8);
+	for (uint16_t i = 0; i < 8; i++)
+		cr_assert_neq(isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0, "SYN %u", i);
+}
+
 /* budgets.listen_backlog is the listener's backlog on lwIP too: with 8, the ninth handshake
  * under way finds no room (one application's burst: nothing evictable), and gets in once one
  * completes. */
@@ -629,10 +639,7 @@ Test(lwip_stack, listen_backlog_from_the_budget)
 	static uint32_t isn[9];
 	int64_t t = SEC(1);
 
-	teardown();
-	start_backlog(1000, 8);
-	for (uint16_t i = 0; i < 8; i++)
-		cr_assert_neq(isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0, "SYN %u", i);
+	backlog_of_eight(isn, t);
 	cr_expect_eq(syn_at("10.0.1.1", 20008, t + MS(1)), 0, "the ninth waits for room");
 	cr_expect_eq(counter("drop_backlog_full"), 1);
 	ack_at("10.0.1.1", 20000, isn[0], t + MS(2));
@@ -654,10 +661,7 @@ Test(lwip_stack, a_repeated_syn_of_a_held_handshake_is_answered_when_the_backlog
 	static uint32_t isn[8];
 	int64_t t = SEC(1);
 
-	teardown();
-	start_backlog(1000, 8);
-	for (uint16_t i = 0; i < 8; i++)
-		cr_assert_neq(isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0, "SYN %u", i);
+	backlog_of_eight(isn, t);
 	cr_expect_eq(syn_at("10.0.1.1", 20003, t + MS(1)), isn[3],
 		     "the repeated SYN gets the held handshake's SYN-ACK");
 	cr_expect_eq(counter("drop_backlog_full"), 0, "a held handshake is no refused one");
@@ -744,10 +748,7 @@ Test(lwip_stack, a_repeated_syn_leaves_its_handshake_as_old_as_it_was)
 	static uint32_t isn[8];
 	int64_t t = SEC(1);
 
-	teardown();
-	start_backlog(1000, 8);
-	for (uint16_t i = 0; i < 8; i++)
-		cr_assert_neq(isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0, "SYN %u", i);
+	backlog_of_eight(isn, t);
 	cr_assert_eq(syn_at("10.0.1.1", 20000, t + MS(1)), isn[0], "the first one, repeated");
 	/* Three seconds on, all eight are evictable: the four opened first go, 20000 with them. */
 	cr_assert_neq(syn_at("10.0.2.2", 30000, t + SEC(3)), 0);
@@ -770,10 +771,7 @@ Test(lwip_stack, a_handshake_gone_is_no_longer_held)
 	size_t ol = 0, len;
 	int64_t t = SEC(1);
 
-	teardown();
-	start_backlog(1000, 8);
-	for (uint16_t i = 0; i < 8; i++)
-		cr_assert_neq(isn[i] = syn_at("10.0.1.1", (uint16_t)(20000 + i), t), 0, "SYN %u", i);
+	backlog_of_eight(isn, t);
 	/* The client of 20003 resets its handshake: lwIP frees the pcb itself. */
 	tu_spec_tcp(&s, "10.0.1.1", 20003, "1.1.1.1", 80);
 	s.tcp_flags = TCP_RST;
