@@ -996,21 +996,32 @@ Test(dns_doh, idle_connection_is_closed)
 	fx_stop(&f);
 }
 
+/* Asks still pending at the free (their connection mid-handshake: the relay in front of the
+ * server stops passing what the upstream sends once it accepted the connection, so no answer
+ * can come however fast the machine) are never called back. */
 Test(dns_doh, free_with_asks_pending)
 {
 	struct res r[3] = { { 0 } };
+	struct relay rl;
 	struct fx f;
 
 	fx_start(&f, 100);
+	relay_start(&rl, f.base, f.port);
+	f.cfg.server.port = local_port(rl.lfd);
 	fx_new(&f);
 	for (int i = 0; i < 3; i++)
 		ask(&f, "a.doh.test", &r[i]);
-	run_until(f.base, NULL, -1, 5);  /* mid-connect or mid-handshake */
+	cr_assert(run_until(f.base, &rl.accepted, 1, WAIT_MS), "no connection to the server");
+	relay_hold(&rl);
+	run_until(f.base, NULL, -1, 5);  /* mid-handshake */
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(r[i].calls, 0, "ask %d answered before the free", i);
 	dns_doh_free(f.d);
 	f.d = NULL;
 	run_until(f.base, NULL, -1, 200);
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(r[i].calls, 0, "a callback after free");
+	relay_stop(&rl);
 	fx_stop(&f);
 }
 
