@@ -89,11 +89,10 @@
 #include "stacks/lwip/lwip_glue.h"
 #include "stacks/lwip/lwip_stack.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int clock_gettime(clockid_t id, struct timespec *ts);
+#include "fake_clock.h"
 
-#define MS 1000000LL
-#define SEC 1000000000LL
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 #define NSLOTS 8
 #define MAX_STREAMS 24
 #define LWIP_TCP_MSS 1440 /* lwipopts.h TCP_MSS: lwIP's cap on any MSS */
@@ -126,22 +125,6 @@ static bool trace_on(void)
 		if (trace_on())                                                                \
 			fprintf(stderr, __VA_ARGS__);                                          \
 	} while (0)
-
-/* ---- the virtual clock -------------------------------------------------------------------- */
-
-static int64_t fake_now = 1000 * SEC;
-
-/* The monotonic clocks are the input's; the others (libFuzzer's wall clock) the kernel's. */
-int clock_gettime(clockid_t id, struct timespec *ts)
-{
-	if (id == CLOCK_MONOTONIC || id == CLOCK_MONOTONIC_COARSE || id == CLOCK_MONOTONIC_RAW ||
-	    id == CLOCK_BOOTTIME) {
-		ts->tv_sec = fake_now / SEC;
-		ts->tv_nsec = fake_now % SEC;
-		return 0;
-	}
-	return (int)syscall(SYS_clock_gettime, id, ts);
-}
 
 /* ---- the input ---------------------------------------------------------------------------- */
 

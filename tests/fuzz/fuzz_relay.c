@@ -70,11 +70,10 @@
 #include "dispatch/relay.h"
 #include "dispatch/stream.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int clock_gettime(clockid_t id, struct timespec *ts);
+#include "fake_clock.h"
 
-#define MS 1000000LL
-#define SEC 1000000000LL
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 #define MAX_DATA (48 * 1024) /* bytes a peer sends at most */
 #define UNLIMITED UINT64_MAX
 #define HEAL_ITERATIONS 20000
@@ -83,22 +82,6 @@ static void check(int cond)
 {
 	if (!cond)
 		abort();
-}
-
-/* ---- the virtual clock -------------------------------------------------------------------- */
-
-static int64_t fake_now = 1000 * SEC;
-
-/* The monotonic clocks are the input's; the others (libFuzzer's wall clock) the kernel's. */
-int clock_gettime(clockid_t id, struct timespec *ts)
-{
-	if (id == CLOCK_MONOTONIC || id == CLOCK_MONOTONIC_COARSE || id == CLOCK_MONOTONIC_RAW ||
-	    id == CLOCK_BOOTTIME) {
-		ts->tv_sec = fake_now / SEC;
-		ts->tv_nsec = fake_now % SEC;
-		return 0;
-	}
-	return (int)syscall(SYS_clock_gettime, id, ts);
 }
 
 /* ---- the fake streams --------------------------------------------------------------------- */

@@ -7,14 +7,7 @@ import os
 import struct
 import sys
 
-
-def csum(b):
-    if len(b) % 2:
-        b += b'\0'
-    s = sum(struct.unpack('!%dH' % (len(b) // 2), b))
-    while s >> 16:
-        s = (s & 0xffff) + (s >> 16)
-    return (~s) & 0xffff
+from pkt4 import csum, udp4, icmp4_echo
 
 
 def tcp4(src, dst, sport, dport, flags, payload=b'', seq=1, ack=0):
@@ -36,23 +29,6 @@ def tcp6(src, dst, sport, dport, flags, payload=b'', ext=b'', nh_first=6):
     tcp = tcp[:16] + struct.pack('!H', c) + tcp[18:]
     ip = struct.pack('!IHBB16s16s', 6 << 28, len(ext) + len(tcp), nh_first, 64, s, d)
     return ip + ext + tcp
-
-
-def udp4(src, dst, sport, dport, payload):
-    s, d = bytes(src), bytes(dst)
-    udp = struct.pack('!HHHH', sport, dport, 8 + len(payload), 0) + payload
-    c = csum(s + d + struct.pack('!BBH', 0, 17, len(udp)) + udp) or 0xffff
-    udp = udp[:6] + struct.pack('!H', c) + udp[8:]
-    ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, s, d)
-    return ip[:10] + struct.pack('!H', csum(ip)) + ip[12:] + udp
-
-
-def icmp4_echo(src, dst):
-    icmp = struct.pack('!BBHHH', 8, 0, 0, 1, 1) + b'ping'
-    icmp = icmp[:2] + struct.pack('!H', csum(icmp)) + icmp[4:]
-    ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(icmp), 0, 0, 64, 1, 0, bytes(src),
-                     bytes(dst))
-    return ip[:10] + struct.pack('!H', csum(ip)) + ip[12:] + icmp
 
 
 def rec(op, flags, body):

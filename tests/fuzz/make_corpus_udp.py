@@ -10,14 +10,7 @@ import os
 import struct
 import sys
 
-
-def csum(b):
-    if len(b) % 2:
-        b += b'\0'
-    s = sum(struct.unpack('!%dH' % (len(b) // 2), b))
-    while s >> 16:
-        s = (s & 0xffff) + (s >> 16)
-    return (~s) & 0xffff
+from pkt4 import csum
 
 
 def udp_hdr(sport, dport, payload, ulen=None):
